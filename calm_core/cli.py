@@ -1,0 +1,154 @@
+"""The `calm` command: everything the studio does, headless.
+
+    calm datasets [--kind mc|open]
+    calm eval --model embedded --data arc/easy_test --scoring cloze --limit 300 \\
+              [--fit-ts-on commonsenseqa/dev] [--json out.json] [--save-preds DIR]
+
+Errors a user can fix (unknown dataset, malformed file, model not found) print one
+line, `calm: error: ...`, and exit with status 2; no stack trace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from calm_core.data.schema import DataError
+
+
+class UsageError(Exception):
+    """A problem with what the user asked for; printed as one line."""
+
+
+def _add_model_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default="embedded", help="'embedded', a local model dir / .gguf, or a hub id")
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda[:N]")
+    parser.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
+    parser.add_argument("--trust-remote-code", action="store_true", help="run model code from the hub (off by default)")
+
+
+def _add_scoring_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--scoring", default="cloze", choices=["cloze", "cloze_norm", "letter"],
+                        help="scoring rule (recorded with every result); see calm_core/prompts.py")
+    parser.add_argument("--chat", action="store_true", help="wrap prompts in the model's chat template")
+    parser.add_argument("--batch-size", type=int, default=32, help="sequences per forward pass")
+    parser.add_argument("--bins", type=int, default=15, help="ECE bins (equal width); ece_10 is always added")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="calm", description="CALM Studio: calibration of LLMs, headless.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    ds = sub.add_parser("datasets", help="list every dataset the studio can name")
+    ds.add_argument("--kind", choices=["mc", "open"], help="only multiple-choice or open-answer sets")
+    ds.add_argument("--json", type=Path, help="also write the list as JSON")
+
+    ev = sub.add_parser("eval", help="score datasets with a model: base and post-hoc TS")
+    _add_model_args(ev)
+    _add_scoring_args(ev)
+    ev.add_argument("--data", action="append", nargs="+", required=True, metavar="NAME",
+                    help="catalog names (arc/easy_test, builtin/capitals/test, upload/x) or files; repeatable")
+    ev.add_argument("--limit", type=int, help="first N items of each dataset, in file order")
+    ev.add_argument("--seed", type=int, default=0, help="seed for built-in datasets")
+    ev.add_argument("--fit-ts-on", metavar="NAME", help="fit temperature scaling on this dataset and add variant `ts`")
+    ev.add_argument("--fit-limit", type=int, help="first N items of the --fit-ts-on dataset")
+    ev.add_argument("--ts-file", type=Path, help="apply a saved temperature (JSON from --save-ts) as variant `ts`")
+    ev.add_argument("--save-ts", type=Path, help="write the fitted temperature to this JSON file")
+    ev.add_argument("--json", type=Path, help="write results as JSON")
+    ev.add_argument("--save-preds", type=Path, metavar="DIR", help="per-item predictions: DIR/eval/<variant>/<dataset>.parquet")
+    ev.add_argument("--quiet", action="store_true", help="no progress bars")
+    return parser
+
+
+def cmd_datasets(args: argparse.Namespace) -> int:
+    from calm_core.data.catalog import list_datasets
+
+    entries = list_datasets(kind=args.kind)
+    width = max(len(e.name) for e in entries) if entries else 10
+    for e in entries:
+        size = "?" if e.n_items is None else str(e.n_items)
+        print(f"{e.name.ljust(width)}  {e.kind:5} {e.source:8} {size:>6}  {e.description}")
+    if args.json:
+        args.json.write_text(json.dumps([{**e.__dict__, "path": str(e.path) if e.path else None} for e in entries], indent=2))
+    return 0
+
+
+def _load_lm(args: argparse.Namespace) -> Any:
+    from calm_core.models import ModelSpec, load_model
+
+    spec = ModelSpec(name=args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code)
+    return load_model(spec)
+
+
+def _temperature(args: argparse.Namespace, lm: Any, cfg: Any) -> tuple[Any, dict[str, Any] | None]:
+    from calm_core.evaluate import score_dataset
+    from calm_core.posthoc import TemperatureScaler
+
+    if args.fit_ts_on and args.ts_file:
+        raise UsageError("use either --fit-ts-on or --ts-file, not both")
+    if args.ts_file:
+        return TemperatureScaler.load(args.ts_file), {"file": str(args.ts_file)}
+    if not args.fit_ts_on:
+        return None, None
+    fit = score_dataset(lm, args.fit_ts_on, cfg, args.fit_limit, args.seed, args.batch_size, not args.quiet)
+    scaler = TemperatureScaler.fit(fit.logits, fit.gold)
+    if args.save_ts:
+        scaler.save(args.save_ts)
+    return scaler, {"dataset": args.fit_ts_on, "n": len(fit), "temperature": scaler.temperature}
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from calm_core.evaluate import format_table, load_mc_items, predictions_frame, result_row
+    from calm_core.scoring import score_items
+    from calm_core.prompts import ScoringConfig
+    from calm_core.provenance import environment_record
+    from calm_core.runs import atomic_write_json, write_predictions
+
+    datasets = [name for group in args.data for name in group]
+    cfg = ScoringConfig(rule=args.scoring, chat_template=args.chat)
+    # Read every dataset before loading the model: a typo fails in a second, not a minute.
+    items = {name: load_mc_items(name, args.limit, args.seed) for name in datasets}
+    if args.fit_ts_on:
+        load_mc_items(args.fit_ts_on, args.fit_limit, args.seed)
+    lm = _load_lm(args)
+    scaler, ts_record = _temperature(args, lm, cfg)
+    rows = []
+    for name in datasets:
+        scores = score_items(lm, items[name], cfg, args.batch_size, not args.quiet)
+        variants = [("base", None)] + ([("ts", scaler)] if scaler is not None else [])
+        for variant, calibrator in variants:
+            rows.append(result_row(scores, name, variant, calibrator, n_bins=args.bins))
+            if args.save_preds:
+                write_predictions(args.save_preds, variant, name, predictions_frame(scores, calibrator))
+    print(f"model: {lm.info.get('label', lm.info['name'])} ({lm.info['device']}, {lm.info['dtype']})  "
+          f"scoring: {cfg.name}  bins: {args.bins}" + (f"  ts: T={scaler.temperature:.4f}" if scaler else ""))
+    print(format_table(rows))
+    if args.json:
+        record = {"results": rows, "model": lm.info, "scoring": cfg.to_dict(), "ts": ts_record,
+                  "limit": args.limit, "seed": args.seed, "environment": environment_record()}
+        atomic_write_json(args.json, record)
+    return 0
+
+
+COMMANDS = {"datasets": cmd_datasets, "eval": cmd_eval}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from calm_core.models import ModelLoadError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except (DataError, ModelLoadError, UsageError, ValueError, FileNotFoundError) as exc:
+        print(f"calm: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("calm: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,579 @@
+"""Loaders: JSONL, CSV and Parquet files and Hugging Face datasets -> validated items.
+
+Every loader runs the same three stages, each exactly once:
+
+1. read raw rows (`load_records`): one dict per row, or a `RowError` for a row that
+   cannot even be parsed (bad JSON, undecodable bytes, a CSV row with extra fields);
+2. rename columns (`ColumnMapping`) into the normalised record the schema expects;
+3. validate (`validate_mc_record` / `validate_open_record`); bad rows stay data.
+
+Whole-file problems (missing, unreadable or empty file, a mapped column that does not
+exist, no valid row at all) raise one `DataError` whose message a person can act on.
+
+    report = load_file("quiz.csv", mapping=ColumnMapping.parse("question=q, choices=A|B|C|D, answer=label"))
+    print(report.summary())
+
+Nothing here unpickles data or runs remote code: Parquet and Arrow are read as columns
+and HF datasets are never given `trust_remote_code`.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import re
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Union
+from urllib.parse import urlparse
+
+from calm_core.data.schema import (
+    DataError,
+    LoadReport,
+    RowError,
+    validate_mc_record,
+    validate_open_record,
+)
+
+FORMATS = {  # file extension -> reader
+    ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".parquet": "parquet", ".pq": "parquet",
+}
+KINDS = ("mc", "open", "auto")
+MAX_ERRORS_SHOWN = 5  # row errors quoted in a DataError message; the report keeps all of them
+PARQUET_BATCH = 1024  # rows decoded at a time, so `limit` on a large file stays cheap
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+
+Record = dict[str, Any]
+Row = tuple[int, Union[Record, RowError]]  # (1-based row number, raw record or why it is unreadable)
+
+_MAPPING_KEYS = ("question", "choices", "answer", "id", "subject", "answers")
+
+
+@dataclass(frozen=True)
+class ColumnMapping:
+    """Which source column feeds which item field.
+
+    `choices` is either one column holding a list (in CSV: a JSON list string or an
+    "a|b|c" string) or a tuple of several columns, one per choice (("A", "B", "C", "D");
+    trailing empty cells are dropped so 3- and 5-option rows can share a file).
+    A dotted name reaches into a nested record (HF ARC keeps its texts in `choices.text`).
+    `id` and `subject` are optional: when the data lacks the default column it is
+    simply not used; a column named explicitly must exist.
+    """
+
+    question: str = "question"
+    choices: tuple[str, ...] | str = "choices"
+    answer: str = "answer"  # index, digit string, letter or choice text
+    id: str | None = "id"
+    subject: str | None = "subject"
+    answers: str = "answers"  # open QA: the list of accepted aliases
+
+    def __post_init__(self) -> None:
+        choices = self.choices
+        if isinstance(choices, (list, tuple)):
+            choices = tuple(str(c).strip() for c in choices)
+            # One column in a tuple means the same as that column given as a string.
+            object.__setattr__(self, "choices", choices[0] if len(choices) == 1 else choices)
+        for key in ("question", "answer", "answers"):
+            _check_column_name(key, getattr(self, key))
+        for column in self.choice_columns:
+            _check_column_name("choices", column)
+        if len(set(self.choice_columns)) != len(self.choice_columns):
+            raise ValueError(f"Expected distinct choice columns, but got {self.choices!r}")
+
+    @property
+    def choice_columns(self) -> tuple[str, ...]:
+        return self.choices if isinstance(self.choices, tuple) else (self.choices,)
+
+    @classmethod
+    def parse(cls, text: str) -> "ColumnMapping":
+        """Build a mapping from "question=q, choices=A|B|C|D, answer=label" (CLI / studio form).
+
+        `choices` with "|" names several columns; `id=` (empty) switches the id column off.
+        Unnamed keys keep their defaults.
+        """
+        values: dict[str, Any] = {}
+        for part in (p.strip() for p in text.split(",")):
+            if not part:
+                continue
+            key, sep, value = (s.strip() for s in part.partition("="))
+            if not sep:
+                raise ValueError(f"Expected `key=column` pairs separated by commas, but got {part!r}")
+            if key not in _MAPPING_KEYS:
+                raise ValueError(f"Expected mapping keys among {', '.join(_MAPPING_KEYS)}, but got {key!r}")
+            if key in values:
+                raise ValueError(f"Expected each mapping key once, but got {key!r} twice")
+            values[key] = _parse_mapping_value(key, value)
+        return cls(**values)
+
+    def to_text(self) -> str:
+        """The inverse of `parse`: "question=q, choices=A|B, answer=label, ..."."""
+        parts = []
+        for key in _MAPPING_KEYS:
+            value = getattr(self, key)
+            parts.append(f"{key}={'|'.join(value) if isinstance(value, tuple) else (value or '')}")
+        return ", ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["choices"] = list(self.choices) if isinstance(self.choices, tuple) else self.choices
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ColumnMapping":
+        return cls(**{k: v for k, v in data.items() if k in _MAPPING_KEYS})
+
+    def required_columns(self, kind: str) -> list[str]:
+        """Columns that must exist for `kind`, plus any optional column named explicitly."""
+        if kind == "mc":
+            required = [self.question, *self.choice_columns, self.answer]
+        else:
+            required = [self.question, self.answers]
+        for key in ("id", "subject"):
+            value = getattr(self, key)
+            if value is not None and value != key:
+                required.append(value)
+        return required
+
+
+def _check_column_name(key: str, value: Any) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"Expected `{key}` to name a column, but got {value!r}")
+
+
+def _parse_mapping_value(key: str, value: str) -> Any:
+    if key in ("id", "subject") and value.lower() in ("", "none", "-"):
+        return None
+    if not value:
+        raise ValueError(f"Expected a column name after `{key}=`, but got nothing")
+    if key == "choices" and "|" in value:
+        return tuple(v.strip() for v in value.split("|"))
+    return value
+
+
+# ----------------------------------------------------------------------------- reading rows
+
+
+@dataclass
+class _Table:
+    """Raw rows of one source: the column names present and a (lazy) row iterator."""
+
+    source: str  # the name row errors carry (file name or "hf:<name>")
+    where: str  # the full location, for whole-file messages
+    columns: list[str]
+    rows: Iterable[Row]
+
+
+def detect_format(path: str | Path, fmt: str | None = None) -> str:
+    """"jsonl", "csv" or "parquet", from `fmt` when given, else from the file extension."""
+    key = f".{fmt.lower().lstrip('.')}" if fmt else Path(path).suffix.lower()
+    if key not in FORMATS:
+        choices = ", ".join(sorted(FORMATS))
+        what = f"fmt={fmt!r}" if fmt else f"{Path(path).name!r}"
+        raise DataError(f"Expected a file ending in one of {choices} (or pass fmt=...), but got {what}")
+    return FORMATS[key]
+
+
+def load_records(path: str | Path, fmt: str | None = None) -> Iterator[Row]:
+    """Yield (row_number, record) for every non-blank row of a JSONL, CSV or Parquet file.
+
+    Row numbers are 1-based: the line number in JSONL, the data row (header excluded) in
+    CSV and Parquet. A row that cannot be parsed is yielded as a `RowError` instead of a
+    dict, so one bad line never hides the others.
+    """
+    return _guarded(_open_table(Path(path), detect_format(path, fmt)))
+
+
+def _open_table(path: Path, fmt: str) -> _Table:
+    _check_readable(path)
+    try:
+        if fmt == "csv":
+            return _csv_table(path)
+        if fmt == "parquet":
+            return _parquet_table(path)
+        return _jsonl_table(path)
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise DataError(f"Expected a readable {fmt} file at {path}, but got {type(exc).__name__}: {exc}") from None
+
+
+def _check_readable(path: Path) -> None:
+    if not path.exists():
+        raise DataError(f"Expected a dataset file at {path}, but it does not exist")
+    if not path.is_file():
+        raise DataError(f"Expected a dataset file at {path}, but it is a directory")
+    if path.stat().st_size == 0:
+        raise DataError(f"Expected data rows in {path}, but the file is empty")
+
+
+def _jsonl_table(path: Path) -> _Table:
+    # JSONL has no header: the columns are the union of keys, so the rows are read
+    # first (QA sets are small; the biggest shared split is 2 MB).
+    is_array = path.suffix.lower() == ".json" and _starts_with(path, b"[")  # .json may hold one array
+    rows = list(_json_array_rows(path) if is_array else _jsonl_rows(path))
+    if not rows:
+        raise DataError(f"Expected data rows in {path}, but the file has only blank lines")
+    columns: dict[str, None] = {}
+    for _, record in rows:
+        if isinstance(record, dict):
+            columns.update(dict.fromkeys(record))
+    return _Table(path.name, str(path), list(columns), rows)
+
+
+def _starts_with(path: Path, prefix: bytes) -> bool:
+    with path.open("rb") as handle:
+        return handle.read(4096).lstrip().startswith(prefix)
+
+
+def _jsonl_rows(path: Path) -> Iterator[Row]:
+    with path.open("rb") as handle:  # bytes: one undecodable line must not sink the file
+        for number, raw in enumerate(handle, start=1):
+            if raw.strip():
+                yield number, _parse_json_line(raw, path.name, number)
+
+
+def _parse_json_line(raw: bytes, source: str, number: int) -> Record | RowError:
+    try:
+        value = json.loads(raw.decode("utf-8-sig"))
+    except UnicodeDecodeError:
+        return RowError(source, number, "", "Expected UTF-8 text, but got undecodable bytes")
+    except json.JSONDecodeError as exc:
+        return RowError(source, number, "", f"Expected valid JSON, but got {exc.msg} at column {exc.colno}")
+    if not isinstance(value, dict):
+        return RowError(source, number, "", f"Expected a JSON object, but got {type(value).__name__}")
+    return value
+
+
+def _json_array_rows(path: Path) -> Iterator[Row]:
+    """A .json file holding one array of objects; rows are 1-based array positions."""
+    try:
+        values = json.loads(path.read_text(encoding="utf-8-sig"))
+    except json.JSONDecodeError as exc:
+        message = f"Expected a JSON array of objects in {path}, but got {exc.msg} at line {exc.lineno}"
+        raise DataError(message) from None
+    for number, value in enumerate(values, start=1):
+        if isinstance(value, dict):
+            yield number, value
+        else:
+            yield number, RowError(path.name, number, "", f"Expected a JSON object, but got {type(value).__name__}")
+
+
+def _csv_table(path: Path) -> _Table:
+    with path.open(newline="", encoding="utf-8-sig") as handle:  # -sig: Excel writes a BOM
+        header = next(csv.reader(handle), None)
+    if not header or not any(h.strip() for h in header):
+        raise DataError(f"Expected a header row in {path}, but the file has none")
+    return _Table(path.name, str(path), [h.strip() for h in header], _csv_rows(path))
+
+
+def _csv_rows(path: Path) -> Iterator[Row]:
+    with path.open(newline="", encoding="utf-8-sig") as handle:
+        reader = csv.reader(handle)
+        header = [h.strip() for h in next(reader)]
+        for number, cells in enumerate(reader, start=1):
+            if not any(cell.strip() for cell in cells):
+                continue
+            if len(cells) != len(header):
+                message = f"Expected {len(header)} fields as in the header, but got {len(cells)}"
+                yield number, RowError(path.name, number, "", message)
+            else:
+                yield number, dict(zip(header, cells))
+
+
+def _parquet_table(path: Path) -> _Table:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        parquet = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise DataError(f"Expected a Parquet file at {path}, but could not read it: {exc}") from None
+    if parquet.metadata.num_rows == 0:
+        raise DataError(f"Expected data rows in {path}, but the Parquet file has none")
+    return _Table(path.name, str(path), list(parquet.schema_arrow.names), _parquet_rows(parquet))
+
+
+def _parquet_rows(parquet: Any) -> Iterator[Row]:
+    number = 0
+    for batch in parquet.iter_batches(batch_size=PARQUET_BATCH):
+        for record in batch.to_pylist():  # plain Python values: lists stay lists
+            number += 1
+            yield number, record
+
+
+# ----------------------------------------------------------------------------- mapping + validation
+
+
+def _lookup(record: Record, column: str) -> Any:
+    """record[column], or a walk through nested dicts for a dotted name ("choices.text")."""
+    if column in record:
+        return record[column]
+    value: Any = record
+    for part in column.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def _has_column(columns: list[str], column: str) -> bool:
+    return column in columns or column.split(".")[0] in columns
+
+
+def _split_list(value: Any) -> Any:
+    """A list from a cell: JSON list text '["a", "b"]' or 'a|b' (CSV); others pass through."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text.startswith("["):
+        try:
+            parsed = json.loads(text)
+        except json.JSONDecodeError:
+            parsed = None
+        if isinstance(parsed, list):
+            return parsed
+    return [part.strip() for part in text.split("|")]
+
+
+def _choices_value(record: Record, mapping: ColumnMapping) -> Any:
+    if isinstance(mapping.choices, str):
+        return _split_list(_lookup(record, mapping.choices))
+    values = [_lookup(record, column) for column in mapping.choices]
+    # Trailing blanks mean "this row has fewer options", not "an empty option".
+    while values and (values[-1] is None or str(values[-1]).strip() == ""):
+        values.pop()
+    return values
+
+
+def _normalise(record: Record, mapping: ColumnMapping, kind: str) -> Record:
+    """The record the schema validators expect, built from the mapped columns."""
+    out = {
+        "question": _lookup(record, mapping.question),
+        "id": _lookup(record, mapping.id) if mapping.id else None,
+        "subject": _lookup(record, mapping.subject) if mapping.subject else None,
+    }
+    if kind == "mc":
+        out["choices"] = _choices_value(record, mapping)
+        out["answer"] = _lookup(record, mapping.answer)
+    else:
+        out["answers"] = _split_list(_lookup(record, mapping.answers))
+    return out
+
+
+def _source_column(field_name: str, mapping: ColumnMapping) -> str:
+    """Name the column the user knows (`q`) rather than the schema field (`question`)."""
+    if field_name == "choices":
+        return "|".join(mapping.choice_columns)
+    return getattr(mapping, field_name, None) or field_name
+
+
+def _resolve_kind(table: _Table, kind: str, mapping: ColumnMapping) -> str:
+    if kind not in KINDS:
+        raise DataError(f"Expected `kind` to be one of {', '.join(KINDS)}, but got {kind!r}")
+    if not table.columns:
+        # No row could be parsed at all: the no-valid-rows error explains why.
+        return "mc" if kind == "auto" else kind
+    if kind == "auto":
+        kind = _detect_kind(table, mapping)
+    missing = [c for c in mapping.required_columns(kind) if not _has_column(table.columns, c)]
+    if missing:
+        raise DataError(
+            f"Expected column(s) {', '.join(missing)} in {table.where} for {kind} items, but the "
+            f"columns are: {', '.join(table.columns)}. Mapping used: {mapping.to_text()}"
+        )
+    return kind
+
+
+def _detect_kind(table: _Table, mapping: ColumnMapping) -> str:
+    if all(_has_column(table.columns, c) for c in mapping.choice_columns):
+        return "mc"
+    if _has_column(table.columns, mapping.answers):
+        return "open"
+    raise DataError(
+        f"Expected multiple-choice columns ({'|'.join(mapping.choice_columns)}) or open-answer column "
+        f"({mapping.answers}) in {table.where}, but the columns are: {', '.join(table.columns)}. "
+        f"Mapping used: {mapping.to_text()}"
+    )
+
+
+def _build_report(table: _Table, kind: str, mapping: ColumnMapping, limit: int | None, name: str) -> LoadReport:
+    """Validate rows in file order until `limit` valid items; keep every rejected row."""
+    check_limit(limit)
+    kind = _resolve_kind(table, kind, mapping)
+    report = LoadReport(name=name, kind=kind)
+    first_row_of: dict[str, int] = {}  # id -> row: duplicate ids would merge per-item results
+    for number, raw in _guarded(table):
+        item, error = _row_to_item(raw, number, table.source, mapping, kind)
+        if item is not None and item.id in first_row_of:
+            message = f"Expected a unique id, but {item.id!r} already appeared in row {first_row_of[item.id]}"
+            item, error = None, RowError(table.source, number, mapping.id or "id", message)
+        if item is None:
+            report.rejected.append(error)
+            continue
+        first_row_of[item.id] = number
+        report.items.append(item)
+        if limit is not None and len(report.items) >= limit:
+            break
+    _check_not_empty(report, table)
+    return report
+
+
+def _row_to_item(
+    raw: Record | RowError, number: int, source: str, mapping: ColumnMapping, kind: str
+) -> tuple[Any, Any]:
+    """(item, None) for a valid row, (None, RowError naming the source column) otherwise."""
+    if isinstance(raw, RowError):
+        return None, raw
+    validate = validate_mc_record if kind == "mc" else validate_open_record
+    item, error = validate(_normalise(raw, mapping, kind), source, number)
+    if error is not None and error.field:
+        error = dataclasses.replace(error, field=_source_column(error.field, mapping))
+    return item, error
+
+
+def _guarded(table: _Table) -> Iterator[Row]:
+    """Rows of `table`, turning a read failure half-way through into one DataError."""
+    number = 0
+    try:
+        for number, raw in table.rows:
+            yield number, raw
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        message = f"Expected readable data in {table.where}, but reading after row {number} failed: {exc}"
+        raise DataError(message) from None
+
+
+def check_limit(limit: int | None) -> None:
+    """DataError unless `limit` is None or a positive int (shared by every loader)."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise DataError(f"Expected `limit` to be a positive int or None, but got {limit!r}")
+
+
+def _check_not_empty(report: LoadReport, table: _Table) -> None:
+    if report.n_rows == 0:
+        raise DataError(f"Expected data rows in {table.where}, but it has none")
+    if not report.items:
+        shown = "\n  ".join(str(e) for e in report.rejected[:MAX_ERRORS_SHOWN])
+        more = len(report.rejected) - MAX_ERRORS_SHOWN
+        tail = f"\n  ... and {more} more" if more > 0 else ""
+        raise DataError(
+            f"Expected at least one valid row in {table.where}, but all "
+            f"{len(report.rejected)} were rejected:\n  {shown}{tail}"
+        )
+
+
+# ----------------------------------------------------------------------------- public loaders
+
+
+def load_file(
+    path: str | Path,
+    kind: str = "auto",
+    mapping: ColumnMapping | str = ColumnMapping(),
+    limit: int | None = None,
+    name: str | None = None,
+    fmt: str | None = None,
+) -> LoadReport:
+    """Load a JSONL / CSV / Parquet file into a LoadReport of MCItems or OpenItems.
+
+    kind: "mc", "open" or "auto" (multiple choice when the choice column(s) exist,
+    else open when the answers column exists). `limit` keeps the first N valid items
+    in file order. Raises DataError when the file cannot be used at all.
+    """
+    path = Path(path).expanduser()
+    mapping = ColumnMapping.parse(mapping) if isinstance(mapping, str) else mapping
+    table = _open_table(path, detect_format(path, fmt))
+    return _build_report(table, kind, mapping, limit, name or path.name)
+
+
+def load_hf(
+    name_or_path: str | Path,
+    split: str | None = None,
+    mapping: ColumnMapping | str = ColumnMapping(),
+    kind: str = "auto",
+    limit: int | None = None,
+    name: str | None = None,
+    config: str | None = None,
+) -> LoadReport:
+    """Load a Hugging Face dataset: a folder written by `save_to_disk`, or a hub id.
+
+    `split` may be omitted when the dataset has exactly one; `config` is the hub
+    configuration ("ARC-Easy" for allenai/ai2_arc). A hub id needs a network connection;
+    offline it fails with a DataError that says how to bring the data over.
+    """
+    datasets = _import_datasets()
+    label = f"hf:{name_or_path}" + (f":{split}" if split else "")
+    dataset = _pick_split(datasets, _open_hf(datasets, str(name_or_path), config, split), split, label)
+    if dataset.num_rows == 0:
+        raise DataError(f"Expected data rows in {label}, but the dataset is empty")
+    mapping = ColumnMapping.parse(mapping) if isinstance(mapping, str) else mapping
+    rows = ((i + 1, record) for i, record in enumerate(dataset))
+    table = _Table(label, label, list(dataset.column_names), rows)
+    return _build_report(table, kind, mapping, limit, name or label)
+
+
+def _import_datasets() -> Any:
+    try:
+        import datasets
+    except ImportError:
+        raise DataError(
+            "Expected the optional `datasets` package for HF datasets, but it is not installed: "
+            "pip install 'calm-studio[hf]'"
+        ) from None
+    return datasets
+
+
+def _open_hf(datasets: Any, name_or_path: str, config: str | None, split: str | None) -> Any:
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        try:
+            return datasets.load_from_disk(str(path))
+        except Exception as exc:  # datasets raises many types here; the user needs one message
+            message = f"Expected a folder written by `save_to_disk` at {path}, but could not load it: {exc}"
+            raise DataError(message) from None
+    if not _HUB_ID.match(name_or_path) or name_or_path.startswith((".", "~")):
+        raise DataError(f"Expected a dataset folder or a hub id like `owner/name`, but {name_or_path!r} is neither")
+    return _load_from_hub(datasets, name_or_path, config, split)
+
+
+def _hub_reachable(datasets: Any) -> bool:
+    """False when the hub's host does not even resolve: fail now, not after ~25 s of retries."""
+    if datasets.config.HF_HUB_OFFLINE:
+        return True  # offline mode reads the local HF cache without touching the network
+    from huggingface_hub import constants
+
+    host = urlparse(constants.ENDPOINT).hostname or "huggingface.co"
+    try:
+        socket.getaddrinfo(host, 443)
+    except OSError:
+        return False
+    return True
+
+
+def _load_from_hub(datasets: Any, hub_id: str, config: str | None, split: str | None) -> Any:
+    if not _hub_reachable(datasets):
+        raise DataError(_hub_advice(hub_id, "the hub cannot be reached from this machine"))
+    try:
+        return datasets.load_dataset(hub_id, config, split=split)  # never trust_remote_code
+    except Exception as exc:  # offline, unknown id, gated repo...: all end the same way for the user
+        reason = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        raise DataError(_hub_advice(hub_id, reason)) from None
+
+
+def _hub_advice(hub_id: str, reason: str) -> str:
+    return (
+        f"Expected to fetch {hub_id!r} from the Hugging Face hub, but could not ({reason}). "
+        f"On a connected machine run `datasets.load_dataset({hub_id!r}).save_to_disk('some/folder')`, "
+        "copy the folder here and pass its path instead (or set HF_HUB_OFFLINE=1 when it is "
+        "already in the local HF cache)."
+    )
+
+
+def _pick_split(datasets: Any, loaded: Any, split: str | None, label: str) -> Any:
+    if not isinstance(loaded, datasets.DatasetDict):
+        return loaded
+    splits = list(loaded.keys())
+    if split is None and len(splits) == 1:
+        split = splits[0]
+    if split not in loaded:
+        raise DataError(f"Expected a split among {', '.join(splits)} for {label}, but got {split!r}")
+    return loaded[split]

