@@ -52,8 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--data", action="append", nargs="+", required=True, metavar="NAME",
                     help="catalog names (arc/easy_test, builtin/capitals/test, upload/x) or files; repeatable")
     ev.add_argument("--limit", type=int, help="first N items of each dataset, in file order")
+    ev.add_argument("--mapping", help="column mapping for files, e.g. 'question=q, choices=A|B|C|D, answer=label'")
     ev.add_argument("--seed", type=int, default=0, help="seed for built-in datasets")
-    ev.add_argument("--fit-ts-on", metavar="NAME", help="fit temperature scaling on this dataset and add variant `ts`")
+    ev.add_argument("--fit-ts-on", action="append", nargs="+", metavar="NAME",
+                    help="fit temperature scaling on this dataset: variant `ts` (several: `ts:<name>` each)")
     ev.add_argument("--fit-limit", type=int, help="first N items of the --fit-ts-on dataset")
     ev.add_argument("--ts-file", type=Path, help="apply a saved temperature (JSON from --save-ts) as variant `ts`")
     ev.add_argument("--save-ts", type=Path, help="write the fitted temperature to this JSON file")
@@ -83,21 +85,25 @@ def _load_lm(args: argparse.Namespace) -> Any:
     return load_model(spec)
 
 
-def _temperature(args: argparse.Namespace, lm: Any, cfg: Any) -> tuple[Any, dict[str, Any] | None]:
-    from calm_core.evaluate import score_dataset
+def _temperatures(args: argparse.Namespace, lm: Any, cfg: Any, fit_items: dict[str, list]) -> list[tuple[str, Any, dict[str, Any]]]:
+    """(variant name, scaler, record) per temperature: `ts` for one, `ts:<dataset>` for several."""
     from calm_core.posthoc import TemperatureScaler
+    from calm_core.scoring import score_items
 
-    if args.fit_ts_on and args.ts_file:
-        raise UsageError("use either --fit-ts-on or --ts-file, not both")
     if args.ts_file:
-        return TemperatureScaler.load(args.ts_file), {"file": str(args.ts_file)}
-    if not args.fit_ts_on:
-        return None, None
-    fit = score_dataset(lm, args.fit_ts_on, cfg, args.fit_limit, args.seed, args.batch_size, not args.quiet)
-    scaler = TemperatureScaler.fit(fit.logits, fit.gold)
+        return [("ts", TemperatureScaler.load(args.ts_file), {"file": str(args.ts_file)})]
+    fitted = []
+    for name, items in fit_items.items():
+        fit = score_items(lm, items, cfg, args.batch_size, not args.quiet)
+        scaler = TemperatureScaler.fit(fit.logits, fit.gold)
+        variant = "ts" if len(fit_items) == 1 else f"ts:{name}"
+        fitted.append((variant, scaler, {"dataset": name, "n": len(fit), "temperature": scaler.temperature,
+                                         "nll_before": scaler.nll_before, "nll_after": scaler.nll_after}))
     if args.save_ts:
-        scaler.save(args.save_ts)
-    return scaler, {"dataset": args.fit_ts_on, "n": len(fit), "temperature": scaler.temperature}
+        if len(fitted) != 1:
+            raise UsageError("--save-ts needs exactly one --fit-ts-on dataset")
+        fitted[0][1].save(args.save_ts)
+    return fitted
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -110,24 +116,28 @@ def cmd_eval(args: argparse.Namespace) -> int:
     datasets = [name for group in args.data for name in group]
     cfg = ScoringConfig(rule=args.scoring, chat_template=args.chat)
     # Read every dataset before loading the model: a typo fails in a second, not a minute.
-    items = {name: load_mc_items(name, args.limit, args.seed) for name in datasets}
-    if args.fit_ts_on:
-        load_mc_items(args.fit_ts_on, args.fit_limit, args.seed)
+    items = {name: load_mc_items(name, args.limit, args.seed, args.mapping) for name in datasets}
+    fit_names = [name for group in (args.fit_ts_on or []) for name in group]
+    if fit_names and args.ts_file:
+        raise UsageError("use either --fit-ts-on or --ts-file, not both")
+    fit_items = {name: load_mc_items(name, args.fit_limit, args.seed, args.mapping) for name in fit_names}
     lm = _load_lm(args)
-    scaler, ts_record = _temperature(args, lm, cfg)
+    temperatures = _temperatures(args, lm, cfg, fit_items)
     rows = []
     for name in datasets:
         scores = score_items(lm, items[name], cfg, args.batch_size, not args.quiet)
-        variants = [("base", None)] + ([("ts", scaler)] if scaler is not None else [])
+        variants = [("base", None)] + [(variant, scaler) for variant, scaler, _ in temperatures]
         for variant, calibrator in variants:
             rows.append(result_row(scores, name, variant, calibrator, n_bins=args.bins))
             if args.save_preds:
                 write_predictions(args.save_preds, variant, name, predictions_frame(scores, calibrator))
     print(f"model: {lm.info.get('label', lm.info['name'])} ({lm.info['device']}, {lm.info['dtype']})  "
-          f"scoring: {cfg.name}  bins: {args.bins}" + (f"  ts: T={scaler.temperature:.4f}" if scaler else ""))
+          f"scoring: {cfg.name}  bins: {args.bins}")
+    for variant, scaler, _ in temperatures:
+        print(f"{variant}: T = {scaler.temperature:.4f}")
     print(format_table(rows))
     if args.json:
-        record = {"results": rows, "model": lm.info, "scoring": cfg.to_dict(), "ts": ts_record,
+        record = {"results": rows, "model": lm.info, "scoring": cfg.to_dict(), "ts": [r for _, _, r in temperatures],
                   "limit": args.limit, "seed": args.seed, "environment": environment_record()}
         atomic_write_json(args.json, record)
     return 0

@@ -30,9 +30,13 @@ class Calibrator(Protocol):
     def probs(self, logits: np.ndarray) -> np.ndarray: ...
 
 
-def load_mc_items(name: str, limit: int | None = None, seed: int = 0) -> list[MCItem]:
-    """Items of a multiple-choice dataset by catalog name; DataError for open-answer sets."""
-    report = load_dataset(name, limit=limit, seed=seed)
+def load_mc_items(name: str, limit: int | None = None, seed: int = 0, mapping: Any = None) -> list[MCItem]:
+    """Items of a multiple-choice dataset by catalog name or file path.
+
+    `mapping` (a ColumnMapping or its string form) applies to files. Rejected rows are
+    skipped (the catalog reports them); an open-answer set raises DataError.
+    """
+    report = load_dataset(name, limit=limit, seed=seed, mapping=mapping)
     if report.kind != "mc":
         raise DataError(f"Expected a multiple-choice dataset for `{name}`, but it holds {report.kind!r} items")
     return list(report.items)

@@ -66,11 +66,12 @@ def _lbfgs(params: list[torch.Tensor], loss_fn: Any, max_rounds: int = 50, tol: 
 
     previous = math.inf
     for _ in range(max_rounds):
-        loss = float(optimizer.step(closure))
+        loss = float(optimizer.step(closure).detach())
         if abs(previous - loss) < tol:
             break
         previous = loss
-    return float(loss_fn())
+    with torch.no_grad():
+        return float(loss_fn())
 
 
 @dataclass

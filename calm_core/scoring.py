@@ -101,7 +101,7 @@ def _progress_callback(progress: bool | ProgressFn, total: int, desc: str) -> tu
         return (lambda done, total: None), lambda: None
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=total, desc=desc, unit="seq", file=sys.stderr, leave=False)
+    bar = tqdm(total=total, desc=desc, unit="item", file=sys.stderr, leave=False)
 
     def update(done: int, _total: int) -> None:
         bar.update(done - bar.n)
@@ -257,7 +257,7 @@ def _cloze_scores_flat(lm: Any, requests: list[list[tuple[list[int], list[int]]]
     flat = [(i, k, ctx, cont) for i, reqs in enumerate(requests) for k, (ctx, cont) in enumerate(reqs)]
     order = sorted(range(len(flat)), key=lambda r: -len(flat[r][2]) - len(flat[r][3]))
     rows = [np.zeros(len(reqs)) for reqs in requests]
-    update, close = _progress_callback(progress, len(flat), f"scoring ({cfg.name})")
+    update, close = _progress_callback(progress, len(flat), f"scoring ({cfg.name}, sequences)")
     done = 0
     with torch.inference_mode():
         for batch in _batches(order, batch_size):

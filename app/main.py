@@ -1,0 +1,26 @@
+"""CALM Studio: `streamlit run app/main.py`.
+
+A router over thin pages (st.navigation); every number comes from calm_core and every
+figure from app/charts.py.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # `app.*` imports when run as a script by streamlit
+
+import streamlit as st  # noqa: E402
+
+st.set_page_config(page_title="CALM Studio", page_icon=str(ROOT / "assets" / "logo.svg"), layout="wide")
+
+PAGES = [
+    st.Page(str(ROOT / "app" / "pages" / "learn.py"), title="Learn: overconfidence", icon=":material/school:", default=True),
+]
+
+st.sidebar.markdown("### CALM Studio")
+st.sidebar.caption("Calibrate aligned LLMs during fine-tuning, and see the difference.")
+st.navigation(PAGES).run()

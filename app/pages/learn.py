@@ -1,0 +1,65 @@
+"""Learn: what overconfidence looks like, live on the embedded model.
+
+Score a built-in dataset, compare accuracy with mean confidence, and move a
+temperature slider to watch ECE and the reliability diagram respond.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from app.charts import accuracy_confidence_figure, reliability_figure
+from app.state import describe_error, get_scores
+from calm_core import metrics
+from calm_core.data.catalog import list_datasets
+from calm_core.posthoc import TemperatureScaler
+
+st.title("Overconfidence, live")
+st.markdown(
+    "Aligned language models tend to say they are **more sure than they are right**. "
+    "Below, the embedded model (SmolLM2-135M-Instruct, DPO-aligned) answers multiple-choice questions. "
+    "Its *confidence* is the probability it puts on its chosen option; a calibrated model is right "
+    "70% of the time when it is 70% sure."
+)
+
+names = [e.name for e in list_datasets(kind="mc")]
+default = names.index("builtin/capitals/test") if "builtin/capitals/test" in names else 0
+col1, col2, col3 = st.columns([3, 1, 1])
+dataset = col1.selectbox("Dataset", names, index=default, key="learn_dataset")
+limit = col2.number_input("Questions", min_value=10, max_value=500, value=40, step=10, key="learn_limit")
+rule = col3.selectbox("Scoring rule", ["cloze", "cloze_norm", "letter"], key="learn_rule",
+                      help="cloze: likelihood of each answer text; letter: logit of A/B/C/D")
+
+try:
+    scores = get_scores("embedded", dataset, rule, int(limit))
+except Exception as exc:  # shown as a message, never a stack trace
+    st.error(describe_error(exc))
+    st.stop()
+
+st.subheader("1. Accuracy against confidence")
+base = metrics.summarize(scores.probs(), scores.gold)
+left, right = st.columns(2)
+left.plotly_chart(accuracy_confidence_figure(base["acc"], base["confidence"], "Untouched model"), key="learn_bars")
+right.metric("Accuracy", f"{base['acc']:.1%}")
+right.metric("Mean confidence", f"{base['confidence']:.1%}", delta=f"{base['confidence'] - base['acc']:+.1%} vs accuracy",
+             delta_color="inverse")
+right.metric("ECE (15 bins)", f"{base['ece']:.3f}")
+
+st.subheader("2. Move the temperature")
+st.markdown("Dividing the scores by a temperature T > 1 softens every answer; T < 1 sharpens it. "
+            "Temperature scaling picks the T that fits held-out labels best, and keeps every prediction the same.")
+fitted = TemperatureScaler.fit(scores.logits, scores.gold) if len(scores) >= 10 else None
+temperature = st.slider("Temperature T", 0.25, 8.0, 1.0, 0.05, key="learn_temperature")
+if fitted is not None:
+    st.caption(f"The NLL-optimal temperature on these questions is T = {fitted.temperature:.2f}.")
+probs = scores.probs(temperature)
+now = metrics.summarize(probs, scores.gold)
+c1, c2, c3 = st.columns(3)
+c1.metric("ECE", f"{now['ece']:.3f}", delta=f"{now['ece'] - base['ece']:+.3f}", delta_color="inverse")
+c2.metric("Mean confidence", f"{now['confidence']:.1%}")
+c3.metric("Accuracy (unchanged)", f"{now['acc']:.1%}")
+confidence, correct = metrics.top_label(probs, scores.gold)
+table = metrics.bin_confidences(confidence, correct, n_bins=10)
+st.plotly_chart(reliability_figure(table.to_records(), f"Reliability diagram at T = {temperature:.2f}"),
+                key="learn_reliability")
+st.caption(f"Scoring rule: {rule}; {len(scores)} questions from {dataset}; 10 equal-width bins.")

@@ -1,0 +1,43 @@
+"""Process-wide caches for the pages: a model is loaded once per process, and a
+dataset is scored once per (model, dataset, rule, limit)."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from calm_core.evaluate import score_dataset
+from calm_core.models import LoadedModel, load_model
+from calm_core.prompts import ScoringConfig
+from calm_core.scoring import OptionScores
+
+
+@st.cache_resource(show_spinner="Loading the model (the first time converts it: about a minute)...")
+def get_model(name: str = "embedded") -> LoadedModel:
+    return load_model(name)
+
+
+@st.cache_resource
+def _score_store() -> dict[tuple, OptionScores]:
+    """Scores shared by every session of this process (scoring is deterministic)."""
+    return {}
+
+
+def get_scores(model_name: str, dataset: str, rule: str, limit: int, seed: int = 0) -> OptionScores:
+    """Scores for a page, computed once per process with a progress bar while they run."""
+    key = (model_name, dataset, rule, limit, seed)
+    store = _score_store()
+    if key not in store:
+        lm = get_model(model_name)
+        bar = st.progress(0.0, text=f"Scoring {dataset} with {model_name} ({rule})...")
+
+        def report(done: int, total: int) -> None:
+            bar.progress(done / total, text=f"Scoring {dataset}: {done}/{total} questions")
+
+        store[key] = score_dataset(lm, dataset, ScoringConfig(rule=rule), limit=limit, seed=seed, progress=report)
+        bar.empty()
+    return store[key]
+
+
+def describe_error(exc: Exception) -> str:
+    """One readable line for the page instead of a stack trace."""
+    return f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,59 @@
+"""Shared fixtures: a tiny random-weight model for speed, the embedded model for truth.
+
+The tiny model is a 2-layer Llama with the embedded model's tokenizer (so prompts
+tokenize exactly as in production) and random weights from a fixed seed. Tests that
+need real weights are marked `embedded`; they load SmolLM2-135M once per session.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+TINY_CONFIG = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                   num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=True)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_workspace(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Never write uploads or runs into the developer's own workspace."""
+    monkeypatch.setenv("CALM_WORKSPACE", str(tmp_path_factory.mktemp("workspace")))
+
+
+@pytest.fixture(scope="session")
+def embedded_dir() -> Path:
+    from calm_core.models import embedded_model_dir
+
+    return embedded_model_dir()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(embedded_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A saved tiny random Llama + the embedded tokenizer, loadable with load_model(path)."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(embedded_dir)
+    config = LlamaConfig(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, **TINY_CONFIG)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    target = tmp_path_factory.mktemp("tiny-llama")
+    model.save_pretrained(target)
+    tokenizer.save_pretrained(target)
+    return target
+
+
+@pytest.fixture(scope="session")
+def tiny_lm(tiny_model_dir: Path):
+    from calm_core.models import ModelSpec, load_model
+
+    return load_model(ModelSpec(name=str(tiny_model_dir), device="cpu"))
+
+
+@pytest.fixture(scope="session")
+def embedded_lm(embedded_dir: Path):
+    from calm_core.models import ModelSpec, load_model
+
+    return load_model(ModelSpec(name="embedded", device="cpu"))

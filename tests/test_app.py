@@ -1,0 +1,59 @@
+"""The studio: chart builders checked as data, pages driven by Streamlit's AppTest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.charts import accuracy_confidence_figure, reliability_figure
+from calm_core import metrics
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _records(n_bins: int = 5):
+    conf = np.array([0.95, 0.92, 0.91, 0.55, 0.52])
+    correct = np.array([1.0, 0.0, 0.0, 1.0, 1.0])
+    return metrics.bin_confidences(conf, correct, n_bins=n_bins).to_records()
+
+
+def test_reliability_figure_draws_accuracy_gaps_and_counts() -> None:
+    fig = reliability_figure(_records())
+    by_name = {t.name: t for t in fig.data}
+    assert list(by_name["accuracy"].y) == pytest.approx([1.0, 1 / 3])  # bins (0.4,0.6] and (0.8,1]
+    gaps = list(by_name["gap to confidence"].y)
+    assert gaps[0] == pytest.approx(0.535 - 1.0) and gaps[1] == pytest.approx(0.9266667 - 1 / 3)
+    assert list(by_name["empty bin"].x) == pytest.approx([0.1, 0.3, 0.7])
+    assert list(by_name["items"].y) == [0, 0, 2, 0, 3]
+
+
+def test_reliability_figure_without_empty_bins_has_no_marker() -> None:
+    records = metrics.bin_confidences(np.array([0.3, 0.8]), np.array([1.0, 0.0]), n_bins=1).to_records()
+    assert "empty bin" not in {t.name for t in reliability_figure(records).data}
+
+
+def test_accuracy_confidence_bars() -> None:
+    fig = accuracy_confidence_figure(0.5, 0.8)
+    assert list(fig.data[0].y) == [0.5, 0.8]
+    assert list(fig.data[0].text) == ["50%", "80%"]
+
+
+def test_learn_page_renders_on_a_tiny_model(tiny_lm, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page runs top to bottom, shows the metrics and reacts to the temperature slider."""
+    from streamlit.testing.v1 import AppTest
+
+    import app.state
+
+    monkeypatch.setattr(app.state, "get_model", lambda name="embedded": tiny_lm)
+    at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=120)
+    at.run()
+    assert not at.exception, at.exception
+    labels = [m.label for m in at.metric]
+    assert {"Accuracy", "Mean confidence", "ECE"} <= set(labels)
+    ece_before = next(m.value for m in at.metric if m.label == "ECE")
+    at.slider(key="learn_temperature").set_value(6.0).run()
+    assert not at.exception
+    ece_after = next(m.value for m in at.metric if m.label == "ECE")
+    assert ece_after != ece_before
