@@ -108,6 +108,7 @@ def _temperatures(args: argparse.Namespace, lm: Any, cfg: Any, fit_items: dict[s
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from calm_core.evaluate import format_table, load_mc_items, predictions_frame, result_row
+    from calm_core.posthoc import MIN_FIT_ITEMS
     from calm_core.scoring import score_items
     from calm_core.prompts import ScoringConfig
     from calm_core.provenance import environment_record
@@ -121,6 +122,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if fit_names and args.ts_file:
         raise UsageError("use either --fit-ts-on or --ts-file, not both")
     fit_items = {name: load_mc_items(name, args.fit_limit, args.seed, args.mapping) for name in fit_names}
+    for name, fit in fit_items.items():
+        if len(fit) < MIN_FIT_ITEMS:
+            raise UsageError(f"Expected at least {MIN_FIT_ITEMS} items to fit TS on `{name}`, but it has {len(fit)}")
     lm = _load_lm(args)
     temperatures = _temperatures(args, lm, cfg, fit_items)
     rows = []
@@ -153,7 +157,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except (DataError, ModelLoadError, UsageError, ValueError, FileNotFoundError) as exc:
-        print(f"calm: error: {exc}", file=sys.stderr)
+        # One line, whatever the exception text holds (row lists come on extra lines).
+        print("calm: error: " + "; ".join(line.strip() for line in str(exc).splitlines() if line.strip()), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("calm: interrupted", file=sys.stderr)

@@ -27,6 +27,16 @@ from calm_core import metrics
 MIN_FIT_ITEMS = 10  # fewer and the fitted temperature is mostly noise
 
 
+def _read_scaler_file(path: str | Path, kind: str) -> dict[str, Any]:
+    """The JSON object of a saved calibrator, checked before any field is trusted."""
+    data = json.loads(Path(path).read_text())
+    if not isinstance(data, dict):
+        raise ValueError(f"Expected a JSON object in {path}, but got {type(data).__name__}")
+    if data.get("kind") != kind:
+        raise ValueError(f"Expected a {kind}-scaling file, but {path} holds kind={data.get('kind')!r}")
+    return data
+
+
 def _check_fit_inputs(logits: np.ndarray, labels: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
     logits = np.asarray(logits, dtype=np.float64)
     labels = np.asarray(labels, dtype=np.int64)
@@ -91,7 +101,7 @@ class TemperatureScaler:
         log_t = torch.zeros((), dtype=torch.float64, requires_grad=True)
         before = float(_masked_nll(z, y))
         after = _lbfgs([log_t], lambda: _masked_nll(_repad(finite, z_safe / log_t.exp()), y))
-        return cls(float(log_t.exp()), before, after, len(y))
+        return cls(float(log_t.detach().exp()), before, after, len(y))
 
     def transform(self, logits: np.ndarray) -> np.ndarray:
         return np.asarray(logits, dtype=np.float64) / self.temperature
@@ -104,10 +114,10 @@ class TemperatureScaler:
 
     @classmethod
     def load(cls, path: str | Path) -> "TemperatureScaler":
-        data = json.loads(Path(path).read_text())
-        if data.get("kind") != "temperature":
-            raise ValueError(f"Expected a temperature-scaling file, but {path} holds kind={data.get('kind')!r}")
-        return cls(**data)
+        data = _read_scaler_file(path, "temperature")
+        if not float(data.get("temperature", 0)) > 0:
+            raise ValueError(f"Expected a positive `temperature` in {path}, but got {data.get('temperature')!r}")
+        return cls(**{k: data[k] for k in ("temperature", "nll_before", "nll_after", "n_fit") if k in data})
 
 
 @dataclass
@@ -153,17 +163,16 @@ class VectorScaler:
 
     @classmethod
     def load(cls, path: str | Path) -> "VectorScaler":
-        data = json.loads(Path(path).read_text())
-        if data.get("kind") != "vector":
-            raise ValueError(f"Expected a vector-scaling file, but {path} holds kind={data.get('kind')!r}")
-        return cls(**data)
+        data = _read_scaler_file(path, "vector")
+        return cls(**{k: data[k] for k in ("weights", "biases", "nll_before", "nll_after", "n_fit") if k in data})
 
 
 SCALERS = {"temperature": TemperatureScaler, "vector": VectorScaler}
 
 
 def load_scaler(path: str | Path) -> TemperatureScaler | VectorScaler:
-    kind = json.loads(Path(path).read_text()).get("kind")
+    data = json.loads(Path(path).read_text())
+    kind = data.get("kind") if isinstance(data, dict) else None
     if kind not in SCALERS:
         raise ValueError(f"Expected a calibrator kind in {sorted(SCALERS)}, but {path} holds {kind!r}")
     return SCALERS[kind].load(path)

@@ -24,7 +24,7 @@ import pytest
 
 from calm_core import metrics
 from calm_core.cli import main
-from calm_core.data.builtin import builtin_names
+from calm_core.data.builtin import builtin_names, load_builtin
 from calm_core.data.catalog import load_dataset
 from calm_core.posthoc import TemperatureScaler
 from calm_core.runs import predictions_path
@@ -211,7 +211,8 @@ def test_limit_takes_first_valid_items_in_file_order(main_run, order_file):
     assert list(frame["n_choices"]) == ORDER_N_CHOICES
     assert [len(p) for p in frame["probs"]] == ORDER_N_CHOICES
     builtin = pd.read_parquet(predictions_path(main_run["dir"] / "preds", "base", CAPITALS))
-    assert list(builtin["id"]) == [item.id for item in load_dataset(CAPITALS).items[:LIMIT]]
+    generated = load_builtin("capitals", "test").items  # the generator's order is the "file order"
+    assert list(builtin["id"]) == [item.id for item in generated[:LIMIT]]
 
 
 def test_ts_file_reproduces_fitted_ts_metrics(main_run, tiny_model_dir, order_file, tmp_path):
@@ -270,14 +271,12 @@ def _bad_files(tmp: Path) -> dict[str, Path]:
     return {"bad": bad, "empty": empty, "csv": table, "open": open_qa, "missing": tmp / "missing.jsonl"}
 
 
-ONE_LINE_BUG = "a DataError listing rejected rows spans several lines; main() prints str(exc) as is"
-
 BAD_INPUTS = [
     pytest.param(["--data", "builtin/capitalz/test"],
                  r"Expected a dataset name, but got 'builtin/capitalz/test'\. Close matches: builtin/capitals/test",
                  id="unknown-name"),
     pytest.param(["--data", "{bad}"], r"Expected at least one valid row in .*bad\.jsonl, but all 2 were rejected",
-                 id="malformed-json", marks=pytest.mark.xfail(strict=True, reason=ONE_LINE_BUG)),
+                 id="malformed-json"),
     pytest.param(["--data", "{empty}"], r"Expected data rows in .*empty\.jsonl, but the file is empty", id="empty-file"),
     pytest.param(["--data", "{csv}", "--mapping", "question=nope, choices=A|B, answer=label"],
                  r"Expected column\(s\) nope in .*quiz\.csv for mc items, but the columns are: q, A, B, label",
@@ -326,6 +325,16 @@ def test_missing_model_path_exits_2_with_one_line(env, tmp_path, capsys):
     out, err = capsys.readouterr()
     assert out == ""
     assert err == f"calm: error: Expected a model directory at {missing}, but it does not exist.\n"
+
+
+def test_too_few_fit_items_exits_2_with_one_line(env, tiny_model_dir, capsys):
+    # Found only after scoring the fit set (the model is loaded first); still one clean line.
+    argv = ["eval", "--model", str(tiny_model_dir), "--data", CAPITALS, "--limit", "2", "--fit-ts-on", FIT_SET,
+            "--fit-limit", "5", "--quiet"]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == "calm: error: Expected at least 10 items to fit a post-hoc calibrator, but got 5\n"
 
 
 def test_console_script_reports_errors_with_status_2(env, tmp_path):

@@ -1,0 +1,203 @@
+"""The calibration head alpha = (l, s): p = softmax(z / tau + l), tau = exp(s) > 0.
+
+    head = CalibrationHead("options", size=5)     # l, s in R^5; zero init = identity
+    p = head.probs(option_logits)                 # (N, K<=5), -inf padding stays at p = 0
+    head.save(checkpoint_dir); CalibrationHead.load(checkpoint_dir)
+
+Scopes (the shape of alpha):
+    vocab    l, s in R^V, one entry per vocabulary id (the paper's form). `index` applies
+             only the rows of the answer tokens to logits gathered at those ids, and
+             `as_logits_processor()` applies the head to generation scores.
+    options  l, s in R^K_max, one entry per option position (ragged K <= K_max allowed).
+    scalar   one s and no l: a learned temperature (the "learned TS" ablation).
+
+Padding: option logits of items with fewer options are -inf. The head keeps them -inf,
+and computes on a finite stand-in there, because d(z / tau)/d s = -z / tau times an
+upstream gradient of 0 would otherwise be 0 * inf = nan.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+from transformers import LogitsProcessor
+
+SCOPES = ("vocab", "options", "scalar")
+HEAD_FILENAME = "calibration_head.safetensors"  # the name inside checkpoint-<step>/
+_FORMAT = "calm_studio.calibration_head"  # metadata tag, so a random safetensors file is refused
+
+
+def _calibrate(z: torch.Tensor, log_t: torch.Tensor, shift: torch.Tensor | None) -> torch.Tensor:
+    """z / exp(log_t) + shift over the last dim; -inf entries (padding) stay -inf.
+
+    The result has the promoted dtype of z and the float32 parameters, so bf16 logits
+    come out float32 and float64 logits stay float64 (the identity at init is exact).
+    """
+    pad = torch.isneginf(z)  # (..., K)
+    z_safe = torch.where(pad, torch.zeros((), dtype=z.dtype, device=z.device), z)  # (..., K)
+    out = z_safe / log_t.exp()  # (..., K) / (K,) or (1,)
+    if shift is not None:
+        out = out + shift  # (..., K) + (K,)
+    return torch.where(pad, torch.full((), -math.inf, dtype=out.dtype, device=out.device), out)
+
+
+def _check_scope(scope: object) -> str:
+    if scope not in SCOPES:
+        raise ValueError(f"Expected `scope` to be one of {list(SCOPES)}, but got {scope!r}")
+    return str(scope)
+
+
+def _check_size(scope: str, size: object) -> int:
+    if scope == "scalar":
+        if size not in (None, 1):
+            raise ValueError(f"Expected `size` to be None or 1 for the scalar scope, but got {size!r}")
+        return 1
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError(f"Expected `size` to be a positive int for the {scope} scope, but got {size!r}")
+    return size
+
+
+class CalibrationHead(torch.nn.Module):
+    """alpha = (shift l, log_temperature s), zero-initialised: the identity at init."""
+
+    def __init__(self, scope: str, size: int | None = None) -> None:
+        super().__init__()
+        self.scope = _check_scope(scope)
+        self.size = _check_size(self.scope, size)
+        self.log_temperature = torch.nn.Parameter(torch.zeros(self.size, dtype=torch.float32))  # s, (size,)
+        if self.scope == "scalar":
+            self.register_parameter("shift", None)  # learned TS has no shift
+        else:
+            self.shift = torch.nn.Parameter(torch.zeros(self.size, dtype=torch.float32))  # l, (size,)
+
+    def extra_repr(self) -> str:
+        return f"scope={self.scope!r}, size={self.size}"
+
+    @property
+    def tau(self) -> torch.Tensor:
+        """The temperatures exp(s), (size,)."""
+        return self.log_temperature.exp()
+
+    def _rows_for(self, z: torch.Tensor, index: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The (s, l) entries that line up with the last dim of z."""
+        k = z.shape[-1]
+        if index is not None:
+            if self.scope != "vocab":
+                raise ValueError(f"Expected `index` only with the vocab scope, but the head's scope is {self.scope!r}")
+            if index.shape[-1] != k:
+                raise ValueError(f"Expected `z` last dim to match `index` ({index.shape[-1]}), but got {k}")
+            return self.log_temperature[index], self.shift[index]  # index.shape each
+        if self.scope == "vocab" and k != self.size:
+            raise ValueError(f"Expected `z` last dim to be the vocab size {self.size}, but got {k}")
+        if self.scope == "options":
+            if k > self.size:
+                raise ValueError(f"Expected `z` to have at most K_max = {self.size} options, but got {k}")
+            return self.log_temperature[:k], self.shift[:k]  # (K,) each: option k keeps its own entry
+        return self.log_temperature, self.shift
+
+    def forward(self, z: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
+        """Calibrated scores z / tau + l over the last dim of z.
+
+        z: (..., V) for vocab, (..., K) with K <= K_max for options (-inf = padded
+        option), anything for scalar. index (vocab only): LongTensor of vocab ids whose
+        shape broadcasts with z and whose last dim matches z's, for logits already
+        gathered at those ids; equal to gathering after the full head.
+        """
+        log_t, shift = self._rows_for(z, index)
+        return _calibrate(z, log_t, shift)
+
+    def probs(self, z: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
+        """softmax(z / tau + l) over the last dim: THE torch softmax used in training."""
+        return torch.softmax(self(z, index), dim=-1)  # (..., K)
+
+    @torch.no_grad()
+    def summary(self) -> dict[str, float]:
+        """tau and l statistics for the `alpha/*` log keys (scalar scope: tau only)."""
+        tau = self.tau
+        out = {"tau_mean": float(tau.mean()), "tau_min": float(tau.min()), "tau_max": float(tau.max())}
+        if self.shift is not None:
+            l = self.shift
+            out.update(l_mean=float(l.mean()), l_min=float(l.min()), l_max=float(l.max()),
+                       l_abs_mean=float(l.abs().mean()))
+        return out
+
+    @torch.no_grad()
+    def rows(self, index: Sequence[int] | torch.Tensor) -> dict[str, list[Any]]:
+        """tau and l at the given ids (vocab ids of the answer tokens, or option positions)."""
+        idx = torch.as_tensor(index, dtype=torch.long).flatten()  # (n,)
+        if self.scope == "scalar":  # one shared tau, whatever the ids
+            return {"index": idx.tolist(), "tau": [float(self.tau[0])] * idx.numel()}
+        if idx.numel() and (idx.min() < 0 or idx.max() >= self.size):
+            raise ValueError(f"Expected `index` values in [0, {self.size}), but got {idx.tolist()}")
+        return {"index": idx.tolist(), "tau": self.tau[idx].tolist(), "l": self.shift[idx].tolist()}
+
+    def as_logits_processor(self) -> "HeadLogitsProcessor":
+        """This head as a transformers LogitsProcessor for `generate(logits_processor=[...])`."""
+        if self.scope != "vocab":
+            raise ValueError(f"Expected a vocab-scope head to process generation scores, but got scope {self.scope!r}")
+        return HeadLogitsProcessor(self)
+
+    def save(self, path: str | Path) -> Path:
+        """Write the head to `path` (a .safetensors file, or a directory that gets
+        calibration_head.safetensors); scope and size go in the metadata. Returns the file."""
+        file = _head_file(path)
+        file.parent.mkdir(parents=True, exist_ok=True)
+        tensors = {name: p.detach().cpu().contiguous() for name, p in self.named_parameters()}
+        save_file(tensors, str(file), metadata={"format": _FORMAT, "scope": self.scope, "size": str(self.size)})
+        return file
+
+    @classmethod
+    def load(cls, path: str | Path) -> "CalibrationHead":
+        """Read a head written by `save`; a file without a valid scope or shapes is refused."""
+        file = _head_file(path)
+        with safe_open(str(file), framework="pt") as f:
+            meta = f.metadata() or {}
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+        if meta.get("format") != _FORMAT:
+            raise ValueError(f"Expected a calibration head file, but {file} has metadata {meta}")
+        if meta.get("scope") not in SCOPES:
+            raise ValueError(f"Expected `scope` in {list(SCOPES)} in {file}, but got {meta.get('scope')!r}")
+        size = meta.get("size", "")
+        head = cls(meta["scope"], int(size) if size.isdigit() else size)
+        _load_tensors(head, tensors, file)
+        return head
+
+
+def _head_file(path: str | Path) -> Path:
+    path = Path(path)
+    return path if path.suffix == ".safetensors" else path / HEAD_FILENAME
+
+
+def _load_tensors(head: CalibrationHead, tensors: dict[str, torch.Tensor], file: Path) -> None:
+    expected = {name: tuple(p.shape) for name, p in head.named_parameters()}
+    got = {name: tuple(t.shape) for name, t in tensors.items()}
+    if got != expected:
+        raise ValueError(f"Expected tensors {expected} in {file}, but got {got}")
+    with torch.no_grad():
+        for name, p in head.named_parameters():
+            p.copy_(tensors[name])
+
+
+class HeadLogitsProcessor(LogitsProcessor):
+    """Applies a vocab-scope head to generation scores: scores / tau + l.
+
+    The head stays where it is; its parameters are copied to the scores' device per call
+    (2V floats, small beside a forward pass). Output keeps the scores' dtype.
+    """
+
+    def __init__(self, head: CalibrationHead) -> None:
+        self.head = head
+
+    @torch.no_grad()
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
+        if scores.shape[-1] != self.head.size:
+            raise ValueError(f"Expected scores over the head's vocab ({self.head.size}), but got {scores.shape[-1]}")
+        log_t = self.head.log_temperature.to(scores.device)  # (V,)
+        shift = self.head.shift.to(scores.device)  # (V,)
+        return _calibrate(scores, log_t, shift).to(scores.dtype)  # (B, V)
