@@ -328,13 +328,13 @@ def test_missing_model_path_exits_2_with_one_line(env, tmp_path, capsys):
 
 
 def test_too_few_fit_items_exits_2_with_one_line(env, tiny_model_dir, capsys):
-    # Found only after scoring the fit set (the model is loaded first); still one clean line.
+    # Checked before the model is loaded; one clean line.
     argv = ["eval", "--model", str(tiny_model_dir), "--data", CAPITALS, "--limit", "2", "--fit-ts-on", FIT_SET,
             "--fit-limit", "5", "--quiet"]
     assert main(argv) == 2
     out, err = capsys.readouterr()
     assert out == ""
-    assert err == "calm: error: Expected at least 10 items to fit a post-hoc calibrator, but got 5\n"
+    assert err == f"calm: error: Expected at least 10 items to fit TS on `{FIT_SET}`, but it has 5\n"
 
 
 def test_console_script_reports_errors_with_status_2(env, tmp_path):
