@@ -18,7 +18,13 @@ upper loss (minus mean entropy on a held-out batch), one step is:
 The closures take no arguments: they compute the loss from the *current* parameter
 values. To evaluate at theta~, theta's `.data` is swapped for theta~ and restored
 afterwards (also when a closure raises); every backward at theta~ runs inside the swap,
-because autograd reads a leaf's data at backward time.
+because autograd reads a leaf's data at backward time. Keep the closures deterministic
+(dropout off, or the same masks at theta and theta~): q compares one function at two
+points, so noise in it goes straight into lambda.
+
+With a finite inner solve (rho = contraction of the T inner steps) the step settles where
+q = 0 and grad F is parallel to grad q, which is the bilevel optimum only as theta~ ->
+theta*(alpha); tests/test_bilevel.py derives the gap on a quadratic.
 
 Gradient reuse: grad_theta L(theta; alpha) is also the first inner step's gradient, so
 one backward at theta gives both components; grad_alpha L(theta~; alpha) comes from one

@@ -139,8 +139,6 @@ class CalibrationHead(torch.nn.Module):
 
     def as_logits_processor(self) -> "HeadLogitsProcessor":
         """This head as a transformers LogitsProcessor for `generate(logits_processor=[...])`."""
-        if self.scope != "vocab":
-            raise ValueError(f"Expected a vocab-scope head to process generation scores, but got scope {self.scope!r}")
         return HeadLogitsProcessor(self)
 
     def save(self, path: str | Path) -> Path:
@@ -192,6 +190,8 @@ class HeadLogitsProcessor(LogitsProcessor):
     """
 
     def __init__(self, head: CalibrationHead) -> None:
+        if head.scope != "vocab":
+            raise ValueError(f"Expected a vocab-scope head to process generation scores, but got scope {head.scope!r}")
         self.head = head
 
     @torch.no_grad()
