@@ -84,8 +84,29 @@ def _lbfgs(params: list[torch.Tensor], loss_fn: Any, max_rounds: int = 50, tol: 
         return float(loss_fn())
 
 
+class _ScalerFile:
+    """probs() and JSON save/load shared by the scalers (fields = the dataclass's)."""
+
+    kind: str
+
+    def transform(self, logits: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def probs(self, logits: np.ndarray) -> np.ndarray:
+        return metrics.softmax(self.transform(logits))
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(asdict(self), indent=2))  # type: ignore[call-overload]
+
+    @classmethod
+    def _from_file(cls, path: str | Path, kind: str) -> Any:
+        data = _read_scaler_file(path, kind)
+        names = [f for f in cls.__dataclass_fields__ if f != "kind"]  # type: ignore[attr-defined]
+        return cls(**{k: data[k] for k in names if k in data})
+
+
 @dataclass
-class TemperatureScaler:
+class TemperatureScaler(_ScalerFile):
     """p = softmax(z / T), T = exp(log_t) > 0 fitted by NLL on labelled logits."""
 
     temperature: float = 1.0
@@ -106,22 +127,16 @@ class TemperatureScaler:
     def transform(self, logits: np.ndarray) -> np.ndarray:
         return np.asarray(logits, dtype=np.float64) / self.temperature
 
-    def probs(self, logits: np.ndarray) -> np.ndarray:
-        return metrics.softmax(self.transform(logits))
-
-    def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(asdict(self), indent=2))
-
     @classmethod
     def load(cls, path: str | Path) -> "TemperatureScaler":
-        data = _read_scaler_file(path, "temperature")
-        if not float(data.get("temperature", 0)) > 0:
-            raise ValueError(f"Expected a positive `temperature` in {path}, but got {data.get('temperature')!r}")
-        return cls(**{k: data[k] for k in ("temperature", "nll_before", "nll_after", "n_fit") if k in data})
+        scaler = cls._from_file(path, "temperature")
+        if not float(scaler.temperature) > 0:
+            raise ValueError(f"Expected a positive `temperature` in {path}, but got {scaler.temperature!r}")
+        return scaler
 
 
 @dataclass
-class VectorScaler:
+class VectorScaler(_ScalerFile):
     """p = softmax(z * w + b): a temperature w_k and shift b_k per option position."""
 
     weights: list[float]
@@ -155,16 +170,9 @@ class VectorScaler:
         with np.errstate(invalid="ignore"):
             return np.where(np.isfinite(z), z * w + b, -np.inf)
 
-    def probs(self, logits: np.ndarray) -> np.ndarray:
-        return metrics.softmax(self.transform(logits))
-
-    def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(asdict(self), indent=2))
-
     @classmethod
     def load(cls, path: str | Path) -> "VectorScaler":
-        data = _read_scaler_file(path, "vector")
-        return cls(**{k: data[k] for k in ("weights", "biases", "nll_before", "nll_after", "n_fit") if k in data})
+        return cls._from_file(path, "vector")
 
 
 SCALERS = {"temperature": TemperatureScaler, "vector": VectorScaler}
