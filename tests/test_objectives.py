@@ -1,0 +1,58 @@
+"""Training objectives: differentiable option scores equal evaluation scores; losses behave."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from calm_core.data.schema import MCItem
+from calm_core.head import CalibrationHead
+from calm_core.objectives import negative_entropy, option_cross_entropy, option_entropy, option_logits
+from calm_core.prompts import ScoringConfig
+from calm_core.scoring import score_items
+
+ITEMS = [
+    MCItem("a", "What is the capital of France?", ("Paris", "Lyon", "Marseille", "Nice"), 0),
+    MCItem("b", "2 + 2 =", ("4", "5 and a half"), 1),
+]
+
+
+@pytest.mark.parametrize("rule", ["cloze", "cloze_norm", "letter"])
+def test_identity_head_scores_equal_evaluation_scores(tiny_lm, rule: str) -> None:
+    cfg = ScoringConfig(rule=rule)
+    head = CalibrationHead("vocab", size=tiny_lm.model.config.vocab_size)
+    with torch.no_grad():
+        z = option_logits(tiny_lm.model, tiny_lm.tokenizer, ITEMS, cfg, head).double().numpy()
+    expected = score_items(tiny_lm, ITEMS, cfg, progress=False).logits
+    finite = np.isfinite(expected)
+    np.testing.assert_array_equal(finite, np.isfinite(z))
+    np.testing.assert_allclose(z[finite], expected[finite], atol=1e-4)
+
+
+@pytest.mark.parametrize("scope", ["vocab", "options", "scalar"])
+@pytest.mark.parametrize("rule", ["cloze", "letter"])
+def test_gradients_reach_the_head_and_stay_finite(tiny_lm, scope: str, rule: str) -> None:
+    size = {"vocab": tiny_lm.model.config.vocab_size, "options": 4, "scalar": None}[scope]
+    head = CalibrationHead(scope, size=size)
+    z = option_logits(tiny_lm.model, tiny_lm.tokenizer, ITEMS, ScoringConfig(rule=rule), head)
+    loss = option_cross_entropy(z, torch.tensor([0, 1])) + negative_entropy(z)
+    loss.backward()
+    grads = [p.grad for p in head.parameters()]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
+    assert any(g.abs().sum() > 0 for g in grads)
+    tiny_lm.model.zero_grad(set_to_none=True)
+
+
+def test_entropy_ignores_padding_and_matches_hand_values() -> None:
+    z = torch.tensor([[0.0, 0.0, -torch.inf], [0.0, 0.0, 0.0]], requires_grad=True)
+    h = option_entropy(z)
+    torch.testing.assert_close(h, torch.tensor([np.log(2.0), np.log(3.0)], dtype=torch.float32))
+    negative_entropy(z).backward()
+    assert torch.isfinite(z.grad).all()
+
+
+def test_cross_entropy_at_gold() -> None:
+    z = torch.tensor([[2.0, 0.0, -torch.inf]])
+    expected = -torch.log_softmax(torch.tensor([2.0, 0.0]), -1)[1]
+    torch.testing.assert_close(option_cross_entropy(z, torch.tensor([1])), expected)
