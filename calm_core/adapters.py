@@ -1,0 +1,65 @@
+"""LoRA / QLoRA adapters through PEFT, with the choice and its reason recorded.
+
+    model, record = attach_lora(lm, LoraSettings(r=8), want_4bit=False)
+
+QLoRA (NF4 base weights, bf16 compute) is the GPU path; on a CPU we use plain LoRA by
+default because 4-bit gains nothing at 135M parameters (bitsandbytes 0.50 does run
+there if asked). Either way `record` says what was done and why, for config.json.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    r: int = 8  # adapter rank
+    alpha: int = 16  # LoRA scaling numerator (scale = alpha / r)
+    dropout: float = 0.0  # 0 keeps training deterministic on the CPU
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    layers: int | None = None  # adapt only the top N decoder layers (None: all)
+
+    def __post_init__(self) -> None:
+        if self.r < 1:
+            raise ValueError(f"Expected `r` to be a positive int, but got {self.r}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"Expected `dropout` in [0, 1), but got {self.dropout}")
+        if self.layers is not None and self.layers < 1:
+            raise ValueError(f"Expected `layers` to be None or a positive int, but got {self.layers}")
+
+
+def quantization_choice(want_4bit: bool | None, device: torch.device) -> tuple[bool, str]:
+    """(use 4-bit?, why). None means 'decide for me'."""
+    if want_4bit is None:
+        if device.type == "cuda":
+            return True, "auto: QLoRA (NF4, bf16 compute) on CUDA saves memory"
+        return False, "auto: LoRA on CPU; 4-bit gains nothing at this size and is slower there"
+    return want_4bit, "requested " + ("4-bit (QLoRA)" if want_4bit else "full-precision LoRA")
+
+
+def attach_lora(model: Any, settings: LoraSettings, quantized: bool = False) -> tuple[Any, dict[str, Any]]:
+    """Wrap `model` with a fresh LoRA adapter; returns (peft model, record for config.json)."""
+    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+
+    if quantized:
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+    n_layers = getattr(model.config, "num_hidden_layers", None)
+    layers = None
+    if settings.layers is not None and n_layers:
+        layers = list(range(max(0, n_layers - settings.layers), n_layers))
+    config = LoraConfig(r=settings.r, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
+                        target_modules=list(settings.target_modules), layers_to_transform=layers,
+                        bias="none", task_type="CAUSAL_LM")
+    peft_model = get_peft_model(model, config)
+    trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
+    record = {**asdict(settings), "layers_to_transform": layers, "trainable_parameters": trainable,
+              "quantized": quantized}
+    return peft_model, record
+
+
+def lora_parameters(model: Any) -> list[torch.nn.Parameter]:
+    return [p for p in model.parameters() if p.requires_grad]

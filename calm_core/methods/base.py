@@ -1,0 +1,65 @@
+"""What every training method sees, and the one helper for a plain gradient step."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+
+from calm_core.data.schema import MCItem
+from calm_core.head import CalibrationHead
+from calm_core.objectives import negative_entropy, option_cross_entropy, option_entropy, option_logits
+from calm_core.prompts import ScoringConfig
+
+
+@dataclass
+class StepContext:
+    """The model under training, its head and optimizer, and the method's settings."""
+
+    model: Any
+    tokenizer: Any
+    scoring: ScoringConfig
+    optimizer: torch.optim.Optimizer
+    theta: list[torch.nn.Parameter]  # LoRA weights
+    alpha: list[torch.nn.Parameter]  # calibration head parameters ([] without a head)
+    head: CalibrationHead | None
+    settings: Any  # TrainConfig: beta, label_smoothing, bilevel settings, ...
+    state: dict[str, Any] = field(default_factory=dict)  # per-method memory (e.g. iterate's phase)
+
+    def logits(self, items: Sequence[MCItem]) -> torch.Tensor:
+        return option_logits(self.model, self.tokenizer, items, self.scoring, self.head)  # (B, K_max)
+
+    def lower(self, items: Sequence[MCItem]) -> Callable[[], torch.Tensor]:
+        """L_tr closure: cross-entropy at the gold option of a training batch."""
+        gold = torch.tensor([it.answer for it in items], device=next(self.model.parameters()).device)
+        return lambda: option_cross_entropy(self.logits(items), gold)
+
+    def upper(self, items: Sequence[MCItem]) -> Callable[[], torch.Tensor]:
+        """F closure: minus mean option entropy on held-out inputs (labels unused)."""
+        return lambda: negative_entropy(self.logits(items))
+
+
+def gradient_step(ctx: StepContext, loss: torch.Tensor, params: Sequence[torch.nn.Parameter] | None = None) -> None:
+    """Backward `loss` and step the optimizer; parameters not in `params` keep no grad."""
+    ctx.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if params is not None:
+        keep = {id(p) for p in params}
+        for group in ctx.optimizer.param_groups:
+            for p in group["params"]:
+                if id(p) not in keep:
+                    p.grad = None
+    ctx.optimizer.step()
+
+
+def timed(fn: Callable[[], dict[str, float]]) -> dict[str, float]:
+    start = time.perf_counter()
+    log = fn()
+    log["step_time"] = time.perf_counter() - start
+    return log
+
+
+def entropy_of(z: torch.Tensor) -> float:
+    return float(option_entropy(z.detach()).mean())

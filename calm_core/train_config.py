@@ -1,0 +1,120 @@
+"""TrainConfig: every setting of a training run, validated, with presets.
+
+    cfg = TrainConfig.preset("quick", train_data="builtin/capitals/train")
+    cfg = TrainConfig.from_dict(yaml.safe_load(open("run.yaml")))
+
+The resolved config (plus seed, versions and the scoring rule) is saved as the run's
+config.json, so a run can be reproduced or resumed from its directory alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from calm_core.adapters import LoraSettings
+from calm_core.bilevel import PHI_CHOICES
+from calm_core.head import SCOPES
+from calm_core.methods import get_method
+from calm_core.prompts import RULES
+
+
+@dataclass
+class TrainConfig:
+    method: str = "calm"  # see calm_core.methods.METHODS
+    model: str = "embedded"  # 'embedded', a local dir or a hub id
+    train_data: str = "builtin/capitals/train"  # S_T: labelled training questions
+    heldout_data: str = "builtin/capitals/validation"  # S_V: inputs for the entropy objective (labels only for eval / TS)
+    eval_data: tuple[str, ...] = ("builtin/capitals/test",)  # periodic and final evaluation sets (ID and OOD)
+    train_limit: int | None = None  # first N training items (None: all)
+    heldout_limit: int | None = 200
+    eval_limit: int | None = 200
+    scoring: str = "cloze"  # cloze | cloze_norm | letter
+    chat_template: bool = False
+    scope: str = "options"  # head scope: vocab | options | scalar
+    steps: int = 60  # optimizer steps (one batch each)
+    batch_size: int = 4  # training questions per step
+    heldout_batch_size: int = 4  # S_V questions per step (upper level)
+    lr_theta: float = 1e-4  # AdamW learning rate of the LoRA weights
+    lr_alpha: float = 1e-2  # AdamW learning rate of the head (no weight decay: see bilevel notes)
+    weight_decay: float = 0.0  # on theta only
+    inner_steps: int = 1  # BOME's T
+    inner_lr: float = 1e-3  # BOME inner SGD step size
+    eta: float = 0.5  # BOME's eta in phi = eta * ||grad q||^2 (or eta * q)
+    phi: str = "grad"  # grad | value
+    beta: float = 0.5  # regularization method: CE - beta * entropy
+    label_smoothing: float = 0.1  # label_smoothing method
+    cft_gamma: float = 1.0  # cft method: weight of the calibration penalty
+    lora: LoraSettings = field(default_factory=LoraSettings)
+    load_in_4bit: bool | None = None  # None: QLoRA on CUDA, LoRA on CPU (recorded with the reason)
+    device: str = "auto"
+    seed: int = 0
+    eval_every: int = 20  # steps between evaluations (0: only at the end)
+    checkpoint_every: int = 20  # steps between checkpoints (cancel always checkpoints)
+    eval_batch_size: int = 32
+    name: str | None = None  # a label for the run id and the studio
+
+    def __post_init__(self) -> None:
+        if isinstance(self.lora, dict):
+            self.lora = LoraSettings(**{k: tuple(v) if k == "target_modules" else v for k, v in self.lora.items()})
+        if isinstance(self.eval_data, (list, str)):
+            self.eval_data = (self.eval_data,) if isinstance(self.eval_data, str) else tuple(self.eval_data)
+        get_method(self.method)
+        _one_of("scoring", self.scoring, RULES)
+        _one_of("scope", self.scope, SCOPES)
+        _one_of("phi", self.phi, PHI_CHOICES)
+        for name in ("steps", "batch_size", "heldout_batch_size", "inner_steps", "eval_batch_size"):
+            _positive_int(name, getattr(self, name))
+        for name in ("lr_theta", "lr_alpha", "inner_lr", "eta"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"Expected `{name}` to be > 0, but got {getattr(self, name)}")
+        if self.eval_every < 0 or self.checkpoint_every < 0:
+            raise ValueError("Expected `eval_every` and `checkpoint_every` to be >= 0")
+
+    @property
+    def effective_scope(self) -> str:
+        return getattr(get_method(self.method), "FORCED_SCOPE", self.scope)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["eval_data"] = list(self.eval_data)
+        data["lora"]["target_modules"] = list(self.lora.target_modules)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TrainConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"Unknown TrainConfig field(s) {unknown}; expected some of {sorted(known)}")
+        return cls(**data)
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> "TrainConfig":
+        if name not in PRESETS:
+            raise ValueError(f"Expected a preset in {sorted(PRESETS)}, but got {name!r}")
+        return cls.from_dict({**PRESETS[name], **overrides})
+
+
+def _one_of(name: str, value: Any, valid: tuple[str, ...]) -> None:
+    if value not in valid:
+        raise ValueError(f"Expected `{name}` to be one of {list(valid)}, but got {value!r}")
+
+
+def _positive_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"Expected `{name}` to be a positive int, but got {value!r}")
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # Minutes on 2 CPU cores with the embedded model: few steps, small batches, LoRA on
+    # the attention projections of the top layers only.
+    "quick": {"steps": 40, "batch_size": 4, "heldout_batch_size": 4, "eval_every": 20, "checkpoint_every": 20,
+              "eval_limit": 100, "heldout_limit": 100, "lora": {"r": 8, "alpha": 16, "layers": 4}},
+    # The paper's settings: QLoRA r64, LoRA alpha 32, batch 16, AdamW; 5 epochs is
+    # steps = 5 * len(train) / 16, set by the caller from the training set size.
+    "paper": {"batch_size": 16, "heldout_batch_size": 16, "lr_theta": 1e-4, "load_in_4bit": True,
+              "lora": {"r": 64, "alpha": 32, "dropout": 0.05,
+                       "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}},
+}

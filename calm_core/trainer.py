@@ -1,0 +1,232 @@
+"""The one training loop every method shares, writing the run directory as it goes.
+
+    result = train(TrainConfig.preset("quick"), run=RunDir.new(cfg.to_dict()))
+
+Per step: a deterministic training batch (and S_V batch), the method's step, a metrics
+record (`train/*`, `bome/*`, `alpha/*`), a heartbeat; every `eval_every` steps the
+accuracy, ECE and entropy on S_V and each evaluation set (`eval/<dataset>/<metric>`);
+every `checkpoint_every` steps a checkpoint (adapter, head, optimizer, RNG). A cancel
+file stops the loop after the current step with a checkpoint and state `cancelled`.
+Resuming loads the latest complete checkpoint and continues the same curves.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from calm_core import metrics
+from calm_core.adapters import attach_lora, lora_parameters, quantization_choice
+from calm_core.data.schema import MCItem
+from calm_core.evaluate import load_mc_items
+from calm_core.head import CalibrationHead
+from calm_core.methods import get_method
+from calm_core.methods.base import StepContext
+from calm_core.objectives import option_logits
+from calm_core.prompts import ScoringConfig
+from calm_core.runs import RunDir
+from calm_core.train_config import TrainConfig
+
+OPTIMIZER_FILE = "optimizer.pt"
+RNG_FILE = "rng.pt"
+
+
+@dataclass
+class TrainResult:
+    state: str  # finished | cancelled
+    step: int
+    run_dir: Path | None
+    last_metrics: dict[str, Any] = field(default_factory=dict)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def batch_indices(n: int, batch_size: int, step: int, seed: int) -> list[int]:
+    """Items of step `step`: consecutive slices of a per-epoch permutation, so the batch
+    sequence depends only on (seed, step) and a resumed run sees the same batches."""
+    per_epoch = max(1, n // batch_size)
+    epoch, offset = divmod(step, per_epoch)
+    order = np.random.default_rng([seed, epoch]).permutation(n)
+    return order[offset * batch_size: offset * batch_size + batch_size].tolist()
+
+
+@dataclass
+class Data:
+    train: list[MCItem]
+    heldout: list[MCItem]
+    evals: dict[str, list[MCItem]]
+
+
+def load_data(cfg: TrainConfig) -> Data:
+    evals = {name: load_mc_items(name, cfg.eval_limit, cfg.seed) for name in cfg.eval_data}
+    return Data(load_mc_items(cfg.train_data, cfg.train_limit, cfg.seed),
+                load_mc_items(cfg.heldout_data, cfg.heldout_limit, cfg.seed), evals)
+
+
+def build_context(cfg: TrainConfig, lm: Any, k_max: int) -> tuple[StepContext, dict[str, Any]]:
+    """LoRA-wrapped model, head and optimizer; returns the context and a record of choices."""
+    use_4bit, why = quantization_choice(cfg.load_in_4bit, lm.device)
+    model, lora_record = attach_lora(lm.model, cfg.lora, quantized=use_4bit and lm.spec.load_in_4bit)
+    model.train()
+    method = get_method(cfg.method)
+    head = None
+    if method.USES_HEAD:
+        scope = cfg.effective_scope
+        size = {"vocab": model.config.vocab_size, "options": k_max, "scalar": None}[scope]
+        head = CalibrationHead(scope, size=size).to(lm.device)
+    theta = lora_parameters(model)
+    alpha = list(head.parameters()) if head is not None else []
+    groups = [{"params": theta, "lr": cfg.lr_theta, "weight_decay": cfg.weight_decay}]
+    if alpha:
+        groups.append({"params": alpha, "lr": cfg.lr_alpha, "weight_decay": 0.0})
+    optimizer = torch.optim.AdamW(groups)
+    scoring = ScoringConfig(rule=cfg.scoring, chat_template=cfg.chat_template)
+    ctx = StepContext(model, lm.tokenizer, scoring, optimizer, theta, alpha, head, cfg)
+    record = {"quantization": {"four_bit": use_4bit and lm.spec.load_in_4bit, "reason": why}, "lora": lora_record}
+    return ctx, record
+
+
+def score_with_head(ctx: StepContext, items: Sequence[MCItem], batch_size: int) -> np.ndarray:
+    """Calibrated option logits (N, K_max) of the model being trained, no gradients."""
+    was_training = ctx.model.training
+    ctx.model.eval()
+    rows = []
+    with torch.inference_mode():
+        for start in range(0, len(items), batch_size):
+            z = option_logits(ctx.model, ctx.tokenizer, items[start:start + batch_size], ctx.scoring, ctx.head)
+            rows.extend(z.double().cpu().numpy())
+    ctx.model.train(was_training)
+    k_max = max(len(r) for r in rows)
+    return np.stack([np.concatenate([r, np.full(k_max - len(r), -np.inf)]) for r in rows])
+
+
+def evaluate_now(ctx: StepContext, data: Data, batch_size: int) -> dict[str, float]:
+    """`eval/<set>/{acc,ece,entropy,confidence}` on S_V and every evaluation set."""
+    record: dict[str, float] = {}
+    for name, items in {"heldout": data.heldout, **data.evals}.items():
+        if not items:
+            continue
+        probs = metrics.softmax(score_with_head(ctx, items, batch_size))
+        gold = np.array([it.answer for it in items])
+        summary = metrics.summarize(probs, gold)
+        for key in ("acc", "ece", "entropy", "confidence"):
+            record[f"eval/{name}/{key}"] = summary[key]
+    return record
+
+
+def alpha_record(ctx: StepContext) -> dict[str, Any]:
+    """`alpha/*` summary statistics and, for the options scope, the vectors themselves."""
+    if ctx.head is None:
+        return {}
+    record: dict[str, Any] = {f"alpha/{k}": v for k, v in ctx.head.summary().items()}
+    if ctx.head.scope in ("options", "scalar"):
+        record["alpha/tau"] = ctx.head.tau.detach().cpu().tolist()
+        if ctx.head.shift is not None:
+            record["alpha/l"] = ctx.head.shift.detach().cpu().tolist()
+    return record
+
+
+def save_checkpoint(ctx: StepContext, run: RunDir, step: int) -> Path:
+    directory = run.checkpoint_dir(step)
+    directory.mkdir(parents=True, exist_ok=True)
+    ctx.model.save_pretrained(directory)  # PEFT: adapter weights + adapter_config.json
+    if ctx.head is not None:
+        ctx.head.save(directory)
+    torch.save(ctx.optimizer.state_dict(), directory / OPTIMIZER_FILE)
+    # Batches depend only on (seed, step); torch's RNG drives dropout, so it is all we keep.
+    torch.save({"torch": torch.get_rng_state()}, directory / RNG_FILE)
+    run.mark_checkpoint_complete(step)
+    run.prune_checkpoints(keep=2)
+    return directory
+
+
+def load_checkpoint(ctx: StepContext, directory: Path) -> None:
+    """Adapter, head and optimizer state from our own checkpoint (weights_only loading)."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    set_peft_model_state_dict(ctx.model, load_file(str(directory / "adapter_model.safetensors")))
+    if ctx.head is not None:
+        loaded = CalibrationHead.load(directory)
+        ctx.head.load_state_dict(loaded.state_dict())
+    ctx.optimizer.load_state_dict(torch.load(directory / OPTIMIZER_FILE, weights_only=True))
+    torch.set_rng_state(torch.load(directory / RNG_FILE, weights_only=True)["torch"])
+
+
+def _step_record(step: int, elapsed: float, log: dict[str, float]) -> dict[str, Any]:
+    bome_keys = {"q", "lambda", "grad_f_norm", "grad_q_norm", "inner_loss_drop"}
+    record: dict[str, Any] = {"step": step, "elapsed": elapsed}
+    for key, value in log.items():
+        section = "bome" if key in bome_keys else "train"
+        record[f"{section}/{key}"] = value
+    return record
+
+
+def train(cfg: TrainConfig, run: RunDir | None = None, lm: Any = None,
+          progress: Callable[[int, int, dict[str, Any]], None] | None = None) -> TrainResult:
+    """Run (or resume) training; the run directory, if given, receives everything."""
+    from calm_core.models import ModelSpec, load_model
+
+    seed_everything(cfg.seed)
+    data = load_data(cfg)
+    if lm is None:
+        use_4bit, _ = quantization_choice(cfg.load_in_4bit, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+        lm = load_model(ModelSpec(name=cfg.model, device=cfg.device, load_in_4bit=use_4bit))
+    k_max = max(it.n_choices for it in data.train + data.heldout + [i for v in data.evals.values() for i in v])
+    ctx, record = build_context(cfg, lm, k_max)
+    method = get_method(cfg.method)
+    start_step, elapsed_before = 0, 0.0
+    if run is not None:
+        run.update_status(choices=record, model=lm.info)
+        start_step, checkpoint = run.prepare_resume()
+        if checkpoint is not None:
+            load_checkpoint(ctx, checkpoint)
+            previous = run.read_metrics()
+            elapsed_before = previous[-1]["elapsed"] if previous else 0.0
+        run.write_status("running", step=start_step, total_steps=cfg.steps)
+    return _loop(cfg, ctx, method, data, run, start_step, elapsed_before, progress)
+
+
+def _loop(cfg: TrainConfig, ctx: StepContext, method: Any, data: Data, run: RunDir | None, start_step: int,
+          elapsed_before: float, progress: Callable[[int, int, dict[str, Any]], None] | None) -> TrainResult:
+    started = time.perf_counter()
+    record: dict[str, Any] = {}
+    step = start_step
+    while step < cfg.steps:
+        if run is not None and run.cancel_requested():
+            return _stop(ctx, run, step, "cancelled", record)
+        train_items = [data.train[i] for i in batch_indices(len(data.train), cfg.batch_size, step, cfg.seed)]
+        heldout_items = [data.heldout[i] for i in batch_indices(len(data.heldout), cfg.heldout_batch_size, step, cfg.seed + 1)]
+        log = method.step(ctx, train_items, heldout_items)
+        step += 1
+        record = _step_record(step, elapsed_before + time.perf_counter() - started, log)
+        record.update(alpha_record(ctx))
+        if (cfg.eval_every and step % cfg.eval_every == 0) or step == cfg.steps:
+            record.update(evaluate_now(ctx, data, cfg.eval_batch_size))
+        if run is not None:
+            run.append_metrics(record)
+            run.heartbeat(step, cfg.steps)
+            if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and step < cfg.steps:
+                save_checkpoint(ctx, run, step)
+        if progress is not None:
+            progress(step, cfg.steps, record)
+    return _stop(ctx, run, step, "finished", record)
+
+
+def _stop(ctx: StepContext, run: RunDir | None, step: int, state: str, record: dict[str, Any]) -> TrainResult:
+    if run is not None:
+        if step > 0:
+            save_checkpoint(ctx, run, step)
+        run.clear_cancel()
+        run.write_status(state, step=step)
+    return TrainResult(state, step, run.path if run else None, record)
