@@ -1,6 +1,7 @@
 """The `calm` command: everything the studio does, headless.
 
     calm datasets [--kind mc|open]
+    calm train --preset quick [--detach] | calm runs | calm cancel RUN | calm resume RUN
     calm eval --model embedded --data arc/easy_test --scoring cloze --limit 300 \\
               [--fit-ts-on commonsenseqa/dev] [--json out.json] [--save-preds DIR]
 
@@ -16,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from calm_core import cli_train
 from calm_core.data.schema import DataError
 
 
@@ -62,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--json", type=Path, help="write results as JSON")
     ev.add_argument("--save-preds", type=Path, metavar="DIR", help="per-item predictions: DIR/eval/<variant>/<dataset>.parquet")
     ev.add_argument("--quiet", action="store_true", help="no progress bars")
+    cli_train.add_parsers(sub)
     return parser
 
 
@@ -147,7 +150,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"datasets": cmd_datasets, "eval": cmd_eval}
+COMMANDS = {"datasets": cmd_datasets, "eval": cmd_eval, **cli_train.COMMANDS}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

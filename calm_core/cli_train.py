@@ -1,0 +1,185 @@
+"""`calm train | runs | cancel | resume`: training runs from the command line.
+
+    calm train --preset quick --method calm --train-data builtin/capitals/train   # foreground, progress bar
+    calm train --config run.yaml --detach                                         # background job; prints the run id
+    calm runs                                  # every run with its (liveness-checked) state
+    calm cancel RUN_ID                         # graceful: checkpoint, then `cancelled`
+    calm resume RUN_ID                         # failed / cancelled runs continue their curves
+
+A background job is this same command in worker form (`calm train --run-dir DIR`),
+started detached by calm_core.jobs. SIGINT / SIGTERM request a graceful cancel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from calm_core.runs import RunDir, list_runs, runs_root
+
+TRAIN_FLAGS = {  # flag -> (TrainConfig field, type)
+    "method": str, "model": str, "train_data": str, "heldout_data": str, "scoring": str, "scope": str,
+    "steps": int, "batch_size": int, "lr_theta": float, "lr_alpha": float, "inner_steps": int, "eta": float,
+    "seed": int, "train_limit": int, "heldout_limit": int, "eval_limit": int, "name": str,
+}
+
+
+def add_parsers(sub: Any) -> None:
+    tr = sub.add_parser("train", help="train a model with CALM or a baseline (foreground, or --detach)")
+    tr.add_argument("--config", type=Path, help="YAML or JSON file of TrainConfig fields")
+    tr.add_argument("--preset", choices=["quick", "paper"], help="start from a preset, then apply the rest")
+    for flag, kind in TRAIN_FLAGS.items():
+        tr.add_argument("--" + flag.replace("_", "-"), dest=flag, type=kind)
+    tr.add_argument("--eval-data", nargs="+", help="evaluation sets (in-domain and out-of-domain)")
+    tr.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any TrainConfig field (JSON value)")
+    tr.add_argument("--detach", action="store_true", help="run as a background job and print the run id")
+    tr.add_argument("--run-dir", type=Path, help=argparse.SUPPRESS)  # worker mode, used by jobs
+    tr.add_argument("--runs-root", type=Path, help="where runs live (default: workspace/runs)")
+    rs = sub.add_parser("runs", help="list training runs")
+    rs.add_argument("--runs-root", type=Path)
+    rs.add_argument("--json", action="store_true")
+    for name, text in (("cancel", "stop a run gracefully (checkpoint, then cancelled)"),
+                       ("resume", "continue a failed or cancelled run")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("run_id")
+        p.add_argument("--runs-root", type=Path)
+
+
+def _read_config_file(path: Path) -> dict[str, Any]:
+    import yaml
+
+    if not path.is_file():
+        raise FileNotFoundError(f"Expected a config file at {path}, but there is none")
+    data = yaml.safe_load(path.read_text()) if path.suffix in (".yaml", ".yml") else json.loads(path.read_text())
+    if not isinstance(data, dict):
+        raise ValueError(f"Expected a mapping of TrainConfig fields in {path}, but got {type(data).__name__}")
+    return data
+
+
+def resolve_config(args: argparse.Namespace) -> Any:
+    """Preset, then config file, then --set, then explicit flags (later wins)."""
+    from calm_core.train_config import PRESETS, TrainConfig
+
+    fields: dict[str, Any] = dict(PRESETS[args.preset]) if args.preset else {}
+    if args.config:
+        fields.update(_read_config_file(args.config))
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"Expected --set KEY=VALUE, but got {item!r}")
+        try:
+            fields[key.strip()] = json.loads(value)
+        except ValueError:
+            fields[key.strip()] = value
+    fields.update({k: getattr(args, k) for k in TRAIN_FLAGS if getattr(args, k) is not None})
+    if args.eval_data:
+        fields["eval_data"] = args.eval_data
+    return TrainConfig.from_dict(fields)
+
+
+def run_config_record(cfg: Any) -> dict[str, Any]:
+    from calm_core.provenance import environment_record
+
+    return {"train": cfg.to_dict(), "name": cfg.name, "method": cfg.method, "seed": cfg.seed,
+            "scoring": {"rule": cfg.scoring, "chat_template": cfg.chat_template},
+            "environment": environment_record()}
+
+
+def _graceful(run: RunDir) -> None:
+    """SIGINT / SIGTERM ask the loop to stop after the current step (checkpoint + cancelled)."""
+    def handler(signum: int, frame: Any) -> None:
+        run.request_cancel()
+        print(f"calm: stopping after this step (signal {signum})", file=sys.stderr, flush=True)
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _progress_bar(total: int) -> Any:
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=total, desc="training", unit="step", file=sys.stderr)
+
+    def update(step: int, _total: int, record: dict[str, Any]) -> None:
+        bar.n = step
+        loss = record.get("train/lower_loss")
+        bar.set_postfix({"loss": f"{loss:.3f}"} if loss is not None else {})
+        bar.refresh()
+
+    return update
+
+
+def run_in_process(run: RunDir, show_progress: bool) -> int:
+    """Train (or resume) the run in this process; failures end as `failed` with the error."""
+    from calm_core.jobs import schedule
+    from calm_core.train_config import TrainConfig
+    from calm_core.trainer import train
+
+    cfg = TrainConfig.from_dict(run.config["train"])
+    _graceful(run)
+    run.write_status("running", pid=os.getpid())
+    try:
+        result = train(cfg, run=run, progress=_progress_bar(cfg.steps) if show_progress else None)
+    except Exception as exc:  # the run records why; the queue moves on
+        run.write_status("failed", error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()[-4000:])
+        print(f"calm: error: run {run.run_id} failed: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        schedule(run.path.parent)
+    print(f"run {run.run_id}: {result.state} at step {result.step} ({run.path})")
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from calm_core.jobs import submit
+
+    if args.run_dir:
+        return run_in_process(RunDir.open(args.run_dir), show_progress=False)
+    cfg = resolve_config(args)
+    run = RunDir.new(run_config_record(cfg), name_hint=cfg.name or cfg.method, root=args.runs_root)
+    if args.detach:
+        command = [sys.executable, "-m", "calm_core.cli", "train", "--run-dir", str(run.path)]
+        started = submit(run, command)
+        print(run.run_id)
+        if run.run_id not in started:
+            print(f"calm: queued behind running jobs ({run.path})", file=sys.stderr)
+        return 0
+    return run_in_process(run, show_progress=True)
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    runs = list_runs(args.runs_root)
+    if args.json:
+        print(json.dumps([{**r.__dict__, "path": str(r.path)} for r in runs], indent=2))
+        return 0
+    if not runs:
+        print(f"no runs under {runs_root(args.runs_root)}")
+    for r in runs:
+        progress = f"{r.step or 0}/{r.total_steps or '?'}"
+        print(f"{r.run_id}  {r.state:9} {progress:>9}  {r.method or '-':15} {r.reason}")
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from calm_core.jobs import cancel
+
+    view = cancel(RunDir.at(args.run_id, args.runs_root))
+    print(f"{args.run_id}: {view.state} ({view.reason})")
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from calm_core.jobs import resume
+
+    started = resume(RunDir.at(args.run_id, args.runs_root))
+    print(f"{args.run_id}: " + ("resumed" if args.run_id in started else "queued to resume"))
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "runs": cmd_runs, "cancel": cmd_cancel, "resume": cmd_resume}

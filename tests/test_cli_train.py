@@ -1,0 +1,71 @@
+"""`calm train / runs / cancel / resume` with the real trainer on a tiny model."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from calm_core.cli import main
+from calm_core.runs import RunDir
+
+TINY = ["--train-data", "builtin/capitals/train", "--heldout-data", "builtin/capitals/validation",
+        "--eval-data", "builtin/capitals/test", "--train-limit", "8", "--heldout-limit", "6", "--eval-limit", "6",
+        "--scoring", "letter", "--batch-size", "2", "--set", "heldout_batch_size=2"]
+
+
+def wait_for(predicate, timeout: float = 180.0, every: float = 0.5) -> bool:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return True
+        time.sleep(every)
+    return False
+
+
+def only_run(root: Path) -> RunDir:
+    runs = [p for p in root.iterdir() if (p / "status.json").is_file()]
+    assert len(runs) == 1
+    return RunDir.open(runs[0])
+
+
+def test_foreground_train_writes_a_finished_run(tiny_model_dir: Path, tmp_path: Path, capsys) -> None:
+    argv = ["train", "--model", str(tiny_model_dir), "--method", "calm", "--steps", "2", "--runs-root", str(tmp_path),
+            "--set", "eval_every=2", *TINY]
+    assert main(argv) == 0
+    run = only_run(tmp_path)
+    assert run.status["state"] == "finished"
+    assert run.config["train"]["method"] == "calm" and run.config["environment"]["versions"]["torch"]
+    assert [r["step"] for r in run.read_metrics()] == [1, 2]
+    assert main(["runs", "--runs-root", str(tmp_path)]) == 0
+    assert run.run_id in capsys.readouterr().out
+
+
+def test_bad_config_exits_2_with_one_line(tmp_path: Path, capsys) -> None:
+    config = tmp_path / "run.yaml"
+    config.write_text("method: calm\nscope: tokens\n")
+    assert main(["train", "--config", str(config), "--runs-root", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "`scope`" in err
+    assert not (tmp_path / "runs").exists()  # nothing created for a rejected config
+
+
+def test_detached_job_killed_then_resumed_continues_its_curve(tiny_model_dir: Path, tmp_path: Path, capsys) -> None:
+    argv = ["train", "--model", str(tiny_model_dir), "--method", "sft", "--steps", "150", "--detach",
+            "--runs-root", str(tmp_path), "--set", "checkpoint_every=2", *TINY]
+    assert main(argv) == 0
+    run_id = capsys.readouterr().out.strip().splitlines()[-1]
+    run = RunDir.at(run_id, tmp_path)
+    assert wait_for(lambda: run.latest_checkpoint() is not None and run.latest_checkpoint()[0] >= 4), \
+        (run.path / "stdout.log").read_text() if (run.path / "stdout.log").exists() else run.status
+    os.killpg(run.status["pid"], signal.SIGKILL)
+    assert wait_for(lambda: run.state().state == "failed", timeout=30)
+    assert run.state().resumable
+    assert main(["resume", run_id, "--runs-root", str(tmp_path)]) == 0
+    assert wait_for(lambda: run.status.get("state") == "finished", timeout=300), run.status
+    steps = [r["step"] for r in run.read_metrics()]
+    assert steps == list(range(1, 151))  # no gap, no duplicate across the kill
