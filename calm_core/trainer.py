@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -181,7 +182,8 @@ def train(cfg: TrainConfig, run: RunDir | None = None, lm: Any = None,
     data = load_data(cfg)
     if lm is None:
         use_4bit, _ = quantization_choice(cfg.load_in_4bit, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
-        lm = load_model(ModelSpec(name=cfg.model, device=cfg.device, load_in_4bit=use_4bit))
+        with run.keepalive("loading the model") if run is not None else nullcontext():
+            lm = load_model(ModelSpec(name=cfg.model, device=cfg.device, load_in_4bit=use_4bit))
     k_max = max(it.n_choices for it in data.train + data.heldout + [i for v in data.evals.values() for i in v])
     ctx, record = build_context(cfg, lm, k_max)
     method = get_method(cfg.method)
@@ -212,7 +214,8 @@ def _loop(cfg: TrainConfig, ctx: StepContext, method: Any, data: Data, run: RunD
         record = _step_record(step, elapsed_before + time.perf_counter() - started, log)
         record.update(alpha_record(ctx))
         if (cfg.eval_every and step % cfg.eval_every == 0) or step == cfg.steps:
-            record.update(evaluate_now(ctx, data, cfg.eval_batch_size))
+            with run.keepalive("evaluating") if run is not None else nullcontext():
+                record.update(evaluate_now(ctx, data, cfg.eval_batch_size))
         if run is not None:
             run.append_metrics(record)
             run.heartbeat(step, cfg.steps)
@@ -220,13 +223,68 @@ def _loop(cfg: TrainConfig, ctx: StepContext, method: Any, data: Data, run: RunD
                 save_checkpoint(ctx, run, step)
         if progress is not None:
             progress(step, cfg.steps, record)
-    return _stop(ctx, run, step, "finished", record)
+    return _stop(ctx, run, step, "finished", record, data)
 
 
-def _stop(ctx: StepContext, run: RunDir | None, step: int, state: str, record: dict[str, Any]) -> TrainResult:
+def _stop(ctx: StepContext, run: RunDir | None, step: int, state: str, record: dict[str, Any],
+          data: Data | None = None) -> TrainResult:
     if run is not None:
         if step > 0:
             save_checkpoint(ctx, run, step)
+        if state == "finished" and data is not None:
+            with run.keepalive("final evaluation"):  # minutes without a step: keep the heartbeat
+                final_evaluation(ctx, data, run)
         run.clear_cancel()
-        run.write_status(state, step=step)
+        run.write_status(state, step=step, phase=None)
     return TrainResult(state, step, run.path if run else None, record)
+
+
+def _variant_scores(ctx: StepContext, items: list[MCItem], batch_size: int, use_head: bool,
+                    use_adapter: bool) -> Any:
+    from calm_core.scoring import OptionScores
+
+    head, ctx.head = ctx.head, (ctx.head if use_head else None)
+    try:
+        with (nullcontext() if use_adapter else ctx.model.disable_adapter()):
+            logits = score_with_head(ctx, items, batch_size)
+    finally:
+        ctx.head = head
+    return OptionScores([it.id for it in items], logits, np.array([it.answer for it in items]),
+                        ctx.scoring.to_dict())
+
+
+def final_evaluation(ctx: StepContext, data: Data, run: RunDir) -> list[dict[str, Any]]:
+    """Every variant on every evaluation set -> eval/<variant>/<dataset>.parquet + results.json.
+
+    Variants: `base` (adapter off, no head), `ts` (base + temperature fitted on S_V with
+    its labels), `<method>` (the trained model: theta and alpha), and for methods with
+    a head `<method>_theta_only` (theta alone), the design's ablation of the head.
+    """
+    from calm_core.evaluate import predictions_frame, result_row
+    from calm_core.posthoc import MIN_FIT_ITEMS, TemperatureScaler
+    from calm_core.runs import atomic_write_json, write_predictions
+
+    method = ctx.settings.method
+    bs = ctx.settings.eval_batch_size
+    heldout = _variant_scores(ctx, data.heldout, bs, use_head=False, use_adapter=False)
+    ts, ts_note = None, None
+    if len(heldout) >= MIN_FIT_ITEMS:
+        ts = TemperatureScaler.fit(heldout.logits, heldout.gold)
+    else:  # too few S_V labels for a meaningful temperature: say so rather than fake one
+        ts_note = f"no `ts` variant: S_V has {len(heldout)} items, fewer than {MIN_FIT_ITEMS}"
+    variants = [("base", False, False, None)] + ([("ts", False, False, ts)] if ts else [])
+    variants.append((method, True, True, None))
+    if ctx.head is not None:
+        variants.append((f"{method}_theta_only", False, True, None))
+    rows = []
+    for name, items in data.evals.items():
+        cache: dict[tuple[bool, bool], Any] = {}
+        for variant, use_head, use_adapter, calibrator in variants:
+            key = (use_head and ctx.head is not None, use_adapter)
+            if key not in cache:
+                cache[key] = _variant_scores(ctx, items, bs, *key)
+            rows.append(result_row(cache[key], name, variant, calibrator))
+            write_predictions(run.path, variant, name, predictions_frame(cache[key], calibrator))
+    ts_record = {"temperature": ts.temperature, "fit_on": ctx.settings.heldout_data} if ts else {"note": ts_note}
+    atomic_write_json(run.path / "results.json", {"results": rows, "ts": ts_record})
+    return rows

@@ -3,6 +3,7 @@ written as the design says, cancel checkpoints, and resume reproduces an uninter
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -53,7 +54,7 @@ def test_every_method_moves_trainable_and_keeps_frozen(tiny_model_dir: Path, met
 
 
 def test_run_directory_is_written(tiny_model_dir: Path, tmp_path: Path) -> None:
-    cfg = small_config(steps=3, eval_every=2, checkpoint_every=2)
+    cfg = small_config(steps=3, eval_every=2, checkpoint_every=2, heldout_limit=10)
     run = RunDir.create(tmp_path, "run-a", cfg.to_dict())
     train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
     records = run.read_metrics()
@@ -66,6 +67,16 @@ def test_run_directory_is_written(tiny_model_dir: Path, tmp_path: Path) -> None:
     assert (checkpoint / "adapter_model.safetensors").is_file()
     assert (checkpoint / "calibration_head.safetensors").is_file()
     assert run.status["choices"]["quantization"]["four_bit"] is False
+    results = json.loads((run.path / "results.json").read_text())["results"]
+    variants = {r["variant"] for r in results}
+    assert variants == {"base", "ts", "calm", "calm_theta_only"}
+    from calm_core.runs import predictions_path
+    import pandas as pd
+
+    for row in results:
+        frame = pd.read_parquet(predictions_path(run.path, row["variant"], row["dataset"]))
+        assert len(frame) == row["n"] == 6
+        assert frame["prediction"].eq(frame["gold"]).mean() == pytest.approx(row["acc"])
 
 
 def _final_weights(lm) -> dict[str, torch.Tensor]:

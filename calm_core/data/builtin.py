@@ -1,9 +1,12 @@
 """Built-in demo MCQA datasets, generated from the fact tables in `calm_core.data.facts`.
 
 Each domain turns a table of public facts into 4-choice questions; the domains differ
-in how hard they are for a small model (SmolLM2-135M), which is what makes them
-useful for showing over-confidence: capitals and animal groups are within its reach,
-atomic numbers and two-digit multiplication are close to chance.
+in how hard they are for a small model, which is what makes them useful for showing
+over-confidence. Measured once with SmolLM2-135M-Instruct, cloze scoring
+("Question: ...\nAnswer: <choice>", validation + test): capitals ~0.75-0.85,
+units / animal_classes ~0.5, chemical_symbols ~0.47, atomic_numbers ~0.33,
+arithmetic ~0.24 (chance is 0.25). With lettered A-D prompts that model sits near
+chance on every domain.
 
     from calm_core.data.builtin import load_builtin, builtin_names
     report = load_builtin("capitals", "test", seed=0)   # LoadReport "builtin/capitals/test"

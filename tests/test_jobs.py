@@ -1,0 +1,224 @@
+"""Tests for calm_core.jobs with a fake trainer (tests/fixtures/jobs/fake_train.py): real
+detached processes, the queue, cancel, kill and resume; no model is loaded.
+
+Waits poll the run directory with generous timeouts and never assert on durations.
+
+    .venv/bin/python -m pytest tests/test_jobs.py -q
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable, TypeVar
+
+import pytest
+
+from calm_core import jobs, runs
+from calm_core.runs import RunDir, pid_alive
+
+FAKE = Path(__file__).parent / "fixtures" / "jobs" / "fake_train.py"
+TIMEOUT_S = 60.0  # generous: the machine may be busy
+T = TypeVar("T")
+
+
+def wait_for(what: str, probe: Callable[[], T], timeout_s: float = TIMEOUT_S) -> T:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def fake(run: RunDir, *options: str, steps: int = 1000, sleep: float = 0.05) -> list[str]:
+    return [sys.executable, str(FAKE), "--run-dir", str(run.path), "--steps", str(steps), "--sleep", str(sleep),
+            *options]
+
+
+def steps_logged(run: RunDir) -> list[int]:
+    return [record["step"] for record in run.read_metrics()]
+
+
+@pytest.fixture
+def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A runs root with one job slot; every job still alive at the end is killed."""
+    monkeypatch.setenv(jobs.MAX_JOBS_ENV, "1")
+    root = tmp_path / "runs"
+    root.mkdir()
+    yield root
+    for run_path in root.iterdir():
+        pid = RunDir(run_path).status.get("pid") if (run_path / "status.json").is_file() else None
+        if pid and pid != os.getpid() and pid_alive(pid) and os.getpgid(pid) == pid:  # only our job sessions
+            os.killpg(pid, signal.SIGKILL)
+
+
+def new_run(root: Path, name: str) -> RunDir:
+    return RunDir.new({"name": name, "method": "fake"}, name, root)
+
+
+# ------------------------------------------------------------------------- no processes
+
+def test_is_alive() -> None:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    assert jobs.is_alive(os.getpid())
+    assert not jobs.is_alive(process.pid)
+    assert not jobs.is_alive(None)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="zombies are seen through /proc")
+def test_unreaped_child_is_not_alive() -> None:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])  # exits; nobody waits: a zombie
+    wait_for("the child to exit", lambda: (runs._proc_stat(process.pid) or ("Z",))[0] == "Z")
+    assert not jobs.is_alive(process.pid)
+    process.wait()
+
+
+def test_max_jobs_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(jobs.MAX_JOBS_ENV, "3")
+    assert jobs.max_jobs() == 3
+    monkeypatch.setenv(jobs.MAX_JOBS_ENV, "0")
+    with pytest.raises(ValueError, match="CALM_MAX_JOBS"):
+        jobs.max_jobs()
+
+
+def test_submit_and_resume_refuse_wrong_states(root: Path) -> None:
+    run = new_run(root, "states")
+    with pytest.raises(ValueError, match="failed or cancelled"):
+        jobs.resume(run)  # queued
+    run.write_status("failed", error="boom")
+    with pytest.raises(ValueError, match="never submitted"):
+        jobs.resume(run)
+    with pytest.raises(ValueError, match="use resume"):
+        jobs.submit(run, ["true"])
+    run.write_status("running", pid=os.getpid())
+    with pytest.raises(ValueError, match="failed or cancelled"):
+        jobs.resume(run)
+    with pytest.raises(ValueError, match="non-empty list"):
+        jobs.start_job(run, [])
+
+
+def test_start_failure_marks_failed(root: Path) -> None:
+    run = new_run(root, "nobinary")
+    with pytest.raises(OSError):
+        jobs.start_job(run, [str(root / "no-such-program")])
+    view = run.state()
+    assert view.state == "failed" and "could not start" in view.reason
+
+
+# ------------------------------------------------------------------------- real jobs
+
+def test_start_job_outlives_its_launcher(root: Path) -> None:
+    run = new_run(root, "detached")
+    launcher = ("import sys; from calm_core.jobs import start_job; from calm_core.runs import RunDir; "
+                "print(start_job(RunDir.open(sys.argv[1]), sys.argv[2:]))")
+    done = subprocess.run([sys.executable, "-c", launcher, str(run.path), *fake(run)], capture_output=True,
+                          text=True, timeout=TIMEOUT_S, check=True)
+    pid = int(done.stdout)
+    assert run.status["pid"] == pid
+    start_step = run.status.get("step") or 0
+    wait_for("steps after the launcher exited", lambda: (run.status.get("step") or 0) >= start_step + 3)
+    assert jobs.is_alive(pid) and os.getpgid(pid) == pid  # alive, in its own session
+    assert jobs.cancel(run, grace_s=TIMEOUT_S).state == "cancelled"
+    log = (run.path / "stdout.log").read_text()
+    assert "fake_train: start after step 0" in log and "fake_train: cancelled" in log
+
+
+def test_queue_runs_one_job_at_a_time(root: Path) -> None:
+    first, second = new_run(root, "first"), new_run(root, "second")
+    assert jobs.submit(first, fake(first, steps=10)) == [first.run_id]
+    assert jobs.submit(second, fake(second, steps=10)) == []
+    assert second.state().state == "queued"
+    # no schedule() here: the first job starts the second as it exits
+    wait_for("the second run to finish", lambda: second.state().state == "finished")
+    assert first.state().state == "finished"
+    assert first.status["ended"] <= second.status["started"]
+    assert steps_logged(first) == steps_logged(second) == list(range(1, 11))
+
+
+def test_schedule_from_many_callers_starts_one(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    queued = [new_run(root, f"q{i}") for i in range(3)]
+    with monkeypatch.context() as patch:
+        patch.setattr(jobs, "schedule", lambda *args, **kwargs: [])  # queue without starting
+        for run in queued:
+            jobs.submit(run, fake(run))
+    barrier, started = threading.Barrier(6), []
+
+    def caller() -> None:
+        barrier.wait()
+        started.extend(jobs.schedule(root))
+
+    threads = [threading.Thread(target=caller) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert started == [queued[0].run_id]  # oldest first, exactly once
+    # a job that dies without scheduling frees its slot at the next poll
+    assert jobs.kill(queued[0], grace_s=10).state == "failed"
+    assert jobs.schedule(root) == [queued[1].run_id]
+    assert queued[2].state().state == "queued"
+
+
+def test_cancel_queued_and_running(root: Path) -> None:
+    running, waiting = new_run(root, "running"), new_run(root, "waiting")
+    jobs.submit(running, fake(running))
+    jobs.submit(waiting, fake(waiting))
+    assert jobs.cancel(waiting).state == "cancelled"
+    assert waiting.status.get("pid") is None
+    wait_for("a few steps", lambda: (running.status.get("step") or 0) >= 3)
+    assert jobs.cancel(running, grace_s=TIMEOUT_S).state == "cancelled"
+    step = running.status["step"]
+    assert running.latest_checkpoint() == (step, running.checkpoint_dir(step))
+    assert steps_logged(running) == list(range(1, step + 1))
+    assert jobs.schedule(root) == []  # the cancelled queued run never starts
+    assert waiting.status.get("pid") is None
+
+
+def test_kill_escalates_to_sigkill(root: Path) -> None:
+    run = new_run(root, "stubborn")
+    jobs.submit(run, fake(run, "--ignore-term"))
+    wait_for("the first step", lambda: (run.status.get("step") or 0) >= 1)
+    pid = run.status["pid"]
+    view = jobs.kill(run, grace_s=0.5)
+    assert (view.state, view.reason) == ("failed", "killed")
+    assert not jobs.is_alive(pid)
+
+
+def test_sigkill_then_resume_logs_every_step_once(root: Path) -> None:
+    run = new_run(root, "crash")
+    jobs.submit(run, fake(run, "--ckpt-every", "5", "--hang-at", "7", steps=20, sleep=0.02))
+    wait_for("the hang at step 7", lambda: run.status.get("step") == 7 and "hanging" in
+             (run.path / "stdout.log").read_text())
+    os.kill(run.status["pid"], signal.SIGKILL)
+    view = wait_for("the dead job to show as failed", lambda: run.state().state == "failed" and run.state())
+    assert view.resumable and "is gone" in view.reason
+    with open(run.metrics_path, "ab") as handle:
+        handle.write(b'{"step": 8, "elaps')  # as if it died mid-write
+    assert jobs.resume(run) == [run.run_id]
+    assert jobs.read_job(run)["resume"] is True
+    wait_for("the resumed run to finish", lambda: run.state().state == "finished")
+    assert steps_logged(run) == list(range(1, 21))  # no gap, no duplicate
+    assert run.status["step"] == 20
+    assert "fake_train: start after step 5" in (run.path / "stdout.log").read_text()
+
+
+def test_resume_stops_a_hung_job_first(root: Path) -> None:
+    run = new_run(root, "hung")
+    jobs.submit(run, fake(run, "--ckpt-every", "2", "--hang-at", "3", steps=6, sleep=0.02))
+    wait_for("the hang at step 3", lambda: "hanging" in (run.path / "stdout.log").read_text())
+    hung_pid = run.status["pid"]
+    run.update_status(heartbeat=time.time() - 3600)  # as if it had been silent for an hour
+    view = run.state()
+    assert view.state == "failed" and view.resumable and "still alive" in view.reason
+    assert jobs.resume(run) == [run.run_id]
+    assert not jobs.is_alive(hung_pid)  # never two processes on one run
+    wait_for("the resumed run to finish", lambda: run.state().state == "finished")
+    assert steps_logged(run) == list(range(1, 7))

@@ -1,0 +1,343 @@
+"""Tests for calm_core.runs: the run-directory protocol, on disk only (no processes but one).
+
+    .venv/bin/python -m pytest tests/test_runs.py -q
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from calm_core import runs
+from calm_core.runs import HOST, STATES, RunDir, effective_state, list_runs, new_run_id, run_state
+
+CONFIG = {"name": "capitals demo", "train": {"method": "calm", "steps": 10}, "seed": 0}
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> RunDir:
+    return RunDir.create(tmp_path, "20261130-051200-demo-ab12", CONFIG)
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has exited and been reaped."""
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+# ------------------------------------------------------------------------- ids and creation
+
+def test_new_run_id_is_sortable_safe_and_hinted() -> None:
+    early = new_run_id("my model/v2 ../../etc", now=1_700_000_000)
+    late = new_run_id("a", now=1_700_000_001)
+    assert re.fullmatch(r"20231114-221320-my_model_v2_.._.._etc-[0-9a-f]{4}", early)
+    assert runs.check_run_id(early) == early  # one safe path component
+    assert early < late
+    assert re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{4}", new_run_id(None))
+
+
+def test_new_run_id_rejects_hint_without_letters() -> None:
+    with pytest.raises(ValueError, match="letters or digits"):
+        new_run_id("///")
+
+
+@pytest.mark.parametrize("bad", ["..", "../x", "a/b", "", "with space", ".hidden"])
+def test_unsafe_run_ids_are_rejected(tmp_path: Path, bad: str) -> None:
+    with pytest.raises(ValueError, match="path-safe run id"):
+        RunDir.create(tmp_path, bad, CONFIG)
+    with pytest.raises(ValueError, match="path-safe run id"):
+        RunDir.at(bad, tmp_path)
+
+
+def test_create_writes_config_and_queued_status(run: RunDir, tmp_path: Path) -> None:
+    assert run.config == CONFIG
+    status = run.status
+    assert status["state"] == "queued" and status["run_id"] == run.run_id
+    assert status["name"] == "capitals demo" and status["method"] == "calm"
+    assert RunDir.at(run.run_id, tmp_path).path == run.path
+    with pytest.raises(FileExistsError):
+        RunDir.create(tmp_path, run.run_id, CONFIG)
+
+
+def test_new_retries_on_id_clash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    hexes = iter(["aaaa", "aaaa", "bbbb"])
+    monkeypatch.setattr(runs.secrets, "token_hex", lambda n: next(hexes))
+    real_gmtime = time.gmtime
+    monkeypatch.setattr(runs.time, "gmtime", lambda now=None: real_gmtime(1_700_000_000))  # one second
+    first, second = RunDir.new(CONFIG, "x", tmp_path), RunDir.new(CONFIG, "x", tmp_path)
+    assert first.run_id.endswith("-aaaa") and second.run_id.endswith("-bbbb")
+
+
+def test_open_without_status_explains(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="status.json"):
+        RunDir.open(tmp_path / "nothing")
+
+
+# ------------------------------------------------------------------------- status
+
+def test_write_status_merges_and_validates(run: RunDir) -> None:
+    run.write_status("running", pid=os.getpid(), step=3, total_steps=10)
+    run.heartbeat(4)
+    status = run.status
+    assert status["state"] == "running" and status["step"] == 4 and status["total_steps"] == 10
+    assert status["pid"] == os.getpid() and status["host"] == HOST and status["name"] == "capitals demo"
+    assert time.time() - status["heartbeat"] < 60
+    run.write_status("failed", error="CUDA out of memory")
+    assert run.status["error"] == "CUDA out of memory" and "ended" in run.status
+    with pytest.raises(ValueError) as info:
+        run.write_status("done")
+    assert all(state in str(info.value) for state in STATES)
+
+
+def test_write_status_only_from_does_not_overwrite_a_newer_state(run: RunDir) -> None:
+    run.write_status("finished", step=10)
+    assert run.write_status("stopping", only_from=("running",)) is False
+    assert run.status["state"] == "finished"
+
+
+def test_concurrent_reader_never_sees_partial_status(run: RunDir) -> None:
+    stop = threading.Event()
+    payload = "x" * 200_000  # large, so a non-atomic write would be caught half-way
+
+    def writer() -> None:
+        step = 0
+        while not stop.is_set():
+            step += 1
+            run.write_status("running", step=step, payload=payload)
+
+    run.write_status("running", step=0, payload=payload)
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        reads, deadline = 0, time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            status = json.loads((run.path / "status.json").read_text())  # raises on a partial file
+            assert status["payload"] == payload
+            reads += 1
+    finally:
+        stop.set()
+        thread.join()
+    assert reads > 10
+    assert not [p.name for p in run.path.iterdir() if p.name.startswith(".status.json.")]  # no temp files
+
+
+def test_concurrent_updates_are_not_lost(run: RunDir) -> None:
+    """The job heartbeats while the launcher or the studio writes other fields."""
+    lost: list[tuple[str, int]] = []
+
+    def bump(key: str) -> None:
+        for i in range(1, 201):
+            run.update_status(**{key: i})
+            if run.status[key] != i:  # only this thread writes `key`: anything else is a lost update
+                lost.append((key, i))
+
+    threads = [threading.Thread(target=bump, args=(key,)) for key in ("job_field", "studio_field")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not lost
+    assert (run.status["job_field"], run.status["studio_field"]) == (200, 200)
+
+
+def test_failed_write_leaves_old_file_and_no_temp(run: RunDir, monkeypatch: pytest.MonkeyPatch) -> None:
+    before = (run.path / "status.json").read_text()
+
+    def broken_replace(src: str, dst: str) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(runs.os, "replace", broken_replace)
+    with pytest.raises(OSError, match="disk full"):
+        run.write_status("running", step=1)
+    assert (run.path / "status.json").read_text() == before
+    assert not [p.name for p in run.path.iterdir() if p.name.startswith(".status.json.")]
+
+
+# ------------------------------------------------------------------------- effective state
+
+def test_fresh_heartbeat_of_live_process_is_running() -> None:
+    now = time.time()
+    status = {"state": "running", "pid": os.getpid(), "host": HOST, "heartbeat": now - 5, "step": 2}
+    view = run_state(status, now=now)
+    assert view.state == "running" and not view.resumable
+
+
+def test_stale_heartbeat_is_failed_and_resumable() -> None:
+    now = time.time()
+    status = {"state": "running", "pid": 12345, "host": "another-machine", "heartbeat": now - 120, "step": 7}
+    view = run_state(status, now=now)
+    assert view.state == "failed" and view.resumable and "no heartbeat for 120 s" in view.reason
+    assert effective_state(status, now=now, stale_after=300) == "running"  # pid not checkable elsewhere
+
+
+def test_stale_heartbeat_of_live_process_says_hung() -> None:
+    now = time.time()
+    status = {"state": "stopping", "pid": os.getpid(), "host": HOST, "heartbeat": now - 120}
+    view = run_state(status, now=now)
+    assert view.state == "failed" and view.resumable and "still alive" in view.reason
+
+
+def test_startup_grace_before_the_first_heartbeat() -> None:
+    now = time.time()
+    status = {"state": "running", "pid": 12345, "host": "another-machine", "heartbeat": None, "started": now - 120}
+    assert effective_state(status, now=now) == "running"  # still importing torch, say
+    assert effective_state(status, now=now + runs.STARTUP_GRACE_S) == "failed"
+
+
+def test_keepalive_heartbeats_through_a_blocking_phase(run: RunDir) -> None:
+    run.write_status("running", pid=os.getpid(), heartbeat=0.0)
+    with run.keepalive("loading model", every_s=0.02):
+        assert run.status["phase"] == "loading model"
+        first = run.status["heartbeat"]
+        wait = time.monotonic() + 30
+        while run.status["heartbeat"] == first and time.monotonic() < wait:
+            time.sleep(0.01)
+        assert run.status["heartbeat"] > first  # beats from the thread, not only on entry
+    status = run.status
+    assert status["phase"] is None and status["state"] == "running"
+    time.sleep(0.1)
+    assert run.status["heartbeat"] == status["heartbeat"]  # the thread has stopped
+
+
+def test_dead_pid_is_failed_even_with_fresh_heartbeat() -> None:
+    status = {"state": "running", "pid": _dead_pid(), "host": HOST, "heartbeat": time.time()}
+    view = run_state(status)
+    assert view.state == "failed" and view.resumable and "is gone" in view.reason
+
+
+def test_reused_pid_counts_as_dead() -> None:
+    status = {"state": "running", "pid": os.getpid(), "host": HOST, "heartbeat": time.time(),
+              "pid_start": "not-our-start-time"}
+    if not os.path.isdir("/proc/self"):
+        pytest.skip("needs /proc")
+    assert effective_state(status) == "failed"
+
+
+@pytest.mark.parametrize(("status", "state", "resumable"), [
+    ({"state": "queued"}, "queued", False),
+    ({"state": "finished", "step": 10, "total_steps": 10}, "finished", False),
+    ({"state": "failed", "error": "boom"}, "failed", True),
+    ({"state": "cancelled", "step": 4}, "cancelled", True),
+    ({"state": "exploded"}, "failed", False),
+])
+def test_settled_states(status: dict, state: str, resumable: bool) -> None:
+    view = run_state(status)
+    assert (view.state, view.resumable) == (state, resumable)
+
+
+# ------------------------------------------------------------------------- metrics
+
+def test_metrics_round_trip_and_validation(run: RunDir) -> None:
+    for step in range(1, 4):
+        run.append_metrics({"step": step, "elapsed": 0.1 * step, "train/loss": 1.0 / step})
+    assert [r["step"] for r in run.read_metrics()] == [1, 2, 3]
+    with pytest.raises(ValueError, match="`step` and `elapsed`"):
+        run.append_metrics({"train/loss": 1.0})
+
+
+def test_metrics_line_is_one_write_call(run: RunDir, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    real_write = os.write
+    monkeypatch.setattr(runs.os, "write", lambda fd, data: calls.append(data) or real_write(fd, data))
+    run.append_metrics({"step": 1, "elapsed": 0.0, "alpha/l": list(range(500))})
+    assert len(calls) == 1 and calls[0].endswith(b"\n")
+
+
+def test_truncated_last_line_is_ignored_and_sealed(run: RunDir) -> None:
+    run.append_metrics({"step": 1, "elapsed": 0.1})
+    with open(run.metrics_path, "ab") as handle:
+        handle.write(b'{"step": 2, "elap')  # a crash mid-write
+    assert [r["step"] for r in run.read_metrics()] == [1]
+    run.append_metrics({"step": 2, "elapsed": 0.2})  # must not be glued onto the fragment
+    assert [r["step"] for r in run.read_metrics()] == [1, 2]
+
+
+def test_truncate_metrics_after(run: RunDir) -> None:
+    for step in range(1, 8):
+        run.append_metrics({"step": step, "elapsed": float(step)})
+    assert run.truncate_metrics_after(4) == 4
+    assert [r["step"] for r in run.read_metrics()] == [1, 2, 3, 4]
+    run.append_metrics({"step": 5, "elapsed": 5.0})
+    assert [r["step"] for r in run.read_metrics()] == [1, 2, 3, 4, 5]
+
+
+# ------------------------------------------------------------------------- checkpoints, cancel
+
+def _checkpoint(run: RunDir, step: int, complete: bool = True) -> None:
+    run.checkpoint_dir(step).mkdir()
+    (run.checkpoint_dir(step) / "adapter.bin").write_bytes(b"w")
+    if complete:
+        run.mark_checkpoint_complete(step)
+
+
+def test_latest_checkpoint_counts_only_complete(run: RunDir) -> None:
+    assert run.latest_checkpoint() is None
+    _checkpoint(run, 5)
+    _checkpoint(run, 10, complete=False)  # crashed while saving
+    assert run.latest_checkpoint() == (5, run.path / "checkpoint-5")
+    with pytest.raises(FileNotFoundError):
+        run.mark_checkpoint_complete(15)
+
+
+def test_prune_keeps_newest_complete(run: RunDir) -> None:
+    for step in (2, 4, 6):
+        _checkpoint(run, step)
+    _checkpoint(run, 3, complete=False)
+    _checkpoint(run, 8, complete=False)  # newer than every complete one: may be in progress
+    run.prune_checkpoints(keep=2)
+    assert sorted(p.name for p in run.path.glob("checkpoint-*")) == ["checkpoint-4", "checkpoint-6", "checkpoint-8"]
+    with pytest.raises(ValueError, match="`keep`"):
+        run.prune_checkpoints(keep=0)
+
+
+def test_prepare_resume_cuts_metrics_to_the_checkpoint(run: RunDir) -> None:
+    for step in range(1, 8):
+        run.append_metrics({"step": step, "elapsed": float(step)})
+    assert run.prepare_resume() == (0, None)  # no checkpoint: start over, no metrics kept
+    assert run.read_metrics() == []
+    for step in range(1, 8):
+        run.append_metrics({"step": step, "elapsed": float(step)})
+    _checkpoint(run, 5)
+    assert run.prepare_resume() == (5, run.path / "checkpoint-5")
+    assert [r["step"] for r in run.read_metrics()] == [1, 2, 3, 4, 5]
+
+
+def test_cancel_flag(run: RunDir) -> None:
+    assert not run.cancel_requested()
+    run.request_cancel()
+    assert run.cancel_requested()
+    run.clear_cancel()
+    assert not run.cancel_requested()
+
+
+# ------------------------------------------------------------------------- listing
+
+def test_list_runs_newest_first_with_effective_state(tmp_path: Path) -> None:
+    made = []
+    for i, created in enumerate([300.0, 100.0, 200.0]):
+        run = RunDir.create(tmp_path, f"run-{i}", {"name": f"n{i}", "method": "sft"})
+        run.update_status(created=created)
+        made.append(run)
+    made[0].write_status("running", pid=_dead_pid(), heartbeat=time.time())
+    (tmp_path / "half-made").mkdir()  # no status.json yet: skipped
+    summaries = list_runs(tmp_path)
+    assert [s.run_id for s in summaries] == ["run-0", "run-2", "run-1"]
+    assert summaries[0].state == "failed" and summaries[0].resumable
+    assert (summaries[1].name, summaries[1].method, summaries[1].state) == ("n2", "sft", "queued")
+    assert list_runs(tmp_path / "missing") == []
+
+
+def test_list_runs_defaults_to_workspace(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("CALM_WORKSPACE", str(tmp_path))
+    run = RunDir.new(CONFIG, "ws")
+    assert run.path.parent == tmp_path / "runs"
+    assert [s.run_id for s in list_runs()] == [run.run_id]
