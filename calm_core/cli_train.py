@@ -44,6 +44,14 @@ def add_parsers(sub: Any) -> None:
     rs = sub.add_parser("runs", help="list training runs")
     rs.add_argument("--runs-root", type=Path)
     rs.add_argument("--json", action="store_true")
+    cp = sub.add_parser("compare", help="variants of finished runs side by side (same schema as eval --json)")
+    cp.add_argument("run_ids", nargs="+")
+    cp.add_argument("--runs-root", type=Path)
+    cp.add_argument("--json", type=Path, help="write the rows as JSON")
+    ex = sub.add_parser("export", help="adapter + calibration head + a model card with the calibration table")
+    ex.add_argument("run_id")
+    ex.add_argument("target", type=Path)
+    ex.add_argument("--runs-root", type=Path)
     for name, text in (("cancel", "stop a run gracefully (checkpoint, then cancelled)"),
                        ("resume", "continue a failed or cancelled run")):
         p = sub.add_parser(name, help=text)
@@ -182,4 +190,63 @@ def cmd_resume(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "runs": cmd_runs, "cancel": cmd_cancel, "resume": cmd_resume}
+def compare_rows(runs: list[RunDir]) -> list[dict[str, Any]]:
+    """Result rows of several runs; `base` / `ts` rows shared by runs appear once."""
+    rows, seen = [], set()
+    for run in runs:
+        path = run.path / "results.json"
+        if not path.is_file():
+            raise ValueError(f"Expected results.json in run {run.run_id} (a finished run), but found none")
+        for row in json.loads(path.read_text())["results"]:
+            key = (row["dataset"], row["variant"])
+            if key not in seen:
+                seen.add(key)
+                rows.append({**row, "run": run.run_id})
+    return rows
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from calm_core.evaluate import format_table
+    from calm_core.runs import atomic_write_json
+
+    rows = compare_rows([RunDir.at(run_id, args.runs_root) for run_id in args.run_ids])
+    print(format_table(rows, ("dataset", "variant", "n", "acc", "ece", "ece_10", "brier", "nll", "auroc", "confidence")))
+    if args.json:
+        atomic_write_json(args.json, {"results": rows, "runs": args.run_ids})
+    return 0
+
+
+def model_card(run: RunDir, rows: list[dict[str, Any]]) -> str:
+    from calm_core.evaluate import format_table
+
+    train = run.config["train"]
+    table = format_table(rows, ("dataset", "variant", "n", "acc", "ece", "ece_10", "nll"))
+    return (f"# {run.run_id}\n\nTrained with CALM Studio: method `{train['method']}`, head scope "
+            f"`{train['scope']}`, base model `{train['model']}`, scoring `{train['scoring']}`, "
+            f"{train['steps']} steps on `{train['train_data']}` (S_V: `{train['heldout_data']}`).\n\n"
+            f"Load: PEFT adapter in this folder; `CalibrationHead.load(folder)` for the head.\n\n"
+            f"## Calibration (15-bin ECE, and ece_10 with the paper's 10 bins)\n\n```\n{table}\n```\n")
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    import shutil
+
+    run = RunDir.at(args.run_id, args.runs_root)
+    latest = run.latest_checkpoint()
+    if latest is None:
+        raise ValueError(f"Expected a checkpoint in run {run.run_id}, but it has none")
+    if args.target.exists() and any(args.target.iterdir()):
+        raise ValueError(f"Expected an empty or new target folder, but {args.target} has files")
+    args.target.mkdir(parents=True, exist_ok=True)
+    for name in ("adapter_model.safetensors", "adapter_config.json", "calibration_head.safetensors"):
+        if (latest[1] / name).is_file():
+            shutil.copy2(latest[1] / name, args.target / name)
+    shutil.copy2(run.path / "config.json", args.target / "calm_config.json")
+    rows = compare_rows([run]) if (run.path / "results.json").is_file() else []
+    (args.target / "README.md").write_text(model_card(run, rows))
+    print(f"exported {run.run_id} (step {latest[0]}) to {args.target}")
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "runs": cmd_runs, "cancel": cmd_cancel, "resume": cmd_resume,
+            "compare": cmd_compare, "export": cmd_export}

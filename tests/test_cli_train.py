@@ -43,6 +43,17 @@ def test_foreground_train_writes_a_finished_run(tiny_model_dir: Path, tmp_path: 
     assert [r["step"] for r in run.read_metrics()] == [1, 2]
     assert main(["runs", "--runs-root", str(tmp_path)]) == 0
     assert run.run_id in capsys.readouterr().out
+    out_json = tmp_path / "compare.json"
+    assert main(["compare", run.run_id, "--runs-root", str(tmp_path), "--json", str(out_json)]) == 0
+    rows = json.loads(out_json.read_text())["results"]
+    assert {r["variant"] for r in rows} == {"base", "calm", "calm_theta_only"}  # 6 S_V items: too few for ts
+    assert "calm_theta_only" in capsys.readouterr().out
+    target = tmp_path / "export"
+    assert main(["export", run.run_id, str(target), "--runs-root", str(tmp_path)]) == 0
+    assert (target / "adapter_model.safetensors").is_file() and (target / "calibration_head.safetensors").is_file()
+    card = (target / "README.md").read_text()
+    assert "method `calm`" in card and "calm_theta_only" in card
+    assert main(["export", run.run_id, str(target), "--runs-root", str(tmp_path)]) == 2  # never overwrites
 
 
 def test_bad_config_exits_2_with_one_line(tmp_path: Path, capsys) -> None:
