@@ -127,3 +127,25 @@ def test_embedded_model_beats_chance_on_capitals_with_cloze(embedded_lm) -> None
     items = load_mc_items("builtin/capitals/test")
     scores = score_items(embedded_lm, items, ScoringConfig(), progress=False)
     assert (scores.predictions == scores.gold).mean() > 0.5
+
+
+@pytest.mark.embedded
+def test_docs_arc_easy_numbers_reproduce_to_the_item(embedded_lm) -> None:
+    """docs/results.md's ARC-Easy row: the first items score as in the committed reference
+    (made by the command in docs/results.md; `calm eval ... --save-preds`)."""
+    import json
+    from pathlib import Path
+
+    from calm_core.evaluate import load_mc_items
+    from calm_core.paths import data_dir
+
+    if data_dir() is None:
+        pytest.skip("no shared data folder (CALM_DATA_DIR)")
+    reference = Path(__file__).parent / "fixtures" / "reference" / "arc_easy_test_cloze_base.jsonl"
+    rows = [json.loads(line) for line in reference.read_text().splitlines()][:12]
+    items = load_mc_items("arc/easy_test", limit=12)
+    scores = score_items(embedded_lm, items, ScoringConfig(rule="cloze"), progress=False)
+    assert scores.ids == [r["id"] for r in rows]
+    assert scores.predictions.tolist() == [r["prediction"] for r in rows]
+    for i, row in enumerate(rows):
+        np.testing.assert_allclose(scores.logits[i, : len(row["logits"])], row["logits"], atol=1e-3)
