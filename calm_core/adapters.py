@@ -9,7 +9,7 @@ there if asked). Either way `record` says what was done and why, for config.json
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch

@@ -15,7 +15,6 @@ r < 1 leaves the first-order method's bias from an inexact inner solve, smaller 
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Callable
 

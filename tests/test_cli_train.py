@@ -8,7 +8,6 @@ import signal
 import time
 from pathlib import Path
 
-import pytest
 
 from calm_core.cli import main
 from calm_core.runs import RunDir

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from calm_core.data.loaders import ColumnMapping, detect_format, load_file, load_hf, load_records
+from calm_core.data.hf import load_hf
+from calm_core.data.loaders import ColumnMapping, detect_format, load_file, load_records
 from calm_core.data.schema import DataError, MCItem, OpenItem, RowError
 
 MC_ROWS = [
@@ -351,9 +352,9 @@ def test_hf_dataset_dict_needs_a_known_split(tmp_path: Path) -> None:
 
 def test_hf_hub_offline_says_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("datasets")
-    import calm_core.data.loaders as loaders
+    import calm_core.data.hf as hf
 
-    monkeypatch.setattr(loaders, "_hub_reachable", lambda datasets: False)
+    monkeypatch.setattr(hf, "_hub_reachable", lambda datasets: False)
     with pytest.raises(DataError, match="save_to_disk") as info:
         load_hf("someone/some_dataset", split="test")
     assert "Traceback" not in str(info.value) and info.value.__cause__ is None

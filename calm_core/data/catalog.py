@@ -29,7 +29,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
-from calm_core.data.loaders import FORMATS, ColumnMapping, check_limit, load_file, load_hf
+from calm_core.data.hf import load_hf
+from calm_core.data.loaders import FORMATS, ColumnMapping, check_limit, load_file
 from calm_core.data.schema import DataError, LoadReport, validate_mc_record, validate_open_record
 from calm_core.paths import data_dir, inside, safe_name, workspace_dir
 
