@@ -180,7 +180,7 @@ def _reduce(logprobs: torch.Tensor, rule: str) -> float:
 
 
 def shared_prefix_logprobs(model: Any, groups: Sequence[tuple[list[int], list[list[int]]]], pad_id: int,
-                           device: torch.device) -> list[list[torch.Tensor]]:
+                           device: torch.device, transform: LogitsTransform | None = None) -> list[list[torch.Tensor]]:
     """Like `continuation_logprobs`, but each context is run once for all its continuations.
 
     groups: [(context ids, [continuation ids, ...]), ...]. Pass 1 runs the left-padded
@@ -195,13 +195,14 @@ def shared_prefix_logprobs(model: Any, groups: Sequence[tuple[list[int], list[li
     batch = left_pad_batch([ctx for ctx, _ in groups], pad_id, device)
     cache = DynamicCache(config=model.config)
     first = model(**batch, **{cache_kwarg(model): cache}, logits_to_keep=1, use_cache=True)
-    first_logprobs = torch.log_softmax(first.logits[:, -1].float(), dim=-1)  # (G, V)
+    first_logits = first.logits[:, -1].float()  # (G, V)
+    first_logprobs = torch.log_softmax(transform(first_logits) if transform else first_logits, dim=-1)
     owners = [g for g, (_, conts) in enumerate(groups) for _ in conts]
     conts = [cont for _, cs in groups for cont in cs]
     width = max(len(c) for c in conts) - 1
     second_logprobs = None
     if width > 0:
-        second_logprobs = _continue_from_cache(model, cache, batch, owners, conts, width, pad_id, device)
+        second_logprobs = _continue_from_cache(model, cache, batch, owners, conts, width, pad_id, device, transform)
     out: list[list[torch.Tensor]] = [[] for _ in groups]
     for row, (owner, cont) in enumerate(zip(owners, conts)):
         picked = [first_logprobs[owner, cont[0]]]
@@ -213,7 +214,8 @@ def shared_prefix_logprobs(model: Any, groups: Sequence[tuple[list[int], list[li
 
 
 def _continue_from_cache(model: Any, cache: Any, ctx_batch: dict[str, torch.Tensor], owners: list[int],
-                         conts: list[list[int]], width: int, pad_id: int, device: torch.device) -> torch.Tensor:
+                         conts: list[list[int]], width: int, pad_id: int, device: torch.device,
+                         transform: LogitsTransform | None = None) -> torch.Tensor:
     """Log-probs (R, width, V) of continuation tokens 2.. given each row's cached context."""
     index = torch.tensor(owners, device=device)
     cache.batch_select_indices(index)  # (G, H, L, D) -> (R, H, L, D): one copy per continuation
@@ -227,15 +229,17 @@ def _continue_from_cache(model: Any, cache: Any, ctx_batch: dict[str, torch.Tens
     positions = ctx_len + torch.arange(width, device=device)[None, :]  # (R, W)
     out = model(input_ids=ids.to(device), attention_mask=torch.cat([ctx_mask, mask.to(device)], dim=1),
                 position_ids=positions, use_cache=True, **{cache_kwarg(model): cache})
-    return torch.log_softmax(out.logits.float(), dim=-1)
+    logits = out.logits.float()  # (R, W, V)
+    return torch.log_softmax(transform(logits) if transform else logits, dim=-1)
 
 
 def _cloze_scores(lm: Any, items: Sequence[MCItem], cfg: ScoringConfig, batch_size: int,
-                  progress: bool | ProgressFn, share_prefix: bool = True) -> list[np.ndarray]:
+                  progress: bool | ProgressFn, share_prefix: bool = True,
+                  transform: LogitsTransform | None = None) -> list[np.ndarray]:
     """Option scores for cloze rules. `batch_size` counts sequences (continuations)."""
     requests = _cloze_requests(items, cfg, lm.tokenizer)
     if not share_prefix or any(len({tuple(ctx) for ctx, _ in reqs}) > 1 for reqs in requests):
-        return _cloze_scores_flat(lm, requests, cfg, batch_size, progress)
+        return _cloze_scores_flat(lm, requests, cfg, batch_size, progress, transform)
     order = sorted(range(len(items)), key=lambda i: -len(requests[i][0][0]))
     rows = [np.zeros(item.n_choices) for item in items]
     update, close = _progress_callback(progress, len(items), f"scoring ({cfg.name})")
@@ -243,7 +247,8 @@ def _cloze_scores(lm: Any, items: Sequence[MCItem], cfg: ScoringConfig, batch_si
     with torch.inference_mode():
         for batch in _batches(order, items_per_batch):
             groups = [(requests[i][0][0], [cont for _, cont in requests[i]]) for i in batch]
-            for i, per_choice in zip(batch, shared_prefix_logprobs(lm.model, groups, lm.tokenizer.pad_token_id, lm.device)):
+            scored = shared_prefix_logprobs(lm.model, groups, lm.tokenizer.pad_token_id, lm.device, transform)
+            for i, per_choice in zip(batch, scored):
                 rows[i] = np.array([_reduce(lp, cfg.rule) for lp in per_choice])
             done += len(batch)
             update(done, len(items))
@@ -252,7 +257,8 @@ def _cloze_scores(lm: Any, items: Sequence[MCItem], cfg: ScoringConfig, batch_si
 
 
 def _cloze_scores_flat(lm: Any, requests: list[list[tuple[list[int], list[int]]]], cfg: ScoringConfig,
-                       batch_size: int, progress: bool | ProgressFn) -> list[np.ndarray]:
+                       batch_size: int, progress: bool | ProgressFn,
+                       transform: LogitsTransform | None = None) -> list[np.ndarray]:
     """The straightforward path: every (context + choice) sequence runs in full."""
     flat = [(i, k, ctx, cont) for i, reqs in enumerate(requests) for k, (ctx, cont) in enumerate(reqs)]
     order = sorted(range(len(flat)), key=lambda r: -len(flat[r][2]) - len(flat[r][3]))
@@ -262,7 +268,8 @@ def _cloze_scores_flat(lm: Any, requests: list[list[tuple[list[int], list[int]]]
     with torch.inference_mode():
         for batch in _batches(order, batch_size):
             pairs = [(flat[r][2], flat[r][3]) for r in batch]
-            for r, logprobs in zip(batch, continuation_logprobs(lm.model, pairs, lm.tokenizer.pad_token_id, lm.device)):
+            scored = continuation_logprobs(lm.model, pairs, lm.tokenizer.pad_token_id, lm.device, transform)
+            for r, logprobs in zip(batch, scored):
                 rows[flat[r][0]][flat[r][1]] = _reduce(logprobs, cfg.rule)
             done += len(batch)
             update(done, len(flat))
@@ -271,7 +278,7 @@ def _cloze_scores_flat(lm: Any, requests: list[list[tuple[list[int], list[int]]]
 
 
 def _letter_scores(lm: Any, items: Sequence[MCItem], cfg: ScoringConfig, batch_size: int,
-                   progress: bool | ProgressFn) -> list[np.ndarray]:
+                   progress: bool | ProgressFn, head: Any = None) -> list[np.ndarray]:
     tokenizer = lm.tokenizer
     prompts = [tokenizer(letter_prompt(it, cfg, tokenizer), add_special_tokens=False).input_ids for it in items]
     letters = letter_token_ids(tokenizer, max(it.n_choices for it in items), cfg)
@@ -282,8 +289,11 @@ def _letter_scores(lm: Any, items: Sequence[MCItem], cfg: ScoringConfig, batch_s
     with torch.inference_mode():
         for batch in _batches(order, batch_size):
             logits = last_logits(lm.model, left_pad_batch([prompts[i] for i in batch], tokenizer.pad_token_id, lm.device), 1)
+            gathered = logits[:, -1, letters]  # (B, K_max)
+            if head is not None:  # vocab scope: each letter's own row of (l, tau)
+                gathered = head(gathered, index=torch.tensor(letters, device=gathered.device))
             for row, i in enumerate(batch):
-                rows[i] = logits[row, -1, letters[: items[i].n_choices]].double().cpu().numpy()
+                rows[i] = gathered[row, : items[i].n_choices].double().cpu().numpy()
             done += len(batch)
             update(done, len(items))
     close()
@@ -291,24 +301,31 @@ def _letter_scores(lm: Any, items: Sequence[MCItem], cfg: ScoringConfig, batch_s
 
 
 def score_items(lm: Any, items: Sequence[MCItem], cfg: ScoringConfig | None = None, batch_size: int = 32,
-                progress: bool | ProgressFn = True, share_prefix: bool = True) -> OptionScores:
+                progress: bool | ProgressFn = True, share_prefix: bool = True, head: Any = None) -> OptionScores:
     """Score every option of every item under `cfg` with the LoadedModel `lm`.
 
     `batch_size` counts sequences per forward pass (cloze: continuations; letter:
     prompts). `share_prefix=False` forces the straightforward cloze path (for tests
-    and benchmarks); results agree to float precision.
+    and benchmarks); results agree to float precision. `head` (a CalibrationHead) gives
+    the calibrated model's scores: a vocab-scope head acts on the vocabulary logits as in
+    training (calm_core.objectives), an options / scalar head on the option scores.
     """
     if not items:
         raise ValueError("Expected at least one item to score, but got none")
     if batch_size < 1:
         raise ValueError(f"Expected `batch_size` to be a positive int, but got {batch_size}")
     cfg = cfg or ScoringConfig()
+    vocab_head = head if head is not None and head.scope == "vocab" else None
     if cfg.is_cloze:
-        rows = _cloze_scores(lm, items, cfg, batch_size, progress, share_prefix)
+        rows = _cloze_scores(lm, items, cfg, batch_size, progress, share_prefix, vocab_head)
     else:
-        rows = _letter_scores(lm, items, cfg, batch_size, progress)
+        rows = _letter_scores(lm, items, cfg, batch_size, progress, vocab_head)
+    logits = pad_ragged(rows)
+    if head is not None and vocab_head is None:
+        with torch.inference_mode():
+            logits = head(torch.from_numpy(logits)).double().numpy()
     model_info = {k: lm.info[k] for k in ("name", "kind", "dtype", "device") if k in getattr(lm, "info", {})}
     return OptionScores(
-        ids=[it.id for it in items], logits=pad_ragged(rows),
+        ids=[it.id for it in items], logits=logits,
         gold=np.array([it.answer for it in items], dtype=np.int64), scoring=cfg.to_dict(), model=model_info,
     )

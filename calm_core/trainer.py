@@ -29,7 +29,6 @@ from calm_core.evaluate import load_mc_items
 from calm_core.head import CalibrationHead
 from calm_core.methods import get_method
 from calm_core.methods.base import StepContext
-from calm_core.objectives import option_logits
 from calm_core.prompts import ScoringConfig
 from calm_core.runs import RunDir
 from calm_core.train_config import TrainConfig
@@ -98,17 +97,20 @@ def build_context(cfg: TrainConfig, lm: Any, k_max: int) -> tuple[StepContext, d
 
 
 def score_with_head(ctx: StepContext, items: Sequence[MCItem], batch_size: int) -> np.ndarray:
-    """Calibrated option logits (N, K_max) of the model being trained, no gradients."""
+    """Calibrated option logits (N, K_max) of the model being trained, through the same
+    (prefix-shared, batched) scorer as `calm eval`; no gradients."""
+    from types import SimpleNamespace
+
+    from calm_core.scoring import score_items
+
     was_training = ctx.model.training
     ctx.model.eval()
-    rows = []
-    with torch.inference_mode():
-        for start in range(0, len(items), batch_size):
-            z = option_logits(ctx.model, ctx.tokenizer, items[start:start + batch_size], ctx.scoring, ctx.head)
-            rows.extend(z.double().cpu().numpy())
-    ctx.model.train(was_training)
-    k_max = max(len(r) for r in rows)
-    return np.stack([np.concatenate([r, np.full(k_max - len(r), -np.inf)]) for r in rows])
+    lm = SimpleNamespace(model=ctx.model, tokenizer=ctx.tokenizer, device=next(ctx.model.parameters()).device, info={})
+    try:
+        scores = score_items(lm, items, ctx.scoring, batch_size=batch_size, progress=False, head=ctx.head)
+    finally:
+        ctx.model.train(was_training)
+    return scores.logits
 
 
 def evaluate_now(ctx: StepContext, data: Data, batch_size: int) -> dict[str, float]:

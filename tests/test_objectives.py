@@ -56,3 +56,21 @@ def test_cross_entropy_at_gold() -> None:
     z = torch.tensor([[2.0, 0.0, -torch.inf]])
     expected = -torch.log_softmax(torch.tensor([2.0, 0.0]), -1)[1]
     torch.testing.assert_close(option_cross_entropy(z, torch.tensor([1])), expected)
+
+
+@pytest.mark.parametrize("scope, rule", [("vocab", "cloze"), ("vocab", "letter"), ("options", "cloze"),
+                                         ("scalar", "letter")])
+def test_trained_head_scores_equal_evaluation_scores(tiny_lm, scope: str, rule: str) -> None:
+    """With a non-identity head, training-time scores == `score_items(..., head=head)`."""
+    size = {"vocab": tiny_lm.model.config.vocab_size, "options": 4, "scalar": None}[scope]
+    head = CalibrationHead(scope, size=size)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in head.parameters():
+            p.copy_(0.5 * torch.randn(p.shape, generator=generator))
+        z = option_logits(tiny_lm.model, tiny_lm.tokenizer, ITEMS, ScoringConfig(rule=rule), head).double().numpy()
+    plain = score_items(tiny_lm, ITEMS, ScoringConfig(rule=rule), progress=False).logits
+    calibrated = score_items(tiny_lm, ITEMS, ScoringConfig(rule=rule), progress=False, head=head).logits
+    finite = np.isfinite(calibrated)
+    np.testing.assert_allclose(calibrated[finite], z[finite], atol=1e-4)
+    assert not np.allclose(calibrated[finite], plain[finite], atol=1e-3)  # the head did something
