@@ -21,6 +21,9 @@ from calm_core import cli_train
 from calm_core.data.schema import DataError
 
 
+DEGENERATE_T = 100.0  # above this, TS has flattened the fit set's predictions to ~uniform
+
+
 class UsageError(Exception):
     """A problem with what the user asked for; printed as one line."""
 
@@ -142,6 +145,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
           f"scoring: {cfg.name}  bins: {args.bins}")
     for variant, scaler, _ in temperatures:
         print(f"{variant}: T = {scaler.temperature:.4f}")
+        if scaler.temperature > DEGENERATE_T:
+            print(f"  note: T > {DEGENERATE_T:g} makes every answer near-uniform: the fit set carries no usable "
+                  "confidence signal (accuracy at or below chance there)")
     print(format_table(rows))
     if args.json:
         record = {"results": rows, "model": lm.info, "scoring": cfg.to_dict(), "ts": [r for _, _, r in temperatures],

@@ -232,7 +232,8 @@ def run_state(status: dict, now: float | None = None, stale_after: float = STALE
     if age > stale_after:
         hung = f"; process {pid} is still alive (hung?) and is stopped on resume" if alive else ""
         return RunState("failed", f"no heartbeat for {age:.0f} s (at {_progress(status)}){hung}", True)
-    return RunState(state, f"{state} at {_progress(status)}, heartbeat {age:.0f} s ago", False)
+    phase = f" ({status['phase']})" if status.get("phase") else ""
+    return RunState(state, f"{state} at {_progress(status)}{phase}, heartbeat {age:.0f} s ago", False)
 
 
 def effective_state(status: dict, now: float | None = None, stale_after: float = STALE_AFTER_S) -> str:

@@ -380,3 +380,18 @@ def test_datasets_kind_filters(env, capsys):
     assert {kind for kind, _ in mc.values()} == {"mc"}
     assert main(["datasets", "--kind", "open"]) == 0
     assert _listing(capsys.readouterr().out) == {"trivia/test": ("open", "shared")}
+
+
+def test_degenerate_temperature_is_flagged(env, tiny_model_dir, capsys):
+    """A random model's fit set has no confidence signal: T runs off and the CLI says so."""
+    argv = ["eval", "--model", str(tiny_model_dir), "--data", CAPITALS, "--limit", "4",
+            "--fit-ts-on", "builtin/capitals/validation", "--fit-limit", "12", "--quiet"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert float(out.split("ts: T = ")[1].split()[0]) > 100
+    assert "near-uniform" in out
+    argv[argv.index("builtin/capitals/validation")] = FIT_SET  # here the tiny model's T stays moderate
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert float(out.split("ts: T = ")[1].split()[0]) < 100
+    assert "near-uniform" not in out

@@ -341,3 +341,14 @@ def test_list_runs_defaults_to_workspace(monkeypatch: pytest.MonkeyPatch, tmp_pa
     run = RunDir.new(CONFIG, "ws")
     assert run.path.parent == tmp_path / "runs"
     assert [s.run_id for s in list_runs()] == [run.run_id]
+
+
+def test_running_reason_names_the_phase() -> None:
+    import os
+    import time
+
+    from calm_core.runs import run_state
+
+    status = {"state": "running", "pid": os.getpid(), "heartbeat": time.time(), "step": 20, "total_steps": 20,
+              "phase": "final evaluation"}
+    assert "(final evaluation)" in run_state(status).reason
