@@ -53,14 +53,17 @@ def test_every_method_moves_trainable_and_keeps_frozen(tiny_model_dir: Path, met
         assert tau is not None and tau != pytest.approx(1.0, abs=1e-7)
 
 
-def test_run_directory_is_written(tiny_model_dir: Path, tmp_path: Path) -> None:
-    cfg = small_config(steps=3, eval_every=2, checkpoint_every=2, heldout_limit=10)
+@pytest.mark.parametrize("scoring, scope", [("letter", "options"), ("cloze", "vocab")])
+def test_run_directory_is_written(tiny_model_dir: Path, tmp_path: Path, scoring: str, scope: str) -> None:
+    cfg = small_config(steps=3, eval_every=2, checkpoint_every=2, heldout_limit=10, scoring=scoring, scope=scope)
     run = RunDir.create(tmp_path, "run-a", cfg.to_dict())
     train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
     records = run.read_metrics()
     assert [r["step"] for r in records] == [1, 2, 3]
     assert "bome/lambda" in records[0] and "eval/heldout/ece" in records[1] and "eval/builtin/capitals/test/acc" in records[2]
-    assert "alpha/tau" in records[0] and len(records[0]["alpha/tau"]) == 4
+    if scope == "options":  # the vectors themselves; the vocab scope logs summaries only
+        assert "alpha/tau" in records[0] and len(records[0]["alpha/tau"]) == 4
+    assert "alpha/tau_mean" in records[0]
     assert run.status["state"] == "finished" and run.status["step"] == 3
     step, checkpoint = run.latest_checkpoint()
     assert step == 3
