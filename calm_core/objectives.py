@@ -23,7 +23,7 @@ import torch
 from calm_core.data.schema import MCItem
 from calm_core.head import CalibrationHead
 from calm_core.prompts import ScoringConfig, letter_prompt, letter_token_ids
-from calm_core.scoring import _cloze_requests, continuation_logprobs, last_logits, left_pad_batch
+from calm_core.scoring import cloze_requests, continuation_logprobs, last_logits, left_pad_batch
 
 
 def _pad_rows(rows: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -53,7 +53,7 @@ def _letter_logits(model: Any, tokenizer: Any, items: Sequence[MCItem], cfg: Sco
 def _cloze_logits(model: Any, tokenizer: Any, items: Sequence[MCItem], cfg: ScoringConfig,
                   head: CalibrationHead | None) -> torch.Tensor:
     device = next(model.parameters()).device
-    requests = _cloze_requests(items, cfg, tokenizer)
+    requests = cloze_requests(items, cfg, tokenizer)
     pairs = [pair for reqs in requests for pair in reqs]
     transform = head if head is not None and head.scope == "vocab" else None
     logprobs = continuation_logprobs(model, pairs, tokenizer.pad_token_id, device, transform=transform)

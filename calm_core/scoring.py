@@ -165,7 +165,7 @@ def _batches(order: Sequence[int], batch_size: int) -> Iterable[list[int]]:
         yield list(order[start:start + batch_size])
 
 
-def _cloze_requests(items: Sequence[MCItem], cfg: ScoringConfig, tokenizer: Any) -> list[list[tuple[list[int], list[int]]]]:
+def cloze_requests(items: Sequence[MCItem], cfg: ScoringConfig, tokenizer: Any) -> list[list[tuple[list[int], list[int]]]]:
     """Per item, per choice: (context ids, continuation ids), tokenized as the harness does."""
     requests = []
     for item in items:
@@ -237,7 +237,7 @@ def _cloze_scores(lm: Any, items: Sequence[MCItem], cfg: ScoringConfig, batch_si
                   progress: bool | ProgressFn, share_prefix: bool = True,
                   transform: LogitsTransform | None = None) -> list[np.ndarray]:
     """Option scores for cloze rules. `batch_size` counts sequences (continuations)."""
-    requests = _cloze_requests(items, cfg, lm.tokenizer)
+    requests = cloze_requests(items, cfg, lm.tokenizer)
     if not share_prefix or any(len({tuple(ctx) for ctx, _ in reqs}) > 1 for reqs in requests):
         return _cloze_scores_flat(lm, requests, cfg, batch_size, progress, transform)
     order = sorted(range(len(items)), key=lambda i: -len(requests[i][0][0]))
