@@ -48,6 +48,8 @@ def add_parsers(sub: Any) -> None:
     cp.add_argument("run_ids", nargs="+")
     cp.add_argument("--runs-root", type=Path)
     cp.add_argument("--json", type=Path, help="write the rows as JSON")
+    cp.add_argument("--wide", action="store_true",
+                    help="one Markdown line per variant, columns dataset x (acc, ece, ece_10): the paper's shape")
     ex = sub.add_parser("export", help="adapter + calibration head + a model card with the calibration table")
     ex.add_argument("run_id")
     ex.add_argument("target", type=Path)
@@ -206,11 +208,14 @@ def compare_rows(runs: list[RunDir]) -> list[dict[str, Any]]:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from calm_core.evaluate import format_table
+    from calm_core.evaluate import format_table, wide_table
     from calm_core.runs import atomic_write_json
 
     rows = compare_rows([RunDir.at(run_id, args.runs_root) for run_id in args.run_ids])
-    print(format_table(rows, ("dataset", "variant", "n", "acc", "ece", "ece_10", "brier", "nll", "auroc", "confidence")))
+    if args.wide:
+        print(wide_table(rows))
+    else:
+        print(format_table(rows, ("dataset", "variant", "n", "acc", "ece", "ece_10", "brier", "nll", "auroc", "confidence")))
     if args.json:
         atomic_write_json(args.json, {"results": rows, "runs": args.run_ids})
     return 0

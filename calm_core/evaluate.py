@@ -92,3 +92,21 @@ def format_table(rows: list[dict[str, Any]], columns: tuple[str, ...] = TABLE_CO
     lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths))]
     lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in cells]
     return "\n".join(lines)
+
+
+def wide_table(rows: list[dict[str, Any]], metric_names: tuple[str, ...] = ("acc", "ece", "ece_10")) -> str:
+    """A Markdown table in the paper's shape: one line per variant, and per dataset (in
+    first-seen order, so the in-domain set that a run lists first comes first) one
+    column per metric. A variant missing on a dataset shows `-`."""
+    datasets = list(dict.fromkeys(r["dataset"] for r in rows))
+    variants = list(dict.fromkeys(r["variant"] for r in rows))
+    values = {(r["dataset"], r["variant"]): r for r in rows}
+    header = ["variant"] + [f"{d} {m}" for d in datasets for m in metric_names]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for variant in variants:
+        cells = [variant]
+        for dataset in datasets:
+            row = values.get((dataset, variant))
+            cells += [f"{row[m]:.3f}" if row is not None and m in row else "-" for m in metric_names]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -33,15 +33,26 @@ HEAD_FILENAME = "calibration_head.safetensors"  # the name inside checkpoint-<st
 _FORMAT = "calm_studio.calibration_head"  # metadata tag, so a random safetensors file is refused
 
 
-def _calibrate(z: torch.Tensor, log_t: torch.Tensor, shift: torch.Tensor | None) -> torch.Tensor:
+def _calibrate(z: torch.Tensor, log_t: torch.Tensor, shift: torch.Tensor | None, center: bool = False) -> torch.Tensor:
     """z / exp(log_t) + shift over the last dim; -inf entries (padding) stay -inf.
+
+    center: scale the deviations from each row's mean finite score instead,
+    (z - m) / tau + m + l. Option scores (summed log-likelihoods, letter logits) are
+    only defined up to a per-item constant; centring makes the head ignore it, so a
+    shared tau is exactly temperature scaling and each option's tau flattens or
+    sharpens instead of favouring long (very negative) answers. Identity at init.
 
     The result has the promoted dtype of z and the float32 parameters, so bf16 logits
     come out float32 and float64 logits stay float64 (the identity at init is exact).
     """
     pad = torch.isneginf(z)  # (..., K)
     z_safe = torch.where(pad, torch.zeros((), dtype=z.dtype, device=z.device), z)  # (..., K)
-    out = z_safe / log_t.exp()  # (..., K) / (K,) or (1,)
+    if center:
+        valid = (~pad).to(z_safe.dtype)  # (..., K)
+        mean = (z_safe * valid).sum(-1, keepdim=True) / valid.sum(-1, keepdim=True).clamp(min=1)  # (..., 1)
+        out = z_safe + (z_safe - mean) * torch.expm1(-log_t)  # = (z - m) / tau + m, and exactly z at tau = 1
+    else:
+        out = z_safe / log_t.exp()  # (..., K) / (K,) or (1,)
     if shift is not None:
         out = out + shift  # (..., K) + (K,)
     return torch.where(pad, torch.full((), -math.inf, dtype=out.dtype, device=out.device), out)
@@ -102,7 +113,9 @@ class CalibrationHead(torch.nn.Module):
         return self.log_temperature, self.shift
 
     def forward(self, z: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
-        """Calibrated scores z / tau + l over the last dim of z.
+        """Calibrated scores z / tau + l over the last dim of z (vocab scope, the paper's
+        form); options and scalar scopes scale deviations from the item's mean score,
+        (z - m) / tau + m + l (see `_calibrate`).
 
         z: (..., V) for vocab, (..., K) with K <= K_max for options (-inf = padded
         option), anything for scalar. index (vocab only): LongTensor of vocab ids whose
@@ -110,7 +123,7 @@ class CalibrationHead(torch.nn.Module):
         gathered at those ids; equal to gathering after the full head.
         """
         log_t, shift = self._rows_for(z, index)
-        return _calibrate(z, log_t, shift)
+        return _calibrate(z, log_t, shift, center=self.scope != "vocab")
 
     def probs(self, z: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
         """softmax(z / tau + l) over the last dim: THE torch softmax used in training."""

@@ -47,6 +47,8 @@ class TrainConfig:
     label_smoothing: float = 0.1  # label_smoothing method
     cft_gamma: float = 1.0  # cft method: weight of the calibration penalty
     lora: LoraSettings = field(default_factory=LoraSettings)
+    frozen_prefix: bool = True  # with lora.layers = k: cache the hidden states below the top k layers (calm_core.frozen_prefix)
+    frozen_prefix_store: bool = False  # also keep them on disk (CALM_CACHE_DIR/frozen_prefix) for later runs
     load_in_4bit: bool | None = None  # None: QLoRA on CUDA, LoRA on CPU (recorded with the reason)
     device: str = "auto"
     seed: int = 0

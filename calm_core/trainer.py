@@ -91,9 +91,29 @@ def build_context(cfg: TrainConfig, lm: Any, k_max: int) -> tuple[StepContext, d
         groups.append({"params": alpha, "lr": cfg.lr_alpha, "weight_decay": 0.0})
     optimizer = torch.optim.AdamW(groups)
     scoring = ScoringConfig(rule=cfg.scoring, chat_template=cfg.chat_template)
-    ctx = StepContext(model, lm.tokenizer, scoring, optimizer, theta, alpha, head, cfg)
-    record = {"quantization": {"four_bit": use_4bit and lm.spec.load_in_4bit, "reason": why}, "lora": lora_record}
+    runner, prefix_record = _frozen_prefix_runner(cfg, model)
+    ctx = StepContext(model, lm.tokenizer, scoring, optimizer, theta, alpha, head, cfg, runner=runner)
+    record = {"quantization": {"four_bit": use_4bit and lm.spec.load_in_4bit, "reason": why}, "lora": lora_record,
+              "frozen_prefix": prefix_record}
     return ctx, record
+
+
+def _frozen_prefix_runner(cfg: TrainConfig, model: Any) -> tuple[Any, dict[str, Any]]:
+    """A FrozenPrefixModel when it applies, and a record of why or why not (config.json)."""
+    from calm_core.frozen_prefix import FrozenPrefixModel, frozen_prefix_split
+
+    if not cfg.frozen_prefix:
+        return None, {"used": False, "reason": "off (frozen_prefix = false)"}
+    split = frozen_prefix_split(model, cfg.lora.layers)
+    if split is None:
+        why = "LoRA adapts every layer" if cfg.lora.layers is None else "model is not Llama-shaped or k >= layers"
+        return None, {"used": False, "reason": why}
+    from calm_core.paths import cache_dir
+
+    store = cache_dir() / "frozen_prefix" if cfg.frozen_prefix_store else None
+    runner = FrozenPrefixModel(model, split, store_root=store)
+    return runner, {"used": True, "split_layer": split, "store": str(runner.store.path) if runner.store else None,
+                    "reason": f"LoRA on the top {cfg.lora.layers} layers only"}
 
 
 def score_with_head(ctx: StepContext, items: Sequence[MCItem], batch_size: int) -> np.ndarray:
@@ -105,9 +125,10 @@ def score_with_head(ctx: StepContext, items: Sequence[MCItem], batch_size: int) 
 
     was_training = ctx.model.training
     ctx.model.eval()
-    lm = SimpleNamespace(model=ctx.model, tokenizer=ctx.tokenizer, device=next(ctx.model.parameters()).device, info={})
-    try:
-        scores = score_items(lm, items, ctx.scoring, batch_size=batch_size, progress=False, head=ctx.head)
+    lm = SimpleNamespace(model=ctx.net, tokenizer=ctx.tokenizer, device=next(ctx.model.parameters()).device, info={})
+    try:  # the frozen-prefix runner has no KV cache: it scores every sequence in full (top layers only)
+        scores = score_items(lm, items, ctx.scoring, batch_size=batch_size, progress=False, head=ctx.head,
+                             share_prefix=ctx.runner is None)
     finally:
         ctx.model.train(was_training)
     return scores.logits
@@ -255,6 +276,28 @@ def _variant_scores(ctx: StepContext, items: list[MCItem], batch_size: int, use_
                         ctx.scoring.to_dict())
 
 
+def _with_option_head(scores: Any, head: CalibrationHead) -> Any:
+    """An options / scalar head applied to already computed option scores: the same
+    numbers as scoring with it, without another forward pass."""
+    from calm_core.scoring import OptionScores
+
+    with torch.inference_mode():
+        logits = head(torch.from_numpy(scores.logits)).double().numpy()
+    return OptionScores(scores.ids, logits, scores.gold, scores.scoring)
+
+
+def _scores_for(ctx: StepContext, items: list[MCItem], bs: int, use_head: bool, use_adapter: bool,
+                cache: dict[tuple[bool, bool], Any]) -> Any:
+    """Scores of one variant, computing each (head, adapter) combination once."""
+    key = (use_head and ctx.head is not None, use_adapter)
+    if key not in cache:
+        if key[0] and ctx.head.scope != "vocab":
+            cache[key] = _with_option_head(_scores_for(ctx, items, bs, False, use_adapter, cache), ctx.head)
+        else:
+            cache[key] = _variant_scores(ctx, items, bs, *key)
+    return cache[key]
+
+
 def final_evaluation(ctx: StepContext, data: Data, run: RunDir) -> list[dict[str, Any]]:
     """Every variant on every evaluation set -> eval/<variant>/<dataset>.parquet + results.json.
 
@@ -282,11 +325,9 @@ def final_evaluation(ctx: StepContext, data: Data, run: RunDir) -> list[dict[str
     for name, items in data.evals.items():
         cache: dict[tuple[bool, bool], Any] = {}
         for variant, use_head, use_adapter, calibrator in variants:
-            key = (use_head and ctx.head is not None, use_adapter)
-            if key not in cache:
-                cache[key] = _variant_scores(ctx, items, bs, *key)
-            rows.append(result_row(cache[key], name, variant, calibrator))
-            write_predictions(run.path, variant, name, predictions_frame(cache[key], calibrator))
+            scores = _scores_for(ctx, items, bs, use_head, use_adapter, cache)
+            rows.append(result_row(scores, name, variant, calibrator))
+            write_predictions(run.path, variant, name, predictions_frame(scores, calibrator))
     ts_record = {"temperature": ts.temperature, "fit_on": ctx.settings.heldout_data} if ts else {"note": ts_note}
     atomic_write_json(run.path / "results.json", {"results": rows, "ts": ts_record})
     return rows

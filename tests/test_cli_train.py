@@ -47,6 +47,10 @@ def test_foreground_train_writes_a_finished_run(tiny_model_dir: Path, tmp_path: 
     rows = json.loads(out_json.read_text())["results"]
     assert {r["variant"] for r in rows} == {"base", "calm", "calm_theta_only"}  # 6 S_V items: too few for ts
     assert "calm_theta_only" in capsys.readouterr().out
+    assert main(["compare", run.run_id, "--runs-root", str(tmp_path), "--wide"]) == 0
+    wide = capsys.readouterr().out.splitlines()
+    assert wide[0].startswith("| variant |") and [line.split(" | ")[0] for line in wide[2:]] == [
+        "| base", "| calm", "| calm_theta_only"]
     target = tmp_path / "export"
     assert main(["export", run.run_id, str(target), "--runs-root", str(tmp_path)]) == 0
     assert (target / "adapter_model.safetensors").is_file() and (target / "calibration_head.safetensors").is_file()

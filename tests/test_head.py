@@ -58,9 +58,11 @@ def test_identity_at_init_keeps_ragged_padding() -> None:
 
 
 def test_forward_matches_hand_computation() -> None:
+    """Options scope: deviations from the row's mean finite score are scaled, (z - m) / tau + m + l."""
     head = _set(CalibrationHead("options", 3), s=[math.log(2.0), 0.0, math.log(4.0)], l=[1.0, -1.0, 0.5])
-    z = torch.tensor([[2.0, 4.0, 8.0], [-2.0, 0.0, NEG_INF]])
-    expected = torch.tensor([[2 / 2 + 1, 4 / 1 - 1, 8 / 4 + 0.5], [-2 / 2 + 1, 0 / 1 - 1, NEG_INF]])
+    z = torch.tensor([[2.0, 4.0, 9.0], [-2.0, 0.0, NEG_INF]])  # row means 5 and -1
+    expected = torch.tensor([[(2 - 5) / 2 + 5 + 1, (4 - 5) / 1 + 5 - 1, (9 - 5) / 4 + 5 + 0.5],
+                             [(-2 + 1) / 2 - 1 + 1, (0 + 1) / 1 - 1 - 1, NEG_INF]])
     torch.testing.assert_close(head(z), expected)
     torch.testing.assert_close(head.probs(z), torch.softmax(expected, dim=-1))
 
@@ -69,8 +71,17 @@ def test_scalar_scope_is_one_temperature_and_no_shift() -> None:
     head = _set(CalibrationHead("scalar"), s=[math.log(2.0)])
     assert sum(p.numel() for p in head.parameters()) == 1
     assert head.shift is None
-    z = torch.tensor([[2.0, -4.0, 6.0]])
-    torch.testing.assert_close(head(z), z / 2)
+    z = torch.tensor([[2.0, -4.0, 6.0]])  # mean 4/3: centring keeps softmax(z / 2) exactly
+    torch.testing.assert_close(head(z), (z - 4 / 3) / 2 + 4 / 3)
+    torch.testing.assert_close(head.probs(z), torch.softmax(z / 2, dim=-1))
+
+
+def test_option_scores_offset_per_item_does_not_change_probabilities() -> None:
+    """Summed log-likelihoods are defined up to a per-item constant; the head ignores it."""
+    head = _set(CalibrationHead("options", 3), s=[math.log(2.0), 0.0, math.log(4.0)], l=[1.0, -1.0, 0.5])
+    z = torch.tensor([[-12.0, -20.0, -31.0], [-2.0, -5.0, NEG_INF]])
+    shifted = z + torch.tensor([[-40.0], [7.0]])
+    torch.testing.assert_close(head.probs(shifted), head.probs(z))
 
 
 def test_options_padding_stays_neg_inf_with_finite_gradients() -> None:

@@ -124,3 +124,27 @@ def test_config_validation_names_the_field() -> None:
         TrainConfig(steps=0)
     with pytest.raises(ValueError, match="Unknown TrainConfig field"):
         TrainConfig.from_dict({"stepz": 3})
+
+
+@pytest.mark.parametrize("method", ["calm", "sft"])
+def test_frozen_prefix_cache_trains_to_the_same_weights_and_results(tiny_model_dir: Path, tmp_path: Path,
+                                                                   method: str, monkeypatch) -> None:
+    """LoRA on the top layer only: caching layer 0 changes the cost, not the numbers."""
+    monkeypatch.setenv("CALM_CACHE_DIR", str(tmp_path / "cache"))  # the disk store goes here
+    runs = {}
+    for cached in (False, True):
+        cfg = small_config(method=method, steps=3, scoring="cloze", frozen_prefix=cached, frozen_prefix_store=cached,
+                           lora={"r": 4, "alpha": 8, "layers": 1})
+        lm = fresh_lm(tiny_model_dir)
+        run = RunDir.create(tmp_path, f"cached-{cached}", cfg.to_dict())
+        train(cfg, run=run, lm=lm)
+        runs[cached] = (run, _final_weights(lm))
+    assert runs[True][0].status["choices"]["frozen_prefix"]["used"] is True
+    assert runs[False][0].status["choices"]["frozen_prefix"]["used"] is False
+    assert any((tmp_path / "cache" / "frozen_prefix").rglob("*.npy"))
+    for name, weight in runs[False][1].items():
+        torch.testing.assert_close(runs[True][1][name], weight, rtol=1e-4, atol=1e-5)
+    results = [json.loads((run.path / "results.json").read_text())["results"] for run, _ in runs.values()]
+    for uncached, cached in zip(*results):
+        assert (uncached["variant"], uncached["dataset"]) == (cached["variant"], cached["dataset"])
+        assert cached["acc"] == uncached["acc"] and cached["nll"] == pytest.approx(uncached["nll"], abs=1e-4)

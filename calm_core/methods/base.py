@@ -27,9 +27,15 @@ class StepContext:
     head: CalibrationHead | None
     settings: Any  # TrainConfig: beta, label_smoothing, bilevel settings, ...
     state: dict[str, Any] = field(default_factory=dict)  # per-method memory (e.g. iterate's phase)
+    runner: Any = None  # a FrozenPrefixModel over `model` when the frozen layers are cached
+
+    @property
+    def net(self) -> Any:
+        """What forward passes go through: the frozen-prefix runner if any, else the model."""
+        return self.runner if self.runner is not None else self.model
 
     def logits(self, items: Sequence[MCItem]) -> torch.Tensor:
-        return option_logits(self.model, self.tokenizer, items, self.scoring, self.head)  # (B, K_max)
+        return option_logits(self.net, self.tokenizer, items, self.scoring, self.head)  # (B, K_max)
 
     def lower(self, items: Sequence[MCItem]) -> Callable[[], torch.Tensor]:
         """L_tr closure: cross-entropy at the gold option of a training batch."""

@@ -1,0 +1,213 @@
+"""Frozen-prefix caching: run the bottom decoder layers once per sequence, ever.
+
+When LoRA adapts only the top k decoder layers (`lora.layers = k`), the hidden states
+entering layer N - k depend on the token sequence alone: not on theta, not on alpha,
+not on the step. `FrozenPrefixModel` keeps them per sequence (keyed by its token ids)
+and every later forward, backward and BOME inner step runs only the top k layers, the
+final norm and the LM head. It is a drop-in for the model in `scoring` and
+`objectives`: called like a causal LM with a left-padded batch, it returns `.logits`.
+
+    runner = FrozenPrefixModel(peft_model, split=n_layers - k)
+    runner(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=3).logits
+
+Why per sequence and not per batch: batches are re-drawn every epoch and padded to
+different widths, but a row computes exactly what it would alone (explicit position
+ids, `scoring.left_pad_batch`), so a row's hidden states can be cut out of one batch
+and padded into another. Padded positions get zeros; the attention mask hides them.
+The cache lives in memory (about L x d floats per sequence: 60 x 576 x 4 B = 140 KB for
+the embedded model, 0.6 GB for 1,200 training questions of 4 options), filled lazily.
+With a `HiddenStateStore` it is also kept on disk, one .npy per sequence under a
+fingerprint of the frozen weights, so runs that share evaluation sets (a method
+comparison) compute those sets' bottom layers once between them.
+Supported: decoder stacks shaped like Llama (`model.model.layers`, `embed_tokens`,
+`rotary_emb`, `norm`, `lm_head`): Llama, Mistral, Qwen2/3, SmolLM. Other models train
+uncached (`supports_frozen_prefix` says which).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from contextlib import AbstractContextManager
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+_PARTS = ("embed_tokens", "layers", "rotary_emb", "norm")
+
+
+def _causal_lm(model: Any) -> Any:
+    """The transformers CausalLM inside a PEFT wrapper (or the model itself)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def supports_frozen_prefix(model: Any) -> bool:
+    lm = _causal_lm(model)
+    inner = getattr(lm, "model", None)
+    return inner is not None and hasattr(lm, "lm_head") and all(hasattr(inner, p) for p in _PARTS)
+
+
+def _causal_mask(config: Any, hidden: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor) -> Any:
+    """The model's own mask for a left-padded batch (eager, sdpa or flex: its choice)."""
+    from transformers.masking_utils import create_causal_mask
+
+    return create_causal_mask(config=config, inputs_embeds=hidden, attention_mask=attention_mask, cache=None,
+                              position_ids=position_ids)
+
+
+def frozen_fingerprint(model: Any, split: int) -> str:
+    """A short id of everything the cached states depend on: the config and the frozen
+    weights below `split` (sums and shapes, so a retrained local model gets a new id)."""
+    lm = _causal_lm(model)
+    digest = hashlib.blake2b(digest_size=12)
+    digest.update(json.dumps(lm.config.to_dict(), sort_keys=True, default=str).encode())
+    digest.update(str(split).encode())
+    with torch.no_grad():
+        frozen = [*lm.model.embed_tokens.parameters(), *lm.model.layers[:split].parameters()]
+        for p in frozen:
+            digest.update(f"{tuple(p.shape)}:{float(p.float().sum()):.6e}:{float(p.float().abs().sum()):.6e}".encode())
+    return digest.hexdigest()
+
+
+class HiddenStateStore:
+    """Hidden states on disk: <root>/<fingerprint>/<2 hex>/<hash of token ids>.npy,
+    written atomically (temp file + rename), so concurrent runs never read half a file."""
+
+    def __init__(self, root: Path, fingerprint: str) -> None:
+        self.path = Path(root) / fingerprint
+        self.path.mkdir(parents=True, exist_ok=True)
+
+    def _file(self, key: tuple[int, ...]) -> Path:
+        name = hashlib.blake2b(np.asarray(key, dtype=np.int64).tobytes(), digest_size=16).hexdigest()
+        return self.path / name[:2] / f"{name}.npy"
+
+    def get(self, key: tuple[int, ...]) -> np.ndarray | None:
+        path = self._file(key)
+        return np.load(path) if path.is_file() else None
+
+    def put(self, key: tuple[int, ...], states: torch.Tensor) -> None:
+        path = self._file(key)
+        path.parent.mkdir(exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npy", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                np.save(handle, states.detach().cpu().float().numpy())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+class FrozenPrefixModel:
+    """A causal LM whose layers below `split` are computed once per token sequence."""
+
+    def __init__(self, model: Any, split: int, store_root: Path | None = None) -> None:
+        if not supports_frozen_prefix(model):
+            raise ValueError(f"Frozen-prefix caching needs a Llama-shaped decoder; {type(_causal_lm(model)).__name__} is not")
+        lm = _causal_lm(model)
+        n_layers = len(lm.model.layers)
+        if not 0 < split < n_layers:
+            raise ValueError(f"Expected 0 < split < {n_layers} (the number of decoder layers), but got {split}")
+        trainable_below = [n for n, p in lm.model.layers[:split].named_parameters() if p.requires_grad]
+        if trainable_below or any(p.requires_grad for p in lm.model.embed_tokens.parameters()):
+            raise ValueError(f"Layers below {split} must be frozen to cache them, but {trainable_below[:3]} train")
+        self.model = model  # the PEFT model: adapters, disable_adapter(), save_pretrained() stay there
+        self.split = split
+        self.config = lm.config
+        self._cache: dict[tuple[int, ...], torch.Tensor] = {}  # token ids -> (L, d) hidden states at `split`
+        self.store = HiddenStateStore(store_root, frozen_fingerprint(model, split)) if store_root else None
+        self.computed = 0  # sequences whose bottom layers ran in this process (the rest came from the store)
+
+    # The bits of the nn.Module interface that scoring and the trainer use.
+    def parameters(self) -> Iterator[torch.nn.Parameter]:
+        return self.model.parameters()
+
+    def disable_adapter(self) -> AbstractContextManager:
+        return self.model.disable_adapter()
+
+    @property
+    def cached_sequences(self) -> int:
+        return len(self._cache)
+
+    def clear(self) -> None:
+        self._cache.clear()
+
+    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                 logits_to_keep: int = 0, use_cache: bool = False, **_: Any) -> SimpleNamespace:
+        if use_cache:
+            raise ValueError("FrozenPrefixModel runs without a KV cache; score with share_prefix=False")
+        keys = [tuple(row[mask.bool()].tolist()) for row, mask in zip(input_ids, attention_mask)]
+        self._fill(input_ids, attention_mask, position_ids, keys)
+        hidden = self._padded_hidden(keys, input_ids.shape[1])  # (B, W, d)
+        return SimpleNamespace(logits=self._top(hidden, attention_mask, position_ids, logits_to_keep))
+
+    def _fill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+              keys: list[tuple[int, ...]]) -> None:
+        """Run the bottom layers for the rows not cached yet (one batched pass) and keep them."""
+        missing = [r for r, key in enumerate(keys) if key not in self._cache and not self._load(key, input_ids)]
+        if not missing:
+            return
+        # Outside inference mode (scoring runs in it) so cached states can feed a backward later.
+        with torch.inference_mode(False), torch.no_grad():
+            self._compute(input_ids, attention_mask, position_ids, keys, missing)
+
+    def _compute(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                 keys: list[tuple[int, ...]], missing: list[int]) -> None:
+        inner = _causal_lm(self.model).model
+        rows = torch.tensor(missing, device=input_ids.device)
+        mask, positions = attention_mask[rows].clone(), position_ids[rows].clone()  # (M, W)
+        hidden = inner.embed_tokens(input_ids[rows].clone())  # (M, W, d)
+        causal = _causal_mask(self.config, hidden, mask, positions)
+        rotary = inner.rotary_emb(hidden, position_ids=positions)
+        for layer in inner.layers[: self.split]:
+            hidden = layer(hidden, attention_mask=causal, position_embeddings=rotary, position_ids=positions)
+        for i, r in enumerate(missing):
+            self._cache[keys[r]] = hidden[i, mask[i].bool()].clone()  # (L, d), padding dropped
+            if self.store is not None:
+                self.store.put(keys[r], self._cache[keys[r]])
+        self.computed += len(missing)
+
+    def _load(self, key: tuple[int, ...], like: torch.Tensor) -> bool:
+        """Bring a stored sequence into memory; False when the store does not have it."""
+        states = self.store.get(key) if self.store is not None else None
+        if states is None:
+            return False
+        dtype = next(_causal_lm(self.model).model.embed_tokens.parameters()).dtype
+        self._cache[key] = torch.from_numpy(states).to(device=like.device, dtype=dtype)
+        return True
+
+    def _padded_hidden(self, keys: list[tuple[int, ...]], width: int) -> torch.Tensor:
+        first = self._cache[keys[0]]
+        out = torch.zeros((len(keys), width, first.shape[-1]), dtype=first.dtype, device=first.device)
+        for r, key in enumerate(keys):
+            states = self._cache[key]
+            out[r, width - len(states):] = states  # left padding, as in scoring.left_pad_batch
+        return out
+
+    def _top(self, hidden: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+             logits_to_keep: int) -> torch.Tensor:
+        """Layers split.., final norm and LM head (LoRA and gradients live here)."""
+        lm = _causal_lm(self.model)
+        inner = lm.model
+        causal = _causal_mask(self.config, hidden, attention_mask, position_ids)
+        rotary = inner.rotary_emb(hidden, position_ids=position_ids)
+        for layer in inner.layers[self.split:]:
+            hidden = layer(hidden, attention_mask=causal, position_embeddings=rotary, position_ids=position_ids)
+        hidden = inner.norm(hidden)
+        if logits_to_keep:
+            hidden = hidden[:, -logits_to_keep:]
+        return lm.lm_head(hidden)  # (B, keep, V)
+
+
+def frozen_prefix_split(model: Any, lora_layers: int | None) -> int | None:
+    """The layer index to cache below, or None when caching does not apply."""
+    if lora_layers is None or not supports_frozen_prefix(model):
+        return None
+    n_layers = len(_causal_lm(model).model.layers)
+    split = n_layers - lora_layers
+    return split if split > 0 else None

@@ -1,0 +1,18 @@
+"""Result tables: the paper-shaped wide table puts each variant on one line."""
+
+from __future__ import annotations
+
+from calm_core.evaluate import wide_table
+
+
+def test_wide_table_orders_datasets_and_variants_as_seen_and_marks_gaps() -> None:
+    rows = [
+        {"dataset": "id", "variant": "base", "acc": 0.5, "ece": 0.31, "ece_10": 0.3},
+        {"dataset": "id", "variant": "calm", "acc": 0.49, "ece": 0.1, "ece_10": 0.09},
+        {"dataset": "ood", "variant": "base", "acc": 0.25, "ece": 0.5, "ece_10": 0.49},
+    ]
+    lines = wide_table(rows).splitlines()
+    assert lines[0] == "| variant | id acc | id ece | id ece_10 | ood acc | ood ece | ood ece_10 |"
+    assert lines[2] == "| base | 0.500 | 0.310 | 0.300 | 0.250 | 0.500 | 0.490 |"
+    assert lines[3] == "| calm | 0.490 | 0.100 | 0.090 | - | - | - |"
+    assert wide_table(rows, ("acc",)).splitlines()[2] == "| base | 0.500 | 0.250 |"

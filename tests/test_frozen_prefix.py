@@ -1,0 +1,143 @@
+"""Frozen-prefix caching computes what the full model computes: logits, losses, gradients."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from calm_core.adapters import LoraSettings, attach_lora, lora_parameters
+from calm_core.data.schema import MCItem
+from calm_core.frozen_prefix import FrozenPrefixModel, frozen_prefix_split
+from calm_core.head import CalibrationHead
+from calm_core.objectives import negative_entropy, option_cross_entropy, option_logits
+from calm_core.prompts import ScoringConfig
+from calm_core.scoring import left_pad_batch, score_items
+
+ITEMS = [
+    MCItem("a", "What is the capital of France?", ("Paris", "Lyon", "Marseille", "Nice"), 0),
+    MCItem("b", "2 + 2 =", ("4", "5 and a half"), 1),
+    MCItem("c", "Which gas do plants take in?", ("carbon dioxide", "oxygen", "helium"), 0),
+]
+
+
+@pytest.fixture()
+def four_layer_lora(tiny_model_dir: Path):
+    """A 4-layer random Llama (the tiny tokenizer) with LoRA on its top 2 layers; B != 0
+    so the adapter changes the output and a wrong split would show."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    config = LlamaConfig.from_pretrained(tiny_model_dir)
+    config.num_hidden_layers = 4
+    torch.manual_seed(1)
+    model, _ = attach_lora(LlamaForCausalLM(config).eval(), LoraSettings(r=4, layers=2))
+    with torch.no_grad():
+        for p in lora_parameters(model):
+            p.normal_(0, 0.1)
+    return model, tokenizer
+
+
+def test_split_is_below_the_adapted_layers(four_layer_lora) -> None:
+    model, _ = four_layer_lora
+    assert frozen_prefix_split(model, 2) == 2
+    assert frozen_prefix_split(model, None) is None
+    assert frozen_prefix_split(model, 4) is None  # nothing below to cache
+
+
+def test_refuses_a_split_that_would_cache_trainable_layers(four_layer_lora) -> None:
+    model, _ = four_layer_lora
+    with pytest.raises(ValueError, match="must be frozen"):
+        FrozenPrefixModel(model, split=3)
+
+
+def test_logits_equal_the_full_model_on_a_left_padded_batch(four_layer_lora) -> None:
+    model, tokenizer = four_layer_lora
+    seqs = [tokenizer(t).input_ids for t in ("a short one", "a somewhat longer sequence of words here", "mid size text")]
+    batch = left_pad_batch(seqs, tokenizer.pad_token_id, torch.device("cpu"))
+    runner = FrozenPrefixModel(model, split=2)
+    with torch.no_grad():
+        full = model(**batch, logits_to_keep=3, use_cache=False).logits
+        first = runner(**batch, logits_to_keep=3).logits
+        again = runner(**left_pad_batch(seqs[::-1], tokenizer.pad_token_id, torch.device("cpu")), logits_to_keep=3).logits
+    assert runner.cached_sequences == 3
+    torch.testing.assert_close(first, full, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(again, full.flip(0), atol=1e-5, rtol=1e-5)  # from the cache, other widths
+
+
+@pytest.mark.parametrize("rule,scope", [("cloze", "vocab"), ("cloze", "options"), ("letter", "vocab")])
+def test_losses_and_gradients_equal_the_uncached_path(four_layer_lora, rule: str, scope: str) -> None:
+    model, tokenizer = four_layer_lora
+    cfg = ScoringConfig(rule=rule)
+    head = CalibrationHead(scope, size=model.config.vocab_size if scope == "vocab" else 4)
+    with torch.no_grad():
+        head.log_temperature.normal_(0, 0.3)
+    gold = torch.tensor([it.answer for it in ITEMS])
+    runner = FrozenPrefixModel(model, split=2)
+
+    def loss_and_grads(net) -> tuple[float, list[torch.Tensor]]:
+        params = lora_parameters(model) + list(head.parameters())
+        z = option_logits(net, tokenizer, ITEMS, cfg, head)
+        loss = option_cross_entropy(z, gold) + negative_entropy(z)
+        grads = torch.autograd.grad(loss, params, allow_unused=True)
+        return float(loss.detach()), [g if g is not None else torch.zeros_like(p) for g, p in zip(grads, params)]
+
+    loss_full, grads_full = loss_and_grads(model)
+    loss_cached, grads_cached = loss_and_grads(runner)
+    loss_again, grads_again = loss_and_grads(runner)  # second pass: every sequence from the cache
+    assert loss_cached == pytest.approx(loss_full, abs=1e-5)
+    assert loss_again == pytest.approx(loss_full, abs=1e-5)
+    for g_full, g_cached, g_again in zip(grads_full, grads_cached, grads_again):
+        torch.testing.assert_close(g_cached, g_full, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(g_again, g_full, atol=1e-5, rtol=1e-4)
+    assert any(float(g.abs().sum()) > 0 for g in grads_full[:-2])  # the LoRA weights do get a gradient
+
+
+def test_scores_equal_and_adapter_can_be_switched_off(four_layer_lora) -> None:
+    model, tokenizer = four_layer_lora
+    runner = FrozenPrefixModel(model, split=2)
+    plain = SimpleNamespace(model=model, tokenizer=tokenizer, device=torch.device("cpu"), info={})
+    cached = SimpleNamespace(model=runner, tokenizer=tokenizer, device=torch.device("cpu"), info={})
+    cfg = ScoringConfig(rule="cloze")
+    expected = score_items(plain, ITEMS, cfg, progress=False).logits
+    got = score_items(cached, ITEMS, cfg, progress=False, share_prefix=False).logits
+    finite = np.isfinite(expected)
+    np.testing.assert_allclose(got[finite], expected[finite], atol=1e-4)
+    with model.disable_adapter():
+        base_expected = score_items(plain, ITEMS, cfg, progress=False).logits
+    with runner.disable_adapter():  # the cache is shared by base and adapted variants
+        base_got = score_items(cached, ITEMS, cfg, progress=False, share_prefix=False).logits
+    np.testing.assert_allclose(base_got[finite], base_expected[finite], atol=1e-4)
+    assert np.abs(base_expected[finite] - expected[finite]).max() > 1e-3  # the adapter matters here
+
+
+def test_inference_mode_fill_can_feed_a_backward_later(four_layer_lora) -> None:
+    model, tokenizer = four_layer_lora
+    runner = FrozenPrefixModel(model, split=2)
+    cfg = ScoringConfig(rule="cloze")
+    with torch.inference_mode():
+        option_logits(runner, tokenizer, ITEMS, cfg)
+    z = option_logits(runner, tokenizer, ITEMS, cfg)
+    option_cross_entropy(z, torch.tensor([0, 1, 0])).backward()
+    assert lora_parameters(model)[-1].grad is not None
+
+
+def test_disk_store_serves_a_second_runner_and_keys_on_the_weights(four_layer_lora, tmp_path: Path) -> None:
+    model, tokenizer = four_layer_lora
+    seqs = [tokenizer(t).input_ids for t in ("one two three", "four five")]
+    batch = left_pad_batch(seqs, tokenizer.pad_token_id, torch.device("cpu"))
+    first = FrozenPrefixModel(model, split=2, store_root=tmp_path)
+    with torch.no_grad():
+        expected = model(**batch, logits_to_keep=2, use_cache=False).logits
+        first(**batch, logits_to_keep=2)
+        second = FrozenPrefixModel(model, split=2, store_root=tmp_path)
+        got = second(**batch, logits_to_keep=2).logits
+    assert first.computed == 2 and second.computed == 0  # the second runner read both from disk
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    with torch.no_grad():
+        model.get_base_model().model.layers[0].mlp.up_proj.weight.mul_(1.01)  # a frozen weight changes
+    third = FrozenPrefixModel(model, split=2, store_root=tmp_path)
+    assert third.store.path != first.store.path  # so stale states are never served
