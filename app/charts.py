@@ -58,3 +58,102 @@ def accuracy_confidence_figure(accuracy: float, confidence: float, title: str = 
                            text=[f"{accuracy:.0%}", f"{confidence:.0%}"], textposition="outside"))
     fig.update_layout(title=title, yaxis_range=[0, 1.1], height=300, margin=dict(l=40, r=10, t=40, b=30))
     return fig
+
+
+VARIANT_COLORS = {"base": "rgb(120, 120, 140)", "ts": "rgb(52, 120, 198)"}  # the method gets the accent
+ACCENT = "rgb(214, 69, 65)"
+PALETTE = ["rgb(214, 69, 65)", "rgb(46, 160, 90)", "rgb(150, 90, 200)", "rgb(230, 150, 40)", "rgb(30, 170, 180)"]
+
+
+def variant_color(name: str, index: int) -> str:
+    return VARIANT_COLORS.get(name, PALETTE[index % len(PALETTE)])
+
+
+def line_figure(curves: dict[str, tuple[Sequence[float], Sequence[float]]], title: str, y_title: str = "",
+                log_y: bool = False, x_title: str = "step") -> go.Figure:
+    """One line per named (x, y) curve, e.g. ECE per evaluation set over training steps."""
+    fig = go.Figure()
+    for i, (name, (x, y)) in enumerate(curves.items()):
+        fig.add_scatter(x=list(x), y=list(y), mode="lines+markers" if len(x) < 30 else "lines", name=name,
+                        line=dict(color=PALETTE[i % len(PALETTE)] if len(curves) > 1 else ACCENT))
+    fig.update_layout(title=title, height=300, margin=dict(l=40, r=10, t=40, b=30), legend=dict(orientation="h", y=-0.25))
+    fig.update_xaxes(title_text=x_title)
+    fig.update_yaxes(title_text=y_title, type="log" if log_y else "linear")
+    return fig
+
+
+def alpha_heatmap(steps: Sequence[int], matrix: Any, labels: Sequence[str], title: str = "tau over training") -> go.Figure:
+    """Step x component heatmap of an alpha vector (rows: steps, columns: options)."""
+    fig = go.Figure(go.Heatmap(z=[list(map(float, row)) for row in matrix], x=list(labels), y=list(steps),
+                               colorscale="RdBu_r", zmid=1.0 if "tau" in title else 0.0,
+                               hovertemplate="%{x}, step %{y}: %{z:.3f}<extra></extra>"))
+    fig.update_layout(title=title, height=320, margin=dict(l=40, r=10, t=40, b=30))
+    fig.update_yaxes(title_text="step", autorange="reversed")
+    return fig
+
+
+def alpha_bars(values: Sequence[float], labels: Sequence[str], step: int, name: str = "tau") -> go.Figure:
+    """alpha at one step (the heatmap's row under the step slider)."""
+    fig = go.Figure(go.Bar(x=list(labels), y=[float(v) for v in values], marker_color=ACCENT))
+    fig.add_hline(y=1.0 if name == "tau" else 0.0, line_dash="dash", line_color="gray")
+    fig.update_layout(title=f"{name} at step {step}", height=280, margin=dict(l=40, r=10, t=40, b=30))
+    return fig
+
+
+def tradeoff_figure(paths: dict[str, tuple[Sequence[int], Sequence[float], Sequence[float]]]) -> go.Figure:
+    """ECE (x) against accuracy (y) as a path over training, one per evaluation set;
+    the first point is hollow, the last filled: down-right is better calibrated, up is
+    more accurate."""
+    fig = go.Figure()
+    for i, (name, (steps, acc, ece)) in enumerate(paths.items()):
+        color = PALETTE[i % len(PALETTE)]
+        fig.add_scatter(x=list(ece), y=list(acc), mode="lines+markers", name=name, line=dict(color=color),
+                        marker=dict(size=[9 if j == len(steps) - 1 else 6 for j in range(len(steps))],
+                                    symbol=["circle-open" if j == 0 else "circle" for j in range(len(steps))]),
+                        text=[f"step {s}" for s in steps], hovertemplate="%{text}<br>ECE %{x:.3f}<br>acc %{y:.3f}<extra></extra>")
+    fig.update_layout(title="Trade-off over training", height=340, margin=dict(l=40, r=10, t=40, b=30),
+                      legend=dict(orientation="h", y=-0.25))
+    fig.update_xaxes(title_text="ECE (lower is better)")
+    fig.update_yaxes(title_text="accuracy")
+    return fig
+
+
+def reliability_overlay(variants: dict[str, tuple[Sequence[dict[str, Any]], Sequence[float], Sequence[float]]],
+                        title: str = "Reliability diagram") -> go.Figure:
+    """Several variants on one diagram: per-bin accuracy (markers at the bin's mean
+    confidence, bootstrap interval as error bars, lines over non-empty bins) against the
+    diagonal, and below, each variant's confidence histogram. `variants` maps a name
+    to (BinTable records, interval lower, interval upper)."""
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.72, 0.28], vertical_spacing=0.05)
+    fig.add_scatter(x=[0, 1], y=[0, 1], mode="lines", line=dict(dash="dash", color="gray"),
+                    name="perfect calibration", row=1, col=1)
+    for i, (name, (records, lower, upper)) in enumerate(variants.items()):
+        color = variant_color(name, i)
+        keep = [j for j, r in enumerate(records) if r["count"] > 0]
+        acc = [records[j]["accuracy"] for j in keep]
+        fig.add_scatter(x=[records[j]["mean_confidence"] for j in keep], y=acc, mode="lines+markers", name=name,
+                        line=dict(color=color), legendgroup=name,
+                        error_y=dict(type="data", symmetric=False, array=[upper[j] - records[j]["accuracy"] for j in keep],
+                                     arrayminus=[records[j]["accuracy"] - lower[j] for j in keep], thickness=1),
+                        customdata=[records[j]["count"] for j in keep],
+                        hovertemplate=name + ": accuracy %{y:.3f} at confidence %{x:.3f}, %{customdata} items<extra></extra>",
+                        row=1, col=1)
+        fig.add_bar(x=_centers(records), y=[r["count"] for r in records], name=f"{name} items", legendgroup=name,
+                    marker_color=color, opacity=0.55, showlegend=False, row=2, col=1)
+    fig.update_layout(title=title, barmode="group", height=500, margin=dict(l=40, r=10, t=50, b=40),
+                      legend=dict(orientation="h", y=-0.15))
+    fig.update_yaxes(range=[0, 1.02], title_text="accuracy", row=1, col=1)
+    fig.update_yaxes(title_text="items", row=2, col=1)
+    fig.update_xaxes(range=[0, 1], title_text="confidence", row=2, col=1)
+    return fig
+
+
+def option_probability_figure(options: Sequence[str], probs: dict[str, Sequence[float]]) -> go.Figure:
+    """Grouped bars: each option's probability under each variant (Playground)."""
+    fig = go.Figure()
+    for i, (name, p) in enumerate(probs.items()):
+        fig.add_bar(x=list(options), y=[float(v) for v in p], name=name, marker_color=variant_color(name, i),
+                    text=[f"{float(v):.0%}" for v in p], textposition="outside")
+    fig.update_layout(barmode="group", yaxis_range=[0, 1.1], height=340, margin=dict(l=40, r=10, t=30, b=30),
+                      legend=dict(orientation="h", y=-0.2))
+    return fig

@@ -19,6 +19,11 @@ st.set_page_config(page_title="CALM Studio", page_icon=str(ROOT / "assets" / "lo
 
 PAGES = [
     st.Page(str(ROOT / "app" / "pages" / "learn.py"), title="Learn: overconfidence", icon=":material/school:", default=True),
+    st.Page(str(ROOT / "app" / "pages" / "data.py"), title="Data", icon=":material/dataset:"),
+    st.Page(str(ROOT / "app" / "pages" / "train.py"), title="Train", icon=":material/model_training:"),
+    st.Page(str(ROOT / "app" / "pages" / "monitor.py"), title="Monitor", icon=":material/monitoring:"),
+    st.Page(str(ROOT / "app" / "pages" / "compare.py"), title="Compare", icon=":material/compare:"),
+    st.Page(str(ROOT / "app" / "pages" / "playground.py"), title="Playground", icon=":material/chat:"),
 ]
 
 st.sidebar.markdown("### CALM Studio")

@@ -8,6 +8,7 @@ import streamlit as st
 from calm_core.evaluate import score_dataset
 from calm_core.models import LoadedModel, load_model
 from calm_core.prompts import ScoringConfig
+from calm_core.playground import TrainedModel
 from calm_core.scoring import OptionScores
 
 
@@ -41,3 +42,12 @@ def get_scores(model_name: str, dataset: str, rule: str, limit: int, seed: int =
 def describe_error(exc: Exception) -> str:
     """One readable line for the page instead of a stack trace."""
     return f"{type(exc).__name__}: {exc}"
+
+
+@st.cache_resource(show_spinner="Loading the run's adapter and calibration head...", max_entries=4)
+def get_trained(run_id: str) -> TrainedModel:
+    """A finished run's model, once per process (a fresh base model under its adapter)."""
+    from calm_core.playground import load_trained
+    from calm_core.runs import RunDir
+
+    return load_trained(RunDir.at(run_id))

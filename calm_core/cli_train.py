@@ -93,14 +93,6 @@ def resolve_config(args: argparse.Namespace) -> Any:
     return TrainConfig.from_dict(fields)
 
 
-def run_config_record(cfg: Any) -> dict[str, Any]:
-    from calm_core.provenance import environment_record
-
-    return {"train": cfg.to_dict(), "name": cfg.name, "method": cfg.method, "seed": cfg.seed,
-            "scoring": {"rule": cfg.scoring, "chat_template": cfg.chat_template},
-            "environment": environment_record()}
-
-
 def _graceful(run: RunDir) -> None:
     """SIGINT / SIGTERM ask the loop to stop after the current step (checkpoint + cancelled)."""
     def handler(signum: int, frame: Any) -> None:
@@ -147,20 +139,18 @@ def run_in_process(run: RunDir, show_progress: bool) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from calm_core.jobs import submit
+    from calm_core.launch import create_run, launch_training
 
     if args.run_dir:
         return run_in_process(RunDir.open(args.run_dir), show_progress=False)
     cfg = resolve_config(args)
-    run = RunDir.new(run_config_record(cfg), name_hint=cfg.name or cfg.method, root=args.runs_root)
     if args.detach:
-        command = [sys.executable, "-m", "calm_core.cli", "train", "--run-dir", str(run.path)]
-        started = submit(run, command)
+        run, started = launch_training(cfg, root=args.runs_root)
         print(run.run_id)
-        if run.run_id not in started:
+        if not started:
             print(f"calm: queued behind running jobs ({run.path})", file=sys.stderr)
         return 0
-    return run_in_process(run, show_progress=True)
+    return run_in_process(create_run(cfg, root=args.runs_root), show_progress=True)
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
@@ -192,23 +182,9 @@ def cmd_resume(args: argparse.Namespace) -> int:
     return 0
 
 
-def compare_rows(runs: list[RunDir]) -> list[dict[str, Any]]:
-    """Result rows of several runs; `base` / `ts` rows shared by runs appear once."""
-    rows, seen = [], set()
-    for run in runs:
-        path = run.path / "results.json"
-        if not path.is_file():
-            raise ValueError(f"Expected results.json in run {run.run_id} (a finished run), but found none")
-        for row in json.loads(path.read_text())["results"]:
-            key = (row["dataset"], row["variant"])
-            if key not in seen:
-                seen.add(key)
-                rows.append({**row, "run": run.run_id})
-    return rows
-
-
 def cmd_compare(args: argparse.Namespace) -> int:
     from calm_core.evaluate import format_table, wide_table
+    from calm_core.run_view import compare_rows
     from calm_core.runs import atomic_write_json
 
     rows = compare_rows([RunDir.at(run_id, args.runs_root) for run_id in args.run_ids])
@@ -247,6 +223,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         if (latest[1] / name).is_file():
             shutil.copy2(latest[1] / name, args.target / name)
     shutil.copy2(run.path / "config.json", args.target / "calm_config.json")
+    from calm_core.run_view import compare_rows
+
     rows = compare_rows([run]) if (run.path / "results.json").is_file() else []
     (args.target / "README.md").write_text(model_card(run, rows))
     print(f"exported {run.run_id} (step {latest[0]}) to {args.target}")

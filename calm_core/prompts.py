@@ -55,7 +55,7 @@ class ScoringConfig:
         return asdict(self)
 
 
-def _chat(tokenizer: Any, user_text: str) -> str:
+def chat_prompt(tokenizer: Any, user_text: str) -> str:
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError("Expected the tokenizer to have a chat template for chat_template=True, but it has none")
     return tokenizer.apply_chat_template(
@@ -66,7 +66,7 @@ def _chat(tokenizer: Any, user_text: str) -> str:
 def cloze_context(item: MCItem, cfg: ScoringConfig, tokenizer: Any) -> str:
     """The text that every choice of `item` continues."""
     if cfg.chat_template:
-        return _chat(tokenizer, item.question)
+        return chat_prompt(tokenizer, item.question)
     return cfg.question_template.format(question=item.question)
 
 
@@ -80,7 +80,7 @@ def letter_prompt(item: MCItem, cfg: ScoringConfig, tokenizer: Any) -> str:
     """Question, the lettered choices, and the cue after which a letter is expected."""
     listed = "\n".join(f"{LETTERS[k]}. {choice}" for k, choice in enumerate(item.choices))
     if cfg.chat_template:
-        return _chat(tokenizer, f"{item.question}\n{listed}\n{cfg.letter_instruction}")
+        return chat_prompt(tokenizer, f"{item.question}\n{listed}\n{cfg.letter_instruction}")
     body = cfg.question_template.format(question=item.question)
     head, _, tail = body.rpartition("\n")  # put the choices before the "Answer:" cue
     return f"{head}\n{listed}\n{tail}" if head else f"{body}\n{listed}"

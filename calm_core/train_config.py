@@ -93,10 +93,11 @@ class TrainConfig:
         return cls(**data)
 
     @classmethod
-    def preset(cls, name: str, **overrides: Any) -> "TrainConfig":
-        if name not in PRESETS:
-            raise ValueError(f"Expected a preset in {sorted(PRESETS)}, but got {name!r}")
-        return cls.from_dict({**PRESETS[name], **overrides})
+    def preset(cls, preset_name: str, /, **overrides: Any) -> "TrainConfig":
+        """A preset's fields, then `overrides` (any field, `name` included)."""
+        if preset_name not in PRESETS:
+            raise ValueError(f"Expected a preset in {sorted(PRESETS)}, but got {preset_name!r}")
+        return cls.from_dict({**PRESETS[preset_name], **overrides})
 
 
 def _one_of(name: str, value: Any, valid: tuple[str, ...]) -> None:

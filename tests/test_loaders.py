@@ -373,3 +373,14 @@ def test_hf_without_datasets_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "datasets", None)  # makes `import datasets` raise ImportError
     with pytest.raises(DataError, match=r"calm-studio\[hf\]"):
         load_hf("anything")
+
+
+def test_peek_columns_names_the_first_readable_record(tmp_path) -> None:
+    from calm_core.data.loaders import peek_columns
+
+    path = tmp_path / "d.jsonl"
+    path.write_text('not json\n{"q": "x", "opts": ["a", "b"], "label": 0}\n')
+    assert peek_columns(path) == ["q", "opts", "label"]
+    csv = tmp_path / "d.csv"
+    csv.write_text("question,A,B,answer\nWhat?,x,y,A\n")
+    assert peek_columns(csv) == ["question", "A", "B", "answer"]

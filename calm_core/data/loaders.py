@@ -182,6 +182,17 @@ def load_records(path: str | Path, fmt: str | None = None) -> Iterator[Row]:
     return _guarded(_open_table(Path(path), detect_format(path, fmt)))
 
 
+def peek_columns(path: str | Path, fmt: str | None = None, rows: int = 20) -> list[str]:
+    """Column names of the first readable record among the first `rows` (the studio's
+    mapping form offers them); [] when none of those rows can be read."""
+    for number, record in load_records(path, fmt):
+        if isinstance(record, dict):
+            return list(record)
+        if number >= rows:
+            break
+    return []
+
+
 def _open_table(path: Path, fmt: str) -> _Table:
     _check_readable(path)
     try:

@@ -1,0 +1,78 @@
+"""Compare: reliability diagrams of base, TS and calibrated variants of finished runs,
+in and out of domain, with the metrics table and downloads."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from app.charts import reliability_figure, reliability_overlay
+from app.state import describe_error
+from calm_core import metrics, run_view
+from calm_core.evaluate import wide_table
+from calm_core.runs import RunDir, list_runs
+
+TABLE_COLUMNS = ["dataset", "variant", "n", "acc", "ece", "ece_10", "brier", "nll", "auroc", "confidence", "run"]
+
+st.title("Compare")
+finished = [r for r in list_runs() if r.state == "finished" and (r.path / "results.json").is_file()]
+if not finished:
+    st.info("No finished runs yet. Launch one on the **Train** page; its final evaluation lands here.")
+    st.stop()
+
+labels = {r.run_id: f"{r.run_id} ({r.method})" for r in finished}
+chosen = st.multiselect("Runs", list(labels), default=[finished[0].run_id], format_func=labels.get, key="compare_runs")
+if not chosen:
+    st.stop()
+try:
+    runs = [RunDir.at(run_id) for run_id in chosen]
+    rows = run_view.compare_rows(runs)
+except Exception as exc:
+    st.error(describe_error(exc))
+    st.stop()
+
+datasets = list(dict.fromkeys(r["dataset"] for r in rows))
+variants = list(dict.fromkeys(r["variant"] for r in rows))
+c1, c2, c3, c4 = st.columns([2, 3, 1, 1])
+dataset = c1.selectbox("Evaluation set", datasets, key="compare_dataset")
+shown = c2.multiselect("Variants", variants, default=variants[:3], key="compare_variants")
+n_bins = c3.selectbox("Bins", [10, 15], index=1, key="compare_bins")
+layout = c4.radio("Layout", ["overlay", "side by side"], key="compare_layout")
+
+owner = {(r["dataset"], r["variant"]): RunDir.at(r["run"]) for r in rows}
+curves, tables = {}, {}
+for variant in shown:
+    if (dataset, variant) not in owner:
+        continue
+    try:
+        confidence, correct = run_view.predictions(owner[(dataset, variant)], variant, dataset)
+    except Exception as exc:
+        st.warning(describe_error(exc))
+        continue
+    table = metrics.bin_confidences(confidence, correct, n_bins=n_bins).to_records()
+    lower, upper = metrics.bin_accuracy_intervals(confidence, correct, n_bins=n_bins)
+    curves[variant] = (table, lower, upper)
+    tables[variant] = table
+
+figures = []
+if curves and layout == "overlay":
+    figures = [reliability_overlay(curves, f"{dataset}: reliability ({n_bins} bins, 90% bootstrap intervals)")]
+    st.plotly_chart(figures[0], key="compare_overlay")
+elif curves:
+    columns = st.columns(len(curves))
+    for column, (variant, table) in zip(columns, tables.items()):
+        figure = reliability_figure(table, f"{variant}")
+        figures.append(figure)
+        column.plotly_chart(figure, key=f"compare_side_{variant}")
+
+st.subheader("Metrics")
+st.caption("ECE: 15 equal-width bins; ece_10: the paper's 10. The first evaluation set of a run is its in-domain set.")
+st.markdown(wide_table([r for r in rows if r["variant"] in shown] or rows))
+frame = pd.DataFrame([{k: r.get(k) for k in TABLE_COLUMNS} for r in rows])
+st.dataframe(frame, hide_index=True, width="stretch")
+c1, c2 = st.columns(2)
+c1.download_button("Download the table (CSV)", frame.to_csv(index=False), file_name="calm_compare.csv",
+                   mime="text/csv", key="compare_csv")
+if figures:
+    c2.download_button("Download the figure (HTML)", figures[0].to_html(include_plotlyjs="cdn"),
+                       file_name=f"reliability_{dataset.replace('/', '_')}.html", mime="text/html", key="compare_html")

@@ -1,0 +1,145 @@
+"""Monitor: one run, live. The page polls the run directory (status.json, metrics.jsonl)
+every few seconds; closing it changes nothing for the job."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from app.charts import alpha_bars, alpha_heatmap, line_figure, tradeoff_figure
+from app.state import describe_error
+from calm_core import run_view
+from calm_core.evaluate import wide_table
+from calm_core.jobs import cancel, resume
+from calm_core.runs import RunDir, list_runs
+
+POLL_SECONDS = 3.0
+ACTIVE = ("queued", "running", "stopping")
+
+st.title("Monitor")
+runs = list_runs()
+if not runs:
+    st.info("No runs yet: launch one on the **Train** page.")
+    st.page_link("pages/train.py", label="Go to Train", icon=":material/model_training:")
+    st.stop()
+ids = [r.run_id for r in runs]
+wanted = st.session_state.get("monitor_run")
+run_id = st.selectbox("Run", ids, index=ids.index(wanted) if wanted in ids else 0, key="monitor_select")
+st.session_state["monitor_run"] = run_id
+run = RunDir.at(run_id)
+
+
+def _eval_curves(records: list[dict], metric: str) -> dict:
+    return {name: run_view.series(records, f"eval/{name}/{metric}") for name in run_view.eval_sets(records)}
+
+
+def _header(records: list[dict]) -> str:
+    view = run.state()
+    status = run.status
+    total, step = status.get("total_steps"), status.get("step") or 0
+    config = run.config.get("train", {})
+    st.markdown(f"**{config.get('method', '?')}** on `{config.get('train_data', '?')}` "
+                f"(scope `{config.get('scope', '?')}`, model `{config.get('model', '?')}`)")
+    eta = run_view.eta_seconds(records, total)
+    text = f"{view.state}: {view.reason}" + (f" · about {eta / 60:.1f} min left" if eta and view.state == "running" else "")
+    st.progress(min(1.0, step / total) if total else 0.0, text=text)
+    if view.state == "failed" and status.get("error"):
+        st.error(status["error"])
+    return view.state
+
+
+def _controls(state: str) -> None:
+    c1, c2, _ = st.columns([1, 1, 4])
+    if c1.button("Cancel", disabled=state not in ACTIVE, key="monitor_cancel",
+                 help="Stops after the current step with a checkpoint; resume continues the same curves."):
+        try:
+            st.toast(f"{run_id}: {cancel(run).state}")
+        except Exception as exc:
+            st.error(describe_error(exc))
+    if c2.button("Resume", disabled=not run.state().resumable, key="monitor_resume"):
+        try:
+            resume(run)
+            st.toast(f"{run_id}: queued to resume")
+        except Exception as exc:
+            st.error(describe_error(exc))
+
+
+def _charts(records: list[dict]) -> None:
+    if not records:
+        st.caption("No steps logged yet (loading the model and data comes first).")
+        return
+    losses, evaluation, alpha, tradeoff = st.tabs(["Losses", "Evaluation", "alpha", "Trade-off"])
+    with losses:
+        c1, c2 = st.columns(2)
+        c1.plotly_chart(line_figure({"L_tr (train CE)": run_view.series(records, "train/lower_loss")},
+                                    "Training loss"), key="monitor_loss")
+        entropy = run_view.series(records, "train/upper_loss")
+        c2.plotly_chart(line_figure({"S_V batch": (entropy[0], [-v for v in entropy[1]]),
+                                     "S_V (eval)": run_view.series(records, "eval/heldout/entropy")},
+                                    "Entropy on S_V (nats)"), key="monitor_entropy")
+        q, lam = run_view.series(records, "bome/q"), run_view.series(records, "bome/lambda")
+        if q[0]:
+            log_scale = st.toggle("log scale", value=False, key="monitor_log")
+            st.plotly_chart(line_figure({"q (inner loss drop)": q, "lambda": lam}, "BOME: q and lambda",
+                                        log_y=log_scale), key="monitor_bome")
+    with evaluation:
+        if not run_view.eval_sets(records):
+            st.caption("No evaluation yet: it runs every `eval_every` steps and at the end.")
+        else:
+            c1, c2, c3 = st.columns(3)
+            c1.plotly_chart(line_figure(_eval_curves(records, "acc"), "Accuracy"), key="monitor_acc")
+            c2.plotly_chart(line_figure(_eval_curves(records, "ece"), "ECE (15 bins)"), key="monitor_ece")
+            c3.plotly_chart(line_figure(_eval_curves(records, "entropy"), "Mean entropy"), key="monitor_eval_entropy")
+    with alpha:
+        _alpha(records)
+    with tradeoff:
+        paths = {}
+        for name in run_view.eval_sets(records):
+            steps, acc = run_view.series(records, f"eval/{name}/acc")
+            paths[name] = (steps, acc, run_view.series(records, f"eval/{name}/ece")[1])
+        if paths:
+            st.plotly_chart(tradeoff_figure(paths), key="monitor_tradeoff")
+        else:
+            st.caption("The path appears after the first evaluation.")
+
+
+def _alpha(records: list[dict]) -> None:
+    steps, taus = run_view.alpha_vectors(records, "tau")
+    if not steps:
+        summary = {k: run_view.series(records, f"alpha/{k}") for k in ("tau_mean", "tau_min", "tau_max", "l_abs_mean")}
+        summary = {k: v for k, v in summary.items() if v[0]}
+        if summary:
+            st.plotly_chart(line_figure(summary, "alpha summary (vocab scope: statistics over the vocabulary)"),
+                            key="monitor_alpha_summary")
+        else:
+            st.caption("This method has no calibration head.")
+        return
+    labels = [f"option {chr(65 + k)}" for k in range(taus.shape[1])] if taus.shape[1] > 1 else ["tau"]
+    st.plotly_chart(line_figure({lab: (steps, taus[:, k]) for k, lab in enumerate(labels)}, "tau per option"),
+                    key="monitor_tau_lines")
+    st.plotly_chart(alpha_heatmap(steps, taus, labels, "tau: step x option"), key="monitor_tau_heat")
+    chosen = st.select_slider("Step", options=steps, value=steps[-1], key="monitor_alpha_step")
+    row = steps.index(chosen)
+    c1, c2 = st.columns(2)
+    c1.plotly_chart(alpha_bars(taus[row], labels, chosen, "tau"), key="monitor_tau_bars")
+    l_steps, shifts = run_view.alpha_vectors(records, "l")
+    if l_steps:
+        c2.plotly_chart(alpha_bars(shifts[l_steps.index(chosen)], labels, chosen, "l"), key="monitor_l_bars")
+
+
+def _results() -> None:
+    if (run.path / "results.json").is_file():
+        st.subheader("Final evaluation")
+        st.markdown(wide_table(run_view.compare_rows([run])))
+        st.page_link("pages/compare.py", label="Compare reliability diagrams", icon=":material/compare:")
+
+
+def live() -> None:
+    records = run.read_metrics()
+    state = _header(records)
+    _controls(state)
+    _charts(records)
+    _results()
+
+
+# Poll while the job can still change; a finished run is drawn once.
+st.fragment(run_every=POLL_SECONDS if run.state().state in ACTIVE else None)(live)()

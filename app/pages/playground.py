@@ -1,0 +1,77 @@
+"""Playground: ask your own question. Option probabilities under base, TS and the
+calibrated model side by side, and free generation with the calibration head."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from app.charts import option_probability_figure
+from app.state import describe_error, get_model, get_trained
+from calm_core import metrics
+from calm_core.data.schema import MCItem
+from calm_core.evaluate import load_mc_items
+from calm_core.data.catalog import list_datasets
+from calm_core.playground import generate, option_probabilities, untrained
+from calm_core.runs import list_runs
+
+st.title("Playground")
+finished = [r.run_id for r in list_runs() if r.state in ("finished", "cancelled")]
+run_id = st.selectbox("Calibrated model", ["(none: the embedded model alone)"] + finished, key="play_run",
+                      help="A finished run brings its adapter, its calibration head and its TS temperature.")
+try:
+    trained = get_trained(run_id) if run_id in finished else untrained(get_model("embedded"))
+except Exception as exc:
+    st.error(describe_error(exc))
+    st.stop()
+
+st.subheader("Multiple choice")
+source = st.radio("Question", ["type one", "from a dataset"], horizontal=True, key="play_source")
+if source == "from a dataset":
+    names = [e.name for e in list_datasets(kind="mc")]
+    c1, c2 = st.columns([3, 1])
+    dataset = c1.selectbox("Dataset", names, key="play_dataset")
+    index = c2.number_input("Item", 0, 10_000, 0, key="play_index")
+    try:
+        items = load_mc_items(dataset, limit=int(index) + 1)
+        item = items[min(int(index), len(items) - 1)]
+    except Exception as exc:
+        st.error(describe_error(exc))
+        st.stop()
+    st.markdown(f"**Question:** {item.question}", unsafe_allow_html=False)
+else:
+    question = st.text_input("Question", "Which planet is known as the red planet?", key="play_question")
+    options_text = st.text_area("Options, one per line (the first is the right one)", "Mars\nVenus\nJupiter\nSaturn",
+                                key="play_options")
+    options = [line.strip() for line in options_text.splitlines() if line.strip()]
+    if not question.strip() or len(options) < 2 or len(set(options)) != len(options):
+        st.warning("Give a question and at least two different options.")
+        st.stop()
+    item = MCItem("playground", question.strip(), tuple(options), 0)
+
+try:
+    probs = option_probabilities(trained, item)
+except Exception as exc:
+    st.error(describe_error(exc))
+    st.stop()
+st.plotly_chart(option_probability_figure(list(item.choices), probs), key="play_probs")
+st.dataframe(pd.DataFrame([{"variant": name, "answer": item.choices[int(p.argmax())], "confidence": float(p.max()),
+                            "entropy (nats)": float(metrics.entropy(p[None, :])[0])} for name, p in probs.items()]),
+             hide_index=True, width="stretch")
+st.caption(f"Scoring rule `{trained.scoring.rule}`" + (f"; TS temperature {trained.temperature:.2f} (fit on the run's S_V)"
+                                                        if trained.temperature else ""))
+
+st.subheader("Free generation")
+prompt = st.text_input("Prompt", "What is the chemical symbol of gold?", key="play_prompt")
+max_new = st.slider("New tokens", 1, 64, 16, key="play_max_new")
+if st.button("Generate", key="play_generate"):
+    try:
+        with st.spinner("Generating..."):
+            rows = generate(trained, prompt, max_new_tokens=max_new)
+    except Exception as exc:
+        st.error(describe_error(exc))
+    else:
+        st.text("".join(r["token"] for r in rows))  # st.text shows user/model text literally
+        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+        if trained.head is None or trained.head.scope != "vocab":
+            st.caption("Only a vocab-scope head acts on tokens; this model's head (if any) acts on option scores.")

@@ -1,0 +1,110 @@
+"""A finished run as something to ask questions: option probabilities under base, TS
+and the calibrated model, and generation with the calibration head.
+
+    trained = load_trained(RunDir.at(run_id))
+    probs = option_probabilities(trained, MCItem("q", "Which gas ...?", ("oxygen", "helium"), 0))
+    tokens = generate(trained, "Name a noble gas.", max_new_tokens=12)
+
+The trained model is the run's base model with the adapter of its latest checkpoint
+(PEFT) and its calibration head; `base` switches the adapter off, `ts` divides the
+base scores by the temperature the run fitted on S_V.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import nullcontext
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import torch
+
+from calm_core import metrics
+from calm_core.data.schema import MCItem
+from calm_core.head import CalibrationHead
+from calm_core.models import LoadedModel, ModelSpec, load_model
+from calm_core.prompts import ScoringConfig, chat_prompt
+from calm_core.runs import RunDir
+from calm_core.scoring import score_items
+
+
+@dataclass
+class TrainedModel:
+    run_id: str | None
+    method: str | None
+    lm: LoadedModel  # model: a PeftModel when a run is loaded
+    head: CalibrationHead | None
+    temperature: float | None  # the run's TS temperature (fit on S_V), if it fitted one
+    scoring: ScoringConfig
+
+
+def untrained(lm: LoadedModel, scoring: ScoringConfig | None = None) -> TrainedModel:
+    """The base model alone (no run chosen): only the `base` variant exists."""
+    return TrainedModel(None, None, lm, None, None, scoring or ScoringConfig())
+
+
+def load_trained(run: RunDir, device: str = "auto") -> TrainedModel:
+    """The run's model from its latest complete checkpoint (a fresh base model: PEFT
+    wraps in place, so a shared cached model is never touched)."""
+    from peft import PeftModel
+
+    latest = run.latest_checkpoint()
+    if latest is None:
+        raise ValueError(f"Expected a checkpoint in run {run.run_id}, but it has none yet")
+    train = run.config["train"]
+    base = load_model(ModelSpec(name=train["model"], device=device))
+    model = PeftModel.from_pretrained(base.model, str(latest[1])).eval()
+    head = CalibrationHead.load(latest[1]) if (latest[1] / "calibration_head.safetensors").is_file() else None
+    results = run.path / "results.json"
+    temperature = json.loads(results.read_text()).get("ts", {}).get("temperature") if results.is_file() else None
+    lm = LoadedModel(model, base.tokenizer, base.spec, {**base.info, "adapter": str(latest[1])})
+    scoring = ScoringConfig(rule=train["scoring"], chat_template=train.get("chat_template", False))
+    return TrainedModel(run.run_id, train["method"], lm, head.to(lm.device) if head else None, temperature, scoring)
+
+
+def _scores(trained: TrainedModel, item: MCItem, adapter: bool, head: bool) -> np.ndarray:
+    model = trained.lm.model
+    lm = SimpleNamespace(model=model, tokenizer=trained.lm.tokenizer, device=trained.lm.device, info={})
+    off = model.disable_adapter() if (not adapter and hasattr(model, "disable_adapter")) else nullcontext()
+    with off:
+        scores = score_items(lm, [item], trained.scoring, progress=False, head=trained.head if head else None)
+    return scores.logits[0, : item.n_choices]
+
+
+def option_probabilities(trained: TrainedModel, item: MCItem) -> dict[str, np.ndarray]:
+    """{variant: option probabilities (K,)}: base, ts (if fitted), the run's method with
+    its head (theta + alpha) and without it (theta only)."""
+    base = _scores(trained, item, adapter=False, head=False)
+    out = {"base": metrics.softmax(base)}
+    if trained.temperature:
+        out["ts"] = metrics.softmax(base / trained.temperature)
+    if trained.run_id is not None:
+        out[trained.method] = metrics.softmax(_scores(trained, item, adapter=True, head=True))
+        if trained.head is not None:
+            out[f"{trained.method}_theta_only"] = metrics.softmax(_scores(trained, item, adapter=True, head=False))
+    return out
+
+
+def generate(trained: TrainedModel, prompt: str, max_new_tokens: int = 24, chat: bool = True) -> list[dict[str, Any]]:
+    """Greedy answer to `prompt`, one row per new token: the token, its probability under
+    the model as generated (with a vocab-scope head as a LogitsProcessor) and without
+    the head. An options / scalar head acts on option scores, not tokens: rows then
+    show the adapted model's probabilities twice."""
+    tokenizer, model = trained.lm.tokenizer, trained.lm.model
+    text = chat_prompt(tokenizer, prompt) if chat and getattr(tokenizer, "chat_template", None) else prompt
+    ids = tokenizer(text, return_tensors="pt", add_special_tokens=False).input_ids.to(trained.lm.device)
+    processors = [trained.head.as_logits_processor()] if trained.head is not None and trained.head.scope == "vocab" else []
+    with torch.inference_mode():
+        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                             do_sample=False, logits_processor=processors, output_scores=True, output_logits=True,
+                             return_dict_in_generate=True, pad_token_id=tokenizer.pad_token_id)
+    rows = []
+    for step, token in enumerate(out.sequences[0, ids.shape[1]:].tolist()):
+        calibrated = torch.softmax(out.scores[step][0].float(), dim=-1)[token]
+        raw = torch.softmax(out.logits[step][0].float(), dim=-1)[token]
+        rows.append({"token": tokenizer.decode([token]), "p_calibrated": float(calibrated), "p_without_head": float(raw)})
+        if token == tokenizer.eos_token_id:
+            break
+    return rows

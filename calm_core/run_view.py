@@ -1,0 +1,91 @@
+"""Reading a run directory for display: curves, alpha over time, ETA, results, predictions.
+
+Pure functions over what the trainer wrote (metrics.jsonl, status.json, results.json,
+eval/<variant>/<dataset>.parquet), shared by `calm compare` and the studio's Monitor
+and Compare pages, so every number a page shows is computed (and tested) here.
+
+    steps, values = series(run.read_metrics(), "train/lower_loss")
+    steps, taus = alpha_vectors(run.read_metrics(), "tau")     # (S,), (S, K)
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import numpy as np
+
+from calm_core.runs import RunDir, predictions_path
+
+EVAL_PREFIX = "eval/"
+
+
+def series(records: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
+    """(steps, values) of one logged scalar, skipping steps that did not log it."""
+    pairs = [(r["step"], float(r[key])) for r in records if isinstance(r.get(key), (int, float))]
+    return [s for s, _ in pairs], [v for _, v in pairs]
+
+
+def eval_sets(records: list[dict[str, Any]]) -> list[str]:
+    """Names of the sets evaluated during training (`heldout` is S_V), in logged order."""
+    names: dict[str, None] = {}
+    for record in records:
+        for key in record:
+            if key.startswith(EVAL_PREFIX):
+                names[key[len(EVAL_PREFIX):].rsplit("/", 1)[0]] = None
+    return list(names)
+
+
+def alpha_vectors(records: list[dict[str, Any]], name: str = "tau") -> tuple[list[int], np.ndarray]:
+    """Steps and the logged alpha vector (`alpha/tau` or `alpha/l`) at each: (S,), (S, K).
+    Empty when the run logs no vector (vocab scope logs summary statistics only)."""
+    rows = [(r["step"], r[f"alpha/{name}"]) for r in records if isinstance(r.get(f"alpha/{name}"), list)]
+    if not rows:
+        return [], np.zeros((0, 0))
+    return [s for s, _ in rows], np.array([v for _, v in rows], dtype=np.float64)
+
+
+def eta_seconds(records: list[dict[str, Any]], total_steps: int | None) -> float | None:
+    """Remaining seconds at the recent pace (mean of the last 10 steps' wall time)."""
+    if not records or not total_steps:
+        return None
+    recent = records[-11:]
+    done = records[-1]["step"]
+    if len(recent) < 2 or done >= total_steps:
+        return 0.0 if done >= total_steps else None
+    pace = (recent[-1]["elapsed"] - recent[0]["elapsed"]) / (recent[-1]["step"] - recent[0]["step"])
+    return max(0.0, pace * (total_steps - done))
+
+
+def seconds_since_heartbeat(status: dict[str, Any], now: float | None = None) -> float | None:
+    beat = status.get("heartbeat")
+    return None if beat is None else (now or time.time()) - beat
+
+
+def compare_rows(runs: list[RunDir]) -> list[dict[str, Any]]:
+    """Result rows of several finished runs; `base` / `ts` rows shared by runs appear once."""
+    rows, seen = [], set()
+    for run in runs:
+        path = run.path / "results.json"
+        if not path.is_file():
+            raise ValueError(f"Expected results.json in run {run.run_id} (a finished run), but found none")
+        for row in json.loads(path.read_text())["results"]:
+            key = (row["dataset"], row["variant"])
+            if key not in seen:
+                seen.add(key)
+                rows.append({**row, "run": run.run_id})
+    return rows
+
+
+def predictions(run: RunDir, variant: str, dataset: str) -> tuple[np.ndarray, np.ndarray]:
+    """(confidence, correct) per item of one variant on one set, from the run's Parquet."""
+    import pandas as pd
+
+    path = predictions_path(run.path, variant, dataset)
+    if not path.is_file():
+        raise ValueError(f"Expected predictions of `{variant}` on {dataset} in run {run.run_id}, but found none")
+    frame = pd.read_parquet(path)
+    confidence = frame["confidence"].to_numpy(dtype=np.float64)
+    correct = (frame["prediction"].to_numpy() == frame["gold"].to_numpy()).astype(np.float64)
+    return confidence, correct
