@@ -65,8 +65,11 @@ ACCENT = "rgb(214, 69, 65)"
 PALETTE = ["rgb(214, 69, 65)", "rgb(46, 160, 90)", "rgb(150, 90, 200)", "rgb(230, 150, 40)", "rgb(30, 170, 180)"]
 
 
-def variant_color(name: str, index: int) -> str:
-    return VARIANT_COLORS.get(name, PALETTE[index % len(PALETTE)])
+def variant_colors(names: Sequence[str]) -> dict[str, str]:
+    """base grey and ts blue everywhere; the trained variants take the palette in order
+    (the first, usually the method itself, the accent red)."""
+    others = [n for n in names if n not in VARIANT_COLORS]
+    return {n: VARIANT_COLORS.get(n) or PALETTE[others.index(n) % len(PALETTE)] for n in names}
 
 
 def line_figure(curves: dict[str, tuple[Sequence[float], Sequence[float]]], title: str, y_title: str = "",
@@ -127,8 +130,9 @@ def reliability_overlay(variants: dict[str, tuple[Sequence[dict[str, Any]], Sequ
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.72, 0.28], vertical_spacing=0.05)
     fig.add_scatter(x=[0, 1], y=[0, 1], mode="lines", line=dict(dash="dash", color="gray"),
                     name="perfect calibration", row=1, col=1)
-    for i, (name, (records, lower, upper)) in enumerate(variants.items()):
-        color = variant_color(name, i)
+    colors = variant_colors(list(variants))
+    for name, (records, lower, upper) in variants.items():
+        color = colors[name]
         keep = [j for j, r in enumerate(records) if r["count"] > 0]
         acc = [records[j]["accuracy"] for j in keep]
         fig.add_scatter(x=[records[j]["mean_confidence"] for j in keep], y=acc, mode="lines+markers", name=name,
@@ -151,8 +155,9 @@ def reliability_overlay(variants: dict[str, tuple[Sequence[dict[str, Any]], Sequ
 def option_probability_figure(options: Sequence[str], probs: dict[str, Sequence[float]]) -> go.Figure:
     """Grouped bars: each option's probability under each variant (Playground)."""
     fig = go.Figure()
-    for i, (name, p) in enumerate(probs.items()):
-        fig.add_bar(x=list(options), y=[float(v) for v in p], name=name, marker_color=variant_color(name, i),
+    colors = variant_colors(list(probs))
+    for name, p in probs.items():
+        fig.add_bar(x=list(options), y=[float(v) for v in p], name=name, marker_color=colors[name],
                     text=[f"{float(v):.0%}" for v in p], textposition="outside")
     fig.update_layout(barmode="group", yaxis_range=[0, 1.1], height=340, margin=dict(l=40, r=10, t=30, b=30),
                       legend=dict(orientation="h", y=-0.2))

@@ -48,6 +48,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from calm_core import distributed
+
 PHI_CHOICES = ("grad", "value")
 Closure = Callable[[], Tensor]
 
@@ -84,8 +86,15 @@ class _Gradients:
 
 
 def _grad(loss: Tensor, params: Sequence[Tensor]) -> list[Tensor]:
-    """d loss / d params; a parameter the loss does not touch gets zeros."""
-    return list(torch.autograd.grad(loss, list(params), allow_unused=True, materialize_grads=True))
+    """d loss / d params, averaged over data-parallel ranks (calm_core.distributed; a
+    no-op in one process); a parameter the loss does not touch gets zeros."""
+    grads = list(torch.autograd.grad(loss, list(params), allow_unused=True, materialize_grads=True))
+    return list(distributed.mean_(grads))
+
+
+def _value(loss: Tensor) -> float:
+    """A loss as a float, averaged over ranks: q and lambda are the same on every rank."""
+    return distributed.mean_value(float(loss.detach()))
 
 
 @contextmanager
@@ -141,8 +150,7 @@ def _gradients(alpha: Sequence[Tensor], theta: Sequence[Tensor], lower_loss: Clo
         g_alpha_tilde = _grad(lower_tilde, alpha)
     upper = upper_loss()
     grad_q = [a - b for a, b in zip(g_lower[:n], g_alpha_tilde)] + g_lower[n:]
-    return _Gradients(float(lower.detach()), float(lower_tilde.detach()), float(upper.detach()),
-                      _grad(upper, [*alpha, *theta]), grad_q)
+    return _Gradients(_value(lower), _value(lower_tilde), _value(upper), _grad(upper, [*alpha, *theta]), grad_q)
 
 
 def _gradients_naive(alpha: Sequence[Tensor], theta: Sequence[Tensor], lower_loss: Closure, upper_loss: Closure,
@@ -157,8 +165,7 @@ def _gradients_naive(alpha: Sequence[Tensor], theta: Sequence[Tensor], lower_los
         g_alpha_tilde = _grad(lower_tilde, alpha)
     upper = upper_loss()
     grad_q = [a - b for a, b in zip(g_alpha, g_alpha_tilde)] + g_theta
-    return _Gradients(float(lower.detach()), float(lower_tilde.detach()), float(upper.detach()),
-                      _grad(upper, [*alpha, *theta]), grad_q)
+    return _Gradients(_value(lower), _value(lower_tilde), _value(upper), _grad(upper, [*alpha, *theta]), grad_q)
 
 
 def _dot(xs: Sequence[Tensor], ys: Sequence[Tensor]) -> float:

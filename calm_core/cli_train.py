@@ -45,7 +45,8 @@ def add_parsers(sub: Any) -> None:
     rs.add_argument("--runs-root", type=Path)
     rs.add_argument("--json", action="store_true")
     cp = sub.add_parser("compare", help="variants of finished runs side by side (same schema as eval --json)")
-    cp.add_argument("run_ids", nargs="+")
+    cp.add_argument("run_ids", nargs="*")
+    cp.add_argument("--name-prefix", help="also every finished run whose name starts with this (the newest per name)")
     cp.add_argument("--runs-root", type=Path)
     cp.add_argument("--json", type=Path, help="write the rows as JSON")
     cp.add_argument("--wide", action="store_true",
@@ -123,17 +124,25 @@ def run_in_process(run: RunDir, show_progress: bool) -> int:
     from calm_core.train_config import TrainConfig
     from calm_core.trainer import train
 
+    from calm_core import distributed
+
     cfg = TrainConfig.from_dict(run.config["train"])
+    main = distributed.is_main()
     _graceful(run)
-    run.write_status("running", pid=os.getpid())
+    if main:
+        run.write_status("running", pid=os.getpid())
     try:
-        result = train(cfg, run=run, progress=_progress_bar(cfg.steps) if show_progress else None)
+        result = train(cfg, run=run, progress=_progress_bar(cfg.steps) if show_progress and main else None)
     except Exception as exc:  # the run records why; the queue moves on
-        run.write_status("failed", error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()[-4000:])
+        if main:
+            run.write_status("failed", error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()[-4000:])
         print(f"calm: error: run {run.run_id} failed: {exc}", file=sys.stderr)
         return 1
     finally:
-        schedule(run.path.parent)
+        if main:
+            schedule(run.path.parent)
+    if not main:
+        return 0
     print(f"run {run.run_id}: {result.state} at step {result.step} ({run.path})")
     return 0
 
@@ -144,6 +153,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.run_dir:
         return run_in_process(RunDir.open(args.run_dir), show_progress=False)
     cfg = resolve_config(args)
+    if _joined_torchrun(args):  # every rank trains the one run that rank 0 creates
+        from calm_core import distributed
+
+        path = distributed.broadcast_text(str(create_run(cfg, root=args.runs_root).path) if distributed.is_main() else None)
+        return run_in_process(RunDir.open(path), show_progress=True)
     if args.detach:
         run, started = launch_training(cfg, root=args.runs_root)
         print(run.run_id)
@@ -151,6 +165,19 @@ def cmd_train(args: argparse.Namespace) -> int:
             print(f"calm: queued behind running jobs ({run.path})", file=sys.stderr)
         return 0
     return run_in_process(create_run(cfg, root=args.runs_root), show_progress=True)
+
+
+def _joined_torchrun(args: argparse.Namespace) -> bool:
+    """Under torchrun / accelerate launch (WORLD_SIZE > 1): join the group (foreground only)."""
+    import torch
+
+    from calm_core import distributed
+
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return False
+    if args.detach:
+        raise ValueError("Expected no --detach under torchrun: the launcher already runs one process per rank")
+    return distributed.init_from_env(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
@@ -182,18 +209,30 @@ def cmd_resume(args: argparse.Namespace) -> int:
     return 0
 
 
+def runs_named(prefix: str, root: Path | None) -> list[str]:
+    """Finished runs whose name starts with `prefix`, oldest first, the newest per name."""
+    newest: dict[str, str] = {}
+    for summary in list_runs(root):  # newest first
+        if summary.state == "finished" and summary.name and summary.name.startswith(prefix):
+            newest.setdefault(summary.name, summary.run_id)
+    return sorted(newest.values())
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from calm_core.evaluate import format_table, wide_table
     from calm_core.run_view import compare_rows
     from calm_core.runs import atomic_write_json
 
-    rows = compare_rows([RunDir.at(run_id, args.runs_root) for run_id in args.run_ids])
+    run_ids = list(args.run_ids) + (runs_named(args.name_prefix, args.runs_root) if args.name_prefix else [])
+    if not run_ids:
+        raise ValueError("Expected run ids or --name-prefix matching finished runs, but got none")
+    rows = compare_rows([RunDir.at(run_id, args.runs_root) for run_id in run_ids])
     if args.wide:
         print(wide_table(rows))
     else:
         print(format_table(rows, ("dataset", "variant", "n", "acc", "ece", "ece_10", "brier", "nll", "auroc", "confidence")))
     if args.json:
-        atomic_write_json(args.json, {"results": rows, "runs": args.run_ids})
+        atomic_write_json(args.json, {"results": rows, "runs": run_ids})
     return 0
 
 

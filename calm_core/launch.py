@@ -80,10 +80,9 @@ def estimate_step_seconds(cfg: TrainConfig, root: str | Path | None = None) -> t
     bench = PROJECT_ROOT / BENCH_FILE
     if cfg.model == "embedded" and bench.is_file():
         rows = json.loads(bench.read_text()).get("rows", [])
-        cached = cfg.frozen_prefix and cfg.lora.layers is not None
+        mode = "cached" if cfg.frozen_prefix and cfg.lora.layers is not None else "uncached"  # first-epoch rows
         for row in rows:
-            if (row["method"] == cfg.method and row["inner_steps"] == cfg.inner_steps
-                    and row.get("cached", False) == cached):
+            if row["method"] == cfg.method and row["inner_steps"] == cfg.inner_steps and row.get("mode") == mode:
                 scale = cfg.batch_size / row["batch_size"]
                 return row["seconds_per_step"] * scale, (f"{BENCH_FILE} ({row['method']}, T = {row['inner_steps']}, "
                                                         f"batch {row['batch_size']} scaled to {cfg.batch_size})")

@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from calm_core import metrics
+from calm_core import distributed, metrics
 from calm_core.adapters import attach_lora, lora_parameters, quantization_choice
 from calm_core.data.schema import MCItem
 from calm_core.evaluate import load_mc_items
@@ -198,27 +198,41 @@ def _step_record(step: int, elapsed: float, log: dict[str, float]) -> dict[str, 
 
 def train(cfg: TrainConfig, run: RunDir | None = None, lm: Any = None,
           progress: Callable[[int, int, dict[str, Any]], None] | None = None) -> TrainResult:
-    """Run (or resume) training; the run directory, if given, receives everything."""
+    """Run (or resume) training; the run directory, if given, receives everything.
+
+    Under torchrun (WORLD_SIZE > 1) every rank calls this with the same run: each trains
+    on its shard of every batch with gradients averaged (calm_core.distributed), and
+    only rank 0 writes the run directory and evaluates.
+    """
     from calm_core.models import ModelSpec, load_model
 
     seed_everything(cfg.seed)
     data = load_data(cfg)
     if lm is None:
         use_4bit, _ = quantization_choice(cfg.load_in_4bit, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
-        with run.keepalive("loading the model") if run is not None else nullcontext():
+        with run.keepalive("loading the model") if run is not None and distributed.is_main() else nullcontext():
             lm = load_model(ModelSpec(name=cfg.model, device=cfg.device, load_in_4bit=use_4bit))
+    distributed.init_from_env(lm.device)
     k_max = max(it.n_choices for it in data.train + data.heldout + [i for v in data.evals.values() for i in v])
     ctx, record = build_context(cfg, lm, k_max)
     method = get_method(cfg.method)
     start_step, elapsed_before = 0, 0.0
+    writer = run if distributed.is_main() else None  # rank 0 alone writes
     if run is not None:
-        run.update_status(choices=record, model=lm.info)
-        start_step, checkpoint = run.prepare_resume()
+        checkpoint = None
+        if writer is not None:
+            run.update_status(choices={**record, "world_size": distributed.world_size()}, model=lm.info)
+            start_step, checkpoint = run.prepare_resume()
+        distributed.barrier()
+        if writer is None:  # other ranks follow the checkpoint rank 0 chose
+            latest = run.latest_checkpoint()
+            start_step, checkpoint = latest if latest is not None else (0, None)
         if checkpoint is not None:
             load_checkpoint(ctx, checkpoint)
             previous = run.read_metrics()
             elapsed_before = previous[-1]["elapsed"] if previous else 0.0
-        run.write_status("running", step=start_step, total_steps=cfg.steps)
+        if writer is not None:
+            run.write_status("running", step=start_step, total_steps=cfg.steps)
     return _loop(cfg, ctx, method, data, run, start_step, elapsed_before, progress)
 
 
@@ -227,26 +241,33 @@ def _loop(cfg: TrainConfig, ctx: StepContext, method: Any, data: Data, run: RunD
     started = time.perf_counter()
     record: dict[str, Any] = {}
     step = start_step
+    writer = run if distributed.is_main() else None
     while step < cfg.steps:
-        if run is not None and run.cancel_requested():
-            return _stop(ctx, run, step, "cancelled", record)
+        if _cancel_requested(writer):
+            return _stop(ctx, writer, step, "cancelled", record)
         train_items = [data.train[i] for i in batch_indices(len(data.train), cfg.batch_size, step, cfg.seed)]
         heldout_items = [data.heldout[i] for i in batch_indices(len(data.heldout), cfg.heldout_batch_size, step, cfg.seed + 1)]
-        log = method.step(ctx, train_items, heldout_items)
+        log = distributed.mean_log(method.step(ctx, distributed.shard(train_items), distributed.shard(heldout_items)))
         step += 1
         record = _step_record(step, elapsed_before + time.perf_counter() - started, log)
         record.update(alpha_record(ctx))
-        if (cfg.eval_every and step % cfg.eval_every == 0) or step == cfg.steps:
-            with run.keepalive("evaluating") if run is not None else nullcontext():
+        if distributed.is_main() and ((cfg.eval_every and step % cfg.eval_every == 0) or step == cfg.steps):
+            with writer.keepalive("evaluating") if writer is not None else nullcontext():
                 record.update(evaluate_now(ctx, data, cfg.eval_batch_size))
-        if run is not None:
-            run.append_metrics(record)
-            run.heartbeat(step, cfg.steps)
+        if writer is not None:
+            writer.append_metrics(record)
+            writer.heartbeat(step, cfg.steps)
             if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and step < cfg.steps:
-                save_checkpoint(ctx, run, step)
-        if progress is not None:
+                save_checkpoint(ctx, writer, step)
+        if progress is not None and distributed.is_main():
             progress(step, cfg.steps, record)
-    return _stop(ctx, run, step, "finished", record, data)
+    return _stop(ctx, writer, step, "finished", record, data)
+
+
+def _cancel_requested(writer: RunDir | None) -> bool:
+    """Rank 0 reads the cancel file; every rank learns its answer (they stop together)."""
+    asked = writer is not None and writer.cancel_requested()
+    return distributed.mean_value(1.0 if asked else 0.0) > 0.0
 
 
 def _stop(ctx: StepContext, run: RunDir | None, step: int, state: str, record: dict[str, Any],

@@ -57,3 +57,21 @@ def test_learn_page_renders_on_a_tiny_model(tiny_lm, monkeypatch: pytest.MonkeyP
     assert not at.exception
     ece_after = next(m.value for m in at.metric if m.label == "ECE")
     assert ece_after != ece_before
+
+
+def test_chart_builders_for_monitor_and_compare() -> None:
+    from app.charts import alpha_heatmap, line_figure, reliability_overlay, tradeoff_figure, variant_colors
+
+    fig = line_figure({"a": ([1, 2], [0.5, 0.4]), "b": ([1, 2], [0.1, 0.2])}, "t", log_y=True)
+    assert [t.name for t in fig.data] == ["a", "b"] and fig.layout.yaxis.type == "log"
+    heat = alpha_heatmap([10, 20], np.array([[1.0, 2.0], [1.5, 3.0]]), ["A", "B"])
+    assert [list(row) for row in heat.data[0].z] == [[1.0, 2.0], [1.5, 3.0]] and heat.data[0].zmid == 1.0
+    path = tradeoff_figure({"id": ([10, 20, 30], [0.5, 0.5, 0.48], [0.3, 0.2, 0.1])})
+    assert list(path.data[0].x) == [0.3, 0.2, 0.1] and path.data[0].marker.symbol[0] == "circle-open"
+    records = _records()
+    lower, upper = metrics.bin_accuracy_intervals([0.95, 0.92, 0.91, 0.55, 0.52], [1, 0, 0, 1, 1], n_bins=5)
+    over = reliability_overlay({"base": (records, lower, upper), "calm": (records, lower, upper)})
+    lines = [t for t in over.data if t.type == "scatter" and t.name in ("base", "calm")]
+    assert [len(t.x) for t in lines] == [2, 2]  # the two non-empty bins
+    assert list(lines[0].error_y.array) == pytest.approx([upper[2] - 1.0, upper[4] - 1 / 3])
+    assert variant_colors(["base", "ts", "calm", "sft"])["calm"] != variant_colors(["base", "ts", "calm", "sft"])["sft"]

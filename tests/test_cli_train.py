@@ -33,7 +33,7 @@ def only_run(root: Path) -> RunDir:
 
 
 def test_foreground_train_writes_a_finished_run(tiny_model_dir: Path, tmp_path: Path, capsys) -> None:
-    argv = ["train", "--model", str(tiny_model_dir), "--method", "calm", "--steps", "2", "--runs-root", str(tmp_path),
+    argv = ["train", "--model", str(tiny_model_dir), "--method", "calm", "--name", "calm-tiny", "--steps", "2", "--runs-root", str(tmp_path),
             "--set", "eval_every=2", *TINY]
     assert main(argv) == 0
     run = only_run(tmp_path)
@@ -47,7 +47,9 @@ def test_foreground_train_writes_a_finished_run(tiny_model_dir: Path, tmp_path: 
     rows = json.loads(out_json.read_text())["results"]
     assert {r["variant"] for r in rows} == {"base", "calm", "calm_theta_only"}  # 6 S_V items: too few for ts
     assert "calm_theta_only" in capsys.readouterr().out
-    assert main(["compare", run.run_id, "--runs-root", str(tmp_path), "--wide"]) == 0
+    assert main(["compare", "--name-prefix", "nomatch", "--runs-root", str(tmp_path)]) == 2
+    capsys.readouterr()
+    assert main(["compare", "--name-prefix", "ca", "--runs-root", str(tmp_path), "--wide"]) == 0
     wide = capsys.readouterr().out.splitlines()
     assert wide[0].startswith("| variant |") and [line.split(" | ")[0] for line in wide[2:]] == [
         "| base", "| calm", "| calm_theta_only"]

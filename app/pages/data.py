@@ -67,7 +67,7 @@ if upload is not None:
         if report.items:
             st.dataframe(pd.DataFrame([vars(it) for it in report.items[:PREVIEW_ROWS]]), hide_index=True, width="stretch")
         if rejected:
-            with st.expander(f"Why {rejected} rows were rejected"):
+            with st.expander(f"Why {rejected} row{'s were' if rejected != 1 else ' was'} rejected"):
                 st.dataframe(pd.DataFrame({"row": [str(e) for e in report.rejected[:200]]}), hide_index=True)
         overwrite = st.checkbox("Replace an upload with the same name", key="data_overwrite")
         if st.button("Save to the workspace", type="primary", disabled=not report.items, key="data_save"):

@@ -3,17 +3,18 @@ every few seconds; closing it changes nothing for the job."""
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from app.charts import alpha_bars, alpha_heatmap, line_figure, tradeoff_figure
 from app.state import describe_error
 from calm_core import run_view
-from calm_core.evaluate import wide_table
 from calm_core.jobs import cancel, resume
 from calm_core.runs import RunDir, list_runs
 
 POLL_SECONDS = 3.0
 ACTIVE = ("queued", "running", "stopping")
+RESULT_COLUMNS = ("dataset", "variant", "n", "acc", "ece", "ece_10", "nll", "confidence")
 
 st.title("Monitor")
 runs = list_runs()
@@ -40,7 +41,8 @@ def _header(records: list[dict]) -> str:
     st.markdown(f"**{config.get('method', '?')}** on `{config.get('train_data', '?')}` "
                 f"(scope `{config.get('scope', '?')}`, model `{config.get('model', '?')}`)")
     eta = run_view.eta_seconds(records, total)
-    text = f"{view.state}: {view.reason}" + (f" · about {eta / 60:.1f} min left" if eta and view.state == "running" else "")
+    reason = view.reason if view.reason.startswith(view.state) else f"{view.state}: {view.reason}"
+    text = reason + (f" · about {eta / 60:.1f} min left" if eta and view.state == "running" else "")
     st.progress(min(1.0, step / total) if total else 0.0, text=text)
     if view.state == "failed" and status.get("error"):
         st.error(status["error"])
@@ -78,9 +80,10 @@ def _charts(records: list[dict]) -> None:
                                     "Entropy on S_V (nats)"), key="monitor_entropy")
         q, lam = run_view.series(records, "bome/q"), run_view.series(records, "bome/lambda")
         if q[0]:
-            log_scale = st.toggle("log scale", value=False, key="monitor_log")
-            st.plotly_chart(line_figure({"q (inner loss drop)": q, "lambda": lam}, "BOME: q and lambda",
-                                        log_y=log_scale), key="monitor_bome")
+            log_scale = st.toggle("log scale", value=False, key="monitor_log", help="for q and lambda (values > 0)")
+            c1, c2 = st.columns(2)
+            c1.plotly_chart(line_figure({"q": q}, "BOME q: inner loss drop", log_y=log_scale), key="monitor_q")
+            c2.plotly_chart(line_figure({"lambda": lam}, "BOME lambda", log_y=log_scale), key="monitor_lambda")
     with evaluation:
         if not run_view.eval_sets(records):
             st.caption("No evaluation yet: it runs every `eval_every` steps and at the end.")
@@ -129,7 +132,9 @@ def _alpha(records: list[dict]) -> None:
 def _results() -> None:
     if (run.path / "results.json").is_file():
         st.subheader("Final evaluation")
-        st.markdown(wide_table(run_view.compare_rows([run])))
+        rows = run_view.compare_rows([run])
+        st.dataframe(pd.DataFrame([{k: r[k] for k in RESULT_COLUMNS} for r in rows]), hide_index=True, width="stretch",
+                     key="monitor_results")
         st.page_link("pages/compare.py", label="Compare reliability diagrams", icon=":material/compare:")
 
 

@@ -8,6 +8,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from calm_core import distributed
 from calm_core.data.schema import MCItem
 from calm_core.head import CalibrationHead
 from calm_core.objectives import negative_entropy, option_cross_entropy, option_entropy, option_logits
@@ -51,12 +52,15 @@ def gradient_step(ctx: StepContext, loss: torch.Tensor, params: Sequence[torch.n
     """Backward `loss` and step the optimizer; parameters not in `params` keep no grad."""
     ctx.optimizer.zero_grad(set_to_none=True)
     loss.backward()
-    if params is not None:
-        keep = {id(p) for p in params}
-        for group in ctx.optimizer.param_groups:
-            for p in group["params"]:
-                if id(p) not in keep:
-                    p.grad = None
+    keep = None if params is None else {id(p) for p in params}
+    stepped = []
+    for group in ctx.optimizer.param_groups:
+        for p in group["params"]:
+            if keep is not None and id(p) not in keep:
+                p.grad = None
+            elif p.grad is not None:
+                stepped.append(p.grad)
+    distributed.mean_(stepped)  # data-parallel ranks take the same step (no-op in one process)
     ctx.optimizer.step()
 
 

@@ -6,7 +6,7 @@
 # time; the frozen layers' states go to the disk store so the runs share them.
 #   bash docs/experiments/arc_easy_calm.sh            # queue the runs (about 45 min in all here)
 #   calm runs                                          # watch them
-#   calm compare $(calm runs --json | ...) --wide      # the table (see docs/results.md, section 5)
+#   calm compare --name-prefix arc- --wide --json docs/results/arc_easy_calm.json   # the table (docs/results.md, section 4)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 COMMON=(--preset quick --train-data arc/easy_train --heldout-data arc/easy_dev
