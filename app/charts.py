@@ -3,6 +3,7 @@ check every figure without a browser (relplot's habit: compute apart from drawin
 
 from __future__ import annotations
 
+import html
 from typing import Any, Sequence
 
 import plotly.graph_objects as go
@@ -156,8 +157,9 @@ def option_probability_figure(options: Sequence[str], probs: dict[str, Sequence[
     """Grouped bars: each option's probability under each variant (Playground)."""
     fig = go.Figure()
     colors = variant_colors(list(probs))
+    labels = [html.escape(o) for o in options]  # plotly renders a subset of HTML in labels: user text is escaped
     for name, p in probs.items():
-        fig.add_bar(x=list(options), y=[float(v) for v in p], name=name, marker_color=colors[name],
+        fig.add_bar(x=labels, y=[float(v) for v in p], name=name, marker_color=colors[name],
                     text=[f"{float(v):.0%}" for v in p], textposition="outside")
     fig.update_layout(barmode="group", yaxis_range=[0, 1.1], height=340, margin=dict(l=40, r=10, t=30, b=30),
                       legend=dict(orientation="h", y=-0.2))

@@ -39,6 +39,12 @@ def get_scores(model_name: str, dataset: str, rule: str, limit: int, seed: int =
     return store[key]
 
 
+def code(text: object) -> str:
+    """User-given text (a model path, a dataset name) as inline code in Markdown: inside
+    backticks nothing renders, so only the backticks themselves need taking out."""
+    return "`" + str(text).replace("`", "'").replace("\n", " ") + "`"
+
+
 def describe_error(exc: Exception) -> str:
     """One readable line for the page instead of a stack trace."""
     return f"{type(exc).__name__}: {exc}"

@@ -1,6 +1,16 @@
-"""Scoring throughput and peak memory on the embedded model, configurations side by side.
+"""Scoring throughput and peak memory on the embedded model, configurations side by side;
+and, with --harness, our scorer against lm-evaluation-harness on the same items.
 
     .venv/bin/python bench/scoring.py [--data arc/easy_test] [--limit 100] [--json bench/results/scoring.json]
+    .venv/bin/python bench/scoring.py --harness --limit 300 [--batch-size 8]   # needs `pip install lm-eval`
+
+--harness: the harness's `hf` model on the same local model directory and a task
+written for the occasion (a JSONL of exactly our items, ARC's cloze formulation
+"Question: {question}\nAnswer:" + " " + choice, summed log-likelihoods, offline); our
+`score_items` with the `cloze` rule. Each side runs in its own process (model load
+excluded from the time). Prints questions/second for both, the ratio, how many items'
+predictions agree, and the largest log-likelihood difference; JSON to
+bench/results/harness.json.
 
 Each configuration (rule x batch size x prefix sharing) runs in a fresh subprocess so
 its peak resident memory (ru_maxrss) is its own; the model load is excluded from the
@@ -17,6 +27,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = [  # (rule, batch size, share prefix)
@@ -45,13 +57,98 @@ def run_one(data: str, limit: int, rule: str, batch_size: int, share: bool) -> d
     }
 
 
+def harness_side(data: str, limit: int, batch_size: int) -> dict:
+    """lm-evaluation-harness on our items: per-item option log-likelihoods and the time."""
+    import tempfile
+
+    sys.path.insert(0, str(ROOT))
+    from lm_eval import simple_evaluate
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+
+    from calm_core.evaluate import load_mc_items
+    from calm_core.models import embedded_model_dir
+
+    items = load_mc_items(data, limit=limit)
+    folder = Path(tempfile.mkdtemp(prefix="calm-harness-"))
+    rows = [{"id": it.id, "question": it.question, "choices": list(it.choices), "answer": it.answer} for it in items]
+    (folder / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "calm_mc.yaml").write_text(
+        "task: calm_mc\ndataset_path: json\ndataset_kwargs:\n  data_files:\n"
+        f"    test: {folder / 'items.jsonl'}\ntest_split: test\noutput_type: multiple_choice\n"
+        'doc_to_text: "Question: {{question}}\\nAnswer:"\ndoc_to_target: answer\ndoc_to_choice: "{{choices}}"\n'
+        "metric_list:\n  - metric: acc\n")
+    model = HFLM(pretrained=str(embedded_model_dir()), dtype="float32", device="cpu", batch_size=batch_size)
+    start = time.perf_counter()
+    result = simple_evaluate(model=model, tasks=["calm_mc"], task_manager=TaskManager(include_path=str(folder)),
+                             log_samples=True, verbosity="ERROR")
+    seconds = time.perf_counter() - start
+    samples = sorted(result["samples"]["calm_mc"], key=lambda s: s["doc_id"])
+    loglik = [[float(r[0][0]) for r in s["resps"]] for s in samples]
+    return {"side": "lm-eval", "n": len(items), "seconds": seconds, "questions_per_s": len(items) / seconds,
+            "loglikelihoods": loglik, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def our_side(data: str, limit: int, batch_size: int) -> dict:
+    sys.path.insert(0, str(ROOT))
+    from calm_core.evaluate import load_mc_items
+    from calm_core.models import load_model
+    from calm_core.prompts import ScoringConfig
+    from calm_core.scoring import score_items
+
+    items = load_mc_items(data, limit=limit)
+    lm = load_model("embedded")
+    start = time.perf_counter()
+    scores = score_items(lm, items, ScoringConfig(rule="cloze"), batch_size=batch_size, progress=False)
+    seconds = time.perf_counter() - start
+    loglik = [row[np.isfinite(row)].tolist() for row in scores.logits]
+    return {"side": "calm", "n": len(items), "seconds": seconds, "questions_per_s": len(items) / seconds,
+            "loglikelihoods": loglik, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def compare_with_harness(args: argparse.Namespace) -> None:
+    sides = {}
+    for side in ("calm", "lm-eval"):
+        cmd = [sys.executable, __file__, "--data", args.data, "--limit", str(args.limit),
+               "--batch-size", str(args.batch_size), "--one-side", side]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"{side} failed:\n{done.stderr[-3000:]}")
+        sides[side] = json.loads(done.stdout.strip().splitlines()[-1])
+    ours, theirs = sides["calm"]["loglikelihoods"], sides["lm-eval"]["loglikelihoods"]
+    agree = sum(int(np.argmax(a) == np.argmax(b)) for a, b in zip(ours, theirs))
+    worst = max(float(np.max(np.abs(np.array(a) - np.array(b)))) for a, b in zip(ours, theirs))
+    ratio = sides["calm"]["questions_per_s"] / sides["lm-eval"]["questions_per_s"]
+    print(f"{'scorer':8} {'q/s':>7} {'peak MB':>8}")
+    for side, row in sides.items():
+        print(f"{side:8} {row['questions_per_s']:7.2f} {row['peak_rss_mb']:8.0f}")
+    print(f"ratio calm / lm-eval: {ratio:.2f}x; predictions agree on {agree}/{len(ours)} items; "
+          f"largest log-likelihood difference {worst:.2e}")
+    summary = {"data": args.data, "limit": args.limit, "batch_size": args.batch_size, "ratio": ratio,
+               "agree": agree, "n": len(ours), "max_abs_loglik_diff": worst,
+               "rows": [{k: v for k, v in row.items() if k != "loglikelihoods"} for row in sides.values()]}
+    target = args.json.with_name("harness.json") if args.json.name == "scoring.json" else args.json
+    target.write_text(json.dumps(summary, indent=2))
+    print(f"wrote {target}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="arc/easy_test")
     parser.add_argument("--limit", type=int, default=100)
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "scoring.json")
     parser.add_argument("--one", nargs=3, metavar=("RULE", "BATCH", "SHARE"), help=argparse.SUPPRESS)
+    parser.add_argument("--harness", action="store_true", help="compare with lm-evaluation-harness (pip install lm-eval)")
+    parser.add_argument("--batch-size", type=int, default=8, help="sequences per forward, both scorers (--harness)")
+    parser.add_argument("--one-side", choices=["calm", "lm-eval"], help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.one_side:
+        side = our_side if args.one_side == "calm" else harness_side
+        print(json.dumps(side(args.data, args.limit, args.batch_size)))
+        return
+    if args.harness:
+        compare_with_harness(args)
+        return
     if args.one:
         rule, batch, share = args.one
         print(json.dumps(run_one(args.data, args.limit, rule, int(batch), share == "1")))

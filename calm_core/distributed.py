@@ -44,6 +44,8 @@ def init_from_env(device: torch.device) -> bool:
     (WORLD_SIZE > 1); True when this process is one of several."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or not torch.distributed.is_available():
         return False
+    if device.type == "cuda":  # one GPU per rank; "auto" devices then resolve to it
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     if not torch.distributed.is_initialized():
         torch.distributed.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
     return is_distributed()

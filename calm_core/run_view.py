@@ -63,23 +63,34 @@ def seconds_since_heartbeat(status: dict[str, Any], now: float | None = None) ->
     return None if beat is None else (now or time.time()) - beat
 
 
+SHARED_VARIANTS = ("base", "ts")  # the same model and fit for runs over the same base model and S_V
+
+
 def compare_rows(runs: list[RunDir]) -> list[dict[str, Any]]:
-    """Result rows of several finished runs; `base` / `ts` rows shared by runs appear once."""
+    """Result rows of several finished runs. `base` / `ts` rows shared by runs appear
+    once (the first run's); a trained variant whose name an earlier run already used
+    (two `calm` runs with different scopes) is labelled `<variant>@<run name or id>`.
+    Each row keeps `variant_raw` (the name in its run's files) and `run`."""
     rows, seen = [], set()
     for run in runs:
         path = run.path / "results.json"
         if not path.is_file():
             raise ValueError(f"Expected results.json in run {run.run_id} (a finished run), but found none")
+        label = run.status.get("name") or run.run_id
         for row in json.loads(path.read_text())["results"]:
-            key = (row["dataset"], row["variant"])
-            if key not in seen:
-                seen.add(key)
-                rows.append({**row, "run": run.run_id})
+            variant = row["variant"]
+            if (row["dataset"], variant) in seen:
+                if variant in SHARED_VARIANTS:
+                    continue
+                variant = f"{variant}@{label}"
+            seen.add((row["dataset"], variant))
+            rows.append({**row, "variant": variant, "variant_raw": row["variant"], "run": run.run_id})
     return rows
 
 
 def predictions(run: RunDir, variant: str, dataset: str) -> tuple[np.ndarray, np.ndarray]:
-    """(confidence, correct) per item of one variant on one set, from the run's Parquet."""
+    """(confidence, correct) per item of one variant on one set, from the run's Parquet
+    (`variant` as the run itself named it: a row's `variant_raw`)."""
     import pandas as pd
 
     path = predictions_path(run.path, variant, dataset)

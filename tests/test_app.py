@@ -75,3 +75,12 @@ def test_chart_builders_for_monitor_and_compare() -> None:
     assert [len(t.x) for t in lines] == [2, 2]  # the two non-empty bins
     assert list(lines[0].error_y.array) == pytest.approx([upper[2] - 1.0, upper[4] - 1 / 3])
     assert variant_colors(["base", "ts", "calm", "sft"])["calm"] != variant_colors(["base", "ts", "calm", "sft"])["sft"]
+
+
+def test_user_text_is_escaped_in_charts_and_inline_code() -> None:
+    from app.charts import option_probability_figure
+    from app.state import code
+
+    fig = option_probability_figure(["<b>bold</b>", "a & b"], {"base": [0.5, 0.5]})
+    assert list(fig.data[0].x) == ["&lt;b&gt;bold&lt;/b&gt;", "a &amp; b"]
+    assert code("evil`](http://x)") == "`evil'](http://x)`"

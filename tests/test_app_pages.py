@@ -82,6 +82,9 @@ def test_train_launches_a_job_then_monitor_compare_and_playground_show_it(tiny_e
     assert not at.exception, at.exception
     assert at.success and "Run `" in at.success[0].value
     run_id = _wait_finished()
+    for page in PAGES:  # every page, now with a finished run in the workspace
+        at = _page(page)
+        assert not at.exception and not at.error, (page, at.exception, [e.value for e in at.error])
 
     monitor = _page("pages/monitor.py")
     assert monitor.selectbox(key="monitor_select").value == run_id

@@ -39,13 +39,14 @@ shown = c2.multiselect("Variants", variants, default=variants[:3], key="compare_
 n_bins = c3.selectbox("Bins", [10, 15], index=1, key="compare_bins")
 layout = c4.radio("Layout", ["overlay", "side by side"], key="compare_layout")
 
-owner = {(r["dataset"], r["variant"]): RunDir.at(r["run"]) for r in rows}
+owner = {(r["dataset"], r["variant"]): (RunDir.at(r["run"]), r["variant_raw"]) for r in rows}
 curves, tables = {}, {}
 for variant in shown:
     if (dataset, variant) not in owner:
         continue
     try:
-        confidence, correct = run_view.predictions(owner[(dataset, variant)], variant, dataset)
+        run, raw_name = owner[(dataset, variant)]
+        confidence, correct = run_view.predictions(run, raw_name, dataset)
     except Exception as exc:
         st.warning(describe_error(exc))
         continue

@@ -57,7 +57,7 @@ if fitted is not None:
 probs = scores.probs(temperature)
 now = metrics.summarize(probs, scores.gold)
 c1, c2, c3 = st.columns(3)
-c1.metric("ECE", f"{now['ece']:.3f}", delta=f"{now['ece'] - base['ece']:+.3f}", delta_color="inverse")
+c1.metric("ECE", f"{now['ece']:.3f}", delta=f"{now['ece'] - base['ece']:+.3f}" if temperature != 1.0 else None, delta_color="inverse")
 c2.metric("Mean confidence", f"{now['confidence']:.1%}")
 c3.metric("Accuracy (unchanged)", f"{now['acc']:.1%}")
 confidence, correct = metrics.top_label(probs, scores.gold)
@@ -65,3 +65,13 @@ table = metrics.bin_confidences(confidence, correct, n_bins=10)
 st.plotly_chart(reliability_figure(table.to_records(), f"Reliability diagram at T = {temperature:.2f}"),
                 key="learn_reliability")
 st.caption(f"Scoring rule: {rule}; {len(scores)} questions from {dataset}; 10 equal-width bins.")
+
+st.subheader("3. Why not stop here")
+st.markdown(
+    "A temperature fitted on one dataset is often wrong for the next one (see `docs/results.md`). "
+    "**CALM** learns the calibration *while* fine-tuning: LoRA weights for the task and a calibration head "
+    "(per-option temperatures and shifts) chosen to keep held-out predictions uncertain where the model is not sure, "
+    "without giving up the training fit. Try it: **Train** launches a run in the background, **Monitor** follows it, "
+    "**Compare** puts its reliability diagrams next to the untouched model and temperature scaling."
+)
+st.page_link("pages/train.py", label="Train a calibrated model", icon=":material/model_training:")

@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from app.charts import alpha_bars, alpha_heatmap, line_figure, tradeoff_figure
-from app.state import describe_error
+from app.state import code, describe_error
 from calm_core import run_view
 from calm_core.jobs import cancel, resume
 from calm_core.runs import RunDir, list_runs
@@ -38,8 +38,8 @@ def _header(records: list[dict]) -> str:
     status = run.status
     total, step = status.get("total_steps"), status.get("step") or 0
     config = run.config.get("train", {})
-    st.markdown(f"**{config.get('method', '?')}** on `{config.get('train_data', '?')}` "
-                f"(scope `{config.get('scope', '?')}`, model `{config.get('model', '?')}`)")
+    st.markdown(f"{code(config.get('method', '?'))} on {code(config.get('train_data', '?'))} "
+                f"(scope {code(config.get('scope', '?'))}, model {code(config.get('model', '?'))})")
     eta = run_view.eta_seconds(records, total)
     reason = view.reason if view.reason.startswith(view.state) else f"{view.state}: {view.reason}"
     text = reason + (f" · about {eta / 60:.1f} min left" if eta and view.state == "running" else "")

@@ -38,7 +38,10 @@ if source == "from a dataset":
     except Exception as exc:
         st.error(describe_error(exc))
         st.stop()
-    st.markdown(f"**Question:** {item.question}", unsafe_allow_html=False)
+    st.caption("Question")
+    st.text(item.question)  # dataset text, shown literally
+    st.caption("Options (gold: " + str(item.answer + 1) + ")")
+    st.text("\n".join(f"{k + 1}. {c}" for k, c in enumerate(item.choices)))
 else:
     question = st.text_input("Question", "Which planet is known as the red planet?", key="play_question")
     options_text = st.text_area("Options, one per line (the first is the right one)", "Mars\nVenus\nJupiter\nSaturn",

@@ -1,0 +1,68 @@
+"""Reading runs for display: series, alpha vectors, ETA, and comparing several runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from calm_core import run_view
+from calm_core.runs import RunDir
+
+RECORDS = [
+    {"step": 1, "elapsed": 2.0, "train/lower_loss": 1.5, "alpha/tau": [1.0, 1.1]},
+    {"step": 2, "elapsed": 4.0, "train/lower_loss": 1.2, "alpha/tau": [1.2, 1.3], "eval/heldout/acc": 0.5,
+     "eval/arc/easy_test/acc": 0.4, "eval/arc/easy_test/ece": 0.2},
+    {"step": 3, "elapsed": 6.0, "train/lower_loss": 1.1},
+]
+
+
+def test_series_eval_sets_and_alpha_vectors() -> None:
+    assert run_view.series(RECORDS, "train/lower_loss") == ([1, 2, 3], [1.5, 1.2, 1.1])
+    assert run_view.series(RECORDS, "eval/arc/easy_test/ece") == ([2], [0.2])
+    assert run_view.eval_sets(RECORDS) == ["heldout", "arc/easy_test"]
+    steps, taus = run_view.alpha_vectors(RECORDS)
+    assert steps == [1, 2] and taus.tolist() == [[1.0, 1.1], [1.2, 1.3]]
+    assert run_view.alpha_vectors(RECORDS, "l")[1].shape == (0, 0)
+
+
+def test_eta_at_the_recent_pace() -> None:
+    assert run_view.eta_seconds(RECORDS, 10) == pytest.approx(2.0 * 7)
+    assert run_view.eta_seconds(RECORDS, 3) == 0.0
+    assert run_view.eta_seconds([], 10) is None
+
+
+def _run(root: Path, run_id: str, name: str, variants: list[str]) -> RunDir:
+    run = RunDir.create(root, run_id, {"train": {}, "name": name})
+    run.update_status(name=name)
+    rows = [{"dataset": "d", "variant": v, "acc": 0.5} for v in variants]
+    (run.path / "results.json").write_text(json.dumps({"results": rows}))
+    return run
+
+
+def test_compare_rows_share_base_and_ts_and_label_repeated_methods(tmp_path: Path) -> None:
+    a = _run(tmp_path, "a", "calm-options", ["base", "ts", "calm", "calm_theta_only"])
+    b = _run(tmp_path, "b", "calm-vocab", ["base", "ts", "calm", "calm_theta_only"])
+    c = _run(tmp_path, "c", "sft", ["base", "ts", "sft"])
+    rows = run_view.compare_rows([a, b, c])
+    assert [r["variant"] for r in rows] == ["base", "ts", "calm", "calm_theta_only", "calm@calm-vocab",
+                                            "calm_theta_only@calm-vocab", "sft"]
+    assert rows[4]["variant_raw"] == "calm" and rows[4]["run"] == "b"
+    with pytest.raises(ValueError, match="results.json"):
+        run_view.compare_rows([RunDir.create(tmp_path, "d", {"train": {}})])
+
+
+def test_predictions_reads_confidence_and_correctness(tmp_path: Path) -> None:
+    import pandas as pd
+
+    from calm_core.runs import write_predictions
+
+    run = RunDir.create(tmp_path, "p", {"train": {}})
+    write_predictions(run.path, "calm", "arc/easy_test",
+                      pd.DataFrame({"gold": [0, 1], "prediction": [0, 0], "confidence": [0.9, 0.6]}))
+    confidence, correct = run_view.predictions(run, "calm", "arc/easy_test")
+    assert confidence.tolist() == [0.9, 0.6] and correct.tolist() == [1.0, 0.0]
+    with pytest.raises(ValueError, match="predictions"):
+        run_view.predictions(run, "sft", "arc/easy_test")
