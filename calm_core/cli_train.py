@@ -51,6 +51,8 @@ def add_parsers(sub: Any) -> None:
     cp.add_argument("--json", type=Path, help="write the rows as JSON")
     cp.add_argument("--wide", action="store_true",
                     help="one Markdown line per variant, columns dataset x (acc, ece, ece_10): the paper's shape")
+    cp.add_argument("--metrics", default="acc,ece,ece_10", help="--wide: the metric columns, comma-separated")
+    cp.add_argument("--ood-mean", action="store_true", help="--wide: add the mean over every set but the first")
     ex = sub.add_parser("export", help="adapter + calibration head + a model card with the calibration table")
     ex.add_argument("run_id")
     ex.add_argument("target", type=Path)
@@ -228,7 +230,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ValueError("Expected run ids or --name-prefix matching finished runs, but got none")
     rows = compare_rows([RunDir.at(run_id, args.runs_root) for run_id in run_ids])
     if args.wide:
-        print(wide_table(rows))
+        print(wide_table(rows, tuple(m.strip() for m in args.metrics.split(",")), ood_mean=args.ood_mean))
     else:
         print(format_table(rows, ("dataset", "variant", "n", "acc", "ece", "ece_10", "brier", "nll", "auroc", "confidence")))
     if args.json:

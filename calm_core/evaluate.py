@@ -94,19 +94,27 @@ def format_table(rows: list[dict[str, Any]], columns: tuple[str, ...] = TABLE_CO
     return "\n".join(lines)
 
 
-def wide_table(rows: list[dict[str, Any]], metric_names: tuple[str, ...] = ("acc", "ece", "ece_10")) -> str:
+def wide_table(rows: list[dict[str, Any]], metric_names: tuple[str, ...] = ("acc", "ece", "ece_10"),
+               ood_mean: bool = False) -> str:
     """A Markdown table in the paper's shape: one line per variant, and per dataset (in
     first-seen order, so the in-domain set that a run lists first comes first) one
-    column per metric. A variant missing on a dataset shows `-`."""
+    column per metric. A variant missing on a dataset shows `-`. `ood_mean` adds, per
+    metric, the mean over every dataset but the first (the out-of-domain average)."""
     datasets = list(dict.fromkeys(r["dataset"] for r in rows))
     variants = list(dict.fromkeys(r["variant"] for r in rows))
     values = {(r["dataset"], r["variant"]): r for r in rows}
     header = ["variant"] + [f"{d} {m}" for d in datasets for m in metric_names]
+    if ood_mean:
+        header += [f"OOD mean {m}" for m in metric_names]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for variant in variants:
         cells = [variant]
         for dataset in datasets:
             row = values.get((dataset, variant))
             cells += [f"{row[m]:.3f}" if row is not None and m in row else "-" for m in metric_names]
+        if ood_mean:
+            ood = [values.get((d, variant)) for d in datasets[1:]]
+            cells += [f"{sum(r[m] for r in ood) / len(ood):.3f}" if ood and all(r is not None for r in ood) else "-"
+                      for m in metric_names]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

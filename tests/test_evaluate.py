@@ -16,3 +16,12 @@ def test_wide_table_orders_datasets_and_variants_as_seen_and_marks_gaps() -> Non
     assert lines[2] == "| base | 0.500 | 0.310 | 0.300 | 0.250 | 0.500 | 0.490 |"
     assert lines[3] == "| calm | 0.490 | 0.100 | 0.090 | - | - | - |"
     assert wide_table(rows, ("acc",)).splitlines()[2] == "| base | 0.500 | 0.250 |"
+
+
+def test_wide_table_ood_mean_averages_every_set_but_the_first() -> None:
+    rows = [{"dataset": d, "variant": "v", "ece": e} for d, e in (("id", 0.9), ("a", 0.1), ("b", 0.3))]
+    rows.append({"dataset": "id", "variant": "w", "ece": 0.5})
+    lines = wide_table(rows, ("ece",), ood_mean=True).splitlines()
+    assert lines[0].endswith("| OOD mean ece |")
+    assert lines[2] == "| v | 0.900 | 0.100 | 0.300 | 0.200 |"
+    assert lines[3] == "| w | 0.500 | - | - | - |"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -148,3 +149,18 @@ def test_frozen_prefix_cache_trains_to_the_same_weights_and_results(tiny_model_d
     for uncached, cached in zip(*results):
         assert (uncached["variant"], uncached["dataset"]) == (cached["variant"], cached["dataset"])
         assert cached["acc"] == uncached["acc"] and cached["nll"] == pytest.approx(uncached["nll"], abs=1e-4)
+
+
+def test_qlora_on_cpu_when_asked_trains_and_records_the_choice(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """4-bit NF4 base weights (bitsandbytes runs them on a CPU too) with the frozen-prefix
+    cache over the quantized bottom layer: trains, and status.json says 4-bit and why."""
+    pytest.importorskip("bitsandbytes")
+    lm = load_model(ModelSpec(name=str(tiny_model_dir), device="cpu", load_in_4bit=True))
+    assert "4bit" in type(lm.model.model.layers[0].self_attn.q_proj.weight).__name__.lower()
+    cfg = small_config(method="calm", steps=2, scoring="cloze", load_in_4bit=True, lora={"r": 4, "alpha": 8, "layers": 1})
+    run = RunDir.create(tmp_path, "qlora", cfg.to_dict())
+    result = train(cfg, run=run, lm=lm)
+    choices = run.status["choices"]
+    assert result.state == "finished" and choices["quantization"] == {"four_bit": True, "reason": "requested 4-bit (QLoRA)"}
+    assert choices["frozen_prefix"]["used"] is True
+    assert all(np.isfinite(r["train/lower_loss"]) for r in run.read_metrics())

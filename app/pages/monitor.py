@@ -120,7 +120,10 @@ def _alpha(records: list[dict]) -> None:
     st.plotly_chart(line_figure({lab: (steps, taus[:, k]) for k, lab in enumerate(labels)}, "tau per option"),
                     key="monitor_tau_lines")
     st.plotly_chart(alpha_heatmap(steps, taus, labels, "tau: step x option"), key="monitor_tau_heat")
-    chosen = st.select_slider("Step", options=steps, value=steps[-1], key="monitor_alpha_step")
+    # While the run moves, a new step is a new slider (it follows the latest step); once it
+    # stops, the key is stable and the slider stays where the reader puts it.
+    live_suffix = f"-{len(steps)}" if run.state().state in ACTIVE else ""
+    chosen = st.select_slider("Step", options=steps, value=steps[-1], key=f"monitor_alpha_step-{run_id}{live_suffix}")
     row = steps.index(chosen)
     c1, c2 = st.columns(2)
     c1.plotly_chart(alpha_bars(taus[row], labels, chosen, "tau"), key="monitor_tau_bars")
