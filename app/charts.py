@@ -164,3 +164,12 @@ def option_probability_figure(options: Sequence[str], probs: dict[str, Sequence[
     fig.update_layout(barmode="group", yaxis_range=[0, 1.1], height=340, margin=dict(l=40, r=10, t=30, b=30),
                       legend=dict(orientation="h", y=-0.2))
     return fig
+
+
+def figure_png(fig: go.Figure, scale: float = 2.0) -> tuple[bytes | None, str]:
+    """(PNG bytes, "") through kaleido and a local Chrome/Chromium, or (None, why not):
+    the page then offers HTML only instead of failing."""
+    try:
+        return fig.to_image(format="png", scale=scale), ""
+    except Exception as exc:  # kaleido missing, or no Chrome for it to drive
+        return None, f"PNG export unavailable ({type(exc).__name__}: {str(exc)[:120]}); the HTML download works."

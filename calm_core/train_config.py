@@ -113,7 +113,10 @@ def _positive_int(name: str, value: Any) -> None:
 PRESETS: dict[str, dict[str, Any]] = {
     # Minutes on 2 CPU cores with the embedded model: few steps, small batches, LoRA on
     # the attention projections of the top layers only.
+    # lr_alpha 5e-2: AdamW moves log tau by at most about lr per step, and TS-like
+    # temperatures (T = 5 to 10 on ARC) need log tau near 2 within these few steps.
     "quick": {"steps": 40, "batch_size": 4, "heldout_batch_size": 4, "eval_every": 20, "checkpoint_every": 20,
+              "lr_alpha": 5e-2,
               "eval_limit": 100, "heldout_limit": 100, "lora": {"r": 8, "alpha": 16, "layers": 4}},
     # The paper's settings: QLoRA r64, LoRA alpha 32, batch 16, AdamW; 5 epochs is
     # steps = 5 * len(train) / 16, set by the caller from the training set size.

@@ -84,3 +84,14 @@ def test_user_text_is_escaped_in_charts_and_inline_code() -> None:
     fig = option_probability_figure(["<b>bold</b>", "a & b"], {"base": [0.5, 0.5]})
     assert list(fig.data[0].x) == ["&lt;b&gt;bold&lt;/b&gt;", "a &amp; b"]
     assert code("evil`](http://x)") == "`evil'](http://x)`"
+
+
+def test_figure_png_renders_or_says_why() -> None:
+    from app.charts import figure_png
+
+    import os
+
+    png, why = figure_png(accuracy_confidence_figure(0.5, 0.8))
+    if os.environ.get("CALM_REQUIRE_BROWSER") == "1":  # CI installs chromium: PNG export must work there
+        assert png is not None, why
+    assert (png is not None and png.startswith(b"\x89PNG") and why == "") or (png is None and "HTML" in why)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app.charts import reliability_figure, reliability_overlay
+from app.charts import figure_png, reliability_figure, reliability_overlay
 from app.state import describe_error
 from calm_core import metrics, run_view
 from calm_core.evaluate import wide_table
@@ -75,5 +75,13 @@ c1, c2 = st.columns(2)
 c1.download_button("Download the table (CSV)", frame.to_csv(index=False), file_name="calm_compare.csv",
                    mime="text/csv", key="compare_csv")
 if figures:
+    stem = f"reliability_{dataset.replace('/', '_')}"
     c2.download_button("Download the figure (HTML)", figures[0].to_html(include_plotlyjs="cdn"),
-                       file_name=f"reliability_{dataset.replace('/', '_')}.html", mime="text/html", key="compare_html")
+                       file_name=f"{stem}.html", mime="text/html", key="compare_html")
+    if c2.checkbox("Also as PNG (renders with kaleido, a few seconds)", key="compare_png"):
+        png, why = figure_png(figures[0])
+        if png is None:
+            c2.caption(why)
+        else:
+            c2.download_button("Download the figure (PNG)", png, file_name=f"{stem}.png", mime="image/png",
+                               key="compare_png_download")

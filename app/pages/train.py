@@ -66,7 +66,7 @@ with st.expander("Advanced settings"):
     eta = a4.number_input("eta", 0.01, 10.0, base.eta, key="train_eta")
     b1, b2, b3, b4 = st.columns(4)
     lr_theta = b1.number_input("lr theta", 1e-6, 1.0, base.lr_theta, format="%.0e", key="train_lr_theta")
-    lr_alpha = b2.number_input("lr alpha", 1e-5, 1.0, 5e-2, format="%.0e", key="train_lr_alpha")
+    lr_alpha = b2.number_input("lr alpha", 1e-5, 1.0, base.lr_alpha, format="%.0e", key="train_lr_alpha")
     rank = b3.number_input("LoRA rank", 1, 256, base.lora.r, key="train_rank")
     layers = b4.number_input("LoRA on top N layers (0: all)", 0, 200, base.lora.layers or 0, key="train_layers")
     d1, d2, d3 = st.columns(3)
