@@ -7,8 +7,8 @@ import streamlit as st
 
 from calm_core.evaluate import score_dataset
 from calm_core.models import LoadedModel, load_model
-from calm_core.prompts import ScoringConfig
 from calm_core.playground import TrainedModel
+from calm_core.prompts import ScoringConfig
 from calm_core.scoring import OptionScores
 
 

@@ -122,11 +122,10 @@ def _progress_bar(total: int) -> Any:
 
 def run_in_process(run: RunDir, show_progress: bool) -> int:
     """Train (or resume) the run in this process; failures end as `failed` with the error."""
+    from calm_core import distributed
     from calm_core.jobs import schedule
     from calm_core.train_config import TrainConfig
     from calm_core.trainer import train
-
-    from calm_core import distributed
 
     cfg = TrainConfig.from_dict(run.config["train"])
     main = distributed.is_main()

@@ -9,9 +9,9 @@ import streamlit as st
 from app.charts import option_probability_figure
 from app.state import describe_error, get_model, get_trained
 from calm_core import metrics
+from calm_core.data.catalog import list_datasets
 from calm_core.data.schema import MCItem
 from calm_core.evaluate import load_mc_items
-from calm_core.data.catalog import list_datasets
 from calm_core.playground import generate, option_probabilities, untrained
 from calm_core.runs import list_runs
 

@@ -10,10 +10,9 @@ import pandas as pd
 import streamlit as st
 
 from app.state import describe_error
-from calm_core.launch import estimate_step_seconds, launch_training
 from calm_core.data.catalog import list_datasets
 from calm_core.head import SCOPES
-
+from calm_core.launch import estimate_step_seconds, launch_training
 from calm_core.methods import METHODS
 from calm_core.runs import list_runs
 from calm_core.train_config import PRESETS, TrainConfig
