@@ -141,10 +141,16 @@ class FrozenPrefixModel:
                  logits_to_keep: int = 0, use_cache: bool = False, **_: Any) -> SimpleNamespace:
         if use_cache:
             raise ValueError("FrozenPrefixModel runs without a KV cache; score with share_prefix=False")
+        hidden = self.last_hidden(input_ids, attention_mask, position_ids, logits_to_keep)
+        return SimpleNamespace(logits=_causal_lm(self.model).lm_head(hidden))
+
+    def last_hidden(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                    n_last: int = 0) -> torch.Tensor:
+        """Final-norm hidden states of the last `n_last` positions (0: all), (B, n, d)."""
         keys = [tuple(row[mask.bool()].tolist()) for row, mask in zip(input_ids, attention_mask)]
         self._fill(input_ids, attention_mask, position_ids, keys)
         hidden = self._padded_hidden(keys, input_ids.shape[1])  # (B, W, d)
-        return SimpleNamespace(logits=self._top(hidden, attention_mask, position_ids, logits_to_keep))
+        return self._top(hidden, attention_mask, position_ids, n_last)
 
     def _fill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
               keys: list[tuple[int, ...]]) -> None:
@@ -191,17 +197,36 @@ class FrozenPrefixModel:
 
     def _top(self, hidden: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
              logits_to_keep: int) -> torch.Tensor:
-        """Layers split.., final norm and LM head (LoRA and gradients live here)."""
-        lm = _causal_lm(self.model)
-        inner = lm.model
+        """Layers split.. and the final norm (LoRA and gradients live here)."""
+        inner = _causal_lm(self.model).model
         causal = _causal_mask(self.config, hidden, attention_mask, position_ids)
         rotary = inner.rotary_emb(hidden, position_ids=position_ids)
         for layer in inner.layers[self.split:]:
             hidden = layer(hidden, attention_mask=causal, position_embeddings=rotary, position_ids=position_ids)
         hidden = inner.norm(hidden)
-        if logits_to_keep:
-            hidden = hidden[:, -logits_to_keep:]
-        return lm.lm_head(hidden)  # (B, keep, V)
+        return hidden[:, -logits_to_keep:] if logits_to_keep else hidden  # (B, keep, d)
+
+
+def hidden_path(model: Any) -> bool:
+    """True when `last_hidden` + `output_head` reproduce the model's logits: a Llama-shaped
+    decoder (or a FrozenPrefixModel over one) with no final logit soft-capping."""
+    base = model.model if isinstance(model, FrozenPrefixModel) else model
+    config = _causal_lm(base).config
+    return supports_frozen_prefix(base) and not getattr(config, "final_logit_softcapping", None)
+
+
+def last_hidden(model: Any, batch: dict[str, torch.Tensor], n_last: int) -> torch.Tensor:
+    """Final-norm hidden states (B, n_last, d) of a left-padded batch: what the LM head
+    would turn into the last n_last positions' logits. Adapters stay active."""
+    if isinstance(model, FrozenPrefixModel):
+        return model.last_hidden(batch["input_ids"], batch["attention_mask"], batch["position_ids"], n_last)
+    out = _causal_lm(model).model(**batch, use_cache=False)
+    return out.last_hidden_state[:, -n_last:]
+
+
+def output_head(model: Any) -> Any:
+    base = model.model if isinstance(model, FrozenPrefixModel) else model
+    return _causal_lm(base).lm_head
 
 
 def frozen_prefix_split(model: Any, lora_layers: int | None) -> int | None:

@@ -140,17 +140,30 @@ def continuation_logprobs(
     predict a continuation of length c are the row's last c positions.
     """
     inputs = [(ctx + cont)[:-1] for ctx, cont in contexts_and_conts]
-    longest = max(len(cont) for _, cont in contexts_and_conts)
-    logits = last_logits(model, left_pad_batch(inputs, pad_id, device), longest)  # (B, c_max, V)
+    lengths = [len(cont) for _, cont in contexts_and_conts]
+    logits = needed_logits(model, left_pad_batch(inputs, pad_id, device), lengths)  # (sum c, V)
     if transform is not None:
         logits = transform(logits)
     logprobs = torch.log_softmax(logits, dim=-1)
-    result = []
-    for row, (_, cont) in enumerate(contexts_and_conts):
-        targets = torch.tensor(cont, device=logprobs.device)
-        picked = logprobs[row, longest - len(cont):].gather(-1, targets[:, None])[:, 0]  # (c,)
-        result.append(picked)
-    return result
+    targets = torch.tensor([t for _, cont in contexts_and_conts for t in cont], device=logprobs.device)
+    picked = logprobs.gather(-1, targets[:, None])[:, 0]  # (sum c,)
+    return list(picked.split(lengths))
+
+
+def needed_logits(model: Any, batch: dict[str, torch.Tensor], lengths: Sequence[int]) -> torch.Tensor:
+    """fp32 logits at the last lengths[r] positions of each left-padded row r, stacked
+    in row order: (sum(lengths), V). Where the model allows (calm_core.frozen_prefix.
+    hidden_path), the LM head runs on those positions only, not on B x max(lengths):
+    the head and its log-softmax over the vocabulary are most of a small model's cost."""
+    from calm_core.frozen_prefix import hidden_path, last_hidden, output_head
+
+    longest = max(lengths)
+    keep = torch.arange(longest, device=batch["input_ids"].device)[None, :] >= (
+        longest - torch.tensor(lengths, device=batch["input_ids"].device)[:, None])  # (B, c_max)
+    if hidden_path(model):
+        hidden = last_hidden(model, batch, longest)  # (B, c_max, d)
+        return output_head(model)(hidden[keep]).float()  # (sum c, V)
+    return last_logits(model, batch, longest)[keep]  # (sum c, V)
 
 
 def cache_kwarg(model: Any) -> str:

@@ -141,3 +141,26 @@ def test_disk_store_serves_a_second_runner_and_keys_on_the_weights(four_layer_lo
         model.get_base_model().model.layers[0].mlp.up_proj.weight.mul_(1.01)  # a frozen weight changes
     third = FrozenPrefixModel(model, split=2, store_root=tmp_path)
     assert third.store.path != first.store.path  # so stale states are never served
+
+
+def test_needed_logits_equal_the_full_logits_at_the_kept_positions(four_layer_lora) -> None:
+    """The LM head on the positions each row needs only, for the PEFT model, the runner and
+    the same model with the adapter off: the same numbers as slicing the full logits."""
+    from calm_core.frozen_prefix import hidden_path
+    from calm_core.scoring import last_logits, needed_logits
+
+    model, tokenizer = four_layer_lora
+    seqs = [tokenizer(t).input_ids for t in ("one two three four", "five six", "seven eight nine")]
+    batch = left_pad_batch(seqs, tokenizer.pad_token_id, torch.device("cpu"))
+    lengths = [3, 1, 2]
+    runner = FrozenPrefixModel(model, split=2)
+    assert hidden_path(model) and hidden_path(runner)
+    with torch.no_grad():
+        full = last_logits(model, batch, 3)  # (3, 3, V)
+        expected = torch.cat([full[0, 0:], full[1, 2:], full[2, 1:]])
+        torch.testing.assert_close(needed_logits(model, batch, lengths), expected, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(needed_logits(runner, batch, lengths), expected, atol=1e-5, rtol=1e-5)
+        with model.disable_adapter():
+            base = last_logits(model, batch, 3)
+            got = needed_logits(runner, batch, lengths)
+        torch.testing.assert_close(got, torch.cat([base[0, 0:], base[1, 2:], base[2, 1:]]), atol=1e-5, rtol=1e-5)
