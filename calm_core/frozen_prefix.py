@@ -215,13 +215,15 @@ def hidden_path(model: Any) -> bool:
     return supports_frozen_prefix(base) and not getattr(config, "final_logit_softcapping", None)
 
 
-def last_hidden(model: Any, batch: dict[str, torch.Tensor], n_last: int) -> torch.Tensor:
-    """Final-norm hidden states (B, n_last, d) of a left-padded batch: what the LM head
-    would turn into the last n_last positions' logits. Adapters stay active."""
+def last_hidden(model: Any, inputs: dict[str, Any], n_last: int) -> torch.Tensor:
+    """Final-norm hidden states (B, n_last, d): what the LM head would turn into the last
+    n_last positions' logits. `inputs` are forward() keywords (input_ids, attention_mask,
+    position_ids, use_cache, a KV cache); adapters stay active."""
     if isinstance(model, FrozenPrefixModel):
-        return model.last_hidden(batch["input_ids"], batch["attention_mask"], batch["position_ids"], n_last)
-    out = _causal_lm(model).model(**batch, use_cache=False)
-    return out.last_hidden_state[:, -n_last:]
+        if inputs.get("use_cache"):
+            raise ValueError("FrozenPrefixModel runs without a KV cache; score with share_prefix=False")
+        return model.last_hidden(inputs["input_ids"], inputs["attention_mask"], inputs["position_ids"], n_last)
+    return _causal_lm(model).model(**inputs).last_hidden_state[:, -n_last:]
 
 
 def output_head(model: Any) -> Any:

@@ -155,15 +155,10 @@ def needed_logits(model: Any, batch: dict[str, torch.Tensor], lengths: Sequence[
     in row order: (sum(lengths), V). Where the model allows (calm_core.frozen_prefix.
     hidden_path), the LM head runs on those positions only, not on B x max(lengths):
     the head and its log-softmax over the vocabulary are most of a small model's cost."""
-    from calm_core.frozen_prefix import hidden_path, last_hidden, output_head
-
     longest = max(lengths)
     keep = torch.arange(longest, device=batch["input_ids"].device)[None, :] >= (
         longest - torch.tensor(lengths, device=batch["input_ids"].device)[:, None])  # (B, c_max)
-    if hidden_path(model):
-        hidden = last_hidden(model, batch, longest)  # (B, c_max, d)
-        return output_head(model)(hidden[keep]).float()  # (sum c, V)
-    return last_logits(model, batch, longest)[keep]  # (sum c, V)
+    return logits_at(model, {**batch, "use_cache": False}, keep)  # (sum c, V)
 
 
 def cache_kwarg(model: Any) -> str:
@@ -213,23 +208,19 @@ def shared_prefix_logprobs(model: Any, groups: Sequence[tuple[list[int], list[li
     owners = [g for g, (_, conts) in enumerate(groups) for _ in conts]
     conts = [cont for _, cs in groups for cont in cs]
     width = max(len(c) for c in conts) - 1
-    second_logprobs = None
+    rest: list[torch.Tensor] = [first_logprobs.new_zeros(0) for _ in conts]
     if width > 0:
-        second_logprobs = _continue_from_cache(model, cache, batch, owners, conts, width, pad_id, device, transform)
+        rest = _continue_from_cache(model, cache, batch, owners, conts, width, pad_id, device, transform)
     out: list[list[torch.Tensor]] = [[] for _ in groups]
     for row, (owner, cont) in enumerate(zip(owners, conts)):
-        picked = [first_logprobs[owner, cont[0]]]
-        if len(cont) > 1:
-            targets = torch.tensor(cont[1:], device=device)
-            picked.append(second_logprobs[row, : len(cont) - 1].gather(-1, targets[:, None])[:, 0])
-        out[owner].append(torch.cat([p.reshape(-1) for p in picked]))
+        out[owner].append(torch.cat([first_logprobs[owner, cont[0]].reshape(1), rest[row]]))
     return out
 
 
 def _continue_from_cache(model: Any, cache: Any, ctx_batch: dict[str, torch.Tensor], owners: list[int],
                          conts: list[list[int]], width: int, pad_id: int, device: torch.device,
-                         transform: LogitsTransform | None = None) -> torch.Tensor:
-    """Log-probs (R, width, V) of continuation tokens 2.. given each row's cached context."""
+                         transform: LogitsTransform | None = None) -> list[torch.Tensor]:
+    """Per row, log p of its continuation tokens 2.. given its cached context, (c - 1,)."""
     index = torch.tensor(owners, device=device)
     cache.batch_select_indices(index)  # (G, H, L, D) -> (R, H, L, D): one copy per continuation
     ids = torch.full((len(conts), width), pad_id, dtype=torch.long)
@@ -240,10 +231,28 @@ def _continue_from_cache(model: Any, cache: Any, ctx_batch: dict[str, torch.Tens
     ctx_mask = ctx_batch["attention_mask"][index]  # (R, L)
     ctx_len = ctx_mask.sum(dim=1, keepdim=True)  # (R, 1)
     positions = ctx_len + torch.arange(width, device=device)[None, :]  # (R, W)
-    out = model(input_ids=ids.to(device), attention_mask=torch.cat([ctx_mask, mask.to(device)], dim=1),
-                position_ids=positions, use_cache=True, **{cache_kwarg(model): cache})
-    logits = out.logits.float()  # (R, W, V)
-    return torch.log_softmax(transform(logits) if transform else logits, dim=-1)
+    inputs = dict(input_ids=ids.to(device), attention_mask=torch.cat([ctx_mask, mask.to(device)], dim=1),
+                  position_ids=positions, use_cache=True, **{cache_kwarg(model): cache})
+    keep = mask.bool().to(device)  # (R, W): only real continuation positions get logits
+    logits = logits_at(model, inputs, keep)  # (sum (c - 1), V)
+    logprobs = torch.log_softmax(transform(logits) if transform else logits, dim=-1)
+    targets = torch.tensor([t for cont in conts for t in cont[1:]], device=device)
+    picked = logprobs.gather(-1, targets[:, None])[:, 0]
+    return list(picked.split([len(cont) - 1 for cont in conts]))
+
+
+def logits_at(model: Any, inputs: dict[str, Any], keep: torch.Tensor) -> torch.Tensor:
+    """fp32 logits at the positions `keep` marks among the last keep.shape[1] of each row,
+    in row order: (keep.sum(), V). Where the model allows (frozen_prefix.hidden_path),
+    the LM head runs on those positions only. `inputs`: forward() keywords (a KV cache
+    included, except for a FrozenPrefixModel)."""
+    from calm_core.frozen_prefix import hidden_path, last_hidden, output_head
+
+    n_last = keep.shape[1]
+    if hidden_path(model):
+        hidden = last_hidden(model, inputs, n_last)  # (B, n_last, d)
+        return output_head(model)(hidden[keep]).float()
+    return model(**inputs, logits_to_keep=n_last).logits[keep].float()
 
 
 def _cloze_scores(lm: Any, items: Sequence[MCItem], cfg: ScoringConfig, batch_size: int,
