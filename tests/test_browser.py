@@ -32,7 +32,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
 PAGE_TITLES = {"Learn: overconfidence": "Overconfidence, live", "Data": "Data", "Train": "Train",
                "Monitor": "Monitor", "Compare": "Compare", "Playground": "Playground"}
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.embedded]  # it trains the embedded model
 
 
 def _require_browser() -> None:
