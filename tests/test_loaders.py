@@ -384,3 +384,13 @@ def test_peek_columns_names_the_first_readable_record(tmp_path) -> None:
     csv = tmp_path / "d.csv"
     csv.write_text("question,A,B,answer\nWhat?,x,y,A\n")
     assert peek_columns(csv) == ["question", "A", "B", "answer"]
+
+
+def test_guess_mapping_reads_common_column_names() -> None:
+    from calm_core.data.loaders import ColumnMapping, guess_mapping
+
+    assert guess_mapping(["q", "A", "B", "C", "label"]) == "question=q, choices=A|B|C, answer=label"
+    assert guess_mapping(["Question", "options", "answerKey"]) == "question=Question, choices=options, answer=answerKey"
+    assert guess_mapping(["question", "answers"]) == "question=question, choices=choices, answer=answer, answers=answers"
+    assert guess_mapping(["x", "y"]) == "question=question, choices=choices, answer=answer"  # the defaults to edit
+    ColumnMapping.parse(guess_mapping(["q", "a", "b", "label"]))  # always parseable

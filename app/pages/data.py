@@ -15,7 +15,7 @@ import streamlit as st
 
 from app.state import describe_error
 from calm_core.data.catalog import delete_upload, list_datasets, save_upload
-from calm_core.data.loaders import ColumnMapping, load_file, peek_columns
+from calm_core.data.loaders import ColumnMapping, guess_mapping, load_file, peek_columns
 from calm_core.paths import safe_name
 
 ACCEPTED = ["jsonl", "csv", "parquet"]
@@ -48,7 +48,7 @@ if upload is not None:
         st.write("Columns found:", ", ".join(f"`{c}`" for c in columns) or "none")
         with st.form("data_mapping"):
             kind = st.radio("Kind", ["auto", "mc", "open"], horizontal=True, key="data_kind")
-            mapping_text = st.text_input("Column mapping", value="question=question, choices=choices, answer=answer",
+            mapping_text = st.text_input("Column mapping", value=guess_mapping(columns),
                                          key="data_mapping_text",
                                          help="key=column pairs; choices=A|B|C|D for one column per option; "
                                               "answers=aliases for open-answer sets")

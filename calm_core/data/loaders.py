@@ -193,6 +193,33 @@ def peek_columns(path: str | Path, fmt: str | None = None, rows: int = 20) -> li
     return []
 
 
+_QUESTION_NAMES = ("question", "q", "prompt", "query", "stem", "input")
+_CHOICE_NAMES = ("choices", "options", "candidates")
+_ANSWER_NAMES = ("answer", "label", "answerkey", "answer_key", "gold", "target", "correct")
+_ALIAS_NAMES = ("answers", "aliases", "accepted")
+_LETTER_COLUMNS = ("A", "B", "C", "D", "E", "F")
+
+
+def guess_mapping(columns: list[str]) -> str:
+    """A starting column mapping (ColumnMapping.parse form) from a file's column names:
+    common names for the question, a choices list or one column per letter A, B, ...,
+    and the answer or the accepted answers. The user edits what it gets wrong."""
+    lower = {c.lower(): c for c in columns}
+
+    def first(names: tuple[str, ...], default: str) -> str:
+        return next((lower[n] for n in names if n in lower), default)
+
+    letters = [c for c in _LETTER_COLUMNS if c in columns or c.lower() in lower]
+    choices = "|".join(c if c in columns else lower[c.lower()] for c in letters) if len(letters) >= 2 else first(
+        _CHOICE_NAMES, "choices")
+    parts = [f"question={first(_QUESTION_NAMES, 'question')}", f"choices={choices}",
+             f"answer={first(_ANSWER_NAMES, 'answer')}"]
+    aliases = first(_ALIAS_NAMES, "")
+    if aliases:
+        parts.append(f"answers={aliases}")
+    return ", ".join(parts)
+
+
 def _open_table(path: Path, fmt: str) -> _Table:
     _check_readable(path)
     try:
