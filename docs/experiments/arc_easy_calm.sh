@@ -4,7 +4,7 @@
 # evaluate in domain (ARC-Easy test) and out of domain (ARC-Challenge test,
 # CommonsenseQA dev, OpenBookQA test). Eight runs queued as background jobs, one at a
 # time; the frozen layers' states go to the disk store so the runs share them.
-#   bash docs/experiments/arc_easy_calm.sh            # queue the runs (about 45 min in all here)
+#   bash docs/experiments/arc_easy_calm.sh            # queue the runs (89 min in all here, machine shared)
 #   calm runs                                          # watch them
 #   calm compare --name-prefix arc- --wide --json docs/results/arc_easy_calm.json   # the table (docs/results.md, section 4)
 set -euo pipefail
