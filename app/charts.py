@@ -44,9 +44,15 @@ def reliability_figure(records: Sequence[dict[str, Any]], title: str = "Reliabil
                         marker_color="gray", name="empty bin", row=1, col=1)
     fig.add_bar(x=_centers(records), y=[r["count"] for r in records], width=width * 0.95,
                 marker_color="rgba(120,120,140,0.7)", name="items", row=2, col=1, showlegend=False)
-    fig.update_layout(title=title, barmode="overlay", height=460, margin=dict(l=40, r=10, t=50, b=40),
+    return _reliability_layout(fig, title, barmode="overlay", height=460, y_max=1.0)
+
+
+def _reliability_layout(fig: go.Figure, title: str, barmode: str, height: int, y_max: float) -> go.Figure:
+    """The two-panel frame shared by the reliability figures: accuracy over confidence
+    above, item counts below, legend underneath."""
+    fig.update_layout(title=title, barmode=barmode, height=height, margin=dict(l=40, r=10, t=50, b=40),
                       legend=dict(orientation="h", y=-0.15))
-    fig.update_yaxes(range=[0, 1], title_text="accuracy", row=1, col=1)
+    fig.update_yaxes(range=[0, y_max], title_text="accuracy", row=1, col=1)
     fig.update_yaxes(title_text="items", row=2, col=1)
     fig.update_xaxes(range=[0, 1], title_text="confidence", row=2, col=1)
     return fig
@@ -145,12 +151,7 @@ def reliability_overlay(variants: dict[str, tuple[Sequence[dict[str, Any]], Sequ
                         row=1, col=1)
         fig.add_bar(x=_centers(records), y=[r["count"] for r in records], name=f"{name} items", legendgroup=name,
                     marker_color=color, opacity=0.55, showlegend=False, row=2, col=1)
-    fig.update_layout(title=title, barmode="group", height=500, margin=dict(l=40, r=10, t=50, b=40),
-                      legend=dict(orientation="h", y=-0.15))
-    fig.update_yaxes(range=[0, 1.02], title_text="accuracy", row=1, col=1)
-    fig.update_yaxes(title_text="items", row=2, col=1)
-    fig.update_xaxes(range=[0, 1], title_text="confidence", row=2, col=1)
-    return fig
+    return _reliability_layout(fig, title, barmode="group", height=500, y_max=1.02)
 
 
 def option_probability_figure(options: Sequence[str], probs: dict[str, Sequence[float]]) -> go.Figure:

@@ -134,9 +134,6 @@ class FrozenPrefixModel:
     def cached_sequences(self) -> int:
         return len(self._cache)
 
-    def clear(self) -> None:
-        self._cache.clear()
-
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
                  logits_to_keep: int = 0, use_cache: bool = False, **_: Any) -> SimpleNamespace:
         if use_cache:

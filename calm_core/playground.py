@@ -27,7 +27,7 @@ from calm_core.head import CalibrationHead
 from calm_core.models import LoadedModel, ModelSpec, load_model
 from calm_core.prompts import ScoringConfig, chat_prompt
 from calm_core.runs import RunDir
-from calm_core.scoring import score_items
+from calm_core.scoring import apply_option_head, score_items
 
 
 @dataclass
@@ -70,21 +70,26 @@ def _scores(trained: TrainedModel, item: MCItem, adapter: bool, head: bool) -> n
     off = model.disable_adapter() if (not adapter and hasattr(model, "disable_adapter")) else nullcontext()
     with off:
         scores = score_items(lm, [item], trained.scoring, progress=False, head=trained.head if head else None)
-    return scores.logits[0, : item.n_choices]
+    return scores.logits[:, : item.n_choices]  # (1, K)
 
 
 def option_probabilities(trained: TrainedModel, item: MCItem) -> dict[str, np.ndarray]:
     """{variant: option probabilities (K,)}: base, ts (if fitted), the run's method with
     its head (theta + alpha) and without it (theta only)."""
     base = _scores(trained, item, adapter=False, head=False)
-    out = {"base": metrics.softmax(base)}
+    out = {"base": base}
     if trained.temperature:
-        out["ts"] = metrics.softmax(base / trained.temperature)
+        out["ts"] = base / trained.temperature
     if trained.run_id is not None:
-        out[trained.method] = metrics.softmax(_scores(trained, item, adapter=True, head=True))
-        if trained.head is not None:
-            out[f"{trained.method}_theta_only"] = metrics.softmax(_scores(trained, item, adapter=True, head=False))
-    return out
+        head = trained.head
+        if head is None or head.scope == "vocab":  # a vocab head acts inside the forward pass
+            out[trained.method] = _scores(trained, item, adapter=True, head=True)
+            if head is not None:
+                out[f"{trained.method}_theta_only"] = _scores(trained, item, adapter=True, head=False)
+        else:  # an options / scalar head acts on the adapter's option scores: one forward pass
+            theta = _scores(trained, item, adapter=True, head=False)
+            out[trained.method], out[f"{trained.method}_theta_only"] = apply_option_head(theta, head), theta
+    return {name: metrics.softmax(logits)[0] for name, logits in out.items()}
 
 
 def generate(trained: TrainedModel, prompt: str, max_new_tokens: int = 24, chat: bool = True) -> list[dict[str, Any]]:

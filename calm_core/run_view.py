@@ -11,7 +11,6 @@ and Compare pages, so every number a page shows is computed (and tested) here.
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import numpy as np
@@ -56,11 +55,6 @@ def eta_seconds(records: list[dict[str, Any]], total_steps: int | None) -> float
         return 0.0 if done >= total_steps else None
     pace = (recent[-1]["elapsed"] - recent[0]["elapsed"]) / (recent[-1]["step"] - recent[0]["step"])
     return max(0.0, pace * (total_steps - done))
-
-
-def seconds_since_heartbeat(status: dict[str, Any], now: float | None = None) -> float | None:
-    beat = status.get("heartbeat")
-    return None if beat is None else (now or time.time()) - beat
 
 
 SHARED_VARIANTS = ("base", "ts")  # the same model and fit for runs over the same base model and S_V

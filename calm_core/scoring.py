@@ -322,6 +322,13 @@ def _letter_scores(lm: Any, items: Sequence[MCItem], cfg: ScoringConfig, batch_s
     return rows
 
 
+def apply_option_head(logits: np.ndarray, head: Any) -> np.ndarray:
+    """An options / scalar head on option scores (N, K_max) already computed: the same
+    numbers as scoring with it, without another forward pass."""
+    with torch.inference_mode():
+        return head(torch.from_numpy(logits)).double().numpy()
+
+
 def score_items(lm: Any, items: Sequence[MCItem], cfg: ScoringConfig | None = None, batch_size: int = 32,
                 progress: bool | ProgressFn = True, share_prefix: bool = True, head: Any = None) -> OptionScores:
     """Score every option of every item under `cfg` with the LoadedModel `lm`.
@@ -344,8 +351,7 @@ def score_items(lm: Any, items: Sequence[MCItem], cfg: ScoringConfig | None = No
         rows = _letter_scores(lm, items, cfg, batch_size, progress, vocab_head)
     logits = pad_ragged(rows)
     if head is not None and vocab_head is None:
-        with torch.inference_mode():
-            logits = head(torch.from_numpy(logits)).double().numpy()
+        logits = apply_option_head(logits, head)
     model_info = {k: lm.info[k] for k in ("name", "kind", "dtype", "device") if k in getattr(lm, "info", {})}
     return OptionScores(
         ids=[it.id for it in items], logits=logits,

@@ -12,6 +12,7 @@ Resuming loads the latest complete checkpoint and continues the same curves.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 from contextlib import nullcontext
@@ -233,16 +234,15 @@ def train(cfg: TrainConfig, run: RunDir | None = None, lm: Any = None,
             elapsed_before = previous[-1]["elapsed"] if previous else 0.0
         if writer is not None:
             run.write_status("running", step=start_step, total_steps=cfg.steps)
-    return _loop(cfg, ctx, method, data, run, start_step, elapsed_before, progress)
+    return _loop(cfg, ctx, method, data, writer, start_step, elapsed_before, progress)
 
 
-def _loop(cfg: TrainConfig, ctx: StepContext, method: Any, data: Data, run: RunDir | None, start_step: int,
+def _loop(cfg: TrainConfig, ctx: StepContext, method: Any, data: Data, writer: RunDir | None, start_step: int,
           elapsed_before: float, progress: Callable[[int, int, dict[str, Any]], None] | None) -> TrainResult:
     started = time.perf_counter()
     record: dict[str, Any] = {}
     step = start_step
-    writer = run if distributed.is_main() else None
-    while step < cfg.steps:
+    while step < cfg.steps:  # `writer`: the run directory on rank 0, None on other ranks
         if _cancel_requested(writer):
             return _stop(ctx, writer, step, "cancelled", record)
         train_items = [data.train[i] for i in batch_indices(len(data.train), cfg.batch_size, step, cfg.seed)]
@@ -297,23 +297,17 @@ def _variant_scores(ctx: StepContext, items: list[MCItem], batch_size: int, use_
                         ctx.scoring.to_dict())
 
 
-def _with_option_head(scores: Any, head: CalibrationHead) -> Any:
-    """An options / scalar head applied to already computed option scores: the same
-    numbers as scoring with it, without another forward pass."""
-    from calm_core.scoring import OptionScores
-
-    with torch.inference_mode():
-        logits = head(torch.from_numpy(scores.logits)).double().numpy()
-    return OptionScores(scores.ids, logits, scores.gold, scores.scoring)
-
-
 def _scores_for(ctx: StepContext, items: list[MCItem], bs: int, use_head: bool, use_adapter: bool,
                 cache: dict[tuple[bool, bool], Any]) -> Any:
-    """Scores of one variant, computing each (head, adapter) combination once."""
+    """Scores of one variant, computing each (head, adapter) combination once; an options
+    or scalar head is applied to the adapter's scores rather than scored again."""
+    from calm_core.scoring import apply_option_head
+
     key = (use_head and ctx.head is not None, use_adapter)
     if key not in cache:
         if key[0] and ctx.head.scope != "vocab":
-            cache[key] = _with_option_head(_scores_for(ctx, items, bs, False, use_adapter, cache), ctx.head)
+            raw = _scores_for(ctx, items, bs, False, use_adapter, cache)
+            cache[key] = dataclasses.replace(raw, logits=apply_option_head(raw.logits, ctx.head))
         else:
             cache[key] = _variant_scores(ctx, items, bs, *key)
     return cache[key]

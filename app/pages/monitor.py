@@ -10,7 +10,7 @@ from app.charts import alpha_bars, alpha_heatmap, line_figure, tradeoff_figure
 from app.state import code, describe_error
 from calm_core import run_view
 from calm_core.jobs import cancel, resume
-from calm_core.runs import RunDir, list_runs
+from calm_core.runs import RunDir, RunState, list_runs
 
 POLL_SECONDS = 3.0
 ACTIVE = ("queued", "running", "stopping")
@@ -33,8 +33,7 @@ def _eval_curves(records: list[dict], metric: str) -> dict:
     return {name: run_view.series(records, f"eval/{name}/{metric}") for name in run_view.eval_sets(records)}
 
 
-def _header(records: list[dict]) -> str:
-    view = run.state()
+def _header(records: list[dict], view: RunState) -> None:
     status = run.status
     total, step = status.get("total_steps"), status.get("step") or 0
     config = run.config.get("train", {})
@@ -46,18 +45,17 @@ def _header(records: list[dict]) -> str:
     st.progress(min(1.0, step / total) if total else 0.0, text=text)
     if view.state == "failed" and status.get("error"):
         st.error(status["error"])
-    return view.state
 
 
-def _controls(state: str) -> None:
+def _controls(view: RunState) -> None:
     c1, c2, _ = st.columns([1, 1, 4])
-    if c1.button("Cancel", disabled=state not in ACTIVE, key="monitor_cancel",
+    if c1.button("Cancel", disabled=view.state not in ACTIVE, key="monitor_cancel",
                  help="Stops after the current step with a checkpoint; resume continues the same curves."):
         try:
             st.toast(f"{run_id}: {cancel(run).state}")
         except Exception as exc:
             st.error(describe_error(exc))
-    if c2.button("Resume", disabled=not run.state().resumable, key="monitor_resume"):
+    if c2.button("Resume", disabled=not view.resumable, key="monitor_resume"):
         try:
             resume(run)
             st.toast(f"{run_id}: queued to resume")
@@ -65,7 +63,7 @@ def _controls(state: str) -> None:
             st.error(describe_error(exc))
 
 
-def _charts(records: list[dict]) -> None:
+def _charts(records: list[dict], active: bool) -> None:
     if not records:
         st.caption("No steps logged yet (loading the model and data comes first).")
         return
@@ -93,7 +91,7 @@ def _charts(records: list[dict]) -> None:
             c2.plotly_chart(line_figure(_eval_curves(records, "ece"), "ECE (15 bins)"), key="monitor_ece")
             c3.plotly_chart(line_figure(_eval_curves(records, "entropy"), "Mean entropy"), key="monitor_eval_entropy")
     with alpha:
-        _alpha(records)
+        _alpha(records, active)
     with tradeoff:
         paths = {}
         for name in run_view.eval_sets(records):
@@ -105,7 +103,7 @@ def _charts(records: list[dict]) -> None:
             st.caption("The path appears after the first evaluation.")
 
 
-def _alpha(records: list[dict]) -> None:
+def _alpha(records: list[dict], active: bool) -> None:
     steps, taus = run_view.alpha_vectors(records, "tau")
     if not steps:
         summary = {k: run_view.series(records, f"alpha/{k}") for k in ("tau_mean", "tau_min", "tau_max", "l_abs_mean")}
@@ -122,7 +120,7 @@ def _alpha(records: list[dict]) -> None:
     st.plotly_chart(alpha_heatmap(steps, taus, labels, "tau: step x option"), key="monitor_tau_heat")
     # While the run moves, a new step is a new slider (it follows the latest step); once it
     # stops, the key is stable and the slider stays where the reader puts it.
-    live_suffix = f"-{len(steps)}" if run.state().state in ACTIVE else ""
+    live_suffix = f"-{len(steps)}" if active else ""
     chosen = st.select_slider("Step", options=steps, value=steps[-1], key=f"monitor_alpha_step-{run_id}{live_suffix}")
     row = steps.index(chosen)
     c1, c2 = st.columns(2)
@@ -142,10 +140,10 @@ def _results() -> None:
 
 
 def live() -> None:
-    records = run.read_metrics()
-    state = _header(records)
-    _controls(state)
-    _charts(records)
+    records, view = run.read_metrics(), run.state()  # one read of each per poll
+    _header(records, view)
+    _controls(view)
+    _charts(records, active=view.state in ACTIVE)
     _results()
 
 
