@@ -67,6 +67,18 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--json", type=Path, help="write results as JSON")
     ev.add_argument("--save-preds", type=Path, metavar="DIR", help="per-item predictions: DIR/eval/<variant>/<dataset>.parquet")
     ev.add_argument("--quiet", action="store_true", help="no progress bars")
+    ev.add_argument("--task", choices=["mcqa", "openqa"], default="mcqa",
+                    help="mcqa: option scores; openqa: generated answers, Semantic ECE (calm_core.generative)")
+    op = ev.add_argument_group("openqa (with --task openqa)")
+    op.add_argument("--samples", type=int, default=10, help="sampled answers per question (semantic confidence)")
+    op.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
+    op.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass")
+    op.add_argument("--max-new-tokens", type=int, default=16)
+    op.add_argument("--prompt", choices=["fewshot", "plain", "chat"], default="fewshot",
+                    help="answer prompt (calm_core/generative/sampling.py)")
+    op.add_argument("--grouping", choices=["string", "embedding"], default="embedding",
+                    help="how sampled answers are grouped: normalised string or all-MiniLM-L6-v2 cosine")
+    op.add_argument("--threshold", type=float, default=0.8, help="embedding cosine threshold for --grouping embedding")
     cli_train.add_parsers(sub)
     return parser
 
@@ -120,6 +132,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from calm_core.provenance import environment_record
     from calm_core.runs import atomic_write_json, write_predictions
 
+    if args.task == "openqa":
+        return _eval_open(args)
     datasets = [name for group in args.data for name in group]
     cfg = ScoringConfig(rule=args.scoring, chat_template=args.chat)
     # Read every dataset before loading the model: a typo fails in a second, not a minute.
@@ -151,6 +165,46 @@ def cmd_eval(args: argparse.Namespace) -> int:
     print(format_table(rows))
     if args.json:
         record = {"results": rows, "model": lm.info, "scoring": cfg.to_dict(), "ts": [r for _, _, r in temperatures],
+                  "limit": args.limit, "seed": args.seed, "environment": environment_record()}
+        atomic_write_json(args.json, record)
+    return 0
+
+
+def _eval_open(args: argparse.Namespace) -> int:
+    """`calm eval --task openqa`: generated answers, judged; base and (optionally) TS."""
+    from calm_core.evaluate import format_table, load_items
+    from calm_core.generative.evaluate import OPEN_TABLE_COLUMNS, evaluate_open, fit_token_temperature
+    from calm_core.generative.sampling import GenerationConfig
+    from calm_core.posthoc import MIN_FIT_ITEMS
+    from calm_core.provenance import environment_record
+    from calm_core.runs import atomic_write_json, write_predictions
+
+    if args.ts_file or args.save_ts:
+        raise UsageError("--ts-file / --save-ts are for --task mcqa; with openqa use --fit-ts-on")
+    cfg = GenerationConfig(n_samples=args.samples, temperature=args.temperature, top_p=args.top_p,
+                           max_new_tokens=args.max_new_tokens, prompt=args.prompt, batch_size=args.batch_size,
+                           seed=args.seed, grouping=args.grouping, grouping_threshold=args.threshold)
+    datasets = {name: load_items(name, "open", args.limit, args.seed, args.mapping) for group in args.data for name in group}
+    fit_names = [name for group in (args.fit_ts_on or []) for name in group]
+    if len(fit_names) > 1:
+        raise UsageError("--task openqa fits one temperature: give one --fit-ts-on dataset")
+    fit_items = load_items(fit_names[0], "open", args.fit_limit, args.seed, args.mapping) if fit_names else []
+    if fit_names and len(fit_items) < MIN_FIT_ITEMS:
+        raise UsageError(f"Expected at least {MIN_FIT_ITEMS} items to fit TS on `{fit_names[0]}`, but it has {len(fit_items)}")
+    lm = _load_lm(args)
+    scalers = {"ts": fit_token_temperature(lm.model, lm.tokenizer, fit_items, cfg.prompt, args.batch_size)} if fit_items else {}
+    rows, frames = evaluate_open(lm.model, lm.tokenizer, datasets, cfg, scalers, progress=not args.quiet)
+    if args.save_preds:
+        for (variant, name), frame in frames.items():
+            write_predictions(args.save_preds, variant, name, frame)
+    print(f"model: {lm.info.get('label', lm.info['name'])} ({lm.info['device']}, {lm.info['dtype']})  task: openqa  "
+          f"prompt: {cfg.prompt}  samples: {cfg.n_samples}  grouping: {cfg.grouping}")
+    for name, scaler in scalers.items():
+        print(f"{name}: T = {scaler.temperature:.4f} (fit on the gold answer tokens of {fit_names[0]})")
+    print(format_table(rows, OPEN_TABLE_COLUMNS))
+    if args.json:
+        record = {"results": rows, "model": lm.info, "task": "openqa", "generation": cfg.to_dict(),
+                  "ts": [{"dataset": fit_names[0], "temperature": s.temperature} for s in scalers.values()],
                   "limit": args.limit, "seed": args.seed, "environment": environment_record()}
         atomic_write_json(args.json, record)
     return 0

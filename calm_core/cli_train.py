@@ -24,7 +24,7 @@ from typing import Any
 from calm_core.runs import RunDir, list_runs, runs_root
 
 TRAIN_FLAGS = {  # flag -> (TrainConfig field, type)
-    "method": str, "model": str, "train_data": str, "heldout_data": str, "scoring": str, "scope": str,
+    "method": str, "task": str, "model": str, "train_data": str, "heldout_data": str, "scoring": str, "scope": str,
     "steps": int, "batch_size": int, "lr_theta": float, "lr_alpha": float, "inner_steps": int, "eta": float,
     "seed": int, "train_limit": int, "heldout_limit": int, "eval_limit": int, "name": str,
 }

@@ -30,16 +30,22 @@ class Calibrator(Protocol):
     def probs(self, logits: np.ndarray) -> np.ndarray: ...
 
 
-def load_mc_items(name: str, limit: int | None = None, seed: int = 0, mapping: Any = None) -> list[MCItem]:
-    """Items of a multiple-choice dataset by catalog name or file path.
+def load_items(name: str, kind: str, limit: int | None = None, seed: int = 0, mapping: Any = None) -> list[Any]:
+    """Items of a dataset of `kind` ("mc" or "open") by catalog name or file path.
 
     `mapping` (a ColumnMapping or its string form) applies to files. Rejected rows are
-    skipped (the catalog reports them); an open-answer set raises DataError.
+    skipped (the catalog reports them); a dataset of the other kind raises DataError.
     """
     report = load_dataset(name, limit=limit, seed=seed, mapping=mapping)
-    if report.kind != "mc":
-        raise DataError(f"Expected a multiple-choice dataset for `{name}`, but it holds {report.kind!r} items")
+    if report.kind != kind:
+        wanted = {"mc": "a multiple-choice", "open": "an open-answer"}[kind]
+        raise DataError(f"Expected {wanted} dataset for `{name}`, but it holds {report.kind!r} items")
     return list(report.items)
+
+
+def load_mc_items(name: str, limit: int | None = None, seed: int = 0, mapping: Any = None) -> list[MCItem]:
+    """`load_items(name, "mc", ...)`: the multiple-choice items a scorer needs."""
+    return load_items(name, "mc", limit, seed, mapping)
 
 
 def score_dataset(lm: Any, name: str, cfg: ScoringConfig, limit: int | None = None, seed: int = 0,

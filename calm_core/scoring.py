@@ -94,7 +94,7 @@ def pad_ragged(rows: Sequence[np.ndarray]) -> np.ndarray:
     return out
 
 
-def _progress_callback(progress: bool | ProgressFn, total: int, desc: str) -> tuple[ProgressFn, Callable[[], None]]:
+def progress_callback(progress: bool | ProgressFn, total: int, desc: str) -> tuple[ProgressFn, Callable[[], None]]:
     if callable(progress):
         return progress, lambda: None
     if not progress:
@@ -264,7 +264,7 @@ def _cloze_scores(lm: Any, items: Sequence[MCItem], cfg: ScoringConfig, batch_si
         return _cloze_scores_flat(lm, requests, cfg, batch_size, progress, transform)
     order = sorted(range(len(items)), key=lambda i: -len(requests[i][0][0]))
     rows = [np.zeros(item.n_choices) for item in items]
-    update, close = _progress_callback(progress, len(items), f"scoring ({cfg.name})")
+    update, close = progress_callback(progress, len(items), f"scoring ({cfg.name})")
     done, items_per_batch = 0, max(1, batch_size // max(it.n_choices for it in items))
     with torch.inference_mode():
         for batch in _batches(order, items_per_batch):
@@ -285,7 +285,7 @@ def _cloze_scores_flat(lm: Any, requests: list[list[tuple[list[int], list[int]]]
     flat = [(i, k, ctx, cont) for i, reqs in enumerate(requests) for k, (ctx, cont) in enumerate(reqs)]
     order = sorted(range(len(flat)), key=lambda r: -len(flat[r][2]) - len(flat[r][3]))
     rows = [np.zeros(len(reqs)) for reqs in requests]
-    update, close = _progress_callback(progress, len(flat), f"scoring ({cfg.name}, sequences)")
+    update, close = progress_callback(progress, len(flat), f"scoring ({cfg.name}, sequences)")
     done = 0
     with torch.inference_mode():
         for batch in _batches(order, batch_size):
@@ -306,7 +306,7 @@ def _letter_scores(lm: Any, items: Sequence[MCItem], cfg: ScoringConfig, batch_s
     letters = letter_token_ids(tokenizer, max(it.n_choices for it in items), cfg)
     order = sorted(range(len(items)), key=lambda i: -len(prompts[i]))
     rows = [np.zeros(item.n_choices) for item in items]
-    update, close = _progress_callback(progress, len(items), f"scoring ({cfg.name})")
+    update, close = progress_callback(progress, len(items), f"scoring ({cfg.name})")
     done = 0
     with torch.inference_mode():
         for batch in _batches(order, batch_size):

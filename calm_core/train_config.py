@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from calm_core.adapters import LoraSettings
+from calm_core.generative.sampling import GenerationConfig
 from calm_core.bilevel import PHI_CHOICES
 from calm_core.head import SCOPES
 from calm_core.methods import get_method
@@ -23,6 +24,7 @@ from calm_core.prompts import RULES
 @dataclass
 class TrainConfig:
     method: str = "calm"  # see calm_core.methods.METHODS
+    task: str = "mcqa"  # mcqa (option scores) | openqa (free-form answers, calm_core.generative)
     model: str = "embedded"  # 'embedded', a local dir or a hub id
     train_data: str = "builtin/capitals/train"  # S_T: labelled training questions
     heldout_data: str = "builtin/capitals/validation"  # S_V: inputs for the entropy objective (labels only for eval / TS)
@@ -32,7 +34,7 @@ class TrainConfig:
     eval_limit: int | None = 200
     scoring: str = "cloze"  # cloze | cloze_norm | letter
     chat_template: bool = False
-    scope: str = "options"  # head scope: vocab | options | scalar
+    scope: str = "auto"  # head scope: vocab | options | scalar | auto (options for mcqa, vocab for openqa)
     steps: int = 60  # optimizer steps (one batch each)
     batch_size: int = 4  # training questions per step
     heldout_batch_size: int = 4  # S_V questions per step (upper level)
@@ -47,6 +49,7 @@ class TrainConfig:
     label_smoothing: float = 0.1  # label_smoothing method
     cft_gamma: float = 1.0  # cft method: weight of the calibration penalty
     lora: LoraSettings = field(default_factory=LoraSettings)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)  # openqa: prompts, sampling, grouping
     frozen_prefix: bool = True  # with lora.layers = k: cache the hidden states below the top k layers (calm_core.frozen_prefix)
     frozen_prefix_store: bool = False  # also keep them on disk (CALM_CACHE_DIR/frozen_prefix) for later runs
     load_in_4bit: bool | None = None  # None: QLoRA on CUDA, LoRA on CPU (recorded with the reason)
@@ -60,11 +63,16 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if isinstance(self.lora, dict):
             self.lora = LoraSettings(**{k: tuple(v) if k == "target_modules" else v for k, v in self.lora.items()})
+        if isinstance(self.generation, dict):
+            self.generation = GenerationConfig(**self.generation)
         if isinstance(self.eval_data, (list, str)):
             self.eval_data = (self.eval_data,) if isinstance(self.eval_data, str) else tuple(self.eval_data)
         get_method(self.method)
         _one_of("scoring", self.scoring, RULES)
-        _one_of("scope", self.scope, SCOPES)
+        _one_of("task", self.task, TASKS)
+        _one_of("scope", self.scope, SCOPES + ("auto",))
+        if self.task == "openqa":
+            _check_openqa(self.method, self.effective_scope)
         _one_of("phi", self.phi, PHI_CHOICES)
         for name in ("steps", "batch_size", "heldout_batch_size", "inner_steps", "eval_batch_size"):
             _positive_int(name, getattr(self, name))
@@ -76,7 +84,13 @@ class TrainConfig:
 
     @property
     def effective_scope(self) -> str:
-        return getattr(get_method(self.method), "FORCED_SCOPE", self.scope)
+        """The head's scope: the method's forced one, else `scope`, with auto resolved by task."""
+        forced = getattr(get_method(self.method), "FORCED_SCOPE", None)
+        if forced is not None:
+            return forced
+        if self.scope == "auto":
+            return "vocab" if self.task == "openqa" else "options"
+        return self.scope
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -98,6 +112,19 @@ class TrainConfig:
         if preset_name not in PRESETS:
             raise ValueError(f"Expected a preset in {sorted(PRESETS)}, but got {preset_name!r}")
         return cls.from_dict({**PRESETS[preset_name], **overrides})
+
+
+TASKS = ("mcqa", "openqa")
+OPENQA_METHODS = ("calm", "scalar", "sft", "iterate")  # methods built on the lower / upper closures alone
+
+
+def _check_openqa(method: str, scope: str) -> None:
+    if method not in OPENQA_METHODS:
+        raise ValueError(f"Expected `method` to be one of {list(OPENQA_METHODS)} for task openqa, but got {method!r} "
+                         "(it works on option scores)")
+    if scope == "options":
+        raise ValueError("Expected `scope` vocab or scalar for task openqa (free-form answers have no options), "
+                         "but got 'options'")
 
 
 def _one_of(name: str, value: Any, valid: tuple[str, ...]) -> None:

@@ -26,7 +26,7 @@ import torch
 from calm_core import distributed, metrics
 from calm_core.adapters import attach_lora, lora_parameters, quantization_choice
 from calm_core.data.schema import MCItem
-from calm_core.evaluate import load_mc_items
+from calm_core.evaluate import load_items
 from calm_core.head import CalibrationHead
 from calm_core.methods import get_method
 from calm_core.methods.base import StepContext
@@ -63,15 +63,16 @@ def batch_indices(n: int, batch_size: int, step: int, seed: int) -> list[int]:
 
 @dataclass
 class Data:
-    train: list[MCItem]
-    heldout: list[MCItem]
-    evals: dict[str, list[MCItem]]
+    train: list[Any]  # MCItem (task mcqa) or OpenItem (task openqa)
+    heldout: list[Any]
+    evals: dict[str, list[Any]]
 
 
 def load_data(cfg: TrainConfig) -> Data:
-    evals = {name: load_mc_items(name, cfg.eval_limit, cfg.seed) for name in cfg.eval_data}
-    return Data(load_mc_items(cfg.train_data, cfg.train_limit, cfg.seed),
-                load_mc_items(cfg.heldout_data, cfg.heldout_limit, cfg.seed), evals)
+    kind = "open" if cfg.task == "openqa" else "mc"
+    evals = {name: load_items(name, kind, cfg.eval_limit, cfg.seed) for name in cfg.eval_data}
+    return Data(load_items(cfg.train_data, kind, cfg.train_limit, cfg.seed),
+                load_items(cfg.heldout_data, kind, cfg.heldout_limit, cfg.seed), evals)
 
 
 def build_context(cfg: TrainConfig, lm: Any, k_max: int) -> tuple[StepContext, dict[str, Any]]:
@@ -137,6 +138,10 @@ def score_with_head(ctx: StepContext, items: Sequence[MCItem], batch_size: int) 
 
 def evaluate_now(ctx: StepContext, data: Data, batch_size: int) -> dict[str, float]:
     """`eval/<set>/{acc,ece,entropy,confidence}` on S_V and every evaluation set."""
+    if ctx.task == "openqa":
+        from calm_core.generative import task
+
+        return task.evaluate_now(ctx, data, batch_size)
     record: dict[str, float] = {}
     for name, items in {"heldout": data.heldout, **data.evals}.items():
         if not items:
@@ -214,7 +219,8 @@ def train(cfg: TrainConfig, run: RunDir | None = None, lm: Any = None,
         with run.keepalive("loading the model") if run is not None and distributed.is_main() else nullcontext():
             lm = load_model(ModelSpec(name=cfg.model, device=cfg.device, load_in_4bit=use_4bit))
     distributed.init_from_env(lm.device)
-    k_max = max(it.n_choices for it in data.train + data.heldout + [i for v in data.evals.values() for i in v])
+    every_item = data.train + data.heldout + [i for v in data.evals.values() for i in v]
+    k_max = max(getattr(it, "n_choices", 1) for it in every_item)
     ctx, record = build_context(cfg, lm, k_max)
     method = get_method(cfg.method)
     start_step, elapsed_before = 0, 0.0
@@ -277,7 +283,12 @@ def _stop(ctx: StepContext, run: RunDir | None, step: int, state: str, record: d
             save_checkpoint(ctx, run, step)
         if state == "finished" and data is not None:
             with run.keepalive("final evaluation"):  # minutes without a step: keep the heartbeat
-                final_evaluation(ctx, data, run)
+                if ctx.task == "openqa":
+                    from calm_core.generative import task
+
+                    task.final_evaluation(ctx, data, run)
+                else:
+                    final_evaluation(ctx, data, run)
         run.clear_cancel()
         run.write_status(state, step=step, phase=None)
     return TrainResult(state, step, run.path if run else None, record)

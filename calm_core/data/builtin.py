@@ -11,7 +11,11 @@ chance on every domain.
     from calm_core.data.builtin import load_builtin, builtin_names
     report = load_builtin("capitals", "test", seed=0)   # LoadReport "builtin/capitals/test"
     report.items[0]  # MCItem(id="capitals-test-0000", question=..., choices=(4 strings), ...)
-    builtin_names()  # ["builtin/capitals/train", ...]
+    builtin_names()  # ["builtin/capitals/train", ..., "builtin/capitals_open/train", ...]
+
+Every domain also comes as open-answer questions, `<domain>_open` (same questions,
+same splits, no options: OpenItem with the one gold answer), for open-ended QA
+(calm_core.generative) on facts a small model partly knows.
 
 Two kinds of randomness, kept apart on purpose:
 - Which split a fact lands in depends only on the domain's set of fact keys (ranked
@@ -33,9 +37,10 @@ from functools import lru_cache
 from typing import Callable, Iterable
 
 from calm_core.data.facts import ANIMAL_CLASSES, CAPITALS, CONVERSIONS, ELEMENTS, SI_PREFIXES, SI_UNITS
-from calm_core.data.schema import DataError, LoadReport, MCItem
+from calm_core.data.schema import DataError, LoadReport, MCItem, OpenItem
 
 SPLITS = ("train", "validation", "test")
+OPEN_SUFFIX = "_open"  # `<domain>_open`: the domain's questions as open answers
 N_CHOICES = 4  # the gold answer plus three distractors
 SPLIT_FRACTIONS = (0.6, 0.2, 0.2)  # train / validation / test, as shares of a domain's facts
 ARITHMETIC_N_FACTS = 600  # distinct expressions; generated, so it can be larger than a table
@@ -301,6 +306,9 @@ def load_builtin(domain: str, split: str, seed: int = 0) -> LoadReport:
     Same (domain, split, seed) -> identical items. A different seed gives other
     distractors and gold positions over the same questions (the split is seed-free).
     """
+    open_answer = domain.endswith(OPEN_SUFFIX)
+    if open_answer:
+        domain = domain[: -len(OPEN_SUFFIX)]
     questions = domain_questions(domain)
     if split not in SPLITS:
         raise DataError(
@@ -310,10 +318,15 @@ def load_builtin(domain: str, split: str, seed: int = 0) -> LoadReport:
         raise DataError(f"Expected `seed` to be an int, but got {seed!r}")
     splits = _domain_splits(domain)
     in_split = [q for q in questions if splits[q.key] == split]
+    if open_answer:
+        items = [OpenItem(f"{domain}{OPEN_SUFFIX}-{split}-{i:04d}", q.question, (q.answer,), domain)
+                 for i, q in enumerate(in_split)]
+        return LoadReport(name=f"builtin/{domain}{OPEN_SUFFIX}/{split}", kind="open", items=items)
     items = [_make_item(q, f"{domain}-{split}-{i:04d}", domain, int(seed)) for i, q in enumerate(in_split)]
     return LoadReport(name=f"builtin/{domain}/{split}", kind="mc", items=items)
 
 
 def builtin_names() -> list[str]:
-    """Every built-in dataset name, `builtin/<domain>/<split>`."""
-    return [f"builtin/{domain}/{split}" for domain in DOMAINS for split in SPLITS]
+    """Every built-in dataset name, `builtin/<domain>/<split>` then the `<domain>_open` ones."""
+    domains = list(DOMAINS) + [f"{d}{OPEN_SUFFIX}" for d in DOMAINS]
+    return [f"builtin/{domain}/{split}" for domain in domains for split in SPLITS]

@@ -96,7 +96,8 @@ def _builtin_entries() -> list[DatasetEntry]:
             _builtin_info[key] = (report.kind, len(report.items))
         kind, count = _builtin_info[key]
         domain = name.split("/")[1] if name.count("/") >= 2 else name
-        description = f"built-in demo set: {domains.get(domain, domain)}"
+        base = domain.removesuffix("_open")
+        description = f"built-in demo set: {domains.get(base, base)}" + (" Open answers." if base != domain else "")
         entries.append(DatasetEntry(name, kind, "builtin", None, count, description))
     return entries
 

@@ -38,13 +38,27 @@ class StepContext:
     def logits(self, items: Sequence[MCItem]) -> torch.Tensor:
         return option_logits(self.net, self.tokenizer, items, self.scoring, self.head)  # (B, K_max)
 
+    @property
+    def task(self) -> str:
+        return getattr(self.settings, "task", "mcqa")
+
     def lower(self, items: Sequence[MCItem]) -> Callable[[], torch.Tensor]:
-        """L_tr closure: cross-entropy at the gold option of a training batch."""
+        """L_tr closure: cross-entropy at the gold option of a training batch (openqa:
+        at every gold answer token, calm_core.generative.task)."""
+        if self.task == "openqa":
+            from calm_core.generative import task
+
+            return task.lower(self, items)
         gold = torch.tensor([it.answer for it in items], device=next(self.model.parameters()).device)
         return lambda: option_cross_entropy(self.logits(items), gold)
 
     def upper(self, items: Sequence[MCItem]) -> Callable[[], torch.Tensor]:
-        """F closure: minus mean option entropy on held-out inputs (labels unused)."""
+        """F closure: minus mean option entropy on held-out inputs (labels unused; openqa:
+        minus mean token entropy over held-out continuations)."""
+        if self.task == "openqa":
+            from calm_core.generative import task
+
+            return task.upper(self, items)
         return lambda: negative_entropy(self.logits(items))
 
 

@@ -5,9 +5,11 @@ zero-probability padding columns), labels (N,) int gold indices in [0, K). Input
 converted and checked once at the boundary; errors read "Expected `x` ..., but got y".
 
     bins         top_label, bin_confidences -> BinTable (reliability diagrams), bin_accuracy_intervals
-    calibration  ece, mce, adaptive_ece, classwise_ece (binned; 15 equal-width bins)
+    calibration  ece, mce, adaptive_ece, classwise_ece (binned; 15 equal-width bins),
+                 confidence_ece (one confidence per answer: open QA, Sem-ECE)
     smooth       smooth_ece (Błasiok & Nakkiran 2023, matches relplot.smECE)
-    scores       softmax, entropy, mean_entropy, mean_confidence, accuracy, brier, nll, auroc
+    scores       softmax, entropy, mean_entropy, mean_confidence, accuracy, brier, nll, auroc,
+                 confidence_auroc
     summary      summarize (the CLI's metric table), bootstrap_ci, METRICS registry
 
 Example:
@@ -17,15 +19,15 @@ Example:
 """
 
 from calm_core.metrics.bins import STRATEGIES, BinTable, bin_accuracy_intervals, bin_confidences, top_label
-from calm_core.metrics.calibration import adaptive_ece, classwise_ece, ece, mce
+from calm_core.metrics.calibration import adaptive_ece, classwise_ece, confidence_ece, ece, mce
 from calm_core.metrics.scores import (
-    accuracy, auroc, brier, entropy, mean_confidence, mean_entropy, nll, softmax,
+    accuracy, auroc, brier, confidence_auroc, entropy, mean_confidence, mean_entropy, nll, softmax,
 )
 from calm_core.metrics.smooth import smooth_ece
 from calm_core.metrics.summary import METRICS, bootstrap_ci, summarize
 
 __all__ = [
     "METRICS", "STRATEGIES", "BinTable", "accuracy", "bin_accuracy_intervals", "adaptive_ece", "auroc", "bin_confidences",
-    "bootstrap_ci", "brier", "classwise_ece", "ece", "entropy", "mce", "mean_confidence",
+    "bootstrap_ci", "brier", "classwise_ece", "confidence_auroc", "confidence_ece", "ece", "entropy", "mce", "mean_confidence",
     "mean_entropy", "nll", "smooth_ece", "softmax", "summarize", "top_label",
 ]

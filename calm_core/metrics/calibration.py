@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from calm_core.metrics._checks import check_positive_int, check_probs_labels
+from calm_core.metrics._checks import check_positive_int, check_probs_labels, check_scores
 from calm_core.metrics.bins import BinTable, _bin_table, _top_label_update
 
 
@@ -43,6 +43,21 @@ def ece(probs: object, labels: object, n_bins: int = 15) -> float:
     -> ECE = .5 * .15 + .5 * .35 = 0.25.
     """
     return _ece_compute(_top_label_table(probs, labels, n_bins, "uniform"))
+
+
+def confidence_ece(confidence: object, correct: object, n_bins: int = 15) -> float:
+    """`ece` for answers that come with one confidence each, not a distribution.
+
+    Open-ended answers (calm_core.generative) have a confidence c_i (a semantic-cluster
+    share, a sequence probability) and a correctness a_i, nothing to take a max over:
+    ECE = sum_b (n_b / N) |mean c_b - mean a_b| over the same equal-width bins. A
+    confidence below 0.5 stays below 0.5 (unlike `ece`, which bins max_k p_ik).
+    Semantic ECE is this with the modal-cluster share (n_bins = 10 as published).
+    Example (B = 2): c = [0.2, 0.4, 0.6, 1.0], a = [0, 1, 1, 0] -> bins (0.3, 0.5) and
+    (0.8, 0.5) -> ECE = 0.5 * 0.2 + 0.5 * 0.3 = 0.25.
+    """
+    n_bins = check_positive_int(n_bins, "n_bins")
+    return _ece_compute(_bin_table(*check_scores(confidence, correct), n_bins, "uniform"))
 
 
 def mce(probs: object, labels: object, n_bins: int = 15) -> float:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from calm_core.metrics._checks import check_probs, check_probs_labels, fail
+from calm_core.metrics._checks import check_probs, check_probs_labels, check_scores, fail
 from calm_core.metrics.bins import _top_label_update
 
 
@@ -103,6 +103,13 @@ def auroc(probs: object, labels: object) -> float:
     """
     conf, correct = _top_label_update(*check_probs_labels(probs, labels))
     return _auroc_compute(conf, correct.astype(bool))
+
+
+def confidence_auroc(confidence: object, correct: object) -> float:
+    """`auroc` for answers with one confidence each: P(c_right > c_wrong), ties half.
+    nan when every answer is right or every answer is wrong."""
+    c, a = check_scores(confidence, correct)
+    return _auroc_compute(c, a > 0.5)
 
 
 def _auroc_compute(score: np.ndarray, positive: np.ndarray) -> float:

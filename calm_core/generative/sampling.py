@@ -1,0 +1,233 @@
+"""Answer generation for open-ended QA: greedy and sampled, batched, with stop tokens.
+
+    cfg = GenerationConfig(n_samples=10, temperature=1.0, top_p=1.0, max_new_tokens=16)
+    sets = generate_answers(model, tokenizer, items, cfg, transform=head)   # one AnswerSet per item
+
+Prompts (`GenerationConfig.prompt`, recorded with every result):
+- `fewshot` (default): an instruction and three fixed question/answer demonstrations
+  (general knowledge written here, not taken from any dataset), then
+  `Question: {question}\\nAnswer:`. The embedded 135M model answers TriviaQA at about
+  9% exact match this way and at 0% with the plain prompt, where it mostly stops at once.
+- `plain`: `Question: {question}\\nAnswer:` alone (the MCQA cloze prompt without options).
+- `chat`: the question and a short-answer instruction as a chat user turn.
+The model continues with ` <answer>\\n`. Generation stops at the end-of-sequence token or at any token whose
+text contains a newline; the answer is the text before that newline, stripped.
+
+`transform` (a calibration head, or `z / T` for temperature scaling) is applied to
+every step's logits before greedy choice or sampling, as a LogitsProcessor. The greedy
+answer's log-probability is the sum over its generated tokens, stop token included,
+of log softmax(transform(z)): the probability of saying exactly this and stopping.
+Sampling uses `temperature` and `top_p` after the transform, seeded per batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+from transformers import LogitsProcessor, LogitsProcessorList
+
+from calm_core.data.schema import OpenItem
+from calm_core.prompts import chat_prompt
+from calm_core.scoring import ProgressFn, left_pad_batch, progress_callback
+
+PLAIN_TEMPLATE = "Question: {question}\nAnswer:"
+FEWSHOT_TEMPLATE = (
+    "Answer each question with a short answer.\n\n"
+    "Question: What is the capital of France?\nAnswer: Paris\n\n"
+    "Question: Who wrote the play Romeo and Juliet?\nAnswer: William Shakespeare\n\n"
+    "Question: Which planet is the largest in the Solar System?\nAnswer: Jupiter\n\n"
+    + PLAIN_TEMPLATE)
+CHAT_INSTRUCTION = "Answer with a short phrase only."
+PROMPTS = ("fewshot", "plain", "chat")
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """How answers are generated; recorded with every open-QA result."""
+
+    n_samples: int = 10  # sampled answers per question (semantic confidence); 0: greedy only
+    temperature: float = 1.0  # sampling temperature (after any calibration transform)
+    top_p: float = 1.0  # nucleus sampling mass
+    max_new_tokens: int = 16
+    prompt: str = "fewshot"  # fewshot | plain | chat (see the module docstring)
+    batch_size: int = 16  # questions per generate() call
+    seed: int = 0
+    grouping: str = "embedding"  # how sampled answers are grouped: string | embedding (generative.semantic)
+    grouping_threshold: float = 0.8  # embedding cosine at which two answers mean the same
+
+    def __post_init__(self) -> None:
+        if isinstance(self.n_samples, bool) or not isinstance(self.n_samples, int) or self.n_samples < 0:
+            raise ValueError(f"Expected `n_samples` to be an int >= 0, but got {self.n_samples!r}")
+        for name in ("max_new_tokens", "batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"Expected `{name}` to be a positive int, but got {value!r}")
+        if self.prompt not in PROMPTS:
+            raise ValueError(f"Expected `prompt` to be one of {list(PROMPTS)}, but got {self.prompt!r}")
+        if self.grouping not in ("string", "embedding"):
+            raise ValueError(f"Expected `grouping` to be 'string' or 'embedding', but got {self.grouping!r}")
+        if not 0 < self.grouping_threshold <= 1:
+            raise ValueError(f"Expected `grouping_threshold` in (0, 1], but got {self.grouping_threshold!r}")
+        if not self.temperature > 0:
+            raise ValueError(f"Expected `temperature` > 0, but got {self.temperature!r}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"Expected `top_p` in (0, 1], but got {self.top_p!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        template = {"fewshot": FEWSHOT_TEMPLATE, "plain": PLAIN_TEMPLATE, "chat": CHAT_INSTRUCTION}[self.prompt]
+        return {**asdict(self), "prompt_text": template}
+
+
+@dataclass
+class AnswerSet:
+    """One question's generations: the greedy answer and n sampled ones."""
+
+    id: str
+    greedy: str
+    greedy_logprob: float  # sum of log p over the greedy tokens, stop token included
+    greedy_tokens: int
+    greedy_entropy: float  # mean entropy (nats) of the next-token distribution over the greedy tokens
+    samples: list[str] = field(default_factory=list)
+
+
+def question_prompt(question: str, tokenizer: Any, prompt: str = "fewshot") -> str:
+    """The text the model continues with its answer (see PROMPTS)."""
+    if prompt == "chat":
+        return chat_prompt(tokenizer, f"{question}\n{CHAT_INSTRUCTION}")
+    return (FEWSHOT_TEMPLATE if prompt == "fewshot" else PLAIN_TEMPLATE).format(question=question)
+
+
+_STOP_IDS: dict[tuple[str, int], tuple[int, ...]] = {}
+
+
+def stop_token_ids(tokenizer: Any) -> tuple[int, ...]:
+    """End-of-sequence id(s) and every id whose text contains a newline (cached per tokenizer)."""
+    key = (getattr(tokenizer, "name_or_path", ""), len(tokenizer))
+    if key not in _STOP_IDS:
+        texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))])
+        ids = {i for i, text in enumerate(texts) if "\n" in text}
+        eos = tokenizer.eos_token_id
+        ids.update(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        _STOP_IDS[key] = tuple(sorted(ids))
+    return _STOP_IDS[key]
+
+
+class TransformProcessor(LogitsProcessor):
+    """Any logits transform (a calibration head, z / T) as a generation LogitsProcessor."""
+
+    def __init__(self, transform: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        self.transform = transform
+
+    @torch.no_grad()
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
+        return self.transform(scores.float()).to(scores.dtype)
+
+
+def temperature_transform(temperature: float) -> Callable[[torch.Tensor], torch.Tensor]:
+    """z / T: post-hoc temperature scaling applied while generating."""
+    return lambda z: z / temperature
+
+
+def _trim(tokens: list[int], stops: set[int]) -> list[int]:
+    """Generated ids up to and including the first stop id (padding after it dropped)."""
+    out = []
+    for token in tokens:
+        out.append(token)
+        if token in stops:
+            break
+    return out
+
+
+def answer_text(tokenizer: Any, tokens: Sequence[int]) -> str:
+    """The answer a generation gives: its text before the first newline, stripped."""
+    return tokenizer.decode(list(tokens), skip_special_tokens=True).split("\n", 1)[0].strip()
+
+
+def _generate(model: Any, tokenizer: Any, prompts: list[list[int]], cfg: GenerationConfig, sample: bool,
+              processors: LogitsProcessorList) -> Any:
+    device = next(model.parameters()).device
+    batch = left_pad_batch(prompts, tokenizer.pad_token_id, device)
+    options: dict[str, Any] = {"do_sample": True, "temperature": cfg.temperature, "top_p": cfg.top_p,
+                               "num_return_sequences": cfg.n_samples} if sample else {
+        "do_sample": False, "temperature": None, "top_p": None, "top_k": None,
+        "output_scores": True, "return_dict_in_generate": True}
+    with torch.inference_mode():
+        return model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                              max_new_tokens=cfg.max_new_tokens, eos_token_id=list(stop_token_ids(tokenizer)),
+                              pad_token_id=tokenizer.pad_token_id, logits_processor=processors, **options)
+
+
+def _greedy(model: Any, tokenizer: Any, prompts: list[list[int]], cfg: GenerationConfig,
+            processors: LogitsProcessorList) -> list[tuple[list[int], float, float]]:
+    out = _generate(model, tokenizer, prompts, cfg, False, processors)
+    width = out.sequences.shape[1] - len(out.scores)
+    logprobs = torch.stack([torch.log_softmax(s.float(), dim=-1) for s in out.scores], dim=1)  # (B, steps, V)
+    stops = set(stop_token_ids(tokenizer))
+    results = []
+    for row in range(len(prompts)):
+        tokens = _trim(out.sequences[row, width:].tolist(), stops)
+        steps = logprobs[row, : len(tokens)]  # (c, V)
+        picked = steps[torch.arange(len(tokens)), torch.tensor(tokens)]
+        entropy = -(steps.exp() * steps.nan_to_num(neginf=0.0)).sum(-1).mean()
+        results.append((tokens, float(picked.sum()), float(entropy)))
+    return results
+
+
+def _samples(model: Any, tokenizer: Any, prompts: list[list[int]], cfg: GenerationConfig,
+             processors: LogitsProcessorList) -> list[list[str]]:
+    sequences = _generate(model, tokenizer, prompts, cfg, True, processors)
+    width = len(left_pad_batch(prompts, tokenizer.pad_token_id, torch.device("cpu"))["input_ids"][0])
+    stops = set(stop_token_ids(tokenizer))
+    texts = [answer_text(tokenizer, _trim(seq[width:].tolist(), stops)) for seq in sequences]
+    return [texts[i * cfg.n_samples:(i + 1) * cfg.n_samples] for i in range(len(prompts))]
+
+
+def _prompt_ids(items: Sequence[OpenItem], tokenizer: Any, cfg: GenerationConfig) -> list[list[int]]:
+    return [tokenizer(question_prompt(it.question, tokenizer, cfg.prompt), add_special_tokens=False).input_ids
+            for it in items]
+
+
+def generate_tokens(model: Any, tokenizer: Any, items: Sequence[OpenItem],
+                    cfg: GenerationConfig) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, greedy answer ids up to and including the stop token) per item."""
+    prompts = _prompt_ids(items, tokenizer, cfg)
+    out = []
+    for start in range(0, len(prompts), cfg.batch_size):
+        chunk = prompts[start:start + cfg.batch_size]
+        out.extend((p, tokens) for p, (tokens, _, _) in zip(chunk, _greedy(model, tokenizer, chunk, cfg,
+                                                                             LogitsProcessorList())))
+    return out
+
+
+def generate_answers(model: Any, tokenizer: Any, items: Sequence[OpenItem], cfg: GenerationConfig | None = None,
+                     transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                     progress: bool | ProgressFn = False) -> list[AnswerSet]:
+    """Greedy answer (with its log-probability) and cfg.n_samples sampled answers per item.
+
+    Items are batched in order of prompt length; results come back in item order and do
+    not depend on the batch size for the greedy answer (sampling draws from one seeded
+    generator per batch, so samples depend on the batching, as any sampler's do).
+    """
+    cfg = cfg or GenerationConfig()
+    processors = LogitsProcessorList([TransformProcessor(transform)] if transform is not None else [])
+    prompts = _prompt_ids(items, tokenizer, cfg)
+    order = sorted(range(len(items)), key=lambda i: len(prompts[i]))
+    results: list[AnswerSet | None] = [None] * len(items)
+    update, close = progress_callback(progress, len(items), "generating answers")
+    try:
+        for start in range(0, len(order), cfg.batch_size):
+            chunk = order[start:start + cfg.batch_size]
+            batch_prompts = [prompts[i] for i in chunk]
+            greedy = _greedy(model, tokenizer, batch_prompts, cfg, processors)
+            sampled: list[list[str]] = [[] for _ in chunk]
+            if cfg.n_samples:
+                torch.manual_seed(cfg.seed + start)
+                sampled = _samples(model, tokenizer, batch_prompts, cfg, processors)
+            for i, (tokens, logprob, entropy), samples in zip(chunk, greedy, sampled):
+                results[i] = AnswerSet(items[i].id, answer_text(tokenizer, tokens), logprob, len(tokens), entropy, samples)
+            update(start + len(chunk), len(items))
+    finally:
+        close()
+    return [r for r in results if r is not None]
