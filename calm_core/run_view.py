@@ -92,5 +92,24 @@ def predictions(run: RunDir, variant: str, dataset: str) -> tuple[np.ndarray, np
         raise ValueError(f"Expected predictions of `{variant}` on {dataset} in run {run.run_id}, but found none")
     frame = pd.read_parquet(path)
     confidence = frame["confidence"].to_numpy(dtype=np.float64)
+    if "correct" in frame:  # open-QA runs (generative.judge): the Sem1 pair, judged when written
+        return confidence, frame["correct"].to_numpy(dtype=np.float64)
     correct = (frame["prediction"].to_numpy() == frame["gold"].to_numpy()).astype(np.float64)
     return confidence, correct
+
+
+def open_answers(run: RunDir, variant: str, dataset: str) -> Any:
+    """The per-item open-QA frame (greedy, samples, clusters, confidences) of one variant
+    on one set, or None when the run is a multiple-choice one."""
+    import pandas as pd
+
+    path = predictions_path(run.path, variant, dataset)
+    if not path.is_file():
+        raise ValueError(f"Expected predictions of `{variant}` on {dataset} in run {run.run_id}, but found none")
+    frame = pd.read_parquet(path)
+    return frame if "samples" in frame else None
+
+
+def task_of(run: RunDir) -> str:
+    """`mcqa` or `openqa`, from the run's config (runs before open QA are mcqa)."""
+    return run.config.get("train", {}).get("task", "mcqa")

