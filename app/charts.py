@@ -4,8 +4,10 @@ check every figure without a browser (relplot's habit: compute apart from drawin
 from __future__ import annotations
 
 import html
+from collections import Counter
 from typing import Any, Sequence
 
+import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
@@ -165,6 +167,73 @@ def option_probability_figure(options: Sequence[str], probs: dict[str, Sequence[
     fig.update_layout(barmode="group", yaxis_range=[0, 1.1], height=340, margin=dict(l=40, r=10, t=30, b=30),
                       legend=dict(orientation="h", y=-0.2))
     return fig
+
+
+def histogram_counts(values: Sequence[float], n_bins: int = 10) -> tuple[np.ndarray, np.ndarray]:
+    """(counts, edges) of confidences over [0, 1] in `n_bins` equal-width bins; the last
+    bin includes 1.0 and NaNs are left out (an item without samples has no Sem1)."""
+    x = np.asarray(values, dtype=np.float64)
+    x = np.clip(x[~np.isnan(x)], 0.0, 1.0)
+    return np.histogram(x, bins=n_bins, range=(0.0, 1.0))
+
+
+def confidence_histogram(curves: dict[str, Sequence[float]], title: str = "Confidence", n_bins: int = 10) -> go.Figure:
+    """Grouped bars: how many items each variant gives each confidence (open QA: Sem1,
+    the modal answer's share of the samples, so it takes the values k / n)."""
+    fig = go.Figure()
+    colors = variant_colors(list(curves))
+    for name, values in curves.items():
+        counts, edges = histogram_counts(values, n_bins)
+        label = html.escape(name)
+        fig.add_bar(x=((edges[:-1] + edges[1:]) / 2).tolist(), y=counts.tolist(), name=label, marker_color=colors[name],
+                    customdata=[[f"{lo:.2f}-{hi:.2f}"] for lo, hi in zip(edges[:-1], edges[1:])],
+                    hovertemplate=label + ": %{y} items at confidence %{customdata[0]}<extra></extra>")
+    fig.update_layout(title=html.escape(title), barmode="group", height=320, margin=dict(l=40, r=10, t=50, b=30),
+                      legend=dict(orientation="h", y=-0.25))
+    fig.update_xaxes(range=[0, 1], title_text="confidence")
+    fig.update_yaxes(title_text="items")
+    return fig
+
+
+EMPTY_ANSWER = "(empty)"
+
+
+def answer_groups(samples: Sequence[str], clusters: Sequence[int]) -> list[tuple[str, int]]:
+    """(the cluster's first member, how many samples it holds) per cluster, largest first,
+    ties in order of first appearance (so the first group is the Sem1 modal answer)."""
+    if len(samples) != len(clusters):
+        raise ValueError(f"Expected one cluster label per sample, but got {len(clusters)} for {len(samples)} samples")
+    counts = Counter(int(c) for c in clusters)
+    first: dict[int, str] = {}
+    for text, label in zip(samples, clusters):
+        first.setdefault(int(label), str(text))
+    order = sorted(first, key=lambda c: (-counts[c], list(first).index(c)))
+    return [(first[c], counts[c]) for c in order]
+
+
+def cluster_summary(samples: Sequence[str], clusters: Sequence[int]) -> str:
+    """Sampled answers grouped by meaning as one line: "Paris ×3 | paris, france ×1 |
+    London ×1" (plain text for a table cell or st.text, never Markdown)."""
+    return " | ".join(f"{text.strip() or EMPTY_ANSWER} ×{count}" for text, count in answer_groups(samples, clusters))
+
+
+def open_answers_table(frame: Any) -> Any:
+    """The sampled-answers table of one variant on one open-QA set (a run_view.open_answers
+    frame): question id, greedy answer, samples grouped by cluster, Sem1 confidence,
+    whether the modal answer is right."""
+    import pandas as pd
+
+    def as_float(value: Any) -> float | None:
+        return None if value is None or np.isnan(value) else float(value)
+
+    rows = []
+    for row in frame.itertuples(index=False):
+        samples, clusters = list(row.samples), [int(c) for c in row.clusters]
+        rows.append({"id": row.id, "greedy": row.greedy,
+                     "samples by cluster": cluster_summary(samples, clusters) if samples else "",
+                     "Sem1 confidence": as_float(row.sem_conf),
+                     "correct": None if as_float(row.sem_correct) is None else bool(row.sem_correct)})
+    return pd.DataFrame(rows, columns=["id", "greedy", "samples by cluster", "Sem1 confidence", "correct"])
 
 
 def figure_png(fig: go.Figure, scale: float = 2.0) -> tuple[bytes | None, str]:

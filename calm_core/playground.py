@@ -4,6 +4,7 @@ and the calibrated model, and generation with the calibration head.
     trained = load_trained(RunDir.at(run_id))
     probs = option_probabilities(trained, MCItem("q", "Which gas ...?", ("oxygen", "helium"), 0))
     tokens = generate(trained, "Name a noble gas.", max_new_tokens=12)
+    answers = open_answers_for(trained, "What is the capital of Peru?")   # open-QA runs
 
 The trained model is the run's base model with the adapter of its latest checkpoint
 (PEFT) and its calibration head; `base` switches the adapter off, `ts` divides the
@@ -22,7 +23,11 @@ import numpy as np
 import torch
 
 from calm_core import metrics
-from calm_core.data.schema import MCItem
+from calm_core.data.schema import MCItem, OpenItem
+from calm_core.generative.sampling import (
+    GenerationConfig, TransformProcessor, generate_answers, temperature_transform,
+)
+from calm_core.generative.semantic import grouping_for, modal_confidence
 from calm_core.head import CalibrationHead
 from calm_core.models import LoadedModel, ModelSpec, load_model
 from calm_core.prompts import ScoringConfig, chat_prompt
@@ -38,6 +43,8 @@ class TrainedModel:
     head: CalibrationHead | None
     temperature: float | None  # the run's TS temperature (fit on S_V), if it fitted one
     scoring: ScoringConfig
+    task: str = "mcqa"  # the run's task: mcqa | openqa
+    generation: GenerationConfig | None = None  # an open-QA run's generation settings (sampling, grouping)
 
 
 def untrained(lm: LoadedModel, scoring: ScoringConfig | None = None) -> TrainedModel:
@@ -61,7 +68,10 @@ def load_trained(run: RunDir, device: str = "auto") -> TrainedModel:
     temperature = json.loads(results.read_text()).get("ts", {}).get("temperature") if results.is_file() else None
     lm = LoadedModel(model, base.tokenizer, base.spec, {**base.info, "adapter": str(latest[1])})
     scoring = ScoringConfig(rule=train["scoring"], chat_template=train.get("chat_template", False))
-    return TrainedModel(run.run_id, train["method"], lm, head.to(lm.device) if head else None, temperature, scoring)
+    task = train.get("task", "mcqa")
+    generation = GenerationConfig(**train["generation"]) if task == "openqa" and train.get("generation") else None
+    return TrainedModel(run.run_id, train["method"], lm, head.to(lm.device) if head else None, temperature, scoring,
+                        task, generation)
 
 
 def _scores(trained: TrainedModel, item: MCItem, adapter: bool, head: bool) -> np.ndarray:
@@ -92,15 +102,25 @@ def option_probabilities(trained: TrainedModel, item: MCItem) -> dict[str, np.nd
     return {name: metrics.softmax(logits)[0] for name, logits in out.items()}
 
 
+def head_acts_on_tokens(trained: TrainedModel) -> bool:
+    """A vocab head always acts on next-token logits; an open-QA run's scalar head too
+    (it was trained on them). An MCQA options / scalar head acts on option scores."""
+    head = trained.head
+    return head is not None and (head.scope == "vocab" or trained.task == "openqa")
+
+
 def generate(trained: TrainedModel, prompt: str, max_new_tokens: int = 24, chat: bool = True) -> list[dict[str, Any]]:
     """Greedy answer to `prompt`, one row per new token: the token, its probability under
-    the model as generated (with a vocab-scope head as a LogitsProcessor) and without
-    the head. An options / scalar head acts on option scores, not tokens: rows then
-    show the adapted model's probabilities twice."""
+    the model as generated (with the head as a LogitsProcessor where it acts on tokens)
+    and without the head. An MCQA options / scalar head acts on option scores, not tokens: rows then
+    show the adapted model's probabilities twice (`head_acts_on_tokens`)."""
     tokenizer, model = trained.lm.tokenizer, trained.lm.model
     text = chat_prompt(tokenizer, prompt) if chat and getattr(tokenizer, "chat_template", None) else prompt
     ids = tokenizer(text, return_tensors="pt", add_special_tokens=False).input_ids.to(trained.lm.device)
-    processors = [trained.head.as_logits_processor()] if trained.head is not None and trained.head.scope == "vocab" else []
+    processors: list[Any] = []
+    if head_acts_on_tokens(trained):  # a vocab head's own processor; an open-QA scalar head as trained
+        processors = [trained.head.as_logits_processor() if trained.head.scope == "vocab"
+                      else TransformProcessor(trained.head)]
     with torch.inference_mode():
         out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
                              do_sample=False, logits_processor=processors, output_scores=True, output_logits=True,
@@ -113,3 +133,44 @@ def generate(trained: TrainedModel, prompt: str, max_new_tokens: int = 24, chat:
         if token == tokenizer.eos_token_id:
             break
     return rows
+
+
+def open_answers_for(trained: TrainedModel, question: str, cfg: GenerationConfig | None = None,
+                     theta_only: bool = True) -> dict[str, dict[str, Any]]:
+    """{variant: answers} for one typed open question, in the order base, ts (if the run
+    fitted a temperature), the run's method (adapter and head) and, with `theta_only`
+    and a head, the adapter alone. `cfg` defaults to the run's generation settings.
+
+    Each variant's dict: `greedy` (answer text), `seq_prob` (probability of saying
+    exactly it and stopping), `samples` (cfg.n_samples sampled answers), `clusters`
+    (one label per sample, grouped as cfg.grouping says), and with at least one sample
+    `answer` (the modal cluster's first member) and `confidence` (Sem1: that cluster's
+    share of the samples); without samples both are None."""
+    cfg = cfg or trained.generation or GenerationConfig()
+    if not question.strip():
+        raise ValueError("Expected a question, but got an empty one")
+    item = OpenItem(id="typed", question=question.strip(), answers=())
+    grouping = grouping_for(cfg.grouping, cfg.grouping_threshold)
+    head = trained.head
+    variants: list[tuple[str, bool, Any]] = [("base", False, None)]
+    if trained.temperature:
+        variants.append(("ts", False, temperature_transform(trained.temperature)))
+    if trained.run_id is not None:
+        variants.append((trained.method or "trained", True, head))
+        if head is not None and theta_only:
+            variants.append((f"{trained.method}_theta_only", True, None))
+    model = trained.lm.model
+    out: dict[str, dict[str, Any]] = {}
+    for name, adapter, transform in variants:
+        off = model.disable_adapter() if (not adapter and hasattr(model, "disable_adapter")) else nullcontext()
+        with off:
+            answers = generate_answers(model, trained.lm.tokenizer, [item], cfg, transform=transform)[0]
+        labels = grouping(answers.samples) if answers.samples else []
+        answer, confidence = None, None
+        if labels:
+            index, confidence = modal_confidence(labels)
+            answer = answers.samples[index]
+        out[name] = {"greedy": answers.greedy, "seq_prob": float(np.exp(answers.greedy_logprob)),
+                     "samples": list(answers.samples), "clusters": list(labels), "answer": answer,
+                     "confidence": confidence}
+    return out

@@ -25,7 +25,7 @@ import torch
 
 from calm_core import distributed, metrics
 from calm_core.adapters import attach_lora, lora_parameters, quantization_choice
-from calm_core.data.schema import MCItem
+from calm_core.data.schema import DataError, MCItem
 from calm_core.evaluate import load_items
 from calm_core.head import CalibrationHead
 from calm_core.methods import get_method
@@ -66,13 +66,43 @@ class Data:
     train: list[Any]  # MCItem (task mcqa) or OpenItem (task openqa)
     heldout: list[Any]
     evals: dict[str, list[Any]]
+    dropped: dict[str, int] = field(default_factory=dict)  # set -> items removed as training questions
+
+
+def question_key(question: str) -> str:
+    """Questions that differ only in case, punctuation, articles or spacing are the same."""
+    from calm_core.generative.answers import normalize_answer
+
+    return normalize_answer(question)
+
+
+def without_training_questions(items: list[Any], train_keys: set[str]) -> list[Any]:
+    """`items` minus those whose question is a training question (TriviaQA's two splits
+    share 268): a held-out or evaluation number must not be measured on training data."""
+    return [it for it in items if question_key(it.question) not in train_keys]
 
 
 def load_data(cfg: TrainConfig) -> Data:
+    """S_T, S_V and the evaluation sets; S_V and evaluation items that repeat a training
+    question are dropped before `limit` counts, and how many is recorded."""
     kind = "open" if cfg.task == "openqa" else "mc"
-    evals = {name: load_items(name, kind, cfg.eval_limit, cfg.seed) for name in cfg.eval_data}
-    return Data(load_items(cfg.train_data, kind, cfg.train_limit, cfg.seed),
-                load_items(cfg.heldout_data, kind, cfg.heldout_limit, cfg.seed), evals)
+    train_items = load_items(cfg.train_data, kind, cfg.train_limit, cfg.seed)
+    keys = {question_key(it.question) for it in train_items}
+    dropped: dict[str, int] = {}
+
+    def load_clean(name: str, limit: int | None) -> list[Any]:
+        items = load_items(name, kind, None, cfg.seed)
+        kept = without_training_questions(items, keys)
+        if len(kept) < len(items):
+            dropped[name] = len(items) - len(kept)
+        return kept[:limit]
+
+    evals = {name: load_clean(name, cfg.eval_limit) for name in cfg.eval_data}
+    heldout = load_clean(cfg.heldout_data, cfg.heldout_limit)
+    if not train_items or not heldout:
+        which = "training set" if not train_items else "held-out set S_V (after removing training questions)"
+        raise DataError(f"Expected items in the {which}, but it is empty: choose another set or slice")
+    return Data(train_items, heldout, evals, dropped)
 
 
 def build_context(cfg: TrainConfig, lm: Any, k_max: int) -> tuple[StepContext, dict[str, Any]]:
@@ -228,7 +258,8 @@ def train(cfg: TrainConfig, run: RunDir | None = None, lm: Any = None,
     if run is not None:
         checkpoint = None
         if writer is not None:
-            run.update_status(choices={**record, "world_size": distributed.world_size()}, model=lm.info)
+            run.update_status(choices={**record, "world_size": distributed.world_size(),
+                                       "dropped_training_questions": data.dropped}, model=lm.info)
             start_step, checkpoint = run.prepare_resume()
         distributed.barrier()
         if writer is None:  # other ranks follow the checkpoint rank 0 chose

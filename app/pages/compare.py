@@ -1,18 +1,24 @@
 """Compare: reliability diagrams of base, TS and calibrated variants of finished runs,
-in and out of domain, with the metrics table and downloads."""
+in and out of domain, with the metrics table and downloads. Open-answer runs add a
+confidence histogram and a table of their sampled answers."""
 
 from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
 
-from app.charts import figure_png, reliability_figure, reliability_overlay
+from app.charts import confidence_histogram, figure_png, open_answers_table, reliability_figure, reliability_overlay
 from app.state import describe_error
 from calm_core import metrics, run_view
 from calm_core.evaluate import wide_table
+from calm_core.generative.evaluate import OPEN_TABLE_COLUMNS
 from calm_core.runs import RunDir, list_runs
 
 TABLE_COLUMNS = ["dataset", "variant", "n", "acc", "ece", "ece_10", "brier", "nll", "auroc", "confidence", "run"]
+OPEN_COLUMNS = [*OPEN_TABLE_COLUMNS, "run"]
+OPEN_MEANING = ("Open answers: **confidence** is Sem1, the share of the n sampled answers that fall in the most "
+                "common meaning cluster, and **correct** means that cluster's answer matches an accepted alias "
+                "(normalised exact match).")
 
 st.title("Compare")
 finished = [r for r in list_runs() if r.state == "finished" and (r.path / "results.json").is_file()]
@@ -27,9 +33,12 @@ if not chosen:
 try:
     runs = [RunDir.at(run_id) for run_id in chosen]
     rows = run_view.compare_rows(runs)
+    tasks = {run.run_id: run_view.task_of(run) for run in runs}
 except Exception as exc:
     st.error(describe_error(exc))
     st.stop()
+any_open = "openqa" in tasks.values()
+all_open = all(t == "openqa" for t in tasks.values())
 
 datasets = list(dict.fromkeys(r["dataset"] for r in rows))
 variants = list(dict.fromkeys(r["variant"] for r in rows))
@@ -38,9 +47,12 @@ dataset = c1.selectbox("Evaluation set", datasets, key="compare_dataset")
 shown = c2.multiselect("Variants", variants, default=variants[:3], key="compare_variants")
 n_bins = c3.selectbox("Bins", [10, 15], index=1, key="compare_bins")
 layout = c4.radio("Layout", ["overlay", "side by side"], key="compare_layout")
+if any_open:
+    st.caption(OPEN_MEANING + " The diagrams plot Sem1 confidence against that correctness."
+               + ("" if all_open else " Multiple-choice runs: confidence is the top option's probability."))
 
 owner = {(r["dataset"], r["variant"]): (RunDir.at(r["run"]), r["variant_raw"]) for r in rows}
-curves, tables = {}, {}
+curves, tables, confidences = {}, {}, {}
 for variant in shown:
     if (dataset, variant) not in owner:
         continue
@@ -54,6 +66,7 @@ for variant in shown:
     lower, upper = metrics.bin_accuracy_intervals(confidence, correct, n_bins=n_bins)
     curves[variant] = (table, lower, upper)
     tables[variant] = table
+    confidences[variant] = confidence
 
 figures = []
 if curves and layout == "overlay":
@@ -66,10 +79,36 @@ elif curves:
         figures.append(figure)
         column.plotly_chart(figure, key=f"compare_side_{variant}")
 
+open_variants = [v for v in shown if (dataset, v) in owner and tasks.get(owner[(dataset, v)][0].run_id) == "openqa"]
+if open_variants:
+    st.subheader("Open answers")
+    st.plotly_chart(confidence_histogram({v: confidences[v] for v in open_variants if v in confidences},
+                                         f"{dataset}: Sem1 confidence per variant", n_bins=n_bins),
+                    key="compare_confidence_histogram")
+    st.caption("Sem1 takes the values k / n for n samples: a spike at 1.0 is a model whose samples all agree.")
+    variant = st.selectbox("Sampled answers of", open_variants, key="compare_open_variant")
+    try:
+        run, raw_name = owner[(dataset, variant)]
+        frame = run_view.open_answers(run, raw_name, dataset)
+    except Exception as exc:
+        st.warning(describe_error(exc))
+    else:
+        if frame is not None:  # a DataFrame shows model text literally (no Markdown)
+            st.dataframe(open_answers_table(frame), hide_index=True, width="stretch", key="compare_open_table")
+            st.caption("Samples by cluster: each meaning cluster's first answer and how many samples it holds, "
+                       "largest first (the first is the Sem1 answer); `correct` judges that answer.")
+
 st.subheader("Metrics")
 st.caption("ECE: 15 equal-width bins; ece_10: the paper's 10. The first evaluation set of a run is its in-domain set.")
-st.markdown(wide_table([r for r in rows if r["variant"] in shown] or rows))
-frame = pd.DataFrame([{k: r.get(k) for k in TABLE_COLUMNS} for r in rows])
+if any_open:
+    st.caption("Open answers: acc is the greedy answer's exact match, sem_acc the Sem1 (modal) answer's; ece, ece_10 "
+               "and auroc are on (Sem1 confidence, modal answer correct); sem2_ece_10 on the split-half Sem2 "
+               "confidence; seq_ece_10 on the greedy answer's sequence probability.")
+metric_names = ("acc", "sem_acc", "ece_10") if all_open else ("acc", "ece", "ece_10")
+st.markdown(wide_table([r for r in rows if r["variant"] in shown] or rows, metric_names=metric_names))
+columns = OPEN_COLUMNS if all_open else list(dict.fromkeys(TABLE_COLUMNS[:-1] + OPEN_COLUMNS)) if any_open \
+    else TABLE_COLUMNS
+frame = pd.DataFrame([{k: r.get(k) for k in columns} for r in rows])
 st.dataframe(frame, hide_index=True, width="stretch")
 c1, c2 = st.columns(2)
 c1.download_button("Download the table (CSV)", frame.to_csv(index=False), file_name="calm_compare.csv",

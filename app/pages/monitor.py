@@ -9,6 +9,7 @@ import streamlit as st
 from app.charts import alpha_bars, alpha_heatmap, line_figure, tradeoff_figure
 from app.state import code, describe_error
 from calm_core import run_view
+from calm_core.generative.evaluate import OPEN_TABLE_COLUMNS
 from calm_core.jobs import cancel, resume
 from calm_core.runs import RunDir, RunState, list_runs
 
@@ -134,7 +135,8 @@ def _results() -> None:
     if (run.path / "results.json").is_file():
         st.subheader("Final evaluation")
         rows = run_view.compare_rows([run])
-        st.dataframe(pd.DataFrame([{k: r[k] for k in RESULT_COLUMNS} for r in rows]), hide_index=True, width="stretch",
+        columns = OPEN_TABLE_COLUMNS if run_view.task_of(run) == "openqa" else RESULT_COLUMNS
+        st.dataframe(pd.DataFrame([{k: r.get(k) for k in columns} for r in rows]), hide_index=True, width="stretch",
                      key="monitor_results")
         st.page_link("pages/compare.py", label="Compare reliability diagrams", icon=":material/compare:")
 

@@ -1,18 +1,22 @@
 """Playground: ask your own question. Option probabilities under base, TS and the
-calibrated model side by side, and free generation with the calibration head."""
+calibrated model side by side (open-answer runs: each variant's greedy answer and its
+sampled answers grouped by meaning), and free generation with the calibration head."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pandas as pd
 import streamlit as st
 
-from app.charts import option_probability_figure
+from app.charts import answer_groups, cluster_summary, option_probability_figure
 from app.state import describe_error, get_model, get_trained
 from calm_core import metrics
 from calm_core.data.catalog import list_datasets
 from calm_core.data.schema import MCItem
 from calm_core.evaluate import load_mc_items
-from calm_core.playground import generate, option_probabilities, untrained
+from calm_core.generative.sampling import GenerationConfig
+from calm_core.playground import generate, head_acts_on_tokens, open_answers_for, option_probabilities, untrained
 from calm_core.runs import list_runs
 
 st.title("Playground")
@@ -25,44 +29,83 @@ except Exception as exc:
     st.error(describe_error(exc))
     st.stop()
 
-st.subheader("Multiple choice")
-source = st.radio("Question", ["type one", "from a dataset"], horizontal=True, key="play_source")
-if source == "from a dataset":
-    names = [e.name for e in list_datasets(kind="mc")]
-    c1, c2 = st.columns([3, 1])
-    dataset = c1.selectbox("Dataset", names, key="play_dataset")
-    index = c2.number_input("Item", 0, 10_000, 0, key="play_index")
+
+def _open_section() -> None:
+    """An open-answer run: a typed question, each variant's greedy and sampled answers."""
+    st.subheader("Open answer")
+    cfg = trained.generation or GenerationConfig()
+    question = st.text_input("Question", "What is the capital of Peru?", key="play_open_question")
+    c1, c2 = st.columns(2)
+    n_samples = c1.slider("Sampled answers", 2, 20, max(2, min(20, cfg.n_samples)), key="play_open_samples")
+    max_new = c2.slider("Max new tokens", 1, 64, min(64, cfg.max_new_tokens), key="play_open_max_new")
+    st.caption(f"Prompt `{cfg.prompt}`, answers grouped by `{cfg.grouping}` (the run's settings). Confidence is "
+               "Sem1: the share of the samples in the most common meaning cluster."
+               + (f" TS divides every step's logits by {trained.temperature:.3g} (fit on the run's S_V)."
+                  if trained.temperature else ""))
+    if not question.strip():
+        st.warning("Type a question.")
+        return
+    if not st.button("Answer", key="play_open_answer"):
+        return
     try:
-        items = load_mc_items(dataset, limit=int(index) + 1)
-        item = items[min(int(index), len(items) - 1)]
+        with st.spinner("Generating greedy and sampled answers for every variant..."):
+            answers = open_answers_for(trained, question, replace(cfg, n_samples=int(n_samples),
+                                                                  max_new_tokens=int(max_new)))
+    except Exception as exc:
+        st.error(describe_error(exc))
+        return
+    # a DataFrame shows model text literally (no Markdown)
+    st.dataframe(pd.DataFrame([{"variant": name, "greedy answer": a["greedy"], "sequence probability": a["seq_prob"],
+                                "Sem1 answer": a["answer"], "Sem1 confidence": a["confidence"],
+                                "samples by cluster": cluster_summary(a["samples"], a["clusters"])}
+                               for name, a in answers.items()]), hide_index=True, width="stretch",
+                 key="play_open_table")
+    for name, a in answers.items():
+        with st.expander(f"{name}: {len(answer_groups(a['samples'], a['clusters']))} meaning clusters"):
+            st.text("\n".join(f"{count} ×  {text or '(empty)'}" for text, count in answer_groups(a["samples"], a["clusters"])))
+
+
+if trained.task == "openqa":
+    _open_section()
+else:
+    st.subheader("Multiple choice")
+    source = st.radio("Question", ["type one", "from a dataset"], horizontal=True, key="play_source")
+    if source == "from a dataset":
+        names = [e.name for e in list_datasets(kind="mc")]
+        c1, c2 = st.columns([3, 1])
+        dataset = c1.selectbox("Dataset", names, key="play_dataset")
+        index = c2.number_input("Item", 0, 10_000, 0, key="play_index")
+        try:
+            items = load_mc_items(dataset, limit=int(index) + 1)
+            item = items[min(int(index), len(items) - 1)]
+        except Exception as exc:
+            st.error(describe_error(exc))
+            st.stop()
+        st.caption("Question")
+        st.text(item.question)  # dataset text, shown literally
+        st.caption("Options (gold: " + str(item.answer + 1) + ")")
+        st.text("\n".join(f"{k + 1}. {c}" for k, c in enumerate(item.choices)))
+    else:
+        question = st.text_input("Question", "Which planet is known as the red planet?", key="play_question")
+        options_text = st.text_area("Options, one per line (the first is the right one)", "Mars\nVenus\nJupiter\nSaturn",
+                                    key="play_options")
+        options = [line.strip() for line in options_text.splitlines() if line.strip()]
+        if not question.strip() or len(options) < 2 or len(set(options)) != len(options):
+            st.warning("Give a question and at least two different options.")
+            st.stop()
+        item = MCItem("playground", question.strip(), tuple(options), 0)
+
+    try:
+        probs = option_probabilities(trained, item)
     except Exception as exc:
         st.error(describe_error(exc))
         st.stop()
-    st.caption("Question")
-    st.text(item.question)  # dataset text, shown literally
-    st.caption("Options (gold: " + str(item.answer + 1) + ")")
-    st.text("\n".join(f"{k + 1}. {c}" for k, c in enumerate(item.choices)))
-else:
-    question = st.text_input("Question", "Which planet is known as the red planet?", key="play_question")
-    options_text = st.text_area("Options, one per line (the first is the right one)", "Mars\nVenus\nJupiter\nSaturn",
-                                key="play_options")
-    options = [line.strip() for line in options_text.splitlines() if line.strip()]
-    if not question.strip() or len(options) < 2 or len(set(options)) != len(options):
-        st.warning("Give a question and at least two different options.")
-        st.stop()
-    item = MCItem("playground", question.strip(), tuple(options), 0)
-
-try:
-    probs = option_probabilities(trained, item)
-except Exception as exc:
-    st.error(describe_error(exc))
-    st.stop()
-st.plotly_chart(option_probability_figure(list(item.choices), probs), key="play_probs")
-st.dataframe(pd.DataFrame([{"variant": name, "answer": item.choices[int(p.argmax())], "confidence": float(p.max()),
-                            "entropy (nats)": float(metrics.entropy(p[None, :])[0])} for name, p in probs.items()]),
-             hide_index=True, width="stretch")
-st.caption(f"Scoring rule `{trained.scoring.rule}`" + (f"; TS temperature {trained.temperature:.2f} (fit on the run's S_V)"
-                                                        if trained.temperature else ""))
+    st.plotly_chart(option_probability_figure(list(item.choices), probs), key="play_probs")
+    st.dataframe(pd.DataFrame([{"variant": name, "answer": item.choices[int(p.argmax())], "confidence": float(p.max()),
+                                "entropy (nats)": float(metrics.entropy(p[None, :])[0])} for name, p in probs.items()]),
+                 hide_index=True, width="stretch")
+    st.caption(f"Scoring rule `{trained.scoring.rule}`" + (f"; TS temperature {trained.temperature:.2f} (fit on the run's S_V)"
+                                                            if trained.temperature else ""))
 
 st.subheader("Free generation")
 prompt = st.text_input("Prompt", "What is the chemical symbol of gold?", key="play_prompt")
@@ -76,5 +119,6 @@ if st.button("Generate", key="play_generate"):
     else:
         st.text("".join(r["token"] for r in rows))  # st.text shows user/model text literally
         st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
-        if trained.head is None or trained.head.scope != "vocab":
-            st.caption("Only a vocab-scope head acts on tokens; this model's head (if any) acts on option scores.")
+        if not head_acts_on_tokens(trained):
+            st.caption("This model has no head that acts on tokens (an options / scalar head of a multiple-choice run acts "
+                       "on option scores): both columns are the same.")

@@ -11,15 +11,21 @@ import streamlit as st
 
 from app.state import describe_error
 from calm_core.data.catalog import list_datasets
+from calm_core.generative.sampling import PROMPTS, GenerationConfig
 from calm_core.head import SCOPES
 from calm_core.launch import estimate_step_seconds, launch_training
 from calm_core.methods import METHODS
 from calm_core.runs import list_runs
-from calm_core.train_config import PRESETS, TrainConfig
+from calm_core.train_config import OPENQA_METHODS, PRESETS, TrainConfig
 
 DEFAULT_TRAIN = "builtin/chemical_symbols/train"
 DEFAULT_HELDOUT = "builtin/chemical_symbols/validation"
 DEFAULT_EVALS = ["builtin/chemical_symbols/test", "builtin/units/test", "builtin/animal_classes/test"]
+# Open answers: a vocab head under AdamW moves every one of its ~49k (tau, l) entries by
+# about lr per step, so lr_alpha is far smaller than for the K option entries.
+OPEN_DEFAULTS = {"train": "builtin/capitals_open/train", "heldout": "builtin/capitals_open/validation",
+                 "evals": ["builtin/capitals_open/test"], "lr_alpha": 1e-3, "samples": 5}
+TASKS = {"multiple choice": "mcqa", "open answers": "openqa"}
 
 
 def _index(options: list[str], wanted: str) -> int:
@@ -30,7 +36,21 @@ st.title("Train")
 st.markdown("Fine-tune with **CALM** (LoRA + a calibration head, bilevel) or a baseline. "
             "The run is a background job: close the tab, it goes on; the **Monitor** page follows it.")
 
-names = [e.name for e in list_datasets(kind="mc")]
+task = TASKS[st.radio("Task", list(TASKS), horizontal=True, key="train_task",
+                      help="multiple choice: the model scores given options. open answers: it writes a short "
+                           "answer; confidence comes from how often n sampled answers agree (Sem1).")]
+openqa = task == "openqa"
+
+
+def _key(name: str) -> str:
+    """Widgets whose options or defaults depend on the task get one key per task."""
+    return f"{name}_open" if openqa else name
+
+
+names = [e.name for e in list_datasets(kind="open" if openqa else "mc")]
+default_train = OPEN_DEFAULTS["train"] if openqa else DEFAULT_TRAIN
+default_heldout = OPEN_DEFAULTS["heldout"] if openqa else DEFAULT_HELDOUT
+default_evals = OPEN_DEFAULTS["evals"] if openqa else DEFAULT_EVALS
 st.subheader("1. Model")
 model_kind = st.radio("Base model", ["embedded", "local directory", "hub id"], horizontal=True, key="train_model_kind",
                       help="embedded: SmolLM2-135M-Instruct, shipped with the studio. A hub id needs a connection.")
@@ -41,20 +61,46 @@ if model_kind != "embedded":
 
 st.subheader("2. Data")
 c1, c2 = st.columns(2)
-train_data = c1.selectbox("Training set S_T (labelled)", names, index=_index(names, DEFAULT_TRAIN), key="train_data")
+train_data = c1.selectbox("Training set S_T (labelled)", names, index=_index(names, default_train), key=_key("train_data"))
 heldout = c2.selectbox("Held-out S_V (entropy inputs; its labels fit TS)", names,
-                       index=_index(names, DEFAULT_HELDOUT), key="train_heldout")
+                       index=_index(names, default_heldout), key=_key("train_heldout"))
 evals = st.multiselect("Evaluation sets (in domain and out of domain)", names,
-                       default=[n for n in DEFAULT_EVALS if n in names], key="train_evals")
+                       default=[n for n in default_evals if n in names], key=_key("train_evals"))
 
 st.subheader("3. Method")
 c1, c2, c3 = st.columns(3)
-method = c1.selectbox("Method", sorted(METHODS), index=sorted(METHODS).index("calm"), key="train_method")
-scope = c2.selectbox("Head scope", list(SCOPES), index=list(SCOPES).index("options"), key="train_scope",
-                     help="vocab: (l, tau) per vocabulary id (the paper); options: per option position; scalar: one tau")
+methods = sorted(m for m in METHODS if m in OPENQA_METHODS) if openqa else sorted(METHODS)
+method = c1.selectbox("Method", methods, index=methods.index("calm"), key=_key("train_method"))
+scopes = ["vocab", "scalar"] if openqa else list(SCOPES)
+scope = c2.selectbox("Head scope", scopes, index=scopes.index("vocab" if openqa else "options"), key=_key("train_scope"),
+                     help="vocab: (l, tau) per vocabulary id (the paper); options: per option position; scalar: one tau"
+                          + (" (open answers have no options)" if openqa else ""))
 preset = c3.selectbox("Preset", sorted(PRESETS), index=sorted(PRESETS).index("quick"), key="train_preset",
                       help="quick: minutes on a laptop CPU (LoRA on the top 4 layers); paper: QLoRA r64, batch 16")
 st.caption(METHODS[method].DESCRIPTION)
+
+generation = None
+if openqa:
+    st.subheader("Answer generation")
+    g1, g2, g3, g4 = st.columns(4)
+    samples = g1.number_input("Sampled answers per question", 2, 50, OPEN_DEFAULTS["samples"], key="train_samples",
+                              help="Sem1 confidence: the most common meaning's share of these samples")
+    max_new = g2.number_input("Max new tokens", 1, 128, GenerationConfig.max_new_tokens, key="train_max_new",
+                              help="an answer ends at a newline or the end-of-sequence token")
+    grouping = g3.selectbox("Group answers by", ["embedding", "string"], key="train_grouping",
+                            help="string: equal after normalising (case, punctuation, articles); embedding: also "
+                                 "MiniLM cosine >= 0.8 (paraphrases)")
+    prompt = g4.selectbox("Prompt", list(PROMPTS), key="train_prompt",
+                          help="fewshot: three fixed demonstrations, then the question; plain: the question alone; "
+                               "chat: a chat turn")
+    try:
+        generation = GenerationConfig(n_samples=int(samples), max_new_tokens=int(max_new), grouping=grouping,
+                                      prompt=prompt)
+    except ValueError as exc:
+        st.error(describe_error(exc))
+        st.stop()
+    st.caption(f"The final evaluation generates 1 greedy + {int(samples)} sampled answers per question, for every "
+               "variant (base, ts, the trained model, its theta-only ablation) on every evaluation set.")
 
 base = TrainConfig.preset(preset)
 with st.expander("Advanced settings"):
@@ -65,7 +111,8 @@ with st.expander("Advanced settings"):
     eta = a4.number_input("eta", 0.01, 10.0, base.eta, key="train_eta")
     b1, b2, b3, b4 = st.columns(4)
     lr_theta = b1.number_input("lr theta", 1e-6, 1.0, base.lr_theta, format="%.0e", key="train_lr_theta")
-    lr_alpha = b2.number_input("lr alpha", 1e-5, 1.0, base.lr_alpha, format="%.0e", key="train_lr_alpha")
+    lr_alpha = b2.number_input("lr alpha", 1e-5, 1.0, OPEN_DEFAULTS["lr_alpha"] if openqa else base.lr_alpha,
+                               format="%.0e", key=_key("train_lr_alpha"))
     rank = b3.number_input("LoRA rank", 1, 256, base.lora.r, key="train_rank")
     layers = b4.number_input("LoRA on top N layers (0: all)", 0, 200, base.lora.layers or 0, key="train_layers")
     d1, d2, d3 = st.columns(3)
@@ -76,8 +123,9 @@ with st.expander("Advanced settings"):
     name = st.text_input("Run name", value="", key="train_name", help="letters, digits, - and _ ; used in the run id")
 
 try:
+    extra = {"task": task, "generation": generation} if openqa else {}
     cfg = TrainConfig.preset(
-        preset, model=model or "embedded", train_data=train_data, heldout_data=heldout, eval_data=tuple(evals),
+        preset, **extra, model=model or "embedded", train_data=train_data, heldout_data=heldout, eval_data=tuple(evals),
         method=method, scope=scope, steps=int(steps), batch_size=int(batch), heldout_batch_size=int(batch),
         inner_steps=int(inner), eta=float(eta), lr_theta=float(lr_theta), lr_alpha=float(lr_alpha),
         train_limit=int(train_limit) or None, eval_limit=int(eval_limit), name=name or None,
@@ -93,7 +141,9 @@ c1, c2 = st.columns(2)
 c1.metric("Steps", cfg.steps)
 if seconds is not None:
     c2.metric("Estimated time", f"{cfg.steps * seconds / 60:.1f} min", help=source)
-    st.caption(f"At {seconds:.1f} s per step: {source}. Evaluation comes on top (a minute or two per 200 items).")
+    evaluation = ("open-answer evaluation generates 1 + n answers per item and variant: several minutes per 100 items "
+                  "on a CPU" if openqa else "a minute or two per 200 items")
+    st.caption(f"At {seconds:.1f} s per step: {source}. Evaluation comes on top ({evaluation}).")
 else:
     c2.metric("Estimated time", "unknown", help=source)
     st.caption(source)

@@ -9,6 +9,10 @@ Names, in the order they are resolved:
 - `<folder>/<split>`          real datasets under `data_dir()` (CALM_DATA_DIR): `<folder>/<split>.jsonl`
 - `hf:<name>[:<config>]:<split>` or `hf:<name>` a Hugging Face dataset (see `loaders.load_hf`)
 
+Any name may end with a slice, `name[a:b]` (Python semantics, non-negative bounds),
+to use part of a set: e.g. `triviaqa/unfiltered_dev_sub3000[0:2000]` to train and
+`[2000:2200]` as the held-out set. The slice applies before `limit`.
+
 Only the first three families and uploads are listed by `list_datasets`; files and hub
 datasets are loaded on demand. Uploads are plain files, so they survive a restart and
 read back as identical items.
@@ -20,6 +24,7 @@ import dataclasses
 import difflib
 import importlib
 import json
+import re
 import shutil
 import tempfile
 import uuid
@@ -205,6 +210,10 @@ def load_dataset(
     """
     name = name.strip()
     check_limit(limit)
+    base, part = split_slice(name)
+    if part is not None:
+        report = load_dataset(base, seed=seed, mapping=mapping, kind=kind)
+        return dataclasses.replace(report, name=name, items=list(report.items[part][:limit]))
     mapping = mapping or ColumnMapping()
     if name.startswith(HF_PREFIX):
         return _load_hf_name(name, mapping, kind, limit)
@@ -216,6 +225,22 @@ def load_dataset(
     path = entry.path / ITEMS_FILE if entry.source == "upload" else entry.path
     kind = entry.kind if kind == "auto" and entry.kind in ("mc", "open") else kind
     return load_file(path, kind=kind, mapping=mapping, limit=limit, name=entry.name)  # type: ignore[arg-type]
+
+
+_SLICE = re.compile(r"^(?P<base>.+)\[(?P<start>\d*):(?P<stop>\d*)\]$")
+
+
+def split_slice(name: str) -> tuple[str, slice | None]:
+    """(`name` without a trailing `[a:b]`, the slice or None). Bounds are optional ints >= 0."""
+    match = _SLICE.match(name)
+    if match is None:
+        if name.endswith("]") and "[" in name:
+            raise DataError(f"Expected a slice like `{name.split('[')[0]}[0:100]` at the end of {name!r}")
+        return name, None
+    start, stop = (int(v) if v else None for v in (match["start"], match["stop"]))
+    if start is not None and stop is not None and stop <= start:
+        raise DataError(f"Expected a non-empty slice in {name!r} (stop > start)")
+    return match["base"], slice(start, stop)
 
 
 def _load_builtin(name: str, seed: int, limit: int | None = None) -> LoadReport:

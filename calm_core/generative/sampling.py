@@ -149,7 +149,9 @@ def _generate(model: Any, tokenizer: Any, prompts: list[list[int]], cfg: Generat
               processors: LogitsProcessorList) -> Any:
     device = next(model.parameters()).device
     batch = left_pad_batch(prompts, tokenizer.pad_token_id, device)
-    options: dict[str, Any] = {"do_sample": True, "temperature": cfg.temperature, "top_p": cfg.top_p,
+    # top_k=0: transformers otherwise fills in its default top_k=50, which would cap the
+    # samples at the 50 likeliest tokens and undo part of a flattening head or temperature.
+    options: dict[str, Any] = {"do_sample": True, "temperature": cfg.temperature, "top_p": cfg.top_p, "top_k": 0,
                                "num_return_sequences": cfg.n_samples} if sample else {
         "do_sample": False, "temperature": None, "top_p": None, "top_k": None,
         "output_scores": True, "return_dict_in_generate": True}

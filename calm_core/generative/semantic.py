@@ -105,7 +105,6 @@ class EmbeddingGrouping:
         distinct = list(dict.fromkeys(keys))  # embed each normalised form once
         vectors = embed(distinct) if distinct else np.zeros((0, 384))
         similarity = vectors @ vectors.T
-        np.fill_diagonal(similarity, 1.0)
         # equal strings always share a cluster, whatever the threshold
         by_key = dict(zip(distinct, greedy_clusters(similarity, self.threshold)))
         return _relabel([by_key[k] for k in keys])
@@ -131,8 +130,8 @@ def modal_confidence(labels: Sequence[int]) -> tuple[int, float]:
     Ties go to the cluster seen first."""
     if not labels:
         raise ValueError("Expected at least one sample to compute a semantic confidence")
-    counts = Counter(labels)
-    best = max(counts, key=lambda c: (counts[c], -c))
+    counts = Counter(labels)  # insertion order = order of first appearance
+    best = max(counts, key=counts.__getitem__)  # max keeps the first of equal counts
     return list(labels).index(best), counts[best] / len(labels)
 
 
