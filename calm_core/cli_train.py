@@ -231,19 +231,38 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.wide:
         print(wide_table(rows, tuple(m.strip() for m in args.metrics.split(",")), ood_mean=args.ood_mean))
     else:
-        print(format_table(rows, ("dataset", "variant", "n", "acc", "ece", "ece_10", "brier", "nll", "auroc", "confidence")))
+        print(format_table(rows, result_columns(rows)))
     if args.json:
         atomic_write_json(args.json, {"results": rows, "runs": run_ids})
     return 0
+
+
+MC_COLUMNS = ("dataset", "variant", "n", "acc", "ece", "ece_10", "brier", "nll", "auroc", "confidence")
+
+
+def result_columns(rows: list[dict[str, Any]]) -> tuple[str, ...]:
+    """The table columns for these rows: open-QA ones when every row is an open-QA row."""
+    from calm_core.generative.evaluate import OPEN_TABLE_COLUMNS
+
+    return OPEN_TABLE_COLUMNS if rows and all(r.get("task") == "openqa" for r in rows) else MC_COLUMNS
+
+
+def _effective_scope(train: dict[str, Any]) -> str:
+    from calm_core.train_config import TrainConfig
+
+    try:
+        return TrainConfig.from_dict(train).effective_scope
+    except (TypeError, ValueError):  # a config from another version: show what it says
+        return str(train.get("scope"))
 
 
 def model_card(run: RunDir, rows: list[dict[str, Any]]) -> str:
     from calm_core.evaluate import format_table
 
     train = run.config["train"]
-    table = format_table(rows, ("dataset", "variant", "n", "acc", "ece", "ece_10", "nll"))
-    return (f"# {run.run_id}\n\nTrained with CALM Studio: method `{train['method']}`, head scope "
-            f"`{train['scope']}`, base model `{train['model']}`, scoring `{train['scoring']}`, "
+    table = format_table(rows, result_columns(rows))
+    return (f"# {run.run_id}\n\nTrained with CALM Studio: task `{train.get('task', 'mcqa')}`, method "
+            f"`{train['method']}`, head scope `{_effective_scope(train)}`, base model `{train['model']}`, scoring `{train['scoring']}`, "
             f"{train['steps']} steps on `{train['train_data']}` (S_V: `{train['heldout_data']}`).\n\n"
             f"Load: PEFT adapter in this folder; `CalibrationHead.load(folder)` for the head.\n\n"
             f"## Calibration (15-bin ECE, and ece_10 with the paper's 10 bins)\n\n```\n{table}\n```\n")

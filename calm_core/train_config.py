@@ -58,6 +58,7 @@ class TrainConfig:
     eval_every: int = 20  # steps between evaluations (0: only at the end)
     checkpoint_every: int = 20  # steps between checkpoints (cancel always checkpoints)
     eval_batch_size: int = 32
+    eval_baselines: bool = True  # final evaluation also runs base and ts (off: runs sharing a base model and S_V reuse the first run's)
     name: str | None = None  # a label for the run id and the studio
 
     def __post_init__(self) -> None:

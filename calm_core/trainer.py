@@ -368,13 +368,16 @@ def final_evaluation(ctx: StepContext, data: Data, run: RunDir) -> list[dict[str
 
     method = ctx.settings.method
     bs = ctx.settings.eval_batch_size
-    heldout = _variant_scores(ctx, data.heldout, bs, use_head=False, use_adapter=False)
     ts, ts_note = None, None
-    if len(heldout) >= MIN_FIT_ITEMS:
+    if not ctx.settings.eval_baselines:
+        ts_note = "no `base` / `ts` variants: eval_baselines = false"
+    elif len(data.heldout) >= MIN_FIT_ITEMS:
+        heldout = _variant_scores(ctx, data.heldout, bs, use_head=False, use_adapter=False)
         ts = TemperatureScaler.fit(heldout.logits, heldout.gold)
     else:  # too few S_V labels for a meaningful temperature: say so rather than fake one
-        ts_note = f"no `ts` variant: S_V has {len(heldout)} items, fewer than {MIN_FIT_ITEMS}"
-    variants = [("base", False, False, None)] + ([("ts", False, False, ts)] if ts else [])
+        ts_note = f"no `ts` variant: S_V has {len(data.heldout)} items, fewer than {MIN_FIT_ITEMS}"
+    variants = [("base", False, False, None)] if ctx.settings.eval_baselines else []
+    variants += [("ts", False, False, ts)] if ts else []
     variants.append((method, True, True, None))
     if ctx.head is not None:
         variants.append((f"{method}_theta_only", False, True, None))

@@ -77,9 +77,9 @@ def evaluate_now(ctx: Any, data: Any, batch_size: int) -> dict[str, float]:
     return record
 
 
-def variants(method: str, has_head: bool, ts: Any) -> list[tuple[str, bool, Any]]:
+def variants(method: str, has_head: bool, ts: Any, baselines: bool = True) -> list[tuple[str, bool, Any]]:
     """(name, adapter on, logits transform key) of every variant the final evaluation runs."""
-    out: list[tuple[str, bool, Any]] = [("base", False, None)]
+    out: list[tuple[str, bool, Any]] = [("base", False, None)] if baselines else []
     if ts is not None:
         out.append(("ts", False, "ts"))
     out.append((method, True, "head" if has_head else None))
@@ -97,14 +97,16 @@ def final_evaluation(ctx: Any, data: Any, run: Any) -> list[dict[str, Any]]:
     cfg = settings.generation
     grouping = grouping_for(cfg.grouping, cfg.grouping_threshold)
     ts, ts_note = None, None
-    if len(data.heldout) >= MIN_FIT_ITEMS:
+    if not settings.eval_baselines:
+        ts_note = "no `base` / `ts` variants: eval_baselines = false"
+    elif len(data.heldout) >= MIN_FIT_ITEMS:
         ts = fit_token_temperature(ctx.model, ctx.tokenizer, data.heldout, cfg.prompt, settings.eval_batch_size)
     else:
         ts_note = f"no `ts` variant: S_V has {len(data.heldout)} items, fewer than {MIN_FIT_ITEMS}"
     transforms = {None: None, "head": ctx.head, "ts": temperature_transform(ts.temperature) if ts else None}
     rows = []
     for name, items in data.evals.items():
-        for variant, adapter, key in variants(settings.method, ctx.head is not None, ts):
+        for variant, adapter, key in variants(settings.method, ctx.head is not None, ts, settings.eval_baselines):
             frame = judge(items, _answers(ctx, items, cfg, transforms[key], adapter), grouping)
             rows.append({"dataset": name, "variant": variant, "task": "openqa", **summarize_open(frame)})
             write_predictions(run.path, variant, name, frame)
