@@ -37,7 +37,9 @@ def _items(domain: str, seed: int = 0) -> list[MCItem]:
 def test_registry_lists_every_domain_and_split():
     assert set(DOMAINS) == set(builtin._BUILDERS)
     assert {"capitals", "chemical_symbols", "arithmetic", "units", "animal_classes"} <= set(DOMAINS)
-    assert builtin_names() == [f"builtin/{d}/{s}" for d in DOMAINS for s in SPLITS]
+    mc = [f"builtin/{d}/{s}" for d in DOMAINS for s in SPLITS]
+    open_answer = [f"builtin/{d}_open/{s}" for d in DOMAINS for s in SPLITS]
+    assert builtin_names() == mc + open_answer
     assert SPLITS == ("train", "validation", "test")
 
 

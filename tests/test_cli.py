@@ -373,13 +373,15 @@ def test_datasets_lists_builtin_and_shared_names(env, capsys, tmp_path):
 
 
 def test_datasets_kind_filters(env, capsys):
+    builtin_open = {n for n in builtin_names() if "_open/" in n}
     assert main(["datasets", "--kind", "mc"]) == 0
     mc = _listing(capsys.readouterr().out)
-    assert set(builtin_names()) <= set(mc) and "quiz/dev" in mc
-    assert "trivia/test" not in mc
+    assert set(builtin_names()) - builtin_open <= set(mc) and "quiz/dev" in mc
+    assert "trivia/test" not in mc and not builtin_open & set(mc)
     assert {kind for kind, _ in mc.values()} == {"mc"}
     assert main(["datasets", "--kind", "open"]) == 0
-    assert _listing(capsys.readouterr().out) == {"trivia/test": ("open", "shared")}
+    assert _listing(capsys.readouterr().out) == {"trivia/test": ("open", "shared"),
+                                                 **{n: ("open", "builtin") for n in builtin_open}}
 
 
 def test_degenerate_temperature_is_flagged(env, tiny_model_dir, capsys):
