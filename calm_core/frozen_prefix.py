@@ -52,12 +52,65 @@ def supports_frozen_prefix(model: Any) -> bool:
     return inner is not None and hasattr(lm, "lm_head") and all(hasattr(inner, p) for p in _PARTS)
 
 
-def _causal_mask(config: Any, hidden: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor) -> Any:
-    """The model's own mask for a left-padded batch (eager, sdpa or flex: its choice)."""
+def _causal_mask(config: Any, hidden: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                 cache: Any = None) -> Any:
+    """The model's own mask for a left-padded batch (eager, sdpa or flex: its choice);
+    with a KV cache, `attention_mask` covers the cached positions and the new ones."""
     from transformers.masking_utils import create_causal_mask
 
-    return create_causal_mask(config=config, inputs_embeds=hidden, attention_mask=attention_mask, cache=None,
+    return create_causal_mask(config=config, inputs_embeds=hidden, attention_mask=attention_mask, cache=cache,
                               position_ids=position_ids)
+
+
+def _cache_keyword(model: Any) -> str:
+    from calm_core.scoring import cache_kwarg
+
+    return cache_kwarg(model)
+
+
+MIN_SHARED_PREFIX = 4  # tokens: below this, a separate prefix pass costs more than it saves
+
+
+def shared_prefix_groups(keys: list[tuple[int, ...]]) -> tuple[list[tuple[int, list[int]]], list[int]]:
+    """Group sequences by a common prefix: ([(prefix length, member indices)], singles).
+
+    Sequences are sorted, neighbours sharing at least MIN_SHARED_PREFIX tokens join one
+    group, and the group's prefix is what all its members share, minus at least one
+    token of each (every member keeps a tail). Groups have two or more members."""
+    order = sorted(range(len(keys)), key=lambda i: keys[i])
+    groups: list[tuple[int, list[int]]] = []
+    singles: list[int] = []
+    current: list[int] = []
+    shared = 0
+
+    def close() -> None:
+        if len(current) >= 2:
+            groups.append((shared, list(current)))
+        else:
+            singles.extend(current)
+
+    for i in order:
+        if current:
+            common = _common_length(keys[current[0]], keys[i])
+            limit = min(shared, common, len(keys[i]) - 1)
+            if limit >= MIN_SHARED_PREFIX:
+                current.append(i)
+                shared = limit
+                continue
+            close()
+        current, shared = [i], len(keys[i]) - 1
+    if current:
+        close()
+    return groups, singles
+
+
+def _common_length(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def frozen_fingerprint(model: Any, split: int) -> str:
@@ -122,6 +175,7 @@ class FrozenPrefixModel:
         self._cache: dict[tuple[int, ...], torch.Tensor] = {}  # token ids -> (L, d) hidden states at `split`
         self.store = HiddenStateStore(store_root, frozen_fingerprint(model, split)) if store_root else None
         self.computed = 0  # sequences whose bottom layers ran in this process (the rest came from the store)
+        self.shared_rows = 0  # of those, computed on a shared prefix's KV cache (shared_prefix_groups)
 
     # The bits of the nn.Module interface that scoring and the trainer use.
     def parameters(self) -> Iterator[torch.nn.Parameter]:
@@ -161,19 +215,71 @@ class FrozenPrefixModel:
 
     def _compute(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
                  keys: list[tuple[int, ...]], missing: list[int]) -> None:
-        inner = _causal_lm(self.model).model
+        groups, singles = shared_prefix_groups([keys[r] for r in missing])
+        if groups:
+            self._compute_shared([keys[r] for r in missing], groups, input_ids.device)
+        if singles:
+            self._compute_rows(input_ids, attention_mask, position_ids, keys, [missing[i] for i in singles])
+
+    def _compute_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                      keys: list[tuple[int, ...]], missing: list[int]) -> None:
+        """The bottom layers over whole rows of the batch (no shared prefix to reuse)."""
         rows = torch.tensor(missing, device=input_ids.device)
         mask, positions = attention_mask[rows].clone(), position_ids[rows].clone()  # (M, W)
-        hidden = inner.embed_tokens(input_ids[rows].clone())  # (M, W, d)
-        causal = _causal_mask(self.config, hidden, mask, positions)
-        rotary = inner.rotary_emb(hidden, position_ids=positions)
-        for layer in inner.layers[: self.split]:
-            hidden = layer(hidden, attention_mask=causal, position_embeddings=rotary, position_ids=positions)
+        hidden = self._bottom(input_ids[rows].clone(), mask, positions, None)  # (M, W, d)
         for i, r in enumerate(missing):
-            self._cache[keys[r]] = hidden[i, mask[i].bool()].clone()  # (L, d), padding dropped
-            if self.store is not None:
-                self.store.put(keys[r], self._cache[keys[r]])
-        self.computed += len(missing)
+            self._keep(keys[r], hidden[i, mask[i].bool()])  # (L, d), padding dropped
+
+    def _bottom(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any) -> torch.Tensor:
+        """Embeddings and layers below `split` ((B, W) ids -> (B, W, d)); with a KV cache,
+        the rows continue the cached prefixes (mask covers cache + ids)."""
+        inner = _causal_lm(self.model).model
+        hidden = inner.embed_tokens(ids)
+        causal = _causal_mask(self.config, hidden, mask, positions, cache)
+        rotary = inner.rotary_emb(hidden, position_ids=positions)
+        extra = {} if cache is None else {_cache_keyword(self.model): cache, "use_cache": True}
+        for layer in inner.layers[: self.split]:
+            hidden = layer(hidden, attention_mask=causal, position_embeddings=rotary, position_ids=positions, **extra)
+        return hidden
+
+    def _compute_shared(self, keys: list[tuple[int, ...]], groups: list[tuple[int, list[int]]],
+                        device: torch.device) -> None:
+        """Sequences that start alike (a question's K options): each shared prefix runs
+        once with a KV cache, then every sequence's own tail runs on a copy of it. The
+        states are those of the whole sequences (same positions, same attention)."""
+        from transformers import DynamicCache
+
+        from calm_core.scoring import left_pad_batch
+
+        batch = left_pad_batch([keys[members[0]][:p] for p, members in groups], 0, device)
+        cache = DynamicCache(config=self.config)
+        prefix = self._bottom(batch["input_ids"], batch["attention_mask"], batch["position_ids"], cache)  # (G, Wc, d)
+        owners = [g for g, (_, members) in enumerate(groups) for _ in members]
+        tails = [keys[m][groups[g][0]:] for g, (_, members) in enumerate(groups) for m in members]
+        index = torch.tensor(owners, device=device)
+        cache.batch_select_indices(index)  # (G, H, Wc, D) -> (R, H, Wc, D)
+        width = max(len(t) for t in tails)
+        ids = torch.zeros((len(tails), width), dtype=torch.long)
+        tail_mask = torch.zeros((len(tails), width), dtype=torch.long)
+        for row, tail in enumerate(tails):  # right-padded: padding after every real token
+            ids[row, : len(tail)] = torch.tensor(tail)
+            tail_mask[row, : len(tail)] = 1
+        ctx_mask = batch["attention_mask"][index]  # (R, Wc)
+        positions = ctx_mask.sum(dim=1, keepdim=True) + torch.arange(width, device=device)[None, :]  # (R, W)
+        rest = self._bottom(ids.to(device), torch.cat([ctx_mask, tail_mask.to(device)], dim=1), positions, cache)
+        row = 0
+        for g, (_, members) in enumerate(groups):
+            head = prefix[g, batch["attention_mask"][g].bool()]  # (p, d)
+            for m in members:
+                self._keep(keys[m], torch.cat([head, rest[row, : len(tails[row])]]))
+                row += 1
+        self.shared_rows += len(tails)
+
+    def _keep(self, key: tuple[int, ...], states: torch.Tensor) -> None:
+        self._cache[key] = states.clone()
+        if self.store is not None:
+            self.store.put(key, self._cache[key])
+        self.computed += 1
 
     def _load(self, key: tuple[int, ...], like: torch.Tensor) -> bool:
         """Bring a stored sequence into memory; False when the store does not have it."""

@@ -164,3 +164,43 @@ def test_needed_logits_equal_the_full_logits_at_the_kept_positions(four_layer_lo
             base = last_logits(model, batch, 3)
             got = needed_logits(runner, batch, lengths)
         torch.testing.assert_close(got, torch.cat([base[0, 0:], base[1, 2:], base[2, 1:]]), atol=1e-5, rtol=1e-5)
+
+
+def test_shared_prefixes_run_once_and_give_the_same_states(four_layer_lora) -> None:
+    """A question's options share its prompt: the runner computes that prefix once (KV
+    cache) and each option's tail on it; the states equal a runner that never shares."""
+    import calm_core.frozen_prefix as fp
+    from calm_core.scoring import cloze_requests
+
+    model, tokenizer = four_layer_lora
+    pairs = [pair for reqs in cloze_requests(ITEMS, ScoringConfig(rule="cloze"), tokenizer) for pair in reqs]
+    seqs = [(ctx + cont)[:-1] for ctx, cont in pairs] + [tokenizer("unrelated words").input_ids]
+    batch = left_pad_batch(seqs, tokenizer.pad_token_id, torch.device("cpu"))
+    shared = FrozenPrefixModel(model, split=2)
+    with torch.no_grad():
+        got = shared(**batch).logits
+    assert shared.shared_rows >= len(pairs) - 1  # every option of a multi-option item, at least
+    assert shared.computed == len(seqs)
+    original = fp.MIN_SHARED_PREFIX
+    fp.MIN_SHARED_PREFIX = 10**6  # nothing shares: every row runs in full
+    try:
+        plain = FrozenPrefixModel(model, split=2)
+        with torch.no_grad():
+            want = plain(**batch).logits
+    finally:
+        fp.MIN_SHARED_PREFIX = original
+    assert plain.shared_rows == 0
+    mask = batch["attention_mask"].bool()
+    torch.testing.assert_close(got[mask], want[mask], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got[mask], model(**batch, use_cache=False).logits[mask], atol=1e-5, rtol=1e-5)
+
+
+def test_shared_prefix_groups_keep_a_tail_for_every_member() -> None:
+    from calm_core.frozen_prefix import shared_prefix_groups
+
+    keys = [(1, 2, 3, 4, 5, 6), (1, 2, 3, 4, 5, 7, 8), (9, 9), (1, 2, 3, 4, 5), (7, 7, 7, 7, 7)]
+    groups, singles = shared_prefix_groups(keys)
+    # sorted: (1,2,3,4,5) (1,2,3,4,5,6) (1,2,3,4,5,7,8) share 5 tokens, but the first has
+    # only 5: the prefix is 4 so that it keeps one token of its own
+    assert groups == [(4, [3, 0, 1])]
+    assert sorted(singles) == [2, 4]
