@@ -226,6 +226,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("calm: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `calm runs | head`: the reader left; not an error of ours
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

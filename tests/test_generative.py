@@ -753,3 +753,27 @@ def test_cli_eval_openqa_refuses_mc_data(tiny_model_dir: Path, tmp_path: Path, c
     err = capsys.readouterr().err
     assert "open-answer" in err and "builtin/capitals/test" in err
     assert not (tmp_path / "x.json").exists()
+
+
+def test_shared_prompt_prefill_samples_like_num_return_sequences(tiny_lm) -> None:
+    """Samples drawn from one prefill per prompt (KV cache repeated n times) are the
+    samples `num_return_sequences=n` draws with the same seed: the same tokens."""
+    from transformers import LogitsProcessorList
+
+    from calm_core.generative.sampling import _generate, _prompt_ids, stop_token_ids
+    from calm_core.scoring import left_pad_batch
+
+    tok, model = tiny_lm.tokenizer, tiny_lm.model
+    items = [OpenItem(f"q{i}", q, ("x",)) for i, q in enumerate(["Capital of France?", "Who wrote Hamlet, the play?", "2+2?"])]
+    cfg = GenerationConfig(n_samples=5, max_new_tokens=6, prompt="plain")
+    prompts = _prompt_ids(items, tok, cfg)
+    torch.manual_seed(7)
+    shared = _generate(model, tok, prompts, cfg, True, LogitsProcessorList())
+    batch = left_pad_batch(prompts, tok.pad_token_id, torch.device("cpu"))
+    torch.manual_seed(7)
+    with torch.inference_mode():
+        plain = model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], do_sample=True,
+                               top_k=0, temperature=1.0, top_p=1.0, num_return_sequences=5, max_new_tokens=6,
+                               eos_token_id=list(stop_token_ids(tok)), pad_token_id=tok.pad_token_id)
+    assert shared.shape == plain.shape == (15, plain.shape[1])
+    assert torch.equal(shared, plain)

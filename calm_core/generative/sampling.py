@@ -149,16 +149,37 @@ def _generate(model: Any, tokenizer: Any, prompts: list[list[int]], cfg: Generat
               processors: LogitsProcessorList) -> Any:
     device = next(model.parameters()).device
     batch = left_pad_batch(prompts, tokenizer.pad_token_id, device)
+    ids, mask, extra = batch["input_ids"], batch["attention_mask"], {}
+    if sample:  # n samples of a prompt share its prefill: run it once and copy the KV cache n times
+        ids, mask, extra = _shared_prompt_cache(model, batch, cfg.n_samples)
     # top_k=0: transformers otherwise fills in its default top_k=50, which would cap the
     # samples at the 50 likeliest tokens and undo part of a flattening head or temperature.
     options: dict[str, Any] = {"do_sample": True, "temperature": cfg.temperature, "top_p": cfg.top_p, "top_k": 0,
-                               "num_return_sequences": cfg.n_samples} if sample else {
+                               **extra} if sample else {
         "do_sample": False, "temperature": None, "top_p": None, "top_k": None,
         "output_scores": True, "return_dict_in_generate": True}
     with torch.inference_mode():
-        return model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+        return model.generate(input_ids=ids, attention_mask=mask,
                               max_new_tokens=cfg.max_new_tokens, eos_token_id=list(stop_token_ids(tokenizer)),
                               pad_token_id=tokenizer.pad_token_id, logits_processor=processors, **options)
+
+
+def _shared_prompt_cache(model: Any, batch: dict[str, torch.Tensor], n: int) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """Prompts (all but their last token) through the model once, the KV cache repeated
+    n times per row; generate() then starts from the last prompt token. Same samples as
+    `num_return_sequences=n` for the same seed (tested), without n copies of the prefill."""
+    from transformers import DynamicCache
+
+    from calm_core.scoring import cache_kwarg
+
+    keyword = cache_kwarg(model)
+    cache = DynamicCache(config=model.config)
+    with torch.inference_mode():
+        model(input_ids=batch["input_ids"][:, :-1], attention_mask=batch["attention_mask"][:, :-1],
+              position_ids=batch["position_ids"][:, :-1], use_cache=True, logits_to_keep=1, **{keyword: cache})
+    cache.batch_repeat_interleave(n)  # (B, H, L, D) -> (B * n, H, L, D), each row's copies together
+    ids = batch["input_ids"].repeat_interleave(n, dim=0)
+    return ids, batch["attention_mask"].repeat_interleave(n, dim=0), {keyword: cache}
 
 
 def _greedy(model: Any, tokenizer: Any, prompts: list[list[int]], cfg: GenerationConfig,
@@ -180,7 +201,7 @@ def _greedy(model: Any, tokenizer: Any, prompts: list[list[int]], cfg: Generatio
 def _samples(model: Any, tokenizer: Any, prompts: list[list[int]], cfg: GenerationConfig,
              processors: LogitsProcessorList) -> list[list[str]]:
     sequences = _generate(model, tokenizer, prompts, cfg, True, processors)
-    width = len(left_pad_batch(prompts, tokenizer.pad_token_id, torch.device("cpu"))["input_ids"][0])
+    width = max(len(p) for p in prompts)  # generate() returns the left-padded prompts, then the new tokens
     stops = set(stop_token_ids(tokenizer))
     texts = [answer_text(tokenizer, _trim(seq[width:].tolist(), stops)) for seq in sequences]
     return [texts[i * cfg.n_samples:(i + 1) * cfg.n_samples] for i in range(len(prompts))]
