@@ -57,3 +57,32 @@ def embedded_lm(embedded_dir: Path):
     from calm_core.models import ModelSpec, load_model
 
     return load_model(ModelSpec(name="embedded", device="cpu"))
+
+
+@pytest.fixture()
+def tiny_everywhere(tiny_lm, monkeypatch: pytest.MonkeyPatch):
+    """Studio pages that would load the embedded model get the tiny one."""
+    import app.state
+
+    app.state._score_store().clear()
+    monkeypatch.setattr(app.state, "get_model", lambda name="embedded": tiny_lm)
+    return tiny_lm
+
+
+@pytest.fixture()
+def open_page():
+    """open_page("pages/x.py") -> an AppTest of the studio switched to that page and run."""
+    from streamlit.testing.v1 import AppTest
+
+    root = Path(__file__).resolve().parent.parent
+
+    def _open(path: str):
+        at = AppTest.from_file(str(root / "app" / "main.py"), default_timeout=180)
+        at.run()
+        assert not at.exception, at.exception
+        if path != "pages/learn.py":
+            at.switch_page(path)
+            at.run()
+        return at
+
+    return _open

@@ -18,36 +18,14 @@ PAGES = ["pages/learn.py", "pages/data.py", "pages/train.py", "pages/monitor.py"
          "pages/playground.py"]
 
 
-@pytest.fixture()
-def tiny_everywhere(tiny_lm, monkeypatch: pytest.MonkeyPatch):
-    """Pages that would load the embedded model get the tiny one."""
-    import app.state
-
-    app.state._score_store().clear()
-    monkeypatch.setattr(app.state, "get_model", lambda name="embedded": tiny_lm)
-    return tiny_lm
-
-
-def _page(path: str):
-    from streamlit.testing.v1 import AppTest
-
-    at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=180)
-    at.run()
-    assert not at.exception, at.exception
-    if path != "pages/learn.py":
-        at.switch_page(path)
-        at.run()
-    return at
-
-
 def _text(at) -> str:
     parts = [*at.markdown, *at.caption, *at.info, *at.error, *at.warning, *at.success, *at.title, *at.subheader]
     return "\n".join(str(p.value) for p in parts)
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_every_page_renders_on_a_fresh_workspace(page: str, tiny_everywhere) -> None:
-    at = _page(page)
+def test_every_page_renders_on_a_fresh_workspace(page: str, open_page, tiny_everywhere) -> None:
+    at = open_page(page)
     assert not at.exception, at.exception
     assert not at.error, [e.value for e in at.error]
     if page in ("pages/monitor.py", "pages/compare.py"):
@@ -65,8 +43,8 @@ def _wait_finished(timeout_s: float = 240.0) -> str:
     raise AssertionError(f"the job did not finish in {timeout_s} s: {[(r.run_id, r.state, r.reason) for r in list_runs()]}")
 
 
-def test_train_launches_a_job_then_monitor_compare_and_playground_show_it(tiny_everywhere, tiny_model_dir) -> None:
-    at = _page("pages/train.py")
+def test_train_launches_a_job_then_monitor_compare_and_playground_show_it(open_page, tiny_everywhere, tiny_model_dir) -> None:
+    at = open_page("pages/train.py")
     at.radio(key="train_model_kind").set_value("local directory").run()
     at.text_input(key="train_model_name").set_value(str(tiny_model_dir)).run()
     at.selectbox(key="train_data").set_value("builtin/capitals/train")
@@ -83,10 +61,10 @@ def test_train_launches_a_job_then_monitor_compare_and_playground_show_it(tiny_e
     assert at.success and "Run `" in at.success[0].value
     run_id = _wait_finished()
     for page in PAGES:  # every page, now with a finished run in the workspace
-        at = _page(page)
+        at = open_page(page)
         assert not at.exception and not at.error, (page, at.exception, [e.value for e in at.error])
 
-    monitor = _page("pages/monitor.py")
+    monitor = open_page("pages/monitor.py")
     assert monitor.selectbox(key="monitor_select").value == run_id
     text = _text(monitor)
     assert "finished" in "\n".join(str(p.proto.text) for p in monitor.get("progress")) or "finished" in text
@@ -96,14 +74,14 @@ def test_train_launches_a_job_then_monitor_compare_and_playground_show_it(tiny_e
     charts = [c for c in monitor.get("plotly_chart")]
     assert len(charts) >= 6  # losses, entropy, BOME, accuracy, ECE, entropy, alpha..., trade-off
 
-    compare = _page("pages/compare.py")
+    compare = open_page("pages/compare.py")
     assert compare.multiselect(key="compare_runs").value == [run_id]
     assert compare.get("plotly_chart"), "no reliability diagram"
     compare.radio(key="compare_layout").set_value("side by side").run()
     assert not compare.exception, compare.exception
     assert len(compare.get("plotly_chart")) == len(compare.multiselect(key="compare_variants").value)
 
-    play = _page("pages/playground.py")
+    play = open_page("pages/playground.py")
     play.selectbox(key="play_run").set_value(run_id).run()
     assert not play.exception, play.exception
     variants = list(play.dataframe[0].value["variant"])
@@ -113,7 +91,7 @@ def test_train_launches_a_job_then_monitor_compare_and_playground_show_it(tiny_e
     assert len(play.dataframe) == 2 and len(play.dataframe[1].value) >= 1  # one row per generated token
 
 
-def test_data_page_validates_an_upload_and_saves_it(tiny_everywhere, tmp_path: Path) -> None:
+def test_data_page_validates_an_upload_and_saves_it(open_page, tiny_everywhere, tmp_path: Path) -> None:
     """AppTest has no file uploader driver: the page's own functions run on a file, and
     the catalog the page lists then holds the upload (the page renders it)."""
     from calm_core.data.catalog import save_upload
@@ -125,7 +103,7 @@ def test_data_page_validates_an_upload_and_saves_it(tiny_everywhere, tmp_path: P
     report = load_file(path, kind="mc", mapping=ColumnMapping.parse("question=q, choices=A|B|C, answer=label"))
     assert len(report.items) == 2 and len(report.rejected) == 1
     save_upload("my domain", report, "domain.csv")
-    at = _page("pages/data.py")
+    at = open_page("pages/data.py")
     names = list(at.dataframe[0].value["name"])
     assert "upload/my_domain" in names
     with pytest.raises(ValueError):

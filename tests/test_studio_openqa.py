@@ -145,34 +145,12 @@ def test_free_generation_applies_the_open_run_head(trained_open) -> None:
 
 # --- pages under AppTest ---------------------------------------------------------------
 
-@pytest.fixture()
-def tiny_everywhere(tiny_lm, monkeypatch: pytest.MonkeyPatch):
-    """Pages that would load the embedded model get the tiny one."""
-    import app.state
-
-    app.state._score_store().clear()
-    monkeypatch.setattr(app.state, "get_model", lambda name="embedded": tiny_lm)
-    return tiny_lm
-
-
-def _page(path: str):
-    from streamlit.testing.v1 import AppTest
-
-    at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=180)
-    at.run()
-    assert not at.exception, at.exception
-    at.switch_page(path)
-    at.run()
-    assert not at.exception, at.exception
-    return at
-
-
 def _text(at) -> str:
     parts = [*at.markdown, *at.caption, *at.info, *at.error, *at.warning, *at.success, *at.title, *at.subheader]
     return "\n".join(str(p.value) for p in parts)
 
 
-def test_train_page_builds_an_open_answer_config(tiny_everywhere, tiny_model_dir, monkeypatch) -> None:
+def test_train_page_builds_an_open_answer_config(open_page, tiny_everywhere, tiny_model_dir, monkeypatch) -> None:
     import calm_core.launch
     from calm_core.data.catalog import list_datasets
     from calm_core.train_config import OPENQA_METHODS
@@ -184,7 +162,7 @@ def test_train_page_builds_an_open_answer_config(tiny_everywhere, tiny_model_dir
         return calm_core.launch.create_run(cfg, root), True
 
     monkeypatch.setattr(calm_core.launch, "launch_training", fake_launch)
-    at = _page("pages/train.py")
+    at = open_page("pages/train.py")
     at.radio(key="train_task").set_value("open answers").run()
     assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
     assert at.selectbox(key="train_data_open").value == "builtin/capitals_open/train"
@@ -216,8 +194,9 @@ def test_train_page_builds_an_open_answer_config(tiny_everywhere, tiny_model_dir
     assert "options" in at.selectbox(key="train_scope").options
 
 
-def test_compare_page_shows_open_answers(tiny_everywhere, open_workspace) -> None:
-    at = _page("pages/compare.py")
+def test_compare_page_shows_open_answers(open_page, tiny_everywhere, open_workspace) -> None:
+    at = open_page("pages/compare.py")
+    assert not at.exception, at.exception
     assert at.multiselect(key="compare_runs").value == [open_workspace]
     assert at.selectbox(key="compare_dataset").value == EVAL_SET
     assert not at.error, [e.value for e in at.error]
@@ -236,8 +215,8 @@ def test_compare_page_shows_open_answers(tiny_everywhere, open_workspace) -> Non
     assert not at.exception and not at.error
 
 
-def test_playground_answers_an_open_question_with_the_run(tiny_everywhere, open_workspace) -> None:
-    at = _page("pages/playground.py")
+def test_playground_answers_an_open_question_with_the_run(open_page, tiny_everywhere, open_workspace) -> None:
+    at = open_page("pages/playground.py")
     at.selectbox(key="play_run").set_value(open_workspace).run()
     assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
     assert "Open answer" in _text(at) and "Multiple choice" not in _text(at)
