@@ -231,3 +231,13 @@ def test_playground_answers_an_open_question_with_the_run(open_page, tiny_everyw
     assert len(at.text) >= 4  # one literal list of clusters per variant
     at.button(key="play_generate").click().run()
     assert not at.exception and not at.error
+
+
+def test_monitor_page_shows_an_open_answer_run(open_page, tiny_everywhere, open_workspace) -> None:
+    at = open_page("pages/monitor.py")
+    assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
+    assert at.selectbox(key="monitor_select").value == open_workspace
+    assert "greedy answer's sequence probability" in _text(at)  # what its periodic ECE is
+    results = at.dataframe[-1].value
+    assert {"sem_acc", "sem2_ece_10", "seq_ece_10"} <= set(results.columns)
+    assert {"base", "ts", "calm", "calm_theta_only"} == set(results["variant"])

@@ -87,10 +87,17 @@ def _charts(records: list[dict], active: bool) -> None:
         if not run_view.eval_sets(records):
             st.caption("No evaluation yet: it runs every `eval_every` steps and at the end.")
         else:
+            openqa = run_view.task_of(run) == "openqa"
+            if openqa:
+                st.caption("Open answers: the periodic evaluation is greedy only, so accuracy is greedy exact "
+                           "match and ECE is the greedy answer's sequence probability against its correctness "
+                           "(10 bins); Semantic ECE comes with the final evaluation (sampled answers).")
             c1, c2, c3 = st.columns(3)
             c1.plotly_chart(line_figure(_eval_curves(records, "acc"), "Accuracy"), key="monitor_acc")
-            c2.plotly_chart(line_figure(_eval_curves(records, "ece"), "ECE (15 bins)"), key="monitor_ece")
-            c3.plotly_chart(line_figure(_eval_curves(records, "entropy"), "Mean entropy"), key="monitor_eval_entropy")
+            c2.plotly_chart(line_figure(_eval_curves(records, "ece"), "Sequence-probability ECE (10 bins)" if openqa
+                                        else "ECE (15 bins)"), key="monitor_ece")
+            c3.plotly_chart(line_figure(_eval_curves(records, "entropy"), "Mean token entropy" if openqa
+                                        else "Mean entropy"), key="monitor_eval_entropy")
     with alpha:
         _alpha(records, active)
     with tradeoff:
