@@ -143,8 +143,13 @@ def test_frozen_prefix_cache_trains_to_the_same_weights_and_results(tiny_model_d
     assert runs[True][0].status["choices"]["frozen_prefix"]["used"] is True
     assert runs[False][0].status["choices"]["frozen_prefix"]["used"] is False
     assert any((tmp_path / "cache" / "frozen_prefix").rglob("*.npy"))
+    # The cached path sums in another order (a shared prefix runs once, with a KV cache),
+    # so hidden states differ by ~1e-7; Adam divides by sqrt(v), and where a gradient is
+    # near 0 that noise becomes a share of a step (seen: 0.6% of one step on 1 of 256
+    # weights). Allow 10% of one step (lr 1e-2), as tests/test_distributed.py does; a
+    # wrong cache moves weights by whole steps.
     for name, weight in runs[False][1].items():
-        torch.testing.assert_close(runs[True][1][name], weight, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(runs[True][1][name], weight, rtol=1e-2, atol=1e-3)
     results = [json.loads((run.path / "results.json").read_text())["results"] for run, _ in runs.values()]
     for uncached, cached in zip(*results):
         assert (uncached["variant"], uncached["dataset"]) == (cached["variant"], cached["dataset"])
