@@ -9,6 +9,8 @@ there if asked). Either way `record` says what was done and why, for config.json
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -63,3 +65,18 @@ def attach_lora(model: Any, settings: LoraSettings, quantized: bool = False) -> 
 
 def lora_parameters(model: Any) -> list[torch.nn.Parameter]:
     return [p for p in model.parameters() if p.requires_grad]
+
+
+@contextmanager
+def evaluating(model: Any, adapter: bool = True) -> Iterator[Any]:
+    """`model` in eval mode (no dropout) for the block, its LoRA adapter switched off
+    unless `adapter`; the train / eval mode it had is restored afterwards. A model
+    without adapters (no `disable_adapter`) is its own base model."""
+    was_training = model.training
+    model.eval()
+    off = model.disable_adapter() if not adapter and hasattr(model, "disable_adapter") else nullcontext()
+    try:
+        with off:
+            yield model
+    finally:
+        model.train(was_training)

@@ -14,7 +14,6 @@ base scores by the temperature the run fitted on S_V.
 from __future__ import annotations
 
 import json
-from contextlib import nullcontext
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -23,6 +22,7 @@ import numpy as np
 import torch
 
 from calm_core import metrics
+from calm_core.adapters import evaluating
 from calm_core.data.schema import MCItem, OpenItem
 from calm_core.generative.sampling import (
     GenerationConfig, TransformProcessor, generate_answers, temperature_transform,
@@ -77,8 +77,7 @@ def load_trained(run: RunDir, device: str = "auto") -> TrainedModel:
 def _scores(trained: TrainedModel, item: MCItem, adapter: bool, head: bool) -> np.ndarray:
     model = trained.lm.model
     lm = SimpleNamespace(model=model, tokenizer=trained.lm.tokenizer, device=trained.lm.device, info={})
-    off = model.disable_adapter() if (not adapter and hasattr(model, "disable_adapter")) else nullcontext()
-    with off:
+    with evaluating(model, adapter):
         scores = score_items(lm, [item], trained.scoring, progress=False, head=trained.head if head else None)
     return scores.logits[:, : item.n_choices]  # (1, K)
 
@@ -162,8 +161,7 @@ def open_answers_for(trained: TrainedModel, question: str, cfg: GenerationConfig
     model = trained.lm.model
     out: dict[str, dict[str, Any]] = {}
     for name, adapter, transform in variants:
-        off = model.disable_adapter() if (not adapter and hasattr(model, "disable_adapter")) else nullcontext()
-        with off:
+        with evaluating(model, adapter):
             answers = generate_answers(model, trained.lm.tokenizer, [item], cfg, transform=transform)[0]
         labels = grouping(answers.samples) if answers.samples else []
         answer, confidence = None, None

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from calm_core import distributed, metrics
-from calm_core.adapters import attach_lora, lora_parameters, quantization_choice
+from calm_core.adapters import attach_lora, evaluating, lora_parameters, quantization_choice
 from calm_core.data.schema import DataError, MCItem
 from calm_core.evaluate import load_items
 from calm_core.head import CalibrationHead
@@ -155,14 +155,10 @@ def score_with_head(ctx: StepContext, items: Sequence[MCItem], batch_size: int) 
 
     from calm_core.scoring import score_items
 
-    was_training = ctx.model.training
-    ctx.model.eval()
     lm = SimpleNamespace(model=ctx.net, tokenizer=ctx.tokenizer, device=next(ctx.model.parameters()).device, info={})
-    try:  # the frozen-prefix runner has no KV cache: it scores every sequence in full (top layers only)
+    with evaluating(ctx.model):  # the frozen-prefix runner has no KV cache: its own fill shares prefixes
         scores = score_items(lm, items, ctx.scoring, batch_size=batch_size, progress=False, head=ctx.head,
                              share_prefix=ctx.runner is None)
-    finally:
-        ctx.model.train(was_training)
     return scores.logits
 
 
@@ -331,7 +327,7 @@ def _variant_scores(ctx: StepContext, items: list[MCItem], batch_size: int, use_
 
     head, ctx.head = ctx.head, (ctx.head if use_head else None)
     try:
-        with (nullcontext() if use_adapter else ctx.model.disable_adapter()):
+        with evaluating(ctx.model, use_adapter):
             logits = score_with_head(ctx, items, batch_size)
     finally:
         ctx.head = head

@@ -10,12 +10,12 @@ keys of `judge.summarize_open` plus dataset, variant and task.
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from typing import Any, Sequence
 
 import numpy as np
 import torch
 
+from calm_core.adapters import evaluating
 from calm_core.data.schema import OpenItem
 from calm_core.generative.judge import judge, summarize_open
 from calm_core.generative.objectives import answer_logits, gold_requests
@@ -32,17 +32,11 @@ def fit_token_temperature(model: Any, tokenizer: Any, items: Sequence[OpenItem],
 
     requests = gold_requests(items, tokenizer, prompt)
     logits, targets = [], []
-    was_training = model.training
-    model.eval()
-    disable = getattr(model, "disable_adapter", None)
-    try:
-        with torch.no_grad(), (disable() if disable is not None else nullcontext()):
-            for start in range(0, len(requests), batch_size):
-                z, t = answer_logits(model, requests[start:start + batch_size], tokenizer.pad_token_id)
-                logits.append(z.double().cpu().numpy())
-                targets.append(t.cpu().numpy())
-    finally:
-        model.train(was_training)
+    with torch.no_grad(), evaluating(model, adapter=False):
+        for start in range(0, len(requests), batch_size):
+            z, t = answer_logits(model, requests[start:start + batch_size], tokenizer.pad_token_id)
+            logits.append(z.double().cpu().numpy())
+            targets.append(t.cpu().numpy())
     return TemperatureScaler.fit(np.concatenate(logits), np.concatenate(targets))
 
 

@@ -20,6 +20,7 @@ from typing import Any, Sequence
 
 import torch
 
+from calm_core.adapters import evaluating
 from calm_core.data.schema import OpenItem
 from calm_core.generative.sampling import GenerationConfig, generate_tokens, question_prompt
 from calm_core.prompts import split_context_continuation
@@ -64,14 +65,8 @@ def heldout_requests(model: Any, tokenizer: Any, items: Sequence[OpenItem], cfg:
     once per item (adapter disabled, no head) and kept in `cache` (keyed by item id)."""
     missing = [it for it in items if it.id not in cache]
     if missing:
-        disable = getattr(model, "disable_adapter", None)
-        was_training = model.training
-        model.eval()
-        try:
-            with (disable() if disable is not None else torch.no_grad()):
-                continuations = generate_tokens(model, tokenizer, missing, cfg)
-        finally:
-            model.train(was_training)
+        with evaluating(model, adapter=False):
+            continuations = generate_tokens(model, tokenizer, missing, cfg)
         for item, (prompt_ids, tokens) in zip(missing, continuations):
             cache[item.id] = (prompt_ids, tokens)
     return [cache[it.id] for it in items]

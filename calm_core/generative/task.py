@@ -16,11 +16,11 @@ under the base model, then applied at every generation step.
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from typing import Any, Callable, Sequence
 
 import torch
 
+from calm_core.adapters import evaluating
 from calm_core.data.schema import OpenItem
 from calm_core.generative.evaluate import fit_token_temperature
 from calm_core.generative.judge import judge, summarize_open
@@ -51,13 +51,8 @@ def upper(ctx: Any, items: Sequence[OpenItem]) -> Callable[[], torch.Tensor]:
 
 
 def _answers(ctx: Any, items: Sequence[OpenItem], cfg: GenerationConfig, transform: Any, adapter: bool) -> list:
-    was_training = ctx.model.training
-    ctx.model.eval()
-    try:
-        with (nullcontext() if adapter else ctx.model.disable_adapter()):
-            return generate_answers(ctx.model, ctx.tokenizer, items, cfg, transform=transform)
-    finally:
-        ctx.model.train(was_training)
+    with evaluating(ctx.model, adapter):
+        return generate_answers(ctx.model, ctx.tokenizer, items, cfg, transform=transform)
 
 
 def evaluate_now(ctx: Any, data: Any, batch_size: int) -> dict[str, float]:
