@@ -33,10 +33,12 @@ import tempfile
 from contextlib import AbstractContextManager
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
+
+from calm_core.scoring import cache_kwarg, left_pad_batch
 
 _PARTS = ("embed_tokens", "layers", "rotary_emb", "norm")
 
@@ -53,55 +55,55 @@ def supports_frozen_prefix(model: Any) -> bool:
 
 
 def _causal_mask(config: Any, hidden: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                 cache: Any = None) -> Any:
+                 cache: Any = None, layer_idx: int = 0) -> Any:
     """The model's own mask for a left-padded batch (eager, sdpa or flex: its choice);
-    with a KV cache, `attention_mask` covers the cached positions and the new ones."""
+    with a KV cache, `attention_mask` covers the cached positions and the new ones, and
+    the cache's layer `layer_idx` (the first one run) tells how many are cached."""
     from transformers.masking_utils import create_causal_mask
 
     return create_causal_mask(config=config, inputs_embeds=hidden, attention_mask=attention_mask, cache=cache,
-                              position_ids=position_ids)
-
-
-def _cache_keyword(model: Any) -> str:
-    from calm_core.scoring import cache_kwarg
-
-    return cache_kwarg(model)
+                              position_ids=position_ids, layer_idx=layer_idx if cache is not None else None)
 
 
 MIN_SHARED_PREFIX = 4  # tokens: below this, a separate prefix pass costs more than it saves
+PREFILL_ITEMS = 4  # items per prefill batch: on 2 CPU cores, larger batches pad more than they gain
 
 
 def shared_prefix_groups(keys: list[tuple[int, ...]]) -> tuple[list[tuple[int, list[int]]], list[int]]:
     """Group sequences by a common prefix: ([(prefix length, member indices)], singles).
 
-    Sequences are sorted, neighbours sharing at least MIN_SHARED_PREFIX tokens join one
-    group, and the group's prefix is what all its members share, minus at least one
-    token of each (every member keeps a tail). Groups have two or more members."""
+    Sorted, the sequences that share a prefix are neighbours, and a run of neighbours
+    shares the smallest common prefix between them. The runs are chosen to save the most
+    tokens, sum (members - 1) * prefix, by dynamic programming: joining a question's
+    options to the next question only because both prompts open with "Question: Which"
+    would shrink the shared prefix to three tokens, so it does not happen. A group's
+    prefix is at least MIN_SHARED_PREFIX tokens and leaves every member at least one
+    token of its own; groups have two or more members."""
     order = sorted(range(len(keys)), key=lambda i: keys[i])
+    n = len(order)
+    neighbours = [_common_length(keys[order[k]], keys[order[k + 1]]) for k in range(n - 1)]
+    best = [0] * (n + 1)  # best[j]: tokens saved over order[:j]
+    first = list(range(-1, n))  # first[j]: where the run ending at order[j - 1] starts
+    shared_of = [0] * (n + 1)
+    for j in range(1, n + 1):
+        best[j], first[j], shared = best[j - 1], j - 1, len(keys[order[j - 1]]) - 1
+        for i in range(j - 2, -1, -1):  # the run order[i .. j-1]
+            shared = min(shared, neighbours[i], len(keys[order[i]]) - 1)
+            if shared < MIN_SHARED_PREFIX:
+                break
+            if best[i] + (j - 1 - i) * shared > best[j]:
+                best[j], first[j], shared_of[j] = best[i] + (j - 1 - i) * shared, i, shared
     groups: list[tuple[int, list[int]]] = []
     singles: list[int] = []
-    current: list[int] = []
-    shared = 0
-
-    def close() -> None:
-        if len(current) >= 2:
-            groups.append((shared, list(current)))
+    j = n
+    while j > 0:
+        i = first[j]
+        if j - i >= 2:
+            groups.append((shared_of[j], order[i:j]))
         else:
-            singles.extend(current)
-
-    for i in order:
-        if current:
-            common = _common_length(keys[current[0]], keys[i])
-            limit = min(shared, common, len(keys[i]) - 1)
-            if limit >= MIN_SHARED_PREFIX:
-                current.append(i)
-                shared = limit
-                continue
-            close()
-        current, shared = [i], len(keys[i]) - 1
-    if current:
-        close()
-    return groups, singles
+            singles.append(order[i])
+        j = i
+    return groups[::-1], singles[::-1]
 
 
 def _common_length(a: tuple[int, ...], b: tuple[int, ...]) -> int:
@@ -176,6 +178,8 @@ class FrozenPrefixModel:
         self.store = HiddenStateStore(store_root, frozen_fingerprint(model, split)) if store_root else None
         self.computed = 0  # sequences whose bottom layers ran in this process (the rest came from the store)
         self.shared_rows = 0  # of those, computed on a shared prefix's KV cache (shared_prefix_groups)
+        self.share_top = True  # top layers: run a shared prefix once per forward too (False: every row in full)
+        self.top_shared_rows = 0  # rows whose top layers ran on a shared prefix's KV cache (all forwards)
 
     # The bits of the nn.Module interface that scoring and the trainer use.
     def parameters(self) -> Iterator[torch.nn.Parameter]:
@@ -200,8 +204,38 @@ class FrozenPrefixModel:
         """Final-norm hidden states of the last `n_last` positions (0: all), (B, n, d)."""
         keys = [tuple(row[mask.bool()].tolist()) for row, mask in zip(input_ids, attention_mask)]
         self._fill(input_ids, attention_mask, position_ids, keys)
-        hidden = self._padded_hidden(keys, input_ids.shape[1])  # (B, W, d)
-        return self._top(hidden, attention_mask, position_ids, n_last)
+        groups, singles = shared_prefix_groups(keys) if self.share_top else ([], list(range(len(keys))))
+        if not groups:
+            return self._top(self._states(keys, input_ids.shape[1]), attention_mask, position_ids, n_last)
+        width = n_last or input_ids.shape[1]
+        rows = self._top_shared(keys, groups, width)  # row -> (width, d)
+        if singles:
+            index = torch.tensor(singles, device=input_ids.device)
+            hidden = self._states([keys[r] for r in singles], input_ids.shape[1])
+            alone = self._top(hidden, attention_mask[index], position_ids[index], width)  # (S, width, d)
+            rows.update({r: alone[i] for i, r in enumerate(singles)})
+        return torch.stack([rows[r] for r in range(len(keys))])  # (B, width, d)
+
+    def prefill(self, per_item: Sequence[Sequence[Sequence[int]]], items_per_batch: int = PREFILL_ITEMS,
+                progress: Callable[[int, int], None] | None = None) -> int:
+        """Compute the bottom layers of every item's sequences now; returns how many ran.
+
+        Training would fill them lazily, but a training batch is whatever the shuffle
+        drew: prompts of every length padded together. Here items go in order of length,
+        a few at a time (each item's sequences together, so they share their prompt), which
+        wastes less on padding (bench/train_step.py measures both). `progress(done, total)`
+        counts items."""
+        todo = [item for item in per_item if any(tuple(seq) not in self._cache for seq in item)]
+        todo.sort(key=lambda item: max(len(seq) for seq in item))
+        device = next(self.parameters()).device
+        before = self.computed
+        for start in range(0, len(todo), items_per_batch):
+            seqs = [list(seq) for item in todo[start:start + items_per_batch] for seq in item]
+            batch = left_pad_batch(seqs, 0, device)  # the pad id is masked out and never cached
+            self._fill(batch["input_ids"], batch["attention_mask"], batch["position_ids"], [tuple(x) for x in seqs])
+            if progress is not None:
+                progress(min(start + items_per_batch, len(todo)), len(todo))
+        return self.computed - before
 
     def _fill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
               keys: list[tuple[int, ...]]) -> None:
@@ -233,12 +267,18 @@ class FrozenPrefixModel:
     def _bottom(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any) -> torch.Tensor:
         """Embeddings and layers below `split` ((B, W) ids -> (B, W, d)); with a KV cache,
         the rows continue the cached prefixes (mask covers cache + ids)."""
+        hidden = _causal_lm(self.model).model.embed_tokens(ids)
+        return self._layers(hidden, mask, positions, cache, 0, self.split)
+
+    def _layers(self, hidden: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any, start: int,
+                stop: int) -> torch.Tensor:
+        """Decoder layers start..stop-1 on (B, W, d) hidden states; with a KV cache, the
+        rows continue what those layers cached (mask covers cache + new positions)."""
         inner = _causal_lm(self.model).model
-        hidden = inner.embed_tokens(ids)
-        causal = _causal_mask(self.config, hidden, mask, positions, cache)
+        causal = _causal_mask(self.config, hidden, mask, positions, cache, layer_idx=start)
         rotary = inner.rotary_emb(hidden, position_ids=positions)
-        extra = {} if cache is None else {_cache_keyword(self.model): cache, "use_cache": True}
-        for layer in inner.layers[: self.split]:
+        extra = {} if cache is None else {cache_kwarg(self.model): cache, "use_cache": True}
+        for layer in inner.layers[start:stop]:
             hidden = layer(hidden, attention_mask=causal, position_embeddings=rotary, position_ids=positions, **extra)
         return hidden
 
@@ -248,8 +288,6 @@ class FrozenPrefixModel:
         once with a KV cache, then every sequence's own tail runs on a copy of it. The
         states are those of the whole sequences (same positions, same attention)."""
         from transformers import DynamicCache
-
-        from calm_core.scoring import left_pad_batch
 
         batch = left_pad_batch([keys[members[0]][:p] for p, members in groups], 0, device)
         cache = DynamicCache(config=self.config)
@@ -290,24 +328,61 @@ class FrozenPrefixModel:
         self._cache[key] = torch.from_numpy(states).to(device=like.device, dtype=dtype)
         return True
 
-    def _padded_hidden(self, keys: list[tuple[int, ...]], width: int) -> torch.Tensor:
-        first = self._cache[keys[0]]
-        out = torch.zeros((len(keys), width, first.shape[-1]), dtype=first.dtype, device=first.device)
-        for r, key in enumerate(keys):
-            states = self._cache[key]
-            out[r, width - len(states):] = states  # left padding, as in scoring.left_pad_batch
-        return out
+    def _states(self, keys: list[tuple[int, ...]], width: int) -> torch.Tensor:
+        """Cached states of `keys`, left-padded to `width` as in scoring.left_pad_batch: (B, W, d)."""
+        return _pad_states([self._cache[k] for k in keys], left=True, width=width)[0]
 
     def _top(self, hidden: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
              logits_to_keep: int) -> torch.Tensor:
         """Layers split.. and the final norm (LoRA and gradients live here)."""
         inner = _causal_lm(self.model).model
-        causal = _causal_mask(self.config, hidden, attention_mask, position_ids)
-        rotary = inner.rotary_emb(hidden, position_ids=position_ids)
-        for layer in inner.layers[self.split:]:
-            hidden = layer(hidden, attention_mask=causal, position_embeddings=rotary, position_ids=position_ids)
+        hidden = self._layers(hidden, attention_mask, position_ids, None, self.split, len(inner.layers))
         hidden = inner.norm(hidden)
         return hidden[:, -logits_to_keep:] if logits_to_keep else hidden  # (B, keep, d)
+
+    def _top_shared(self, keys: list[tuple[int, ...]], groups: list[tuple[int, list[int]]],
+                    width: int) -> dict[int, torch.Tensor]:
+        """The top layers for rows that start alike, each shared prefix run once: row ->
+        its final-norm states at its last `width` positions (zeros before its start).
+
+        As in the fill, the prefixes run left-padded with a KV cache and every row's tail
+        on a copy of it; here gradients flow through that copy (theta acts on both parts).
+        A question's K options cost one question and K short tails, not K questions."""
+        from transformers import DynamicCache
+
+        inner = _causal_lm(self.model).model
+        n_layers = len(inner.layers)
+        prefix, prefix_mask = _pad_states([self._cache[keys[m[0]]][:p] for p, m in groups], left=True)
+        cache = DynamicCache(config=self.config)
+        prefix_positions = (prefix_mask.cumsum(dim=1) - 1).clamp(min=0)
+        prefix_out = self._layers(prefix, prefix_mask, prefix_positions, cache, self.split, n_layers)  # (G, Wp, d)
+        owners = [g for g, (_, members) in enumerate(groups) for _ in members]
+        members = [m for _, ms in groups for m in ms]
+        tails, tail_mask = _pad_states([self._cache[keys[m]][groups[g][0]:] for g, m in zip(owners, members)],
+                                       left=False)
+        index = torch.tensor(owners, device=prefix.device)
+        cache.batch_select_indices(index)  # (G, H, Wp, D) -> (R, H, Wp, D), differentiable
+        ctx_mask = prefix_mask[index]
+        positions = ctx_mask.sum(dim=1, keepdim=True) + torch.arange(tails.shape[1], device=prefix.device)[None, :]
+        tail_out = self._layers(tails, torch.cat([ctx_mask, tail_mask], dim=1), positions, cache, self.split, n_layers)
+        wholes = [torch.cat([prefix_out[g, prefix_mask[g].bool()], tail_out[row, tail_mask[row].bool()]])[-width:]
+                  for row, g in enumerate(owners)]
+        out = inner.norm(_pad_states(wholes, left=True, width=width)[0])  # (R, width, d)
+        self.top_shared_rows += len(members)
+        return {m: out[row] for row, m in enumerate(members)}
+
+
+def _pad_states(states: list[torch.Tensor], left: bool, width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(L_i, d) states padded with zeros into (N, W, d) (W: `width` or the longest), and
+    the (N, W) mask of real rows. Autograd follows the slice assignments."""
+    width = width or max(len(x) for x in states)
+    out = states[0].new_zeros((len(states), width, states[0].shape[-1]))
+    mask = torch.zeros((len(states), width), dtype=torch.long, device=states[0].device)
+    for i, x in enumerate(states):
+        span = slice(width - len(x), width) if left else slice(0, len(x))
+        out[i, span] = x
+        mask[i, span] = 1
+    return out, mask
 
 
 def hidden_path(model: Any) -> bool:

@@ -22,8 +22,9 @@ import torch
 
 from calm_core.data.schema import MCItem
 from calm_core.head import CalibrationHead
-from calm_core.prompts import ScoringConfig, letter_prompt, letter_token_ids
-from calm_core.scoring import cloze_requests, continuation_logprobs, last_logits, left_pad_batch
+from calm_core.prompts import ScoringConfig, letter_token_ids
+from calm_core.scoring import (cloze_requests, continuation_inputs, continuation_logprobs, last_logits,
+                               left_pad_batch, letter_prompt_ids)
 
 
 def _pad_rows(rows: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -39,7 +40,7 @@ def _pad_rows(rows: Sequence[torch.Tensor]) -> torch.Tensor:
 def _letter_logits(model: Any, tokenizer: Any, items: Sequence[MCItem], cfg: ScoringConfig,
                    head: CalibrationHead | None) -> torch.Tensor:
     device = next(model.parameters()).device
-    prompts = [tokenizer(letter_prompt(it, cfg, tokenizer), add_special_tokens=False).input_ids for it in items]
+    prompts = letter_prompt_ids(items, cfg, tokenizer)
     letters = torch.tensor(letter_token_ids(tokenizer, max(it.n_choices for it in items), cfg), device=device)
     z = last_logits(model, left_pad_batch(prompts, tokenizer.pad_token_id, device), 1)[:, -1]  # (B, V)
     gathered = z[:, letters]  # (B, K_max)
@@ -72,6 +73,14 @@ def option_logits(model: Any, tokenizer: Any, items: Sequence[MCItem], cfg: Scor
     if head is not None and head.scope != "vocab":
         scores = head(scores)
     return scores
+
+
+def forward_sequences(tokenizer: Any, items: Sequence[MCItem], cfg: ScoringConfig) -> list[list[list[int]]]:
+    """Per item, the token sequences `option_logits` runs through the model (one per
+    choice for cloze rules, the prompt for `letter`): what a frozen-prefix cache holds."""
+    if cfg.is_cloze:
+        return [continuation_inputs(reqs) for reqs in cloze_requests(items, cfg, tokenizer)]
+    return [[prompt] for prompt in letter_prompt_ids(items, cfg, tokenizer)]
 
 
 def option_cross_entropy(z: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:

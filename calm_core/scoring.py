@@ -139,15 +139,24 @@ def continuation_logprobs(
     The model reads (context + continuation)[:-1]; with left padding the logits that
     predict a continuation of length c are the row's last c positions.
     """
-    inputs = [(ctx + cont)[:-1] for ctx, cont in contexts_and_conts]
     lengths = [len(cont) for _, cont in contexts_and_conts]
-    logits = needed_logits(model, left_pad_batch(inputs, pad_id, device), lengths)  # (sum c, V)
+    logits = needed_logits(model, left_pad_batch(continuation_inputs(contexts_and_conts), pad_id, device), lengths)
     if transform is not None:
         logits = transform(logits)
     logprobs = torch.log_softmax(logits, dim=-1)
     targets = torch.tensor([t for _, cont in contexts_and_conts for t in cont], device=logprobs.device)
     picked = logprobs.gather(-1, targets[:, None])[:, 0]  # (sum c,)
     return list(picked.split(lengths))
+
+
+def continuation_inputs(contexts_and_conts: Sequence[tuple[list[int], list[int]]]) -> list[list[int]]:
+    """What the model reads to score each (context, continuation): (context + continuation)[:-1]."""
+    return [(ctx + cont)[:-1] for ctx, cont in contexts_and_conts]
+
+
+def letter_prompt_ids(items: Sequence[MCItem], cfg: ScoringConfig, tokenizer: Any) -> list[list[int]]:
+    """The token ids of each item's letter prompt (its answer-position logits score the letters)."""
+    return [tokenizer(letter_prompt(it, cfg, tokenizer), add_special_tokens=False).input_ids for it in items]
 
 
 def needed_logits(model: Any, batch: dict[str, torch.Tensor], lengths: Sequence[int]) -> torch.Tensor:
@@ -302,7 +311,7 @@ def _cloze_scores_flat(lm: Any, requests: list[list[tuple[list[int], list[int]]]
 def _letter_scores(lm: Any, items: Sequence[MCItem], cfg: ScoringConfig, batch_size: int,
                    progress: bool | ProgressFn, head: Any = None) -> list[np.ndarray]:
     tokenizer = lm.tokenizer
-    prompts = [tokenizer(letter_prompt(it, cfg, tokenizer), add_special_tokens=False).input_ids for it in items]
+    prompts = letter_prompt_ids(items, cfg, tokenizer)
     letters = letter_token_ids(tokenizer, max(it.n_choices for it in items), cfg)
     order = sorted(range(len(items)), key=lambda i: -len(prompts[i]))
     rows = [np.zeros(item.n_choices) for item in items]

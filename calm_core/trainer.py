@@ -267,7 +267,46 @@ def train(cfg: TrainConfig, run: RunDir | None = None, lm: Any = None,
             elapsed_before = previous[-1]["elapsed"] if previous else 0.0
         if writer is not None:
             run.write_status("running", step=start_step, total_steps=cfg.steps)
+    if ctx.runner is not None and ctx.task == "mcqa":
+        prefilled = prefill_frozen_layers(ctx, data, cfg, start_step, writer, show=progress is not None)
+        if writer is not None:
+            writer.update_status(prefill=prefilled)
     return _loop(cfg, ctx, method, data, writer, start_step, elapsed_before, progress)
+
+
+def scheduled_items(cfg: TrainConfig, data: Data, start_step: int) -> list[Any]:
+    """Every item whose frozen layers the rest of the run reads: the training items that
+    steps start_step.. will draw (batch_indices is deterministic), all of S_V (periodic
+    evaluation and TS read it whole) and, on the rank that evaluates, the evaluation sets."""
+    drawn = {i for step in range(start_step, cfg.steps)
+             for i in batch_indices(len(data.train), cfg.batch_size, step, cfg.seed)}
+    evals = [it for items in data.evals.values() for it in items] if distributed.is_main() else []
+    return [data.train[i] for i in sorted(drawn)] + list(data.heldout) + evals
+
+
+def prefill_frozen_layers(ctx: StepContext, data: Data, cfg: TrainConfig, start_step: int,
+                          writer: RunDir | None, show: bool) -> dict[str, Any]:
+    """Fill the frozen-prefix cache before the first step (FrozenPrefixModel.prefill says
+    why it is cheaper than filling batch by batch); progress goes to the run's status
+    phase and, in the foreground, a progress bar. Returns a record for status.json."""
+    from calm_core.frozen_prefix import PREFILL_ITEMS
+    from calm_core.objectives import forward_sequences
+    from calm_core.scoring import progress_callback
+
+    per_item = forward_sequences(ctx.tokenizer, scheduled_items(cfg, data, start_step), ctx.scoring)
+    update_bar, close_bar = progress_callback(show, len(per_item), "caching frozen layers")
+
+    def report(done: int, total: int) -> None:
+        update_bar(done, total)
+        if writer is not None and (done == total or done % (25 * PREFILL_ITEMS) == 0):
+            writer.update_status(phase=f"caching frozen layers: {done}/{total} items", heartbeat=time.time())
+
+    started = time.perf_counter()
+    computed = ctx.runner.prefill(per_item, progress=report)
+    close_bar()
+    if writer is not None:
+        writer.update_status(phase=None)
+    return {"items": len(per_item), "sequences_computed": computed, "seconds": round(time.perf_counter() - started, 1)}
 
 
 def _loop(cfg: TrainConfig, ctx: StepContext, method: Any, data: Data, writer: RunDir | None, start_step: int,

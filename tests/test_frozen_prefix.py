@@ -195,6 +195,57 @@ def test_shared_prefixes_run_once_and_give_the_same_states(four_layer_lora) -> N
     torch.testing.assert_close(got[mask], model(**batch, use_cache=False).logits[mask], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("rule", ["cloze", "cloze_norm"])
+def test_top_layers_share_prefixes_with_the_same_losses_and_gradients(four_layer_lora, rule: str) -> None:
+    """The trained layers also run a question's prompt once for all its options (KV cache
+    with gradients): loss and every LoRA / head gradient equal the rows run in full."""
+    model, tokenizer = four_layer_lora
+    cfg = ScoringConfig(rule=rule)
+    head = CalibrationHead("vocab", size=model.config.vocab_size)
+    with torch.no_grad():
+        head.log_temperature.normal_(0, 0.3)
+    items = ITEMS + [MCItem("d", "Name a colour", ("red", "blue"), 1)]
+    gold = torch.tensor([it.answer for it in items])
+    params = lora_parameters(model) + list(head.parameters())
+
+    def loss_and_grads(runner: FrozenPrefixModel) -> tuple[float, list[torch.Tensor]]:
+        z = option_logits(runner, tokenizer, items, cfg, head)
+        loss = option_cross_entropy(z, gold) + negative_entropy(z)
+        return float(loss.detach()), list(torch.autograd.grad(loss, params, materialize_grads=True))
+
+    shared, alone = FrozenPrefixModel(model, split=2), FrozenPrefixModel(model, split=2)
+    alone.share_top = False
+    loss_shared, grads_shared = loss_and_grads(shared)
+    loss_alone, grads_alone = loss_and_grads(alone)
+    assert shared.top_shared_rows >= 11 and alone.top_shared_rows == 0  # every option of a, b, c, d
+    assert loss_shared == pytest.approx(loss_alone, abs=1e-5)
+    for g_shared, g_alone in zip(grads_shared, grads_alone):
+        torch.testing.assert_close(g_shared, g_alone, atol=1e-5, rtol=1e-4)
+    assert float(grads_shared[0].abs().sum()) > 0  # the LoRA weights below the shared prefix learn
+
+
+@pytest.mark.parametrize("rule", ["cloze", "letter"])
+def test_prefill_holds_every_sequence_training_reads_with_the_same_states(four_layer_lora, rule: str) -> None:
+    """After `prefill` on forward_sequences, the training forward computes no bottom layer
+    and returns what a runner filled lazily, batch by batch, returns."""
+    from calm_core.objectives import forward_sequences
+
+    model, tokenizer = four_layer_lora
+    cfg = ScoringConfig(rule=rule)
+    ahead, lazy = FrozenPrefixModel(model, split=2), FrozenPrefixModel(model, split=2)
+    seen: list[tuple[int, int]] = []
+    computed = ahead.prefill(forward_sequences(tokenizer, ITEMS, cfg), items_per_batch=2,
+                             progress=lambda done, total: seen.append((done, total)))
+    assert computed == (9 if rule == "cloze" else 3) and seen == [(2, 3), (3, 3)]
+    assert ahead.prefill(forward_sequences(tokenizer, ITEMS, cfg)) == 0  # nothing left to do
+    with torch.no_grad():
+        got = option_logits(ahead, tokenizer, ITEMS, cfg)
+        want = option_logits(lazy, tokenizer, ITEMS, cfg)  # filled on the way, in the batch's order
+    assert ahead.computed == computed and lazy.computed == computed  # the forward found every sequence cached
+    finite = torch.isfinite(want)
+    torch.testing.assert_close(got[finite], want[finite], atol=1e-5, rtol=1e-5)
+
+
 def test_shared_prefix_groups_keep_a_tail_for_every_member() -> None:
     from calm_core.frozen_prefix import shared_prefix_groups
 
@@ -204,3 +255,17 @@ def test_shared_prefix_groups_keep_a_tail_for_every_member() -> None:
     # only 5: the prefix is 4 so that it keeps one token of its own
     assert groups == [(4, [3, 0, 1])]
     assert sorted(singles) == [2, 4]
+
+
+def test_shared_prefix_groups_do_not_merge_questions_on_a_common_opening() -> None:
+    """Two questions' options all start "Question: Which": one group of eight sharing
+    three tokens saves 21 tokens, two groups of four sharing their prompts save 3 * 8 +
+    3 * 9; the grouping takes the larger saving."""
+    from calm_core.frozen_prefix import shared_prefix_groups
+
+    opening = (1, 2, 3, 4)
+    first = [opening + (10, 11, 12, 13, 14, 15, 16, 17) + (50 + k,) for k in range(4)]  # prompt of 12 tokens
+    second = [opening + (20, 21, 22, 23, 24, 25, 26, 27, 28) + (60 + k, 61) for k in range(4)]  # 13 tokens
+    groups, singles = shared_prefix_groups(first + second)
+    assert singles == []
+    assert sorted((p, sorted(m)) for p, m in groups) == [(12, [0, 1, 2, 3]), (13, [4, 5, 6, 7])]

@@ -143,6 +143,10 @@ def test_frozen_prefix_cache_trains_to_the_same_weights_and_results(tiny_model_d
     assert runs[True][0].status["choices"]["frozen_prefix"]["used"] is True
     assert runs[False][0].status["choices"]["frozen_prefix"]["used"] is False
     assert any((tmp_path / "cache" / "frozen_prefix").rglob("*.npy"))
+    prefill = runs[True][0].status["prefill"]  # drawn training items + all of S_V + the evaluation set
+    drawn = {i for step in range(3) for i in batch_indices(8, 2, step, cfg.seed)}
+    assert prefill["items"] == len(drawn) + 6 + 6 and prefill["sequences_computed"] > 0
+    assert "prefill" not in runs[False][0].status
     # The cached path sums in another order (a shared prefix runs once, with a KV cache),
     # so hidden states differ by ~1e-7; Adam divides by sqrt(v), and where a gradient is
     # near 0 that noise becomes a share of a step (seen: 0.6% of one step on 1 of 256
