@@ -260,17 +260,35 @@ def logits_at(model: Any, inputs: dict[str, Any], keep: torch.Tensor) -> torch.T
     n_last = keep.shape[1]
     if hidden_path(model):
         hidden = last_hidden(model, inputs, n_last)  # (B, n_last, d)
-        return output_head(model)(hidden[keep]).float()
+        return head_on_distinct_rows(output_head(model), hidden[keep]).float()
     return model(**inputs, logits_to_keep=n_last).logits[keep].float()
+
+
+def head_on_distinct_rows(head: Any, hidden: torch.Tensor) -> torch.Tensor:
+    """head(hidden) for (N, d) states, running the head once per distinct row: the K
+    options of a question predict their first token from the same prompt position, and
+    the vocabulary projection is the largest matmul of a small model. Rows are merged
+    only when bit-identical, so the logits are head(hidden) up to the last bit (a matmul's
+    rounding depends on its row count); gradients reach the first row of each set, the
+    same function of the weights as the others."""
+    distinct, inverse = torch.unique(hidden.detach(), dim=0, return_inverse=True)
+    if len(distinct) == len(hidden):
+        return head(hidden)
+    rows = torch.arange(len(hidden), device=hidden.device)
+    first = torch.full((len(distinct),), len(hidden), device=hidden.device).scatter_reduce(0, inverse, rows, "amin")
+    return head(hidden[first])[inverse]
 
 
 def _cloze_scores(lm: Any, items: Sequence[MCItem], cfg: ScoringConfig, batch_size: int,
                   progress: bool | ProgressFn, share_prefix: bool = True,
                   transform: LogitsTransform | None = None) -> list[np.ndarray]:
     """Option scores for cloze rules. `batch_size` counts sequences (continuations)."""
+    from calm_core.frozen_prefix import FrozenPrefixModel
+
     requests = cloze_requests(items, cfg, lm.tokenizer)
-    if not share_prefix or any(len({tuple(ctx) for ctx, _ in reqs}) > 1 for reqs in requests):
-        return _cloze_scores_flat(lm, requests, cfg, batch_size, progress, transform)
+    runner = isinstance(lm.model, FrozenPrefixModel)  # no KV cache, but it shares prefixes inside a batch
+    if not share_prefix or runner or any(len({tuple(ctx) for ctx, _ in reqs}) > 1 for reqs in requests):
+        return _cloze_scores_flat(lm, requests, cfg, batch_size, progress, transform, by_item=share_prefix)
     order = sorted(range(len(items)), key=lambda i: -len(requests[i][0][0]))
     rows = [np.zeros(item.n_choices) for item in items]
     update, close = progress_callback(progress, len(items), f"scoring ({cfg.name})")
@@ -289,10 +307,16 @@ def _cloze_scores(lm: Any, items: Sequence[MCItem], cfg: ScoringConfig, batch_si
 
 def _cloze_scores_flat(lm: Any, requests: list[list[tuple[list[int], list[int]]]], cfg: ScoringConfig,
                        batch_size: int, progress: bool | ProgressFn,
-                       transform: LogitsTransform | None = None) -> list[np.ndarray]:
-    """The straightforward path: every (context + choice) sequence runs in full."""
+                       transform: LogitsTransform | None = None, by_item: bool = False) -> list[np.ndarray]:
+    """The straightforward path: every (context + choice) sequence runs in full, longest
+    first; `by_item` keeps each item's sequences together (items longest first), so a
+    model that shares prefixes within a batch (a FrozenPrefixModel) finds them."""
     flat = [(i, k, ctx, cont) for i, reqs in enumerate(requests) for k, (ctx, cont) in enumerate(reqs)]
-    order = sorted(range(len(flat)), key=lambda r: -len(flat[r][2]) - len(flat[r][3]))
+    longest = [max(len(ctx) + len(cont) for ctx, cont in reqs) for reqs in requests]
+    if by_item:
+        order = sorted(range(len(flat)), key=lambda r: (-longest[flat[r][0]], flat[r][0], flat[r][1]))
+    else:
+        order = sorted(range(len(flat)), key=lambda r: -len(flat[r][2]) - len(flat[r][3]))
     rows = [np.zeros(len(reqs)) for reqs in requests]
     update, close = progress_callback(progress, len(flat), f"scoring ({cfg.name}, sequences)")
     done = 0

@@ -156,9 +156,8 @@ def score_with_head(ctx: StepContext, items: Sequence[MCItem], batch_size: int) 
     from calm_core.scoring import score_items
 
     lm = SimpleNamespace(model=ctx.net, tokenizer=ctx.tokenizer, device=next(ctx.model.parameters()).device, info={})
-    with evaluating(ctx.model):  # the frozen-prefix runner has no KV cache: its own fill shares prefixes
-        scores = score_items(lm, items, ctx.scoring, batch_size=batch_size, progress=False, head=ctx.head,
-                             share_prefix=ctx.runner is None)
+    with evaluating(ctx.model):
+        scores = score_items(lm, items, ctx.scoring, batch_size=batch_size, progress=False, head=ctx.head)
     return scores.logits
 
 

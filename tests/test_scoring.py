@@ -149,3 +149,29 @@ def test_docs_arc_easy_numbers_reproduce_to_the_item(embedded_lm) -> None:
     assert scores.predictions.tolist() == [r["prediction"] for r in rows]
     for i, row in enumerate(rows):
         np.testing.assert_allclose(scores.logits[i, : len(row["logits"])], row["logits"], atol=1e-3)
+
+
+def test_head_on_distinct_rows_runs_each_row_once_with_exact_values_and_gradients() -> None:
+    """Bit-identical rows (a question's options at its prompt's last position) go through
+    the head once; the logits and the gradient upstream equal the head on every row."""
+    from calm_core.scoring import head_on_distinct_rows
+
+    torch.manual_seed(0)
+    head = torch.nn.Linear(8, 50, bias=False)
+    x, y = torch.randn(1, 8, requires_grad=True), torch.randn(1, 8, requires_grad=True)
+    weights = torch.randn(4, 50)
+    rows_seen: list[int] = []
+    hook = head.register_forward_hook(lambda module, args, out: rows_seen.append(args[0].shape[0]))
+
+    def loss_and_grads(fn) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        hidden = torch.cat([x, y, x, x])  # rows 0, 2, 3 are the same function of x
+        logits = fn(hidden)
+        return logits.detach(), list(torch.autograd.grad((logits * weights).sum(), [x, y]))
+
+    got, got_grads = loss_and_grads(lambda h: head_on_distinct_rows(head, h))
+    want, want_grads = loss_and_grads(head)
+    hook.remove()
+    assert rows_seen == [2, 4]
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)  # a matmul's last bit depends on its row count
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w)
