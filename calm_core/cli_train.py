@@ -26,7 +26,7 @@ from calm_core.runs import RunDir, list_runs, runs_root
 TRAIN_FLAGS = {  # flag -> (TrainConfig field, type)
     "method": str, "task": str, "model": str, "train_data": str, "heldout_data": str, "scoring": str, "scope": str,
     "steps": int, "batch_size": int, "lr_theta": float, "lr_alpha": float, "inner_steps": int, "eta": float,
-    "seed": int, "train_limit": int, "heldout_limit": int, "eval_limit": int, "name": str,
+    "seed": int, "train_limit": int, "heldout_limit": int, "eval_limit": int, "eval_every": int, "name": str,
 }
 
 
@@ -77,9 +77,9 @@ def _read_config_file(path: Path) -> dict[str, Any]:
 
 def resolve_config(args: argparse.Namespace) -> Any:
     """Preset, then config file, then --set, then explicit flags (later wins)."""
-    from calm_core.train_config import PRESETS, TrainConfig
+    from calm_core.train_config import TrainConfig, preset_settings
 
-    fields: dict[str, Any] = dict(PRESETS[args.preset]) if args.preset else {}
+    fields: dict[str, Any] = {}
     if args.config:
         fields.update(_read_config_file(args.config))
     for item in args.set:
@@ -93,7 +93,7 @@ def resolve_config(args: argparse.Namespace) -> Any:
     fields.update({k: getattr(args, k) for k in TRAIN_FLAGS if getattr(args, k) is not None})
     if args.eval_data:
         fields["eval_data"] = args.eval_data
-    return TrainConfig.from_dict(fields)
+    return TrainConfig.from_dict(preset_settings(args.preset, fields) if args.preset else fields)
 
 
 def _graceful(run: RunDir) -> None:

@@ -226,7 +226,7 @@ class FrozenPrefixModel:
         wastes less on padding (bench/train_step.py measures both). `progress(done, total)`
         counts items."""
         todo = [item for item in per_item if any(tuple(seq) not in self._cache for seq in item)]
-        todo.sort(key=lambda item: max(len(seq) for seq in item))
+        todo.sort(key=lambda item: min(len(seq) for seq in item))  # about the prompt's length: tails run apart
         device = next(self.parameters()).device
         before = self.computed
         for start in range(0, len(todo), items_per_batch):

@@ -109,12 +109,25 @@ class TrainConfig:
 
     @classmethod
     def preset(cls, preset_name: str, /, **overrides: Any) -> "TrainConfig":
-        """A preset's fields, then `overrides` (any field, `name` included)."""
-        if preset_name not in PRESETS:
-            raise ValueError(f"Expected a preset in {sorted(PRESETS)}, but got {preset_name!r}")
-        return cls.from_dict({**PRESETS[preset_name], **overrides})
+        """A preset's fields, then `overrides` (any field, `name` included): `preset_settings`."""
+        return cls.from_dict(preset_settings(preset_name, overrides))
 
 
+def preset_settings(preset_name: str, overrides: dict[str, Any]) -> dict[str, Any]:
+    """A preset's fields, then `overrides`, then what the preset derives from them: `quick`
+    evaluates every 20 steps, or every tenth of the run when that is longer, so a long
+    quick run spends no larger share of its time evaluating than a short one (at most
+    about 10 periodic evaluations; an explicit eval_every wins)."""
+    if preset_name not in PRESETS:
+        raise ValueError(f"Expected a preset in {sorted(PRESETS)}, but got {preset_name!r}")
+    settings = {**PRESETS[preset_name], **overrides}
+    if preset_name == "quick" and "eval_every" not in overrides:
+        steps = settings.get("steps", TrainConfig.steps)
+        settings["eval_every"] = max(settings["eval_every"], steps // QUICK_EVALUATIONS)
+    return settings
+
+
+QUICK_EVALUATIONS = 10  # periodic evaluations of a long `quick` run (see preset_settings)
 TASKS = ("mcqa", "openqa")
 OPENQA_METHODS = ("calm", "scalar", "sft", "iterate")  # methods built on the lower / upper closures alone
 

@@ -127,6 +127,23 @@ def test_config_validation_names_the_field() -> None:
         TrainConfig.from_dict({"stepz": 3})
 
 
+def test_quick_preset_evaluates_every_20_steps_or_every_tenth_of_a_long_run() -> None:
+    """The same rule from Python and from `calm train --preset quick` (config file, --set
+    and flags applied first); an explicit eval_every wins."""
+    import argparse
+
+    from calm_core.cli_train import add_parsers, resolve_config
+
+    assert TrainConfig.preset("quick").eval_every == 20
+    assert TrainConfig.preset("quick", steps=300).eval_every == 30
+    assert TrainConfig.preset("quick", steps=300, eval_every=5).eval_every == 5
+    assert TrainConfig.preset("paper", steps=300).eval_every == 20
+    parser = argparse.ArgumentParser()
+    add_parsers(parser.add_subparsers(dest="command"))
+    for argv, expected in ((["--steps", "300"], 30), (["--set", "steps=1000"], 100), (["--steps", "300", "--eval-every", "7"], 7)):
+        assert resolve_config(parser.parse_args(["train", "--preset", "quick", *argv])).eval_every == expected
+
+
 @pytest.mark.parametrize("method", ["calm", "sft"])
 def test_frozen_prefix_cache_trains_to_the_same_weights_and_results(tiny_model_dir: Path, tmp_path: Path,
                                                                    method: str, monkeypatch) -> None:
