@@ -66,7 +66,7 @@ def _causal_mask(config: Any, hidden: torch.Tensor, attention_mask: torch.Tensor
 
 
 MIN_SHARED_PREFIX = 4  # tokens: below this, a separate prefix pass costs more than it saves
-PREFILL_ITEMS = 16  # items per prefill batch (on 2 CPU cores: 0.070 s per ARC item at 4, 0.060 at 16, 0.066 at 32)
+PREFILL_ITEMS = 16  # items per prefill batch: bench/prefill.py measures 4, 16 and 32
 
 
 def shared_prefix_groups(keys: list[tuple[int, ...]]) -> tuple[list[tuple[int, list[int]]], list[int]]:

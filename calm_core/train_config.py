@@ -156,8 +156,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     # the attention projections of the top layers only.
     # lr_alpha 5e-2: AdamW moves log tau by at most about lr per step, and TS-like
     # temperatures (T = 5 to 10 on ARC) need log tau near 2 within these few steps.
+    # eval_batch_size 64: larger matmuls make the periodic evaluation a little faster than at 32.
     "quick": {"steps": 40, "batch_size": 4, "heldout_batch_size": 4, "eval_every": 20, "checkpoint_every": 20,
-              "lr_alpha": 5e-2,
+              "lr_alpha": 5e-2, "eval_batch_size": 64,
               "eval_limit": 100, "heldout_limit": 100, "lora": {"r": 8, "alpha": 16, "layers": 4}},
     # The paper's settings: QLoRA r64, LoRA alpha 32, batch 16, AdamW; 5 epochs is
     # steps = 5 * len(train) / 16, set by the caller from the training set size.

@@ -161,8 +161,11 @@ def score_with_head(ctx: StepContext, items: Sequence[MCItem], batch_size: int) 
     return scores.logits
 
 
-def evaluate_now(ctx: StepContext, data: Data, batch_size: int) -> dict[str, float]:
-    """`eval/<set>/{acc,ece,entropy,confidence}` on S_V and every evaluation set."""
+def evaluate_now(ctx: StepContext, data: Data, batch_size: int,
+                 caches: dict[str, dict[tuple[bool, bool], Any]] | None = None) -> dict[str, float]:
+    """`eval/<set>/{acc,ece,entropy,confidence}` on S_V and every evaluation set. With
+    `caches` (set name -> `_scores_for` cache), the scores stay there for a final
+    evaluation at the same parameters, which then does not compute them again."""
     if ctx.task == "openqa":
         from calm_core.generative import task
 
@@ -171,7 +174,8 @@ def evaluate_now(ctx: StepContext, data: Data, batch_size: int) -> dict[str, flo
     for name, items in {"heldout": data.heldout, **data.evals}.items():
         if not items:
             continue
-        probs = metrics.softmax(score_with_head(ctx, items, batch_size))
+        cache = caches.setdefault(name, {}) if caches is not None else {}
+        probs = metrics.softmax(_scores_for(ctx, items, batch_size, True, True, cache).logits)
         gold = np.array([it.answer for it in items])
         summary = metrics.summarize(probs, gold)
         for key in ("acc", "ece", "entropy", "confidence"):
@@ -312,6 +316,7 @@ def _loop(cfg: TrainConfig, ctx: StepContext, method: Any, data: Data, writer: R
           elapsed_before: float, progress: Callable[[int, int, dict[str, Any]], None] | None) -> TrainResult:
     started = time.perf_counter()
     record: dict[str, Any] = {}
+    final_scores: dict[str, dict[tuple[bool, bool], Any]] = {}  # the last step's evaluation, reused at the end
     step = start_step
     while step < cfg.steps:  # `writer`: the run directory on rank 0, None on other ranks
         if _cancel_requested(writer):
@@ -324,7 +329,7 @@ def _loop(cfg: TrainConfig, ctx: StepContext, method: Any, data: Data, writer: R
         record.update(alpha_record(ctx))
         if distributed.is_main() and ((cfg.eval_every and step % cfg.eval_every == 0) or step == cfg.steps):
             with writer.keepalive("evaluating") if writer is not None else nullcontext():
-                record.update(evaluate_now(ctx, data, cfg.eval_batch_size))
+                record.update(evaluate_now(ctx, data, cfg.eval_batch_size, final_scores if step == cfg.steps else None))
         if writer is not None:
             writer.append_metrics(record)
             writer.heartbeat(step, cfg.steps)
@@ -332,7 +337,7 @@ def _loop(cfg: TrainConfig, ctx: StepContext, method: Any, data: Data, writer: R
                 save_checkpoint(ctx, writer, step)
         if progress is not None and distributed.is_main():
             progress(step, cfg.steps, record)
-    return _stop(ctx, writer, step, "finished", record, data)
+    return _stop(ctx, writer, step, "finished", record, data, final_scores)
 
 
 def _cancel_requested(writer: RunDir | None) -> bool:
@@ -342,7 +347,7 @@ def _cancel_requested(writer: RunDir | None) -> bool:
 
 
 def _stop(ctx: StepContext, run: RunDir | None, step: int, state: str, record: dict[str, Any],
-          data: Data | None = None) -> TrainResult:
+          data: Data | None = None, final_scores: dict[str, Any] | None = None) -> TrainResult:
     if run is not None:
         if step > 0:
             save_checkpoint(ctx, run, step)
@@ -353,7 +358,7 @@ def _stop(ctx: StepContext, run: RunDir | None, step: int, state: str, record: d
 
                     task.final_evaluation(ctx, data, run)
                 else:
-                    final_evaluation(ctx, data, run)
+                    final_evaluation(ctx, data, run, final_scores)
         run.clear_cancel()
         run.write_status(state, step=step, phase=None)
     return TrainResult(state, step, run.path if run else None, record)
@@ -389,12 +394,14 @@ def _scores_for(ctx: StepContext, items: list[MCItem], bs: int, use_head: bool, 
     return cache[key]
 
 
-def final_evaluation(ctx: StepContext, data: Data, run: RunDir) -> list[dict[str, Any]]:
+def final_evaluation(ctx: StepContext, data: Data, run: RunDir,
+                     scores: dict[str, dict[tuple[bool, bool], Any]] | None = None) -> list[dict[str, Any]]:
     """Every variant on every evaluation set -> eval/<variant>/<dataset>.parquet + results.json.
 
     Variants: `base` (adapter off, no head), `ts` (base + temperature fitted on S_V with
     its labels), `<method>` (the trained model: theta and alpha), and for methods with
     a head `<method>_theta_only` (theta alone), the design's ablation of the head.
+    `scores`: what the last step's evaluation computed at these same parameters.
     """
     from calm_core.evaluate import predictions_frame, result_row
     from calm_core.posthoc import MIN_FIT_ITEMS, TemperatureScaler
@@ -417,7 +424,7 @@ def final_evaluation(ctx: StepContext, data: Data, run: RunDir) -> list[dict[str
         variants.append((f"{method}_theta_only", False, True, None))
     rows = []
     for name, items in data.evals.items():
-        cache: dict[tuple[bool, bool], Any] = {}
+        cache: dict[tuple[bool, bool], Any] = (scores or {}).get(name, {})
         for variant, use_head, use_adapter, calibrator in variants:
             scores = _scores_for(ctx, items, bs, use_head, use_adapter, cache)
             rows.append(result_row(scores, name, variant, calibrator))

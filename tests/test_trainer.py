@@ -127,6 +127,31 @@ def test_config_validation_names_the_field() -> None:
         TrainConfig.from_dict({"stepz": 3})
 
 
+def test_final_evaluation_reuses_the_last_steps_scores(tiny_model_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    """At the last step the periodic evaluation scores the trained model on every set; the
+    final evaluation reads those scores (same parameters) instead of scoring again."""
+    import calm_core.trainer as trainer_module
+
+    calls: list[tuple[int, bool, bool]] = []
+    real = trainer_module._variant_scores
+
+    def counted(ctx, items, batch_size, use_head, use_adapter):
+        calls.append((len(items), use_head, use_adapter))
+        return real(ctx, items, batch_size, use_head, use_adapter)
+
+    monkeypatch.setattr(trainer_module, "_variant_scores", counted)
+    cfg = small_config(method="calm", scope="options", scoring="cloze")
+    run = RunDir.create(tmp_path, "reuse", cfg.to_dict())
+    train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
+    # step 2: S_V and the test set with the adapter (the options head acts on those
+    # scores); the end: the test set without it (base; 6 S_V items fit no TS), while calm
+    # and calm_theta_only come from the step-2 scores
+    assert sorted(calls) == [(6, False, False), (6, False, True), (6, False, True)]
+    last = run.read_metrics()[-1]
+    calm = next(r for r in json.loads((run.path / "results.json").read_text())["results"] if r["variant"] == "calm")
+    assert calm["acc"] == pytest.approx(last["eval/builtin/capitals/test/acc"])
+
+
 def test_quick_preset_evaluates_every_20_steps_or_every_tenth_of_a_long_run() -> None:
     """The same rule from Python and from `calm train --preset quick` (config file, --set
     and flags applied first); an explicit eval_every wins."""
