@@ -395,13 +395,13 @@ def _scores_for(ctx: StepContext, items: list[MCItem], bs: int, use_head: bool, 
 
 
 def final_evaluation(ctx: StepContext, data: Data, run: RunDir,
-                     scores: dict[str, dict[tuple[bool, bool], Any]] | None = None) -> list[dict[str, Any]]:
+                     reuse: dict[str, dict[tuple[bool, bool], Any]] | None = None) -> list[dict[str, Any]]:
     """Every variant on every evaluation set -> eval/<variant>/<dataset>.parquet + results.json.
 
     Variants: `base` (adapter off, no head), `ts` (base + temperature fitted on S_V with
     its labels), `<method>` (the trained model: theta and alpha), and for methods with
     a head `<method>_theta_only` (theta alone), the design's ablation of the head.
-    `scores`: what the last step's evaluation computed at these same parameters.
+    `reuse`: what the last step's evaluation computed at these same parameters.
     """
     from calm_core.evaluate import predictions_frame, result_row
     from calm_core.posthoc import MIN_FIT_ITEMS, TemperatureScaler
@@ -424,7 +424,7 @@ def final_evaluation(ctx: StepContext, data: Data, run: RunDir,
         variants.append((f"{method}_theta_only", False, True, None))
     rows = []
     for name, items in data.evals.items():
-        cache: dict[tuple[bool, bool], Any] = (scores or {}).get(name, {})
+        cache: dict[tuple[bool, bool], Any] = (reuse or {}).get(name, {})
         for variant, use_head, use_adapter, calibrator in variants:
             scores = _scores_for(ctx, items, bs, use_head, use_adapter, cache)
             rows.append(result_row(scores, name, variant, calibrator))

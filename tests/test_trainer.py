@@ -140,13 +140,14 @@ def test_final_evaluation_reuses_the_last_steps_scores(tiny_model_dir: Path, tmp
         return real(ctx, items, batch_size, use_head, use_adapter)
 
     monkeypatch.setattr(trainer_module, "_variant_scores", counted)
-    cfg = small_config(method="calm", scope="options", scoring="cloze")
+    cfg = small_config(method="calm", scope="options", scoring="cloze",
+                       eval_data=("builtin/capitals/test", "builtin/units/test"))
     run = RunDir.create(tmp_path, "reuse", cfg.to_dict())
     train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
-    # step 2: S_V and the test set with the adapter (the options head acts on those
-    # scores); the end: the test set without it (base; 6 S_V items fit no TS), while calm
-    # and calm_theta_only come from the step-2 scores
-    assert sorted(calls) == [(6, False, False), (6, False, True), (6, False, True)]
+    # step 2: S_V and both sets with the adapter (the options head acts on those scores);
+    # the end: both sets without it (base; 6 S_V items fit no TS), while calm and
+    # calm_theta_only come from the step-2 scores
+    assert sorted(calls) == [(6, False, False)] * 2 + [(6, False, True)] * 3
     last = run.read_metrics()[-1]
     calm = next(r for r in json.loads((run.path / "results.json").read_text())["results"] if r["variant"] == "calm")
     assert calm["acc"] == pytest.approx(last["eval/builtin/capitals/test/acc"])
