@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 import torch
 
-from calm_core.scoring import cache_kwarg, left_pad_batch
+from calm_core.scoring import cache_kwarg, left_pad_batch, length_runs, select_cache
 
 _PARTS = ("embed_tokens", "layers", "rotary_emb", "norm")
 
@@ -313,8 +313,7 @@ class FrozenPrefixModel:
         outputs: list[torch.Tensor] = [prefix_out.new_zeros(0)] * len(tails)
         for run in length_runs([len(t) for t in tails]):
             index = torch.tensor([owners[r] for r in run], device=prefix.device)
-            run_cache = DynamicCache(ddp_cache_data=[(k[index], v[index]) if k is not None else (None, None)
-                                                     for k, v, *_ in cache], config=self.config)
+            run_cache = select_cache(cache, index, self.config)
             hidden, mask = _pad_states([tails[r] for r in run], left=False)  # right-padded: real tokens first
             ctx_mask = prefix_mask[index]
             tail_positions = ctx_mask.sum(dim=1, keepdim=True) + torch.arange(hidden.shape[1], device=prefix.device)
@@ -366,28 +365,6 @@ class FrozenPrefixModel:
         out = inner.norm(_pad_states(wholes, left=True, width=width)[0])  # (R, width, d)
         self.top_shared_rows += len(members)
         return {m: out[row] for row, m in enumerate(members)}
-
-
-RUN_COST = 16  # token rows: what one more batched pass costs beyond its tokens (calls, small matmuls)
-
-
-def length_runs(lengths: Sequence[int], run_cost: int = RUN_COST) -> list[list[int]]:
-    """Indices split into runs of similar length, each padded to its longest: sorted by
-    length, the cut points minimise sum (rows x longest) + run_cost per run (dynamic
-    programming; O(n^2) for n rows of one batch)."""
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    n = len(order)
-    best = [0] + [0] * n  # best[j]: cost of order[:j]
-    cut = [0] * (n + 1)
-    for j in range(1, n + 1):
-        longest = lengths[order[j - 1]]
-        best[j], cut[j] = min((best[i] + (j - i) * longest + run_cost, i) for i in range(j))
-    runs: list[list[int]] = []
-    j = n
-    while j > 0:
-        runs.append(order[cut[j]:j])
-        j = cut[j]
-    return runs[::-1]
 
 
 def _pad_states(states: list[torch.Tensor], left: bool, width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:

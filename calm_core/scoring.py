@@ -216,10 +216,7 @@ def shared_prefix_logprobs(model: Any, groups: Sequence[tuple[list[int], list[li
     first_logprobs = torch.log_softmax(transform(first_logits) if transform else first_logits, dim=-1)
     owners = [g for g, (_, conts) in enumerate(groups) for _ in conts]
     conts = [cont for _, cs in groups for cont in cs]
-    width = max(len(c) for c in conts) - 1
-    rest: list[torch.Tensor] = [first_logprobs.new_zeros(0) for _ in conts]
-    if width > 0:
-        rest = _continue_from_cache(model, cache, batch, owners, conts, width, pad_id, device, transform)
+    rest = _continue_from_cache(model, cache, batch, owners, conts, pad_id, device, transform)
     out: list[list[torch.Tensor]] = [[] for _ in groups]
     for row, (owner, cont) in enumerate(zip(owners, conts)):
         out[owner].append(torch.cat([first_logprobs[owner, cont[0]].reshape(1), rest[row]]))
@@ -227,27 +224,66 @@ def shared_prefix_logprobs(model: Any, groups: Sequence[tuple[list[int], list[li
 
 
 def _continue_from_cache(model: Any, cache: Any, ctx_batch: dict[str, torch.Tensor], owners: list[int],
-                         conts: list[list[int]], width: int, pad_id: int, device: torch.device,
+                         conts: list[list[int]], pad_id: int, device: torch.device,
                          transform: LogitsTransform | None = None) -> list[torch.Tensor]:
-    """Per row, log p of its continuation tokens 2.. given its cached context, (c - 1,)."""
-    index = torch.tensor(owners, device=device)
-    cache.batch_select_indices(index)  # (G, H, L, D) -> (R, H, L, D): one copy per continuation
-    ids = torch.full((len(conts), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(conts), width), dtype=torch.long)
-    for row, cont in enumerate(conts):
-        ids[row, : len(cont) - 1] = torch.tensor(cont[:-1])
-        mask[row, : len(cont) - 1] = 1
-    ctx_mask = ctx_batch["attention_mask"][index]  # (R, L)
-    ctx_len = ctx_mask.sum(dim=1, keepdim=True)  # (R, 1)
-    positions = ctx_len + torch.arange(width, device=device)[None, :]  # (R, W)
-    inputs = dict(input_ids=ids.to(device), attention_mask=torch.cat([ctx_mask, mask.to(device)], dim=1),
-                  position_ids=positions, use_cache=True, **{cache_kwarg(model): cache})
-    keep = mask.bool().to(device)  # (R, W): only real continuation positions get logits
-    logits = logits_at(model, inputs, keep)  # (sum (c - 1), V)
-    logprobs = torch.log_softmax(transform(logits) if transform else logits, dim=-1)
-    targets = torch.tensor([t for cont in conts for t in cont[1:]], device=device)
-    picked = logprobs.gather(-1, targets[:, None])[:, 0]
-    return list(picked.split([len(cont) - 1 for cont in conts]))
+    """Per row, log p of its continuation tokens 2.. given its cached context, (c - 1,).
+
+    Rows go in runs of similar length (`length_runs`), each on its own copy of its
+    contexts' cache: answers of 1 to 15 tokens padded to the longest would double the work."""
+    out = [torch.zeros(0, device=device) for _ in conts]
+    todo = [r for r, cont in enumerate(conts) if len(cont) > 1]
+    for run in length_runs([len(conts[r]) - 1 for r in todo]):
+        rows = [todo[i] for i in run]
+        index = torch.tensor([owners[r] for r in rows], device=device)
+        width = max(len(conts[r]) for r in rows) - 1
+        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, : len(conts[r]) - 1] = torch.tensor(conts[r][:-1])
+            mask[i, : len(conts[r]) - 1] = 1
+        ctx_mask = ctx_batch["attention_mask"][index]  # (R, L)
+        positions = ctx_mask.sum(dim=1, keepdim=True) + torch.arange(width, device=device)[None, :]  # (R, W)
+        inputs = dict(input_ids=ids.to(device), attention_mask=torch.cat([ctx_mask, mask.to(device)], dim=1),
+                      position_ids=positions, use_cache=True,
+                      **{cache_kwarg(model): select_cache(cache, index, model.config)})
+        logits = logits_at(model, inputs, mask.bool().to(device))  # (sum (c - 1), V): real positions only
+        logprobs = torch.log_softmax(transform(logits) if transform else logits, dim=-1)
+        targets = torch.tensor([t for r in rows for t in conts[r][1:]], device=device)
+        picked = logprobs.gather(-1, targets[:, None])[:, 0]
+        for r, lp in zip(rows, picked.split([len(conts[r]) - 1 for r in rows])):
+            out[r] = lp
+    return out
+
+
+def select_cache(cache: Any, index: torch.Tensor, config: Any) -> Any:
+    """A new KV cache holding rows `index` of `cache` (a row may repeat): one context's
+    keys and values for each of its continuations. Differentiable: indexing, not copy_."""
+    from transformers import DynamicCache
+
+    data = [(k[index], v[index]) if k is not None else (None, None) for k, v, *_ in cache]
+    return DynamicCache(ddp_cache_data=data, config=config)
+
+
+RUN_COST = 16  # token rows: what one more batched pass costs beyond its tokens (calls, small matmuls)
+
+
+def length_runs(lengths: Sequence[int], run_cost: int = RUN_COST) -> list[list[int]]:
+    """Indices split into runs of similar length, each padded to its longest: sorted by
+    length, the cut points minimise sum (rows x longest) + run_cost per run (dynamic
+    programming; O(n^2) for n rows of one batch)."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    n = len(order)
+    best = [0] * (n + 1)  # best[j]: cost of order[:j]
+    cut = [0] * (n + 1)
+    for j in range(1, n + 1):
+        longest = lengths[order[j - 1]]
+        best[j], cut[j] = min((best[i] + (j - i) * longest + run_cost, i) for i in range(j))
+    runs: list[list[int]] = []
+    j = n
+    while j > 0:
+        runs.append(order[cut[j]:j])
+        j = cut[j]
+    return runs[::-1]
 
 
 def logits_at(model: Any, inputs: dict[str, Any], keep: torch.Tensor) -> torch.Tensor:

@@ -44,6 +44,7 @@ class TrainResult:
     step: int
     run_dir: Path | None
     last_metrics: dict[str, Any] = field(default_factory=dict)
+    prefill: dict[str, Any] | None = None  # the frozen-prefix fill before the first step (prefill_frozen_layers)
 
 
 def seed_everything(seed: int) -> None:
@@ -270,19 +271,22 @@ def train(cfg: TrainConfig, run: RunDir | None = None, lm: Any = None,
             elapsed_before = previous[-1]["elapsed"] if previous else 0.0
         if writer is not None:
             run.write_status("running", step=start_step, total_steps=cfg.steps)
+    prefilled = None
     if ctx.runner is not None and ctx.task == "mcqa":
         prefilled = prefill_frozen_layers(ctx, data, cfg, start_step, writer, show=progress is not None)
         if writer is not None:
             writer.update_status(prefill=prefilled)
-    return _loop(cfg, ctx, method, data, writer, start_step, elapsed_before, progress)
+    result = _loop(cfg, ctx, method, data, writer, start_step, elapsed_before, progress)
+    return dataclasses.replace(result, prefill=prefilled)
 
 
 def scheduled_items(cfg: TrainConfig, data: Data, start_step: int) -> list[Any]:
-    """Every item whose frozen layers the rest of the run reads: the training items that
-    steps start_step.. will draw (batch_indices is deterministic), all of S_V (periodic
-    evaluation and TS read it whole) and, on the rank that evaluates, the evaluation sets."""
+    """Every item whose frozen layers the rest of the run reads on this rank: its share of
+    the training items that steps start_step.. will draw (batch_indices is deterministic),
+    all of S_V (periodic evaluation and TS read it whole; the upper level draws from it)
+    and, on the rank that evaluates, the evaluation sets."""
     drawn = {i for step in range(start_step, cfg.steps)
-             for i in batch_indices(len(data.train), cfg.batch_size, step, cfg.seed)}
+             for i in distributed.shard(batch_indices(len(data.train), cfg.batch_size, step, cfg.seed))}
     evals = [it for items in data.evals.values() for it in items] if distributed.is_main() else []
     return [data.train[i] for i in sorted(drawn)] + list(data.heldout) + evals
 

@@ -272,7 +272,7 @@ def test_shared_prefix_groups_do_not_merge_questions_on_a_common_opening() -> No
 
 
 def test_length_runs_cut_where_padding_costs_more_than_a_pass() -> None:
-    from calm_core.frozen_prefix import length_runs
+    from calm_core.scoring import length_runs
 
     assert length_runs([1, 9, 1, 1, 1], run_cost=2) == [[0, 2, 3, 4], [1]]  # 4 * 1 + 2 + 9 + 2 < 5 * 9 + 2
     assert length_runs([3, 4, 3, 4], run_cost=16) == [[0, 2, 1, 3]]  # one pass: 16 + 16 < 4 * 4 + 16
