@@ -15,7 +15,13 @@ different widths, but a row computes exactly what it would alone (explicit posit
 ids, `scoring.left_pad_batch`), so a row's hidden states can be cut out of one batch
 and padded into another. Padded positions get zeros; the attention mask hides them.
 The cache lives in memory (about L x d floats per sequence: 60 x 576 x 4 B = 140 KB for
-the embedded model, 0.6 GB for 1,200 training questions of 4 options), filled lazily.
+the embedded model, 0.6 GB for 1,200 training questions of 4 options), filled lazily
+or, by the trainer, ahead of the first step (`prefill`, in order of length).
+
+Sequences that start alike (a question's K options) share work in both halves: the fill
+runs their common prefix once into a KV cache and each tail on it, and so do the top
+layers in every forward, with gradients flowing through that cache
+(`shared_prefix_groups` picks the groups, `_shared_pass` runs them).
 With a `HiddenStateStore` it is also kept on disk, one .npy per sequence under a
 fingerprint of the frozen weights, so runs that share evaluation sets (a method
 comparison) compute those sets' bottom layers once between them.

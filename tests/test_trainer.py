@@ -153,6 +153,27 @@ def test_final_evaluation_reuses_the_last_steps_scores(tiny_model_dir: Path, tmp
     assert calm["acc"] == pytest.approx(last["eval/builtin/capitals/test/acc"])
 
 
+def test_prefill_shows_its_progress_in_the_status(tiny_model_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    """Filling the cache can take a minute before step 1: the status phase says so (the
+    Monitor and `calm runs` show it) and is cleared before the first step."""
+    phases: list[object] = []
+    real = RunDir.update_status
+
+    def recorded(self, **fields):
+        if "phase" in fields:
+            phases.append(fields["phase"])
+        return real(self, **fields)
+
+    monkeypatch.setattr(RunDir, "update_status", recorded)
+    cfg = small_config(method="sft", scoring="cloze", lora={"r": 4, "alpha": 8, "layers": 1})
+    run = RunDir.create(tmp_path, "phase", cfg.to_dict())
+    train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
+    filling = [p for p in phases if isinstance(p, str) and p.startswith("caching frozen layers")]
+    assert filling and filling[-1] == f"caching frozen layers: {run.status['prefill']['items']}/" \
+                                      f"{run.status['prefill']['items']} items"
+    assert phases[phases.index(filling[-1]) + 1] is None  # cleared once the fill is done
+
+
 def test_quick_preset_evaluates_every_20_steps_or_every_tenth_of_a_long_run() -> None:
     """The same rule from Python and from `calm train --preset quick` (config file, --set
     and flags applied first); an explicit eval_every wins."""
