@@ -29,14 +29,15 @@ def test_shard_splits_a_batch_evenly_or_refuses() -> None:
         shard(list("abc"), 2, 0)
 
 
-def _train(tmp_path: Path, tiny_model_dir: Path, method: str, ranks: int) -> dict[str, torch.Tensor]:
+def _train(tmp_path: Path, tiny_model_dir: Path, method: str, ranks: int, extra: tuple[str, ...] = ()
+           ) -> dict[str, torch.Tensor]:
     root = tmp_path / f"{method}-{ranks}"
     args = ["-m", "calm_core.cli", "train", "--model", str(tiny_model_dir), "--method", method, "--steps", "3",
             "--batch-size", "4", "--scoring", "cloze", "--train-data", "builtin/capitals/train",
             "--heldout-data", "builtin/capitals/validation", "--eval-data", "builtin/capitals/test",
             "--train-limit", "12", "--heldout-limit", "8", "--eval-limit", "6", "--lr-theta", "1e-2",
             "--lr-alpha", "1e-1", "--set", "heldout_batch_size=4", "--set", "eval_every=0",
-            "--set", "checkpoint_every=0", "--runs-root", str(root)]
+            "--set", "checkpoint_every=0", "--runs-root", str(root), *extra]
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"] if ranks > 1 else [sys.executable]
     command = launcher + (args if ranks == 1 else args)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -47,6 +48,8 @@ def _train(tmp_path: Path, tiny_model_dir: Path, method: str, ranks: int) -> dic
     run = RunDir.open(runs[0])
     assert run.status["state"] == "finished" and run.status["choices"]["world_size"] == ranks
     assert [r["step"] for r in run.read_metrics()] == [1, 2, 3]  # rank 0 alone writes
+    if extra == FROZEN_PREFIX:
+        assert run.status["choices"]["frozen_prefix"]["used"] is True and run.status["prefill"]["items"] > 0
     weights_and_log = {"metrics": run.read_metrics()}
     step, directory = run.latest_checkpoint()
     weights = load_file(str(directory / "adapter_model.safetensors"))
@@ -55,10 +58,15 @@ def _train(tmp_path: Path, tiny_model_dir: Path, method: str, ranks: int) -> dic
     return {**weights, **weights_and_log}
 
 
-@pytest.mark.parametrize("method", ["calm", "sft"])
-def test_two_gloo_processes_match_one_process(tmp_path: Path, tiny_model_dir: Path, method: str) -> None:
-    one = _train(tmp_path, tiny_model_dir, method, ranks=1)
-    two = _train(tmp_path, tiny_model_dir, method, ranks=2)
+FROZEN_PREFIX = ("--set", 'lora={"r": 4, "alpha": 8, "layers": 1}')  # each rank prefills its share of the batches
+
+
+@pytest.mark.parametrize("method,extra", [("calm", ()), ("sft", ()), ("calm", FROZEN_PREFIX)],
+                         ids=["calm", "sft", "calm-frozen-prefix"])
+def test_two_gloo_processes_match_one_process(tmp_path: Path, tiny_model_dir: Path, method: str,
+                                              extra: tuple[str, ...]) -> None:
+    one = _train(tmp_path, tiny_model_dir, method, ranks=1, extra=extra)
+    two = _train(tmp_path, tiny_model_dir, method, ranks=2, extra=extra)
     log_one, log_two = one.pop("metrics"), two.pop("metrics")
     # q is a difference of two float32 losses near 1.4: its absolute error is ~1e-6
     for key in ("train/lower_loss", "bome/q", "bome/lambda", "bome/grad_q_norm"):  # the step's deciding numbers
