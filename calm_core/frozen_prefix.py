@@ -201,7 +201,7 @@ class FrozenPrefixModel:
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
                  logits_to_keep: int = 0, use_cache: bool = False, **_: Any) -> SimpleNamespace:
         if use_cache:
-            raise ValueError("FrozenPrefixModel runs without a KV cache; score with share_prefix=False")
+            raise ValueError("FrozenPrefixModel takes no KV cache: it shares prefixes itself (scoring passes it whole sequences)")
         hidden = self.last_hidden(input_ids, attention_mask, position_ids, logits_to_keep)
         return SimpleNamespace(logits=_causal_lm(self.model).lm_head(hidden))
 
@@ -229,7 +229,7 @@ class FrozenPrefixModel:
         Training would fill them lazily, but a training batch is whatever the shuffle
         drew: prompts of every length padded together. Here items go in order of length,
         a few at a time (each item's sequences together, so they share their prompt), which
-        wastes less on padding (bench/train_step.py measures both). `progress(done, total)`
+        wastes less on padding (bench/prefill.py measures both). `progress(done, total)`
         counts items."""
         todo = [item for item in per_item if any(tuple(seq) not in self._cache for seq in item)]
         todo.sort(key=lambda item: min(len(seq) for seq in item))  # about the prompt's length: tails run apart
@@ -245,7 +245,7 @@ class FrozenPrefixModel:
 
     def _fill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
               keys: list[tuple[int, ...]]) -> None:
-        """Run the bottom layers for the rows not cached yet (one batched pass) and keep them."""
+        """Run the bottom layers for the rows not cached yet and keep them."""
         missing = [r for r, key in enumerate(keys) if key not in self._cache and not self._load(key, input_ids)]
         if not missing:
             return
@@ -400,7 +400,7 @@ def last_hidden(model: Any, inputs: dict[str, Any], n_last: int) -> torch.Tensor
     position_ids, use_cache, a KV cache); adapters stay active."""
     if isinstance(model, FrozenPrefixModel):
         if inputs.get("use_cache"):
-            raise ValueError("FrozenPrefixModel runs without a KV cache; score with share_prefix=False")
+            raise ValueError("FrozenPrefixModel takes no KV cache: it shares prefixes itself (scoring passes it whole sequences)")
         return model.last_hidden(inputs["input_ids"], inputs["attention_mask"], inputs["position_ids"], n_last)
     return _causal_lm(model).model(**inputs).last_hidden_state[:, -n_last:]
 
