@@ -18,12 +18,12 @@ import streamlit as st  # noqa: E402
 st.set_page_config(page_title="CALM Studio", page_icon=str(ROOT / "assets" / "logo.svg"), layout="wide")
 
 PAGES = [
-    st.Page(str(ROOT / "app" / "pages" / "learn.py"), title="Learn: overconfidence", icon=":material/school:", default=True),
-    st.Page(str(ROOT / "app" / "pages" / "data.py"), title="Data", icon=":material/dataset:"),
-    st.Page(str(ROOT / "app" / "pages" / "train.py"), title="Train", icon=":material/model_training:"),
-    st.Page(str(ROOT / "app" / "pages" / "monitor.py"), title="Monitor", icon=":material/monitoring:"),
-    st.Page(str(ROOT / "app" / "pages" / "compare.py"), title="Compare", icon=":material/compare:"),
-    st.Page(str(ROOT / "app" / "pages" / "playground.py"), title="Playground", icon=":material/chat:"),
+    st.Page(str(ROOT / "app" / "views" / "learn.py"), title="Learn: overconfidence", icon=":material/school:", default=True),
+    st.Page(str(ROOT / "app" / "views" / "data.py"), title="Data", icon=":material/dataset:"),
+    st.Page(str(ROOT / "app" / "views" / "train.py"), title="Train", icon=":material/model_training:"),
+    st.Page(str(ROOT / "app" / "views" / "monitor.py"), title="Monitor", icon=":material/monitoring:"),
+    st.Page(str(ROOT / "app" / "views" / "compare.py"), title="Compare", icon=":material/compare:"),
+    st.Page(str(ROOT / "app" / "views" / "playground.py"), title="Playground", icon=":material/chat:"),
 ]
 
 st.sidebar.markdown("### CALM Studio")

@@ -35,6 +35,7 @@ from calm_core.runs import RunDir
 from calm_core.train_config import TrainConfig
 
 OPTIMIZER_FILE = "optimizer.pt"
+PHASE_EVERY_S = 5.0  # seconds between progress writes to status.json during the cache fill
 RNG_FILE = "rng.pt"
 
 
@@ -296,18 +297,20 @@ def prefill_frozen_layers(ctx: StepContext, data: Data, cfg: TrainConfig, start_
     """Fill the frozen-prefix cache before the first step (FrozenPrefixModel.prefill says
     why it is cheaper than filling batch by batch); progress goes to the run's status
     phase and, in the foreground, a progress bar. Returns a record for status.json."""
-    from calm_core.frozen_prefix import PREFILL_ITEMS
     from calm_core.objectives import forward_sequences
     from calm_core.scoring import progress_callback
 
     per_item = forward_sequences(ctx.tokenizer, scheduled_items(cfg, data, start_step), ctx.scoring)
     update_bar, close_bar = progress_callback(show, len(per_item), "caching frozen layers")
+    last_write = [0.0]
 
-    def report(done: int, total: int) -> None:
+    def report(done: int, total: int) -> None:  # status.json at most every PHASE_EVERY_S seconds, and at the end
         update_bar(done, total)
-        if writer is not None and (done == total or done % (25 * PREFILL_ITEMS) == 0):
+        if writer is not None and (done == total or time.monotonic() - last_write[0] >= PHASE_EVERY_S):
             writer.update_status(phase=f"caching frozen layers: {done}/{total} items", heartbeat=time.time())
+            last_write[0] = time.monotonic()
 
+    report(0, len(per_item))
     started = time.perf_counter()
     computed = ctx.runner.prefill(per_item, progress=report)
     close_bar()

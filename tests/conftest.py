@@ -71,7 +71,7 @@ def tiny_everywhere(tiny_lm, monkeypatch: pytest.MonkeyPatch):
 
 @pytest.fixture()
 def open_page():
-    """open_page("pages/x.py") -> an AppTest of the studio switched to that page and run."""
+    """open_page("views/x.py") -> an AppTest of the studio switched to that page and run."""
     from streamlit.testing.v1 import AppTest
 
     root = Path(__file__).resolve().parent.parent
@@ -80,7 +80,7 @@ def open_page():
         at = AppTest.from_file(str(root / "app" / "main.py"), default_timeout=180)
         at.run()
         assert not at.exception, at.exception
-        if path != "pages/learn.py":
+        if path != "views/learn.py":
             at.switch_page(path)
             at.run()
         return at

@@ -14,8 +14,8 @@ import pytest
 from calm_core.runs import list_runs
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = ["pages/learn.py", "pages/data.py", "pages/train.py", "pages/monitor.py", "pages/compare.py",
-         "pages/playground.py"]
+PAGES = ["views/learn.py", "views/data.py", "views/train.py", "views/monitor.py", "views/compare.py",
+         "views/playground.py"]
 
 
 def _text(at) -> str:
@@ -28,7 +28,7 @@ def test_every_page_renders_on_a_fresh_workspace(page: str, open_page, tiny_ever
     at = open_page(page)
     assert not at.exception, at.exception
     assert not at.error, [e.value for e in at.error]
-    if page in ("pages/monitor.py", "pages/compare.py"):
+    if page in ("views/monitor.py", "views/compare.py"):
         assert "No runs yet" in _text(at) or "No finished runs yet" in _text(at)
 
 
@@ -44,7 +44,7 @@ def _wait_finished(timeout_s: float = 240.0) -> str:
 
 
 def test_train_launches_a_job_then_monitor_compare_and_playground_show_it(open_page, tiny_everywhere, tiny_model_dir) -> None:
-    at = open_page("pages/train.py")
+    at = open_page("views/train.py")
     at.radio(key="train_model_kind").set_value("local directory").run()
     at.text_input(key="train_model_name").set_value(str(tiny_model_dir)).run()
     at.selectbox(key="train_data").set_value("builtin/capitals/train")
@@ -64,7 +64,7 @@ def test_train_launches_a_job_then_monitor_compare_and_playground_show_it(open_p
         at = open_page(page)
         assert not at.exception and not at.error, (page, at.exception, [e.value for e in at.error])
 
-    monitor = open_page("pages/monitor.py")
+    monitor = open_page("views/monitor.py")
     assert monitor.selectbox(key="monitor_select").value == run_id
     text = _text(monitor)
     assert "finished" in "\n".join(str(p.proto.text) for p in monitor.get("progress")) or "finished" in text
@@ -74,14 +74,14 @@ def test_train_launches_a_job_then_monitor_compare_and_playground_show_it(open_p
     charts = [c for c in monitor.get("plotly_chart")]
     assert len(charts) >= 6  # losses, entropy, BOME, accuracy, ECE, entropy, alpha..., trade-off
 
-    compare = open_page("pages/compare.py")
+    compare = open_page("views/compare.py")
     assert compare.multiselect(key="compare_runs").value == [run_id]
     assert compare.get("plotly_chart"), "no reliability diagram"
     compare.radio(key="compare_layout").set_value("side by side").run()
     assert not compare.exception, compare.exception
     assert len(compare.get("plotly_chart")) == len(compare.multiselect(key="compare_variants").value)
 
-    play = open_page("pages/playground.py")
+    play = open_page("views/playground.py")
     play.selectbox(key="play_run").set_value(run_id).run()
     assert not play.exception, play.exception
     variants = list(play.dataframe[0].value["variant"])
@@ -103,8 +103,17 @@ def test_data_page_validates_an_upload_and_saves_it(open_page, tiny_everywhere, 
     report = load_file(path, kind="mc", mapping=ColumnMapping.parse("question=q, choices=A|B|C, answer=label"))
     assert len(report.items) == 2 and len(report.rejected) == 1
     save_upload("my domain", report, "domain.csv")
-    at = open_page("pages/data.py")
+    at = open_page("views/data.py")
     names = list(at.dataframe[0].value["name"])
     assert "upload/my_domain" in names
     with pytest.raises(ValueError):
         save_upload("../escape", report, "domain.csv")
+
+
+def test_no_pages_folder_so_a_direct_url_goes_through_the_router() -> None:
+    """Streamlit treats a `pages/` folder beside the main script as a v1 multipage app:
+    a fresh server whose first request is /monitor then runs monitor.py without main.py
+    (no router, no sys.path entry: ModuleNotFoundError 'app'). The pages live in views/."""
+    app_dir = Path(__file__).resolve().parent.parent / "app"
+    assert not (app_dir / "pages").exists()
+    assert all((app_dir / page).is_file() for page in PAGES)

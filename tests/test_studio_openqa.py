@@ -162,7 +162,7 @@ def test_train_page_builds_an_open_answer_config(open_page, tiny_everywhere, tin
         return calm_core.launch.create_run(cfg, root), True
 
     monkeypatch.setattr(calm_core.launch, "launch_training", fake_launch)
-    at = open_page("pages/train.py")
+    at = open_page("views/train.py")
     at.radio(key="train_task").set_value("open answers").run()
     assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
     assert at.selectbox(key="train_data_open").value == "builtin/capitals_open/train"
@@ -195,7 +195,7 @@ def test_train_page_builds_an_open_answer_config(open_page, tiny_everywhere, tin
 
 
 def test_compare_page_shows_open_answers(open_page, tiny_everywhere, open_workspace) -> None:
-    at = open_page("pages/compare.py")
+    at = open_page("views/compare.py")
     assert not at.exception, at.exception
     assert at.multiselect(key="compare_runs").value == [open_workspace]
     assert at.selectbox(key="compare_dataset").value == EVAL_SET
@@ -216,7 +216,7 @@ def test_compare_page_shows_open_answers(open_page, tiny_everywhere, open_worksp
 
 
 def test_playground_answers_an_open_question_with_the_run(open_page, tiny_everywhere, open_workspace) -> None:
-    at = open_page("pages/playground.py")
+    at = open_page("views/playground.py")
     at.selectbox(key="play_run").set_value(open_workspace).run()
     assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
     assert "Open answer" in _text(at) and "Multiple choice" not in _text(at)
@@ -234,7 +234,7 @@ def test_playground_answers_an_open_question_with_the_run(open_page, tiny_everyw
 
 
 def test_monitor_page_shows_an_open_answer_run(open_page, tiny_everywhere, open_workspace) -> None:
-    at = open_page("pages/monitor.py")
+    at = open_page("views/monitor.py")
     assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
     assert at.selectbox(key="monitor_select").value == open_workspace
     assert "greedy answer's sequence probability" in _text(at)  # what its periodic ECE is

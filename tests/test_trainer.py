@@ -169,8 +169,9 @@ def test_prefill_shows_its_progress_in_the_status(tiny_model_dir: Path, tmp_path
     run = RunDir.create(tmp_path, "phase", cfg.to_dict())
     train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
     filling = [p for p in phases if isinstance(p, str) and p.startswith("caching frozen layers")]
-    assert filling and filling[-1] == f"caching frozen layers: {run.status['prefill']['items']}/" \
-                                      f"{run.status['prefill']['items']} items"
+    items = run.status["prefill"]["items"]
+    assert filling[0] == f"caching frozen layers: 0/{items} items"  # shown before the first batch
+    assert filling[-1] == f"caching frozen layers: {items}/{items} items"
     assert phases[phases.index(filling[-1]) + 1] is None  # cleared once the fill is done
 
 

@@ -155,7 +155,7 @@ if st.button("Launch training", type="primary", disabled=not evals, key="train_l
     else:
         st.session_state["monitor_run"] = run.run_id
         st.success(f"Run `{run.run_id}` " + ("started." if started else "queued: it starts when a job slot frees up."))
-        st.page_link("pages/monitor.py", label="Follow it on the Monitor page", icon=":material/monitoring:")
+        st.page_link("views/monitor.py", label="Follow it on the Monitor page", icon=":material/monitoring:")
 
 st.subheader("Queue")
 runs = list_runs()

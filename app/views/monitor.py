@@ -21,7 +21,7 @@ st.title("Monitor")
 runs = list_runs()
 if not runs:
     st.info("No runs yet: launch one on the **Train** page.")
-    st.page_link("pages/train.py", label="Go to Train", icon=":material/model_training:")
+    st.page_link("views/train.py", label="Go to Train", icon=":material/model_training:")
     st.stop()
 ids = [r.run_id for r in runs]
 wanted = st.session_state.get("monitor_run")
@@ -145,7 +145,7 @@ def _results() -> None:
         columns = OPEN_TABLE_COLUMNS if run_view.task_of(run) == "openqa" else RESULT_COLUMNS
         st.dataframe(pd.DataFrame([{k: r.get(k) for k in columns} for r in rows]), hide_index=True, width="stretch",
                      key="monitor_results")
-        st.page_link("pages/compare.py", label="Compare reliability diagrams", icon=":material/compare:")
+        st.page_link("views/compare.py", label="Compare reliability diagrams", icon=":material/compare:")
 
 
 def live() -> None:

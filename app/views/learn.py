@@ -74,4 +74,4 @@ st.markdown(
     "without giving up the training fit. Try it: **Train** launches a run in the background, **Monitor** follows it, "
     "**Compare** puts its reliability diagrams next to the untouched model and temperature scaling."
 )
-st.page_link("pages/train.py", label="Train a calibrated model", icon=":material/model_training:")
+st.page_link("views/train.py", label="Train a calibrated model", icon=":material/model_training:")
