@@ -281,6 +281,10 @@ def train(cfg: TrainConfig, run: RunDir | None = None, lm: Any = None,
     return dataclasses.replace(result, prefill=prefilled)
 
 
+class _FillStopped(Exception):
+    """A cancel asked for during the cache fill: stop filling (every batch so far is kept)."""
+
+
 def scheduled_items(cfg: TrainConfig, data: Data, start_step: int) -> list[Any]:
     """Every item whose frozen layers the rest of the run reads on this rank: its share of
     the training items that steps start_step.. will draw (batch_indices is deterministic),
@@ -302,17 +306,24 @@ def prefill_frozen_layers(ctx: StepContext, data: Data, cfg: TrainConfig, start_
 
     per_item = forward_sequences(ctx.tokenizer, scheduled_items(cfg, data, start_step), ctx.scoring)
     update_bar, close_bar = progress_callback(show, len(per_item), "caching frozen layers")
-    last_write = [0.0]
+    last_write = [float("-inf")]
 
     def report(done: int, total: int) -> None:  # status.json at most every PHASE_EVERY_S seconds, and at the end
         update_bar(done, total)
         if writer is not None and (done == total or time.monotonic() - last_write[0] >= PHASE_EVERY_S):
             writer.update_status(phase=f"caching frozen layers: {done}/{total} items", heartbeat=time.time())
             last_write[0] = time.monotonic()
+            if done < total and writer.cancel_requested():
+                raise _FillStopped  # the loop's first check then ends the run as cancelled
 
-    report(0, len(per_item))
     started = time.perf_counter()
-    computed = ctx.runner.prefill(per_item, progress=report)
+    computed = ctx.runner.computed
+    try:
+        report(0, len(per_item))
+        ctx.runner.prefill(per_item, progress=report)
+    except _FillStopped:
+        pass
+    computed = ctx.runner.computed - computed
     close_bar()
     if writer is not None:
         writer.update_status(phase=None)

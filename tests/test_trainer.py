@@ -175,6 +175,17 @@ def test_prefill_shows_its_progress_in_the_status(tiny_model_dir: Path, tmp_path
     assert phases[phases.index(filling[-1]) + 1] is None  # cleared once the fill is done
 
 
+def test_cancel_during_the_cache_fill_stops_it(tiny_model_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    """Cancel pressed while the cache fills: the fill stops at its next progress write
+    and the run ends `cancelled` at step 0, not a minute later after the whole fill."""
+    monkeypatch.setattr(RunDir, "cancel_requested", lambda self: True)
+    cfg = small_config(method="sft", scoring="cloze", lora={"r": 4, "alpha": 8, "layers": 1})
+    run = RunDir.create(tmp_path, "cancel-fill", cfg.to_dict())
+    result = train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
+    assert result.state == "cancelled" and result.step == 0
+    assert run.status["prefill"]["sequences_computed"] == 0 and run.status["state"] == "cancelled"
+
+
 def test_quick_preset_evaluates_every_20_steps_or_every_tenth_of_a_long_run() -> None:
     """The same rule from Python and from `calm train --preset quick` (config file, --set
     and flags applied first); an explicit eval_every wins."""

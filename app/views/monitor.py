@@ -66,7 +66,7 @@ def _controls(view: RunState) -> None:
 
 def _charts(records: list[dict], active: bool) -> None:
     if not records:
-        st.caption("No steps logged yet (loading the model and data comes first).")
+        st.caption("No steps logged yet (loading the model and data, and filling the frozen-layer cache, come first).")
         return
     losses, evaluation, alpha, tradeoff = st.tabs(["Losses", "Evaluation", "alpha", "Trade-off"])
     with losses:
