@@ -44,7 +44,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 import torch
 
-from calm_core.scoring import cache_kwarg, left_pad_batch, length_runs, select_cache
+from calm_core.scoring import cache_kwarg, left_pad_batch, left_pad_positions, length_runs, select_cache
 
 _PARTS = ("embed_tokens", "layers", "rotary_emb", "norm")
 
@@ -294,39 +294,38 @@ class FrozenPrefixModel:
         each shared prefix once (`_shared_pass`); the states are those of the whole
         sequences (same positions, same attention)."""
         embed = _causal_lm(self.model).model.embed_tokens
-        prefixes = [embed(torch.tensor(keys[members[0]][:p], device=device)) for p, members in groups]
-        owners = [g for g, (_, members) in enumerate(groups) for _ in members]
-        members = [m for _, ms in groups for m in ms]
-        tails = [embed(torch.tensor(keys[m][groups[g][0]:], device=device)) for g, m in zip(owners, members)]
-        for m, states in zip(members, self._shared_pass(prefixes, tails, owners, 0, self.split)):
+        outputs = self._shared_pass(groups, lambda m: embed(torch.tensor(keys[m], device=device)), 0, self.split)
+        for m, states in outputs.items():
             self._keep(keys[m], states)
-        self.shared_rows += len(members)
+        self.shared_rows += len(outputs)
 
-    def _shared_pass(self, prefixes: list[torch.Tensor], tails: list[torch.Tensor], owners: list[int], start: int,
-                     stop: int) -> list[torch.Tensor]:
-        """Layers start..stop-1 over the sequences prefixes[owners[r]] + tails[r] ((L, d)
-        inputs each): every prefix runs once, left-padded, into a KV cache, and every tail
-        on its owner's cached keys and values. Tails go in runs of similar length
-        (`length_runs`): one batch padded to the longest answer would double the work.
-        Returns each sequence's output states, (len prefix + len tail, d). Gradients flow
-        through the cache, so the top layers can train on it."""
+    def _shared_pass(self, groups: list[tuple[int, list[int]]], states_of: Callable[[int], torch.Tensor],
+                     start: int, stop: int) -> dict[int, torch.Tensor]:
+        """Layers start..stop-1 over every member m of `groups` ((prefix length, members)),
+        whose input is states_of(m), (L, d): each group's prefix runs once, left-padded,
+        into a KV cache, and every member's tail on its group's cached keys and values.
+        Tails go in runs of similar length (`length_runs`): one batch padded to the longest
+        answer would double the work. Returns member -> its output states (L, d).
+        Gradients flow through the cache, so the top layers can train on it."""
         from transformers import DynamicCache
 
-        prefix, prefix_mask = _pad_states(prefixes, left=True)  # (G, Wp, d)
+        owners = [g for g, (_, members) in enumerate(groups) for _ in members]
+        members = [m for _, ms in groups for m in ms]
+        tails = [states_of(m)[groups[g][0]:] for g, m in zip(owners, members)]
+        prefix, prefix_mask = _pad_states([states_of(ms[0])[:p] for p, ms in groups], left=True)  # (G, Wp, d)
         cache = DynamicCache(config=self.config)
-        positions = (prefix_mask.cumsum(dim=1) - 1).clamp(min=0)
-        prefix_out = self._layers(prefix, prefix_mask, positions, cache, start, stop)
-        outputs: list[torch.Tensor] = [prefix_out.new_zeros(0)] * len(tails)
+        prefix_out = self._layers(prefix, prefix_mask, left_pad_positions(prefix_mask), cache, start, stop)
+        outputs: dict[int, torch.Tensor] = {}
         for run in length_runs([len(t) for t in tails]):
             index = torch.tensor([owners[r] for r in run], device=prefix.device)
-            run_cache = select_cache(cache, index, self.config)
             hidden, mask = _pad_states([tails[r] for r in run], left=False)  # right-padded: real tokens first
             ctx_mask = prefix_mask[index]
-            tail_positions = ctx_mask.sum(dim=1, keepdim=True) + torch.arange(hidden.shape[1], device=prefix.device)
-            out = self._layers(hidden, torch.cat([ctx_mask, mask], dim=1), tail_positions, run_cache, start, stop)
+            positions = ctx_mask.sum(dim=1, keepdim=True) + torch.arange(hidden.shape[1], device=prefix.device)
+            out = self._layers(hidden, torch.cat([ctx_mask, mask], dim=1), positions,
+                               select_cache(cache, index, self.config), start, stop)
             for i, r in enumerate(run):
                 g = owners[r]
-                outputs[r] = torch.cat([prefix_out[g, prefix_mask[g].bool()], out[i, : len(tails[r])]])
+                outputs[members[r]] = torch.cat([prefix_out[g, prefix_mask[g].bool()], out[i, : len(tails[r])]])
         return outputs
 
     def _keep(self, key: tuple[int, ...], states: torch.Tensor) -> None:
@@ -363,14 +362,11 @@ class FrozenPrefixModel:
         `width` positions (zeros before its start). A question's K options cost one
         question and K short tails, not K questions."""
         inner = _causal_lm(self.model).model
-        prefixes = [self._cache[keys[members[0]]][:p] for p, members in groups]
-        owners = [g for g, (_, members) in enumerate(groups) for _ in members]
-        members = [m for _, ms in groups for m in ms]
-        tails = [self._cache[keys[m]][groups[g][0]:] for g, m in zip(owners, members)]
-        wholes = [x[-width:] for x in self._shared_pass(prefixes, tails, owners, self.split, len(inner.layers))]
-        out = inner.norm(_pad_states(wholes, left=True, width=width)[0])  # (R, width, d)
-        self.top_shared_rows += len(members)
-        return {m: out[row] for row, m in enumerate(members)}
+        outputs = self._shared_pass(groups, lambda m: self._cache[keys[m]], self.split, len(inner.layers))
+        rows = list(outputs)
+        out = inner.norm(_pad_states([outputs[m][-width:] for m in rows], left=True, width=width)[0])  # (R, width, d)
+        self.top_shared_rows += len(rows)
+        return {m: out[i] for i, m in enumerate(rows)}
 
 
 def _pad_states(states: list[torch.Tensor], left: bool, width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:

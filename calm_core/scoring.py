@@ -120,8 +120,14 @@ def left_pad_batch(sequences: Sequence[Sequence[int]], pad_id: int, device: torc
     for row, seq in enumerate(sequences):
         input_ids[row, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
         mask[row, width - len(seq):] = 1
-    positions = (mask.cumsum(dim=1) - 1).clamp(min=0)  # (B, W)
-    return {"input_ids": input_ids.to(device), "attention_mask": mask.to(device), "position_ids": positions.to(device)}
+    return {"input_ids": input_ids.to(device), "attention_mask": mask.to(device),
+            "position_ids": left_pad_positions(mask).to(device)}
+
+
+def left_pad_positions(mask: torch.Tensor) -> torch.Tensor:
+    """Position ids (B, W) of a left-padded batch from its mask: 0, 1, ... from each row's
+    first real token (padding gets 0; the mask hides it)."""
+    return (mask.cumsum(dim=1) - 1).clamp(min=0)
 
 
 def last_logits(model: Any, batch: dict[str, torch.Tensor], n_last: int) -> torch.Tensor:

@@ -18,7 +18,7 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -148,19 +148,6 @@ def _frozen_prefix_runner(cfg: TrainConfig, model: Any) -> tuple[Any, dict[str, 
     runner = FrozenPrefixModel(model, split, store_root=store)
     return runner, {"used": True, "split_layer": split, "store": str(runner.store.path) if runner.store else None,
                     "reason": f"LoRA on the top {cfg.lora.layers} layers only"}
-
-
-def score_with_head(ctx: StepContext, items: Sequence[MCItem], batch_size: int) -> np.ndarray:
-    """Calibrated option logits (N, K_max) of the model being trained, through the same
-    (prefix-shared, batched) scorer as `calm eval`; no gradients."""
-    from types import SimpleNamespace
-
-    from calm_core.scoring import score_items
-
-    lm = SimpleNamespace(model=ctx.net, tokenizer=ctx.tokenizer, device=next(ctx.model.parameters()).device, info={})
-    with evaluating(ctx.model):
-        scores = score_items(lm, items, ctx.scoring, batch_size=batch_size, progress=False, head=ctx.head)
-    return scores.logits
 
 
 def evaluate_now(ctx: StepContext, data: Data, batch_size: int,
@@ -384,16 +371,16 @@ def _stop(ctx: StepContext, run: RunDir | None, step: int, state: str, record: d
 
 def _variant_scores(ctx: StepContext, items: list[MCItem], batch_size: int, use_head: bool,
                     use_adapter: bool) -> Any:
-    from calm_core.scoring import OptionScores
+    """Option scores of the model being trained (adapter on or off, head or none) through
+    the same prefix-shared, batched scorer as `calm eval`; no gradients."""
+    from types import SimpleNamespace
 
-    head, ctx.head = ctx.head, (ctx.head if use_head else None)
-    try:
-        with evaluating(ctx.model, use_adapter):
-            logits = score_with_head(ctx, items, batch_size)
-    finally:
-        ctx.head = head
-    return OptionScores([it.id for it in items], logits, np.array([it.answer for it in items]),
-                        ctx.scoring.to_dict())
+    from calm_core.scoring import score_items
+
+    lm = SimpleNamespace(model=ctx.net, tokenizer=ctx.tokenizer, device=next(ctx.model.parameters()).device, info={})
+    with evaluating(ctx.model, use_adapter):
+        return score_items(lm, items, ctx.scoring, batch_size=batch_size, progress=False,
+                           head=ctx.head if use_head else None)
 
 
 def _scores_for(ctx: StepContext, items: list[MCItem], bs: int, use_head: bool, use_adapter: bool,
