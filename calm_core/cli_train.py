@@ -25,7 +25,8 @@ from calm_core.runs import RunDir, list_runs, runs_root
 
 TRAIN_FLAGS = {  # flag -> (TrainConfig field, type)
     "method": str, "task": str, "model": str, "train_data": str, "heldout_data": str, "scoring": str, "scope": str,
-    "steps": int, "batch_size": int, "lr_theta": float, "lr_alpha": float, "inner_steps": int, "eta": float,
+    "steps": int, "batch_size": int, "optimizer": str, "lr_theta": float, "lr_alpha": float, "inner_steps": int,
+    "inner_lr": float, "inner_rule": str, "inner_start": str, "constraint": str, "eta": float,
     "seed": int, "train_limit": int, "heldout_limit": int, "eval_limit": int, "eval_every": int, "name": str,
 }
 
@@ -181,16 +182,32 @@ def _joined_torchrun(args: argparse.Namespace) -> bool:
     return distributed.init_from_env(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
 
 
+def _bome(run_path: Path) -> dict[str, Any]:
+    """The run's BOME diagnostics (run_view.bome_summary); {} when it has none or its
+    files cannot be read (a damaged run still lists)."""
+    from calm_core.run_view import bome_summary
+
+    try:
+        run = RunDir.open(run_path)
+        eta = run.config.get("train", {}).get("eta")
+        return bome_summary(run.read_metrics(), eta)
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}
+
+
 def cmd_runs(args: argparse.Namespace) -> int:
+    from calm_core.run_view import bome_line
+
     runs = list_runs(args.runs_root)
     if args.json:
-        print(json.dumps([{**r.__dict__, "path": str(r.path)} for r in runs], indent=2))
+        print(json.dumps([{**r.__dict__, "path": str(r.path), "bome": _bome(r.path)} for r in runs], indent=2))
         return 0
     if not runs:
         print(f"no runs under {runs_root(args.runs_root)}")
     for r in runs:
         progress = f"{r.step or 0}/{r.total_steps or '?'}"
-        print(f"{r.run_id}  {r.state:9} {progress:>9}  {r.method or '-':15} {r.reason}")
+        bome = bome_line(_bome(r.path))
+        print(f"{r.run_id}  {r.state:9} {progress:>9}  {r.method or '-':15} {r.reason}" + (f"  [{bome}]" if bome else ""))
     return 0
 
 

@@ -58,6 +58,57 @@ def _calibrate(z: torch.Tensor, log_t: torch.Tensor, shift: torch.Tensor | None,
     return torch.where(pad, torch.full((), -math.inf, dtype=out.dtype, device=out.device), out)
 
 
+# Where a head may act, by scoring rule (design.md, "The maths"). Under `letter` the
+# option scores are the answer position's logits at the letter tokens: the vocab head
+# (the paper's) scales those rows and the options head is the same thing on the K
+# letters. Under cloze an option's score is a sum over its own tokens and the prompt
+# never lists the options, so a position means nothing: per-position temperatures
+# re-rank options (ARC-Easy accuracy 0.49 -> 0.40 in docs/results.md) and a vocab head
+# on every continuation token favours the shortest option (uniform vocab tau = 100 made
+# 58% of predictions the shortest one). There only the scalar head, which cannot
+# re-rank, is allowed. Free-form answers (task openqa) have no options: vocab or scalar.
+SCOPES_BY_RULE: dict[str, tuple[str, ...]] = {
+    "letter": ("vocab", "options", "scalar"),
+    "cloze": ("scalar",),
+    "cloze_norm": ("scalar",),
+    "openqa": ("vocab", "scalar"),
+}
+DEFAULT_SCOPE = {"letter": "vocab", "cloze": "scalar", "cloze_norm": "scalar", "openqa": "vocab"}
+_WHY_NOT = {
+    "cloze": "under cloze scoring an option's score is a sum over its own tokens and the prompt lists no options, "
+             "so per-position or per-token temperatures re-rank a question's options; use scope scalar, or "
+             "scoring letter for the paper's per-vocabulary head",
+    "openqa": "free-form answers have no options",
+}
+
+
+def scopes_for(rule: str, task: str = "mcqa") -> tuple[str, ...]:
+    """The head scopes that fit a scoring rule (or the openqa task), the default first."""
+    key = "openqa" if task == "openqa" else rule
+    allowed = SCOPES_BY_RULE[key]
+    return (DEFAULT_SCOPE[key], *[s for s in allowed if s != DEFAULT_SCOPE[key]])
+
+
+def scope_note(rule: str, task: str = "mcqa") -> str:
+    """One line for a page or a help text: which scopes fit this rule, and why."""
+    allowed = scopes_for(rule, task)
+    if task == "openqa":
+        return f"Open answers: scopes {', '.join(allowed)} (free-form answers have no options)."
+    if rule == "letter":
+        return "Letter answers: every scope fits (the vocab head acts on the answer letters' logits, as in the paper)."
+    return f"Under {rule} scoring only the scalar scope fits: {_WHY_NOT['cloze']}."
+
+
+def check_scope_fits(scope: str, rule: str, task: str = "mcqa") -> None:
+    """Refuse a head scope that would act where the option scores give it no meaning."""
+    allowed = scopes_for(rule, task)
+    if scope not in allowed:
+        key = "openqa" if task == "openqa" else ("cloze" if rule.startswith("cloze") else rule)
+        where = "task openqa" if task == "openqa" else f"scoring {rule!r}"
+        raise ValueError(f"Expected `scope` to be one of {list(allowed)} with {where}, but got {scope!r}: "
+                         f"{_WHY_NOT.get(key, '')}")
+
+
 def _check_scope(scope: object) -> str:
     if scope not in SCOPES:
         raise ValueError(f"Expected `scope` to be one of {list(SCOPES)}, but got {scope!r}")

@@ -57,6 +57,47 @@ def eta_seconds(records: list[dict[str, Any]], total_steps: int | None) -> float
     return max(0.0, pace * (total_steps - done))
 
 
+# The BOME diagnostics a page or `calm runs` shows, with the one line that says what each means.
+BOME_MEANINGS: dict[str, str] = {
+    "q": "L(theta) - L(theta~): how far theta is from the inner solve's optimum on this batch",
+    "lambda": "weight of the constraint in the step; it sits at eta when grad F and grad q are orthogonal",
+    "inner_drop_frac": "inner solve's loss drop as a share of L: near 0 means theta~ = theta and no coupling",
+    "coupling_ratio": "||grad_alpha q|| / ||grad_alpha F||: near 0 means alpha does plain entropy ascent",
+    "cos_fq": "cos(grad F, grad q): below 0 the entropy step would undo the fit, and lambda grows",
+    "descent_ratio": "BOME's guarantee: >= 1 means the step decreased q at first order by at least xi * phi",
+}
+
+
+def bome_summary(records: list[dict[str, Any]], eta: float | None, last: int = 10) -> dict[str, Any]:
+    """Means of the BOME diagnostics over the last `last` logged steps, and whether the
+    run's coupling was inert throughout (bilevel.coupling_inert); {} without a BOME log."""
+    from calm_core.bilevel import coupling_inert
+
+    steps = [r for r in records if "bome/q" in r]
+    if not steps:
+        return {}
+    tail = steps[-last:]
+    out: dict[str, Any] = {}
+    for key in BOME_MEANINGS:
+        values = [float(r[f"bome/{key}"]) for r in tail if isinstance(r.get(f"bome/{key}"), (int, float))]
+        if values:
+            out[key] = sum(values) / len(values)
+    out["inert"] = eta is not None and coupling_inert(steps, eta)
+    out["steps"] = len(steps)
+    return out
+
+
+def bome_line(summary: dict[str, Any]) -> str:
+    """`calm runs`' BOME column: the flag, or the inner drop, lambda and the coupling ratio."""
+    if not summary:
+        return ""
+    if summary.get("inert"):
+        return "BOME coupling INERT (inner drop ~ 0, lambda ~ eta)"
+    parts = [f"{name} {summary[key]:.3g}" for key, name in
+             (("inner_drop_frac", "drop"), ("lambda", "lambda"), ("coupling_ratio", "ratio")) if key in summary]
+    return "bome: " + ", ".join(parts)
+
+
 SHARED_VARIANTS = ("base", "ts")  # the same model and fit for runs over the same base model and S_V
 
 

@@ -15,8 +15,8 @@ from typing import Any
 
 from calm_core.adapters import LoraSettings
 from calm_core.generative.sampling import GenerationConfig
-from calm_core.bilevel import PHI_CHOICES
-from calm_core.head import SCOPES
+from calm_core.bilevel import CONSTRAINTS, INNER_RULES, INNER_STARTS, PHI_CHOICES
+from calm_core.head import SCOPES, check_scope_fits, scopes_for
 from calm_core.methods import get_method
 from calm_core.prompts import RULES
 
@@ -34,16 +34,20 @@ class TrainConfig:
     eval_limit: int | None = 200
     scoring: str = "cloze"  # cloze | cloze_norm | letter
     chat_template: bool = False
-    scope: str = "auto"  # head scope: vocab | options | scalar | auto (options for mcqa, vocab for openqa)
+    scope: str = "auto"  # head scope: vocab | options | scalar | auto (letter: vocab, cloze: scalar, openqa: vocab; head.scopes_for)
     steps: int = 60  # optimizer steps (one batch each)
     batch_size: int = 4  # training questions per step
     heldout_batch_size: int = 4  # S_V questions per step (upper level)
-    lr_theta: float = 1e-4  # AdamW learning rate of the LoRA weights
-    lr_alpha: float = 1e-2  # AdamW learning rate of the head (no weight decay: see bilevel notes)
-    weight_decay: float = 0.0  # on theta only
-    inner_steps: int = 1  # BOME's T
-    inner_lr: float = 1e-3  # BOME inner SGD step size
+    optimizer: str = "auto"  # sgd (a plain step) | adamw | auto (the method's: sgd for calm, scalar, iterate)
+    lr_theta: float | None = None  # step size of the LoRA weights (None: DEFAULT_LR of the optimizer)
+    lr_alpha: float | None = None  # step size of the head (None: DEFAULT_LR of the optimizer; no weight decay)
+    weight_decay: float = 0.0  # on theta only (adamw)
+    inner_steps: int = 10  # BOME's T (the paper's 10)
+    inner_lr: float = 3.0  # BOME inner step size (inner_rule fixed) or its cap (polyak)
+    inner_rule: str = "polyak"  # polyak: step L / ||grad L||^2, scale-free | fixed: inner_lr
+    inner_start: str = "theta"  # theta: theta~ starts at theta each step (BOME) | persistent: at the last theta~
     eta: float = 0.5  # BOME's eta in phi = eta * ||grad q||^2 (or eta * q)
+    constraint: str = "theta"  # theta: theta optimal for L given alpha (the paper) | joint: (alpha, theta) optimal (docs/bilevel.md)
     phi: str = "grad"  # grad | value
     beta: float = 0.5  # regularization method: CE - beta * entropy
     label_smoothing: float = 0.1  # label_smoothing method
@@ -73,8 +77,19 @@ class TrainConfig:
         _one_of("task", self.task, TASKS)
         _one_of("scope", self.scope, SCOPES + ("auto",))
         if self.task == "openqa":
-            _check_openqa(self.method, self.effective_scope)
+            _check_openqa(self.method)
+        if get_method(self.method).USES_HEAD:
+            check_scope_fits(self.effective_scope, self.scoring, self.task)
         _one_of("phi", self.phi, PHI_CHOICES)
+        _one_of("inner_rule", self.inner_rule, INNER_RULES)
+        _one_of("inner_start", self.inner_start, INNER_STARTS)
+        _one_of("constraint", self.constraint, CONSTRAINTS)
+        _one_of("optimizer", self.optimizer, OPTIMIZERS + ("auto",))
+        if self.optimizer == "auto":
+            self.optimizer = getattr(get_method(self.method), "OPTIMIZER", "adamw")
+        for name in ("lr_theta", "lr_alpha"):
+            if getattr(self, name) is None:
+                setattr(self, name, DEFAULT_LR[self.optimizer][name])
         for name in ("steps", "batch_size", "heldout_batch_size", "inner_steps", "eval_batch_size"):
             _positive_int(name, getattr(self, name))
         for name in ("lr_theta", "lr_alpha", "inner_lr", "eta"):
@@ -85,12 +100,13 @@ class TrainConfig:
 
     @property
     def effective_scope(self) -> str:
-        """The head's scope: the method's forced one, else `scope`, with auto resolved by task."""
+        """The head's scope: the method's forced one, else `scope`, with auto resolved by
+        the scoring rule and task (head.scopes_for: letter -> vocab, cloze -> scalar)."""
         forced = getattr(get_method(self.method), "FORCED_SCOPE", None)
         if forced is not None:
             return forced
         if self.scope == "auto":
-            return "vocab" if self.task == "openqa" else "options"
+            return scopes_for(self.scoring, self.task)[0]
         return self.scope
 
     def to_dict(self) -> dict[str, Any]:
@@ -127,18 +143,24 @@ def preset_settings(preset_name: str, overrides: dict[str, Any]) -> dict[str, An
     return settings
 
 
+OPTIMIZERS = ("sgd", "adamw")
+# Step sizes when none is given. sgd: the plain BOME step; LoRA's B starts at 0, so its
+# gradients are small (||grad_theta L|| ~ 0.1 on the embedded model) and a step of 1 is
+# what moves it; log tau's gradient is of order 0.1 to 1. adamw: the usual fine-tuning
+# rates (AdamW moves every coordinate by about lr per step, whatever its gradient).
+DEFAULT_LR: dict[str, dict[str, float]] = {
+    "sgd": {"lr_theta": 1.0, "lr_alpha": 0.5},
+    "adamw": {"lr_theta": 1e-4, "lr_alpha": 1e-2},
+}
 QUICK_EVALUATIONS = 10  # periodic evaluations of a long `quick` run (see preset_settings)
 TASKS = ("mcqa", "openqa")
 OPENQA_METHODS = ("calm", "scalar", "sft", "iterate")  # methods built on the lower / upper closures alone
 
 
-def _check_openqa(method: str, scope: str) -> None:
+def _check_openqa(method: str) -> None:
     if method not in OPENQA_METHODS:
         raise ValueError(f"Expected `method` to be one of {list(OPENQA_METHODS)} for task openqa, but got {method!r} "
                          "(it works on option scores)")
-    if scope == "options":
-        raise ValueError("Expected `scope` vocab or scalar for task openqa (free-form answers have no options), "
-                         "but got 'options'")
 
 
 def _one_of(name: str, value: Any, valid: tuple[str, ...]) -> None:
@@ -154,15 +176,14 @@ def _positive_int(name: str, value: Any) -> None:
 PRESETS: dict[str, dict[str, Any]] = {
     # Minutes on 2 CPU cores with the embedded model: few steps, small batches, LoRA on
     # the attention projections of the top layers only.
-    # lr_alpha 5e-2: AdamW moves log tau by at most about lr per step, and TS-like
-    # temperatures (T = 5 to 10 on ARC) need log tau near 2 within these few steps.
     # eval_batch_size 64: larger matmuls make the periodic evaluation a little faster than at 32.
     "quick": {"steps": 40, "batch_size": 4, "heldout_batch_size": 4, "eval_every": 20, "checkpoint_every": 20,
-              "lr_alpha": 5e-2, "eval_batch_size": 64,
+              "eval_batch_size": 64,
               "eval_limit": 100, "heldout_limit": 100, "lora": {"r": 8, "alpha": 16, "layers": 4}},
-    # The paper's settings: QLoRA r64, LoRA alpha 32, batch 16, AdamW; 5 epochs is
+    # The paper's settings: letter answers (the vocab head at the answer letter), QLoRA r64,
+    # LoRA alpha 32, batch 16, BOME with T = 10 (a plain step, see bilevel.py); 5 epochs is
     # steps = 5 * len(train) / 16, set by the caller from the training set size.
-    "paper": {"batch_size": 16, "heldout_batch_size": 16, "lr_theta": 1e-4, "load_in_4bit": True,
+    "paper": {"batch_size": 16, "heldout_batch_size": 16, "scoring": "letter", "inner_steps": 10, "load_in_4bit": True,
               "lora": {"r": 64, "alpha": 32, "dropout": 0.05,
                        "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}},
 }

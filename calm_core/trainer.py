@@ -25,6 +25,7 @@ import torch
 
 from calm_core import distributed, metrics
 from calm_core.adapters import attach_lora, evaluating, lora_parameters, quantization_choice
+from calm_core.bilevel import BOME_LOG_KEYS
 from calm_core.data.schema import DataError, MCItem
 from calm_core.evaluate import load_items
 from calm_core.head import CalibrationHead
@@ -37,6 +38,7 @@ from calm_core.train_config import TrainConfig
 OPTIMIZER_FILE = "optimizer.pt"
 PHASE_EVERY_S = 5.0  # seconds between progress writes to status.json during the cache fill
 RNG_FILE = "rng.pt"
+INNER_FILE = "inner_iterate.safetensors"  # a persistent BOME theta~ (bilevel.BilevelState), when there is one
 
 
 @dataclass
@@ -120,16 +122,27 @@ def build_context(cfg: TrainConfig, lm: Any, k_max: int) -> tuple[StepContext, d
         head = CalibrationHead(scope, size=size).to(lm.device)
     theta = lora_parameters(model)
     alpha = list(head.parameters()) if head is not None else []
-    groups = [{"params": theta, "lr": cfg.lr_theta, "weight_decay": cfg.weight_decay}]
-    if alpha:
-        groups.append({"params": alpha, "lr": cfg.lr_alpha, "weight_decay": 0.0})
-    optimizer = torch.optim.AdamW(groups)
+    optimizer = make_optimizer(cfg, theta, alpha)
     scoring = ScoringConfig(rule=cfg.scoring, chat_template=cfg.chat_template)
     runner, prefix_record = _frozen_prefix_runner(cfg, model)
     ctx = StepContext(model, lm.tokenizer, scoring, optimizer, theta, alpha, head, cfg, runner=runner)
     record = {"quantization": {"four_bit": use_4bit and lm.spec.load_in_4bit, "reason": why}, "lora": lora_record,
               "frozen_prefix": prefix_record}
     return ctx, record
+
+
+def make_optimizer(cfg: TrainConfig, theta: list[torch.nn.Parameter],
+                   alpha: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
+    """`sgd`: a plain step u <- u - lr g per block (no momentum, no weight decay), which
+    keeps BOME's descent guarantee (bilevel.plain_step_sizes); `adamw`: AdamW, weight
+    decay on theta only."""
+    if cfg.optimizer == "sgd":
+        groups = [{"params": theta, "lr": cfg.lr_theta}] + ([{"params": alpha, "lr": cfg.lr_alpha}] if alpha else [])
+        return torch.optim.SGD(groups, momentum=0.0)
+    groups = [{"params": theta, "lr": cfg.lr_theta, "weight_decay": cfg.weight_decay}]
+    if alpha:
+        groups.append({"params": alpha, "lr": cfg.lr_alpha, "weight_decay": 0.0})
+    return torch.optim.AdamW(groups)
 
 
 def _frozen_prefix_runner(cfg: TrainConfig, model: Any) -> tuple[Any, dict[str, Any]]:
@@ -191,6 +204,11 @@ def save_checkpoint(ctx: StepContext, run: RunDir, step: int) -> Path:
     if ctx.head is not None:
         ctx.head.save(directory)
     torch.save(ctx.optimizer.state_dict(), directory / OPTIMIZER_FILE)
+    inner = ctx.state.get("bilevel")
+    if inner is not None and inner.tilde is not None:
+        from safetensors.torch import save_file
+
+        save_file(inner.tensors(), str(directory / INNER_FILE))
     # Batches depend only on (seed, step); torch's RNG drives dropout, so it is all we keep.
     torch.save({"torch": torch.get_rng_state()}, directory / RNG_FILE)
     run.mark_checkpoint_complete(step)
@@ -208,11 +226,15 @@ def load_checkpoint(ctx: StepContext, directory: Path) -> None:
         loaded = CalibrationHead.load(directory)
         ctx.head.load_state_dict(loaded.state_dict())
     ctx.optimizer.load_state_dict(torch.load(directory / OPTIMIZER_FILE, weights_only=True))
+    if (directory / INNER_FILE).is_file():
+        from calm_core.bilevel import BilevelState
+
+        ctx.state.setdefault("bilevel", BilevelState()).load(load_file(str(directory / INNER_FILE)))
     torch.set_rng_state(torch.load(directory / RNG_FILE, weights_only=True)["torch"])
 
 
 def _step_record(step: int, elapsed: float, log: dict[str, float]) -> dict[str, Any]:
-    bome_keys = {"q", "lambda", "grad_f_norm", "grad_q_norm", "inner_loss_drop"}
+    bome_keys = set(BOME_LOG_KEYS)
     record: dict[str, Any] = {"step": step, "elapsed": elapsed}
     for key, value in log.items():
         section = "bome" if key in bome_keys else "train"

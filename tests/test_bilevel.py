@@ -21,10 +21,12 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from calm_core.bilevel import BilevelConfig, bilevel_step, bilevel_step_naive
+from calm_core.bilevel import (BilevelConfig, BilevelState, bilevel_step, bilevel_step_naive, coupling_inert,
+                               plain_step_sizes)
 from calm_core.head import CalibrationHead
 
-LOG_KEYS = {"lower_loss", "upper_loss", "q", "lambda", "grad_f_norm", "grad_q_norm", "inner_loss_drop", "step_time"}
+LOG_KEYS = {"lower_loss", "upper_loss", "q", "lambda", "grad_f_norm", "grad_q_norm", "inner_loss_drop", "inner_drop_frac",
+            "inner_lr", "coupling_ratio", "cos_fq", "descent", "descent_ratio", "step_time"}
 
 
 class Quadratic:
@@ -56,7 +58,7 @@ def _fixed_point(b: torch.Tensor, c: float, rho: float) -> torch.Tensor:
 @pytest.mark.parametrize("inner_steps", [1, 3])
 def test_quadratic_converges_to_bilevel_optimum(inner_steps: int, phi: str) -> None:
     toy = Quadratic([0.0, 0.0, 0.0], [0.0, 0.0, 0.0], b=[1.0, -2.0, 0.5], c=1.0)
-    opt, cfg = toy.sgd(0.3, 0.3), BilevelConfig(inner_steps=inner_steps, inner_lr=1.0, eta=0.5, phi=phi)
+    opt, cfg = toy.sgd(0.3, 0.3), BilevelConfig(inner_steps=inner_steps, inner_lr=1.0, inner_rule="fixed", eta=0.5, phi=phi)
     for _ in range(100):
         log = toy.step(opt, cfg)
     optimum = toy.b / (1 + toy.c)  # [0.5, -1, 0.25]
@@ -71,7 +73,7 @@ def test_quadratic_inexact_inner_solve_reaches_first_order_fixed_point(inner_ste
     """r = 1/2: rho = 1/2 (T = 1) or 1/8 (T = 3), x = 0.5 or 0.7 where the optimum is 0.75.
     Discrete BOME hovers around x within O(lr), so the last 100 iterates are averaged."""
     toy = Quadratic([0.0], [0.0], b=[1.5], c=1.0)
-    opt, cfg = toy.sgd(0.05, 0.05), BilevelConfig(inner_steps=inner_steps, inner_lr=0.5, eta=0.5, phi=phi)
+    opt, cfg = toy.sgd(0.05, 0.05), BilevelConfig(inner_steps=inner_steps, inner_lr=0.5, inner_rule="fixed", eta=0.5, phi=phi)
     tail = []
     for i in range(200):
         toy.step(opt, cfg)
@@ -83,26 +85,37 @@ def test_quadratic_inexact_inner_solve_reaches_first_order_fixed_point(inner_ste
 
 @pytest.mark.parametrize("phi", ["grad", "value"])
 def test_one_step_matches_hand_computation(phi: str) -> None:
+    """Separate step sizes (lr_a 0.1, lr_theta 0.2) are the metric w = (0.5, 1): lambda and
+    phi are computed with <a, b>_w, so that <-delta, grad q> = 0.2 (<grad F, grad q>_w +
+    lambda ||grad q||_w^2) >= 0.2 phi (BOME's guarantee, descent_ratio >= 1)."""
     a0, th0, b, c, r, T, eta = [0.5, -1.0], [2.0, 1.0], [3.0, 3.0], 0.5, 0.25, 2, 0.5
     lr_a, lr_th = 0.1, 0.2
+    w_a, w_th = lr_a / lr_th, 1.0
     toy = Quadratic(a0, th0, b, c)
-    log = toy.step(toy.sgd(lr_a, lr_th), BilevelConfig(inner_steps=T, inner_lr=r, eta=eta, phi=phi))
+    log = toy.step(toy.sgd(lr_a, lr_th), BilevelConfig(inner_steps=T, inner_lr=r, inner_rule="fixed", eta=eta, phi=phi))
     d = [t - a for t, a in zip(th0, a0)]  # [1.5, 2]
     dd, rho = sum(x * x for x in d), (1 - r) ** T  # 6.25, 0.5625
     q = 0.5 * (1 - rho ** 2) * dd
     gq_a, gq_th = [-(1 - rho) * x for x in d], d
     gf_a, gf_th = [c * a for a in a0], [t - bb for t, bb in zip(th0, b)]
-    qq = (1 - rho) ** 2 * dd + dd
-    dot = sum(f * g for f, g in zip(gf_a + gf_th, gq_a + gq_th))
-    lam = max(eta * (qq if phi == "grad" else q) - dot, 0.0) / qq
+    qq_w = w_a * (1 - rho) ** 2 * dd + w_th * dd
+    dot_w = w_a * sum(f * g for f, g in zip(gf_a, gq_a)) + w_th * sum(f * g for f, g in zip(gf_th, gq_th))
+    phi_value = eta * (qq_w if phi == "grad" else q)
+    lam = max(phi_value - dot_w, 0.0) / qq_w
     assert lam > 0  # the constraint is active here, so the lambda branch is exercised
-    expected = {"lower_loss": 0.5 * dd, "q": q, "inner_loss_drop": q, "lambda": lam,
-                "upper_loss": 0.5 * sum(x * x for x in gf_th) + 0.5 * c * sum(a * a for a in a0),
-                "grad_f_norm": math.sqrt(sum(x * x for x in gf_a + gf_th)), "grad_q_norm": math.sqrt(qq)}
-    assert set(log) == LOG_KEYS and log["step_time"] > 0
-    assert {k: log[k] for k in expected} == pytest.approx(expected, rel=1e-6)
     new_a = [a - lr_a * (f + lam * g) for a, f, g in zip(a0, gf_a, gq_a)]
     new_th = [t - lr_th * (f + lam * g) for t, f, g in zip(th0, gf_th, gq_th)]
+    descent = -sum((n - o) * g for n, o, g in zip(new_a + new_th, a0 + th0, gq_a + gq_th))
+    expected = {"lower_loss": 0.5 * dd, "q": q, "inner_loss_drop": q, "inner_drop_frac": q / (0.5 * dd),
+                "lambda": lam, "inner_lr": r,
+                "upper_loss": 0.5 * sum(x * x for x in gf_th) + 0.5 * c * sum(a * a for a in a0),
+                "grad_f_norm": math.sqrt(sum(x * x for x in gf_a + gf_th)),
+                "grad_q_norm": math.sqrt((1 - rho) ** 2 * dd + dd),
+                "coupling_ratio": math.sqrt((1 - rho) ** 2 * dd) / math.sqrt(sum(x * x for x in gf_a)),
+                "descent": descent, "descent_ratio": descent / (lr_th * phi_value)}
+    assert set(log) == LOG_KEYS and log["step_time"] > 0
+    assert {k: log[k] for k in expected} == pytest.approx(expected, rel=1e-6)
+    assert log["descent_ratio"] >= 1 - 1e-5  # float32 parameters; BOME's guarantee, in the metric of the step
     assert toy.a.tolist() == pytest.approx(new_a, rel=1e-6)
     assert toy.theta.tolist() == pytest.approx(new_th, rel=1e-6)
 
@@ -112,7 +125,7 @@ def test_lambda_zero_when_upper_agrees_with_lower() -> None:
     constraint is not active and the step is plain grad F."""
     toy = Quadratic([0.5, -1.0], [2.0, 1.0], b=[0.0, 0.0], c=0.0)
     toy.upper = lambda: 2 * toy.lower()  # type: ignore[method-assign]
-    log = toy.step(toy.sgd(0.1, 0.1), BilevelConfig(inner_steps=1, inner_lr=0.5))
+    log = toy.step(toy.sgd(0.1, 0.1), BilevelConfig(inner_steps=1, inner_lr=0.5, inner_rule="fixed"))
     assert log["lambda"] == 0.0 and log["q"] > 0
     d = torch.tensor([1.5, 2.0])
     torch.testing.assert_close(toy.a.detach(), torch.tensor([0.5, -1.0]) - 0.1 * (-2 * d))
@@ -187,13 +200,13 @@ def test_gradient_reuse_matches_naive(inner_steps: int) -> None:
 @pytest.mark.parametrize("inner_steps", [1, 3])
 def test_reuse_saves_closure_calls_and_the_graph_at_theta_tilde(inner_steps: int) -> None:
     """Reuse: L at theta once (full backward), T - 1 inner backwards, one alpha-only call at
-    theta~ with theta's requires_grad off. Naive: 2 + T + 1 calls, all tracking theta."""
+    theta~ with theta's requires_grad off. Naive: 3 + T + 1 calls, all tracking theta."""
     reuse, naive = SoftmaxProblem(), SoftmaxProblem()
     cfg = BilevelConfig(inner_steps=inner_steps, inner_lr=0.5)
     bilevel_step(reuse.alpha, reuse.theta, reuse.lower, reuse.upper, torch.optim.SGD(reuse.alpha + reuse.theta), cfg)
     bilevel_step_naive(naive.alpha, naive.theta, naive.lower, naive.upper, torch.optim.SGD(naive.alpha + naive.theta), cfg)
     assert reuse.calls == [True] * inner_steps + [False]
-    assert naive.calls == [True] * (inner_steps + 3)
+    assert naive.calls == [True] * (inner_steps + 4)
     assert all(p.requires_grad for p in reuse.theta)
 
 
@@ -253,6 +266,8 @@ def test_theta_restored_when_a_closure_raises_at_theta_tilde(inner_steps: int) -
     ({"eta": -0.5}, "Expected `eta` to be a positive finite float, but got -0.5"),
     ({"eta": math.nan}, "Expected `eta` to be a positive finite float, but got nan"),
     ({"phi": "norm"}, "Expected `phi` to be one of ['grad', 'value'], but got 'norm'"),
+    ({"inner_rule": "adam"}, "Expected `inner_rule` to be one of ['fixed', 'polyak'], but got 'adam'"),
+    ({"inner_start": "last"}, "Expected `inner_start` to be one of ['theta', 'persistent'], but got 'last'"),
 ])
 def test_config_validation_names_the_field(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError) as err:
@@ -260,9 +275,9 @@ def test_config_validation_names_the_field(kwargs: dict[str, object], message: s
     assert str(err.value) == message
 
 
-def test_config_defaults_are_valid() -> None:
+def test_config_defaults_are_the_papers_T_with_a_scale_free_inner_step() -> None:
     cfg = BilevelConfig()
-    assert (cfg.inner_steps, cfg.inner_lr, cfg.eta, cfg.phi) == (1, 1e-3, 0.5, "grad")
+    assert (cfg.inner_steps, cfg.inner_rule, cfg.inner_start, cfg.eta, cfg.phi) == (10, "polyak", "theta", 0.5, "grad")
 
 
 def test_parameter_lists_checked() -> None:
@@ -273,3 +288,71 @@ def test_parameter_lists_checked() -> None:
     with pytest.raises(ValueError, match="non-empty"):
         bilevel_step([toy.a], [], toy.lower, toy.upper, opt, BilevelConfig())
     assert toy.a.item() == 0.0 and toy.theta.item() == 1.0
+
+
+def test_polyak_inner_step_is_loss_over_squared_gradient_capped() -> None:
+    """Quadratic: L = 1/2 ||d||^2, grad = d, so Polyak's step L / ||g||^2 is 1/2 whatever
+    the scale of d; the cap wins when it is smaller."""
+    for scale in (1e-3, 1.0, 1e3):
+        toy = Quadratic([0.0, 0.0], [scale, -2 * scale], b=[0.0, 0.0], c=1.0)
+        log = toy.step(toy.sgd(1e-3, 1e-3), BilevelConfig(inner_steps=1, inner_lr=3.0))
+        assert log["inner_lr"] == pytest.approx(0.5)
+        assert log["inner_drop_frac"] == pytest.approx(0.75)  # (1 - (1 - 1/2)^2)
+    toy = Quadratic([0.0], [1.0], b=[0.0], c=1.0)
+    assert toy.step(toy.sgd(1e-3, 1e-3), BilevelConfig(inner_steps=1, inner_lr=0.2))["inner_lr"] == pytest.approx(0.2)
+
+
+@pytest.mark.parametrize("inner_steps", [1, 4])
+def test_an_overshooting_inner_step_is_undone(inner_steps: int) -> None:
+    """A fixed step of 5 on L = 1/2 ||d||^2 multiplies d by -4: L grows 16x. The inner solve
+    halves the step until L falls, and theta~ never ends above theta: q >= 0."""
+    toy = Quadratic([0.0, 0.0], [1.0, 2.0], b=[0.0, 0.0], c=1.0)
+    log = toy.step(toy.sgd(1e-3, 1e-3), BilevelConfig(inner_steps=inner_steps, inner_lr=5.0, inner_rule="fixed"))
+    assert log["q"] >= 0.0
+    if inner_steps > 1:
+        assert log["inner_drop_frac"] > 0.5 and log["inner_lr"] < 5.0
+
+
+def test_persistent_inner_iterate_continues_from_the_last_theta_tilde() -> None:
+    """inner_start=persistent: theta~ is kept in the state and the next inner solve starts
+    there; after one step from theta with r = 1/2, theta~ = (theta + a) / 2 on the quadratic."""
+    toy = Quadratic([0.0], [2.0], b=[0.0], c=1.0)
+    state = BilevelState()
+    cfg = BilevelConfig(inner_steps=1, inner_lr=0.5, inner_rule="fixed", inner_start="persistent")
+    toy.step_with = lambda: bilevel_step([toy.a], [toy.theta], toy.lower, toy.upper, toy.sgd(1e-6, 1e-6), cfg, state)
+    toy.step_with()
+    assert state.tilde is not None and state.tilde[0].item() == pytest.approx(1.0)
+    toy.step_with()  # starts at 1.0, one step toward a ~ 0: 0.5
+    assert state.tilde[0].item() == pytest.approx(0.5, abs=1e-5)
+    restored = BilevelState()
+    restored.load(state.tensors())
+    torch.testing.assert_close(restored.tilde[0], state.tilde[0])
+    fresh = BilevelState()
+    bilevel_step([toy.a], [toy.theta], toy.lower, toy.upper, toy.sgd(1e-6, 1e-6),
+                 BilevelConfig(inner_steps=1, inner_lr=0.5, inner_rule="fixed"), fresh)
+    assert fresh.tilde is None  # BOME's own start keeps nothing between steps
+
+
+def test_descent_guarantee_holds_for_a_plain_step_and_is_not_claimed_for_adam() -> None:
+    """<-delta, grad q> >= xi phi for SGD with separate step sizes on the softmax problem;
+    under Adam the ratio is not logged, since the guarantee does not hold there."""
+    prob = SoftmaxProblem()
+    opt = torch.optim.SGD([{"params": prob.alpha, "lr": 0.3}, {"params": prob.theta, "lr": 0.05}])
+    cfg = BilevelConfig(inner_steps=3, inner_lr=0.5)
+    for _ in range(5):
+        log = bilevel_step(prob.alpha, prob.theta, prob.lower, prob.upper, opt, cfg)
+        assert log["descent_ratio"] >= 1 - 1e-5 and log["descent"] > 0
+    adam = SoftmaxProblem()
+    log = bilevel_step(adam.alpha, adam.theta, adam.lower, adam.upper, torch.optim.Adam(adam.alpha + adam.theta), cfg)
+    assert "descent_ratio" not in log and "descent" in log
+    momentum = SoftmaxProblem()
+    opt = torch.optim.SGD(momentum.alpha + momentum.theta, lr=0.1, momentum=0.9)
+    assert plain_step_sizes(opt, momentum.alpha + momentum.theta) is None
+
+
+def test_coupling_inert_flags_a_log_where_the_constraint_never_acts() -> None:
+    inert = [{"bome/inner_drop_frac": 1e-4, "bome/lambda": 0.5 + 1e-3, "bome/coupling_ratio": 1e-3}] * 5
+    assert coupling_inert(inert, eta=0.5)
+    acting = inert[:4] + [{"bome/inner_drop_frac": 0.4, "bome/lambda": 1.3, "bome/coupling_ratio": 0.6}]
+    assert not coupling_inert(acting, eta=0.5)
+    assert not coupling_inert([{"train/lower_loss": 1.0}], eta=0.5)  # no BOME log (sft): not judged

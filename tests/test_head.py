@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import save_file
 from transformers import LogitsProcessor, LogitsProcessorList
 
-from calm_core.head import HEAD_FILENAME, CalibrationHead
+from calm_core.head import HEAD_FILENAME, SCOPES, CalibrationHead
 
 V, K_MAX = 11, 4
 NEG_INF = -math.inf
@@ -214,3 +214,47 @@ def test_logits_processor_needs_vocab_scope(scope: str, size: int | None) -> Non
     with pytest.raises(ValueError, match="vocab-scope"):
         CalibrationHead(scope, size).as_logits_processor()
 
+
+
+def test_the_scalar_head_never_reranks_and_a_per_position_head_does() -> None:
+    """Why cloze scoring allows only the scalar scope: one temperature keeps every item's
+    argmax and ranking (any tau); per-position temperatures and shifts change them."""
+    torch.manual_seed(0)
+    z = torch.randn(200, 4) * 3  # (N, K) option scores
+    z[::3, 3] = NEG_INF  # ragged items
+    scalar = CalibrationHead("scalar")
+    for log_tau in (-2.0, 0.5, 3.0):
+        with torch.no_grad():
+            scalar.log_temperature.fill_(log_tau)
+        out = scalar(z)
+        assert torch.equal(out.argsort(dim=-1), z.argsort(dim=-1))
+    options = _random_head("options", 4)
+    assert (options(z).argmax(-1) != z.argmax(-1)).any()
+
+
+@pytest.mark.parametrize(("rule", "task", "allowed"), [
+    ("cloze", "mcqa", ("scalar",)), ("cloze_norm", "mcqa", ("scalar",)),
+    ("letter", "mcqa", ("vocab", "options", "scalar")), ("cloze", "openqa", ("vocab", "scalar")),
+])
+def test_scopes_fit_the_scoring_rule(rule: str, task: str, allowed: tuple[str, ...]) -> None:
+    from calm_core.head import check_scope_fits, scopes_for
+
+    assert scopes_for(rule, task) == allowed  # the default first
+    for scope in SCOPES:
+        if scope in allowed:
+            check_scope_fits(scope, rule, task)
+        else:
+            with pytest.raises(ValueError, match=f"Expected `scope` to be one of .* but got '{scope}'"):
+                check_scope_fits(scope, rule, task)
+
+
+def test_train_config_refuses_a_reranking_head_under_cloze_and_picks_the_papers_under_letter() -> None:
+    from calm_core.train_config import TrainConfig
+
+    with pytest.raises(ValueError, match="re-rank"):
+        TrainConfig(scope="options")
+    with pytest.raises(ValueError, match="re-rank"):
+        TrainConfig(scope="vocab", scoring="cloze_norm")
+    assert TrainConfig(method="sft", scope="options").method == "sft"  # no head, nothing to refuse
+    assert TrainConfig().effective_scope == "scalar"
+    assert TrainConfig(scoring="letter").effective_scope == "vocab"

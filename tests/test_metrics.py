@@ -7,6 +7,7 @@ Run: .venv/bin/python -m pytest tests/test_metrics.py -q
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -26,11 +27,13 @@ from calm_core.metrics import (
     BinTable,
     accuracy,
     adaptive_ece,
+    aurc,
     auroc,
     bin_confidences,
     bootstrap_ci,
     brier,
     classwise_ece,
+    confidence_aurc,
     ece,
     entropy,
     mce,
@@ -123,6 +126,16 @@ def naive_top_label(p, y):
     return conf, correct
 
 
+def naive_aurc(conf, correct):
+    """Risk-coverage loop: position k (sorted by confidence, highest first) keeps every
+    item at least as confident as the k-th one, so a tie group is always kept whole."""
+    n, total = len(conf), 0.0
+    for t in sorted(conf, reverse=True):
+        kept = [i for i in range(n) if conf[i] >= t]
+        total += sum(1.0 - correct[i] for i in kept) / len(kept)
+    return total / n
+
+
 # ------------------------------------------------------------- against references
 def test_top_label_matches_loop(case):
     p, y = case
@@ -206,6 +219,26 @@ def test_auroc_matches_sklearn_with_many_ties():
     y = rng.integers(0, 2, size=200)
     _, correct = top_label(p, y)
     assert auroc(p, y) == pytest.approx(roc_auc_score(correct, conf), abs=1e-12)
+
+
+def test_aurc_matches_naive_loop(case):
+    p, y = case
+    assert aurc(p, y) == pytest.approx(naive_aurc(*naive_top_label(p, y)), abs=1e-12)
+
+
+@pytest.mark.parametrize("n", [1, 7, 60, 400])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_confidence_aurc_matches_naive_loop_with_many_ties(seed, n):
+    rng = np.random.default_rng(seed)
+    conf = np.round(rng.random(n), 1)  # 11 distinct values: heavy ties once n > 11
+    correct = (rng.random(n) < conf).astype(float)
+    assert confidence_aurc(conf, correct) == pytest.approx(naive_aurc(conf.tolist(), correct.tolist()),
+                                                           abs=1e-12)
+    # the same through probs: K = 2 rows [c, 1 - c] with c >= .5 have top-label confidence c
+    c2 = np.round(0.5 + 0.5 * rng.random(n), 1)
+    y = rng.integers(0, 2, size=n)
+    p = np.stack([c2, 1.0 - c2], axis=1)
+    assert aurc(p, y) == pytest.approx(naive_aurc(*naive_top_label(p, y)), abs=1e-12)
 
 
 def test_entropy_matches_scipy(case):
@@ -309,6 +342,82 @@ def test_auroc_hand_with_tie():
     assert auroc(p, [0, 0, 0, 1]) == pytest.approx(0.875)
 
 
+def test_aurc_hand_distinct_confidences():
+    # confidences .9 .8 .7, correct 1 0 1: risks 0, 1/2, 1/3 -> (0 + .5 + .3333) / 3 = .2778
+    expected = (0.0 + 1 / 2 + 1 / 3) / 3
+    assert confidence_aurc([0.9, 0.8, 0.7], [1, 0, 1]) == pytest.approx(expected)
+    # same items as probs: rows [.9,.1] gold 0, [.2,.8] gold 1 -> wrong, [.7,.3] gold 0
+    assert aurc([[0.9, 0.1], [0.2, 0.8], [0.7, 0.3]], [0, 0, 0]) == pytest.approx(expected)
+
+
+def test_aurc_hand_with_tie_uses_risk_at_end_of_group():
+    # confidences .9 .8 .8, correct 1 0 1: the .8 pair is kept whole -> risks 0, 1/3, 1/3
+    # -> 2/9 (in input order 1 0 1 would give (0 + 1/2 + 1/3) / 3; 1 1 0 would give 1/9)
+    assert confidence_aurc([0.9, 0.8, 0.8], [1, 0, 1]) == pytest.approx(2 / 9)
+    assert confidence_aurc([0.9, 0.8, 0.8], [1, 1, 0]) == pytest.approx(2 / 9)
+    # HAND_P: confidences .6 .7 .8 .9, correct 1 0 0 1 -> sorted correct 1 0 0 1:
+    # risks 0, 1/2, 2/3, 2/4 -> (0 + .5 + .6667 + .5) / 4 = .4167
+    assert aurc(HAND_P, HAND_Y) == pytest.approx((0 + 1 / 2 + 2 / 3 + 2 / 4) / 4)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_aurc_constant_confidence_is_error_rate_in_any_order(seed):
+    rng = np.random.default_rng(seed)
+    correct = (rng.random(50) < 0.7).astype(float)
+    error_rate = 1.0 - correct.mean()
+    for _ in range(5):
+        assert confidence_aurc(np.full(50, 0.6), rng.permutation(correct)) == pytest.approx(error_rate,
+                                                                                           abs=1e-12)
+    # through probs: every row the same, labels shuffled
+    y = rng.integers(0, 3, size=50)
+    p = np.tile([0.5, 0.3, 0.2], (50, 1))
+    assert aurc(p, y) == pytest.approx(np.mean(y != 0), abs=1e-12)
+    assert aurc(p, rng.permutation(y)) == pytest.approx(np.mean(y != 0), abs=1e-12)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_aurc_permutation_invariant_with_ties(seed):
+    rng = np.random.default_rng(seed)
+    conf = rng.choice([0.3, 0.5, 0.5, 0.8, 1.0], size=80)  # few distinct values
+    correct = (rng.random(80) < 0.6).astype(float)
+    ref = confidence_aurc(conf, correct)
+    for _ in range(10):
+        perm = rng.permutation(80)
+        assert confidence_aurc(conf[perm], correct[perm]) == ref  # exact: 0/1 losses sum exactly
+    p, y = make_case(60, 4, seed)
+    p = np.round(p, 1)
+    p /= p.sum(axis=1, keepdims=True)
+    perm = rng.permutation(60)
+    assert aurc(p[perm], y[perm]) == pytest.approx(aurc(p, y), abs=1e-15)
+
+
+@pytest.mark.parametrize("n,n_correct", [(1, 0), (1, 1), (4, 2), (6, 1), (7, 4), (8, 8), (8, 0)])
+def test_aurc_perfect_ranking_is_the_minimum_for_its_accuracy(n, n_correct):
+    # distinct confidences 1 > ... ; every placement of the n_correct right answers
+    conf = np.linspace(1.0, 0.1, n)
+    values = []
+    for right in itertools.combinations(range(n), n_correct):
+        correct = np.zeros(n)
+        correct[list(right)] = 1.0
+        values.append(confidence_aurc(conf, correct))
+    perfect = confidence_aurc(conf, np.r_[np.ones(n_correct), np.zeros(n - n_correct)])
+    # perfect: risk 0 for k <= n_c, then (k - n_c) / k
+    expected = sum((k - n_correct) / k for k in range(n_correct + 1, n + 1)) / n
+    assert perfect == pytest.approx(expected, abs=1e-15)
+    assert perfect == pytest.approx(min(values), abs=1e-15)
+    # the reverse ranking (all wrong answers first) is the maximum
+    worst = confidence_aurc(conf, np.r_[np.zeros(n - n_correct), np.ones(n_correct)])
+    assert worst == pytest.approx(max(values), abs=1e-15)
+
+
+def test_aurc_bounds_and_extremes():
+    assert confidence_aurc([0.9, 0.4], [1, 1]) == 0.0  # all correct
+    assert math.copysign(1.0, confidence_aurc([0.9, 0.4], [1, 1])) == 1.0  # +0.0
+    assert confidence_aurc([0.9, 0.4], [0, 0]) == 1.0  # all wrong
+    assert aurc([[1.0, 0.0]], [0]) == 0.0 and aurc([[1.0, 0.0]], [1]) == 1.0
+    assert confidence_aurc([0.0, 0.0, 1.0], [0, 1, 1]) == pytest.approx((0 + 1 / 3 + 1 / 3) / 3)
+
+
 def test_accuracy_hand_tie_goes_to_first_option():
     # row 0 ties .5/.5 -> predicts 0 (correct); row 1 predicts 1 (wrong)
     assert accuracy([[0.5, 0.5], [0.4, 0.6]], [0, 0]) == pytest.approx(0.5)
@@ -370,7 +479,7 @@ def test_classwise_zero_probability_gold_counts_in_first_bin():
 def test_ragged_padding_does_not_change_top_label_metrics():
     p, y = make_case(120, 3, seed=9)
     padded = np.concatenate([p, np.zeros((120, 2))], axis=1)  # two padding options
-    for name in ["acc", "ece", "mce", "adaptive_ece", "brier", "nll", "auroc", "entropy",
+    for name in ["acc", "ece", "mce", "adaptive_ece", "brier", "nll", "auroc", "aurc", "entropy",
                  "confidence", "smooth_ece"]:
         assert METRICS[name](padded, y) == pytest.approx(METRICS[name](p, y), abs=1e-12), name
 
@@ -439,6 +548,20 @@ INVALID = [
          r"Expected `correct` to have shape \(2,\)"),
     _bad("confidence-empty", lambda: bin_confidences([], []),
          r"Expected `confidence` to have shape \(N,\) with N >= 1"),
+    _bad("aurc-probs-row-sum", lambda: aurc([[0.5, 0.4]], [0]),
+         r"Expected `probs` rows to sum to 1 \(tolerance 1e-4\), but got 0.9 in row 0"),
+    _bad("aurc-labels-too-big", lambda: aurc(HAND_P, [0, 1, 2, 0]),
+         r"Expected `labels` values in \[0, K\), but got 2 \(K = 2\)"),
+    _bad("confidence_aurc-range", lambda: confidence_aurc([0.5, 1.2], [1, 0]),
+         r"Expected `confidence` values in \[0, 1\], but got 1.2"),
+    _bad("confidence_aurc-nan", lambda: confidence_aurc([0.5, np.nan], [1, 0]),
+         r"Expected `confidence` values in \[0, 1\], but got nan"),
+    _bad("confidence_aurc-correct-range", lambda: confidence_aurc([0.5, 0.6], [1, 2]),
+         r"Expected `correct` values in \[0, 1\], but got 2.0"),
+    _bad("confidence_aurc-correct-shape", lambda: confidence_aurc([0.5, 0.6], [1, 0, 1]),
+         r"Expected `correct` to have shape \(2,\), but got \(3,\)"),
+    _bad("confidence_aurc-empty", lambda: confidence_aurc([], []),
+         r"Expected `confidence` to have shape \(N,\) with N >= 1, but got \(0,\)"),
     _bad("logits-all-neg-inf", lambda: softmax([-np.inf, -np.inf]),
          r"Expected `logits` to have a finite entry"),
     _bad("logits-nan", lambda: softmax([0.0, np.nan]),
@@ -522,7 +645,7 @@ def test_summarize_keys_types_and_values(case):
     p, y = case
     s = summarize(p, y, n_bins=10)
     assert list(s) == ["acc", "ece", "mce", "adaptive_ece", "classwise_ece", "brier", "nll",
-                       "auroc", "entropy", "confidence", "smooth_ece", "n", "ece_bins"]
+                       "auroc", "aurc", "entropy", "confidence", "smooth_ece", "n", "ece_bins"]
     assert type(s["n"]) is int and s["n"] == len(y)
     assert type(s["ece_bins"]) is int and s["ece_bins"] == 10
     assert s["ece"] == ece(p, y, 10) and s["mce"] == mce(p, y, 10)
@@ -530,7 +653,16 @@ def test_summarize_keys_types_and_values(case):
     assert s["classwise_ece"] == classwise_ece(p, y, 10)
     assert s["entropy"] == mean_entropy(p) and s["confidence"] == mean_confidence(p)
     assert s["smooth_ece"] == smooth_ece(p, y) and s["nll"] == nll(p, y)
+    assert s["aurc"] == aurc(p, y) and s["auroc"] == auroc(p, y)
     assert all(isinstance(v, float) for k, v in s.items() if k not in ("n", "ece_bins"))
+
+
+def test_summarize_hand_contains_aurc_and_bootstrap_accepts_its_name():
+    s = summarize(HAND_P, HAND_Y)
+    assert "aurc" in s and "aurc" in METRICS
+    assert s["aurc"] == pytest.approx((0 + 1 / 2 + 2 / 3 + 2 / 4) / 4)
+    lo, hi = bootstrap_ci("aurc", HAND_P, HAND_Y, n_boot=200)
+    assert 0.0 <= lo <= hi <= 1.0
 
 
 def test_bin_accuracy_intervals_bracket_the_bin_accuracy_and_narrow_with_n() -> None:

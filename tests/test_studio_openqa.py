@@ -17,6 +17,7 @@ import pytest
 
 from app.charts import answer_groups, cluster_summary, confidence_histogram, histogram_counts, open_answers_table
 from calm_core.generative.sampling import GenerationConfig
+from calm_core.train_config import DEFAULT_LR
 from calm_core.generative.semantic import group_by_string, modal_confidence
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -171,7 +172,7 @@ def test_train_page_builds_an_open_answer_config(open_page, tiny_everywhere, tin
     assert at.selectbox(key="train_data_open").options == [e.name for e in list_datasets(kind="open")]
     assert set(at.selectbox(key="train_method_open").options) <= set(OPENQA_METHODS)
     assert at.selectbox(key="train_scope_open").options == ["vocab", "scalar"]
-    assert at.number_input(key="train_lr_alpha_open").value == pytest.approx(1e-3)
+    assert at.number_input(key="train_lr_alpha_sgd_open").value == pytest.approx(DEFAULT_LR["sgd"]["lr_alpha"])
     assert at.number_input(key="train_samples").value == 5
     at.radio(key="train_model_kind").set_value("local directory").run()
     at.text_input(key="train_model_name").set_value(str(tiny_model_dir))
@@ -186,12 +187,16 @@ def test_train_page_builds_an_open_answer_config(open_page, tiny_everywhere, tin
     (cfg,) = launched
     assert cfg.task == "openqa" and cfg.method == "calm" and cfg.effective_scope == "scalar"
     assert cfg.generation == GenerationConfig(n_samples=5, max_new_tokens=6, grouping="string")
-    assert cfg.lr_alpha == pytest.approx(1e-3) and cfg.eval_data == (EVAL_SET,)
+    assert cfg.lr_alpha == pytest.approx(DEFAULT_LR["sgd"]["lr_alpha"]) and cfg.eval_data == (EVAL_SET,)
+    assert cfg.optimizer == "sgd"  # calm's plain BOME step
     # back to multiple choice: the MCQA pickers and defaults, untouched by the open-answer choice
     at.radio(key="train_task").set_value("multiple choice").run()
     assert not at.exception and not at.error
     assert not at.selectbox(key="train_data").value.endswith("_open/train")
-    assert "options" in at.selectbox(key="train_scope").options
+    assert at.selectbox(key="train_scope_cloze").options == ["scalar"]  # cloze: no head that re-ranks
+    at.selectbox(key="train_scoring").set_value("letter").run()
+    assert at.selectbox(key="train_scope_letter").options == ["vocab", "options", "scalar"]  # the paper's head first
+    assert not at.exception and not at.error
 
 
 def test_compare_page_shows_open_answers(open_page, tiny_everywhere, open_workspace) -> None:

@@ -54,7 +54,7 @@ def test_every_method_moves_trainable_and_keeps_frozen(tiny_model_dir: Path, met
         assert tau is not None and tau != pytest.approx(1.0, abs=1e-7)
 
 
-@pytest.mark.parametrize("scoring, scope", [("letter", "options"), ("cloze", "vocab")])
+@pytest.mark.parametrize("scoring, scope", [("letter", "options"), ("letter", "vocab"), ("cloze", "scalar")])
 def test_run_directory_is_written(tiny_model_dir: Path, tmp_path: Path, scoring: str, scope: str) -> None:
     cfg = small_config(steps=3, eval_every=2, checkpoint_every=2, heldout_limit=10, scoring=scoring, scope=scope)
     run = RunDir.create(tmp_path, "run-a", cfg.to_dict())
@@ -140,11 +140,11 @@ def test_final_evaluation_reuses_the_last_steps_scores(tiny_model_dir: Path, tmp
         return real(ctx, items, batch_size, use_head, use_adapter)
 
     monkeypatch.setattr(trainer_module, "_variant_scores", counted)
-    cfg = small_config(method="calm", scope="options", scoring="cloze",
+    cfg = small_config(method="calm", scope="scalar", scoring="cloze",
                        eval_data=("builtin/capitals/test", "builtin/units/test"))
     run = RunDir.create(tmp_path, "reuse", cfg.to_dict())
     train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
-    # step 2: S_V and both sets with the adapter (the options head acts on those scores);
+    # step 2: S_V and both sets with the adapter (the scalar head acts on those scores);
     # the end: both sets without it (base; 6 S_V items fit no TS), while calm and
     # calm_theta_only come from the step-2 scores
     assert sorted(calls) == [(6, False, False)] * 2 + [(6, False, True)] * 3

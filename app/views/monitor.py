@@ -77,12 +77,7 @@ def _charts(records: list[dict], active: bool) -> None:
         c2.plotly_chart(line_figure({"S_V batch": (entropy[0], [-v for v in entropy[1]]),
                                      "S_V (eval)": run_view.series(records, "eval/heldout/entropy")},
                                     "Entropy on S_V (nats)"), key="monitor_entropy")
-        q, lam = run_view.series(records, "bome/q"), run_view.series(records, "bome/lambda")
-        if q[0]:
-            log_scale = st.toggle("log scale", value=False, key="monitor_log", help="for q and lambda (values > 0)")
-            c1, c2 = st.columns(2)
-            c1.plotly_chart(line_figure({"q": q}, "BOME q: inner loss drop", log_y=log_scale), key="monitor_q")
-            c2.plotly_chart(line_figure({"lambda": lam}, "BOME lambda", log_y=log_scale), key="monitor_lambda")
+        _bome(records)
     with evaluation:
         if not run_view.eval_sets(records):
             st.caption("No evaluation yet: it runs every `eval_every` steps and at the end.")
@@ -109,6 +104,30 @@ def _charts(records: list[dict], active: bool) -> None:
             st.plotly_chart(tradeoff_figure(paths), key="monitor_tradeoff")
         else:
             st.caption("The path appears after the first evaluation.")
+
+
+def _bome(records: list[dict]) -> None:
+    """BOME's diagnostics, each with the line that says what it means; a warning when the
+    coupling never acted (then the run is alternating updates in disguise)."""
+    q, lam = run_view.series(records, "bome/q"), run_view.series(records, "bome/lambda")
+    if not q[0]:
+        return
+    summary = run_view.bome_summary(records, run.config.get("train", {}).get("eta"))
+    if summary.get("inert"):
+        st.warning("The BOME coupling is inert in this run: the inner solve barely moves theta~ and lambda sits at "
+                   "eta, so alpha follows plain entropy ascent (like `iterate`). Raise the inner steps T or the "
+                   "inner step size.")
+    log_scale = st.toggle("log scale", value=False, key="monitor_log", help="for q and lambda (values > 0)")
+    charts = {"q": ("BOME q", q), "lambda": ("BOME lambda", lam)}
+    for key in ("inner_drop_frac", "coupling_ratio", "cos_fq", "descent_ratio"):
+        charts[key] = (key.replace("_", " "), run_view.series(records, f"bome/{key}"))
+    shown = [(k, v) for k, v in charts.items() if v[1][0]]
+    for row in range(0, len(shown), 2):
+        cols = st.columns(2)
+        for col, (key, (title, curve)) in zip(cols, shown[row:row + 2]):
+            col.plotly_chart(line_figure({key: curve}, title, log_y=log_scale and key in ("q", "lambda")),
+                             key=f"monitor_bome_{key}")
+            col.caption(run_view.BOME_MEANINGS[key])
 
 
 def _alpha(records: list[dict], active: bool) -> None:

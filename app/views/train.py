@@ -12,7 +12,9 @@ import streamlit as st
 from app.state import describe_error
 from calm_core.data.catalog import list_datasets
 from calm_core.generative.sampling import PROMPTS, GenerationConfig
-from calm_core.head import SCOPES
+from calm_core.bilevel import INNER_RULES, INNER_STARTS
+from calm_core.head import scope_note, scopes_for
+from calm_core.prompts import RULES
 from calm_core.launch import estimate_step_seconds, launch_training
 from calm_core.methods import METHODS
 from calm_core.runs import list_runs
@@ -21,10 +23,8 @@ from calm_core.train_config import OPENQA_METHODS, PRESETS, TrainConfig
 DEFAULT_TRAIN = "builtin/chemical_symbols/train"
 DEFAULT_HELDOUT = "builtin/chemical_symbols/validation"
 DEFAULT_EVALS = ["builtin/chemical_symbols/test", "builtin/units/test", "builtin/animal_classes/test"]
-# Open answers: a vocab head under AdamW moves every one of its ~49k (tau, l) entries by
-# about lr per step, so lr_alpha is far smaller than for the K option entries.
 OPEN_DEFAULTS = {"train": "builtin/capitals_open/train", "heldout": "builtin/capitals_open/validation",
-                 "evals": ["builtin/capitals_open/test"], "lr_alpha": 1e-3, "samples": 5}
+                 "evals": ["builtin/capitals_open/test"], "samples": 5}
 TASKS = {"multiple choice": "mcqa", "open answers": "openqa"}
 
 
@@ -68,16 +68,22 @@ evals = st.multiselect("Evaluation sets (in domain and out of domain)", names,
                        default=[n for n in default_evals if n in names], key=_key("train_evals"))
 
 st.subheader("3. Method")
-c1, c2, c3 = st.columns(3)
+c1, c2, c3, c4 = st.columns(4)
 methods = sorted(m for m in METHODS if m in OPENQA_METHODS) if openqa else sorted(METHODS)
 method = c1.selectbox("Method", methods, index=methods.index("calm"), key=_key("train_method"))
-scopes = ["vocab", "scalar"] if openqa else list(SCOPES)
-scope = c2.selectbox("Head scope", scopes, index=scopes.index("vocab" if openqa else "options"), key=_key("train_scope"),
-                     help="vocab: (l, tau) per vocabulary id (the paper); options: per option position; scalar: one tau"
-                          + (" (open answers have no options)" if openqa else ""))
-preset = c3.selectbox("Preset", sorted(PRESETS), index=sorted(PRESETS).index("quick"), key="train_preset",
-                      help="quick: minutes on a laptop CPU (LoRA on the top 4 layers); paper: QLoRA r64, batch 16")
-st.caption(METHODS[method].DESCRIPTION)
+rule = "cloze"
+if not openqa:
+    rule = c2.selectbox("Scoring", list(RULES), index=list(RULES).index("cloze"), key="train_scoring",
+                        help="cloze: each option's log-likelihood as the answer's continuation; letter: options "
+                             "listed as A. B. ..., the answer letter's logit (the paper's format)")
+scopes = list(scopes_for(rule, task))
+scope = c3.selectbox("Head scope", scopes, index=0, key="train_scope_open" if openqa else f"train_scope_{rule}",
+                     help="vocab: (l, tau) per vocabulary id (the paper's, at the answer letter); options: per "
+                          "option letter; scalar: one tau. " + scope_note(rule, task))
+preset = c4.selectbox("Preset", sorted(PRESETS), index=sorted(PRESETS).index("quick"), key="train_preset",
+                      help="quick: minutes on a laptop CPU (LoRA on the top 4 layers); paper: letter answers, "
+                           "QLoRA r64, batch 16, T = 10")
+st.caption(METHODS[method].DESCRIPTION + " " + scope_note(rule, task))
 
 generation = None
 if openqa:
@@ -102,17 +108,30 @@ if openqa:
     st.caption(f"The final evaluation generates 1 greedy + {int(samples)} sampled answers per question, for every "
                "variant (base, ts, the trained model, its theta-only ablation) on every evaluation set.")
 
-base = TrainConfig.preset(preset)
 with st.expander("Advanced settings"):
+    o1, o2, o3, o4 = st.columns(4)
+    optimizer = o1.selectbox("Optimizer", ["auto", "sgd", "adamw"], key="train_optimizer",
+                             help="auto: the method's own. sgd: a plain step, which keeps BOME's guarantee that "
+                                  "each step decreases q (calm, scalar, iterate); adamw: the usual fine-tuning "
+                                  "optimizer (sft and the other baselines). AdamW on a BOME step voids the guarantee.")
+    base = TrainConfig.preset(preset, method=method, task=task, scoring=rule, scope=scope, optimizer=optimizer)
+    inner_rule = o2.selectbox("Inner step", list(INNER_RULES), index=list(INNER_RULES).index(base.inner_rule),
+                              key="train_inner_rule", help="polyak: L / ||grad L||^2, capped at the inner lr (scale-"
+                                                          "free); fixed: the inner lr")
+    inner_start = o3.selectbox("Inner start", list(INNER_STARTS), index=list(INNER_STARTS).index(base.inner_start),
+                               key="train_inner_start", help="theta: theta~ starts at theta every step (BOME); "
+                                                             "persistent: it continues from the last theta~")
+    inner_lr = o4.number_input("Inner lr (cap)", 1e-4, 100.0, base.inner_lr, key="train_inner_lr")
     a1, a2, a3, a4 = st.columns(4)
     steps = a1.number_input("Steps", 1, 100_000, base.steps, key="train_steps")
     batch = a2.number_input("Batch size", 1, 512, base.batch_size, key="train_batch")
-    inner = a3.number_input("Inner steps T", 1, 20, base.inner_steps, key="train_inner")
+    inner = a3.number_input("Inner steps T", 1, 100, base.inner_steps, key="train_inner")
     eta = a4.number_input("eta", 0.01, 10.0, base.eta, key="train_eta")
     b1, b2, b3, b4 = st.columns(4)
-    lr_theta = b1.number_input("lr theta", 1e-6, 1.0, base.lr_theta, format="%.0e", key="train_lr_theta")
-    lr_alpha = b2.number_input("lr alpha", 1e-5, 1.0, OPEN_DEFAULTS["lr_alpha"] if openqa else base.lr_alpha,
-                               format="%.0e", key=_key("train_lr_alpha"))
+    lr_theta = b1.number_input("lr theta", 1e-6, 100.0, base.lr_theta, format="%.0e",
+                               key=f"train_lr_theta_{base.optimizer}")
+    lr_alpha = b2.number_input("lr alpha", 1e-6, 100.0, base.lr_alpha, format="%.0e",
+                               key=_key(f"train_lr_alpha_{base.optimizer}"))
     rank = b3.number_input("LoRA rank", 1, 256, base.lora.r, key="train_rank")
     layers = b4.number_input("LoRA on top N layers (0: all)", 0, 200, base.lora.layers or 0, key="train_layers")
     d1, d2, d3 = st.columns(3)
@@ -126,8 +145,9 @@ try:
     extra = {"task": task, "generation": generation} if openqa else {}
     cfg = TrainConfig.preset(
         preset, **extra, model=model or "embedded", train_data=train_data, heldout_data=heldout, eval_data=tuple(evals),
-        method=method, scope=scope, steps=int(steps), batch_size=int(batch), heldout_batch_size=int(batch),
-        inner_steps=int(inner), eta=float(eta), lr_theta=float(lr_theta), lr_alpha=float(lr_alpha),
+        method=method, scope=scope, scoring=rule, optimizer=optimizer, steps=int(steps), batch_size=int(batch),
+        heldout_batch_size=int(batch), inner_steps=int(inner), inner_rule=inner_rule, inner_start=inner_start,
+        inner_lr=float(inner_lr), eta=float(eta), lr_theta=float(lr_theta), lr_alpha=float(lr_alpha),
         train_limit=int(train_limit) or None, eval_limit=int(eval_limit), name=name or None,
         load_in_4bit={"auto": None, "on": True, "off": False}[four_bit],
         lora={**base.to_dict()["lora"], "r": int(rank), "layers": int(layers) or None})

@@ -7,6 +7,7 @@ from calm_core.methods.base import StepContext, gradient_step, timed
 
 NAME = "iterate"
 USES_HEAD = True
+OPTIMIZER = "sgd"  # CALM's plain step, so that the comparison isolates the coupling
 DESCRIPTION = "Ablation: alternating CE updates of theta and entropy updates of alpha, no coupling."
 
 

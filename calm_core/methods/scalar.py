@@ -5,7 +5,7 @@ Same step as `calm`; the trainer builds the head with scope "scalar" for this me
 
 from __future__ import annotations
 
-from calm_core.methods.calm import step  # noqa: F401  (the step is CALM's)
+from calm_core.methods.calm import OPTIMIZER, step  # noqa: F401  (the step and its optimizer are CALM's)
 
 NAME = "scalar"
 USES_HEAD = True

@@ -9,7 +9,7 @@ converted and checked once at the boundary; errors read "Expected `x` ..., but g
                  confidence_ece (one confidence per answer: open QA, Sem-ECE)
     smooth       smooth_ece (Błasiok & Nakkiran 2023, matches relplot.smECE)
     scores       softmax, entropy, mean_entropy, mean_confidence, accuracy, brier, nll, auroc,
-                 confidence_auroc
+                 confidence_auroc, aurc, confidence_aurc (selective prediction)
     summary      summarize (the CLI's metric table), bootstrap_ci, METRICS registry
 
 Example:
@@ -21,13 +21,15 @@ Example:
 from calm_core.metrics.bins import STRATEGIES, BinTable, bin_accuracy_intervals, bin_confidences, top_label
 from calm_core.metrics.calibration import adaptive_ece, classwise_ece, confidence_ece, ece, mce
 from calm_core.metrics.scores import (
-    accuracy, auroc, brier, confidence_auroc, entropy, mean_confidence, mean_entropy, nll, softmax,
+    accuracy, aurc, auroc, brier, confidence_aurc, confidence_auroc, entropy, mean_confidence, mean_entropy,
+    nll, softmax,
 )
 from calm_core.metrics.smooth import smooth_ece
 from calm_core.metrics.summary import METRICS, bootstrap_ci, summarize
 
 __all__ = [
-    "METRICS", "STRATEGIES", "BinTable", "accuracy", "bin_accuracy_intervals", "adaptive_ece", "auroc", "bin_confidences",
-    "bootstrap_ci", "brier", "classwise_ece", "confidence_auroc", "confidence_ece", "ece", "entropy", "mce", "mean_confidence",
-    "mean_entropy", "nll", "smooth_ece", "softmax", "summarize", "top_label",
+    "METRICS", "STRATEGIES", "BinTable", "accuracy", "bin_accuracy_intervals", "adaptive_ece", "aurc", "auroc",
+    "bin_confidences", "bootstrap_ci", "brier", "classwise_ece", "confidence_aurc", "confidence_auroc",
+    "confidence_ece", "ece", "entropy", "mce", "mean_confidence", "mean_entropy", "nll", "smooth_ece", "softmax",
+    "summarize", "top_label",
 ]

@@ -1,7 +1,8 @@
 """Proper scores and summary statistics over option probabilities.
 
 softmax (THE numpy softmax over options, -inf = padded option), entropy, accuracy,
-Brier score, NLL, AUROC of confidence for correctness, mean entropy and confidence.
+Brier score, NLL, AUROC of confidence for correctness, AURC (selective prediction),
+mean entropy and confidence.
 """
 
 from __future__ import annotations
@@ -121,3 +122,39 @@ def _auroc_compute(score: np.ndarray, positive: np.ndarray) -> float:
     avg_rank = np.cumsum(counts) - (counts - 1) / 2.0  # 1-based mean rank of each value
     r_pos = avg_rank[inverse][positive].sum()
     return float((r_pos - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+
+
+def aurc(probs: object, labels: object) -> float:
+    """Area under the risk-coverage curve of the top-label confidence (lower is better).
+
+    Rank the N items by confidence c_i = max_k p_ik, highest first; keeping the k most
+    confident gives coverage k / N and risk(k) = (errors among them) / k, an error being
+    argmax_k p_ik != y_i. AURC = (1/N) sum_{k=1..N} risk(k), in [0, 1]. Ties do not depend
+    on the input order: a threshold keeps a group of equal confidences whole, so every
+    position in the group takes the risk at the group's end (a constant confidence gives
+    AURC = the error rate). Perfect ranking (all right answers first) is the minimum for
+    a given accuracy. probs (N, K), labels (N,). Example: confidences [.9, .8, .7] with
+    correct [1, 0, 1]: risks 0, 1/2, 1/3 -> AURC = (0 + 1/2 + 1/3) / 3 = 0.2778.
+    """
+    conf, correct = _top_label_update(*check_probs_labels(probs, labels))
+    return _aurc_compute(conf, 1.0 - correct)
+
+
+def confidence_aurc(confidence: object, correct: object) -> float:
+    """`aurc` for answers with one confidence each: (1/N) sum_k risk(k), ties kept whole.
+
+    confidence (N,), correct (N,) in [0, 1]; a fractional a_i counts as 1 - a_i errors.
+    Example: c = [.9, .8, .8], a = [1, 0, 1]: the .8 pair is one group, both positions take
+    risk 1/3 -> AURC = (0 + 1/3 + 1/3) / 3 = 0.2222.
+    """
+    c, a = check_scores(confidence, correct)
+    return _aurc_compute(c, 1.0 - a)
+
+
+def _aurc_compute(score: np.ndarray, loss: np.ndarray) -> float:
+    # groups of equal score, highest first (-0.0 == 0.0, so a 0 score is one group)
+    _, inverse, counts = np.unique(-score, return_inverse=True, return_counts=True)
+    group_loss = np.bincount(inverse.ravel(), weights=loss, minlength=len(counts))  # (G,)
+    end = np.cumsum(counts)  # items kept up to each group's end
+    risk = np.cumsum(group_loss) / end  # (G,) risk at each group's end
+    return float((counts * risk).sum() / len(score))

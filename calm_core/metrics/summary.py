@@ -8,7 +8,7 @@ import numpy as np
 
 from calm_core.metrics._checks import check_positive_int, check_probs_labels, fail
 from calm_core.metrics.calibration import adaptive_ece, classwise_ece, ece, mce
-from calm_core.metrics.scores import accuracy, auroc, brier, mean_confidence, mean_entropy, nll
+from calm_core.metrics.scores import accuracy, aurc, auroc, brier, mean_confidence, mean_entropy, nll
 from calm_core.metrics.smooth import smooth_ece
 
 Metric = Callable[[np.ndarray, np.ndarray], float]
@@ -23,6 +23,7 @@ METRICS: dict[str, Metric] = {
     "brier": brier,
     "nll": nll,
     "auroc": auroc,
+    "aurc": aurc,
     "entropy": lambda p, y: mean_entropy(p),
     "confidence": lambda p, y: mean_confidence(p),
     "smooth_ece": smooth_ece,
@@ -32,10 +33,12 @@ METRICS: dict[str, Metric] = {
 def summarize(probs: object, labels: object, n_bins: int = 15) -> dict[str, float]:
     """Every metric of the package on one (probs, labels) set, for tables and the CLI.
 
-    Keys: acc, ece, mce, adaptive_ece, classwise_ece, brier, nll, auroc, entropy
-    (mean, nats), confidence (mean top-label), smooth_ece, n (items, int) and ece_bins
-    (the n_bins used by the binned metrics, int). probs (N, K), labels (N,).
-    Example: summarize([[1.0, 0.0]], [0]) -> acc 1.0, ece 0.0, brier 0.0, auroc nan, n 1.
+    Keys: acc, ece, mce, adaptive_ece, classwise_ece, brier, nll, auroc, aurc (area
+    under the risk-coverage curve), entropy (mean, nats), confidence (mean top-label),
+    smooth_ece, n (items, int) and ece_bins (the n_bins used by the binned metrics, int).
+    probs (N, K), labels (N,).
+    Example: summarize([[1.0, 0.0]], [0]) -> acc 1.0, ece 0.0, brier 0.0, auroc nan,
+    aurc 0.0, n 1.
     """
     n_bins = check_positive_int(n_bins, "n_bins")
     p, y = check_probs_labels(probs, labels)  # convert once; the metrics re-check cheaply
