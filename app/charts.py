@@ -112,10 +112,16 @@ def alpha_bars(values: Sequence[float], labels: Sequence[str], step: int, name: 
     return fig
 
 
-def tradeoff_figure(paths: dict[str, tuple[Sequence[int], Sequence[float], Sequence[float]]]) -> go.Figure:
+REFERENCE_SYMBOLS = {"base": "x", "ts": "diamond"}
+
+
+def tradeoff_figure(paths: dict[str, tuple[Sequence[int], Sequence[float], Sequence[float]]],
+                    references: dict[str, dict[str, tuple[float, float]]] | None = None) -> go.Figure:
     """ECE (x) against accuracy (y) as a path over training, one per evaluation set;
-    the first point is hollow, the last filled: down-right is better calibrated, up is
-    more accurate."""
+    the first point is hollow, the last filled: left is better calibrated, up is more
+    accurate. `references` ({set: {"base" | "ts": (ece, acc)}}) adds the untouched model
+    (x) and temperature scaling (diamond) in the set's colour: a run that ends left of
+    TS but below base has traded accuracy for its ECE."""
     fig = go.Figure()
     for i, (name, (steps, acc, ece)) in enumerate(paths.items()):
         color = PALETTE[i % len(PALETTE)]
@@ -123,6 +129,10 @@ def tradeoff_figure(paths: dict[str, tuple[Sequence[int], Sequence[float], Seque
                         marker=dict(size=[9 if j == len(steps) - 1 else 6 for j in range(len(steps))],
                                     symbol=["circle-open" if j == 0 else "circle" for j in range(len(steps))]),
                         text=[f"step {s}" for s in steps], hovertemplate="%{text}<br>ECE %{x:.3f}<br>acc %{y:.3f}<extra></extra>")
+        for variant, (ref_ece, ref_acc) in (references or {}).get(name, {}).items():
+            fig.add_scatter(x=[ref_ece], y=[ref_acc], mode="markers", name=f"{variant} · {name}", showlegend=True,
+                            marker=dict(color=color, size=11, symbol=REFERENCE_SYMBOLS.get(variant, "square")),
+                            hovertemplate=f"{variant}<br>ECE %{{x:.3f}}<br>acc %{{y:.3f}}<extra></extra>")
     fig.update_layout(title="Trade-off over training", height=340, margin=dict(l=40, r=10, t=40, b=30),
                       legend=dict(orientation="h", y=-0.25))
     fig.update_xaxes(title_text="ECE (lower is better)")

@@ -254,7 +254,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-MC_COLUMNS = ("dataset", "variant", "n", "acc", "ece", "ece_10", "brier", "nll", "auroc", "confidence")
+MC_COLUMNS = ("dataset", "variant", "n", "acc", "ece", "ece_10", "brier", "nll", "auroc", "aurc", "confidence")
 
 
 def result_columns(rows: list[dict[str, Any]]) -> tuple[str, ...]:

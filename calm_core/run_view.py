@@ -123,6 +123,18 @@ def compare_rows(runs: list[RunDir]) -> list[dict[str, Any]]:
     return rows
 
 
+def reference_points(run: RunDir) -> dict[str, dict[str, tuple[float, float]]]:
+    """{evaluation set: {"base" | "ts": (ece, acc)}} from a finished run's results.json
+    (the trade-off plot's reference markers); {} before the final evaluation."""
+    if not (run.path / "results.json").is_file():
+        return {}
+    out: dict[str, dict[str, tuple[float, float]]] = {}
+    for row in json.loads((run.path / "results.json").read_text())["results"]:
+        if row["variant"] in SHARED_VARIANTS:
+            out.setdefault(row["dataset"], {})[row["variant"]] = (float(row["ece"]), float(row["acc"]))
+    return out
+
+
 def predictions(run: RunDir, variant: str, dataset: str) -> tuple[np.ndarray, np.ndarray]:
     """(confidence, correct) per item of one variant on one set, from the run's Parquet
     (`variant` as the run itself named it: a row's `variant_raw`)."""

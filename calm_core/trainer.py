@@ -165,7 +165,7 @@ def _frozen_prefix_runner(cfg: TrainConfig, model: Any) -> tuple[Any, dict[str, 
 
 def evaluate_now(ctx: StepContext, data: Data, batch_size: int,
                  caches: dict[str, dict[tuple[bool, bool], Any]] | None = None) -> dict[str, float]:
-    """`eval/<set>/{acc,ece,entropy,confidence}` on S_V and every evaluation set. With
+    """`eval/<set>/{acc,ece,entropy,confidence,auroc,aurc}` on S_V and every evaluation set. With
     `caches` (set name -> `_scores_for` cache), the scores stay there for a final
     evaluation at the same parameters, which then does not compute them again."""
     if ctx.task == "openqa":
@@ -180,7 +180,7 @@ def evaluate_now(ctx: StepContext, data: Data, batch_size: int,
         probs = metrics.softmax(_scores_for(ctx, items, batch_size, True, True, cache).logits)
         gold = np.array([it.answer for it in items])
         summary = metrics.summarize(probs, gold)
-        for key in ("acc", "ece", "entropy", "confidence"):
+        for key in ("acc", "ece", "entropy", "confidence", "auroc", "aurc"):
             record[f"eval/{name}/{key}"] = summary[key]
     return record
 

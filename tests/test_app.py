@@ -68,6 +68,10 @@ def test_chart_builders_for_monitor_and_compare() -> None:
     assert [list(row) for row in heat.data[0].z] == [[1.0, 2.0], [1.5, 3.0]] and heat.data[0].zmid == 1.0
     path = tradeoff_figure({"id": ([10, 20, 30], [0.5, 0.5, 0.48], [0.3, 0.2, 0.1])})
     assert list(path.data[0].x) == [0.3, 0.2, 0.1] and path.data[0].marker.symbol[0] == "circle-open"
+    marked = tradeoff_figure({"id": ([10], [0.5], [0.3])}, {"id": {"base": (0.4, 0.55), "ts": (0.15, 0.55)}})
+    refs = {t.name: (t.x[0], t.y[0], t.marker.symbol) for t in marked.data[1:]}
+    assert refs == {"base · id": (0.4, 0.55, "x"), "ts · id": (0.15, 0.55, "diamond")}
+    assert marked.data[1].marker.color == marked.data[0].line.color  # the set's colour
     records = _records()
     lower, upper = metrics.bin_accuracy_intervals([0.95, 0.92, 0.91, 0.55, 0.52], [1, 0, 0, 1, 1], n_bins=5)
     over = reliability_overlay({"base": (records, lower, upper), "calm": (records, lower, upper)})

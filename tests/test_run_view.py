@@ -65,3 +65,30 @@ def test_predictions_reads_confidence_and_correctness(tmp_path: Path) -> None:
     assert confidence.tolist() == [0.9, 0.6] and correct.tolist() == [1.0, 0.0]
     with pytest.raises(ValueError, match="predictions"):
         run_view.predictions(run, "sft", "arc/easy_test")
+
+
+def test_bome_summary_means_the_last_steps_and_flags_an_inert_coupling() -> None:
+    from calm_core.run_view import bome_line, bome_summary
+
+    acting = [{"step": i, "bome/q": 0.5, "bome/lambda": 1.0 + i, "bome/inner_drop_frac": 0.9,
+               "bome/coupling_ratio": 0.5} for i in range(1, 13)]
+    summary = bome_summary(acting, eta=0.5, last=10)
+    assert summary["lambda"] == pytest.approx(sum(1.0 + i for i in range(3, 13)) / 10)
+    assert not summary["inert"] and "drop 0.9" in bome_line(summary)
+    inert = [{"step": i, "bome/q": 1e-6, "bome/lambda": 0.5, "bome/inner_drop_frac": 1e-5,
+              "bome/coupling_ratio": 1e-4} for i in range(1, 6)]
+    assert bome_summary(inert, eta=0.5)["inert"] and "INERT" in bome_line(bome_summary(inert, eta=0.5))
+    assert bome_summary([{"step": 1, "train/lower_loss": 1.0}], eta=0.5) == {} and bome_line({}) == ""
+
+
+def test_reference_points_come_from_the_final_evaluation(tmp_path) -> None:
+    import json
+
+    from calm_core.run_view import reference_points
+    from calm_core.runs import RunDir
+
+    run = RunDir.create(tmp_path, "r", {"method": "calm"})
+    assert reference_points(run) == {}
+    rows = [{"dataset": "a", "variant": v, "ece": e, "acc": 0.5} for v, e in (("base", 0.3), ("ts", 0.1), ("calm", 0.05))]
+    (run.path / "results.json").write_text(json.dumps({"results": rows}))
+    assert reference_points(run) == {"a": {"base": (0.3, 0.5), "ts": (0.1, 0.5)}}

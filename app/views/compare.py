@@ -14,7 +14,7 @@ from calm_core.evaluate import wide_table
 from calm_core.generative.evaluate import OPEN_TABLE_COLUMNS
 from calm_core.runs import RunDir, list_runs
 
-TABLE_COLUMNS = ["dataset", "variant", "n", "acc", "ece", "ece_10", "brier", "nll", "auroc", "confidence", "run"]
+TABLE_COLUMNS = ["dataset", "variant", "n", "acc", "ece", "ece_10", "brier", "nll", "auroc", "aurc", "confidence", "run"]
 OPEN_COLUMNS = [*OPEN_TABLE_COLUMNS, "run"]
 OPEN_MEANING = ("Open answers: **confidence** is Sem1, the share of the n sampled answers that fall in the most "
                 "common meaning cluster, and **correct** means that cluster's answer matches an accepted alias "

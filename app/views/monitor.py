@@ -15,7 +15,7 @@ from calm_core.runs import RunDir, RunState, list_runs
 
 POLL_SECONDS = 3.0
 ACTIVE = ("queued", "running", "stopping")
-RESULT_COLUMNS = ("dataset", "variant", "n", "acc", "ece", "ece_10", "nll", "confidence")
+RESULT_COLUMNS = ("dataset", "variant", "n", "acc", "ece", "ece_10", "auroc", "aurc", "nll", "confidence")
 
 st.title("Monitor")
 runs = list_runs()
@@ -93,6 +93,12 @@ def _charts(records: list[dict], active: bool) -> None:
                                         else "ECE (15 bins)"), key="monitor_ece")
             c3.plotly_chart(line_figure(_eval_curves(records, "entropy"), "Mean token entropy" if openqa
                                         else "Mean entropy"), key="monitor_eval_entropy")
+            if not openqa:
+                c1, c2, _ = st.columns(3)
+                c1.plotly_chart(line_figure(_eval_curves(records, "auroc"), "AUROC (confidence vs correct)"),
+                                key="monitor_auroc")
+                c2.plotly_chart(line_figure(_eval_curves(records, "confidence"), "Mean confidence"),
+                                key="monitor_confidence")
     with alpha:
         _alpha(records, active)
     with tradeoff:
@@ -101,7 +107,11 @@ def _charts(records: list[dict], active: bool) -> None:
             steps, acc = run_view.series(records, f"eval/{name}/acc")
             paths[name] = (steps, acc, run_view.series(records, f"eval/{name}/ece")[1])
         if paths:
-            st.plotly_chart(tradeoff_figure(paths), key="monitor_tradeoff")
+            references = run_view.reference_points(run) if run_view.task_of(run) == "mcqa" else {}
+            st.plotly_chart(tradeoff_figure(paths, references), key="monitor_tradeoff")
+            st.caption("x: the untouched base model, diamond: temperature scaling (after the final evaluation). "
+                       "A low ECE far below the base model's accuracy, or with AUROC near 0.5 in the table, is "
+                       "a near-uniform forecast, not a calibrated one.")
         else:
             st.caption("The path appears after the first evaluation.")
 
@@ -164,6 +174,10 @@ def _results() -> None:
         columns = OPEN_TABLE_COLUMNS if run_view.task_of(run) == "openqa" else RESULT_COLUMNS
         st.dataframe(pd.DataFrame([{k: r.get(k) for k in columns} for r in rows]), hide_index=True, width="stretch",
                      key="monitor_results")
+        if columns is RESULT_COLUMNS:
+            st.caption("auroc: how well confidence separates right from wrong answers (0.5: not at all); aurc: "
+                       "area under the risk-coverage curve, the mean error rate when answering only the most "
+                       "confident questions (lower is better). ECE alone rewards a near-uniform forecast.")
         st.page_link("views/compare.py", label="Compare reliability diagrams", icon=":material/compare:")
 
 

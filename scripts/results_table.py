@@ -1,0 +1,168 @@
+"""Seed-averaged results of finished runs, with bootstrap intervals and the issue's targets.
+
+    .venv/bin/python scripts/results_table.py --name-prefix arc- [--json docs/results/arc_easy_calm.json]
+
+Runs are grouped by name without its `-s<seed>` suffix (`arc-calm-s0`, `arc-calm-s1` ->
+`arc-calm`). For every variant (base, ts, the method, its theta-only ablation) and
+evaluation set the table gives the mean over seeds of accuracy, ECE (15 and 10 bins),
+AUROC, AURC and mean confidence, each with a 90% percentile bootstrap interval: every
+draw resamples the items of every seed's predictions independently and averages the
+seeds, so the interval covers item noise (seeds are few; their spread is printed too).
+`base` and `ts` are the same model in every run of a seed and are taken once per seed.
+
+Verdicts against the targets of issue 12 (first evaluation set = in domain):
+- in-domain accuracy within 1 point of base;
+- AUROC not below base's interval on any set;
+- mean out-of-domain ECE below TS's;
+- mean confidence not within 0.03 of 1/K on sets where accuracy exceeds 1/K + 0.1.
+Pure reading of run directories; every metric is calm_core.metrics'.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+METRICS = ("acc", "ece", "ece_10", "auroc", "aurc", "confidence")
+SEED = re.compile(r"-s(\d+)$")
+
+
+def _metric(name: str, confidence: np.ndarray, correct: np.ndarray) -> float:
+    from calm_core import metrics
+
+    if name == "acc":
+        return float(correct.mean())
+    if name == "confidence":
+        return float(confidence.mean())
+    if name in ("ece", "ece_10"):
+        return metrics.confidence_ece(confidence, correct, n_bins=15 if name == "ece" else 10)
+    if name == "auroc":
+        return metrics.confidence_auroc(confidence, correct)
+    return metrics.confidence_aurc(confidence, correct)
+
+
+def _predictions(run, variant: str, dataset: str) -> tuple[np.ndarray, np.ndarray, float]:
+    """(confidence, correct, mean 1/K) of one variant on one set."""
+    import pandas as pd
+
+    from calm_core.run_view import predictions
+    from calm_core.runs import predictions_path
+
+    confidence, correct = predictions(run, variant, dataset)
+    frame = pd.read_parquet(predictions_path(run.path, variant, dataset), columns=["probs"])
+    return confidence, correct, float(np.mean([1.0 / len(p) for p in frame["probs"]]))
+
+
+def collect(prefix: str, root: Path | None) -> dict:
+    """{(group, variant): {dataset: [(confidence, correct, 1/K) per seed]}}, datasets in order."""
+    from calm_core.runs import RunDir, list_runs
+
+    table: dict = defaultdict(lambda: defaultdict(list))
+    datasets: list[str] = []
+    seen_base: set[tuple[str, int]] = set()
+    for summary in sorted(list_runs(root), key=lambda s: s.name or ""):
+        if summary.state != "finished" or not (summary.name or "").startswith(prefix):
+            continue
+        run = RunDir.open(summary.path)
+        group, seed = SEED.sub("", summary.name), int((SEED.search(summary.name) or [0, 0])[1])
+        results = json.loads((run.path / "results.json").read_text())["results"]
+        for row in results:
+            variant, dataset = row["variant"], row["dataset"]
+            if dataset not in datasets:
+                datasets.append(dataset)
+            if variant in ("base", "ts"):
+                if (f"{variant}|{dataset}", seed) in seen_base:
+                    continue
+                seen_base.add((f"{variant}|{dataset}", seed))
+                key = ("-", variant)
+            else:
+                key = (group, variant)
+            table[key][dataset].append(_predictions(run, variant, dataset))
+    return {"table": table, "datasets": datasets}
+
+
+def summarize(per_seed: list, n_boot: int, seed: int = 0) -> dict:
+    """Mean over seeds of every metric, its 90% bootstrap interval and the seeds' spread."""
+    rng = np.random.default_rng(seed)
+    out: dict = {"seeds": len(per_seed), "inv_k": float(np.mean([s[2] for s in per_seed]))}
+    for name in METRICS:
+        values = [_metric(name, c, a) for c, a, _ in per_seed]
+        draws = []
+        for _ in range(n_boot):
+            draw = []
+            for c, a, _ in per_seed:
+                idx = rng.integers(0, len(a), len(a))
+                draw.append(_metric(name, c[idx], a[idx]))
+            draws.append(np.nanmean(draw))
+        lo, hi = np.nanpercentile(draws, [5, 95])
+        out[name] = {"mean": float(np.mean(values)), "lo": float(lo), "hi": float(hi),
+                     "seed_sd": float(np.std(values)) if len(values) > 1 else 0.0}
+    return out
+
+
+def verdicts(rows: dict, datasets: list[str]) -> list[str]:
+    """The issue's four targets for every trained variant, as lines of text."""
+    in_domain, ood = datasets[0], datasets[1:]
+    base, ts = rows.get(("-", "base"), {}), rows.get(("-", "ts"), {})
+    lines = []
+    for key, sets in rows.items():
+        if key[0] == "-" or key[1].endswith("_theta_only"):
+            continue
+        label = f"{key[0]} ({key[1]})"
+        d_acc = sets[in_domain]["acc"]["mean"] - base[in_domain]["acc"]["mean"]
+        lines.append(f"{label}: in-domain accuracy {d_acc:+.3f} vs base -> "
+                     f"{'met' if d_acc >= -0.01 else 'MISSED'} (target: within 1 point)")
+        below = [d for d in datasets if sets[d]["auroc"]["mean"] < base[d]["auroc"]["lo"]]
+        lines.append(f"{label}: AUROC below base's interval on {below or 'no set'} -> {'MISSED' if below else 'met'}")
+        ece, ts_ece = (np.mean([s[d]["ece"]["mean"] for d in ood]) for s in (sets, ts))
+        lines.append(f"{label}: mean OOD ECE {ece:.3f} vs TS {ts_ece:.3f} -> {'met' if ece < ts_ece else 'MISSED'}")
+        near = [d for d in datasets if sets[d]["acc"]["mean"] > sets[d]["inv_k"] + 0.1
+                and abs(sets[d]["confidence"]["mean"] - sets[d]["inv_k"]) < 0.03]
+        lines.append(f"{label}: confidence within 0.03 of 1/K where accuracy > 1/K + 0.1 on {near or 'no set'} -> "
+                     f"{'MISSED' if near else 'met'}")
+    return lines
+
+
+def markdown(rows: dict, datasets: list[str], metric: str) -> str:
+    """One Markdown table: variants x datasets, `mean [lo, hi]`."""
+    head = "| run | variant | " + " | ".join(datasets) + " |"
+    lines = [head, "|" + "---|" * (len(datasets) + 2)]
+    for (group, variant), sets in rows.items():
+        cells = [f"{sets[d][metric]['mean']:.3f} [{sets[d][metric]['lo']:.3f}, {sets[d][metric]['hi']:.3f}]"
+                 if d in sets else "-" for d in datasets]
+        lines.append(f"| {group} | {variant} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--name-prefix", required=True)
+    parser.add_argument("--runs-root", type=Path)
+    parser.add_argument("--boot", type=int, default=500)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    data = collect(args.name_prefix, args.runs_root)
+    rows = {key: {d: summarize(v, args.boot) for d, v in sets.items()} for key, sets in data["table"].items()}
+    for metric in METRICS:
+        print(f"\n### {metric} (mean over seeds [90% bootstrap interval])\n")
+        print(markdown(rows, data["datasets"], metric))
+    print("\n### Targets\n")
+    lines = verdicts(rows, data["datasets"])
+    print("\n".join(f"- {line}" for line in lines))
+    if args.json:
+        args.json.write_text(json.dumps({"datasets": data["datasets"], "verdicts": lines,
+                                         "rows": [{"run": k[0], "variant": k[1], "sets": v} for k, v in rows.items()]},
+                                        indent=2))
+
+
+if __name__ == "__main__":
+    main()
