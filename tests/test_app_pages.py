@@ -71,6 +71,10 @@ def test_train_launches_a_job_then_monitor_compare_and_playground_show_it(open_p
     assert "Final evaluation" in text
     results = monitor.dataframe[-1].value
     assert {"base", "calm", "calm_theta_only"} <= set(results["variant"])
+    assert {"auroc", "aurc"} <= set(results.columns)  # beside ECE: a near-uniform forecast shows
+    from calm_core.run_view import BOME_MEANINGS
+
+    assert BOME_MEANINGS["inner_drop_frac"] in text and BOME_MEANINGS["descent_ratio"] in text
     charts = [c for c in monitor.get("plotly_chart")]
     assert len(charts) >= 6  # losses, entropy, BOME, accuracy, ECE, entropy, alpha..., trade-off
 

@@ -41,7 +41,11 @@ def test_foreground_train_writes_a_finished_run(tiny_model_dir: Path, tmp_path: 
     assert run.config["train"]["method"] == "calm" and run.config["environment"]["versions"]["torch"]
     assert [r["step"] for r in run.read_metrics()] == [1, 2]
     assert main(["runs", "--runs-root", str(tmp_path)]) == 0
-    assert run.run_id in capsys.readouterr().out
+    listed = capsys.readouterr().out
+    assert run.run_id in listed and "[bome: drop" in listed  # the BOME diagnostics of the last steps
+    assert main(["runs", "--runs-root", str(tmp_path), "--json"]) == 0
+    (entry,) = json.loads(capsys.readouterr().out)
+    assert {"q", "lambda", "inner_drop_frac", "coupling_ratio", "inert"} <= set(entry["bome"])
     out_json = tmp_path / "compare.json"
     assert main(["compare", run.run_id, "--runs-root", str(tmp_path), "--json", str(out_json)]) == 0
     rows = json.loads(out_json.read_text())["results"]
@@ -59,6 +63,15 @@ def test_foreground_train_writes_a_finished_run(tiny_model_dir: Path, tmp_path: 
     card = (target / "README.md").read_text()
     assert "method `calm`" in card and "calm_theta_only" in card
     assert main(["export", run.run_id, str(target), "--runs-root", str(tmp_path)]) == 2  # never overwrites
+
+
+def test_runs_flags_an_inert_coupling(tmp_path: Path, capsys) -> None:
+    run = RunDir.create(tmp_path, "inert", {"train": {"method": "calm", "eta": 0.5}})
+    for step in (1, 2):
+        run.append_metrics({"step": step, "elapsed": float(step), "bome/q": 1e-6, "bome/lambda": 0.5,
+                            "bome/inner_drop_frac": 1e-5, "bome/coupling_ratio": 1e-4})
+    assert main(["runs", "--runs-root", str(tmp_path)]) == 0
+    assert "coupling INERT" in capsys.readouterr().out
 
 
 def test_bad_config_exits_2_with_one_line(tmp_path: Path, capsys) -> None:
