@@ -19,7 +19,9 @@ upper loss (minus mean entropy on a held-out batch), one step is:
    grad q = (grad_alpha L(theta; alpha) - grad_alpha L(theta~; alpha), grad_theta L(theta; alpha)).
 3. lambda = max(phi - <grad F, grad q>_w, 0) / ||grad q||_w^2, lambda = 0 when grad q = 0;
    phi = eta ||grad q||_w^2 ("grad") or eta q ("value").
-4. u <- u - lr (grad F + lambda grad q): BOME's plain step.
+4. u <- u - c lr (grad F + lambda grad q): BOME's plain step; c <= 1 only when the
+   update would be longer than `max_update_norm` (a trust region that keeps the
+   direction: large gradients, as under letter scoring, otherwise blow the step up).
 
 The metric w: BOME takes one step size xi for u. Separate step sizes for alpha and theta
 (lr_alpha, lr_theta in the optimizer's param groups) are a diagonal preconditioner
@@ -84,6 +86,7 @@ class BilevelConfig:
     eta: float = 0.5  # share of ||grad q||^2 (or of q) each step must remove from the constraint
     phi: str = "grad"  # "grad": phi = eta * ||grad q||^2; "value": phi = eta * q
     constraint: str = "theta"  # "theta": theta optimal for L given alpha (the paper); "joint": (alpha, theta) optimal for L
+    max_update_norm: float = 1.0  # a plain step's ||delta u|| is cut to this (the direction kept); 0: no limit
 
     def __post_init__(self) -> None:
         if isinstance(self.inner_steps, bool) or not isinstance(self.inner_steps, int) or self.inner_steps < 1:
@@ -92,6 +95,9 @@ class BilevelConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
                 raise ValueError(f"Expected `{name}` to be a positive finite float, but got {value!r}")
+        value = self.max_update_norm
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+            raise ValueError(f"Expected `max_update_norm` to be a finite float >= 0, but got {value!r}")
         for name, valid in (("phi", PHI_CHOICES), ("inner_rule", INNER_RULES), ("inner_start", INNER_STARTS),
                             ("constraint", CONSTRAINTS)):
             if getattr(self, name) not in valid:
@@ -350,16 +356,29 @@ def _apply(params: Sequence[Tensor], g: _Gradients, optimizer: torch.optim.Optim
     xi = max(lrs) if lrs else None
     w = [lr / xi for lr in lrs] if lrs and xi else None
     lam = bome_lambda(g.grad_f, g.grad_q, q, cfg, w)
+    direction = [f + lam * dq for f, dq in zip(g.grad_f, g.grad_q)]  # param shapes
+    scale = _step_scale(direction, lrs, cfg)
     before = [p.detach().clone() for p in params]
-    for p, f, dq in zip(params, g.grad_f, g.grad_q):
-        p.grad = f + lam * dq  # param shape
+    for p, d in zip(params, direction):
+        p.grad = scale * d
     optimizer.step()
     delta = [p.detach() - b for p, b in zip(params, before)]
     log = _diagnostics(g, lam, w, delta)
+    log["step_scale"] = scale
     phi = cfg.eta * (_dot(g.grad_q, g.grad_q, w) if cfg.phi == "grad" else q)
-    if xi is not None and phi > 0:  # BOME's guarantee: <-delta, grad q> >= xi phi
-        log["descent_ratio"] = log["descent"] / (xi * phi)
+    if xi is not None and phi > 0:  # BOME's guarantee: <-delta, grad q> >= scale xi phi
+        log["descent_ratio"] = log["descent"] / (scale * xi * phi)
     return log
+
+
+def _step_scale(direction: Sequence[Tensor], lrs: Sequence[float] | None, cfg: BilevelConfig) -> float:
+    """The factor c <= 1 that keeps a plain step's update lr * d within `max_update_norm`
+    (a trust region: the direction, and so BOME's guarantee, is unchanged; only xi
+    shrinks). 1 for other optimizers, whose step size does not follow the gradient's."""
+    if lrs is None or not cfg.max_update_norm:
+        return 1.0
+    norm = math.sqrt(sum(lr * lr * float(torch.sum(d * d, dtype=torch.float64)) for lr, d in zip(lrs, direction)))
+    return min(1.0, cfg.max_update_norm / norm) if norm > 0 else 1.0
 
 
 def _step(gradients: Callable[..., _Gradients], alpha_params: list[Tensor], theta_params: list[Tensor],
@@ -396,7 +415,7 @@ def bilevel_step_naive(alpha_params: list[Tensor], theta_params: list[Tensor], l
 
 
 BOME_LOG_KEYS = ("q", "lambda", "grad_f_norm", "grad_q_norm", "inner_loss_drop", "inner_drop_frac", "inner_lr",
-                 "coupling_ratio", "cos_fq", "descent", "descent_ratio")
+                 "coupling_ratio", "cos_fq", "descent", "descent_ratio", "step_scale")
 INERT_DROP_FRAC = 1e-2  # an inner solve that removes under 1% of L leaves theta~ ~ theta
 INERT_COUPLING = 1e-2  # ||grad_alpha q|| under 1% of ||grad_alpha F||: alpha ignores the constraint
 

@@ -196,6 +196,7 @@ class ToySettings:
     eta: float = 0.5
     phi: str = "grad"
     constraint: str = "theta"
+    max_update_norm: float = 1.0
 
 
 @dataclass

@@ -47,6 +47,7 @@ class TrainConfig:
     inner_rule: str = "polyak"  # polyak: step L / ||grad L||^2, scale-free | fixed: inner_lr
     inner_start: str = "theta"  # theta: theta~ starts at theta each step (BOME) | persistent: at the last theta~
     eta: float = 0.5  # BOME's eta in phi = eta * ||grad q||^2 (or eta * q)
+    max_update_norm: float = 1.0  # BOME's plain step is cut to this length, direction kept (0: no limit)
     constraint: str = "theta"  # theta: theta optimal for L given alpha (the paper) | joint: (alpha, theta) optimal (docs/bilevel.md)
     phi: str = "grad"  # grad | value
     beta: float = 0.5  # regularization method: CE - beta * entropy
@@ -92,6 +93,8 @@ class TrainConfig:
                 setattr(self, name, DEFAULT_LR[self.optimizer][name])
         for name in ("steps", "batch_size", "heldout_batch_size", "inner_steps", "eval_batch_size"):
             _positive_int(name, getattr(self, name))
+        if not self.max_update_norm >= 0:
+            raise ValueError(f"Expected `max_update_norm` to be >= 0, but got {self.max_update_norm}")
         for name in ("lr_theta", "lr_alpha", "inner_lr", "eta"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"Expected `{name}` to be > 0, but got {getattr(self, name)}")

@@ -26,7 +26,7 @@ from calm_core.bilevel import (BilevelConfig, BilevelState, bilevel_step, bileve
 from calm_core.head import CalibrationHead
 
 LOG_KEYS = {"lower_loss", "upper_loss", "q", "lambda", "grad_f_norm", "grad_q_norm", "inner_loss_drop", "inner_drop_frac",
-            "inner_lr", "coupling_ratio", "cos_fq", "descent", "descent_ratio", "step_time"}
+            "inner_lr", "coupling_ratio", "cos_fq", "descent", "descent_ratio", "step_scale", "step_time"}
 
 
 class Quadratic:
@@ -268,6 +268,7 @@ def test_theta_restored_when_a_closure_raises_at_theta_tilde(inner_steps: int) -
     ({"phi": "norm"}, "Expected `phi` to be one of ['grad', 'value'], but got 'norm'"),
     ({"inner_rule": "adam"}, "Expected `inner_rule` to be one of ['fixed', 'polyak'], but got 'adam'"),
     ({"inner_start": "last"}, "Expected `inner_start` to be one of ['theta', 'persistent'], but got 'last'"),
+    ({"max_update_norm": -1.0}, "Expected `max_update_norm` to be a finite float >= 0, but got -1.0"),
 ])
 def test_config_validation_names_the_field(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError) as err:
@@ -356,3 +357,21 @@ def test_coupling_inert_flags_a_log_where_the_constraint_never_acts() -> None:
     acting = inert[:4] + [{"bome/inner_drop_frac": 0.4, "bome/lambda": 1.3, "bome/coupling_ratio": 0.6}]
     assert not coupling_inert(acting, eta=0.5)
     assert not coupling_inert([{"train/lower_loss": 1.0}], eta=0.5)  # no BOME log (sft): not judged
+
+
+def test_a_long_plain_step_is_cut_to_the_trust_region_with_its_direction_and_guarantee() -> None:
+    """Gradients 1e3 times larger: the update is cut to max_update_norm, parallel to the
+    uncut one, and still decreases q at first order by scale * xi * phi."""
+    big = Quadratic([0.0, 0.0], [1e3, -2e3], b=[0.0, 0.0], c=1.0)
+    cfg = BilevelConfig(inner_steps=2, inner_lr=0.5, inner_rule="fixed", max_update_norm=0.5)
+    before = torch.cat([big.a, big.theta]).detach().clone()
+    log = big.step(big.sgd(0.1, 0.2), cfg)
+    delta = torch.cat([big.a, big.theta]).detach() - before
+    assert delta.norm().item() == pytest.approx(0.5, rel=1e-3) and log["step_scale"] < 1  # float32 at 1e3
+    assert log["descent_ratio"] >= 1 - 1e-5
+    free = Quadratic([0.0, 0.0], [1e3, -2e3], b=[0.0, 0.0], c=1.0)
+    free.step(free.sgd(0.1, 0.2), BilevelConfig(inner_steps=2, inner_lr=0.5, inner_rule="fixed", max_update_norm=0))
+    uncut = torch.cat([free.a, free.theta]).detach() - before
+    torch.testing.assert_close(delta / delta.norm(), uncut / uncut.norm(), rtol=1e-3, atol=1e-3)
+    small = Quadratic([0.0], [0.1], b=[0.0], c=1.0)
+    assert small.step(small.sgd(0.1, 0.1), cfg)["step_scale"] == 1.0  # inside the region: untouched

@@ -17,7 +17,7 @@ def bilevel_config(ctx: StepContext) -> BilevelConfig:
     s = ctx.settings
     return BilevelConfig(inner_steps=s.inner_steps, inner_lr=s.inner_lr, inner_rule=s.inner_rule,
                          inner_start=s.inner_start, eta=s.eta, phi=s.phi,
-                         constraint=s.constraint)
+                         constraint=s.constraint, max_update_norm=s.max_update_norm)
 
 
 def bilevel_state(ctx: StepContext) -> BilevelState:
