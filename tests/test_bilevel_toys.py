@@ -17,6 +17,15 @@ from calm_core.bilevel_toys import DTYPE, ShiftToy, TemperatureToy, ToyContext, 
 from calm_core.methods import calm, iterate
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tensors of a few numbers: extra threads only contend (10x slower on a busy machine)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def toy() -> ShiftToy:
     return ShiftToy()
