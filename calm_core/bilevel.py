@@ -357,7 +357,7 @@ def _apply(params: Sequence[Tensor], g: _Gradients, optimizer: torch.optim.Optim
     w = [lr / xi for lr in lrs] if lrs and xi else None
     lam = bome_lambda(g.grad_f, g.grad_q, q, cfg, w)
     direction = [f + lam * dq for f, dq in zip(g.grad_f, g.grad_q)]  # param shapes
-    scale = _step_scale(direction, lrs, cfg)
+    scale = plain_step_scale(direction, lrs, cfg.max_update_norm)
     before = [p.detach().clone() for p in params]
     for p, d in zip(params, direction):
         p.grad = scale * d
@@ -371,14 +371,15 @@ def _apply(params: Sequence[Tensor], g: _Gradients, optimizer: torch.optim.Optim
     return log
 
 
-def _step_scale(direction: Sequence[Tensor], lrs: Sequence[float] | None, cfg: BilevelConfig) -> float:
-    """The factor c <= 1 that keeps a plain step's update lr * d within `max_update_norm`
-    (a trust region: the direction, and so BOME's guarantee, is unchanged; only xi
-    shrinks). 1 for other optimizers, whose step size does not follow the gradient's."""
-    if lrs is None or not cfg.max_update_norm:
+def plain_step_scale(direction: Sequence[Tensor], lrs: Sequence[float] | None, max_norm: float) -> float:
+    """The factor c <= 1 that keeps a plain step's update lr * d within `max_norm` (a
+    trust region: the direction, and so BOME's guarantee, is unchanged; only xi shrinks).
+    1 for other optimizers (lrs None), whose step size does not follow the gradient's,
+    and for max_norm 0. Every method's plain step uses it (methods.base.gradient_step)."""
+    if lrs is None or not max_norm:
         return 1.0
     norm = math.sqrt(sum(lr * lr * float(torch.sum(d * d, dtype=torch.float64)) for lr, d in zip(lrs, direction)))
-    return min(1.0, cfg.max_update_norm / norm) if norm > 0 else 1.0
+    return min(1.0, max_norm / norm) if norm > 0 else 1.0
 
 
 def _step(gradients: Callable[..., _Gradients], alpha_params: list[Tensor], theta_params: list[Tensor],

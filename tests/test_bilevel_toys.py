@@ -94,3 +94,15 @@ def test_calm_follows_the_temperature_upward() -> None:
         ctx.run(calm, 100)
         taus.append(float(ctx.alpha_value.exp()))
     assert all(b > a for a, b in zip(taus, taus[1:])) and taus[-1] > 2.0
+
+
+def test_iterate_steps_within_the_same_trust_region_as_calm() -> None:
+    """gradient_step cuts a plain step to max_update_norm (direction kept), so the two
+    methods differ only in the coupling."""
+    toy = ShiftToy()
+    ctx = ToyContext(toy, lr_alpha=100.0, lr_theta=100.0)  # a step of 100 x the gradient
+    before = torch.cat([ctx.alpha_value, ctx.theta[0].detach().clone()])
+    iterate.step(ctx, [], [])
+    after = torch.cat([ctx.alpha_value, ctx.theta[0].detach()])
+    # two plain steps (theta, then alpha), each at most max_update_norm = 1 long
+    assert float((after - before).norm()) <= 2.0 + 1e-9

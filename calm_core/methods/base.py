@@ -9,6 +9,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from calm_core import distributed
+from calm_core.bilevel import plain_step_scale, plain_step_sizes
 from calm_core.data.schema import MCItem
 from calm_core.head import CalibrationHead
 from calm_core.objectives import negative_entropy, option_cross_entropy, option_entropy, option_logits
@@ -75,7 +76,19 @@ def gradient_step(ctx: StepContext, loss: torch.Tensor, params: Sequence[torch.n
             elif p.grad is not None:
                 stepped.append(p.grad)
     distributed.mean_(stepped)  # data-parallel ranks take the same step (no-op in one process)
+    _within_trust_region(ctx)
     ctx.optimizer.step()
+
+
+def _within_trust_region(ctx: StepContext) -> None:
+    """A plain (SGD) step is cut to `max_update_norm`, direction kept, as in the BOME
+    step (bilevel.plain_step_scale): `iterate` and `calm` then differ only in the coupling."""
+    params = [p for group in ctx.optimizer.param_groups for p in group["params"] if p.grad is not None]
+    lrs = plain_step_sizes(ctx.optimizer, params)
+    scale = plain_step_scale([p.grad for p in params], lrs, getattr(ctx.settings, "max_update_norm", 0.0))
+    if scale < 1.0:
+        for p in params:
+            p.grad.mul_(scale)
 
 
 def timed(fn: Callable[[], dict[str, float]]) -> dict[str, float]:
