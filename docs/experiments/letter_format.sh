@@ -10,4 +10,5 @@ COMMON=(--preset quick --scoring letter --train-data builtin/capitals/train --he
         --eval-data builtin/capitals/test builtin/chemical_symbols/test builtin/animal_classes/test
         --steps 150 --eval-limit 200 --set eval_every=50 --set checkpoint_every=0)
 .venv/bin/calm train "${COMMON[@]}" --method sft --name letter-sft
-.venv/bin/calm train "${COMMON[@]}" --method calm --scope vocab --name letter-calm-vocab
+.venv/bin/calm train "${COMMON[@]}" --method sft --lr-theta 1e-3 --steps 300 --set eval_every=100 --name letter-sft-lr1e-3
+.venv/bin/calm train "${COMMON[@]}" --method calm --scope vocab --name letter-calm-vocab-tr
