@@ -13,7 +13,7 @@ import itertools
 import pytest
 import torch
 
-from calm_core.bilevel_toys import DTYPE, ShiftToy, TemperatureToy, ToyContext, centred
+from calm_core.bilevel_toys import DTYPE, ShiftToy, TemperatureToy, ToyContext, centred, tail_mean
 from calm_core.methods import calm, iterate
 
 
@@ -53,24 +53,15 @@ def test_alternating_updates_have_another_answer(toy: ShiftToy, optimum: torch.T
     assert toy.partial_gradient(optimum).norm() > 0.05
 
 
-def _tail_mean(ctx: ToyContext, method: object, steps: int, tail: int) -> torch.Tensor:
-    seen = []
-    for i in range(steps):
-        method.step(ctx, [], [])
-        if i >= steps - tail:
-            seen.append(centred(ctx.alpha_value))
-    return torch.stack(seen).mean(0)
-
-
 def test_calm_reaches_the_bilevel_optimum_and_iterate_does_not(toy: ShiftToy, optimum: torch.Tensor) -> None:
     """BOME (T = 10, Polyak inner steps, plain step lr_alpha 0.15, lr_theta 0.05) from l = 0,
     W = 0: the mean of its last 500 iterates is within 0.1 of l* (|l*| = 2.8; the offset
     shrinks with the step: 0.14 at lr_theta 0.1, 0.05 at 0.05, docs/bilevel.md) and F is
     within 1e-4 of F(l*). iterate, same steps, ends 2 away with F 0.7 higher."""
-    found = _tail_mean(ToyContext(toy, lr_alpha=0.15, lr_theta=0.05), calm, 4000, 500)
+    found = tail_mean(ToyContext(toy, lr_alpha=0.15, lr_theta=0.05), calm, 4000, 500)
     assert float((found - optimum).norm()) < 0.1
     assert toy.value(found) - toy.value(optimum) < 1e-4
-    alternated = _tail_mean(ToyContext(toy, lr_alpha=0.15, lr_theta=0.05), iterate, 4000, 500)
+    alternated = tail_mean(ToyContext(toy, lr_alpha=0.15, lr_theta=0.05), iterate, 4000, 500)
     assert float((alternated - optimum).norm()) > 1.0
     assert toy.value(alternated) - toy.value(optimum) > 0.3
 
