@@ -174,6 +174,17 @@ def _inner_lr(loss: float, grads: Sequence[Tensor], cfg: BilevelConfig, scale: f
     return min(cfg.inner_lr, loss / gg if gg > 0 else cfg.inner_lr) * scale
 
 
+@dataclass
+class _Inner:
+    """The inner solve: theta~, the iterate before it and its loss (the fallback if the
+    last step overshot), the mean step size."""
+
+    tilde: list[Tensor]
+    previous: list[Tensor]
+    previous_loss: float
+    lr: float
+
+
 def _descend(params: Sequence[Tensor], lower_loss: Closure, start: list[Tensor],
              first: tuple[float, list[Tensor]] | None, cfg: BilevelConfig) -> _Inner:
     """T gradient steps on L over `params` (theta, or alpha and theta) from `start`;
@@ -199,17 +210,6 @@ def _descend(params: Sequence[Tensor], lower_loss: Closure, start: list[Tensor],
             for v, g in zip(tilde, grads):
                 v.sub_(lr * g)
     return _Inner(tilde, previous, previous_loss, sum(used) / len(used))
-
-
-@dataclass
-class _Inner:
-    """The inner solve: theta~, the iterate before it and its loss (the fallback if the
-    last step overshot), the mean step size."""
-
-    tilde: list[Tensor]
-    previous: list[Tensor]
-    previous_loss: float
-    lr: float
 
 
 def _settle(params: Sequence[Tensor], lower_loss: Closure, inner: _Inner, grad_of: Sequence[Tensor],
@@ -328,7 +328,14 @@ def plain_step_sizes(optimizer: torch.optim.Optimizer, params: Sequence[Tensor])
     return [lr_of[id(p)] for p in params] if all(id(p) in lr_of for p in params) else None
 
 
-def _diagnostics(g: _Gradients, lam: float, w: Sequence[float] | None, delta: Sequence[Tensor]) -> dict[str, float]:
+def _dot64(xs: Sequence[Tensor], ys: Sequence[Tensor]) -> float:
+    """<x, y> with every product in float64 (one block's temporary at a time): the
+    difference of two such sums resolves a step much smaller than the parameters."""
+    with torch.no_grad():
+        return float(sum(torch.sum(x.detach().double() * y.double()) for x, y in zip(xs, ys)))
+
+
+def _diagnostics(g: _Gradients, lam: float, w: Sequence[float] | None, descent: float) -> dict[str, float]:
     """The numbers that say whether the coupling acts (see the module docstring)."""
     n = g.n_alpha
     q = g.lower - g.lower_tilde
@@ -336,7 +343,6 @@ def _diagnostics(g: _Gradients, lam: float, w: Sequence[float] | None, delta: Se
     ff_w = _dot(g.grad_f, g.grad_f, w)
     gf_alpha = math.sqrt(_dot(g.grad_f[:n], g.grad_f[:n]))
     gq_alpha = math.sqrt(_dot(g.grad_q[:n], g.grad_q[:n]))
-    descent = -_dot(delta, g.grad_q)
     return {
         "lower_loss": g.lower, "upper_loss": g.upper, "q": q, "lambda": lam,
         "grad_f_norm": math.sqrt(_dot(g.grad_f, g.grad_f)), "grad_q_norm": math.sqrt(_dot(g.grad_q, g.grad_q)),
@@ -358,12 +364,13 @@ def _apply(params: Sequence[Tensor], g: _Gradients, optimizer: torch.optim.Optim
     lam = bome_lambda(g.grad_f, g.grad_q, q, cfg, w)
     direction = [f + lam * dq for f, dq in zip(g.grad_f, g.grad_q)]  # param shapes
     scale = plain_step_scale(direction, lrs, cfg.max_update_norm)
-    before = [p.detach().clone() for p in params]
+    # <-delta, grad q> of the update the optimizer really applied, as <u, grad q> before
+    # minus after (exact products in float64), so no copy of the parameters is kept.
+    before = _dot64(params, g.grad_q)
     for p, d in zip(params, direction):
         p.grad = scale * d
     optimizer.step()
-    delta = [p.detach() - b for p, b in zip(params, before)]
-    log = _diagnostics(g, lam, w, delta)
+    log = _diagnostics(g, lam, w, before - _dot64(params, g.grad_q))
     log["step_scale"] = scale
     phi = cfg.eta * (_dot(g.grad_q, g.grad_q, w) if cfg.phi == "grad" else q)
     if xi is not None and phi > 0:  # BOME's guarantee: <-delta, grad q> >= scale xi phi
