@@ -133,8 +133,8 @@ def tradeoff_figure(paths: dict[str, tuple[Sequence[int], Sequence[float], Seque
             fig.add_scatter(x=[ref_ece], y=[ref_acc], mode="markers", name=f"{variant} · {name}", showlegend=True,
                             marker=dict(color=color, size=11, symbol=REFERENCE_SYMBOLS.get(variant, "square")),
                             hovertemplate=f"{variant}<br>ECE %{{x:.3f}}<br>acc %{{y:.3f}}<extra></extra>")
-    fig.update_layout(title="Trade-off over training", height=340, margin=dict(l=40, r=10, t=40, b=30),
-                      legend=dict(orientation="h", y=-0.25))
+    fig.update_layout(title="Trade-off over training", height=380, margin=dict(l=40, r=10, t=40, b=30),
+                      legend=dict(orientation="h", y=-0.3))
     fig.update_xaxes(title_text="ECE (lower is better)")
     fig.update_yaxes(title_text="accuracy")
     return fig

@@ -264,22 +264,14 @@ def result_columns(rows: list[dict[str, Any]]) -> tuple[str, ...]:
     return OPEN_TABLE_COLUMNS if rows and all(r.get("task") == "openqa" for r in rows) else MC_COLUMNS
 
 
-def _effective_scope(train: dict[str, Any]) -> str:
-    from calm_core.train_config import TrainConfig
-
-    try:
-        return TrainConfig.from_dict(train).effective_scope
-    except (TypeError, ValueError):  # a config from another version: show what it says
-        return str(train.get("scope"))
-
-
 def model_card(run: RunDir, rows: list[dict[str, Any]]) -> str:
     from calm_core.evaluate import format_table
+    from calm_core.run_view import head_scope
 
     train = run.config["train"]
     table = format_table(rows, result_columns(rows))
     return (f"# {run.run_id}\n\nTrained with CALM Studio: task `{train.get('task', 'mcqa')}`, method "
-            f"`{train['method']}`, head scope `{_effective_scope(train)}`, base model `{train['model']}`, scoring `{train['scoring']}`, "
+            f"`{train['method']}`, head scope `{head_scope(train)}`, base model `{train['model']}`, scoring `{train['scoring']}`, "
             f"{train['steps']} steps on `{train['train_data']}` (S_V: `{train['heldout_data']}`).\n\n"
             f"Load: PEFT adapter in this folder; `CalibrationHead.load(folder)` for the head.\n\n"
             f"## Calibration (15-bin ECE, and ece_10 with the paper's 10 bins)\n\n```\n{table}\n```\n")

@@ -163,6 +163,17 @@ def open_answers(run: RunDir, variant: str, dataset: str) -> Any:
     return frame if "samples" in frame else None
 
 
+def head_scope(train: dict[str, Any]) -> str:
+    """The head scope a run's config resolves to (`auto` -> the rule's default); what the
+    config says when it comes from another version and no longer validates."""
+    from calm_core.train_config import TrainConfig
+
+    try:
+        return TrainConfig.from_dict(train).effective_scope
+    except (TypeError, ValueError):
+        return str(train.get("scope"))
+
+
 def task_of(run: RunDir) -> str:
     """`mcqa` or `openqa`, from the run's config (runs before open QA are mcqa)."""
     return run.config.get("train", {}).get("task", "mcqa")

@@ -92,3 +92,11 @@ def test_reference_points_come_from_the_final_evaluation(tmp_path) -> None:
     rows = [{"dataset": "a", "variant": v, "ece": e, "acc": 0.5} for v, e in (("base", 0.3), ("ts", 0.1), ("calm", 0.05))]
     (run.path / "results.json").write_text(json.dumps({"results": rows}))
     assert reference_points(run) == {"a": {"base": (0.3, 0.5), "ts": (0.1, 0.5)}}
+
+
+def test_head_scope_resolves_auto_by_the_scoring_rule() -> None:
+    from calm_core.run_view import head_scope
+
+    assert head_scope({"method": "calm", "scope": "auto", "scoring": "cloze"}) == "scalar"
+    assert head_scope({"method": "calm", "scope": "auto", "scoring": "letter"}) == "vocab"
+    assert head_scope({"method": "calm", "scope": "options", "scoring": "cloze", "bogus": 1}) == "options"

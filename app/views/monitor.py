@@ -39,7 +39,7 @@ def _header(records: list[dict], view: RunState) -> None:
     total, step = status.get("total_steps"), status.get("step") or 0
     config = run.config.get("train", {})
     st.markdown(f"{code(config.get('method', '?'))} on {code(config.get('train_data', '?'))} "
-                f"(scope {code(config.get('scope', '?'))}, model {code(config.get('model', '?'))})")
+                f"(scope {code(run_view.head_scope(config) if config else '?')}, model {code(config.get('model', '?'))})")
     eta = run_view.eta_seconds(records, total)
     reason = view.reason if view.reason.startswith(view.state) else f"{view.state}: {view.reason}"
     text = reason + (f" · about {eta / 60:.1f} min left" if eta and view.state == "running" else "")
