@@ -59,10 +59,13 @@ def add_parsers(sub: Any) -> None:
     ex.add_argument("target", type=Path)
     ex.add_argument("--runs-root", type=Path)
     for name, text in (("cancel", "stop a run gracefully (checkpoint, then cancelled)"),
-                       ("resume", "continue a failed or cancelled run")):
+                       ("resume", "continue a failed, cancelled or damaged run")):
         p = sub.add_parser(name, help=text)
         p.add_argument("run_id")
         p.add_argument("--runs-root", type=Path)
+        if name == "resume":
+            p.add_argument("--fresh", action="store_true",
+                           help="ignore the run's checkpoints and start over from step 0 (its metrics are cut)")
 
 
 def _read_config_file(path: Path) -> dict[str, Any]:
@@ -128,12 +131,12 @@ def run_in_process(run: RunDir, show_progress: bool) -> int:
     from calm_core.train_config import TrainConfig
     from calm_core.trainer import train
 
-    cfg = TrainConfig.from_dict(run.config["train"])
     main = distributed.is_main()
     _graceful(run)
     if main:
         run.write_status("running", pid=os.getpid())
     try:
+        cfg = TrainConfig.from_dict(run.config["train"])
         result = train(cfg, run=run, progress=_progress_bar(cfg.steps) if show_progress and main else None)
     except Exception as exc:  # the run records why; the queue moves on
         if main:
@@ -222,8 +225,9 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 def cmd_resume(args: argparse.Namespace) -> int:
     from calm_core.jobs import resume
 
-    started = resume(RunDir.at(args.run_id, args.runs_root))
-    print(f"{args.run_id}: " + ("resumed" if args.run_id in started else "queued to resume"))
+    started = resume(RunDir.at(args.run_id, args.runs_root), fresh=args.fresh)
+    print(f"{args.run_id}: " + ("resumed" if args.run_id in started else "queued to resume")
+          + (" from step 0 (--fresh)" if args.fresh else ""))
     return 0
 
 

@@ -17,23 +17,58 @@ module never imports the trainer. The protocol with the job (calm_core.runs):
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 from calm_core.paths import PROJECT_ROOT
-from calm_core.runs import (ACTIVE_STATES, HOST, RunDir, RunState, atomic_write_json, file_lock, list_runs,
-                            pid_alive, process_alive, run_state, runs_root)
+from calm_core.runs import (ACTIVE_STATES, DAMAGED, HOST, JOB_FILE, RunDir, RunFileError, RunState,
+                            atomic_write_json, file_lock, list_runs, pid_alive, process_alive, read_json_object,
+                            run_state, runs_root)
 
 MAX_JOBS_ENV = "CALM_MAX_JOBS"
-JOB = "job.json"
+JOB = JOB_FILE
 QUEUE_LOCK = ".queue.lock"
 KILL_GRACE_S = 5.0  # SIGTERM -> SIGKILL
+RUN_DIR_ARG = "{run_dir}"  # in a job's command: the run's directory, filled in when the job starts
+
+
+def worker_command() -> list[str]:
+    """The training job's command line: this Python, the CLI in worker form. The run
+    directory stays a placeholder in job.json, so a copied or moved run starts on itself."""
+    return [sys.executable, "-m", "calm_core.cli", "train", "--run-dir", RUN_DIR_ARG]
+
+
+def bind_run_dir(command: list[str], run_dir: RunDir) -> list[str]:
+    """`command` for this run: RUN_DIR_ARG becomes its path, and so does the value of a
+    `--run-dir` (job.json of older runs held an absolute path: a copy of such a run would
+    otherwise write into the original). A job only ever writes inside its own directory."""
+    bound = [str(run_dir.path) if part == RUN_DIR_ARG else part for part in command]
+    for i, part in enumerate(bound[:-1]):
+        if part == "--run-dir":
+            bound[i + 1] = str(run_dir.path)
+    return bound
+
+
+def worker_pids(run_dir: RunDir) -> list[int]:
+    """Live processes on this machine whose command line trains this run (`--run-dir` its
+    path): what a damaged status.json can no longer tell. Linux /proc; [] elsewhere."""
+    target, found = str(run_dir.path), []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        words = [a.decode("utf-8", "replace") for a in args]
+        if any(w == "--run-dir" and i + 1 < len(words) and words[i + 1] == target for i, w in enumerate(words)):
+            if pid_alive(int(entry.name)):
+                found.append(int(entry.name))
+    return found
 
 
 def is_alive(pid: int | None) -> bool:
@@ -53,8 +88,11 @@ def max_jobs() -> int:
 
 
 def read_job(run_dir: RunDir) -> dict | None:
+    """job.json (None for a run never submitted); RunFileError when it is damaged."""
     path = run_dir.path / JOB
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    if not path.is_file():
+        return None
+    return read_json_object(path, run_dir.advice(JOB), {"command": list})
 
 
 def _check_command(command: list[str]) -> list[str]:
@@ -73,7 +111,7 @@ def start_job(run_dir: RunDir, command: list[str], env: dict | None = None) -> i
     The launch and the status write happen under the run's status lock, so the job's own
     first status write always lands after (never under) the launcher's.
     """
-    command = _check_command(command)
+    command = bind_run_dir(_check_command(command), run_dir)
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     with open(run_dir.path / "stdout.log", "ab") as log, run_dir.locked():
         log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} start: {shlex.join(command)}\n".encode())
@@ -109,15 +147,20 @@ def schedule(root: str | Path | None = None, limit: int | None = None) -> list[s
     if not root.is_dir():
         return started
     with file_lock(root / QUEUE_LOCK):
-        runs = [RunDir(summary.path) for summary in list_runs(root)]
-        statuses = {run.run_id: run.status for run in runs}
-        busy = sum(_holds_slot(status) for status in statuses.values())
+        runs = [RunDir(summary.path) for summary in list_runs(root) if summary.state != DAMAGED]
+        statuses = {run.run_id: _status_or_none(run) for run in runs}
+        runs = [run for run in runs if statuses[run.run_id] is not None]  # damaged since the listing
+        busy = sum(_holds_slot(status) for status in statuses.values() if status is not None)
         queued = sorted((run for run in runs if statuses[run.run_id].get("state") == "queued"),
                         key=lambda run: (statuses[run.run_id].get("queued_at") or 0.0, run.run_id))
         for run in queued:
             if busy >= limit:
                 break
-            job = read_job(run)
+            try:
+                job = read_job(run)
+            except RunFileError as error:  # one damaged run must not stall the queue
+                run.write_status("failed", only_from=("queued",), error=str(error))
+                continue
             if job is None:
                 continue  # created but never submitted
             if run.cancel_requested():
@@ -130,6 +173,13 @@ def schedule(root: str | Path | None = None, limit: int | None = None) -> list[s
             busy += 1
             started.append(run.run_id)
     return started
+
+
+def _status_or_none(run: RunDir) -> dict | None:
+    try:
+        return run.status
+    except (OSError, RunFileError):
+        return None
 
 
 def submit(run_dir: RunDir, command: list[str], env: dict | None = None) -> list[str]:
@@ -207,14 +257,21 @@ def kill(run_dir: RunDir, grace_s: float = KILL_GRACE_S) -> RunState:
     return run_dir.state()
 
 
-def resume(run_dir: RunDir) -> list[str]:
-    """Requeue a failed or cancelled run (`resume: true` in job.json) and schedule it;
-    returns the ids started. A hung process of the run (stale heartbeat) is killed first.
-    The trainer loads the latest complete checkpoint, or starts over when there is none."""
+def resume(run_dir: RunDir, fresh: bool = False) -> list[str]:
+    """Requeue a failed, cancelled or damaged run (`resume: true` in job.json) and
+    schedule it; returns the ids started. A hung process of the run (stale heartbeat) is
+    killed first. The trainer continues from the newest checkpoint it can read whole, or
+    starts over when the run has none, or with `fresh` (asked for explicitly: a run
+    whose every checkpoint is damaged refuses to start over on its own).
+
+    A damaged status.json or job.json is rebuilt (status from config and checkpoints,
+    job.json with the standard worker command) once no worker of the run is alive."""
     view = run_dir.state()
-    if view.state not in ("failed", "cancelled") or not view.resumable:
+    if view.state not in ("failed", "cancelled", DAMAGED) or not view.resumable:
         raise ValueError(f"Expected a failed or cancelled run to resume, but {run_dir.run_id} is "
                          f"{view.state} ({view.reason})")
+    if view.state == DAMAGED:
+        _repair(run_dir)
     job = read_job(run_dir)
     if job is None:
         raise ValueError(f"Run {run_dir.run_id} has no {JOB} (it was never submitted): submit it instead")
@@ -225,5 +282,46 @@ def resume(run_dir: RunDir) -> list[str]:
             raise ValueError(f"Run {run_dir.run_id} is {run_dir.state().state} now; not resuming it twice")
         run_dir.clear_cancel()
         atomic_write_json(run_dir.path / JOB, {**job, "resume": True, "resumes": job.get("resumes", 0) + 1})
-        run_dir.update_status(state="queued", queued_at=time.time(), error=None, pid=None, ended=None)
+        run_dir.update_status(state="queued", queued_at=time.time(), error=None, pid=None, ended=None,
+                              fresh_start=bool(fresh))
     return schedule(run_dir.path.parent)
+
+
+def _repair(run_dir: RunDir) -> None:
+    """Rebuild a damaged status.json / job.json so the run can be resumed; the damaged
+    file is kept beside it as `<name>.damaged` for inspection. Refuses while a worker
+    of the run is alive (it may be the one writing)."""
+    alive = worker_pids(run_dir)
+    if alive:
+        raise ValueError(f"A worker of run {run_dir.run_id} is still running (pid {alive[0]}): wait for it to end "
+                         f"or stop it (kill {alive[0]}), then resume")
+    config = run_dir.config  # a damaged config cannot be rebuilt: its RunFileError says so
+    try:
+        run_dir.status
+    except (FileNotFoundError, RunFileError):
+        _set_aside(run_dir.path / "status.json")
+        latest = run_dir.latest_checkpoint()
+        train = config.get("train") if isinstance(config.get("train"), dict) else {}
+        atomic_write_json(run_dir.path / "status.json", {
+            "state": "failed", "run_id": run_dir.run_id, "step": latest[0] if latest else 0,
+            "total_steps": train.get("steps"), "name": config.get("name"), "method": config.get("method"),
+            "created": (run_dir.path / "config.json").stat().st_mtime, "updated": time.time(),
+            "error": "status.json was damaged and has been rebuilt from config.json and the checkpoints"})
+    try:
+        read_job(run_dir)
+    except RunFileError:
+        _set_aside(run_dir.path / JOB)
+        atomic_write_json(run_dir.path / JOB, {"command": worker_command(), "env": {}, "resume": False,
+                                               "resumes": 0, "submitted": time.time(), "rebuilt": True})
+    try:
+        run_dir.results()
+    except FileNotFoundError:
+        pass
+    except RunFileError:  # the trainer evaluates the final checkpoint again and writes it anew
+        _set_aside(run_dir.path / "results.json")
+        run_dir.update_status(state="failed", error="results.json was damaged; evaluating again")
+
+
+def _set_aside(path: Path) -> None:
+    if path.exists():
+        os.replace(path, path.with_name(path.name + ".damaged"))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +27,6 @@ def run_config_record(cfg: TrainConfig) -> dict[str, Any]:
             "environment": environment_record()}
 
 
-def worker_command(run: RunDir) -> list[str]:
-    """The background job's command line: this Python, the CLI in worker form."""
-    return [sys.executable, "-m", "calm_core.cli", "train", "--run-dir", str(run.path)]
-
-
 def create_run(cfg: TrainConfig, root: str | Path | None = None) -> RunDir:
     return RunDir.new(run_config_record(cfg), name_hint=cfg.name or cfg.method, root=root)
 
@@ -40,10 +34,10 @@ def create_run(cfg: TrainConfig, root: str | Path | None = None) -> RunDir:
 def launch_training(cfg: TrainConfig, root: str | Path | None = None) -> tuple[RunDir, bool]:
     """Create the run and queue it as a background job; (run, started now?). When every
     job slot is busy the run waits as `queued` and starts when one frees up."""
-    from calm_core.jobs import submit
+    from calm_core.jobs import submit, worker_command
 
     run = create_run(cfg, root)
-    started = submit(run, worker_command(run))
+    started = submit(run, worker_command())
     return run, run.run_id in started
 
 

@@ -32,7 +32,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
 from calm_core.paths import safe_name, workspace_dir
 
@@ -45,6 +45,32 @@ HOST = socket.gethostname()  # pids are only checked on the machine that recorde
 
 CONFIG, STATUS, METRICS, CANCEL, COMPLETE, LOCK = (
     "config.json", "status.json", "metrics.jsonl", "CANCEL", "COMPLETE", ".lock")
+RESULTS, JOB_FILE, STDOUT = "results.json", "job.json", "stdout.log"
+DAMAGED = "damaged"  # shown, never written: a file the run needs cannot be read (RunFileError says which)
+
+
+class RunFileError(ValueError):
+    """A run-directory file that cannot be read as what it must be. The message names
+    the file and what to do, in one line: every command and page shows it as it is."""
+
+
+def _umask() -> int:
+    """The process umask, read without changing it (Linux), else by the set-and-restore dance."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def default_mode(directory: bool = False) -> int:
+    """The mode `open` / `mkdir` would give under the umask: mkstemp / mkdtemp use 0600 /
+    0700 whatever the umask, so what they create is set to this before it is renamed."""
+    return (0o777 if directory else 0o666) & ~_umask()
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
@@ -52,12 +78,36 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, default_mode())
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def read_json_object(path: str | Path, advice: str, key_types: dict[str, type] | None = None) -> dict:
+    """A JSON object from `path`; a file that is empty, cut short, not UTF-8, not an object,
+    or lacks one of `key_types` (key -> type) raises RunFileError naming it and `advice`.
+    A missing file raises FileNotFoundError as usual (callers decide what absence means)."""
+    path = Path(path)
+    raw = path.read_bytes()
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        problem = "not UTF-8 text"
+    except ValueError as error:
+        problem = "empty" if not raw.strip() else f"not valid JSON: {error.msg} at line {error.lineno}"
+    else:
+        if not isinstance(data, dict):
+            problem = f"a JSON {type(data).__name__} where an object belongs"
+        else:
+            wrong = [key for key, kind in (key_types or {}).items() if not isinstance(data.get(key), kind)]
+            if not wrong:
+                return data
+            problem = f"`{wrong[0]}` is missing or not a {key_types[wrong[0]].__name__}"
+    raise RunFileError(f"{path} is damaged ({problem}); {advice}")
 
 
 def atomic_write_json(path: str | Path, data: Any) -> None:
@@ -257,6 +307,16 @@ def _config_label(config: dict, key: str) -> str | None:
 
 # ---------------------------------------------------------------------------- the run directory
 
+class ResumePoint(NamedTuple):
+    """Where a (re)started trainer continues: after `step`, from `path` (None: from the
+    start), with what the reader loaded from it, and the newer checkpoints it skipped."""
+
+    step: int
+    path: Path | None
+    data: Any = None
+    skipped: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True)
 class RunDir:
     path: Path
@@ -266,16 +326,28 @@ class RunDir:
 
     @classmethod
     def create(cls, root: str | Path | None, run_id: str, config: dict) -> RunDir:
-        """Make `<root>/<run_id>/` with `config.json` and a `queued` status (FileExistsError if taken)."""
-        path = runs_root(root) / check_run_id(run_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.mkdir()
-        run = cls(path)
-        atomic_write_json(run.path / CONFIG, config)
-        now = time.time()
-        run.write_status("queued", run_id=run_id, created=now, queued_at=now, step=0,
-                         name=_config_label(config, "name"), method=_config_label(config, "method"))
-        return run
+        """Make `<root>/<run_id>/` with `config.json` and a `queued` status (FileExistsError
+        if taken). Both are written in a hidden directory renamed into place, so a reader
+        never meets a run with one file and not the other."""
+        final = runs_root(root) / check_run_id(run_id)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        if final.exists():
+            raise FileExistsError(f"Run {run_id} exists already under {final.parent}")
+        staging = cls(Path(tempfile.mkdtemp(prefix=f".{run_id}.", suffix=".new", dir=final.parent)))
+        try:
+            os.chmod(staging.path, default_mode(directory=True))
+            atomic_write_json(staging.path / CONFIG, config)
+            now = time.time()
+            staging.write_status("queued", run_id=run_id, created=now, queued_at=now, step=0,
+                                 name=_config_label(config, "name"), method=_config_label(config, "method"))
+            try:
+                os.rename(staging.path, final)  # fails on an existing non-empty directory: a clash
+            except OSError as error:
+                raise FileExistsError(f"Run {run_id} exists already under {final.parent}") from error
+        except BaseException:
+            shutil.rmtree(staging.path, ignore_errors=True)
+            raise
+        return cls(final)
 
     @classmethod
     def new(cls, config: dict, name_hint: str | None = None, root: str | Path | None = None) -> RunDir:
@@ -289,8 +361,10 @@ class RunDir:
 
     @classmethod
     def open(cls, path: str | Path) -> RunDir:
+        """A run directory: one with status.json, or with config.json alone (its status lost:
+        listed as damaged, and `calm resume` rebuilds it)."""
         path = Path(path)
-        if not (path / STATUS).is_file():
+        if not (path / STATUS).is_file() and not (path / CONFIG).is_file():
             raise FileNotFoundError(f"Expected a run directory with {STATUS}, but {path} has none")
         return cls(path)
 
@@ -303,16 +377,69 @@ class RunDir:
     def run_id(self) -> str:
         return self.path.name
 
+    def advice(self, name: str) -> str:
+        """What to do about a damaged or missing file `name` of this run (one clause)."""
+        if name in (STATUS, JOB_FILE):
+            return f"`calm resume {self.run_id}` rebuilds it"
+        if name == RESULTS:
+            return f"`calm resume {self.run_id}` evaluates the final checkpoint again"
+        if name == CONFIG:
+            return (f"run {self.run_id} cannot continue without it: restore it from a copy "
+                    "(its metrics and checkpoints are untouched)")
+        return f"restore it from a copy, or delete run {self.run_id}"
+
     @property
     def config(self) -> dict:
-        return json.loads((self.path / CONFIG).read_text(encoding="utf-8"))
+        return read_json_object(self.path / CONFIG, self.advice(CONFIG))
 
     @property
     def status(self) -> dict:
-        return json.loads((self.path / STATUS).read_text(encoding="utf-8"))
+        return read_json_object(self.path / STATUS, self.advice(STATUS))
+
+    def results(self) -> dict:
+        """results.json (the final evaluation), checked: an object with a `results` list."""
+        return read_json_object(self.path / RESULTS, self.advice(RESULTS), {"results": list})
+
+    def damage(self) -> str | None:
+        """Why the run cannot be shown or continued as it is (one line naming the file and
+        what to do), or None. Checks the small files every view needs: status, config and
+        a finished run's results (when it wrote them: a job need not). Damaged metrics lines are skipped by
+        `read_metrics` instead, and checkpoints are checked when a resume reads them."""
+        try:
+            status = self.status
+            self.config
+            if status.get("state") == "finished" and (self.path / RESULTS).exists():
+                self.results()
+        except RunFileError as error:
+            return str(error)
+        except FileNotFoundError as error:
+            name = Path(error.filename or "").name
+            return f"{self.path / name} is missing; {self.advice(name)}"
+        return None
 
     def state(self, now: float | None = None, stale_after: float = STALE_AFTER_S) -> RunState:
-        return run_state(self.status, now, stale_after)
+        """The effective state (`run_state`), `damaged` when a file it needs is unreadable,
+        and for a process that died without a word, the last line it printed."""
+        damage = self.damage()
+        if damage is not None:
+            return RunState(DAMAGED, damage, not damage.startswith(str(self.path / CONFIG)))
+        status = self.status
+        view = run_state(status, now, stale_after)
+        if view.state == "failed" and status.get("state") in ACTIVE_STATES and process_alive(status) is False:
+            last = self.last_output_line()
+            if last:
+                view = RunState(view.state, f"{view.reason}; its last output: {last}", view.resumable)
+        return view
+
+    def last_output_line(self, tail_bytes: int = 4096) -> str | None:
+        """The last non-empty line of stdout.log (why a job died before it could say so)."""
+        try:
+            with open(self.path / STDOUT, "rb") as handle:
+                handle.seek(max(0, os.fstat(handle.fileno()).st_size - tail_bytes))
+                lines = [ln.strip() for ln in handle.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+        except OSError:
+            return None
+        return lines[-1][:300] if lines else None
 
     # -- status ------------------------------------------------------------------------
 
@@ -329,10 +456,9 @@ class RunDir:
             fields.setdefault("host", HOST)
             fields.setdefault("pid_start", process_start(int(fields["pid"])))
         with self.locked():
-            path = self.path / STATUS
-            status = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+            status = self.status if (self.path / STATUS).is_file() else {}
             status.update(fields, updated=now)
-            atomic_write_json(path, status)
+            atomic_write_json(self.path / STATUS, status)
         return status
 
     def write_status(self, state: str, *, only_from: Iterable[str] | None = None, **fields: Any) -> bool:
@@ -412,9 +538,11 @@ class RunDir:
         for line in data.split(b"\n")[:-1]:  # whatever follows the last newline is unfinished
             if line.strip():
                 try:
-                    records.append(json.loads(line))
+                    record = json.loads(line)
                 except ValueError:
-                    continue  # a fragment sealed by append_metrics after a crash
+                    continue  # a fragment sealed by append_metrics after a crash (or a damaged line)
+                if isinstance(record, dict) and isinstance(record.get("step"), int):
+                    records.append(record)
         return records
 
     def truncate_metrics_after(self, step: int) -> int:
@@ -433,6 +561,7 @@ class RunDir:
 
     def _checkpoints(self) -> list[tuple[int, Path, bool]]:
         """(step, dir, complete) for every checkpoint directory, by step."""
+        self._restore_replaced()
         found = []
         for child in self.path.glob("checkpoint-*"):
             suffix = child.name.removeprefix("checkpoint-")
@@ -440,21 +569,47 @@ class RunDir:
                 found.append((int(suffix), child, (child / COMPLETE).is_file()))
         return sorted(found)
 
-    def mark_checkpoint_complete(self, step: int) -> Path:
-        """Write the `COMPLETE` marker: call it after every file of the checkpoint is written."""
-        directory = self.checkpoint_dir(step)
-        if not directory.is_dir():
-            raise FileNotFoundError(f"Expected checkpoint files in {directory}, but the directory is missing")
-        atomic_write_json(directory / COMPLETE, {"step": int(step), "time": time.time()})
-        return directory
+    def _restore_replaced(self) -> None:
+        """Put back a complete checkpoint whose replacement was cut off between the two
+        renames of `writing_checkpoint` (the only moment a step has no directory)."""
+        for old in self.path.glob(".checkpoint-*.old"):
+            final = self.path / old.name[1:].removesuffix(".old")
+            if not final.exists() and (old / COMPLETE).is_file():
+                os.rename(old, final)
+
+    @contextmanager
+    def writing_checkpoint(self, step: int) -> Iterator[Path]:
+        """A fresh hidden directory to write the checkpoint of `step` into. When the block
+        ends without an error, a `COMPLETE` marker goes in and the directory is renamed to
+        `checkpoint-<step>` as a whole, so a crash at any moment leaves either the old
+        checkpoint or the new one, never a mix. An error (or a kill) leaves only a hidden
+        directory, which `prune_checkpoints` removes."""
+        final = self.checkpoint_dir(step)
+        staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".partial", dir=self.path))
+        os.chmod(staging, default_mode(directory=True))
+        try:
+            yield staging
+            atomic_write_json(staging / COMPLETE, {"step": int(step), "time": time.time()})
+            if final.exists():  # the same step again (a resume that stops at once): swap
+                old = self.path / f".{final.name}.old"
+                shutil.rmtree(old, ignore_errors=True)
+                os.rename(final, old)
+                os.rename(staging, final)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.rename(staging, final)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
 
     def latest_checkpoint(self) -> tuple[int, Path] | None:
         complete = [(step, path) for step, path, done in self._checkpoints() if done]
         return complete[-1] if complete else None
 
     def prune_checkpoints(self, keep: int = 2) -> list[Path]:
-        """Delete all but the `keep` newest complete checkpoints, and unfinished ones older than
-        the newest complete one (left by a crash). Returns the deleted directories."""
+        """Delete all but the `keep` newest complete checkpoints, unfinished ones older than
+        the newest complete one, and staging directories left by a crash. Returns the
+        deleted directories."""
         if not isinstance(keep, int) or keep < 1:
             raise ValueError(f"Expected `keep` to be a positive int, but got {keep!r}")
         checkpoints = self._checkpoints()
@@ -463,19 +618,35 @@ class RunDir:
             return []
         keep_steps = set(complete[-keep:])
         doomed = [path for step, path, done in checkpoints if step < complete[-1] and step not in keep_steps]
+        doomed += sorted(self.path.glob(".checkpoint-*.partial"))
         for path in doomed:
             (path / COMPLETE).unlink(missing_ok=True)  # first, so a half-deleted one never counts
             shutil.rmtree(path, ignore_errors=True)
         return doomed
 
-    def prepare_resume(self) -> tuple[int, Path | None]:
-        """For a (re)starting trainer: the step to continue after and its checkpoint, with
-        metrics.jsonl cut back to that step so curves have no gaps or duplicates.
-        Without a checkpoint it starts over: (0, None) and no metrics kept."""
-        latest = self.latest_checkpoint()
-        step, path = latest if latest else (0, None)
-        self.truncate_metrics_after(step if latest else -1)
-        return step, path
+    def prepare_resume(self, read: Callable[[Path], Any] | None = None, fresh: bool = False) -> ResumePoint:
+        """For a (re)starting trainer: the newest complete checkpoint that `read` can load
+        (`read(dir)` returns its contents or raises), with metrics.jsonl cut back to its
+        step so curves have no gaps or duplicates. Nothing is cut before a checkpoint has
+        been read whole: a damaged one is skipped (and named in `skipped`) for the one
+        before it. When checkpoints exist and none can be read, RunFileError, with every
+        file untouched, unless `fresh` (asked for explicitly: `calm resume --fresh`), which
+        starts over: step 0, no metrics kept. Without any checkpoint it starts over too."""
+        skipped: list[str] = []
+        if not fresh:
+            for step, path in reversed([(s, p) for s, p, done in self._checkpoints() if done]):
+                try:
+                    data = read(path) if read is not None else None
+                except Exception as error:  # noqa: BLE001 - any reason a checkpoint cannot be read
+                    skipped.append(f"{path.name}: {str(error).splitlines()[0] if str(error) else type(error).__name__}")
+                    continue
+                self.truncate_metrics_after(step)
+                return ResumePoint(step, path, data, tuple(skipped))
+            if skipped:
+                raise RunFileError(f"no usable checkpoint in run {self.run_id} ({'; '.join(skipped)}); "
+                                   f"`calm resume {self.run_id} --fresh` starts it over from step 0")
+        self.truncate_metrics_after(-1)
+        return ResumePoint(0, None, None, tuple(skipped))
 
     # -- cancel ------------------------------------------------------------------------
 
@@ -507,26 +678,35 @@ class RunSummary:
 
 
 def summarize(run: RunDir, now: float | None = None, stale_after: float = STALE_AFTER_S) -> RunSummary:
-    status = run.status
+    """One line of `calm runs` / the run pickers. A damaged run is listed too, as
+    `damaged` with the file and what to do, never skipped."""
+    view = run.state(now, stale_after)
+    try:
+        status = run.status
+    except RunFileError:
+        status = {}
     name, method = status.get("name"), status.get("method")
-    if name is None and method is None and (run.path / CONFIG).is_file():
-        config = run.config
-        name, method = _config_label(config, "name"), _config_label(config, "method")
-    view = run_state(status, now, stale_after)
+    if name is None and method is None:
+        try:
+            config = run.config
+            name, method = _config_label(config, "name"), _config_label(config, "method")
+        except (OSError, RunFileError):
+            pass
     return RunSummary(run.run_id, run.path, view.state, view.reason, view.resumable, status.get("step"),
                       status.get("total_steps"), status.get("created"), name, method, status.get("queued_at"))
 
 
 def list_runs(root: str | Path | None = None, now: float | None = None,
               stale_after: float = STALE_AFTER_S) -> list[RunSummary]:
-    """Every run under `root`, newest first. Reads status.json only (config.json for runs
-    made before status carried name/method); half-created directories are skipped."""
+    """Every run under `root`, newest first, damaged ones included (state `damaged`).
+    Reads the small JSON files only; a directory with neither status.json nor config.json
+    is not a run."""
     root = runs_root(root)
     if not root.is_dir():
         return []
     summaries = []
     for child in root.iterdir():
-        if child.name.startswith(".") or not (child / STATUS).is_file():
+        if child.name.startswith(".") or not ((child / STATUS).is_file() or (child / CONFIG).is_file()):
             continue
         try:
             summaries.append(summarize(RunDir(child), now, stale_after))

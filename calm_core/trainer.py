@@ -7,7 +7,8 @@ record (`train/*`, `bome/*`, `alpha/*`), a heartbeat; every `eval_every` steps t
 accuracy, ECE and entropy on S_V and each evaluation set (`eval/<dataset>/<metric>`);
 every `checkpoint_every` steps a checkpoint (adapter, head, optimizer, RNG). A cancel
 file stops the loop after the current step with a checkpoint and state `cancelled`.
-Resuming loads the latest complete checkpoint and continues the same curves.
+Resuming loads the newest checkpoint that reads whole (a damaged one is skipped, and
+said) and continues the same curves. `faults.fault_point` marks where tests kill the job.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from calm_core.adapters import attach_lora, evaluating, lora_parameters, quantiz
 from calm_core.bilevel import BOME_LOG_KEYS
 from calm_core.data.schema import DataError, MCItem
 from calm_core.evaluate import load_items
+from calm_core.faults import fault_point
 from calm_core.head import CalibrationHead
 from calm_core.methods import get_method
 from calm_core.methods.base import StepContext
@@ -198,39 +200,108 @@ def alpha_record(ctx: StepContext) -> dict[str, Any]:
 
 
 def save_checkpoint(ctx: StepContext, run: RunDir, step: int) -> Path:
-    directory = run.checkpoint_dir(step)
-    directory.mkdir(parents=True, exist_ok=True)
-    ctx.model.save_pretrained(directory)  # PEFT: adapter weights + adapter_config.json
-    if ctx.head is not None:
-        ctx.head.save(directory)
-    torch.save(ctx.optimizer.state_dict(), directory / OPTIMIZER_FILE)
-    inner = ctx.state.get("bilevel")
-    if inner is not None and inner.tilde is not None:
-        from safetensors.torch import save_file
+    """Adapter, head, optimizer, persistent theta~ and RNG of `step`, written as a whole
+    (`RunDir.writing_checkpoint`: a kill leaves the previous checkpoint, never half of this one)."""
+    with run.writing_checkpoint(step) as directory:
+        ctx.model.save_pretrained(directory)  # PEFT: adapter weights + adapter_config.json
+        fault_point("checkpoint_files")
+        if ctx.head is not None:
+            ctx.head.save(directory)
+        torch.save(ctx.optimizer.state_dict(), directory / OPTIMIZER_FILE)
+        inner = ctx.state.get("bilevel")
+        if inner is not None and inner.tilde is not None:
+            from safetensors.torch import save_file
 
-        save_file(inner.tensors(), str(directory / INNER_FILE))
-    # Batches depend only on (seed, step); torch's RNG drives dropout, so it is all we keep.
-    torch.save({"torch": torch.get_rng_state()}, directory / RNG_FILE)
-    run.mark_checkpoint_complete(step)
+            save_file(inner.tensors(), str(directory / INNER_FILE))
+        # Batches depend only on (seed, step); torch's RNG drives dropout, so it is all we keep.
+        torch.save({"torch": torch.get_rng_state()}, directory / RNG_FILE)
+    fault_point("checkpoint_done")
     run.prune_checkpoints(keep=2)
-    return directory
+    return run.checkpoint_dir(step)
 
 
-def load_checkpoint(ctx: StepContext, directory: Path) -> None:
-    """Adapter, head and optimizer state from our own checkpoint (weights_only loading)."""
-    from peft import set_peft_model_state_dict
+@dataclass(frozen=True)
+class Checkpoint:
+    """Everything a checkpoint holds, read into memory: a damaged file fails here, before
+    the trainer or the run directory is touched (`RunDir.prepare_resume`)."""
+
+    adapter: dict[str, torch.Tensor]
+    head: CalibrationHead | None
+    optimizer: dict[str, Any]
+    inner: dict[str, torch.Tensor] | None
+    rng: torch.Tensor
+
+
+def read_checkpoint(directory: Path, with_head: bool) -> Checkpoint:
+    """Read our own checkpoint (safetensors, weights_only torch loads); raises with the
+    file's name when one is missing or unreadable."""
     from safetensors.torch import load_file
 
-    set_peft_model_state_dict(ctx.model, load_file(str(directory / "adapter_model.safetensors")))
-    if ctx.head is not None:
-        loaded = CalibrationHead.load(directory)
-        ctx.head.load_state_dict(loaded.state_dict())
-    ctx.optimizer.load_state_dict(torch.load(directory / OPTIMIZER_FILE, weights_only=True))
-    if (directory / INNER_FILE).is_file():
+    def read(name: str, load: Callable[[Path], Any]) -> Any:
+        path = directory / name
+        if not path.is_file():
+            raise FileNotFoundError(f"{name} is missing")
+        try:
+            return load(path)
+        except Exception as error:  # noqa: BLE001 - safetensors, pickle and zip errors alike
+            raise ValueError(f"{name} is unreadable ({str(error).splitlines()[0][:120] if str(error) else type(error).__name__})") from error
+
+    from calm_core.head import HEAD_FILENAME
+
+    rng = read(RNG_FILE, lambda p: torch.load(p, weights_only=True))
+    if not isinstance(rng, dict) or not isinstance(rng.get("torch"), torch.Tensor):
+        raise ValueError(f"{RNG_FILE} does not hold a torch RNG state")
+    optimizer = read(OPTIMIZER_FILE, lambda p: torch.load(p, weights_only=True))
+    if not isinstance(optimizer, dict) or "state" not in optimizer:
+        raise ValueError(f"{OPTIMIZER_FILE} does not hold an optimizer state")
+    return Checkpoint(
+        adapter=read("adapter_model.safetensors", lambda p: load_file(str(p))),
+        head=read(HEAD_FILENAME, CalibrationHead.load) if with_head else None,
+        optimizer=optimizer,
+        inner=read(INNER_FILE, lambda p: load_file(str(p))) if (directory / INNER_FILE).exists() else None,
+        rng=rng["torch"])
+
+
+def apply_checkpoint(ctx: StepContext, checkpoint: Checkpoint) -> None:
+    """Put a read checkpoint's state into the model, head, optimizer and RNG."""
+    from peft import set_peft_model_state_dict
+
+    set_peft_model_state_dict(ctx.model, checkpoint.adapter)
+    if ctx.head is not None and checkpoint.head is not None:
+        ctx.head.load_state_dict(checkpoint.head.state_dict())
+    ctx.optimizer.load_state_dict(checkpoint.optimizer)
+    if checkpoint.inner is not None:
         from calm_core.bilevel import BilevelState
 
-        ctx.state.setdefault("bilevel", BilevelState()).load(load_file(str(directory / INNER_FILE)))
-    torch.set_rng_state(torch.load(directory / RNG_FILE, weights_only=True)["torch"])
+        ctx.state.setdefault("bilevel", BilevelState()).load(checkpoint.inner)
+    torch.set_rng_state(checkpoint.rng)
+
+
+def resume_point(ctx: StepContext, run: RunDir, writer: RunDir | None) -> tuple[int, float]:
+    """(step to continue after, elapsed seconds before it) for a (re)starting run, its
+    checkpoint applied. Rank 0 chooses the newest checkpoint it can read whole (a damaged
+    one is skipped and named in status.json and stdout; `fresh_start` in the status, set
+    by `calm resume --fresh`, ignores every checkpoint); the other ranks follow its choice."""
+    def read(directory: Path) -> Checkpoint:
+        return read_checkpoint(directory, with_head=ctx.head is not None)
+
+    point = None
+    if writer is not None:
+        point = run.prepare_resume(read, fresh=bool(run.status.get("fresh_start")))
+        if point.skipped or point.path is not None:
+            note = f"resuming after step {point.step} from {point.path.name if point.path else 'the start'}"
+            if point.skipped:
+                note += " (skipped as damaged: " + "; ".join(point.skipped) + ")"
+            print(f"calm: {note}", flush=True)
+            run.update_status(resumed_from=point.path.name if point.path else None,
+                              skipped_checkpoints=list(point.skipped), fresh_start=False)
+    step = int(distributed.broadcast_text(str(point.step) if point is not None else None) or 0)
+    if step == 0:
+        return 0, 0.0
+    checkpoint = point.data if point is not None else read(run.checkpoint_dir(step))
+    apply_checkpoint(ctx, checkpoint)
+    previous = run.read_metrics()
+    return step, previous[-1]["elapsed"] if previous else 0.0
 
 
 def _step_record(step: int, elapsed: float, log: dict[str, float]) -> dict[str, Any]:
@@ -265,20 +336,12 @@ def train(cfg: TrainConfig, run: RunDir | None = None, lm: Any = None,
     method = get_method(cfg.method)
     start_step, elapsed_before = 0, 0.0
     writer = run if distributed.is_main() else None  # rank 0 alone writes
+    fault_point("model_loaded")
     if run is not None:
-        checkpoint = None
         if writer is not None:
             run.update_status(choices={**record, "world_size": distributed.world_size(),
                                        "dropped_training_questions": data.dropped}, model=lm.info)
-            start_step, checkpoint = run.prepare_resume()
-        distributed.barrier()
-        if writer is None:  # other ranks follow the checkpoint rank 0 chose
-            latest = run.latest_checkpoint()
-            start_step, checkpoint = latest if latest is not None else (0, None)
-        if checkpoint is not None:
-            load_checkpoint(ctx, checkpoint)
-            previous = run.read_metrics()
-            elapsed_before = previous[-1]["elapsed"] if previous else 0.0
+        start_step, elapsed_before = resume_point(ctx, run, writer)
         if writer is not None:
             run.write_status("running", step=start_step, total_steps=cfg.steps)
     prefilled = None
@@ -319,6 +382,7 @@ def prefill_frozen_layers(ctx: StepContext, data: Data, cfg: TrainConfig, start_
 
     def report(done: int, total: int) -> None:  # status.json at most every PHASE_EVERY_S seconds, and at the end
         update_bar(done, total)
+        fault_point("cache_fill")
         if writer is not None and (done == total or time.monotonic() - last_write[0] >= PHASE_EVERY_S):
             writer.update_status(phase=f"caching frozen layers: {done}/{total} items", heartbeat=time.time())
             last_write[0] = time.monotonic()
@@ -359,6 +423,7 @@ def _loop(cfg: TrainConfig, ctx: StepContext, method: Any, data: Data, writer: R
                 record.update(evaluate_now(ctx, data, cfg.eval_batch_size, final_scores if step == cfg.steps else None))
         if writer is not None:
             writer.append_metrics(record)
+            fault_point("step_logged")
             writer.heartbeat(step, cfg.steps)
             if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and step < cfg.steps:
                 save_checkpoint(ctx, writer, step)
@@ -386,6 +451,7 @@ def _stop(ctx: StepContext, run: RunDir | None, step: int, state: str, record: d
                     task.final_evaluation(ctx, data, run)
                 else:
                     final_evaluation(ctx, data, run, final_scores)
+            fault_point("results_written")
         run.clear_cancel()
         run.write_status(state, step=step, phase=None)
     return TrainResult(state, step, run.path if run else None, record)
@@ -456,6 +522,7 @@ def final_evaluation(ctx: StepContext, data: Data, run: RunDir,
             scores = _scores_for(ctx, items, bs, use_head, use_adapter, cache)
             rows.append(result_row(scores, name, variant, calibrator))
             write_predictions(run.path, variant, name, predictions_frame(scores, calibrator))
+            fault_point("eval_written")
     ts_record = {"temperature": ts.temperature, "fit_on": ctx.settings.heldout_data} if ts else {"note": ts_note}
     atomic_write_json(run.path / "results.json", {"results": rows, "ts": ts_record})
     return rows

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from calm_core import runs
-from calm_core.runs import HOST, STATES, RunDir, effective_state, list_runs, new_run_id, run_state
+from calm_core.runs import HOST, STATES, RunDir, RunFileError, effective_state, list_runs, new_run_id, run_state
 
 CONFIG = {"name": "capitals demo", "train": {"method": "calm", "steps": 10}, "seed": 0}
 
@@ -273,10 +273,12 @@ def test_truncate_metrics_after(run: RunDir) -> None:
 # ------------------------------------------------------------------------- checkpoints, cancel
 
 def _checkpoint(run: RunDir, step: int, complete: bool = True) -> None:
-    run.checkpoint_dir(step).mkdir()
-    (run.checkpoint_dir(step) / "adapter.bin").write_bytes(b"w")
     if complete:
-        run.mark_checkpoint_complete(step)
+        with run.writing_checkpoint(step) as directory:
+            (directory / "adapter.bin").write_bytes(b"w")
+    else:  # what an older version left after a crash: the directory without its marker
+        run.checkpoint_dir(step).mkdir()
+        (run.checkpoint_dir(step) / "adapter.bin").write_bytes(b"w")
 
 
 def test_latest_checkpoint_counts_only_complete(run: RunDir) -> None:
@@ -284,8 +286,33 @@ def test_latest_checkpoint_counts_only_complete(run: RunDir) -> None:
     _checkpoint(run, 5)
     _checkpoint(run, 10, complete=False)  # crashed while saving
     assert run.latest_checkpoint() == (5, run.path / "checkpoint-5")
-    with pytest.raises(FileNotFoundError):
-        run.mark_checkpoint_complete(15)
+
+
+def test_a_checkpoint_appears_whole_or_not_at_all(run: RunDir) -> None:
+    with pytest.raises(RuntimeError):
+        with run.writing_checkpoint(3) as directory:
+            (directory / "adapter.bin").write_bytes(b"w")
+            assert not run.checkpoint_dir(3).exists()  # nothing under the final name while writing
+            raise RuntimeError("killed mid-write")
+    assert run.latest_checkpoint() is None and not list(run.path.glob("*checkpoint-3*"))
+    _checkpoint(run, 3)
+    with run.writing_checkpoint(3) as directory:  # the same step again replaces it as a whole
+        (directory / "adapter.bin").write_bytes(b"v2")
+    assert (run.checkpoint_dir(3) / "adapter.bin").read_bytes() == b"v2"
+    assert [p.name for p in run.path.iterdir() if "checkpoint" in p.name] == ["checkpoint-3"]
+
+
+def test_a_replacement_cut_between_its_renames_restores_the_old_checkpoint(run: RunDir) -> None:
+    _checkpoint(run, 4)
+    os.rename(run.checkpoint_dir(4), run.path / ".checkpoint-4.old")  # the kill landed between the renames
+    assert run.latest_checkpoint() == (4, run.checkpoint_dir(4))
+
+
+def test_staging_left_by_a_kill_is_pruned(run: RunDir) -> None:
+    (run.path / ".checkpoint-6.abcd.partial").mkdir()
+    _checkpoint(run, 4)
+    run.prune_checkpoints(keep=2)
+    assert not list(run.path.glob(".checkpoint-*"))
 
 
 def test_prune_keeps_newest_complete(run: RunDir) -> None:
@@ -302,13 +329,44 @@ def test_prune_keeps_newest_complete(run: RunDir) -> None:
 def test_prepare_resume_cuts_metrics_to_the_checkpoint(run: RunDir) -> None:
     for step in range(1, 8):
         run.append_metrics({"step": step, "elapsed": float(step)})
-    assert run.prepare_resume() == (0, None)  # no checkpoint: start over, no metrics kept
+    assert run.prepare_resume()[:2] == (0, None)  # no checkpoint: start over, no metrics kept
     assert run.read_metrics() == []
     for step in range(1, 8):
         run.append_metrics({"step": step, "elapsed": float(step)})
     _checkpoint(run, 5)
-    assert run.prepare_resume() == (5, run.path / "checkpoint-5")
+    assert run.prepare_resume()[:2] == (5, run.path / "checkpoint-5")
     assert [r["step"] for r in run.read_metrics()] == [1, 2, 3, 4, 5]
+
+
+def _read_adapter(directory: Path) -> bytes:
+    data = (directory / "adapter.bin").read_bytes()
+    if data != b"w":
+        raise ValueError("adapter.bin is damaged")
+    return data
+
+
+def test_prepare_resume_skips_a_damaged_checkpoint_before_cutting_anything(run: RunDir) -> None:
+    for step in range(1, 9):
+        run.append_metrics({"step": step, "elapsed": float(step)})
+    _checkpoint(run, 4)
+    _checkpoint(run, 6)
+    (run.checkpoint_dir(6) / "adapter.bin").write_bytes(b"")  # the newest is damaged
+    point = run.prepare_resume(_read_adapter)
+    assert (point.step, point.path, point.data) == (4, run.checkpoint_dir(4), b"w")
+    assert point.skipped == ("checkpoint-6: adapter.bin is damaged",)
+    assert [r["step"] for r in run.read_metrics()] == [1, 2, 3, 4]
+
+
+def test_prepare_resume_without_a_usable_checkpoint_touches_nothing_unless_fresh(run: RunDir) -> None:
+    for step in range(1, 9):
+        run.append_metrics({"step": step, "elapsed": float(step)})
+    _checkpoint(run, 6)
+    (run.checkpoint_dir(6) / "adapter.bin").write_bytes(b"")
+    with pytest.raises(RunFileError, match="checkpoint-6: adapter.bin is damaged.*--fresh"):
+        run.prepare_resume(_read_adapter)
+    assert len(run.read_metrics()) == 8  # the defect: metrics were cut before the load failed
+    point = run.prepare_resume(_read_adapter, fresh=True)
+    assert point[:2] == (0, None) and run.read_metrics() == []
 
 
 def test_cancel_flag(run: RunDir) -> None:
