@@ -10,12 +10,11 @@ and Compare pages, so every number a page shows is computed (and tested) here.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np
 
-from calm_core.runs import RunDir, predictions_path
+from calm_core.runs import RunDir, RunFileError, predictions_path
 
 EVAL_PREFIX = "eval/"
 
@@ -108,11 +107,10 @@ def compare_rows(runs: list[RunDir]) -> list[dict[str, Any]]:
     Each row keeps `variant_raw` (the name in its run's files) and `run`."""
     rows, seen = [], set()
     for run in runs:
-        path = run.path / "results.json"
-        if not path.is_file():
+        if not (run.path / "results.json").is_file():
             raise ValueError(f"Expected results.json in run {run.run_id} (a finished run), but found none")
-        label = run.status.get("name") or run.run_id
-        for row in json.loads(path.read_text())["results"]:
+        label = _name(run)
+        for row in run.results()["results"]:
             variant = row["variant"]
             if (row["dataset"], variant) in seen:
                 if variant in SHARED_VARIANTS:
@@ -123,13 +121,22 @@ def compare_rows(runs: list[RunDir]) -> list[dict[str, Any]]:
     return rows
 
 
+def _name(run: RunDir) -> str:
+    """The run's name for labels: status.json's, else the id (a damaged status must not
+    hide results that are intact)."""
+    try:
+        return run.status.get("name") or run.run_id
+    except (OSError, RunFileError):
+        return run.run_id
+
+
 def reference_points(run: RunDir) -> dict[str, dict[str, tuple[float, float]]]:
     """{evaluation set: {"base" | "ts": (ece, acc)}} from a finished run's results.json
     (the trade-off plot's reference markers); {} before the final evaluation."""
     if not (run.path / "results.json").is_file():
         return {}
     out: dict[str, dict[str, tuple[float, float]]] = {}
-    for row in json.loads((run.path / "results.json").read_text())["results"]:
+    for row in run.results()["results"]:
         if row["variant"] in SHARED_VARIANTS:
             out.setdefault(row["dataset"], {})[row["variant"]] = (float(row["ece"]), float(row["acc"]))
     return out
@@ -138,12 +145,10 @@ def reference_points(run: RunDir) -> dict[str, dict[str, tuple[float, float]]]:
 def predictions(run: RunDir, variant: str, dataset: str) -> tuple[np.ndarray, np.ndarray]:
     """(confidence, correct) per item of one variant on one set, from the run's Parquet
     (`variant` as the run itself named it: a row's `variant_raw`)."""
-    import pandas as pd
-
     path = predictions_path(run.path, variant, dataset)
     if not path.is_file():
         raise ValueError(f"Expected predictions of `{variant}` on {dataset} in run {run.run_id}, but found none")
-    frame = pd.read_parquet(path)
+    frame = run.read_predictions(path)
     confidence = frame["confidence"].to_numpy(dtype=np.float64)
     if "correct" in frame:  # open-QA runs (generative.judge): the Sem1 pair, judged when written
         return confidence, frame["correct"].to_numpy(dtype=np.float64)
@@ -154,12 +159,10 @@ def predictions(run: RunDir, variant: str, dataset: str) -> tuple[np.ndarray, np
 def open_answers(run: RunDir, variant: str, dataset: str) -> Any:
     """The per-item open-QA frame (greedy, samples, clusters, confidences) of one variant
     on one set, or None when the run is a multiple-choice one."""
-    import pandas as pd
-
     path = predictions_path(run.path, variant, dataset)
     if not path.is_file():
         raise ValueError(f"Expected predictions of `{variant}` on {dataset} in run {run.run_id}, but found none")
-    frame = pd.read_parquet(path)
+    frame = run.read_predictions(path)
     return frame if "samples" in frame else None
 
 

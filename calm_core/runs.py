@@ -397,8 +397,28 @@ class RunDir:
         return read_json_object(self.path / STATUS, self.advice(STATUS))
 
     def results(self) -> dict:
-        """results.json (the final evaluation), checked: an object with a `results` list."""
-        return read_json_object(self.path / RESULTS, self.advice(RESULTS), {"results": list})
+        """results.json (the final evaluation), checked: an object with a `results` list of
+        rows that each name their `dataset` and `variant`."""
+        data = read_json_object(self.path / RESULTS, self.advice(RESULTS), {"results": list})
+        for i, row in enumerate(data["results"]):
+            if not (isinstance(row, dict) and isinstance(row.get("dataset"), str) and isinstance(row.get("variant"), str)):
+                raise RunFileError(f"{self.path / RESULTS} is damaged (row {i} has no `dataset` / `variant`); "
+                                   f"{self.advice(RESULTS)}")
+        return data
+
+    def read_predictions(self, path: Path) -> Any:
+        """One eval/<variant>/<dataset>.parquet as a DataFrame; a damaged file raises
+        RunFileError naming it (the final evaluation writes them all again on resume)."""
+        import pandas as pd
+
+        try:
+            return pd.read_parquet(path)
+        except FileNotFoundError:
+            raise
+        except Exception as error:  # noqa: BLE001 - pyarrow's errors for a cut or foreign file vary
+            first = str(error).splitlines()[0][:120] if str(error) else type(error).__name__
+            raise RunFileError(f"{path} is damaged ({first}); delete {self.path / RESULTS} and run "
+                               f"`calm resume {self.run_id}` to evaluate again") from error
 
     def damage(self) -> str | None:
         """Why the run cannot be shown or continued as it is (one line naming the file and
@@ -407,9 +427,9 @@ class RunDir:
         `read_metrics` instead, and checkpoints are checked when a resume reads them."""
         try:
             status = self.status
-            self.config
-            if status.get("state") == "finished" and (self.path / RESULTS).exists():
-                self.results()
+            config = self.config
+            if status.get("state") == "finished" and ((self.path / RESULTS).exists() or "train" in config):
+                self.results()  # a training run always writes it; other jobs (tests' fakes) need not
         except RunFileError as error:
             return str(error)
         except FileNotFoundError as error:

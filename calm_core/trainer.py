@@ -287,14 +287,15 @@ def resume_point(ctx: StepContext, run: RunDir, writer: RunDir | None) -> tuple[
 
     point = None
     if writer is not None:
-        point = run.prepare_resume(read, fresh=bool(run.status.get("fresh_start")))
-        if point.skipped or point.path is not None:
+        fresh = bool(run.status.get("fresh_start"))
+        point = run.prepare_resume(read, fresh=fresh)
+        if point.skipped or point.path is not None or fresh:
             note = f"resuming after step {point.step} from {point.path.name if point.path else 'the start'}"
             if point.skipped:
                 note += " (skipped as damaged: " + "; ".join(point.skipped) + ")"
             print(f"calm: {note}", flush=True)
-            run.update_status(resumed_from=point.path.name if point.path else None,
-                              skipped_checkpoints=list(point.skipped), fresh_start=False)
+        run.update_status(resumed_from=point.path.name if point.path else None,
+                          skipped_checkpoints=list(point.skipped), fresh_start=False)
     step = int(distributed.broadcast_text(str(point.step) if point is not None else None) or 0)
     if step == 0:
         return 0, 0.0
