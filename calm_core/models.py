@@ -11,6 +11,12 @@ loaded from GGUF refuses `save_pretrained`, so we convert it once: build a fresh
 from its config, load the de-quantized state dict, and save that plus the tokenizer as a
 safetensors directory in the user cache. Later loads read that directory (~1 s); 4-bit
 (QLoRA) loading needs it too, since bitsandbytes cannot quantize from a GGUF.
+
+A hub id on a machine that cannot reach the Hub fails in seconds, not in 50:
+huggingface_hub retries each file request 5 times (1 + 2 + 4 + 8 + 8 s of back-off, once
+for the tokenizer and once for the model), so `load_model` first tries a TCP connect to
+the Hub endpoint (`hub_unreachable_reason`) and, when it fails, loads from the local
+cache only. Where the connect succeeds, the normal download runs as before.
 """
 
 from __future__ import annotations
@@ -19,10 +25,14 @@ import importlib.util
 import json
 import os
 import shutil
+import socket
 import tempfile
+import threading
+import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import torch
 
@@ -34,6 +44,8 @@ EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_LABEL = "SmolLM2-135M-Instruct (Q4_1 GGUF, de-quantized to fp32)"
 _CONVERSION_MARKER = "calm_conversion.json"
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+HUB_PROBE_TIMEOUT_S = 3.0  # a TCP connect to a reachable Hub takes well under 1 s; offline, each file retries for 23 s
+_TRUE = {"1", "ON", "YES", "TRUE"}  # huggingface_hub's spelling of a true environment variable
 
 
 class ModelLoadError(RuntimeError):
@@ -192,6 +204,9 @@ def load_model(spec: ModelSpec | str = EMBEDDED_NAME) -> LoadedModel:
     kwargs: dict[str, Any] = {"trust_remote_code": spec.trust_remote_code, "revision": spec.revision}
     if gguf_file:
         kwargs["gguf_file"] = gguf_file
+    unreachable = hub_unreachable_reason() if kind == "hub" else None
+    if unreachable:
+        kwargs["local_files_only"] = True  # a cached copy still loads; a missing one fails now, not after 50 s
     quant = _quantization_config(spec, kind, dtype)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
@@ -200,7 +215,7 @@ def load_model(spec: ModelSpec | str = EMBEDDED_NAME) -> LoadedModel:
             device_map={"": str(device)} if quant is not None else None, **kwargs,
         )
     except (OSError, ValueError) as exc:
-        raise ModelLoadError(_explain_load_failure(spec.name, kind, exc)) from exc
+        raise ModelLoadError(_explain_load_failure(spec.name, kind, exc, unreachable)) from exc
     if quant is None:
         model.to(device)
     model.eval()
@@ -222,10 +237,67 @@ def _ensure_pad_token(tokenizer: Any) -> None:
         tokenizer.pad_token = tokenizer.eos_token
 
 
-def _explain_load_failure(name: str, kind: str, exc: Exception) -> str:
+def hub_endpoint() -> str:
+    """The Hub URL huggingface_hub talks to: HF_ENDPOINT when set (read now, so a test or
+    a mirror set after import counts), else huggingface_hub's default."""
+    from huggingface_hub import constants
+
+    return (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+
+
+def _offline_mode() -> bool:
+    """HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE, from the environment now or as imported."""
+    from huggingface_hub import constants
+
+    flags = (os.environ.get("HF_HUB_OFFLINE"), os.environ.get("TRANSFORMERS_OFFLINE"))
+    return constants.HF_HUB_OFFLINE or any((flag or "").upper() in _TRUE for flag in flags)
+
+
+def _probe_address(endpoint: str) -> tuple[str, int]:
+    """(host, port) a request to `endpoint` connects to first: its proxy when one is set
+    in the environment (httpx, under huggingface_hub, honours them too), else the endpoint."""
+    url = urlsplit(endpoint)
+    proxy = urllib.request.getproxies().get(url.scheme or "https")
+    if proxy and not urllib.request.proxy_bypass(url.hostname or ""):
+        url = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+    default_port = 443 if url.scheme == "https" else 80
+    return url.hostname or "", url.port or default_port
+
+
+def hub_unreachable_reason(timeout: float = HUB_PROBE_TIMEOUT_S) -> str | None:
+    """None when a TCP connect to the Hub (or its proxy) succeeds within `timeout` seconds;
+    otherwise why not, for the error message. The connect runs in a daemon thread so a
+    slow DNS lookup, which a socket timeout does not bound, cannot hold us either.
+    A None only means "try": the download itself still decides."""
+    if _offline_mode():
+        return "HF_HUB_OFFLINE is set"
+    endpoint = hub_endpoint()
+    host, port = _probe_address(endpoint)
+    outcome: list[str | None] = []  # the thread's answer: None (connected) or the error
+
+    def connect() -> None:
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            outcome.append(None)
+        except OSError as exc:
+            outcome.append(f"{type(exc).__name__}: {exc}")
+
+    thread = threading.Thread(target=connect, daemon=True)
+    thread.start()
+    thread.join(timeout + 0.5)
+    if outcome and outcome[0] is None:
+        return None
+    why = outcome[0] if outcome else f"no answer in {timeout:g} s"
+    return f"cannot connect to {host}:{port} for {endpoint} ({why})"
+
+
+def _explain_load_failure(name: str, kind: str, exc: Exception, unreachable: str | None = None) -> str:
     if kind == "hub":
+        why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+        if unreachable:
+            why = f"no download tried: {unreachable}; and no usable copy in the local cache ({type(exc).__name__})"
         return (
-            f"Could not load '{name}' from the Hugging Face Hub ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}). "
+            f"Could not load '{name}' from the Hugging Face Hub ({why}). "
             "If this machine is offline, download the model on a connected machine "
             f"(`huggingface-cli download {name} --local-dir DIR`), copy DIR here and pass its path; "
             "or use 'embedded'."

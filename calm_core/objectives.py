@@ -11,7 +11,8 @@ The scoring rule decides where the head acts (design.md, "The maths"):
   softmax(z / tau + l) over the whole vocabulary at its position.
 - options / scalar scope: the head acts on the K option scores of either rule.
 These are the same numbers `scoring.score_items` computes at evaluation time (a test
-checks it), with gradients.
+checks it), with gradients; that includes items longer than the model's context, cut
+from the left the same way (`scoring.fit_cloze_item`; one that cannot fit raises DataError).
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ import torch
 from calm_core.data.schema import MCItem
 from calm_core.head import CalibrationHead
 from calm_core.prompts import ScoringConfig, letter_token_ids
-from calm_core.scoring import (cloze_requests, continuation_inputs, continuation_logprobs, last_logits,
-                               left_pad_batch, letter_prompt_ids)
+from calm_core.scoring import (cloze_requests, context_limit, continuation_inputs, continuation_logprobs,
+                               last_logits, left_pad_batch, letter_prompt_ids)
 
 
 def _pad_rows(rows: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -40,7 +41,7 @@ def _pad_rows(rows: Sequence[torch.Tensor]) -> torch.Tensor:
 def _letter_logits(model: Any, tokenizer: Any, items: Sequence[MCItem], cfg: ScoringConfig,
                    head: CalibrationHead | None) -> torch.Tensor:
     device = next(model.parameters()).device
-    prompts = letter_prompt_ids(items, cfg, tokenizer)
+    prompts = letter_prompt_ids(items, cfg, tokenizer, context_limit(model, tokenizer))
     letters = torch.tensor(letter_token_ids(tokenizer, max(it.n_choices for it in items), cfg), device=device)
     z = last_logits(model, left_pad_batch(prompts, tokenizer.pad_token_id, device), 1)[:, -1]  # (B, V)
     gathered = z[:, letters]  # (B, K_max)
@@ -54,7 +55,7 @@ def _letter_logits(model: Any, tokenizer: Any, items: Sequence[MCItem], cfg: Sco
 def _cloze_logits(model: Any, tokenizer: Any, items: Sequence[MCItem], cfg: ScoringConfig,
                   head: CalibrationHead | None) -> torch.Tensor:
     device = next(model.parameters()).device
-    requests = cloze_requests(items, cfg, tokenizer)
+    requests = cloze_requests(items, cfg, tokenizer, context_limit(model, tokenizer))
     pairs = [pair for reqs in requests for pair in reqs]
     transform = head if head is not None and head.scope == "vocab" else None
     logprobs = continuation_logprobs(model, pairs, tokenizer.pad_token_id, device, transform=transform)
@@ -75,12 +76,15 @@ def option_logits(model: Any, tokenizer: Any, items: Sequence[MCItem], cfg: Scor
     return scores
 
 
-def forward_sequences(tokenizer: Any, items: Sequence[MCItem], cfg: ScoringConfig) -> list[list[list[int]]]:
+def forward_sequences(tokenizer: Any, items: Sequence[MCItem], cfg: ScoringConfig,
+                      max_length: int | None = None) -> list[list[list[int]]]:
     """Per item, the token sequences `option_logits` runs through the model (one per
-    choice for cloze rules, the prompt for `letter`): what a frozen-prefix cache holds."""
+    choice for cloze rules, the prompt for `letter`): what a frozen-prefix cache holds.
+    Pass the model's `scoring.context_limit` as `max_length`, so that long items are cut
+    as `option_logits` cuts them; without it, their cached keys are never read."""
     if cfg.is_cloze:
-        return [continuation_inputs(reqs) for reqs in cloze_requests(items, cfg, tokenizer)]
-    return [[prompt] for prompt in letter_prompt_ids(items, cfg, tokenizer)]
+        return [continuation_inputs(reqs) for reqs in cloze_requests(items, cfg, tokenizer, max_length)]
+    return [[prompt] for prompt in letter_prompt_ids(items, cfg, tokenizer, max_length)]
 
 
 def option_cross_entropy(z: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:

@@ -9,6 +9,12 @@ Cloze rules score every (item, choice) continuation; the letter rule scores one 
 per item. Sequences are sorted by length and left-padded with explicit position ids,
 so one forward per batch needs only the last few logits (`logits_to_keep`), and the
 result does not depend on the batch size (a test checks it against one-at-a-time).
+
+Items longer than the model's context (`context_limit`) are cut from the left, as
+lm-evaluation-harness does: the start of the prompt goes, the same tokens for every
+option of an item (so they still share their prefix), until prompt + the longest option
+fits. `OptionScores.truncated` counts them and `score_items` says so once per dataset on
+stderr. An item whose options cannot fit at all raises DataError (`fit_cloze_item`).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import numpy as np
 import torch
 
 from calm_core import metrics
-from calm_core.data.schema import MCItem
+from calm_core.data.schema import DataError, MCItem
 from calm_core.prompts import (
     ScoringConfig,
     cloze_context,
@@ -45,6 +51,8 @@ class OptionScores:
     gold: np.ndarray  # (N,) int
     scoring: dict[str, Any]  # ScoringConfig.to_dict(), recorded with every result
     model: dict[str, Any] = field(default_factory=dict)  # LoadedModel.info subset
+    truncated: int = 0  # items cut from the left to fit the model's context (fit_cloze_item)
+    context_length: int | None = None  # the model's context in tokens (context_limit); None: unknown, nothing cut
 
     def __post_init__(self) -> None:
         if self.logits.ndim != 2 or len(self.logits) != len(self.gold) or len(self.gold) != len(self.ids):
@@ -160,9 +168,11 @@ def continuation_inputs(contexts_and_conts: Sequence[tuple[list[int], list[int]]
     return [(ctx + cont)[:-1] for ctx, cont in contexts_and_conts]
 
 
-def letter_prompt_ids(items: Sequence[MCItem], cfg: ScoringConfig, tokenizer: Any) -> list[list[int]]:
-    """The token ids of each item's letter prompt (its answer-position logits score the letters)."""
-    return [tokenizer(letter_prompt(it, cfg, tokenizer), add_special_tokens=False).input_ids for it in items]
+def letter_prompt_ids(items: Sequence[MCItem], cfg: ScoringConfig, tokenizer: Any,
+                      max_length: int | None = None) -> list[list[int]]:
+    """The token ids of each item's letter prompt (its answer-position logits score the
+    letters), each cut from the left to `max_length` tokens (`fit_letter_item`)."""
+    return fitted_letter_prompts(items, cfg, tokenizer, max_length)[0]
 
 
 def needed_logits(model: Any, batch: dict[str, torch.Tensor], lengths: Sequence[int]) -> torch.Tensor:
@@ -188,13 +198,134 @@ def _batches(order: Sequence[int], batch_size: int) -> Iterable[list[int]]:
         yield list(order[start:start + batch_size])
 
 
-def cloze_requests(items: Sequence[MCItem], cfg: ScoringConfig, tokenizer: Any) -> list[list[tuple[list[int], list[int]]]]:
-    """Per item, per choice: (context ids, continuation ids), tokenized as the harness does."""
-    requests = []
+def cloze_requests(items: Sequence[MCItem], cfg: ScoringConfig, tokenizer: Any,
+                   max_length: int | None = None) -> list[list[tuple[list[int], list[int]]]]:
+    """Per item, per choice: (context ids, continuation ids), tokenized as the harness does
+    and cut from the left to fit `max_length` tokens (`fit_cloze_item`)."""
+    return fitted_cloze_requests(items, cfg, tokenizer, max_length)[0]
+
+
+SANE_MAX_LENGTH = 10_000_000  # tokens: transformers puts 1e30 in model_max_length when a tokenizer does not know
+_CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "n_ctx")  # Llama-likes, GPT-2, GPT-J; the harness reads these
+_WARNED: set[tuple[Any, ...]] = set()  # (dataset, limit, truncated ids) already reported by this process
+
+
+def context_limit(model: Any, tokenizer: Any = None) -> int | None:
+    """The most tokens `model` reads in one sequence: its config's max_position_embeddings
+    (n_positions / n_ctx for GPT-2-likes), else the tokenizer's model_max_length when that
+    is a real number; None when neither knows, and then nothing is cut. A PEFT model or a
+    FrozenPrefixModel answers for its base model (both expose `.config`)."""
+    config = getattr(model, "config", None)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config  # multimodal: the LM part
+    for key in _CONTEXT_KEYS:
+        value = getattr(text, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    length = getattr(tokenizer, "model_max_length", None)
+    return int(length) if isinstance(length, int) and 0 < length < SANE_MAX_LENGTH else None
+
+
+def fit_cloze_item(item_id: str, requests: list[tuple[list[int], list[int]]],
+                   limit: int | None) -> tuple[list[tuple[list[int], list[int]]], bool]:
+    """One item's (context, option) pairs with the contexts cut from the left so that the
+    model reads at most `limit` tokens per option; (pairs, whether anything was cut).
+
+    The model reads (context + option)[:-1], so the cut is len(context) + len(longest
+    option) - 1 - limit tokens from the start of the prompt. lm-evaluation-harness cuts
+    each option on its own; here every option of the item loses the same tokens, so
+    their contexts stay identical and the prefix-shared path still applies.
+
+    An option that does not fit even after one token of context (it alone is longer than
+    `limit`) raises DataError naming the item, rather than skipping the item: a skip would
+    compare models (or variants of one model) on different item sets, and a model with a
+    shorter context would quietly lose its longest questions. The person decides: drop
+    or shorten the item, or use a model with a longer context.
+    """
+    if limit is None:
+        return requests, False
+    cut = max(0, max(len(ctx) + len(cont) - 1 for ctx, cont in requests) - limit)
+    if cut == 0:
+        return requests, False
+    if cut >= min(len(ctx) for ctx, _ in requests):  # no context token left to predict an option's first token
+        longest = max(len(cont) for _, cont in requests)
+        raise DataError(f"Expected every option of item {item_id!r} to fit in the model's context of {limit} "
+                        f"tokens, but its longest option is {longest} tokens; drop or shorten the item, "
+                        "or use a model with a longer context")
+    return [(ctx[cut:], cont) for ctx, cont in requests], True
+
+
+def fit_letter_item(item_id: str, prompt: list[int], limit: int | None, listed: int) -> tuple[list[int], bool]:
+    """A letter prompt cut from the left to `limit` tokens; (ids, whether anything was cut).
+
+    The letter is read at the prompt's last position, so the prompt itself must fit. The
+    last `listed` tokens (the lettered options and the answer cue) must survive: a prompt
+    that lost the text of option A cannot be answered "A", so that raises DataError, as
+    an option too long for cloze scoring does (`fit_cloze_item` says why not skip)."""
+    if limit is None or len(prompt) <= limit:
+        return prompt, False
+    if listed > limit:
+        raise DataError(f"Expected the lettered options of item {item_id!r} to fit in the model's context of "
+                        f"{limit} tokens, but they take {listed} tokens; drop or shorten the item, "
+                        "or use a model with a longer context")
+    return prompt[-limit:], True
+
+
+def _listed_length(item: MCItem, prompt: str, tokenizer: Any) -> int:
+    """Tokens after the question in a letter prompt (the options and the cue): the part
+    a left cut must not reach. Counted on its own, so within a token of the real split."""
+    start = prompt.rfind(item.question)
+    if start < 0:  # a template that rewrites the question: protect only the cue's last token
+        return 1
+    return len(tokenizer(prompt[start + len(item.question):], add_special_tokens=False).input_ids)
+
+
+def fitted_letter_prompts(items: Sequence[MCItem], cfg: ScoringConfig, tokenizer: Any,
+                          limit: int | None) -> tuple[list[list[int]], list[str]]:
+    """Each item's letter prompt ids, cut to fit `limit` (`fit_letter_item`), and the ids of the items cut."""
+    prompts, truncated = [], []
+    for item in items:
+        text = letter_prompt(item, cfg, tokenizer)
+        ids = tokenizer(text, add_special_tokens=False).input_ids
+        listed = _listed_length(item, text, tokenizer) if limit is not None and len(ids) > limit else 0
+        ids, cut = fit_letter_item(item.id, ids, limit, listed)
+        prompts.append(ids)
+        if cut:
+            truncated.append(item.id)
+    return prompts, truncated
+
+
+def fitted_cloze_requests(items: Sequence[MCItem], cfg: ScoringConfig, tokenizer: Any, limit: int | None,
+                          ) -> tuple[list[list[tuple[list[int], list[int]]]], list[str]]:
+    """`cloze_requests` cut to fit `limit` (`fit_cloze_item`), and the ids of the items cut."""
+    requests, truncated = [], []
     for item in items:
         context = cloze_context(item, cfg, tokenizer)
-        requests.append([split_context_continuation(tokenizer, context, c) for c in cloze_continuations(item, cfg)])
-    return requests
+        pairs = [split_context_continuation(tokenizer, context, c) for c in cloze_continuations(item, cfg)]
+        pairs, cut = fit_cloze_item(item.id, pairs, limit)
+        requests.append(pairs)
+        if cut:
+            truncated.append(item.id)
+    return requests, truncated
+
+
+def truncated_item_ids(items: Sequence[MCItem], cfg: ScoringConfig, tokenizer: Any, limit: int | None) -> list[str]:
+    """The ids of the items that scoring under `cfg` cuts to fit `limit` tokens; DataError
+    for one that cannot fit. Tokenizes only: a trainer can check its sets before the first
+    step instead of failing on the batch that draws such an item."""
+    fitted = fitted_cloze_requests if cfg.is_cloze else fitted_letter_prompts
+    return fitted(items, cfg, tokenizer, limit)[1]
+
+
+def warn_truncated(truncated: Sequence[str], n_items: int, limit: int | None, dataset: str | None = None) -> None:
+    """One stderr line when items were cut to fit the context, once per dataset and process:
+    a trainer's periodic evaluation scores the same set many times and should say it once."""
+    key = (dataset, limit, tuple(truncated))
+    if not truncated or key in _WARNED:
+        return
+    _WARNED.add(key)
+    of = f" of {dataset}" if dataset else ""
+    print(f"calm: warning: {len(truncated)} of {n_items} items{of} were longer than the model's context "
+          f"({limit} tokens) and were cut from the left, as lm-evaluation-harness does", file=sys.stderr, flush=True)
 
 
 def _reduce(logprobs: torch.Tensor, rule: str) -> float:
@@ -321,13 +452,12 @@ def head_on_distinct_rows(head: Any, hidden: torch.Tensor) -> torch.Tensor:
     return head(hidden[first])[inverse]
 
 
-def _cloze_scores(lm: Any, items: Sequence[MCItem], cfg: ScoringConfig, batch_size: int,
-                  progress: bool | ProgressFn, share_prefix: bool = True,
+def _cloze_scores(lm: Any, items: Sequence[MCItem], requests: list[list[tuple[list[int], list[int]]]],
+                  cfg: ScoringConfig, batch_size: int, progress: bool | ProgressFn, share_prefix: bool = True,
                   transform: LogitsTransform | None = None) -> list[np.ndarray]:
-    """Option scores for cloze rules. `batch_size` counts sequences (continuations)."""
+    """Option scores for cloze rules from `cloze_requests`. `batch_size` counts sequences (continuations)."""
     from calm_core.frozen_prefix import FrozenPrefixModel
 
-    requests = cloze_requests(items, cfg, lm.tokenizer)
     runner = isinstance(lm.model, FrozenPrefixModel)  # no KV cache, but it shares prefixes inside a batch
     if not share_prefix or runner or any(len({tuple(ctx) for ctx, _ in reqs}) > 1 for reqs in requests):
         return _cloze_scores_flat(lm, requests, cfg, batch_size, progress, transform, by_item=share_prefix)
@@ -374,10 +504,10 @@ def _cloze_scores_flat(lm: Any, requests: list[list[tuple[list[int], list[int]]]
     return rows
 
 
-def _letter_scores(lm: Any, items: Sequence[MCItem], cfg: ScoringConfig, batch_size: int,
-                   progress: bool | ProgressFn, head: Any = None) -> list[np.ndarray]:
+def _letter_scores(lm: Any, items: Sequence[MCItem], prompts: list[list[int]], cfg: ScoringConfig,
+                   batch_size: int, progress: bool | ProgressFn, head: Any = None) -> list[np.ndarray]:
+    """Option scores for the letter rule from `letter_prompt_ids`. `batch_size` counts prompts."""
     tokenizer = lm.tokenizer
-    prompts = letter_prompt_ids(items, cfg, tokenizer)
     letters = letter_token_ids(tokenizer, max(it.n_choices for it in items), cfg)
     order = sorted(range(len(items)), key=lambda i: -len(prompts[i]))
     rows = [np.zeros(item.n_choices) for item in items]
@@ -405,7 +535,8 @@ def apply_option_head(logits: np.ndarray, head: Any) -> np.ndarray:
 
 
 def score_items(lm: Any, items: Sequence[MCItem], cfg: ScoringConfig | None = None, batch_size: int = 32,
-                progress: bool | ProgressFn = True, share_prefix: bool = True, head: Any = None) -> OptionScores:
+                progress: bool | ProgressFn = True, share_prefix: bool = True, head: Any = None,
+                dataset: str | None = None) -> OptionScores:
     """Score every option of every item under `cfg` with the LoadedModel `lm`.
 
     `batch_size` counts sequences per forward pass (cloze: continuations; letter:
@@ -413,6 +544,8 @@ def score_items(lm: Any, items: Sequence[MCItem], cfg: ScoringConfig | None = No
     and benchmarks); results agree to float precision. `head` (a CalibrationHead) gives
     the calibrated model's scores: a vocab-scope head acts on the vocabulary logits as in
     training (calm_core.objectives), an options / scalar head on the option scores.
+    Items longer than the model's context are cut from the left (`fit_cloze_item`),
+    counted in `.truncated` and reported once on stderr, naming `dataset` when given.
     """
     if not items:
         raise ValueError("Expected at least one item to score, but got none")
@@ -420,10 +553,14 @@ def score_items(lm: Any, items: Sequence[MCItem], cfg: ScoringConfig | None = No
         raise ValueError(f"Expected `batch_size` to be a positive int, but got {batch_size}")
     cfg = cfg or ScoringConfig()
     vocab_head = head if head is not None and head.scope == "vocab" else None
+    limit = context_limit(lm.model, lm.tokenizer)
     if cfg.is_cloze:
-        rows = _cloze_scores(lm, items, cfg, batch_size, progress, share_prefix, vocab_head)
+        requests, cut = fitted_cloze_requests(items, cfg, lm.tokenizer, limit)
+        rows = _cloze_scores(lm, items, requests, cfg, batch_size, progress, share_prefix, vocab_head)
     else:
-        rows = _letter_scores(lm, items, cfg, batch_size, progress, vocab_head)
+        prompts, cut = fitted_letter_prompts(items, cfg, lm.tokenizer, limit)
+        rows = _letter_scores(lm, items, prompts, cfg, batch_size, progress, vocab_head)
+    warn_truncated(cut, len(items), limit, dataset)
     logits = pad_ragged(rows)
     if head is not None and vocab_head is None:
         logits = apply_option_head(logits, head)
@@ -431,4 +568,5 @@ def score_items(lm: Any, items: Sequence[MCItem], cfg: ScoringConfig | None = No
     return OptionScores(
         ids=[it.id for it in items], logits=logits,
         gold=np.array([it.answer for it in items], dtype=np.int64), scoring=cfg.to_dict(), model=model_info,
+        truncated=len(cut), context_length=limit,
     )
