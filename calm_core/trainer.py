@@ -338,10 +338,12 @@ def train(cfg: TrainConfig, run: RunDir | None = None, lm: Any = None,
     start_step, elapsed_before = 0, 0.0
     writer = run if distributed.is_main() else None  # rank 0 alone writes
     fault_point("model_loaded")
+    cut = items_cut_to_context(ctx, data) if ctx.task == "mcqa" else {}
     if run is not None:
         if writer is not None:
             run.update_status(choices={**record, "world_size": distributed.world_size(),
-                                       "dropped_training_questions": data.dropped}, model=lm.info)
+                                       "dropped_training_questions": data.dropped}, model=lm.info,
+                              items_cut_to_context=cut)
         start_step, elapsed_before = resume_point(ctx, run, writer)
         if writer is not None:
             run.write_status("running", step=start_step, total_steps=cfg.steps)
@@ -352,6 +354,22 @@ def train(cfg: TrainConfig, run: RunDir | None = None, lm: Any = None,
             writer.update_status(prefill=prefilled)
     result = _loop(cfg, ctx, method, data, writer, start_step, elapsed_before, progress)
     return dataclasses.replace(result, prefill=prefilled)
+
+
+def items_cut_to_context(ctx: StepContext, data: Data) -> dict[str, int]:
+    """{set: items cut from the left to fit the model's context} for every set of the run,
+    checked before the first step (tokenizing only): an item that cannot fit at all fails
+    here (DataError) rather than at the step that draws it, and a cut is said once per set."""
+    from calm_core.scoring import context_limit, truncated_item_ids, warn_truncated
+
+    limit = context_limit(ctx.net, ctx.tokenizer)
+    counts: dict[str, int] = {}
+    for name, items in {"train": data.train, "heldout": data.heldout, **data.evals}.items():
+        cut = truncated_item_ids(items, ctx.scoring, ctx.tokenizer, limit)
+        warn_truncated(cut, len(items), limit, name)
+        if cut:
+            counts[name] = len(cut)
+    return counts
 
 
 class _FillStopped(Exception):
@@ -375,9 +393,10 @@ def prefill_frozen_layers(ctx: StepContext, data: Data, cfg: TrainConfig, start_
     why it is cheaper than filling batch by batch); progress goes to the run's status
     phase and, in the foreground, a progress bar. Returns a record for status.json."""
     from calm_core.objectives import forward_sequences
-    from calm_core.scoring import progress_callback
+    from calm_core.scoring import context_limit, progress_callback
 
-    per_item = forward_sequences(ctx.tokenizer, scheduled_items(cfg, data, start_step), ctx.scoring)
+    per_item = forward_sequences(ctx.tokenizer, scheduled_items(cfg, data, start_step), ctx.scoring,
+                                 max_length=context_limit(ctx.net, ctx.tokenizer))  # cut as the steps cut them
     update_bar, close_bar = progress_callback(show, len(per_item), "caching frozen layers")
     last_write = [float("-inf")]
 

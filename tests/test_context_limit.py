@@ -137,3 +137,35 @@ def test_frozen_prefix_model_knows_the_limit_and_scores_the_same(short_lm) -> No
     assert via_runner.truncated == 1
     finite = np.isfinite(direct.logits)
     np.testing.assert_allclose(via_runner.logits[finite], direct.logits[finite], atol=1e-4)
+
+
+def test_a_training_run_checks_its_sets_before_the_first_step(short_lm, tmp_path) -> None:
+    """The trainer says which sets have items cut to the context (status.json) before step 1,
+    and an item that cannot fit stops the run before any step rather than at its batch."""
+    import json
+
+    from calm_core.runs import RunDir
+    from calm_core.train_config import TrainConfig
+    from calm_core.trainer import train
+
+    def write(name: str, items: list[MCItem]) -> str:
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text("".join(json.dumps({"id": it.id, "question": it.question, "choices": list(it.choices),
+                                            "answer": it.answer}) + "\n" for it in items))
+        return str(path)
+
+    short = [MCItem(f"s{i}", f"{i} + 1 =", (str(i + 1), str(i + 2)), 0) for i in range(4)]
+    other = [MCItem(f"o{i}", f"{i} + 3 =", (str(i + 3), str(i + 4)), 0) for i in range(4)]  # S_V: other questions
+    cfg = TrainConfig(method="sft", steps=1, batch_size=2, heldout_batch_size=2, eval_every=0, checkpoint_every=0,
+                      scoring="cloze", train_data=write("train", short + [LONG]), heldout_data=write("heldout", other),
+                      eval_data=(write("eval", other),), lr_theta=1e-2, frozen_prefix=False)
+    def fresh():  # LoRA wraps a model in place: each run its own copy
+        return SimpleNamespace(model=copy.deepcopy(short_lm.model), tokenizer=short_lm.tokenizer,
+                               device=torch.device("cpu"), info={})
+
+    run = RunDir.create(tmp_path / "runs", "long", cfg.to_dict())
+    train(cfg, run=run, lm=fresh())
+    assert run.status["items_cut_to_context"] == {"train": 1}
+    bad = TrainConfig(**{**cfg.to_dict(), "train_data": write("bad", short + [TOO_LONG_OPTION])})
+    with pytest.raises(DataError, match="wordy"):
+        train(bad, run=RunDir.create(tmp_path / "runs", "bad", bad.to_dict()), lm=fresh())
