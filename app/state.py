@@ -46,7 +46,13 @@ def code(text: object) -> str:
 
 
 def describe_error(exc: Exception) -> str:
-    """One readable line for the page instead of a stack trace."""
+    """One readable line for the page instead of a stack trace. The project's own errors
+    (bad input, a damaged file) already say what and what to do: shown as they are; any
+    other exception is a defect, and its class name helps whoever reports it."""
+    from calm_core.data.schema import DataError
+
+    if isinstance(exc, (DataError, ValueError, FileNotFoundError)):
+        return " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
     return f"{type(exc).__name__}: {exc}"
 
 

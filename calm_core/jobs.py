@@ -313,13 +313,12 @@ def _repair(run_dir: RunDir) -> None:
         _set_aside(run_dir.path / JOB)
         atomic_write_json(run_dir.path / JOB, {"command": worker_command(), "env": {}, "resume": False,
                                                "resumes": 0, "submitted": time.time(), "rebuilt": True})
-    try:
-        run_dir.results()
-    except FileNotFoundError:
-        pass
-    except RunFileError:  # the trainer evaluates the final checkpoint again and writes it anew
-        _set_aside(run_dir.path / "results.json")
-        run_dir.update_status(state="failed", error="results.json was damaged; evaluating again")
+    if run_dir.status.get("state") == "finished":  # results.json damaged or missing: evaluate again
+        try:
+            run_dir.results()
+        except (FileNotFoundError, RunFileError):
+            _set_aside(run_dir.path / "results.json")
+            run_dir.update_status(state="failed", error="results.json was damaged or missing; evaluating again")
 
 
 def _set_aside(path: Path) -> None:

@@ -11,7 +11,7 @@ from app.state import code, describe_error
 from calm_core import run_view
 from calm_core.generative.evaluate import OPEN_TABLE_COLUMNS
 from calm_core.jobs import cancel, resume
-from calm_core.runs import RunDir, RunState, list_runs
+from calm_core.runs import DAMAGED, RunDir, RunState, list_runs
 
 POLL_SECONDS = 3.0
 ACTIVE = ("queued", "running", "stopping")
@@ -183,6 +183,10 @@ def _results() -> None:
 
 def live() -> None:
     records, view = run.read_metrics(), run.state()  # one read of each per poll
+    if view.state == DAMAGED:  # a file the page needs is unreadable: say which, offer what helps
+        st.error(view.reason)
+        _controls(view)
+        return
     _header(records, view)
     _controls(view)
     _charts(records, active=view.state in ACTIVE)
