@@ -1,0 +1,244 @@
+"""Two studio sessions launch at once through a real browser (issue 13).
+
+One `streamlit run app/main.py` server (CALM_MAX_JOBS=1, its own workspace) and two
+independent Chromium contexts, i.e. two Streamlit sessions. Both open the Train page,
+configure a short CALM run on the tiny random model (distinct run names) and press
+"Launch training" at the same instant (a timer in each page, set to one shared time).
+Then: two distinct run directories, each holding its own session's settings; one
+session was told "started", the other "queued" and its run waits as `queued` while the
+first runs; the runs never overlap; both finish; and each session's Monitor page
+follows its own run to `finished` with its final evaluation.
+
+Screenshots go to $CALM_SCREENSHOTS (default: a temporary folder). Skips without
+chromium or playwright, unless CALM_REQUIRE_BROWSER=1 (as tests/test_browser.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, ROOT, _free_port, _goto, _require_browser, _shots
+
+pytestmark = [pytest.mark.browser]
+
+STEPS = 12
+EVAL_ITEMS = 20
+NAMES = ("session-a", "session-b")
+ACTIVE = ("queued", "running", "stopping")
+LAUNCH_BUTTON_JS = "() => [...document.querySelectorAll('button')].find(b => b.innerText.includes('Launch training'))"
+
+
+@pytest.fixture()
+def studio_one_slot(tmp_path: Path, tiny_model_dir: Path):
+    """A studio server with one job slot on an empty workspace; yields (url, workspace)."""
+    _require_browser()  # before a server starts for nothing
+    workspace = tmp_path / "workspace"
+    port = _free_port()
+    env = {**os.environ, "CALM_WORKSPACE": str(workspace), "CALM_MAX_JOBS": "1", "PYTHONUNBUFFERED": "1"}
+    log_path = tmp_path / "streamlit.log"
+    log = open(log_path, "w")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"), "--server.headless", "true",
+         "--server.port", str(port), "--browser.gatherUsageStats", "false"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        try:
+            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
+                break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        os.killpg(server.pid, 9)
+        pytest.fail(f"streamlit did not come up: {log_path.read_text()[-2000:]}")
+    try:
+        yield url, workspace
+    finally:
+        os.killpg(server.pid, 15)
+        server.wait(timeout=30)
+        log.close()
+        print(f"streamlit log: {log_path}")
+        _stop_leftover_jobs(workspace / "runs")
+
+
+def _stop_leftover_jobs(root: Path) -> None:
+    """A failed test leaves no job behind: queued runs are cancelled first (so none
+    starts when a slot frees), then running ones are killed."""
+    from calm_core.jobs import cancel, kill
+    from calm_core.runs import RunDir, list_runs
+
+    if not root.is_dir():
+        return
+    for wanted, stop in (("queued", cancel), ("running", kill), ("stopping", kill)):
+        for summary in list_runs(root):
+            if summary.state == wanted:
+                try:
+                    stop(RunDir(summary.path))
+                except Exception as error:  # noqa: BLE001 - best effort in teardown
+                    print(f"could not stop {summary.run_id}: {error}")
+
+
+def _exceptions(page) -> list[str]:
+    return [e.inner_text() for e in page.locator('[data-testid="stException"]').all()]
+
+
+def _configure_run(page, url: str, model_dir: Path, name: str) -> None:
+    """The Train page, opened directly, set to a short run of the tiny model named `name`."""
+    page.goto(f"{url}/train")
+    page.get_by_role("heading", name="Train").first.wait_for(timeout=180_000)
+    page.get_by_text("local directory", exact=True).click()
+    path = page.get_by_label("Path or hub id", exact=True)
+    path.wait_for(timeout=60_000)
+    path.fill(str(model_dir))
+    path.press("Enter")
+    page.wait_for_timeout(1000)
+    page.get_by_text("Advanced settings").click()
+    for label, value in (("Steps", STEPS), ("Items per evaluation set", EVAL_ITEMS),
+                         ("LoRA on top N layers (0: all)", 1), ("Run name", name)):
+        field = page.get_by_label(label, exact=True)
+        field.wait_for(timeout=60_000)
+        field.fill(str(value))
+        field.press("Enter")
+        page.wait_for_timeout(500)
+    page.wait_for_timeout(1500)
+    page.wait_for_function(LAUNCH_BUTTON_JS, timeout=60_000)
+    assert not _exceptions(page), _exceptions(page)
+
+
+def _click_launch_at(page, when_ms: float) -> None:
+    """Arm a timer in the page that clicks "Launch training" at `when_ms` (Date.now())."""
+    page.evaluate("""when => { setTimeout(() => {
+        const b = [...document.querySelectorAll('button')].find(b => b.innerText.includes('Launch training'));
+        window.__launched = b ? Date.now() : -1; if (b) b.click(); }, Math.max(0, when - Date.now())); }""", when_ms)
+
+
+def _launch_message(page) -> tuple[str, str]:
+    """(run id, 'started' | 'queued') from the Train page's success line."""
+    page.get_by_text("Follow it on the Monitor page").wait_for(timeout=180_000)
+    text = page.locator('[data-testid="stAlert"]').filter(has_text="Run ").first.inner_text()
+    found = re.search(r"Run\s+(\S+)\s+(started|queued)", text)
+    assert found, f"unexpected launch message: {text!r}"
+    return found.group(1), found.group(2)
+
+
+def _status(root: Path, run_id: str) -> dict:
+    return json.loads((root / run_id / "status.json").read_text())
+
+
+def _open_monitor(page, run_id: str) -> str:
+    """This session's Monitor page shows its own run; returns the progress line then."""
+    from playwright.sync_api import expect
+
+    _goto(page, "Monitor")
+    chosen = page.locator(".st-key-monitor_select").get_by_role("combobox")
+    chosen.wait_for(timeout=120_000)
+    expect(chosen).to_have_value(run_id, timeout=30_000)  # not the other session's run
+    progress = page.locator('[data-testid="stProgress"]').first
+    progress.wait_for(timeout=120_000)
+    return progress.inner_text()
+
+
+def _wait_finished(page, run_id: str) -> str:
+    """The Monitor page, live, until the run's final evaluation; returns the progress line."""
+    from playwright.sync_api import expect
+
+    page.get_by_role("heading", name="Final evaluation").wait_for(timeout=900_000)
+    progress = page.locator('[data-testid="stProgress"]').first
+    expect(progress).to_contain_text("finished", timeout=60_000)
+    assert not _exceptions(page), _exceptions(page)
+    expect(page.locator(".st-key-monitor_select").get_by_role("combobox")).to_have_value(run_id)
+    return progress.inner_text()
+
+
+def test_two_sessions_launch_at_once(studio_one_slot, tiny_model_dir: Path) -> None:
+    _require_browser()
+    from playwright.sync_api import sync_playwright
+
+    url, workspace = studio_one_slot
+    root = workspace / "runs"
+    shots = _shots()
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        contexts = [browser.new_context(viewport={"width": 1400, "height": 2000}) for _ in NAMES]
+        pages = [context.new_page() for context in contexts]
+        try:
+            _two_sessions(pages, url, root, tiny_model_dir, shots)
+        except Exception:
+            for name, page in zip(NAMES, pages):
+                page.screenshot(path=str(shots / f"failure-{name}.png"), full_page=True)
+                print(f"{name}: exceptions on the page: {_exceptions(page)}")
+            print(f"browser test failed; screenshots in {shots}")
+            raise
+        finally:
+            browser.close()
+
+
+def _two_sessions(pages, url: str, root: Path, model_dir: Path, shots: Path) -> None:
+    for name, page in zip(NAMES, pages):
+        _configure_run(page, url, model_dir, name)
+    assert not root.is_dir() or not [p for p in root.iterdir() if not p.name.startswith(".")], "runs before launch"
+
+    # The same instant in both sessions: one shared clock (one browser), one timer per page.
+    when = pages[0].evaluate("() => Date.now()") + 1500
+    for page in pages:
+        _click_launch_at(page, when)
+    launched = [_launch_message(page) for page in pages]
+    snapshot = {run_id: _status(root, run_id) for run_id, _ in launched}
+    clicks = [page.evaluate("() => window.__launched") for page in pages]
+    for name, page in zip(NAMES, pages):
+        page.screenshot(path=str(shots / f"train-{name}.png"), full_page=True)
+    print(f"clicks at {clicks} (target {when}); launch messages {launched}; "
+          f"states then {[(i, s.get('state')) for i, s in snapshot.items()]}")
+    assert all(c >= 0 for c in clicks), f"a page had no Launch button when its timer fired: {clicks}"
+
+    # Each session created its own run, with its own settings; nothing else was created.
+    ids = [run_id for run_id, _ in launched]
+    assert len(set(ids)) == 2, f"both sessions report the same run: {launched}"
+    for name, run_id in zip(NAMES, ids):
+        assert f"-{name}-" in run_id, f"session {name} reports run {run_id}"
+        config = json.loads((root / run_id / "config.json").read_text())["train"]
+        assert (config["name"], config["steps"], config["model"]) == (name, STEPS, str(model_dir)), config
+    on_disk = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    assert on_disk == sorted(ids), f"run directories {on_disk}, sessions launched {ids}"
+
+    # One slot: one session's run started, the other's waits queued while the first is active.
+    words = sorted(word for _, word in launched)
+    assert words == ["queued", "started"], f"launch messages with CALM_MAX_JOBS=1: {launched}"
+    first = next(run_id for run_id, word in launched if word == "started")
+    second = next(run_id for run_id, word in launched if word == "queued")
+    assert snapshot[first]["state"] in (*ACTIVE, "finished"), snapshot[first]
+    if snapshot[first]["state"] in ACTIVE:
+        assert snapshot[second]["state"] == "queued" and not snapshot[second].get("pid"), snapshot[second]
+
+    # Each Monitor page follows its own run to the end (the queued one through queued -> running -> finished).
+    before = {name: _open_monitor(page, run_id) for name, page, run_id in zip(NAMES, pages, ids)}
+    print(f"monitor progress at first: {before}")
+    after = {}
+    for name, page, run_id in zip(NAMES, pages, ids):
+        after[name] = _wait_finished(page, run_id)
+        page.wait_for_timeout(1500)
+        page.screenshot(path=str(shots / f"monitor-{name}.png"), full_page=True)
+    print(f"monitor progress at the end: {after}")
+
+    # Both finished, one after the other, never at the same time.
+    done = {run_id: _status(root, run_id) for run_id in ids}
+    for run_id, status in done.items():
+        assert status["state"] == "finished", (run_id, status)
+        assert (root / run_id / "results.json").is_file(), run_id
+    assert done[second]["started"] >= done[first]["ended"], (
+        f"the runs overlapped with one job slot: {first} ended {done[first]['ended']}, "
+        f"{second} started {done[second]['started']}")
+    print(f"{first}: {done[first]['started'] - done[first]['created']:.1f}s queued, ran "
+          f"{done[first]['ended'] - done[first]['started']:.1f}s; {second}: started "
+          f"{done[second]['started'] - done[first]['ended']:.1f}s after it, ran "
+          f"{done[second]['ended'] - done[second]['started']:.1f}s")
