@@ -5,8 +5,10 @@
     calm eval --model embedded --data arc/easy_test --scoring cloze --limit 300 \\
               [--fit-ts-on commonsenseqa/dev] [--json out.json] [--save-preds DIR]
 
-Errors a user can fix (unknown dataset, malformed file, model not found) print one
-line, `calm: error: ...`, and exit with status 2; no stack trace.
+Errors a user can fix (unknown dataset, malformed file, model not found, an output
+path that cannot be written) print one line, `calm: error: ...`, and exit with status 2;
+no stack trace. Rows a dataset rejected are not errors: `calm eval` names them on
+stderr (`calm: note: ...`, file, row and field) and counts them in `--json`.
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from calm_core import cli_train
-from calm_core.data.schema import DataError
+from calm_core.data.schema import REJECTED_SHOWN, DataError, LoadReport
+from calm_core.paths import ensure_writable
 
 
 DEGENERATE_T = 100.0  # above this, TS has flattened the fit set's predictions to ~uniform
+JSON_REJECTED_KEPT = 100  # rejected rows listed per dataset in `--json`; `n_rejected` is always exact
 
 
 class UsageError(Exception):
@@ -86,6 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_datasets(args: argparse.Namespace) -> int:
     from calm_core.data.catalog import list_datasets
 
+    if args.json:
+        args.json = ensure_writable(args.json, "file")
     entries = list_datasets(kind=args.kind)
     width = max(len(e.name) for e in entries) if entries else 10
     for e in entries:
@@ -103,6 +109,36 @@ def _load_lm(args: argparse.Namespace) -> Any:
     return load_model(spec)
 
 
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Every output `calm eval` will write, checked before any data or model is loaded."""
+    for attribute, kind in (("json", "file"), ("save_ts", "file"), ("save_preds", "directory")):
+        if getattr(args, attribute) is not None:
+            setattr(args, attribute, ensure_writable(getattr(args, attribute), kind))
+
+
+def _load_reports(names: list[str], kind: str, limit: int | None, args: argparse.Namespace) -> dict[str, LoadReport]:
+    """Reports of `names` (items + rejected rows); each rejection is noted on stderr now,
+    before the model loads, so a person sees at once that part of a file was left out."""
+    from calm_core.evaluate import load_report
+
+    reports = {name: load_report(name, kind, limit, args.seed, args.mapping) for name in names}
+    for report in reports.values():
+        _note_rejected(report)
+    return reports
+
+
+def _note_rejected(report: LoadReport) -> None:
+    lines = report.rejection_lines(REJECTED_SHOWN)
+    if lines:
+        print(f"calm: note: {lines[0]}:", *(f"  {line}" for line in lines[1:]), sep="\n", file=sys.stderr)
+
+
+def _data_record(reports: dict[str, LoadReport], role: str) -> list[dict[str, Any]]:
+    """`--json` entries: per dataset, how many rows were kept and rejected, and why."""
+    return [{"dataset": name, "role": role, **report.rejected_record(JSON_REJECTED_KEPT)}
+            for name, report in reports.items()]
+
+
 def _temperatures(args: argparse.Namespace, lm: Any, cfg: Any, fit_items: dict[str, list]) -> list[tuple[str, Any, dict[str, Any]]]:
     """(variant name, scaler, record) per temperature: `ts` for one, `ts:<dataset>` for several."""
     from calm_core.posthoc import TemperatureScaler
@@ -117,15 +153,13 @@ def _temperatures(args: argparse.Namespace, lm: Any, cfg: Any, fit_items: dict[s
         variant = "ts" if len(fit_items) == 1 else f"ts:{name}"
         fitted.append((variant, scaler, {"dataset": name, "n": len(fit), "temperature": scaler.temperature,
                                          "nll_before": scaler.nll_before, "nll_after": scaler.nll_after}))
-    if args.save_ts:
-        if len(fitted) != 1:
-            raise UsageError("--save-ts needs exactly one --fit-ts-on dataset")
+    if args.save_ts:  # exactly one fitted: checked in cmd_eval before the model loaded
         fitted[0][1].save(args.save_ts)
     return fitted
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from calm_core.evaluate import format_table, load_mc_items, predictions_frame, result_row
+    from calm_core.evaluate import format_table, predictions_frame, result_row
     from calm_core.posthoc import MIN_FIT_ITEMS
     from calm_core.scoring import score_items
     from calm_core.prompts import ScoringConfig
@@ -136,12 +170,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
         return _eval_open(args)
     datasets = [name for group in args.data for name in group]
     cfg = ScoringConfig(rule=args.scoring, chat_template=args.chat)
-    # Read every dataset before loading the model: a typo fails in a second, not a minute.
-    items = {name: load_mc_items(name, args.limit, args.seed, args.mapping) for name in datasets}
+    # Check outputs and read every dataset before loading the model: a typo or an
+    # unwritable --json fails in a second, not after a minute of loading and scoring.
+    _check_outputs(args)
+    reports = _load_reports(datasets, "mc", args.limit, args)
+    items = {name: list(report.items) for name, report in reports.items()}
     fit_names = [name for group in (args.fit_ts_on or []) for name in group]
     if fit_names and args.ts_file:
         raise UsageError("use either --fit-ts-on or --ts-file, not both")
-    fit_items = {name: load_mc_items(name, args.fit_limit, args.seed, args.mapping) for name in fit_names}
+    if args.save_ts and len(fit_names) != 1:
+        raise UsageError("--save-ts needs exactly one --fit-ts-on dataset")
+    fit_reports = _load_reports(fit_names, "mc", args.fit_limit, args)
+    fit_items = {name: list(report.items) for name, report in fit_reports.items()}
     for name, fit in fit_items.items():
         if len(fit) < MIN_FIT_ITEMS:
             raise UsageError(f"Expected at least {MIN_FIT_ITEMS} items to fit TS on `{name}`, but it has {len(fit)}")
@@ -165,6 +205,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     print(format_table(rows))
     if args.json:
         record = {"results": rows, "model": lm.info, "scoring": cfg.to_dict(), "ts": [r for _, _, r in temperatures],
+                  "datasets": _data_record(reports, "eval") + _data_record(fit_reports, "fit"),
                   "limit": args.limit, "seed": args.seed, "environment": environment_record()}
         atomic_write_json(args.json, record)
     return 0
@@ -172,7 +213,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def _eval_open(args: argparse.Namespace) -> int:
     """`calm eval --task openqa`: generated answers, judged; base and (optionally) TS."""
-    from calm_core.evaluate import format_table, load_items
+    from calm_core.evaluate import format_table
     from calm_core.generative.evaluate import OPEN_TABLE_COLUMNS, evaluate_open, fit_token_temperature
     from calm_core.generative.sampling import GenerationConfig
     from calm_core.posthoc import MIN_FIT_ITEMS
@@ -184,11 +225,14 @@ def _eval_open(args: argparse.Namespace) -> int:
     cfg = GenerationConfig(n_samples=args.samples, temperature=args.temperature, top_p=args.top_p,
                            max_new_tokens=args.max_new_tokens, prompt=args.prompt, batch_size=args.batch_size,
                            seed=args.seed, grouping=args.grouping, grouping_threshold=args.threshold)
-    datasets = {name: load_items(name, "open", args.limit, args.seed, args.mapping) for group in args.data for name in group}
+    _check_outputs(args)
+    reports = _load_reports([name for group in args.data for name in group], "open", args.limit, args)
+    datasets = {name: list(report.items) for name, report in reports.items()}
     fit_names = [name for group in (args.fit_ts_on or []) for name in group]
     if len(fit_names) > 1:
         raise UsageError("--task openqa fits one temperature: give one --fit-ts-on dataset")
-    fit_items = load_items(fit_names[0], "open", args.fit_limit, args.seed, args.mapping) if fit_names else []
+    fit_reports = _load_reports(fit_names, "open", args.fit_limit, args)
+    fit_items = list(fit_reports[fit_names[0]].items) if fit_names else []
     if fit_names and len(fit_items) < MIN_FIT_ITEMS:
         raise UsageError(f"Expected at least {MIN_FIT_ITEMS} items to fit TS on `{fit_names[0]}`, but it has {len(fit_items)}")
     lm = _load_lm(args)
@@ -205,6 +249,7 @@ def _eval_open(args: argparse.Namespace) -> int:
     if args.json:
         record = {"results": rows, "model": lm.info, "task": "openqa", "generation": cfg.to_dict(),
                   "ts": [{"dataset": fit_names[0], "temperature": s.temperature} for s in scalers.values()],
+                  "datasets": _data_record(reports, "eval") + _data_record(fit_reports, "fit"),
                   "limit": args.limit, "seed": args.seed, "environment": environment_record()}
         atomic_write_json(args.json, record)
     return 0

@@ -19,7 +19,7 @@ import numpy as np
 
 from calm_core import metrics
 from calm_core.data.catalog import load_dataset
-from calm_core.data.schema import DataError, MCItem
+from calm_core.data.schema import DataError, LoadReport, MCItem
 from calm_core.prompts import ScoringConfig
 from calm_core.scoring import OptionScores, ProgressFn, score_items
 
@@ -30,17 +30,24 @@ class Calibrator(Protocol):
     def probs(self, logits: np.ndarray) -> np.ndarray: ...
 
 
-def load_items(name: str, kind: str, limit: int | None = None, seed: int = 0, mapping: Any = None) -> list[Any]:
-    """Items of a dataset of `kind` ("mc" or "open") by catalog name or file path.
+def load_report(name: str, kind: str, limit: int | None = None, seed: int = 0, mapping: Any = None) -> LoadReport:
+    """The LoadReport of a dataset of `kind` ("mc" or "open") by catalog name or file path:
+    its items and its rejected rows, which every caller should show (`rejection_lines`).
 
-    `mapping` (a ColumnMapping or its string form) applies to files. Rejected rows are
-    skipped (the catalog reports them); a dataset of the other kind raises DataError.
+    `mapping` (a ColumnMapping or its string form) applies to files; a dataset of the
+    other kind raises DataError.
     """
     report = load_dataset(name, limit=limit, seed=seed, mapping=mapping)
     if report.kind != kind:
         wanted = {"mc": "a multiple-choice", "open": "an open-answer"}[kind]
         raise DataError(f"Expected {wanted} dataset for `{name}`, but it holds {report.kind!r} items")
-    return list(report.items)
+    return report
+
+
+def load_items(name: str, kind: str, limit: int | None = None, seed: int = 0, mapping: Any = None) -> list[Any]:
+    """`load_report(...).items`: for callers that have already shown the rejected rows
+    (or show none: the studio's scoring cache). Prefer `load_report` at a boundary."""
+    return list(load_report(name, kind, limit, seed, mapping).items)
 
 
 def load_mc_items(name: str, limit: int | None = None, seed: int = 0, mapping: Any = None) -> list[MCItem]:

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+WRITABLE_KINDS = ("file", "directory")
 
 
 def cache_dir() -> Path:
@@ -60,3 +62,48 @@ def inside(root: Path, candidate: Path) -> bool:
     except ValueError:
         return False
     return True
+
+
+def ensure_writable(path: Path, kind: str) -> Path:
+    """Check that an output can be written before the long work that produces it.
+
+    `kind` is "file" (`--json out.json`: its folder is created) or "directory"
+    (`--save-preds DIR`: created). A result that cannot be saved should fail in a
+    second, not after an hour of scoring. Returns the path with `~` expanded; raises
+    ValueError with one line naming the path otherwise.
+    """
+    if kind not in WRITABLE_KINDS:
+        raise ValueError(f"Expected `kind` to be one of {', '.join(WRITABLE_KINDS)}, but got {kind!r}")
+    path = Path(path).expanduser()
+    if kind == "file" and path.is_dir():
+        raise ValueError(f"Expected a file to write at {path}, but it is a directory")
+    if kind == "directory" and path.exists() and not path.is_dir():
+        raise ValueError(f"Expected a directory to write into at {path}, but it is a file")
+    folder = path if kind == "directory" else path.parent
+    _make_folder(folder, path)
+    _probe_folder(folder, path)
+    if kind == "file" and path.exists() and not os.access(path, os.W_OK):
+        raise ValueError(f"Expected a writable file at {path}, but it is read-only")
+    return path
+
+
+def _make_folder(folder: Path, target: Path) -> None:
+    """Create `folder` (and parents), naming the first ancestor that is a file if any."""
+    blocker = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise ValueError(f"Expected a folder at {blocker} to write {target} into, but it is a file")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"Expected to create the folder {folder} for {target}, but could not: "
+                         f"{exc.strerror or exc}") from None
+
+
+def _probe_folder(folder: Path, target: Path) -> None:
+    """Write and drop a scratch file: permission bits alone miss read-only mounts."""
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".calm-write-check-"):
+            pass
+    except OSError as exc:
+        raise ValueError(f"Expected a writable folder for {target}, but {folder} cannot be written: "
+                         f"{exc.strerror or exc}") from None

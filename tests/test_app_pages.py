@@ -114,6 +114,23 @@ def test_data_page_validates_an_upload_and_saves_it(open_page, tiny_everywhere, 
         save_upload("../escape", report, "domain.csv")
 
 
+def test_train_page_says_which_rows_a_chosen_dataset_rejected(open_page, tiny_everywhere, tmp_path: Path) -> None:
+    """An upload keeps only its valid rows; choosing it for training must not hide the rest."""
+    from calm_core.data.catalog import save_upload
+    from calm_core.data.loaders import load_file
+
+    path = tmp_path / "日本.csv"
+    path.write_text("q,A,B,label\n2 + 2?,4,5,A\nSky?,blue,red,A\nBroken,x,y,Z\n", encoding="utf-8")
+    save_upload("quiz", load_file(path, mapping="question=q, choices=A|B, answer=label"), "日本.csv")
+    at = open_page("views/train.py")
+    assert not at.expander or all("rejected" not in e.label for e in at.expander)  # built-in sets: nothing to say
+    at.selectbox(key="train_data").set_value("upload/quiz").run()
+    assert not at.exception, at.exception
+    labels = [e.label for e in at.expander if "rejected" in e.label]
+    assert labels == [":material/warning: 1 of 3 rows read from upload/quiz were rejected"]
+    assert "日本.csv, row 3, field `label`: Expected a letter in A..B, but got 'Z'" in "\n".join(t.value for t in at.text)
+
+
 def test_no_pages_folder_so_a_direct_url_goes_through_the_router() -> None:
     """Streamlit treats a `pages/` folder beside the main script as a v1 multipage app:
     a fresh server whose first request is /monitor then runs monitor.py without main.py

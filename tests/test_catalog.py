@@ -272,3 +272,33 @@ def test_half_written_uploads_are_not_listed(csv_report: LoadReport) -> None:
     (catalog.uploads_dir() / ".tmp-real-123").mkdir()
     (catalog.uploads_dir() / "no_meta").mkdir()
     assert [e.name for e in list_datasets() if e.source == "upload"] == ["upload/real"]
+
+
+def test_upload_reloads_with_the_rows_it_rejected(csv_report: LoadReport) -> None:
+    """items.jsonl holds only kept rows: the rejects come back from meta.json, so training
+    or evaluating on an upload still says that part of the file was left out, and why."""
+    save_upload("quiz", csv_report, "my quiz.csv")
+    report = load_dataset("upload/quiz")
+    assert report.items == csv_report.items
+    assert report.rejected == csv_report.rejected and report.n_rejected == 1
+    assert report.rejection_lines() == [
+        "1 of 4 rows read from upload/quiz were rejected",
+        "my quiz.csv, row 3, field `A|B|C`: Expected the correct choice 'a' once, but it appears 2 times"]
+    assert load_dataset("upload/quiz[0:1]").n_rejected == 1  # a slice keeps the file's rejects
+
+
+def test_upload_rejected_count_stays_exact_past_the_listed_rows() -> None:
+    rejected = [RowError("big.csv", row, "answer", "Expected an index in 0..1, but got 7") for row in range(2, 1207)]
+    report = LoadReport("big.csv", "mc", [MCItem("a", "Q?", ("x", "y"), 0)], rejected)
+    save_upload("big", report, "big.csv")
+    again = load_dataset("upload/big")
+    assert len(again.rejected) == catalog.MAX_REJECTED_KEPT and again.n_rejected == 1205
+    assert again.n_rows == 1206 and again.rejection_lines(2)[-1] == "... and 1203 more"
+    assert again.rejected_record(3)["n_rejected"] == 1205 and len(again.rejected_record(3)["rejected"]) == 3
+
+
+def test_upload_with_an_unreadable_meta_still_loads_its_items(csv_report: LoadReport) -> None:
+    entry = save_upload("meta", csv_report, "my quiz.csv")
+    (entry.path / "meta.json").write_text('{"kind": "mc", "rejected": [{"row": 1}]}')
+    report = load_dataset("upload/meta")
+    assert report.items == csv_report.items and report.n_rejected == 0

@@ -150,6 +150,20 @@ def test_eval_prints_table_with_header_and_rows(main_run):
     assert "scoring: cloze  bins: 15" in main_run["stdout"].splitlines()[0]
 
 
+def test_eval_notes_the_rejected_row_on_stderr_and_in_json(main_run, order_file):
+    """order.jsonl's row 3 (gold out of range) is left out: said on stderr, counted in --json."""
+    assert main_run["stderr"].splitlines() == [
+        f"calm: note: 1 of 9 rows read from {order_file} were rejected:",
+        "  order.jsonl, row 3, field `answer`: Expected an index in 0..1, but got 5"]
+    data = {(d["dataset"], d["role"]): d for d in main_run["record"]["datasets"]}
+    assert set(data) == {(CAPITALS, "eval"), (str(order_file), "eval"), (FIT_SET, "fit")}
+    order = data[(str(order_file), "eval")]
+    assert (order["n_items"], order["n_rows"], order["n_rejected"]) == (LIMIT, 9, 1)
+    assert order["rejected"] == [{"source": "order.jsonl", "row": 3, "field": "answer",
+                                  "message": "Expected an index in 0..1, but got 5"}]
+    assert data[(CAPITALS, "eval")]["n_rejected"] == 0 and data[(CAPITALS, "eval")]["rejected"] == []
+
+
 def test_eval_json_has_documented_keys(main_run, order_file):
     record = main_run["record"]
     assert {"results", "model", "scoring", "ts", "limit", "seed", "environment"} <= set(record)
@@ -317,6 +331,85 @@ def test_malformed_file_names_the_rejected_rows(env, tmp_path, capsys, no_model)
     assert out == "" and "Traceback" not in err
     assert err.startswith(f"calm: error: Expected at least one valid row in {files['bad']}, but all 2 were rejected")
     assert "bad.jsonl, row 1: Expected valid JSON" in err and "bad.jsonl, row 2: Expected valid JSON" in err
+
+
+def test_duplicate_ids_are_named_on_stderr_before_the_model_loads(env, tmp_path, capsys, no_model):
+    """The reported case: 5 rows sharing one id evaluated 1 row with no word about the other 4."""
+    rows = [{"id": "same", "question": f"Q{i}?", "choices": ["a", "b"], "answer": 0} for i in range(5)]
+    path = write_jsonl(tmp_path / "dups.jsonl", rows)
+    with pytest.raises(ModelLoaded):
+        main(["eval", "--data", str(path), "--quiet"])
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == f"calm: note: 4 of 5 rows read from {path} were rejected:"
+    assert err[1:] == [f"  dups.jsonl, row {row}, field `id`: Expected a unique id, but 'same' already appeared in row 1"
+                       for row in (2, 3, 4, 5)]
+
+
+def test_rejected_rows_past_the_first_few_are_counted_on_stderr(env, tmp_path, capsys, no_model):
+    good = {"id": "ok", "question": "Q?", "choices": ["a", "b"], "answer": 0}
+    bad = [{"id": f"b{i}", "question": f"B{i}?", "choices": ["only"], "answer": 0} for i in range(8)]
+    path = write_jsonl(tmp_path / "mixed.jsonl", [good, *bad])
+    with pytest.raises(ModelLoaded):
+        main(["eval", "--data", str(path), "--quiet"])
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == f"calm: note: 8 of 9 rows read from {path} were rejected:"
+    assert err[1] == "  mixed.jsonl, row 2, field `choices`: Expected at least 2 choices, but got 1"
+    assert len(err) == 1 + 5 + 1 and err[-1] == "  ... and 3 more"
+
+
+UNWRITABLE = [
+    pytest.param(["--json", "{blocker}/out.json"], r"Expected a folder at .*blocker\.txt to write .*out\.json into, but it is a file",
+                 id="json-under-a-file"),
+    pytest.param(["--json", "{folder}"], r"Expected a file to write at .*folder, but it is a directory", id="json-is-a-folder"),
+    pytest.param(["--save-preds", "{blocker}/preds"], r"Expected a folder at .*blocker\.txt to write .*preds into",
+                 id="preds-under-a-file"),
+    pytest.param(["--save-preds", "{blocker}"], r"Expected a directory to write into at .*blocker\.txt, but it is a file",
+                 id="preds-is-a-file"),
+    pytest.param(["--fit-ts-on", FIT_SET, "--save-ts", "{blocker}/ts.json"], r"blocker\.txt to write .*ts\.json into",
+                 id="save-ts-under-a-file"),
+    pytest.param(["--save-ts", "{folder}/ts.json"], r"--save-ts needs exactly one --fit-ts-on dataset",
+                 id="save-ts-without-fit-set"),
+]
+
+
+@pytest.mark.parametrize("args, message", UNWRITABLE)
+def test_unwritable_outputs_fail_before_the_model_loads(env, tmp_path, capsys, no_model, args, message):
+    """An output that cannot be written used to fail only after all the scoring."""
+    blocker = tmp_path / "blocker.txt"
+    blocker.write_text("a file where a folder is wanted")
+    (tmp_path / "folder").mkdir()
+    argv = ["eval", "--data", CAPITALS, "--limit", "2", "--quiet"]
+    argv += [a.format(blocker=blocker, folder=tmp_path / "folder") for a in args]
+    assert main(argv) == 2  # ModelLoaded would escape main(): the check comes first
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1
+    assert re.search(message, err), err
+    assert "Error" not in err
+
+
+def test_ensure_writable_creates_missing_folders(tmp_path):
+    from calm_core.paths import ensure_writable
+
+    assert ensure_writable(tmp_path / "a" / "b" / "out.json", "file") == tmp_path / "a" / "b" / "out.json"
+    assert (tmp_path / "a" / "b").is_dir() and not (tmp_path / "a" / "b" / "out.json").exists()
+    assert ensure_writable(tmp_path / "preds" / "x", "directory").is_dir()
+    assert list((tmp_path / "a" / "b").iterdir()) == []  # the write probe leaves nothing behind
+    with pytest.raises(ValueError, match="Expected `kind` to be one of file, directory, but got 'dir'"):
+        ensure_writable(tmp_path, "dir")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_ensure_writable_refuses_a_read_only_folder(tmp_path):
+    from calm_core.paths import ensure_writable
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        with pytest.raises(ValueError, match=r"Expected a writable folder for .*out\.json, but .*locked cannot be written"):
+            ensure_writable(locked / "out.json", "file")
+    finally:
+        locked.chmod(0o700)
 
 
 def test_missing_model_path_exits_2_with_one_line(env, tmp_path, capsys):

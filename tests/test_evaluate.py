@@ -25,3 +25,21 @@ def test_wide_table_ood_mean_averages_every_set_but_the_first() -> None:
     assert lines[0].endswith("| OOD mean ece |")
     assert lines[2] == "| v | 0.900 | 0.100 | 0.300 | 0.200 |"
     assert lines[3] == "| w | 0.500 | - | - | - |"
+
+
+def test_load_report_keeps_rejected_rows_and_checks_the_kind(tmp_path) -> None:
+    import json
+
+    import pytest
+
+    from calm_core.data.schema import DataError
+    from calm_core.evaluate import load_items, load_report
+
+    rows = [{"id": "a", "question": f"Q{i}?", "choices": ["x", "y"], "answer": 0} for i in range(3)]
+    path = tmp_path / "dup.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = load_report(str(path), "mc")
+    assert len(report.items) == 1 and [e.row for e in report.rejected] == [2, 3]
+    assert load_items(str(path), "mc") == report.items
+    with pytest.raises(DataError, match="Expected an open-answer dataset"):
+        load_report(str(path), "open")

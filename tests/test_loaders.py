@@ -394,3 +394,152 @@ def test_guess_mapping_reads_common_column_names() -> None:
     assert guess_mapping(["question", "answers"]) == "question=question, choices=choices, answer=answer, answers=answers"
     assert guess_mapping(["x", "y"]) == "question=question, choices=choices, answer=answer"  # the defaults to edit
     ColumnMapping.parse(guess_mapping(["q", "a", "b", "label"]))  # always parseable
+
+
+# ----------------------------------------------------------------------------- what fuzzing found (tests/test_fuzz_data.py)
+
+
+@pytest.mark.parametrize("answer", ["²", "ß", "ﬀ", "--1", "0" * 5000, " ", ["A"], {"a": 1}])
+def test_odd_answers_are_row_errors_not_crashes(tmp_path: Path, answer: object) -> None:
+    """"²".isdigit() and "ß".upper() == "SS" once raised ValueError / TypeError mid-load."""
+    rows = [MC_ROWS[0], {"id": "odd", "question": "Q?", "choices": ["a", "b"], "answer": answer}]
+    report = load_file(write_jsonl(tmp_path / "odd.jsonl", rows))
+    assert [i.id for i in report.items] == ["q1"]
+    error = report.rejected[0]
+    assert (error.row, error.field) == (2, "answer") and error.message.startswith("Expected an index 0..1, a letter A..B")
+    assert len(str(error)) < 200  # a 5000-digit cell is not quoted whole
+
+
+@pytest.mark.parametrize("field, value", [("question", "caf\udce9"), ("choices", ["a", "b\udc80"]), ("id", "\ud800")])
+def test_text_with_lone_surrogates_is_rejected(tmp_path: Path, field: str, value: object) -> None:
+    """JSON may escape a lone surrogate; kept, it made save_upload fail with UnicodeEncodeError."""
+    row = {**MC_ROWS[1], field: value}
+    report = load_file(write_jsonl(tmp_path / "sur.jsonl", [MC_ROWS[0], row]))  # json.dumps escapes it
+    assert [i.id for i in report.items] == ["q1"]
+    assert report.rejected[0].field == field and "undecodable bytes" in report.rejected[0].message
+
+
+@pytest.mark.parametrize("value", [["a", "b"], {"x": 1}])
+def test_a_list_or_dict_is_not_question_text(tmp_path: Path, value: object) -> None:
+    report = load_file(write_jsonl(tmp_path / "nested.jsonl", [MC_ROWS[0], {**MC_ROWS[1], "question": value}]))
+    assert len(report.items) == 1
+    assert report.rejected[0].field == "question"
+    assert report.rejected[0].message == f"Expected a non-empty string, but got a {type(value).__name__}"
+
+
+def test_one_choice_row_says_how_many_choices(tmp_path: Path) -> None:
+    report = load_file(write_jsonl(tmp_path / "one.jsonl", [MC_ROWS[0], {**MC_ROWS[1], "choices": ["Paris"]}]))
+    assert str(report.rejected[0]) == "one.jsonl, row 2, field `choices`: Expected at least 2 choices, but got 1"
+
+
+def test_deep_json_and_huge_numbers_are_row_errors(tmp_path: Path) -> None:
+    """json.loads raises RecursionError and a plain ValueError (4300-digit limit) here."""
+    path = tmp_path / "deep.jsonl"
+    path.write_bytes(json.dumps(MC_ROWS[0]).encode() + b"\n" + b"[" * 5000 + b"\n"
+                     + b'{"question": "q", "choices": ["a", "b"], "answer": 1' + b"0" * 5000 + b"}\n")
+    report = load_file(path)
+    assert len(report.items) == 1
+    assert [(e.row, e.message) for e in report.rejected] == [
+        (2, "Expected valid JSON, but got a number or nesting too large to read"),
+        (3, "Expected valid JSON, but got a number or nesting too large to read")]
+
+
+def test_deeply_nested_list_text_in_a_csv_cell_is_read_as_text(tmp_path: Path) -> None:
+    path = write_text(tmp_path / "deep.csv", f"question,choices,answer\nQ?,{'[' * 5000},0\nR?,a|b,1\n")
+    report = load_file(path)
+    assert [i.question for i in report.items] == ["R?"]
+    assert report.rejected[0].row == 1 and report.rejected[0].field == "choices"
+
+
+def test_csv_undecodable_row_is_a_row_error_not_the_whole_file(tmp_path: Path) -> None:
+    path = tmp_path / "latin.csv"
+    path.write_bytes(b"question,choices,answer\nQ1?,a|b,0\nCaf\xe9?,a|b,1\nQ3?,c|d,1\n")
+    report = load_file(path)
+    assert [i.question for i in report.items] == ["Q1?", "Q3?"]
+    assert str(report.rejected[0]) == "latin.csv, row 2, field `question`: Expected UTF-8 text, but got undecodable bytes"
+
+
+def test_csv_undecodable_header_is_one_clear_data_error(tmp_path: Path) -> None:
+    path = tmp_path / "header.csv"
+    path.write_bytes(b"qu\xe9stion,choices,answer\nQ?,a|b,0\n")
+    with pytest.raises(DataError) as info:
+        load_file(path)
+    assert str(info.value) == f"Expected a UTF-8 header row in {path}, but it holds undecodable bytes (save it as UTF-8)"
+
+
+def test_csv_repeated_column_names_are_refused(tmp_path: Path) -> None:
+    """dict(zip(header, cells)) kept the last `q` and dropped the first without a word."""
+    path = write_text(tmp_path / "twice.csv", "q,q,choices,answer,,\nA?,B?,a|b,0,,\n")
+    with pytest.raises(DataError, match=r"Expected distinct column names in .*twice\.csv, but q appear"):
+        load_file(path, mapping="question=q")
+
+
+def test_mapping_errors_are_data_errors() -> None:
+    """The project's own error class, so every caller's `except DataError` sees them."""
+    for text in ("qestion=q", "question", "choices=A|A", "choices=A|"):
+        with pytest.raises(DataError):
+            ColumnMapping.parse(text)
+
+
+def test_parquet_damaged_data_pages_give_rows_or_a_data_error(tmp_path: Path) -> None:
+    """Every one-byte damage in the first data pages (footer intact): a report or one
+    DataError. A bad dictionary index once escaped as pyarrow's ArrowInvalid mid-read."""
+    pd = pytest.importorskip("pandas")
+    path = tmp_path / "broken.parquet"
+    pd.DataFrame({"question": [f"Q{i}?" for i in range(50)], "choices": [["a", "b"]] * 50,
+                  "answer": [0] * 50}).to_parquet(path)
+    clean = path.read_bytes()
+    outcomes = set()
+    for position in range(4, 64):
+        for value in (0x00, 0x7F, 0xFF):
+            path.write_bytes(clean[:position] + bytes([value]) + clean[position + 1:])
+            try:
+                report = load_file(path)
+            except DataError as exc:
+                assert "broken.parquet" in str(exc) and "ArrowInvalid" not in str(exc)
+                outcomes.add("refused")
+            else:
+                assert len(report.items) + report.n_rejected == 50
+                outcomes.add("loaded")
+    assert outcomes == {"refused", "loaded"}  # the damage reached both outcomes
+
+
+# ----------------------------------------------------------------------------- uploads: format and names
+
+
+def test_upload_format_comes_from_the_original_name_even_when_not_ascii(tmp_path: Path) -> None:
+    """The Data page once took the suffix of safe_name("日本.csv") == "csv": none, so JSONL."""
+    from calm_core.data.loaders import stage_upload
+
+    data = "q,A,B,label\n2 + 2?,4,5,A\n首都は?,東京,大阪,A\n".encode()
+    path = stage_upload("日本.csv", data, tmp_path)
+    assert path.suffix == ".csv"
+    report = load_file(path, mapping="question=q, choices=A|B, answer=label", name="日本.csv", source="日本.csv")
+    assert [i.question for i in report.items] == ["2 + 2?", "首都は?"] and report.items[1].choices == ("東京", "大阪")
+
+
+@pytest.mark.parametrize("name, head, suffix", [
+    ("日本.csv", b'{"question": 1}', ".csv"),  # the name wins over the content
+    ("データ.JSONL", b"q,A", ".jsonl"),
+    ("データ", b'\xef\xbb\xbf  {"question": "Q?"}', ".jsonl"),
+    ("données", b"PAR1\x15\x04", ".parquet"),
+    ("数据.txt", b'[{"question": "Q?"}]', ".json"),
+    ("表", "問題,A,B\n".encode(), ".csv"),
+    ("", b"", ".csv"),
+])
+def test_upload_suffix_sniffs_content_when_the_name_has_no_known_suffix(name: str, head: bytes, suffix: str) -> None:
+    from calm_core.data.loaders import upload_suffix
+
+    assert upload_suffix(name, head) == suffix
+
+
+def test_source_names_the_upload_not_its_temporary_copy(tmp_path: Path) -> None:
+    path = write_text(tmp_path / "upload.csv", "q,A,B,label\nQ?,a,b,A\nR?,a,b,Z\n")
+    report = load_file(path, mapping="question=q, choices=A|B, answer=label", source="日本.csv")
+    assert str(report.rejected[0]).startswith("日本.csv, row 2, field `label`: Expected a letter in A..B")
+    with pytest.raises(DataError) as info:
+        load_file(path, mapping="question=nope", source="日本.csv")
+    assert "日本.csv" in str(info.value) and str(tmp_path) not in str(info.value)
+    empty = write_text(tmp_path / "empty.csv", "")
+    with pytest.raises(DataError, match="^Expected data rows in 日本.csv, but the file is empty$"):
+        load_file(empty, source="日本.csv")

@@ -13,13 +13,27 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from app.state import describe_error
 from calm_core.data.catalog import delete_upload, list_datasets, save_upload
-from calm_core.data.loaders import ColumnMapping, guess_mapping, load_file, peek_columns
+from calm_core.data.loaders import ColumnMapping, guess_mapping, load_file, peek_columns, stage_upload
 from calm_core.paths import safe_name
 
 ACCEPTED = ["jsonl", "csv", "parquet"]
 PREVIEW_ROWS = 8
+
+
+def _problem(exc: Exception) -> str:
+    """What went wrong, in the loader's own words: DataError messages name the file, row
+    and field already; a Python class name or a temporary path would only confuse."""
+    return str(exc).strip() or "The file could not be read."
+
+
+def _default_name(filename: str) -> str:
+    """A "Save as" suggestion that save_upload accepts: `日本.csv` has no usable letters."""
+    try:
+        return safe_name(Path(filename).stem)
+    except ValueError:
+        return "upload"
+
 
 st.title("Data")
 st.markdown("Every dataset the studio can train or evaluate on: built-in demo sets generated from fact tables, "
@@ -36,14 +50,13 @@ st.caption("Multiple choice: a question, its options (one list column, or one co
            "(index, letter or the answer's text). Open answer: a question and a list of accepted answers.")
 upload = st.file_uploader("CSV, JSONL or Parquet", type=ACCEPTED, key="data_upload")
 if upload is not None:
-    suffix = Path(safe_name(upload.name)).suffix.lower() or ".jsonl"
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / f"upload{suffix}"
-        path.write_bytes(upload.getvalue())
+        # The format comes from the original name (or the bytes), never from a cleaned name.
+        path = stage_upload(upload.name, upload.getvalue(), Path(tmp))
         try:
-            columns = peek_columns(path)
+            columns = peek_columns(path, source=upload.name)
         except Exception as exc:
-            st.error(describe_error(exc))
+            st.error(_problem(exc))
             st.stop()
         st.write("Columns found:", ", ".join(f"`{c}`" for c in columns) or "none")
         with st.form("data_mapping"):
@@ -52,14 +65,15 @@ if upload is not None:
                                          key="data_mapping_text",
                                          help="key=column pairs; choices=A|B|C|D for one column per option; "
                                               "answers=aliases for open-answer sets")
-            name = st.text_input("Save as", value=Path(upload.name).stem, key="data_name")
+            name = st.text_input("Save as", value=_default_name(upload.name), key="data_name")
             check = st.form_submit_button("Validate")
         try:
-            report = load_file(path, kind=kind, mapping=ColumnMapping.parse(mapping_text), name=upload.name)
+            report = load_file(path, kind=kind, mapping=ColumnMapping.parse(mapping_text), name=upload.name,
+                               source=upload.name)
         except Exception as exc:
-            st.error(describe_error(exc))
+            st.error(_problem(exc))
             st.stop()
-        kept, rejected = len(report.items), len(report.rejected)
+        kept, rejected = len(report.items), report.n_rejected
         c1, c2, c3 = st.columns(3)
         c1.metric("Rows", report.n_rows)
         c2.metric("Kept", kept)
@@ -74,7 +88,7 @@ if upload is not None:
             try:
                 entry = save_upload(name, report, upload.name, mapping_text, overwrite=overwrite)
             except Exception as exc:
-                st.error(describe_error(exc))
+                st.error(_problem(exc))
             else:
                 st.success(f"Saved as `{entry.name}` ({entry.n_items} items). It is now in every dataset picker.")
 

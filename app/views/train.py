@@ -11,6 +11,8 @@ import streamlit as st
 
 from app.state import describe_error
 from calm_core.data.catalog import list_datasets
+from calm_core.data.schema import DataError
+from calm_core.evaluate import load_report
 from calm_core.generative.sampling import PROMPTS, GenerationConfig
 from calm_core.bilevel import INNER_RULES, INNER_STARTS
 from calm_core.head import scope_note, scopes_for
@@ -30,6 +32,25 @@ TASKS = {"multiple choice": "mcqa", "open answers": "openqa"}
 
 def _index(options: list[str], wanted: str) -> int:
     return options.index(wanted) if wanted in options else 0
+
+
+@st.cache_data(ttl=60, show_spinner=False)
+def _rejections(name: str, kind: str) -> list[str]:
+    """Headline and first reasons of the rows `name` rejects, [] when none: training
+    silently on part of a file is the surprise this page must not hide. Cached a minute
+    (a shared file is re-read at most that often while the page reruns)."""
+    try:
+        return load_report(name, kind).rejection_lines()
+    except DataError as exc:
+        return [f"{name} cannot be loaded", str(exc)]
+
+
+def _show_rejections(names: list[str], kind: str) -> None:
+    for name in dict.fromkeys(n for n in names if n):
+        lines = _rejections(name, kind)
+        if lines:
+            with st.expander(f":material/warning: {lines[0]}"):
+                st.text("\n".join(lines[1:]))
 
 
 st.title("Train")
@@ -66,6 +87,7 @@ heldout = c2.selectbox("Held-out S_V (entropy inputs; its labels fit TS)", names
                        index=_index(names, default_heldout), key=_key("train_heldout"))
 evals = st.multiselect("Evaluation sets (in domain and out of domain)", names,
                        default=[n for n in default_evals if n in names], key=_key("train_evals"))
+_show_rejections([train_data, heldout, *evals], "open" if openqa else "mc")
 
 st.subheader("3. Method")
 c1, c2, c3, c4 = st.columns(4)

@@ -36,7 +36,7 @@ from typing import Any, Callable
 
 from calm_core.data.hf import load_hf
 from calm_core.data.loaders import FORMATS, ColumnMapping, check_limit, load_file
-from calm_core.data.schema import DataError, LoadReport, validate_mc_record, validate_open_record
+from calm_core.data.schema import DataError, LoadReport, RowError, validate_mc_record, validate_open_record
 from calm_core.paths import data_dir, inside, safe_name, workspace_dir
 
 BUILTIN_PREFIX = "builtin/"
@@ -224,7 +224,22 @@ def load_dataset(
         return load_hf(entry.path, mapping=mapping, kind=kind, limit=limit, name=entry.name)
     path = entry.path / ITEMS_FILE if entry.source == "upload" else entry.path
     kind = entry.kind if kind == "auto" and entry.kind in ("mc", "open") else kind
-    return load_file(path, kind=kind, mapping=mapping, limit=limit, name=entry.name)  # type: ignore[arg-type]
+    report = load_file(path, kind=kind, mapping=mapping, limit=limit, name=entry.name)  # type: ignore[arg-type]
+    return _with_upload_rejects(report, entry.path) if entry.source == "upload" else report  # type: ignore[arg-type]
+
+
+def _with_upload_rejects(report: LoadReport, folder: Path) -> LoadReport:
+    """An upload's report with the rows rejected when it was uploaded (from meta.json):
+    items.jsonl holds only the kept rows, and a person training on the upload should
+    still see that some of their file was left out, and why."""
+    try:
+        meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
+        listed = [RowError(**e) for e in meta.get("rejected", [])]
+        count = int(meta.get("n_rejected", len(listed)))
+    except (OSError, ValueError, TypeError):  # an unreadable meta.json must not hide the items
+        return report
+    return dataclasses.replace(report, rejected=listed + report.rejected,
+                               unlisted_rejected=report.unlisted_rejected + max(count - len(listed), 0))
 
 
 _SLICE = re.compile(r"^(?P<base>.+)\[(?P<start>\d*):(?P<stop>\d*)\]$")
@@ -379,7 +394,7 @@ def _upload_meta(
         "mapping": mapping.to_dict() if mapping else None,
         "kind": report.kind,
         "n_items": len(report.items),
-        "n_rejected": len(report.rejected),
+        "n_rejected": report.n_rejected,
         "rejected": [dataclasses.asdict(e) for e in report.rejected[:MAX_REJECTED_KEPT]],
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }

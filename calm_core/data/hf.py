@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from calm_core.data.loaders import ColumnMapping, _build_report, _Table
+from calm_core.data.loaders import ColumnMapping, _build_report
+from calm_core.data.readers import Table
 from calm_core.data.schema import DataError, LoadReport
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
@@ -44,7 +45,7 @@ def load_hf(
         raise DataError(f"Expected data rows in {label}, but the dataset is empty")
     mapping = ColumnMapping.parse(mapping) if isinstance(mapping, str) else mapping
     rows = ((i + 1, record) for i, record in enumerate(dataset))
-    table = _Table(label, label, list(dataset.column_names), rows)
+    table = Table(label, label, list(dataset.column_names), rows)
     return _build_report(table, kind, mapping, limit, name or label)
 
 

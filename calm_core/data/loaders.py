@@ -2,8 +2,8 @@
 
 Every loader runs the same three stages, each exactly once:
 
-1. read raw rows (`load_records`): one dict per row, or a `RowError` for a row that
-   cannot even be parsed (bad JSON, undecodable bytes, a CSV row with extra fields);
+1. read raw rows (`calm_core.data.readers`): one dict per row, or a `RowError` for a
+   row that cannot even be parsed (bad JSON, undecodable bytes, a CSV row with extra fields);
 2. rename columns (`ColumnMapping`) into the normalised record the schema expects;
 3. validate (`validate_mc_record` / `validate_open_record`); bad rows stay data.
 
@@ -19,30 +19,37 @@ and HF datasets are never given `trust_remote_code`.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Union
+from typing import Any
 
 from calm_core.data.schema import (
+    REJECTED_SHOWN,
     DataError,
     LoadReport,
     RowError,
+    is_blank,
     validate_mc_record,
     validate_open_record,
 )
+from calm_core.data.readers import (  # noqa: F401  (re-exported: loaders is the public entry point)
+    FORMATS,
+    Record,
+    Row,
+    Table,
+    detect_format,
+    guarded,
+    load_records,
+    open_table,
+    peek_columns,
+    stage_upload,
+    upload_suffix,
+)
 
-FORMATS = {  # file extension -> reader
-    ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".parquet": "parquet", ".pq": "parquet",
-}
 KINDS = ("mc", "open", "auto")
-MAX_ERRORS_SHOWN = 5  # row errors quoted in a DataError message; the report keeps all of them
-PARQUET_BATCH = 1024  # rows decoded at a time, so `limit` on a large file stays cheap
-
-Record = dict[str, Any]
-Row = tuple[int, Union[Record, RowError]]  # (1-based row number, raw record or why it is unreadable)
+MAX_ERRORS_SHOWN = REJECTED_SHOWN  # row errors quoted in a DataError message; the report keeps all of them
 
 _MAPPING_KEYS = ("question", "choices", "answer", "id", "subject", "answers")
 
@@ -77,7 +84,7 @@ class ColumnMapping:
         for column in self.choice_columns:
             _check_column_name("choices", column)
         if len(set(self.choice_columns)) != len(self.choice_columns):
-            raise ValueError(f"Expected distinct choice columns, but got {self.choices!r}")
+            raise DataError(f"Expected distinct choice columns, but got {self.choices!r}")
 
     @property
     def choice_columns(self) -> tuple[str, ...]:
@@ -88,7 +95,7 @@ class ColumnMapping:
         """Build a mapping from "question=q, choices=A|B|C|D, answer=label" (CLI / studio form).
 
         `choices` with "|" names several columns; `id=` (empty) switches the id column off.
-        Unnamed keys keep their defaults.
+        Unnamed keys keep their defaults. Raises DataError (a ValueError) naming the bad part.
         """
         values: dict[str, Any] = {}
         for part in (p.strip() for p in text.split(",")):
@@ -96,11 +103,11 @@ class ColumnMapping:
                 continue
             key, sep, value = (s.strip() for s in part.partition("="))
             if not sep:
-                raise ValueError(f"Expected `key=column` pairs separated by commas, but got {part!r}")
+                raise DataError(f"Expected `key=column` pairs separated by commas, but got {part!r}")
             if key not in _MAPPING_KEYS:
-                raise ValueError(f"Expected mapping keys among {', '.join(_MAPPING_KEYS)}, but got {key!r}")
+                raise DataError(f"Expected mapping keys among {', '.join(_MAPPING_KEYS)}, but got {key!r}")
             if key in values:
-                raise ValueError(f"Expected each mapping key once, but got {key!r} twice")
+                raise DataError(f"Expected each mapping key once, but got {key!r} twice")
             values[key] = _parse_mapping_value(key, value)
         return cls(**values)
 
@@ -136,61 +143,17 @@ class ColumnMapping:
 
 def _check_column_name(key: str, value: Any) -> None:
     if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"Expected `{key}` to name a column, but got {value!r}")
+        raise DataError(f"Expected `{key}` to name a column, but got {value!r}")
 
 
 def _parse_mapping_value(key: str, value: str) -> Any:
     if key in ("id", "subject") and value.lower() in ("", "none", "-"):
         return None
     if not value:
-        raise ValueError(f"Expected a column name after `{key}=`, but got nothing")
+        raise DataError(f"Expected a column name after `{key}=`, but got nothing")
     if key == "choices" and "|" in value:
         return tuple(v.strip() for v in value.split("|"))
     return value
-
-
-# ----------------------------------------------------------------------------- reading rows
-
-
-@dataclass
-class _Table:
-    """Raw rows of one source: the column names present and a (lazy) row iterator."""
-
-    source: str  # the name row errors carry (file name or "hf:<name>")
-    where: str  # the full location, for whole-file messages
-    columns: list[str]
-    rows: Iterable[Row]
-
-
-def detect_format(path: str | Path, fmt: str | None = None) -> str:
-    """"jsonl", "csv" or "parquet", from `fmt` when given, else from the file extension."""
-    key = f".{fmt.lower().lstrip('.')}" if fmt else Path(path).suffix.lower()
-    if key not in FORMATS:
-        choices = ", ".join(sorted(FORMATS))
-        what = f"fmt={fmt!r}" if fmt else f"{Path(path).name!r}"
-        raise DataError(f"Expected a file ending in one of {choices} (or pass fmt=...), but got {what}")
-    return FORMATS[key]
-
-
-def load_records(path: str | Path, fmt: str | None = None) -> Iterator[Row]:
-    """Yield (row_number, record) for every non-blank row of a JSONL, CSV or Parquet file.
-
-    Row numbers are 1-based: the line number in JSONL, the data row (header excluded) in
-    CSV and Parquet. A row that cannot be parsed is yielded as a `RowError` instead of a
-    dict, so one bad line never hides the others.
-    """
-    return _guarded(_open_table(Path(path), detect_format(path, fmt)))
-
-
-def peek_columns(path: str | Path, fmt: str | None = None, rows: int = 20) -> list[str]:
-    """Column names of the first readable record among the first `rows` (the studio's
-    mapping form offers them); [] when none of those rows can be read."""
-    for number, record in load_records(path, fmt):
-        if isinstance(record, dict):
-            return list(record)
-        if number >= rows:
-            break
-    return []
 
 
 _QUESTION_NAMES = ("question", "q", "prompt", "query", "stem", "input")
@@ -220,120 +183,7 @@ def guess_mapping(columns: list[str]) -> str:
     return ", ".join(parts)
 
 
-def _open_table(path: Path, fmt: str) -> _Table:
-    _check_readable(path)
-    try:
-        if fmt == "csv":
-            return _csv_table(path)
-        if fmt == "parquet":
-            return _parquet_table(path)
-        return _jsonl_table(path)
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise DataError(f"Expected a readable {fmt} file at {path}, but got {type(exc).__name__}: {exc}") from None
 
-
-def _check_readable(path: Path) -> None:
-    if not path.exists():
-        raise DataError(f"Expected a dataset file at {path}, but it does not exist")
-    if not path.is_file():
-        raise DataError(f"Expected a dataset file at {path}, but it is a directory")
-    if path.stat().st_size == 0:
-        raise DataError(f"Expected data rows in {path}, but the file is empty")
-
-
-def _jsonl_table(path: Path) -> _Table:
-    # JSONL has no header: the columns are the union of keys, so the rows are read
-    # first (QA sets are small; the biggest shared split is 2 MB).
-    is_array = path.suffix.lower() == ".json" and _starts_with(path, b"[")  # .json may hold one array
-    rows = list(_json_array_rows(path) if is_array else _jsonl_rows(path))
-    if not rows:
-        raise DataError(f"Expected data rows in {path}, but the file has only blank lines")
-    columns: dict[str, None] = {}
-    for _, record in rows:
-        if isinstance(record, dict):
-            columns.update(dict.fromkeys(record))
-    return _Table(path.name, str(path), list(columns), rows)
-
-
-def _starts_with(path: Path, prefix: bytes) -> bool:
-    with path.open("rb") as handle:
-        return handle.read(4096).lstrip().startswith(prefix)
-
-
-def _jsonl_rows(path: Path) -> Iterator[Row]:
-    with path.open("rb") as handle:  # bytes: one undecodable line must not sink the file
-        for number, raw in enumerate(handle, start=1):
-            if raw.strip():
-                yield number, _parse_json_line(raw, path.name, number)
-
-
-def _parse_json_line(raw: bytes, source: str, number: int) -> Record | RowError:
-    try:
-        value = json.loads(raw.decode("utf-8-sig"))
-    except UnicodeDecodeError:
-        return RowError(source, number, "", "Expected UTF-8 text, but got undecodable bytes")
-    except json.JSONDecodeError as exc:
-        return RowError(source, number, "", f"Expected valid JSON, but got {exc.msg} at column {exc.colno}")
-    if not isinstance(value, dict):
-        return RowError(source, number, "", f"Expected a JSON object, but got {type(value).__name__}")
-    return value
-
-
-def _json_array_rows(path: Path) -> Iterator[Row]:
-    """A .json file holding one array of objects; rows are 1-based array positions."""
-    try:
-        values = json.loads(path.read_text(encoding="utf-8-sig"))
-    except json.JSONDecodeError as exc:
-        message = f"Expected a JSON array of objects in {path}, but got {exc.msg} at line {exc.lineno}"
-        raise DataError(message) from None
-    for number, value in enumerate(values, start=1):
-        if isinstance(value, dict):
-            yield number, value
-        else:
-            yield number, RowError(path.name, number, "", f"Expected a JSON object, but got {type(value).__name__}")
-
-
-def _csv_table(path: Path) -> _Table:
-    with path.open(newline="", encoding="utf-8-sig") as handle:  # -sig: Excel writes a BOM
-        header = next(csv.reader(handle), None)
-    if not header or not any(h.strip() for h in header):
-        raise DataError(f"Expected a header row in {path}, but the file has none")
-    return _Table(path.name, str(path), [h.strip() for h in header], _csv_rows(path))
-
-
-def _csv_rows(path: Path) -> Iterator[Row]:
-    with path.open(newline="", encoding="utf-8-sig") as handle:
-        reader = csv.reader(handle)
-        header = [h.strip() for h in next(reader)]
-        for number, cells in enumerate(reader, start=1):
-            if not any(cell.strip() for cell in cells):
-                continue
-            if len(cells) != len(header):
-                message = f"Expected {len(header)} fields as in the header, but got {len(cells)}"
-                yield number, RowError(path.name, number, "", message)
-            else:
-                yield number, dict(zip(header, cells))
-
-
-def _parquet_table(path: Path) -> _Table:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        parquet = pq.ParquetFile(path)
-    except (pa.ArrowException, OSError) as exc:
-        raise DataError(f"Expected a Parquet file at {path}, but could not read it: {exc}") from None
-    if parquet.metadata.num_rows == 0:
-        raise DataError(f"Expected data rows in {path}, but the Parquet file has none")
-    return _Table(path.name, str(path), list(parquet.schema_arrow.names), _parquet_rows(parquet))
-
-
-def _parquet_rows(parquet: Any) -> Iterator[Row]:
-    number = 0
-    for batch in parquet.iter_batches(batch_size=PARQUET_BATCH):
-        for record in batch.to_pylist():  # plain Python values: lists stay lists
-            number += 1
-            yield number, record
 
 
 # ----------------------------------------------------------------------------- mapping + validation
@@ -363,7 +213,7 @@ def _split_list(value: Any) -> Any:
     if text.startswith("["):
         try:
             parsed = json.loads(text)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON after all: read it as "a|b"
             parsed = None
         if isinstance(parsed, list):
             return parsed
@@ -375,7 +225,7 @@ def _choices_value(record: Record, mapping: ColumnMapping) -> Any:
         return _split_list(_lookup(record, mapping.choices))
     values = [_lookup(record, column) for column in mapping.choices]
     # Trailing blanks mean "this row has fewer options", not "an empty option".
-    while values and (values[-1] is None or str(values[-1]).strip() == ""):
+    while values and is_blank(values[-1]):
         values.pop()
     return values
 
@@ -402,7 +252,7 @@ def _source_column(field_name: str, mapping: ColumnMapping) -> str:
     return getattr(mapping, field_name, None) or field_name
 
 
-def _resolve_kind(table: _Table, kind: str, mapping: ColumnMapping) -> str:
+def _resolve_kind(table: Table, kind: str, mapping: ColumnMapping) -> str:
     if kind not in KINDS:
         raise DataError(f"Expected `kind` to be one of {', '.join(KINDS)}, but got {kind!r}")
     if not table.columns:
@@ -419,7 +269,7 @@ def _resolve_kind(table: _Table, kind: str, mapping: ColumnMapping) -> str:
     return kind
 
 
-def _detect_kind(table: _Table, mapping: ColumnMapping) -> str:
+def _detect_kind(table: Table, mapping: ColumnMapping) -> str:
     if all(_has_column(table.columns, c) for c in mapping.choice_columns):
         return "mc"
     if _has_column(table.columns, mapping.answers):
@@ -431,13 +281,13 @@ def _detect_kind(table: _Table, mapping: ColumnMapping) -> str:
     )
 
 
-def _build_report(table: _Table, kind: str, mapping: ColumnMapping, limit: int | None, name: str) -> LoadReport:
+def _build_report(table: Table, kind: str, mapping: ColumnMapping, limit: int | None, name: str) -> LoadReport:
     """Validate rows in file order until `limit` valid items; keep every rejected row."""
     check_limit(limit)
     kind = _resolve_kind(table, kind, mapping)
     report = LoadReport(name=name, kind=kind)
     first_row_of: dict[str, int] = {}  # id -> row: duplicate ids would merge per-item results
-    for number, raw in _guarded(table):
+    for number, raw in guarded(table):
         item, error = _row_to_item(raw, number, table.source, mapping, kind)
         if item is not None and item.id in first_row_of:
             message = f"Expected a unique id, but {item.id!r} already appeared in row {first_row_of[item.id]}"
@@ -466,15 +316,7 @@ def _row_to_item(
     return item, error
 
 
-def _guarded(table: _Table) -> Iterator[Row]:
-    """Rows of `table`, turning a read failure half-way through into one DataError."""
-    number = 0
-    try:
-        for number, raw in table.rows:
-            yield number, raw
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        message = f"Expected readable data in {table.where}, but reading after row {number} failed: {exc}"
-        raise DataError(message) from None
+
 
 
 def check_limit(limit: int | None) -> None:
@@ -483,7 +325,7 @@ def check_limit(limit: int | None) -> None:
         raise DataError(f"Expected `limit` to be a positive int or None, but got {limit!r}")
 
 
-def _check_not_empty(report: LoadReport, table: _Table) -> None:
+def _check_not_empty(report: LoadReport, table: Table) -> None:
     if report.n_rows == 0:
         raise DataError(f"Expected data rows in {table.where}, but it has none")
     if not report.items:
@@ -506,14 +348,18 @@ def load_file(
     limit: int | None = None,
     name: str | None = None,
     fmt: str | None = None,
+    source: str | None = None,
 ) -> LoadReport:
     """Load a JSONL / CSV / Parquet file into a LoadReport of MCItems or OpenItems.
 
     kind: "mc", "open" or "auto" (multiple choice when the choice column(s) exist,
     else open when the answers column exists). `limit` keeps the first N valid items
-    in file order. Raises DataError when the file cannot be used at all.
+    in file order. `source` is how messages name the file (default: its own name for
+    rejected rows, its path for whole-file errors); the Data page passes the uploaded
+    file's name so that no temporary path shows. Raises DataError when the file cannot
+    be used at all.
     """
     path = Path(path).expanduser()
     mapping = ColumnMapping.parse(mapping) if isinstance(mapping, str) else mapping
-    table = _open_table(path, detect_format(path, fmt))
+    table = open_table(path, detect_format(path, fmt), source)
     return _build_report(table, kind, mapping, limit, name or path.name)

@@ -8,10 +8,14 @@ never takes a whole dataset (or the studio) down with it.
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any, Union
 
 MIN_CHOICES = 2
+REJECTED_SHOWN = 5  # reasons quoted in a message or a note; reports keep every rejected row
+_INDEX = re.compile(r"-?[0-9]{1,9}")  # an answer index in text; ASCII digits only ("²" is no index)
 
 
 @dataclass(frozen=True)
@@ -66,13 +70,41 @@ class LoadReport:
     kind: str  # "mc" or "open"
     items: list = field(default_factory=list)
     rejected: list[RowError] = field(default_factory=list)
+    # Rejected rows counted but not listed: an upload's meta.json keeps only the first
+    # 1000 reasons, and its exact count must survive reloading.
+    unlisted_rejected: int = 0
+
+    @property
+    def n_rejected(self) -> int:
+        return len(self.rejected) + self.unlisted_rejected
 
     @property
     def n_rows(self) -> int:
-        return len(self.items) + len(self.rejected)
+        """Rows read: kept plus rejected (a `limit` stops reading early)."""
+        return len(self.items) + self.n_rejected
 
     def summary(self) -> str:
-        return f"{self.name}: {len(self.items)} kept, {len(self.rejected)} rejected of {self.n_rows} rows"
+        return f"{self.name}: {len(self.items)} kept, {self.n_rejected} rejected of {self.n_rows} rows"
+
+    def rejection_lines(self, shown: int = REJECTED_SHOWN) -> list[str]:
+        """A headline and the first `shown` reasons (file, row, field, why); [] when none.
+
+        One wording for the CLI's stderr note and the studio, so a person sees the same
+        sentence wherever a dataset with bad rows is used.
+        """
+        if not self.n_rejected:
+            return []
+        lines = [f"{self.n_rejected} of {self.n_rows} rows read from {self.name} were rejected"]
+        lines += [str(e) for e in self.rejected[:shown]]
+        more = self.n_rejected - min(shown, len(self.rejected))
+        if more > 0:
+            lines.append(f"... and {more} more")
+        return lines
+
+    def rejected_record(self, shown: int) -> dict[str, Any]:
+        """JSON-ready counts and the first `shown` reasons (the count is always exact)."""
+        return {"n_items": len(self.items), "n_rows": self.n_rows, "n_rejected": self.n_rejected,
+                "rejected": [dataclasses.asdict(e) for e in self.rejected[:shown]]}
 
 
 class DataError(ValueError):
@@ -80,12 +112,62 @@ class DataError(ValueError):
 
 
 def _as_text(value: Any) -> str | None:
-    if value is None:
+    """Stripped text of a scalar cell; None for a missing, empty or unusable value.
+
+    Lists and dicts are not text (their repr would become a question silently), and a
+    string holding lone surrogates (undecodable bytes) could never be saved as UTF-8.
+    """
+    if value is None or isinstance(value, (dict, list, tuple, set, bytes)):
         return None
     if isinstance(value, float) and value != value:  # NaN from pandas
         return None
-    text = str(value).strip()
-    return text or None
+    try:
+        text = value.strip() if isinstance(value, str) else str(value).strip()
+    except ValueError:  # an int past Python's 4300-digit str() limit
+        return None
+    if not text or not is_utf8(text):
+        return None
+    return text
+
+
+def is_blank(value: Any) -> bool:
+    """A cell that means "nothing here": None, NaN (pandas) or whitespace-only text."""
+    if isinstance(value, float):
+        return value != value
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def is_utf8(text: str) -> bool:
+    """False for text holding lone surrogates: bytes that were not UTF-8 when decoded."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def describe(value: Any) -> str:
+    """A short, safe rendering of a bad value for a message: never a 5000-character cell."""
+    if isinstance(value, str):
+        if not is_utf8(value):
+            return "text with undecodable bytes"
+        return repr(value) if len(value) <= 40 else repr(value[:40]) + "..."
+    if isinstance(value, (dict, list, tuple, set, bytes)):
+        return f"a {type(value).__name__}"
+    try:
+        text = repr(value)
+    except ValueError:  # an int past Python's 4300-digit repr() limit
+        return "a number too long to show"
+    return text if len(text) <= 40 else text[:40] + "..."
+
+
+def _optional_text(record: dict[str, Any], key: str) -> tuple[str | None, str | None]:
+    """(text or None, problem or None) for `id` / `subject`: blank is fine, a list is not."""
+    value = record.get(key)
+    text = _as_text(value)
+    if text is None and not is_blank(value):
+        return None, f"Expected a string or a number, but got {describe(value)}"
+    return text, None
 
 
 def validate_mc_record(
@@ -103,28 +185,35 @@ def validate_mc_record(
 
     question = _as_text(record.get("question"))
     if question is None:
-        return err("question", "expected a non-empty string")
+        return err("question", f"Expected a non-empty string, but got {describe(record.get('question'))}")
     raw_choices = record.get("choices")
     if not isinstance(raw_choices, (list, tuple)):
-        return err("choices", f"expected a list of at least {MIN_CHOICES} strings, got {type(raw_choices).__name__}")
+        return err("choices", f"Expected a list of at least {MIN_CHOICES} strings, but got {describe(raw_choices)}")
+    if len(raw_choices) < MIN_CHOICES:
+        return err("choices", f"Expected at least {MIN_CHOICES} choices, but got {len(raw_choices)}")
     choices = [_as_text(c) for c in raw_choices]
-    if any(c is None for c in choices):
-        return err("choices", "expected every choice to be a non-empty string")
+    if None in choices:
+        bad = choices.index(None)
+        return err("choices", f"Expected every choice to be a non-empty string, but choice {bad + 1} is "
+                              f"{describe(raw_choices[bad])}")
     answer, problem = resolve_answer(record.get("answer"), choices)  # type: ignore[arg-type]
     if problem:
         return err("answer", problem)
     gold_text = choices[answer]
     if choices.count(gold_text) > 1:
-        return err("choices", f"expected the correct choice {gold_text!r} once, but it appears {choices.count(gold_text)} times")
+        return err("choices", f"Expected the correct choice {gold_text!r} once, but it appears {choices.count(gold_text)} times")
     # A repeated distractor (CommonsenseQA has a few) is dropped, not the whole item:
     # the question stays answerable and the gold index is re-pointed.
     choices = list(dict.fromkeys(choices))
     answer = choices.index(gold_text)
     if len(choices) < MIN_CHOICES:
-        return err("choices", f"expected at least {MIN_CHOICES} distinct choices, got {len(choices)}")
-    item_id = _as_text(record.get("id")) or f"{source}-{row}"
-    subject = _as_text(record.get("subject"))
-    return MCItem(item_id, question, tuple(choices), answer, subject), None  # type: ignore[arg-type]
+        return err("choices", f"Expected at least {MIN_CHOICES} distinct choices, but got {len(choices)}")
+    item_id, id_problem = _optional_text(record, "id")
+    subject, subject_problem = _optional_text(record, "subject")
+    if id_problem or subject_problem:
+        return err("id" if id_problem else "subject", id_problem or subject_problem)  # type: ignore[arg-type]
+    item = MCItem(item_id or f"{source}-{row}", question, tuple(choices), answer, subject)  # type: ignore[arg-type]
+    return item, None
 
 
 def resolve_answer(value: Any, choices: list[str]) -> tuple[int, str | None]:
@@ -135,41 +224,50 @@ def resolve_answer(value: Any, choices: list[str]) -> tuple[int, str | None]:
     So numeric choices ("12") need their answer given as an index, not as the text.
     """
     k = len(choices)
+    wanted = f"an index 0..{k - 1}, a letter A..{chr(ord('A') + min(k, 26) - 1)} or one of the choice texts"
     if isinstance(value, bool) or value is None:
-        return -1, f"expected an index 0..{k - 1}, a letter or a choice text, got {value!r}"
+        return -1, f"Expected {wanted}, but got {describe(value)}"
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, int):
         if 0 <= value < k:
             return value, None
-        return -1, f"expected an index in 0..{k - 1}, got {value}"
-    text = str(value).strip()
-    if text.lstrip("-").isdigit():
+        return -1, f"Expected an index in 0..{k - 1}, but got {value}"
+    text = _as_text(value)
+    if text is None:
+        return -1, f"Expected {wanted}, but got {describe(value)}"
+    if _INDEX.fullmatch(text):
         return resolve_answer(int(text), choices)
-    if len(text) == 1 and "A" <= text.upper() <= "Z":
+    if len(text) == 1 and text.isascii() and text.isalpha():  # "ß".upper() is "SS": ASCII only
         index = ord(text.upper()) - ord("A")
         if 0 <= index < k:
             return index, None
-        return -1, f"expected a letter in A..{chr(ord('A') + k - 1)}, got {text!r}"
+        return -1, f"Expected a letter in A..{chr(ord('A') + min(k, 26) - 1)}, but got {text!r}"
     if text in choices:
         return choices.index(text), None
-    return -1, f"expected an index, a letter or one of the choice texts, got {text!r}"
+    return -1, f"Expected {wanted}, but got {describe(text)}"
 
 
 def validate_open_record(
     record: dict[str, Any], source: str, row: int
 ) -> tuple[OpenItem | None, RowError | None]:
     """Turn a record {id?, question, answers (list or a single string)} into an OpenItem."""
+    def err(field_name: str, message: str) -> tuple[None, RowError]:
+        return None, RowError(source, row, field_name, message)
+
     question = _as_text(record.get("question"))
     if question is None:
-        return None, RowError(source, row, "question", "expected a non-empty string")
+        return err("question", f"Expected a non-empty string, but got {describe(record.get('question'))}")
     raw = record.get("answers")
     if isinstance(raw, str):
         raw = [raw]
     if not isinstance(raw, (list, tuple)):
-        return None, RowError(source, row, "answers", "expected a list of answer strings")
+        return err("answers", f"Expected a list of answer strings, but got {describe(raw)}")
     answers = tuple(a for a in (_as_text(x) for x in raw) if a is not None)
     if not answers:
-        return None, RowError(source, row, "answers", "expected at least one non-empty answer")
-    item_id = _as_text(record.get("id")) or f"{source}-{row}"
-    return OpenItem(item_id, question, answers, _as_text(record.get("subject"))), None
+        return err("answers", "Expected at least one non-empty answer, but got none")
+    item_id, id_problem = _optional_text(record, "id")
+    subject, subject_problem = _optional_text(record, "subject")
+    if id_problem or subject_problem:
+        return err("id" if id_problem else "subject", id_problem or subject_problem)  # type: ignore[arg-type]
+    return OpenItem(item_id or f"{source}-{row}", question, answers, subject), None
