@@ -148,7 +148,7 @@ def _temperatures(args: argparse.Namespace, lm: Any, cfg: Any, fit_items: dict[s
         return [("ts", TemperatureScaler.load(args.ts_file), {"file": str(args.ts_file)})]
     fitted = []
     for name, items in fit_items.items():
-        fit = score_items(lm, items, cfg, args.batch_size, not args.quiet)
+        fit = score_items(lm, items, cfg, args.batch_size, not args.quiet, dataset=name)
         scaler = TemperatureScaler.fit(fit.logits, fit.gold)
         variant = "ts" if len(fit_items) == 1 else f"ts:{name}"
         fitted.append((variant, scaler, {"dataset": name, "n": len(fit), "temperature": scaler.temperature,
@@ -189,7 +189,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     temperatures = _temperatures(args, lm, cfg, fit_items)
     rows = []
     for name in datasets:
-        scores = score_items(lm, items[name], cfg, args.batch_size, not args.quiet)
+        scores = score_items(lm, items[name], cfg, args.batch_size, not args.quiet, dataset=name)
         variants = [("base", None)] + [(variant, scaler) for variant, scaler, _ in temperatures]
         for variant, calibrator in variants:
             rows.append(result_row(scores, name, variant, calibrator, n_bins=args.bins))

@@ -245,6 +245,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from calm_core.run_view import compare_rows
     from calm_core.runs import atomic_write_json
 
+    from calm_core.paths import ensure_writable
+
+    if args.json:
+        args.json = ensure_writable(args.json, "file")  # before reading any run: fail in a second
     run_ids = list(args.run_ids) + (runs_named(args.name_prefix, args.runs_root) if args.name_prefix else [])
     if not run_ids:
         raise ValueError("Expected run ids or --name-prefix matching finished runs, but got none")

@@ -57,7 +57,8 @@ def load_mc_items(name: str, limit: int | None = None, seed: int = 0, mapping: A
 
 def score_dataset(lm: Any, name: str, cfg: ScoringConfig, limit: int | None = None, seed: int = 0,
                   batch_size: int = 32, progress: bool | ProgressFn = True) -> OptionScores:
-    return score_items(lm, load_mc_items(name, limit, seed), cfg, batch_size=batch_size, progress=progress)
+    return score_items(lm, load_mc_items(name, limit, seed), cfg, batch_size=batch_size, progress=progress,
+                       dataset=name)
 
 
 def variant_probs(scores: OptionScores, calibrator: Calibrator | None = None) -> np.ndarray:
@@ -78,6 +79,7 @@ def result_row(scores: OptionScores, dataset: str, variant: str, calibrator: Cal
     confidence, correct = metrics.top_label(probs, scores.gold)
     row["bins"] = metrics.bin_confidences(confidence, correct, n_bins=n_bins).to_records()
     row["scoring_config"] = scores.scoring
+    row["truncated"] = scores.truncated  # items cut from the left to fit the model's context (scoring.fit_cloze_item)
     return row
 
 

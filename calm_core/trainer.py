@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import sys
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from calm_core import distributed, metrics
 from calm_core.adapters import attach_lora, evaluating, lora_parameters, quantization_choice
 from calm_core.bilevel import BOME_LOG_KEYS
 from calm_core.data.schema import DataError, MCItem
-from calm_core.evaluate import load_items
+from calm_core.evaluate import load_report
 from calm_core.faults import fault_point
 from calm_core.head import CalibrationHead
 from calm_core.methods import get_method
@@ -73,6 +74,7 @@ class Data:
     heldout: list[Any]
     evals: dict[str, list[Any]]
     dropped: dict[str, int] = field(default_factory=dict)  # set -> items removed as training questions
+    rejected: dict[str, dict[str, Any]] = field(default_factory=dict)  # set -> rows its loader rejected (first 20)
 
 
 def question_key(question: str) -> str:
@@ -92,12 +94,24 @@ def load_data(cfg: TrainConfig) -> Data:
     """S_T, S_V and the evaluation sets; S_V and evaluation items that repeat a training
     question are dropped before `limit` counts, and how many is recorded."""
     kind = "open" if cfg.task == "openqa" else "mc"
-    train_items = load_items(cfg.train_data, kind, cfg.train_limit, cfg.seed)
+    rejected: dict[str, dict[str, Any]] = {}
+
+    def load(name: str, limit: int | None) -> list[Any]:
+        """The set's items; its rejected rows are said on stderr (stdout.log for a job)
+        and kept for status.json, never dropped without a word."""
+        report = load_report(name, kind, limit, cfg.seed)
+        if report.n_rejected:
+            rejected[name] = report.rejected_record(20)
+            head, *reasons = report.rejection_lines()
+            print(f"calm: note: {head}:", *(f"  {line}" for line in reasons), sep="\n", file=sys.stderr, flush=True)
+        return list(report.items)
+
+    train_items = load(cfg.train_data, cfg.train_limit)
     keys = {question_key(it.question) for it in train_items}
     dropped: dict[str, int] = {}
 
     def load_clean(name: str, limit: int | None) -> list[Any]:
-        items = load_items(name, kind, None, cfg.seed)
+        items = load(name, None)
         kept = without_training_questions(items, keys)
         if len(kept) < len(items):
             dropped[name] = len(items) - len(kept)
@@ -108,7 +122,7 @@ def load_data(cfg: TrainConfig) -> Data:
     if not train_items or not heldout:
         which = "training set" if not train_items else "held-out set S_V (after removing training questions)"
         raise DataError(f"Expected items in the {which}, but it is empty: choose another set or slice")
-    return Data(train_items, heldout, evals, dropped)
+    return Data(train_items, heldout, evals, dropped, rejected)
 
 
 def build_context(cfg: TrainConfig, lm: Any, k_max: int) -> tuple[StepContext, dict[str, Any]]:
@@ -342,7 +356,8 @@ def train(cfg: TrainConfig, run: RunDir | None = None, lm: Any = None,
     if run is not None:
         if writer is not None:
             run.update_status(choices={**record, "world_size": distributed.world_size(),
-                                       "dropped_training_questions": data.dropped}, model=lm.info,
+                                       "dropped_training_questions": data.dropped, "rejected_rows": data.rejected},
+                              model=lm.info,
                               items_cut_to_context=cut)
         start_step, elapsed_before = resume_point(ctx, run, writer)
         if writer is not None:

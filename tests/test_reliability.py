@@ -205,3 +205,29 @@ def test_run_files_follow_the_umask(tmp_path: Path) -> None:
     mode = lambda p: stat.S_IMODE(p.stat().st_mode)  # noqa: E731
     assert mode(run.path) == mode(run.checkpoint_dir(1)) == 0o755  # mkdtemp made them 0700
     assert mode(run.path / "status.json") == mode(run.path / "config.json") == mode(tmp_path / "out.json") == 0o644
+
+
+# ------------------------------------------------------------------------- outputs and data
+
+def test_compare_checks_its_json_path_before_reading_any_run(tmp_path: Path, capsys) -> None:
+    (tmp_path / "a-file").write_text("x")
+    rc = main(["compare", "no-such-run", "--json", str(tmp_path / "a-file" / "out.json"), "--runs-root", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "a-file" in err and "no-such-run" not in err
+
+
+def test_a_training_run_names_the_rows_its_data_rejected(tiny_model_dir: Path, tmp_path: Path, capsys) -> None:
+    import json
+
+    from calm_core.trainer import train
+
+    rows = [{"id": f"q{i}", "question": f"Capital {i}?", "choices": ["a", "b"], "answer": 0} for i in range(6)]
+    rows[2] = {"id": "q2", "question": "Only one choice?", "choices": ["a"], "answer": 0}
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = small_config(steps=1, train_data=str(data), train_limit=None)
+    run = RunDir.create(tmp_path / "runs", "rejects", cfg.to_dict())
+    train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
+    record = run.status["choices"]["rejected_rows"][str(data)]  # beside dropped_training_questions
+    assert record["n_rejected"] == 1 and record["n_items"] == 5 and record["rejected"][0]["row"] == 3
+    assert f"1 of 6 rows read from {data} were rejected" in capsys.readouterr().err
