@@ -46,6 +46,17 @@ def _header(records: list[dict], view: RunState) -> None:
     st.progress(min(1.0, step / total) if total else 0.0, text=text)
     if view.state == "failed" and status.get("error"):
         st.error(status["error"])
+    _data_notes(status.get("choices") or {})
+    for name, n in (status.get("items_cut_to_context") or {}).items():
+        st.caption(f"{n} items of {name} were longer than the model's context and were cut from the left "
+                   "(as lm-evaluation-harness does).")
+
+
+def _data_notes(choices: dict) -> None:
+    """Rows the run's loaders rejected and items cut to the model's context: said, not hidden."""
+    for name, record in (choices.get("rejected_rows") or {}).items():
+        with st.expander(f"{record.get('n_rejected')} of {record.get('n_rows')} rows of {name} were rejected"):
+            st.dataframe(pd.DataFrame(record.get("rejected") or []), hide_index=True)
 
 
 def _controls(view: RunState) -> None:
