@@ -1,0 +1,223 @@
+"""The shareable HTML report of a run (calm_core.report): one well-formed, offline
+document (no script, no external URL) holding the run's results table, settings, one
+reliability diagram per variant and set, the alpha and BOME summaries; user strings are
+escaped; a run without results.json is refused.
+
+One calm run (options scope, so alpha vectors are logged) is trained once for the module
+on the tiny random model; tests that damage it work on a copy. The open-answer run is
+written by hand (its files, not its training), to test the report's open-QA paths fast.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from calm_core import metrics
+from calm_core.report import OVER, UNDER, reliability_svg, run_report_html
+from calm_core.run_view import bome_line, bome_summary
+from calm_core.runs import RunDir, atomic_write_json, predictions_path, write_predictions
+from tests.test_trainer import fresh_lm, small_config
+
+MALICIOUS = "<script>alert(1)</script>"
+VOID = {"meta", "br", "hr", "img", "input", "link", "col", "wbr", "area", "base", "source"}
+
+
+class Document(HTMLParser):
+    """Checks nesting (every end tag closes the innermost open one) and collects the
+    tags, attributes and the metrics table's cells."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.stack: list[str] = []
+        self.errors: list[str] = []
+        self.tags: list[tuple[str, dict]] = []
+        self.rows: list[list[str]] = []
+        self._in_cell = False
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        self.tags.append((tag, dict(attrs)))
+        if tag == "tr":
+            self.rows.append([])
+        self._in_cell = tag in ("td", "th")
+        if self._in_cell and self.rows:
+            self.rows[-1].append("")
+        if tag not in VOID:
+            self.stack.append(tag)
+
+    def handle_startendtag(self, tag: str, attrs: list) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_endtag(self, tag: str) -> None:
+        if not self.stack or self.stack[-1] != tag:
+            self.errors.append(f"</{tag}> closes {self.stack[-1:] or 'nothing'}")
+        else:
+            self.stack.pop()
+        if tag in ("td", "th"):
+            self._in_cell = False
+
+    def handle_data(self, data: str) -> None:
+        if self._in_cell and self.rows and self.rows[-1]:
+            self.rows[-1][-1] += data
+
+
+def parse(text: str) -> Document:
+    doc = Document()
+    doc.feed(text)
+    doc.close()
+    return doc
+
+
+@pytest.fixture(scope="module")
+def finished_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> RunDir:
+    """A finished calm run as `calm train` writes it (config.json with train + environment)."""
+    from calm_core.launch import create_run
+    from calm_core.trainer import train
+
+    cfg = small_config(steps=3, eval_every=2, heldout_limit=12, scope="options", name="report run",
+                       model=str(tiny_model_dir))  # 12 S_V items: enough for the ts variant (>= 10)
+    run = create_run(cfg, tmp_path_factory.mktemp("report-runs"))
+    assert train(cfg, run=run, lm=fresh_lm(tiny_model_dir)).state == "finished"
+    return run
+
+
+@pytest.fixture()
+def run_copy(finished_run: RunDir, tmp_path: Path) -> RunDir:
+    target = tmp_path / finished_run.run_id
+    shutil.copytree(finished_run.path, target)
+    return RunDir.open(target)
+
+
+@pytest.fixture(scope="module")
+def report(finished_run: RunDir) -> str:
+    return run_report_html(finished_run)
+
+
+def test_report_is_one_well_formed_offline_document(report: str) -> None:
+    assert report.startswith("<!DOCTYPE html>") and report.count("<html") == 1 and report.rstrip().endswith("</html>")
+    doc = parse(report)
+    assert not doc.errors and doc.stack == []
+    assert "<script" not in report.lower() and "http://" not in report and "https://" not in report
+    linked = [a.get("src") or a.get("href") for _, a in doc.tags if a.get("src") or a.get("href")]
+    assert linked == []  # nothing to fetch: styles inline, figures inline SVG
+    assert 5_000 < len(report.encode()) < 200_000
+
+
+def test_report_holds_the_results_table_as_results_json_has_it(finished_run: RunDir, report: str) -> None:
+    results = finished_run.results()["results"]
+    assert {r["variant"] for r in results} == {"base", "ts", "calm", "calm_theta_only"}
+    table = {(cells[0], cells[1]): cells for cells in parse(report).rows if len(cells) == 11}
+    header = table.pop(("dataset", "variant"))
+    assert header == ["dataset", "variant", "n", "acc", "ece", "ece_10", "brier", "nll", "auroc", "aurc", "confidence"]
+    for row in results:
+        cells = dict(zip(header, table[(row["dataset"], row["variant"])]))
+        assert cells["n"] == str(row["n"])
+        for name in header[3:]:
+            assert cells[name] == f"{row[name]:.4f}", name  # format_table's 4 decimals
+    calm = next(r for r in results if r["variant"] == "calm")
+    assert f"<b>calm</b>: acc {calm['acc']:.3f}" in report  # the diagram's caption agrees with the table
+
+
+def test_report_draws_one_reliability_diagram_per_variant_and_set(finished_run: RunDir, report: str) -> None:
+    results = finished_run.results()["results"]
+    section = report[report.index('id="reliability"'):report.index('id="alpha"')]
+    assert section.count("<svg") == len(results)
+    for row in results:
+        assert f"<b>{row['variant']}</b>" in section
+    assert "builtin/capitals/test" in section
+
+
+def test_report_names_settings_alpha_and_bome(finished_run: RunDir, report: str) -> None:
+    train = finished_run.config["train"]
+    records = finished_run.read_metrics()
+    assert "CALM report: " + finished_run.run_id + " (report run)" in report
+    settings = {cells[0]: cells[1] for cells in parse(report).rows if len(cells) == 2}
+    assert settings["method"] == "calm" and settings["head scope (effective)"] == "options"
+    assert settings["scoring rule"] == "letter, chat template off"
+    assert settings["steps"] == "3 of 3"
+    assert settings["S_V (held-out set)"] == "builtin/capitals/validation (first 12 items)"
+    assert settings["BOME step"].startswith(f"eta {train['eta']},")
+    assert finished_run.config["environment"]["git"] in report
+    last = records[-1]
+    assert settings["tau_mean"] == f"{last['alpha/tau_mean']:.6g}"
+    assert "option D" in report and f"{last['alpha/tau'][3]:.4f}" in report  # the options scope's vector
+    assert report.count("<polyline") == 3  # tau_mean, tau_min, tau_max over steps
+    assert bome_line(bome_summary(records, train["eta"])) in report
+    assert "a near-uniform forecast" in report and "AUROC" in report
+
+
+def test_user_strings_are_escaped(run_copy: RunDir) -> None:
+    run_copy.update_status(name=MALICIOUS)
+    data = run_copy.results()
+    for row in data["results"]:
+        row["dataset"] = "<img src=x onerror=alert(2)>"  # no predictions under that name: a note instead
+    atomic_write_json(run_copy.path / "results.json", data)
+    text = run_report_html(run_copy)
+    assert MALICIOUS not in text and "<img" not in text and "<script" not in text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text and "&lt;img src=x onerror=alert(2)&gt;" in text
+    assert not parse(text).errors
+
+
+def test_run_without_results_is_refused(run_copy: RunDir) -> None:
+    (run_copy.path / "results.json").unlink()
+    with pytest.raises(ValueError, match="results.json"):
+        run_report_html(run_copy)
+
+
+def test_missing_predictions_leave_a_note_in_place_of_the_figure(run_copy: RunDir) -> None:
+    row = run_copy.results()["results"][0]
+    predictions_path(run_copy.path, row["variant"], row["dataset"]).unlink()
+    text = run_report_html(run_copy)
+    assert f"Expected predictions of `{row['variant']}`" in text
+    assert text.count("<svg") == len(run_copy.results()["results"])  # the other diagrams, and the tau chart
+
+
+def test_reliability_svg_colours_gaps_and_marks_empty_bins() -> None:
+    # bin 0: confidence 0.1, accuracy 1 (under-confident, blue); bin 1: 0.9 vs 0.5 (over, red); 2 bins only
+    table = metrics.bin_confidences([0.1, 0.9, 0.9], [1, 0, 1], n_bins=4).to_records()
+    lower, upper = metrics.bin_accuracy_intervals([0.1, 0.9, 0.9], [1, 0, 1], n_bins=4)
+    svg = reliability_svg(table, lower, upper)
+    assert svg.count(f'fill="{OVER}"') == 1 and svg.count(f'fill="{UNDER}"') == 1
+    assert svg.count(">x</text>") == 2  # the two empty bins
+    assert "0.75-1.00: 2 items, accuracy 0.500, mean confidence 0.900" in svg
+    assert not parse(svg).errors
+
+
+@pytest.fixture()
+def open_run(tmp_path: Path) -> RunDir:
+    """A finished open-QA run's files: two variants, one item without samples (nan Sem1)."""
+    from calm_core.generative.sampling import GenerationConfig
+    from calm_core.launch import create_run
+
+    cfg = small_config(task="openqa", train_data="builtin/capitals_open/train",
+                       heldout_data="builtin/capitals_open/validation", eval_data=("builtin/capitals_open/test",),
+                       generation=GenerationConfig(n_samples=3, grouping="string"))
+    run = create_run(cfg, tmp_path)
+    dataset, rows = "builtin/capitals_open/test", []
+    for variant in ("base", "calm"):
+        frame = pd.DataFrame({"confidence": [1.0, 2 / 3, 1 / 3, math.nan], "correct": [1.0, 1.0, 0.0, math.nan]})
+        write_predictions(run.path, variant, dataset, frame)
+        rows.append({"dataset": dataset, "variant": variant, "task": "openqa", "n": 4, "acc": 0.25, "sem_acc": 2 / 3,
+                     "ece": 0.2, "ece_10": 0.2, "sem2_ece_10": 0.1, "seq_ece_10": 0.3, "auroc": math.nan,
+                     "confidence": 2 / 3})
+    atomic_write_json(run.path / "results.json", {"results": rows, "task": "openqa"})
+    run.write_status("finished", step=2)
+    return run
+
+
+def test_open_answer_run_gets_its_columns_and_diagrams(open_run: RunDir) -> None:
+    text = run_report_html(open_run)
+    header = next(cells for cells in parse(text).rows if cells[:2] == ["dataset", "variant"])
+    assert header == ["dataset", "variant", "n", "acc", "sem_acc", "ece", "ece_10", "sem2_ece_10", "seq_ece_10",
+                      "auroc", "confidence"]
+    assert "0.6667" in text and "–" in text  # sem_acc, and the nan auroc as a dash
+    assert text.count("<svg") == 2 and "1 without confidence" in text and "sem_acc 0.667" in text
+    assert "Sem1" in text and not parse(text).errors
