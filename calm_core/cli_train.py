@@ -54,6 +54,10 @@ def add_parsers(sub: Any) -> None:
                     help="one Markdown line per variant, columns dataset x (acc, ece, ece_10): the paper's shape")
     cp.add_argument("--metrics", default="acc,ece,ece_10", help="--wide: the metric columns, comma-separated")
     cp.add_argument("--ood-mean", action="store_true", help="--wide: add the mean over every set but the first")
+    rp = sub.add_parser("report", help="one self-contained HTML file: settings, metrics, reliability diagrams, alpha")
+    rp.add_argument("run_id")
+    rp.add_argument("--out", type=Path, help="the HTML file to write (default: <run id>.html here)")
+    rp.add_argument("--runs-root", type=Path)
     ex = sub.add_parser("export", help="adapter + calibration head + a model card with the calibration table")
     ex.add_argument("run_id")
     ex.add_argument("target", type=Path)
@@ -307,5 +311,17 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "runs": cmd_runs, "cancel": cmd_cancel, "resume": cmd_resume,
+def cmd_report(args: argparse.Namespace) -> int:
+    from calm_core.paths import ensure_writable
+    from calm_core.report import run_report_html
+    from calm_core.runs import atomic_write_text
+
+    run = RunDir.at(args.run_id, args.runs_root)
+    out = ensure_writable(args.out or Path(f"{run.run_id}.html"), "file")
+    atomic_write_text(out, run_report_html(run))
+    print(f"report of {run.run_id}: {out}")
+    return 0
+
+
+COMMANDS = {"report": cmd_report, "train": cmd_train, "runs": cmd_runs, "cancel": cmd_cancel, "resume": cmd_resume,
             "compare": cmd_compare, "export": cmd_export}

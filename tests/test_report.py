@@ -221,3 +221,15 @@ def test_open_answer_run_gets_its_columns_and_diagrams(open_run: RunDir) -> None
     assert "0.6667" in text and "–" in text  # sem_acc, and the nan auroc as a dash
     assert text.count("<svg") == 2 and "1 without confidence" in text and "sem_acc 0.667" in text
     assert "Sem1" in text and not parse(text).errors
+
+
+def test_calm_report_writes_the_file_and_checks_the_path_first(run_copy: RunDir, tmp_path: Path, capsys) -> None:
+    from calm_core.cli import main
+
+    out = tmp_path / "shared" / "report.html"
+    assert main(["report", run_copy.run_id, "--out", str(out), "--runs-root", str(run_copy.path.parent)]) == 0
+    assert out.read_text(encoding="utf-8").startswith("<!DOCTYPE html>") and str(out) in capsys.readouterr().out
+    (tmp_path / "a-file").write_text("x")
+    assert main(["report", run_copy.run_id, "--out", str(tmp_path / "a-file" / "r.html"),
+                 "--runs-root", str(run_copy.path.parent)]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
