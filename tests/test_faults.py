@@ -35,7 +35,8 @@ from tests.test_jobs import wait_for
 
 STEPS = 6
 RUN_ARGS = ["--method", "calm", "--steps", str(STEPS), "--set", "checkpoint_every=2", "--set", "eval_every=3",
-            "--set", 'lora={"r": 4, "alpha": 8, "layers": 1}', *TINY]  # layers=1: the frozen-layer cache fills
+            "--set", 'lora={"r": 4, "alpha": 8, "layers": 1}', *TINY,  # layers=1: the frozen-layer cache fills
+            "--heldout-limit", "10"]  # enough S_V for a `ts` variant: 4 variants written
 JOB_TIMEOUT_S = 240.0
 
 # (point, n): die the n-th time the job passes `point`. In a 6-step run with a checkpoint
@@ -85,6 +86,7 @@ def reference(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
     [path] = [p for p in root.iterdir() if not p.name.startswith(".")]
     run = RunDir(path)
     wait_finished(run)
+    assert {variant for _, variant in result_rows(run)} == {"base", "ts", "calm", "calm_theta_only"}  # EVERY's 4 writes
     return run
 
 
@@ -120,7 +122,9 @@ def kill_then_resume(point: str, count: int, reference: RunDir, tiny_model_dir: 
     run = start(tiny_model_dir, root, capsys)
     monkeypatch.delenv(FAULT_ENV)
     try:
-        wait_for(f"the kill at {point}:{count}", lambda: run.state().state == "failed", JOB_TIMEOUT_S)
+        ended = wait_for(f"the kill at {point}:{count}", lambda: (s := run.state().state) in ("failed", "finished") and s,
+                         JOB_TIMEOUT_S)
+        assert ended == "failed", f"the job never passed {point} {count} times"
         assert "gone" in run.state().reason, (run.state().reason, _log(run))
         assert_truthful(run, capsys)
         assert_nothing_corrupt(run)
