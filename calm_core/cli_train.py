@@ -58,7 +58,8 @@ def add_parsers(sub: Any) -> None:
     rp.add_argument("run_id")
     rp.add_argument("--out", type=Path, help="the HTML file to write (default: <run id>.html here)")
     rp.add_argument("--runs-root", type=Path)
-    ex = sub.add_parser("export", help="adapter + calibration head + a model card with the calibration table")
+    ex = sub.add_parser("export", help="a folder that loads with transformers + peft alone: adapter, head "
+                                       "(calm_head.py), model card")
     ex.add_argument("run_id")
     ex.add_argument("target", type=Path)
     ex.add_argument("--runs-root", type=Path)
@@ -246,7 +247,7 @@ def runs_named(prefix: str, root: Path | None) -> list[str]:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from calm_core.evaluate import format_table, wide_table
-    from calm_core.run_view import compare_rows
+    from calm_core.run_view import compare_rows, result_columns
     from calm_core.runs import atomic_write_json
 
     from calm_core.paths import ensure_writable
@@ -266,48 +267,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-MC_COLUMNS = ("dataset", "variant", "n", "acc", "ece", "ece_10", "brier", "nll", "auroc", "aurc", "confidence")
-
-
-def result_columns(rows: list[dict[str, Any]]) -> tuple[str, ...]:
-    """The table columns for these rows: open-QA ones when every row is an open-QA row."""
-    from calm_core.generative.evaluate import OPEN_TABLE_COLUMNS
-
-    return OPEN_TABLE_COLUMNS if rows and all(r.get("task") == "openqa" for r in rows) else MC_COLUMNS
-
-
-def model_card(run: RunDir, rows: list[dict[str, Any]]) -> str:
-    from calm_core.evaluate import format_table
-    from calm_core.run_view import head_scope
-
-    train = run.config["train"]
-    table = format_table(rows, result_columns(rows))
-    return (f"# {run.run_id}\n\nTrained with CALM Studio: task `{train.get('task', 'mcqa')}`, method "
-            f"`{train['method']}`, head scope `{head_scope(train)}`, base model `{train['model']}`, scoring `{train['scoring']}`, "
-            f"{train['steps']} steps on `{train['train_data']}` (S_V: `{train['heldout_data']}`).\n\n"
-            f"Load: PEFT adapter in this folder; `CalibrationHead.load(folder)` for the head.\n\n"
-            f"## Calibration (15-bin ECE, and ece_10 with the paper's 10 bins)\n\n```\n{table}\n```\n")
-
-
 def cmd_export(args: argparse.Namespace) -> int:
-    import shutil
+    """A folder that loads with transformers + peft alone (calm_core.export)."""
+    from calm_core.export import export_run
 
-    run = RunDir.at(args.run_id, args.runs_root)
-    latest = run.latest_checkpoint()
-    if latest is None:
-        raise ValueError(f"Expected a checkpoint in run {run.run_id}, but it has none")
-    if args.target.exists() and any(args.target.iterdir()):
-        raise ValueError(f"Expected an empty or new target folder, but {args.target} has files")
-    args.target.mkdir(parents=True, exist_ok=True)
-    for name in ("adapter_model.safetensors", "adapter_config.json", "calibration_head.safetensors"):
-        if (latest[1] / name).is_file():
-            shutil.copy2(latest[1] / name, args.target / name)
-    shutil.copy2(run.path / "config.json", args.target / "calm_config.json")
-    from calm_core.run_view import compare_rows
-
-    rows = compare_rows([run]) if (run.path / "results.json").is_file() else []
-    (args.target / "README.md").write_text(model_card(run, rows))
-    print(f"exported {run.run_id} (step {latest[0]}) to {args.target}")
+    folder = export_run(RunDir.at(args.run_id, args.runs_root), args.target)
+    record = json.loads((folder / "calm_export.json").read_text())
+    print(f"exported {args.run_id} (step {record['step']}) to {folder}; base model {record['base_model_hub_id']}")
     return 0
 
 

@@ -220,7 +220,7 @@ def export_zip(run: RunDir) -> bytes:
 
 def export_card(run: RunDir, record: dict[str, Any]) -> str:
     """README.md: what was trained, how to load it without CALM Studio, the results table."""
-    from calm_core.cli_train import result_columns
+    from calm_core.run_view import result_columns
     from calm_core.evaluate import format_table
     from calm_core.run_view import compare_rows
 

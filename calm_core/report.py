@@ -112,7 +112,7 @@ def _data(train: dict[str, Any], key: str) -> str | None:
 
 def _metrics(rows: list[dict[str, Any]], results: dict[str, Any]) -> str:
     """The final results table with the CLI's columns (open-QA ones for an open-QA run)."""
-    from calm_core.cli_train import result_columns  # lazy: `calm report` in cli_train imports this module
+    from calm_core.run_view import result_columns
 
     columns = result_columns(rows)
     head = "".join(f"<th>{escape(c)}</th>" for c in columns)

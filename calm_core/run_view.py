@@ -97,6 +97,16 @@ def bome_line(summary: dict[str, Any]) -> str:
     return "bome: " + ", ".join(parts)
 
 
+MC_COLUMNS = ("dataset", "variant", "n", "acc", "ece", "ece_10", "brier", "nll", "auroc", "aurc", "confidence")
+
+
+def result_columns(rows: list[dict[str, Any]]) -> tuple[str, ...]:
+    """The table columns for these rows: open-QA ones when every row is an open-QA row."""
+    from calm_core.generative.evaluate import OPEN_TABLE_COLUMNS
+
+    return OPEN_TABLE_COLUMNS if rows and all(r.get("task") == "openqa" for r in rows) else MC_COLUMNS
+
+
 SHARED_VARIANTS = ("base", "ts")  # the same model and fit for runs over the same base model and S_V
 
 
