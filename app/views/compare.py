@@ -11,7 +11,9 @@ from app.charts import confidence_histogram, figure_png, open_answers_table, rel
 from app.state import describe_error
 from calm_core import metrics, run_view
 from calm_core.evaluate import wide_table
+from calm_core.export import export_zip
 from calm_core.generative.evaluate import OPEN_TABLE_COLUMNS
+from calm_core.report import run_report_html
 from calm_core.runs import RunDir, list_runs
 
 TABLE_COLUMNS = ["dataset", "variant", "n", "acc", "ece", "ece_10", "brier", "nll", "auroc", "aurc", "confidence", "run"]
@@ -124,3 +126,15 @@ if figures:
         else:
             c2.download_button("Download the figure (PNG)", png, file_name=f"{stem}.png", mime="image/png",
                                key="compare_png_download")
+
+st.subheader("Share a run")
+share = st.selectbox("Run", chosen, format_func=labels.get, key="compare_share_run")
+c1, c2 = st.columns(2)
+# Callables: the report and the zip are built when clicked, not on every rerun of the page.
+c1.download_button("Report (HTML)", lambda: run_report_html(RunDir.at(share)), file_name=f"{share}.html",
+                   mime="text/html", key="compare_report")
+c2.download_button("Calibrated model (zip)", lambda: export_zip(RunDir.at(share)), file_name=f"{share}-calibrated.zip",
+                   mime="application/zip", key="compare_export")
+st.caption("The report is one HTML file (settings, this table, reliability diagrams, alpha) that opens offline. "
+           "The zip loads with transformers + peft alone: the adapter, the head as `calm_head.py`, and a README "
+           "with the code (`calm export RUN DIR` writes the same folder).")

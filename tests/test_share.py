@@ -1,0 +1,33 @@
+"""The domain flow's studio glue (issue 14): Compare shares a run (report, portable model),
+and the Train page takes a split made on the Data page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from calm_core.runs import RunDir
+from tests.test_trainer import DATA, fresh_lm
+
+
+@pytest.fixture
+def finished_in_workspace(tiny_model_dir: Path) -> RunDir:
+    """A finished calm run in the (isolated) studio workspace, as `calm train` writes it."""
+    from calm_core.launch import create_run
+    from calm_core.train_config import TrainConfig
+    from calm_core.trainer import train
+
+    cfg = TrainConfig(method="calm", steps=2, batch_size=2, heldout_batch_size=2, eval_every=0, checkpoint_every=0,
+                      lr_theta=1e-2, lr_alpha=1e-1, scoring="letter", model=str(tiny_model_dir), **DATA)
+    run = create_run(cfg)
+    train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
+    return run
+
+
+def test_compare_offers_the_report_and_the_portable_model(open_page, tiny_everywhere, finished_in_workspace) -> None:
+    at = open_page("views/compare.py")
+    assert not at.exception, at.exception
+    assert at.selectbox(key="compare_share_run").value == finished_in_workspace.run_id
+    labels = [b.proto.label for b in at.get("download_button")]
+    assert "Report (HTML)" in labels and "Calibrated model (zip)" in labels
