@@ -31,3 +31,27 @@ def test_compare_offers_the_report_and_the_portable_model(open_page, tiny_everyw
     assert at.selectbox(key="compare_share_run").value == finished_in_workspace.run_id
     labels = [b.proto.label for b in at.get("download_button")]
     assert "Report (HTML)" in labels and "Calibrated model (zip)" in labels
+
+
+def test_train_page_takes_the_split_from_the_data_page(tiny_everywhere) -> None:
+    from streamlit.testing.v1 import AppTest
+
+    from calm_core.data.catalog import list_datasets
+
+    root = Path(__file__).resolve().parent.parent
+    at = AppTest.from_file(str(root / "app" / "main.py"), default_timeout=180)
+    split = {"train": "builtin/capitals/train", "heldout": "builtin/capitals/validation", "test": "builtin/capitals/test",
+             "source": "builtin/capitals"}
+    at.session_state["calibrate_split"] = split
+    at.run()
+    at.switch_page("views/train.py")
+    at.run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="train_data").value == split["train"]
+    assert at.selectbox(key="train_heldout").value == split["heldout"]
+    names = {e.name for e in list_datasets(kind="mc")}
+    outside = "arc/easy_test" if "arc/easy_test" in names else "builtin/units/test"
+    assert at.multiselect(key="train_evals").value == [split["test"], outside]
+    assert any("Calibrating `builtin/capitals`" in i.value for i in at.info)
+    at.selectbox(key="train_data").set_value("builtin/units/train").run()  # an edit sticks: the split applied once
+    assert at.selectbox(key="train_data").value == "builtin/units/train"

@@ -53,9 +53,33 @@ def _show_rejections(names: list[str], kind: str) -> None:
                 st.text("\n".join(lines[1:]))
 
 
+OUT_OF_DOMAIN = ["arc/easy_test", "builtin/capitals/test", "builtin/units/test"]  # a transfer check, first found
+
+
+def take_split(state: dict, names: list[str]) -> dict[str, str] | None:
+    """Prefill S_T, S_V and the evaluation sets from a split made on the Data page
+    (`calibrate_split`: its train / heldout / test parts), plus one out-of-domain set to
+    show transfer. Applied once, by setting the widgets' state, so edits stick."""
+    split = state.pop("calibrate_split", None)
+    if not split or not all(split.get(part) in names for part in ("train", "heldout", "test")):
+        return None
+    outside = next((n for n in OUT_OF_DOMAIN if n in names and n not in split.values()), None)
+    state["train_task"] = "multiple choice"
+    state["train_data"], state["train_heldout"] = split["train"], split["heldout"]
+    state["train_evals"] = [split["test"]] + ([outside] if outside else [])
+    return split
+
+
 st.title("Train")
 st.markdown("Fine-tune with **CALM** (LoRA + a calibration head, bilevel) or a baseline. "
             "The run is a background job: close the tab, it goes on; the **Monitor** page follows it.")
+prefilled = take_split(st.session_state, [e.name for e in list_datasets(kind="mc")])
+if prefilled:
+    st.session_state["train_prefilled"] = prefilled
+if st.session_state.get("train_prefilled"):
+    split = st.session_state["train_prefilled"]
+    st.info(f"Calibrating `{split.get('source', split['train'])}`: S_T, S_V and the test part come from its split; "
+            "one out-of-domain set shows transfer. The estimated time is under **4. Cost and launch**.")
 
 task = TASKS[st.radio("Task", list(TASKS), horizontal=True, key="train_task",
                       help="multiple choice: the model scores given options. open answers: it writes a short "
