@@ -21,7 +21,9 @@ import subprocess
 import sys
 import time
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -57,12 +59,14 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture()
-def studio(tmp_path: Path, embedded_dir: Path):
-    """A running studio server on an empty workspace; yields its URL."""
+@contextmanager
+def running_studio(tmp_path: Path, workspace: Path, **extra_env: str) -> Iterator[str]:
+    """`streamlit run app/main.py` on a free port over `workspace`, with `extra_env`;
+    yields its URL once healthy and stops it (and leaves no job running) afterwards."""
     port = _free_port()
-    env = {**os.environ, "CALM_WORKSPACE": str(tmp_path / "workspace"), "PYTHONUNBUFFERED": "1"}
-    log = open(tmp_path / "streamlit.log", "w")
+    env = {**os.environ, "CALM_WORKSPACE": str(workspace), "PYTHONUNBUFFERED": "1", **extra_env}
+    log_path = tmp_path / "streamlit.log"
+    log = open(log_path, "w")
     server = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"), "--server.headless", "true",
          "--server.port", str(port), "--browser.gatherUsageStats", "false"],
@@ -76,13 +80,22 @@ def studio(tmp_path: Path, embedded_dir: Path):
         except OSError:
             time.sleep(0.5)
     else:
-        server.kill()
-        pytest.fail(f"streamlit did not come up: {(tmp_path / 'streamlit.log').read_text()[-2000:]}")
-    yield url
-    os.killpg(server.pid, 15)
-    server.wait(timeout=30)
-    log.close()
-    subprocess.run([sys.executable, "-m", "calm_core.cli", "runs"], env=env, capture_output=True)  # leaves nothing running
+        os.killpg(server.pid, 9)
+        pytest.fail(f"streamlit did not come up: {log_path.read_text()[-2000:]}")
+    try:
+        yield url
+    finally:
+        os.killpg(server.pid, 15)
+        server.wait(timeout=30)
+        log.close()
+        subprocess.run([sys.executable, "-m", "calm_core.cli", "runs"], env=env, capture_output=True)
+
+
+@pytest.fixture()
+def studio(tmp_path: Path, embedded_dir: Path):
+    """A running studio server on an empty workspace; yields its URL."""
+    with running_studio(tmp_path, tmp_path / "workspace") as url:
+        yield url
 
 
 def _shots() -> Path:

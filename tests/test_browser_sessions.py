@@ -16,17 +16,13 @@ chromium or playwright, unless CALM_REQUIRE_BROWSER=1 (as tests/test_browser.py)
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, ROOT, _free_port, _goto, _require_browser, _shots
+from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, _goto, _require_browser, _shots, running_studio
 
 pytestmark = [pytest.mark.browser]
 
@@ -42,32 +38,10 @@ def studio_one_slot(tmp_path: Path, tiny_model_dir: Path):
     """A studio server with one job slot on an empty workspace; yields (url, workspace)."""
     _require_browser()  # before a server starts for nothing
     workspace = tmp_path / "workspace"
-    port = _free_port()
-    env = {**os.environ, "CALM_WORKSPACE": str(workspace), "CALM_MAX_JOBS": "1", "PYTHONUNBUFFERED": "1"}
-    log_path = tmp_path / "streamlit.log"
-    log = open(log_path, "w")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"), "--server.headless", "true",
-         "--server.port", str(port), "--browser.gatherUsageStats", "false"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        try:
-            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
-                break
-        except OSError:
-            time.sleep(0.5)
-    else:
-        os.killpg(server.pid, 9)
-        pytest.fail(f"streamlit did not come up: {log_path.read_text()[-2000:]}")
     try:
-        yield url, workspace
+        with running_studio(tmp_path, workspace, CALM_MAX_JOBS="1") as url:
+            yield url, workspace
     finally:
-        os.killpg(server.pid, 15)
-        server.wait(timeout=30)
-        log.close()
-        print(f"streamlit log: {log_path}")
         _stop_leftover_jobs(workspace / "runs")
 
 
