@@ -48,9 +48,11 @@ def float32_noise(magnitude: float, terms: int) -> float:
     sqrt(n): for the tiny model the log-softmax over its 49152-word vocabulary (sqrt 222, a
     relative 2.6e-5). The factor 222 also covers the narrower sums (hidden width 64, the
     batch, the tokens of an option) and an option score (a sum of token log-probabilities,
-    tens) being larger than the loss made from it. Seen: at most 7 eps32 magnitude, a 30-fold
-    margin; a relative error of 1e-3 is 38 times the bound wherever the magnitude is the
-    number itself.
+    tens) being larger than the loss made from it. Seen (two ranks against one, and one
+    process on 2 threads against two on 1): the losses and q at most 7 eps32 magnitude, a
+    30-fold margin; ||grad F|| 49 eps32 of itself (step 2 of the frozen-prefix case, where
+    the items' gradients cancel to a third of the step before), a 4.5-fold margin. A
+    relative error of 1e-3 is 38 times the bound wherever the magnitude is the number itself.
     """
     return math.sqrt(terms) * EPS32 * abs(magnitude)
 
@@ -60,8 +62,9 @@ def logged_tolerances(record: dict[str, float], train: dict, terms: int) -> dict
     the magnitudes of the terms it is computed from (one process's record):
 
     - the losses L and F, the norms ||grad F|| and ||grad q||: their own size (a gradient
-      is a float32 sum like a loss; grad q's alpha block is a difference of two gradients,
-      small against its theta block, grad_theta L(theta));
+      is a float32 sum like a loss). An underestimate where the items' gradients cancel
+      (the sum of their sizes is larger than the norm of their mean), which the factor
+      sqrt(terms) absorbs: see float32_noise for the margin seen;
     - q = L - L~: |L| + |L~|, with L~ = L - q;
     - lambda = eta - r, r = <grad F, grad q>_w / ||grad q||_w^2 (phi "grad"; 0 when
       negative): with grad F and grad q each off by a relative rho, r is off by at most
