@@ -1,6 +1,7 @@
 """The `calm` command: everything the studio does, headless.
 
     calm datasets [--kind mc|open]
+    calm data split upload/quiz --sizes 0.6,0.2,0.2 --seed 0     # -> split/quiz/train|heldout|test
     calm train --preset quick [--detach] | calm runs | calm cancel RUN | calm resume RUN
     calm eval --model embedded --data arc/easy_test --scoring cloze --limit 300 \\
               [--fit-ts-on commonsenseqa/dev] [--json out.json] [--save-preds DIR]
@@ -21,6 +22,7 @@ from typing import Any, Sequence
 
 from calm_core import cli_train
 from calm_core.data.schema import REJECTED_SHOWN, DataError, LoadReport
+from calm_core.data.split import add_split_parser
 from calm_core.paths import ensure_writable
 
 
@@ -84,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="how sampled answers are grouped: normalised string or all-MiniLM-L6-v2 cosine")
     op.add_argument("--threshold", type=float, default=0.8, help="embedding cosine threshold for --grouping embedding")
     cli_train.add_parsers(sub)
+    add_split_parser(sub)
     return parser
 
 
@@ -255,7 +258,12 @@ def _eval_open(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"datasets": cmd_datasets, "eval": cmd_eval, **cli_train.COMMANDS}
+def cmd_data(args: argparse.Namespace) -> int:
+    """`calm data <command>`: each data command's parser names its function."""
+    return args.data_func(args)
+
+
+COMMANDS = {"datasets": cmd_datasets, "eval": cmd_eval, "data": cmd_data, **cli_train.COMMANDS}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

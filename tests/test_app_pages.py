@@ -138,3 +138,110 @@ def test_no_pages_folder_so_a_direct_url_goes_through_the_router() -> None:
     app_dir = Path(__file__).resolve().parent.parent / "app"
     assert not (app_dir / "pages").exists()
     assert all((app_dir / page).is_file() for page in PAGES)
+
+
+# ----------------------------------------------------------------------------- Data page (issue 14)
+
+ISSUE_CSV = (b"prompt,opt1,opt2,opt3,opt4,label\n"
+             b"What is 2+2?,3,4,5,6,2\nCapital of Peru?,Quito,Lima,Cusco,Bogota,2\n"
+             b"Red planet?,Venus,Earth,Mars,Jupiter,3\nLargest ocean?,Atlantic,Indian,Arctic,Pacific,4\n"
+             b"Frozen water?,Ice,Steam,Fog,Dew,1\nBroken row?,a,b,c,d,9\n")
+
+
+def _page_text(at) -> str:
+    return _text(at) + "\n" + "\n".join(str(c.value) for c in at.code)
+
+
+def test_data_page_maps_an_uploaded_csv_with_widgets_saves_and_splits_it(open_page, tiny_everywhere) -> None:
+    """Issue 14: `prompt, opt1..opt4, label` needs no typed mapping; one file gives a run's three sets."""
+    at = open_page("views/data.py")
+    at.get("file_uploader")[0].set_value(("my quiz.csv", ISSUE_CSV, "text/csv")).run()
+    assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
+    assert at.selectbox(key="data_map_question").value == "prompt"
+    assert at.multiselect(key="data_map_options").value == ["opt1", "opt2", "opt3", "opt4"]
+    assert at.selectbox(key="data_map_answer").value == "label"
+    assert at.selectbox(key="data_map_answer_form").value == "index1"
+    assert [c.value for c in at.code] == ["question=prompt, choices=opt1|opt2|opt3|opt4, answer=label, answer_form=index1"]
+    assert [(m.label, m.value) for m in at.metric] == [("Rows", "6"), ("Kept", "5"), ("Rejected", "1")]
+    preview = at.dataframe[1].value
+    assert list(preview["correct option"]) == ["4", "Lima", "Mars", "Pacific", "Ice"]
+    # A person changes the answer form: every answer moves by one, and the rejects say why.
+    at.selectbox(key="data_map_answer_form").set_value("index0").run()
+    assert list(at.dataframe[1].value["correct option"])[:2] == ["5", "Cusco"]
+    assert "answer_form=index0" in at.code[0].value
+    at.selectbox(key="data_map_answer_form").set_value("index1").run()
+    # Fewer than two option columns: one sentence naming the widget, no class name, no temporary path.
+    at.multiselect(key="data_map_options").set_value(["opt1"]).run()
+    assert not at.exception
+    assert [e.value for e in at.error] == ["Expected at least 2 option columns (in order: the first is A), "
+                                           "or one list column, but got 1"]
+    at.multiselect(key="data_map_options").set_value(["opt1", "opt2", "opt3", "opt4"]).run()
+    at.text_input(key="data_name").set_value("quiz").run()
+    at.button(key="data_save").click().run()
+    assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
+    assert "Saved as `upload/quiz` (5 items)" in _text(at)
+    assert at.selectbox(key="data_split_source").value == "upload/quiz"  # the split form starts from it
+    table = at.dataframe[-1].value
+    assert list(table["dataset"]) == ["split/quiz/train", "split/quiz/heldout", "split/quiz/test"]
+    assert list(table["items"]) == [3, 1, 1]
+    at.button(key="data_split_go").click().run()
+    assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
+    names = {p: f"split/quiz/{p}" for p in ("train", "heldout", "test")}
+    assert at.session_state["calibrate_split"] == names
+    from calm_core.data.catalog import load_dataset
+    from calm_core.data.split import read_split
+
+    assert read_split("quiz").source == "upload/quiz"
+    assert sum(len(load_dataset(n).items) for n in names.values()) == 5
+    at.button(key="data_calibrate").click().run()
+    assert not at.exception, at.exception
+    assert [t.value for t in at.title] == ["Train"]
+
+
+def test_data_page_splits_a_catalog_dataset(open_page, tiny_everywhere) -> None:
+    at = open_page("views/data.py")
+    at.selectbox(key="data_split_source").set_value("builtin/capitals/train").run()
+    at.number_input(key="data_split_train").set_value(70)
+    at.number_input(key="data_split_heldout").set_value(20).run()
+    assert "must add up to 100% (now 110%)" in _text(at) and not at.error
+    at.number_input(key="data_split_test").set_value(10)
+    at.number_input(key="data_split_seed").set_value(3).run()
+    table = at.dataframe[-1].value
+    assert list(table["items"]) == [72, 21, 10] and list(table["dataset"])[0] == "split/capitals-train/train"
+    per_position = table[[c for c in table.columns if len(c) == 1]]
+    assert list(per_position.sum(axis=1)) == [72, 21, 10]  # every item counted under its answer position
+    assert at.checkbox(key="data_split_stratify").value is True
+    at.text_input(key="data_split_name").set_value("caps").run()
+    at.button(key="data_split_go").click().run()
+    assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
+    assert at.session_state["calibrate_split"]["heldout"] == "split/caps/heldout"
+    from calm_core.data.split import read_split
+
+    record = read_split("caps")
+    assert record.seed == 3 and record.sizes == {"train": 72, "heldout": 21, "test": 10} and record.stratify
+    # Splitting again with another seed under the same name: refused, in words, until Replace is ticked.
+    at.number_input(key="data_split_seed").set_value(4).run()
+    at.button(key="data_split_go").click().run()
+    assert [e.value for e in at.error][0].startswith("Expected a new split name, but split/caps already holds")
+    at.checkbox(key="data_split_overwrite").check().run()
+    at.button(key="data_split_go").click().run()
+    assert not at.error and read_split("caps").seed == 4
+    fresh = open_page("views/data.py")  # the parts are in the catalog table and every picker
+    assert {"split/caps/train", "split/caps/heldout", "split/caps/test"} <= set(fresh.dataframe[0].value["name"])
+    assert "split/caps/train" in fresh.selectbox(key="data_split_source").options
+
+
+def test_data_page_upload_errors_name_the_file_not_a_temporary_copy(open_page, tiny_everywhere) -> None:
+    at = open_page("views/data.py")
+    at.get("file_uploader")[0].set_value(("mine.csv", b"x,y\n", "text/csv")).run()
+    assert not at.exception
+    errors = [e.value for e in at.error]
+    assert errors == ["Expected data rows in mine.csv, but it has none"]
+    at.get("file_uploader")[0].set_value(("mine.csv", b"x,y\n1,2\n", "text/csv")).run()
+    errors = [e.value for e in at.error]
+    assert errors == ["Expected a question column, but none is chosen"]
+    at.get("file_uploader")[0].set_value(("mine.csv", b"x,y\n1,2,3\n", "text/csv")).run()
+    errors += [e.value for e in at.error]
+    assert errors[-1] == ("Expected readable rows in mine.csv, but the first ones could not be read:\n\n"
+                          "mine.csv, row 1: Expected 2 fields as in the header, but got 3")
+    assert not any("/tmp" in e or "Error:" in e or "upload.csv" in e for e in errors)

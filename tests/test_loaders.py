@@ -387,11 +387,13 @@ def test_peek_columns_names_the_first_readable_record(tmp_path) -> None:
 
 
 def test_guess_mapping_reads_common_column_names() -> None:
-    from calm_core.data.loaders import ColumnMapping, guess_mapping
+    from calm_core.data.loaders import ColumnMapping, guess_kind, guess_mapping
 
     assert guess_mapping(["q", "A", "B", "C", "label"]) == "question=q, choices=A|B|C, answer=label"
     assert guess_mapping(["Question", "options", "answerKey"]) == "question=Question, choices=options, answer=answerKey"
-    assert guess_mapping(["question", "answers"]) == "question=question, choices=choices, answer=answer, answers=answers"
+    # `answers=answers` is the default, so the compact string leaves it out; the kind says open.
+    assert guess_mapping(["question", "answers"]) == "question=question, choices=choices, answer=answer"
+    assert guess_kind(["question", "answers"], ColumnMapping.parse(guess_mapping(["question", "answers"]))) == "open"
     assert guess_mapping(["x", "y"]) == "question=question, choices=choices, answer=answer"  # the defaults to edit
     ColumnMapping.parse(guess_mapping(["q", "a", "b", "label"]))  # always parseable
 
@@ -543,3 +545,74 @@ def test_source_names_the_upload_not_its_temporary_copy(tmp_path: Path) -> None:
     empty = write_text(tmp_path / "empty.csv", "")
     with pytest.raises(DataError, match="^Expected data rows in 日本.csv, but the file is empty$"):
         load_file(empty, source="日本.csv")
+
+
+# ----------------------------------------------------------------------------- answer forms (issue 14)
+
+
+@pytest.mark.parametrize("form, answers, gold", [
+    ("index0", ["0", "3", 2], [0, 3, 2]),
+    ("index1", ["1", "4", 3.0], [0, 3, 2]),
+    ("letter", ["a", "D", "C"], [0, 3, 2]),
+    ("text", ["10", "40", "30"], [0, 3, 2]),  # numeric options: "auto" would read "10" as an index
+])
+def test_answer_forms(form: str, answers: list, gold: list, tmp_path: Path) -> None:
+    rows = [{"question": f"Q{i}?", "choices": ["10", "20", "30", "40"], "answer": a} for i, a in enumerate(answers)]
+    report = load_file(write_jsonl(tmp_path / "f.jsonl", rows), mapping=f"answer_form={form}")
+    assert [it.answer for it in report.items] == gold and not report.rejected
+
+
+@pytest.mark.parametrize("form, answer, message", [
+    ("index0", "4", "Expected a 0-based index in 0..3, but got '4'"),
+    ("index1", 0, "Expected a 1-based number in 1..4, but got 0"),
+    ("index1", "B", "Expected a 1-based number in 1..4, but got 'B'"),
+    ("letter", "1", "Expected a letter in A..D, but got '1'"),
+    ("text", "50", "Expected the text of one of the options, but got '50'"),
+    ("index1", None, "Expected a 1-based number in 1..4, but got None"),
+])
+def test_answer_form_errors_name_the_form(form: str, answer: object, message: str, tmp_path: Path) -> None:
+    good = {"index0": 1, "index1": 1, "letter": "A", "text": "20"}[form]
+    rows = [{"question": "Q?", "choices": ["10", "20", "30", "40"], "answer": answer},
+            {"question": "R?", "choices": ["10", "20", "30", "40"], "answer": good}]
+    report = load_file(write_jsonl(tmp_path / "f.jsonl", rows), mapping=f"answer_form={form}", kind="mc")
+    assert [(e.row, e.field, e.message) for e in report.rejected] == [(1, "answer", message)]
+
+
+def test_label_form_reads_arc_numeric_labels(tmp_path: Path) -> None:
+    """ARC has rows labelled 1..4: "auto" would take answerKey "3" as the 0-based index 3."""
+    rows = [{"question": "Q?", "choices": {"text": ["a", "b", "c", "d"], "label": ["1", "2", "3", "4"]}, "answerKey": "3"},
+            {"question": "R?", "choices": {"text": ["a", "b"], "label": ["A", "B"]}, "answerKey": "B"},
+            {"question": "S?", "choices": {"text": ["a", "b"], "label": ["A", "B"]}, "answerKey": "Z"},
+            {"question": "T?", "choices": {"text": ["a", "b"]}, "answerKey": "A"}]
+    path = write_jsonl(tmp_path / "arc.jsonl", rows)
+    report = load_file(path, mapping="choices=choices.text, answer=answerKey, answer_form=label, labels=choices.label")
+    assert [it.answer for it in report.items] == [2, 1]
+    assert [(e.row, e.field) for e in report.rejected] == [(3, "answerKey"), (4, "choices.label")]
+    assert "Expected one of the option labels (A, B), but got 'Z'" in report.rejected[0].message
+    assert load_file(path, mapping="choices=choices.text, answer=answerKey").items[0].answer == 3  # the old trap
+
+
+def test_mapping_answer_form_and_labels_keys() -> None:
+    mapping = ColumnMapping.parse("choices=choices.text, answer=answerKey, answer_form=LABEL, labels=choices.label")
+    assert mapping.answer_form == "label" and mapping.labels == "choices.label"
+    assert ColumnMapping.parse(mapping.to_text()) == mapping and mapping.text_round_trips()
+    assert ColumnMapping.from_dict(json.loads(json.dumps(mapping.to_dict()))) == mapping
+    assert mapping.required_columns("mc")[-1] == "choices.label"
+    with pytest.raises(DataError, match="Expected `answer_form` to be one of auto, index0, index1, letter, text, label"):
+        ColumnMapping.parse("answer_form=base1")
+    with pytest.raises(DataError, match="Expected `labels` to name the column of option labels"):
+        ColumnMapping.parse("answer_form=label")
+    with pytest.raises(DataError, match="at least 2 option columns"):
+        ColumnMapping(choices=())
+    assert ColumnMapping().to_text() == "question=question, choices=choices, answer=answer"  # only what differs
+    assert not ColumnMapping(question="a,b").text_round_trips()
+
+
+def test_whole_file_errors_say_what_to_change(tmp_path: Path) -> None:
+    """The issue's message named a temporary path and no fix: the source name and the fix now."""
+    path = write_text(tmp_path / "upload.csv", "prompt,opt1,opt2,label\nQ?,a,b,1\n")
+    with pytest.raises(DataError) as info:
+        load_file(path, mapping="question=prompt", source="my quiz.csv")
+    message = str(info.value)
+    assert "in my quiz.csv" in message and str(tmp_path) not in message
+    assert "Choose the option columns in order (choices=opt1|opt2|..." in message

@@ -1,24 +1,43 @@
-"""Data: the catalog, and uploading a domain dataset with a column mapping.
+"""Data: the catalog, uploading a dataset by choosing its columns, and splitting one.
 
-An upload is read from a temporary copy (never unpickled: JSONL, CSV and Parquet only),
-validated row by row, previewed, and saved under the workspace as `upload/<name>`,
-where it survives a restart and appears in every dataset picker.
+An upload is read from a temporary copy (never unpickled: JSONL, CSV and Parquet only).
+Its columns are mapped with widgets pre-filled by a guess (`guess_column_mapping`),
+validated row by row, previewed, and saved under the workspace as `upload/<name>`.
+Any dataset can then be split, seeded and stratified by answer position, into
+`split/<name>/train|heldout|test`: the S_T, S_V and evaluation sets a run needs.
 """
 
 from __future__ import annotations
 
+import itertools
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import streamlit as st
 
-from calm_core.data.catalog import delete_upload, list_datasets, save_upload
-from calm_core.data.loaders import ColumnMapping, guess_mapping, load_file, peek_columns, stage_upload
+from calm_core.data.catalog import SPLIT_PREFIX, delete_upload, list_datasets, load_dataset, save_upload
+from calm_core.data.loaders import (
+    GUESS_ROWS,
+    ColumnMapping,
+    column_paths,
+    form_values,
+    guess_column_mapping,
+    load_file,
+    load_records,
+    mapping_from_form,
+    peek_records,
+    stage_upload,
+)
+from calm_core.data.schema import ANSWER_FORMS, LoadReport
+from calm_core.data.split import default_split_name, delete_split, plan_split, save_split
 from calm_core.paths import safe_name
 
 ACCEPTED = ["jsonl", "csv", "parquet"]
 PREVIEW_ROWS = 8
+FORM_KEY = "data_map_{}"  # widget key of each `form_values` field
+SPLIT_PERCENT = {"train": 60, "heldout": 20, "test": 20}  # default part sizes, % of the dataset
 
 
 def _problem(exc: Exception) -> str:
@@ -35,67 +54,193 @@ def _default_name(filename: str) -> str:
         return "upload"
 
 
-st.title("Data")
-st.markdown("Every dataset the studio can train or evaluate on: built-in demo sets generated from fact tables, "
-            "the real benchmarks in `CALM_DATA_DIR`, and your uploads.")
+def _no_rows(path: Path, filename: str) -> str:
+    """Why no record could be read from the first rows: none at all, or the rows' own errors."""
+    reasons = [str(row) for _, row in itertools.islice(load_records(path, source=filename), 5)]
+    if not reasons:
+        return f"Expected data rows in {filename}, but it has none"
+    return f"Expected readable rows in {filename}, but the first ones could not be read:\n\n" + "\n\n".join(reasons)
 
-entries = list_datasets()
-catalog = pd.DataFrame([{"name": e.name, "kind": e.kind, "source": e.source, "items": e.n_items,
-                         "description": e.description} for e in entries])
-sources = st.multiselect("Show", ["builtin", "shared", "upload"], default=["builtin", "shared", "upload"], key="data_sources")
-st.dataframe(catalog[catalog["source"].isin(sources)] if len(catalog) else catalog, hide_index=True, width="stretch")
 
-st.subheader("Upload a dataset")
-st.caption("Multiple choice: a question, its options (one list column, or one column per option) and the answer "
-           "(index, letter or the answer's text). Open answer: a question and a list of accepted answers.")
-upload = st.file_uploader("CSV, JSONL or Parquet", type=ACCEPTED, key="data_upload")
-if upload is not None:
+def _prefill(file_id: str, mapping: ColumnMapping, columns: list[str]) -> None:
+    """Set the mapping widgets from the guess once per uploaded file; after that they are the user's."""
+    if st.session_state.get("data_map_file") == file_id:
+        return
+    st.session_state["data_map_file"] = file_id
+    for field, value in form_values(mapping, columns).items():
+        st.session_state[FORM_KEY.format(field)] = value
+
+
+def _mapping_widgets(columns: list[str]) -> dict[str, Any]:
+    """The mapping form; returns `form_values`-shaped values (None: no column chosen)."""
+    key = FORM_KEY.format
+    optional = [None, *columns]
+    values: dict[str, Any] = {}
+    values["kind"] = st.radio("Kind", ["mc", "open"], horizontal=True, key=key("kind"),
+                              format_func={"mc": "multiple choice", "open": "open answer"}.get)
+    left, right = st.columns(2)
+    values["question"] = left.selectbox("Question column", columns, key=key("question"))
+    if values["kind"] == "mc":
+        values["layout"] = right.radio("The options are in", ["columns", "list"], horizontal=True, key=key("layout"),
+                                       format_func={"columns": "one column each", "list": "one list column"}.get)
+        if values["layout"] == "columns":
+            values["options"] = st.multiselect("Option columns, in order (the first is A)", columns, key=key("options"))
+        else:
+            values["list"] = st.selectbox("Column holding the list of options", columns, key=key("list"))
+        left, right = st.columns(2)
+        values["answer"] = left.selectbox("Answer column", columns, key=key("answer"))
+        values["answer_form"] = right.selectbox("The answer is given as", list(ANSWER_FORMS), key=key("answer_form"),
+                                                format_func=ANSWER_FORMS.get)
+        if values["answer_form"] == "label":
+            values["labels"] = st.selectbox("Column of option labels", columns, key=key("labels"))
+    else:
+        values["answers"] = right.selectbox("Column of accepted answers (a list, or one answer)", columns,
+                                            key=key("answers"))
+    left, right = st.columns(2)
+    none = {None: "(none)"}
+    values["id"] = left.selectbox("Id column (optional)", optional, key=key("id"),
+                                  format_func=lambda c: none.get(c, c))
+    values["subject"] = right.selectbox("Subject column (optional)", optional, key=key("subject"),
+                                        format_func=lambda c: none.get(c, c))
+    return values
+
+
+def _preview(report: LoadReport) -> pd.DataFrame:
+    """The first items as the studio will use them: the correct option spelled out."""
+    rows = []
+    for item in report.items[:PREVIEW_ROWS]:
+        row = {"id": item.id, "question": item.question}
+        if report.kind == "mc":
+            row.update({"options": " | ".join(item.choices), "answer": chr(ord("A") + item.answer),
+                        "correct option": item.choices[item.answer]})
+        else:
+            row["answers"] = " | ".join(item.answers)
+        rows.append({**row, "subject": item.subject})
+    return pd.DataFrame(rows)
+
+
+def _upload_section() -> None:
+    upload = st.file_uploader("CSV, JSONL or Parquet", type=ACCEPTED, key="data_upload")
+    if upload is None:
+        return
     with tempfile.TemporaryDirectory() as tmp:
         # The format comes from the original name (or the bytes), never from a cleaned name.
         path = stage_upload(upload.name, upload.getvalue(), Path(tmp))
         try:
-            columns = peek_columns(path, source=upload.name)
+            records = peek_records(path, rows=GUESS_ROWS, source=upload.name)
+            if not records:
+                st.error(_no_rows(path, upload.name))
+                return
         except Exception as exc:
             st.error(_problem(exc))
-            st.stop()
-        st.write("Columns found:", ", ".join(f"`{c}`" for c in columns) or "none")
-        with st.form("data_mapping"):
-            kind = st.radio("Kind", ["auto", "mc", "open"], horizontal=True, key="data_kind")
-            mapping_text = st.text_input("Column mapping", value=guess_mapping(columns),
-                                         key="data_mapping_text",
-                                         help="key=column pairs; choices=A|B|C|D for one column per option; "
-                                              "answers=aliases for open-answer sets")
-            name = st.text_input("Save as", value=_default_name(upload.name), key="data_name")
-            check = st.form_submit_button("Validate")
+            return
+        columns = list(dict.fromkeys(key for record in records for key in record))
+        paths = column_paths(columns, records)
+        _prefill(upload.file_id, guess_column_mapping(columns, records), paths)
+        st.write("Columns found:", ", ".join(f"`{c}`" for c in paths))
+        values = _mapping_widgets(paths)
         try:
-            report = load_file(path, kind=kind, mapping=ColumnMapping.parse(mapping_text), name=upload.name,
-                               source=upload.name)
+            mapping = mapping_from_form(values, paths)
+            report = load_file(path, kind=values["kind"], mapping=mapping, name=upload.name, source=upload.name)
         except Exception as exc:
             st.error(_problem(exc))
-            st.stop()
-        kept, rejected = len(report.items), report.n_rejected
-        c1, c2, c3 = st.columns(3)
-        c1.metric("Rows", report.n_rows)
-        c2.metric("Kept", kept)
-        c3.metric("Rejected", rejected)
-        if report.items:
-            st.dataframe(pd.DataFrame([vars(it) for it in report.items[:PREVIEW_ROWS]]), hide_index=True, width="stretch")
-        if rejected:
-            with st.expander(f"Why {rejected} row{'s were' if rejected != 1 else ' was'} rejected"):
-                st.dataframe(pd.DataFrame({"row": [str(e) for e in report.rejected[:200]]}), hide_index=True)
-        overwrite = st.checkbox("Replace an upload with the same name", key="data_overwrite")
-        if st.button("Save to the workspace", type="primary", disabled=not report.items, key="data_save"):
-            try:
-                entry = save_upload(name, report, upload.name, mapping_text, overwrite=overwrite)
-            except Exception as exc:
-                st.error(_problem(exc))
-            else:
-                st.success(f"Saved as `{entry.name}` ({entry.n_items} items). It is now in every dataset picker.")
+            return
+    st.caption("The same mapping as text, for `calm eval --data FILE --mapping '...'`:")
+    st.code(mapping.to_text(), language=None)
+    if not mapping.text_round_trips():
+        st.caption("A column name holds `,` `=` or `|`: rename it in the file to use this mapping on the command line.")
+    c1, c2, c3 = st.columns(3)
+    c1.metric("Rows", report.n_rows)
+    c2.metric("Kept", len(report.items))
+    c3.metric("Rejected", report.n_rejected)
+    st.dataframe(_preview(report), hide_index=True, width="stretch")
+    if report.n_rejected:
+        count = report.n_rejected
+        with st.expander(f"Why {count} row{'s were' if count != 1 else ' was'} rejected"):
+            st.dataframe(pd.DataFrame({"row": [str(e) for e in report.rejected[:200]]}), hide_index=True)
+    name = st.text_input("Save as", value=_default_name(upload.name), key="data_name")
+    overwrite = st.checkbox("Replace an upload with the same name", key="data_overwrite")
+    if st.button("Save to the workspace", type="primary", key="data_save"):
+        try:
+            entry = save_upload(name, report, upload.name, mapping, overwrite=overwrite)
+        except Exception as exc:
+            st.error(_problem(exc))
+        else:
+            st.session_state["data_split_source"] = entry.name  # the split form below starts from it
+            st.success(f"Saved as `{entry.name}` ({entry.n_items} items). It is now in every dataset picker; "
+                       "split it below into train / held-out / test.")
 
-uploads = [e.name for e in entries if e.source == "upload"]
-if uploads:
-    with st.expander("Delete an upload"):
-        victim = st.selectbox("Upload", uploads, key="data_delete_name")
+
+def _split_section() -> None:
+    names = [e.name for e in list_datasets() if e.kind in ("mc", "open")]
+    source = st.selectbox("Dataset", names, key="data_split_source")
+    if source is None:
+        return
+    sizes = {}
+    for column, (part, percent) in zip(st.columns(3), SPLIT_PERCENT.items()):
+        sizes[part] = column.number_input(f"{part} %", min_value=1, max_value=98, value=percent, step=1,
+                                          key=f"data_split_{part}")
+    left, right = st.columns(2)
+    seed = left.number_input("Seed", min_value=0, value=0, step=1, key="data_split_seed")
+    stratify = right.checkbox("Stratify by answer position", value=True, key="data_split_stratify")
+    if sum(sizes.values()) != 100:
+        st.info(f"The three parts must add up to 100% (now {sum(sizes.values())}%).")
+        return
+    name = st.text_input("Name", key="data_split_name", placeholder=default_split_name(source),
+                         help=f"The parts are saved as {SPLIT_PREFIX}<name>/train, /heldout and /test")
+    name = name.strip() or default_split_name(source)
+    try:
+        report = load_dataset(source)
+        plan = plan_split(report.items, [p / 100 for p in sizes.values()], int(seed), stratify, source=source)
+    except Exception as exc:
+        st.error(_problem(exc))
+        return
+    st.caption("Items per part, and per answer position (A = the first option) when stratifying matters:")
+    st.dataframe(pd.DataFrame(plan.table(name)), hide_index=True, width="stretch")
+    overwrite = st.checkbox("Replace a split with the same name", key="data_split_overwrite")
+    if st.button("Split", type="primary", key="data_split_go"):
+        try:
+            record = save_split(plan, name, overwrite)
+        except Exception as exc:
+            st.error(_problem(exc))
+        else:
+            st.session_state["data_last_split"] = record.names
+            st.session_state["calibrate_split"] = record.names
+    done = st.session_state.get("data_last_split")
+    if done:
+        st.success("Saved: " + ", ".join(f"`{n}`" for n in done.values()) + ". They are in every dataset picker.")
+        if st.button("Calibrate this dataset", key="data_calibrate"):
+            st.session_state["calibrate_split"] = done
+            st.switch_page("views/train.py")
+
+
+st.title("Data")
+st.markdown("Every dataset the studio can train or evaluate on: built-in demo sets generated from fact tables, "
+            "the real benchmarks in `CALM_DATA_DIR`, your uploads and their splits.")
+
+entries = list_datasets()
+catalog = pd.DataFrame([{"name": e.name, "kind": e.kind, "source": e.source, "items": e.n_items,
+                         "description": e.description} for e in entries])
+families = ["builtin", "shared", "upload", "split"]
+sources = st.multiselect("Show", families, default=families, key="data_sources")
+st.dataframe(catalog[catalog["source"].isin(sources)] if len(catalog) else catalog, hide_index=True, width="stretch")
+
+st.subheader("Upload a dataset")
+st.caption("Multiple choice: a question, its options (one column each, or one list column) and the answer "
+           "(index, letter, text or label). Open answer: a question and its accepted answers. "
+           "The columns are guessed from the file; change any that are wrong.")
+_upload_section()
+
+st.subheader("Split a dataset")
+st.caption("A run needs training (S_T), held-out (S_V) and test sets. Split one dataset, seeded and stratified by "
+           f"answer position: the parts are saved as `{SPLIT_PREFIX}<name>/train`, `/heldout` and `/test`.")
+_split_section()
+
+removable = [e.name for e in entries if e.source == "upload"] + sorted(
+    {e.name.rsplit("/", 1)[0] for e in entries if e.source == "split"})
+if removable:
+    with st.expander("Delete an upload or a split"):
+        victim = st.selectbox("Dataset", removable, key="data_delete_name")
         if st.button("Delete", key="data_delete"):
-            delete_upload(victim.split("/", 1)[1])
+            (delete_split if victim.startswith(SPLIT_PREFIX) else delete_upload)(victim.split("/", 1)[1])
             st.rerun()

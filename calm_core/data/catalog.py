@@ -5,6 +5,9 @@ Names, in the order they are resolved:
 - `builtin/<domain>/<split>`  demo sets generated from fact tables (`calm_core.data.builtin`)
 - `upload/<name>`             a person's upload: `workspace/datasets/<name>/items.jsonl` holds
                               the normalised items, `meta.json` where they came from
+- `split/<name>/<part>`       train / heldout / test parts of any dataset (`calm_core.data.split`):
+                              `workspace/splits/<name>/<part>.jsonl`, and `split.json` records the
+                              source, seed, sizes and the item ids of each part
 - a file path (.jsonl / .json / .csv / .parquet), or a `save_to_disk` folder
 - `<folder>/<split>`          real datasets under `data_dir()` (CALM_DATA_DIR): `<folder>/<split>.jsonl`
 - `hf:<name>[:<config>]:<split>` or `hf:<name>` a Hugging Face dataset (see `loaders.load_hf`)
@@ -13,7 +16,7 @@ Any name may end with a slice, `name[a:b]` (Python semantics, non-negative bound
 to use part of a set: e.g. `triviaqa/unfiltered_dev_sub3000[0:2000]` to train and
 `[2000:2200]` as the held-out set. The slice applies before `limit`.
 
-Only the first three families and uploads are listed by `list_datasets`; files and hub
+Built-in, shared, uploaded and split sets are listed by `list_datasets`; files and hub
 datasets are loaded on demand. Uploads are plain files, so they survive a restart and
 read back as identical items.
 """
@@ -41,6 +44,9 @@ from calm_core.paths import data_dir, inside, safe_name, workspace_dir
 
 BUILTIN_PREFIX = "builtin/"
 UPLOAD_PREFIX = "upload/"
+SPLIT_PREFIX = "split/"
+SPLIT_PARTS = ("train", "heldout", "test")  # S_T, S_V and an evaluation set
+SPLIT_RECORD = "split.json"
 HF_PREFIX = "hf:"
 ITEMS_FILE = "items.jsonl"
 META_FILE = "meta.json"
@@ -55,7 +61,7 @@ class DatasetEntry:
 
     name: str
     kind: str  # "mc", "open", or "unknown" (a file not opened yet)
-    source: str  # "builtin" | "shared" | "upload" | "file"
+    source: str  # "builtin" | "shared" | "upload" | "split" | "file"
     path: Path | None
     n_items: int | None
     description: str
@@ -65,13 +71,17 @@ class DatasetEntry:
 
 
 def list_datasets(kind: str | None = None) -> list[DatasetEntry]:
-    """Built-in, shared and uploaded datasets, in that order; `kind` keeps "mc" or "open" only."""
-    entries = _builtin_entries() + _shared_entries() + _upload_entries()
+    """Built-in, shared, uploaded and split datasets, in that order; `kind` keeps "mc" or "open" only."""
+    entries = _builtin_entries() + _shared_entries() + _upload_entries() + _split_entries()
     return [e for e in entries if kind is None or e.kind == kind]
 
 
 def uploads_dir() -> Path:
     return workspace_dir() / "datasets"
+
+
+def splits_dir() -> Path:
+    return workspace_dir() / "splits"
 
 
 def _builtin_module() -> ModuleType | None:
@@ -177,6 +187,31 @@ def _upload_entry(folder: Path) -> DatasetEntry:
     return DatasetEntry(name, meta.get("kind", "unknown"), "upload", folder, meta.get("n_items"), description)
 
 
+def _split_entries() -> list[DatasetEntry]:
+    root = splits_dir()
+    if not root.is_dir():
+        return []
+    return [entry for folder in sorted(root.iterdir())
+            if folder.is_dir() and not folder.name.startswith(".") and (folder / SPLIT_RECORD).is_file()
+            for entry in _split_part_entries(folder)]
+
+
+def _split_part_entries(folder: Path) -> list[DatasetEntry]:
+    """One entry per part of the split saved in `folder`, described from its split.json."""
+    names = [f"{SPLIT_PREFIX}{folder.name}/{part}" for part in SPLIT_PARTS]
+    paths = [folder / f"{part}.jsonl" for part in SPLIT_PARTS]
+    try:
+        record = json.loads((folder / SPLIT_RECORD).read_text(encoding="utf-8"))
+        sizes, how = record["sizes"], f"seed {record['seed']}"
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        reason = f"unreadable {SPLIT_RECORD}: {exc}"
+        return [DatasetEntry(n, "unknown", "split", p, None, reason) for n, p in zip(names, paths)]
+    how += ", stratified by answer position" if record.get("stratify") else ""
+    return [DatasetEntry(name, record.get("kind", "unknown"), "split", path, sizes.get(part),
+                         f"{part} part of {record.get('source')} ({how})")
+            for name, path, part in zip(names, paths, SPLIT_PARTS)]
+
+
 # ----------------------------------------------------------------------------- resolving + loading
 
 
@@ -188,6 +223,11 @@ def find_dataset(name: str) -> DatasetEntry:
     elif name.startswith(UPLOAD_PREFIX):
         folder = _upload_folder(name)[1]
         entry = _upload_entry(folder) if (folder / META_FILE).is_file() else None
+    elif name.startswith(SPLIT_PREFIX):
+        split_name = name[len(SPLIT_PREFIX):].rpartition("/")[0]
+        folder = split_folder(split_name)[1] if split_name else None
+        parts = _split_part_entries(folder) if folder and (folder / SPLIT_RECORD).is_file() else []
+        entry = next((e for e in parts if e.name == name), None)
     else:
         entry = _file_entry(name) or _shared_entry(name) or _folder_entry(name)
     if entry is None:
@@ -314,7 +354,7 @@ def _known_names() -> list[str]:
     """Every listed name, without generating built-in sets (for "did you mean")."""
     module = _builtin_module()
     builtin = list(module.builtin_names()) if module else []
-    return builtin + [e.name for e in _shared_entries() + _upload_entries()]
+    return builtin + [e.name for e in _shared_entries() + _upload_entries() + _split_entries()]
 
 
 def _unknown_name_message(name: str) -> str:
@@ -325,6 +365,7 @@ def _unknown_name_message(name: str) -> str:
         "built-in sets" if _builtin_module() else "built-in sets (calm_core.data.builtin is not available)",
         f"shared data in {root}" if root else "shared data (none: set CALM_DATA_DIR)",
         f"uploads in {uploads_dir()}",
+        f"splits in {splits_dir()} (split/<name>/{'|'.join(SPLIT_PARTS)})",
     ]
     return (
         f"Expected a dataset name, but got {name!r}.{hint} Looked in: {'; '.join(looked)}. "
@@ -355,7 +396,8 @@ def save_upload(
         raise DataError(message)
     if isinstance(mapping, str):
         mapping = ColumnMapping.parse(mapping)
-    _write_atomically(folder, report, _upload_meta(clean, report, original_filename, mapping))
+    meta = _upload_meta(clean, report, original_filename, mapping)
+    write_folder_atomically(folder, {ITEMS_FILE: report.items}, {META_FILE: meta})
     return _upload_entry(folder)
 
 
@@ -369,17 +411,26 @@ def delete_upload(name: str) -> None:
 
 def _upload_folder(name: str) -> tuple[str, Path]:
     """(clean name, folder) for an upload name; refuses anything that could leave the workspace."""
+    return _workspace_folder(name, UPLOAD_PREFIX, uploads_dir(), "upload")
+
+
+def split_folder(name: str) -> tuple[str, Path]:
+    """(clean name, folder) for a split's name (`quiz` or `split/quiz`), inside the workspace."""
+    return _workspace_folder(name, SPLIT_PREFIX, splits_dir(), "split")
+
+
+def _workspace_folder(name: str, prefix: str, root: Path, what: str) -> tuple[str, Path]:
     bare = name.strip()
-    bare = bare[len(UPLOAD_PREFIX):] if bare.startswith(UPLOAD_PREFIX) else bare
+    bare = bare[len(prefix):] if bare.startswith(prefix) else bare
     if "/" in bare or "\\" in bare or Path(bare).is_absolute():
-        raise DataError(f"Expected a plain upload name without path separators, but got {name!r}")
+        raise DataError(f"Expected a plain {what} name without path separators, but got {name!r}")
     try:
         clean = safe_name(bare)
     except ValueError as exc:
         raise DataError(str(exc)) from None
-    folder = uploads_dir() / clean
-    if not inside(uploads_dir(), folder):  # belt and braces: safe_name should already ensure this
-        raise DataError(f"Expected an upload name inside {uploads_dir()}, but got {name!r}")
+    folder = root / clean
+    if not inside(root, folder):  # belt and braces: safe_name should already ensure this
+        raise DataError(f"Expected a {what} name inside {root}, but got {name!r}")
     return clean, folder
 
 
@@ -400,15 +451,18 @@ def _upload_meta(
     }
 
 
-def _write_atomically(folder: Path, report: LoadReport, meta: dict[str, Any]) -> None:
-    """Write into a hidden staging folder, then rename: readers never see half an upload."""
+def write_folder_atomically(folder: Path, items: dict[str, list], records: dict[str, dict[str, Any]]) -> None:
+    """Write item files (JSONL, one item a line) and JSON records into a hidden staging
+    folder, then rename it to `folder`: readers never see half an upload or half a split."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".tmp-{folder.name}-", dir=folder.parent))
     try:
-        with (staging / ITEMS_FILE).open("w", encoding="utf-8") as handle:
-            for item in report.items:
-                handle.write(json.dumps(dataclasses.asdict(item), ensure_ascii=False) + "\n")
-        (staging / META_FILE).write_text(json.dumps(meta, indent=2, ensure_ascii=False), encoding="utf-8")
+        for filename, rows in items.items():
+            with (staging / filename).open("w", encoding="utf-8") as handle:
+                for item in rows:
+                    handle.write(json.dumps(dataclasses.asdict(item), ensure_ascii=False) + "\n")
+        for filename, record in records.items():
+            (staging / filename).write_text(json.dumps(record, indent=2, ensure_ascii=False), encoding="utf-8")
         trash = folder.parent / f".old-{folder.name}-{uuid.uuid4().hex[:8]}"
         if folder.exists():
             folder.rename(trash)

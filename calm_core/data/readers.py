@@ -68,12 +68,20 @@ def load_records(path: str | Path, fmt: str | None = None, source: str | None = 
 def peek_columns(path: str | Path, fmt: str | None = None, rows: int = 20, source: str | None = None) -> list[str]:
     """Column names of the first readable record among the first `rows` (the studio's
     mapping form offers them); [] when none of those rows can be read."""
+    records = peek_records(path, fmt, rows, source)
+    return list(records[0]) if records else []
+
+
+def peek_records(path: str | Path, fmt: str | None = None, rows: int = 20, source: str | None = None) -> list[Record]:
+    """The readable records among the first `rows` rows: what a mapping is guessed from
+    (the answer form, nested `choices`). Rows that cannot be parsed are skipped."""
+    records = []
     for number, record in load_records(path, fmt, source):
-        if isinstance(record, dict):
-            return list(record)
-        if number >= rows:
+        if number > rows:
             break
-    return []
+        if isinstance(record, dict):
+            records.append(record)
+    return records
 
 
 def upload_suffix(filename: str, head: bytes) -> str:

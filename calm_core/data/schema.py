@@ -14,6 +14,15 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 MIN_CHOICES = 2
+# How an answer cell names the correct option (`answer_form=` in a column mapping).
+ANSWER_FORMS = {
+    "auto": "decided per cell: a number is a 0-based index, one letter a position (A = first), else the option's text",
+    "index0": "a 0-based index (0 = first option)",
+    "index1": "a 1-based number (1 = first option)",
+    "letter": "a letter (A = first option)",
+    "text": "the text of the correct option",
+    "label": "one of the option labels in another column (ARC, CommonsenseQA, OpenBookQA: choices.label)",
+}
 REJECTED_SHOWN = 5  # reasons quoted in a message or a note; reports keep every rejected row
 _INDEX = re.compile(r"-?[0-9]{1,9}")  # an answer index in text; ASCII digits only ("²" is no index)
 
@@ -171,12 +180,13 @@ def _optional_text(record: dict[str, Any], key: str) -> tuple[str | None, str | 
 
 
 def validate_mc_record(
-    record: dict[str, Any], source: str, row: int
+    record: dict[str, Any], source: str, row: int, answer_form: str = "auto"
 ) -> tuple[MCItem | None, RowError | None]:
-    """Turn a normalised record {id?, question, choices, answer, subject?} into an MCItem.
+    """Turn a normalised record {id?, question, choices, answer, labels?, subject?} into an MCItem.
 
-    `answer` may be an int index, a digit string, a letter (A, B, ...) or the text of
-    one choice; an index out of range is rejected (the harness only warns; we refuse,
+    `answer` is read as `answer_form` says (`ANSWER_FORMS`; "auto": an int index, a
+    digit string, a letter (A, B, ...) or the text of one choice; "label": one of
+    `labels`); an index out of range is rejected (the harness only warns; we refuse,
     since a wrong gold silently corrupts every metric).
     """
 
@@ -196,7 +206,10 @@ def validate_mc_record(
         bad = choices.index(None)
         return err("choices", f"Expected every choice to be a non-empty string, but choice {bad + 1} is "
                               f"{describe(raw_choices[bad])}")
-    answer, problem = resolve_answer(record.get("answer"), choices)  # type: ignore[arg-type]
+    labels = record.get("labels")
+    if answer_form == "label" and not isinstance(labels, (list, tuple)):
+        return err("labels", f"Expected a list of option labels, but got {describe(labels)}")
+    answer, problem = resolve_answer(record.get("answer"), choices, answer_form, labels)  # type: ignore[arg-type]
     if problem:
         return err("answer", problem)
     gold_text = choices[answer]
@@ -216,28 +229,73 @@ def validate_mc_record(
     return item, None
 
 
-def resolve_answer(value: Any, choices: list[str]) -> tuple[int, str | None]:
-    """Map an answer given as index, digit string, letter or choice text to an index.
+def resolve_answer(
+    value: Any, choices: list[str], form: str = "auto", labels: list[Any] | tuple[Any, ...] | None = None
+) -> tuple[int, str | None]:
+    """Map an answer cell to a 0-based index into `choices`, read as `form` (`ANSWER_FORMS`).
 
-    Order matters and is documented: an int or a digit string is a 0-based index, a
+    "auto" keeps the documented order: an int or a digit string is a 0-based index, a
     single ASCII letter is a position (A = 0), anything else must equal a choice text.
-    So numeric choices ("12") need their answer given as an index, not as the text.
+    So numeric choices ("12") need their answer given as an index, or `form="text"`.
+    "label" finds the answer among `labels` (ARC's "1".."4" labels are not 0-based indices).
     """
-    k = len(choices)
-    wanted = f"an index 0..{k - 1}, a letter A..{chr(ord('A') + min(k, 26) - 1)} or one of the choice texts"
     if isinstance(value, bool) or value is None:
-        return -1, f"Expected {wanted}, but got {describe(value)}"
+        return -1, f"Expected {_answer_wanted(form, choices)}, but got {describe(value)}"
     if isinstance(value, float) and value.is_integer():
         value = int(value)
+    if form == "auto":
+        return _resolve_auto(value, choices)
+    text = _as_text(value)
+    if text is None:
+        return -1, f"Expected {_answer_wanted(form, choices)}, but got {describe(value)}"
+    k = len(choices)
+    if form in ("index0", "index1"):
+        base = 1 if form == "index1" else 0
+        number = value if isinstance(value, int) else int(text) if _INDEX.fullmatch(text) else None
+        if number is not None and base <= number < k + base:
+            return number - base, None
+        return -1, f"Expected {_answer_wanted(form, choices)}, but got {describe(value)}"
+    if form == "letter":
+        index = ord(text.upper()) - ord("A") if len(text) == 1 and text.isascii() and text.isalpha() else -1
+        if 0 <= index < k:
+            return index, None
+        return -1, f"Expected {_answer_wanted(form, choices)}, but got {describe(value)}"
+    if form == "text":
+        if text in choices:
+            return choices.index(text), None
+        return -1, f"Expected {_answer_wanted(form, choices)}, but got {describe(value)}"
+    if form == "label":
+        texts = [_as_text(label) for label in labels or ()]
+        if text in texts and texts.index(text) < k:
+            return texts.index(text), None
+        shown = ", ".join(t for t in texts if t) or "none"
+        return -1, f"Expected one of the option labels ({shown[:60]}), but got {describe(value)}"
+    raise ValueError(f"Expected `form` to be one of {', '.join(ANSWER_FORMS)}, but got {form!r}")
+
+
+def _answer_wanted(form: str, choices: list[str]) -> str:
+    k = len(choices)
+    last_letter = chr(ord("A") + min(k, 26) - 1)
+    return {
+        "index0": f"a 0-based index in 0..{k - 1}",
+        "index1": f"a 1-based number in 1..{k}",
+        "letter": f"a letter in A..{last_letter}",
+        "text": "the text of one of the options",
+        "label": "one of the option labels",
+    }.get(form, f"an index 0..{k - 1}, a letter A..{last_letter} or one of the choice texts")
+
+
+def _resolve_auto(value: Any, choices: list[str]) -> tuple[int, str | None]:
+    k = len(choices)
     if isinstance(value, int):
         if 0 <= value < k:
             return value, None
         return -1, f"Expected an index in 0..{k - 1}, but got {value}"
     text = _as_text(value)
     if text is None:
-        return -1, f"Expected {wanted}, but got {describe(value)}"
+        return -1, f"Expected {_answer_wanted('auto', choices)}, but got {describe(value)}"
     if _INDEX.fullmatch(text):
-        return resolve_answer(int(text), choices)
+        return _resolve_auto(int(text), choices)
     if len(text) == 1 and text.isascii() and text.isalpha():  # "ß".upper() is "SS": ASCII only
         index = ord(text.upper()) - ord("A")
         if 0 <= index < k:
@@ -245,7 +303,7 @@ def resolve_answer(value: Any, choices: list[str]) -> tuple[int, str | None]:
         return -1, f"Expected a letter in A..{chr(ord('A') + min(k, 26) - 1)}, but got {text!r}"
     if text in choices:
         return choices.index(text), None
-    return -1, f"Expected {wanted}, but got {describe(text)}"
+    return -1, f"Expected {_answer_wanted('auto', choices)}, but got {describe(text)}"
 
 
 def validate_open_record(

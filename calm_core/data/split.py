@@ -1,0 +1,386 @@
+"""One dataset -> train / held-out / test: S_T, S_V and an evaluation set from one file.
+
+    record = split_dataset("upload/quiz", sizes=(0.6, 0.2, 0.2), seed=0)
+    record.names   # {"train": "split/quiz/train", "heldout": "split/quiz/heldout", "test": "split/quiz/test"}
+
+    calm data split upload/quiz --seed 0 --sizes 0.6,0.2,0.2 [--name quiz] [--no-stratify] [--overwrite]
+
+Stratified by answer position: the items whose gold is option k are spread over the parts
+in proportion to the part sizes (each part's count per position is within 1 of its share),
+so a file sorted by answer, or one whose answers are mostly "A", gives every part the same
+mix. Deterministic: the same items, sizes and seed give the same parts, whatever the order
+of the source file. Open-answer sets have no answer position and are split unstratified.
+
+The parts are catalog datasets `split/<name>/<part>` (`workspace/splits/<name>/<part>.jsonl`,
+listed by `calm datasets` and every picker); `split.json` beside them records the source,
+seed, sizes and the item ids of each part, and a run that trains on a part names it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import random
+import shutil
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Sequence
+
+from calm_core.data.catalog import (
+    BUILTIN_PREFIX,
+    FORMATS,
+    HF_PREFIX,
+    SPLIT_PARTS,
+    SPLIT_PREFIX,
+    SPLIT_RECORD,
+    UPLOAD_PREFIX,
+    load_dataset,
+    split_folder,
+    write_folder_atomically,
+)
+from calm_core.data.schema import DataError, Item, MCItem
+from calm_core.paths import safe_name
+
+DEFAULT_SIZES = (0.6, 0.2, 0.2)  # train, heldout, test: fractions of the source
+RECORD_FORMAT = 1  # bump when split.json changes shape
+_UNUSED = "unused"  # items left out when the sizes are counts adding up to less than the source
+
+
+@dataclass
+class SplitPlan:
+    """Which items go to which part, before anything is saved (the Data page previews it)."""
+
+    source: str
+    kind: str  # "mc" or "open"
+    seed: int
+    stratify: bool  # as applied: open-answer sets are never stratified
+    requested: tuple[float, ...] | tuple[int, ...]  # the sizes as asked for
+    parts: dict[str, list[Item]]  # part -> items, in training order (shuffled)
+    n_source: int
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        return {part: len(items) for part, items in self.parts.items()}
+
+    def positions(self) -> dict[str, list[int]]:
+        """part -> items per answer position (index 0 = option A); {} for open answers."""
+        if self.kind != "mc":
+            return {}
+        width = 1 + max((item.answer for items in self.parts.values() for item in items), default=0)
+        counts = {part: [0] * width for part in self.parts}
+        for part, items in self.parts.items():
+            for item in items:
+                counts[part][item.answer] += 1
+        return counts
+
+    def table(self, name: str | None = None) -> list[dict[str, Any]]:
+        """Rows for a preview: part, dataset name, items, then items per answer position (A, B, ...)."""
+        name = name or default_split_name(self.source)
+        positions = self.positions()
+        rows = []
+        for part, items in self.parts.items():
+            row: dict[str, Any] = {"part": part, "dataset": f"{SPLIT_PREFIX}{name}/{part}", "items": len(items)}
+            row.update({_letter(k): n for k, n in enumerate(positions.get(part, []))})
+            rows.append(row)
+        return rows
+
+
+@dataclass
+class SplitRecord:
+    """What `split.json` holds: enough to know, and to redo, how every part was made."""
+
+    name: str
+    source: str
+    kind: str
+    seed: int
+    stratify: bool
+    requested: list[float] | list[int]
+    sizes: dict[str, int]
+    names: dict[str, str]  # part -> catalog name (split/<name>/<part>)
+    ids: dict[str, list[str]]  # part -> item ids, in the part's order
+    positions: dict[str, list[int]]  # part -> items per answer position
+    n_source: int
+    n_unused: int
+    created: str = ""
+    format: int = RECORD_FORMAT
+    path: Path | None = field(default=None, compare=False)  # where split.json is (not saved in it)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data.pop("path")
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], path: Path | None = None) -> "SplitRecord":
+        known = {f.name for f in dataclasses.fields(cls)} - {"path"}
+        return cls(**{k: v for k, v in data.items() if k in known}, path=path)
+
+    def same_split(self, other: "SplitRecord") -> bool:
+        """The same parts from the same source (the creation time aside)."""
+        return dataclasses.replace(self, created="") == dataclasses.replace(other, created="")
+
+
+# ----------------------------------------------------------------------------- sizes
+
+
+def parse_sizes(text: str) -> tuple[float, ...] | tuple[int, ...]:
+    """"0.6,0.2,0.2" (fractions adding up to 1) or "300,100,100" (item counts) -> a tuple."""
+    wanted = ("Expected three sizes train,heldout,test: fractions adding up to 1 (0.6,0.2,0.2) "
+              f"or item counts (300,100,100), but got {text!r}")
+    parts = [p.strip() for p in str(text).split(",")]
+    if len(parts) != len(SPLIT_PARTS):
+        raise DataError(wanted)
+    try:
+        if all(p.isascii() and p.isdigit() for p in parts):
+            return tuple(int(p) for p in parts)
+        return tuple(float(p) for p in parts)
+    except ValueError:
+        raise DataError(wanted) from None
+
+
+def part_sizes(n: int, sizes: Sequence[float] | Sequence[int]) -> tuple[int, ...]:
+    """Item counts per part for a source of `n` items.
+
+    Fractions (floats adding up to 1) become counts adding up to `n`, by largest
+    remainder; counts (ints) are kept and may add up to less than `n` (the rest is
+    left out). Every part gets at least one item.
+    """
+    sizes = tuple(sizes)
+    if len(sizes) != len(SPLIT_PARTS) or any(isinstance(s, bool) or not isinstance(s, (int, float)) for s in sizes):
+        raise DataError(f"Expected three sizes (train, heldout, test), but got {sizes!r}")
+    if all(isinstance(s, int) for s in sizes):
+        counts = tuple(int(s) for s in sizes)
+        if sum(counts) > n:
+            raise DataError(f"Expected sizes adding up to at most the {n} items of the source, but got {sum(counts)}")
+    else:
+        if any(not 0 < s < 1 for s in sizes) or abs(sum(sizes) - 1) > 1e-6:
+            raise DataError(f"Expected three fractions between 0 and 1 adding up to 1, but got {sizes!r}")
+        counts = tuple(_largest_remainder([s * n for s in sizes]))
+    if any(c < 1 for c in counts):
+        raise DataError(f"Expected at least one item in every part, but the sizes give {dict(zip(SPLIT_PARTS, counts))} "
+                        f"of {n} items: give the small parts a larger share")
+    return counts
+
+
+def _largest_remainder(shares: list[float]) -> list[int]:
+    """Integers adding up to round(sum(shares)), each the floor or the ceiling of its share."""
+    floors = [int(s) for s in shares]
+    left = round(sum(shares)) - sum(floors)
+    order = sorted(range(len(shares)), key=lambda i: (-(shares[i] - floors[i]), i))
+    for i in order[:left]:
+        floors[i] += 1
+    return floors
+
+
+def _allocate(strata: list[int], targets: list[int]) -> list[list[int]]:
+    """counts[s][p]: how many items of stratum s go to part p.
+
+    Each row adds up to its stratum's size, each column to its part's size (both add up
+    to the same total), and every count is the floor or the ceiling of its share
+    strata[s] * targets[p] / total. After the floors, one more item goes to some of the
+    cells whose share has a fractional part: a flow problem (strata -> cells -> parts)
+    whose fractional parts are a solution, so a 0/1 one exists; augmenting paths find it.
+    """
+    total = sum(strata)
+    counts = [[size * t // total for t in targets] for size in strata]  # exact integer floors
+    fraction = [[size * t % total for t in targets] for size in strata]  # (share - floor) * total
+    room = [t - sum(row[p] for row in counts) for p, t in enumerate(targets)]
+    extra: dict[int, set[int]] = {p: set() for p in range(len(targets))}  # part -> strata given one more
+
+    def augment(s: int, seen: set[int]) -> bool:
+        """Give stratum s one more item somewhere, moving other strata's extras if needed."""
+        for p in sorted(range(len(targets)), key=lambda p: (-fraction[s][p], p)):
+            if fraction[s][p] == 0 or s in extra[p] or p in seen:
+                continue
+            seen.add(p)
+            if len(extra[p]) < room[p]:
+                extra[p].add(s)
+                return True
+            for other in sorted(extra[p]):  # p is full: can a stratum with an extra here move it?
+                if augment(other, seen):
+                    extra[p].discard(other)
+                    extra[p].add(s)
+                    return True
+        return False
+
+    for s, row in enumerate(counts):
+        for _ in range(strata[s] - sum(row)):
+            if not augment(s, set()):  # cannot happen: the fractional parts are a solution
+                raise AssertionError(f"no allocation for strata {strata} and parts {targets}")
+    for p, given in extra.items():
+        for s in given:
+            counts[s][p] += 1
+    return counts
+
+
+# ----------------------------------------------------------------------------- planning + saving
+
+
+def plan_split(
+    items: Sequence[Item],
+    sizes: Sequence[float] | Sequence[int] = DEFAULT_SIZES,
+    seed: int = 0,
+    stratify: bool = True,
+    source: str = "",
+) -> SplitPlan:
+    """Assign `items` to train / heldout / test (no item in two parts), stratified by answer
+    position when `stratify` and the items are multiple choice. Pure: nothing is saved."""
+    if not items:
+        raise DataError(f"Expected items to split in {source or 'the dataset'}, but it has none")
+    if len({item.id for item in items}) != len(items):
+        raise DataError(f"Expected unique item ids in {source or 'the dataset'} to record each part by id")
+    kind = "mc" if isinstance(items[0], MCItem) else "open"
+    stratify = stratify and kind == "mc"
+    counts = list(part_sizes(len(items), sizes))
+    names = list(SPLIT_PARTS) + ([_UNUSED] if sum(counts) < len(items) else [])
+    counts += [len(items) - sum(counts)] if len(names) > len(SPLIT_PARTS) else []
+    rng = random.Random(seed)
+    strata: dict[int, list[Item]] = {}
+    for item in sorted(items, key=lambda it: it.id):  # the source's order does not matter
+        strata.setdefault(item.answer if stratify else 0, []).append(item)  # type: ignore[union-attr]
+    keys = sorted(strata)
+    for key in keys:
+        rng.shuffle(strata[key])
+    allocation = _allocate([len(strata[k]) for k in keys], counts)
+    parts: dict[str, list[Item]] = {name: [] for name in names}
+    for key, row in zip(keys, allocation):
+        start = 0
+        for name, count in zip(names, row):
+            parts[name].extend(strata[key][start:start + count])
+            start += count
+    for name in names:
+        rng.shuffle(parts[name])  # not grouped by answer: a `limit` takes a fair sample
+    parts.pop(_UNUSED, None)
+    return SplitPlan(source, kind, seed, stratify, tuple(sizes), parts, len(items))
+
+
+def save_split(plan: SplitPlan, name: str | None = None, overwrite: bool = False) -> SplitRecord:
+    """Save the parts as `split/<name>/<part>` with their split.json, atomically.
+
+    The same split saved again is a no-op (the record is returned); a different split
+    under an existing name needs `overwrite`.
+    """
+    clean, folder = split_folder(name or default_split_name(plan.source))
+    record = _record(plan, clean)
+    try:
+        existing = read_split(clean) if (folder / SPLIT_RECORD).is_file() else None
+    except DataError:  # an unreadable record: only `overwrite` replaces it
+        existing = None
+    if existing is not None and existing.same_split(record):
+        return existing
+    if (existing is not None or folder.exists()) and not overwrite:
+        held = f" (of {existing.source}, seed {existing.seed}, sizes {existing.sizes})" if existing else ""
+        raise DataError(f"Expected a new split name, but {SPLIT_PREFIX}{clean} already holds another split{held}: "
+                        "choose another name, or replace it (--overwrite; on the Data page, tick Replace)")
+    files = {f"{part}.jsonl": items for part, items in plan.parts.items()}
+    write_folder_atomically(folder, files, {SPLIT_RECORD: record.to_dict()})
+    return dataclasses.replace(record, path=folder / SPLIT_RECORD)
+
+
+def split_dataset(
+    name: str,
+    sizes: Sequence[float] | Sequence[int] = DEFAULT_SIZES,
+    seed: int = 0,
+    stratify: bool = True,
+    out: str | None = None,
+    overwrite: bool = False,
+    mapping: Any = None,
+) -> SplitRecord:
+    """Load any catalog dataset (or file), split it and save the parts; see `plan_split`."""
+    report = load_dataset(name, mapping=mapping)
+    return save_split(plan_split(report.items, sizes, seed, stratify, source=name.strip()), out, overwrite)
+
+
+def _record(plan: SplitPlan, clean: str) -> SplitRecord:
+    return SplitRecord(
+        name=clean, source=plan.source, kind=plan.kind, seed=plan.seed, stratify=plan.stratify,
+        requested=list(plan.requested), sizes=plan.sizes,
+        names={part: f"{SPLIT_PREFIX}{clean}/{part}" for part in plan.parts},
+        ids={part: [item.id for item in items] for part, items in plan.parts.items()},
+        positions=plan.positions(), n_source=plan.n_source, n_unused=plan.n_source - sum(plan.sizes.values()),
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+
+
+def read_split(name: str) -> SplitRecord:
+    """The record of a split, named `quiz`, `split/quiz` or by one of its parts `split/quiz/train`."""
+    bare = name.strip().removeprefix(SPLIT_PREFIX)
+    bare = bare.rpartition("/")[0] if bare.rpartition("/")[2] in SPLIT_PARTS and "/" in bare else bare
+    clean, folder = split_folder(bare)
+    path = folder / SPLIT_RECORD
+    try:
+        return SplitRecord.from_dict(json.loads(path.read_text(encoding="utf-8")), path)
+    except FileNotFoundError:
+        raise DataError(f"Expected a split named {clean!r}, but there is none in {folder.parent}") from None
+    except (OSError, ValueError, TypeError) as exc:
+        raise DataError(f"Expected a readable {SPLIT_RECORD} for split {clean!r}, but could not read it: {exc}") from None
+
+
+def split_record_of(dataset: str) -> SplitRecord | None:
+    """The split a dataset name is a part of (`split/<name>/<part>`, a slice allowed), else None.
+    For run provenance: a run that trains on a part can record where it came from."""
+    base = dataset.strip().split("[")[0]
+    if not base.startswith(SPLIT_PREFIX):
+        return None
+    try:
+        return read_split(base)
+    except DataError:
+        return None
+
+
+def delete_split(name: str) -> None:
+    """Remove a split and its parts; DataError when there is none."""
+    record = read_split(name)
+    shutil.rmtree(split_folder(record.name)[1])
+
+
+def default_split_name(source: str) -> str:
+    """A split name from its source: upload/quiz -> quiz, builtin/capitals/train -> capitals-train."""
+    base = source.strip()
+    for prefix in (UPLOAD_PREFIX, SPLIT_PREFIX, BUILTIN_PREFIX, HF_PREFIX):
+        base = base.removeprefix(prefix)
+    if Path(base).suffix.lower() in FORMATS:
+        base = Path(base).stem
+    try:
+        return safe_name(base.replace("/", "-").replace(":", "-"))
+    except ValueError:
+        return "split"
+
+
+def _letter(position: int) -> str:
+    return chr(ord("A") + position) if position < 26 else str(position)
+
+
+# ----------------------------------------------------------------------------- `calm data split`
+
+
+def add_split_parser(sub: Any) -> None:
+    """`calm data split NAME ...` under the `calm` subcommands `sub`."""
+    data = sub.add_parser("data", help="work on datasets: split one into train / held-out / test")
+    commands = data.add_subparsers(dest="data_command", required=True)
+    sp = commands.add_parser("split", help="split a dataset into train / heldout / test parts (split/<name>/<part>)")
+    sp.add_argument("dataset", metavar="NAME", help="a catalog name (upload/quiz, builtin/capitals/train) or a file")
+    sp.add_argument("--sizes", default=",".join(str(s) for s in DEFAULT_SIZES),
+                    help="train,heldout,test: fractions adding up to 1 (0.6,0.2,0.2) or item counts (300,100,100)")
+    sp.add_argument("--seed", type=int, default=0, help="the same seed gives the same parts")
+    sp.add_argument("--name", help="the split's name: parts are split/NAME/train|heldout|test (default: from NAME)")
+    sp.add_argument("--no-stratify", dest="stratify", action="store_false",
+                    help="do not spread each answer position over the parts in proportion")
+    sp.add_argument("--overwrite", action="store_true", help="replace a different split saved under the same name")
+    sp.add_argument("--mapping", help="column mapping when NAME is a file, e.g. 'question=q, choices=A|B|C|D, answer=label'")
+    sp.set_defaults(data_func=cmd_split)
+
+
+def cmd_split(args: argparse.Namespace) -> int:
+    sizes = parse_sizes(args.sizes)  # before loading anything: a typo fails at once
+    record = split_dataset(args.dataset, sizes, args.seed, args.stratify, args.name, args.overwrite, args.mapping)
+    how = "stratified by answer position" if record.stratify else "not stratified"
+    unused = f", {record.n_unused} left out" if record.n_unused else ""
+    print(f"split of {record.source}: {record.n_source} items{unused}, seed {record.seed}, {how}")
+    width = max(len(n) for n in record.names.values())
+    for part, dataset in record.names.items():
+        print(f"  {dataset.ljust(width)}  {record.sizes[part]:>6} items")
+    print(f"record: {record.path}")
+    return 0
