@@ -16,6 +16,7 @@ from calm_core.head import CalibrationHead
 from calm_core.objectives import negative_entropy, option_cross_entropy, option_logits
 from calm_core.prompts import ScoringConfig
 from calm_core.scoring import left_pad_batch, score_items
+from tests.numeric import float32_noise
 
 ITEMS = [
     MCItem("a", "What is the capital of France?", ("Paris", "Lyon", "Marseille", "Nice"), 0),
@@ -88,8 +89,9 @@ def test_losses_and_gradients_equal_the_uncached_path(four_layer_lora, rule: str
     loss_full, grads_full = loss_and_grads(model)
     loss_cached, grads_cached = loss_and_grads(runner)
     loss_again, grads_again = loss_and_grads(runner)  # second pass: every sequence from the cache
-    assert loss_cached == pytest.approx(loss_full, abs=1e-5)
-    assert loss_again == pytest.approx(loss_full, abs=1e-5)
+    noise = float32_noise(loss_full, model.config.vocab_size)  # tests/numeric.py: the order of sums may differ
+    assert loss_cached == pytest.approx(loss_full, abs=noise)
+    assert loss_again == pytest.approx(loss_full, abs=noise)
     for g_full, g_cached, g_again in zip(grads_full, grads_cached, grads_again):
         torch.testing.assert_close(g_cached, g_full, atol=1e-5, rtol=1e-4)
         torch.testing.assert_close(g_again, g_full, atol=1e-5, rtol=1e-4)
@@ -105,12 +107,14 @@ def test_scores_equal_and_adapter_can_be_switched_off(four_layer_lora) -> None:
     expected = score_items(plain, ITEMS, cfg, progress=False).logits
     got = score_items(cached, ITEMS, cfg, progress=False, share_prefix=False).logits
     finite = np.isfinite(expected)
-    np.testing.assert_allclose(got[finite], expected[finite], atol=1e-4)
+    np.testing.assert_allclose(got[finite], expected[finite],
+                               atol=float32_noise(np.abs(expected[finite]).max(), model.config.vocab_size))
     with model.disable_adapter():
         base_expected = score_items(plain, ITEMS, cfg, progress=False).logits
     with runner.disable_adapter():  # the cache is shared by base and adapted variants
         base_got = score_items(cached, ITEMS, cfg, progress=False, share_prefix=False).logits
-    np.testing.assert_allclose(base_got[finite], base_expected[finite], atol=1e-4)
+    np.testing.assert_allclose(base_got[finite], base_expected[finite],
+                               atol=float32_noise(np.abs(base_expected[finite]).max(), model.config.vocab_size))
     assert np.abs(base_expected[finite] - expected[finite]).max() > 1e-3  # the adapter matters here
 
 
@@ -218,7 +222,7 @@ def test_top_layers_share_prefixes_with_the_same_losses_and_gradients(four_layer
     loss_shared, grads_shared = loss_and_grads(shared)
     loss_alone, grads_alone = loss_and_grads(alone)
     assert shared.top_shared_rows >= 11 and alone.top_shared_rows == 0  # every option of a, b, c, d
-    assert loss_shared == pytest.approx(loss_alone, abs=1e-5)
+    assert loss_shared == pytest.approx(loss_alone, abs=float32_noise(loss_alone, model.config.vocab_size))
     for g_shared, g_alone in zip(grads_shared, grads_alone):
         torch.testing.assert_close(g_shared, g_alone, atol=1e-5, rtol=1e-4)
     assert float(grads_shared[0].abs().sum()) > 0  # the LoRA weights below the shared prefix learn
