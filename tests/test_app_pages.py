@@ -196,6 +196,9 @@ def test_data_page_maps_an_uploaded_csv_with_widgets_saves_and_splits_it(open_pa
     at.button(key="data_calibrate").click().run()
     assert not at.exception, at.exception
     assert [t.value for t in at.title] == ["Train"]
+    assert at.selectbox(key="train_data").value == "split/quiz/train"  # the Train page takes the parts
+    assert at.selectbox(key="train_heldout").value == "split/quiz/heldout"
+    assert at.multiselect(key="train_evals").value[0] == "split/quiz/test"
 
 
 def test_data_page_splits_a_catalog_dataset(open_page, tiny_everywhere) -> None:
