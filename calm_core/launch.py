@@ -24,7 +24,22 @@ def run_config_record(cfg: TrainConfig) -> dict[str, Any]:
 
     return {"train": cfg.to_dict(), "name": cfg.name, "method": cfg.method, "seed": cfg.seed,
             "scoring": {"rule": cfg.scoring, "chat_template": cfg.chat_template},
+            "splits": split_provenance([cfg.train_data, cfg.heldout_data, *cfg.eval_data]),
             "environment": environment_record()}
+
+
+def split_provenance(datasets: list[str]) -> dict[str, dict[str, Any]]:
+    """{split name: how it was made (source, seed, stratify, sizes, parts)} for every
+    dataset that is a part of a saved split (`calm data split`): the run keeps the recipe
+    even if the split is later deleted. The item ids stay in the split's own split.json."""
+    from calm_core.data.split import split_record_of
+
+    found: dict[str, dict[str, Any]] = {}
+    for name in datasets:
+        record = split_record_of(name)
+        if record is not None:
+            found[record.name] = {key: value for key, value in record.to_dict().items() if key != "ids"}
+    return found
 
 
 def create_run(cfg: TrainConfig, root: str | Path | None = None) -> RunDir:

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from calm_core.launch import estimate_step_seconds, past_step_seconds
-from calm_core.runs import RunDir
+from calm_core.runs import RunDir, atomic_write_json
 from calm_core.train_config import TrainConfig
 
 
@@ -15,6 +15,7 @@ def _finished_run(root: Path, run_id: str, method: str, model: str, step_times: 
     for step, seconds in enumerate(step_times, start=1):
         run.append_metrics({"step": step, "elapsed": float(step), "train/step_time": seconds})
     run.write_status("running")
+    atomic_write_json(run.path / "results.json", {"results": []})  # a finished training run always has one
     run.write_status("finished", step=len(step_times), total_steps=len(step_times))
     return run
 
@@ -43,3 +44,16 @@ def test_estimate_falls_back_to_the_benchmark_file_then_says_unknown(tmp_path: P
     assert seconds == 2 * row["seconds_per_step"] and BENCH_FILE in source
     seconds, source = estimate_step_seconds(TrainConfig(method="calm", model="/some/dir"), tmp_path)
     assert seconds is None and "first run" in source
+
+
+def test_a_run_on_a_split_records_how_the_split_was_made() -> None:
+    from calm_core.data.split import split_dataset
+    from calm_core.launch import create_run
+
+    record = split_dataset("builtin/capitals/train", sizes=(0.6, 0.2, 0.2), seed=3, out="caps")
+    cfg = TrainConfig(method="calm", train_data=record.names["train"], heldout_data=record.names["heldout"],
+                      eval_data=(record.names["test"], "builtin/units/test"))
+    run = create_run(cfg)
+    recorded = run.config["splits"]["caps"]
+    assert recorded["source"] == "builtin/capitals/train" and recorded["seed"] == 3 and recorded["stratify"]
+    assert recorded["sizes"] == record.sizes and "ids" not in recorded
