@@ -104,6 +104,14 @@ LAYOUTS = {
 }
 
 
+def _write_layout(layout: str, tmp_path: Path) -> Path:
+    """LAYOUTS[layout] written to a file of its own name."""
+    filename, text, _ = LAYOUTS[layout]
+    path = tmp_path / filename
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
 def _guess(path: Path) -> tuple[ColumnMapping, list[str]]:
     records = peek_records(path)
     columns = list(dict.fromkeys(k for r in records for k in r))
@@ -112,11 +120,9 @@ def _guess(path: Path) -> tuple[ColumnMapping, list[str]]:
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_the_guess_loads_every_row_of_each_layout(layout: str, tmp_path: Path) -> None:
-    filename, text, expected = LAYOUTS[layout]
-    path = tmp_path / filename
-    path.write_text(text, encoding="utf-8")
+    path = _write_layout(layout, tmp_path)
     mapping, paths = _guess(path)
-    assert mapping.to_text() == expected
+    assert mapping.to_text() == LAYOUTS[layout][2]
     assert guess_kind(paths, mapping) == "mc"
     report = load_file(path, kind="mc", mapping=mapping)
     assert report.n_rejected == 0 and len(report.items) == len(QUIZ)
@@ -175,10 +181,7 @@ def test_column_paths_name_nested_keys() -> None:
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_widget_values_round_trip_to_the_same_mapping(layout: str, tmp_path: Path) -> None:
-    filename, text, _ = LAYOUTS[layout]
-    path = tmp_path / filename
-    path.write_text(text, encoding="utf-8")
-    mapping, paths = _guess(path)
+    mapping, paths = _guess(_write_layout(layout, tmp_path))
     assert mapping_from_form(form_values(mapping, paths), paths) == mapping
 
 
