@@ -1,0 +1,298 @@
+"""A new user calibrates their own data in a real browser (issue 14, "Done when").
+
+One `streamlit run app/main.py` server on an empty workspace, one headless Chromium
+page, the path a user takes: write a CSV in the common `prompt, opt1..opt4, label`
+layout (label: the 1-based number of the correct option), upload it on the Data page
+and keep the guessed column mapping untouched, save it, split it (60/20/20, stratified),
+press "Calibrate this dataset" (the Train page arrives prefilled with the split's parts
+and an out-of-domain set), run a short CALM job on the tiny random model, follow it on
+the Monitor page until it finishes, open it on Compare and download the calibrated model
+(zip) and the run's report (HTML).
+
+Screenshots domain-1..5 go to $CALM_SCREENSHOTS (default: a temporary folder):
+
+    CALM_SCREENSHOTS=docs/screenshots .venv/bin/python -m pytest tests/test_browser_domain.py
+
+Skips without chromium or playwright, unless CALM_REQUIRE_BROWSER=1 (as tests/test_browser.py).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, _goto, _require_browser, _shots, running_studio
+from tests.test_browser_sessions import _exceptions, _stop_leftover_jobs
+
+pytestmark = [pytest.mark.browser]
+
+UPLOAD = "country_capitals"  # the file's stem: saved as upload/<it>, split as split/<it>/<part>
+STEPS = 6
+EVAL_ITEMS = 10  # the Train page's minimum
+RUN_NAME = "domain"
+# A small fact table: country -> capital. Each fact gives three questions, 60 rows in all: the
+# 60/20/20 split's S_V then has 12 items, enough for the run's temperature-scaling baseline (a
+# run fits `ts` on S_V only from 10 items on; 40 rows would leave 8 and no `ts` variant).
+CAPITALS = [
+    ("France", "Paris"), ("Germany", "Berlin"), ("Italy", "Rome"), ("Spain", "Madrid"), ("Portugal", "Lisbon"),
+    ("Austria", "Vienna"), ("Poland", "Warsaw"), ("Greece", "Athens"), ("Norway", "Oslo"), ("Sweden", "Stockholm"),
+    ("Finland", "Helsinki"), ("Ireland", "Dublin"), ("Hungary", "Budapest"), ("Egypt", "Cairo"), ("Japan", "Tokyo"),
+    ("Kenya", "Nairobi"), ("Peru", "Lima"), ("Chile", "Santiago"), ("Canada", "Ottawa"), ("Australia", "Canberra"),
+]
+TEMPLATES = ["What is the capital of {}?", "Which city is the capital of {}?", "The capital city of {} is"]
+N_ROWS = len(CAPITALS) * len(TEMPLATES)
+OUT_OF_DOMAIN = ("arc/easy_test", "builtin/capitals/test", "builtin/units/test")  # app/views/train.py's, first found
+ZIP_FILES = {"calm_head.py", "adapter_model.safetensors", "adapter_config.json", "calm_export.json", "README.md"}
+
+
+def _rows() -> list[dict[str, str]]:
+    """The CSV's rows: the right capital at a position cycling 1..4 (so every answer
+    position holds 15 items and the split can stratify), three other capitals as the
+    wrong options. Deterministic."""
+    rows = []
+    for t, template in enumerate(TEMPLATES):
+        for i, (country, capital) in enumerate(CAPITALS):
+            wrong = [CAPITALS[(i + k * (t + 1)) % len(CAPITALS)][1] for k in (1, 2, 3)]
+            position = (i + t) % 4  # 0-based
+            options = wrong[:position] + [capital] + wrong[position:]
+            rows.append({"prompt": template.format(country), **{f"opt{k + 1}": o for k, o in enumerate(options)},
+                         "label": str(position + 1)})
+    return rows
+
+
+def _write_csv(path: Path) -> list[dict[str, str]]:
+    rows = _rows()
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=["prompt", "opt1", "opt2", "opt3", "opt4", "label"])
+        writer.writeheader()
+        writer.writerows(rows)
+    return rows
+
+
+@pytest.fixture()
+def studio_workspace(tmp_path: Path, tiny_model_dir: Path):
+    """A studio server on an empty workspace; yields (url, workspace)."""
+    _require_browser()  # before a server starts for nothing
+    workspace = tmp_path / "workspace"
+    try:
+        with running_studio(tmp_path, workspace) as url:
+            yield url, workspace
+    finally:
+        _stop_leftover_jobs(workspace / "runs")
+
+
+def test_calibrate_your_own_data(studio_workspace, tiny_model_dir: Path, tmp_path: Path) -> None:
+    _require_browser()
+    from playwright.sync_api import sync_playwright
+
+    url, workspace = studio_workspace
+    shots = _shots()
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+        page = context.new_page()
+        try:
+            _walk(page, url, workspace, tiny_model_dir, tmp_path, shots)
+        except Exception:
+            page.screenshot(path=str(shots / "failure-domain.png"), full_page=True)
+            print(f"exceptions on the page: {_exceptions(page)}; screenshot in {shots / 'failure-domain.png'}")
+            raise
+        finally:
+            browser.close()
+    for step in ("1-mapping", "2-split", "3-train", "4-monitor", "5-compare"):
+        assert (shots / f"domain-{step}.png").stat().st_size > 20_000, f"domain-{step}.png looks blank"
+
+
+def _shot(page, shots: Path, name: str, top=None, bottom=None) -> None:
+    """domain-<name>.png: the page from `top` to `bottom` (locators; default its start and end).
+    Streamlit scrolls its main area inside a fixed-height frame, so a full-page screenshot
+    is one viewport: the viewport grows to the content's height for the picture."""
+    height = page.evaluate("() => { const m = document.querySelector('[data-testid=\"stMainBlockContainer\"]');"
+                           " return m ? Math.ceil(m.getBoundingClientRect().height + 160) : 900; }")
+    size = page.viewport_size
+    page.set_viewport_size({"width": size["width"], "height": max(size["height"], min(height, 4000))})
+    try:
+        page.wait_for_timeout(2000)  # charts and data grids repaint at the new size
+        start = top.bounding_box()["y"] - 12 if top is not None else 0
+        end = bottom.bounding_box()["y"] + bottom.bounding_box()["height"] + 24 if bottom is not None \
+            else page.viewport_size["height"]
+        start = max(0, start)
+        page.screenshot(path=str(shots / f"domain-{name}.png"),
+                        clip={"x": 0, "y": start, "width": size["width"], "height": max(200, end - start)})
+    finally:
+        page.set_viewport_size(size)
+        page.wait_for_timeout(1000)
+
+
+def _wait_idle(page) -> None:
+    """Until the script run that the last click started is over ("Running..." gone)."""
+    page.wait_for_timeout(1500)
+    page.wait_for_function("() => { const w = document.querySelector('[data-testid=\"stStatusWidget\"]');"
+                           " return !w || !w.innerText.includes('Running'); }", timeout=180_000)
+    page.wait_for_timeout(500)
+
+
+def _key(key: str) -> str:
+    """The locator of the widget with Streamlit key `key`."""
+    return f".st-key-{key}"
+
+
+def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shots: Path) -> None:
+    from playwright.sync_api import expect
+
+    # 1. Data: upload the CSV; the guessed mapping is right without typing any; save it.
+    upload = tmp_path / f"{UPLOAD}.csv"
+    rows = _write_csv(upload)
+    assert len(rows) == N_ROWS == 60 and {r["label"] for r in rows} == {"1", "2", "3", "4"}
+    page.goto(f"{url}/data")
+    page.get_by_role("heading", name="Data").first.wait_for(timeout=180_000)
+    page.locator('input[type="file"]').set_input_files(str(upload))
+    page.get_by_text("Columns found:").wait_for(timeout=120_000)
+    expect(page.get_by_role("radio", name="multiple choice")).to_be_checked(timeout=60_000)
+    expect(page.get_by_role("radio", name="one column each")).to_be_checked()
+    expect(page.locator(_key("data_map_question")).get_by_role("combobox")).to_have_value("prompt")
+    options = page.locator(_key("data_map_options")).inner_text()
+    found = re.findall(r"opt\d", options)
+    assert found == ["opt1", "opt2", "opt3", "opt4"], f"option columns shown: {options!r}"
+    expect(page.locator(_key("data_map_answer")).get_by_role("combobox")).to_have_value("label")
+    expect(page.locator(_key("data_map_answer_form")).get_by_role("combobox")).to_have_value(
+        "a 1-based number (1 = first option)")
+    code = page.locator('[data-testid="stCode"]').first
+    expect(code).to_contain_text("question=prompt, choices=opt1|opt2|opt3|opt4, answer=label, answer_form=index1")
+    metrics = {m.locator('[data-testid="stMetricLabel"]').inner_text().strip():
+               m.locator('[data-testid="stMetricValue"]').inner_text().strip()
+               for m in page.locator('[data-testid="stMetric"]').all()}
+    assert metrics == {"Rows": "60", "Kept": "60", "Rejected": "0"}, metrics
+    frames = page.locator('[data-testid="stDataFrame"]')
+    expect(frames).to_have_count(3)  # the catalog, the preview, and the split form's plan (of the first dataset)
+    expect(page.get_by_label("Save as", exact=True)).to_have_value(UPLOAD)
+    page.get_by_role("button", name="Save to the workspace").click()
+    page.get_by_text(f"Saved as upload/{UPLOAD} ({N_ROWS} items)").wait_for(timeout=60_000)
+    assert not _exceptions(page), _exceptions(page)
+    _shot(page, shots, "1-mapping", top=page.get_by_role("heading", name="Upload a dataset"),
+          bottom=page.locator('[data-testid="stAlert"]').filter(has_text="Saved as"))
+
+    # 2. Split: defaults 60/20/20, stratified, seed 0; then "Calibrate this dataset".
+    expect(page.locator(_key("data_split_source")).get_by_role("combobox")).to_have_value(f"upload/{UPLOAD}")
+    for part, percent in (("train", "60"), ("heldout", "20"), ("test", "20")):
+        expect(page.get_by_label(f"{part} %", exact=True)).to_have_value(percent)
+    expect(page.get_by_label("Seed", exact=True)).to_have_value("0")
+    expect(page.get_by_label("Stratify by answer position", exact=True)).to_be_checked()
+    page.get_by_role("button", name="Split", exact=True).click()
+    parts = {p: f"split/{UPLOAD}/{p}" for p in ("train", "heldout", "test")}
+    page.get_by_text("Saved: " + ", ".join(parts.values())).wait_for(timeout=60_000)
+    record = json.loads(next(workspace.rglob("split.json")).read_text())
+    print(f"split.json: { {k: v for k, v in record.items() if k != 'ids'} }")
+    assert record["source"] == f"upload/{UPLOAD}" and record["seed"] == 0 and record["stratify"], record
+    assert record["sizes"] == {"train": 36, "heldout": 12, "test": 12}, record["sizes"]
+    assert not _exceptions(page), _exceptions(page)
+    _shot(page, shots, "2-split", top=page.get_by_role("heading", name="Split a dataset"),
+          bottom=page.get_by_role("button", name="Calibrate this dataset"))
+    page.get_by_role("button", name="Calibrate this dataset").click()
+
+    # Train: prefilled with the parts and one out-of-domain set; the banner and the estimate show.
+    page.get_by_role("heading", name="Train").first.wait_for(timeout=180_000)
+    banner = page.locator('[data-testid="stAlert"]').filter(has_text="Calibrating")
+    banner.wait_for(timeout=60_000)
+    print(f"prefill banner: {banner.inner_text()!r}")
+    expect(page.locator(_key("train_data")).get_by_role("combobox")).to_have_value(parts["train"])
+    expect(page.locator(_key("train_heldout")).get_by_role("combobox")).to_have_value(parts["heldout"])
+    evals = page.locator(_key("train_evals")).inner_text()
+    print(f"evaluation sets shown: {evals!r}")
+    assert parts["test"] in evals, evals
+    outside = [name for name in OUT_OF_DOMAIN if name in evals]
+    assert len(outside) == 1, f"expected one out-of-domain set of {OUT_OF_DOMAIN}: {evals!r}"
+    estimate = page.locator('[data-testid="stMetric"]').filter(has_text="Estimated time")
+    estimate.wait_for(timeout=60_000)
+    print(f"estimate: {estimate.inner_text()!r}")
+    assert not _exceptions(page), _exceptions(page)
+    _shot(page, shots, "3-train", bottom=page.get_by_role("button", name="Launch training"))
+
+    # 3. The tiny model and a short run; launch; follow it on Monitor until finished.
+    page.get_by_text("local directory", exact=True).click()
+    path = page.get_by_label("Path or hub id", exact=True)
+    path.wait_for(timeout=60_000)
+    path.fill(str(model_dir))
+    path.press("Enter")
+    page.wait_for_timeout(1000)
+    page.get_by_text("Advanced settings").click()
+    for label, value in (("Steps", STEPS), ("Items per evaluation set", EVAL_ITEMS),
+                         ("LoRA on top N layers (0: all)", 1), ("Run name", RUN_NAME)):
+        field = page.get_by_label(label, exact=True)
+        field.wait_for(timeout=60_000)
+        field.fill(str(value))
+        field.press("Enter")
+        page.wait_for_timeout(500)
+    page.wait_for_timeout(1500)
+    # The prefill survives the edits.
+    expect(page.locator(_key("train_data")).get_by_role("combobox")).to_have_value(parts["train"])
+    page.get_by_role("button", name="Launch training").click()
+    page.get_by_text("Follow it on the Monitor page").wait_for(timeout=180_000)
+    text = page.locator('[data-testid="stAlert"]').filter(has_text="Run ").first.inner_text()
+    found = re.search(r"Run\s+(\S+)\s+started", text)
+    assert found, f"unexpected launch message: {text!r}"
+    run_id = found.group(1)
+    config = json.loads((workspace / "runs" / run_id / "config.json").read_text())
+    train = config["train"]
+    assert (train["model"], train["steps"], train["train_data"], train["heldout_data"]) == (
+        str(model_dir), STEPS, parts["train"], parts["heldout"]), train
+    assert list(train["eval_data"]) == [parts["test"], *outside], train["eval_data"]
+    print(f"run {run_id}: splits recorded {config.get('splits')}")
+
+    _goto(page, "Monitor")
+    expect(page.locator(".st-key-monitor_select").get_by_role("combobox")).to_have_value(run_id, timeout=120_000)
+    page.get_by_role("heading", name="Final evaluation").wait_for(timeout=900_000)
+    expect(page.locator('[data-testid="stProgress"]').first).to_contain_text("finished", timeout=60_000)
+    status = json.loads((workspace / "runs" / run_id / "status.json").read_text())
+    assert status["state"] == "finished", status
+    print(f"run {run_id} ran {status['ended'] - status['started']:.1f}s")
+    results = json.loads((workspace / "runs" / run_id / "results.json").read_text())
+    assert "temperature" in results["ts"], results["ts"]  # S_V (12 items) was enough to fit the TS baseline
+    variants = {(row["dataset"], row["variant"]) for row in results["results"]}
+    assert {(d, v) for d in train["eval_data"] for v in ("base", "ts", "calm")} <= variants, sorted(variants)
+    assert not _exceptions(page), _exceptions(page)
+    _shot(page, shots, "4-monitor", bottom=page.get_by_text("Compare reliability diagrams"))
+
+    # Compare: the run's reliability diagram, its metrics, "Share a run".
+    _goto(page, "Compare")
+    expect(page.locator(_key("compare_runs"))).to_contain_text(run_id, timeout=120_000)
+    page.locator('[data-testid="stPlotlyChart"]').first.wait_for(timeout=120_000)
+    expect(page.locator(_key("compare_dataset")).get_by_role("combobox")).to_have_value(parts["test"])
+    print(f"variants shown: {page.locator(_key('compare_variants')).inner_text()!r}")
+    page.get_by_role("heading", name="Share a run").wait_for(timeout=60_000)
+    assert not _exceptions(page), _exceptions(page)
+    _shot(page, shots, "5-compare", bottom=page.get_by_text("The report is one HTML file"))
+
+    # 4. Export: the calibrated model as a zip, the report as one HTML file.
+    downloads = tmp_path / "downloads"
+    downloads.mkdir()
+    _wait_idle(page)
+    with page.expect_download(timeout=300_000) as zipped:
+        page.get_by_role("button", name="Calibrated model (zip)").click()
+    archive = downloads / zipped.value.suggested_filename
+    zipped.value.save_as(archive)
+    assert archive.name == f"{run_id}-calibrated.zip", archive.name
+    with zipfile.ZipFile(archive) as handle:
+        names = handle.namelist()
+    print(f"zip: {names}")
+    assert ZIP_FILES <= {Path(n).name for n in names}, names
+    assert all(n.startswith(f"{run_id}/") for n in names), names
+    # The zip's click reran the page, which gives every download button a new file id: a click
+    # before the browser has the new ids downloads nothing (streamlit logs "Deferred file ... not
+    # found"). Wait for that run to end, as a user sees "Running..." end.
+    _wait_idle(page)
+    with page.expect_download(timeout=300_000) as reported:
+        page.get_by_role("button", name="Report (HTML)").click()
+    report = downloads / reported.value.suggested_filename
+    reported.value.save_as(report)
+    assert report.name == f"{run_id}.html", report.name
+    html = report.read_text(encoding="utf-8")
+    assert html.startswith("<!DOCTYPE html>"), html[:80]
+    assert "<script" not in html.lower() and run_id in html
+    print(f"report: {len(html)} characters")
+    assert not _exceptions(page), _exceptions(page)
