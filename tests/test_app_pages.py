@@ -187,7 +187,7 @@ def test_data_page_maps_an_uploaded_csv_with_widgets_saves_and_splits_it(open_pa
     at.button(key="data_split_go").click().run()
     assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
     names = {p: f"split/quiz/{p}" for p in ("train", "heldout", "test")}
-    assert at.session_state["calibrate_split"] == names
+    assert at.session_state["calibrate_split"] == {**names, "source": "upload/quiz"}  # the banner names the source
     from calm_core.data.catalog import load_dataset
     from calm_core.data.split import read_split
 

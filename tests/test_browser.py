@@ -139,15 +139,12 @@ def _walk_through(page, studio: str, shots: Path, expect) -> None:
     page.get_by_text("Mean confidence").first.wait_for(timeout=240_000)
     page.locator('[data-testid="stPlotlyChart"]').first.wait_for(timeout=120_000)
     page.screenshot(path=str(shots / "learn.png"), full_page=True)
-    # Data: upload a CSV with one column per option, map it, validate, save.
+    # Data: upload a CSV with one column per option; the mapping is guessed (no typing), one row rejected.
     _goto(page, "Data")
     upload = shots / "domain.csv"
     upload.write_text("q,A,B,C,label\nWhat is 2+2?,4,5,6,A\nBad row,,,,Z\nCapital of Peru?,Lima,Quito,Cusco,A\n")
     page.locator('input[type="file"]').set_input_files(str(upload))
-    mapping = page.get_by_label("Column mapping", exact=True)
-    mapping.wait_for(timeout=60_000)
-    mapping.fill("question=q, choices=A|B|C, answer=label")
-    page.get_by_role("button", name="Validate").click()
+    page.get_by_text("question=q, choices=A|B|C, answer=label").first.wait_for(timeout=60_000)
     page.get_by_text("Why 1 row was rejected").wait_for(timeout=60_000)
     page.get_by_role("button", name="Save to the workspace").click()
     page.get_by_text("Saved as upload/domain").wait_for(timeout=60_000)

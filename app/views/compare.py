@@ -131,10 +131,12 @@ st.subheader("Share a run")
 share = st.selectbox("Run", chosen, format_func=labels.get, key="compare_share_run")
 c1, c2 = st.columns(2)
 # Callables: the report and the zip are built when clicked, not on every rerun of the page.
+# on_click="ignore": a rerun would give every download button a new file id, and a second
+# click that still holds the old one then downloads nothing (seen in the browser test).
 c1.download_button("Report (HTML)", lambda: run_report_html(RunDir.at(share)), file_name=f"{share}.html",
-                   mime="text/html", key="compare_report")
+                   mime="text/html", key="compare_report", on_click="ignore")
 c2.download_button("Calibrated model (zip)", lambda: export_zip(RunDir.at(share)), file_name=f"{share}-calibrated.zip",
-                   mime="application/zip", key="compare_export")
+                   mime="application/zip", key="compare_export", on_click="ignore")
 st.caption("The report is one HTML file (settings, this table, reliability diagrams, alpha) that opens offline. "
            "The zip loads with transformers + peft alone: the adapter, the head as `calm_head.py`, and a README "
            "with the code (`calm export RUN DIR` writes the same folder).")

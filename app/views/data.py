@@ -204,11 +204,12 @@ def _split_section() -> None:
         except Exception as exc:
             st.error(_problem(exc))
         else:
-            st.session_state["data_last_split"] = record.names
-            st.session_state["calibrate_split"] = record.names
+            st.session_state["data_last_split"] = {**record.names, "source": record.source}
+            st.session_state["calibrate_split"] = st.session_state["data_last_split"]
     done = st.session_state.get("data_last_split")
     if done:
-        st.success("Saved: " + ", ".join(f"`{n}`" for n in done.values()) + ". They are in every dataset picker.")
+        parts = [done[part] for part in ("train", "heldout", "test") if part in done]
+        st.success("Saved: " + ", ".join(f"`{n}`" for n in parts) + ". They are in every dataset picker.")
         if st.button("Calibrate this dataset", key="data_calibrate"):
             st.session_state["calibrate_split"] = done
             st.switch_page("views/train.py")

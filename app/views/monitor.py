@@ -182,6 +182,9 @@ def _results() -> None:
     if (run.path / "results.json").is_file():
         st.subheader("Final evaluation")
         rows = run_view.compare_rows([run])
+        ts_note = run.results().get("ts", {}).get("note")
+        if ts_note:  # e.g. too few S_V items to fit a temperature: say why the TS row is missing
+            st.caption(ts_note)
         columns = OPEN_TABLE_COLUMNS if run_view.task_of(run) == "openqa" else RESULT_COLUMNS
         st.dataframe(pd.DataFrame([{k: r.get(k) for k in columns} for r in rows]), hide_index=True, width="stretch",
                      key="monitor_results")

@@ -106,11 +106,18 @@ if model_kind != "embedded":
 
 st.subheader("2. Data")
 c1, c2 = st.columns(2)
-train_data = c1.selectbox("Training set S_T (labelled)", names, index=_index(names, default_train), key=_key("train_data"))
-heldout = c2.selectbox("Held-out S_V (entropy inputs; its labels fit TS)", names,
-                       index=_index(names, default_heldout), key=_key("train_heldout"))
-evals = st.multiselect("Evaluation sets (in domain and out of domain)", names,
-                       default=[n for n in default_evals if n in names], key=_key("train_evals"))
+def _preset(key: str, value):
+    """A widget's default, or None when its value is already in the session (a split taken
+    from the Data page): Streamlit warns when a widget gets both."""
+    return None if key in st.session_state else value
+
+
+train_data = c1.selectbox("Training set S_T (labelled)", names, key=_key("train_data"),
+                          index=_preset(_key("train_data"), _index(names, default_train)))
+heldout = c2.selectbox("Held-out S_V (entropy inputs; its labels fit TS)", names, key=_key("train_heldout"),
+                       index=_preset(_key("train_heldout"), _index(names, default_heldout)))
+evals = st.multiselect("Evaluation sets (in domain and out of domain)", names, key=_key("train_evals"),
+                       default=_preset(_key("train_evals"), [n for n in default_evals if n in names]))
 _show_rejections([train_data, heldout, *evals], "open" if openqa else "mc")
 
 st.subheader("3. Method")
