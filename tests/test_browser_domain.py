@@ -26,7 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, _goto, _require_browser, _shots, running_studio
+from tests.test_browser import (CHROMIUM, CHROMIUM_ARGS, _goto, _require_browser, _shots, fill_short_tiny_run,
+                                running_studio)
 from tests.test_browser_sessions import _exceptions, _stop_leftover_jobs
 
 pytestmark = [pytest.mark.browser]
@@ -214,21 +215,7 @@ def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shot
     _shot(page, shots, "3-train", bottom=page.get_by_role("button", name="Launch training"))
 
     # 3. The tiny model and a short run; launch; follow it on Monitor until finished.
-    page.get_by_text("local directory", exact=True).click()
-    path = page.get_by_label("Path or hub id", exact=True)
-    path.wait_for(timeout=60_000)
-    path.fill(str(model_dir))
-    path.press("Enter")
-    page.wait_for_timeout(1000)
-    page.get_by_text("Advanced settings").click()
-    for label, value in (("Steps", STEPS), ("Items per evaluation set", EVAL_ITEMS),
-                         ("LoRA on top N layers (0: all)", 1), ("Run name", RUN_NAME)):
-        field = page.get_by_label(label, exact=True)
-        field.wait_for(timeout=60_000)
-        field.fill(str(value))
-        field.press("Enter")
-        page.wait_for_timeout(500)
-    page.wait_for_timeout(1500)
+    fill_short_tiny_run(page, model_dir, STEPS, EVAL_ITEMS, RUN_NAME)
     # The prefill survives the edits.
     expect(page.locator(_key("train_data")).get_by_role("combobox")).to_have_value(parts["train"])
     page.get_by_role("button", name="Launch training").click()

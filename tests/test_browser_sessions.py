@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, _goto, _require_browser, _shots, running_studio
+from tests.test_browser import (CHROMIUM, CHROMIUM_ARGS, _goto, _require_browser, _shots, fill_short_tiny_run,
+                                running_studio)
 
 pytestmark = [pytest.mark.browser]
 
@@ -70,21 +71,7 @@ def _configure_run(page, url: str, model_dir: Path, name: str) -> None:
     """The Train page, opened directly, set to a short run of the tiny model named `name`."""
     page.goto(f"{url}/train")
     page.get_by_role("heading", name="Train").first.wait_for(timeout=180_000)
-    page.get_by_text("local directory", exact=True).click()
-    path = page.get_by_label("Path or hub id", exact=True)
-    path.wait_for(timeout=60_000)
-    path.fill(str(model_dir))
-    path.press("Enter")
-    page.wait_for_timeout(1000)
-    page.get_by_text("Advanced settings").click()
-    for label, value in (("Steps", STEPS), ("Items per evaluation set", EVAL_ITEMS),
-                         ("LoRA on top N layers (0: all)", 1), ("Run name", name)):
-        field = page.get_by_label(label, exact=True)
-        field.wait_for(timeout=60_000)
-        field.fill(str(value))
-        field.press("Enter")
-        page.wait_for_timeout(500)
-    page.wait_for_timeout(1500)
+    fill_short_tiny_run(page, model_dir, STEPS, EVAL_ITEMS, name)
     page.wait_for_function(LAUNCH_BUTTON_JS, timeout=60_000)
     assert not _exceptions(page), _exceptions(page)
 
