@@ -230,8 +230,11 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 def cmd_resume(args: argparse.Namespace) -> int:
     from calm_core.jobs import resume
 
-    started = resume(RunDir.at(args.run_id, args.runs_root), fresh=args.fresh)
-    print(f"{args.run_id}: " + ("resumed" if args.run_id in started else "queued to resume")
+    from calm_core.launch import left_the_queue
+
+    run = RunDir.at(args.run_id, args.runs_root)
+    resume(run, fresh=args.fresh)
+    print(f"{args.run_id}: " + ("resumed" if left_the_queue(run) else "queued to resume")
           + (" from step 0 (--fresh)" if args.fresh else ""))
     return 0
 

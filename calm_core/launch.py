@@ -52,8 +52,15 @@ def launch_training(cfg: TrainConfig, root: str | Path | None = None) -> tuple[R
     from calm_core.jobs import submit, worker_command
 
     run = create_run(cfg, root)
-    started = submit(run, worker_command())
-    return run, run.run_id in started
+    submit(run, worker_command())
+    return run, left_the_queue(run)
+
+
+def left_the_queue(run: RunDir) -> bool:
+    """Whether the run has started, by anyone: another session's or job's `schedule` may
+    start it before this caller's own does (two studio sessions launching at once both
+    said "queued" while one of them ran)."""
+    return run.status.get("state") != "queued"
 
 
 def past_step_seconds(method: str, model: str, root: str | Path | None = None, last: int = 3) -> float | None:

@@ -57,3 +57,26 @@ def test_a_run_on_a_split_records_how_the_split_was_made() -> None:
     recorded = run.config["splits"]["caps"]
     assert recorded["source"] == "builtin/capitals/train" and recorded["seed"] == 3 and recorded["stratify"]
     assert recorded["sizes"] == record.sizes and "ids" not in recorded
+
+
+def test_launch_says_started_when_another_caller_started_the_run(tmp_path: Path, monkeypatch) -> None:
+    """Two sessions launching at once: the other session's `schedule` may start this run
+    before this one's own call does, which then starts nothing; the run is running all
+    the same, and the launcher must say so (it said "queued")."""
+    import sys
+
+    from calm_core import jobs, launch
+
+    real_schedule = jobs.schedule
+
+    def scheduled_by_someone_else(root=None, limit=None):
+        real_schedule(root, limit)  # this run starts here...
+        return []  # ...but, as far as this caller knows, it started nothing
+
+    monkeypatch.setattr(jobs, "schedule", scheduled_by_someone_else)
+    monkeypatch.setattr(jobs, "worker_command", lambda: [sys.executable, "-c", "import time; time.sleep(30)"])
+    run, started = launch.launch_training(TrainConfig(method="calm"), root=tmp_path)
+    try:
+        assert started and run.status["state"] == "running"
+    finally:
+        jobs.kill(run, grace_s=1)
