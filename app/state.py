@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import streamlit as st
 
-from calm_core.evaluate import score_dataset
-from calm_core.models import LoadedModel, load_model
-from calm_core.playground import TrainedModel
-from calm_core.prompts import ScoringConfig
-from calm_core.scoring import OptionScores
+from calm_core.scoring.evaluate import score_dataset
+from calm_core.scoring.models import LoadedModel, load_model
+from calm_core.scoring.playground import TrainedModel
+from calm_core.scoring.prompts import ScoringConfig
+from calm_core.scoring.options import OptionScores
 
 
 @st.cache_resource(show_spinner="Loading the model (the first time converts it: about a minute)...")
@@ -59,7 +59,7 @@ def describe_error(exc: Exception) -> str:
 @st.cache_resource(show_spinner="Loading the run's adapter and calibration head...", max_entries=4)
 def get_trained(run_id: str) -> TrainedModel:
     """A finished run's model, once per process (a fresh base model under its adapter)."""
-    from calm_core.playground import load_trained
-    from calm_core.runs import RunDir
+    from calm_core.scoring.playground import load_trained
+    from calm_core.runs.rundir import RunDir
 
     return load_trained(RunDir.at(run_id))

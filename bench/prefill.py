@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def fill_lazily(runner, per_item: list, order: list[int], per_batch: int) -> None:
-    from calm_core.scoring import left_pad_batch
+    from calm_core.scoring.forward import left_pad_batch
 
     for start in range(0, len(order), per_batch):
         seqs = [seq for i in order[start:start + per_batch] for seq in per_item[i]]
@@ -37,13 +37,13 @@ def main() -> None:
     import numpy as np
     import torch
 
-    from calm_core.adapters import LoraSettings, attach_lora
-    from calm_core.evaluate import load_items
-    from calm_core.frozen_prefix import FrozenPrefixModel, frozen_prefix_split
-    from calm_core.models import load_model
-    from calm_core.objectives import forward_sequences
-    from calm_core.prompts import ScoringConfig
-    from calm_core.trainer import batch_indices
+    from calm_core.training.adapters import LoraSettings, attach_lora
+    from calm_core.scoring.evaluate import load_items
+    from calm_core.scoring.frozen_prefix import FrozenPrefixModel, frozen_prefix_split
+    from calm_core.scoring.models import load_model
+    from calm_core.training.objectives import forward_sequences
+    from calm_core.scoring.prompts import ScoringConfig
+    from calm_core.training.loop import batch_indices
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="arc/easy_train")

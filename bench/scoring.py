@@ -39,10 +39,10 @@ CONFIGS = [  # (rule, batch size, share prefix)
 
 def run_one(data: str, limit: int, rule: str, batch_size: int, share: bool) -> dict:
     sys.path.insert(0, str(ROOT))
-    from calm_core.evaluate import load_mc_items
-    from calm_core.models import load_model
-    from calm_core.prompts import ScoringConfig
-    from calm_core.scoring import score_items
+    from calm_core.scoring.evaluate import load_mc_items
+    from calm_core.scoring.models import load_model
+    from calm_core.scoring.prompts import ScoringConfig
+    from calm_core.scoring.options import score_items
 
     items = load_mc_items(data, limit=limit)
     lm = load_model("embedded")
@@ -66,8 +66,8 @@ def harness_side(data: str, limit: int, batch_size: int) -> dict:
     from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
 
-    from calm_core.evaluate import load_mc_items
-    from calm_core.models import embedded_model_dir
+    from calm_core.scoring.evaluate import load_mc_items
+    from calm_core.scoring.models import embedded_model_dir
 
     items = load_mc_items(data, limit=limit)
     folder = Path(tempfile.mkdtemp(prefix="calm-harness-"))
@@ -91,10 +91,10 @@ def harness_side(data: str, limit: int, batch_size: int) -> dict:
 
 def our_side(data: str, limit: int, batch_size: int) -> dict:
     sys.path.insert(0, str(ROOT))
-    from calm_core.evaluate import load_mc_items
-    from calm_core.models import load_model
-    from calm_core.prompts import ScoringConfig
-    from calm_core.scoring import score_items
+    from calm_core.scoring.evaluate import load_mc_items
+    from calm_core.scoring.models import load_model
+    from calm_core.scoring.prompts import ScoringConfig
+    from calm_core.scoring.options import score_items
 
     items = load_mc_items(data, limit=limit)
     lm = load_model("embedded")

@@ -30,8 +30,8 @@ EVAL = "builtin/capitals/test"
 
 def run_one(constraint: str, steps: int, lr_alpha: float, lm_factory, seed: int) -> dict:
     """Train one configuration; returns its final tau and the test set's metrics."""
-    from calm_core.train_config import TrainConfig, preset_settings
-    from calm_core.trainer import train
+    from calm_core.training.config import TrainConfig, preset_settings
+    from calm_core.training.loop import train
 
     settings = preset_settings("quick", {**DATA, "method": "scalar", "constraint": constraint, "steps": steps,
                                          "lr_alpha": lr_alpha, "eval_every": 0, "seed": seed,
@@ -54,8 +54,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=ROOT / "bench/results/tau_budget.json")
     args = parser.parse_args()
-    from calm_core.models import load_model
-    from calm_core.train_config import DEFAULT_LR
+    from calm_core.scoring.models import load_model
+    from calm_core.training.config import DEFAULT_LR
 
     lr = args.lr_alpha or DEFAULT_LR["sgd"]["lr_alpha"]
     rows = []

@@ -34,9 +34,9 @@ MODES = ("uncached", "cached")
 
 
 def time_config(method: str, inner_steps: int, start: str, mode: str, args: argparse.Namespace) -> dict:
-    from calm_core.models import load_model
-    from calm_core.train_config import TrainConfig
-    from calm_core.trainer import train
+    from calm_core.scoring.models import load_model
+    from calm_core.training.config import TrainConfig
+    from calm_core.training.loop import train
 
     cfg = TrainConfig(method=method, inner_steps=inner_steps, inner_start=start, steps=args.steps + 1, batch_size=args.batch_size,
                       heldout_batch_size=args.batch_size, scoring=args.scoring, train_data=args.train_data,

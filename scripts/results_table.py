@@ -15,7 +15,7 @@ Verdicts against the targets of issue 12 (first evaluation set = in domain):
 - AUROC not below base's interval on any set;
 - mean out-of-domain ECE below TS's;
 - mean confidence not within 0.03 of 1/K on sets where accuracy exceeds 1/K + 0.1.
-Pure reading of run directories; every metric is calm_core.metrics'.
+Pure reading of run directories; every metric is calm_core.calibration.metrics'.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ SEED = re.compile(r"-s(\d+)$")
 
 
 def _metric(name: str, confidence: np.ndarray, correct: np.ndarray) -> float:
-    from calm_core import metrics
+    from calm_core.calibration import metrics
 
     if name == "acc":
         return float(correct.mean())
@@ -54,8 +54,8 @@ def _predictions(run, variant: str, dataset: str) -> tuple[np.ndarray, np.ndarra
     """(confidence, correct, mean 1/K) of one variant on one set."""
     import pandas as pd
 
-    from calm_core.run_view import predictions
-    from calm_core.runs import predictions_path
+    from calm_core.workspace.view import predictions
+    from calm_core.runs.rundir import predictions_path
 
     confidence, correct = predictions(run, variant, dataset)
     frame = pd.read_parquet(predictions_path(run.path, variant, dataset), columns=["probs"])
@@ -64,7 +64,7 @@ def _predictions(run, variant: str, dataset: str) -> tuple[np.ndarray, np.ndarra
 
 def collect(prefix: str, root: Path | None) -> dict:
     """{(group, variant): {dataset: [(confidence, correct, 1/K) per seed]}}, datasets in order."""
-    from calm_core.runs import RunDir, list_runs
+    from calm_core.runs.rundir import RunDir, list_runs
 
     table: dict = defaultdict(lambda: defaultdict(list))
     datasets: list[str] = []

@@ -3,5 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/python -c "from calm_core.models import embedded_model_dir; print('embedded model:', embedded_model_dir())"
+.venv/bin/python -c "from calm_core.scoring.models import embedded_model_dir; print('embedded model:', embedded_model_dir())"
 exec .venv/bin/streamlit run app/main.py "$@"

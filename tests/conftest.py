@@ -24,7 +24,7 @@ def _isolated_workspace(tmp_path_factory: pytest.TempPathFactory, monkeypatch: p
 
 @pytest.fixture(scope="session")
 def embedded_dir() -> Path:
-    from calm_core.models import embedded_model_dir
+    from calm_core.scoring.models import embedded_model_dir
 
     return embedded_model_dir()
 
@@ -47,14 +47,14 @@ def tiny_model_dir(embedded_dir: Path, tmp_path_factory: pytest.TempPathFactory)
 
 @pytest.fixture(scope="session")
 def tiny_lm(tiny_model_dir: Path):
-    from calm_core.models import ModelSpec, load_model
+    from calm_core.scoring.models import ModelSpec, load_model
 
     return load_model(ModelSpec(name=str(tiny_model_dir), device="cpu"))
 
 
 @pytest.fixture(scope="session")
 def embedded_lm(embedded_dir: Path):
-    from calm_core.models import ModelSpec, load_model
+    from calm_core.scoring.models import ModelSpec, load_model
 
     return load_model(ModelSpec(name="embedded", device="cpu"))
 

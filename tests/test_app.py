@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from app.charts import accuracy_confidence_figure, reliability_figure
-from calm_core import metrics
+from calm_core.calibration import metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 

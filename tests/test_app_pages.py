@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from calm_core.runs import list_runs
+from calm_core.runs.rundir import list_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = ["views/learn.py", "views/data.py", "views/train.py", "views/monitor.py", "views/compare.py",
@@ -72,7 +72,7 @@ def test_train_launches_a_job_then_monitor_compare_and_playground_show_it(open_p
     results = monitor.dataframe[-1].value
     assert {"base", "calm", "calm_theta_only"} <= set(results["variant"])
     assert {"auroc", "aurc"} <= set(results.columns)  # beside ECE: a near-uniform forecast shows
-    from calm_core.run_view import BOME_MEANINGS
+    from calm_core.workspace.view import BOME_MEANINGS
 
     assert BOME_MEANINGS["inner_drop_frac"] in text and BOME_MEANINGS["descent_ratio"] in text
     charts = [c for c in monitor.get("plotly_chart")]

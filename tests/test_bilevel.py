@@ -21,9 +21,9 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from calm_core.bilevel import (BilevelConfig, BilevelState, bilevel_step, bilevel_step_naive, coupling_inert,
+from calm_core.training.bilevel import (BilevelConfig, BilevelState, bilevel_step, bilevel_step_naive, coupling_inert,
                                plain_step_sizes)
-from calm_core.head import CalibrationHead
+from calm_core.calibration.head import CalibrationHead
 
 EPS32 = torch.finfo(torch.float32).eps
 LOG_KEYS = {"lower_loss", "upper_loss", "q", "lambda", "grad_f_norm", "grad_q_norm", "inner_loss_drop", "inner_drop_frac",

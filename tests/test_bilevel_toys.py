@@ -1,4 +1,4 @@
-"""The solver on problems with known answers (calm_core.bilevel_toys, docs/bilevel.md).
+"""The solver on problems with known answers (calm_core.training.bilevel_toys, docs/bilevel.md).
 
 ShiftToy: the bilevel optimum l* (exact inner solves + implicit-function hypergradient)
 is checked against a brute-force grid; the project's own `calm` step reaches it and
@@ -13,8 +13,8 @@ import itertools
 import pytest
 import torch
 
-from calm_core.bilevel_toys import DTYPE, ShiftToy, TemperatureToy, ToyContext, centred, tail_mean
-from calm_core.methods import calm, iterate
+from calm_core.training.bilevel_toys import DTYPE, ShiftToy, TemperatureToy, ToyContext, centred, tail_mean
+from calm_core.training.methods import calm, iterate
 
 
 @pytest.fixture(autouse=True, scope="module")

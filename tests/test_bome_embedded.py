@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from calm_core.bilevel import coupling_inert
-from calm_core.models import load_model
-from calm_core.train_config import TrainConfig
-from calm_core.trainer import train
+from calm_core.training.bilevel import coupling_inert
+from calm_core.scoring.models import load_model
+from calm_core.training.config import TrainConfig
+from calm_core.training.loop import train
 
 pytestmark = pytest.mark.embedded
 DATA = dict(train_data="builtin/capitals/train", heldout_data="builtin/capitals/validation", eval_data=(),

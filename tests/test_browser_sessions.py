@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -49,8 +48,8 @@ def studio_one_slot(tmp_path: Path, tiny_model_dir: Path):
 def _stop_leftover_jobs(root: Path) -> None:
     """A failed test leaves no job behind: queued runs are cancelled first (so none
     starts when a slot frees), then running ones are killed."""
-    from calm_core.jobs import cancel, kill
-    from calm_core.runs import RunDir, list_runs
+    from calm_core.runs.jobs import cancel, kill
+    from calm_core.runs.rundir import RunDir, list_runs
 
     if not root.is_dir():
         return

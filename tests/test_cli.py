@@ -1,6 +1,6 @@
 """Tests for the `calm` command (calm_core.cli): `calm datasets` and `calm eval`.
 
-`calm eval` runs in-process through `calm_core.cli.main([...])` on the tiny random Llama
+`calm eval` runs in-process through `calm_core.cli.commands([...])` on the tiny random Llama
 (`tiny_model_dir`), 8 items per dataset. The expensive runs are module fixtures shared
 by several tests; one test runs the installed console script in a subprocess.
 
@@ -22,12 +22,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calm_core import metrics
+from calm_core.calibration import metrics
 from calm_core.cli import main
 from calm_core.data.builtin import builtin_names, load_builtin
 from calm_core.data.catalog import load_dataset
-from calm_core.posthoc import TemperatureScaler
-from calm_core.runs import predictions_path
+from calm_core.calibration.posthoc import TemperatureScaler
+from calm_core.runs.rundir import predictions_path
 
 LIMIT = 8  # items per evaluated dataset
 FIT_LIMIT = 10  # = posthoc.MIN_FIT_ITEMS; capitals/train gives the tiny model a moderate T
@@ -131,7 +131,7 @@ def no_model(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(args):
         raise ModelLoaded(args.model)
 
-    monkeypatch.setattr("calm_core.cli._load_lm", refuse)
+    monkeypatch.setattr("calm_core.cli.commands._load_lm", refuse)
 
 
 # ----------------------------------------------------------------------------- calm eval: output

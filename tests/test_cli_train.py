@@ -10,7 +10,7 @@ from pathlib import Path
 
 
 from calm_core.cli import main
-from calm_core.runs import RunDir
+from calm_core.runs.rundir import RunDir
 
 TINY = ["--train-data", "builtin/capitals/train", "--heldout-data", "builtin/capitals/validation",
         "--eval-data", "builtin/capitals/test", "--train-limit", "8", "--heldout-limit", "6", "--eval-limit", "6",

@@ -15,10 +15,10 @@ import pytest
 import torch
 
 from calm_core.data.schema import DataError, MCItem
-from calm_core.frozen_prefix import FrozenPrefixModel
-from calm_core.objectives import forward_sequences, option_logits
-from calm_core.prompts import ScoringConfig, letter_prompt, letter_token_ids
-from calm_core.scoring import (cloze_requests, context_limit, continuation_inputs, score_items,
+from calm_core.scoring.frozen_prefix import FrozenPrefixModel
+from calm_core.training.objectives import forward_sequences, option_logits
+from calm_core.scoring.prompts import ScoringConfig, letter_prompt, letter_token_ids
+from calm_core.scoring.options import (cloze_requests, context_limit, continuation_inputs, score_items,
                                truncated_item_ids)
 
 LIMIT = 64
@@ -144,9 +144,9 @@ def test_a_training_run_checks_its_sets_before_the_first_step(short_lm, tmp_path
     and an item that cannot fit stops the run before any step rather than at its batch."""
     import json
 
-    from calm_core.runs import RunDir
-    from calm_core.train_config import TrainConfig
-    from calm_core.trainer import train
+    from calm_core.runs.rundir import RunDir
+    from calm_core.training.config import TrainConfig
+    from calm_core.training.loop import train
 
     def write(name: str, items: list[MCItem]) -> str:
         path = tmp_path / f"{name}.jsonl"

@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from calm_core.cli import main
-from calm_core.jobs import worker_command
-from calm_core.runs import DAMAGED, RunDir, atomic_write_json
+from calm_core.runs.jobs import worker_command
+from calm_core.io import atomic_write_json
+from calm_core.runs.rundir import DAMAGED, RunDir
 from tests.test_reliability import snapshot
 from tests.test_trainer import DATA, fresh_lm
 
@@ -37,8 +38,8 @@ CASES = [(f, k) for f in FILES for k in KINDS]
 @pytest.fixture(scope="module")
 def template(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A workspace with three runs of the tiny model: finished, cancelled at 3 of 4, and a bystander."""
-    from calm_core.train_config import TrainConfig
-    from calm_core.trainer import train
+    from calm_core.training.config import TrainConfig
+    from calm_core.training.loop import train
 
     workspace = tmp_path_factory.mktemp("template")
     root = workspace / "runs"
@@ -71,7 +72,8 @@ def one_line_naming(err: str, pattern: str) -> bool:
 @pytest.fixture
 def workspace(template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fresh copy of the template, the studio's workspace; `calm resume` trains in this process."""
-    from calm_core import cli_train, jobs
+    from calm_core.cli import train as cli_train
+    from calm_core.runs import jobs
 
     copy = tmp_path / "ws"
     shutil.copytree(template, copy)

@@ -21,8 +21,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from calm_core.distributed import shard
-from calm_core.runs import RunDir
+from calm_core.training.distributed import shard
+from calm_core.runs.rundir import RunDir
 from tests.numeric import float32_noise
 
 ADAM_OUTLIERS = 0.01  # share of AdamW's coordinates allowed past the float32 bound (see assert_weights_match)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from calm_core.evaluate import wide_table
+from calm_core.scoring.evaluate import wide_table
 
 
 def test_wide_table_orders_datasets_and_variants_as_seen_and_marks_gaps() -> None:
@@ -33,7 +33,7 @@ def test_load_report_keeps_rejected_rows_and_checks_the_kind(tmp_path) -> None:
     import pytest
 
     from calm_core.data.schema import DataError
-    from calm_core.evaluate import load_items, load_report
+    from calm_core.scoring.evaluate import load_items, load_report
 
     rows = [{"id": "a", "question": f"Q{i}?", "choices": ["x", "y"], "answer": 0} for i in range(3)]
     path = tmp_path / "dup.jsonl"

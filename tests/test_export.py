@@ -21,13 +21,13 @@ import pandas as pd
 import pytest
 import torch
 
-from calm_core import export
-from calm_core.export import EMBEDDED_HUB_ID, export_run, export_zip, gguf_hub_id, portable_base_model
-from calm_core.export_template import calm_head
-from calm_core.head import CalibrationHead, HeadLogitsProcessor
-from calm_core.launch import run_config_record
-from calm_core.runs import RunDir, predictions_path
-from calm_core.trainer import load_data, train
+from calm_core.workspace import export
+from calm_core.workspace.export import EMBEDDED_HUB_ID, export_run, export_zip, gguf_hub_id, portable_base_model
+from calm_core.workspace.export_template import calm_head
+from calm_core.calibration.head import CalibrationHead, HeadLogitsProcessor
+from calm_core.workspace.launch import run_config_record
+from calm_core.runs.rundir import RunDir, predictions_path
+from calm_core.training.loop import load_data, train
 from tests.test_trainer import fresh_lm, small_config
 
 SCOPES = {"vocab": "letter", "options": "letter", "scalar": "cloze"}  # every scope the tiny setup trains
@@ -101,7 +101,7 @@ def fresh_scores(runs: dict[str, RunDir], exports: dict[str, Path], tiny_model_d
 
 
 def _eval_items(run: RunDir) -> list:
-    from calm_core.train_config import TrainConfig
+    from calm_core.training.config import TrainConfig
 
     cfg = TrainConfig.from_dict(run.config["train"])
     return load_data(cfg).evals[cfg.eval_data[0]]
@@ -214,7 +214,7 @@ def test_a_run_without_a_head_exports_the_adapter_and_the_scoring_rule(tiny_mode
 
 def test_embedded_gguf_metadata_agrees_with_the_constant() -> None:
     pytest.importorskip("gguf")
-    from calm_core.models import ModelLoadError, embedded_gguf_path
+    from calm_core.scoring.models import ModelLoadError, embedded_gguf_path
 
     try:
         meta = export.gguf_strings(embedded_gguf_path())

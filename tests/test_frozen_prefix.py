@@ -9,13 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from calm_core.adapters import LoraSettings, attach_lora, lora_parameters
+from calm_core.training.adapters import LoraSettings, attach_lora, lora_parameters
 from calm_core.data.schema import MCItem
-from calm_core.frozen_prefix import FrozenPrefixModel, frozen_prefix_split
-from calm_core.head import CalibrationHead
-from calm_core.objectives import negative_entropy, option_cross_entropy, option_logits
-from calm_core.prompts import ScoringConfig
-from calm_core.scoring import left_pad_batch, score_items
+from calm_core.scoring.frozen_prefix import FrozenPrefixModel, frozen_prefix_split
+from calm_core.calibration.head import CalibrationHead
+from calm_core.training.objectives import negative_entropy, option_cross_entropy, option_logits
+from calm_core.scoring.prompts import ScoringConfig
+from calm_core.scoring.forward import left_pad_batch
+from calm_core.scoring.options import score_items
 from tests.numeric import float32_noise
 
 ITEMS = [
@@ -150,8 +151,8 @@ def test_disk_store_serves_a_second_runner_and_keys_on_the_weights(four_layer_lo
 def test_needed_logits_equal_the_full_logits_at_the_kept_positions(four_layer_lora) -> None:
     """The LM head on the positions each row needs only, for the PEFT model, the runner and
     the same model with the adapter off: the same numbers as slicing the full logits."""
-    from calm_core.frozen_prefix import hidden_path
-    from calm_core.scoring import last_logits, needed_logits
+    from calm_core.scoring.forward import hidden_path
+    from calm_core.scoring.options import last_logits, needed_logits
 
     model, tokenizer = four_layer_lora
     seqs = [tokenizer(t).input_ids for t in ("one two three four", "five six", "seven eight nine")]
@@ -173,8 +174,8 @@ def test_needed_logits_equal_the_full_logits_at_the_kept_positions(four_layer_lo
 def test_shared_prefixes_run_once_and_give_the_same_states(four_layer_lora) -> None:
     """A question's options share its prompt: the runner computes that prefix once (KV
     cache) and each option's tail on it; the states equal a runner that never shares."""
-    import calm_core.frozen_prefix as fp
-    from calm_core.scoring import cloze_requests
+    import calm_core.scoring.frozen_prefix as fp
+    from calm_core.scoring.options import cloze_requests
 
     model, tokenizer = four_layer_lora
     pairs = [pair for reqs in cloze_requests(ITEMS, ScoringConfig(rule="cloze"), tokenizer) for pair in reqs]
@@ -232,7 +233,7 @@ def test_top_layers_share_prefixes_with_the_same_losses_and_gradients(four_layer
 def test_prefill_holds_every_sequence_training_reads_with_the_same_states(four_layer_lora, rule: str) -> None:
     """After `prefill` on forward_sequences, the training forward computes no bottom layer
     and returns what a runner filled lazily, batch by batch, returns."""
-    from calm_core.objectives import forward_sequences
+    from calm_core.training.objectives import forward_sequences
 
     model, tokenizer = four_layer_lora
     cfg = ScoringConfig(rule=rule)
@@ -251,7 +252,7 @@ def test_prefill_holds_every_sequence_training_reads_with_the_same_states(four_l
 
 
 def test_shared_prefix_groups_keep_a_tail_for_every_member() -> None:
-    from calm_core.frozen_prefix import shared_prefix_groups
+    from calm_core.scoring.frozen_prefix import shared_prefix_groups
 
     keys = [(1, 2, 3, 4, 5, 6), (1, 2, 3, 4, 5, 7, 8), (9, 9), (1, 2, 3, 4, 5), (7, 7, 7, 7, 7)]
     groups, singles = shared_prefix_groups(keys)
@@ -265,7 +266,7 @@ def test_shared_prefix_groups_do_not_merge_questions_on_a_common_opening() -> No
     """Two questions' options all start "Question: Which": one group of eight sharing
     three tokens saves 21 tokens, two groups of four sharing their prompts save 3 * 8 +
     3 * 9; the grouping takes the larger saving."""
-    from calm_core.frozen_prefix import shared_prefix_groups
+    from calm_core.scoring.frozen_prefix import shared_prefix_groups
 
     opening = (1, 2, 3, 4)
     first = [opening + (10, 11, 12, 13, 14, 15, 16, 17) + (50 + k,) for k in range(4)]  # prompt of 12 tokens
@@ -276,7 +277,7 @@ def test_shared_prefix_groups_do_not_merge_questions_on_a_common_opening() -> No
 
 
 def test_length_runs_cut_where_padding_costs_more_than_a_pass() -> None:
-    from calm_core.scoring import length_runs
+    from calm_core.scoring.forward import length_runs
 
     assert length_runs([1, 9, 1, 1, 1], run_cost=2) == [[0, 2, 3, 4], [1]]  # 4 * 1 + 2 + 9 + 2 < 5 * 9 + 2
     assert length_runs([3, 4, 3, 4], run_cost=16) == [[0, 2, 1, 3]]  # one pass: 16 + 16 < 4 * 4 + 16

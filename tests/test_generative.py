@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from calm_core import metrics
+from calm_core.calibration import metrics
 from calm_core.data.schema import OpenItem
 from calm_core.generative.answers import exact_match, normalize_answer, token_f1
 from calm_core.generative.judge import judge, summarize_open
@@ -528,7 +528,7 @@ def test_gold_requests_end_with_the_stop_token(tiny_lm) -> None:
 
 
 def test_vocab_head_identity_at_init_and_gradients(tiny_lm) -> None:
-    from calm_core.head import CalibrationHead
+    from calm_core.calibration.head import CalibrationHead
 
     model, tok = tiny_lm.model, tiny_lm.tokenizer
     requests = gold_requests(_open_items(2), tok, "plain")
@@ -596,7 +596,7 @@ def test_builtin_open_sets_mirror_the_mc_sets(split: str) -> None:
 
 
 def test_train_config_openqa_validation() -> None:
-    from calm_core.train_config import TrainConfig
+    from calm_core.training.config import TrainConfig
 
     with pytest.raises(ValueError, match="scope.*options"):
         TrainConfig(task="openqa", scope="options")
@@ -612,7 +612,7 @@ def test_train_config_openqa_validation() -> None:
 
 
 def test_train_config_generation_round_trip() -> None:
-    from calm_core.train_config import TrainConfig
+    from calm_core.training.config import TrainConfig
 
     cfg = TrainConfig(task="openqa", generation={"n_samples": 3, "max_new_tokens": 4, "grouping": "string"})
     assert cfg.generation == GenerationConfig(n_samples=3, max_new_tokens=4, grouping="string")
@@ -629,13 +629,13 @@ def test_train_config_generation_round_trip() -> None:
 
 def _fresh_lm(tiny_model_dir: Path):
     """LoRA wraps a model in place: every training run gets its own copy."""
-    from calm_core.models import ModelSpec, load_model
+    from calm_core.scoring.models import ModelSpec, load_model
 
     return load_model(ModelSpec(name=str(tiny_model_dir), device="cpu"))
 
 
 def _open_config(**overrides):
-    from calm_core.train_config import TrainConfig
+    from calm_core.training.config import TrainConfig
 
     settings = dict(task="openqa", method="calm", steps=3, batch_size=2, heldout_batch_size=2, eval_every=0,
                     checkpoint_every=0, lr_theta=1e-2, lr_alpha=1e-1,
@@ -649,10 +649,10 @@ def _open_config(**overrides):
 def test_openqa_calm_run(tiny_model_dir: Path, tmp_path: Path) -> None:
     import pandas as pd
 
-    from calm_core.head import CalibrationHead
-    from calm_core.run_view import open_answers, predictions
-    from calm_core.runs import RunDir, predictions_path
-    from calm_core.trainer import train
+    from calm_core.calibration.head import CalibrationHead
+    from calm_core.workspace.view import open_answers, predictions
+    from calm_core.runs.rundir import RunDir, predictions_path
+    from calm_core.training.loop import train
 
     cfg = _open_config()
     lm = _fresh_lm(tiny_model_dir)
@@ -702,8 +702,8 @@ def test_openqa_calm_run(tiny_model_dir: Path, tmp_path: Path) -> None:
 
 
 def test_openqa_sft_run_with_frozen_prefix_and_no_ts(tiny_model_dir: Path, tmp_path: Path) -> None:
-    from calm_core.runs import RunDir
-    from calm_core.trainer import train
+    from calm_core.runs.rundir import RunDir
+    from calm_core.training.loop import train
 
     # lora.layers 1 of 2: the frozen-prefix runner serves the answer-token logits;
     # S_V of 4 < MIN_FIT_ITEMS (10): no ts variant, a note instead; sft has no head
@@ -762,7 +762,7 @@ def test_shared_prompt_prefill_samples_like_num_return_sequences(tiny_lm) -> Non
     from transformers import LogitsProcessorList
 
     from calm_core.generative.sampling import _generate, _prompt_ids, stop_token_ids
-    from calm_core.scoring import left_pad_batch
+    from calm_core.scoring.forward import left_pad_batch
 
     tok, model = tiny_lm.tokenizer, tiny_lm.model
     items = [OpenItem(f"q{i}", q, ("x",)) for i, q in enumerate(["Capital of France?", "Who wrote Hamlet, the play?", "2+2?"])]

@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import save_file
 from transformers import LogitsProcessor, LogitsProcessorList
 
-from calm_core.head import HEAD_FILENAME, SCOPES, CalibrationHead
+from calm_core.calibration.head import HEAD_FILENAME, SCOPES, CalibrationHead
 
 V, K_MAX = 11, 4
 NEG_INF = -math.inf
@@ -237,7 +237,7 @@ def test_the_scalar_head_never_reranks_and_a_per_position_head_does() -> None:
     ("letter", "mcqa", ("vocab", "options", "scalar")), ("cloze", "openqa", ("vocab", "scalar")),
 ])
 def test_scopes_fit_the_scoring_rule(rule: str, task: str, allowed: tuple[str, ...]) -> None:
-    from calm_core.head import check_scope_fits, scopes_for
+    from calm_core.calibration.head import check_scope_fits, scopes_for
 
     assert scopes_for(rule, task) == allowed  # the default first
     for scope in SCOPES:
@@ -249,7 +249,7 @@ def test_scopes_fit_the_scoring_rule(rule: str, task: str, allowed: tuple[str, .
 
 
 def test_train_config_refuses_a_reranking_head_under_cloze_and_picks_the_papers_under_letter() -> None:
-    from calm_core.train_config import TrainConfig
+    from calm_core.training.config import TrainConfig
 
     with pytest.raises(ValueError, match="re-rank"):
         TrainConfig(scope="options")

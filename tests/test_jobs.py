@@ -1,4 +1,4 @@
-"""Tests for calm_core.jobs with a fake trainer (tests/fixtures/jobs/fake_train.py): real
+"""Tests for calm_core.runs.jobs with a fake trainer (tests/fixtures/jobs/fake_train.py): real
 detached processes, the queue, cancel, kill and resume; no model is loaded.
 
 Waits poll the run directory with generous timeouts and never assert on durations.
@@ -19,8 +19,10 @@ from typing import Callable, TypeVar
 
 import pytest
 
-from calm_core import jobs, runs
-from calm_core.runs import RunDir, pid_alive
+from calm_core.runs import jobs
+
+from calm_core.runs import rundir as runs
+from calm_core.runs.rundir import RunDir, pid_alive
 
 FAKE = Path(__file__).parent / "fixtures" / "jobs" / "fake_train.py"
 TIMEOUT_S = 60.0  # generous: the machine may be busy
@@ -117,7 +119,7 @@ def test_start_failure_marks_failed(root: Path) -> None:
 
 def test_start_job_outlives_its_launcher(root: Path) -> None:
     run = new_run(root, "detached")
-    launcher = ("import sys; from calm_core.jobs import start_job; from calm_core.runs import RunDir; "
+    launcher = ("import sys; from calm_core.runs.jobs import start_job; from calm_core.runs.rundir import RunDir; "
                 "print(start_job(RunDir.open(sys.argv[1]), sys.argv[2:]))")
     done = subprocess.run([sys.executable, "-c", launcher, str(run.path), *fake(run)], capture_output=True,
                           text=True, timeout=TIMEOUT_S, check=True)

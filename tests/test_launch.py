@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from calm_core.launch import estimate_step_seconds, past_step_seconds
-from calm_core.runs import RunDir, atomic_write_json
-from calm_core.train_config import TrainConfig
+from calm_core.workspace.launch import estimate_step_seconds, past_step_seconds
+from calm_core.io import atomic_write_json
+from calm_core.runs.rundir import RunDir
+from calm_core.training.config import TrainConfig
 
 
 def _finished_run(root: Path, run_id: str, method: str, model: str, step_times: list[float]) -> RunDir:
@@ -31,7 +32,7 @@ def test_past_step_seconds_uses_finished_runs_of_the_same_method_and_model(tmp_p
 
 
 def test_estimate_falls_back_to_the_benchmark_file_then_says_unknown(tmp_path: Path) -> None:
-    from calm_core.launch import BENCH_FILE
+    from calm_core.workspace.launch import BENCH_FILE
     from calm_core.paths import PROJECT_ROOT
 
     bench = json.loads((PROJECT_ROOT / BENCH_FILE).read_text())
@@ -48,7 +49,7 @@ def test_estimate_falls_back_to_the_benchmark_file_then_says_unknown(tmp_path: P
 
 def test_a_run_on_a_split_records_how_the_split_was_made() -> None:
     from calm_core.data.split import split_dataset
-    from calm_core.launch import create_run
+    from calm_core.workspace.launch import create_run
 
     record = split_dataset("builtin/capitals/train", sizes=(0.6, 0.2, 0.2), seed=3, out="caps")
     cfg = TrainConfig(method="calm", train_data=record.names["train"], heldout_data=record.names["heldout"],
@@ -65,7 +66,9 @@ def test_launch_says_started_when_another_caller_started_the_run(tmp_path: Path,
     the same, and the launcher must say so (it said "queued")."""
     import sys
 
-    from calm_core import jobs, launch
+    from calm_core.runs import jobs
+
+    from calm_core.workspace import launch
 
     real_schedule = jobs.schedule
 

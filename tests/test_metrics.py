@@ -1,4 +1,4 @@
-"""Tests for calm_core.metrics: each metric against an independent reference
+"""Tests for calm_core.calibration.metrics: each metric against an independent reference
 (torchmetrics, scikit-learn, scipy, relplot, naive Python loops) over shared seeded
 fixtures, hand-worked cases, named edge cases and the validation messages.
 
@@ -22,7 +22,7 @@ from torchmetrics.functional.classification import (
     multiclass_calibration_error,
 )
 
-from calm_core.metrics import (
+from calm_core.calibration.metrics import (
     METRICS,
     BinTable,
     accuracy,
@@ -45,7 +45,7 @@ from calm_core.metrics import (
     summarize,
     top_label,
 )
-from calm_core.metrics.smooth import _smece_at
+from calm_core.calibration.metrics.smooth import _smece_at
 
 N_BINS = [1, 10, 15]
 
@@ -677,7 +677,7 @@ def test_summarize_hand_contains_aurc_and_bootstrap_accepts_its_name():
 
 
 def test_bin_accuracy_intervals_bracket_the_bin_accuracy_and_narrow_with_n() -> None:
-    from calm_core.metrics import bin_accuracy_intervals, bin_confidences
+    from calm_core.calibration.metrics import bin_accuracy_intervals, bin_confidences
 
     rng = np.random.default_rng(3)
     conf = np.concatenate([np.full(20, 0.55), np.full(400, 0.85)])

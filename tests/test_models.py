@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from calm_core import models
-from calm_core.models import (
+from calm_core.scoring import models
+from calm_core.scoring.models import (
     ModelLoadError,
     ModelSpec,
     _probe_address,

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from calm_core.data.schema import MCItem
-from calm_core.head import CalibrationHead
-from calm_core.objectives import negative_entropy, option_cross_entropy, option_entropy, option_logits
-from calm_core.prompts import ScoringConfig
-from calm_core.scoring import score_items
+from calm_core.calibration.head import CalibrationHead
+from calm_core.training.objectives import negative_entropy, option_cross_entropy, option_entropy, option_logits
+from calm_core.scoring.prompts import ScoringConfig
+from calm_core.scoring.options import score_items
 from tests.numeric import float32_noise
 
 

@@ -1,4 +1,4 @@
-"""Tests for calm_core.posthoc: temperature and vector scaling on synthetic logits.
+"""Tests for calm_core.calibration.posthoc: temperature and vector scaling on synthetic logits.
 
 No model is needed. Labels are sampled from softmax(z / T_true) with a seeded rng, so a
 correct fit recovers T_true; an independent numpy golden-section search over beta = 1/T
@@ -15,8 +15,8 @@ import math
 import numpy as np
 import pytest
 
-from calm_core import metrics
-from calm_core.posthoc import MIN_FIT_ITEMS, TemperatureScaler, VectorScaler, load_scaler
+from calm_core.calibration import metrics
+from calm_core.calibration.posthoc import MIN_FIT_ITEMS, TemperatureScaler, VectorScaler, load_scaler
 
 T_TRUE = 2.5  # temperature the labels are drawn at
 N_ITEMS, N_OPTIONS = 20_000, 4

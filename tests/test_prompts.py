@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from calm_core.data.schema import MCItem
-from calm_core.prompts import (
+from calm_core.scoring.prompts import (
     ScoringConfig,
     cloze_context,
     cloze_continuations,

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from calm_core import jobs
+from calm_core.runs import jobs
 from calm_core.cli import main
-from calm_core.runs import DAMAGED, RunDir, RunFileError, atomic_write_json, list_runs, pid_alive
+from calm_core.io import atomic_write_json
+from calm_core.runs.rundir import DAMAGED, RunDir, RunFileError, list_runs, pid_alive
 from tests.test_jobs import FAKE, steps_logged, wait_for
 from tests.test_trainer import fresh_lm, small_config
 
@@ -130,7 +131,7 @@ def test_compare_reads_intact_results_past_a_damaged_status(tmp_path: Path, caps
                                                                "ece": 0.1}]})
     run.write_status("finished")
     (run.path / "status.json").write_bytes(b"null")
-    from calm_core.run_view import compare_rows
+    from calm_core.workspace.view import compare_rows
 
     assert [r["variant"] for r in compare_rows([run])] == ["sft"]
 
@@ -143,7 +144,7 @@ def _weights(lm) -> dict[str, torch.Tensor]:
 
 def _interrupted_at_5(tiny_model_dir: Path, root: Path, cfg) -> RunDir:
     """A run cancelled after step 5 of 6, with checkpoints 4 and 5 (checkpoint_every 2)."""
-    from calm_core.trainer import train
+    from calm_core.training.loop import train
 
     run = RunDir.create(root, "interrupted", cfg.to_dict())
 
@@ -157,7 +158,7 @@ def _interrupted_at_5(tiny_model_dir: Path, root: Path, cfg) -> RunDir:
 
 
 def test_a_damaged_checkpoint_falls_back_to_the_previous_one(tiny_model_dir: Path, tmp_path: Path, capsys) -> None:
-    from calm_core.trainer import train
+    from calm_core.training.loop import train
 
     cfg = small_config(steps=6, checkpoint_every=2, method="calm")
     straight_lm = fresh_lm(tiny_model_dir)
@@ -175,7 +176,7 @@ def test_a_damaged_checkpoint_falls_back_to_the_previous_one(tiny_model_dir: Pat
 
 
 def test_no_usable_checkpoint_fails_without_cutting_metrics(tiny_model_dir: Path, tmp_path: Path) -> None:
-    from calm_core.trainer import train
+    from calm_core.training.loop import train
 
     cfg = small_config(steps=6, checkpoint_every=2)
     run = _interrupted_at_5(tiny_model_dir, tmp_path, cfg)
@@ -219,7 +220,7 @@ def test_compare_checks_its_json_path_before_reading_any_run(tmp_path: Path, cap
 def test_a_training_run_names_the_rows_its_data_rejected(tiny_model_dir: Path, tmp_path: Path, capsys) -> None:
     import json
 
-    from calm_core.trainer import train
+    from calm_core.training.loop import train
 
     rows = [{"id": f"q{i}", "question": f"Capital {i}?", "choices": ["a", "b"], "answer": 0} for i in range(6)]
     rows[2] = {"id": "q2", "question": "Only one choice?", "choices": ["a"], "answer": 0}

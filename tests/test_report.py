@@ -1,4 +1,4 @@
-"""The shareable HTML report of a run (calm_core.report): one well-formed, offline
+"""The shareable HTML report of a run (calm_core.workspace.report): one well-formed, offline
 document (no script, no external URL) holding the run's results table, settings, one
 reliability diagram per variant and set, the alpha and BOME summaries; user strings are
 escaped; a run without results.json is refused.
@@ -10,21 +10,19 @@ written by hand (its files, not its training), to test the report's open-QA path
 
 from __future__ import annotations
 
-import json
 import math
-import re
 import shutil
 from html.parser import HTMLParser
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 
-from calm_core import metrics
-from calm_core.report import OVER, UNDER, reliability_svg, run_report_html
-from calm_core.run_view import bome_line, bome_summary
-from calm_core.runs import RunDir, atomic_write_json, predictions_path, write_predictions
+from calm_core.calibration import metrics
+from calm_core.workspace.report import OVER, UNDER, reliability_svg, run_report_html
+from calm_core.workspace.view import bome_line, bome_summary
+from calm_core.io import atomic_write_json
+from calm_core.runs.rundir import RunDir, predictions_path, write_predictions
 from tests.test_trainer import fresh_lm, small_config
 
 MALICIOUS = "<script>alert(1)</script>"
@@ -79,8 +77,8 @@ def parse(text: str) -> Document:
 @pytest.fixture(scope="module")
 def finished_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> RunDir:
     """A finished calm run as `calm train` writes it (config.json with train + environment)."""
-    from calm_core.launch import create_run
-    from calm_core.trainer import train
+    from calm_core.workspace.launch import create_run
+    from calm_core.training.loop import train
 
     cfg = small_config(steps=3, eval_every=2, heldout_limit=12, scope="options", name="report run",
                        model=str(tiny_model_dir))  # 12 S_V items: enough for the ts variant (>= 10)
@@ -195,7 +193,7 @@ def test_reliability_svg_colours_gaps_and_marks_empty_bins() -> None:
 def open_run(tmp_path: Path) -> RunDir:
     """A finished open-QA run's files: two variants, one item without samples (nan Sem1)."""
     from calm_core.generative.sampling import GenerationConfig
-    from calm_core.launch import create_run
+    from calm_core.workspace.launch import create_run
 
     cfg = small_config(task="openqa", train_data="builtin/capitals_open/train",
                        heldout_data="builtin/capitals_open/validation", eval_data=("builtin/capitals_open/test",),

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from calm_core import run_view
-from calm_core.runs import RunDir
+from calm_core.workspace import view as run_view
+from calm_core.runs.rundir import RunDir
 
 RECORDS = [
     {"step": 1, "elapsed": 2.0, "train/lower_loss": 1.5, "alpha/tau": [1.0, 1.1]},
@@ -56,7 +56,7 @@ def test_compare_rows_share_base_and_ts_and_label_repeated_methods(tmp_path: Pat
 def test_predictions_reads_confidence_and_correctness(tmp_path: Path) -> None:
     import pandas as pd
 
-    from calm_core.runs import write_predictions
+    from calm_core.runs.rundir import write_predictions
 
     run = RunDir.create(tmp_path, "p", {"train": {}})
     write_predictions(run.path, "calm", "arc/easy_test",
@@ -68,7 +68,7 @@ def test_predictions_reads_confidence_and_correctness(tmp_path: Path) -> None:
 
 
 def test_bome_summary_means_the_last_steps_and_flags_an_inert_coupling() -> None:
-    from calm_core.run_view import bome_line, bome_summary
+    from calm_core.workspace.view import bome_line, bome_summary
 
     acting = [{"step": i, "bome/q": 0.5, "bome/lambda": 1.0 + i, "bome/inner_drop_frac": 0.9,
                "bome/coupling_ratio": 0.5} for i in range(1, 13)]
@@ -84,8 +84,8 @@ def test_bome_summary_means_the_last_steps_and_flags_an_inert_coupling() -> None
 def test_reference_points_come_from_the_final_evaluation(tmp_path) -> None:
     import json
 
-    from calm_core.run_view import reference_points
-    from calm_core.runs import RunDir
+    from calm_core.workspace.view import reference_points
+    from calm_core.runs.rundir import RunDir
 
     run = RunDir.create(tmp_path, "r", {"method": "calm"})
     assert reference_points(run) == {}
@@ -95,7 +95,7 @@ def test_reference_points_come_from_the_final_evaluation(tmp_path) -> None:
 
 
 def test_head_scope_resolves_auto_by_the_scoring_rule() -> None:
-    from calm_core.run_view import head_scope
+    from calm_core.workspace.view import head_scope
 
     assert head_scope({"method": "calm", "scope": "auto", "scoring": "cloze"}) == "scalar"
     assert head_scope({"method": "calm", "scope": "auto", "scoring": "letter"}) == "vocab"

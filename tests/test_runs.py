@@ -1,4 +1,4 @@
-"""Tests for calm_core.runs: the run-directory protocol, on disk only (no processes but one).
+"""Tests for calm_core.runs.rundir: the run-directory protocol, on disk only (no processes but one).
 
     .venv/bin/python -m pytest tests/test_runs.py -q
 """
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from calm_core import runs
-from calm_core.runs import HOST, STATES, RunDir, RunFileError, effective_state, list_runs, new_run_id, run_state
+from calm_core.runs import rundir as runs
+from calm_core.runs.rundir import HOST, STATES, RunDir, RunFileError, effective_state, list_runs, new_run_id, run_state
 
 CONFIG = {"name": "capitals demo", "train": {"method": "calm", "steps": 10}, "seed": 0}
 
@@ -405,7 +405,7 @@ def test_running_reason_names_the_phase() -> None:
     import os
     import time
 
-    from calm_core.runs import run_state
+    from calm_core.runs.rundir import run_state
 
     status = {"state": "running", "pid": os.getpid(), "heartbeat": time.time(), "step": 20, "total_steps": 20,
               "phase": "final evaluation"}

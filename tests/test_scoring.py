@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from calm_core.data.schema import MCItem
-from calm_core.prompts import ScoringConfig, cloze_context, letter_prompt, letter_token_ids
-from calm_core.scoring import OptionScores, left_pad_batch, pad_ragged, score_items
+from calm_core.scoring.prompts import ScoringConfig, cloze_context, letter_prompt, letter_token_ids
+from calm_core.scoring.forward import left_pad_batch
+from calm_core.scoring.options import OptionScores, pad_ragged, score_items
 
 ITEMS = [
     MCItem("a", "What is the capital of France?", ("Paris", "Lyon", "Marseille", "Nice"), 0),
@@ -122,7 +123,7 @@ def test_pad_ragged_and_empty_input_errors(tiny_lm) -> None:
 @pytest.mark.embedded
 def test_embedded_model_beats_chance_on_capitals_with_cloze(embedded_lm) -> None:
     """The real model knows capitals: cloze accuracy well above 1/4 on the built-in set."""
-    from calm_core.evaluate import load_mc_items
+    from calm_core.scoring.evaluate import load_mc_items
 
     items = load_mc_items("builtin/capitals/test")
     scores = score_items(embedded_lm, items, ScoringConfig(), progress=False)
@@ -136,7 +137,7 @@ def test_docs_arc_easy_numbers_reproduce_to_the_item(embedded_lm) -> None:
     import json
     from pathlib import Path
 
-    from calm_core.evaluate import load_mc_items
+    from calm_core.scoring.evaluate import load_mc_items
     from calm_core.paths import data_dir
 
     if data_dir() is None:
@@ -154,7 +155,7 @@ def test_docs_arc_easy_numbers_reproduce_to_the_item(embedded_lm) -> None:
 def test_head_on_distinct_rows_runs_each_row_once_with_exact_values_and_gradients() -> None:
     """Bit-identical rows (a question's options at its prompt's last position) go through
     the head once; the logits and the gradient upstream equal the head on every row."""
-    from calm_core.scoring import head_on_distinct_rows
+    from calm_core.scoring.options import head_on_distinct_rows
 
     torch.manual_seed(0)
     head = torch.nn.Linear(8, 50, bias=False)

@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from calm_core.runs import RunDir
+from calm_core.runs.rundir import RunDir
 from tests.test_trainer import DATA, fresh_lm
 
 
 @pytest.fixture
 def finished_in_workspace(tiny_model_dir: Path) -> RunDir:
     """A finished calm run in the (isolated) studio workspace, as `calm train` writes it."""
-    from calm_core.launch import create_run
-    from calm_core.train_config import TrainConfig
-    from calm_core.trainer import train
+    from calm_core.workspace.launch import create_run
+    from calm_core.training.config import TrainConfig
+    from calm_core.training.loop import train
 
     cfg = TrainConfig(method="calm", steps=2, batch_size=2, heldout_batch_size=2, eval_every=0, checkpoint_every=0,
                       lr_theta=1e-2, lr_alpha=1e-1, scoring="letter", model=str(tiny_model_dir), **DATA)

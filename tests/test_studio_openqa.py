@@ -17,7 +17,7 @@ import pytest
 
 from app.charts import answer_groups, cluster_summary, confidence_histogram, histogram_counts, open_answers_table
 from calm_core.generative.sampling import GenerationConfig
-from calm_core.train_config import DEFAULT_LR
+from calm_core.training.config import DEFAULT_LR
 from calm_core.generative.semantic import group_by_string, modal_confidence
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,9 +73,10 @@ def test_open_answers_table_from_a_run_frame() -> None:
 @pytest.fixture(scope="module")
 def open_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """(workspace, run id) of a finished open-QA calm run on the tiny model."""
-    from calm_core import launch, trainer
-    from calm_core.models import ModelSpec, load_model
-    from calm_core.train_config import TrainConfig
+    from calm_core.workspace import launch
+    from calm_core.training import loop as trainer
+    from calm_core.scoring.models import ModelSpec, load_model
+    from calm_core.training.config import TrainConfig
 
     workspace = tmp_path_factory.mktemp("openqa-workspace")
     cfg = TrainConfig(task="openqa", method="calm", steps=2, batch_size=2, heldout_batch_size=2, eval_every=0,
@@ -103,14 +104,14 @@ def open_workspace(open_run: tuple[Path, str], monkeypatch: pytest.MonkeyPatch) 
 
 @pytest.fixture()
 def trained_open(open_workspace: str):
-    from calm_core.playground import load_trained
-    from calm_core.runs import RunDir
+    from calm_core.scoring.playground import load_trained
+    from calm_core.runs.rundir import RunDir
 
     return load_trained(RunDir.at(open_workspace), device="cpu")
 
 
 def test_open_answers_for_every_variant_on_a_typed_question(trained_open, tiny_lm) -> None:
-    from calm_core.playground import open_answers_for, untrained
+    from calm_core.scoring.playground import open_answers_for, untrained
 
     assert trained_open.task == "openqa" and trained_open.generation.n_samples == N_SAMPLES
     assert trained_open.temperature is not None  # S_V of 10 items fits a TS temperature
@@ -137,7 +138,7 @@ def test_open_answers_for_every_variant_on_a_typed_question(trained_open, tiny_l
 
 
 def test_free_generation_applies_the_open_run_head(trained_open) -> None:
-    from calm_core.playground import generate, head_acts_on_tokens
+    from calm_core.scoring.playground import generate, head_acts_on_tokens
 
     assert head_acts_on_tokens(trained_open)
     rows = generate(trained_open, "Capital of Peru?", max_new_tokens=2)
@@ -152,17 +153,17 @@ def _text(at) -> str:
 
 
 def test_train_page_builds_an_open_answer_config(open_page, tiny_everywhere, tiny_model_dir, monkeypatch) -> None:
-    import calm_core.launch
+    import calm_core.workspace.launch
     from calm_core.data.catalog import list_datasets
-    from calm_core.train_config import OPENQA_METHODS
+    from calm_core.training.config import OPENQA_METHODS
 
     launched = []
 
     def fake_launch(cfg, root=None):  # no background job: the config is what this test checks
         launched.append(cfg)
-        return calm_core.launch.create_run(cfg, root), True
+        return calm_core.workspace.launch.create_run(cfg, root), True
 
-    monkeypatch.setattr(calm_core.launch, "launch_training", fake_launch)
+    monkeypatch.setattr(calm_core.workspace.launch, "launch_training", fake_launch)
     at = open_page("views/train.py")
     at.radio(key="train_task").set_value("open answers").run()
     assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])

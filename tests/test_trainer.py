@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from calm_core.methods import METHODS
-from calm_core.models import ModelSpec, load_model
-from calm_core.runs import RunDir
-from calm_core.train_config import TrainConfig
-from calm_core.trainer import batch_indices, train
+from calm_core.training.methods import METHODS
+from calm_core.scoring.models import ModelSpec, load_model
+from calm_core.runs.rundir import RunDir
+from calm_core.training.config import TrainConfig
+from calm_core.training.loop import batch_indices, train
 
 DATA = dict(train_data="builtin/capitals/train", heldout_data="builtin/capitals/validation",
             eval_data=("builtin/capitals/test",), train_limit=8, heldout_limit=6, eval_limit=6)
@@ -74,7 +74,7 @@ def test_run_directory_is_written(tiny_model_dir: Path, tmp_path: Path, scoring:
     results = json.loads((run.path / "results.json").read_text())["results"]
     variants = {r["variant"] for r in results}
     assert variants == {"base", "ts", "calm", "calm_theta_only"}
-    from calm_core.runs import predictions_path
+    from calm_core.runs.rundir import predictions_path
     import pandas as pd
 
     for row in results:
@@ -130,7 +130,7 @@ def test_config_validation_names_the_field() -> None:
 def test_final_evaluation_reuses_the_last_steps_scores(tiny_model_dir: Path, tmp_path: Path, monkeypatch) -> None:
     """At the last step the periodic evaluation scores the trained model on every set; the
     final evaluation reads those scores (same parameters) instead of scoring again."""
-    import calm_core.trainer as trainer_module
+    import calm_core.training.loop as trainer_module
 
     calls: list[tuple[int, bool, bool]] = []
     real = trainer_module._variant_scores
@@ -191,7 +191,7 @@ def test_quick_preset_evaluates_every_20_steps_or_every_tenth_of_a_long_run() ->
     and flags applied first); an explicit eval_every wins."""
     import argparse
 
-    from calm_core.cli_train import add_parsers, resolve_config
+    from calm_core.cli.train import add_parsers, resolve_config
 
     assert TrainConfig.preset("quick").eval_every == 20
     assert TrainConfig.preset("quick", steps=300).eval_every == 30

@@ -9,12 +9,13 @@ import streamlit as st
 
 from app.charts import confidence_histogram, figure_png, open_answers_table, reliability_figure, reliability_overlay
 from app.state import describe_error
-from calm_core import metrics, run_view
-from calm_core.evaluate import wide_table
-from calm_core.export import export_zip
+from calm_core.calibration import metrics
+from calm_core.workspace import view as run_view
+from calm_core.scoring.evaluate import wide_table
+from calm_core.workspace.export import export_zip
 from calm_core.generative.evaluate import OPEN_TABLE_COLUMNS
-from calm_core.report import run_report_html
-from calm_core.runs import RunDir, list_runs
+from calm_core.workspace.report import run_report_html
+from calm_core.runs.rundir import RunDir, list_runs
 
 TABLE_COLUMNS = ["dataset", "variant", "n", "acc", "ece", "ece_10", "brier", "nll", "auroc", "aurc", "confidence", "run"]
 OPEN_COLUMNS = [*OPEN_TABLE_COLUMNS, "run"]

@@ -8,10 +8,10 @@ import streamlit as st
 
 from app.charts import alpha_bars, alpha_heatmap, line_figure, tradeoff_figure
 from app.state import code, describe_error
-from calm_core import run_view
+from calm_core.workspace import view as run_view
 from calm_core.generative.evaluate import OPEN_TABLE_COLUMNS
-from calm_core.jobs import cancel, resume
-from calm_core.runs import DAMAGED, RunDir, RunState, list_runs
+from calm_core.runs.jobs import cancel, resume
+from calm_core.runs.rundir import DAMAGED, RunDir, RunState, list_runs
 
 POLL_SECONDS = 3.0
 ACTIVE = ("queued", "running", "stopping")

@@ -11,13 +11,13 @@ import streamlit as st
 
 from app.charts import answer_groups, cluster_summary, option_probability_figure
 from app.state import describe_error, get_model, get_trained
-from calm_core import metrics
+from calm_core.calibration import metrics
 from calm_core.data.catalog import list_datasets
 from calm_core.data.schema import MCItem
-from calm_core.evaluate import load_mc_items
+from calm_core.scoring.evaluate import load_mc_items
 from calm_core.generative.sampling import GenerationConfig
-from calm_core.playground import generate, head_acts_on_tokens, open_answers_for, option_probabilities, untrained
-from calm_core.runs import list_runs
+from calm_core.scoring.playground import generate, head_acts_on_tokens, open_answers_for, option_probabilities, untrained
+from calm_core.runs.rundir import list_runs
 
 st.title("Playground")
 finished = [r.run_id for r in list_runs() if r.state in ("finished", "cancelled")]

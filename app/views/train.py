@@ -1,6 +1,6 @@
 """Train: choose a model, data and method, see what it will cost, launch a background job.
 
-The job is `calm train --run-dir DIR` in its own session (calm_core.launch): it goes on
+The job is `calm train --run-dir DIR` in its own session (calm_core.workspace.launch): it goes on
 when this tab closes. The Monitor page follows it.
 """
 
@@ -12,15 +12,15 @@ import streamlit as st
 from app.state import describe_error
 from calm_core.data.catalog import list_datasets
 from calm_core.data.schema import DataError
-from calm_core.evaluate import load_report
+from calm_core.scoring.evaluate import load_report
 from calm_core.generative.sampling import PROMPTS, GenerationConfig
-from calm_core.bilevel import INNER_RULES, INNER_STARTS
-from calm_core.head import scope_note, scopes_for
-from calm_core.prompts import RULES
-from calm_core.launch import estimate_step_seconds, launch_training
-from calm_core.methods import METHODS
-from calm_core.runs import list_runs
-from calm_core.train_config import OPENQA_METHODS, PRESETS, TrainConfig
+from calm_core.training.bilevel import INNER_RULES, INNER_STARTS
+from calm_core.calibration.head import scope_note, scopes_for
+from calm_core.scoring.prompts import RULES
+from calm_core.workspace.launch import estimate_step_seconds, launch_training
+from calm_core.training.methods import METHODS
+from calm_core.runs.rundir import list_runs
+from calm_core.training.config import OPENQA_METHODS, PRESETS, TrainConfig
 
 DEFAULT_TRAIN = "builtin/chemical_symbols/train"
 DEFAULT_HELDOUT = "builtin/chemical_symbols/validation"

@@ -29,7 +29,6 @@ import importlib
 import json
 import re
 import shutil
-import tempfile
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -40,6 +39,7 @@ from typing import Any, Callable
 from calm_core.data.hf import load_hf
 from calm_core.data.loaders import FORMATS, ColumnMapping, check_limit, load_file
 from calm_core.data.schema import DataError, LoadReport, RowError, validate_mc_record, validate_open_record
+from calm_core.io import staging_directory
 from calm_core.paths import data_dir, inside, safe_name, workspace_dir
 
 BUILTIN_PREFIX = "builtin/"
@@ -454,8 +454,7 @@ def _upload_meta(
 def write_folder_atomically(folder: Path, items: dict[str, list], records: dict[str, dict[str, Any]]) -> None:
     """Write item files (JSONL, one item a line) and JSON records into a hidden staging
     folder, then rename it to `folder`: readers never see half an upload or half a split."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".tmp-{folder.name}-", dir=folder.parent))
+    staging = staging_directory(folder.parent, prefix=f".tmp-{folder.name}-")
     try:
         for filename, rows in items.items():
             with (staging / filename).open("w", encoding="utf-8") as handle:

@@ -15,20 +15,20 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from calm_core.adapters import evaluating
+from calm_core.training.adapters import evaluating
 from calm_core.data.schema import OpenItem
 from calm_core.generative.judge import judge, summarize_open
 from calm_core.generative.objectives import answer_logits, gold_requests
 from calm_core.generative.sampling import GenerationConfig, generate_answers, temperature_transform
 from calm_core.generative.semantic import grouping_for
-from calm_core.scoring import ProgressFn
+from calm_core.scoring.options import ProgressFn
 
 
 def fit_token_temperature(model: Any, tokenizer: Any, items: Sequence[OpenItem], prompt: str,
                           batch_size: int = 16) -> Any:
     """Post-hoc TS for generation: one temperature fitted (TemperatureScaler, NLL to
     convergence) on the logits at every gold-answer token of `items`, adapter off."""
-    from calm_core.posthoc import TemperatureScaler
+    from calm_core.calibration.posthoc import TemperatureScaler
 
     requests = gold_requests(items, tokenizer, prompt)
     logits, targets = [], []

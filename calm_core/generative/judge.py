@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from calm_core import metrics
+from calm_core.calibration import metrics
 from calm_core.data.schema import OpenItem
 from calm_core.generative.answers import exact_match, token_f1
 from calm_core.generative.sampling import AnswerSet

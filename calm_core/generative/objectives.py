@@ -20,11 +20,12 @@ from typing import Any, Sequence
 
 import torch
 
-from calm_core.adapters import evaluating
+from calm_core.training.adapters import evaluating
 from calm_core.data.schema import OpenItem
 from calm_core.generative.sampling import GenerationConfig, generate_tokens, question_prompt
-from calm_core.prompts import split_context_continuation
-from calm_core.scoring import left_pad_batch, needed_logits
+from calm_core.scoring.prompts import split_context_continuation
+from calm_core.scoring.forward import left_pad_batch
+from calm_core.scoring.options import needed_logits
 
 Request = tuple[list[int], list[int]]  # (context ids, continuation ids)
 

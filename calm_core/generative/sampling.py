@@ -31,8 +31,9 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from calm_core.data.schema import OpenItem
-from calm_core.prompts import chat_prompt
-from calm_core.scoring import ProgressFn, left_pad_batch, progress_callback
+from calm_core.scoring.prompts import chat_prompt
+from calm_core.scoring.forward import left_pad_batch
+from calm_core.scoring.options import ProgressFn, progress_callback
 
 PLAIN_TEMPLATE = "Question: {question}\nAnswer:"
 FEWSHOT_TEMPLATE = (
@@ -172,7 +173,7 @@ def _shared_prompt_cache(model: Any, batch: dict[str, torch.Tensor], n: int) -> 
     `num_return_sequences=n` for the same seed (tested), without n copies of the prefill."""
     from transformers import DynamicCache
 
-    from calm_core.scoring import cache_kwarg
+    from calm_core.scoring.forward import cache_kwarg
 
     keyword = cache_kwarg(model)
     cache = DynamicCache(config=model.config)

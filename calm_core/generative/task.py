@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from calm_core.adapters import evaluating
+from calm_core.training.adapters import evaluating
 from calm_core.data.schema import OpenItem
 from calm_core.generative.evaluate import fit_token_temperature
 from calm_core.generative.judge import judge, summarize_open
@@ -85,8 +85,9 @@ def variants(method: str, has_head: bool, ts: Any, baselines: bool = True) -> li
 
 def final_evaluation(ctx: Any, data: Any, run: Any) -> list[dict[str, Any]]:
     """Every variant on every open-QA evaluation set -> Parquet per item + results.json."""
-    from calm_core.posthoc import MIN_FIT_ITEMS
-    from calm_core.runs import atomic_write_json, write_predictions
+    from calm_core.calibration.posthoc import MIN_FIT_ITEMS
+    from calm_core.io import atomic_write_json
+    from calm_core.runs.rundir import write_predictions
 
     settings = ctx.settings
     cfg = settings.generation

@@ -1,0 +1,35 @@
+"""calm_core.calibration.metrics: calibration and accuracy metrics over option probabilities (numpy).
+
+Inputs everywhere: probs (N, K) float, rows summing to 1 (ragged option counts are
+zero-probability padding columns), labels (N,) int gold indices in [0, K). Inputs are
+converted and checked once at the boundary; errors read "Expected `x` ..., but got y".
+
+    bins         top_label, bin_confidences -> BinTable (reliability diagrams), bin_accuracy_intervals
+    calibration  ece, mce, adaptive_ece, classwise_ece (binned; 15 equal-width bins),
+                 confidence_ece (one confidence per answer: open QA, Sem-ECE)
+    smooth       smooth_ece (Błasiok & Nakkiran 2023, matches relplot.smECE)
+    scores       softmax, entropy, mean_entropy, mean_confidence, accuracy, brier, nll, auroc,
+                 confidence_auroc, aurc, confidence_aurc (selective prediction)
+    summary      summarize (the CLI's metric table), bootstrap_ci, METRICS registry
+
+Example:
+    >>> from calm_core.calibration.metrics import summarize
+    >>> summarize([[0.9, 0.1], [0.2, 0.8]], [0, 0], n_bins=10)["acc"]
+    0.5
+"""
+
+from calm_core.calibration.metrics.bins import STRATEGIES, BinTable, bin_accuracy_intervals, bin_confidences, top_label
+from calm_core.calibration.metrics.calibration import adaptive_ece, classwise_ece, confidence_ece, ece, mce
+from calm_core.calibration.metrics.scores import (
+    accuracy, aurc, auroc, brier, confidence_aurc, confidence_auroc, entropy, mean_confidence, mean_entropy,
+    nll, softmax,
+)
+from calm_core.calibration.metrics.smooth import smooth_ece
+from calm_core.calibration.metrics.summary import METRICS, bootstrap_ci, summarize
+
+__all__ = [
+    "METRICS", "STRATEGIES", "BinTable", "accuracy", "bin_accuracy_intervals", "adaptive_ece", "aurc", "auroc",
+    "bin_confidences", "bootstrap_ci", "brier", "classwise_ece", "confidence_aurc", "confidence_auroc",
+    "confidence_ece", "ece", "entropy", "mce", "mean_confidence", "mean_entropy", "nll", "smooth_ece", "softmax",
+    "summarize", "top_label",
+]

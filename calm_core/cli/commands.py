@@ -1,0 +1,290 @@
+"""The `calm` command: everything the studio does, headless.
+
+    calm datasets [--kind mc|open]
+    calm data split upload/quiz --sizes 0.6,0.2,0.2 --seed 0     # -> split/quiz/train|heldout|test
+    calm train --preset quick [--detach] | calm runs | calm cancel RUN | calm resume RUN
+    calm eval --model embedded --data arc/easy_test --scoring cloze --limit 300 \\
+              [--fit-ts-on commonsenseqa/dev] [--json out.json] [--save-preds DIR]
+
+Errors a user can fix (unknown dataset, malformed file, model not found, an output
+path that cannot be written) print one line, `calm: error: ...`, and exit with status 2;
+no stack trace. Rows a dataset rejected are not errors: `calm eval` names them on
+stderr (`calm: note: ...`, file, row and field) and counts them in `--json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from calm_core.cli import train as cli_train
+from calm_core.data.schema import REJECTED_SHOWN, DataError, LoadReport
+from calm_core.data.split import add_split_parser
+from calm_core.paths import ensure_writable
+
+
+DEGENERATE_T = 100.0  # above this, TS has flattened the fit set's predictions to ~uniform
+JSON_REJECTED_KEPT = 100  # rejected rows listed per dataset in `--json`; `n_rejected` is always exact
+
+
+class UsageError(Exception):
+    """A problem with what the user asked for; printed as one line."""
+
+
+def _add_model_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default="embedded", help="'embedded', a local model dir / .gguf, or a hub id")
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda[:N]")
+    parser.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
+    parser.add_argument("--trust-remote-code", action="store_true", help="run model code from the hub (off by default)")
+
+
+def _add_scoring_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--scoring", default="cloze", choices=["cloze", "cloze_norm", "letter"],
+                        help="scoring rule (recorded with every result); see calm_core/scoring/prompts.py")
+    parser.add_argument("--chat", action="store_true", help="wrap prompts in the model's chat template")
+    parser.add_argument("--batch-size", type=int, default=32, help="sequences per forward pass")
+    parser.add_argument("--bins", type=int, default=15, help="ECE bins (equal width); ece_10 is always added")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="calm", description="CALM Studio: calibration of LLMs, headless.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    ds = sub.add_parser("datasets", help="list every dataset the studio can name")
+    ds.add_argument("--kind", choices=["mc", "open"], help="only multiple-choice or open-answer sets")
+    ds.add_argument("--json", type=Path, help="also write the list as JSON")
+
+    ev = sub.add_parser("eval", help="score datasets with a model: base and post-hoc TS")
+    _add_model_args(ev)
+    _add_scoring_args(ev)
+    ev.add_argument("--data", action="append", nargs="+", required=True, metavar="NAME",
+                    help="catalog names (arc/easy_test, builtin/capitals/test, upload/x) or files; repeatable")
+    ev.add_argument("--limit", type=int, help="first N items of each dataset, in file order")
+    ev.add_argument("--mapping", help="column mapping for files, e.g. 'question=q, choices=A|B|C|D, answer=label'")
+    ev.add_argument("--seed", type=int, default=0, help="seed for built-in datasets")
+    ev.add_argument("--fit-ts-on", action="append", nargs="+", metavar="NAME",
+                    help="fit temperature scaling on this dataset: variant `ts` (several: `ts:<name>` each)")
+    ev.add_argument("--fit-limit", type=int, help="first N items of the --fit-ts-on dataset")
+    ev.add_argument("--ts-file", type=Path, help="apply a saved temperature (JSON from --save-ts) as variant `ts`")
+    ev.add_argument("--save-ts", type=Path, help="write the fitted temperature to this JSON file")
+    ev.add_argument("--json", type=Path, help="write results as JSON")
+    ev.add_argument("--save-preds", type=Path, metavar="DIR", help="per-item predictions: DIR/eval/<variant>/<dataset>.parquet")
+    ev.add_argument("--quiet", action="store_true", help="no progress bars")
+    ev.add_argument("--task", choices=["mcqa", "openqa"], default="mcqa",
+                    help="mcqa: option scores; openqa: generated answers, Semantic ECE (calm_core.generative)")
+    op = ev.add_argument_group("openqa (with --task openqa)")
+    op.add_argument("--samples", type=int, default=10, help="sampled answers per question (semantic confidence)")
+    op.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
+    op.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass")
+    op.add_argument("--max-new-tokens", type=int, default=16)
+    op.add_argument("--prompt", choices=["fewshot", "plain", "chat"], default="fewshot",
+                    help="answer prompt (calm_core/generative/sampling.py)")
+    op.add_argument("--grouping", choices=["string", "embedding"], default="embedding",
+                    help="how sampled answers are grouped: normalised string or all-MiniLM-L6-v2 cosine")
+    op.add_argument("--threshold", type=float, default=0.8, help="embedding cosine threshold for --grouping embedding")
+    cli_train.add_parsers(sub)
+    add_split_parser(sub)
+    return parser
+
+
+def cmd_datasets(args: argparse.Namespace) -> int:
+    from calm_core.data.catalog import list_datasets
+
+    if args.json:
+        args.json = ensure_writable(args.json, "file")
+    entries = list_datasets(kind=args.kind)
+    width = max(len(e.name) for e in entries) if entries else 10
+    for e in entries:
+        size = "?" if e.n_items is None else str(e.n_items)
+        print(f"{e.name.ljust(width)}  {e.kind:5} {e.source:8} {size:>6}  {e.description}")
+    if args.json:
+        args.json.write_text(json.dumps([{**e.__dict__, "path": str(e.path) if e.path else None} for e in entries], indent=2))
+    return 0
+
+
+def _load_lm(args: argparse.Namespace) -> Any:
+    from calm_core.scoring.models import ModelSpec, load_model
+
+    spec = ModelSpec(name=args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code)
+    return load_model(spec)
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Every output `calm eval` will write, checked before any data or model is loaded."""
+    for attribute, kind in (("json", "file"), ("save_ts", "file"), ("save_preds", "directory")):
+        if getattr(args, attribute) is not None:
+            setattr(args, attribute, ensure_writable(getattr(args, attribute), kind))
+
+
+def _load_reports(names: list[str], kind: str, limit: int | None, args: argparse.Namespace) -> dict[str, LoadReport]:
+    """Reports of `names` (items + rejected rows); each rejection is noted on stderr now,
+    before the model loads, so a person sees at once that part of a file was left out."""
+    from calm_core.scoring.evaluate import load_report
+
+    reports = {name: load_report(name, kind, limit, args.seed, args.mapping) for name in names}
+    for report in reports.values():
+        _note_rejected(report)
+    return reports
+
+
+def _note_rejected(report: LoadReport) -> None:
+    lines = report.rejection_lines(REJECTED_SHOWN)
+    if lines:
+        print(f"calm: note: {lines[0]}:", *(f"  {line}" for line in lines[1:]), sep="\n", file=sys.stderr)
+
+
+def _data_record(reports: dict[str, LoadReport], role: str) -> list[dict[str, Any]]:
+    """`--json` entries: per dataset, how many rows were kept and rejected, and why."""
+    return [{"dataset": name, "role": role, **report.rejected_record(JSON_REJECTED_KEPT)}
+            for name, report in reports.items()]
+
+
+def _temperatures(args: argparse.Namespace, lm: Any, cfg: Any, fit_items: dict[str, list]) -> list[tuple[str, Any, dict[str, Any]]]:
+    """(variant name, scaler, record) per temperature: `ts` for one, `ts:<dataset>` for several."""
+    from calm_core.calibration.posthoc import TemperatureScaler
+    from calm_core.scoring.options import score_items
+
+    if args.ts_file:
+        return [("ts", TemperatureScaler.load(args.ts_file), {"file": str(args.ts_file)})]
+    fitted = []
+    for name, items in fit_items.items():
+        fit = score_items(lm, items, cfg, args.batch_size, not args.quiet, dataset=name)
+        scaler = TemperatureScaler.fit(fit.logits, fit.gold)
+        variant = "ts" if len(fit_items) == 1 else f"ts:{name}"
+        fitted.append((variant, scaler, {"dataset": name, "n": len(fit), "temperature": scaler.temperature,
+                                         "nll_before": scaler.nll_before, "nll_after": scaler.nll_after}))
+    if args.save_ts:  # exactly one fitted: checked in cmd_eval before the model loaded
+        fitted[0][1].save(args.save_ts)
+    return fitted
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from calm_core.scoring.evaluate import format_table, predictions_frame, result_row
+    from calm_core.calibration.posthoc import MIN_FIT_ITEMS
+    from calm_core.scoring.options import score_items
+    from calm_core.scoring.prompts import ScoringConfig
+    from calm_core.provenance import environment_record
+    from calm_core.io import atomic_write_json
+    from calm_core.runs.rundir import write_predictions
+
+    if args.task == "openqa":
+        return _eval_open(args)
+    datasets = [name for group in args.data for name in group]
+    cfg = ScoringConfig(rule=args.scoring, chat_template=args.chat)
+    # Check outputs and read every dataset before loading the model: a typo or an
+    # unwritable --json fails in a second, not after a minute of loading and scoring.
+    _check_outputs(args)
+    reports = _load_reports(datasets, "mc", args.limit, args)
+    items = {name: list(report.items) for name, report in reports.items()}
+    fit_names = [name for group in (args.fit_ts_on or []) for name in group]
+    if fit_names and args.ts_file:
+        raise UsageError("use either --fit-ts-on or --ts-file, not both")
+    if args.save_ts and len(fit_names) != 1:
+        raise UsageError("--save-ts needs exactly one --fit-ts-on dataset")
+    fit_reports = _load_reports(fit_names, "mc", args.fit_limit, args)
+    fit_items = {name: list(report.items) for name, report in fit_reports.items()}
+    for name, fit in fit_items.items():
+        if len(fit) < MIN_FIT_ITEMS:
+            raise UsageError(f"Expected at least {MIN_FIT_ITEMS} items to fit TS on `{name}`, but it has {len(fit)}")
+    lm = _load_lm(args)
+    temperatures = _temperatures(args, lm, cfg, fit_items)
+    rows = []
+    for name in datasets:
+        scores = score_items(lm, items[name], cfg, args.batch_size, not args.quiet, dataset=name)
+        variants = [("base", None)] + [(variant, scaler) for variant, scaler, _ in temperatures]
+        for variant, calibrator in variants:
+            rows.append(result_row(scores, name, variant, calibrator, n_bins=args.bins))
+            if args.save_preds:
+                write_predictions(args.save_preds, variant, name, predictions_frame(scores, calibrator))
+    print(f"model: {lm.info.get('label', lm.info['name'])} ({lm.info['device']}, {lm.info['dtype']})  "
+          f"scoring: {cfg.name}  bins: {args.bins}")
+    for variant, scaler, _ in temperatures:
+        print(f"{variant}: T = {scaler.temperature:.4f}")
+        if scaler.temperature > DEGENERATE_T:
+            print(f"  note: T > {DEGENERATE_T:g} makes every answer near-uniform: the fit set carries no usable "
+                  "confidence signal (accuracy at or below chance there)")
+    print(format_table(rows))
+    if args.json:
+        record = {"results": rows, "model": lm.info, "scoring": cfg.to_dict(), "ts": [r for _, _, r in temperatures],
+                  "datasets": _data_record(reports, "eval") + _data_record(fit_reports, "fit"),
+                  "limit": args.limit, "seed": args.seed, "environment": environment_record()}
+        atomic_write_json(args.json, record)
+    return 0
+
+
+def _eval_open(args: argparse.Namespace) -> int:
+    """`calm eval --task openqa`: generated answers, judged; base and (optionally) TS."""
+    from calm_core.scoring.evaluate import format_table
+    from calm_core.generative.evaluate import OPEN_TABLE_COLUMNS, evaluate_open, fit_token_temperature
+    from calm_core.generative.sampling import GenerationConfig
+    from calm_core.calibration.posthoc import MIN_FIT_ITEMS
+    from calm_core.provenance import environment_record
+    from calm_core.io import atomic_write_json
+    from calm_core.runs.rundir import write_predictions
+
+    if args.ts_file or args.save_ts:
+        raise UsageError("--ts-file / --save-ts are for --task mcqa; with openqa use --fit-ts-on")
+    cfg = GenerationConfig(n_samples=args.samples, temperature=args.temperature, top_p=args.top_p,
+                           max_new_tokens=args.max_new_tokens, prompt=args.prompt, batch_size=args.batch_size,
+                           seed=args.seed, grouping=args.grouping, grouping_threshold=args.threshold)
+    _check_outputs(args)
+    reports = _load_reports([name for group in args.data for name in group], "open", args.limit, args)
+    datasets = {name: list(report.items) for name, report in reports.items()}
+    fit_names = [name for group in (args.fit_ts_on or []) for name in group]
+    if len(fit_names) > 1:
+        raise UsageError("--task openqa fits one temperature: give one --fit-ts-on dataset")
+    fit_reports = _load_reports(fit_names, "open", args.fit_limit, args)
+    fit_items = list(fit_reports[fit_names[0]].items) if fit_names else []
+    if fit_names and len(fit_items) < MIN_FIT_ITEMS:
+        raise UsageError(f"Expected at least {MIN_FIT_ITEMS} items to fit TS on `{fit_names[0]}`, but it has {len(fit_items)}")
+    lm = _load_lm(args)
+    scalers = {"ts": fit_token_temperature(lm.model, lm.tokenizer, fit_items, cfg.prompt, args.batch_size)} if fit_items else {}
+    rows, frames = evaluate_open(lm.model, lm.tokenizer, datasets, cfg, scalers, progress=not args.quiet)
+    if args.save_preds:
+        for (variant, name), frame in frames.items():
+            write_predictions(args.save_preds, variant, name, frame)
+    print(f"model: {lm.info.get('label', lm.info['name'])} ({lm.info['device']}, {lm.info['dtype']})  task: openqa  "
+          f"prompt: {cfg.prompt}  samples: {cfg.n_samples}  grouping: {cfg.grouping}")
+    for name, scaler in scalers.items():
+        print(f"{name}: T = {scaler.temperature:.4f} (fit on the gold answer tokens of {fit_names[0]})")
+    print(format_table(rows, OPEN_TABLE_COLUMNS))
+    if args.json:
+        record = {"results": rows, "model": lm.info, "task": "openqa", "generation": cfg.to_dict(),
+                  "ts": [{"dataset": fit_names[0], "temperature": s.temperature} for s in scalers.values()],
+                  "datasets": _data_record(reports, "eval") + _data_record(fit_reports, "fit"),
+                  "limit": args.limit, "seed": args.seed, "environment": environment_record()}
+        atomic_write_json(args.json, record)
+    return 0
+
+
+def cmd_data(args: argparse.Namespace) -> int:
+    """`calm data <command>`: each data command's parser names its function."""
+    return args.data_func(args)
+
+
+COMMANDS = {"datasets": cmd_datasets, "eval": cmd_eval, "data": cmd_data, **cli_train.COMMANDS}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from calm_core.scoring.models import ModelLoadError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except (DataError, ModelLoadError, UsageError, ValueError, FileNotFoundError) as exc:
+        # One line, whatever the exception text holds (row lists come on extra lines).
+        print("calm: error: " + "; ".join(line.strip() for line in str(exc).splitlines() if line.strip()), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("calm: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `calm runs | head`: the reader left; not an error of ours
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,296 @@
+"""`calm train | runs | cancel | resume`: training runs from the command line.
+
+    calm train --preset quick --method calm --train-data builtin/capitals/train   # foreground, progress bar
+    calm train --config run.yaml --detach                                         # background job; prints the run id
+    calm runs                                  # every run with its (liveness-checked) state
+    calm cancel RUN_ID                         # graceful: checkpoint, then `cancelled`
+    calm resume RUN_ID                         # failed / cancelled runs continue their curves
+
+A background job is this same command in worker form (`calm train --run-dir DIR`),
+started detached by calm_core.runs.jobs. SIGINT / SIGTERM request a graceful cancel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from calm_core.runs.rundir import RunDir, list_runs, runs_root
+
+TRAIN_FLAGS = {  # flag -> (TrainConfig field, type)
+    "method": str, "task": str, "model": str, "train_data": str, "heldout_data": str, "scoring": str, "scope": str,
+    "steps": int, "batch_size": int, "optimizer": str, "lr_theta": float, "lr_alpha": float, "inner_steps": int,
+    "inner_lr": float, "inner_rule": str, "inner_start": str, "constraint": str, "eta": float,
+    "seed": int, "train_limit": int, "heldout_limit": int, "eval_limit": int, "eval_every": int, "name": str,
+}
+
+
+def add_parsers(sub: Any) -> None:
+    tr = sub.add_parser("train", help="train a model with CALM or a baseline (foreground, or --detach)")
+    tr.add_argument("--config", type=Path, help="YAML or JSON file of TrainConfig fields")
+    tr.add_argument("--preset", choices=["quick", "paper"], help="start from a preset, then apply the rest")
+    for flag, kind in TRAIN_FLAGS.items():
+        tr.add_argument("--" + flag.replace("_", "-"), dest=flag, type=kind)
+    tr.add_argument("--eval-data", nargs="+", help="evaluation sets (in-domain and out-of-domain)")
+    tr.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any TrainConfig field (JSON value)")
+    tr.add_argument("--detach", action="store_true", help="run as a background job and print the run id")
+    tr.add_argument("--run-dir", type=Path, help=argparse.SUPPRESS)  # worker mode, used by jobs
+    tr.add_argument("--runs-root", type=Path, help="where runs live (default: workspace/runs)")
+    rs = sub.add_parser("runs", help="list training runs")
+    rs.add_argument("--runs-root", type=Path)
+    rs.add_argument("--json", action="store_true")
+    cp = sub.add_parser("compare", help="variants of finished runs side by side (same schema as eval --json)")
+    cp.add_argument("run_ids", nargs="*")
+    cp.add_argument("--name-prefix", help="also every finished run whose name starts with this (the newest per name)")
+    cp.add_argument("--runs-root", type=Path)
+    cp.add_argument("--json", type=Path, help="write the rows as JSON")
+    cp.add_argument("--wide", action="store_true",
+                    help="one Markdown line per variant, columns dataset x (acc, ece, ece_10): the paper's shape")
+    cp.add_argument("--metrics", default="acc,ece,ece_10", help="--wide: the metric columns, comma-separated")
+    cp.add_argument("--ood-mean", action="store_true", help="--wide: add the mean over every set but the first")
+    rp = sub.add_parser("report", help="one self-contained HTML file: settings, metrics, reliability diagrams, alpha")
+    rp.add_argument("run_id")
+    rp.add_argument("--out", type=Path, help="the HTML file to write (default: <run id>.html here)")
+    rp.add_argument("--runs-root", type=Path)
+    ex = sub.add_parser("export", help="a folder that loads with transformers + peft alone: adapter, head "
+                                       "(calm_head.py), model card")
+    ex.add_argument("run_id")
+    ex.add_argument("target", type=Path)
+    ex.add_argument("--runs-root", type=Path)
+    for name, text in (("cancel", "stop a run gracefully (checkpoint, then cancelled)"),
+                       ("resume", "continue a failed, cancelled or damaged run")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("run_id")
+        p.add_argument("--runs-root", type=Path)
+        if name == "resume":
+            p.add_argument("--fresh", action="store_true",
+                           help="ignore the run's checkpoints and start over from step 0 (its metrics are cut)")
+
+
+def _read_config_file(path: Path) -> dict[str, Any]:
+    import yaml
+
+    if not path.is_file():
+        raise FileNotFoundError(f"Expected a config file at {path}, but there is none")
+    data = yaml.safe_load(path.read_text()) if path.suffix in (".yaml", ".yml") else json.loads(path.read_text())
+    if not isinstance(data, dict):
+        raise ValueError(f"Expected a mapping of TrainConfig fields in {path}, but got {type(data).__name__}")
+    return data
+
+
+def resolve_config(args: argparse.Namespace) -> Any:
+    """Preset, then config file, then --set, then explicit flags (later wins)."""
+    from calm_core.training.config import TrainConfig, preset_settings
+
+    fields: dict[str, Any] = {}
+    if args.config:
+        fields.update(_read_config_file(args.config))
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"Expected --set KEY=VALUE, but got {item!r}")
+        try:
+            fields[key.strip()] = json.loads(value)
+        except ValueError:
+            fields[key.strip()] = value
+    fields.update({k: getattr(args, k) for k in TRAIN_FLAGS if getattr(args, k) is not None})
+    if args.eval_data:
+        fields["eval_data"] = args.eval_data
+    return TrainConfig.from_dict(preset_settings(args.preset, fields) if args.preset else fields)
+
+
+def _graceful(run: RunDir) -> None:
+    """SIGINT / SIGTERM ask the loop to stop after the current step (checkpoint + cancelled)."""
+    def handler(signum: int, frame: Any) -> None:
+        run.request_cancel()
+        print(f"calm: stopping after this step (signal {signum})", file=sys.stderr, flush=True)
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _progress_bar(total: int) -> Any:
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=total, desc="training", unit="step", file=sys.stderr)
+
+    def update(step: int, _total: int, record: dict[str, Any]) -> None:
+        bar.n = step
+        loss = record.get("train/lower_loss")
+        bar.set_postfix({"loss": f"{loss:.3f}"} if loss is not None else {})
+        bar.refresh()
+
+    return update
+
+
+def run_in_process(run: RunDir, show_progress: bool) -> int:
+    """Train (or resume) the run in this process; failures end as `failed` with the error."""
+    from calm_core.training import distributed
+    from calm_core.runs.jobs import schedule
+    from calm_core.training.config import TrainConfig
+    from calm_core.training.loop import train
+
+    main = distributed.is_main()
+    _graceful(run)
+    if main:
+        run.write_status("running", pid=os.getpid())
+    try:
+        cfg = TrainConfig.from_dict(run.config["train"])
+        result = train(cfg, run=run, progress=_progress_bar(cfg.steps) if show_progress and main else None)
+    except Exception as exc:  # the run records why; the queue moves on
+        if main:
+            run.write_status("failed", error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()[-4000:])
+        print(f"calm: error: run {run.run_id} failed: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if main:
+            schedule(run.path.parent)
+    if not main:
+        return 0
+    print(f"run {run.run_id}: {result.state} at step {result.step} ({run.path})")
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from calm_core.workspace.launch import create_run, launch_training
+
+    if args.run_dir:
+        return run_in_process(RunDir.open(args.run_dir), show_progress=False)
+    cfg = resolve_config(args)
+    if _joined_torchrun(args):  # every rank trains the one run that rank 0 creates
+        from calm_core.training import distributed
+
+        path = distributed.broadcast_text(str(create_run(cfg, root=args.runs_root).path) if distributed.is_main() else None)
+        return run_in_process(RunDir.open(path), show_progress=True)
+    if args.detach:
+        run, started = launch_training(cfg, root=args.runs_root)
+        print(run.run_id)
+        if not started:
+            print(f"calm: queued behind running jobs ({run.path})", file=sys.stderr)
+        return 0
+    return run_in_process(create_run(cfg, root=args.runs_root), show_progress=True)
+
+
+def _joined_torchrun(args: argparse.Namespace) -> bool:
+    """Under torchrun / accelerate launch (WORLD_SIZE > 1): join the group (foreground only)."""
+    import torch
+
+    from calm_core.training import distributed
+
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return False
+    if args.detach:
+        raise ValueError("Expected no --detach under torchrun: the launcher already runs one process per rank")
+    return distributed.init_from_env(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+
+
+def _bome(run_path: Path) -> dict[str, Any]:
+    """The run's BOME diagnostics (run_view.bome_summary); {} when it has none or its
+    files cannot be read (a damaged run still lists)."""
+    from calm_core.workspace.view import bome_summary
+
+    try:
+        run = RunDir.open(run_path)
+        eta = run.config.get("train", {}).get("eta")
+        return bome_summary(run.read_metrics(), eta)
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from calm_core.workspace.view import bome_line
+
+    runs = list_runs(args.runs_root)
+    if args.json:
+        print(json.dumps([{**r.__dict__, "path": str(r.path), "bome": _bome(r.path)} for r in runs], indent=2))
+        return 0
+    if not runs:
+        print(f"no runs under {runs_root(args.runs_root)}")
+    for r in runs:
+        progress = f"{r.step or 0}/{r.total_steps or '?'}"
+        bome = bome_line(_bome(r.path))
+        print(f"{r.run_id}  {r.state:9} {progress:>9}  {r.method or '-':15} {r.reason}" + (f"  [{bome}]" if bome else ""))
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from calm_core.runs.jobs import cancel
+
+    view = cancel(RunDir.at(args.run_id, args.runs_root))
+    print(f"{args.run_id}: {view.state} ({view.reason})")
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from calm_core.runs.jobs import resume
+
+    from calm_core.workspace.launch import left_the_queue
+
+    run = RunDir.at(args.run_id, args.runs_root)
+    resume(run, fresh=args.fresh)
+    print(f"{args.run_id}: " + ("resumed" if left_the_queue(run) else "queued to resume")
+          + (" from step 0 (--fresh)" if args.fresh else ""))
+    return 0
+
+
+def runs_named(prefix: str, root: Path | None) -> list[str]:
+    """Finished runs whose name starts with `prefix`, oldest first, the newest per name."""
+    newest: dict[str, str] = {}
+    for summary in list_runs(root):  # newest first
+        if summary.state == "finished" and summary.name and summary.name.startswith(prefix):
+            newest.setdefault(summary.name, summary.run_id)
+    return sorted(newest.values())
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from calm_core.scoring.evaluate import format_table, wide_table
+    from calm_core.workspace.view import compare_rows, result_columns
+    from calm_core.io import atomic_write_json
+
+    from calm_core.paths import ensure_writable
+
+    if args.json:
+        args.json = ensure_writable(args.json, "file")  # before reading any run: fail in a second
+    run_ids = list(args.run_ids) + (runs_named(args.name_prefix, args.runs_root) if args.name_prefix else [])
+    if not run_ids:
+        raise ValueError("Expected run ids or --name-prefix matching finished runs, but got none")
+    rows = compare_rows([RunDir.at(run_id, args.runs_root) for run_id in run_ids])
+    if args.wide:
+        print(wide_table(rows, tuple(m.strip() for m in args.metrics.split(",")), ood_mean=args.ood_mean))
+    else:
+        print(format_table(rows, result_columns(rows)))
+    if args.json:
+        atomic_write_json(args.json, {"results": rows, "runs": run_ids})
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """A folder that loads with transformers + peft alone (calm_core.workspace.export)."""
+    from calm_core.workspace.export import export_run
+
+    folder = export_run(RunDir.at(args.run_id, args.runs_root), args.target)
+    record = json.loads((folder / "calm_export.json").read_text())
+    print(f"exported {args.run_id} (step {record['step']}) to {folder}; base model {record['base_model_hub_id']}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from calm_core.paths import ensure_writable
+    from calm_core.workspace.report import run_report_html
+    from calm_core.io import atomic_write_text
+
+    run = RunDir.at(args.run_id, args.runs_root)
+    out = ensure_writable(args.out or Path(f"{run.run_id}.html"), "file")
+    atomic_write_text(out, run_report_html(run))
+    print(f"report of {run.run_id}: {out}")
+    return 0
+
+
+COMMANDS = {"report": cmd_report, "train": cmd_train, "runs": cmd_runs, "cancel": cmd_cancel, "resume": cmd_resume,
+            "compare": cmd_compare, "export": cmd_export}

@@ -1,0 +1,667 @@
+"""Run-directory files, written in exactly one way (see shared/design.md, "Run directory").
+
+A run lives in `runs/<run_id>/` (root: `workspace_dir()/runs` unless given):
+
+    config.json          the whole resolved config (the caller adds seed, versions, scoring rule)
+    status.json          state, pid, heartbeat, step, total_steps, error, timestamps
+    metrics.jsonl        one JSON object per logged step (`step`, `elapsed`, `section/name` keys)
+    checkpoint-<step>/   counts only once its `COMPLETE` marker exists (written last)
+    CANCEL               present while a cancel is requested; the training loop checks it each step
+    eval/<variant>/<dataset>.parquet, stdout.log, job.json (calm_core.runs.jobs)
+
+Everything a job writes goes through these functions: JSON files are replaced atomically
+(temp file + rename) so a reader polling the directory never sees half a file; status
+updates are read-merge-write under a per-run `flock`, so the job, the launcher and the
+studio can all update fields without losing each other's; a metrics line goes out in one
+`write` call, and a line cut short by a crash is ignored by the reader.
+
+`RunDir` holds only a path: every property reads the disk afresh, nothing stays open.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import secrets
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, NamedTuple
+
+from calm_core.io import atomic_write_json, atomic_write_text, default_mode, file_lock, staging_directory
+from calm_core.paths import safe_name, workspace_dir
+
+STATES = ("queued", "running", "stopping", "finished", "failed", "cancelled")
+ACTIVE_STATES = ("running", "stopping")  # a process is expected to be alive and heartbeating
+TERMINAL_STATES = ("finished", "failed", "cancelled")
+STALE_AFTER_S = 60.0  # a running job that has not heartbeat for this long counts as failed
+STARTUP_GRACE_S = 600.0  # before its first heartbeat a job may be importing torch / converting a model
+HOST = socket.gethostname()  # pids are only checked on the machine that recorded them
+
+CONFIG, STATUS, METRICS, CANCEL, COMPLETE, LOCK = (
+    "config.json", "status.json", "metrics.jsonl", "CANCEL", "COMPLETE", ".lock")
+RESULTS, JOB_FILE, STDOUT = "results.json", "job.json", "stdout.log"
+DAMAGED = "damaged"  # shown, never written: a file the run needs cannot be read (RunFileError says which)
+
+
+class RunFileError(ValueError):
+    """A run-directory file that cannot be read as what it must be. The message names
+    the file and what to do, in one line: every command and page shows it as it is."""
+
+
+def read_json_object(path: str | Path, advice: str, key_types: dict[str, type] | None = None) -> dict:
+    """A JSON object from `path`; a file that is empty, cut short, not UTF-8, not an object,
+    or lacks one of `key_types` (key -> type) raises RunFileError naming it and `advice`.
+    A missing file raises FileNotFoundError as usual (callers decide what absence means)."""
+    path = Path(path)
+    raw = path.read_bytes()
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        problem = "not UTF-8 text"
+    except ValueError as error:
+        problem = "empty" if not raw.strip() else f"not valid JSON: {error.msg} at line {error.lineno}"
+    else:
+        if not isinstance(data, dict):
+            problem = f"a JSON {type(data).__name__} where an object belongs"
+        else:
+            wrong = [key for key, kind in (key_types or {}).items() if not isinstance(data.get(key), kind)]
+            if not wrong:
+                return data
+            problem = f"`{wrong[0]}` is missing or not a {key_types[wrong[0]].__name__}"
+    raise RunFileError(f"{path} is damaged ({problem}); {advice}")
+
+
+def predictions_path(root: str | Path, variant: str, dataset: str) -> Path:
+    """`<root>/eval/<variant>/<dataset>.parquet`, with `/` in dataset names made safe."""
+    return Path(root) / "eval" / safe_name(variant) / f"{safe_name(dataset.replace('/', '__'))}.parquet"
+
+
+def write_predictions(root: str | Path, variant: str, dataset: str, frame: Any) -> Path:
+    """Write a per-item predictions DataFrame atomically; returns its path."""
+    path = predictions_path(root, variant, dataset)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    frame.to_parquet(tmp, index=False)
+    os.replace(tmp, path)
+    return path
+
+
+# ---------------------------------------------------------------------------- ids, locks, pids
+
+def runs_root(root: str | Path | None = None) -> Path:
+    return Path(root) if root is not None else workspace_dir() / "runs"
+
+
+def new_run_id(name_hint: str | None = None, now: float | None = None) -> str:
+    """`20261130-051200-<hint>-<4 hex>`: UTC time first so ids sort by creation.
+
+    The hint goes through `safe_name` (ValueError when nothing usable is left). Four hex
+    digits make clashes rare, not impossible: `RunDir.new` retries on a clash.
+    """
+    parts = [time.strftime("%Y%m%d-%H%M%S", time.gmtime(now))]
+    if name_hint is not None and name_hint.strip():
+        parts.append(safe_name(name_hint, max_len=40))
+    parts.append(secrets.token_hex(2))
+    return "-".join(parts)
+
+
+def check_run_id(run_id: str) -> str:
+    """Return `run_id` when it is a single safe path component, else raise ValueError."""
+    try:
+        ok = isinstance(run_id, str) and safe_name(run_id) == run_id
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"Expected a path-safe run id (letters, digits, '.', '_', '-'), but got {run_id!r}")
+    return run_id
+
+
+def _proc_stat(pid: int) -> tuple[str, str] | None:
+    """(state letter, start time in clock ticks) from /proc, or None when unavailable."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()  # the command name may hold spaces and ')'
+    return fields[0], fields[19]
+
+
+def process_start(pid: int) -> str | None:
+    """An opaque start stamp for `pid` (Linux), so a reused pid is not taken for our job."""
+    stat = _proc_stat(pid)
+    return stat[1] if stat else None
+
+
+def pid_alive(pid: int | None, start: str | None = None) -> bool:
+    """True when process `pid` on this machine exists and is not a zombie.
+
+    With `start` (from `process_start`), a different process that got the same pid
+    counts as dead.
+    """
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, owned by someone else
+    if not os.path.isdir("/proc/self"):
+        return True  # no procfs: kill(0) is all we can know
+    stat = _proc_stat(pid)
+    if stat is None or stat[0] in ("Z", "X"):  # gone since, or exited and not yet reaped
+        return False
+    return start is None or stat[1] == start
+
+
+def process_alive(status: dict) -> bool | None:
+    """Whether the run's recorded process is alive; None when it cannot be checked here."""
+    pid = status.get("pid")
+    if not pid or status.get("host", HOST) != HOST:
+        return None
+    return pid_alive(int(pid), status.get("pid_start"))
+
+
+# ---------------------------------------------------------------------------- effective state
+
+@dataclass(frozen=True)
+class RunState:
+    """What the studio shows: the state after liveness checks, why, and whether resume is offered."""
+
+    state: str
+    reason: str
+    resumable: bool
+
+
+def _progress(status: dict) -> str:
+    step, total = status.get("step"), status.get("total_steps")
+    return f"step {step if step is not None else 0}/{total if total is not None else '?'}"
+
+
+def run_state(status: dict, now: float | None = None, stale_after: float = STALE_AFTER_S) -> RunState:
+    """The state to show for `status`: `running`/`stopping` with a dead process or a
+    heartbeat older than `stale_after` seconds is `failed` (stale), and resumable. Until
+    the job's first heartbeat, `STARTUP_GRACE_S` (if longer) counts from `started`.
+
+    A stale job whose process is still alive (hung) is resumable too: `jobs.resume`
+    stops it first, so two processes never write one run.
+    """
+    state = status.get("state")
+    if state not in STATES:
+        return RunState("failed", f"unknown state {state!r} in {STATUS}", False)
+    if state == "queued":
+        return RunState(state, "waiting for a free job slot", False)
+    if state == "finished":
+        return RunState(state, f"finished at {_progress(status)}", False)
+    if state == "failed":
+        return RunState(state, status.get("error") or "failed", True)
+    if state == "cancelled":
+        return RunState(state, f"cancelled at {_progress(status)}", True)
+    now = time.time() if now is None else now
+    beat = status.get("heartbeat")
+    if beat is None:
+        stale_after = max(stale_after, STARTUP_GRACE_S)
+    age = now - float(beat or status.get("started") or status.get("updated") or 0.0)
+    alive, pid = process_alive(status), status.get("pid")
+    if alive is False:
+        return RunState("failed", f"process {pid} is gone (last heartbeat {age:.0f} s ago, at {_progress(status)})",
+                        True)
+    if age > stale_after:
+        hung = f"; process {pid} is still alive (hung?) and is stopped on resume" if alive else ""
+        return RunState("failed", f"no heartbeat for {age:.0f} s (at {_progress(status)}){hung}", True)
+    phase = f" ({status['phase']})" if status.get("phase") else ""
+    return RunState(state, f"{state} at {_progress(status)}{phase}, heartbeat {age:.0f} s ago", False)
+
+
+def effective_state(status: dict, now: float | None = None, stale_after: float = STALE_AFTER_S) -> str:
+    return run_state(status, now, stale_after).state
+
+
+def _jsonable(value: Any) -> Any:
+    """numpy / torch scalars and arrays become numbers and lists, anything else a string."""
+    return value.tolist() if hasattr(value, "tolist") else str(value)
+
+
+def _config_label(config: dict, key: str) -> str | None:
+    """`config[key]`, or the first `config[section][key]` one level down."""
+    if isinstance(config.get(key), str):
+        return config[key]
+    for section in config.values():
+        if isinstance(section, dict) and isinstance(section.get(key), str):
+            return section[key]
+    return None
+
+
+# ---------------------------------------------------------------------------- the run directory
+
+class ResumePoint(NamedTuple):
+    """Where a (re)started trainer continues: after `step`, from `path` (None: from the
+    start), with what the reader loaded from it, and the newer checkpoints it skipped."""
+
+    step: int
+    path: Path | None
+    data: Any = None
+    skipped: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RunDir:
+    path: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))
+
+    @classmethod
+    def create(cls, root: str | Path | None, run_id: str, config: dict) -> RunDir:
+        """Make `<root>/<run_id>/` with `config.json` and a `queued` status (FileExistsError
+        if taken). Both are written in a hidden directory renamed into place, so a reader
+        never meets a run with one file and not the other."""
+        final = runs_root(root) / check_run_id(run_id)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        if final.exists():
+            raise FileExistsError(f"Run {run_id} exists already under {final.parent}")
+        staging = cls(staging_directory(final.parent, prefix=f".{run_id}.", suffix=".new"))
+        try:
+            atomic_write_json(staging.path / CONFIG, config)
+            now = time.time()
+            staging.write_status("queued", run_id=run_id, created=now, queued_at=now, step=0,
+                                 name=_config_label(config, "name"), method=_config_label(config, "method"))
+            try:
+                os.rename(staging.path, final)  # fails on an existing non-empty directory: a clash
+            except OSError as error:
+                raise FileExistsError(f"Run {run_id} exists already under {final.parent}") from error
+        except BaseException:
+            shutil.rmtree(staging.path, ignore_errors=True)
+            raise
+        return cls(final)
+
+    @classmethod
+    def new(cls, config: dict, name_hint: str | None = None, root: str | Path | None = None) -> RunDir:
+        """`create` with a fresh `new_run_id(name_hint)`, retrying on the rare id clash."""
+        for _ in range(100):
+            try:
+                return cls.create(root, new_run_id(name_hint), config)
+            except FileExistsError:
+                continue
+        raise FileExistsError(f"Could not find a free run id under {runs_root(root)}")
+
+    @classmethod
+    def open(cls, path: str | Path) -> RunDir:
+        """A run directory: one with status.json, or with config.json alone (its status lost:
+        listed as damaged, and `calm resume` rebuilds it)."""
+        path = Path(path)
+        if not (path / STATUS).is_file() and not (path / CONFIG).is_file():
+            raise FileNotFoundError(f"Expected a run directory with {STATUS}, but {path} has none")
+        return cls(path)
+
+    @classmethod
+    def at(cls, run_id: str, root: str | Path | None = None) -> RunDir:
+        """Open a run by id (ids from a URL or a form are checked, so they cannot escape the root)."""
+        return cls.open(runs_root(root) / check_run_id(run_id))
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    def advice(self, name: str) -> str:
+        """What to do about a damaged or missing file `name` of this run (one clause)."""
+        if name in (STATUS, JOB_FILE):
+            return f"`calm resume {self.run_id}` rebuilds it"
+        if name == RESULTS:
+            return f"`calm resume {self.run_id}` evaluates the final checkpoint again"
+        if name == CONFIG:
+            return (f"run {self.run_id} cannot continue without it: restore it from a copy "
+                    "(its metrics and checkpoints are untouched)")
+        return f"restore it from a copy, or delete run {self.run_id}"
+
+    @property
+    def config(self) -> dict:
+        return read_json_object(self.path / CONFIG, self.advice(CONFIG))
+
+    @property
+    def status(self) -> dict:
+        return read_json_object(self.path / STATUS, self.advice(STATUS))
+
+    def results(self) -> dict:
+        """results.json (the final evaluation), checked: an object with a `results` list of
+        rows that each name their `dataset` and `variant`."""
+        data = read_json_object(self.path / RESULTS, self.advice(RESULTS), {"results": list})
+        for i, row in enumerate(data["results"]):
+            if not (isinstance(row, dict) and isinstance(row.get("dataset"), str) and isinstance(row.get("variant"), str)):
+                raise RunFileError(f"{self.path / RESULTS} is damaged (row {i} has no `dataset` / `variant`); "
+                                   f"{self.advice(RESULTS)}")
+        return data
+
+    def read_predictions(self, path: Path) -> Any:
+        """One eval/<variant>/<dataset>.parquet as a DataFrame; a damaged file raises
+        RunFileError naming it (the final evaluation writes them all again on resume)."""
+        import pandas as pd
+
+        try:
+            return pd.read_parquet(path)
+        except FileNotFoundError:
+            raise
+        except Exception as error:  # noqa: BLE001 - pyarrow's errors for a cut or foreign file vary
+            first = str(error).splitlines()[0][:120] if str(error) else type(error).__name__
+            raise RunFileError(f"{path} is damaged ({first}); delete {self.path / RESULTS} and run "
+                               f"`calm resume {self.run_id}` to evaluate again") from error
+
+    def damage(self) -> str | None:
+        """Why the run cannot be shown or continued as it is (one line naming the file and
+        what to do), or None. Checks the small files every view needs: status, config and
+        a finished run's results (when it wrote them: a job need not). Damaged metrics lines are skipped by
+        `read_metrics` instead, and checkpoints are checked when a resume reads them."""
+        try:
+            status = self.status
+            config = self.config
+            if status.get("state") == "finished" and ((self.path / RESULTS).exists() or "train" in config):
+                self.results()  # a training run always writes it; other jobs (tests' fakes) need not
+        except RunFileError as error:
+            return str(error)
+        except FileNotFoundError as error:
+            name = Path(error.filename or "").name
+            return f"{self.path / name} is missing; {self.advice(name)}"
+        return None
+
+    def state(self, now: float | None = None, stale_after: float = STALE_AFTER_S) -> RunState:
+        """The effective state (`run_state`), `damaged` when a file it needs is unreadable,
+        and for a process that died without a word, the last line it printed."""
+        damage = self.damage()
+        if damage is not None:
+            return RunState(DAMAGED, damage, not damage.startswith(str(self.path / CONFIG)))
+        status = self.status
+        view = run_state(status, now, stale_after)
+        if view.state == "failed" and status.get("state") in ACTIVE_STATES and process_alive(status) is False:
+            last = self.last_output_line()
+            if last:
+                view = RunState(view.state, f"{view.reason}; its last output: {last}", view.resumable)
+        return view
+
+    def last_output_line(self, tail_bytes: int = 4096) -> str | None:
+        """The last non-empty line of stdout.log (why a job died before it could say so)."""
+        try:
+            with open(self.path / STDOUT, "rb") as handle:
+                handle.seek(max(0, os.fstat(handle.fileno()).st_size - tail_bytes))
+                lines = [ln.strip() for ln in handle.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+        except OSError:
+            return None
+        return lines[-1][:300] if lines else None
+
+    # -- status ------------------------------------------------------------------------
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the run's status lock (re-entrant): read-merge-write cycles inside are not interleaved."""
+        with file_lock(self.path / LOCK):
+            yield
+
+    def update_status(self, **fields: Any) -> dict:
+        """Merge `fields` into status.json atomically, keeping the state; returns the new status."""
+        now = time.time()
+        if fields.get("pid"):  # the pid is only meaningful with its machine and start stamp
+            fields.setdefault("host", HOST)
+            fields.setdefault("pid_start", process_start(int(fields["pid"])))
+        with self.locked():
+            status = self.status if (self.path / STATUS).is_file() else {}
+            status.update(fields, updated=now)
+            atomic_write_json(self.path / STATUS, status)
+        return status
+
+    def write_status(self, state: str, *, only_from: Iterable[str] | None = None, **fields: Any) -> bool:
+        """Set `state` and merge `fields` (pid, step, total_steps, error, ...) atomically.
+
+        Active states refresh the heartbeat, terminal ones stamp `ended`. With `only_from`,
+        nothing is written unless the current state is one of those (returns False), so a
+        launcher never overwrites a state the job itself has moved on to.
+        """
+        if state not in STATES:
+            raise ValueError(f"Expected `state` to be one of {', '.join(STATES)}, but got {state!r}")
+        now = time.time()
+        if state in ACTIVE_STATES:
+            fields.setdefault("heartbeat", now)
+        if state in TERMINAL_STATES:
+            fields.setdefault("ended", now)
+        with self.locked():
+            if only_from is not None and self.status.get("state") not in set(only_from):
+                return False
+            self.update_status(state=state, **fields)
+        return True
+
+    def heartbeat(self, step: int, total_steps: int | None = None) -> None:
+        """Refresh the heartbeat and step (one small atomic write; call it every step)."""
+        fields: dict[str, Any] = {"heartbeat": time.time(), "step": step}
+        if total_steps is not None:
+            fields["total_steps"] = total_steps
+        self.update_status(**fields)
+
+    @contextmanager
+    def keepalive(self, phase: str, every_s: float = 10.0) -> Iterator[None]:
+        """Heartbeat from a thread through one long blocking call (loading a model, a full
+        evaluation), with `phase` in the status. A hang inside goes unnoticed, so keep it narrow."""
+        done = threading.Event()
+
+        def beat() -> None:
+            while not done.wait(every_s):
+                self.update_status(heartbeat=time.time())
+
+        self.update_status(heartbeat=time.time(), phase=phase)
+        thread = threading.Thread(target=beat, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
+            self.update_status(heartbeat=time.time(), phase=None)
+
+    # -- metrics -----------------------------------------------------------------------
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / METRICS
+
+    def append_metrics(self, record: dict) -> None:
+        """Append one JSON line in a single `write` call (a reader sees whole lines or none)."""
+        if "step" not in record or "elapsed" not in record:
+            raise ValueError(f"Expected a metrics record with `step` and `elapsed`, but got keys {sorted(record)}")
+        line = (json.dumps(record, default=_jsonable) + "\n").encode("utf-8")
+        fd = os.open(self.metrics_path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                line = b"\n" + line  # seal a line cut short by a crash, so this record stays whole
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+
+    def read_metrics(self) -> list[dict]:
+        """All complete records; an unfinished last line (a crash mid-write) is ignored."""
+        try:
+            data = self.metrics_path.read_bytes()
+        except FileNotFoundError:
+            return []
+        records = []
+        for line in data.split(b"\n")[:-1]:  # whatever follows the last newline is unfinished
+            if line.strip():
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue  # a fragment sealed by append_metrics after a crash (or a damaged line)
+                if isinstance(record, dict) and isinstance(record.get("step"), int):
+                    records.append(record)
+        return records
+
+    def truncate_metrics_after(self, step: int) -> int:
+        """Keep only records with `step <= step` (atomic rewrite); returns how many were kept."""
+        if not self.metrics_path.exists():
+            return 0
+        kept = [r for r in self.read_metrics() if r.get("step", 0) <= step]
+        atomic_write_text(self.metrics_path, "".join(json.dumps(r, default=_jsonable) + "\n" for r in kept))
+        return len(kept)
+
+    # -- checkpoints -------------------------------------------------------------------
+
+    def checkpoint_dir(self, step: int) -> Path:
+        """Where the checkpoint of `step` goes (`checkpoint-<step>/`; not created here)."""
+        return self.path / f"checkpoint-{int(step)}"
+
+    def _checkpoints(self) -> list[tuple[int, Path, bool]]:
+        """(step, dir, complete) for every checkpoint directory, by step."""
+        self._restore_replaced()
+        found = []
+        for child in self.path.glob("checkpoint-*"):
+            suffix = child.name.removeprefix("checkpoint-")
+            if suffix.isdigit() and child.is_dir():
+                found.append((int(suffix), child, (child / COMPLETE).is_file()))
+        return sorted(found)
+
+    def _restore_replaced(self) -> None:
+        """Put back a complete checkpoint whose replacement was cut off between the two
+        renames of `writing_checkpoint` (the only moment a step has no directory)."""
+        for old in self.path.glob(".checkpoint-*.old"):
+            final = self.path / old.name[1:].removesuffix(".old")
+            if not final.exists() and (old / COMPLETE).is_file():
+                os.rename(old, final)
+
+    @contextmanager
+    def writing_checkpoint(self, step: int) -> Iterator[Path]:
+        """A fresh hidden directory to write the checkpoint of `step` into. When the block
+        ends without an error, a `COMPLETE` marker goes in and the directory is renamed to
+        `checkpoint-<step>` as a whole, so a crash at any moment leaves either the old
+        checkpoint or the new one, never a mix. An error (or a kill) leaves only a hidden
+        directory, which `prune_checkpoints` removes."""
+        final = self.checkpoint_dir(step)
+        staging = staging_directory(self.path, prefix=f".{final.name}.", suffix=".partial")
+        try:
+            yield staging
+            atomic_write_json(staging / COMPLETE, {"step": int(step), "time": time.time()})
+            if final.exists():  # the same step again (a resume that stops at once): swap
+                old = self.path / f".{final.name}.old"
+                shutil.rmtree(old, ignore_errors=True)
+                os.rename(final, old)
+                os.rename(staging, final)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.rename(staging, final)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+
+    def latest_checkpoint(self) -> tuple[int, Path] | None:
+        complete = [(step, path) for step, path, done in self._checkpoints() if done]
+        return complete[-1] if complete else None
+
+    def prune_checkpoints(self, keep: int = 2) -> list[Path]:
+        """Delete all but the `keep` newest complete checkpoints, unfinished ones older than
+        the newest complete one, and staging directories left by a crash. Returns the
+        deleted directories."""
+        if not isinstance(keep, int) or keep < 1:
+            raise ValueError(f"Expected `keep` to be a positive int, but got {keep!r}")
+        checkpoints = self._checkpoints()
+        complete = [step for step, _, done in checkpoints if done]
+        if not complete:
+            return []
+        keep_steps = set(complete[-keep:])
+        doomed = [path for step, path, done in checkpoints if step < complete[-1] and step not in keep_steps]
+        doomed += sorted(self.path.glob(".checkpoint-*.partial"))
+        for path in doomed:
+            (path / COMPLETE).unlink(missing_ok=True)  # first, so a half-deleted one never counts
+            shutil.rmtree(path, ignore_errors=True)
+        return doomed
+
+    def prepare_resume(self, read: Callable[[Path], Any] | None = None, fresh: bool = False) -> ResumePoint:
+        """For a (re)starting trainer: the newest complete checkpoint that `read` can load
+        (`read(dir)` returns its contents or raises), with metrics.jsonl cut back to its
+        step so curves have no gaps or duplicates. Nothing is cut before a checkpoint has
+        been read whole: a damaged one is skipped (and named in `skipped`) for the one
+        before it. When checkpoints exist and none can be read, RunFileError, with every
+        file untouched, unless `fresh` (asked for explicitly: `calm resume --fresh`), which
+        starts over: step 0, no metrics kept. Without any checkpoint it starts over too."""
+        skipped: list[str] = []
+        if not fresh:
+            for step, path in reversed([(s, p) for s, p, done in self._checkpoints() if done]):
+                try:
+                    data = read(path) if read is not None else None
+                except Exception as error:  # noqa: BLE001 - any reason a checkpoint cannot be read
+                    skipped.append(f"{path.name}: {str(error).splitlines()[0] if str(error) else type(error).__name__}")
+                    continue
+                self.truncate_metrics_after(step)
+                return ResumePoint(step, path, data, tuple(skipped))
+            if skipped:
+                raise RunFileError(f"no usable checkpoint in run {self.run_id} ({'; '.join(skipped)}); "
+                                   f"`calm resume {self.run_id} --fresh` starts it over from step 0")
+        self.truncate_metrics_after(-1)
+        return ResumePoint(0, None, None, tuple(skipped))
+
+    # -- cancel ------------------------------------------------------------------------
+
+    def request_cancel(self) -> None:
+        atomic_write_text(self.path / CANCEL, f"{time.time()}\n")
+
+    def cancel_requested(self) -> bool:
+        return (self.path / CANCEL).exists()
+
+    def clear_cancel(self) -> None:
+        (self.path / CANCEL).unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------------- listing
+
+@dataclass(frozen=True)
+class RunSummary:
+    run_id: str
+    path: Path
+    state: str  # effective state (liveness checked)
+    reason: str
+    resumable: bool
+    step: int | None
+    total_steps: int | None
+    created: float | None
+    name: str | None
+    method: str | None
+    queued_at: float | None = None
+
+
+def summarize(run: RunDir, now: float | None = None, stale_after: float = STALE_AFTER_S) -> RunSummary:
+    """One line of `calm runs` / the run pickers. A damaged run is listed too, as
+    `damaged` with the file and what to do, never skipped."""
+    view = run.state(now, stale_after)
+    try:
+        status = run.status
+    except RunFileError:
+        status = {}
+    name, method = status.get("name"), status.get("method")
+    if name is None and method is None:
+        try:
+            config = run.config
+            name, method = _config_label(config, "name"), _config_label(config, "method")
+        except (OSError, RunFileError):
+            pass
+    return RunSummary(run.run_id, run.path, view.state, view.reason, view.resumable, status.get("step"),
+                      status.get("total_steps"), status.get("created"), name, method, status.get("queued_at"))
+
+
+def list_runs(root: str | Path | None = None, now: float | None = None,
+              stale_after: float = STALE_AFTER_S) -> list[RunSummary]:
+    """Every run under `root`, newest first, damaged ones included (state `damaged`).
+    Reads the small JSON files only; a directory with neither status.json nor config.json
+    is not a run."""
+    root = runs_root(root)
+    if not root.is_dir():
+        return []
+    summaries = []
+    for child in root.iterdir():
+        if child.name.startswith(".") or not ((child / STATUS).is_file() or (child / CONFIG).is_file()):
+            continue
+        try:
+            summaries.append(summarize(RunDir(child), now, stale_after))
+        except (OSError, ValueError):
+            continue  # removed while listing
+    return sorted(summaries, key=lambda s: (s.created or 0.0, s.run_id), reverse=True)

@@ -1,0 +1,122 @@
+"""The forward pass that scoring and frozen-prefix caching share: left-padded batches
+with explicit positions (a row computes what it would alone), KV-cache plumbing, runs of
+similar length, and the "hidden path" (final-norm states + LM head on chosen positions).
+
+It sits below both `options` (option scores) and `frozen_prefix` (cached bottom layers):
+a `HiddenStateRunner` (what FrozenPrefixModel is) is recognised by its shape, so neither
+module imports the other's internals.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+import torch
+
+_PARTS = ("embed_tokens", "layers", "rotary_emb", "norm")
+
+
+@runtime_checkable
+class HiddenStateRunner(Protocol):
+    """A model wrapper that computes final-norm hidden states itself (frozen_prefix.
+    FrozenPrefixModel): `model` is the wrapped causal LM, `last_hidden` runs the rest."""
+
+    model: Any
+
+    def last_hidden(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                    position_ids: torch.Tensor, n_last: int) -> torch.Tensor: ...
+
+
+def left_pad_batch(sequences: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> dict[str, torch.Tensor]:
+    """Left-padded input_ids, attention_mask and position ids that skip the padding.
+
+    Explicit position ids make a left-padded row compute exactly what it would alone.
+    """
+    width = max(len(s) for s in sequences)
+    input_ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        input_ids[row, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
+        mask[row, width - len(seq):] = 1
+    return {"input_ids": input_ids.to(device), "attention_mask": mask.to(device),
+            "position_ids": left_pad_positions(mask).to(device)}
+
+
+def left_pad_positions(mask: torch.Tensor) -> torch.Tensor:
+    """Position ids (B, W) of a left-padded batch from its mask: 0, 1, ... from each row's
+    first real token (padding gets 0; the mask hides it)."""
+    return (mask.cumsum(dim=1) - 1).clamp(min=0)
+
+
+def cache_kwarg(model: Any) -> str:
+    """The forward() keyword for a KV cache: `cache` from transformers 5.2x on,
+    `past_key_values` before (deprecated, removed in 5.40)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(type(base).forward).parameters else "past_key_values"
+
+
+def select_cache(cache: Any, index: torch.Tensor, config: Any) -> Any:
+    """A new KV cache holding rows `index` of `cache` (a row may repeat): one context's
+    keys and values for each of its continuations. Differentiable: indexing, not copy_."""
+    from transformers import DynamicCache
+
+    data = [(k[index], v[index]) if k is not None else (None, None) for k, v, *_ in cache]
+    return DynamicCache(ddp_cache_data=data, config=config)
+
+
+RUN_COST = 16  # token rows: what one more batched pass costs beyond its tokens (calls, small matmuls)
+
+
+def length_runs(lengths: Sequence[int], run_cost: int = RUN_COST) -> list[list[int]]:
+    """Indices split into runs of similar length, each padded to its longest: sorted by
+    length, the cut points minimise sum (rows x longest) + run_cost per run (dynamic
+    programming; O(n^2) for n rows of one batch)."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    n = len(order)
+    best = [0] * (n + 1)  # best[j]: cost of order[:j]
+    cut = [0] * (n + 1)
+    for j in range(1, n + 1):
+        longest = lengths[order[j - 1]]
+        best[j], cut[j] = min((best[i] + (j - i) * longest + run_cost, i) for i in range(j))
+    runs: list[list[int]] = []
+    j = n
+    while j > 0:
+        runs.append(order[cut[j]:j])
+        j = cut[j]
+    return runs[::-1]
+
+
+def causal_lm(model: Any) -> Any:
+    """The transformers CausalLM inside a PEFT wrapper (or the model itself)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def supports_frozen_prefix(model: Any) -> bool:
+    lm = causal_lm(model)
+    inner = getattr(lm, "model", None)
+    return inner is not None and hasattr(lm, "lm_head") and all(hasattr(inner, p) for p in _PARTS)
+
+
+def hidden_path(model: Any) -> bool:
+    """True when `last_hidden` + `output_head` reproduce the model's logits: a Llama-shaped
+    decoder (or a FrozenPrefixModel over one) with no final logit soft-capping."""
+    base = model.model if isinstance(model, HiddenStateRunner) else model
+    config = causal_lm(base).config
+    return supports_frozen_prefix(base) and not getattr(config, "final_logit_softcapping", None)
+
+
+def last_hidden(model: Any, inputs: dict[str, Any], n_last: int) -> torch.Tensor:
+    """Final-norm hidden states (B, n_last, d): what the LM head would turn into the last
+    n_last positions' logits. `inputs` are forward() keywords (input_ids, attention_mask,
+    position_ids, use_cache, a KV cache); adapters stay active."""
+    if isinstance(model, HiddenStateRunner):
+        if inputs.get("use_cache"):
+            raise ValueError("FrozenPrefixModel takes no KV cache: it shares prefixes itself (scoring passes it whole sequences)")
+        return model.last_hidden(inputs["input_ids"], inputs["attention_mask"], inputs["position_ids"], n_last)
+    return causal_lm(model).model(**inputs).last_hidden_state[:, -n_last:]
+
+
+def output_head(model: Any) -> Any:
+    base = model.model if isinstance(model, HiddenStateRunner) else model
+    return causal_lm(base).lm_head

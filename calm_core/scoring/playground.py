@@ -1,0 +1,174 @@
+"""A finished run as something to ask questions: option probabilities under base, TS
+and the calibrated model, and generation with the calibration head.
+
+    trained = load_trained(RunDir.at(run_id))
+    probs = option_probabilities(trained, MCItem("q", "Which gas ...?", ("oxygen", "helium"), 0))
+    tokens = generate(trained, "Name a noble gas.", max_new_tokens=12)
+    answers = open_answers_for(trained, "What is the capital of Peru?")   # open-QA runs
+
+The trained model is the run's base model with the adapter of its latest checkpoint
+(PEFT) and its calibration head; `base` switches the adapter off, `ts` divides the
+base scores by the temperature the run fitted on S_V.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import torch
+
+from calm_core.calibration import metrics
+from calm_core.training.adapters import evaluating
+from calm_core.data.schema import MCItem, OpenItem
+from calm_core.generative.sampling import (
+    GenerationConfig, TransformProcessor, generate_answers, temperature_transform,
+)
+from calm_core.generative.semantic import grouping_for, modal_confidence
+from calm_core.calibration.head import CalibrationHead
+from calm_core.scoring.models import LoadedModel, ModelSpec, load_model
+from calm_core.scoring.prompts import ScoringConfig, chat_prompt
+from calm_core.runs.rundir import RunDir
+from calm_core.scoring.options import apply_option_head, score_items
+
+
+@dataclass
+class TrainedModel:
+    run_id: str | None
+    method: str | None
+    lm: LoadedModel  # model: a PeftModel when a run is loaded
+    head: CalibrationHead | None
+    temperature: float | None  # the run's TS temperature (fit on S_V), if it fitted one
+    scoring: ScoringConfig
+    task: str = "mcqa"  # the run's task: mcqa | openqa
+    generation: GenerationConfig | None = None  # an open-QA run's generation settings (sampling, grouping)
+
+
+def untrained(lm: LoadedModel, scoring: ScoringConfig | None = None) -> TrainedModel:
+    """The base model alone (no run chosen): only the `base` variant exists."""
+    return TrainedModel(None, None, lm, None, None, scoring or ScoringConfig())
+
+
+def load_trained(run: RunDir, device: str = "auto") -> TrainedModel:
+    """The run's model from its latest complete checkpoint (a fresh base model: PEFT
+    wraps in place, so a shared cached model is never touched)."""
+    from peft import PeftModel
+
+    latest = run.latest_checkpoint()
+    if latest is None:
+        raise ValueError(f"Expected a checkpoint in run {run.run_id}, but it has none yet")
+    train = run.config["train"]
+    base = load_model(ModelSpec(name=train["model"], device=device))
+    model = PeftModel.from_pretrained(base.model, str(latest[1])).eval()
+    head = CalibrationHead.load(latest[1]) if (latest[1] / "calibration_head.safetensors").is_file() else None
+    results = run.path / "results.json"
+    temperature = json.loads(results.read_text()).get("ts", {}).get("temperature") if results.is_file() else None
+    lm = LoadedModel(model, base.tokenizer, base.spec, {**base.info, "adapter": str(latest[1])})
+    scoring = ScoringConfig(rule=train["scoring"], chat_template=train.get("chat_template", False))
+    task = train.get("task", "mcqa")
+    generation = GenerationConfig(**train["generation"]) if task == "openqa" and train.get("generation") else None
+    return TrainedModel(run.run_id, train["method"], lm, head.to(lm.device) if head else None, temperature, scoring,
+                        task, generation)
+
+
+def _scores(trained: TrainedModel, item: MCItem, adapter: bool, head: bool) -> np.ndarray:
+    model = trained.lm.model
+    lm = SimpleNamespace(model=model, tokenizer=trained.lm.tokenizer, device=trained.lm.device, info={})
+    with evaluating(model, adapter):
+        scores = score_items(lm, [item], trained.scoring, progress=False, head=trained.head if head else None)
+    return scores.logits[:, : item.n_choices]  # (1, K)
+
+
+def option_probabilities(trained: TrainedModel, item: MCItem) -> dict[str, np.ndarray]:
+    """{variant: option probabilities (K,)}: base, ts (if fitted), the run's method with
+    its head (theta + alpha) and without it (theta only)."""
+    base = _scores(trained, item, adapter=False, head=False)
+    out = {"base": base}
+    if trained.temperature:
+        out["ts"] = base / trained.temperature
+    if trained.run_id is not None:
+        head = trained.head
+        if head is None or head.scope == "vocab":  # a vocab head acts inside the forward pass
+            out[trained.method] = _scores(trained, item, adapter=True, head=True)
+            if head is not None:
+                out[f"{trained.method}_theta_only"] = _scores(trained, item, adapter=True, head=False)
+        else:  # an options / scalar head acts on the adapter's option scores: one forward pass
+            theta = _scores(trained, item, adapter=True, head=False)
+            out[trained.method], out[f"{trained.method}_theta_only"] = apply_option_head(theta, head), theta
+    return {name: metrics.softmax(logits)[0] for name, logits in out.items()}
+
+
+def head_acts_on_tokens(trained: TrainedModel) -> bool:
+    """A vocab head always acts on next-token logits; an open-QA run's scalar head too
+    (it was trained on them). An MCQA options / scalar head acts on option scores."""
+    head = trained.head
+    return head is not None and (head.scope == "vocab" or trained.task == "openqa")
+
+
+def generate(trained: TrainedModel, prompt: str, max_new_tokens: int = 24, chat: bool = True) -> list[dict[str, Any]]:
+    """Greedy answer to `prompt`, one row per new token: the token, its probability under
+    the model as generated (with the head as a LogitsProcessor where it acts on tokens)
+    and without the head. An MCQA options / scalar head acts on option scores, not tokens: rows then
+    show the adapted model's probabilities twice (`head_acts_on_tokens`)."""
+    tokenizer, model = trained.lm.tokenizer, trained.lm.model
+    text = chat_prompt(tokenizer, prompt) if chat and getattr(tokenizer, "chat_template", None) else prompt
+    ids = tokenizer(text, return_tensors="pt", add_special_tokens=False).input_ids.to(trained.lm.device)
+    processors: list[Any] = []
+    if head_acts_on_tokens(trained):  # a vocab head's own processor; an open-QA scalar head as trained
+        processors = [trained.head.as_logits_processor() if trained.head.scope == "vocab"
+                      else TransformProcessor(trained.head)]
+    with torch.inference_mode():
+        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                             do_sample=False, logits_processor=processors, output_scores=True, output_logits=True,
+                             return_dict_in_generate=True, pad_token_id=tokenizer.pad_token_id)
+    rows = []
+    for step, token in enumerate(out.sequences[0, ids.shape[1]:].tolist()):
+        calibrated = torch.softmax(out.scores[step][0].float(), dim=-1)[token]
+        raw = torch.softmax(out.logits[step][0].float(), dim=-1)[token]
+        rows.append({"token": tokenizer.decode([token]), "p_calibrated": float(calibrated), "p_without_head": float(raw)})
+        if token == tokenizer.eos_token_id:
+            break
+    return rows
+
+
+def open_answers_for(trained: TrainedModel, question: str, cfg: GenerationConfig | None = None,
+                     theta_only: bool = True) -> dict[str, dict[str, Any]]:
+    """{variant: answers} for one typed open question, in the order base, ts (if the run
+    fitted a temperature), the run's method (adapter and head) and, with `theta_only`
+    and a head, the adapter alone. `cfg` defaults to the run's generation settings.
+
+    Each variant's dict: `greedy` (answer text), `seq_prob` (probability of saying
+    exactly it and stopping), `samples` (cfg.n_samples sampled answers), `clusters`
+    (one label per sample, grouped as cfg.grouping says), and with at least one sample
+    `answer` (the modal cluster's first member) and `confidence` (Sem1: that cluster's
+    share of the samples); without samples both are None."""
+    cfg = cfg or trained.generation or GenerationConfig()
+    if not question.strip():
+        raise ValueError("Expected a question, but got an empty one")
+    item = OpenItem(id="typed", question=question.strip(), answers=())
+    grouping = grouping_for(cfg.grouping, cfg.grouping_threshold)
+    head = trained.head
+    variants: list[tuple[str, bool, Any]] = [("base", False, None)]
+    if trained.temperature:
+        variants.append(("ts", False, temperature_transform(trained.temperature)))
+    if trained.run_id is not None:
+        variants.append((trained.method or "trained", True, head))
+        if head is not None and theta_only:
+            variants.append((f"{trained.method}_theta_only", True, None))
+    model = trained.lm.model
+    out: dict[str, dict[str, Any]] = {}
+    for name, adapter, transform in variants:
+        with evaluating(model, adapter):
+            answers = generate_answers(model, trained.lm.tokenizer, [item], cfg, transform=transform)[0]
+        labels = grouping(answers.samples) if answers.samples else []
+        answer, confidence = None, None
+        if labels:
+            index, confidence = modal_confidence(labels)
+            answer = answers.samples[index]
+        out[name] = {"greedy": answers.greedy, "seq_prob": float(np.exp(answers.greedy_logprob)),
+                     "samples": list(answers.samples), "clusters": list(labels), "answer": answer,
+                     "confidence": confidence}
+    return out

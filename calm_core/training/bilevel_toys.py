@@ -1,0 +1,275 @@
+"""Bilevel problems with known answers: trust a solver here before trusting it on a model.
+
+    python -m calm_core.training.bilevel_toys          # the table in docs/bilevel.md
+
+`ShiftToy` is CALM in miniature. Softmax regression on synthetic data: theta = W (K x D,
+no bias), alpha = l (K,), a logit shift like the head's.
+
+    lower  L(W; l) = mean CE(softmax(W x + l), y) over S_T + mu/2 ||W||^2
+    upper  F(l, W) = - mean entropy of softmax(W x + l) over S_V (inputs only)
+
+The ridge term makes L strongly convex in W, so W*(l) is unique. The training inputs
+have a non-zero mean, so W can partly act as a bias and answers to a change of l; S_V is
+drawn elsewhere. Then the two answers differ:
+
+- the bilevel optimum l*: argmin_l F(l, W*(l)), from exact inner solves (Newton, float64)
+  and the implicit-function hypergradient
+      dF/dl = dF/dl|_W - (d2L/dl dW) (d2L/dW2)^-1 dF/dW;
+- alternating updates (`iterate`) stop where W = W*(l) and the *partial* derivative
+  dF/dl|_W vanishes: they ignore how W*(l) answers to l.
+
+`TemperatureToy` puts alpha = s = log tau in place of l (logits W x / tau). It shows why
+CALM's temperature has no finite optimum unless the model can undo it: W*(tau) grows
+with tau, but the ridge term (in a network: the bounded logit range after the final
+norm) stops it from growing as fast, so F(s, W*(s)) keeps falling as tau grows.
+`profile` gives that curve.
+
+Everything here is float64 and full-batch; the tests run `calm` and `iterate` (the
+project's own method steps) on ShiftToy through `ToyContext`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+DTYPE = torch.float64
+
+
+def _entropy(z: torch.Tensor) -> torch.Tensor:
+    """Mean entropy (nats) of softmax(z) over rows; z (N, K)."""
+    logp = torch.log_softmax(z, dim=-1)
+    return -(logp.exp() * logp).sum(-1).mean()
+
+
+@dataclass
+class ToyData:
+    x_train: torch.Tensor  # (N, D)
+    y_train: torch.Tensor  # (N,)
+    x_heldout: torch.Tensor  # (M, D)
+
+
+def make_data(seed: int = 0, n: int = 200, m: int = 200, dim: int = 2, k: int = 3) -> ToyData:
+    """Labels from a softmax model with a class prior W alone cannot express; training
+    inputs centred at (1, 0.5, ...), held-out inputs at (-1, 1, ...): a shift."""
+    g = torch.Generator().manual_seed(seed)
+    w_true = 1.5 * torch.randn(k, dim, generator=g, dtype=DTYPE)
+    prior = torch.linspace(-1.0, 1.0, k, dtype=DTYPE)
+    centre = torch.tensor([1.0, 0.5] + [0.0] * (dim - 2), dtype=DTYPE)
+    x = centre + torch.randn(n, dim, generator=g, dtype=DTYPE)
+    y = torch.multinomial(torch.softmax(x @ w_true.T + prior, -1), 1, generator=g)[:, 0]
+    x_val = torch.tensor([-1.0, 1.0] + [0.0] * (dim - 2), dtype=DTYPE) + 0.7 * torch.randn(m, dim, generator=g, dtype=DTYPE)
+    return ToyData(x, y, x_val)
+
+
+class ShiftToy:
+    """alpha = l (K,), theta = W (K, D); see the module docstring."""
+
+    def __init__(self, data: ToyData | None = None, mu: float = 0.05) -> None:
+        self.data = data or make_data()
+        self.mu = mu
+        self.k, self.dim = int(self.data.y_train.max()) + 1, self.data.x_train.shape[1]
+
+    def logits(self, w: torch.Tensor, alpha: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return x @ w.reshape(self.k, self.dim).T + alpha  # (N, K)
+
+    def lower(self, w: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+        z = self.logits(w, alpha, self.data.x_train)
+        return torch.nn.functional.cross_entropy(z, self.data.y_train) + 0.5 * self.mu * (w ** 2).sum()
+
+    def upper(self, w: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+        return -_entropy(self.logits(w, alpha, self.data.x_heldout))
+
+    def alpha_init(self) -> torch.Tensor:
+        return torch.zeros(self.k, dtype=DTYPE)
+
+    def theta_init(self) -> torch.Tensor:
+        return torch.zeros(self.k * self.dim, dtype=DTYPE)
+
+    # --- exact answers -----------------------------------------------------------------
+
+    def inner_solution(self, alpha: torch.Tensor, tol: float = 1e-12) -> torch.Tensor:
+        """W*(alpha) by Newton's method (L is strongly convex in W)."""
+        w = self.theta_init()
+        for _ in range(100):
+            grad = torch.autograd.functional.jacobian(lambda v: self.lower(v, alpha), w)
+            if grad.norm() < tol:
+                break
+            hess = torch.autograd.functional.hessian(lambda v: self.lower(v, alpha), w)
+            w = w - torch.linalg.solve(hess, grad)
+        return w
+
+    def value(self, alpha: torch.Tensor) -> float:
+        """F(alpha, W*(alpha)): the bilevel objective."""
+        return float(self.upper(self.inner_solution(alpha), alpha))
+
+    def hypergradient(self, alpha: torch.Tensor) -> torch.Tensor:
+        """dF(alpha, W*(alpha)) / d alpha by the implicit function theorem."""
+        w = self.inner_solution(alpha)
+        f_a, f_w = torch.autograd.functional.jacobian(self.upper, (w, alpha))[::-1]
+        hess_ww = torch.autograd.functional.hessian(lambda v: self.lower(v, alpha), w)
+        cross = torch.autograd.functional.jacobian(  # d/d alpha of grad_W L: (KD, K)
+            lambda a: torch.autograd.functional.jacobian(lambda v: self.lower(v, a), w, create_graph=True), alpha)
+        return f_a - cross.T @ torch.linalg.solve(hess_ww, f_w)
+
+    def partial_gradient(self, alpha: torch.Tensor) -> torch.Tensor:
+        """dF/d alpha at W = W*(alpha), W held fixed: what alternating updates follow."""
+        w = self.inner_solution(alpha)
+        return torch.autograd.functional.jacobian(lambda a: self.upper(w, a), alpha)
+
+    def bilevel_optimum(self, tol: float = 1e-9) -> torch.Tensor:
+        """l* where the hypergradient vanishes (gradient descent, step halved when F rises)."""
+        return _descend_to_zero(self.alpha_init(), self.hypergradient, self.value, tol)
+
+    def alternating_fixed_point(self, tol: float = 1e-9) -> torch.Tensor:
+        """l where the partial derivative vanishes with W = W*(l): `iterate`'s answer."""
+        return _root(self.alpha_init(), self.partial_gradient, tol)
+
+
+def _descend_to_zero(x: torch.Tensor, grad: Callable[[torch.Tensor], torch.Tensor],
+                     value: Callable[[torch.Tensor], float], tol: float, lr: float = 2.0) -> torch.Tensor:
+    """Gradient descent on `value` until ||grad|| < tol; the step halves when value rises."""
+    fx = value(x)
+    for _ in range(5000):
+        g = grad(x)
+        if g.norm() < tol:
+            return x
+        while True:
+            candidate = x - lr * g
+            fc = value(candidate)
+            if fc <= fx:
+                break
+            lr /= 2
+        x, fx, lr = candidate, fc, lr * 1.5
+    raise RuntimeError(f"no convergence: ||grad|| = {float(g.norm()):.2e}")
+
+
+def _root(x: torch.Tensor, fn: Callable[[torch.Tensor], torch.Tensor], tol: float) -> torch.Tensor:
+    """A zero of fn (gauge-invariant in the all-ones direction) by damped Newton with a
+    finite-difference Jacobian; fn is the partial gradient, small and smooth here."""
+    k = x.numel()
+    for _ in range(200):
+        fx = fn(x)
+        if fx.norm() < tol:
+            return x
+        eps = 1e-6
+        jac = torch.stack([(fn(x + eps * e) - fn(x - eps * e)) / (2 * eps) for e in torch.eye(k, dtype=DTYPE)], 1)
+        step = torch.linalg.lstsq(jac, fx[:, None]).solution[:, 0]  # the all-ones direction is a null direction
+        x = x - step
+    raise RuntimeError(f"no convergence: ||fn|| = {float(fn(x).norm()):.2e}")
+
+
+class TemperatureToy(ShiftToy):
+    """alpha = s = log tau (1,): logits W x / tau, no shift."""
+
+    def logits(self, w: torch.Tensor, alpha: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return (x @ w.reshape(self.k, self.dim).T) / alpha.exp()  # (N, K)
+
+    def alpha_init(self) -> torch.Tensor:
+        return torch.zeros(1, dtype=DTYPE)
+
+    def profile(self, log_taus: list[float]) -> list[dict[str, float]]:
+        """F(s, W*(s)), the held-out entropy and the effective logit scale ||W*|| / tau, per s."""
+        rows = []
+        for s in log_taus:
+            alpha = torch.tensor([s], dtype=DTYPE)
+            w = self.inner_solution(alpha)
+            rows.append({"tau": math.exp(s), "F": float(self.upper(w, alpha)),
+                         "entropy": -float(self.upper(w, alpha)), "effective_scale": float(w.norm()) / math.exp(s)})
+        return rows
+
+
+# --- the project's method steps on a toy --------------------------------------------------
+
+
+@dataclass
+class ToySettings:
+    """The TrainConfig fields the calm and iterate steps read."""
+
+    inner_steps: int = 10
+    inner_lr: float = 3.0
+    inner_rule: str = "polyak"
+    inner_start: str = "theta"
+    eta: float = 0.5
+    phi: str = "grad"
+    constraint: str = "theta"
+    max_update_norm: float = 1.0
+
+
+@dataclass
+class ToyContext:
+    """Stands in for methods.base.StepContext on a toy: alpha and theta as leaf tensors,
+    `lower` / `upper` closures over them, a plain-step (SGD) optimizer by default."""
+
+    toy: ShiftToy
+    lr_alpha: float = 0.5
+    lr_theta: float = 0.5
+    settings: ToySettings = field(default_factory=ToySettings)
+    optimizer_name: str = "sgd"
+    state: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.alpha = [self.toy.alpha_init().requires_grad_()]
+        self.theta = [self.toy.theta_init().requires_grad_()]
+        groups = [{"params": self.theta, "lr": self.lr_theta}, {"params": self.alpha, "lr": self.lr_alpha}]
+        self.optimizer = (torch.optim.SGD(groups) if self.optimizer_name == "sgd" else torch.optim.Adam(groups))
+
+    def lower(self, items: Any) -> Callable[[], torch.Tensor]:
+        return lambda: self.toy.lower(self.theta[0], self.alpha[0])
+
+    def upper(self, items: Any) -> Callable[[], torch.Tensor]:
+        return lambda: self.toy.upper(self.theta[0], self.alpha[0])
+
+    def run(self, method: Any, steps: int) -> list[dict[str, float]]:
+        """`steps` calls of a method module's step (calm, iterate); returns their logs."""
+        return [method.step(self, [], []) for _ in range(steps)]
+
+    @property
+    def alpha_value(self) -> torch.Tensor:
+        return self.alpha[0].detach().clone()
+
+
+def centred(alpha: torch.Tensor) -> torch.Tensor:
+    """l minus its mean: softmax ignores a shift common to every class."""
+    return alpha - alpha.mean()
+
+
+def tail_mean(ctx: ToyContext, method: Any, steps: int, tail: int) -> torch.Tensor:
+    """Run `steps` steps; the mean centred alpha over the last `tail` (BOME's iterates circle
+    its fixed point at a radius set by the step, so their mean is the estimate)."""
+    seen = []
+    for i in range(steps):
+        method.step(ctx, [], [])
+        if i >= steps - tail:
+            seen.append(centred(ctx.alpha_value))
+    return torch.stack(seen).mean(0)
+
+
+def main() -> None:
+    from calm_core.training.methods import calm, iterate
+
+    torch.set_num_threads(1)  # a few numbers per tensor: threads only contend
+    toy = ShiftToy()
+    optimum = centred(toy.bilevel_optimum())
+    print("ShiftToy (K = 3, D = 2, mu = 0.05), l centred; 4,000 steps, mean of the last 500")
+    print(f"  {'solver':44} {'l':26} {'|l - l*|':>9} {'F':>9}")
+    print(f"  {'bilevel optimum l* (exact)':44} {str(optimum.numpy().round(3)):26} {0.0:9.3f} {toy.value(optimum):9.5f}")
+    runs = [("calm", calm, 0.3, 0.3, ToySettings()), ("calm", calm, 0.3, 0.1, ToySettings()),
+            ("calm", calm, 0.15, 0.05, ToySettings()),
+            ("calm, T = 100 fixed steps of 2", calm, 0.3, 0.1, ToySettings(inner_steps=100, inner_rule="fixed", inner_lr=2.0)),
+            ("iterate", iterate, 0.15, 0.05, ToySettings())]
+    for name, method, lr_alpha, lr_theta, settings in runs:
+        found = tail_mean(ToyContext(toy, lr_alpha=lr_alpha, lr_theta=lr_theta, settings=settings), method, 4000, 500)
+        label = f"{name} (lr_alpha {lr_alpha}, lr_theta {lr_theta})"
+        print(f"  {label:44} {str(found.numpy().round(3)):26} {float((found - optimum).norm()):9.3f} "
+              f"{toy.value(found):9.5f}")
+    print("TemperatureToy: F(s, W*(s)) against tau (no finite optimum)")
+    for row in TemperatureToy().profile([0.0, 0.5, 1.0, 1.5, 2.0, 3.0]):
+        print(f"  tau {row['tau']:6.2f}  held-out entropy {row['entropy']:.4f}  ||W*|| / tau {row['effective_scale']:.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,18 @@
+"""sft: plain LoRA cross-entropy on the gold option (no calibration head)."""
+
+from __future__ import annotations
+
+from calm_core.training.methods.base import StepContext, gradient_step, timed
+
+NAME = "sft"
+USES_HEAD = False
+DESCRIPTION = "Supervised fine-tuning: LoRA with cross-entropy, no calibration objective."
+
+
+def step(ctx: StepContext, train_items: list, heldout_items: list) -> dict[str, float]:
+    def run() -> dict[str, float]:
+        loss = ctx.lower(train_items)()
+        gradient_step(ctx, loss)
+        return {"lower_loss": float(loss.detach())}
+
+    return timed(run)

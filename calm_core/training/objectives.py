@@ -1,0 +1,106 @@
+"""Differentiable option scores and the two CALM objectives, for training.
+
+    z = option_logits(model, tokenizer, items, cfg, head)   # (B, K_max), -inf padding, grad flows
+    lower = option_cross_entropy(z, gold)                   # L_tr: CE at the gold option
+    upper = negative_entropy(z)                             # F: minus mean entropy of p(options | x)
+
+The scoring rule decides where the head acts (design.md, "The maths"):
+- `letter`, vocab scope: the answer-position logits of the letter tokens, each scaled
+  by its own vocabulary row of (l, tau) (`index` = the letter ids).
+- `cloze`, vocab scope: every choice token's log-probability is taken from
+  softmax(z / tau + l) over the whole vocabulary at its position.
+- options / scalar scope: the head acts on the K option scores of either rule.
+These are the same numbers `scoring.score_items` computes at evaluation time (a test
+checks it), with gradients; that includes items longer than the model's context, cut
+from the left the same way (`scoring.fit_cloze_item`; one that cannot fit raises DataError).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from calm_core.data.schema import MCItem
+from calm_core.calibration.head import CalibrationHead
+from calm_core.scoring.prompts import ScoringConfig, letter_token_ids
+from calm_core.scoring.options import (cloze_requests, context_limit, continuation_inputs, continuation_logprobs,
+                               last_logits, left_pad_batch, letter_prompt_ids)
+
+
+def _pad_rows(rows: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Stack option-score rows of different lengths into (B, K_max), -inf padded."""
+    k_max = max(len(r) for r in rows)
+    out = []
+    for row in rows:
+        pad = torch.full((k_max - len(row),), -torch.inf, dtype=row.dtype, device=row.device)
+        out.append(torch.cat([row, pad]))
+    return torch.stack(out)  # (B, K_max)
+
+
+def _letter_logits(model: Any, tokenizer: Any, items: Sequence[MCItem], cfg: ScoringConfig,
+                   head: CalibrationHead | None) -> torch.Tensor:
+    device = next(model.parameters()).device
+    prompts = letter_prompt_ids(items, cfg, tokenizer, context_limit(model, tokenizer))
+    letters = torch.tensor(letter_token_ids(tokenizer, max(it.n_choices for it in items), cfg), device=device)
+    z = last_logits(model, left_pad_batch(prompts, tokenizer.pad_token_id, device), 1)[:, -1]  # (B, V)
+    gathered = z[:, letters]  # (B, K_max)
+    if head is not None and head.scope == "vocab":
+        gathered = head(gathered, index=letters)
+    k = torch.tensor([it.n_choices for it in items], device=device)
+    valid = torch.arange(len(letters), device=device)[None, :] < k[:, None]  # (B, K_max)
+    return torch.where(valid, gathered, torch.full_like(gathered, -torch.inf))
+
+
+def _cloze_logits(model: Any, tokenizer: Any, items: Sequence[MCItem], cfg: ScoringConfig,
+                  head: CalibrationHead | None) -> torch.Tensor:
+    device = next(model.parameters()).device
+    requests = cloze_requests(items, cfg, tokenizer, context_limit(model, tokenizer))
+    pairs = [pair for reqs in requests for pair in reqs]
+    transform = head if head is not None and head.scope == "vocab" else None
+    logprobs = continuation_logprobs(model, pairs, tokenizer.pad_token_id, device, transform=transform)
+    totals = [lp.sum() / (len(lp) if cfg.rule == "cloze_norm" else 1) for lp in logprobs]
+    rows, start = [], 0
+    for reqs in requests:
+        rows.append(torch.stack(totals[start:start + len(reqs)]))
+        start += len(reqs)
+    return _pad_rows(rows)
+
+
+def option_logits(model: Any, tokenizer: Any, items: Sequence[MCItem], cfg: ScoringConfig,
+                  head: CalibrationHead | None = None) -> torch.Tensor:
+    """Calibrated option scores (B, K_max) with gradients to the model and the head."""
+    scores = (_cloze_logits if cfg.is_cloze else _letter_logits)(model, tokenizer, items, cfg, head)
+    if head is not None and head.scope != "vocab":
+        scores = head(scores)
+    return scores
+
+
+def forward_sequences(tokenizer: Any, items: Sequence[MCItem], cfg: ScoringConfig,
+                      max_length: int | None = None) -> list[list[list[int]]]:
+    """Per item, the token sequences `option_logits` runs through the model (one per
+    choice for cloze rules, the prompt for `letter`): what a frozen-prefix cache holds.
+    Pass the model's `scoring.context_limit` as `max_length`, so that long items are cut
+    as `option_logits` cuts them; without it, their cached keys are never read."""
+    if cfg.is_cloze:
+        return [continuation_inputs(reqs) for reqs in cloze_requests(items, cfg, tokenizer, max_length)]
+    return [[prompt] for prompt in letter_prompt_ids(items, cfg, tokenizer, max_length)]
+
+
+def option_cross_entropy(z: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:
+    """Mean -log softmax(z)[gold]; -inf padding contributes nothing."""
+    return torch.nn.functional.cross_entropy(z, gold)
+
+
+def option_entropy(z: torch.Tensor) -> torch.Tensor:
+    """Entropy (nats) of softmax(z) per row, (B,). log p is zeroed at padding *before*
+    the product: masking p * log p afterwards would still give nan gradients."""
+    logp = torch.log_softmax(z, dim=-1)  # (B, K)
+    pad = torch.isneginf(z)
+    logp = torch.where(pad, torch.zeros_like(logp), logp)
+    return -(logp.exp() * logp).sum(dim=-1)
+
+
+def negative_entropy(z: torch.Tensor) -> torch.Tensor:
+    """F = - mean entropy: minimising it maximises predictive entropy on held-out inputs."""
+    return -option_entropy(z).mean()

@@ -1,0 +1,214 @@
+"""A CALM Studio calibration head, stand-alone: it needs torch, safetensors and transformers.
+
+    import sys; sys.path.insert(0, "my-export")              # the folder `calm export` wrote
+    from calm_head import CalibrationHead, option_probabilities
+    head = CalibrationHead.from_folder("my-export")          # calibration_head.safetensors + calm_export.json
+    p = option_probabilities(model, tokenizer, "What is the capital of France?", ["Paris", "Rome"], head)
+    model.generate(**inputs, logits_processor=[head.logits_processor()])  # vocab (or scalar) scope
+
+The head alpha = (l, s) turns scores z into softmax(z / tau + l), tau = exp(s) > 0:
+    vocab    one (l, s) per vocabulary id. Under letter scoring it acts on the answer
+             position's logits at the letter tokens, each letter with its own row.
+    options  one (l, s) per option position (A, B, ...), on the K option scores.
+    scalar   one s and no l: a learned temperature on the K option scores.
+options and scalar scale deviations from the item's mean score, (z - m) / tau + m + l
+(`center` in calm_export.json): option scores are defined up to a per-item constant.
+
+Option scores follow the run's scoring rule (`scoring` in calm_export.json): `letter`,
+the logit of each option's letter after a prompt that lists the options; `cloze`, the
+summed log-likelihood of each option's text after the question (`cloze_norm`: the mean
+per token). The same maths as calm_core.calibration.head and calm_core.scoring.options, one question at a
+time; prompts longer than the model's context are cut from the left, as there.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from transformers import LogitsProcessor
+
+HEAD_FILE = "calibration_head.safetensors"
+EXPORT_FILE = "calm_export.json"
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "n_ctx")
+
+
+def read_export(folder: str | Path) -> dict:
+    """calm_export.json: the run, its scoring rule, head scope and base model."""
+    return json.loads((Path(folder) / EXPORT_FILE).read_text(encoding="utf-8"))
+
+
+def calibrate(z: torch.Tensor, log_t: torch.Tensor, shift: torch.Tensor | None, center: bool) -> torch.Tensor:
+    """z / exp(log_t) + shift over the last dim, or (z - m) / tau + m + shift with `center`
+    (m: the mean finite score of each row); -inf entries (absent options) stay -inf."""
+    pad = torch.isneginf(z)  # (..., K)
+    z_safe = torch.where(pad, torch.zeros((), dtype=z.dtype, device=z.device), z)  # no 0 * inf in the maths
+    if center:
+        valid = (~pad).to(z_safe.dtype)  # (..., K)
+        mean = (z_safe * valid).sum(-1, keepdim=True) / valid.sum(-1, keepdim=True).clamp(min=1)  # (..., 1)
+        out = z_safe + (z_safe - mean) * torch.expm1(-log_t)  # = (z - m) / tau + m, exactly z at tau = 1
+    else:
+        out = z_safe / log_t.exp()  # (..., K) / (K,) or (1,)
+    if shift is not None:
+        out = out + shift  # (..., K) + (K,)
+    return torch.where(pad, torch.full((), -math.inf, dtype=out.dtype, device=out.device), out)
+
+
+class CalibrationHead(torch.nn.Module):
+    """alpha = (l, s) of a CALM run; `head(z)` gives calibrated scores (softmax them)."""
+
+    def __init__(self, scope: str, log_temperature: torch.Tensor, shift: torch.Tensor | None = None,
+                 center: bool | None = None, scoring: dict | None = None) -> None:
+        super().__init__()
+        if scope not in ("vocab", "options", "scalar"):
+            raise ValueError(f"Expected `scope` to be one of ['vocab', 'options', 'scalar'], but got {scope!r}")
+        self.scope = scope
+        self.center = scope != "vocab" if center is None else bool(center)
+        self.scoring = dict(scoring or {})  # the run's scoring rule, for option_probabilities
+        self.register_buffer("log_temperature", log_temperature.float())  # s, (size,)
+        self.register_buffer("shift", None if shift is None else shift.float())  # l, (size,); scalar: none
+
+    @classmethod
+    def from_folder(cls, folder: str | Path) -> "CalibrationHead":
+        folder = Path(folder)
+        record = read_export(folder)
+        if not (folder / HEAD_FILE).is_file():
+            raise FileNotFoundError(f"Expected {HEAD_FILE} in {folder}, but run {record.get('run_id')} has no "
+                                    f"calibration head (method {record.get('method')!r}); score with head=None")
+        with safe_open(str(folder / HEAD_FILE), framework="pt") as f:
+            scope = (f.metadata() or {}).get("scope")
+            tensors = {name: f.get_tensor(name) for name in f.keys()}
+        return cls(scope, tensors["log_temperature"], tensors.get("shift"), record.get("center"), record["scoring"])
+
+    def extra_repr(self) -> str:
+        return f"scope={self.scope!r}, size={self.log_temperature.numel()}, center={self.center}"
+
+    def forward(self, z: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
+        """Calibrated scores over the last dim of z: (..., V) for vocab, or (..., K) logits
+        already gathered at vocabulary ids `index` (vocab only); (..., K) option scores
+        for options (K <= the run's K_max) and scalar."""
+        log_t, shift = self.log_temperature, self.shift
+        if index is not None:
+            if self.scope != "vocab":
+                raise ValueError(f"Expected `index` only with the vocab scope, but the head's scope is {self.scope!r}")
+            log_t, shift = log_t[index], shift[index]  # each letter's own row
+        elif self.scope == "options":
+            if z.shape[-1] > len(log_t):
+                raise ValueError(f"Expected at most {len(log_t)} options, but got {z.shape[-1]}")
+            log_t, shift = log_t[: z.shape[-1]], shift[: z.shape[-1]]  # option k keeps entry k
+        elif self.scope == "vocab" and z.shape[-1] != len(log_t):
+            raise ValueError(f"Expected scores over the vocabulary ({len(log_t)}), but got {z.shape[-1]}")
+        return calibrate(z, log_t, shift, self.center)
+
+    def logits_processor(self) -> "HeadLogitsProcessor":
+        """This head for `model.generate(..., logits_processor=[head.logits_processor()])`."""
+        if self.scope == "options":
+            raise ValueError("Expected a vocab or scalar head for generation, but an options head "
+                             "acts on option scores")
+        return HeadLogitsProcessor(self)
+
+
+class HeadLogitsProcessor(LogitsProcessor):
+    """The head on every generation step's scores (B, V); the scores keep their dtype."""
+
+    def __init__(self, head: CalibrationHead) -> None:
+        self.head = head
+
+    @torch.no_grad()
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
+        shift = None if self.head.shift is None else self.head.shift.to(scores.device)
+        log_t = self.head.log_temperature.to(scores.device)
+        return calibrate(scores.float(), log_t, shift, self.head.center).to(scores.dtype)  # (B, V)
+
+
+def _chat(tokenizer, text: str) -> str:
+    return tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                         add_generation_prompt=True)
+
+
+def letter_prompt(question: str, options: list[str], scoring: dict, tokenizer=None) -> str:
+    """The question, its lettered options and the cue after which a letter is expected."""
+    listed = "\n".join(f"{LETTERS[k]}. {option}" for k, option in enumerate(options))
+    if scoring["chat_template"]:
+        return _chat(tokenizer, f"{question}\n{listed}\n{scoring['letter_instruction']}")
+    body = scoring["question_template"].format(question=question)
+    head, _, tail = body.rpartition("\n")  # the options go before the "Answer:" cue
+    return f"{head}\n{listed}\n{tail}" if head else f"{body}\n{listed}"
+
+
+def _ids(tokenizer, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False).input_ids
+
+
+def _context_limit(model, tokenizer) -> int | None:
+    """The most tokens the model reads: its config's context length, else the tokenizer's."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    for key in _CONTEXT_KEYS:
+        if isinstance(getattr(config, key, None), int) and getattr(config, key) > 0:
+            return getattr(config, key)
+    length = getattr(tokenizer, "model_max_length", None)
+    return length if isinstance(length, int) and 0 < length < 10_000_000 else None
+
+
+def _context_and_option(tokenizer, context: str, option: str) -> tuple[list[int], list[int]]:
+    """Ids of context and option tokenized together (lm-evaluation-harness), cut where the
+    context ends; trailing spaces of the context move to the option."""
+    n_spaces = len(context) - len(context.rstrip(" "))
+    if n_spaces:
+        context, option = context[:-n_spaces], context[-n_spaces:] + option
+    whole, context_ids = _ids(tokenizer, context + option), _ids(tokenizer, context)
+    return whole[: len(context_ids)], whole[len(context_ids):]
+
+
+@torch.no_grad()
+def option_scores(model, tokenizer, question: str, options: list[str], scoring: dict,
+                  head: CalibrationHead | None = None) -> torch.Tensor:
+    """The K option scores (K,) float64 under `scoring`; a vocab head acts here, on the
+    letters' logits (an options or scalar head acts on these scores afterwards)."""
+    device = next(model.parameters()).device
+    limit = _context_limit(model, tokenizer)
+    if scoring["rule"] == "letter":
+        ids = _ids(tokenizer, letter_prompt(question, options, scoring, tokenizer))
+        prefix = "" if scoring["chat_template"] else scoring["choice_delimiter"]  # " A" after "Answer:"
+        letters = [_ids(tokenizer, prefix + LETTERS[k]) for k in range(len(options))]
+        if any(len(t) != 1 for t in letters):
+            raise ValueError(f"Expected each option letter to be one token, but the tokenizer gives {letters}")
+        letters = torch.tensor([t[0] for t in letters], device=device)  # (K,) vocabulary ids
+        logits = model(input_ids=torch.tensor([ids[-limit:] if limit else ids], device=device)).logits
+        z = logits[0, -1].float()[letters]  # (K,) the answer position's letter logits
+        if head is not None and head.scope == "vocab":
+            where = head.log_temperature.device
+            z = head(z.to(where), index=letters.to(where))
+        return z.double().cpu()
+    if head is not None and head.scope == "vocab":
+        raise ValueError("Expected an options or scalar head under cloze scoring, but got a vocab head")
+    context = _chat(tokenizer, question) if scoring["chat_template"] else scoring["question_template"].format(
+        question=question)
+    delimiter = "" if scoring["chat_template"] else scoring["choice_delimiter"]
+    pairs = [_context_and_option(tokenizer, context, delimiter + option) for option in options]
+    cut = max(0, max(len(c) + len(o) - 1 for c, o in pairs) - limit) if limit else 0  # every option loses the same
+    scores = []
+    for context_ids, option_ids in pairs:
+        inputs = torch.tensor([(context_ids[cut:] + option_ids)[:-1]], device=device)
+        logits = model(input_ids=inputs).logits[0, -len(option_ids):].float()  # (c, V): these predict the option
+        picked = torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(option_ids, device=device)[:, None])
+        total = float(picked.double().sum())  # log p(option | question)
+        scores.append(total / len(option_ids) if scoring["rule"] == "cloze_norm" else total)
+    return torch.tensor(scores, dtype=torch.float64)
+
+
+def option_probabilities(model, tokenizer, question: str, options: list[str], head: CalibrationHead | None = None,
+                         scoring: dict | None = None) -> torch.Tensor:
+    """p(option | question), (K,) float64, calibrated by `head` under the run's scoring
+    rule (`head.scoring`; pass `scoring=read_export(folder)["scoring"]` with head=None)."""
+    scoring = scoring or (head.scoring if head is not None else None)
+    if not scoring:
+        raise ValueError("Expected a head or a `scoring` dict (read_export(folder)['scoring']), but got neither")
+    z = option_scores(model, tokenizer, question, options, scoring, head)  # (K,)
+    if head is not None and head.scope != "vocab":
+        z = head(z.to(head.log_temperature.device)).cpu()  # options / scalar: on the option scores
+    return torch.softmax(z, dim=-1)

@@ -1,0 +1,106 @@
+"""Starting a training run: the one path shared by `calm train` and the studio's Train page.
+
+    run, started_now = launch_training(TrainConfig.preset("quick"), detach=True)
+
+A run directory is created with the resolved config and its provenance; a detached
+run is queued as a background job (`calm train --run-dir DIR` in a new session, see
+calm_core.runs.jobs), so it outlives the terminal or the browser tab that started it.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from calm_core.runs.rundir import RunDir, list_runs
+from calm_core.training.config import TrainConfig
+
+
+def run_config_record(cfg: TrainConfig) -> dict[str, Any]:
+    """config.json of a run: the TrainConfig, the scoring rule and the environment."""
+    from calm_core.provenance import environment_record
+
+    return {"train": cfg.to_dict(), "name": cfg.name, "method": cfg.method, "seed": cfg.seed,
+            "scoring": {"rule": cfg.scoring, "chat_template": cfg.chat_template},
+            "splits": split_provenance([cfg.train_data, cfg.heldout_data, *cfg.eval_data]),
+            "environment": environment_record()}
+
+
+def split_provenance(datasets: list[str]) -> dict[str, dict[str, Any]]:
+    """{split name: how it was made (source, seed, stratify, sizes, parts)} for every
+    dataset that is a part of a saved split (`calm data split`): the run keeps the recipe
+    even if the split is later deleted. The item ids stay in the split's own split.json."""
+    from calm_core.data.split import split_record_of
+
+    found: dict[str, dict[str, Any]] = {}
+    for name in datasets:
+        record = split_record_of(name)
+        if record is not None:
+            found[record.name] = {key: value for key, value in record.to_dict().items() if key != "ids"}
+    return found
+
+
+def create_run(cfg: TrainConfig, root: str | Path | None = None) -> RunDir:
+    return RunDir.new(run_config_record(cfg), name_hint=cfg.name or cfg.method, root=root)
+
+
+def launch_training(cfg: TrainConfig, root: str | Path | None = None) -> tuple[RunDir, bool]:
+    """Create the run and queue it as a background job; (run, started now?). When every
+    job slot is busy the run waits as `queued` and starts when one frees up."""
+    from calm_core.runs.jobs import submit, worker_command
+
+    run = create_run(cfg, root)
+    submit(run, worker_command())
+    return run, left_the_queue(run)
+
+
+def left_the_queue(run: RunDir) -> bool:
+    """Whether the run has started, by anyone: another session's or job's `schedule` may
+    start it before this caller's own does (two studio sessions launching at once both
+    said "queued" while one of them ran)."""
+    return run.status.get("state") != "queued"
+
+
+def past_step_seconds(method: str, model: str, root: str | Path | None = None, last: int = 3) -> float | None:
+    """Median seconds per step of this machine's recent finished runs with the same
+    method and model (None when there are none): the Train page's cost estimate."""
+    times: list[float] = []
+    for summary in list_runs(root):
+        if summary.state != "finished" or summary.method != method:
+            continue
+        run = RunDir(summary.path)
+        if run.config.get("train", {}).get("model") != model:
+            continue
+        steps = [r["train/step_time"] for r in run.read_metrics() if "train/step_time" in r]
+        if steps:
+            times.append(statistics.median(steps))
+        if len(times) >= last:
+            break
+    return statistics.median(times) if times else None
+
+
+BENCH_FILE = "bench/results/train_step.json"  # written by bench/train_step.py
+
+
+def estimate_step_seconds(cfg: TrainConfig, root: str | Path | None = None) -> tuple[float | None, str]:
+    """(seconds per step, where the figure comes from) for the Train page's cost line:
+    this machine's recent runs of the same method and model first, then the benchmark
+    file for the embedded model, else (None, why not)."""
+    seconds = past_step_seconds(cfg.method, cfg.model, root)
+    if seconds is not None:
+        return seconds, f"median of your recent finished `{cfg.method}` runs on `{cfg.model}`"
+    from calm_core.paths import PROJECT_ROOT
+
+    bench = PROJECT_ROOT / BENCH_FILE
+    if cfg.model == "embedded" and bench.is_file():
+        rows = json.loads(bench.read_text()).get("rows", [])
+        mode = "cached" if cfg.frozen_prefix and cfg.lora.layers is not None else "uncached"  # first-epoch rows
+        for row in rows:
+            same_solver = row["inner_steps"] == cfg.inner_steps and row.get("inner_start", "theta") == cfg.inner_start
+            if row["method"] == cfg.method and same_solver and row.get("mode") == mode:
+                scale = cfg.batch_size / row["batch_size"]
+                return row["seconds_per_step"] * scale, (f"{BENCH_FILE} ({row['method']}, T = {row['inner_steps']}, "
+                                                        f"batch {row['batch_size']} scaled to {cfg.batch_size})")
+    return None, "no finished run of this method and model on this machine yet: the first run will tell"

@@ -1,0 +1,332 @@
+"""One finished run as one self-contained HTML file to share: its settings, the metrics
+table, reliability diagrams (base / ts / trained variants) per evaluation set, the alpha
+summary and the BOME line. `calm report RUN_ID` and the Compare page write it.
+
+    text = run_report_html(RunDir.at("20261201-031814-calm-3bf5"))   # -> "<!DOCTYPE html>..."
+
+Figures are inline SVG drawn here from `metrics.bin_confidences` tables: no script, no
+plotly, no network, so the file opens offline anywhere, prints, and stays ~50 KB
+(inline plotly.js alone is ~4.8 MB). Hovering a bar shows its numbers (SVG <title>).
+Every string that comes from a user or a file (names, datasets, paths) goes through
+html.escape; numbers are formatted here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime, timezone
+from html import escape
+from typing import Any, Sequence
+
+import numpy as np
+
+from calm_core.calibration import metrics
+from calm_core.workspace.view import (BOME_MEANINGS, bome_line, bome_summary, compare_rows, head_scope, predictions,
+                                series, task_of)
+from calm_core.runs.rundir import RunDir
+
+N_BINS = 15  # the project's ECE bins (results.json's `ece`); the table's ece_10 is the paper's 10
+OVER, UNDER, BAR, ACCENT = "#d64541", "#3478c6", "#28283c", "#d64541"  # app/charts.py's colours
+
+
+def run_report_html(run: RunDir, n_bins: int = N_BINS) -> str:
+    """The whole report of a finished run as one HTML document (a str to write as UTF-8).
+    Raises ValueError for a run without results.json (it has not finished its final
+    evaluation); a damaged results.json raises RunFileError (a ValueError) naming it."""
+    rows = compare_rows([run])  # one run: its rows as written, plus variant_raw / run
+    train = run.config.get("train") or {}
+    status = _status(run)
+    records = run.read_metrics()
+    name = status.get("name")
+    title = f"CALM report: {run.run_id}" + (f" ({name})" if name else "")
+    body = [f"<h1>{escape(title)}</h1>",
+            f"<p class=\"sub\">{escape(str(status.get('state', 'unknown')))} · generated "
+            f"{datetime.now(timezone.utc).isoformat(timespec='seconds')} by CALM Studio</p>",
+            _settings(run, train, status), _metrics(rows, run.results()),
+            _diagrams(run, rows, n_bins), _alpha(records, train), _bome(records, train), HOW_TO_READ]
+    return _page(title, "\n".join(body))
+
+
+def _status(run: RunDir) -> dict[str, Any]:
+    """status.json, or {} when it is damaged: the results are what a report is about."""
+    try:
+        return run.status
+    except (OSError, ValueError):
+        return {}
+
+
+# --- sections ------------------------------------------------------------------------
+
+def _settings(run: RunDir, train: dict[str, Any], status: dict[str, Any]) -> str:
+    """The training settings and the environment record as one table, then the whole
+    config.json folded away."""
+    env = run.config.get("environment") or {}
+    versions = ", ".join(f"{k} {v}" for k, v in (env.get("versions") or {}).items())
+    items = _training_items(train, status, task_of(run)) + [
+        ("environment", f"{env.get('machine')}, Python {env.get('python')}; {versions}" if env else None),
+        ("git", env.get("git")), ("created", env.get("created"))]
+    table = "".join(f"<tr><th>{escape(k)}</th><td>{escape(str(v))}</td></tr>" for k, v in items if v is not None)
+    config = json.dumps(run.config, indent=2, sort_keys=True, default=str)
+    return (f"<section id=\"settings\"><h2>Settings</h2><table class=\"kv\">{table}</table>"
+            f"<details><summary>config.json</summary><pre>{escape(config)}</pre></details></section>")
+
+
+def _training_items(train: dict[str, Any], status: dict[str, Any], task: str) -> list[tuple[str, Any]]:
+    """(label, value) of method, scope, model, scoring, data, optimizer, and the BOME
+    settings of a calm run or the generation settings of an open-QA one."""
+    model, lora, t = status.get("model") or {}, train.get("lora") or {}, train.get
+    items = [("method", t("method")), ("task", task),
+             ("head scope (effective)", head_scope(train) if train else None), ("model", t("model")),
+             ("loaded as", ", ".join(str(model[k]) for k in ("kind", "device", "dtype") if model.get(k)) or None),
+             ("scoring rule", f"{t('scoring')}, chat template {'on' if t('chat_template') else 'off'}"),
+             ("steps", f"{status.get('step', '?')} of {t('steps')}"),
+             ("S_T (training set)", _data(train, "train")), ("S_V (held-out set)", _data(train, "heldout")),
+             ("evaluation sets", _data(train, "eval")),
+             ("optimizer", f"{t('optimizer')}, lr_theta {t('lr_theta')}, lr_alpha {t('lr_alpha')}, "
+                           f"weight decay {t('weight_decay')}"),
+             ("batch sizes", f"{t('batch_size')} (S_T), {t('heldout_batch_size')} (S_V)"),
+             ("LoRA", f"r {lora.get('r')}, alpha {lora.get('alpha')}, on {', '.join(lora.get('target_modules') or [])}"),
+             ("seed", t("seed"))]
+    if t("method") == "calm":
+        items += [("BOME inner solve", f"{t('inner_steps')} steps, lr {t('inner_lr')} ({t('inner_rule')}), "
+                                       f"start {t('inner_start')}"),
+                  ("BOME step", f"eta {t('eta')}, constraint {t('constraint')}, phi {t('phi')}, "
+                                f"max update norm {t('max_update_norm')}")]
+    if task == "openqa":
+        gen = t("generation") or {}
+        items.append(("generation", f"{gen.get('n_samples')} samples at temperature {gen.get('temperature')}, "
+                                    f"grouping {gen.get('grouping')}, prompt {gen.get('prompt')}"))
+    return items
+
+
+def _data(train: dict[str, Any], key: str) -> str | None:
+    """`name (first N items)` of S_T / S_V, or the evaluation sets joined."""
+    names = train.get(f"{key}_data")
+    if names is None:
+        return None
+    limit = train.get(f"{key}_limit")
+    text = ", ".join(names) if isinstance(names, (list, tuple)) else str(names)
+    return text + (f" (first {limit} items{' each' if key == 'eval' else ''})" if limit else "")
+
+
+def _metrics(rows: list[dict[str, Any]], results: dict[str, Any]) -> str:
+    """The final results table with the CLI's columns (open-QA ones for an open-QA run)."""
+    from calm_core.workspace.view import result_columns
+
+    columns = result_columns(rows)
+    head = "".join(f"<th>{escape(c)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(_td(r.get(c)) for c in columns) + "</tr>" for r in rows)
+    ts = results.get("ts") or {}
+    ts_line = (f"Temperature scaling (ts): T = {ts['temperature']:.4g}, fitted on {escape(str(ts.get('fit_on')))}."
+               if isinstance(ts.get("temperature"), (int, float)) else escape(str(ts.get("note", ""))))
+    note = ("ECE: 15 equal-width bins; ece_10: the paper's 10. The first evaluation set is the in-domain one. "
+            + ("Open answers: acc is the greedy answer's exact match, sem_acc the Sem1 (modal) answer's; ece, "
+               "ece_10 and auroc are on (Sem1 confidence, modal answer correct)." if "sem_acc" in columns else ""))
+    return (f"<section id=\"metrics\"><h2>Metrics</h2><table class=\"grid\"><thead><tr>{head}</tr></thead>"
+            f"<tbody>{body}</tbody></table><p class=\"note\">{escape(note)} {ts_line}</p></section>")
+
+
+def _td(value: Any) -> str:
+    """A table cell: text left-aligned (class t), numbers right-aligned by the CSS."""
+    return f'<td class="t">{escape(value)}</td>' if isinstance(value, str) else f"<td>{escape(_cell(value))}</td>"
+
+
+def _cell(value: Any) -> str:
+    """format_table's cells (floats to 4 decimals), with a dash for a missing or nan value."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
+def _diagrams(run: RunDir, rows: list[dict[str, Any]], n_bins: int) -> str:
+    """Per evaluation set, one reliability diagram per variant, side by side."""
+    parts = ["<section id=\"reliability\"><h2>Reliability diagrams</h2>",
+             f"<p class=\"note\">{n_bins} equal-width bins. Bars: accuracy per bin; the red (blue) segment reaches "
+             "up (down) to the bin's mean confidence, so red is over-confidence; whiskers: 90% bootstrap interval "
+             "of the bin's accuracy; an x marks an empty bin; below, how many items fell into each bin."
+             + (" Open answers: confidence is Sem1 and correct means the modal answer matches."
+                if task_of(run) == "openqa" else "") + "</p>"]
+    for dataset in dict.fromkeys(r["dataset"] for r in rows):
+        figures = [_diagram(run, row, n_bins) for row in rows if row["dataset"] == dataset]
+        parts.append(f"<h3>{escape(dataset)}</h3><div class=\"figs\">{''.join(figures)}</div>")
+    return "\n".join(parts) + "</section>"
+
+
+def _diagram(run: RunDir, row: dict[str, Any], n_bins: int) -> str:
+    """One variant's figure, from its predictions (items without a confidence, open-QA
+    items without samples, are left out and counted), or a note saying why not."""
+    variant = escape(row["variant"])
+    try:
+        confidence, correct = predictions(run, row["variant_raw"], row["dataset"])
+    except (ValueError, KeyError) as error:  # a missing, damaged or foreign Parquet: say so in place of the figure
+        return f"<figure><figcaption><b>{variant}</b>: {escape(str(error))}</figcaption></figure>"
+    keep = ~(np.isnan(confidence) | np.isnan(correct))  # (N,)
+    if not keep.any():
+        return f"<figure><figcaption><b>{variant}</b>: no item has a confidence</figcaption></figure>"
+    c, a = confidence[keep], correct[keep]
+    table = metrics.bin_confidences(c, a, n_bins=n_bins).to_records()
+    lower, upper = metrics.bin_accuracy_intervals(c, a, n_bins=n_bins)
+    left_out = f", {int((~keep).sum())} without confidence" if not keep.all() else ""
+    acc_name = "sem_acc" if row.get("task") == "openqa" else "acc"  # open QA: the modal answer's accuracy
+    caption = (f"<b>{variant}</b>: {acc_name} {a.mean():.3f}, mean confidence {c.mean():.3f}, "
+               f"ECE {_cell(row.get('ece'))}, n {int(keep.sum())}{left_out}")
+    return f"<figure>{reliability_svg(table, lower, upper)}<figcaption>{caption}</figcaption></figure>"
+
+
+def _alpha(records: list[dict[str, Any]], train: dict[str, Any]) -> str:
+    """The last logged alpha statistics (and vectors, options scope), and tau_mean over steps."""
+    last = records[-1] if records else {}
+    stats = {k[6:]: v for k, v in last.items() if k.startswith("alpha/") and isinstance(v, (int, float))}
+    if not stats:
+        method = escape(str(train.get("method", "?")))
+        return ("<section id=\"alpha\"><h2>Calibration head alpha</h2><p>This run logged no calibration head "
+                f"parameters (no alpha/* in metrics.jsonl: method {method}).</p></section>")
+    rows = "".join(f"<tr><th>{escape(k)}</th><td>{v:.6g}</td></tr>" for k, v in stats.items())
+    vectors = {n: last[f"alpha/{n}"] for n in ("tau", "l") if isinstance(last.get(f"alpha/{n}"), list)}
+    per_option = ""
+    if vectors:
+        size = max(len(v) for v in vectors.values())
+        head = "".join(f"<th>option {chr(65 + k) if k < 26 else k + 1}</th>" for k in range(size))
+        per_option = "<table class=\"grid\"><tr><th></th>" + head + "</tr>" + "".join(
+            f"<tr><th>{n}</th>" + "".join(f"<td>{float(x):.4f}</td>" for x in v) + "</tr>" for n, v in vectors.items()
+        ) + "</table>"
+    curves = {n: series(records, f"alpha/{n}") for n in ("tau_mean", "tau_min", "tau_max")}
+    chart = line_svg({n: c for n, c in curves.items() if c[0]}, "step", "tau") if curves["tau_mean"][0] else ""
+    return (f"<section id=\"alpha\"><h2>Calibration head alpha (step {last.get('step')})</h2>"
+            "<p class=\"note\">p = softmax(z / tau + l): tau above 1 flattens the forecast (less confident), "
+            "below 1 sharpens it; l shifts options (or tokens) against each other.</p>"
+            f"<div class=\"figs\"><table class=\"kv\">{rows}</table>{chart}</div>{per_option}</section>")
+
+
+def _bome(records: list[dict[str, Any]], train: dict[str, Any]) -> str:
+    """BOME's diagnostics line and their means over the last 10 steps (calm runs only)."""
+    summary = bome_summary(records, train.get("eta"))
+    if not summary:
+        return ""
+    rows = "".join(f"<tr><th>{escape(k)}</th><td>{summary[k]:.4g}</td><td>{escape(meaning)}</td></tr>"
+                   for k, meaning in BOME_MEANINGS.items() if k in summary)
+    return (f"<section id=\"bome\"><h2>BOME diagnostics</h2><p><b>{escape(bome_line(summary))}</b> "
+            f"(means over the last {min(10, summary['steps'])} of {summary['steps']} logged steps)</p>"
+            f"<table class=\"kv\">{rows}</table></section>")
+
+
+HOW_TO_READ = """<section id="read"><h2>How to read this</h2><ul>
+<li><b>ECE</b> is the mean gap between confidence and accuracy over bins: lower is better calibrated.
+Read it beside <b>AUROC</b> (does confidence rank right answers above wrong ones? 0.5 is chance) and the
+<b>mean confidence</b>: a near-uniform forecast (confidence ~ 1/K on every item) has a small ECE and tells
+nothing, and CALM's entropy objective pulls confidence toward 1/K.</li>
+<li><b>base</b> is the untouched model, <b>ts</b> post-hoc temperature scaling fitted on S_V, <b>calm</b>
+(or the method's name) the trained model with its head, <b>*_theta_only</b> the trained weights without it.</li>
+<li>A trained variant whose accuracy fell below base has bought its ECE with accuracy.</li>
+</ul></section>"""
+
+
+# --- figures: inline SVG -------------------------------------------------------------
+
+PLOT_W, TOP_H, HIST_H, LEFT, TOP = 200, 170, 40, 38, 8  # px: plot width, panel heights, margins
+
+
+def _tag(name: str, text: str = "", **attrs: Any) -> str:
+    """An SVG element; attribute values and text are escaped (trailing _ dropped from names)."""
+    attr = "".join(f' {k.rstrip("_").replace("_", "-")}="{escape(str(v))}"' for k, v in attrs.items())
+    return f"<{name}{attr}>{escape(text)}</{name}>" if text else f"<{name}{attr}/>"
+
+
+def reliability_svg(records: Sequence[dict[str, Any]], lower: Sequence[float], upper: Sequence[float]) -> str:
+    """A reliability diagram of `BinTable.to_records()` rows, drawn as app/charts.py's
+    reliability_figure is (accuracy bars, red/blue gap to the mean confidence, diagonal,
+    x for an empty bin, counts below) plus the bootstrap interval (lower, upper) (B,)."""
+    def x(v: float) -> float:
+        return round(LEFT + v * PLOT_W, 1)
+
+    def y(v: float) -> float:
+        return round(TOP + (1.0 - v) * TOP_H, 1)
+
+    base = TOP + TOP_H + 12  # top of the histogram panel
+    peak = max((r["count"] for r in records), default=0) or 1
+    out = [_frame(x, y), _tag("line", x1=x(0), y1=y(0), x2=x(1), y2=y(1), stroke="#888", stroke_dasharray="4 3")]
+    for i, r in enumerate(records):
+        x0, width = x(r["lower"]) + 0.5, max(x(r["upper"]) - x(r["lower"]) - 1.0, 0.5)
+        tip = f"{r['lower']:.2f}-{r['upper']:.2f}: {r['count']} items"
+        height = round(r["count"] / peak * HIST_H, 1)
+        out.append(_tag("rect", x=x0, y=base + HIST_H - height, width=width, height=height, fill="#9a9aaa"))
+        if r["count"] == 0:
+            out.append(_tag("text", "x", x=x((r["lower"] + r["upper"]) / 2), y=y(0) - 2, fill="#999",
+                            font_size=9, text_anchor="middle"))
+            continue
+        acc, conf = r["accuracy"], r["mean_confidence"]
+        tip += f", accuracy {acc:.3f}, mean confidence {conf:.3f}"
+        out.append(f"<g>{_tag('title', tip)}"
+                   + _tag("rect", x=x0, y=y(acc), width=width, height=round(y(0) - y(acc), 1), fill=BAR)
+                   + _tag("rect", x=x0, y=y(max(acc, conf)), width=width, height=round(abs(y(acc) - y(conf)), 1),
+                          fill=OVER if conf > acc else UNDER, fill_opacity=0.6) + "</g>")
+        if np.isfinite(lower[i]) and np.isfinite(upper[i]) and upper[i] > lower[i]:
+            mid = x((r["lower"] + r["upper"]) / 2)
+            out.append(_tag("line", x1=mid, y1=y(upper[i]), x2=mid, y2=y(lower[i]), stroke="#8a8a8a", stroke_width=1.2))
+    out.append(_tag("text", "items", x=4, y=base + HIST_H / 2, font_size=9, fill="#555"))
+    return _svg(LEFT + PLOT_W + 10, base + HIST_H + 20, out, "confidence", "accuracy", base + HIST_H + 14)
+
+
+def line_svg(curves: dict[str, tuple[Sequence[float], Sequence[float]]], x_title: str, y_title: str) -> str:
+    """Named (x, y) curves on shared axes scaled to the data; the first in the accent
+    colour, the others grey and dashed (tau_mean over tau_min / tau_max)."""
+    xs = [float(v) for xv, _ in curves.values() for v in xv]
+    ys = [float(v) for _, yv in curves.values() for v in yv]
+    x_lo, x_hi = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
+    pad = max((max(ys) - min(ys)) * 0.1, 1e-3)
+    y_lo, y_hi = min(ys) - pad, max(ys) + pad
+
+    def x(v: float) -> float:
+        return round(LEFT + (v - x_lo) / (x_hi - x_lo) * PLOT_W, 1)
+
+    def y(v: float) -> float:
+        return round(TOP + (y_hi - v) / (y_hi - y_lo) * TOP_H, 1)
+
+    out = [_tag("rect", x=LEFT, y=TOP, width=PLOT_W, height=TOP_H, fill="none", stroke="#ccc")]
+    for v, anchor in ((y_lo + pad, "end"), (y_hi - pad, "end")):
+        out.append(_tag("text", f"{v:.4g}", x=LEFT - 3, y=y(v) + 3, font_size=9, text_anchor=anchor))
+    out += [_tag("text", f"{x_lo:g}", x=x(x_lo), y=TOP + TOP_H + 11, font_size=9, text_anchor="middle"),
+            _tag("text", f"{x_hi:g}", x=x(x_hi), y=TOP + TOP_H + 11, font_size=9, text_anchor="middle")]
+    for k, (name, (xv, yv)) in enumerate(curves.items()):
+        points = " ".join(f"{x(float(a))},{y(float(b))}" for a, b in zip(xv, yv))
+        out.append(f"<g>{_tag('title', name)}" + _tag("polyline", points=points, fill="none",
+                   stroke=ACCENT if k == 0 else "#999", stroke_width=2 if k == 0 else 1,
+                   stroke_dasharray="none" if k == 0 else "3 2") + "</g>")
+    legend = ", ".join(f"{n}{' (dashed)' if k else ''}" for k, n in enumerate(curves))
+    out.append(_tag("text", legend, x=LEFT, y=TOP + TOP_H + 40, font_size=9, fill="#555"))
+    return _svg(LEFT + PLOT_W + 10, TOP + TOP_H + 46, out, x_title, y_title, TOP + TOP_H + 24)
+
+
+def _frame(x: Any, y: Any) -> str:
+    """The unit square's box, light grid lines and tick labels at 0, 0.5, 1."""
+    parts = [_tag("rect", x=x(0), y=y(1), width=PLOT_W, height=TOP_H, fill="none", stroke="#ccc")]
+    for v in (0.0, 0.5, 1.0):
+        parts += [_tag("line", x1=x(0), y1=y(v), x2=x(1), y2=y(v), stroke="#eee"),
+                  _tag("text", f"{v:g}", x=x(0) - 3, y=y(v) + 3, font_size=9, text_anchor="end"),
+                  _tag("text", f"{v:g}", x=x(v), y=TOP + TOP_H + 10, font_size=9, text_anchor="middle")]
+    return "".join(parts)
+
+
+def _svg(width: float, height: float, parts: list[str], x_title: str, y_title: str, x_title_y: float) -> str:
+    """An <svg> element (inline in HTML5: no namespace URL needed) with axis titles."""
+    titles = (_tag("text", x_title, x=LEFT + PLOT_W / 2, y=x_title_y, font_size=10, text_anchor="middle")
+              + _tag("text", y_title, x=10, y=TOP + TOP_H / 2, font_size=10, text_anchor="middle",
+                     transform=f"rotate(-90 10 {TOP + TOP_H / 2})"))
+    return (f'<svg width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
+            f'font-family="sans-serif">{"".join(parts)}{titles}</svg>')
+
+
+CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+h1{font-size:1.5em;margin-bottom:0}.sub,.note{color:#666;font-size:.9em}table{border-collapse:collapse;margin:.5em 0}
+th,td{padding:3px 8px;text-align:left;font-size:.9em;vertical-align:top}
+table.grid td,table.grid th{border:1px solid #ddd}table.grid td{text-align:right;font-variant-numeric:tabular-nums}
+table.grid td.t{text-align:left}table.kv th{color:#555;font-weight:600}
+.figs{display:flex;flex-wrap:wrap;gap:1em;align-items:flex-start}figure{margin:0;max-width:250px}
+figcaption{font-size:.85em}pre{font-size:.8em;background:#f6f6f6;padding:.5em;overflow:auto}section{margin-top:1.5em}"""
+
+
+def _page(title: str, body: str) -> str:
+    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<title>{escape(title)}</title><style>{CSS}</style></head>\n<body>\n{body}\n</body></html>\n")

@@ -1,0 +1,192 @@
+"""Reading a run directory for display: curves, alpha over time, ETA, results, predictions.
+
+Pure functions over what the trainer wrote (metrics.jsonl, status.json, results.json,
+eval/<variant>/<dataset>.parquet), shared by `calm compare` and the studio's Monitor
+and Compare pages, so every number a page shows is computed (and tested) here.
+
+    steps, values = series(run.read_metrics(), "train/lower_loss")
+    steps, taus = alpha_vectors(run.read_metrics(), "tau")     # (S,), (S, K)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from calm_core.runs.rundir import RunDir, RunFileError, predictions_path
+
+EVAL_PREFIX = "eval/"
+
+
+def series(records: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
+    """(steps, values) of one logged scalar, skipping steps that did not log it."""
+    pairs = [(r["step"], float(r[key])) for r in records if isinstance(r.get(key), (int, float))]
+    return [s for s, _ in pairs], [v for _, v in pairs]
+
+
+def eval_sets(records: list[dict[str, Any]]) -> list[str]:
+    """Names of the sets evaluated during training (`heldout` is S_V), in logged order."""
+    names: dict[str, None] = {}
+    for record in records:
+        for key in record:
+            if key.startswith(EVAL_PREFIX):
+                names[key[len(EVAL_PREFIX):].rsplit("/", 1)[0]] = None
+    return list(names)
+
+
+def alpha_vectors(records: list[dict[str, Any]], name: str = "tau") -> tuple[list[int], np.ndarray]:
+    """Steps and the logged alpha vector (`alpha/tau` or `alpha/l`) at each: (S,), (S, K).
+    Empty when the run logs no vector (vocab scope logs summary statistics only)."""
+    rows = [(r["step"], r[f"alpha/{name}"]) for r in records if isinstance(r.get(f"alpha/{name}"), list)]
+    if not rows:
+        return [], np.zeros((0, 0))
+    return [s for s, _ in rows], np.array([v for _, v in rows], dtype=np.float64)
+
+
+def eta_seconds(records: list[dict[str, Any]], total_steps: int | None) -> float | None:
+    """Remaining seconds at the recent pace (mean of the last 10 steps' wall time)."""
+    if not records or not total_steps:
+        return None
+    recent = records[-11:]
+    done = records[-1]["step"]
+    if len(recent) < 2 or done >= total_steps:
+        return 0.0 if done >= total_steps else None
+    pace = (recent[-1]["elapsed"] - recent[0]["elapsed"]) / (recent[-1]["step"] - recent[0]["step"])
+    return max(0.0, pace * (total_steps - done))
+
+
+# The BOME diagnostics a page or `calm runs` shows, with the one line that says what each means.
+BOME_MEANINGS: dict[str, str] = {
+    "q": "L(theta) - L(theta~): how far theta is from the inner solve's optimum on this batch",
+    "lambda": "weight of the constraint in the step; it sits at eta when grad F and grad q are orthogonal",
+    "inner_drop_frac": "inner solve's loss drop as a share of L: near 0 means theta~ = theta and no coupling",
+    "coupling_ratio": "||grad_alpha q|| / ||grad_alpha F||: near 0 means alpha does plain entropy ascent",
+    "cos_fq": "cos(grad F, grad q): below 0 the entropy step would undo the fit, and lambda grows",
+    "descent_ratio": "BOME's guarantee: >= 1 means the step decreased q at first order by at least xi * phi",
+}
+
+
+def bome_summary(records: list[dict[str, Any]], eta: float | None, last: int = 10) -> dict[str, Any]:
+    """Means of the BOME diagnostics over the last `last` logged steps, and whether the
+    run's coupling was inert throughout (bilevel.coupling_inert); {} without a BOME log."""
+    from calm_core.training.bilevel import coupling_inert
+
+    steps = [r for r in records if "bome/q" in r]
+    if not steps:
+        return {}
+    tail = steps[-last:]
+    out: dict[str, Any] = {}
+    for key in BOME_MEANINGS:
+        values = [float(r[f"bome/{key}"]) for r in tail if isinstance(r.get(f"bome/{key}"), (int, float))]
+        if values:
+            out[key] = sum(values) / len(values)
+    out["inert"] = eta is not None and coupling_inert(steps, eta)
+    out["steps"] = len(steps)
+    return out
+
+
+def bome_line(summary: dict[str, Any]) -> str:
+    """`calm runs`' BOME column: the flag, or the inner drop, lambda and the coupling ratio."""
+    if not summary:
+        return ""
+    if summary.get("inert"):
+        return "BOME coupling INERT (inner drop ~ 0, lambda ~ eta)"
+    parts = [f"{name} {summary[key]:.3g}" for key, name in
+             (("inner_drop_frac", "drop"), ("lambda", "lambda"), ("coupling_ratio", "ratio")) if key in summary]
+    return "bome: " + ", ".join(parts)
+
+
+MC_COLUMNS = ("dataset", "variant", "n", "acc", "ece", "ece_10", "brier", "nll", "auroc", "aurc", "confidence")
+
+
+def result_columns(rows: list[dict[str, Any]]) -> tuple[str, ...]:
+    """The table columns for these rows: open-QA ones when every row is an open-QA row."""
+    from calm_core.generative.evaluate import OPEN_TABLE_COLUMNS
+
+    return OPEN_TABLE_COLUMNS if rows and all(r.get("task") == "openqa" for r in rows) else MC_COLUMNS
+
+
+SHARED_VARIANTS = ("base", "ts")  # the same model and fit for runs over the same base model and S_V
+
+
+def compare_rows(runs: list[RunDir]) -> list[dict[str, Any]]:
+    """Result rows of several finished runs. `base` / `ts` rows shared by runs appear
+    once (the first run's); a trained variant whose name an earlier run already used
+    (two `calm` runs with different scopes) is labelled `<variant>@<run name or id>`.
+    Each row keeps `variant_raw` (the name in its run's files) and `run`."""
+    rows, seen = [], set()
+    for run in runs:
+        if not (run.path / "results.json").is_file():
+            raise ValueError(f"Expected results.json in run {run.run_id} (a finished run), but found none")
+        label = _name(run)
+        for row in run.results()["results"]:
+            variant = row["variant"]
+            if (row["dataset"], variant) in seen:
+                if variant in SHARED_VARIANTS:
+                    continue
+                variant = f"{variant}@{label}"
+            seen.add((row["dataset"], variant))
+            rows.append({**row, "variant": variant, "variant_raw": row["variant"], "run": run.run_id})
+    return rows
+
+
+def _name(run: RunDir) -> str:
+    """The run's name for labels: status.json's, else the id (a damaged status must not
+    hide results that are intact)."""
+    try:
+        return run.status.get("name") or run.run_id
+    except (OSError, RunFileError):
+        return run.run_id
+
+
+def reference_points(run: RunDir) -> dict[str, dict[str, tuple[float, float]]]:
+    """{evaluation set: {"base" | "ts": (ece, acc)}} from a finished run's results.json
+    (the trade-off plot's reference markers); {} before the final evaluation."""
+    if not (run.path / "results.json").is_file():
+        return {}
+    out: dict[str, dict[str, tuple[float, float]]] = {}
+    for row in run.results()["results"]:
+        if row["variant"] in SHARED_VARIANTS:
+            out.setdefault(row["dataset"], {})[row["variant"]] = (float(row["ece"]), float(row["acc"]))
+    return out
+
+
+def predictions(run: RunDir, variant: str, dataset: str) -> tuple[np.ndarray, np.ndarray]:
+    """(confidence, correct) per item of one variant on one set, from the run's Parquet
+    (`variant` as the run itself named it: a row's `variant_raw`)."""
+    path = predictions_path(run.path, variant, dataset)
+    if not path.is_file():
+        raise ValueError(f"Expected predictions of `{variant}` on {dataset} in run {run.run_id}, but found none")
+    frame = run.read_predictions(path)
+    confidence = frame["confidence"].to_numpy(dtype=np.float64)
+    if "correct" in frame:  # open-QA runs (generative.judge): the Sem1 pair, judged when written
+        return confidence, frame["correct"].to_numpy(dtype=np.float64)
+    correct = (frame["prediction"].to_numpy() == frame["gold"].to_numpy()).astype(np.float64)
+    return confidence, correct
+
+
+def open_answers(run: RunDir, variant: str, dataset: str) -> Any:
+    """The per-item open-QA frame (greedy, samples, clusters, confidences) of one variant
+    on one set, or None when the run is a multiple-choice one."""
+    path = predictions_path(run.path, variant, dataset)
+    if not path.is_file():
+        raise ValueError(f"Expected predictions of `{variant}` on {dataset} in run {run.run_id}, but found none")
+    frame = run.read_predictions(path)
+    return frame if "samples" in frame else None
+
+
+def head_scope(train: dict[str, Any]) -> str:
+    """The head scope a run's config resolves to (`auto` -> the rule's default); what the
+    config says when it comes from another version and no longer validates."""
+    from calm_core.training.config import TrainConfig
+
+    try:
+        return TrainConfig.from_dict(train).effective_scope
+    except (TypeError, ValueError):
+        return str(train.get("scope"))
+
+
+def task_of(run: RunDir) -> str:
+    """`mcqa` or `openqa`, from the run's config (runs before open QA are mcqa)."""
+    return run.config.get("train", {}).get("task", "mcqa")
