@@ -148,6 +148,46 @@ def test_disk_store_serves_a_second_runner_and_keys_on_the_weights(four_layer_lo
     assert third.store.path != first.store.path  # so stale states are never served
 
 
+def test_a_store_backed_runner_holds_no_states_and_trains_exactly_as_in_memory(four_layer_lora,
+                                                                               tmp_path: Path) -> None:
+    """With a store the states live in the arena only and feed the top layers' backward
+    from there: the loss and LoRA gradients equal the in-memory runner's bit for bit, on
+    the pass that fills the store, on one that reads it, and in a second runner."""
+    model, tokenizer = four_layer_lora
+    cfg = ScoringConfig(rule="cloze")
+    gold = torch.tensor([it.answer for it in ITEMS])
+    params = lora_parameters(model)
+
+    def loss_and_grads(runner: FrozenPrefixModel) -> list[torch.Tensor]:
+        loss = option_cross_entropy(option_logits(runner, tokenizer, ITEMS, cfg), gold)
+        return [loss.detach(), *torch.autograd.grad(loss, params, materialize_grads=True)]
+
+    memory, stored = FrozenPrefixModel(model, split=2), FrozenPrefixModel(model, split=2, store_root=tmp_path)
+    want = loss_and_grads(memory)
+    got = [loss_and_grads(stored), loss_and_grads(stored)]
+    second = FrozenPrefixModel(model, split=2, store_root=tmp_path)
+    got.append(loss_and_grads(second))
+    assert stored._cache is stored.store and second.computed == 0
+    assert stored.computed == memory.computed and stored.cached_sequences == memory.cached_sequences
+    for run in got:
+        assert all(torch.equal(g, w) for g, w in zip(run, want))
+    assert float(want[1].abs().sum()) > 0  # the LoRA weights do get a gradient
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_store_gives_states_back_in_the_model_dtype_unchanged(tmp_path: Path, dtype: torch.dtype) -> None:
+    from calm_core.scoring.frozen_prefix import HiddenStateStore
+
+    store = HiddenStateStore(tmp_path, "fingerprint", torch.zeros(1, dtype=dtype))
+    states = torch.randn(7, 16).to(dtype)
+    store[(5, 6, 7)] = states
+    assert (5, 6, 7) in store and (5, 6) not in store and len(store) == 1
+    got = store[(5, 6, 7)]
+    assert got.dtype == dtype and torch.equal(got, states)
+    with pytest.raises(KeyError):
+        store[(5, 6)]
+
+
 def test_needed_logits_equal_the_full_logits_at_the_kept_positions(four_layer_lora) -> None:
     """The LM head on the positions each row needs only, for the PEFT model, the runner and
     the same model with the adapter off: the same numbers as slicing the full logits."""

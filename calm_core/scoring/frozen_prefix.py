@@ -15,16 +15,18 @@ different widths, but a row computes exactly what it would alone (explicit posit
 ids, `scoring.left_pad_batch`), so a row's hidden states can be cut out of one batch
 and padded into another. Padded positions get zeros; the attention mask hides them.
 The cache lives in memory (about L x d floats per sequence: 60 x 576 x 4 B = 140 KB for
-the embedded model, 0.6 GB for 1,200 training questions of 4 options), filled lazily
-or, by the trainer, ahead of the first step (`prefill`, in order of length).
+the embedded model, 0.6 GB for 1,200 training questions of 4 options), or, given a
+store directory, on disk only (`HiddenStateStore`), filled lazily or, by the trainer,
+ahead of the first step (`prefill`, in order of length).
 
 Sequences that start alike (a question's K options) share work in both halves: the fill
 runs their common prefix once into a KV cache and each tail on it, and so do the top
 layers in every forward, with gradients flowing through that cache
 (`shared_prefix_groups` picks the groups, `_shared_pass` runs them).
-With a `HiddenStateStore` it is also kept on disk, one .npy per sequence under a
-fingerprint of the frozen weights, so runs that share evaluation sets (a method
-comparison) compute those sets' bottom layers once between them.
+The `HiddenStateStore` is one append-only arena (`scoring.arena`: a data file, an index,
+one memory map) under a fingerprint of the frozen weights: memory stays bounded however
+many sequences there are, and runs that share evaluation sets (a method comparison)
+compute those sets' bottom layers once between them.
 Supported: decoder stacks shaped like Llama (`model.model.layers`, `embed_tokens`,
 `rotary_emb`, `norm`, `lm_head`): Llama, Mistral, Qwen2/3, SmolLM. Other models train
 uncached (`supports_frozen_prefix` says which).
@@ -42,7 +44,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 import torch
 
-from calm_core.io import atomic_write
+from calm_core.scoring.arena import Arena, ArenaConfig
 from calm_core.scoring.forward import (cache_kwarg, causal_lm, left_pad_batch,
                                       left_pad_positions, length_runs, select_cache,
                                       supports_frozen_prefix)
@@ -125,25 +127,38 @@ def frozen_fingerprint(model: Any, split: int) -> str:
 
 
 class HiddenStateStore:
-    """Hidden states on disk: <root>/<fingerprint>/<2 hex>/<hash of token ids>.npy,
-    written atomically (temp file + rename), so concurrent runs never read half a file."""
+    """Hidden states by token ids, on disk only: an `Arena` in <root>/<fingerprint>/,
+    shared by every run (and process) with the same frozen weights and split.
 
-    def __init__(self, root: Path, fingerprint: str) -> None:
+    It stands in for the runner's in-memory dict (`in`, `[key]`, `[key] = states`,
+    `len`), so with a store nothing but the arena's index stays in memory: a read copies
+    the sequence out of the mapped file onto the device of `like` (the embedding
+    weight, so a model moved after this was made is followed) in its dtype. Stored as
+    float32, as the .npy store before it did: exact for float32, bfloat16 and float16."""
+
+    def __init__(self, root: Path, fingerprint: str, like: torch.Tensor, config: ArenaConfig = ArenaConfig()) -> None:
         self.path = Path(root) / fingerprint
-        self.path.mkdir(parents=True, exist_ok=True)
+        self.arena = Arena(self.path, config)
+        self._like = like
 
-    def _file(self, key: tuple[int, ...]) -> Path:
-        name = hashlib.blake2b(np.asarray(key, dtype=np.int64).tobytes(), digest_size=16).hexdigest()
-        return self.path / name[:2] / f"{name}.npy"
+    def __contains__(self, key: tuple[int, ...]) -> bool:
+        return _key_bytes(key) in self.arena
 
-    def get(self, key: tuple[int, ...]) -> np.ndarray | None:
-        path = self._file(key)
-        return np.load(path) if path.is_file() else None
+    def __getitem__(self, key: tuple[int, ...]) -> torch.Tensor:
+        states = self.arena.get(_key_bytes(key))
+        if states is None:
+            raise KeyError(key)
+        return torch.from_numpy(states).to(device=self._like.device, dtype=self._like.dtype)
 
-    def put(self, key: tuple[int, ...], states: torch.Tensor) -> None:
-        path = self._file(key)
-        array = states.detach().cpu().float().numpy()
-        atomic_write(path, lambda handle: np.save(handle, array))
+    def __setitem__(self, key: tuple[int, ...], states: torch.Tensor) -> None:
+        self.arena.put(_key_bytes(key), states.detach().to("cpu", torch.float32).numpy())
+
+    def __len__(self) -> int:
+        return len(self.arena)
+
+
+def _key_bytes(key: tuple[int, ...]) -> bytes:
+    return np.asarray(key, dtype=np.int64).tobytes()
 
 
 class FrozenPrefixModel:
@@ -162,8 +177,10 @@ class FrozenPrefixModel:
         self.model = model  # the PEFT model: adapters, disable_adapter(), save_pretrained() stay there
         self.split = split
         self.config = lm.config
-        self._cache: dict[tuple[int, ...], torch.Tensor] = {}  # token ids -> (L, d) hidden states at `split`
-        self.store = HiddenStateStore(store_root, frozen_fingerprint(model, split)) if store_root else None
+        embedding = next(lm.model.embed_tokens.parameters())
+        self.store = HiddenStateStore(store_root, frozen_fingerprint(model, split), embedding) if store_root else None
+        # token ids -> (L, d) hidden states at `split`: in memory, or (given a store) on disk only
+        self._cache: dict[tuple[int, ...], torch.Tensor] | HiddenStateStore = {} if self.store is None else self.store
         self.computed = 0  # sequences whose bottom layers ran in this process (the rest came from the store)
         self.shared_rows = 0  # of those, computed on a shared prefix's KV cache (shared_prefix_groups)
         self.share_top = True  # top layers: run a shared prefix once per forward too (False: every row in full)
@@ -178,6 +195,7 @@ class FrozenPrefixModel:
 
     @property
     def cached_sequences(self) -> int:
+        """Sequences whose states are at hand: in memory, or in the store (from any run)."""
         return len(self._cache)
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
@@ -228,7 +246,7 @@ class FrozenPrefixModel:
     def _fill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
               keys: list[tuple[int, ...]]) -> None:
         """Run the bottom layers for the rows not cached yet and keep them."""
-        missing = [r for r, key in enumerate(keys) if key not in self._cache and not self._load(key, input_ids)]
+        missing = [r for r, key in enumerate(keys) if key not in self._cache]
         if not missing:
             return
         # Outside inference mode (scoring runs in it) so cached states can feed a backward later.
@@ -311,19 +329,10 @@ class FrozenPrefixModel:
         return outputs
 
     def _keep(self, key: tuple[int, ...], states: torch.Tensor) -> None:
-        self._cache[key] = states.clone()
-        if self.store is not None:
-            self.store.put(key, self._cache[key])
+        """Cache one row's states: a slice of the batch, so in memory it is cloned (the
+        batch is freed); the store copies it to disk itself."""
+        self._cache[key] = states if self.store is not None else states.clone()
         self.computed += 1
-
-    def _load(self, key: tuple[int, ...], like: torch.Tensor) -> bool:
-        """Bring a stored sequence into memory; False when the store does not have it."""
-        states = self.store.get(key) if self.store is not None else None
-        if states is None:
-            return False
-        dtype = next(causal_lm(self.model).model.embed_tokens.parameters()).dtype
-        self._cache[key] = torch.from_numpy(states).to(device=like.device, dtype=dtype)
-        return True
 
     def _states(self, keys: list[tuple[int, ...]], width: int) -> torch.Tensor:
         """Cached states of `keys`, left-padded to `width` as in scoring.left_pad_batch: (B, W, d)."""
