@@ -1,6 +1,7 @@
 """Tests for calm_core.data.loaders: every file format, the mapping, and every DataError.
 
-Each test writes its own small file under tmp_path, so nothing depends on shared data.
+Each test writes its own small file under tmp_path, so nothing depends on shared data,
+and runs under both loaders (eager lists and streamed LazyItems: `loader_mode`).
 Run: pytest tests/test_loaders.py -q
 """
 
@@ -15,6 +16,16 @@ import pytest
 from calm_core.data.hf import load_hf
 from calm_core.data.loaders import ColumnMapping, detect_format, load_file, load_records
 from calm_core.data.schema import DataError, MCItem, OpenItem, RowError
+
+@pytest.fixture(autouse=True, params=["eager", "stream"])
+def loader_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test here runs twice: with the eager loader, and with every file and HF
+    dataset streamed (`stream.LazyItems`), which must give the same items and errors."""
+    if request.param == "stream":
+        monkeypatch.setattr("calm_core.data.loaders.STREAM_FROM_BYTES", 0)
+        monkeypatch.setattr("calm_core.data.hf.STREAM_FROM_BYTES", 0)
+    return request.param
+
 
 MC_ROWS = [
     {"id": "q1", "question": "2 + 2?", "choices": ["3", "4", "5"], "answer": 1},

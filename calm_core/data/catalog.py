@@ -253,7 +253,7 @@ def load_dataset(
     base, part = split_slice(name)
     if part is not None:
         report = load_dataset(base, seed=seed, mapping=mapping, kind=kind)
-        return dataclasses.replace(report, name=name, items=list(report.items[part][:limit]))
+        return dataclasses.replace(report, name=name, items=report.items[part][:limit])  # LazyItems: a view
     mapping = mapping or ColumnMapping()
     if name.startswith(HF_PREFIX):
         return _load_hf_name(name, mapping, kind, limit)

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from calm_core.data.loaders import ColumnMapping, _build_report
+from calm_core.data.loaders import ColumnMapping, _build_report, _stream_report
 from calm_core.data.readers import Table
 from calm_core.data.schema import DataError, LoadReport
+from calm_core.data.stream import STREAM_FROM_BYTES, HFSource
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 
@@ -31,12 +32,15 @@ def load_hf(
     limit: int | None = None,
     name: str | None = None,
     config: str | None = None,
+    stream: bool | None = None,
 ) -> LoadReport:
     """Load a Hugging Face dataset: a folder written by `save_to_disk`, or a hub id.
 
     `split` may be omitted when the dataset has exactly one; `config` is the hub
     configuration ("ARC-Easy" for allenai/ai2_arc). A hub id needs a network connection;
     offline it fails with a DataError that says how to bring the data over.
+    `stream` as in `load_file` (None: LazyItems when the Arrow data is `STREAM_FROM_BYTES`
+    or more); a dataset is memory-mapped Arrow already, so a row is read by its index.
     """
     datasets = _import_datasets()
     label = f"hf:{name_or_path}" + (f":{split}" if split else "")
@@ -44,6 +48,8 @@ def load_hf(
     if dataset.num_rows == 0:
         raise DataError(f"Expected data rows in {label}, but the dataset is empty")
     mapping = ColumnMapping.parse(mapping) if isinstance(mapping, str) else mapping
+    if stream or (stream is None and dataset.data.nbytes >= STREAM_FROM_BYTES):
+        return _stream_report(HFSource(dataset, label), kind, mapping, limit, name or label)
     rows = ((i + 1, record) for i, record in enumerate(dataset))
     table = Table(label, label, list(dataset.column_names), rows)
     return _build_report(table, kind, mapping, limit, name or label)

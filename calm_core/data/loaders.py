@@ -24,6 +24,8 @@ and HF datasets are never given `trust_remote_code`.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import itertools
 import json
 import re
 from dataclasses import dataclass
@@ -54,6 +56,7 @@ from calm_core.data.readers import (  # noqa: F401  (re-exported: loaders is the
     stage_upload,
     upload_suffix,
 )
+from calm_core.data.stream import STREAM_FROM_BYTES, Index, JsonlSource, RowSource, build_index, open_source
 
 KINDS = ("mc", "open", "auto")
 MAX_ERRORS_SHOWN = REJECTED_SHOWN  # row errors quoted in a DataError message; the report keeps all of them
@@ -470,8 +473,7 @@ def _build_report(table: Table, kind: str, mapping: ColumnMapping, limit: int | 
     for number, raw in guarded(table):
         item, error = _row_to_item(raw, number, table.source, mapping, kind)
         if item is not None and item.id in first_row_of:
-            message = f"Expected a unique id, but {item.id!r} already appeared in row {first_row_of[item.id]}"
-            item, error = None, RowError(table.source, number, mapping.id or "id", message)
+            item, error = None, _duplicate_id(table.source, mapping, item.id, first_row_of[item.id], number)
         if item is None:
             report.rejected.append(error)
             continue
@@ -481,6 +483,63 @@ def _build_report(table: Table, kind: str, mapping: ColumnMapping, limit: int | 
             break
     _check_not_empty(report, table)
     return report
+
+
+def _duplicate_id(source: str, mapping: ColumnMapping, item_id: str, first_row: int, number: int) -> RowError:
+    """Why row `number` is rejected: its id repeats row `first_row`'s (per-item results would merge)."""
+    message = f"Expected a unique id, but {item_id!r} already appeared in row {first_row}"
+    return RowError(source, number, mapping.id or "id", message)
+
+
+def _stream_report(rows: RowSource, kind: str, mapping: ColumnMapping, limit: int | None, name: str) -> LoadReport:
+    """`_build_report` for a row source read on demand: the same kind, items and rejected
+    rows (decided in one validating pass, `stream.build_index`), the items kept as LazyItems."""
+    check_limit(limit)
+    place = Table(rows.source, rows.where, rows.columns or [], ())
+    if rows.columns is None:
+        kind, index = _index_headerless(rows, kind, mapping, limit)  # type: ignore[arg-type]
+    else:
+        kind = _resolve_kind(place, kind, mapping)
+        index = _index(rows, kind, mapping, limit)
+    report = LoadReport(name=name, kind=kind, items=index.items, rejected=index.rejected)  # type: ignore[arg-type]
+    _check_not_empty(report, place)
+    return report
+
+
+def _index(rows: RowSource, kind: str, mapping: ColumnMapping, limit: int | None) -> Index:
+    convert = functools.partial(_row_to_item, source=rows.source, mapping=mapping, kind=kind)
+    return build_index(rows, convert, functools.partial(_duplicate_id, rows.source, mapping), limit)
+
+
+def _index_headerless(rows: JsonlSource, kind: str, mapping: ColumnMapping, limit: int | None) -> tuple[str, Index]:
+    """JSONL has no header: its columns (the union of every record's keys) are known only
+    after reading every row, and they decide the kind. So the one pass validates under
+    the kind the first records settle, and runs again only when all the columns decide
+    otherwise (a file whose early rows lack the option columns)."""
+    first: dict[str, None] = {}
+    for _, _, record in itertools.islice(rows.scan(), GUESS_ROWS):
+        first.update(dict.fromkeys(record) if isinstance(record, dict) else {})
+    _resolve_kind(Table(rows.source, rows.where, [], ()), kind, mapping)  # an unknown `kind` fails first
+    guess = _settled_kind(list(first), kind, mapping) or ("mc" if kind == "auto" else kind)
+    index = _index(rows, guess, mapping, limit)
+    if index.complete and not index.rejected and not index.items:
+        raise DataError(f"Expected data rows in {rows.where}, but the file has only blank lines")
+    if not index.complete and _settled_kind(list(rows.seen_columns), kind, mapping) is None:
+        rows.read_columns()  # stopped at `limit`: the rest of the file's keys may still decide
+    final = _resolve_kind(Table(rows.source, rows.where, list(rows.seen_columns), ()), kind, mapping)
+    return final, index if final == guess else _index(rows, final, mapping, limit)
+
+
+def _settled_kind(columns: list[str], kind: str, mapping: ColumnMapping) -> str | None:
+    """The kind `columns` resolve to when more columns could not change it; None when they
+    cannot tell yet: no columns, a missing column, or "open" only for lack of option columns."""
+    if not columns:
+        return None
+    try:
+        resolved = _resolve_kind(Table("", "", columns, ()), kind, mapping)
+    except DataError:
+        return None
+    return None if kind == "auto" and resolved == "open" else resolved
 
 
 def _row_to_item(
@@ -532,6 +591,7 @@ def load_file(
     name: str | None = None,
     fmt: str | None = None,
     source: str | None = None,
+    stream: bool | None = None,
 ) -> LoadReport:
     """Load a JSONL / CSV / Parquet file into a LoadReport of MCItems or OpenItems.
 
@@ -541,8 +601,19 @@ def load_file(
     rejected rows, its path for whole-file errors); the Data page passes the uploaded
     file's name so that no temporary path shows. Raises DataError when the file cannot
     be used at all.
+
+    `stream`: True keeps the items as `stream.LazyItems` (an index of the valid rows,
+    each parsed again when used: memory does not grow with the file), False reads them
+    into a list; None (the default) streams files of `STREAM_FROM_BYTES` or more. Both
+    give the same items and the same rejected rows. A `.json` file holding one array is
+    always read whole.
     """
     path = Path(path).expanduser()
     mapping = ColumnMapping.parse(mapping) if isinstance(mapping, str) else mapping
-    table = open_table(path, detect_format(path, fmt), source)
+    fmt = detect_format(path, fmt)
+    if stream or (stream is None and path.is_file() and path.stat().st_size >= STREAM_FROM_BYTES):
+        rows = open_source(path, fmt, source)
+        if rows is not None:
+            return _stream_report(rows, kind, mapping, limit, name or path.name)
+    table = open_table(path, fmt, source)
     return _build_report(table, kind, mapping, limit, name or path.name)

@@ -29,6 +29,7 @@ FORMATS = {  # file extension -> reader
 BOM = b"\xef\xbb\xbf"  # Excel and Notepad start UTF-8 files with it
 UNDECODABLE = "Expected UTF-8 text, but got undecodable bytes"
 PARQUET_BATCH = 1024  # rows decoded at a time, so `limit` on a large file stays cheap
+READ_ERRORS = (OSError, UnicodeDecodeError, csv.Error)  # a file failing to read part-way
 
 Record = dict[str, Any]
 Row = tuple[int, Union[Record, RowError]]  # (1-based row number, raw record or why it is unreadable)
@@ -76,12 +77,27 @@ def peek_records(path: str | Path, fmt: str | None = None, rows: int = 20, sourc
     """The readable records among the first `rows` rows: what a mapping is guessed from
     (the answer form, nested `choices`). Rows that cannot be parsed are skipped."""
     records = []
-    for number, record in load_records(path, fmt, source):
+    for number, record in _rows_unread(Path(path), detect_format(path, fmt), source):
         if number > rows:
             break
         if isinstance(record, dict):
             records.append(record)
     return records
+
+
+def _rows_unread(path: Path, fmt: str, source: str | None) -> Iterator[Row]:
+    """The rows `load_records` yields, without reading a JSONL file whole first: a peek
+    needs no columns (`_jsonl_table` reads every row to find them)."""
+    where = source or str(path)
+    check_readable(path, where)
+    try:
+        lines = fmt == "jsonl" and not is_json_array(path)
+    except READ_ERRORS as exc:
+        raise unreadable(fmt, where, exc) from None
+    if not lines:
+        return load_records(path, fmt, source)
+    rows = _some_rows(_jsonl_rows(path, source or path.name), where)
+    return guarded(Table(source or path.name, where, [], rows))
 
 
 def upload_suffix(filename: str, head: bytes) -> str:
@@ -117,15 +133,15 @@ def open_table(path: Path, fmt: str, source: str | None = None) -> Table:
     """The raw table of a file. `source` replaces the path in every message (an upload's
     temporary copy must not show; its own name must)."""
     where = source or str(path)
-    _check_readable(path, where)
+    check_readable(path, where)
     try:
         if fmt == "csv":
             return _csv_table(path, source or path.name, where)
         if fmt == "parquet":
             return _parquet_table(path, source or path.name, where)
         return _jsonl_table(path, source or path.name, where)
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise DataError(f"Expected a readable {fmt} file at {where}, but could not read it: {_reason(exc)}") from None
+    except READ_ERRORS as exc:
+        raise unreadable(fmt, where, exc) from None
 
 
 def _reason(exc: BaseException) -> str:
@@ -133,7 +149,7 @@ def _reason(exc: BaseException) -> str:
     return getattr(exc, "strerror", None) or str(exc) or "unknown error"
 
 
-def _check_readable(path: Path, where: str) -> None:
+def check_readable(path: Path, where: str) -> None:
     if not path.exists():
         raise DataError(f"Expected a dataset file at {where}, but it does not exist")
     if not path.is_file():
@@ -145,15 +161,28 @@ def _check_readable(path: Path, where: str) -> None:
 def _jsonl_table(path: Path, source: str, where: str) -> Table:
     # JSONL has no header: the columns are the union of keys, so the rows are read
     # first (QA sets are small; the biggest shared split is 2 MB).
-    is_array = path.suffix.lower() == ".json" and _starts_with(path, b"[")  # .json may hold one array
-    rows = list(_json_array_rows(path, source, where) if is_array else _jsonl_rows(path, source))
-    if not rows:
-        raise DataError(f"Expected data rows in {where}, but the file has only blank lines")
+    rows = list(_some_rows(_json_array_rows(path, source, where) if is_json_array(path) else _jsonl_rows(path, source),
+                           where))
     columns: dict[str, None] = {}
     for _, record in rows:
         if isinstance(record, dict):
             columns.update(dict.fromkeys(record))
     return Table(source, where, list(columns), rows)
+
+
+def _some_rows(rows: Iterator[Row], where: str) -> Iterator[Row]:
+    """`rows`, or a DataError once they end when there was none (a file of blank lines)."""
+    empty = True
+    for row in rows:
+        empty = False
+        yield row
+    if empty:
+        raise DataError(f"Expected data rows in {where}, but the file has only blank lines")
+
+
+def is_json_array(path: Path) -> bool:
+    """A `.json` file holding one array of objects rather than JSON lines."""
+    return path.suffix.lower() == ".json" and _starts_with(path, b"[")
 
 
 def _starts_with(path: Path, prefix: bytes) -> bool:
@@ -165,10 +194,10 @@ def _jsonl_rows(path: Path, source: str) -> Iterator[Row]:
     with path.open("rb") as handle:  # bytes: one undecodable line must not sink the file
         for number, raw in enumerate(handle, start=1):
             if raw.strip():
-                yield number, _parse_json_line(raw, source, number)
+                yield number, parse_json_line(raw, source, number)
 
 
-def _parse_json_line(raw: bytes, source: str, number: int) -> Record | RowError:
+def parse_json_line(raw: bytes, source: str, number: int) -> Record | RowError:
     try:
         value = json.loads(raw.decode("utf-8-sig"))
     except UnicodeDecodeError:
@@ -207,14 +236,20 @@ def _json_array_rows(path: Path, source: str, where: str) -> Iterator[Row]:
             yield number, RowError(source, number, "", f"Expected a JSON object, but got {_json_type(value)}")
 
 
-def _read_csv(path: Path) -> Any:
+def read_csv(path: Path) -> Any:
     """A text handle for csv.reader: undecodable bytes become lone surrogates (flagged
     per row, below) instead of one UnicodeDecodeError that sinks the whole file."""
     return path.open(newline="", encoding="utf-8-sig", errors="surrogateescape")  # -sig: Excel writes a BOM
 
 
 def _csv_table(path: Path, source: str, where: str) -> Table:
-    with _read_csv(path) as handle:
+    header = csv_header(path, where)
+    return Table(source, where, header, _csv_rows(path, source, header))
+
+
+def csv_header(path: Path, where: str) -> list[str]:
+    """The CSV's column names; DataError when there are none, they are not UTF-8 or repeat."""
+    with read_csv(path) as handle:
         header = [h.strip() for h in next(csv.reader(handle), [])]
     if not any(header):
         raise DataError(f"Expected a header row in {where}, but the file has none")
@@ -224,28 +259,39 @@ def _csv_table(path: Path, source: str, where: str) -> Table:
     twice = sorted({h for h in named if named.count(h) > 1})
     if twice:  # dict(zip(header, cells)) would keep the last one silently
         raise DataError(f"Expected distinct column names in {where}, but {', '.join(twice)} appear more than once")
-    return Table(source, where, header, _csv_rows(path, source, header))
+    return header
 
 
 def _csv_rows(path: Path, source: str, header: list[str]) -> Iterator[Row]:
-    with _read_csv(path) as handle:
+    with read_csv(path) as handle:
         reader = csv.reader(handle)
         next(reader)
         for number, cells in enumerate(reader, start=1):
-            if not any(cell.strip() for cell in cells):
-                continue
-            if len(cells) != len(header):
-                message = f"Expected {len(header)} fields as in the header, but got {len(cells)}"
-                yield number, RowError(source, number, "", message)
-                continue
-            bad = next((column for column, cell in zip(header, cells) if not is_utf8(cell)), None)
-            if bad is not None:
-                yield number, RowError(source, number, bad, UNDECODABLE)
-            else:
-                yield number, dict(zip(header, cells))
+            record = csv_record(number, cells, header, source)
+            if record is not None:
+                yield number, record
+
+
+def csv_record(number: int, cells: list[str], header: list[str], source: str) -> Record | RowError | None:
+    """One CSV row's record, its RowError (wrong number of fields, undecodable bytes), or
+    None for a blank row (skipped, though it keeps its number)."""
+    if not any(cell.strip() for cell in cells):
+        return None
+    if len(cells) != len(header):
+        return RowError(source, number, "", f"Expected {len(header)} fields as in the header, but got {len(cells)}")
+    bad = next((column for column, cell in zip(header, cells) if not is_utf8(cell)), None)
+    if bad is not None:
+        return RowError(source, number, bad, UNDECODABLE)
+    return dict(zip(header, cells))
 
 
 def _parquet_table(path: Path, source: str, where: str) -> Table:
+    parquet = open_parquet(path, where)
+    return Table(source, where, list(parquet.schema_arrow.names), parquet_rows(parquet, where))
+
+
+def open_parquet(path: Path, where: str) -> Any:
+    """A `pyarrow.parquet.ParquetFile` with at least one row; DataError otherwise."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -255,10 +301,10 @@ def _parquet_table(path: Path, source: str, where: str) -> Table:
         raise DataError(f"Expected a Parquet file at {where}, but could not read it: {_reason(exc)}") from None
     if parquet.metadata.num_rows == 0:
         raise DataError(f"Expected data rows in {where}, but the Parquet file has none")
-    return Table(source, where, list(parquet.schema_arrow.names), _parquet_rows(parquet, where))
+    return parquet
 
 
-def _parquet_rows(parquet: Any, where: str) -> Iterator[Row]:
+def parquet_rows(parquet: Any, where: str) -> Iterator[Row]:
     import pyarrow as pa
 
     number = 0
@@ -277,6 +323,15 @@ def guarded(table: Table) -> Iterator[Row]:
     try:
         for number, raw in table.rows:
             yield number, raw
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        message = f"Expected readable data in {table.where}, but reading after row {number} failed: {_reason(exc)}"
-        raise DataError(message) from None
+    except READ_ERRORS as exc:
+        raise read_failed(table.where, number, exc) from None
+
+
+def read_failed(where: str, number: int, exc: BaseException) -> DataError:
+    """The DataError for a file that could not be read past row `number`."""
+    return DataError(f"Expected readable data in {where}, but reading after row {number} failed: {_reason(exc)}")
+
+
+def unreadable(fmt: str, where: str, exc: BaseException) -> DataError:
+    """The DataError for a file that could not be opened as `fmt`."""
+    return DataError(f"Expected a readable {fmt} file at {where}, but could not read it: {_reason(exc)}")

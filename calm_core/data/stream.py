@@ -1,0 +1,478 @@
+"""Streaming datasets: validated in one pass, kept as an index, parsed again on demand.
+
+A file of a few million rows does not fit in memory as items (about a kilobyte each as
+Python objects). `LazyItems` is a `Sequence` of the same `MCItem` / `OpenItem` values the
+eager loaders return, backed by an index of fixed-width numbers per valid row:
+
+- its row number (messages, and the default id `<source>-<row>`),
+- its key: the byte offset of the line (JSONL, CSV) or its 0-based position (Parquet, HF),
+- its number of choices (so a trainer sizes its head without reading every row again).
+
+That is `INDEX_BYTES_PER_ROW` bytes a row. `items[i]` seeks to the key and parses and
+validates that row again; `items[a:b]` is a view; `take` and `chunks` read many rows with
+one open file (Parquet: one row group decoded at a time, the last one kept).
+
+Rejected rows are decided in the indexing pass, exactly as the eager loader decides them:
+every row is parsed, mapped and validated once while the index is built (rows are read
+one at a time, so peak memory does not grow with the file), and only the valid ones get
+an index entry. So `len(items)`, the rejected rows and their reasons are known when the
+load returns and are identical to the eager loader's; no row can turn out bad later.
+Duplicate ids, which the eager loader catches with a set of every id, are found after
+the pass from an 8-byte hash per row (sorted once; rows whose hashes meet are read again
+to compare the real ids), so that check costs no per-row Python objects either. What
+does grow with the file: the index (and, during the pass, the hashes and their sort:
+a few dozen bytes a row at the peak, against about a kilobyte a row for eager items;
+tests/test_stream.py counts both), and the list of rejected rows (kept whole, as the
+eager report keeps it).
+
+JSONL has no header, so its columns (which decide the kind, "mc" or "open") are known
+only after the pass; the loader validates under the kind the first rows settle and
+validates again only if the whole file decides otherwise (`loaders._index_headerless`).
+A `.json` file holding one array is read whole, as before. HF datasets are memory-mapped
+Arrow already: a row is read back by its index.
+
+The file must not change while its items are in use: each read checks the size and
+modification time recorded when the index was built and raises DataError otherwise.
+"""
+
+from __future__ import annotations
+
+import csv
+from array import array
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, overload
+
+import numpy as np
+
+from calm_core.data.readers import (
+    READ_ERRORS,
+    check_readable,
+    csv_header,
+    csv_record,
+    is_json_array,
+    open_parquet,
+    parquet_rows,
+    parse_json_line,
+    read_csv,
+    read_failed,
+    unreadable,
+)
+from calm_core.data.schema import DataError, RowError
+
+STREAM_FROM_BYTES = 32 * 2**20  # files at least this large load as LazyItems (loaders.load_file)
+CHUNK_ROWS = 4096  # rows parsed per chunk when iterating
+INDEX_BYTES_PER_ROW = 8 + 8 + 2  # row number (int64), key (int64), choices (uint16)
+
+Convert = Callable[[Any, int], "tuple[Any, RowError | None]"]  # (raw row, row number) -> (item, error)
+Duplicate = Callable[[str, int, int], RowError]  # (id, first row, this row) -> the rejection
+KeyedRow = tuple[int, int, Any]  # (1-based row number, key, raw record or RowError)
+
+
+class RowSource(Protocol):
+    """One file or dataset read row by row (`scan`) and again at chosen rows (`read`)."""
+
+    source: str  # how row errors name it
+    where: str  # how whole-file errors name it
+    columns: list[str] | None  # known before reading rows (CSV, Parquet, HF); None for JSONL
+
+    def scan(self) -> Iterator[KeyedRow]: ...
+
+    def read(self, keys: Sequence[int]) -> list[Any]: ...
+
+
+# ----------------------------------------------------------------------------- sources
+
+
+@dataclass
+class _Stamp:
+    """A file's size and modification time, to refuse reading it after it changed."""
+
+    path: Path
+    where: str
+    size: int = 0
+    mtime_ns: int = 0
+
+    def __post_init__(self) -> None:
+        stat = self.path.stat()
+        self.size, self.mtime_ns = stat.st_size, stat.st_mtime_ns
+
+    def check(self) -> None:
+        try:
+            stat = self.path.stat()
+        except OSError as exc:
+            raise DataError(f"Expected {self.where} to stay readable while its items are used, but: {exc}") from None
+        if (stat.st_size, stat.st_mtime_ns) != (self.size, self.mtime_ns):
+            raise DataError(f"Expected {self.where} to stay unchanged while its items are used, but it changed: "
+                            "load it again")
+
+
+class JsonlSource:
+    """JSON lines; the key is the byte offset of the line. Columns are the union of the
+    keys of every record, so they are only known after the scan (`scan` collects them)."""
+
+    columns = None
+
+    def __init__(self, path: Path, source: str, where: str) -> None:
+        self.path, self.source, self.where = path, source, where
+        self.stamp = _Stamp(path, where)
+        self.seen_columns: dict[str, None] = {}
+
+    def scan(self) -> Iterator[KeyedRow]:
+        with self.path.open("rb") as handle:  # bytes: one undecodable line must not sink the file
+            offset = 0
+            for number, raw in enumerate(handle, start=1):
+                if raw.strip():
+                    record = parse_json_line(raw, self.source, number)
+                    if isinstance(record, dict):
+                        self.seen_columns.update(dict.fromkeys(record))
+                    yield number, offset, record
+                offset += len(raw)
+
+    def read_columns(self) -> None:
+        """Read every row for its keys alone (`seen_columns`), when a pass stopped early."""
+        for _ in guarded_scan(self):
+            pass
+
+    def read(self, keys: Sequence[int]) -> list[Any]:
+        self.stamp.check()
+        with self.path.open("rb") as handle:
+            out = []
+            for key in keys:
+                handle.seek(int(key))
+                out.append(parse_json_line(handle.readline(), self.source, 0))
+            return out
+
+
+class CsvSource:
+    """CSV with a header; the key is the position of the record's first line (a quoted
+    cell may span lines). Reads through `readers.csv_record`, as the eager reader does."""
+
+    def __init__(self, path: Path, source: str, where: str, header: list[str]) -> None:
+        self.path, self.source, self.where, self.columns = path, source, where, header
+        self.stamp = _Stamp(path, where)
+
+    def scan(self) -> Iterator[KeyedRow]:
+        with read_csv(self.path) as handle:
+            starts: list[int] = []  # positions of the lines the reader took for the record it is building
+
+            def lines() -> Iterator[str]:
+                while True:
+                    position = handle.tell()  # allowed: readline, not iteration, moves the handle
+                    line = handle.readline()
+                    if not line:
+                        return
+                    starts.append(position)
+                    yield line
+
+            reader = csv.reader(lines())
+            next(reader, None)  # the header
+            starts.clear()
+            for number, cells in enumerate(reader, start=1):
+                key = starts[0]
+                starts.clear()
+                record = csv_record(number, cells, self.columns, self.source)
+                if record is not None:
+                    yield number, key, record
+
+    def read(self, keys: Sequence[int]) -> list[Any]:
+        self.stamp.check()
+        with read_csv(self.path) as handle:
+            out = []
+            for key in keys:
+                handle.seek(int(key))
+                cells = next(csv.reader(iter(handle.readline, "")))
+                out.append(csv_record(0, cells, self.columns, self.source))
+            return out
+
+
+class ParquetSource:
+    """Parquet; the key is the row's 0-based position. A read decodes the row groups that
+    hold the wanted rows, one at a time, keeping the last one (batches drawn from a
+    shuffled file touch a group each; sequential chunks reuse it)."""
+
+    def __init__(self, path: Path, source: str, where: str, parquet: Any) -> None:
+        self.path, self.source, self.where = path, source, where
+        self.parquet = parquet
+        self.columns = list(parquet.schema_arrow.names)
+        self.stamp = _Stamp(path, where)
+        sizes = [parquet.metadata.row_group(g).num_rows for g in range(parquet.metadata.num_row_groups)]
+        self.group_starts = np.cumsum([0] + sizes)
+        self._cached: tuple[int, Any] | None = None
+
+    def scan(self) -> Iterator[KeyedRow]:
+        for number, record in parquet_rows(self.parquet, self.where):
+            yield number, number - 1, record
+
+    def read(self, keys: Sequence[int]) -> list[Any]:
+        self.stamp.check()
+        keys = np.asarray(keys, dtype=np.int64)
+        groups = np.searchsorted(self.group_starts, keys, side="right") - 1
+        out: list[Any] = [None] * len(keys)
+        for group in np.unique(groups):  # ascending: sequential reads stay sequential
+            where = np.flatnonzero(groups == group)
+            local = keys[where] - self.group_starts[group]
+            for position, record in zip(where, self._group(int(group)).take(local).to_pylist()):
+                out[position] = record
+        return out
+
+    def _group(self, group: int) -> Any:
+        if self._cached is None or self._cached[0] != group:
+            self._cached = None  # let the previous group go before decoding the next
+            self._cached = (group, self.parquet.read_row_group(group))
+        return self._cached[1]
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "parquet": None, "_cached": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        import pyarrow.parquet as pq
+
+        self.__dict__.update(state)
+        self.parquet = pq.ParquetFile(self.path)
+
+
+class HFSource:
+    """A Hugging Face `datasets.Dataset` (memory-mapped Arrow); the key is the row index."""
+
+    def __init__(self, dataset: Any, label: str) -> None:
+        self.dataset, self.source, self.where = dataset, label, label
+        self.columns = list(dataset.column_names)
+
+    def scan(self) -> Iterator[KeyedRow]:
+        for index, record in enumerate(self.dataset):
+            yield index + 1, index, record
+
+    def read(self, keys: Sequence[int]) -> list[Any]:
+        return [self.dataset[int(key)] for key in keys]
+
+
+def open_source(path: Path, fmt: str, source: str | None = None) -> RowSource | None:
+    """The row source of a JSONL, CSV or Parquet file, or None for a `.json` file holding
+    one array (read whole). Whole-file problems raise the DataError `open_table` raises."""
+    where = source or str(path)
+    check_readable(path, where)
+    try:
+        if fmt == "csv":
+            return CsvSource(path, source or path.name, where, csv_header(path, where))
+        if fmt == "parquet":
+            return ParquetSource(path, source or path.name, where, open_parquet(path, where))
+        return None if is_json_array(path) else JsonlSource(path, source or path.name, where)
+    except READ_ERRORS as exc:
+        raise unreadable(fmt, where, exc) from None
+
+
+def guarded_scan(source: RowSource) -> Iterator[KeyedRow]:
+    """`source.scan()`, turning a read failure half-way through into one DataError."""
+    number = 0
+    try:
+        for number, key, raw in source.scan():
+            yield number, key, raw
+    except READ_ERRORS as exc:
+        raise read_failed(source.where, number, exc) from None
+
+
+# ----------------------------------------------------------------------------- the index
+
+
+@dataclass
+class Index:
+    """What the indexing pass found: the valid rows (as LazyItems) and the rejected ones."""
+
+    items: LazyItems
+    rejected: list[RowError]
+    complete: bool  # False when `limit` stopped the pass before the end of the source
+
+
+class _Growing:
+    """Per-row numbers appended during the pass: `array` grows without Python objects."""
+
+    def __init__(self) -> None:
+        self.rows, self.keys, self.hashes, self.widths = array("q"), array("q"), array("q"), array("H")
+
+    def add(self, number: int, key: int, item: Any) -> None:
+        self.rows.append(number)
+        self.keys.append(key)
+        self.hashes.append(hash(item.id))
+        self.widths.append(min(getattr(item, "n_choices", 1), 65535))
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        """Zero-copy numpy views of the four columns."""
+        return tuple(np.frombuffer(a, dtype=a.typecode) if len(a) else np.zeros(0, a.typecode)
+                     for a in (self.rows, self.keys, self.hashes, self.widths))
+
+
+def build_index(source: RowSource, convert: Convert, duplicate: Duplicate, limit: int | None = None) -> Index:
+    """Validate every row of `source` in order (until `limit` valid items with distinct
+    ids), keeping an index entry per valid row and every rejected row: the same verdicts,
+    in the same order, as the eager loader's `_build_report`."""
+    rows = guarded_scan(source)
+    grown, unreadable_or_invalid = _Growing(), []
+    kept = np.ones(0, bool)
+    while True:  # with `limit`: until that many rows survive the duplicate check
+        # Ask for at least as many rows again as read so far: rounds stay few however many ids repeat.
+        wanted = None if limit is None else max(limit - int(kept.sum()), len(grown.rows))
+        complete = _consume(rows, convert, grown, unreadable_or_invalid, wanted)
+        kept, repeated = _drop_duplicates(source, convert, duplicate, *grown.arrays()[:3])  # over every row so far
+        if complete or limit is None or int(kept.sum()) >= limit:
+            break
+    rejected = sorted(unreadable_or_invalid + repeated, key=lambda e: e.row) if repeated else unreadable_or_invalid
+    numbers, keys, _, widths = grown.arrays()
+    if limit is not None and int(kept.sum()) > limit:  # read past the limit-th item: forget what came after it
+        last = np.flatnonzero(kept)[limit - 1]
+        kept[last + 1:] = False
+        rejected = [e for e in rejected if e.row <= numbers[last]]
+    items = LazyItems(source, convert, numbers[kept].copy(), keys[kept].copy(), widths[kept].copy())
+    return Index(items, rejected, complete)
+
+
+def _consume(rows: Iterator[KeyedRow], convert: Convert, grown: _Growing, rejected: list[RowError],
+             wanted: int | None) -> bool:
+    """Read rows until `wanted` more valid ones (None: all); True when the source ended."""
+    found = 0
+    for number, key, raw in rows:
+        item, error = (None, raw) if isinstance(raw, RowError) else convert(raw, number)
+        if item is None:
+            rejected.append(error)
+            continue
+        grown.add(number, key, item)
+        found += 1
+        if wanted is not None and found >= wanted:
+            return False
+    return True
+
+
+def _drop_duplicates(source: RowSource, convert: Convert, duplicate: Duplicate, numbers: np.ndarray,
+                     keys: np.ndarray, hashes: np.ndarray) -> tuple[np.ndarray, list[RowError]]:
+    """(mask of rows kept, rejections of later rows repeating an earlier row's id). Only
+    rows whose id hashes collide are read again, to compare the ids themselves."""
+    kept = np.ones(len(hashes), bool)
+    if len(hashes) < 2:
+        return kept, []
+    order = np.argsort(hashes, kind="stable")  # stable: equal hashes stay in file order
+    ordered = hashes[order]
+    repeated = np.flatnonzero(ordered[1:] == ordered[:-1])
+    if not len(repeated):
+        return kept, []
+    suspects = np.unique(np.concatenate([order[repeated], order[repeated + 1]]))  # positions, file order
+    items = LazyItems(source, convert, numbers[suspects], keys[suspects], np.ones(len(suspects), np.uint16))
+    first_row: dict[str, int] = {}
+    late = []
+    for position, item in zip(suspects, items.take(range(len(suspects)))):
+        if item.id in first_row:
+            kept[position] = False
+            late.append(duplicate(item.id, first_row[item.id], int(numbers[position])))
+        else:
+            first_row[item.id] = int(numbers[position])
+    return kept, late
+
+
+# ----------------------------------------------------------------------------- the sequence
+
+
+class LazyItems(Sequence):
+    """The valid items of a source, in file order, parsed when asked for.
+
+    Behaves as the list the eager loader returns: `len`, `items[i]` (negative too),
+    `items[a:b:c]` (a view), iteration, `==` against any sequence. Picklable (the open
+    Parquet file and its cached row group are not pickled).
+    """
+
+    def __init__(self, source: RowSource, convert: Convert, numbers: np.ndarray, keys: np.ndarray,
+                 widths: np.ndarray) -> None:
+        self.source, self.convert = source, convert
+        self.numbers, self.keys, self.widths = numbers, keys, widths
+
+    def __len__(self) -> int:
+        return len(self.numbers)
+
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> LazyItems: ...
+
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return self.subset(np.arange(len(self))[index])
+        position = int(index) + len(self) if int(index) < 0 else int(index)
+        if not 0 <= position < len(self):
+            raise IndexError(f"Expected an index in 0..{len(self) - 1}, but got {index}")
+        return self.take([position])[0]
+
+    def take(self, positions: Sequence[int] | range) -> list[Any]:
+        """The items at `positions` (in that order), with one open file."""
+        positions = np.asarray(positions, dtype=np.int64)
+        try:
+            raws = self.source.read(self.keys[positions]) if len(positions) else []
+        except READ_ERRORS as exc:
+            raise DataError(f"Expected {self.source.where} to stay readable while its items are used, "
+                            f"but: {exc}") from None
+        return [self._item(raw, int(number)) for raw, number in zip(raws, self.numbers[positions])]
+
+    def subset(self, positions: Sequence[int] | np.ndarray) -> LazyItems:
+        """A LazyItems of the items at `positions` (in that order): an index, no parsing."""
+        positions = np.asarray(positions, dtype=np.int64)
+        return LazyItems(self.source, self.convert, self.numbers[positions], self.keys[positions],
+                         self.widths[positions])
+
+    def chunks(self, size: int = CHUNK_ROWS) -> Iterator[list[Any]]:
+        """The items in order, `size` at a time: what `iter` walks, at most `size` parsed at once."""
+        for start in range(0, len(self), size):
+            yield self.take(range(start, min(start + size, len(self))))
+
+    def __iter__(self) -> Iterator[Any]:
+        for chunk in self.chunks():
+            yield from chunk
+
+    def _item(self, raw: Any, number: int) -> Any:
+        item, error = (None, raw) if isinstance(raw, RowError) else self.convert(raw, number)
+        if item is None:  # valid when indexed: the file changed under us
+            raise DataError(f"Expected row {number} of {self.source.where} to read as it did when the data was "
+                            f"loaded, but now: {error.message if error else 'it does not'}; load it again")
+        return item
+
+    @property
+    def max_choices(self) -> int:
+        """The most options any item has (1 for open items, 0 when empty), from the index."""
+        return int(self.widths.max()) if len(self.widths) else 0
+
+    @property
+    def index_nbytes(self) -> int:
+        """Bytes the index holds: INDEX_BYTES_PER_ROW a row, nothing else grows with the file."""
+        return int(self.numbers.nbytes + self.keys.nbytes + self.widths.nbytes)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to any sequence (list, LazyItems) of equal items in the same order."""
+        if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
+            return NotImplemented
+        return len(other) == len(self) and all(a == b for a, b in zip(self, other))
+
+    __hash__ = None  # type: ignore[assignment]  # mutable-sequence semantics, like the list it stands for
+
+    def __repr__(self) -> str:
+        return f"LazyItems({len(self)} items of {self.source.where})"
+
+
+def max_choices(items: Sequence[Any]) -> int:
+    """The most options among `items` (1 for open items, 0 when empty); free on LazyItems."""
+    if isinstance(items, LazyItems):
+        return items.max_choices
+    return max((getattr(item, "n_choices", 1) for item in items), default=0)
+
+
+def subset(items: Sequence[Any], positions: Sequence[int]) -> Sequence[Any]:
+    """The items at `positions`: a LazyItems view of LazyItems, a list otherwise."""
+    if isinstance(items, LazyItems):
+        return items.subset(positions)
+    return [items[i] for i in positions]
+
+
+def chunks(items: Sequence[Any], size: int = CHUNK_ROWS) -> Iterator[Sequence[Any]]:
+    """`items` `size` at a time (LazyItems parse each chunk with one open file)."""
+    if isinstance(items, LazyItems):
+        yield from items.chunks(size)
+    else:
+        for start in range(0, len(items), size):
+            yield items[start:start + size]
