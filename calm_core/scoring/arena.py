@@ -4,10 +4,10 @@ Why: the frozen-prefix cache (`frozen_prefix.HiddenStateStore`) holds one (L, d)
 per token sequence. In memory that is tens of GB at 100k sequences, and one file per
 sequence, read by mapping it, runs into Linux's limit on mappings per process
 (vm.max_map_count, 65530 by default). Here every array of one cache goes into a single
-data file that is mapped once (re-mapped when it has grown), so memory stays bounded
-whatever the number of arrays: the index (about a hundred bytes per array) plus at most
-`ArenaConfig.resident_bytes` of mapped pages, which are handed back to the page cache
-when reached.
+data file that is mapped once (re-mapped when it has grown), and what a process holds
+is the index (a 64-byte record and a dict entry per array, against the array's own
+L x d x 4 bytes) plus at most `ArenaConfig.resident_bytes` of mapped pages, which are
+handed back to the page cache when reached: bounded whatever the data's size.
 
 Files under the arena's directory:
 
@@ -47,10 +47,14 @@ _DATA_MAGIC = b"CALM-ARENA-DATA1"
 _INDEX_MAGIC = b"CALM-ARENA-INDX1"
 _HEADER = 64  # bytes before the first record / the first array, so both stay aligned
 _ALIGN = 64  # every array starts on a 64-byte boundary of the data file
-# digest, offset, key length, dtype (numpy's dtype.str), ndim, shape (4 dims), CRC of the rest
-_RECORD = struct.Struct("<16sQI8sB3x4I")
-_RECORD_SIZE = 64
 _MAX_DIMS = 4
+_RECORD_SIZE = 64
+# One index record: the key's digest, where its bytes start in the data file, its length,
+# the array's dtype (numpy's dtype.str) and shape (unused dims 0), then a CRC of all that.
+_FIELDS = struct.Struct("<16sQI8sB3x4I")
+_RECORD = np.dtype({"names": ["digest", "offset", "key_size", "dtype", "ndim", "shape", "crc"],
+                    "formats": ["V16", "<u8", "<u4", "S8", "u1", ("<u4", (_MAX_DIMS,)), "<u4"],
+                    "offsets": [0, 16, 24, 28, 36, 40, _FIELDS.size], "itemsize": _RECORD_SIZE})
 
 
 @dataclass(frozen=True)
@@ -79,20 +83,30 @@ def _aligned(n: int) -> int:
 def _pack(digest: bytes, entry: _Entry) -> bytes:
     """One index record: the fields, then the CRC of the fields, padded to _RECORD_SIZE."""
     shape = entry.shape + (0,) * (_MAX_DIMS - len(entry.shape))
-    body = _RECORD.pack(digest, entry.offset, entry.key_size, entry.dtype.encode(), len(entry.shape), *shape)
+    body = _FIELDS.pack(digest, entry.offset, entry.key_size, entry.dtype.encode(), len(entry.shape), *shape)
     return (body + struct.pack("<I", zlib.crc32(body))).ljust(_RECORD_SIZE, b"\0")
 
 
-def _unpack(record: bytes) -> tuple[bytes, _Entry] | None:
-    """(digest, entry) of a record, or None when its CRC does not match (a damaged record)."""
-    body = record[:_RECORD.size]
-    (crc,) = struct.unpack_from("<I", record, _RECORD.size)
-    if zlib.crc32(body) != crc:
-        return None
-    digest, offset, key_size, dtype, ndim, *shape = _RECORD.unpack(body)
-    if ndim > _MAX_DIMS:
-        return None
-    return digest, _Entry(offset, key_size, dtype.rstrip(b"\0").decode(), tuple(shape[:ndim]))
+def _valid(raw: bytes, records: np.ndarray, data_size: int) -> np.ndarray:
+    """Which records to trust: CRC right, dtype and shape readable, bytes inside the data file."""
+    view = memoryview(raw)
+    crc = np.fromiter((zlib.crc32(view[at:at + _FIELDS.size]) for at in range(0, len(raw), _RECORD_SIZE)),
+                      dtype=np.uint32, count=len(records))
+    dtypes, which = np.unique(records["dtype"], return_inverse=True)
+    itemsize = np.array([_itemsize(d) for d in dtypes], dtype=np.int64)[which.reshape(-1)]
+    used = np.arange(_MAX_DIMS) < records["ndim"][:, None]
+    count = np.where(used, records["shape"], 1).astype(np.int64).prod(axis=1)
+    end = records["offset"].astype(np.int64) + records["key_size"] + count * itemsize
+    return (crc == records["crc"]) & (records["ndim"] <= _MAX_DIMS) & (itemsize > 0) & (end <= data_size)
+
+
+def _itemsize(dtype: bytes) -> int:
+    """A stored dtype's item size; 0 for one numpy cannot read (a damaged record)."""
+    try:
+        found = np.dtype(dtype.decode())
+    except (TypeError, ValueError, UnicodeDecodeError):
+        return 0
+    return 0 if found.hasobject else found.itemsize
 
 
 def _nbytes(entry: _Entry) -> int:
@@ -124,8 +138,12 @@ class Arena:
         self._lock = self.path / "lock"
         self._data = os.open(self.path / "data.arena", os.O_RDWR | os.O_CREAT, 0o666)
         self._index = os.open(self.path / "index.arena", os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o666)
-        self._entries: dict[bytes, tuple[_Entry, ...]] = {}  # digest -> entries (more than one on a collision)
+        # The index in memory: its valid records in a table, and digest -> row; rows of
+        # further keys with the same digest, were there ever any, in _collided.
+        self._table = np.empty(0, dtype=_RECORD)
         self._count = 0
+        self._rows: dict[bytes, int] = {}
+        self._collided: dict[bytes, list[int]] = {}
         self._index_pos = _HEADER  # bytes of the index read so far
         self.ignored = 0  # records skipped as damaged or pointing past the data (see the module's docstring)
         self._map: mmap.mmap | None = None
@@ -176,7 +194,7 @@ class Arena:
             if self.config.fsync:
                 os.fsync(self._index)
             self._index_pos += _RECORD_SIZE
-            self._add(_digest(key), entry)
+            self._add(np.frombuffer(_pack(_digest(key), entry), dtype=_RECORD))
         return True
 
     def close(self) -> None:
@@ -227,18 +245,33 @@ class Arena:
         if end <= self._index_pos:
             return
         raw = os.pread(self._index, end - self._index_pos, self._index_pos)
-        data_size = os.fstat(self._data).st_size
-        for at in range(0, len(raw), _RECORD_SIZE):
-            parsed = _unpack(raw[at:at + _RECORD_SIZE])
-            if parsed is None or parsed[1].offset + parsed[1].key_size + _nbytes(parsed[1]) > data_size:
-                self.ignored += 1
-                continue
-            self._add(*parsed)
+        records = np.frombuffer(raw, dtype=_RECORD)
+        valid = _valid(raw, records, os.fstat(self._data).st_size)
+        self.ignored += int((~valid).sum())
+        self._add(records[valid])
         self._index_pos = end
 
-    def _add(self, digest: bytes, entry: _Entry) -> None:
-        self._entries[digest] = self._entries.get(digest, ()) + (entry,)
-        self._count += 1
+    def _add(self, records: np.ndarray) -> None:
+        """Append valid records to the table (grown by doubling) and index their digests."""
+        first = self._count
+        if first + len(records) > len(self._table):
+            grown = np.empty(max(2 * len(self._table), first + len(records), 1024), dtype=_RECORD)
+            grown[:first] = self._table[:first]
+            self._table = grown
+        self._table[first:first + len(records)] = records
+        self._count += len(records)
+        digests = records["digest"].tobytes()
+        for i in range(len(records)):
+            digest = digests[16 * i:16 * i + 16]
+            if digest in self._rows:
+                self._collided.setdefault(digest, []).append(first + i)
+            else:
+                self._rows[digest] = first + i
+
+    def _entry(self, row: int) -> _Entry:
+        record = self._table[row]
+        shape = tuple(int(n) for n in record["shape"][:int(record["ndim"])])
+        return _Entry(int(record["offset"]), int(record["key_size"]), record["dtype"].decode(), shape)
 
     def _cut_torn_record(self) -> None:
         """Under the lock: drop a partial record a killed writer left at the index's end,
@@ -253,7 +286,8 @@ class Arena:
         looking at other writers' new records before saying no."""
         digest = _digest(key)
         for attempt in range(2):
-            for entry in self._entries.get(digest, ()):
+            rows = [self._rows[digest], *self._collided.get(digest, ())] if digest in self._rows else []
+            for entry in map(self._entry, rows):
                 stored = self._mapped(entry.offset + entry.key_size)[entry.offset:entry.offset + entry.key_size]
                 self._read(entry.key_size)
                 if stored == key:
