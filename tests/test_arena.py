@@ -54,15 +54,15 @@ def test_round_trip_keeps_values_dtypes_and_shapes(tmp_path: Path, config: Arena
 
 def test_reopen_and_a_reader_sees_later_appends(tmp_path: Path) -> None:
     with Arena(tmp_path) as writer:
-        fill(writer, range(0, 50))
+        fill(writer, range(50))
         with Arena(tmp_path) as reader:
             assert len(reader) == 50
-            assert_holds(reader, range(0, 50))
+            assert_holds(reader, range(50))
             fill(writer, range(50, 120))  # the data file grows past the reader's map
             assert_holds(reader, range(50, 120))
             assert len(reader) == 120
     with Arena(tmp_path) as again:
-        assert_holds(again, range(0, 120))
+        assert_holds(again, range(120))
         assert again.ignored == 0
 
 
@@ -79,48 +79,48 @@ def test_same_key_twice_keeps_the_first(tmp_path: Path) -> None:
 def test_a_digest_collision_serves_each_key_its_own_array(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(arena_module, "_digest", lambda key: b"\x00" * 16)  # every key collides
     with Arena(tmp_path) as arena:
-        fill(arena, range(0, 5))
-        assert_holds(arena, range(0, 5))
+        fill(arena, range(5))
+        assert_holds(arena, range(5))
         assert arena.get(key_of(99)) is None
     with Arena(tmp_path) as again:
         assert len(again) == 5
-        assert_holds(again, range(0, 5))
+        assert_holds(again, range(5))
 
 
 def test_a_torn_index_record_is_not_read_and_the_next_writer_cuts_it(tmp_path: Path) -> None:
     with Arena(tmp_path) as arena:
-        fill(arena, range(0, 10))
+        fill(arena, range(10))
     index = tmp_path / "index.arena"
     whole = index.read_bytes()
     with index.open("ab") as handle:  # a writer killed half way through its record
         handle.write(whole[-arena_module._RECORD_SIZE:][:30])
     with Arena(tmp_path) as arena:
         assert len(arena) == 10 and arena.ignored == 0
-        assert_holds(arena, range(0, 10))
+        assert_holds(arena, range(10))
         fill(arena, range(10, 12))
     assert index.stat().st_size == len(whole) + 2 * arena_module._RECORD_SIZE  # the torn half was cut
     with Arena(tmp_path) as arena:
         assert len(arena) == 12 and arena.ignored == 0
-        assert_holds(arena, range(0, 12))
+        assert_holds(arena, range(12))
 
 
 def test_a_torn_data_append_is_never_read(tmp_path: Path) -> None:
     with Arena(tmp_path) as arena:
-        fill(arena, range(0, 10))
+        fill(arena, range(10))
     with (tmp_path / "data.arena").open("ab") as handle:  # killed after its data, before its record
         handle.write(key_of(10) + b"\x7f" * 37)
     with Arena(tmp_path) as arena:
         assert len(arena) == 10 and key_of(10) not in arena
         fill(arena, range(10, 15))  # appended past the torn bytes
     with Arena(tmp_path) as arena:
-        assert_holds(arena, range(0, 15))
+        assert_holds(arena, range(15))
 
 
 def test_records_past_the_data_or_damaged_are_ignored(tmp_path: Path) -> None:
     """A power cut without fsync can keep a record and lose its data; a damaged record
     fails its CRC. Either is skipped, and the rest is served."""
     with Arena(tmp_path) as arena:
-        fill(arena, range(0, 10))
+        fill(arena, range(10))
     data, index = tmp_path / "data.arena", tmp_path / "index.arena"
     os.truncate(data, data.stat().st_size - 8)  # the last array's tail is gone
     raw = bytearray(index.read_bytes())
@@ -129,7 +129,7 @@ def test_records_past_the_data_or_damaged_are_ignored(tmp_path: Path) -> None:
     with Arena(tmp_path) as arena:
         assert arena.ignored == 2 and len(arena) == 8
         assert arena.get(key_of(9)) is None and arena.get(key_of(3)) is None
-        assert_holds(arena, range(0, 3))
+        assert_holds(arena, range(3))
         assert_holds(arena, range(4, 9))
 
 
@@ -160,6 +160,6 @@ def test_two_processes_appending_at_once_lose_nothing_and_duplicate_nothing(tmp_
         assert writer.exitcode == 0
     with Arena(tmp_path) as arena:
         assert len(arena) == 450 and arena.ignored == 0
-        assert_holds(arena, range(0, 450))
+        assert_holds(arena, range(450))
     # keys 150..299 went in once, by whichever writer came first
     assert (tmp_path / "index.arena").stat().st_size == arena_module._HEADER + 450 * arena_module._RECORD_SIZE

@@ -37,7 +37,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Self
 
 import numpy as np
 
@@ -131,10 +131,10 @@ class Arena:
     appendable by many under a file lock. An array, once put, never changes: a second
     `put` of the same key keeps the first."""
 
-    def __init__(self, path: Path, config: ArenaConfig = ArenaConfig()) -> None:
+    def __init__(self, path: Path, config: ArenaConfig | None = None) -> None:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
-        self.config = config
+        self.config = config or ArenaConfig()
         self._lock = self.path / "lock"
         self._data = os.open(self.path / "data.arena", os.O_RDWR | os.O_CREAT, 0o666)
         self._index = os.open(self.path / "index.arena", os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o666)
@@ -206,7 +206,7 @@ class Arena:
                 os.close(fd)
         self._data = self._index = -1
 
-    def __enter__(self) -> Arena:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *_: object) -> None:

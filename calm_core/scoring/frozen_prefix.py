@@ -136,7 +136,8 @@ class HiddenStateStore:
     weight, so a model moved after this was made is followed) in its dtype. Stored as
     float32, as the .npy store before it did: exact for float32, bfloat16 and float16."""
 
-    def __init__(self, root: Path, fingerprint: str, like: torch.Tensor, config: ArenaConfig = ArenaConfig()) -> None:
+    def __init__(self, root: Path, fingerprint: str, like: torch.Tensor,
+                 config: ArenaConfig | None = None) -> None:
         self.path = Path(root) / fingerprint
         self.arena = Arena(self.path, config)
         self._like = like
