@@ -212,9 +212,9 @@ class ParquetSource:
         out: list[Any] = [None] * len(keys)
         for group in np.unique(groups):  # ascending: sequential reads stay sequential
             where = np.flatnonzero(groups == group)
-            local = keys[where] - self.group_starts[group]
-            for position, record in zip(where, self._group(int(group)).take(local).to_pylist()):
-                out[position] = record
+            table = self._group(int(group))
+            for position, local in zip(where, keys[where] - self.group_starts[group]):
+                out[position] = table.slice(int(local), 1).to_pylist()[0]  # zero-copy slice: no compute kernels
         return out
 
     def _group(self, group: int) -> Any:
