@@ -39,7 +39,7 @@ def assert_holds(arena: Arena, keys: range) -> None:
 def test_round_trip_keeps_values_dtypes_and_shapes(tmp_path: Path, config: ArenaConfig) -> None:
     """resident_bytes=1 lets the mapped pages go after every read: the reads stay right."""
     arrays = {b"f32": array_of(1), b"f16": array_of(2, "<f2"), b"i64": np.arange(24, dtype=np.int64).reshape(2, 3, 4),
-              b"empty": np.zeros((0, 6), dtype=np.float32), b"scalar": np.array(3.5)}
+              b"scalar": np.array(3.5), b"empty, last": np.zeros((0, 6), dtype=np.float32)}  # ends at the file's end
     with Arena(tmp_path, config) as arena:
         for key, value in arrays.items():
             assert arena.put(key, value)

@@ -189,12 +189,12 @@ class Arena:
             _write_all(self._data, [key, array.reshape(-1).view(np.uint8)], offset)
             if self.config.fsync:
                 os.fsync(self._data)
-            entry = _Entry(offset, len(key), array.dtype.str, tuple(array.shape))
-            os.write(self._index, _pack(_digest(key), entry))  # O_APPEND: one write, at the end
+            record = _pack(_digest(key), _Entry(offset, len(key), array.dtype.str, tuple(array.shape)))
+            os.write(self._index, record)  # O_APPEND: one write, at the end
             if self.config.fsync:
                 os.fsync(self._index)
             self._index_pos += _RECORD_SIZE
-            self._add(np.frombuffer(_pack(_digest(key), entry), dtype=_RECORD))
+            self._add(np.frombuffer(record, dtype=_RECORD))
         return True
 
     def close(self) -> None:
