@@ -10,7 +10,12 @@ import torch
 from safetensors.torch import save_file
 from transformers import LogitsProcessor, LogitsProcessorList
 
-from calm_core.calibration.head import HEAD_FILENAME, SCOPES, CalibrationHead
+from calm_core.calibration.head import (
+    HEAD_FILENAME,
+    SCOPES,
+    CalibrationHead,
+    acts_on_for,
+)
 
 V, K_MAX = 11, 4
 NEG_INF = -math.inf
@@ -33,9 +38,9 @@ def _set(head: CalibrationHead, s: list[float] | float, l: list[float] | None = 
     return head
 
 
-def _random_head(scope: str, size: int | None, seed: int = 1) -> CalibrationHead:
+def _random_head(scope: str, size: int | None, seed: int = 1, acts_on: str | None = None) -> CalibrationHead:
     torch.manual_seed(seed)
-    head = CalibrationHead(scope, size)
+    head = CalibrationHead(scope, size, acts_on)
     with torch.no_grad():
         for p in head.parameters():
             p.copy_(torch.randn_like(p) * 0.5)
@@ -210,8 +215,9 @@ def test_logits_processor_keeps_score_dtype() -> None:
 
 
 @pytest.mark.parametrize(("scope", "size"), [("options", K_MAX), ("scalar", None)])
-def test_logits_processor_needs_vocab_scope(scope: str, size: int | None) -> None:
-    with pytest.raises(ValueError, match="vocab-scope"):
+def test_logits_processor_needs_a_head_that_acts_on_tokens(scope: str, size: int | None) -> None:
+    """An options head, and a multiple-choice scalar head, act on option scores: generation has none."""
+    with pytest.raises(ValueError, match="acts on tokens.*acts on 'options'"):
         CalibrationHead(scope, size).as_logits_processor()
 
 
@@ -258,3 +264,119 @@ def test_train_config_refuses_a_reranking_head_under_cloze_and_picks_the_papers_
     assert TrainConfig(method="sft", scope="options").method == "sft"  # no head, nothing to refuse
     assert TrainConfig().effective_scope == "scalar"
     assert TrainConfig(scoring="letter").effective_scope == "vocab"
+
+
+# Where the head acts (`acts_on`): callers apply on_tokens and on_options to every batch.
+PLACEMENTS = [("vocab", V, "tokens"), ("options", K_MAX, "options"), ("scalar", None, "options"),
+              ("scalar", None, "tokens")]
+
+
+@pytest.mark.parametrize(("scope", "task", "expected"), [
+    ("vocab", "mcqa", "tokens"), ("options", "mcqa", "options"), ("scalar", "mcqa", "options"),
+    ("vocab", "openqa", "tokens"), ("scalar", "openqa", "tokens"),
+])
+def test_acts_on_defaults_by_scope_and_task(scope: str, task: str, expected: str) -> None:
+    """An open-QA scalar head acts on the answer tokens it was trained on; a multiple-choice one on option scores."""
+    size = {"vocab": V, "options": K_MAX, "scalar": None}[scope]
+    assert acts_on_for(scope, task) == expected
+    assert CalibrationHead(scope, size, acts_on_for(scope, task)).acts_on == expected
+    assert CalibrationHead(scope, size).acts_on == acts_on_for(scope)  # no task: multiple choice
+
+
+@pytest.mark.parametrize(("scope", "size", "acts_on"), [("vocab", V, "options"), ("options", K_MAX, "tokens"),
+                                                         ("scalar", None, "logits")])
+def test_acts_on_that_does_not_fit_the_scope_is_refused(scope: str, size: int | None, acts_on: str) -> None:
+    match = f"Expected `acts_on` to be one of .* for the {scope} scope, but got '{acts_on}'"
+    with pytest.raises(ValueError, match=match):
+        CalibrationHead(scope, size, acts_on)
+
+
+@pytest.mark.parametrize(("scope", "size", "acts_on"), PLACEMENTS)
+def test_on_tokens_and_on_options_apply_the_head_only_where_it_acts(scope: str, size: int | None,
+                                                                     acts_on: str) -> None:
+    head = _random_head(scope, size, acts_on=acts_on)
+    tokens, options = torch.randn(3, V if scope == "vocab" else 7), _ragged_option_logits()  # (B, V), (N, K)
+    on_tokens, on_options = head.on_tokens(tokens), head.on_options(options)
+    if acts_on == "tokens":
+        torch.testing.assert_close(on_tokens, head(tokens))
+        assert not torch.allclose(on_tokens, tokens) and on_options is options
+    else:
+        torch.testing.assert_close(on_options, head(options))
+        assert not torch.allclose(on_options[torch.isfinite(options)], options[torch.isfinite(options)])
+        assert on_tokens is tokens
+
+
+def test_on_tokens_with_index_for_a_scalar_head_keeps_the_restricted_distribution() -> None:
+    """A scalar head that acts on tokens meets the letter rule's gathered logits: its one
+    tau fits every id, and softmax over the gathered ids is the full head's, renormalised."""
+    head = _set(CalibrationHead("scalar", acts_on="tokens"), s=[math.log(3.0)])
+    torch.manual_seed(4)
+    z, ids = torch.randn(2, V) * 4, torch.tensor([4, 1, 9])  # (B, V), (n,)
+    gathered = head.on_tokens(z[:, ids], index=ids)  # (B, n)
+    torch.testing.assert_close(torch.softmax(gathered, -1), torch.softmax(head(z)[:, ids], -1))
+
+
+@pytest.mark.parametrize(("scope", "size", "acts_on"), PLACEMENTS)
+def test_save_load_round_trips_acts_on(tmp_path, scope: str, size: int | None, acts_on: str) -> None:
+    CalibrationHead(scope, size, acts_on).save(tmp_path)
+    other_task = "openqa" if acts_on == "options" else "mcqa"  # the file's own place wins over the task default
+    assert CalibrationHead.load(tmp_path).acts_on == acts_on
+    assert CalibrationHead.load(tmp_path, other_task).acts_on == acts_on
+
+
+@pytest.mark.parametrize(("scope", "size", "task", "expected"), [
+    ("vocab", V, "mcqa", "tokens"), ("options", K_MAX, "mcqa", "options"), ("scalar", None, "mcqa", "options"),
+    ("scalar", None, "openqa", "tokens"),
+])
+def test_head_file_without_acts_on_loads_with_the_default(tmp_path, scope: str, size: int | None, task: str,
+                                                          expected: str) -> None:
+    """Heads saved before they said where they act: the scope's default, the run's task for a scalar head."""
+    head = _random_head(scope, size)
+    path = tmp_path / "old.safetensors"
+    meta = {"format": "calm_studio.calibration_head", "scope": scope, "size": str(head.size)}
+    _write(path, {name: p.detach() for name, p in head.named_parameters()}, meta)
+    loaded = CalibrationHead.load(path, task)
+    assert loaded.acts_on == expected
+    assert all(torch.equal(p, q) for p, q in zip(head.parameters(), loaded.parameters()))
+
+
+def test_head_file_with_a_bad_acts_on_is_refused(tmp_path) -> None:
+    path = tmp_path / "bad.safetensors"
+    meta = {"format": "calm_studio.calibration_head", "scope": "options", "size": "4", "acts_on": "tokens"}
+    _write(path, {"log_temperature": torch.zeros(4), "shift": torch.zeros(4)}, meta)
+    with pytest.raises(ValueError, match="Expected `acts_on`"):
+        CalibrationHead.load(path)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_scalar_head_on_tokens_as_logits_processor_is_z_over_tau(dtype: torch.dtype) -> None:
+    """An open-QA run's scalar head at generation: softmax(z / tau), the numbers its
+    forward gives in training (deviations from the row's mean, so equal up to a constant)."""
+    head = _set(CalibrationHead("scalar", acts_on="tokens"), s=[math.log(2.5)])
+    torch.manual_seed(5)
+    scores = (torch.randn(2, V) * 3).to(dtype)  # (B, V)
+    scores[1, 2] = NEG_INF  # an earlier processor banned a token
+    out = LogitsProcessorList([head.as_logits_processor()])(torch.zeros(2, 4, dtype=torch.long), scores.clone())
+    assert out.dtype == dtype and out[1, 2] == NEG_INF
+    expected = torch.log_softmax(scores.float() / 2.5, dim=-1)
+    torch.testing.assert_close(torch.log_softmax(out.float(), dim=-1), expected,
+                               **({} if dtype == torch.float32 else {"atol": 0.05, "rtol": 0}))
+    assert torch.equal(out, head(scores.float()).to(dtype))  # what training computed
+
+
+@pytest.mark.parametrize(("scope", "size", "acts_on"), PLACEMENTS)
+def test_numpy_option_scores_go_through_on_options(scope: str, size: int | None, acts_on: str) -> None:
+    """`apply_option_head`: the one way to put a head on option scores already computed."""
+    import numpy as np
+
+    from calm_core.scoring.options import apply_option_head
+
+    head = CalibrationHead(scope, size, acts_on)
+    _set(head, s=[0.3] * head.size, l=None if head.shift is None else [0.2] * head.size)
+    scores = _ragged_option_logits().double().numpy()  # (N, K), -inf padding
+    out = apply_option_head(scores, head)
+    expected = head.on_options(torch.from_numpy(scores)).detach().numpy()
+    np.testing.assert_array_equal(out, expected)
+    assert out is not scores and out.dtype == np.float64
+    assert np.array_equal(out, scores) == (acts_on == "tokens")
+    np.testing.assert_array_equal(apply_option_head(scores, None), scores)

@@ -81,3 +81,24 @@ def test_trained_head_scores_equal_evaluation_scores(tiny_lm, scope: str, rule: 
     finite = np.isfinite(calibrated)
     np.testing.assert_allclose(calibrated[finite], z[finite], atol=score_noise(calibrated[finite], tiny_lm))
     assert not np.allclose(calibrated[finite], plain[finite], atol=1e-3)  # the head did something
+
+
+@pytest.mark.parametrize("rule", ["cloze", "letter"])
+def test_a_head_acts_where_it_says_in_training_and_evaluation(tiny_lm, rule: str) -> None:
+    """The same scalar head acting on tokens or on option scores: training and evaluation
+    agree for each. Under `letter` the option positions are the letters, so both places
+    give the same option probabilities; under cloze a per-token temperature is not a
+    temperature of the summed scores, so they differ."""
+    cfg = ScoringConfig(rule=rule)
+    probs = {}
+    for acts_on in ("tokens", "options"):
+        head = CalibrationHead("scalar", acts_on=acts_on)
+        with torch.no_grad():
+            head.log_temperature.fill_(0.7)
+            z = option_logits(tiny_lm.model, tiny_lm.tokenizer, ITEMS, cfg, head).double().numpy()
+        scores = score_items(tiny_lm, ITEMS, cfg, progress=False, head=head).logits
+        finite = np.isfinite(scores)
+        np.testing.assert_array_equal(finite, np.isfinite(z))
+        np.testing.assert_allclose(z[finite], scores[finite], atol=score_noise(scores[finite], tiny_lm))
+        probs[acts_on] = torch.softmax(torch.from_numpy(scores), -1).numpy()
+    assert np.allclose(probs["tokens"], probs["options"], atol=1e-6) == (rule == "letter")

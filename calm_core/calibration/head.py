@@ -4,12 +4,24 @@
     p = head.probs(option_logits)                 # (N, K<=5), -inf padding stays at p = 0
     head.save(checkpoint_dir); CalibrationHead.load(checkpoint_dir)
 
+    z = head.on_tokens(z, index=letters)          # inside the forward pass: identity unless it acts on tokens
+    scores = head.on_options(scores)              # on the K option scores: identity unless it acts on options
+
 Scopes (the shape of alpha):
     vocab    l, s in R^V, one entry per vocabulary id (the paper's form). `index` applies
              only the rows of the answer tokens to logits gathered at those ids, and
              `as_logits_processor()` applies the head to generation scores.
     options  l, s in R^K_max, one entry per option position (ragged K <= K_max allowed).
     scalar   one s and no l: a learned temperature (the "learned TS" ablation).
+
+Where it acts (`acts_on`, saved with the head; callers never ask for the scope):
+    tokens   a logits transform inside the forward pass: next-token logits over the
+             vocabulary, or rows gathered at `index` (vocab; the answer letters'
+             logits). `as_logits_processor()` applies it to generation scores.
+    options  a transform of the K option scores after the forward pass.
+A vocab head acts on tokens and an options head on options; a scalar head acts on the
+option scores for multiple choice and on the answer tokens for open answers, where it
+was trained (`acts_on_for`, generative.objectives).
 
 Padding: option logits of items with fewer options are -inf. The head keeps them -inf,
 and computes on a finite stand-in there, because d(z / tau)/d s = -z / tau times an
@@ -29,6 +41,7 @@ from safetensors.torch import save_file
 from transformers import LogitsProcessor
 
 SCOPES = ("vocab", "options", "scalar")
+ACTS_ON = ("tokens", "options")
 HEAD_FILENAME = "calibration_head.safetensors"  # the name inside checkpoint-<step>/
 _FORMAT = "calm_studio.calibration_head"  # metadata tag, so a random safetensors file is refused
 
@@ -109,6 +122,24 @@ def check_scope_fits(scope: str, rule: str, task: str = "mcqa") -> None:
                          f"{_WHY_NOT.get(key, '')}")
 
 
+def acts_on_for(scope: str, task: str = "mcqa") -> str:
+    """Where a head of `scope` acts for `task`: the one place that decides it. Only the
+    scalar head depends on the task: open answers have no option scores, so there it
+    acts on the answer tokens (generative.objectives trains it there)."""
+    if scope == "scalar":
+        return "tokens" if task == "openqa" else "options"
+    return "tokens" if scope == "vocab" else "options"
+
+
+def _check_acts_on(scope: str, acts_on: object) -> str:
+    """A vocab head has a row per vocabulary id and an options head one per option
+    position, so each acts in one place only; the scalar head fits both."""
+    fits = {"vocab": ("tokens",), "options": ("options",), "scalar": ACTS_ON}[scope]
+    if acts_on not in fits:
+        raise ValueError(f"Expected `acts_on` to be one of {list(fits)} for the {scope} scope, but got {acts_on!r}")
+    return str(acts_on)
+
+
 def _check_scope(scope: object) -> str:
     if scope not in SCOPES:
         raise ValueError(f"Expected `scope` to be one of {list(SCOPES)}, but got {scope!r}")
@@ -128,10 +159,13 @@ def _check_size(scope: str, size: object) -> int:
 class CalibrationHead(torch.nn.Module):
     """alpha = (shift l, log_temperature s), zero-initialised: the identity at init."""
 
-    def __init__(self, scope: str, size: int | None = None) -> None:
+    def __init__(self, scope: str, size: int | None = None, acts_on: str | None = None) -> None:
+        """acts_on: "tokens" or "options"; None takes the scope's multiple-choice default
+        (`acts_on_for`): pass `acts_on_for(scope, task)` where the task is known."""
         super().__init__()
         self.scope = _check_scope(scope)
         self.size = _check_size(self.scope, size)
+        self.acts_on = _check_acts_on(self.scope, acts_on_for(self.scope) if acts_on is None else acts_on)
         self.log_temperature = torch.nn.Parameter(torch.zeros(self.size, dtype=torch.float32))  # s, (size,)
         if self.scope == "scalar":
             self.register_parameter("shift", None)  # learned TS has no shift
@@ -139,7 +173,13 @@ class CalibrationHead(torch.nn.Module):
             self.shift = torch.nn.Parameter(torch.zeros(self.size, dtype=torch.float32))  # l, (size,)
 
     def extra_repr(self) -> str:
-        return f"scope={self.scope!r}, size={self.size}"
+        return f"scope={self.scope!r}, size={self.size}, acts_on={self.acts_on!r}"
+
+    @property
+    def centred(self) -> bool:
+        """Whether the head scales deviations from each row's mean (see `_calibrate`):
+        every scope but vocab, whose per-id rows are the paper's z / tau + l."""
+        return self.scope != "vocab"
 
     @property
     def tau(self) -> torch.Tensor:
@@ -149,9 +189,12 @@ class CalibrationHead(torch.nn.Module):
     def _rows_for(self, z: torch.Tensor, index: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The (s, l) entries that line up with the last dim of z."""
         k = z.shape[-1]
+        if index is not None and self.scope == "scalar":  # one tau for every id
+            return self.log_temperature, self.shift
         if index is not None:
             if self.scope != "vocab":
-                raise ValueError(f"Expected `index` only with the vocab scope, but the head's scope is {self.scope!r}")
+                raise ValueError(f"Expected `index` only with the vocab scope (or scalar, whose one tau fits "
+                                 f"every id), but the head's scope is {self.scope!r}")
             if index.shape[-1] != k:
                 raise ValueError(f"Expected `z` last dim to match `index` ({index.shape[-1]}), but got {k}")
             return self.log_temperature[index], self.shift[index]  # index.shape each
@@ -171,10 +214,25 @@ class CalibrationHead(torch.nn.Module):
         z: (..., V) for vocab, (..., K) with K <= K_max for options (-inf = padded
         option), anything for scalar. index (vocab only): LongTensor of vocab ids whose
         shape broadcasts with z and whose last dim matches z's, for logits already
-        gathered at those ids; equal to gathering after the full head.
+        gathered at those ids; equal to gathering after the full head. A scalar head
+        takes `index` too (its one tau fits every id) and centres on the gathered rows:
+        their softmax is the full head's, restricted and renormalised.
+
+        This applies the head wherever it is called; callers that score options use
+        `on_tokens` and `on_options`, which apply it only where it acts.
         """
         log_t, shift = self._rows_for(z, index)
-        return _calibrate(z, log_t, shift, center=self.scope != "vocab")
+        return _calibrate(z, log_t, shift, center=self.centred)
+
+    def on_tokens(self, z: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
+        """The head on next-token logits (..., V), or on rows gathered at `index`, if it
+        acts on tokens; z itself otherwise. Call it inside every forward pass."""
+        return self(z, index) if self.acts_on == "tokens" else z
+
+    def on_options(self, scores: torch.Tensor) -> torch.Tensor:
+        """The head on option scores (..., K), -inf padded, if it acts on options; the
+        scores themselves otherwise. Call it on every item's option scores."""
+        return self(scores) if self.acts_on == "options" else scores
 
     def probs(self, z: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
         """softmax(z / tau + l) over the last dim: THE torch softmax used in training."""
@@ -202,21 +260,27 @@ class CalibrationHead(torch.nn.Module):
         return {"index": idx.tolist(), "tau": self.tau[idx].tolist(), "l": self.shift[idx].tolist()}
 
     def as_logits_processor(self) -> "HeadLogitsProcessor":
-        """This head as a transformers LogitsProcessor for `generate(logits_processor=[...])`."""
+        """This head as a transformers LogitsProcessor for `generate(logits_processor=[...])`;
+        only a head that acts on tokens has one."""
         return HeadLogitsProcessor(self)
 
     def save(self, path: str | Path) -> Path:
         """Write the head to `path` (a .safetensors file, or a directory that gets
-        calibration_head.safetensors); scope and size go in the metadata. Returns the file."""
+        calibration_head.safetensors); scope, size and acts_on go in the metadata. Returns the file."""
         file = _head_file(path)
         file.parent.mkdir(parents=True, exist_ok=True)
         tensors = {name: p.detach().cpu().contiguous() for name, p in self.named_parameters()}
-        save_file(tensors, str(file), metadata={"format": _FORMAT, "scope": self.scope, "size": str(self.size)})
+        save_file(tensors, str(file), metadata={"format": _FORMAT, "scope": self.scope, "size": str(self.size),
+                                                "acts_on": self.acts_on})
         return file
 
     @classmethod
-    def load(cls, path: str | Path) -> "CalibrationHead":
-        """Read a head written by `save`; a file without a valid scope or shapes is refused."""
+    def load(cls, path: str | Path, task: str = "mcqa") -> "CalibrationHead":
+        """Read a head written by `save`; a file without a valid scope or shapes is refused.
+
+        A file written before heads said where they act has no `acts_on`: it gets
+        `acts_on_for(scope, task)`, so pass the run's task (an open-QA run's scalar head
+        acts on tokens)."""
         file = _head_file(path)
         with safe_open(str(file), framework="pt") as f:
             meta = f.metadata() or {}
@@ -226,7 +290,8 @@ class CalibrationHead(torch.nn.Module):
         if meta.get("scope") not in SCOPES:
             raise ValueError(f"Expected `scope` in {list(SCOPES)} in {file}, but got {meta.get('scope')!r}")
         size = meta.get("size", "")
-        head = cls(meta["scope"], int(size) if size.isdigit() else size)
+        acts_on = meta.get("acts_on", acts_on_for(meta["scope"], task))
+        head = cls(meta["scope"], int(size) if size.isdigit() else size, acts_on)
         _load_tensors(head, tensors, file)
         return head
 
@@ -247,21 +312,25 @@ def _load_tensors(head: CalibrationHead, tensors: dict[str, torch.Tensor], file:
 
 
 class HeadLogitsProcessor(LogitsProcessor):
-    """Applies a vocab-scope head to generation scores: scores / tau + l.
+    """Applies a head that acts on tokens to generation scores: the numbers its forward
+    gives (vocab: scores / tau + l; scalar: centred, softmax(scores / tau)).
 
     The head stays where it is; its parameters are copied to the scores' device per call
-    (2V floats, small beside a forward pass). Output keeps the scores' dtype.
+    (at most 2V floats, small beside a forward pass). It computes in at least float32,
+    as the head does, and the output keeps the scores' dtype.
     """
 
     def __init__(self, head: CalibrationHead) -> None:
-        if head.scope != "vocab":
-            raise ValueError(f"Expected a vocab-scope head to process generation scores, but got scope {head.scope!r}")
+        if head.acts_on != "tokens":
+            raise ValueError(f"Expected a head that acts on tokens to process generation scores, but this "
+                             f"{head.scope}-scope head acts on {head.acts_on!r}")
         self.head = head
 
     @torch.no_grad()
     def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
-        if scores.shape[-1] != self.head.size:
+        if self.head.scope == "vocab" and scores.shape[-1] != self.head.size:
             raise ValueError(f"Expected scores over the head's vocab ({self.head.size}), but got {scores.shape[-1]}")
-        log_t = self.head.log_temperature.to(scores.device)  # (V,)
-        shift = self.head.shift.to(scores.device)  # (V,)
-        return _calibrate(scores, log_t, shift).to(scores.dtype)  # (B, V)
+        z = scores.to(torch.promote_types(scores.dtype, torch.float32))  # (B, V)
+        log_t = self.head.log_temperature.to(scores.device)  # (V,) or (1,)
+        shift = None if self.head.shift is None else self.head.shift.to(scores.device)  # (V,) or None
+        return _calibrate(z, log_t, shift, center=self.head.centred).to(scores.dtype)  # (B, V)

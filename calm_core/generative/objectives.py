@@ -7,7 +7,9 @@
 
 The lower level is the cross-entropy of the gold answer (the item's first alias,
 then the newline that ends an answer) under softmax(z / tau + l) at every answer
-position: the vocab-scope head's rows act on the whole vocabulary. The upper level
+position: the head acts on tokens (`head.on_tokens`; a vocab head's rows cover the
+whole vocabulary, a scalar head is one temperature). Free-form answers have no option
+scores, so a head that acts on options is refused (`token_transform`). The upper level
 is minus the mean entropy of that distribution over the positions of a held-out
 prompt's continuation. Held-out labels are never used: the continuation is the base
 model's own greedy answer (adapter off, no head), generated once per item and kept,
@@ -16,11 +18,12 @@ so the positions F looks at do not drift as theta moves.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
-from calm_core.training.adapters import evaluating
+from calm_core.calibration.head import CalibrationHead
+from calm_core.scoring.adapters import evaluating
 from calm_core.data.schema import OpenItem
 from calm_core.generative.sampling import GenerationConfig, generate_tokens, question_prompt
 from calm_core.scoring.prompts import split_context_continuation
@@ -36,15 +39,29 @@ def gold_requests(items: Sequence[OpenItem], tokenizer: Any, prompt: str) -> lis
                                        f" {it.answers[0]}\n") for it in items]
 
 
+def token_transform(head: Any) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A calibration head's `on_tokens`, or any other logits transform (z / T) as it is.
+    Free-form answers have no option scores, so a head that acts on them is refused
+    rather than silently left out."""
+    if not isinstance(head, CalibrationHead):
+        return head
+    if head.acts_on != "tokens":
+        raise ValueError(f"Expected a head that acts on tokens for free-form answers (they have no option scores), "
+                         f"but this {head.scope}-scope head acts on {head.acts_on!r}: build it with "
+                         f"acts_on=acts_on_for(scope, 'openqa')")
+    return head.on_tokens
+
+
 def answer_logits(net: Any, requests: Sequence[Request], pad_id: int, head: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Logits predicting each continuation token, (sum c, V) fp32, through `head` if given,
-    and the continuation ids (sum c,). Gradients flow to the model and the head."""
+    """Logits predicting each continuation token, (sum c, V) fp32, through `head` if given
+    (a CalibrationHead that acts on tokens, or a logits transform: `token_transform`), and
+    the continuation ids (sum c,). Gradients flow to the model and the head."""
     device = next(net.parameters()).device
     inputs = [(ctx + cont)[:-1] for ctx, cont in requests]
     lengths = [len(cont) for _, cont in requests]
     logits = needed_logits(net, left_pad_batch(inputs, pad_id, device), lengths)  # (sum c, V)
     if head is not None:
-        logits = head(logits)
+        logits = token_transform(head)(logits)
     targets = torch.tensor([t for _, cont in requests for t in cont], device=logits.device)
     return logits, targets
 

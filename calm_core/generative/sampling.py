@@ -15,8 +15,10 @@ Prompts (`GenerationConfig.prompt`, recorded with every result):
 The model continues with ` <answer>\\n`. Generation stops at the end-of-sequence token or at any token whose
 text contains a newline; the answer is the text before that newline, stripped.
 
-`transform` (a calibration head, or `z / T` for temperature scaling) is applied to
-every step's logits before greedy choice or sampling, as a LogitsProcessor. The greedy
+`transform` (a calibration head that acts on tokens, or `z / T` for temperature
+scaling) is applied to every step's logits before greedy choice or sampling, as a
+LogitsProcessor: a head's own (`as_logits_processor`, which refuses a head that acts on
+option scores), any other callable through `TransformProcessor`. The greedy
 answer's log-probability is the sum over its generated tokens, stop token included,
 of log softmax(transform(z)): the probability of saying exactly this and stopping.
 Sampling uses `temperature` and `top_p` after the transform, seeded per batch.
@@ -30,6 +32,7 @@ from typing import Any, Callable, Sequence
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
+from calm_core.calibration.head import CalibrationHead
 from calm_core.data.schema import OpenItem
 from calm_core.scoring.prompts import chat_prompt
 from calm_core.scoring.forward import left_pad_batch
@@ -118,7 +121,7 @@ def stop_token_ids(tokenizer: Any) -> tuple[int, ...]:
 
 
 class TransformProcessor(LogitsProcessor):
-    """Any logits transform (a calibration head, z / T) as a generation LogitsProcessor."""
+    """Any logits transform (z / T, a test's lambda) as a generation LogitsProcessor."""
 
     def __init__(self, transform: Callable[[torch.Tensor], torch.Tensor]) -> None:
         self.transform = transform
@@ -126,6 +129,11 @@ class TransformProcessor(LogitsProcessor):
     @torch.no_grad()
     def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
         return self.transform(scores.float()).to(scores.dtype)
+
+
+def logits_processor(transform: Callable[[torch.Tensor], torch.Tensor]) -> LogitsProcessor:
+    """A calibration head's own processor (it knows where it acts), or the transform's."""
+    return transform.as_logits_processor() if isinstance(transform, CalibrationHead) else TransformProcessor(transform)
 
 
 def temperature_transform(temperature: float) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -237,7 +245,7 @@ def generate_answers(model: Any, tokenizer: Any, items: Sequence[OpenItem], cfg:
     generator per batch, so samples depend on the batching, as any sampler's do).
     """
     cfg = cfg or GenerationConfig()
-    processors = LogitsProcessorList([TransformProcessor(transform)] if transform is not None else [])
+    processors = LogitsProcessorList([logits_processor(transform)] if transform is not None else [])
     prompts = _prompt_ids(items, tokenizer, cfg)
     order = sorted(range(len(items)), key=lambda i: len(prompts[i]))
     results: list[AnswerSet | None] = [None] * len(items)

@@ -458,8 +458,8 @@ def _letter_scores(lm: Any, items: Sequence[MCItem], prompts: list[list[int]], c
         for batch in _batches(order, batch_size):
             logits = last_logits(lm.model, left_pad_batch([prompts[i] for i in batch], tokenizer.pad_token_id, lm.device), 1)
             gathered = logits[:, -1, letters]  # (B, K_max)
-            if head is not None:  # vocab scope: each letter's own row of (l, tau)
-                gathered = head(gathered, index=torch.tensor(letters, device=gathered.device))
+            if head is not None:  # a head acting on tokens: each letter's own row of (l, tau)
+                gathered = head.on_tokens(gathered, index=torch.tensor(letters, device=gathered.device))
             for row, i in enumerate(batch):
                 rows[i] = gathered[row, : items[i].n_choices].double().cpu().numpy()
             done += len(batch)
@@ -469,10 +469,15 @@ def _letter_scores(lm: Any, items: Sequence[MCItem], prompts: list[list[int]], c
 
 
 def apply_option_head(logits: np.ndarray, head: Any) -> np.ndarray:
-    """An options / scalar head on option scores (N, K_max) already computed: the same
-    numbers as scoring with it, without another forward pass."""
+    """`head.on_options` on option scores (N, K_max) already computed, float64 out: the
+    same numbers as scoring with a head that acts on options, without another forward
+    pass. The identity (a copy) without a head or for one that acts on tokens. The
+    scores go to the head's device and back, so a head on the GPU works too."""
+    if head is None:
+        return logits.astype(np.float64)  # a copy, as with a head
     with torch.inference_mode():
-        return head(torch.from_numpy(logits)).double().numpy()
+        z = torch.from_numpy(logits).to(head.log_temperature.device)  # (N, K_max)
+        return head.on_options(z).double().cpu().numpy().copy()
 
 
 def score_items(lm: Any, items: Sequence[MCItem], cfg: ScoringConfig | None = None, batch_size: int = 32,
@@ -483,8 +488,9 @@ def score_items(lm: Any, items: Sequence[MCItem], cfg: ScoringConfig | None = No
     `batch_size` counts sequences per forward pass (cloze: continuations; letter:
     prompts). `share_prefix=False` forces the straightforward cloze path (for tests
     and benchmarks); results agree to float precision. `head` (a CalibrationHead) gives
-    the calibrated model's scores: a vocab-scope head acts on the vocabulary logits as in
-    training (calm_core.training.objectives), an options / scalar head on the option scores.
+    the calibrated model's scores, with the head where it acts (`acts_on`), as in training
+    (calm_core.training.objectives): on the vocabulary logits inside the forward pass, or
+    on the option scores.
     Items longer than the model's context are cut from the left (`fit_cloze_item`),
     counted in `.truncated` and reported once on stderr, naming `dataset` when given.
     """
@@ -493,18 +499,16 @@ def score_items(lm: Any, items: Sequence[MCItem], cfg: ScoringConfig | None = No
     if batch_size < 1:
         raise ValueError(f"Expected `batch_size` to be a positive int, but got {batch_size}")
     cfg = cfg or ScoringConfig()
-    vocab_head = head if head is not None and head.scope == "vocab" else None
     limit = context_limit(lm.model, lm.tokenizer)
     if cfg.is_cloze:
         requests, cut = fitted_cloze_requests(items, cfg, lm.tokenizer, limit)
-        rows = _cloze_scores(lm, items, requests, cfg, batch_size, progress, share_prefix, vocab_head)
+        transform = head.on_tokens if head is not None else None
+        rows = _cloze_scores(lm, items, requests, cfg, batch_size, progress, share_prefix, transform)
     else:
         prompts, cut = fitted_letter_prompts(items, cfg, lm.tokenizer, limit)
-        rows = _letter_scores(lm, items, prompts, cfg, batch_size, progress, vocab_head)
+        rows = _letter_scores(lm, items, prompts, cfg, batch_size, progress, head)
     warn_truncated(cut, len(items), limit, dataset)
-    logits = pad_ragged(rows)
-    if head is not None and vocab_head is None:
-        logits = apply_option_head(logits, head)
+    logits = apply_option_head(pad_ragged(rows), head)
     model_info = {k: lm.info[k] for k in ("name", "kind", "dtype", "device") if k in getattr(lm, "info", {})}
     return OptionScores(
         ids=[it.id for it in items], logits=logits,

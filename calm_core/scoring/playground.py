@@ -22,13 +22,11 @@ import numpy as np
 import torch
 
 from calm_core.calibration import metrics
-from calm_core.training.adapters import evaluating
+from calm_core.scoring.adapters import evaluating
 from calm_core.data.schema import MCItem, OpenItem
-from calm_core.generative.sampling import (
-    GenerationConfig, TransformProcessor, generate_answers, temperature_transform,
-)
+from calm_core.generative.sampling import GenerationConfig, generate_answers, temperature_transform
 from calm_core.generative.semantic import grouping_for, modal_confidence
-from calm_core.calibration.head import CalibrationHead
+from calm_core.calibration.head import HEAD_FILENAME, CalibrationHead
 from calm_core.scoring.models import LoadedModel, ModelSpec, load_model
 from calm_core.scoring.prompts import ScoringConfig, chat_prompt
 from calm_core.runs.rundir import RunDir
@@ -63,12 +61,13 @@ def load_trained(run: RunDir, device: str = "auto") -> TrainedModel:
     train = run.config["train"]
     base = load_model(ModelSpec(name=train["model"], device=device))
     model = PeftModel.from_pretrained(base.model, str(latest[1])).eval()
-    head = CalibrationHead.load(latest[1]) if (latest[1] / "calibration_head.safetensors").is_file() else None
+    task = train.get("task", "mcqa")
+    # the task gives a head saved before heads said where they act its place (openqa: tokens)
+    head = CalibrationHead.load(latest[1], task) if (latest[1] / HEAD_FILENAME).is_file() else None
     results = run.path / "results.json"
     temperature = json.loads(results.read_text()).get("ts", {}).get("temperature") if results.is_file() else None
     lm = LoadedModel(model, base.tokenizer, base.spec, {**base.info, "adapter": str(latest[1])})
     scoring = ScoringConfig(rule=train["scoring"], chat_template=train.get("chat_template", False))
-    task = train.get("task", "mcqa")
     generation = GenerationConfig(**train["generation"]) if task == "openqa" and train.get("generation") else None
     return TrainedModel(run.run_id, train["method"], lm, head.to(lm.device) if head else None, temperature, scoring,
                         task, generation)
@@ -84,28 +83,29 @@ def _scores(trained: TrainedModel, item: MCItem, adapter: bool, head: bool) -> n
 
 def option_probabilities(trained: TrainedModel, item: MCItem) -> dict[str, np.ndarray]:
     """{variant: option probabilities (K,)}: base, ts (if fitted), the run's method with
-    its head (theta + alpha) and without it (theta only)."""
+    its head (theta + alpha) and without it (theta only). A head that acts on option
+    scores is applied to the adapter's scores (one forward pass, as the trainer does)."""
     base = _scores(trained, item, adapter=False, head=False)
     out = {"base": base}
     if trained.temperature:
         out["ts"] = base / trained.temperature
     if trained.run_id is not None:
         head = trained.head
-        if head is None or head.scope == "vocab":  # a vocab head acts inside the forward pass
+        theta = _scores(trained, item, adapter=True, head=False)
+        if head is None or head.acts_on == "options":  # the forward pass is theta's: reuse it
+            out[trained.method] = apply_option_head(theta, head)
+        else:
             out[trained.method] = _scores(trained, item, adapter=True, head=True)
-            if head is not None:
-                out[f"{trained.method}_theta_only"] = _scores(trained, item, adapter=True, head=False)
-        else:  # an options / scalar head acts on the adapter's option scores: one forward pass
-            theta = _scores(trained, item, adapter=True, head=False)
-            out[trained.method], out[f"{trained.method}_theta_only"] = apply_option_head(theta, head), theta
+        if head is not None:
+            out[f"{trained.method}_theta_only"] = theta
     return {name: metrics.softmax(logits)[0] for name, logits in out.items()}
 
 
 def head_acts_on_tokens(trained: TrainedModel) -> bool:
-    """A vocab head always acts on next-token logits; an open-QA run's scalar head too
-    (it was trained on them). An MCQA options / scalar head acts on option scores."""
-    head = trained.head
-    return head is not None and (head.scope == "vocab" or trained.task == "openqa")
+    """Whether the run's head changes next-token probabilities (`CalibrationHead.acts_on`):
+    a vocab head and an open-QA run's scalar head do; an MCQA options / scalar head acts
+    on option scores, so generation shows no effect of it."""
+    return trained.head is not None and trained.head.acts_on == "tokens"
 
 
 def generate(trained: TrainedModel, prompt: str, max_new_tokens: int = 24, chat: bool = True) -> list[dict[str, Any]]:
@@ -116,10 +116,7 @@ def generate(trained: TrainedModel, prompt: str, max_new_tokens: int = 24, chat:
     tokenizer, model = trained.lm.tokenizer, trained.lm.model
     text = chat_prompt(tokenizer, prompt) if chat and getattr(tokenizer, "chat_template", None) else prompt
     ids = tokenizer(text, return_tensors="pt", add_special_tokens=False).input_ids.to(trained.lm.device)
-    processors: list[Any] = []
-    if head_acts_on_tokens(trained):  # a vocab head's own processor; an open-QA scalar head as trained
-        processors = [trained.head.as_logits_processor() if trained.head.scope == "vocab"
-                      else TransformProcessor(trained.head)]
+    processors = [trained.head.as_logits_processor()] if head_acts_on_tokens(trained) else []
     with torch.inference_mode():
         out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
                              do_sample=False, logits_processor=processors, output_scores=True, output_logits=True,

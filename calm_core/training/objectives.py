@@ -4,12 +4,13 @@
     lower = option_cross_entropy(z, gold)                   # L_tr: CE at the gold option
     upper = negative_entropy(z)                             # F: minus mean entropy of p(options | x)
 
-The scoring rule decides where the head acts (design.md, "The maths"):
-- `letter`, vocab scope: the answer-position logits of the letter tokens, each scaled
-  by its own vocabulary row of (l, tau) (`index` = the letter ids).
-- `cloze`, vocab scope: every choice token's log-probability is taken from
+The head says where it acts (`CalibrationHead.acts_on`, design.md "The maths"); both
+transforms are applied to every batch and each is the identity unless the head acts there:
+- `head.on_tokens`, inside the forward pass: under `letter` the answer-position logits
+  of the letter tokens, each scaled by its own vocabulary row of (l, tau) (`index` = the
+  letter ids); under `cloze` every choice token's log-probability is taken from
   softmax(z / tau + l) over the whole vocabulary at its position.
-- options / scalar scope: the head acts on the K option scores of either rule.
+- `head.on_options`: the K option scores of either rule.
 These are the same numbers `scoring.score_items` computes at evaluation time (a test
 checks it), with gradients; that includes items longer than the model's context, cut
 from the left the same way (`scoring.fit_cloze_item`; one that cannot fit raises DataError).
@@ -45,8 +46,8 @@ def _letter_logits(model: Any, tokenizer: Any, items: Sequence[MCItem], cfg: Sco
     letters = torch.tensor(letter_token_ids(tokenizer, max(it.n_choices for it in items), cfg), device=device)
     z = last_logits(model, left_pad_batch(prompts, tokenizer.pad_token_id, device), 1)[:, -1]  # (B, V)
     gathered = z[:, letters]  # (B, K_max)
-    if head is not None and head.scope == "vocab":
-        gathered = head(gathered, index=letters)
+    if head is not None:
+        gathered = head.on_tokens(gathered, index=letters)
     k = torch.tensor([it.n_choices for it in items], device=device)
     valid = torch.arange(len(letters), device=device)[None, :] < k[:, None]  # (B, K_max)
     return torch.where(valid, gathered, torch.full_like(gathered, -torch.inf))
@@ -57,7 +58,7 @@ def _cloze_logits(model: Any, tokenizer: Any, items: Sequence[MCItem], cfg: Scor
     device = next(model.parameters()).device
     requests = cloze_requests(items, cfg, tokenizer, context_limit(model, tokenizer))
     pairs = [pair for reqs in requests for pair in reqs]
-    transform = head if head is not None and head.scope == "vocab" else None
+    transform = head.on_tokens if head is not None else None
     logprobs = continuation_logprobs(model, pairs, tokenizer.pad_token_id, device, transform=transform)
     totals = [lp.sum() / (len(lp) if cfg.rule == "cloze_norm" else 1) for lp in logprobs]
     rows, start = [], 0
@@ -71,9 +72,7 @@ def option_logits(model: Any, tokenizer: Any, items: Sequence[MCItem], cfg: Scor
                   head: CalibrationHead | None = None) -> torch.Tensor:
     """Calibrated option scores (B, K_max) with gradients to the model and the head."""
     scores = (_cloze_logits if cfg.is_cloze else _letter_logits)(model, tokenizer, items, cfg, head)
-    if head is not None and head.scope != "vocab":
-        scores = head(scores)
-    return scores
+    return head.on_options(scores) if head is not None else scores
 
 
 def forward_sequences(tokenizer: Any, items: Sequence[MCItem], cfg: ScoringConfig,
