@@ -206,6 +206,21 @@ def test_a_changed_file_is_refused_not_misread(tmp_path: Path) -> None:
         items[9]
 
 
+def test_items_stay_readable_after_the_file_name_is_removed(tmp_path: Path) -> None:
+    """The studio indexes an upload in a temporary folder and removes it before the items
+    are previewed and saved: the open file keeps serving them."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    rows = [mc_row(n) for n in range(30)]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "gone.parquet", row_group_size=8)
+    (tmp_path / "gone.csv").write_text("id,question,choices,answer\n" + "".join(f"c{n},Q {n}?,x|y,B\n" for n in range(30)))
+    for path in (write_lines(tmp_path / "gone.jsonl", [json.dumps(r) for r in rows]), tmp_path / "gone.csv",
+                 tmp_path / "gone.parquet"):
+        eager, lazy = both(path)
+        path.unlink()
+        assert list(lazy.items) == eager.items and lazy.items[-1] == eager.items[-1]
+
+
 def test_default_streams_large_files_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = write_lines(tmp_path / "some.jsonl", [json.dumps(mc_row(n)) for n in range(10)])
     assert isinstance(load_file(path).items, list)  # far below STREAM_FROM_BYTES

@@ -31,13 +31,18 @@ validates again only if the whole file decides otherwise (`loaders._index_header
 A `.json` file holding one array is read whole, as before. HF datasets are memory-mapped
 Arrow already: a row is read back by its index.
 
-The file must not change while its items are in use: each read checks the size and
-modification time recorded when the index was built and raises DataError otherwise.
+The file is held open while its items live, so they read the indexed file even after
+its name is removed (the studio indexes an upload in a temporary folder); it must not
+change in place: each read checks the size and modification time recorded when the
+index was built and raises DataError otherwise.
 """
 
 from __future__ import annotations
 
 import csv
+import io
+import os
+import weakref
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -85,27 +90,55 @@ class RowSource(Protocol):
 # ----------------------------------------------------------------------------- sources
 
 
-@dataclass
-class _Stamp:
-    """A file's size and modification time, to refuse reading it after it changed."""
+class _OpenFile:
+    """The indexed file, held open: rows are read from this very file even after its name
+    is gone (the studio indexes an upload in a temporary folder that it then removes), and
+    a change to it (size or modification time) is refused rather than misread.
 
-    path: Path
-    where: str
-    size: int = 0
-    mtime_ns: int = 0
+    Reads go through `os.pread` at an offset, so threads sharing the items never move one
+    another's position. Pickling keeps the path, size and time; unpickling opens the path.
+    """
 
-    def __post_init__(self) -> None:
-        stat = self.path.stat()
-        self.size, self.mtime_ns = stat.st_size, stat.st_mtime_ns
+    def __init__(self, path: Path, where: str, size: int | None = None, mtime_ns: int | None = None) -> None:
+        self.path, self.where = path, where
+        self.fd = os.open(path, os.O_RDONLY)
+        weakref.finalize(self, os.close, self.fd)
+        stat = os.fstat(self.fd)
+        self.size = stat.st_size if size is None else size
+        self.mtime_ns = stat.st_mtime_ns if mtime_ns is None else mtime_ns
 
     def check(self) -> None:
-        try:
-            stat = self.path.stat()
-        except OSError as exc:
-            raise DataError(f"Expected {self.where} to stay readable while its items are used, but: {exc}") from None
+        stat = os.fstat(self.fd)
         if (stat.st_size, stat.st_mtime_ns) != (self.size, self.mtime_ns):
             raise DataError(f"Expected {self.where} to stay unchanged while its items are used, but it changed: "
                             "load it again")
+
+    def binary_at(self, offset: int) -> io.BufferedReader:
+        """A buffered binary reader from byte `offset`, with its own position."""
+        return io.BufferedReader(_PositionalReader(self.fd, offset))
+
+    def text_at(self, offset: int) -> io.TextIOWrapper:
+        """`read_csv`'s text reader (UTF-8, bad bytes kept as surrogates) from byte `offset`."""
+        return io.TextIOWrapper(self.binary_at(offset), encoding="utf-8", errors="surrogateescape", newline="")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_OpenFile, (self.path, self.where, self.size, self.mtime_ns))
+
+
+class _PositionalReader(io.RawIOBase):
+    """A raw reader over a shared file descriptor that reads with `os.pread` from its own position."""
+
+    def __init__(self, fd: int, offset: int) -> None:
+        self.fd, self.position = fd, offset
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = os.pread(self.fd, len(buffer), self.position)
+        buffer[: len(data)] = data
+        self.position += len(data)
+        return len(data)
 
 
 class JsonlSource:
@@ -116,7 +149,7 @@ class JsonlSource:
 
     def __init__(self, path: Path, source: str, where: str) -> None:
         self.path, self.source, self.where = path, source, where
-        self.stamp = _Stamp(path, where)
+        self.file = _OpenFile(path, where)
         self.seen_columns: dict[str, None] = {}
 
     def scan(self) -> Iterator[KeyedRow]:
@@ -136,13 +169,8 @@ class JsonlSource:
             pass
 
     def read(self, keys: Sequence[int]) -> list[Any]:
-        self.stamp.check()
-        with self.path.open("rb") as handle:
-            out = []
-            for key in keys:
-                handle.seek(int(key))
-                out.append(parse_json_line(handle.readline(), self.source, 0))
-            return out
+        self.file.check()
+        return [parse_json_line(self.file.binary_at(int(key)).readline(), self.source, 0) for key in keys]
 
 
 class CsvSource:
@@ -151,7 +179,7 @@ class CsvSource:
 
     def __init__(self, path: Path, source: str, where: str, header: list[str]) -> None:
         self.path, self.source, self.where, self.columns = path, source, where, header
-        self.stamp = _Stamp(path, where)
+        self.file = _OpenFile(path, where)
 
     def scan(self) -> Iterator[KeyedRow]:
         with read_csv(self.path) as handle:
@@ -177,14 +205,9 @@ class CsvSource:
                     yield number, key, record
 
     def read(self, keys: Sequence[int]) -> list[Any]:
-        self.stamp.check()
-        with read_csv(self.path) as handle:
-            out = []
-            for key in keys:
-                handle.seek(int(key))
-                cells = next(csv.reader(iter(handle.readline, "")))
-                out.append(csv_record(0, cells, self.columns, self.source))
-            return out
+        self.file.check()
+        return [csv_record(0, next(csv.reader(self.file.text_at(int(key)))), self.columns, self.source)
+                for key in keys]
 
 
 class ParquetSource:
@@ -196,7 +219,7 @@ class ParquetSource:
         self.path, self.source, self.where = path, source, where
         self.parquet = parquet
         self.columns = list(parquet.schema_arrow.names)
-        self.stamp = _Stamp(path, where)
+        self.file = _OpenFile(path, where)
         sizes = [parquet.metadata.row_group(g).num_rows for g in range(parquet.metadata.num_row_groups)]
         self.group_starts = np.cumsum([0] + sizes)
         self._cached: tuple[int, Any] | None = None
@@ -206,7 +229,7 @@ class ParquetSource:
             yield number, number - 1, record
 
     def read(self, keys: Sequence[int]) -> list[Any]:
-        self.stamp.check()
+        self.file.check()
         keys = np.asarray(keys, dtype=np.int64)
         groups = np.searchsorted(self.group_starts, keys, side="right") - 1
         out: list[Any] = [None] * len(keys)
