@@ -1,0 +1,2 @@
+"""What the studio and the `calm` command do with runs: create and queue them (launch),
+read them as tables (view), share them as an HTML report (report) or a package (export)."""
