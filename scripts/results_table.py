@@ -64,7 +64,8 @@ def _predictions(run, variant: str, dataset: str) -> tuple[np.ndarray, np.ndarra
 
 def collect(prefix: str, root: Path | None) -> dict:
     """{(group, variant): {dataset: [(confidence, correct, 1/K) per seed]}}, datasets in order."""
-    from calm_core.runs.rundir import RunDir, list_runs
+    from calm_core.runs.listing import list_runs
+    from calm_core.runs.rundir import RunDir
 
     table: dict = defaultdict(lambda: defaultdict(list))
     datasets: list[str] = []

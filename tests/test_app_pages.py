@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from calm_core.runs.rundir import list_runs
+from calm_core.runs.listing import list_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = ["views/learn.py", "views/data.py", "views/train.py", "views/monitor.py", "views/compare.py",

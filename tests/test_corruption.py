@@ -21,7 +21,8 @@ import pytest
 from calm_core.cli import main
 from calm_core.runs.jobs import worker_command
 from calm_core.io import atomic_write_json
-from calm_core.runs.rundir import DAMAGED, RunDir
+from calm_core.runs.rundir import RunDir
+from calm_core.runs.state import DAMAGED
 from tests.test_reliability import snapshot
 from tests.test_trainer import DATA, fresh_lm
 

@@ -20,9 +20,8 @@ from typing import Callable, TypeVar
 import pytest
 
 from calm_core.runs import jobs
-
-from calm_core.runs import rundir as runs
-from calm_core.runs.rundir import RunDir, pid_alive
+from calm_core.runs.process import _proc_stat, pid_alive
+from calm_core.runs.rundir import RunDir
 
 FAKE = Path(__file__).parent / "fixtures" / "jobs" / "fake_train.py"
 TIMEOUT_S = 60.0  # generous: the machine may be busy
@@ -78,7 +77,7 @@ def test_is_alive() -> None:
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="zombies are seen through /proc")
 def test_unreaped_child_is_not_alive() -> None:
     process = subprocess.Popen([sys.executable, "-c", "pass"])  # exits; nobody waits: a zombie
-    wait_for("the child to exit", lambda: (runs._proc_stat(process.pid) or ("Z",))[0] == "Z")
+    wait_for("the child to exit", lambda: (_proc_stat(process.pid) or ("Z",))[0] == "Z")
     assert not jobs.is_alive(process.pid)
     process.wait()
 

@@ -1,4 +1,5 @@
-"""Tests for calm_core.runs.rundir: the run-directory protocol, on disk only (no processes but one).
+"""Tests for calm_core.runs (rundir, state, process, listing): the run-directory protocol, on disk
+only (no processes but one).
 
     .venv/bin/python -m pytest tests/test_runs.py -q
 """
@@ -17,7 +18,10 @@ from pathlib import Path
 import pytest
 
 from calm_core.runs import rundir as runs
-from calm_core.runs.rundir import HOST, STATES, RunDir, RunFileError, effective_state, list_runs, new_run_id, run_state
+from calm_core.runs.listing import list_runs
+from calm_core.runs.process import HOST
+from calm_core.runs.rundir import RunDir, RunFileError, new_run_id
+from calm_core.runs.state import STARTUP_GRACE_S, STATES, effective_state, run_state
 
 CONFIG = {"name": "capitals demo", "train": {"method": "calm", "steps": 10}, "seed": 0}
 
@@ -190,7 +194,7 @@ def test_startup_grace_before_the_first_heartbeat() -> None:
     now = time.time()
     status = {"state": "running", "pid": 12345, "host": "another-machine", "heartbeat": None, "started": now - 120}
     assert effective_state(status, now=now) == "running"  # still importing torch, say
-    assert effective_state(status, now=now + runs.STARTUP_GRACE_S) == "failed"
+    assert effective_state(status, now=now + STARTUP_GRACE_S) == "failed"
 
 
 def test_keepalive_heartbeats_through_a_blocking_phase(run: RunDir) -> None:
@@ -394,6 +398,34 @@ def test_list_runs_newest_first_with_effective_state(tmp_path: Path) -> None:
     assert list_runs(tmp_path / "missing") == []
 
 
+def test_list_runs_reads_each_small_file_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A listing polls every run: status.json and config.json are read once per run, for a
+    healthy, a finished (with results.json), a dead and a damaged run alike."""
+    queued = RunDir.create(tmp_path, "queued", {"method": "sft"})  # no name: the label falls back to config
+    finished = RunDir.create(tmp_path, "finished", CONFIG)
+    (finished.path / "results.json").write_text(json.dumps({"results": [{"dataset": "d", "variant": "calm"}]}))
+    finished.write_status("finished")
+    dead = RunDir.create(tmp_path, "dead", CONFIG)
+    dead.write_status("running", pid=_dead_pid())
+    damaged = RunDir.create(tmp_path, "damaged", CONFIG)
+    (damaged.path / "status.json").write_text("[1, 2]")
+    reads: dict[str, int] = {}
+    real_read = runs.read_json_object
+
+    def counted(path: str | Path, *args, **kwargs) -> dict:
+        key = f"{Path(path).parent.name}/{Path(path).name}"
+        reads[key] = reads.get(key, 0) + 1
+        return real_read(path, *args, **kwargs)
+
+    monkeypatch.setattr(runs, "read_json_object", counted)
+    states = {s.run_id: (s.state, s.method) for s in list_runs(tmp_path)}
+    assert states == {"queued": ("queued", "sft"), "finished": ("finished", "calm"), "dead": ("failed", "calm"),
+                      "damaged": ("damaged", "calm")}
+    for run_id in states:
+        assert reads[f"{run_id}/status.json"] == 1 and reads[f"{run_id}/config.json"] == 1, reads
+    assert reads["finished/results.json"] == 1
+
+
 def test_list_runs_defaults_to_workspace(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("CALM_WORKSPACE", str(tmp_path))
     run = RunDir.new(CONFIG, "ws")
@@ -405,7 +437,7 @@ def test_running_reason_names_the_phase() -> None:
     import os
     import time
 
-    from calm_core.runs.rundir import run_state
+    from calm_core.runs.state import run_state
 
     status = {"state": "running", "pid": os.getpid(), "heartbeat": time.time(), "step": 20, "total_steps": 20,
               "phase": "final evaluation"}

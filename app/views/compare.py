@@ -15,7 +15,8 @@ from calm_core.scoring.evaluate import wide_table
 from calm_core.workspace.export import export_zip
 from calm_core.generative.evaluate import OPEN_TABLE_COLUMNS
 from calm_core.workspace.report import run_report_html
-from calm_core.runs.rundir import RunDir, list_runs
+from calm_core.runs.listing import list_runs
+from calm_core.runs.rundir import RunDir
 
 TABLE_COLUMNS = ["dataset", "variant", "n", "acc", "ece", "ece_10", "brier", "nll", "auroc", "aurc", "confidence", "run"]
 OPEN_COLUMNS = [*OPEN_TABLE_COLUMNS, "run"]

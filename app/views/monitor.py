@@ -11,7 +11,9 @@ from app.state import code, describe_error
 from calm_core.workspace import view as run_view
 from calm_core.generative.evaluate import OPEN_TABLE_COLUMNS
 from calm_core.runs.jobs import cancel, resume
-from calm_core.runs.rundir import DAMAGED, RunDir, RunState, list_runs
+from calm_core.runs.listing import list_runs
+from calm_core.runs.rundir import RunDir
+from calm_core.runs.state import DAMAGED, RunState
 
 POLL_SECONDS = 3.0
 ACTIVE = ("queued", "running", "stopping")

@@ -19,7 +19,7 @@ from calm_core.calibration.head import scope_note, scopes_for
 from calm_core.scoring.prompts import RULES
 from calm_core.workspace.launch import estimate_step_seconds, launch_training
 from calm_core.training.methods import METHODS
-from calm_core.runs.rundir import list_runs
+from calm_core.runs.listing import list_runs
 from calm_core.training.config import OPENQA_METHODS, PRESETS, TrainConfig
 
 DEFAULT_TRAIN = "builtin/chemical_symbols/train"

@@ -21,7 +21,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from calm_core.runs.rundir import RunDir, list_runs, runs_root
+from calm_core.runs.listing import list_runs
+from calm_core.runs.rundir import RunDir, runs_root
 
 TRAIN_FLAGS = {  # flag -> (TrainConfig field, type)
     "method": str, "task": str, "model": str, "train_data": str, "heldout_data": str, "scoring": str, "scope": str,

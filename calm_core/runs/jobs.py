@@ -1,7 +1,7 @@
 """Background training jobs: start, queue, cancel, kill and resume, all through run directories.
 
 A job is any command (usually `python -m calm_core.cli train --run-dir <run> ...`); this
-module never imports the trainer. The protocol with the job (calm_core.runs.rundir):
+module never imports the trainer. The protocol with the job (calm_core.runs.rundir, .state):
 
 - `submit` writes the command to `<run>/job.json`, marks the run `queued` and calls
   `schedule`, which starts queued runs, oldest first, while fewer than `CALM_MAX_JOBS`
@@ -11,7 +11,7 @@ module never imports the trainer. The protocol with the job (calm_core.runs.rund
   `<run>/stdout.log`), records pid + state `running` before the job can write anything.
 - The job heartbeats, checks `cancel_requested()` every step, writes `cancelled` /
   `finished` / `failed` itself, and calls `schedule(run.path.parent)` as it exits.
-- A killed or hung job is `failed` by `runs.run_state`; `resume` requeues it with
+- A killed or hung job is `failed` by `state.run_state`; `resume` requeues it with
   `resume: true` in job.json, and the trainer continues from `RunDir.prepare_resume()`.
 """
 
@@ -26,21 +26,25 @@ import threading
 import time
 from pathlib import Path
 
-from calm_core.paths import PROJECT_ROOT
 from calm_core.io import atomic_write_json, file_lock
-from calm_core.runs.rundir import ACTIVE_STATES, DAMAGED, HOST, JOB_FILE, RunDir, RunFileError, RunState, list_runs, pid_alive, process_alive, read_json_object, run_state, runs_root
+from calm_core.paths import PROJECT_ROOT
+from calm_core.runs.listing import list_runs
+from calm_core.runs.process import HOST, pid_alive, pids_with_option, process_alive
+from calm_core.runs.rundir import CONFIG, JOB_FILE, RESULTS, STDOUT, RunDir, RunFileError, read_json_object, runs_root
+from calm_core.runs.state import ACTIVE_STATES, DAMAGED, STATUS, RunState, run_state
 
 MAX_JOBS_ENV = "CALM_MAX_JOBS"
 JOB = JOB_FILE
 QUEUE_LOCK = ".queue.lock"
 KILL_GRACE_S = 5.0  # SIGTERM -> SIGKILL
 RUN_DIR_ARG = "{run_dir}"  # in a job's command: the run's directory, filled in when the job starts
+RUN_DIR_OPTION = "--run-dir"  # the worker's option naming its run directory
 
 
 def worker_command() -> list[str]:
     """The training job's command line: this Python, the CLI in worker form. The run
     directory stays a placeholder in job.json, so a copied or moved run starts on itself."""
-    return [sys.executable, "-m", "calm_core.cli", "train", "--run-dir", RUN_DIR_ARG]
+    return [sys.executable, "-m", "calm_core.cli", "train", RUN_DIR_OPTION, RUN_DIR_ARG]
 
 
 def bind_run_dir(command: list[str], run_dir: RunDir) -> list[str]:
@@ -49,7 +53,7 @@ def bind_run_dir(command: list[str], run_dir: RunDir) -> list[str]:
     otherwise write into the original). A job only ever writes inside its own directory."""
     bound = [str(run_dir.path) if part == RUN_DIR_ARG else part for part in command]
     for i, part in enumerate(bound[:-1]):
-        if part == "--run-dir":
+        if part == RUN_DIR_OPTION:
             bound[i + 1] = str(run_dir.path)
     return bound
 
@@ -57,17 +61,7 @@ def bind_run_dir(command: list[str], run_dir: RunDir) -> list[str]:
 def worker_pids(run_dir: RunDir) -> list[int]:
     """Live processes on this machine whose command line trains this run (`--run-dir` its
     path): what a damaged status.json can no longer tell. Linux /proc; [] elsewhere."""
-    target, found = str(run_dir.path), []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            args = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        words = [a.decode("utf-8", "replace") for a in args]
-        if any(w == "--run-dir" and i + 1 < len(words) and words[i + 1] == target for i, w in enumerate(words)):
-            if pid_alive(int(entry.name)):
-                found.append(int(entry.name))
-    return found
+    return pids_with_option(RUN_DIR_OPTION, str(run_dir.path))
 
 
 def is_alive(pid: int | None) -> bool:
@@ -112,7 +106,7 @@ def start_job(run_dir: RunDir, command: list[str], env: dict | None = None) -> i
     """
     command = bind_run_dir(_check_command(command), run_dir)
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    with open(run_dir.path / "stdout.log", "ab") as log, run_dir.locked():
+    with open(run_dir.path / STDOUT, "ab") as log, run_dir.locked():
         log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} start: {shlex.join(command)}\n".encode())
         log.flush()
         try:
@@ -298,13 +292,13 @@ def _repair(run_dir: RunDir) -> None:
     try:
         run_dir.status
     except (FileNotFoundError, RunFileError):
-        _set_aside(run_dir.path / "status.json")
+        _set_aside(run_dir.path / STATUS)
         latest = run_dir.latest_checkpoint()
         train = config.get("train") if isinstance(config.get("train"), dict) else {}
-        atomic_write_json(run_dir.path / "status.json", {
+        atomic_write_json(run_dir.path / STATUS, {
             "state": "failed", "run_id": run_dir.run_id, "step": latest[0] if latest else 0,
             "total_steps": train.get("steps"), "name": config.get("name"), "method": config.get("method"),
-            "created": (run_dir.path / "config.json").stat().st_mtime, "updated": time.time(),
+            "created": (run_dir.path / CONFIG).stat().st_mtime, "updated": time.time(),
             "error": "status.json was damaged and has been rebuilt from config.json and the checkpoints"})
     try:
         read_job(run_dir)
@@ -316,7 +310,7 @@ def _repair(run_dir: RunDir) -> None:
         try:
             run_dir.results()
         except (FileNotFoundError, RunFileError):
-            _set_aside(run_dir.path / "results.json")
+            _set_aside(run_dir.path / RESULTS)
             run_dir.update_status(state="failed", error="results.json was damaged or missing; evaluating again")
 
 

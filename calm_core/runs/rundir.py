@@ -20,13 +20,10 @@ studio can all update fields without losing each other's; a metrics line goes ou
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import secrets
 import shutil
-import socket
-import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -34,20 +31,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
-from calm_core.io import atomic_write_json, atomic_write_text, default_mode, file_lock, staging_directory
+from calm_core.io import atomic_write_json, atomic_write_text, file_lock, staging_directory
 from calm_core.paths import safe_name, workspace_dir
+from calm_core.runs.process import HOST, process_alive, process_start
+from calm_core.runs.state import (ACTIVE_STATES, DAMAGED, STALE_AFTER_S, STATES, STATUS, TERMINAL_STATES, RunState,
+                                  run_state)
 
-STATES = ("queued", "running", "stopping", "finished", "failed", "cancelled")
-ACTIVE_STATES = ("running", "stopping")  # a process is expected to be alive and heartbeating
-TERMINAL_STATES = ("finished", "failed", "cancelled")
-STALE_AFTER_S = 60.0  # a running job that has not heartbeat for this long counts as failed
-STARTUP_GRACE_S = 600.0  # before its first heartbeat a job may be importing torch / converting a model
-HOST = socket.gethostname()  # pids are only checked on the machine that recorded them
-
-CONFIG, STATUS, METRICS, CANCEL, COMPLETE, LOCK = (
-    "config.json", "status.json", "metrics.jsonl", "CANCEL", "COMPLETE", ".lock")
+CONFIG, METRICS, CANCEL, COMPLETE, LOCK = "config.json", "metrics.jsonl", "CANCEL", "COMPLETE", ".lock"
 RESULTS, JOB_FILE, STDOUT = "results.json", "job.json", "stdout.log"
-DAMAGED = "damaged"  # shown, never written: a file the run needs cannot be read (RunFileError says which)
 
 
 class RunFileError(ValueError):
@@ -93,7 +84,7 @@ def write_predictions(root: str | Path, variant: str, dataset: str, frame: Any) 
     return path
 
 
-# ---------------------------------------------------------------------------- ids, locks, pids
+# ---------------------------------------------------------------------------- ids
 
 def runs_root(root: str | Path | None = None) -> Path:
     return Path(root) if root is not None else workspace_dir() / "runs"
@@ -123,113 +114,12 @@ def check_run_id(run_id: str) -> str:
     return run_id
 
 
-def _proc_stat(pid: int) -> tuple[str, str] | None:
-    """(state letter, start time in clock ticks) from /proc, or None when unavailable."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2:].split()  # the command name may hold spaces and ')'
-    return fields[0], fields[19]
-
-
-def process_start(pid: int) -> str | None:
-    """An opaque start stamp for `pid` (Linux), so a reused pid is not taken for our job."""
-    stat = _proc_stat(pid)
-    return stat[1] if stat else None
-
-
-def pid_alive(pid: int | None, start: str | None = None) -> bool:
-    """True when process `pid` on this machine exists and is not a zombie.
-
-    With `start` (from `process_start`), a different process that got the same pid
-    counts as dead.
-    """
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # exists, owned by someone else
-    if not os.path.isdir("/proc/self"):
-        return True  # no procfs: kill(0) is all we can know
-    stat = _proc_stat(pid)
-    if stat is None or stat[0] in ("Z", "X"):  # gone since, or exited and not yet reaped
-        return False
-    return start is None or stat[1] == start
-
-
-def process_alive(status: dict) -> bool | None:
-    """Whether the run's recorded process is alive; None when it cannot be checked here."""
-    pid = status.get("pid")
-    if not pid or status.get("host", HOST) != HOST:
-        return None
-    return pid_alive(int(pid), status.get("pid_start"))
-
-
-# ---------------------------------------------------------------------------- effective state
-
-@dataclass(frozen=True)
-class RunState:
-    """What the studio shows: the state after liveness checks, why, and whether resume is offered."""
-
-    state: str
-    reason: str
-    resumable: bool
-
-
-def _progress(status: dict) -> str:
-    step, total = status.get("step"), status.get("total_steps")
-    return f"step {step if step is not None else 0}/{total if total is not None else '?'}"
-
-
-def run_state(status: dict, now: float | None = None, stale_after: float = STALE_AFTER_S) -> RunState:
-    """The state to show for `status`: `running`/`stopping` with a dead process or a
-    heartbeat older than `stale_after` seconds is `failed` (stale), and resumable. Until
-    the job's first heartbeat, `STARTUP_GRACE_S` (if longer) counts from `started`.
-
-    A stale job whose process is still alive (hung) is resumable too: `jobs.resume`
-    stops it first, so two processes never write one run.
-    """
-    state = status.get("state")
-    if state not in STATES:
-        return RunState("failed", f"unknown state {state!r} in {STATUS}", False)
-    if state == "queued":
-        return RunState(state, "waiting for a free job slot", False)
-    if state == "finished":
-        return RunState(state, f"finished at {_progress(status)}", False)
-    if state == "failed":
-        return RunState(state, status.get("error") or "failed", True)
-    if state == "cancelled":
-        return RunState(state, f"cancelled at {_progress(status)}", True)
-    now = time.time() if now is None else now
-    beat = status.get("heartbeat")
-    if beat is None:
-        stale_after = max(stale_after, STARTUP_GRACE_S)
-    age = now - float(beat or status.get("started") or status.get("updated") or 0.0)
-    alive, pid = process_alive(status), status.get("pid")
-    if alive is False:
-        return RunState("failed", f"process {pid} is gone (last heartbeat {age:.0f} s ago, at {_progress(status)})",
-                        True)
-    if age > stale_after:
-        hung = f"; process {pid} is still alive (hung?) and is stopped on resume" if alive else ""
-        return RunState("failed", f"no heartbeat for {age:.0f} s (at {_progress(status)}){hung}", True)
-    phase = f" ({status['phase']})" if status.get("phase") else ""
-    return RunState(state, f"{state} at {_progress(status)}{phase}, heartbeat {age:.0f} s ago", False)
-
-
-def effective_state(status: dict, now: float | None = None, stale_after: float = STALE_AFTER_S) -> str:
-    return run_state(status, now, stale_after).state
-
-
 def _jsonable(value: Any) -> Any:
     """numpy / torch scalars and arrays become numbers and lists, anything else a string."""
     return value.tolist() if hasattr(value, "tolist") else str(value)
 
 
-def _config_label(config: dict, key: str) -> str | None:
+def config_label(config: dict, key: str) -> str | None:
     """`config[key]`, or the first `config[section][key]` one level down."""
     if isinstance(config.get(key), str):
         return config[key]
@@ -240,6 +130,16 @@ def _config_label(config: dict, key: str) -> str | None:
 
 
 # ---------------------------------------------------------------------------- the run directory
+
+class RunFiles(NamedTuple):
+    """The small files of a run as `RunDir.read_files` read them: status.json ({} when
+    it cannot be read), config.json (None when it cannot be read) and why the run is
+    damaged (None: it is not). Passed on, so a listing reads each file once."""
+
+    status: dict
+    config: dict | None
+    damage: str | None
+
 
 class ResumePoint(NamedTuple):
     """Where a (re)started trainer continues: after `step`, from `path` (None: from the
@@ -272,7 +172,7 @@ class RunDir:
             atomic_write_json(staging.path / CONFIG, config)
             now = time.time()
             staging.write_status("queued", run_id=run_id, created=now, queued_at=now, step=0,
-                                 name=_config_label(config, "name"), method=_config_label(config, "method"))
+                                 name=config_label(config, "name"), method=config_label(config, "method"))
             try:
                 os.rename(staging.path, final)  # fails on an existing non-empty directory: a clash
             except OSError as error:
@@ -353,30 +253,39 @@ class RunDir:
             raise RunFileError(f"{path} is damaged ({first}); delete {self.path / RESULTS} and run "
                                f"`calm resume {self.run_id}` to evaluate again") from error
 
-    def damage(self) -> str | None:
-        """Why the run cannot be shown or continued as it is (one line naming the file and
-        what to do), or None. Checks the small files every view needs: status, config and
-        a finished run's results (when it wrote them: a job need not). Damaged metrics lines are skipped by
+    def read_files(self) -> RunFiles:
+        """status.json and config.json, each read once, and why the run cannot be shown or
+        continued as it is (one line naming the file and what to do; None when it can).
+        Checks the small files every view needs: status, config and a finished run's
+        results (when it wrote them: a job need not). Damaged metrics lines are skipped by
         `read_metrics` instead, and checkpoints are checked when a resume reads them."""
+        status, status_damage = self._read_checked(lambda: self.status)
+        config, config_damage = self._read_checked(lambda: self.config)
+        damage = status_damage or config_damage
+        if status is not None and config is not None and status.get("state") == "finished":
+            if (self.path / RESULTS).exists() or "train" in config:  # a training run always writes it; others need not
+                _, damage = self._read_checked(self.results)
+        return RunFiles(status or {}, config, damage)
+
+    def _read_checked(self, read: Callable[[], dict]) -> tuple[dict | None, str | None]:
+        """(`read()`, None), or (None, why) when the file it reads is damaged or missing."""
         try:
-            status = self.status
-            config = self.config
-            if status.get("state") == "finished" and ((self.path / RESULTS).exists() or "train" in config):
-                self.results()  # a training run always writes it; other jobs (tests' fakes) need not
+            return read(), None
         except RunFileError as error:
-            return str(error)
+            return None, str(error)
         except FileNotFoundError as error:
             name = Path(error.filename or "").name
-            return f"{self.path / name} is missing; {self.advice(name)}"
-        return None
+            return None, f"{self.path / name} is missing; {self.advice(name)}"
 
-    def state(self, now: float | None = None, stale_after: float = STALE_AFTER_S) -> RunState:
+    def state(self, now: float | None = None, stale_after: float = STALE_AFTER_S,
+              files: RunFiles | None = None) -> RunState:
         """The effective state (`run_state`), `damaged` when a file it needs is unreadable,
-        and for a process that died without a word, the last line it printed."""
-        damage = self.damage()
-        if damage is not None:
-            return RunState(DAMAGED, damage, not damage.startswith(str(self.path / CONFIG)))
-        status = self.status
+        and for a process that died without a word, the last line it printed. `files`:
+        what `read_files` returned, when the caller has read them already (a listing)."""
+        files = self.read_files() if files is None else files
+        if files.damage is not None:
+            return RunState(DAMAGED, files.damage, not files.damage.startswith(str(self.path / CONFIG)))
+        status = files.status
         view = run_state(status, now, stale_after)
         if view.state == "failed" and status.get("state") in ACTIVE_STATES and process_alive(status) is False:
             last = self.last_output_line()
@@ -610,58 +519,3 @@ class RunDir:
 
     def clear_cancel(self) -> None:
         (self.path / CANCEL).unlink(missing_ok=True)
-
-
-# ---------------------------------------------------------------------------- listing
-
-@dataclass(frozen=True)
-class RunSummary:
-    run_id: str
-    path: Path
-    state: str  # effective state (liveness checked)
-    reason: str
-    resumable: bool
-    step: int | None
-    total_steps: int | None
-    created: float | None
-    name: str | None
-    method: str | None
-    queued_at: float | None = None
-
-
-def summarize(run: RunDir, now: float | None = None, stale_after: float = STALE_AFTER_S) -> RunSummary:
-    """One line of `calm runs` / the run pickers. A damaged run is listed too, as
-    `damaged` with the file and what to do, never skipped."""
-    view = run.state(now, stale_after)
-    try:
-        status = run.status
-    except RunFileError:
-        status = {}
-    name, method = status.get("name"), status.get("method")
-    if name is None and method is None:
-        try:
-            config = run.config
-            name, method = _config_label(config, "name"), _config_label(config, "method")
-        except (OSError, RunFileError):
-            pass
-    return RunSummary(run.run_id, run.path, view.state, view.reason, view.resumable, status.get("step"),
-                      status.get("total_steps"), status.get("created"), name, method, status.get("queued_at"))
-
-
-def list_runs(root: str | Path | None = None, now: float | None = None,
-              stale_after: float = STALE_AFTER_S) -> list[RunSummary]:
-    """Every run under `root`, newest first, damaged ones included (state `damaged`).
-    Reads the small JSON files only; a directory with neither status.json nor config.json
-    is not a run."""
-    root = runs_root(root)
-    if not root.is_dir():
-        return []
-    summaries = []
-    for child in root.iterdir():
-        if child.name.startswith(".") or not ((child / STATUS).is_file() or (child / CONFIG).is_file()):
-            continue
-        try:
-            summaries.append(summarize(RunDir(child), now, stale_after))
-        except (OSError, ValueError):
-            continue  # removed while listing
-    return sorted(summaries, key=lambda s: (s.created or 0.0, s.run_id), reverse=True)

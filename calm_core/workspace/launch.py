@@ -14,7 +14,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from calm_core.runs.rundir import RunDir, list_runs
+from calm_core.runs.listing import list_runs
+from calm_core.runs.rundir import RunDir
 from calm_core.training.config import TrainConfig
 
 

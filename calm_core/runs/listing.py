@@ -1,0 +1,62 @@
+"""Every run under a root, one summary line each: `calm runs`, the studio's run pickers, the job queue.
+
+A listing polls every run directory, so it reads each run's small files once
+(`RunDir.read_files`) and derives the state, the labels and the progress from them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from calm_core.runs.rundir import CONFIG, RunDir, config_label, runs_root
+from calm_core.runs.state import STALE_AFTER_S, STATUS
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    run_id: str
+    path: Path
+    state: str  # effective state (liveness checked)
+    reason: str
+    resumable: bool
+    step: int | None
+    total_steps: int | None
+    created: float | None
+    name: str | None
+    method: str | None
+    queued_at: float | None = None
+
+
+def summarize(run: RunDir, now: float | None = None, stale_after: float = STALE_AFTER_S) -> RunSummary:
+    """One line of `calm runs` / the run pickers. A damaged run is listed too, as
+    `damaged` with the file and what to do, never skipped."""
+    files = run.read_files()
+    if not files.status and not (run.path / STATUS).is_file():
+        raise FileNotFoundError(f"{run.path / STATUS} is missing")  # as before: list_runs leaves the run out
+    view = run.state(now, stale_after, files)
+    status = files.status
+    name, method = status.get("name"), status.get("method")
+    if name is None and method is None and files.config is not None:
+        name, method = config_label(files.config, "name"), config_label(files.config, "method")
+    return RunSummary(run.run_id, run.path, view.state, view.reason, view.resumable, status.get("step"),
+                      status.get("total_steps"), status.get("created"), name, method, status.get("queued_at"))
+
+
+def list_runs(root: str | Path | None = None, now: float | None = None,
+              stale_after: float = STALE_AFTER_S) -> list[RunSummary]:
+    """Every run under `root`, newest first, damaged ones included (state `damaged`).
+    Reads the small JSON files only; a directory with neither status.json nor config.json
+    is not a run."""
+    root = runs_root(root)
+    if not root.is_dir():
+        return []
+    summaries = []
+    for child in root.iterdir():
+        if child.name.startswith(".") or not ((child / STATUS).is_file() or (child / CONFIG).is_file()):
+            continue
+        try:
+            summaries.append(summarize(RunDir(child), now, stale_after))
+        except (OSError, ValueError):
+            continue  # removed while listing
+    return sorted(summaries, key=lambda s: (s.created or 0.0, s.run_id), reverse=True)

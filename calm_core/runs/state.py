@@ -1,0 +1,79 @@
+"""A run's state machine, and the state to show for a status.json as it is now.
+
+The job and its launcher write the states: `queued` (submitted, waiting for a slot) ->
+`running` -> `finished` | `failed` | `cancelled`, through `stopping` once a cancel is
+asked (a queued run is `cancelled` at once); `jobs.resume` puts a `failed`, `cancelled`
+or repaired damaged run back to `queued`.
+
+status.json holds the state the run last wrote; `run_state` is what the studio and
+`calm runs` show: a `running` job whose process is gone, or that stopped heartbeating,
+is `failed` (and resumable), whatever its file still says. `DAMAGED` is shown, never
+written: `RunDir.state` returns it when a file the run needs cannot be read."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from calm_core.runs.process import process_alive
+
+STATUS = "status.json"  # the file that holds a run's state (calm_core.runs.rundir reads and writes it)
+STATES = ("queued", "running", "stopping", "finished", "failed", "cancelled")
+ACTIVE_STATES = ("running", "stopping")  # a process is expected to be alive and heartbeating
+TERMINAL_STATES = ("finished", "failed", "cancelled")
+STALE_AFTER_S = 60.0  # a running job that has not heartbeat for this long counts as failed
+STARTUP_GRACE_S = 600.0  # before its first heartbeat a job may be importing torch / converting a model
+DAMAGED = "damaged"  # shown, never written: a file the run needs cannot be read (RunFileError says which)
+
+
+@dataclass(frozen=True)
+class RunState:
+    """What the studio shows: the state after liveness checks, why, and whether resume is offered."""
+
+    state: str
+    reason: str
+    resumable: bool
+
+
+def _progress(status: dict) -> str:
+    step, total = status.get("step"), status.get("total_steps")
+    return f"step {step if step is not None else 0}/{total if total is not None else '?'}"
+
+
+def run_state(status: dict, now: float | None = None, stale_after: float = STALE_AFTER_S) -> RunState:
+    """The state to show for `status`: `running`/`stopping` with a dead process or a
+    heartbeat older than `stale_after` seconds is `failed` (stale), and resumable. Until
+    the job's first heartbeat, `STARTUP_GRACE_S` (if longer) counts from `started`.
+
+    A stale job whose process is still alive (hung) is resumable too: `jobs.resume`
+    stops it first, so two processes never write one run.
+    """
+    state = status.get("state")
+    if state not in STATES:
+        return RunState("failed", f"unknown state {state!r} in {STATUS}", False)
+    if state == "queued":
+        return RunState(state, "waiting for a free job slot", False)
+    if state == "finished":
+        return RunState(state, f"finished at {_progress(status)}", False)
+    if state == "failed":
+        return RunState(state, status.get("error") or "failed", True)
+    if state == "cancelled":
+        return RunState(state, f"cancelled at {_progress(status)}", True)
+    now = time.time() if now is None else now
+    beat = status.get("heartbeat")
+    if beat is None:
+        stale_after = max(stale_after, STARTUP_GRACE_S)
+    age = now - float(beat or status.get("started") or status.get("updated") or 0.0)
+    alive, pid = process_alive(status), status.get("pid")
+    if alive is False:
+        return RunState("failed", f"process {pid} is gone (last heartbeat {age:.0f} s ago, at {_progress(status)})",
+                        True)
+    if age > stale_after:
+        hung = f"; process {pid} is still alive (hung?) and is stopped on resume" if alive else ""
+        return RunState("failed", f"no heartbeat for {age:.0f} s (at {_progress(status)}){hung}", True)
+    phase = f" ({status['phase']})" if status.get("phase") else ""
+    return RunState(state, f"{state} at {_progress(status)}{phase}, heartbeat {age:.0f} s ago", False)
+
+
+def effective_state(status: dict, now: float | None = None, stale_after: float = STALE_AFTER_S) -> str:
+    return run_state(status, now, stale_after).state
