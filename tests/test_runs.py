@@ -401,7 +401,7 @@ def test_list_runs_newest_first_with_effective_state(tmp_path: Path) -> None:
 def test_list_runs_reads_each_small_file_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A listing polls every run: status.json and config.json are read once per run, for a
     healthy, a finished (with results.json), a dead and a damaged run alike."""
-    queued = RunDir.create(tmp_path, "queued", {"method": "sft"})  # no name: the label falls back to config
+    RunDir.create(tmp_path, "queued", {"method": "sft"})
     finished = RunDir.create(tmp_path, "finished", CONFIG)
     (finished.path / "results.json").write_text(json.dumps({"results": [{"dataset": "d", "variant": "calm"}]}))
     finished.write_status("finished")
