@@ -398,6 +398,15 @@ def test_list_runs_newest_first_with_effective_state(tmp_path: Path) -> None:
     assert list_runs(tmp_path / "missing") == []
 
 
+def test_a_run_with_config_alone_is_listed_as_damaged(run: RunDir) -> None:
+    """status.json lost (config.json kept): listed, as `damaged`, naming the file and `calm resume`."""
+    (run.path / "status.json").unlink()
+    [summary] = list_runs(run.path.parent)
+    assert (summary.run_id, summary.state, summary.resumable, summary.name) == (run.run_id, "damaged", True,
+                                                                                 "capitals demo")
+    assert f"{run.path / 'status.json'} is missing" in summary.reason and "calm resume" in summary.reason
+
+
 def test_list_runs_reads_each_small_file_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A listing polls every run: status.json and config.json are read once per run, for a
     healthy, a finished (with results.json), a dead and a damaged run alike."""

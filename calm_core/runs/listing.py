@@ -32,8 +32,6 @@ def summarize(run: RunDir, now: float | None = None, stale_after: float = STALE_
     """One line of `calm runs` / the run pickers. A damaged run is listed too, as
     `damaged` with the file and what to do, never skipped."""
     files = run.read_files()
-    if not files.status and not (run.path / STATUS).is_file():
-        raise FileNotFoundError(f"{run.path / STATUS} is missing")  # as before: list_runs leaves the run out
     view = run.state(now, stale_after, files)
     status = files.status
     name, method = status.get("name"), status.get("method")
