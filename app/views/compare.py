@@ -10,19 +10,23 @@ import streamlit as st
 from app.charts import confidence_histogram, figure_png, open_answers_table, reliability_figure, reliability_overlay
 from app.state import describe_error
 from calm_core.calibration import metrics
+from calm_core.calibration.metrics.columns import help_texts, metric_names, table_columns
 from calm_core.workspace import view as run_view
 from calm_core.scoring.evaluate import wide_table
 from calm_core.workspace.export import export_zip
-from calm_core.generative.evaluate import OPEN_TABLE_COLUMNS
 from calm_core.workspace.report import run_report_html
 from calm_core.runs.listing import list_runs
 from calm_core.runs.rundir import RunDir
 
-TABLE_COLUMNS = ["dataset", "variant", "n", "acc", "ece", "ece_10", "brier", "nll", "auroc", "aurc", "confidence", "run"]
-OPEN_COLUMNS = [*OPEN_TABLE_COLUMNS, "run"]
 OPEN_MEANING = ("Open answers: **confidence** is Sem1, the share of the n sampled answers that fall in the most "
                 "common meaning cluster, and **correct** means that cluster's answer matches an accepted alias "
                 "(normalised exact match).")
+
+
+def _tooltips(columns: list[str] | tuple[str, ...]) -> dict:
+    """Each metric column's meaning and direction (metrics.columns) as its header tooltip."""
+    return {name: st.column_config.Column(help=text) for name, text in help_texts(columns).items()}
+
 
 st.title("Compare")
 finished = [r for r in list_runs() if r.state == "finished" and (r.path / "results.json").is_file()]
@@ -108,12 +112,11 @@ if any_open:
     st.caption("Open answers: acc is the greedy answer's exact match, sem_acc the Sem1 (modal) answer's; ece, ece_10 "
                "and auroc are on (Sem1 confidence, modal answer correct); sem2_ece_10 on the split-half Sem2 "
                "confidence; seq_ece_10 on the greedy answer's sequence probability.")
-metric_names = ("acc", "sem_acc", "ece_10") if all_open else ("acc", "ece", "ece_10")
-st.markdown(wide_table([r for r in rows if r["variant"] in shown] or rows, metric_names=metric_names))
-columns = OPEN_COLUMNS if all_open else list(dict.fromkeys(TABLE_COLUMNS[:-1] + OPEN_COLUMNS)) if any_open \
-    else TABLE_COLUMNS
+st.markdown(wide_table([r for r in rows if r["variant"] in shown] or rows,
+                       metric_names=metric_names("paper_openqa" if all_open else "paper_mcqa")))
+columns = [*table_columns(*dict.fromkeys(tasks.values())), "run"]  # both kinds of run: the union, in one order
 frame = pd.DataFrame([{k: r.get(k) for k in columns} for r in rows])
-st.dataframe(frame, hide_index=True, width="stretch")
+st.dataframe(frame, hide_index=True, width="stretch", column_config=_tooltips(columns))
 c1, c2 = st.columns(2)
 c1.download_button("Download the table (CSV)", frame.to_csv(index=False), file_name="calm_compare.csv",
                    mime="text/csv", key="compare_csv")

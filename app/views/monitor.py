@@ -8,8 +8,8 @@ import streamlit as st
 
 from app.charts import alpha_bars, alpha_heatmap, line_figure, tradeoff_figure
 from app.state import code, describe_error
+from calm_core.calibration.metrics.columns import help_texts, table_columns
 from calm_core.workspace import view as run_view
-from calm_core.generative.evaluate import OPEN_TABLE_COLUMNS
 from calm_core.runs.jobs import cancel, resume
 from calm_core.runs.listing import list_runs
 from calm_core.runs.rundir import RunDir
@@ -17,7 +17,12 @@ from calm_core.runs.state import DAMAGED, RunState
 
 POLL_SECONDS = 3.0
 ACTIVE = ("queued", "running", "stopping")
-RESULT_COLUMNS = ("dataset", "variant", "n", "acc", "ece", "ece_10", "auroc", "aurc", "nll", "confidence")
+
+
+def _tooltips(columns: list[str] | tuple[str, ...]) -> dict:
+    """Each metric column's meaning and direction (metrics.columns) as its header tooltip."""
+    return {name: st.column_config.Column(help=text) for name, text in help_texts(columns).items()}
+
 
 st.title("Monitor")
 runs = list_runs()
@@ -184,13 +189,13 @@ def _results() -> None:
     if (run.path / "results.json").is_file():
         st.subheader("Final evaluation")
         rows = run_view.compare_rows([run])
-        ts_note = run.results().get("ts", {}).get("note")
-        if ts_note:  # e.g. too few S_V items to fit a temperature: say why the TS row is missing
-            st.caption(ts_note)
-        columns = OPEN_TABLE_COLUMNS if run_view.task_of(run) == "openqa" else RESULT_COLUMNS
+        for note in run_view.posthoc_lines(run.results(), notes_only=True):
+            st.caption(note)  # e.g. too few S_V items to fit a temperature: say why the TS row is missing
+        task = run_view.task_of(run)
+        columns = table_columns(task)
         st.dataframe(pd.DataFrame([{k: r.get(k) for k in columns} for r in rows]), hide_index=True, width="stretch",
-                     key="monitor_results")
-        if columns is RESULT_COLUMNS:
+                     column_config=_tooltips(columns), key="monitor_results")
+        if task == "mcqa":
             st.caption("auroc: how well confidence separates right from wrong answers (0.5: not at all); aurc: "
                        "area under the risk-coverage curve, the mean error rate when answering only the most "
                        "confident questions (lower is better). ECE alone rewards a near-uniform forecast.")

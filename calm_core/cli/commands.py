@@ -26,7 +26,6 @@ from calm_core.data.split import add_split_parser
 from calm_core.paths import ensure_writable
 
 
-DEGENERATE_T = 100.0  # above this, TS has flattened the fit set's predictions to ~uniform
 JSON_REJECTED_KEPT = 100  # rejected rows listed per dataset in `--json`; `n_rejected` is always exact
 
 
@@ -57,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     ds.add_argument("--kind", choices=["mc", "open"], help="only multiple-choice or open-answer sets")
     ds.add_argument("--json", type=Path, help="also write the list as JSON")
 
-    ev = sub.add_parser("eval", help="score datasets with a model: base and post-hoc TS")
+    ev = sub.add_parser("eval", help="score datasets with a model: base and post-hoc calibration (TS)")
     _add_model_args(ev)
     _add_scoring_args(ev)
     ev.add_argument("--data", action="append", nargs="+", required=True, metavar="NAME",
@@ -66,9 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--mapping", help="column mapping for files, e.g. 'question=q, choices=A|B|C|D, answer=label'")
     ev.add_argument("--seed", type=int, default=0, help="seed for built-in datasets")
     ev.add_argument("--fit-ts-on", action="append", nargs="+", metavar="NAME",
-                    help="fit temperature scaling on this dataset: variant `ts` (several: `ts:<name>` each)")
+                    help="fit the post-hoc calibrators (temperature scaling) on this dataset: variant `ts` "
+                         "(several: `ts:<name>` each)")
     ev.add_argument("--fit-limit", type=int, help="first N items of the --fit-ts-on dataset")
-    ev.add_argument("--ts-file", type=Path, help="apply a saved temperature (JSON from --save-ts) as variant `ts`")
+    ev.add_argument("--ts-file", type=Path, help="apply a saved calibrator (JSON from --save-ts) as its variant (`ts`)")
     ev.add_argument("--save-ts", type=Path, help="write the fitted temperature to this JSON file")
     ev.add_argument("--json", type=Path, help="write results as JSON")
     ev.add_argument("--save-preds", type=Path, metavar="DIR", help="per-item predictions: DIR/eval/<variant>/<dataset>.parquet")
@@ -142,23 +142,39 @@ def _data_record(reports: dict[str, LoadReport], role: str) -> list[dict[str, An
             for name, report in reports.items()]
 
 
-def _temperatures(args: argparse.Namespace, lm: Any, cfg: Any, fit_items: dict[str, list]) -> list[tuple[str, Any, dict[str, Any]]]:
-    """(variant name, scaler, record) per temperature: `ts` for one, `ts:<dataset>` for several."""
-    from calm_core.calibration.posthoc import TemperatureScaler
+def _posthoc(args: argparse.Namespace, lm: Any, cfg: Any, fit_items: dict[str, list]) -> list[Any]:
+    """The post-hoc variants (scoring.evaluate.PosthocFit): the saved one of --ts-file, or
+    every default calibrator fitted on each --fit-ts-on set (`ts`, `ts:<dataset>` for several)."""
+    from calm_core.calibration.posthoc import load_calibrator
+    from calm_core.scoring.evaluate import PosthocFit, fit_posthoc
     from calm_core.scoring.options import score_items
 
     if args.ts_file:
-        return [("ts", TemperatureScaler.load(args.ts_file), {"file": str(args.ts_file)})]
-    fitted = []
-    for name, items in fit_items.items():
-        fit = score_items(lm, items, cfg, args.batch_size, not args.quiet, dataset=name)
-        scaler = TemperatureScaler.fit(fit.logits, fit.gold)
-        variant = "ts" if len(fit_items) == 1 else f"ts:{name}"
-        fitted.append((variant, scaler, {"dataset": name, "n": len(fit), "temperature": scaler.temperature,
-                                         "nll_before": scaler.nll_before, "nll_after": scaler.nll_after}))
-    if args.save_ts:  # exactly one fitted: checked in cmd_eval before the model loaded
-        fitted[0][1].save(args.save_ts)
-    return fitted
+        calibrator = load_calibrator(args.ts_file)
+        return [PosthocFit(calibrator.name, calibrator, {"file": str(args.ts_file)})]
+    fit_sets = {name: score_items(lm, items, cfg, args.batch_size, not args.quiet, dataset=name)
+                for name, items in fit_items.items()}
+    fits = fit_posthoc(fit_sets)
+    if args.save_ts:  # exactly one set fitted: checked in cmd_eval before the model loaded
+        next(f for f in fits if f.calibrator.name == "ts").calibrator.save(args.save_ts)
+    return fits
+
+
+def _posthoc_record(fits: list[Any], task: str) -> dict[str, list[dict[str, Any]]]:
+    """`--json` entries per calibrator name (`ts`: one record per fit set, [] when none)."""
+    from calm_core.calibration.posthoc import for_task
+
+    names = list(dict.fromkeys([*for_task(task), *(f.calibrator.name for f in fits)]))
+    return {name: [f.record for f in fits if f.calibrator.name == name] for name in names}
+
+
+def _print_posthoc(fits: list[Any], suffix: str = "") -> None:
+    """`ts: T = 1.2345` per post-hoc variant, and the calibrator's note when its fit is degenerate."""
+    for fit in fits:
+        print(f"{fit.variant}: {fit.calibrator.describe()}{suffix}")
+        warning = fit.calibrator.warning()
+        if warning:
+            print(f"  note: {warning}")
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -190,25 +206,20 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if len(fit) < MIN_FIT_ITEMS:
             raise UsageError(f"Expected at least {MIN_FIT_ITEMS} items to fit TS on `{name}`, but it has {len(fit)}")
     lm = _load_lm(args)
-    temperatures = _temperatures(args, lm, cfg, fit_items)
+    fits = _posthoc(args, lm, cfg, fit_items)
     rows = []
     for name in datasets:
         scores = score_items(lm, items[name], cfg, args.batch_size, not args.quiet, dataset=name)
-        variants = [("base", None)] + [(variant, scaler) for variant, scaler, _ in temperatures]
-        for variant, calibrator in variants:
+        for variant, calibrator in [("base", None)] + [(f.variant, f.calibrator) for f in fits]:
             rows.append(result_row(scores, name, variant, calibrator, n_bins=args.bins))
             if args.save_preds:
                 write_predictions(args.save_preds, variant, name, predictions_frame(scores, calibrator))
     print(f"model: {lm.info.get('label', lm.info['name'])} ({lm.info['device']}, {lm.info['dtype']})  "
           f"scoring: {cfg.name}  bins: {args.bins}")
-    for variant, scaler, _ in temperatures:
-        print(f"{variant}: T = {scaler.temperature:.4f}")
-        if scaler.temperature > DEGENERATE_T:
-            print(f"  note: T > {DEGENERATE_T:g} makes every answer near-uniform: the fit set carries no usable "
-                  "confidence signal (accuracy at or below chance there)")
+    _print_posthoc(fits)
     print(format_table(rows))
     if args.json:
-        record = {"results": rows, "model": lm.info, "scoring": cfg.to_dict(), "ts": [r for _, _, r in temperatures],
+        record = {"results": rows, "model": lm.info, "scoring": cfg.to_dict(), **_posthoc_record(fits, "mcqa"),
                   "datasets": _data_record(reports, "eval") + _data_record(fit_reports, "fit"),
                   "limit": args.limit, "seed": args.seed, "environment": environment_record()}
         atomic_write_json(args.json, record)
@@ -216,9 +227,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _eval_open(args: argparse.Namespace) -> int:
-    """`calm eval --task openqa`: generated answers, judged; base and (optionally) TS."""
-    from calm_core.scoring.evaluate import format_table
-    from calm_core.generative.evaluate import OPEN_TABLE_COLUMNS, evaluate_open, fit_token_temperature
+    """`calm eval --task openqa`: generated answers, judged; base and (optionally) the
+    post-hoc calibrators that apply to generation (TS)."""
+    from calm_core.calibration.metrics.columns import table_columns
+    from calm_core.scoring.evaluate import PosthocFit, format_table
+    from calm_core.generative.evaluate import evaluate_open, fit_token_calibrators
     from calm_core.generative.sampling import GenerationConfig
     from calm_core.calibration.posthoc import MIN_FIT_ITEMS
     from calm_core.provenance import environment_record
@@ -241,19 +254,19 @@ def _eval_open(args: argparse.Namespace) -> int:
     if fit_names and len(fit_items) < MIN_FIT_ITEMS:
         raise UsageError(f"Expected at least {MIN_FIT_ITEMS} items to fit TS on `{fit_names[0]}`, but it has {len(fit_items)}")
     lm = _load_lm(args)
-    scalers = {"ts": fit_token_temperature(lm.model, lm.tokenizer, fit_items, cfg.prompt, args.batch_size)} if fit_items else {}
+    scalers = fit_token_calibrators(lm.model, lm.tokenizer, fit_items, cfg.prompt, args.batch_size) if fit_items else {}
+    fits = [PosthocFit(name, s, {"dataset": fit_names[0], **s.params()}) for name, s in scalers.items()]
     rows, frames = evaluate_open(lm.model, lm.tokenizer, datasets, cfg, scalers, progress=not args.quiet)
     if args.save_preds:
         for (variant, name), frame in frames.items():
             write_predictions(args.save_preds, variant, name, frame)
     print(f"model: {lm.info.get('label', lm.info['name'])} ({lm.info['device']}, {lm.info['dtype']})  task: openqa  "
           f"prompt: {cfg.prompt}  samples: {cfg.n_samples}  grouping: {cfg.grouping}")
-    for name, scaler in scalers.items():
-        print(f"{name}: T = {scaler.temperature:.4f} (fit on the gold answer tokens of {fit_names[0]})")
-    print(format_table(rows, OPEN_TABLE_COLUMNS))
+    _print_posthoc(fits, f" (fit on the gold answer tokens of {fit_names[0]})" if fits else "")
+    print(format_table(rows, table_columns("openqa")))
     if args.json:
         record = {"results": rows, "model": lm.info, "task": "openqa", "generation": cfg.to_dict(),
-                  "ts": [{"dataset": fit_names[0], "temperature": s.temperature} for s in scalers.values()],
+                  **_posthoc_record(fits, "openqa"),
                   "datasets": _data_record(reports, "eval") + _data_record(fit_reports, "fit"),
                   "limit": args.limit, "seed": args.seed, "environment": environment_record()}
         atomic_write_json(args.json, record)

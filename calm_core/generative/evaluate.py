@@ -1,11 +1,13 @@
-"""`calm eval --task openqa`: a model's open answers on datasets, base and post-hoc TS.
+"""`calm eval --task openqa`: a model's open answers on datasets, base and the post-hoc
+calibrators that apply to generation (calibration.posthoc, tasks "openqa": TS).
 
-    ts = fit_token_temperature(model, tokenizer, fit_items, prompt="fewshot")
-    rows, frames = evaluate_open(model, tokenizer, {"triviaqa/...": items}, cfg, {"ts": ts})
+    calibrators = fit_token_calibrators(model, tokenizer, fit_items, prompt="fewshot")  # {"ts": ...}
+    rows, frames = evaluate_open(model, tokenizer, {"triviaqa/...": items}, cfg, calibrators)
 
 Every variant generates greedy and sampled answers through the same
-`generate_answers`; TS divides every step's logits by its temperature. Rows carry the
-keys of `judge.summarize_open` plus dataset, variant and task.
+`generate_answers`; a calibrator transforms every step's logits (TS divides them by its
+temperature). Rows carry the keys of `judge.summarize_open` plus dataset, variant and
+task; the open-answer table's columns are metrics.columns' "openqa".
 """
 
 from __future__ import annotations
@@ -15,21 +17,21 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from calm_core.calibration.posthoc import PosthocCalibrator, TemperatureScaler, fit_defaults
 from calm_core.training.adapters import evaluating
 from calm_core.data.schema import OpenItem
 from calm_core.generative.judge import judge, summarize_open
 from calm_core.generative.objectives import answer_logits, gold_requests
-from calm_core.generative.sampling import GenerationConfig, generate_answers, temperature_transform
+from calm_core.generative.sampling import GenerationConfig, generate_answers
 from calm_core.generative.semantic import grouping_for
 from calm_core.scoring.options import ProgressFn
 
 
-def fit_token_temperature(model: Any, tokenizer: Any, items: Sequence[OpenItem], prompt: str,
-                          batch_size: int = 16) -> Any:
-    """Post-hoc TS for generation: one temperature fitted (TemperatureScaler, NLL to
-    convergence) on the logits at every gold-answer token of `items`, adapter off."""
-    from calm_core.calibration.posthoc import TemperatureScaler
-
+def token_fit_data(model: Any, tokenizer: Any, items: Sequence[OpenItem], prompt: str,
+                   batch_size: int = 16) -> tuple[np.ndarray, np.ndarray]:
+    """What a post-hoc calibrator for generation is fitted on: the base model's (adapter
+    off) vocabulary logits at every gold-answer token of `items`, (T, V) float64, and
+    the gold token ids (T,)."""
     requests = gold_requests(items, tokenizer, prompt)
     logits, targets = [], []
     with torch.no_grad(), evaluating(model, adapter=False):
@@ -37,15 +39,30 @@ def fit_token_temperature(model: Any, tokenizer: Any, items: Sequence[OpenItem],
             z, t = answer_logits(model, requests[start:start + batch_size], tokenizer.pad_token_id)
             logits.append(z.double().cpu().numpy())
             targets.append(t.cpu().numpy())
-    return TemperatureScaler.fit(np.concatenate(logits), np.concatenate(targets))
+    return np.concatenate(logits), np.concatenate(targets)
+
+
+def fit_token_calibrators(model: Any, tokenizer: Any, items: Sequence[OpenItem], prompt: str,
+                          batch_size: int = 16) -> dict[str, PosthocCalibrator]:
+    """Every default calibrator for generation (TS: one temperature, NLL to convergence)
+    fitted on `token_fit_data`: {name: calibrator}."""
+    return fit_defaults(*token_fit_data(model, tokenizer, items, prompt, batch_size), task="openqa")
+
+
+def fit_token_temperature(model: Any, tokenizer: Any, items: Sequence[OpenItem], prompt: str,
+                          batch_size: int = 16) -> TemperatureScaler:
+    """Post-hoc TS alone for generation (training/tasks/openqa.py until it fits every
+    calibrator through scoring.evaluate.fit_baselines)."""
+    return TemperatureScaler.fit(*token_fit_data(model, tokenizer, items, prompt, batch_size))
 
 
 def evaluate_open(model: Any, tokenizer: Any, datasets: dict[str, Sequence[OpenItem]], cfg: GenerationConfig,
-                  scalers: dict[str, Any] | None = None, progress: bool | ProgressFn = False) -> tuple[list[dict], dict]:
-    """Rows (one per dataset x variant: `base`, then each of `scalers`) and the per-item
-    frames keyed by (variant, dataset)."""
+                  calibrators: dict[str, PosthocCalibrator] | None = None,
+                  progress: bool | ProgressFn = False) -> tuple[list[dict], dict]:
+    """Rows (one per dataset x variant: `base`, then each of `calibrators`, by name) and
+    the per-item frames keyed by (variant, dataset)."""
     grouping = grouping_for(cfg.grouping, cfg.grouping_threshold)
-    variants = [("base", None)] + [(name, temperature_transform(s.temperature)) for name, s in (scalers or {}).items()]
+    variants = [("base", None)] + [(name, c.token_transform()) for name, c in (calibrators or {}).items()]
     rows, frames = [], {}
     for name, items in datasets.items():
         for variant, transform in variants:
@@ -55,6 +72,3 @@ def evaluate_open(model: Any, tokenizer: Any, datasets: dict[str, Sequence[OpenI
             frames[(variant, name)] = frame
     return rows, frames
 
-
-OPEN_TABLE_COLUMNS = ("dataset", "variant", "n", "acc", "sem_acc", "ece", "ece_10", "sem2_ece_10", "seq_ece_10",
-                      "auroc", "confidence")

@@ -3,31 +3,80 @@
 One pipeline for the CLI, the studio and training-time evaluation:
 
     scores = score_dataset(lm, "arc/easy_test", ScoringConfig(), limit=300)
-    ts = TemperatureScaler.fit(fit_scores.logits, fit_scores.gold)
-    rows = [result_row(scores, "base"), result_row(scores, "ts", ts)]
+    fits = fit_posthoc({"commonsenseqa/dev": fit_scores})      # every default calibrator: [ts]
+    rows = [result_row(scores, name, "base")] + [result_row(scores, name, f.variant, f.calibrator) for f in fits]
+    print(format_table(rows))                                  # `calm eval`'s columns (metrics.columns)
 
 A *variant* is a way of turning option scores into probabilities: `base` (softmax of
-the raw scores) or a post-hoc calibrator (`ts`, `vs`). Training methods add their own
-variants by scoring with their own model (see calm_core.training.methods).
+the raw scores) or a post-hoc calibrator (calibration.posthoc's registry: `ts`, and
+whatever module is added there). Training methods add their own variants by scoring
+with their own model (see calm_core.training.methods).
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
 from calm_core.calibration import metrics
+from calm_core.calibration.metrics.columns import cell, table_columns
+from calm_core.calibration.metrics.columns import metric_names as table_metrics
+from calm_core.calibration.posthoc import MIN_FIT_ITEMS, PosthocCalibrator, for_task
 from calm_core.data.catalog import load_dataset
 from calm_core.data.schema import DataError, LoadReport, MCItem
 from calm_core.scoring.prompts import ScoringConfig
 from calm_core.scoring.options import OptionScores, ProgressFn, score_items
 
-TABLE_COLUMNS = ("dataset", "variant", "n", "acc", "ece", "mce", "brier", "nll", "auroc", "confidence")
-
 
 class Calibrator(Protocol):
     def probs(self, logits: np.ndarray) -> np.ndarray: ...
+
+
+@dataclass
+class PosthocFit:
+    """One fitted post-hoc variant of `calm eval`: its name (`ts`, or `ts:<fit set>` when
+    several sets are fitted), the calibrator, and what `--json` records for it."""
+
+    variant: str
+    calibrator: PosthocCalibrator
+    record: dict[str, Any]
+
+
+def fit_posthoc(fit_sets: dict[str, OptionScores], task: str = "mcqa") -> list[PosthocFit]:
+    """Every default calibrator of `task` fitted on each scored fit set, calibrator by
+    calibrator (calibration.posthoc.for_task: adding a calibrator module adds its rows)."""
+    fits = []
+    for name, cls in for_task(task).items():
+        for dataset, scores in fit_sets.items():
+            calibrator = cls.fit(scores.logits, scores.gold)
+            variant = name if len(fit_sets) == 1 else f"{name}:{dataset}"
+            record = {"dataset": dataset, "n": len(scores), **calibrator.params(), **calibrator.fit_stats()}
+            fits.append(PosthocFit(variant, calibrator, record))
+    return fits
+
+
+def fit_baselines(n_items: int, fit_data: Callable[[], tuple[np.ndarray, np.ndarray]], task: str,
+                  enabled: bool = True) -> tuple[dict[str, PosthocCalibrator], dict[str, str]]:
+    """A final evaluation's post-hoc baselines: every default calibrator of `task` fitted
+    on S_V's labelled logits (`fit_data()`: (N, K) logits, (N,) gold; computed only when
+    a fit happens), or, per calibrator, the note saying why its variant is missing.
+    Returns ({name: calibrator}, {name: note}); one of the two is empty."""
+    names = list(for_task(task))
+    if not enabled:
+        return {}, {name: f"no `base` / `{name}` variants: eval_baselines = false" for name in names}
+    if n_items < MIN_FIT_ITEMS:  # too few S_V labels for a meaningful fit: say so rather than fake one
+        return {}, {name: f"no `{name}` variant: S_V has {n_items} items, fewer than {MIN_FIT_ITEMS}" for name in names}
+    logits, labels = fit_data()
+    return {name: cls.fit(logits, labels) for name, cls in for_task(task).items()}, {}
+
+
+def baseline_records(fitted: dict[str, PosthocCalibrator], notes: dict[str, str], **fit_on: Any) -> dict[str, Any]:
+    """results.json's entry per calibrator (keyed by its name, `ts`): its parameters and
+    where it was fitted (`fit_on`), or the note saying why it is missing."""
+    return {**{name: {**c.params(), **fit_on} for name, c in fitted.items()},
+            **{name: {"note": note} for name, note in notes.items()}}
 
 
 def load_report(name: str, kind: str, limit: int | None = None, seed: int = 0, mapping: Any = None) -> LoadReport:
@@ -97,23 +146,23 @@ def _rule_name(scoring: dict[str, Any]) -> str:
     return scoring["rule"] + ("+chat" if scoring.get("chat_template") else "")
 
 
-def format_table(rows: list[dict[str, Any]], columns: tuple[str, ...] = TABLE_COLUMNS) -> str:
-    """A fixed-width text table of result rows (floats to 4 decimals)."""
-    def cell(value: Any) -> str:
-        return f"{value:.4f}" if isinstance(value, float) else str(value)
-
-    cells = [[cell(r.get(c, "")) for c in columns] for r in rows]
+def format_table(rows: list[dict[str, Any]], columns: tuple[str, ...] | None = None) -> str:
+    """A fixed-width text table of result rows (floats in their column's format, 4
+    decimals); `columns` defaults to what `calm eval` prints (metrics.columns)."""
+    columns = columns or table_columns("mcqa_eval")
+    cells = [[cell(c, r.get(c, "")) for c in columns] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths))]
     lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in cells]
     return "\n".join(lines)
 
 
-def wide_table(rows: list[dict[str, Any]], metric_names: tuple[str, ...] = ("acc", "ece", "ece_10"),
+def wide_table(rows: list[dict[str, Any]], metric_names: tuple[str, ...] = table_metrics("paper_mcqa"),
                ood_mean: bool = False) -> str:
     """A Markdown table in the paper's shape: one line per variant, and per dataset (in
     first-seen order, so the in-domain set that a run lists first comes first) one
-    column per metric. A variant missing on a dataset shows `-`. `ood_mean` adds, per
+    column per metric (default: metrics.columns' "paper_mcqa"; 3 decimals, the paper's).
+    A variant missing on a dataset shows `-`. `ood_mean` adds, per
     metric, the mean over every dataset but the first (the out-of-domain average)."""
     datasets = list(dict.fromkeys(r["dataset"] for r in rows))
     variants = list(dict.fromkeys(r["variant"] for r in rows))

@@ -14,7 +14,6 @@ html.escape; numbers are formatted here.
 from __future__ import annotations
 
 import json
-import math
 from datetime import datetime, timezone
 from html import escape
 from typing import Any, Sequence
@@ -22,8 +21,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from calm_core.calibration import metrics
-from calm_core.workspace.view import (BOME_MEANINGS, bome_line, bome_summary, compare_rows, head_scope, predictions,
-                                series, task_of)
+from calm_core.calibration.metrics.columns import cell, is_missing
+from calm_core.workspace.view import (BOME_MEANINGS, bome_line, bome_summary, compare_rows, head_scope, posthoc_lines,
+                                      predictions, result_columns, series, task_of)
 from calm_core.runs.rundir import RunDir
 
 N_BINS = 15  # the project's ECE bins (results.json's `ece`); the table's ece_10 is the paper's 10
@@ -111,32 +111,27 @@ def _data(train: dict[str, Any], key: str) -> str | None:
 
 
 def _metrics(rows: list[dict[str, Any]], results: dict[str, Any]) -> str:
-    """The final results table with the CLI's columns (open-QA ones for an open-QA run)."""
-    from calm_core.workspace.view import result_columns
-
+    """The final results table with the runs' columns (metrics.columns; open-QA ones for
+    an open-QA run) and a line per post-hoc calibrator: what it fitted, or why it is missing."""
     columns = result_columns(rows)
     head = "".join(f"<th>{escape(c)}</th>" for c in columns)
-    body = "".join("<tr>" + "".join(_td(r.get(c)) for c in columns) + "</tr>" for r in rows)
-    ts = results.get("ts") or {}
-    ts_line = (f"Temperature scaling (ts): T = {ts['temperature']:.4g}, fitted on {escape(str(ts.get('fit_on')))}."
-               if isinstance(ts.get("temperature"), (int, float)) else escape(str(ts.get("note", ""))))
+    body = "".join("<tr>" + "".join(_td(c, r.get(c)) for c in columns) + "</tr>" for r in rows)
+    posthoc_line = escape(" ".join(posthoc_lines(results)))
     note = ("ECE: 15 equal-width bins; ece_10: the paper's 10. The first evaluation set is the in-domain one. "
             + ("Open answers: acc is the greedy answer's exact match, sem_acc the Sem1 (modal) answer's; ece, "
                "ece_10 and auroc are on (Sem1 confidence, modal answer correct)." if "sem_acc" in columns else ""))
     return (f"<section id=\"metrics\"><h2>Metrics</h2><table class=\"grid\"><thead><tr>{head}</tr></thead>"
-            f"<tbody>{body}</tbody></table><p class=\"note\">{escape(note)} {ts_line}</p></section>")
+            f"<tbody>{body}</tbody></table><p class=\"note\">{escape(note)} {posthoc_line}</p></section>")
 
 
-def _td(value: Any) -> str:
+def _td(column: str, value: Any) -> str:
     """A table cell: text left-aligned (class t), numbers right-aligned by the CSS."""
-    return f'<td class="t">{escape(value)}</td>' if isinstance(value, str) else f"<td>{escape(_cell(value))}</td>"
+    return f'<td class="t">{escape(value)}</td>' if isinstance(value, str) else f"<td>{escape(_cell(value, column))}</td>"
 
 
-def _cell(value: Any) -> str:
-    """format_table's cells (floats to 4 decimals), with a dash for a missing or nan value."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    return f"{value:.4f}" if isinstance(value, float) else str(value)
+def _cell(value: Any, column: str = "") -> str:
+    """format_table's cells (metrics.columns' formats), with a dash for a missing or nan value."""
+    return "–" if is_missing(value) else cell(column, value)
 
 
 def _diagrams(run: RunDir, rows: list[dict[str, Any]], n_bins: int) -> str:
@@ -170,7 +165,7 @@ def _diagram(run: RunDir, row: dict[str, Any], n_bins: int) -> str:
     left_out = f", {int((~keep).sum())} without confidence" if not keep.all() else ""
     acc_name = "sem_acc" if row.get("task") == "openqa" else "acc"  # open QA: the modal answer's accuracy
     caption = (f"<b>{variant}</b>: {acc_name} {a.mean():.3f}, mean confidence {c.mean():.3f}, "
-               f"ECE {_cell(row.get('ece'))}, n {int(keep.sum())}{left_out}")
+               f"ECE {_cell(row.get('ece'), 'ece')}, n {int(keep.sum())}{left_out}")
     return f"<figure>{reliability_svg(table, lower, upper)}<figcaption>{caption}</figcaption></figure>"
 
 

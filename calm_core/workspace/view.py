@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from calm_core.calibration.metrics.columns import table_columns, task_table
+from calm_core.calibration.posthoc import calibrators
 from calm_core.runs.rundir import RunDir, RunFileError, predictions_path
 
 EVAL_PREFIX = "eval/"
@@ -97,25 +99,24 @@ def bome_line(summary: dict[str, Any]) -> str:
     return "bome: " + ", ".join(parts)
 
 
-MC_COLUMNS = ("dataset", "variant", "n", "acc", "ece", "ece_10", "brier", "nll", "auroc", "aurc", "confidence")
-
-
 def result_columns(rows: list[dict[str, Any]]) -> tuple[str, ...]:
-    """The table columns for these rows: open-QA ones when every row is an open-QA row."""
-    from calm_core.generative.evaluate import OPEN_TABLE_COLUMNS
+    """The table columns for these rows (metrics.columns): open-QA ones when every row
+    is an open-QA row, else the multiple-choice runs' table."""
+    return table_columns(task_table(rows))
 
-    return OPEN_TABLE_COLUMNS if rows and all(r.get("task") == "openqa" for r in rows) else MC_COLUMNS
 
-
-SHARED_VARIANTS = ("base", "ts")  # the same model and fit for runs over the same base model and S_V
+def shared_variants() -> tuple[str, ...]:
+    """`base` and every post-hoc calibrator's variant: the same model and fit for runs
+    over the same base model and S_V, so Compare shows them once."""
+    return ("base", *calibrators())
 
 
 def compare_rows(runs: list[RunDir]) -> list[dict[str, Any]]:
-    """Result rows of several finished runs. `base` / `ts` rows shared by runs appear
-    once (the first run's); a trained variant whose name an earlier run already used
+    """Result rows of several finished runs. `base` / post-hoc (`ts`) rows shared by runs
+    appear once (the first run's); a trained variant whose name an earlier run already used
     (two `calm` runs with different scopes) is labelled `<variant>@<run name or id>`.
     Each row keeps `variant_raw` (the name in its run's files) and `run`."""
-    rows, seen = [], set()
+    rows, seen, shared = [], set(), shared_variants()
     for run in runs:
         if not (run.path / "results.json").is_file():
             raise ValueError(f"Expected results.json in run {run.run_id} (a finished run), but found none")
@@ -123,7 +124,7 @@ def compare_rows(runs: list[RunDir]) -> list[dict[str, Any]]:
         for row in run.results()["results"]:
             variant = row["variant"]
             if (row["dataset"], variant) in seen:
-                if variant in SHARED_VARIANTS:
+                if variant in shared:
                     continue
                 variant = f"{variant}@{label}"
             seen.add((row["dataset"], variant))
@@ -141,15 +142,38 @@ def _name(run: RunDir) -> str:
 
 
 def reference_points(run: RunDir) -> dict[str, dict[str, tuple[float, float]]]:
-    """{evaluation set: {"base" | "ts": (ece, acc)}} from a finished run's results.json
-    (the trade-off plot's reference markers); {} before the final evaluation."""
+    """{evaluation set: {"base" | "ts" | other post-hoc: (ece, acc)}} from a finished run's
+    results.json (the trade-off plot's reference markers); {} before the final evaluation."""
     if not (run.path / "results.json").is_file():
         return {}
     out: dict[str, dict[str, tuple[float, float]]] = {}
+    shared = shared_variants()
     for row in run.results()["results"]:
-        if row["variant"] in SHARED_VARIANTS:
+        if row["variant"] in shared:
             out.setdefault(row["dataset"], {})[row["variant"]] = (float(row["ece"]), float(row["acc"]))
     return out
+
+
+def posthoc_lines(results: dict[str, Any], notes_only: bool = False) -> list[str]:
+    """One line per post-hoc calibrator in a run's results.json (its entry under the
+    calibrator's name): what was fitted and on which set ("Temperature scaling (ts):
+    T = 1.234, fitted on S."), or the note saying why its variant is missing. With
+    `notes_only`, only the notes (the Monitor says why a row is missing)."""
+    lines = []
+    for name, cls in calibrators().items():
+        record = results.get(name)
+        if not isinstance(record, dict):
+            continue
+        if "note" in record:
+            lines.append(str(record["note"]))
+            continue
+        try:
+            fitted = cls.from_json(record)
+        except (TypeError, ValueError):  # another version's record: nothing to say rather than a wrong line
+            continue
+        if not notes_only:
+            lines.append(f"{cls.label} ({name}): {fitted.describe('.4g')}, fitted on {record.get('fit_on')}.")
+    return lines
 
 
 def predictions(run: RunDir, variant: str, dataset: str) -> tuple[np.ndarray, np.ndarray]:

@@ -11,6 +11,7 @@ converted and checked once at the boundary; errors read "Expected `x` ..., but g
     scores       softmax, entropy, mean_entropy, mean_confidence, accuracy, brier, nll, auroc,
                  confidence_auroc, aurc, confidence_aurc (selective prediction)
     summary      summarize (the CLI's metric table), bootstrap_ci, METRICS registry
+    columns      COLUMNS, table_columns: which row keys every results table shows, declared once
 
 Example:
     >>> from calm_core.calibration.metrics import summarize

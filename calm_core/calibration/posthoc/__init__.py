@@ -1,0 +1,91 @@
+"""Post-hoc calibration baselines fitted on logits: one module per calibrator.
+
+    ts = TemperatureScaler.fit(scores.logits, scores.gold)   # log T by NLL, LBFGS to convergence
+    probs = ts.probs(other.logits)                           # apply anywhere
+    ts.save("ts.json"); load_calibrator("ts.json")           # any kind, by its `kind`
+    fitted = fit_defaults(scores.logits, scores.gold, "mcqa")  # {"ts": TemperatureScaler(...)}
+
+The registry is this package's modules (calm_core.registry): every module that defines
+NAME (the variant's name) and CALIBRATOR (its PosthocCalibrator class) is found by
+`calibrators()`, so adding one is one new file; `calm eval`, a run's final evaluation
+and the pages then show it as a variant named NAME (docs/architecture.md, "Adding a
+post-hoc calibrator"). base.py defines no NAME.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pkgutil
+from collections.abc import Iterable
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+
+from calm_core.calibration.posthoc.base import MIN_FIT_ITEMS, PosthocCalibrator
+from calm_core.calibration.posthoc.temperature import DEGENERATE_T, TemperatureScaler
+from calm_core.calibration.posthoc.vector import VectorScaler
+
+__all__ = ["DEGENERATE_T", "MIN_FIT_ITEMS", "PosthocCalibrator", "TemperatureScaler", "VectorScaler", "calibrators",
+           "fit_defaults", "for_task", "load_calibrator", "load_scaler"]
+
+
+def _discover(package: str, path: Iterable[str]) -> dict[str, ModuleType]:
+    """{module.NAME: module} for the modules of `package` (its `__path__`), by module name
+    (calm_core.registry.discover's rule, for methods and tasks too; this copy goes when
+    that module is committed)."""
+    found: dict[str, ModuleType] = {}
+    for info in sorted(pkgutil.iter_modules(list(path)), key=lambda i: i.name):
+        module = importlib.import_module(f"{package}.{info.name}")
+        name = getattr(module, "NAME", None)
+        if name is None:
+            continue
+        if name in found:
+            raise ValueError(f"Two modules of {package} are named {name!r}: {found[name].__name__}, {module.__name__}")
+        found[name] = module
+    return found
+
+
+def calibrators() -> dict[str, type[PosthocCalibrator]]:
+    """NAME -> CALIBRATOR of every calibrator module of the package, by (order, name).
+    Scans `__path__` on each call (a directory listing; imports are cached), so a module
+    added to the package, or a directory added to `__path__`, is found without a list."""
+    found: dict[str, type[PosthocCalibrator]] = {}
+    for name, module in _discover(__name__, __path__).items():
+        cls = getattr(module, "CALIBRATOR", None)
+        if not (isinstance(cls, type) and issubclass(cls, PosthocCalibrator)) or cls.name != name:
+            raise ValueError(f"Expected {module.__name__}.CALIBRATOR to be a PosthocCalibrator named {name!r} "
+                             f"(NAME), but got {cls!r}")
+        kinds = {other.kind: other for other in found.values()}
+        if cls.kind in kinds:  # one file kind for two classes: load_calibrator could not tell them apart
+            raise ValueError(f"Expected one calibrator per kind, but {cls.__name__} and {kinds[cls.kind].__name__} "
+                             f"share kind {cls.kind!r}")
+        found[name] = cls
+    return dict(sorted(found.items(), key=lambda item: (item[1].order, item[0])))
+
+
+def for_task(task: str, defaults_only: bool = True) -> dict[str, type[PosthocCalibrator]]:
+    """The calibrators that apply to `task` ("mcqa" or "openqa"), by default only those
+    fitted by default: the post-hoc variants of `calm eval` and of a final evaluation."""
+    return {name: cls for name, cls in calibrators().items()
+            if task in cls.tasks and (cls.default or not defaults_only)}
+
+
+def fit_defaults(logits: np.ndarray, labels: np.ndarray, task: str = "mcqa") -> dict[str, PosthocCalibrator]:
+    """name -> fitted calibrator, for every default calibrator of `task`, on one fit set
+    ((N, K) logits and (N,) gold indices: option logits, or logits at gold answer tokens)."""
+    return {name: cls.fit(logits, labels) for name, cls in for_task(task).items()}
+
+
+def load_calibrator(path: str | Path) -> PosthocCalibrator:
+    """The calibrator saved at `path`, whatever its kind (the file's `kind` picks the class)."""
+    data = json.loads(Path(path).read_text())
+    kind = data.get("kind") if isinstance(data, dict) else None
+    kinds = {cls.kind: cls for cls in calibrators().values()}
+    if kind not in kinds:
+        raise ValueError(f"Expected a calibrator kind in {sorted(kinds)}, but {path} holds {kind!r}")
+    return kinds[kind].load(path)
+
+
+load_scaler = load_calibrator  # the name before the registry
