@@ -36,7 +36,6 @@ import platform
 import statistics
 import sys
 import time
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -102,28 +101,6 @@ def variants_for(args: argparse.Namespace) -> list[Variant]:
     """QLoRA first (the GPU path the paper uses), then LoRA, as the flags allow."""
     chosen = [] if args.no_4bit else [Variant("qlora", True)]
     return chosen + ([] if args.no_lora else [Variant("lora", False)])
-
-
-def resolve_autocast(mode: str, device: str) -> str:
-    """`auto` -> bf16 on a CUDA GPU with bf16, none elsewhere (bf16 on a CPU is slow)."""
-    import torch
-
-    if mode != "auto":
-        return mode
-    cuda = device.startswith("cuda") and torch.cuda.is_available()
-    return "bf16" if cuda and torch.cuda.is_bf16_supported() else "none"
-
-
-def autocast_context(mode: str, device: str) -> AbstractContextManager[Any]:
-    """torch.autocast in bf16 around the whole training run (steps, prefill, evaluation).
-
-    The trainer has no autocast switch of its own yet, so this wraps `train()`; autocast
-    is a thread-local mode and covers every op the call runs on this thread."""
-    import torch
-
-    if mode == "none":
-        return nullcontext()
-    return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
 
 
 def check_ready(device: str, need_4bit: bool) -> None:
@@ -201,7 +178,7 @@ def make_config(settings: Settings, variant: Variant) -> Any:
     from calm_core.training.config import TrainConfig
 
     overrides: dict[str, Any] = {"method": settings.method, "model": settings.model, "steps": settings.steps,
-                                 "load_in_4bit": variant.four_bit, "device": settings.device,
+                                 "load_in_4bit": variant.four_bit, "device": settings.device, "autocast": settings.autocast,
                                  "eval_every": 0, "checkpoint_every": 0}
     if settings.eval_limit is not None:
         overrides.update(eval_limit=settings.eval_limit, heldout_limit=settings.heldout_limit)
@@ -267,8 +244,7 @@ def run_variant(settings: Settings, variant: Variant) -> dict[str, Any]:
     tokens = tokens_per_step(cfg, lm)
     times: list[float] = []
     start = time.perf_counter()
-    with autocast_context(settings.autocast, settings.device):
-        result = train(cfg, lm=lm, progress=lambda step, total, record: times.append(record["train/step_time"]))
+    result = train(cfg, lm=lm, progress=lambda step, total, record: times.append(record["train/step_time"]))
     if cuda:
         torch.cuda.synchronize()
     wall = time.perf_counter() - start
@@ -324,8 +300,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         print(json.dumps({"ready": True, "device": args.device, "versions": versions(args.device)}, indent=2))
         return 0
+    import torch
+
+    from calm_core.training.loop import resolve_autocast
+
     settings = Settings(model=args.model, device=args.device, dtype=args.dtype,
-                        autocast=resolve_autocast(args.autocast, args.device), steps=args.steps,
+                        autocast=resolve_autocast(args.autocast, torch.device(args.device)), steps=args.steps,
                         eval_limit=args.eval_limit, heldout_limit=args.eval_limit)
     record: dict[str, Any] = {
         "benchmark": "gpu_quick", "smoke": not args.device.startswith("cuda"),

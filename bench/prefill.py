@@ -37,13 +37,13 @@ def main() -> None:
     import numpy as np
     import torch
 
-    from calm_core.training.adapters import LoraSettings, attach_lora
+    from calm_core.scoring.adapters import LoraSettings, attach_lora
     from calm_core.scoring.evaluate import load_items
     from calm_core.scoring.frozen_prefix import FrozenPrefixModel, frozen_prefix_split
     from calm_core.scoring.models import load_model
     from calm_core.training.objectives import forward_sequences
     from calm_core.scoring.prompts import ScoringConfig
-    from calm_core.training.loop import batch_indices
+    from calm_core.training.batches import batch_indices
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="arc/easy_train")

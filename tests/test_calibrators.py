@@ -191,6 +191,24 @@ def test_toy_is_a_variant_of_the_final_evaluation(toy):
     assert baseline_records({}, notes) == {name: {"note": note} for name, note in notes.items()}
 
 
+def test_toy_is_a_variant_of_a_runs_final_evaluation(toy, tiny_model_dir, tmp_path):
+    """A run's results.json: the toy beside ts, fitted on S_V, recorded under its name."""
+    from calm_core.runs.rundir import RunDir
+    from calm_core.scoring.models import ModelSpec, load_model
+    from calm_core.training.config import TrainConfig
+    from calm_core.training.loop import train
+
+    cfg = TrainConfig.from_dict(dict(
+        method="sft", steps=1, batch_size=2, heldout_batch_size=2, eval_every=0, checkpoint_every=0, scoring="letter",
+        train_data="builtin/capitals/train", heldout_data="builtin/capitals/validation",
+        eval_data=["builtin/capitals/test"], train_limit=4, heldout_limit=MIN_FIT_ITEMS, eval_limit=4))
+    run = RunDir.create(tmp_path, "toy", cfg.to_dict())
+    train(cfg, run=run, lm=load_model(ModelSpec(name=str(tiny_model_dir), device="cpu")))
+    results = run.results()
+    assert [r["variant"] for r in results["results"]][:3] == ["base", "ts", "halve"]
+    assert results["halve"] == {"factor": 0.5, "fit_on": "builtin/capitals/validation"}
+
+
 def test_toy_is_shared_in_compare_and_described_in_reports(toy):
     from calm_core.workspace.view import posthoc_lines, shared_variants
 

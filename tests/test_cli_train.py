@@ -8,6 +8,8 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 
 from calm_core.cli import main
 from calm_core.runs.rundir import RunDir
@@ -106,3 +108,53 @@ def test_a_head_that_would_rerank_cloze_options_is_refused_in_one_line(tmp_path:
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "re-rank" in err and "letter" in err
     assert not (tmp_path / "runs").exists()
+
+
+def test_every_declared_setting_is_a_train_flag_with_its_help() -> None:
+    """`calm train` flags come from the declared settings (calm_core.settings.setting) of
+    TrainConfig, its bilevel section and the methods' Settings: each parses into its place
+    in the nested config with its own type and help; undeclared fields stay --set only."""
+    import argparse
+
+    from calm_core.cli.train import add_parsers, resolve_config
+    from calm_core.training.config import train_settings
+
+    flags = train_settings()
+    assert {"steps", "lr_alpha", "inner_steps", "eta", "seed", "beta", "cft_gamma"} <= set(flags)
+    parser = argparse.ArgumentParser()
+    add_parsers(parser.add_subparsers(dest="cmd"))
+    train = parser._subparsers._group_actions[0].choices["train"]  # noqa: SLF001 - argparse keeps no public map
+    helps = {a.dest: a.help for a in train._actions}
+    assert all(helps[name] == spec.help.replace("%", "%%") for name, spec in flags.items())
+    args = parser.parse_args(["train", "--steps", "7", "--lr-alpha", "0.25", "--inner-rule", "fixed",
+                              "--train-limit", "9", "--eta", "0.75"])
+    cfg = resolve_config(args)
+    assert (cfg.steps, cfg.lr_alpha, cfg.bilevel.inner_rule, cfg.train_limit, cfg.bilevel.eta) == (7, 0.25, "fixed", 9, 0.75)
+    cfg = resolve_config(parser.parse_args(["train", "--method", "regularization", "--beta", "0.3"]))
+    assert cfg.method_settings.beta == 0.3
+    with pytest.raises(ValueError, match="setting of method 'regularization'"):
+        resolve_config(parser.parse_args(["train", "--method", "calm", "--beta", "0.3"]))
+    assert "--frozen-prefix" not in train.format_help()
+
+
+def test_a_task_brings_its_own_defaults_and_preset_part_to_the_cli_and_the_studio() -> None:
+    """`calm train --preset quick --task openqa` starts from the open-answer sets and the
+    quick preset's open-answer part (5 samples), as the studio's Train page does: both go
+    through TrainConfig.preset, which reads training/tasks/openqa.py's DEFAULTS and PRESETS."""
+    import argparse
+
+    from calm_core.cli.train import add_parsers, resolve_config
+    from calm_core.training.config import DEFAULT_LR, TrainConfig
+    from calm_core.training.tasks import get_task
+
+    parser = argparse.ArgumentParser()
+    add_parsers(parser.add_subparsers(dest="cmd"))
+    cli = resolve_config(parser.parse_args(["train", "--preset", "quick", "--task", "openqa"]))
+    studio_base = TrainConfig.preset("quick", task="openqa")
+    assert cli == studio_base
+    assert cli.train_data == get_task("openqa").DEFAULTS["train_data"] and cli.generation.n_samples == 5
+    assert cli.lr_alpha == DEFAULT_LR["sgd"]["lr_alpha"]  # one default for both (it was 50x apart once)
+    assert TrainConfig.preset("quick").train_data == "builtin/capitals/train"  # mcqa keeps TrainConfig's own
+    given = resolve_config(parser.parse_args(["train", "--preset", "quick", "--task", "openqa",
+                                              "--set", 'generation={"prompt": "plain"}']))
+    assert (given.generation.n_samples, given.generation.prompt) == (5, "plain")  # sections merge, not replace

@@ -18,7 +18,7 @@ from calm_core.data.schema import DataError, MCItem
 from calm_core.scoring.frozen_prefix import FrozenPrefixModel
 from calm_core.training.objectives import forward_sequences, option_logits
 from calm_core.scoring.prompts import ScoringConfig, letter_prompt, letter_token_ids
-from calm_core.scoring.options import (cloze_requests, context_limit, continuation_inputs, score_items,
+from calm_core.scoring.options import (cloze_requests, context_limit, continuation_inputs, score_items, score_with,
                                truncated_item_ids)
 
 LIMIT = 64
@@ -131,8 +131,7 @@ def test_frozen_prefix_model_knows_the_limit_and_scores_the_same(short_lm) -> No
     model = copy.deepcopy(short_lm.model).requires_grad_(False)
     runner = FrozenPrefixModel(model, split=1)
     assert context_limit(runner) == LIMIT
-    via_runner = score_items(SimpleNamespace(model=runner, tokenizer=short_lm.tokenizer, device=torch.device("cpu"),
-                                             info={}), [LONG, SHORT], ScoringConfig(), progress=False)
+    via_runner = score_with(runner, short_lm.tokenizer, [LONG, SHORT], ScoringConfig(), progress=False)
     direct = score_items(short_lm, [LONG, SHORT], ScoringConfig(), progress=False)
     assert via_runner.truncated == 1
     finite = np.isfinite(direct.logits)
@@ -166,6 +165,6 @@ def test_a_training_run_checks_its_sets_before_the_first_step(short_lm, tmp_path
     run = RunDir.create(tmp_path / "runs", "long", cfg.to_dict())
     train(cfg, run=run, lm=fresh())
     assert run.status["items_cut_to_context"] == {"train": 1}
-    bad = TrainConfig(**{**cfg.to_dict(), "train_data": write("bad", short + [TOO_LONG_OPTION])})
+    bad = TrainConfig.from_dict({**cfg.to_dict(), "train_data": write("bad", short + [TOO_LONG_OPTION])})
     with pytest.raises(DataError, match="wordy"):
         train(bad, run=RunDir.create(tmp_path / "runs", "bad", bad.to_dict()), lm=fresh())

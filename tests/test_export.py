@@ -27,7 +27,8 @@ from calm_core.workspace.export_template import calm_head
 from calm_core.calibration.head import CalibrationHead, HeadLogitsProcessor
 from calm_core.workspace.launch import run_config_record
 from calm_core.runs.rundir import RunDir, predictions_path
-from calm_core.training.loop import load_data, train
+from calm_core.training.batches import load_data
+from calm_core.training.loop import train
 from tests.test_trainer import fresh_lm, small_config
 
 SCOPES = {"vocab": "letter", "options": "letter", "scalar": "cloze"}  # every scope the tiny setup trains
@@ -104,7 +105,7 @@ def _eval_items(run: RunDir) -> list:
     from calm_core.training.config import TrainConfig
 
     cfg = TrainConfig.from_dict(run.config["train"])
-    return load_data(cfg).evals[cfg.eval_data[0]]
+    return load_data(cfg, "mc").evals[cfg.eval_data[0]]
 
 
 @pytest.mark.parametrize("scope", sorted(SCOPES))

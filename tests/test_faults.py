@@ -30,7 +30,7 @@ from calm_core.cli import main
 from calm_core.faults import FAULT_ENV, POINTS
 from calm_core.runs.process import pid_alive
 from calm_core.runs.rundir import RunDir
-from calm_core.training.loop import read_checkpoint
+from calm_core.training.checkpoints import read_checkpoint
 from tests.test_cli_train import TINY
 from tests.test_jobs import wait_for
 

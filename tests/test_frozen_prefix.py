@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from calm_core.training.adapters import LoraSettings, attach_lora, lora_parameters
+from calm_core.scoring.adapters import LoraSettings, attach_lora, lora_parameters
 from calm_core.data.schema import MCItem
 from calm_core.scoring.frozen_prefix import FrozenPrefixModel, frozen_prefix_split
 from calm_core.calibration.head import CalibrationHead

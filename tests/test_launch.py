@@ -37,8 +37,8 @@ def test_estimate_falls_back_to_the_benchmark_file_then_says_unknown(tmp_path: P
 
     bench = json.loads((PROJECT_ROOT / BENCH_FILE).read_text())
     quick = TrainConfig.preset("quick", method="calm")
-    row = next(r for r in bench["rows"] if r["method"] == "calm" and r["inner_steps"] == quick.inner_steps
-               and r.get("inner_start", "theta") == quick.inner_start and r["mode"] == "cached")
+    row = next(r for r in bench["rows"] if r["method"] == "calm" and r["inner_steps"] == quick.bilevel.inner_steps
+               and r.get("inner_start", "theta") == quick.bilevel.inner_start and r["mode"] == "cached")
     cfg = TrainConfig.preset("quick", method="calm", batch_size=2 * row["batch_size"], inner_steps=row["inner_steps"],
                              inner_start=row.get("inner_start", "theta"))
     seconds, source = estimate_step_seconds(cfg, tmp_path)

@@ -104,14 +104,14 @@ def open_workspace(open_run: tuple[Path, str], monkeypatch: pytest.MonkeyPatch) 
 
 @pytest.fixture()
 def trained_open(open_workspace: str):
-    from calm_core.scoring.playground import load_trained
+    from calm_core.workspace.playground import load_trained
     from calm_core.runs.rundir import RunDir
 
     return load_trained(RunDir.at(open_workspace), device="cpu")
 
 
 def test_open_answers_for_every_variant_on_a_typed_question(trained_open, tiny_lm) -> None:
-    from calm_core.scoring.playground import open_answers_for, untrained
+    from calm_core.workspace.playground import open_answers_for, untrained
 
     assert trained_open.task == "openqa" and trained_open.generation.n_samples == N_SAMPLES
     assert trained_open.temperature is not None  # S_V of 10 items fits a TS temperature
@@ -138,7 +138,7 @@ def test_open_answers_for_every_variant_on_a_typed_question(trained_open, tiny_l
 
 
 def test_free_generation_applies_the_open_run_head(trained_open) -> None:
-    from calm_core.scoring.playground import generate, head_acts_on_tokens
+    from calm_core.workspace.playground import generate, head_acts_on_tokens
 
     assert head_acts_on_tokens(trained_open)
     rows = generate(trained_open, "Capital of Peru?", max_new_tokens=2)
@@ -155,7 +155,7 @@ def _text(at) -> str:
 def test_train_page_builds_an_open_answer_config(open_page, tiny_everywhere, tiny_model_dir, monkeypatch) -> None:
     import calm_core.workspace.launch
     from calm_core.data.catalog import list_datasets
-    from calm_core.training.config import OPENQA_METHODS
+    from calm_core.training.tasks import get_task
 
     launched = []
 
@@ -171,7 +171,7 @@ def test_train_page_builds_an_open_answer_config(open_page, tiny_everywhere, tin
     assert at.selectbox(key="train_heldout_open").value == "builtin/capitals_open/validation"
     assert at.multiselect(key="train_evals_open").value == [EVAL_SET]
     assert at.selectbox(key="train_data_open").options == [e.name for e in list_datasets(kind="open")]
-    assert set(at.selectbox(key="train_method_open").options) <= set(OPENQA_METHODS)
+    assert set(at.selectbox(key="train_method_open").options) <= set(get_task("openqa").METHODS)
     assert at.selectbox(key="train_scope_open").options == ["vocab", "scalar"]
     assert at.number_input(key="train_lr_alpha_sgd_open").value == pytest.approx(DEFAULT_LR["sgd"]["lr_alpha"])
     assert at.number_input(key="train_samples").value == 5

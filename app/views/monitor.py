@@ -8,6 +8,7 @@ import streamlit as st
 
 from app.charts import alpha_bars, alpha_heatmap, line_figure, tradeoff_figure
 from app.state import code, describe_error
+from calm_core.training.config import recorded_bilevel
 from calm_core.calibration.metrics.columns import help_texts, table_columns
 from calm_core.workspace import view as run_view
 from calm_core.runs.jobs import cancel, resume
@@ -140,7 +141,8 @@ def _bome(records: list[dict]) -> None:
     q, lam = run_view.series(records, "bome/q"), run_view.series(records, "bome/lambda")
     if not q[0]:
         return
-    summary = run_view.bome_summary(records, run.config.get("train", {}).get("eta"))
+    bome = recorded_bilevel(run.config.get("train", {}))
+    summary = run_view.bome_summary(records, bome.eta if bome else None)
     if summary.get("inert"):
         st.warning("The BOME coupling is inert in this run: the inner solve barely moves theta~ and lambda sits at "
                    "eta, so alpha follows plain entropy ascent (like `iterate`). Raise the inner steps T or the "

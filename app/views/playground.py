@@ -16,7 +16,7 @@ from calm_core.data.catalog import list_datasets
 from calm_core.data.schema import MCItem
 from calm_core.scoring.evaluate import load_mc_items
 from calm_core.generative.sampling import GenerationConfig
-from calm_core.scoring.playground import generate, head_acts_on_tokens, open_answers_for, option_probabilities, untrained
+from calm_core.workspace.playground import generate, head_acts_on_tokens, open_answers_for, option_probabilities, untrained
 from calm_core.runs.listing import list_runs
 
 st.title("Playground")

@@ -6,28 +6,34 @@ when this tab closes. The Monitor page follows it.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 import streamlit as st
 
+from app.settings_form import current_value, setting_input
 from app.state import describe_error
 from calm_core.data.catalog import list_datasets
 from calm_core.data.schema import DataError
 from calm_core.scoring.evaluate import load_report
 from calm_core.generative.sampling import PROMPTS, GenerationConfig
-from calm_core.training.bilevel import INNER_RULES, INNER_STARTS
 from calm_core.calibration.head import scope_note, scopes_for
 from calm_core.scoring.prompts import RULES
 from calm_core.workspace.launch import estimate_step_seconds, launch_training
 from calm_core.training.methods import METHODS
 from calm_core.runs.listing import list_runs
-from calm_core.training.config import OPENQA_METHODS, PRESETS, TrainConfig
+from calm_core.training.config import PRESETS, TrainConfig, train_settings
+from calm_core.training.tasks import get_task
 
-DEFAULT_TRAIN = "builtin/chemical_symbols/train"
-DEFAULT_HELDOUT = "builtin/chemical_symbols/validation"
-DEFAULT_EVALS = ["builtin/chemical_symbols/test", "builtin/units/test", "builtin/animal_classes/test"]
-OPEN_DEFAULTS = {"train": "builtin/capitals_open/train", "heldout": "builtin/capitals_open/validation",
-                 "evals": ["builtin/capitals_open/test"], "samples": 5}
+# The studio's multiple-choice demo: one domain to train on, two more to show what happens out of
+# domain. Other tasks start from their own DEFAULTS (training/tasks/<task>.py), as `calm train` does.
+STUDIO_MC_DATA = {"train_data": "builtin/chemical_symbols/train", "heldout_data": "builtin/chemical_symbols/validation",
+                  "eval_data": ["builtin/chemical_symbols/test", "builtin/units/test", "builtin/animal_classes/test"]}
 TASKS = {"multiple choice": "mcqa", "open answers": "openqa"}
+# The advanced settings after the optimizer, in page order: each a declared setting
+# (calm_core.settings), shown with its own label, help and bounds; listing one here shows it.
+ADVANCED = ("inner_rule", "inner_start", "inner_lr", "steps", "batch_size", "inner_steps", "eta", "lr_theta", "lr_alpha")
+OPTIMIZER_DEPENDENT = ("lr_theta", "lr_alpha")  # their defaults follow the optimizer: one widget per optimizer
 
 
 def _index(options: list[str], wanted: str) -> int:
@@ -93,9 +99,9 @@ def _key(name: str) -> str:
 
 
 names = [e.name for e in list_datasets(kind="open" if openqa else "mc")]
-default_train = OPEN_DEFAULTS["train"] if openqa else DEFAULT_TRAIN
-default_heldout = OPEN_DEFAULTS["heldout"] if openqa else DEFAULT_HELDOUT
-default_evals = OPEN_DEFAULTS["evals"] if openqa else DEFAULT_EVALS
+task_data = get_task(task).DEFAULTS if openqa else STUDIO_MC_DATA
+default_train, default_heldout = task_data["train_data"], task_data["heldout_data"]
+default_evals = list(task_data["eval_data"])
 st.subheader("1. Model")
 model_kind = st.radio("Base model", ["embedded", "local directory", "hub id"], horizontal=True, key="train_model_kind",
                       help="embedded: SmolLM2-135M-Instruct, shipped with the studio. A hub id needs a connection.")
@@ -122,7 +128,7 @@ _show_rejections([train_data, heldout, *evals], "open" if openqa else "mc")
 
 st.subheader("3. Method")
 c1, c2, c3, c4 = st.columns(4)
-methods = sorted(m for m in METHODS if m in OPENQA_METHODS) if openqa else sorted(METHODS)
+methods = sorted(m for m in METHODS if get_task(task).METHODS is None or m in get_task(task).METHODS)
 method = c1.selectbox("Method", methods, index=methods.index("calm"), key=_key("train_method"))
 rule = "cloze"
 if not openqa:
@@ -142,7 +148,8 @@ generation = None
 if openqa:
     st.subheader("Answer generation")
     g1, g2, g3, g4 = st.columns(4)
-    samples = g1.number_input("Sampled answers per question", 2, 50, OPEN_DEFAULTS["samples"], key="train_samples",
+    preset_samples = TrainConfig.preset(preset, task=task).generation.n_samples
+    samples = g1.number_input("Sampled answers per question", 2, 50, preset_samples, key="train_samples",
                               help="Sem1 confidence: the most common meaning's share of these samples")
     max_new = g2.number_input("Max new tokens", 1, 128, GenerationConfig.max_new_tokens, key="train_max_new",
                               help="an answer ends at a newline or the end-of-sequence token")
@@ -162,29 +169,16 @@ if openqa:
                "variant (base, ts, the trained model, its theta-only ablation) on every evaluation set.")
 
 with st.expander("Advanced settings"):
+    spec_of = train_settings()
     o1, o2, o3, o4 = st.columns(4)
-    optimizer = o1.selectbox("Optimizer", ["auto", "sgd", "adamw"], key="train_optimizer",
-                             help="auto: the method's own. sgd: a plain step, which keeps BOME's guarantee that "
-                                  "each step decreases q (calm, scalar, iterate); adamw: the usual fine-tuning "
-                                  "optimizer (sft and the other baselines). AdamW on a BOME step voids the guarantee.")
+    optimizer = setting_input(o1, spec_of["optimizer"], "auto", key="train_optimizer")
     base = TrainConfig.preset(preset, method=method, task=task, scoring=rule, scope=scope, optimizer=optimizer)
-    inner_rule = o2.selectbox("Inner step", list(INNER_RULES), index=list(INNER_RULES).index(base.inner_rule),
-                              key="train_inner_rule", help="polyak: L / ||grad L||^2, capped at the inner lr (scale-"
-                                                          "free); fixed: the inner lr")
-    inner_start = o3.selectbox("Inner start", list(INNER_STARTS), index=list(INNER_STARTS).index(base.inner_start),
-                               key="train_inner_start", help="theta: theta~ starts at theta every step (BOME); "
-                                                             "persistent: it continues from the last theta~")
-    inner_lr = o4.number_input("Inner lr (cap)", 1e-4, 100.0, base.inner_lr, key="train_inner_lr")
+    chosen: dict[str, Any] = {}  # flat setting name -> value; TrainConfig.from_dict puts each in its section
     a1, a2, a3, a4 = st.columns(4)
-    steps = a1.number_input("Steps", 1, 100_000, base.steps, key="train_steps")
-    batch = a2.number_input("Batch size", 1, 512, base.batch_size, key="train_batch")
-    inner = a3.number_input("Inner steps T", 1, 100, base.inner_steps, key="train_inner")
-    eta = a4.number_input("eta", 0.01, 10.0, base.eta, key="train_eta")
     b1, b2, b3, b4 = st.columns(4)
-    lr_theta = b1.number_input("lr theta", 1e-6, 100.0, base.lr_theta, format="%.0e",
-                               key=f"train_lr_theta_{base.optimizer}")
-    lr_alpha = b2.number_input("lr alpha", 1e-6, 100.0, base.lr_alpha, format="%.0e",
-                               key=_key(f"train_lr_alpha_{base.optimizer}"))
+    for column, name in zip([o2, o3, o4, a1, a2, a3, a4, b1, b2], ADVANCED):
+        key = _key(f"train_{name}_{base.optimizer}") if name in OPTIMIZER_DEPENDENT else f"train_{name}"
+        chosen[name] = setting_input(column, spec_of[name], current_value(base, spec_of[name]), key)
     rank = b3.number_input("LoRA rank", 1, 256, base.lora.r, key="train_rank")
     layers = b4.number_input("LoRA on top N layers (0: all)", 0, 200, base.lora.layers or 0, key="train_layers")
     d1, d2, d3 = st.columns(3)
@@ -198,9 +192,7 @@ try:
     extra = {"task": task, "generation": generation} if openqa else {}
     cfg = TrainConfig.preset(
         preset, **extra, model=model or "embedded", train_data=train_data, heldout_data=heldout, eval_data=tuple(evals),
-        method=method, scope=scope, scoring=rule, optimizer=optimizer, steps=int(steps), batch_size=int(batch),
-        heldout_batch_size=int(batch), inner_steps=int(inner), inner_rule=inner_rule, inner_start=inner_start,
-        inner_lr=float(inner_lr), eta=float(eta), lr_theta=float(lr_theta), lr_alpha=float(lr_alpha),
+        method=method, scope=scope, scoring=rule, optimizer=optimizer, **chosen, heldout_batch_size=chosen["batch_size"],
         train_limit=int(train_limit) or None, eval_limit=int(eval_limit), name=name or None,
         load_in_4bit={"auto": None, "on": True, "off": False}[four_bit],
         lora={**base.to_dict()["lora"], "r": int(rank), "layers": int(layers) or None})

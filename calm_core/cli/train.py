@@ -24,20 +24,17 @@ from typing import Any
 from calm_core.runs.listing import list_runs
 from calm_core.runs.rundir import RunDir, runs_root
 
-TRAIN_FLAGS = {  # flag -> (TrainConfig field, type)
-    "method": str, "task": str, "model": str, "train_data": str, "heldout_data": str, "scoring": str, "scope": str,
-    "steps": int, "batch_size": int, "optimizer": str, "lr_theta": float, "lr_alpha": float, "inner_steps": int,
-    "inner_lr": float, "inner_rule": str, "inner_start": str, "constraint": str, "eta": float,
-    "seed": int, "train_limit": int, "heldout_limit": int, "eval_limit": int, "eval_every": int, "name": str,
-}
-
-
 def add_parsers(sub: Any) -> None:
+    from calm_core.calibration.metrics.columns import metric_names
+
+    from calm_core.training.config import train_settings
+
     tr = sub.add_parser("train", help="train a model with CALM or a baseline (foreground, or --detach)")
     tr.add_argument("--config", type=Path, help="YAML or JSON file of TrainConfig fields")
     tr.add_argument("--preset", choices=["quick", "paper"], help="start from a preset, then apply the rest")
-    for flag, kind in TRAIN_FLAGS.items():
-        tr.add_argument("--" + flag.replace("_", "-"), dest=flag, type=kind)
+    for name, spec in train_settings().items():
+        kind = spec.kind if spec.kind is not bool else json.loads
+        tr.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, help=spec.help.replace("%", "%%"))
     tr.add_argument("--eval-data", nargs="+", help="evaluation sets (in-domain and out-of-domain)")
     tr.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any TrainConfig field (JSON value)")
     tr.add_argument("--detach", action="store_true", help="run as a background job and print the run id")
@@ -51,9 +48,10 @@ def add_parsers(sub: Any) -> None:
     cp.add_argument("--name-prefix", help="also every finished run whose name starts with this (the newest per name)")
     cp.add_argument("--runs-root", type=Path)
     cp.add_argument("--json", type=Path, help="write the rows as JSON")
+    paper = metric_names("paper_mcqa")  # calibration.metrics.columns: the paper's metrics
     cp.add_argument("--wide", action="store_true",
-                    help="one Markdown line per variant, columns dataset x (acc, ece, ece_10): the paper's shape")
-    cp.add_argument("--metrics", default="acc,ece,ece_10", help="--wide: the metric columns, comma-separated")
+                    help=f"one Markdown line per variant, columns dataset x ({', '.join(paper)}): the paper's shape")
+    cp.add_argument("--metrics", default=",".join(paper), help="--wide: the metric columns, comma-separated")
     cp.add_argument("--ood-mean", action="store_true", help="--wide: add the mean over every set but the first")
     rp = sub.add_parser("report", help="one self-contained HTML file: settings, metrics, reliability diagrams, alpha")
     rp.add_argument("run_id")
@@ -87,7 +85,7 @@ def _read_config_file(path: Path) -> dict[str, Any]:
 
 def resolve_config(args: argparse.Namespace) -> Any:
     """Preset, then config file, then --set, then explicit flags (later wins)."""
-    from calm_core.training.config import TrainConfig, preset_settings
+    from calm_core.training.config import TrainConfig, preset_settings, train_settings
 
     fields: dict[str, Any] = {}
     if args.config:
@@ -100,7 +98,7 @@ def resolve_config(args: argparse.Namespace) -> Any:
             fields[key.strip()] = json.loads(value)
         except ValueError:
             fields[key.strip()] = value
-    fields.update({k: getattr(args, k) for k in TRAIN_FLAGS if getattr(args, k) is not None})
+    fields.update({k: getattr(args, k) for k in train_settings() if getattr(args, k) is not None})
     if args.eval_data:
         fields["eval_data"] = args.eval_data
     return TrainConfig.from_dict(preset_settings(args.preset, fields) if args.preset else fields)
@@ -194,12 +192,13 @@ def _joined_torchrun(args: argparse.Namespace) -> bool:
 def _bome(run_path: Path) -> dict[str, Any]:
     """The run's BOME diagnostics (run_view.bome_summary); {} when it has none or its
     files cannot be read (a damaged run still lists)."""
+    from calm_core.training.config import recorded_bilevel
     from calm_core.workspace.view import bome_summary
 
     try:
         run = RunDir.open(run_path)
-        eta = run.config.get("train", {}).get("eta")
-        return bome_summary(run.read_metrics(), eta)
+        bilevel = recorded_bilevel(run.config.get("train", {}))
+        return bome_summary(run.read_metrics(), bilevel.eta if bilevel else None)
     except (OSError, ValueError, TypeError, AttributeError):
         return {}
 

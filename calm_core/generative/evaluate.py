@@ -17,8 +17,8 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from calm_core.calibration.posthoc import PosthocCalibrator, TemperatureScaler, fit_defaults
-from calm_core.training.adapters import evaluating
+from calm_core.calibration.posthoc import PosthocCalibrator, fit_defaults
+from calm_core.scoring.adapters import evaluating
 from calm_core.data.schema import OpenItem
 from calm_core.generative.judge import judge, summarize_open
 from calm_core.generative.objectives import answer_logits, gold_requests
@@ -47,13 +47,6 @@ def fit_token_calibrators(model: Any, tokenizer: Any, items: Sequence[OpenItem],
     """Every default calibrator for generation (TS: one temperature, NLL to convergence)
     fitted on `token_fit_data`: {name: calibrator}."""
     return fit_defaults(*token_fit_data(model, tokenizer, items, prompt, batch_size), task="openqa")
-
-
-def fit_token_temperature(model: Any, tokenizer: Any, items: Sequence[OpenItem], prompt: str,
-                          batch_size: int = 16) -> TemperatureScaler:
-    """Post-hoc TS alone for generation (training/tasks/openqa.py until it fits every
-    calibrator through scoring.evaluate.fit_baselines)."""
-    return TemperatureScaler.fit(*token_fit_data(model, tokenizer, items, prompt, batch_size))
 
 
 def evaluate_open(model: Any, tokenizer: Any, datasets: dict[str, Sequence[OpenItem]], cfg: GenerationConfig,

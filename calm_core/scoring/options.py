@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -480,10 +480,29 @@ def apply_option_head(logits: np.ndarray, head: Any) -> np.ndarray:
         return head.on_options(z).double().cpu().numpy().copy()
 
 
+class _Scorer(NamedTuple):
+    """What scoring reads of a model: the module forward passes go through (a model or a
+    FrozenPrefixModel), its tokenizer and the device its inputs go to."""
+
+    model: Any
+    tokenizer: Any
+    device: torch.device
+
+
 def score_items(lm: Any, items: Sequence[MCItem], cfg: ScoringConfig | None = None, batch_size: int = 32,
                 progress: bool | ProgressFn = True, share_prefix: bool = True, head: Any = None,
                 dataset: str | None = None) -> OptionScores:
-    """Score every option of every item under `cfg` with the LoadedModel `lm`.
+    """`score_with` on a LoadedModel (scoring.models), its name, kind and dtype recorded
+    with the scores."""
+    info = {k: lm.info[k] for k in ("name", "kind", "dtype", "device") if k in getattr(lm, "info", {})}
+    return score_with(lm.model, lm.tokenizer, items, cfg, batch_size, progress, share_prefix, head, dataset, info)
+
+
+def score_with(model: Any, tokenizer: Any, items: Sequence[MCItem], cfg: ScoringConfig | None = None,
+               batch_size: int = 32, progress: bool | ProgressFn = True, share_prefix: bool = True,
+               head: Any = None, dataset: str | None = None, model_info: dict[str, Any] | None = None) -> OptionScores:
+    """Score every option of every item under `cfg` with `model` (a causal LM, a PEFT
+    model, or a FrozenPrefixModel over one) and its tokenizer.
 
     `batch_size` counts sequences per forward pass (cloze: continuations; letter:
     prompts). `share_prefix=False` forces the straightforward cloze path (for tests
@@ -499,6 +518,7 @@ def score_items(lm: Any, items: Sequence[MCItem], cfg: ScoringConfig | None = No
     if batch_size < 1:
         raise ValueError(f"Expected `batch_size` to be a positive int, but got {batch_size}")
     cfg = cfg or ScoringConfig()
+    lm = _Scorer(model, tokenizer, next(model.parameters()).device)
     limit = context_limit(lm.model, lm.tokenizer)
     if cfg.is_cloze:
         requests, cut = fitted_cloze_requests(items, cfg, lm.tokenizer, limit)
@@ -509,9 +529,8 @@ def score_items(lm: Any, items: Sequence[MCItem], cfg: ScoringConfig | None = No
         rows = _letter_scores(lm, items, prompts, cfg, batch_size, progress, head)
     warn_truncated(cut, len(items), limit, dataset)
     logits = apply_option_head(pad_ragged(rows), head)
-    model_info = {k: lm.info[k] for k in ("name", "kind", "dtype", "device") if k in getattr(lm, "info", {})}
     return OptionScores(
         ids=[it.id for it in items], logits=logits,
-        gold=np.array([it.answer for it in items], dtype=np.int64), scoring=cfg.to_dict(), model=model_info,
+        gold=np.array([it.answer for it in items], dtype=np.int64), scoring=cfg.to_dict(), model=model_info or {},
         truncated=len(cut), context_length=limit,
     )

@@ -66,6 +66,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from calm_core.settings import setting
 from calm_core.training import distributed
 
 PHI_CHOICES = ("grad", "value")
@@ -79,14 +80,21 @@ Closure = Callable[[], Tensor]
 class BilevelConfig:
     """Settings of the BOME step (saved with the run's config)."""
 
-    inner_steps: int = 10  # T: gradient steps from theta to theta~ (the paper's T = 10)
-    inner_lr: float = 3.0  # inner step size ("fixed"), or its cap ("polyak")
-    inner_rule: str = "polyak"  # "polyak": step L / ||grad L||^2, capped; "fixed": inner_lr
-    inner_start: str = "theta"  # "theta": theta~ starts at theta (BOME); "persistent": at the last theta~
-    eta: float = 0.5  # share of ||grad q||^2 (or of q) each step must remove from the constraint
-    phi: str = "grad"  # "grad": phi = eta * ||grad q||^2; "value": phi = eta * q
-    constraint: str = "theta"  # "theta": theta optimal for L given alpha (the paper); "joint": (alpha, theta) optimal for L
-    max_update_norm: float = 1.0  # a plain step's ||delta u|| is cut to this (the direction kept); 0: no limit
+    inner_steps: int = setting(10, "BOME's T: gradient steps from theta to theta~ (the paper's T = 10)",
+                               label="Inner steps T", min=1, max=100)
+    inner_lr: float = setting(3.0, "inner step size (inner_rule fixed), or its cap (polyak)", label="Inner lr (cap)",
+                              min=1e-4, max=100.0)
+    inner_rule: str = setting("polyak", "polyak: L / ||grad L||^2, capped at the inner lr (scale-free); fixed: the inner lr",
+                              label="Inner step", choices=INNER_RULES)
+    inner_start: str = setting("theta", "theta: theta~ starts at theta every step (BOME); persistent: it continues "
+                                        "from the last theta~", label="Inner start", choices=INNER_STARTS)
+    eta: float = setting(0.5, "BOME's eta: phi = eta * ||grad q||^2 (or eta * q), the share of the constraint each "
+                              "step must remove", label="eta", min=0.01, max=10.0)
+    phi: str = setting("grad", "grad: phi = eta * ||grad q||^2; value: phi = eta * q", choices=PHI_CHOICES)
+    constraint: str = setting("theta", "theta: theta optimal for L given alpha (the paper); joint: (alpha, theta) "
+                                       "optimal for L (docs/bilevel.md)", choices=CONSTRAINTS)
+    max_update_norm: float = setting(1.0, "a plain step's ||delta u|| is cut to this length, direction kept (0: no limit)",
+                                     min=0.0)
 
     def __post_init__(self) -> None:
         if isinstance(self.inner_steps, bool) or not isinstance(self.inner_steps, int) or self.inner_steps < 1:

@@ -36,6 +36,8 @@ from typing import Any, Callable
 
 import torch
 
+from calm_core.training.bilevel import BilevelConfig
+
 DTYPE = torch.float64
 
 
@@ -187,16 +189,9 @@ class TemperatureToy(ShiftToy):
 
 @dataclass
 class ToySettings:
-    """The TrainConfig fields the calm and iterate steps read."""
+    """What the calm and iterate steps read of a TrainConfig: its bilevel section."""
 
-    inner_steps: int = 10
-    inner_lr: float = 3.0
-    inner_rule: str = "polyak"
-    inner_start: str = "theta"
-    eta: float = 0.5
-    phi: str = "grad"
-    constraint: str = "theta"
-    max_update_norm: float = 1.0
+    bilevel: BilevelConfig = field(default_factory=BilevelConfig)
 
 
 @dataclass
@@ -259,7 +254,7 @@ def main() -> None:
     print(f"  {'bilevel optimum l* (exact)':44} {str(optimum.numpy().round(3)):26} {0.0:9.3f} {toy.value(optimum):9.5f}")
     runs = [("calm", calm, 0.3, 0.3, ToySettings()), ("calm", calm, 0.3, 0.1, ToySettings()),
             ("calm", calm, 0.15, 0.05, ToySettings()),
-            ("calm, T = 100 fixed steps of 2", calm, 0.3, 0.1, ToySettings(inner_steps=100, inner_rule="fixed", inner_lr=2.0)),
+            ("calm, T = 100 fixed steps of 2", calm, 0.3, 0.1, ToySettings(BilevelConfig(inner_steps=100, inner_rule="fixed", inner_lr=2.0))),
             ("iterate", iterate, 0.15, 0.05, ToySettings())]
     for name, method, lr_alpha, lr_theta, settings in runs:
         found = tail_mean(ToyContext(toy, lr_alpha=lr_alpha, lr_theta=lr_theta, settings=settings), method, 4000, 500)

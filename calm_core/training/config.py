@@ -2,9 +2,16 @@
 
     cfg = TrainConfig.preset("quick", train_data="builtin/capitals/train")
     cfg = TrainConfig.from_dict(yaml.safe_load(open("run.yaml")))
+    cfg.bilevel.inner_steps, cfg.method_settings      # the nested parts
 
-The resolved config (plus seed, versions and the scoring rule) is saved as the run's
-config.json, so a run can be reproduced or resumed from its directory alone.
+The run's own settings are fields here; the BOME step's are a `section`
+(bilevel.BilevelConfig), the method's are the method's own `Settings` dataclass
+(`method_settings`: beta for regularization, ...), LoRA's and generation's their own.
+Fields made with `calm_core.settings.setting` are also `calm train` flags and studio
+widgets, with the same help text. `from_dict` also reads the flat form of earlier
+versions and of flags and `--set` (inner_steps=3, beta=0.3), and routes each key to its
+section. The resolved config is saved as the run's config.json (with `head_scope`, the
+scope the head really has), so a run can be reproduced or resumed from its directory.
 """
 
 from __future__ import annotations
@@ -13,89 +20,96 @@ import dataclasses
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from calm_core.training.adapters import LoraSettings
-from calm_core.generative.sampling import GenerationConfig
-from calm_core.training.bilevel import CONSTRAINTS, INNER_RULES, INNER_STARTS, PHI_CHOICES
 from calm_core.calibration.head import SCOPES, check_scope_fits, scopes_for
-from calm_core.training.methods import get_method
+from calm_core.generative.sampling import GenerationConfig
+from calm_core.scoring.adapters import LoraSettings
 from calm_core.scoring.prompts import RULES
+from calm_core.settings import SettingSpec, declared_settings, section, setting
+from calm_core.training.bilevel import BilevelConfig
+from calm_core.training.methods import METHODS, get_method
+from calm_core.training.tasks import get_task
+
+OPTIMIZERS = ("sgd", "adamw")
+AUTOCASTS = ("bf16", "none")  # torch.autocast around the prefill, the steps and evaluation (loop.autocast_for)
+DERIVED_KEYS = ("head_scope",)  # written into config.json for readers, recomputed on reading
+MERGED_SECTIONS = ("bilevel", "method_settings", "generation")  # a preset's part and a given part merge
 
 
 @dataclass
 class TrainConfig:
-    method: str = "calm"  # see calm_core.training.methods.METHODS
-    task: str = "mcqa"  # mcqa (option scores) | openqa (free-form answers, calm_core.generative)
-    model: str = "embedded"  # 'embedded', a local dir or a hub id
-    train_data: str = "builtin/capitals/train"  # S_T: labelled training questions
-    heldout_data: str = "builtin/capitals/validation"  # S_V: inputs for the entropy objective (labels only for eval / TS)
+    method: str = setting("calm", "training method: a module of calm_core/training/methods (calm, sft, scalar, ...)",
+                          choices=tuple(METHODS))
+    task: str = setting("mcqa", "mcqa (option scores) | openqa (free-form answers): a module of calm_core/training/tasks")
+    model: str = setting("embedded", "'embedded', a local dir or a hub id")
+    train_data: str = setting("builtin/capitals/train", "S_T: labelled training questions")
+    heldout_data: str = setting("builtin/capitals/validation",
+                                "S_V: inputs for the entropy objective (labels only for eval / TS)")
     eval_data: tuple[str, ...] = ("builtin/capitals/test",)  # periodic and final evaluation sets (ID and OOD)
-    train_limit: int | None = None  # first N training items (None: all)
-    heldout_limit: int | None = 200
-    eval_limit: int | None = 200
-    scoring: str = "cloze"  # cloze | cloze_norm | letter
+    train_limit: int | None = setting(None, "first N training items (None: all)")
+    heldout_limit: int | None = setting(200, "first N held-out items after removing training questions (None: all)")
+    eval_limit: int | None = setting(200, "first N items of each evaluation set (None: all)", label="Items per evaluation set")
+    scoring: str = setting("cloze", "cloze | cloze_norm | letter", choices=RULES)
     chat_template: bool = False
-    scope: str = "auto"  # head scope: vocab | options | scalar | auto (letter: vocab, cloze: scalar, openqa: vocab; head.scopes_for)
-    steps: int = 60  # optimizer steps (one batch each)
-    batch_size: int = 4  # training questions per step
+    scope: str = setting("auto", "head scope: vocab | options | scalar | auto (letter: vocab, cloze: scalar, "
+                                 "openqa: vocab; head.scopes_for)", choices=SCOPES + ("auto",))
+    steps: int = setting(60, "optimizer steps (one batch each)", min=1, max=100_000)
+    batch_size: int = setting(4, "training questions per step", min=1, max=512)
     heldout_batch_size: int = 4  # S_V questions per step (upper level)
-    optimizer: str = "auto"  # sgd (a plain step) | adamw | auto (the method's: sgd for calm, scalar, iterate)
-    lr_theta: float | None = None  # step size of the LoRA weights (None: DEFAULT_LR of the optimizer)
-    lr_alpha: float | None = None  # step size of the head (None: DEFAULT_LR of the optimizer; no weight decay)
+    optimizer: str = setting("auto", "auto: the method's own. sgd: a plain step, which keeps BOME's guarantee that "
+                                     "each step decreases q (calm, scalar, iterate); adamw: the usual fine-tuning "
+                                     "optimizer (sft and the other baselines). AdamW on a BOME step voids the guarantee.",
+                             choices=("auto",) + OPTIMIZERS)
+    lr_theta: float | None = setting(None, "step size of the LoRA weights (None: DEFAULT_LR of the optimizer)",
+                                     label="lr theta", min=1e-6, max=100.0, format="%.0e")
+    lr_alpha: float | None = setting(None, "step size of the head (None: DEFAULT_LR of the optimizer; no weight decay)",
+                                     label="lr alpha", min=1e-6, max=100.0, format="%.0e")
     weight_decay: float = 0.0  # on theta only (adamw)
-    inner_steps: int = 10  # BOME's T (the paper's 10)
-    inner_lr: float = 3.0  # BOME inner step size (inner_rule fixed) or its cap (polyak)
-    inner_rule: str = "polyak"  # polyak: step L / ||grad L||^2, scale-free | fixed: inner_lr
-    inner_start: str = "theta"  # theta: theta~ starts at theta each step (BOME) | persistent: at the last theta~
-    eta: float = 0.5  # BOME's eta in phi = eta * ||grad q||^2 (or eta * q)
-    max_update_norm: float = 1.0  # BOME's plain step is cut to this length, direction kept (0: no limit)
-    constraint: str = "theta"  # theta: theta optimal for L given alpha (the paper) | joint: (alpha, theta) optimal (docs/bilevel.md)
-    phi: str = "grad"  # grad | value
-    beta: float = 0.5  # regularization method: CE - beta * entropy
-    label_smoothing: float = 0.1  # label_smoothing method
-    cft_gamma: float = 1.0  # cft method: weight of the calibration penalty
+    bilevel: BilevelConfig = section(BilevelConfig, "the first-order (BOME) step: calm, scalar, iterate")
+    method_settings: Any = None  # the method's own Settings (None: its defaults; a dict is read into them)
     lora: LoraSettings = field(default_factory=LoraSettings)
     generation: GenerationConfig = field(default_factory=GenerationConfig)  # openqa: prompts, sampling, grouping
     frozen_prefix: bool = True  # with lora.layers = k: cache the hidden states below the top k layers (calm_core.scoring.frozen_prefix)
     frozen_prefix_store: bool = False  # also keep them on disk (CALM_CACHE_DIR/frozen_prefix) for later runs
     load_in_4bit: bool | None = None  # None: QLoRA on CUDA, LoRA on CPU (recorded with the reason)
     device: str = "auto"
-    seed: int = 0
-    eval_every: int = 20  # steps between evaluations (0: only at the end)
+    autocast: str = setting("auto", "torch.autocast around the cache fill, the steps and evaluation: bf16, none, "
+                                    "or auto (bf16 on a CUDA GPU that has it, none on a CPU)", choices=("auto",) + AUTOCASTS)
+    seed: int = setting(0, "seeds the batch schedule, the adapters' init and dropout")
+    eval_every: int = setting(20, "steps between evaluations (0: only at the end)", min=0)
     checkpoint_every: int = 20  # steps between checkpoints (cancel always checkpoints)
     eval_batch_size: int = 32
     eval_baselines: bool = True  # final evaluation also runs base and ts (off: runs sharing a base model and S_V reuse the first run's)
-    name: str | None = None  # a label for the run id and the studio
+    name: str | None = setting(None, "a label for the run id and the studio")
 
     def __post_init__(self) -> None:
         if isinstance(self.lora, dict):
             self.lora = LoraSettings(**{k: tuple(v) if k == "target_modules" else v for k, v in self.lora.items()})
         if isinstance(self.generation, dict):
             self.generation = GenerationConfig(**self.generation)
+        if isinstance(self.bilevel, dict):
+            self.bilevel = BilevelConfig(**self.bilevel)
         if isinstance(self.eval_data, (list, str)):
             self.eval_data = (self.eval_data,) if isinstance(self.eval_data, str) else tuple(self.eval_data)
-        get_method(self.method)
+        method = get_method(self.method)
+        self.method_settings = method_settings(self.method, self.method_settings)
         _one_of("scoring", self.scoring, RULES)
-        _one_of("task", self.task, TASKS)
+        task = get_task(self.task)
         _one_of("scope", self.scope, SCOPES + ("auto",))
-        if self.task == "openqa":
-            _check_openqa(self.method)
-        if get_method(self.method).USES_HEAD:
+        if task.METHODS is not None and self.method not in task.METHODS:
+            raise ValueError(f"Expected `method` to be one of {list(task.METHODS)} for task {self.task}, but got "
+                             f"{self.method!r} (it works on option scores)")
+        if method.USES_HEAD:
             check_scope_fits(self.effective_scope, self.scoring, self.task)
-        _one_of("phi", self.phi, PHI_CHOICES)
-        _one_of("inner_rule", self.inner_rule, INNER_RULES)
-        _one_of("inner_start", self.inner_start, INNER_STARTS)
-        _one_of("constraint", self.constraint, CONSTRAINTS)
         _one_of("optimizer", self.optimizer, OPTIMIZERS + ("auto",))
+        _one_of("autocast", self.autocast, AUTOCASTS + ("auto",))
         if self.optimizer == "auto":
-            self.optimizer = getattr(get_method(self.method), "OPTIMIZER", "adamw")
+            self.optimizer = getattr(method, "OPTIMIZER", "adamw")
         for name in ("lr_theta", "lr_alpha"):
             if getattr(self, name) is None:
                 setattr(self, name, DEFAULT_LR[self.optimizer][name])
-        for name in ("steps", "batch_size", "heldout_batch_size", "inner_steps", "eval_batch_size"):
+        for name in ("steps", "batch_size", "heldout_batch_size", "eval_batch_size"):
             _positive_int(name, getattr(self, name))
-        if not self.max_update_norm >= 0:
-            raise ValueError(f"Expected `max_update_norm` to be >= 0, but got {self.max_update_norm}")
-        for name in ("lr_theta", "lr_alpha", "inner_lr", "eta"):
+        for name in ("lr_theta", "lr_alpha"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"Expected `{name}` to be > 0, but got {getattr(self, name)}")
         if self.eval_every < 0 or self.checkpoint_every < 0:
@@ -113,18 +127,24 @@ class TrainConfig:
         return self.scope
 
     def to_dict(self) -> dict[str, Any]:
+        """Nested, JSON-ready; `head_scope` is the effective scope, for readers of config.json."""
         data = asdict(self)
         data["eval_data"] = list(self.eval_data)
         data["lora"]["target_modules"] = list(self.lora.target_modules)
+        data["head_scope"] = self.effective_scope if get_method(self.method).USES_HEAD else None
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "TrainConfig":
+        """Nested or flat (earlier config.json files, flags, --set): see `nest_settings`; the
+        task's DEFAULTS fill what `data` leaves out (`--task openqa` starts on open-answer sets)."""
+        task = get_task(data.get("task", cls.task))
+        nested = nest_settings({**task.DEFAULTS, **data})
         known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
+        unknown = sorted(set(nested) - known)
         if unknown:
             raise ValueError(f"Unknown TrainConfig field(s) {unknown}; expected some of {sorted(known)}")
-        return cls(**data)
+        return cls(**nested)
 
     @classmethod
     def preset(cls, preset_name: str, /, **overrides: Any) -> "TrainConfig":
@@ -133,20 +153,27 @@ class TrainConfig:
 
 
 def preset_settings(preset_name: str, overrides: dict[str, Any]) -> dict[str, Any]:
-    """A preset's fields, then `overrides`, then what the preset derives from them: `quick`
+    """A preset's fields, then the task's part of it (tasks/<task>.PRESETS), then
+    `overrides`, then what the preset derives from them: `quick`
     evaluates every 20 steps, or every tenth of the run when that is longer, so a long
     quick run spends no larger share of its time evaluating than a short one (at most
     about 10 periodic evaluations; an explicit eval_every wins)."""
     if preset_name not in PRESETS:
         raise ValueError(f"Expected a preset in {sorted(PRESETS)}, but got {preset_name!r}")
-    settings = {**PRESETS[preset_name], **overrides}
+    task = get_task(overrides.get("task", TrainConfig.task))
+    settings: dict[str, Any] = {}
+    for layer in (PRESETS[preset_name], task.PRESETS.get(preset_name, {}), overrides):  # later wins
+        given = nest_settings(layer)
+        for name in MERGED_SECTIONS:  # sections merge key by key: a preset's T stays beside a given eta
+            if isinstance(settings.get(name), dict) and isinstance(given.get(name), dict):
+                given[name] = {**settings[name], **given[name]}
+        settings.update(given)
     if preset_name == "quick" and "eval_every" not in overrides:
         steps = settings.get("steps", TrainConfig.steps)
         settings["eval_every"] = max(settings["eval_every"], steps // QUICK_EVALUATIONS)
     return settings
 
 
-OPTIMIZERS = ("sgd", "adamw")
 # Step sizes when none is given. sgd: the plain BOME step; LoRA's B starts at 0, so its
 # gradients are small (||grad_theta L|| ~ 0.1 on the embedded model) and a step of 1 is
 # what moves it; log tau's gradient is of order 0.1 to 1. adamw: the usual fine-tuning
@@ -156,14 +183,6 @@ DEFAULT_LR: dict[str, dict[str, float]] = {
     "adamw": {"lr_theta": 1e-4, "lr_alpha": 1e-2},
 }
 QUICK_EVALUATIONS = 10  # periodic evaluations of a long `quick` run (see preset_settings)
-TASKS = ("mcqa", "openqa")
-OPENQA_METHODS = ("calm", "scalar", "sft", "iterate")  # methods built on the lower / upper closures alone
-
-
-def _check_openqa(method: str) -> None:
-    if method not in OPENQA_METHODS:
-        raise ValueError(f"Expected `method` to be one of {list(OPENQA_METHODS)} for task openqa, but got {method!r} "
-                         "(it works on option scores)")
 
 
 def _one_of(name: str, value: Any, valid: tuple[str, ...]) -> None:
@@ -183,12 +202,78 @@ PRESETS: dict[str, dict[str, Any]] = {
     # inner_steps 3: bench/train_step.py measures 0.90 s/step and an inner drop of 0.80 of L on
     # ARC-Easy (T = 10: 2.65 s and 0.99), which keeps a 300-step run near 5 minutes here.
     "quick": {"steps": 40, "batch_size": 4, "heldout_batch_size": 4, "eval_every": 20, "checkpoint_every": 20,
-              "eval_batch_size": 64, "inner_steps": 3,
+              "eval_batch_size": 64, "bilevel": {"inner_steps": 3},
               "eval_limit": 100, "heldout_limit": 100, "lora": {"r": 8, "alpha": 16, "layers": 4}},
     # The paper's settings: letter answers (the vocab head at the answer letter), QLoRA r64,
     # LoRA alpha 32, batch 16, BOME with T = 10 (a plain step, see bilevel.py); 5 epochs is
     # steps = 5 * len(train) / 16, set by the caller from the training set size.
-    "paper": {"batch_size": 16, "heldout_batch_size": 16, "scoring": "letter", "inner_steps": 10, "load_in_4bit": True,
+    "paper": {"batch_size": 16, "heldout_batch_size": 16, "scoring": "letter", "bilevel": {"inner_steps": 10},
+              "load_in_4bit": True,
               "lora": {"r": 64, "alpha": 32, "dropout": 0.05,
                        "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}},
 }
+
+
+def method_settings(method: str, given: Any) -> Any:
+    """The method's Settings filled from `given` (None, a dict, or Settings already);
+    None for a method that declares none (then `given` must be empty)."""
+    kind = getattr(get_method(method), "Settings", None)
+    if kind is None:
+        if given:
+            raise ValueError(f"Expected no method_settings for method {method!r} (it has none), but got {given!r}")
+        return None
+    if isinstance(given, kind):
+        return given
+    values = dict(given or {})
+    names = {f.name for f in dataclasses.fields(kind)}
+    if set(values) - names:
+        raise ValueError(f"Expected method_settings of {method!r} among {sorted(names)}, but got {sorted(set(values) - names)}")
+    return kind(**values)
+
+
+def nest_settings(data: dict[str, Any]) -> dict[str, Any]:
+    """`data` with flat keys moved into their sections: a BilevelConfig field into
+    `bilevel`, a method setting into `method_settings` when the chosen method declares it.
+    Another method's setting at its default is dropped (earlier config.json files carry
+    every method's); at any other value it is an error naming the method it belongs to."""
+    data = {k: v for k, v in data.items() if k not in DERIVED_KEYS}
+    bilevel_names = {f.name for f in dataclasses.fields(BilevelConfig)}
+    flat = {k: data.pop(k) for k in list(data) if k in bilevel_names}
+    if flat:
+        inner = data.get("bilevel") or {}
+        data["bilevel"] = {**(asdict(inner) if dataclasses.is_dataclass(inner) else inner), **flat}
+    method = data.get("method", TrainConfig.method)
+    get_method(method)
+    owners = {f.name: (name, f) for name, module in METHODS.items() if hasattr(module, "Settings")
+              for f in dataclasses.fields(module.Settings)}
+    own = dict(data.get("method_settings") or {}) if not dataclasses.is_dataclass(data.get("method_settings")) else None
+    for key in [k for k in list(data) if k in owners]:
+        owner, spec = owners[key]
+        value = data.pop(key)
+        if owner == method and own is not None:
+            own[key] = value
+        elif value != spec.default:
+            raise ValueError(f"`{key}` is a setting of method {owner!r}, not of {method!r}")
+    if own is not None and (own or "method_settings" in data):
+        data["method_settings"] = own
+    return data
+
+
+def recorded_bilevel(train: dict[str, Any]) -> BilevelConfig | None:
+    """The BOME settings in a run's config.json `train` record: the `bilevel` section, or
+    the flat keys of runs made before sections; None when they do not validate."""
+    names = {f.name for f in dataclasses.fields(BilevelConfig)}
+    values = train.get("bilevel") if isinstance(train.get("bilevel"), dict) else \
+        {k: v for k, v in train.items() if k in names}
+    try:
+        return BilevelConfig(**values)
+    except (TypeError, ValueError):
+        return None
+
+
+def train_settings() -> dict[str, SettingSpec]:
+    """Every declared setting (calm_core.settings) of TrainConfig, its sections and every
+    method's Settings, by its flat name: the `calm train` flags and the studio's widgets.
+    A value given by that name goes through `from_dict`, which puts it in its section."""
+    kinds = [TrainConfig] + [m.Settings for m in METHODS.values() if hasattr(m, "Settings")]
+    return {spec.name: spec for kind in kinds for spec in declared_settings(kind)}

@@ -99,7 +99,7 @@ def estimate_step_seconds(cfg: TrainConfig, root: str | Path | None = None) -> t
         rows = json.loads(bench.read_text()).get("rows", [])
         mode = "cached" if cfg.frozen_prefix and cfg.lora.layers is not None else "uncached"  # first-epoch rows
         for row in rows:
-            same_solver = row["inner_steps"] == cfg.inner_steps and row.get("inner_start", "theta") == cfg.inner_start
+            same_solver = row["inner_steps"] == cfg.bilevel.inner_steps and row.get("inner_start", "theta") == cfg.bilevel.inner_start
             if row["method"] == cfg.method and same_solver and row.get("mode") == mode:
                 scale = cfg.batch_size / row["batch_size"]
                 return row["seconds_per_step"] * scale, (f"{BENCH_FILE} ({row['method']}, T = {row['inner_steps']}, "

@@ -20,6 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from calm_core.training.config import recorded_bilevel
 from calm_core.calibration import metrics
 from calm_core.calibration.metrics.columns import cell, is_missing
 from calm_core.workspace.view import (BOME_MEANINGS, bome_line, bome_summary, compare_rows, head_scope, posthoc_lines,
@@ -88,11 +89,12 @@ def _training_items(train: dict[str, Any], status: dict[str, Any], task: str) ->
              ("batch sizes", f"{t('batch_size')} (S_T), {t('heldout_batch_size')} (S_V)"),
              ("LoRA", f"r {lora.get('r')}, alpha {lora.get('alpha')}, on {', '.join(lora.get('target_modules') or [])}"),
              ("seed", t("seed"))]
-    if t("method") == "calm":
-        items += [("BOME inner solve", f"{t('inner_steps')} steps, lr {t('inner_lr')} ({t('inner_rule')}), "
-                                       f"start {t('inner_start')}"),
-                  ("BOME step", f"eta {t('eta')}, constraint {t('constraint')}, phi {t('phi')}, "
-                                f"max update norm {t('max_update_norm')}")]
+    bome = recorded_bilevel(train)
+    if t("method") == "calm" and bome is not None:
+        items += [("BOME inner solve", f"{bome.inner_steps} steps, lr {bome.inner_lr} ({bome.inner_rule}), "
+                                       f"start {bome.inner_start}"),
+                  ("BOME step", f"eta {bome.eta}, constraint {bome.constraint}, phi {bome.phi}, "
+                                f"max update norm {bome.max_update_norm}")]
     if task == "openqa":
         gen = t("generation") or {}
         items.append(("generation", f"{gen.get('n_samples')} samples at temperature {gen.get('temperature')}, "
@@ -196,7 +198,8 @@ def _alpha(records: list[dict[str, Any]], train: dict[str, Any]) -> str:
 
 def _bome(records: list[dict[str, Any]], train: dict[str, Any]) -> str:
     """BOME's diagnostics line and their means over the last 10 steps (calm runs only)."""
-    summary = bome_summary(records, train.get("eta"))
+    bome = recorded_bilevel(train)
+    summary = bome_summary(records, bome.eta if bome else None)
     if not summary:
         return ""
     rows = "".join(f"<tr><th>{escape(k)}</th><td>{summary[k]:.4g}</td><td>{escape(meaning)}</td></tr>"

@@ -201,10 +201,13 @@ def open_answers(run: RunDir, variant: str, dataset: str) -> Any:
 
 
 def head_scope(train: dict[str, Any]) -> str:
-    """The head scope a run's config resolves to (`auto` -> the rule's default); what the
-    config says when it comes from another version and no longer validates."""
+    """The head scope a run really has: `head_scope` as config.json records it, else (runs
+    made before it was recorded) the config's resolution of `auto` and a method's forced
+    scope; what the config says when it comes from another version and no longer validates."""
     from calm_core.training.config import TrainConfig
 
+    if train.get("head_scope"):
+        return str(train["head_scope"])
     try:
         return TrainConfig.from_dict(train).effective_scope
     except (TypeError, ValueError):

@@ -14,37 +14,18 @@ post-hoc calibrator"). base.py defines no NAME.
 
 from __future__ import annotations
 
-import importlib
 import json
-import pkgutil
-from collections.abc import Iterable
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 
 from calm_core.calibration.posthoc.base import MIN_FIT_ITEMS, PosthocCalibrator
 from calm_core.calibration.posthoc.temperature import DEGENERATE_T, TemperatureScaler
 from calm_core.calibration.posthoc.vector import VectorScaler
+from calm_core.registry import discover
 
 __all__ = ["DEGENERATE_T", "MIN_FIT_ITEMS", "PosthocCalibrator", "TemperatureScaler", "VectorScaler", "calibrators",
            "fit_defaults", "for_task", "load_calibrator", "load_scaler"]
-
-
-def _discover(package: str, path: Iterable[str]) -> dict[str, ModuleType]:
-    """{module.NAME: module} for the modules of `package` (its `__path__`), by module name
-    (calm_core.registry.discover's rule, for methods and tasks too; this copy goes when
-    that module is committed)."""
-    found: dict[str, ModuleType] = {}
-    for info in sorted(pkgutil.iter_modules(list(path)), key=lambda i: i.name):
-        module = importlib.import_module(f"{package}.{info.name}")
-        name = getattr(module, "NAME", None)
-        if name is None:
-            continue
-        if name in found:
-            raise ValueError(f"Two modules of {package} are named {name!r}: {found[name].__name__}, {module.__name__}")
-        found[name] = module
-    return found
 
 
 def calibrators() -> dict[str, type[PosthocCalibrator]]:
@@ -52,7 +33,7 @@ def calibrators() -> dict[str, type[PosthocCalibrator]]:
     Scans `__path__` on each call (a directory listing; imports are cached), so a module
     added to the package, or a directory added to `__path__`, is found without a list."""
     found: dict[str, type[PosthocCalibrator]] = {}
-    for name, module in _discover(__name__, __path__).items():
+    for name, module in discover(__name__, __path__).items():
         cls = getattr(module, "CALIBRATOR", None)
         if not (isinstance(cls, type) and issubclass(cls, PosthocCalibrator)) or cls.name != name:
             raise ValueError(f"Expected {module.__name__}.CALIBRATOR to be a PosthocCalibrator named {name!r} "

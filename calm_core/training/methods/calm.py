@@ -4,20 +4,13 @@ a plain gradient step by default (OPTIMIZER) so that BOME's descent guarantee ho
 
 from __future__ import annotations
 
-from calm_core.training.bilevel import BilevelConfig, BilevelState, bilevel_step
-from calm_core.training.methods.base import StepContext
+from calm_core.training.bilevel import BilevelState, bilevel_step
+from calm_core.training.context import StepContext
 
 NAME = "calm"
 USES_HEAD = True
 OPTIMIZER = "sgd"
 DESCRIPTION = "CALM: bilevel LoRA + calibration head (l, tau), first-order BOME step."
-
-
-def bilevel_config(ctx: StepContext) -> BilevelConfig:
-    s = ctx.settings
-    return BilevelConfig(inner_steps=s.inner_steps, inner_lr=s.inner_lr, inner_rule=s.inner_rule,
-                         inner_start=s.inner_start, eta=s.eta, phi=s.phi,
-                         constraint=s.constraint, max_update_norm=s.max_update_norm)
 
 
 def bilevel_state(ctx: StepContext) -> BilevelState:
@@ -28,4 +21,4 @@ def bilevel_state(ctx: StepContext) -> BilevelState:
 def step(ctx: StepContext, train_items: list, heldout_items: list) -> dict[str, float]:
     ctx.optimizer.zero_grad(set_to_none=True)
     return bilevel_step(ctx.alpha, ctx.theta, ctx.lower(train_items), ctx.upper(heldout_items),
-                        ctx.optimizer, bilevel_config(ctx), bilevel_state(ctx))
+                        ctx.optimizer, ctx.settings.bilevel, bilevel_state(ctx))

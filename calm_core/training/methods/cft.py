@@ -6,14 +6,23 @@ bin's share of the batch. The confidences carry gradient; the bin assignment doe
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from calm_core.training.methods.base import StepContext, gradient_step, timed
+from calm_core.settings import setting
+from calm_core.training.context import StepContext
+from calm_core.training.methods.base import gradient_step, timed
 from calm_core.training.objectives import option_cross_entropy
 
 NAME = "cft"
 USES_HEAD = False
 DESCRIPTION = "SFT + a binned ECE-style penalty on the max probability (calibration-aware fine-tuning)."
+
+
+@dataclass
+class Settings:
+    cft_gamma: float = setting(1.0, "weight of the binned calibration penalty", min=0.0)
 N_BINS = 10
 
 
@@ -35,7 +44,7 @@ def step(ctx: StepContext, train_items: list, heldout_items: list) -> dict[str, 
         gold = torch.tensor([it.answer for it in train_items], device=z.device)
         ce = option_cross_entropy(z, gold)
         penalty = binned_calibration_penalty(z, gold)
-        gradient_step(ctx, ce + ctx.settings.cft_gamma * penalty)
+        gradient_step(ctx, ce + ctx.settings.method_settings.cft_gamma * penalty)
         return {"lower_loss": float(ce.detach()), "calibration_penalty": float(penalty.detach())}
 
     return timed(run)

@@ -3,7 +3,8 @@ alpha), without the bilevel coupling term: the ablation that shows why coupling 
 
 from __future__ import annotations
 
-from calm_core.training.methods.base import StepContext, gradient_step, timed
+from calm_core.training.context import StepContext
+from calm_core.training.methods.base import gradient_step, timed
 
 NAME = "iterate"
 USES_HEAD = True

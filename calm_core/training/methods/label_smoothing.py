@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from calm_core.training.methods.base import StepContext, gradient_step, timed
+from calm_core.settings import setting
+from calm_core.training.context import StepContext
+from calm_core.training.methods.base import gradient_step, timed
 
 NAME = "label_smoothing"
 USES_HEAD = False
 DESCRIPTION = "LoRA cross-entropy with label smoothing over the item's own options."
+
+
+@dataclass
+class Settings:
+    label_smoothing: float = setting(0.1, "share of the target spread evenly over the item's options", min=0.0)
 
 
 def smoothed_cross_entropy(z: torch.Tensor, gold: torch.Tensor, eps: float) -> torch.Tensor:
@@ -25,7 +34,7 @@ def step(ctx: StepContext, train_items: list, heldout_items: list) -> dict[str, 
     def run() -> dict[str, float]:
         z = ctx.logits(train_items)
         gold = torch.tensor([it.answer for it in train_items], device=z.device)
-        loss = smoothed_cross_entropy(z, gold, ctx.settings.label_smoothing)
+        loss = smoothed_cross_entropy(z, gold, ctx.settings.method_settings.label_smoothing)
         gradient_step(ctx, loss)
         return {"lower_loss": float(loss.detach())}
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from calm_core.training.methods.base import StepContext, gradient_step, timed
+from calm_core.training.context import StepContext
+from calm_core.training.methods.base import gradient_step, timed
 
 NAME = "sft"
 USES_HEAD = False

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -30,7 +29,7 @@ from calm_core.calibration.head import HEAD_FILENAME, CalibrationHead
 from calm_core.scoring.models import LoadedModel, ModelSpec, load_model
 from calm_core.scoring.prompts import ScoringConfig, chat_prompt
 from calm_core.runs.rundir import RunDir
-from calm_core.scoring.options import apply_option_head, score_items
+from calm_core.scoring.options import apply_option_head, score_with
 
 
 @dataclass
@@ -75,9 +74,9 @@ def load_trained(run: RunDir, device: str = "auto") -> TrainedModel:
 
 def _scores(trained: TrainedModel, item: MCItem, adapter: bool, head: bool) -> np.ndarray:
     model = trained.lm.model
-    lm = SimpleNamespace(model=model, tokenizer=trained.lm.tokenizer, device=trained.lm.device, info={})
     with evaluating(model, adapter):
-        scores = score_items(lm, [item], trained.scoring, progress=False, head=trained.head if head else None)
+        scores = score_with(model, trained.lm.tokenizer, [item], trained.scoring, progress=False,
+                            head=trained.head if head else None)
     return scores.logits[:, : item.n_choices]  # (1, K)
 
 

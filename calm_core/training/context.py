@@ -1,0 +1,78 @@
+"""What one training step sees (`StepContext`), and the shape every task module has (`Task`).
+
+A method's step (training/methods/) asks the context for the two objectives of the
+bilevel problem, `ctx.lower(train_items)` (L_tr) and `ctx.upper(heldout_items)` (F), as
+closures it can call at any parameters. Which objectives those are is the task's
+business (training/tasks/: option scores for `mcqa`, answer tokens for `openqa`), so a
+method never asks which task it trains.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, Sequence
+
+import torch
+
+from calm_core.calibration.head import CalibrationHead
+from calm_core.scoring.prompts import ScoringConfig
+from calm_core.training.objectives import option_logits
+
+Closure = Callable[[], torch.Tensor]
+
+
+class Task(Protocol):
+    """A training task: one module under training/tasks/ with these names (a module
+    satisfies a Protocol). The loop calls them in this order."""
+
+    NAME: str
+    ITEM_KIND: str  # "mc" | "open": the item schema its datasets load as (data.schema)
+    METHODS: tuple[str, ...] | None  # the methods it supports (None: every one)
+    DEFAULTS: dict  # settings `--task <NAME>` starts from, below anything given (TrainConfig.from_dict)
+    PRESETS: dict  # per preset, this task's settings on top of the preset's
+
+    def lower(self, ctx: "StepContext", items: Sequence[Any]) -> Closure: ...
+    def upper(self, ctx: "StepContext", items: Sequence[Any]) -> Closure: ...
+    def check_items(self, ctx: "StepContext", data: Any) -> dict[str, int]: ...
+    def prefill(self, ctx: "StepContext", data: Any, start_step: int, writer: Any, show: bool) -> dict | None: ...
+    def evaluate_now(self, ctx: "StepContext", data: Any, batch_size: int, caches: dict | None) -> dict[str, float]: ...
+    def final_evaluation(self, ctx: "StepContext", data: Any, run: Any, reuse: dict | None) -> list[dict]: ...
+
+
+@dataclass
+class StepContext:
+    """The model under training, its head and optimizer, the method's settings and the task."""
+
+    model: Any
+    tokenizer: Any
+    scoring: ScoringConfig
+    optimizer: torch.optim.Optimizer
+    theta: list[torch.nn.Parameter]  # LoRA weights
+    alpha: list[torch.nn.Parameter]  # calibration head parameters ([] without a head)
+    head: CalibrationHead | None
+    settings: Any  # TrainConfig: beta, label_smoothing, bilevel settings, ...
+    task: Task  # the task module (training/tasks/): objectives and evaluation
+    state: dict[str, Any] = field(default_factory=dict)  # per-method memory (e.g. iterate's phase)
+    runner: Any = None  # a FrozenPrefixModel over `model` when the frozen layers are cached
+
+    @property
+    def net(self) -> Any:
+        """What forward passes go through: the frozen-prefix runner if any, else the model."""
+        return self.runner if self.runner is not None else self.model
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def logits(self, items: Sequence[Any]) -> torch.Tensor:
+        """Calibrated option scores (B, K_max) of multiple-choice items, with gradients: what
+        the methods that work on option scores alone (regularization, label_smoothing, cft) use."""
+        return option_logits(self.net, self.tokenizer, items, self.scoring, self.head)
+
+    def lower(self, items: Sequence[Any]) -> Closure:
+        """L_tr closure: the task's cross-entropy on a training batch, under the head."""
+        return self.task.lower(self, items)
+
+    def upper(self, items: Sequence[Any]) -> Closure:
+        """F closure: minus the task's mean entropy on held-out inputs (labels unused)."""
+        return self.task.upper(self, items)

@@ -1,0 +1,204 @@
+"""Multiple-choice QA as a training task (`TrainConfig.task = "mcqa"`): option scores.
+
+- `lower` / `upper`: cross-entropy at the gold option, and minus the mean option entropy
+  on held-out inputs (training/objectives.py; the head acts where it says it acts);
+- `check_items`: items longer than the model's context are cut from the left before
+  step 1 (an option that cannot fit fails here, by item id);
+- `prefill`: the frozen-prefix cache filled ahead of the first step, for the items the
+  rest of the run reads;
+- `evaluate_now`: accuracy, ECE, entropy, confidence, AUROC, AURC on S_V and each set;
+- `final_evaluation`: base, the post-hoc calibrators (ts), the trained model and its
+  theta-only ablation on every evaluation set -> eval/<variant>/<dataset>.parquet +
+  results.json.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from calm_core.calibration import metrics
+from calm_core.data.schema import MCItem
+from calm_core.data.stream import LazyItems, subset
+from calm_core.faults import fault_point
+from calm_core.io import atomic_write_json
+from calm_core.runs.rundir import RunDir, write_predictions
+from calm_core.scoring.evaluate import baseline_records, fit_baselines, predictions_frame, result_row
+from calm_core.scoring.options import (apply_option_head, context_limit, progress_callback, score_with,
+                                       truncated_item_ids, warn_truncated)
+from calm_core.training import distributed
+from calm_core.scoring.adapters import evaluating
+from calm_core.training.batches import Data, batch_indices, drawn_positions
+from calm_core.training.context import StepContext
+from calm_core.training.objectives import forward_sequences, negative_entropy, option_cross_entropy
+
+NAME = "mcqa"
+ITEM_KIND = "mc"
+METHODS = None  # every method works on option scores
+DEFAULTS: dict = {}  # TrainConfig's own defaults are multiple choice
+PRESETS: dict = {}  # the presets as training/config.py declares them
+PHASE_EVERY_S = 5.0  # seconds between progress writes to status.json during the cache fill
+
+
+def lower(ctx: StepContext, items: Sequence[MCItem]) -> Callable[[], torch.Tensor]:
+    """L_tr closure: cross-entropy at the gold option of a training batch."""
+    gold = torch.tensor([it.answer for it in items], device=ctx.device)
+    return lambda: option_cross_entropy(ctx.logits(items), gold)
+
+
+def upper(ctx: StepContext, items: Sequence[MCItem]) -> Callable[[], torch.Tensor]:
+    """F closure: minus mean option entropy on held-out inputs (labels unused)."""
+    return lambda: negative_entropy(ctx.logits(items))
+
+
+def evaluate_now(ctx: StepContext, data: Data, batch_size: int,
+                 caches: dict[str, dict[tuple[bool, bool], Any]] | None = None) -> dict[str, float]:
+    """`eval/<set>/{acc,ece,entropy,confidence,auroc,aurc}` on S_V and every evaluation set. With
+    `caches` (set name -> `_scores_for` cache), the scores stay there for a final
+    evaluation at the same parameters, which then does not compute them again."""
+    record: dict[str, float] = {}
+    for name, items in {"heldout": data.heldout, **data.evals}.items():
+        if not items:
+            continue
+        cache = caches.setdefault(name, {}) if caches is not None else {}
+        probs = metrics.softmax(_scores_for(ctx, items, batch_size, True, True, cache).logits)
+        gold = np.array([it.answer for it in items])
+        summary = metrics.summarize(probs, gold)
+        for key in ("acc", "ece", "entropy", "confidence", "auroc", "aurc"):
+            record[f"eval/{name}/{key}"] = summary[key]
+    return record
+
+
+def check_items(ctx: StepContext, data: Data) -> dict[str, int]:
+    """{set: items cut from the left to fit the model's context} for every set of the run,
+    checked before the first step (tokenizing only): an item that cannot fit at all fails
+    here (DataError) rather than at the step that draws it, and a cut is said once per set.
+    Of a streamed S_T (LazyItems: a large file) only the items the run's steps draw are
+    checked (all of it once the run covers an epoch): the others are never read, and
+    tokenizing a million rows would delay step 1 by minutes."""
+    limit = context_limit(ctx.net, ctx.tokenizer)
+    cfg = ctx.settings
+    train = data.train
+    if isinstance(train, LazyItems):
+        train = subset(train, drawn_positions(len(train), cfg.batch_size, cfg.steps, cfg.seed))
+    counts: dict[str, int] = {}
+    for name, items in {"train": train, "heldout": data.heldout, **data.evals}.items():
+        cut = truncated_item_ids(items, ctx.scoring, ctx.tokenizer, limit)
+        warn_truncated(cut, len(items), limit, name)
+        if cut:
+            counts[name] = len(cut)
+    return counts
+
+
+class _FillStopped(Exception):
+    """A cancel asked for during the cache fill: stop filling (every batch so far is kept)."""
+
+
+def scheduled_items(cfg: Any, data: Data, start_step: int) -> list[Any]:
+    """Every item whose frozen layers the rest of the run reads on this rank: its share of
+    the training items that steps start_step.. will draw (batch_indices is deterministic),
+    all of S_V (periodic evaluation and TS read it whole; the upper level draws from it)
+    and, on the rank that evaluates, the evaluation sets."""
+    drawn = {i for step in range(start_step, cfg.steps)
+             for i in distributed.shard(batch_indices(len(data.train), cfg.batch_size, step, cfg.seed))}
+    evals = [it for items in data.evals.values() for it in items] if distributed.is_main() else []
+    return list(subset(data.train, sorted(drawn))) + list(data.heldout) + evals  # LazyItems: one read of those rows
+
+
+def prefill(ctx: StepContext, data: Data, start_step: int, writer: RunDir | None,
+            show: bool) -> dict[str, Any] | None:
+    """Fill the frozen-prefix cache before the first step (FrozenPrefixModel.prefill says
+    why it is cheaper than filling batch by batch); progress goes to the run's status
+    phase and, in the foreground, a progress bar. Returns a record for status.json, or
+    None when the frozen layers are not cached."""
+    if ctx.runner is None:
+        return None
+    per_item = forward_sequences(ctx.tokenizer, scheduled_items(ctx.settings, data, start_step), ctx.scoring,
+                                 max_length=context_limit(ctx.net, ctx.tokenizer))  # cut as the steps cut them
+    update_bar, close_bar = progress_callback(show, len(per_item), "caching frozen layers")
+    last_write = [float("-inf")]
+
+    def report(done: int, total: int) -> None:  # status.json at most every PHASE_EVERY_S seconds, and at the end
+        update_bar(done, total)
+        fault_point("cache_fill")
+        if writer is not None and (done == total or time.monotonic() - last_write[0] >= PHASE_EVERY_S):
+            writer.update_status(phase=f"caching frozen layers: {done}/{total} items", heartbeat=time.time())
+            last_write[0] = time.monotonic()
+            if done < total and writer.cancel_requested():
+                raise _FillStopped  # the loop's first check then ends the run as cancelled
+
+    started = time.perf_counter()
+    computed = ctx.runner.computed
+    try:
+        report(0, len(per_item))
+        ctx.runner.prefill(per_item, progress=report)
+    except _FillStopped:
+        pass
+    computed = ctx.runner.computed - computed
+    close_bar()
+    if writer is not None:
+        writer.update_status(phase=None)
+    return {"items": len(per_item), "sequences_computed": computed, "seconds": round(time.perf_counter() - started, 1)}
+
+
+def _variant_scores(ctx: StepContext, items: list[MCItem], batch_size: int, use_head: bool,
+                    use_adapter: bool) -> Any:
+    """Option scores of the model being trained (adapter on or off, head or none) through
+    the same prefix-shared, batched scorer as `calm eval`; no gradients."""
+    with evaluating(ctx.model, use_adapter):
+        return score_with(ctx.net, ctx.tokenizer, items, ctx.scoring, batch_size=batch_size, progress=False,
+                          head=ctx.head if use_head else None)
+
+
+def _scores_for(ctx: StepContext, items: list[MCItem], bs: int, use_head: bool, use_adapter: bool,
+                cache: dict[tuple[bool, bool], Any]) -> Any:
+    """Scores of one variant, computing each (head, adapter) combination once; a head that
+    acts on option scores is applied to the adapter's scores rather than scored again."""
+    key = (use_head and ctx.head is not None, use_adapter)
+    if key not in cache:
+        if key[0] and ctx.head.acts_on == "options":
+            raw = _scores_for(ctx, items, bs, False, use_adapter, cache)
+            cache[key] = dataclasses.replace(raw, logits=apply_option_head(raw.logits, ctx.head))
+        else:
+            cache[key] = _variant_scores(ctx, items, bs, *key)
+    return cache[key]
+
+
+def final_evaluation(ctx: StepContext, data: Data, run: RunDir,
+                     reuse: dict[str, dict[tuple[bool, bool], Any]] | None = None) -> list[dict[str, Any]]:
+    """Every variant on every evaluation set -> eval/<variant>/<dataset>.parquet + results.json.
+
+    Variants: `base` (adapter off, no head), each default post-hoc calibrator (`ts`:
+    base + temperature fitted on S_V with its labels; calibration.posthoc's registry),
+    `<method>` (the trained model: theta and alpha), and for methods with a head
+    `<method>_theta_only` (theta alone), the design's ablation of the head.
+    `reuse`: what the last step's evaluation computed at these same parameters.
+    """
+    method = ctx.settings.method
+    bs = ctx.settings.eval_batch_size
+
+    def heldout_logits() -> tuple[np.ndarray, np.ndarray]:
+        heldout = _variant_scores(ctx, data.heldout, bs, use_head=False, use_adapter=False)
+        return heldout.logits, heldout.gold
+
+    fitted, notes = fit_baselines(len(data.heldout), heldout_logits, NAME, ctx.settings.eval_baselines)
+    variants = [("base", False, False, None)] if ctx.settings.eval_baselines else []
+    variants += [(name, False, False, calibrator) for name, calibrator in fitted.items()]
+    variants.append((method, True, True, None))
+    if ctx.head is not None:
+        variants.append((f"{method}_theta_only", False, True, None))
+    rows = []
+    for name, items in data.evals.items():
+        cache: dict[tuple[bool, bool], Any] = (reuse or {}).get(name, {})
+        for variant, use_head, use_adapter, calibrator in variants:
+            scores = _scores_for(ctx, items, bs, use_head, use_adapter, cache)
+            rows.append(result_row(scores, name, variant, calibrator))
+            write_predictions(run.path, variant, name, predictions_frame(scores, calibrator))
+            fault_point("eval_written")
+    records = baseline_records(fitted, notes, fit_on=ctx.settings.heldout_data)
+    atomic_write_json(run.path / "results.json", {"results": rows, **records})
+    return rows

@@ -1,0 +1,116 @@
+"""The layering of calm_core, checked from the source (docs/architecture.md draws it).
+
+Every import in calm_core (module level or inside a function) goes to the same layer or
+one below; no two modules import each other at module level, directly or round a loop;
+calm_core never imports Streamlit. A change that breaks the picture fails here first.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "calm_core"
+
+# Bottom to top: a module may import its own layer and those listed before it.
+LAYERS: list[tuple[str, ...]] = [
+    ("io", "paths", "faults", "provenance", "registry", "settings"),
+    ("data", "runs", "calibration"),
+    ("scoring",),
+    ("generative",),
+    ("training",),
+    ("workspace",),
+    ("cli",),
+]
+LAYER_OF = {part: level for level, parts in enumerate(LAYERS) for part in parts}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path, top_level_only: bool) -> set[str]:
+    """calm_core modules `path` imports (`from calm_core.x import y` counts x.y when y is a module)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    found: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.startswith("calm_core")}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("calm_core") and not node.level:
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                found.add(sub if _is_module(sub) else node.module)
+    return found
+
+
+def _is_module(name: str) -> bool:
+    base = PACKAGE.parent.joinpath(*name.split("."))
+    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+
+def layer(name: str) -> int | None:
+    parts = name.split(".")
+    return LAYER_OF.get(parts[1]) if len(parts) > 1 else None
+
+
+SOURCES = sorted(p for p in PACKAGE.rglob("*.py") if "export_template" not in p.parts)
+
+
+def test_every_module_has_a_layer() -> None:
+    unplaced = sorted({module_name(p).split(".")[1] for p in SOURCES if module_name(p) != "calm_core"} - set(LAYER_OF))
+    assert not unplaced, f"add these to LAYERS here and to docs/architecture.md: {unplaced}"
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: module_name(p))
+def test_imports_only_go_down(path: Path) -> None:
+    own = layer(module_name(path))
+    upward = sorted(name for name in imports_of(path, top_level_only=False)
+                    if own is not None and (layer(name) or 0) > own)
+    assert not upward, f"{module_name(path)} (layer {own}) imports a higher layer: {upward}"
+
+
+def test_no_import_circles() -> None:
+    graph = {module_name(p): {m for m in imports_of(p, top_level_only=True)} for p in SOURCES}
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in graph or nxt == node or node.startswith(nxt + "."):
+                continue  # a package's __init__ runs before its modules: importing the parent is no circle
+            if state.get(nxt) == 1:
+                raise AssertionError("import circle: " + " -> ".join(path[path.index(nxt):] + [nxt]))
+            if nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = 2
+
+    for start in sorted(graph):
+        if start not in state:
+            visit(start, [start])
+
+
+def test_the_library_never_imports_streamlit() -> None:
+    offenders = [module_name(p) for p in SOURCES if "streamlit" in {n.split(".")[0] for n in _all_imports(p)}]
+    assert not offenders
+
+
+def _all_imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_the_checker_catches_an_upward_import(tmp_path: Path) -> None:
+    """The rule itself: a scoring module importing training is reported."""
+    fake = tmp_path / "bad.py"
+    fake.write_text("from calm_core.training.loop import train\n")
+    assert "calm_core.training.loop" in imports_of(fake, top_level_only=False)
+    assert layer("calm_core.training.loop") > layer("calm_core.scoring.options")
