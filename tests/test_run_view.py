@@ -100,3 +100,16 @@ def test_head_scope_resolves_auto_by_the_scoring_rule() -> None:
     assert head_scope({"method": "calm", "scope": "auto", "scoring": "cloze"}) == "scalar"
     assert head_scope({"method": "calm", "scope": "auto", "scoring": "letter"}) == "vocab"
     assert head_scope({"method": "calm", "scope": "options", "scoring": "cloze", "bogus": 1}) == "options"
+
+
+def test_config_json_records_the_scope_the_head_really_has() -> None:
+    """`scalar` forces its scope: a run asked for `options` records `head_scope: scalar`,
+    and the Monitor / Compare read that, not the asked-for scope."""
+    from calm_core.training.config import TrainConfig
+    from calm_core.workspace.view import head_scope
+
+    train = TrainConfig(method="scalar", scope="options", scoring="letter").to_dict()
+    assert (train["scope"], train["head_scope"]) == ("options", "scalar")
+    assert head_scope(train) == "scalar"
+    assert TrainConfig.from_dict(train).effective_scope == "scalar"  # the derived key is read back, not stored
+    assert TrainConfig(method="sft").to_dict()["head_scope"] is None  # no head, no scope
