@@ -21,9 +21,15 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from calm_core.training.bilevel import (BilevelConfig, BilevelState, bilevel_step, bilevel_step_naive, coupling_inert,
-                               plain_step_sizes)
 from calm_core.calibration.head import CalibrationHead
+from calm_core.training.bilevel import (
+    BilevelConfig,
+    BilevelState,
+    bilevel_step,
+    bilevel_step_naive,
+    coupling_inert,
+    plain_step_sizes,
+)
 
 EPS32 = torch.finfo(torch.float32).eps
 LOG_KEYS = {"lower_loss", "upper_loss", "q", "lambda", "grad_f_norm", "grad_q_norm", "inner_loss_drop", "inner_drop_frac",
@@ -384,3 +390,64 @@ def test_a_long_plain_step_is_cut_to_the_trust_region_with_its_direction_and_gua
     torch.testing.assert_close(delta / delta.norm(), uncut / uncut.norm(), rtol=1e-3, atol=1e-3)
     small = Quadratic([0.0], [0.1], b=[0.0], c=1.0)
     assert small.step(small.sgd(0.1, 0.1), cfg)["step_scale"] == 1.0  # inside the region: untouched
+
+
+class NoDataParameter(torch.nn.Parameter):
+    """A parameter whose `.data` may be neither read nor assigned: what a wrapper that keeps
+    the values elsewhere (FSDP's shards, DeepSpeed ZeRO-3's partitions) makes of a swap."""
+
+    @property
+    def data(self) -> torch.Tensor:
+        raise AssertionError("the step read .data")
+
+    @data.setter
+    def data(self, value: torch.Tensor) -> None:
+        raise AssertionError("the step assigned .data")
+
+
+@pytest.mark.parametrize("step", [bilevel_step, bilevel_step_naive])
+@pytest.mark.parametrize("constraint", ["theta", "joint"])
+def test_the_step_never_touches_data(step: Callable[..., dict[str, float]], constraint: str) -> None:
+    """The same step on parameters that refuse `.data` and on plain ones: identical logs and
+    updates, so theta~ reaches the closures without a `.data` swap (bilevel.at)."""
+    plain, guarded = SoftmaxProblem(), SoftmaxProblem()
+    guarded.linear.weight = NoDataParameter(guarded.linear.weight.detach().clone())
+    guarded.linear.bias = NoDataParameter(guarded.linear.bias.detach().clone())
+    cfg = BilevelConfig(inner_steps=3, inner_lr=0.5, constraint=constraint)
+    logs = []
+    for prob in (plain, guarded):
+        opt = torch.optim.SGD([{"params": prob.alpha, "lr": 0.1}, {"params": prob.theta, "lr": 0.05}])
+        log = step(prob.alpha, prob.theta, prob.lower, prob.upper, opt, cfg)
+        log.pop("step_time")
+        logs.append(log)
+    assert logs[0] == logs[1] and logs[0]["q"] > 0  # q > 0: theta~ is not theta
+    for p, g in zip(plain.alpha + plain.theta, guarded.alpha + guarded.theta):
+        assert torch.equal(p.detach(), g.detach())
+
+
+def test_at_evaluates_a_lora_model_at_other_weights(tiny_model_dir) -> None:
+    """`at` on a PEFT LoRA model gives the logits of a copy whose LoRA weights hold the values,
+    and leaves the model's own weights and requires_grad as they were."""
+    import copy
+
+    from calm_core.scoring.adapters import LoraSettings, attach_lora, lora_parameters
+    from calm_core.scoring.models import ModelSpec, load_model
+    from calm_core.training.bilevel import at
+
+    model, _ = attach_lora(load_model(ModelSpec(name=str(tiny_model_dir), device="cpu")).model, LoraSettings(r=4))
+    theta = lora_parameters(model)
+    before = [p.detach().clone() for p in theta]
+    values = [torch.randn_like(p) * 0.1 for p in theta]
+    copied = copy.deepcopy(model)
+    with torch.no_grad():
+        for p, v in zip(lora_parameters(copied), values):
+            p.copy_(v)
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    with at(theta, values) as leaves:
+        substituted = model(input_ids=ids).logits
+        grads = torch.autograd.grad(substituted.sum(), leaves)
+    expected = copied(input_ids=ids).logits
+    torch.testing.assert_close(substituted, expected, rtol=0, atol=0)
+    assert not torch.equal(substituted, model(input_ids=ids).logits)  # the values mattered
+    assert all(g.abs().sum() > 0 for g in grads)  # gradients with respect to the values, through the model
+    assert all(torch.equal(p.detach(), b) and p.requires_grad for p, b in zip(theta, before))

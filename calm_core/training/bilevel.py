@@ -34,10 +34,15 @@ optimizer (no momentum, no weight decay). Any other optimizer (AdamW) gets the E
 lambda and rescales coordinates after it, which voids the guarantee: the ratio is still
 logged so that the violation shows.
 
-The closures take no arguments: they compute the loss from the *current* parameter
-values. To evaluate at theta~, theta's `.data` is swapped for theta~ and restored
-afterwards (also when a closure raises); every backward at theta~ runs inside the swap,
-because autograd reads a leaf's data at backward time. Keep the closures deterministic
+The closures take no arguments: they compute the loss from the parameters they hold. To
+evaluate at theta~ nothing is written into the parameters: while a closure runs at
+theta~, a torch-function mode (`at`) hands every torch operation that receives one of
+theta's tensors theta~'s tensor in its place (the module's attribute, a tensor read
+inside the closure: whatever reaches an operation). The parameters' `.data`, storage and
+requires_grad stay as they were, so a wrapper that keeps parameters elsewhere (FSDP's
+sharded storage, calm_core.training.distributed.shard_frozen) sees one consistent state,
+and an exception inside a closure leaves nothing to restore. Gradients at theta~ are
+taken with respect to theta~'s own leaf tensors. Keep the closures deterministic
 (dropout off, or the same masks at theta and theta~): q compares one function at two
 points, so noise in it goes straight into lambda.
 
@@ -49,10 +54,12 @@ a run's log shows an inert coupling.
 
 Gradient reuse: grad_theta L(theta; alpha) is also the first inner step's gradient
 (fresh start), so one backward at theta gives both components; grad_alpha L(theta~; alpha)
-comes from one backward w.r.t. alpha only, with theta's requires_grad off, so no graph is
-kept through the model (the head sits after it). `bilevel_step_naive` recomputes
-everything, as the reference for tests. Under data parallelism every gradient and loss
-is averaged across ranks before lambda (calm_core.training.distributed), so ranks take one step.
+comes from one backward w.r.t. alpha only, with theta~ as tensors that need no gradient,
+so no graph is kept through the model (the head sits after it). `bilevel_step_naive` recomputes
+everything, as the reference for tests. Under data parallelism, and under FSDP (which
+shards the frozen base model and leaves alpha and theta whole on every rank), every
+gradient and loss is averaged across ranks before lambda (calm_core.training.distributed),
+so ranks take one step.
 """
 
 from __future__ import annotations
@@ -65,6 +72,8 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_map
 
 from calm_core.settings import setting
 from calm_core.training import distributed
@@ -153,19 +162,34 @@ def _value(loss: Tensor) -> float:
     return distributed.mean_value(float(loss.detach()))
 
 
+class _Substitute(TorchFunctionMode):
+    """While active, every torch operation receives `values[i]` wherever it would receive
+    the tensor `params[i]` (matched by identity; nested lists and dicts of arguments too)."""
+
+    def __init__(self, params: Sequence[Tensor], values: Sequence[Tensor]) -> None:
+        super().__init__()
+        self._by_id = {id(p): v for p, v in zip(params, values)}
+        self._params = list(params)  # the ids stay theirs while the mode lives
+
+    def _swap(self, x: object) -> object:
+        return self._by_id.get(id(x), x) if isinstance(x, Tensor) else x
+
+    def __torch_function__(self, func: Callable, types: Sequence[type], args: tuple = (),
+                           kwargs: dict | None = None) -> object:
+        args, kwargs = tree_map(self._swap, (args, kwargs or {}))
+        return func(*args, **kwargs)
+
+
 @contextmanager
-def _theta_at(theta: Sequence[Tensor], values: Sequence[Tensor], track: bool = True) -> Iterator[None]:
-    """Temporarily give theta the data `values` (and, if not `track`, no requires_grad)."""
-    saved = [(p.data, p.requires_grad) for p in theta]
-    try:
-        for p, v in zip(theta, values):
-            p.data = v
-            p.requires_grad_(track)
-        yield
-    finally:
-        for p, (data, flag) in zip(theta, saved):
-            p.data = data
-            p.requires_grad_(flag)
+def at(params: Sequence[Tensor], values: Sequence[Tensor], track: bool = True) -> Iterator[list[Tensor]]:
+    """Run the enclosed code as if `params` held `values`, without writing to `params`;
+    yields the leaf tensors that stand for them (requiring grad if `track`): take
+    gradients at `values` with respect to these."""
+    if [tuple(v.shape) for v in values] != [tuple(p.shape) for p in params]:
+        raise ValueError("Expected one value of each parameter's shape, but the shapes differ")
+    leaves = [v.detach().requires_grad_(track) for v in values]
+    with _Substitute(params, leaves):
+        yield leaves
 
 
 def _dot(xs: Sequence[Tensor], ys: Sequence[Tensor], w: Sequence[float] | None = None) -> float:
@@ -206,9 +230,9 @@ def _descend(params: Sequence[Tensor], lower_loss: Closure, start: list[Tensor],
         if t == 0 and first is not None:
             loss, grads = first
         else:
-            with _theta_at(params, tilde):
+            with at(params, tilde) as leaves:
                 out = lower_loss()
-                loss, grads = _value(out), _grad(out, params)
+                loss, grads = _value(out), _grad(out, leaves)
         if loss > previous_loss:  # overshoot: back to the last iterate, half the step
             tilde, loss, grads, scale = previous, previous_loss, previous_grads, scale / 2
         lr = _inner_lr(loss, grads, cfg, scale)
@@ -226,7 +250,7 @@ def _settle(params: Sequence[Tensor], lower_loss: Closure, inner: _Inner, grad_o
     nothing for the joint constraint); the iterate before it when the last inner step
     raised L (one more pass, rare)."""
     for tilde in (inner.tilde, inner.previous):
-        with _theta_at(params, tilde, track=track):
+        with at(params, tilde, track=track):
             if grad_of:
                 out = lower_loss()
                 value, grads = _value(out), _grad(out, grad_of)
