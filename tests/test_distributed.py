@@ -21,8 +21,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from calm_core.training.distributed import shard
 from calm_core.runs.rundir import RunDir
+from calm_core.training.distributed import shard
 from tests.numeric import float32_noise
 
 ADAM_OUTLIERS = 0.01  # share of AdamW's coordinates allowed past the float32 bound (see assert_weights_match)
@@ -154,8 +154,10 @@ def test_the_tolerances_pass_float32_noise_and_fail_a_real_discrepancy() -> None
         assert_weights_match({**weights, "lora_B": weights["lora_B"] + 5e-3}, weights, adam, VOCABULARY)
 
 
-def _train(tmp_path: Path, tiny_model_dir: Path, method: str, ranks: int, extra: tuple[str, ...] = ()
-           ) -> dict[str, torch.Tensor]:
+def _train(tmp_path: Path, tiny_model_dir: Path, method: str, ranks: int, extra: tuple[str, ...] = (),
+           launcher: list[str] | None = None) -> dict[str, torch.Tensor]:
+    """A 3-step `calm train` of the tiny model on `ranks` processes (torchrun unless
+    `launcher` says otherwise); its final weights, metrics and train config."""
     root = tmp_path / f"{method}-{ranks}"
     args = ["-m", "calm_core.cli", "train", "--model", str(tiny_model_dir), "--method", method, "--steps", "3",
             "--batch-size", "4", "--scoring", "cloze", "--train-data", "builtin/capitals/train",
@@ -163,10 +165,11 @@ def _train(tmp_path: Path, tiny_model_dir: Path, method: str, ranks: int, extra:
             "--train-limit", "12", "--heldout-limit", "8", "--eval-limit", "6", "--lr-theta", "1e-2",
             "--lr-alpha", "1e-1", "--set", "heldout_batch_size=4", "--set", "eval_every=0",
             "--set", "checkpoint_every=0", "--runs-root", str(root), *extra]
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"] if ranks > 1 else [sys.executable]
-    command = launcher + (args if ranks == 1 else args)
+    if launcher is None:
+        launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"] if ranks > 1 else [sys.executable]
+    command = launcher + args
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=Path(__file__).parent.parent)
+    done = subprocess.run(command, check=False, env=env, capture_output=True, text=True, timeout=600, cwd=Path(__file__).parent.parent)
     assert done.returncode == 0, done.stderr[-3000:]
     runs = [p for p in root.iterdir() if (p / "status.json").is_file()]
     assert len(runs) == 1, f"expected one run for {ranks} processes, got {runs}"
@@ -175,7 +178,9 @@ def _train(tmp_path: Path, tiny_model_dir: Path, method: str, ranks: int, extra:
     assert [r["step"] for r in run.read_metrics()] == [1, 2, 3]  # rank 0 alone writes
     if extra == FROZEN_PREFIX:
         assert run.status["choices"]["frozen_prefix"]["used"] is True and run.status["prefill"]["items"] > 0
-    weights_and_log = {"metrics": run.read_metrics(), "train": run.config["train"]}
+    train = run.config["train"]
+    weights_and_log = {"metrics": run.read_metrics(), "train": {**train, **train.get("bilevel", {})},  # phi, eta
+                       "choices": run.status["choices"]}
     step, directory = run.latest_checkpoint()
     weights = load_file(str(directory / "adapter_model.safetensors"))
     if (directory / "calibration_head.safetensors").is_file():
@@ -193,6 +198,7 @@ def test_two_gloo_processes_match_one_process(tmp_path: Path, tiny_model_dir: Pa
     one = _train(tmp_path, tiny_model_dir, method, ranks=1, extra=extra)
     two = _train(tmp_path, tiny_model_dir, method, ranks=2, extra=extra)
     log_one, log_two = one.pop("metrics"), two.pop("metrics")
+    one.pop("choices"), two.pop("choices")
     train = one.pop("train")
     assert two.pop("train") == train
     terms = json.loads((tiny_model_dir / "config.json").read_text())["vocab_size"]  # the widest float32 sum
