@@ -152,8 +152,6 @@ LETTER = ("--scoring", "letter", "--set", "eval_every=2", "--set", "checkpoint_e
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="the trainer does not call shard_frozen yet: apply /tmp/calm/fsdp_loop.diff "
-                                       "(calm_core/training/loop.py) and remove this mark")
 def test_calm_train_under_the_fsdp_config_matches_one_process(tmp_path: Path, tiny_model_dir: Path) -> None:
     """`calm train` under `accelerate launch --config_file configs/accelerate/fsdp.yaml`: the
     layers are sharded, rank 0 evaluates alone (at step 2, mid-run, and at the end) and the

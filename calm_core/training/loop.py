@@ -151,6 +151,11 @@ def train(cfg: TrainConfig, run: RunDir | None = None, lm: Any = None,
     distributed.init_from_env(lm.device)
     k_max = max(max_choices(items) for items in (data.train, data.heldout, *data.evals.values()))  # from the index
     ctx, record = build_context(cfg, lm, k_max)
+    fsdp = distributed.FsdpSettings.from_env()
+    if fsdp.enabled and (cfg.task != "mcqa" or cfg.scoring != "letter" or ctx.runner is not None):
+        raise ValueError("Expected --scoring letter, task mcqa and no frozen prefix under FSDP, which needs every rank "
+                         "to run the same forward passes (cloze runs, generation and cache hits differ by batch)")
+    record["fsdp"] = distributed.shard_frozen(ctx.model, [*ctx.theta, *ctx.alpha], fsdp)
     method = get_method(cfg.method)
     start_step, elapsed_before = 0, 0.0
     writer = run if distributed.is_main() else None  # rank 0 alone writes
@@ -206,10 +211,12 @@ def _loop(cfg: TrainConfig, ctx: StepContext, method: Any, data: Data, writer: R
         step += 1
         record = _step_record(step, elapsed_before + time.perf_counter() - started, log)
         record.update(alpha_record(ctx))
-        if distributed.is_main() and ((cfg.eval_every and step % cfg.eval_every == 0) or step == cfg.steps):
-            with writer.keepalive("evaluating") if writer is not None else nullcontext():
-                record.update(ctx.task.evaluate_now(ctx, data, cfg.eval_batch_size,
-                                                    final_scores if step == cfg.steps else None))
+        evaluates = (cfg.eval_every and step % cfg.eval_every == 0) or step == cfg.steps
+        with distributed.gathered(ctx.model) if evaluates else nullcontext():  # FSDP: rank 0 runs forwards alone
+            if distributed.is_main() and evaluates:
+                with writer.keepalive("evaluating") if writer is not None else nullcontext():
+                    record.update(ctx.task.evaluate_now(ctx, data, cfg.eval_batch_size,
+                                                        final_scores if step == cfg.steps else None))
         if writer is not None:
             writer.append_metrics(record)
             fault_point("step_logged")
@@ -229,13 +236,15 @@ def _cancel_requested(writer: RunDir | None) -> bool:
 
 def _stop(ctx: StepContext, run: RunDir | None, step: int, state: str, record: dict[str, Any],
           data: Data | None = None, final_scores: dict[str, Any] | None = None) -> TrainResult:
-    if run is not None:
-        if step > 0:
-            save_checkpoint(ctx, run, step)
-        if state == "finished" and data is not None:
+    if run is not None and step > 0:
+        save_checkpoint(ctx, run, step)  # outside `gathered`: a state_dict() reshards FSDP's layers
+    evaluates = state == "finished" and data is not None
+    with distributed.gathered(ctx.model) if evaluates else nullcontext():  # FSDP: rank 0 runs forwards alone
+        if run is not None and evaluates:
             with run.keepalive("final evaluation"):  # minutes without a step: keep the heartbeat
                 ctx.task.final_evaluation(ctx, data, run, final_scores)
             fault_point("results_written")
+    if run is not None:
         run.clear_cancel()
         run.write_status(state, step=step, phase=None)
     return TrainResult(state, step, run.path if run else None, record)
