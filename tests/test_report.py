@@ -142,13 +142,13 @@ def test_report_names_settings_alpha_and_bome(finished_run: RunDir, report: str)
     assert settings["scoring rule"] == "letter, chat template off"
     assert settings["steps"] == "3 of 3"
     assert settings["S_V (held-out set)"] == "builtin/capitals/validation (first 12 items)"
-    assert settings["BOME step"].startswith(f"eta {train['eta']},")
+    assert settings["BOME step"].startswith(f"eta {train['bilevel']['eta']},")
     assert finished_run.config["environment"]["git"] in report
     last = records[-1]
     assert settings["tau_mean"] == f"{last['alpha/tau_mean']:.6g}"
     assert "option D" in report and f"{last['alpha/tau'][3]:.4f}" in report  # the options scope's vector
     assert report.count("<polyline") == 3  # tau_mean, tau_min, tau_max over steps
-    assert bome_line(bome_summary(records, train["eta"])) in report
+    assert bome_line(bome_summary(records, train["bilevel"]["eta"])) in report
     assert "a near-uniform forecast" in report and "AUROC" in report
 
 
