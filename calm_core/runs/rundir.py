@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
-from calm_core.io import atomic_write_json, atomic_write_text, file_lock, staging_directory
+from calm_core.io import atomic_write, atomic_write_json, atomic_write_text, file_lock, staging_directory
 from calm_core.paths import safe_name, workspace_dir
 from calm_core.runs.process import HOST, process_alive, process_start
 from calm_core.runs.state import (ACTIVE_STATES, DAMAGED, STALE_AFTER_S, STATES, STATUS, TERMINAL_STATES, RunState,
@@ -75,12 +75,9 @@ def predictions_path(root: str | Path, variant: str, dataset: str) -> Path:
 
 
 def write_predictions(root: str | Path, variant: str, dataset: str, frame: Any) -> Path:
-    """Write a per-item predictions DataFrame atomically; returns its path."""
+    """Write a per-item predictions DataFrame atomically (calm_core.io); returns its path."""
     path = predictions_path(root, variant, dataset)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    frame.to_parquet(tmp, index=False)
-    os.replace(tmp, path)
+    atomic_write(path, lambda handle: frame.to_parquet(handle, index=False))
     return path
 
 
