@@ -128,7 +128,8 @@ _show_rejections([train_data, heldout, *evals], "open" if openqa else "mc")
 
 st.subheader("3. Method")
 c1, c2, c3, c4 = st.columns(4)
-methods = sorted(m for m in METHODS if get_task(task).METHODS is None or m in get_task(task).METHODS)
+supported = get_task(task).METHODS  # None: every method
+methods = sorted(m for m in METHODS if supported is None or m in supported)
 method = c1.selectbox("Method", methods, index=methods.index("calm"), key=_key("train_method"))
 rule = "cloze"
 if not openqa:
