@@ -42,7 +42,7 @@ def test_every_method_moves_trainable_and_keeps_frozen(tiny_model_dir: Path, met
     def snapshot(step, total, record):
         seen[step] = record
 
-    cfg = small_config(method=method)
+    cfg = small_config(method=method, select="last")  # the last step's parameters stay in the model
     result = train(cfg, lm=lm, progress=snapshot)
     assert result.state == "finished" and result.step == 2
     model = lm.model  # PEFT injected the adapters into this module tree in place
@@ -61,11 +61,15 @@ def test_run_directory_is_written(tiny_model_dir: Path, tmp_path: Path, scoring:
     run = RunDir.create(tmp_path, "run-a", cfg.to_dict())
     train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
     records = run.read_metrics()
-    assert [r["step"] for r in records] == [1, 2, 3]
-    assert "bome/lambda" in records[0] and "eval/heldout/ece" in records[1] and "eval/builtin/capitals/test/acc" in records[2]
+    assert [r["step"] for r in records] == [0, 1, 2, 3]  # step 0: the untouched model, evaluated
+    assert "bome/lambda" not in records[0] and "eval/heldout/nll" in records[0]
+    assert "bome/lambda" in records[1] and "eval/heldout/ece" in records[1] and "eval/builtin/capitals/test/acc" in records[3]
     if scope == "options":  # the vectors themselves; the vocab scope logs summaries only
-        assert "alpha/tau" in records[0] and len(records[0]["alpha/tau"]) == 4
-    assert "alpha/tau_mean" in records[0]
+        assert "alpha/tau" in records[1] and len(records[1]["alpha/tau"]) == 4
+    assert "alpha/tau_mean" in records[1]
+    assert "lower/st_nll" in records[0]
+    selected = run.status["selection"]["selected_step"]
+    assert selected in (0, 1, 2, 3) and records[3]["select/selected_step"] == selected
     assert run.status["state"] == "finished" and run.status["step"] == 3
     step, checkpoint = run.latest_checkpoint()
     assert step == 3
@@ -106,7 +110,7 @@ def test_cancel_then_resume_equals_uninterrupted(tiny_model_dir: Path, tmp_path:
     resumed_lm = fresh_lm(tiny_model_dir)
     second = train(cfg, run=run, lm=resumed_lm)
     assert second.state == "finished" and second.step == 4
-    assert [r["step"] for r in run.read_metrics()] == [1, 2, 3, 4]
+    assert [r["step"] for r in run.read_metrics()] == [0, 1, 2, 3, 4]
     straight, resumed = _final_weights(straight_lm), _final_weights(resumed_lm)
     assert straight.keys() == resumed.keys()
     for name in straight:
@@ -128,30 +132,39 @@ def test_config_validation_names_the_field() -> None:
         TrainConfig.from_dict({"stepz": 3})
 
 
-def test_final_evaluation_reuses_the_last_steps_scores(tiny_model_dir: Path, tmp_path: Path, monkeypatch) -> None:
-    """At the last step the periodic evaluation scores the trained model on every set; the
-    final evaluation reads those scores (same parameters) instead of scoring again."""
+def test_final_evaluation_reuses_the_selected_steps_scores(tiny_model_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    """Each evaluation scores the trained model on every set; the final evaluation reads the
+    selected step's scores (the same parameters, put back) instead of scoring again: only
+    the base variant is scored at the end."""
     import calm_core.training.tasks.mcqa as trainer_module
 
     calls: list[tuple[int, bool, bool]] = []
-    real = trainer_module._variant_scores
+    final = [False]
+    real, real_final = trainer_module._variant_scores, trainer_module.final_evaluation
 
     def counted(ctx, items, batch_size, use_head, use_adapter):
-        calls.append((len(items), use_head, use_adapter))
+        if final[0]:
+            calls.append((len(items), use_head, use_adapter))
         return real(ctx, items, batch_size, use_head, use_adapter)
 
+    def final_evaluation(*args, **kwargs):
+        final[0] = True
+        return real_final(*args, **kwargs)
+
     monkeypatch.setattr(trainer_module, "_variant_scores", counted)
+    monkeypatch.setattr(trainer_module, "final_evaluation", final_evaluation)
     cfg = small_config(method="calm", scope="scalar", scoring="cloze",
                        eval_data=("builtin/capitals/test", "builtin/units/test"))
     run = RunDir.create(tmp_path, "reuse", cfg.to_dict())
     train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
-    # step 2: S_V and both sets with the adapter (the scalar head acts on those scores);
-    # the end: both sets without it (base; 6 S_V items fit no TS), while calm and
-    # calm_theta_only come from the step-2 scores
-    assert sorted(calls) == [(6, False, False)] * 2 + [(6, False, True)] * 3
-    last = run.read_metrics()[-1]
+    # the end: both sets without the adapter (base; 6 S_V items fit no TS), while calm and
+    # calm_theta_only come from the selected step's scores
+    assert sorted(calls) == [(6, False, False)] * 2
+    selected = run.status["selection"]["selected_step"]
+    at_selected = next(r for r in run.read_metrics() if r["step"] == selected)
     calm = next(r for r in json.loads((run.path / "results.json").read_text())["results"] if r["variant"] == "calm")
-    assert calm["acc"] == pytest.approx(last["eval/builtin/capitals/test/acc"])
+    assert calm["acc"] == pytest.approx(at_selected["eval/builtin/capitals/test/acc"])
+    assert calm["ece"] == pytest.approx(at_selected["eval/builtin/capitals/test/ece"])
 
 
 def test_prefill_shows_its_progress_in_the_status(tiny_model_dir: Path, tmp_path: Path, monkeypatch) -> None:
@@ -249,4 +262,4 @@ def test_qlora_on_cpu_when_asked_trains_and_records_the_choice(tiny_model_dir: P
     choices = run.status["choices"]
     assert result.state == "finished" and choices["quantization"] == {"four_bit": True, "reason": "requested 4-bit (QLoRA)"}
     assert choices["frozen_prefix"]["used"] is True
-    assert all(np.isfinite(r["train/lower_loss"]) for r in run.read_metrics())
+    assert all(np.isfinite(r["train/lower_loss"]) for r in run.read_metrics() if r["step"] > 0)

@@ -6,6 +6,7 @@ A run lives in `runs/<run_id>/` (root: `workspace_dir()/runs` unless given):
     status.json          state, pid, heartbeat, step, total_steps, error, timestamps
     metrics.jsonl        one JSON object per logged step (`step`, `elapsed`, `section/name` keys)
     checkpoint-<step>/   counts only once its `COMPLETE` marker exists (written last)
+    selected/            adapter and head of the step the calibrated stop selected (same marker)
     CANCEL               present while a cancel is requested; the training loop checks it each step
     eval/<variant>/<dataset>.parquet, stdout.log, job.json (calm_core.runs.jobs)
 
@@ -38,6 +39,7 @@ from calm_core.runs.state import (ACTIVE_STATES, DAMAGED, STALE_AFTER_S, STATES,
                                   run_state)
 
 CONFIG, METRICS, CANCEL, COMPLETE, LOCK = "config.json", "metrics.jsonl", "CANCEL", "COMPLETE", ".lock"
+SELECTED = "selected"  # the calibrated stop's step: adapter and head (training/selection.py)
 RESULTS, JOB_FILE, STDOUT = "results.json", "job.json", "stdout.log"
 
 
@@ -431,7 +433,7 @@ class RunDir:
     def _restore_replaced(self) -> None:
         """Put back a complete checkpoint whose replacement was cut off between the two
         renames of `writing_checkpoint` (the only moment a step has no directory)."""
-        for old in self.path.glob(".checkpoint-*.old"):
+        for old in [*self.path.glob(".checkpoint-*.old"), *self.path.glob(f".{SELECTED}.old")]:
             final = self.path / old.name[1:].removesuffix(".old")
             if not final.exists() and (old / COMPLETE).is_file():
                 os.rename(old, final)
@@ -443,7 +445,34 @@ class RunDir:
         `checkpoint-<step>` as a whole, so a crash at any moment leaves either the old
         checkpoint or the new one, never a mix. An error (or a kill) leaves only a hidden
         directory, which `prune_checkpoints` removes."""
-        final = self.checkpoint_dir(step)
+        with self._writing_whole(self.checkpoint_dir(step), step) as staging:
+            yield staging
+
+    @property
+    def selected_dir(self) -> Path:
+        """`selected/`: the adapter and head of the step the calibrated stop selected
+        (training/selection.py), replaced whole each time a better step is found."""
+        return self.path / SELECTED
+
+    @contextmanager
+    def writing_selected(self, step: int) -> Iterator[Path]:
+        """As `writing_checkpoint`, for `selected/` (its COMPLETE marker names the step)."""
+        with self._writing_whole(self.selected_dir, step) as staging:
+            yield staging
+
+    def selected_step(self) -> int | None:
+        """The step `selected/` holds, or None when there is no complete one."""
+        self._restore_replaced()
+        marker = self.selected_dir / COMPLETE
+        try:
+            return int(json.loads(marker.read_text(encoding="utf-8"))["step"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    @contextmanager
+    def _writing_whole(self, final: Path, step: int) -> Iterator[Path]:
+        """A hidden staging directory renamed to `final` as a whole once the block ends
+        (with a COMPLETE marker naming `step`); see `writing_checkpoint`."""
         staging = staging_directory(self.path, prefix=f".{final.name}.", suffix=".partial")
         try:
             yield staging
@@ -476,7 +505,7 @@ class RunDir:
             return []
         keep_steps = set(complete[-keep:])
         doomed = [path for step, path, done in checkpoints if step < complete[-1] and step not in keep_steps]
-        doomed += sorted(self.path.glob(".checkpoint-*.partial"))
+        doomed += sorted(self.path.glob(".checkpoint-*.partial")) + sorted(self.path.glob(f".{SELECTED}.*.partial"))
         for path in doomed:
             (path / COMPLETE).unlink(missing_ok=True)  # first, so a half-deleted one never counts
             shutil.rmtree(path, ignore_errors=True)

@@ -58,18 +58,18 @@ def fit_posthoc(fit_sets: dict[str, OptionScores], task: str = "mcqa") -> list[P
 
 
 def fit_baselines(n_items: int, fit_data: Callable[[], tuple[np.ndarray, np.ndarray]], task: str,
-                  enabled: bool = True) -> tuple[dict[str, PosthocCalibrator], dict[str, str]]:
-    """A final evaluation's post-hoc baselines: every default calibrator of `task` fitted
-    on S_V's labelled logits (`fit_data()`: (N, K) logits, (N,) gold; computed only when
-    a fit happens), or, per calibrator, the note saying why its variant is missing.
-    Returns ({name: calibrator}, {name: note}); one of the two is empty."""
-    names = list(for_task(task))
+                  enabled: bool = True, defaults_only: bool = True) -> tuple[dict[str, PosthocCalibrator], dict[str, str]]:
+    """A final evaluation's post-hoc baselines: every calibrator of `task` (by default only
+    those fitted by default) fitted on S_V's labelled logits (`fit_data()`: (N, K) logits,
+    (N,) gold; computed only when a fit happens), or, per calibrator, the note saying why
+    its variant is missing. Returns ({name: calibrator}, {name: note}); one of the two is empty."""
+    names = list(for_task(task, defaults_only))
     if not enabled:
         return {}, {name: f"no `base` / `{name}` variants: eval_baselines = false" for name in names}
     if n_items < MIN_FIT_ITEMS:  # too few S_V labels for a meaningful fit: say so rather than fake one
         return {}, {name: f"no `{name}` variant: S_V has {n_items} items, fewer than {MIN_FIT_ITEMS}" for name in names}
     logits, labels = fit_data()
-    return {name: cls.fit(logits, labels) for name, cls in for_task(task).items()}, {}
+    return {name: cls.fit(logits, labels) for name, cls in for_task(task, defaults_only).items()}, {}
 
 
 def baseline_records(fitted: dict[str, PosthocCalibrator], notes: dict[str, str], **fit_on: Any) -> dict[str, Any]:
@@ -127,6 +127,7 @@ def result_row(scores: OptionScores, dataset: str, variant: str, calibrator: Cal
         row[f"ece_{b}"] = metrics.ece(probs, scores.gold, n_bins=b)
     confidence, correct = metrics.top_label(probs, scores.gold)
     row["bins"] = metrics.bin_confidences(confidence, correct, n_bins=n_bins).to_records()
+    row["ci90"] = metrics.intervals(probs, scores.gold)  # 90% bootstrap intervals of acc, ece, auroc, confidence
     row["scoring_config"] = scores.scoring
     row["truncated"] = scores.truncated  # items cut from the left to fit the model's context (scoring.fit_cloze_item)
     return row

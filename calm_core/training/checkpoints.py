@@ -132,3 +132,60 @@ def resume_point(ctx: StepContext, run: RunDir, writer: RunDir | None) -> tuple[
     apply_checkpoint(ctx, checkpoint)
     previous = run.read_metrics()
     return step, previous[-1]["elapsed"] if previous else 0.0
+
+
+@dataclass
+class Snapshot:
+    """The adapter and head of one step, in memory: the calibrated stop's selected step
+    (training/selection.py). Light: LoRA weights and the head, no optimizer state."""
+
+    step: int
+    adapter: dict[str, torch.Tensor]
+    head: dict[str, torch.Tensor] | None
+
+
+def take_snapshot(ctx: StepContext, step: int) -> Snapshot:
+    """Copies of the adapter's and head's tensors as they are now."""
+    from peft import get_peft_model_state_dict
+
+    adapter = {k: v.detach().clone() for k, v in get_peft_model_state_dict(ctx.model).items()}
+    head = {k: v.detach().clone() for k, v in ctx.head.state_dict().items()} if ctx.head is not None else None
+    return Snapshot(step, adapter, head)
+
+
+def restore_snapshot(ctx: StepContext, snapshot: Snapshot) -> None:
+    """Put a snapshot's adapter and head back into the model (the optimizer is left alone:
+    this is for evaluation and export, not for training on)."""
+    from peft import set_peft_model_state_dict
+
+    set_peft_model_state_dict(ctx.model, snapshot.adapter)
+    if ctx.head is not None and snapshot.head is not None:
+        ctx.head.load_state_dict(snapshot.head)
+
+
+def save_selected(ctx: StepContext, run: RunDir, step: int) -> None:
+    """`selected/` in the run directory: the adapter (PEFT's files, so an export loads it
+    as any checkpoint) and head as they are now, at the newly selected `step`; replaced whole."""
+    with run.writing_selected(step) as directory:
+        ctx.model.save_pretrained(directory)
+        if ctx.head is not None:
+            ctx.head.save(directory)
+
+
+def read_selected(ctx: StepContext, run: RunDir) -> Snapshot | None:
+    """The snapshot `selected/` holds (None when there is none or it does not read whole):
+    a resumed run continues its selection from it."""
+    from safetensors.torch import load_file
+
+    from calm_core.calibration.head import HEAD_FILENAME
+
+    step = run.selected_step()
+    if step is None:
+        return None
+    directory = run.selected_dir
+    try:
+        adapter = load_file(str(directory / "adapter_model.safetensors"))
+        head = CalibrationHead.load(directory / HEAD_FILENAME).state_dict() if ctx.head is not None else None
+    except Exception:  # noqa: BLE001 - a damaged snapshot: the selection starts again from what remains
+        return None
+    return Snapshot(step, adapter, head)

@@ -27,6 +27,7 @@ from calm_core.scoring.prompts import RULES
 from calm_core.settings import SettingSpec, declared_settings, section, setting
 from calm_core.training.bilevel import BilevelConfig
 from calm_core.training.methods import METHODS, get_method
+from calm_core.training.selection import SELECT_RULES, EvalSchedule, SelectRule
 from calm_core.training.tasks import get_task
 
 OPTIMIZERS = ("sgd", "adamw")
@@ -75,7 +76,19 @@ class TrainConfig:
     autocast: str = setting("auto", "torch.autocast around the cache fill, the steps and evaluation: bf16, none, "
                                     "or auto (bf16 on a CUDA GPU that has it, none on a CPU)", choices=("auto",) + AUTOCASTS)
     seed: int = setting(0, "seeds the batch schedule, the adapters' init and dropout")
-    eval_every: int = setting(20, "steps between evaluations (0: only at the end)", min=0)
+    eval_every: int = setting(20, "steps between evaluations after the dense start (0: only the dense start and the end)",
+                              min=0)
+    eval_dense_until: int = setting(20, "evaluate S_V every `eval_dense_every` steps up to this step (and at steps 0 "
+                                        "and 1): the calibrated point comes early (training/selection.py)", min=0)
+    eval_dense_every: int = setting(2, "steps between the dense early evaluations", min=1)
+    select: str = setting("best", "which step the run hands back: best (lowest S_V NLL, ties by S_V ECE, among steps "
+                                  "that keep the lower level and accuracy: the calibrated stop) or last",
+                          choices=SELECT_RULES)
+    select_patience: int = setting(4, "select best: stop after this many evaluations without a better step (0: run "
+                                      "every step)", min=0)
+    lower_tolerance: float = setting(0.1, "select best: a step whose S_T cross-entropy of theta (no head) is more than "
+                                          "this fraction above step 0's is not selected (the lower level is lost)",
+                                     min=0.0, max=10.0)
     checkpoint_every: int = 20  # steps between checkpoints (cancel always checkpoints)
     eval_batch_size: int = 32
     eval_baselines: bool = True  # final evaluation also runs base and ts (off: runs sharing a base model and S_V reuse the first run's)
@@ -112,8 +125,20 @@ class TrainConfig:
         for name in ("lr_theta", "lr_alpha"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"Expected `{name}` to be > 0, but got {getattr(self, name)}")
-        if self.eval_every < 0 or self.checkpoint_every < 0:
-            raise ValueError("Expected `eval_every` and `checkpoint_every` to be >= 0")
+        if self.eval_every < 0 or self.checkpoint_every < 0 or self.eval_dense_until < 0:
+            raise ValueError("Expected `eval_every`, `eval_dense_until` and `checkpoint_every` to be >= 0")
+        _positive_int("eval_dense_every", self.eval_dense_every)
+        self.select_rule  # validates select, select_patience, lower_tolerance
+
+    @property
+    def select_rule(self) -> SelectRule:
+        """The calibrated stop's settings (training/selection.py)."""
+        return SelectRule(rule=self.select, patience=self.select_patience, lower_tolerance=self.lower_tolerance)
+
+    @property
+    def eval_schedule(self) -> EvalSchedule:
+        """The steps the loop evaluates at: dense early, then every `eval_every`, and the last."""
+        return EvalSchedule(self.steps, self.eval_every, self.eval_dense_until, self.eval_dense_every)
 
     @property
     def effective_scope(self) -> str:

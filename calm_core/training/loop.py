@@ -39,6 +39,7 @@ from calm_core.training.checkpoints import resume_point, save_checkpoint
 from calm_core.training.config import TrainConfig
 from calm_core.training.context import StepContext
 from calm_core.training.methods import get_method
+from calm_core.training.stopping import CalibratedStop
 from calm_core.training.tasks import get_task
 
 @dataclass
@@ -199,9 +200,15 @@ def autocast_for(setting: str, device: torch.device) -> AbstractContextManager[A
 def _loop(cfg: TrainConfig, ctx: StepContext, method: Any, data: Data, writer: RunDir | None, start_step: int,
           elapsed_before: float, progress: Callable[[int, int, dict[str, Any]], None] | None) -> TrainResult:
     started = time.perf_counter()
-    record: dict[str, Any] = {}
-    final_scores: dict[str, dict[tuple[bool, bool], Any]] = {}  # the last step's evaluation, reused at the end
+    schedule = cfg.eval_schedule
+    stop = CalibratedStop.start(cfg, ctx, writer, start_step)
     step = start_step
+    record: dict[str, Any] = {}
+    if step == 0 and stop.enabled:  # step 0: the untouched model, a candidate of the calibrated stop
+        record = {"step": 0, "elapsed": 0.0, **alpha_record(ctx)}
+        _evaluate(ctx, data, writer, stop, 0, record)
+        if writer is not None:
+            writer.append_metrics(record)
     while step < cfg.steps:  # `writer`: the run directory on rank 0, None on other ranks
         if _cancel_requested(writer):
             return _stop(ctx, writer, step, "cancelled", record)
@@ -211,21 +218,33 @@ def _loop(cfg: TrainConfig, ctx: StepContext, method: Any, data: Data, writer: R
         step += 1
         record = _step_record(step, elapsed_before + time.perf_counter() - started, log)
         record.update(alpha_record(ctx))
-        evaluates = (cfg.eval_every and step % cfg.eval_every == 0) or step == cfg.steps
-        with distributed.gathered(ctx.model) if evaluates else nullcontext():  # FSDP: rank 0 runs forwards alone
-            if distributed.is_main() and evaluates:
-                with writer.keepalive("evaluating") if writer is not None else nullcontext():
-                    record.update(ctx.task.evaluate_now(ctx, data, cfg.eval_batch_size,
-                                                        final_scores if step == cfg.steps else None))
+        stopping = schedule.evaluates(step) and _evaluate(ctx, data, writer, stop, step, record)
+        stopping = distributed.mean_value(1.0 if stopping else 0.0) > 0.0  # rank 0 decides; every rank stops
         if writer is not None:
             writer.append_metrics(record)
             fault_point("step_logged")
             writer.heartbeat(step, cfg.steps)
-            if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and step < cfg.steps:
+            if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and step < cfg.steps and not stopping:
                 save_checkpoint(ctx, writer, step)
         if progress is not None and distributed.is_main():
             progress(step, cfg.steps, record)
-    return _stop(ctx, writer, step, "finished", record, data, final_scores)
+        if stopping:
+            break
+    return _stop(ctx, writer, step, "finished", record, data, stop)
+
+
+def _evaluate(ctx: StepContext, data: Data, writer: RunDir | None, stop: CalibratedStop, step: int,
+              record: dict[str, Any]) -> bool:
+    """The evaluation of `step` into `record` (then appended to metrics.jsonl), fed to the
+    calibrated stop; True when the stop's patience ran out. Rank 0 evaluates alone."""
+    stopping = False
+    with distributed.gathered(ctx.model):  # FSDP: rank 0 runs forwards alone
+        if distributed.is_main():
+            with writer.keepalive("evaluating") if writer is not None else nullcontext():
+                caches: dict[str, dict[tuple[bool, bool], Any]] = {}
+                record.update(ctx.task.evaluate_now(ctx, data, ctx.settings.eval_batch_size, caches))
+                stopping = stop.offer(ctx, data, step, record, caches, writer)
+    return stopping
 
 
 def _cancel_requested(writer: RunDir | None) -> bool:
@@ -235,18 +254,21 @@ def _cancel_requested(writer: RunDir | None) -> bool:
 
 
 def _stop(ctx: StepContext, run: RunDir | None, step: int, state: str, record: dict[str, Any],
-          data: Data | None = None, final_scores: dict[str, Any] | None = None) -> TrainResult:
+          data: Data | None = None, stop: CalibratedStop | None = None) -> TrainResult:
+    """Checkpoint the last step (resume continues from it); when finished, put the
+    selected step's adapter and head back and run the final evaluation on them."""
     if run is not None and step > 0:
         save_checkpoint(ctx, run, step)  # outside `gathered`: a state_dict() reshards FSDP's layers
-    evaluates = state == "finished" and data is not None
+    evaluates = state == "finished" and data is not None and stop is not None
     with distributed.gathered(ctx.model) if evaluates else nullcontext():  # FSDP: rank 0 runs forwards alone
-        if run is not None and evaluates:
-            with run.keepalive("final evaluation"):  # minutes without a step: keep the heartbeat
-                ctx.task.final_evaluation(ctx, data, run, final_scores)
-            fault_point("results_written")
+        if evaluates and distributed.is_main():
+            reuse = stop.restore(ctx, step)
+            selection = stop.summary()
+            if run is not None:
+                with run.keepalive("final evaluation"):  # minutes without a step: keep the heartbeat
+                    ctx.task.final_evaluation(ctx, data, run, reuse, {"selection": selection} if selection else {})
+                fault_point("results_written")
     if run is not None:
         run.clear_cancel()
         run.write_status(state, step=step, phase=None)
     return TrainResult(state, step, run.path if run else None, record)
-
-

@@ -88,9 +88,16 @@ def nll(probs: object, labels: object, eps: float = 1e-12) -> float:
     probs (N, K), labels (N,). Example: [[.5, .5], [.25, .75]], labels [0, 1]
     -> (log 2 + log(4/3)) / 2 = 0.4904.
     """
+    return float(item_nll(probs, labels, eps).mean())
+
+
+def item_nll(probs: object, labels: object, eps: float = 1e-12) -> np.ndarray:
+    """Per-item negative log-likelihood -log max(p_{i, y_i}, eps), (N,): `nll` is its mean;
+    the calibrated stop pairs two steps' per-item values for a standard error.
+    Example: [[.5, .5], [.25, .75]], labels [0, 1] -> [0.6931, 0.2877]."""
     p, y = check_probs_labels(probs, labels)
     gold = p[np.arange(len(y)), y]  # (N,)
-    return float(0.0 - np.log(np.maximum(gold, eps)).mean())
+    return 0.0 - np.log(np.maximum(gold, eps))
 
 
 def auroc(probs: object, labels: object) -> float:

@@ -6,7 +6,9 @@
   step 1 (an option that cannot fit fails here, by item id);
 - `prefill`: the frozen-prefix cache filled ahead of the first step, for the items the
   rest of the run reads;
-- `evaluate_now`: accuracy, ECE, entropy, confidence, AUROC, AURC on S_V and each set;
+- `evaluate_now`: accuracy, ECE, NLL, entropy, confidence, AUROC, AURC on S_V and each set;
+- `selection_candidate`: S_V's NLL, ECE and accuracy and the lower-level probe (S_T
+  cross-entropy of theta alone) for the calibrated stop (training/selection.py);
 - `final_evaluation`: base, the post-hoc calibrators (ts), the trained model and its
   theta-only ablation on every evaluation set -> eval/<variant>/<dataset>.parquet +
   results.json.
@@ -22,6 +24,7 @@ import numpy as np
 import torch
 
 from calm_core.calibration import metrics
+from calm_core.calibration.recommend import cross_fitted, recommend
 from calm_core.data.schema import MCItem
 from calm_core.data.stream import LazyItems, subset
 from calm_core.faults import fault_point
@@ -34,11 +37,13 @@ from calm_core.training import distributed
 from calm_core.scoring.adapters import evaluating
 from calm_core.training.batches import Data, batch_indices, drawn_positions
 from calm_core.training.context import StepContext
+from calm_core.training.selection import Candidate
 from calm_core.training.objectives import forward_sequences, negative_entropy, option_cross_entropy
 
 NAME = "mcqa"
 ITEM_KIND = "mc"
 METHODS = None  # every method works on option scores
+SELECTS = True  # the calibrated stop judges S_V's NLL (selection_candidate)
 DEFAULTS: dict = {}  # TrainConfig's own defaults are multiple choice
 PRESETS: dict = {}  # the presets as training/config.py declares them
 PHASE_EVERY_S = 5.0  # seconds between progress writes to status.json during the cache fill
@@ -68,9 +73,41 @@ def evaluate_now(ctx: StepContext, data: Data, batch_size: int,
         probs = metrics.softmax(_scores_for(ctx, items, batch_size, True, True, cache).logits)
         gold = np.array([it.answer for it in items])
         summary = metrics.summarize(probs, gold)
-        for key in ("acc", "ece", "entropy", "confidence", "auroc", "aurc"):
+        for key in EVAL_KEYS:
             record[f"eval/{name}/{key}"] = summary[key]
     return record
+
+
+EVAL_KEYS = ("acc", "ece", "nll", "entropy", "confidence", "auroc", "aurc")  # each set's figures at an evaluation
+LOWER_PROBE_ITEMS = 64  # S_T items whose cross-entropy under theta tells whether the lower level is still solved
+
+
+def lower_probe(cfg: Any, data: Data) -> list[MCItem]:
+    """The S_T items of the lower-level probe: the first LOWER_PROBE_ITEMS the run draws
+    (so their frozen layers are cached), the same at every evaluation."""
+    positions = drawn_positions(len(data.train), cfg.batch_size, cfg.steps, cfg.seed)[:LOWER_PROBE_ITEMS]
+    return list(subset(data.train, positions))
+
+
+def selection_candidate(ctx: StepContext, data: Data, step: int, record: dict[str, float],
+                        caches: dict[str, dict[tuple[bool, bool], Any]]) -> Candidate | None:
+    """What the calibrated stop (training/selection.py) judges at this evaluation: S_V's
+    NLL (and per-item NLL), ECE and accuracy under head and adapter, read from the scores
+    `evaluate_now` just left in `caches`, and the S_T cross-entropy of theta alone (adapter
+    on, no head) on the probe items: a rise there means theta, not the head, moved the
+    training fit. None without S_V."""
+    if not data.heldout:
+        return None
+    bs = ctx.settings.eval_batch_size
+    heldout = _scores_for(ctx, data.heldout, bs, True, True, caches.setdefault("heldout", {}))
+    losses = metrics.item_nll(metrics.softmax(heldout.logits), heldout.gold)
+    probe = lower_probe(ctx.settings, data)
+    lower = None
+    if probe:
+        theta_only = _scores_for(ctx, probe, bs, False, True, {})
+        lower = metrics.nll(metrics.softmax(theta_only.logits), theta_only.gold)
+    return Candidate(step=step, score=float(losses.mean()), ece=record["eval/heldout/ece"],
+                     acc=record["eval/heldout/acc"], n=len(losses), lower=lower, losses=losses.tolist())
 
 
 def check_items(ctx: StepContext, data: Data) -> dict[str, int]:
@@ -169,23 +206,27 @@ def _scores_for(ctx: StepContext, items: list[MCItem], bs: int, use_head: bool, 
 
 
 def final_evaluation(ctx: StepContext, data: Data, run: RunDir,
-                     reuse: dict[str, dict[tuple[bool, bool], Any]] | None = None) -> list[dict[str, Any]]:
+                     reuse: dict[str, dict[tuple[bool, bool], Any]] | None = None,
+                     extra: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Every variant on every evaluation set -> eval/<variant>/<dataset>.parquet + results.json.
 
     Variants: `base` (adapter off, no head), each default post-hoc calibrator (`ts`:
     base + temperature fitted on S_V with its labels; calibration.posthoc's registry),
     `<method>` (the trained model: theta and alpha), and for methods with a head
     `<method>_theta_only` (theta alone), the design's ablation of the head.
-    `reuse`: what the last step's evaluation computed at these same parameters.
+    `reuse`: what the evaluation of the step being evaluated (the selected one) computed
+    at these same parameters; `extra`: more fields for results.json (the selection).
     """
     method = ctx.settings.method
     bs = ctx.settings.eval_batch_size
+    heldout_cache: dict[tuple[bool, bool], Any] = (reuse or {}).get("heldout", {})
 
     def heldout_logits() -> tuple[np.ndarray, np.ndarray]:
-        heldout = _variant_scores(ctx, data.heldout, bs, use_head=False, use_adapter=False)
+        heldout = _scores_for(ctx, data.heldout, bs, False, False, heldout_cache)
         return heldout.logits, heldout.gold
 
-    fitted, notes = fit_baselines(len(data.heldout), heldout_logits, NAME, ctx.settings.eval_baselines)
+    fitted, notes = fit_baselines(len(data.heldout), heldout_logits, NAME, ctx.settings.eval_baselines,
+                                  defaults_only=False)  # a run's table: TS and vector scaling beside the model
     variants = [("base", False, False, None)] if ctx.settings.eval_baselines else []
     variants += [(name, False, False, calibrator) for name, calibrator in fitted.items()]
     variants.append((method, True, True, None))
@@ -200,5 +241,21 @@ def final_evaluation(ctx: StepContext, data: Data, run: RunDir,
             write_predictions(run.path, variant, name, predictions_frame(scores, calibrator))
             fault_point("eval_written")
     records = baseline_records(fitted, notes, fit_on=ctx.settings.heldout_data)
-    atomic_write_json(run.path / "results.json", {"results": rows, **records})
+    recommendation = _recommendation(ctx, data, heldout_cache, fitted) if ctx.settings.eval_baselines else None
+    atomic_write_json(run.path / "results.json", {"results": rows, **records, **(extra or {}),
+                                                  **({"recommendation": recommendation} if recommendation else {})})
     return rows
+
+
+def _recommendation(ctx: StepContext, data: Data, heldout_cache: dict[tuple[bool, bool], Any],
+                    fitted: dict[str, Any]) -> dict[str, Any] | None:
+    """Which variant to use, chosen on S_V (calibration/recommend.py): base, the trained
+    model (at its selected step) and each post-hoc calibrator cross-fitted on S_V."""
+    if not data.heldout:
+        return None
+    bs = ctx.settings.eval_batch_size
+    base = _scores_for(ctx, data.heldout, bs, False, False, heldout_cache)
+    trained = _scores_for(ctx, data.heldout, bs, True, True, heldout_cache)
+    probs = {"base": metrics.softmax(base.logits), ctx.settings.method: metrics.softmax(trained.logits)}
+    probs.update(cross_fitted(base.logits, base.gold, {name: type(c) for name, c in fitted.items()}))
+    return recommend(probs, base.gold).to_dict()

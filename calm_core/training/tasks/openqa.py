@@ -35,6 +35,7 @@ from calm_core.training.context import StepContext
 NAME = "openqa"
 ITEM_KIND = "open"
 METHODS = ("calm", "scalar", "sft", "iterate")  # built on the lower / upper closures alone
+SELECTS = False  # no calibrated stop yet: Semantic ECE on S_V's gold answers is the score to build it on
 DEFAULTS = {"train_data": "builtin/capitals_open/train", "heldout_data": "builtin/capitals_open/validation",
             "eval_data": ["builtin/capitals_open/test"]}  # what `--task openqa` starts from (TrainConfig.from_dict)
 PRESETS = {"quick": {"generation": {"n_samples": 5}}}  # minutes on a CPU: 1 greedy + 5 sampled answers per question
@@ -103,7 +104,13 @@ def variants(method: str, has_head: bool, calibrators: Sequence[str],
     return out
 
 
-def final_evaluation(ctx: StepContext, data: Any, run: Any, reuse: dict | None = None) -> list[dict[str, Any]]:
+def selection_candidate(ctx: StepContext, data: Any, step: int, record: dict, caches: dict) -> None:
+    """Open answers have no calibrated stop yet (SELECTS = False): the run hands back its last step."""
+    return None
+
+
+def final_evaluation(ctx: StepContext, data: Any, run: Any, reuse: dict | None = None,
+                     extra: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Every variant on every open-QA evaluation set -> Parquet per item + results.json."""
     from calm_core.io import atomic_write_json
     from calm_core.runs.rundir import write_predictions
@@ -124,5 +131,5 @@ def final_evaluation(ctx: StepContext, data: Any, run: Any, reuse: dict | None =
             write_predictions(run.path, variant, name, frame)
     records = baseline_records(fitted, notes, fit_on=settings.heldout_data, fit="gold answer tokens")
     atomic_write_json(run.path / "results.json", {"results": rows, **records, "task": "openqa",
-                                                  "generation": cfg.to_dict()})
+                                                  "generation": cfg.to_dict(), **(extra or {})})
     return rows
