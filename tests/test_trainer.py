@@ -78,7 +78,7 @@ def test_run_directory_is_written(tiny_model_dir: Path, tmp_path: Path, scoring:
     assert run.status["choices"]["quantization"]["four_bit"] is False
     results = json.loads((run.path / "results.json").read_text())["results"]
     variants = {r["variant"] for r in results}
-    assert variants == {"base", "ts", "calm", "calm_theta_only"}
+    assert variants == {"base", "ts", "vs", "calm", "calm_theta_only"}
     from calm_core.runs.rundir import predictions_path
     import pandas as pd
 
@@ -157,9 +157,9 @@ def test_final_evaluation_reuses_the_selected_steps_scores(tiny_model_dir: Path,
                        eval_data=("builtin/capitals/test", "builtin/units/test"))
     run = RunDir.create(tmp_path, "reuse", cfg.to_dict())
     train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
-    # the end: both sets without the adapter (base; 6 S_V items fit no TS), while calm and
-    # calm_theta_only come from the selected step's scores
-    assert sorted(calls) == [(6, False, False)] * 2
+    # the end: both sets and S_V (for the recommendation) without the adapter (base; 6 S_V
+    # items fit no TS), while calm and calm_theta_only come from the selected step's scores
+    assert sorted(calls) == [(6, False, False)] * 3
     selected = run.status["selection"]["selected_step"]
     at_selected = next(r for r in run.read_metrics() if r["step"] == selected)
     calm = next(r for r in json.loads((run.path / "results.json").read_text())["results"] if r["variant"] == "calm")

@@ -1,8 +1,7 @@
 """Which calibrator to use, chosen on S_V (never on a test split), with the evidence.
 
-    heldout = {"base": base_probs, "calm": calm_probs}                     # (N, K) on S_V
-    fits = {"ts": TemperatureScaler, "vs": VectorScaler}                    # fitted by cross-fitting
-    pick = recommend(heldout, cross_fitted(base_logits, gold, fits), gold)  # -> Recommendation
+    fitted, how = cross_fitted(base_logits, gold, {"ts": TemperatureScaler, "vs": VectorScaler})
+    pick = recommend({"base": base_probs, "calm": calm_probs, **fitted}, gold)   # (N, K) on S_V each
     pick.variant, pick.reason, pick.heldout["ts"]["nll"]
 
 The rule: among the variants whose S_V accuracy is within one point (one item on a set
@@ -24,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from calm_core.calibration import metrics
+from calm_core.calibration.posthoc.base import MIN_FIT_ITEMS
 
 ACCURACY_SLACK = 0.01  # one point of accuracy (or one item, on sets under 100 items)
 CROSS_FIT_FOLDS = 5
@@ -38,23 +38,29 @@ def accuracy_slack(n: int) -> float:
 
 
 def cross_fitted(logits: np.ndarray, gold: np.ndarray, calibrators: dict[str, Any], folds: int = CROSS_FIT_FOLDS,
-                 seed: int = 0) -> dict[str, np.ndarray]:
-    """name -> out-of-fold probabilities (N, K) on the fit set: each fold predicted by the
-    calibrator fitted on the other folds (`cls.fit(logits, labels)`, `.probs(logits)`).
-    The folds are one seeded permutation; with fewer than 2 items per fold, {}."""
+                 seed: int = 0, min_fit: int = MIN_FIT_ITEMS) -> tuple[dict[str, np.ndarray], str]:
+    """(name -> probabilities (N, K) on the fit set, how they were made). Cross-fitted when
+    S_V allows: each fold predicted by the calibrator fitted on the others (`cls.fit(logits,
+    labels)`, `.probs(logits)`), with the most folds up to `folds` whose training part has
+    `min_fit` items; else fitted and scored on all of S_V (in-sample, which flatters it),
+    and said so. {} with fewer than `min_fit` items (no calibrator can be fitted)."""
     n = len(gold)
-    if n < 2 * folds:
-        return {}
-    order = np.random.default_rng(seed).permutation(n)
-    parts = np.array_split(order, folds)
+    if n < min_fit:
+        return {}, f"S_V has {n} items, fewer than {min_fit}: no post-hoc calibrator"
+    usable = [k for k in range(2, folds + 1) if n - -(-n // k) >= min_fit]
+    if not usable:
+        return ({name: cls.fit(logits, gold).probs(logits) for name, cls in calibrators.items()},
+                f"fitted and scored on the same {n} S_V items (too few to cross-fit): optimistic")
+    k = max(usable)
+    parts = np.array_split(np.random.default_rng(seed).permutation(n), k)
     out: dict[str, np.ndarray] = {}
     for name, cls in calibrators.items():
         probs = np.zeros(np.shape(logits), dtype=np.float64)  # (N, K)
         for part in parts:
-            rest = np.setdiff1d(order, part)
+            rest = np.setdiff1d(np.arange(n), part)
             probs[part] = cls.fit(logits[rest], gold[rest]).probs(logits[part])
         out[name] = probs
-    return out
+    return out, f"{k}-fold cross-fitted on S_V"
 
 
 @dataclass
@@ -65,12 +71,14 @@ class Recommendation:
     reason: str
     heldout: dict[str, dict[str, float]] = field(default_factory=dict)  # variant -> nll, acc, ece, kept
     rule: str = RULE
+    posthoc_fit: str = ""  # how the post-hoc calibrators' S_V figures were made (cross_fitted)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def recommend(heldout_probs: dict[str, np.ndarray], gold: np.ndarray, reference: str = "base") -> Recommendation:
+def recommend(heldout_probs: dict[str, np.ndarray], gold: np.ndarray, reference: str = "base",
+              posthoc_fit: str = "") -> Recommendation:
     """The variant with the lowest S_V NLL among those that keep `reference`'s S_V accuracy
     (see the module docstring); `heldout_probs`: variant -> (N, K) probabilities on S_V."""
     if reference not in heldout_probs:
@@ -88,4 +96,4 @@ def recommend(heldout_probs: dict[str, np.ndarray], gold: np.ndarray, reference:
         reason += " against " + ", ".join(f"{name} {figures[name]['nll']:.4f}"
                                           + ("" if figures[name]["kept_accuracy"] else " (accuracy lost)")
                                           for name in losers)
-    return Recommendation(best, reason, figures)
+    return Recommendation(best, reason, figures, posthoc_fit=posthoc_fit)

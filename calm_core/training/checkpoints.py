@@ -9,6 +9,7 @@ in status.json), and continues the same curves: batches depend only on (seed, st
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -27,10 +28,47 @@ RNG_FILE = "rng.pt"
 
 INNER_FILE = "inner_iterate.safetensors"  # a persistent BOME theta~ (bilevel.BilevelState), when there is one
 
+SELECTION_FILE = "selection.json"  # the calibrated stop's state at this step (training/selection.py)
 
-def save_checkpoint(ctx: StepContext, run: RunDir, step: int) -> Path:
-    """Adapter, head, optimizer, persistent theta~ and RNG of `step`, written as a whole
-    (`RunDir.writing_checkpoint`: a kill leaves the previous checkpoint, never half of this one)."""
+SELECTED_FILE = "selected.safetensors"  # the adapter and head of the step selected so far
+
+
+@dataclass
+class Snapshot:
+    """The adapter and head of one step, in memory: the calibrated stop's selected step
+    (training/selection.py). Light: LoRA weights and the head, no optimizer state."""
+
+    step: int
+    adapter: dict[str, torch.Tensor]
+    head: dict[str, torch.Tensor] | None
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """Flat, for one safetensors file: `adapter.<name>` and `head.<name>`."""
+        out = {f"adapter.{k}": v.detach().cpu().contiguous() for k, v in self.adapter.items()}
+        out.update({f"head.{k}": v.detach().cpu().contiguous() for k, v in (self.head or {}).items()})
+        return out
+
+    @classmethod
+    def from_tensors(cls, step: int, tensors: dict[str, torch.Tensor]) -> "Snapshot":
+        adapter = {k.removeprefix("adapter."): v for k, v in tensors.items() if k.startswith("adapter.")}
+        head = {k.removeprefix("head."): v for k, v in tensors.items() if k.startswith("head.")}
+        return cls(step, adapter, head or None)
+
+
+@dataclass
+class SelectionRecord:
+    """What a checkpoint keeps of the calibrated stop: the selector's state and the
+    selected step's snapshot, as they were at the checkpoint's step, so a resumed run
+    replays the evaluations after it into the same selection."""
+
+    state: dict[str, Any]
+    snapshot: Snapshot | None
+
+
+def save_checkpoint(ctx: StepContext, run: RunDir, step: int, selection: SelectionRecord | None = None) -> Path:
+    """Adapter, head, optimizer, persistent theta~, RNG and the calibrated stop's state of
+    `step`, written as a whole (`RunDir.writing_checkpoint`: a kill leaves the previous
+    checkpoint, never half of this one)."""
     with run.writing_checkpoint(step) as directory:
         ctx.model.save_pretrained(directory)  # PEFT: adapter weights + adapter_config.json
         fault_point("checkpoint_files")
@@ -42,6 +80,8 @@ def save_checkpoint(ctx: StepContext, run: RunDir, step: int) -> Path:
             from safetensors.torch import save_file
 
             save_file(inner.tensors(), str(directory / INNER_FILE))
+        if selection is not None:
+            _save_selection(directory, selection)
         # Batches depend only on (seed, step); torch's RNG drives dropout, so it is all we keep.
         torch.save({"torch": torch.get_rng_state()}, directory / RNG_FILE)
     fault_point("checkpoint_done")
@@ -59,6 +99,7 @@ class Checkpoint:
     optimizer: dict[str, Any]
     inner: dict[str, torch.Tensor] | None
     rng: torch.Tensor
+    selection: SelectionRecord | None = None  # None: a checkpoint from before the calibrated stop
 
 
 def read_checkpoint(directory: Path, with_head: bool) -> Checkpoint:
@@ -88,7 +129,35 @@ def read_checkpoint(directory: Path, with_head: bool) -> Checkpoint:
         head=read(HEAD_FILENAME, CalibrationHead.load) if with_head else None,
         optimizer=optimizer,
         inner=read(INNER_FILE, lambda p: load_file(str(p))) if (directory / INNER_FILE).exists() else None,
-        rng=rng["torch"])
+        rng=rng["torch"],
+        selection=_read_selection(directory, read) if (directory / SELECTION_FILE).exists() else None)
+
+
+def _save_selection(directory: Path, selection: SelectionRecord) -> None:
+    from safetensors.torch import save_file
+
+    from calm_core.io import atomic_write_json
+
+    atomic_write_json(directory / SELECTION_FILE, selection.state)
+    if selection.snapshot is not None:
+        save_file(selection.snapshot.tensors(), str(directory / SELECTED_FILE),
+                  metadata={"step": str(selection.snapshot.step)})
+
+
+def _read_selection(directory: Path, read: Callable[[str, Callable[[Path], Any]], Any]) -> SelectionRecord:
+    from safetensors import safe_open
+
+    state = read(SELECTION_FILE, lambda p: json.loads(p.read_text(encoding="utf-8")))
+    if not isinstance(state, dict):
+        raise ValueError(f"{SELECTION_FILE} does not hold the selection's state")
+    snapshot = None
+    if (directory / SELECTED_FILE).exists():
+        def load(path: Path) -> Snapshot:
+            with safe_open(str(path), framework="pt") as f:
+                step = int((f.metadata() or {})["step"])
+                return Snapshot.from_tensors(step, {k: f.get_tensor(k) for k in f.keys()})
+        snapshot = read(SELECTED_FILE, load)
+    return SelectionRecord(state, snapshot)
 
 
 def apply_checkpoint(ctx: StepContext, checkpoint: Checkpoint) -> None:
@@ -103,6 +172,8 @@ def apply_checkpoint(ctx: StepContext, checkpoint: Checkpoint) -> None:
         from calm_core.training.bilevel import BilevelState
 
         ctx.state.setdefault("bilevel", BilevelState()).load(checkpoint.inner)
+    if checkpoint.selection is not None:
+        ctx.state["selection"] = checkpoint.selection  # taken by stopping.CalibratedStop.start
     torch.set_rng_state(checkpoint.rng)
 
 
@@ -134,16 +205,6 @@ def resume_point(ctx: StepContext, run: RunDir, writer: RunDir | None) -> tuple[
     return step, previous[-1]["elapsed"] if previous else 0.0
 
 
-@dataclass
-class Snapshot:
-    """The adapter and head of one step, in memory: the calibrated stop's selected step
-    (training/selection.py). Light: LoRA weights and the head, no optimizer state."""
-
-    step: int
-    adapter: dict[str, torch.Tensor]
-    head: dict[str, torch.Tensor] | None
-
-
 def take_snapshot(ctx: StepContext, step: int) -> Snapshot:
     """Copies of the adapter's and head's tensors as they are now."""
     from peft import get_peft_model_state_dict
@@ -163,29 +224,16 @@ def restore_snapshot(ctx: StepContext, snapshot: Snapshot) -> None:
         ctx.head.load_state_dict(snapshot.head)
 
 
-def save_selected(ctx: StepContext, run: RunDir, step: int) -> None:
-    """`selected/` in the run directory: the adapter (PEFT's files, so an export loads it
-    as any checkpoint) and head as they are now, at the newly selected `step`; replaced whole."""
-    with run.writing_selected(step) as directory:
-        ctx.model.save_pretrained(directory)
-        if ctx.head is not None:
-            ctx.head.save(directory)
-
-
-def read_selected(ctx: StepContext, run: RunDir) -> Snapshot | None:
-    """The snapshot `selected/` holds (None when there is none or it does not read whole):
-    a resumed run continues its selection from it."""
-    from safetensors.torch import load_file
-
-    from calm_core.calibration.head import HEAD_FILENAME
-
-    step = run.selected_step()
-    if step is None:
-        return None
-    directory = run.selected_dir
+def save_selected(ctx: StepContext, run: RunDir, snapshot: Snapshot) -> None:
+    """`selected/` in the run directory: the snapshot's adapter (PEFT's files, so an export
+    loads it as any checkpoint) and head; replaced whole. PEFT writes the model's own
+    tensors, so the snapshot goes in for the write and the current state comes back after."""
+    current = take_snapshot(ctx, snapshot.step)
+    restore_snapshot(ctx, snapshot)
     try:
-        adapter = load_file(str(directory / "adapter_model.safetensors"))
-        head = CalibrationHead.load(directory / HEAD_FILENAME).state_dict() if ctx.head is not None else None
-    except Exception:  # noqa: BLE001 - a damaged snapshot: the selection starts again from what remains
-        return None
-    return Snapshot(step, adapter, head)
+        with run.writing_selected(snapshot.step) as directory:
+            ctx.model.save_pretrained(directory)
+            if ctx.head is not None:
+                ctx.head.save(directory)
+    finally:
+        restore_snapshot(ctx, current)

@@ -206,26 +206,26 @@ def _loop(cfg: TrainConfig, ctx: StepContext, method: Any, data: Data, writer: R
     record: dict[str, Any] = {}
     if step == 0 and stop.enabled:  # step 0: the untouched model, a candidate of the calibrated stop
         record = {"step": 0, "elapsed": 0.0, **alpha_record(ctx)}
-        _evaluate(ctx, data, writer, stop, 0, record)
+        _evaluate(ctx, data, writer, stop, 0, record, "full")
         if writer is not None:
             writer.append_metrics(record)
     while step < cfg.steps:  # `writer`: the run directory on rank 0, None on other ranks
         if _cancel_requested(writer):
-            return _stop(ctx, writer, step, "cancelled", record)
+            return _stop(ctx, writer, step, "cancelled", record, stop=stop)
         train_items = [data.train[i] for i in batch_indices(len(data.train), cfg.batch_size, step, cfg.seed)]
         heldout_items = [data.heldout[i] for i in batch_indices(len(data.heldout), cfg.heldout_batch_size, step, cfg.seed + 1)]
         log = distributed.mean_log(method.step(ctx, distributed.shard(train_items), distributed.shard(heldout_items)))
         step += 1
         record = _step_record(step, elapsed_before + time.perf_counter() - started, log)
         record.update(alpha_record(ctx))
-        stopping = schedule.evaluates(step) and _evaluate(ctx, data, writer, stop, step, record)
+        stopping = schedule.evaluates(step) and _evaluate(ctx, data, writer, stop, step, record, schedule.kind(step))
         stopping = distributed.mean_value(1.0 if stopping else 0.0) > 0.0  # rank 0 decides; every rank stops
         if writer is not None:
             writer.append_metrics(record)
             fault_point("step_logged")
             writer.heartbeat(step, cfg.steps)
             if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and step < cfg.steps and not stopping:
-                save_checkpoint(ctx, writer, step)
+                save_checkpoint(ctx, writer, step, stop.record())
         if progress is not None and distributed.is_main():
             progress(step, cfg.steps, record)
         if stopping:
@@ -234,15 +234,17 @@ def _loop(cfg: TrainConfig, ctx: StepContext, method: Any, data: Data, writer: R
 
 
 def _evaluate(ctx: StepContext, data: Data, writer: RunDir | None, stop: CalibratedStop, step: int,
-              record: dict[str, Any]) -> bool:
-    """The evaluation of `step` into `record` (then appended to metrics.jsonl), fed to the
-    calibrated stop; True when the stop's patience ran out. Rank 0 evaluates alone."""
+              record: dict[str, Any], kind: str | None) -> bool:
+    """The evaluation of `step` into `record` (then appended to metrics.jsonl): every set
+    (`kind` "full") or S_V alone ("heldout", the dense start; selection.EvalSchedule), fed
+    to the calibrated stop; True when the stop's patience ran out. Rank 0 evaluates alone."""
     stopping = False
     with distributed.gathered(ctx.model):  # FSDP: rank 0 runs forwards alone
         if distributed.is_main():
             with writer.keepalive("evaluating") if writer is not None else nullcontext():
                 caches: dict[str, dict[tuple[bool, bool], Any]] = {}
-                record.update(ctx.task.evaluate_now(ctx, data, ctx.settings.eval_batch_size, caches))
+                record.update(ctx.task.evaluate_now(ctx, data, ctx.settings.eval_batch_size, caches,
+                                                    heldout_only=kind == "heldout"))
                 stopping = stop.offer(ctx, data, step, record, caches, writer)
     return stopping
 
@@ -257,8 +259,8 @@ def _stop(ctx: StepContext, run: RunDir | None, step: int, state: str, record: d
           data: Data | None = None, stop: CalibratedStop | None = None) -> TrainResult:
     """Checkpoint the last step (resume continues from it); when finished, put the
     selected step's adapter and head back and run the final evaluation on them."""
-    if run is not None and step > 0:
-        save_checkpoint(ctx, run, step)  # outside `gathered`: a state_dict() reshards FSDP's layers
+    if run is not None and step > 0:  # outside `gathered`: a state_dict() reshards FSDP's layers
+        save_checkpoint(ctx, run, step, stop.record() if stop is not None else None)
     evaluates = state == "finished" and data is not None and stop is not None
     with distributed.gathered(ctx.model) if evaluates else nullcontext():  # FSDP: rank 0 runs forwards alone
         if evaluates and distributed.is_main():

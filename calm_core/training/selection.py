@@ -46,20 +46,27 @@ SELECT_RULES = ("best", "last")
 
 @dataclass(frozen=True)
 class EvalSchedule:
-    """When the loop evaluates: every `dense_every` steps up to `dense_until` (and step 1),
-    then every `every` steps, and the last step; step 0 on a fresh run (the loop's)."""
+    """When the loop evaluates, and what. `full` (every set): step 0 (the loop's, on a
+    fresh run), every `every` steps and the last step. `heldout` (S_V and the lower-level
+    probe only, what the selection reads): step 1 and every `dense_every` steps up to
+    `dense_until`, where the calibrated point comes; the evaluation sets are left out there,
+    so the dense start costs a fraction of full evaluations."""
 
     steps: int
     every: int  # 0: only the dense part and the end
     dense_until: int = 20
     dense_every: int = 2
 
+    def kind(self, step: int) -> str | None:
+        """"full", "heldout" or None (no evaluation at `step`)."""
+        if step == self.steps or step == 0 or (self.every and step % self.every == 0):
+            return "full"
+        if step == 1 or (self.dense_every and step <= self.dense_until and step % self.dense_every == 0):
+            return "heldout"
+        return None
+
     def evaluates(self, step: int) -> bool:
-        if step == self.steps or step == 1:
-            return True
-        if self.dense_every and step <= self.dense_until and step % self.dense_every == 0:
-            return True
-        return bool(self.every) and step % self.every == 0
+        return self.kind(step) is not None
 
     def steps_evaluated(self) -> list[int]:
         return [s for s in range(1, self.steps + 1) if self.evaluates(s)]

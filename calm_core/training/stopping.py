@@ -6,10 +6,10 @@ final evaluation.
     if stop.offer(ctx, data, step, record, caches, writer): ...   # True: patience ran out
     reuse = stop.restore(ctx, step)    # the selected step's parameters, and its scores
 
-The selected step's adapter and head live in memory (`Snapshot`) and in the run's
-`selected/` directory (for resume and export); status.json's `selection` holds the
-rule, the selected step with its S_V figures and the selector's state, so a resumed run
-continues the same selection.
+The selected step's adapter and head live in memory (`Snapshot`), in the run's
+`selected/` directory (for export) and in every checkpoint with the selector's state
+(`record`), so a resumed run continues the same selection; status.json's `selection`
+shows the rule and the selected step with its S_V figures.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from calm_core.runs.rundir import RunDir
-from calm_core.training.checkpoints import Snapshot, read_selected, restore_snapshot, save_selected, take_snapshot
+from calm_core.training.checkpoints import (SelectionRecord, Snapshot, restore_snapshot, save_selected,
+                                            take_snapshot)
 from calm_core.training.context import StepContext
 from calm_core.training.selection import SelectionState, Selector
 
@@ -36,22 +37,23 @@ class CalibratedStop:
 
     @classmethod
     def start(cls, cfg: Any, ctx: StepContext, writer: RunDir | None, start_step: int) -> "CalibratedStop":
-        """A fresh selection, or a resumed run's from status.json and `selected/`. A
-        resumed selection whose snapshot is missing or damaged forgets its selected step
-        (said on stdout) and selects again from the evaluations still to come."""
+        """A fresh selection, or a resumed run's as its checkpoint kept it (the evaluations
+        after the checkpoint are replayed by the resumed steps). `selected/` is rewritten
+        from the checkpoint's snapshot when a later selection, lost with the steps after
+        the checkpoint, had replaced it."""
         enabled = bool(getattr(ctx.task, "SELECTS", False))
-        state = None
-        snapshot = None
-        if writer is not None and start_step > 0:
-            saved = writer.status.get("selection") or {}
-            state = SelectionState.from_dict(saved.get("state"))
-            if cfg.select == "best" and state.selected is not None:
-                snapshot = read_selected(ctx, writer)
-                if snapshot is None or snapshot.step != state.selected.step:
-                    print(f"calm: the selected step {state.selected.step} is not in selected/ whole; "
-                          "selecting again from the next evaluation", flush=True)
-                    state.selected, snapshot = None, None
-        return cls(Selector(cfg.select_rule, state), snapshot, enabled=enabled)
+        saved: SelectionRecord | None = ctx.state.pop("selection", None) if start_step > 0 else None
+        if saved is None:
+            return cls(Selector(cfg.select_rule), enabled=enabled)
+        stop = cls(Selector(cfg.select_rule, SelectionState.from_dict(saved.state)), saved.snapshot, enabled=enabled)
+        if writer is not None and stop.keeps_snapshots and saved.snapshot is not None \
+                and writer.selected_step() != saved.snapshot.step:
+            save_selected(ctx, writer, saved.snapshot)
+        return stop
+
+    def record(self) -> SelectionRecord | None:
+        """What a checkpoint keeps of the selection (None when there is none)."""
+        return SelectionRecord(self.selector.state.to_dict(), self.snapshot) if self.enabled else None
 
     @property
     def keeps_snapshots(self) -> bool:
@@ -77,7 +79,7 @@ class CalibratedStop:
         if verdict.selected and self.keeps_snapshots:
             self.snapshot = take_snapshot(ctx, step)
             if writer is not None:
-                save_selected(ctx, writer, step)
+                save_selected(ctx, writer, self.snapshot)
         if writer is not None:
             writer.update_status(selection={**self.selector.summary(), "reason": verdict.reason,
                                             "state": self.selector.state.to_dict()})

@@ -3,7 +3,8 @@
     folder = export_run(RunDir.at(run_id), Path("my-export"))   # refuses a non-empty target
     data = export_zip(run)                                       # the same folder as zip bytes (studio download)
 
-The folder (from the run's latest complete checkpoint):
+The folder (from the step the calibrated stop selected, `selected/`, else the run's latest
+complete checkpoint):
     adapter_model.safetensors, adapter_config.json   the PEFT adapter; base_model_name_or_path is a
                                                      hub id (`portable_base_model`), not a path here
     calibration_head.safetensors                     the head's (l, s), for runs whose method has one
@@ -171,16 +172,25 @@ def _status(run: RunDir) -> dict[str, Any]:
         return {}
 
 
+def exported_step(run: RunDir) -> tuple[int, Path]:
+    """(step, directory) of what an export holds: the step the calibrated stop selected
+    (`selected/`, training/selection.py) when the run has one, else the latest checkpoint."""
+    selected = run.selected_step()
+    if selected is not None:
+        return selected, run.selected_dir
+    latest = run.latest_checkpoint()
+    if latest is None:
+        raise ValueError(f"Expected a complete checkpoint in run {run.run_id}, but it has none")
+    return latest
+
+
 def export_run(run: RunDir, target: Path) -> Path:
     """Write the export folder of `run` at `target` (new, or an empty folder); returns it."""
     target = Path(target)
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise ValueError(f"Expected `target` to be a new or empty folder, but {target} "
                          f"{'has files' if target.is_dir() else 'is a file'}")
-    latest = run.latest_checkpoint()
-    if latest is None:
-        raise ValueError(f"Expected a complete checkpoint in run {run.run_id}, but it has none")
-    step, checkpoint = latest
+    step, checkpoint = exported_step(run)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".export", dir=target.parent))
     try:
@@ -239,8 +249,8 @@ def export_card(run: RunDir, record: dict[str, Any]) -> str:
         f"# {run.run_id}\n\nTrained with CALM Studio: task `{record['task']}`, method `{record['method']}`, "
         f"head scope `{record['head_scope']}`, base model `{hub}` (`{train.get('model')}` in the run), scoring "
         f"`{scoring['rule']}`{' with the chat template' if scoring['chat_template'] else ''}, {train.get('steps')} "
-        f"steps on `{train.get('train_data')}` (S_V: `{train.get('heldout_data')}`); checkpoint of step "
-        f"{record['step']}.\n{weights_note}\n## Load it (transformers + peft; CALM Studio not needed)\n\n"
+        f"steps on `{train.get('train_data')}` (S_V: `{train.get('heldout_data')}`); the adapter and head of step "
+        f"{record['step']}{_selected_note(run)}.\n{weights_note}\n## Load it (transformers + peft; CALM Studio not needed)\n\n"
         f"```python\n{load_snippet(record)}```\n\n"
         "`calm_head.py` holds the head and `option_probabilities`, which scores a question's options under the "
         "run's scoring rule (`scoring` in calm_export.json) and applies the head where the run applied it.\n"
@@ -249,6 +259,17 @@ def export_card(run: RunDir, record: dict[str, Any]) -> str:
         + (f"```\n{format_table(rows, result_columns(rows))}\n```\n" if rows else
            "No final evaluation: the run has not finished (no results.json).\n")
     )
+
+
+def _selected_note(run: RunDir) -> str:
+    """Why the export holds that step: the calibrated stop's line (workspace/verdict.py)."""
+    from calm_core.workspace.verdict import selection_line
+
+    try:
+        line = selection_line(run.results()) if (run.path / "results.json").is_file() else None
+    except (OSError, ValueError):
+        line = None
+    return f" ({line.rstrip('.')})" if line else ""
 
 
 def load_snippet(record: dict[str, Any]) -> str:

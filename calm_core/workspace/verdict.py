@@ -78,7 +78,7 @@ def recommendation_line(results: dict[str, Any], method: str) -> str | None:
     text = f"Recommended: {variant} ({rec.get('reason', '')})."
     if variant != method:
         text += f" {method} does not win on S_V: use {variant}" + \
-                (" (the untouched model)." if variant == "base" else f" (export it with `calm export RUN_ID DIR --variant {variant}`).")
+                (" (the untouched model)." if variant == "base" else f" on the base model (its parameters are in results.json).")
     return text
 
 

@@ -61,12 +61,13 @@ def upper(ctx: StepContext, items: Sequence[MCItem]) -> Callable[[], torch.Tenso
 
 
 def evaluate_now(ctx: StepContext, data: Data, batch_size: int,
-                 caches: dict[str, dict[tuple[bool, bool], Any]] | None = None) -> dict[str, float]:
-    """`eval/<set>/{acc,ece,entropy,confidence,auroc,aurc}` on S_V and every evaluation set. With
-    `caches` (set name -> `_scores_for` cache), the scores stay there for a final
-    evaluation at the same parameters, which then does not compute them again."""
+                 caches: dict[str, dict[tuple[bool, bool], Any]] | None = None,
+                 heldout_only: bool = False) -> dict[str, float]:
+    """`eval/<set>/{EVAL_KEYS}` on S_V and every evaluation set (S_V alone with
+    `heldout_only`). With `caches` (set name -> `_scores_for` cache), the scores stay there
+    for a final evaluation at the same parameters, which then does not compute them again."""
     record: dict[str, float] = {}
-    for name, items in {"heldout": data.heldout, **data.evals}.items():
+    for name, items in {"heldout": data.heldout, **({} if heldout_only else data.evals)}.items():
         if not items:
             continue
         cache = caches.setdefault(name, {}) if caches is not None else {}
@@ -257,5 +258,5 @@ def _recommendation(ctx: StepContext, data: Data, heldout_cache: dict[tuple[bool
     base = _scores_for(ctx, data.heldout, bs, False, False, heldout_cache)
     trained = _scores_for(ctx, data.heldout, bs, True, True, heldout_cache)
     probs = {"base": metrics.softmax(base.logits), ctx.settings.method: metrics.softmax(trained.logits)}
-    probs.update(cross_fitted(base.logits, base.gold, {name: type(c) for name, c in fitted.items()}))
-    return recommend(probs, base.gold).to_dict()
+    posthoc, how = cross_fitted(base.logits, base.gold, {name: type(c) for name, c in fitted.items()})
+    return recommend({**probs, **posthoc}, base.gold, posthoc_fit=how).to_dict()

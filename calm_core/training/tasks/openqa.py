@@ -74,14 +74,16 @@ def prefill(ctx: StepContext, data: Any, start_step: int, writer: Any, show: boo
     return None
 
 
-def evaluate_now(ctx: StepContext, data: Any, batch_size: int, caches: dict | None = None) -> dict[str, float]:
-    """Greedy answers of the model being trained on S_V and every evaluation set
-    (`caches` is MCQA's reuse of scores; generation has nothing to reuse)."""
+def evaluate_now(ctx: StepContext, data: Any, batch_size: int, caches: dict | None = None,
+                 heldout_only: bool = False) -> dict[str, float]:
+    """Greedy answers of the model being trained on S_V and every evaluation set (S_V
+    alone with `heldout_only`; `caches` is MCQA's reuse of scores: generation has
+    nothing to reuse)."""
     import dataclasses
 
     cfg = dataclasses.replace(ctx.settings.generation, n_samples=0, batch_size=batch_size)
     record: dict[str, float] = {}
-    for name, items in {"heldout": data.heldout, **data.evals}.items():
+    for name, items in {"heldout": data.heldout, **({} if heldout_only else data.evals)}.items():
         if not items:
             continue
         summary = summarize_open(judge(items, _answers(ctx, items, cfg, ctx.head, True), grouping_for("string")))

@@ -1,0 +1,70 @@
+"""The calibrated stop on the embedded model (real weights), with the quick preset's
+defaults, trained on built-in capitals as the issue's failing runs were:
+
+- the lower level stays solved: at every evaluation the S_T cross-entropy of theta
+  (adapter on, no head) stays within the documented tolerance of step 0's;
+- the selected step is the one recorded everywhere: status.json, results.json,
+  `selected/`, the export, and the `calm` row equals that step's evaluation;
+- the model handed back keeps capitals accuracy (at most one item lost), is not a
+  near-uniform forecast (mean confidence > 1/K + 0.05), and its ECE is within 0.02 of
+  temperature scaling's or better (docs/bilevel.md, "The calibrated stop").
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from calm_core.runs.rundir import RunDir
+from calm_core.scoring.models import load_model
+from calm_core.training.config import TrainConfig
+from calm_core.training.loop import train
+
+pytestmark = pytest.mark.embedded
+CAPITALS = dict(train_data="builtin/capitals/train", heldout_data="builtin/capitals/validation",
+                eval_data=("builtin/capitals/test",))
+K = 4  # capitals has four options
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> RunDir:
+    cfg = TrainConfig.preset("quick", method="calm", **CAPITALS)
+    run = RunDir.create(tmp_path_factory.mktemp("stop"), "capitals", cfg.to_dict())
+    train(cfg, run=run, lm=load_model("embedded"))
+    return run
+
+
+def test_the_lower_level_stays_solved(finished: RunDir) -> None:
+    selection = finished.status["selection"]
+    tolerance = TrainConfig.preset("quick").lower_tolerance
+    start = selection["reference"]["lower"]
+    probes = [(r["step"], r["lower/st_nll"]) for r in finished.read_metrics() if "lower/st_nll" in r]
+    assert len(probes) >= 4 and probes[0][0] == 0 and probes[0][1] == pytest.approx(start)
+    risen = [(step, value) for step, value in probes if value > start * (1 + tolerance)]
+    assert not risen, f"S_T cross-entropy of theta rose past {start:.3f} * (1 + {tolerance}): {risen}"
+
+
+def test_the_selected_step_is_the_recorded_one(finished: RunDir, tmp_path: Path) -> None:
+    from calm_core.workspace.export import export_run
+
+    step = finished.status["selection"]["selected_step"]
+    results = finished.results()
+    assert results["selection"]["selected_step"] == step == finished.selected_step()
+    at_step = next(r for r in finished.read_metrics() if r["step"] == step)
+    assert at_step["select/selected_step"] == step
+    calm = next(r for r in results["results"] if r["variant"] == "calm")
+    for key in ("acc", "ece", "confidence"):
+        assert calm[key] == pytest.approx(at_step[f"eval/builtin/capitals/test/{key}"], abs=1e-6)
+    folder = export_run(finished, tmp_path / "export")
+    assert json.loads((folder / "calm_export.json").read_text())["step"] == step
+
+
+def test_the_model_handed_back_is_calibrated_and_keeps_accuracy(finished: RunDir) -> None:
+    rows = {r["variant"]: r for r in finished.results()["results"]}
+    base, ts, calm = rows["base"], rows["ts"], rows["calm"]
+    assert calm["acc"] >= base["acc"] - 1 / calm["n"] - 1e-9  # at most one item lost
+    assert calm["confidence"] > 1 / K + 0.05  # not the near-uniform forecast
+    assert calm["ece"] <= ts["ece"] + 0.02
+    assert finished.results()["recommendation"]["variant"] in rows
