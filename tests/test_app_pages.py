@@ -252,7 +252,7 @@ def test_data_page_upload_errors_name_the_file_not_a_temporary_copy(open_page, t
 
 # ----------------------------------------------------------------------------- the calibrated stop (issue 21.2)
 
-@pytest.mark.parametrize("recommended", ["calm", "ts"])
+@pytest.mark.parametrize("recommended", ["calm", "vs"])
 def test_monitor_and_compare_show_the_selected_step_and_the_recommendation(open_page, recommended: str) -> None:
     """A finished run written by hand (tests/test_verdict.py): Monitor marks the selected
     step on its curves and says which step and which calibrator; Compare says both per
@@ -276,7 +276,7 @@ def test_monitor_and_compare_show_the_selected_step_and_the_recommendation(open_
     if recommended == "calm":
         assert [s.value for s in monitor.success][-1].startswith("Recommended: calm") and not monitor.warning
     else:
-        assert "calm does not win on S_V: use ts" in [w.value for w in monitor.warning][-1]
+        assert "calm does not win on S_V: use vs" in [w.value for w in monitor.warning][-1]
 
     compare = open_page("views/compare.py")
     assert not compare.exception and not compare.error, (compare.exception, [e.value for e in compare.error])
@@ -287,5 +287,5 @@ def test_monitor_and_compare_show_the_selected_step_and_the_recommendation(open_
     if recommended == "calm":
         assert compare.success[0].value.startswith("Recommended: calm") and not compare.info
     else:
-        assert "calm does not win on S_V: use ts" in compare.warning[0].value
+        assert "calm does not win on S_V: use vs" in compare.warning[0].value
         assert [i.value for i in compare.info] == ["no `ts` variant: S_V has 8 items, fewer than 10"]
