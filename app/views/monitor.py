@@ -92,26 +92,26 @@ def _charts(records: list[dict], active: bool, selection: dict) -> None:
     if not records:
         st.caption("No steps logged yet (loading the model and data, and filling the frozen-layer cache, come first).")
         return
-    chosen = verdict.selected_step(selection)
+    selected = verdict.selected_step(selection)
     losses, evaluation, alpha, tradeoff = st.tabs(["Losses", "Evaluation", "alpha", "Trade-off"])
     with losses:
         lower = run_view.series(records, "lower/st_nll")
         c1, c2, *c3 = st.columns(3 if lower[0] else 2)
         c1.plotly_chart(line_figure({"L_tr (train CE)": run_view.series(records, "train/lower_loss")},
-                                    "Training loss", selected_step=chosen), key="monitor_loss")
+                                    "Training loss", selected_step=selected), key="monitor_loss")
         entropy = run_view.series(records, "train/upper_loss")
         c2.plotly_chart(line_figure({"S_V batch": (entropy[0], [-v for v in entropy[1]]),
                                      "S_V (eval)": run_view.series(records, "eval/heldout/entropy")},
-                                    "Entropy on S_V (nats)", selected_step=chosen), key="monitor_entropy")
+                                    "Entropy on S_V (nats)", selected_step=selected), key="monitor_entropy")
         if lower[0]:
             limit = verdict.lower_threshold(selection)
             c3[0].plotly_chart(line_figure({"S_T cross-entropy": lower}, "S_T cross-entropy of theta (lower level)",
-                                           selected_step=chosen,
+                                           selected_step=selected,
                                            threshold=(limit, "tolerance") if limit is not None else None),
                                key="monitor_lower")
             c3[0].caption("theta with its adapter, no head, on S_T: a step above the tolerance line has lost the "
                           "lower level and is never selected.")
-        _bome(records, chosen)
+        _bome(records, selected)
     with evaluation:
         if not run_view.eval_sets(records):
             st.caption("No evaluation yet: it runs every `eval_every` steps and at the end.")
@@ -122,24 +122,24 @@ def _charts(records: list[dict], active: bool, selection: dict) -> None:
                            "match and ECE is the greedy answer's sequence probability against its correctness "
                            "(10 bins); Semantic ECE comes with the final evaluation (sampled answers).")
             c1, c2, c3 = st.columns(3)
-            c1.plotly_chart(line_figure(_eval_curves(records, "acc"), "Accuracy", selected_step=chosen),
+            c1.plotly_chart(line_figure(_eval_curves(records, "acc"), "Accuracy", selected_step=selected),
                             key="monitor_acc")
             c2.plotly_chart(line_figure(_eval_curves(records, "ece"), "Sequence-probability ECE (10 bins)" if openqa
-                                        else "ECE (15 bins)", selected_step=chosen), key="monitor_ece")
+                                        else "ECE (15 bins)", selected_step=selected), key="monitor_ece")
             c3.plotly_chart(line_figure(_eval_curves(records, "entropy"), "Mean token entropy" if openqa
-                                        else "Mean entropy", selected_step=chosen), key="monitor_eval_entropy")
+                                        else "Mean entropy", selected_step=selected), key="monitor_eval_entropy")
             if not openqa:
                 c1, c2, c3 = st.columns(3)
                 c1.plotly_chart(line_figure(_eval_curves(records, "auroc"), "AUROC (confidence vs correct)",
-                                            selected_step=chosen), key="monitor_auroc")
+                                            selected_step=selected), key="monitor_auroc")
                 c2.plotly_chart(line_figure(_eval_curves(records, "confidence"), "Mean confidence",
-                                            selected_step=chosen), key="monitor_confidence")
+                                            selected_step=selected), key="monitor_confidence")
                 nll = _eval_curves(records, "nll")
                 if any(steps for steps, _ in nll.values()):  # the selection's score (S_V's is `heldout`)
-                    c3.plotly_chart(line_figure(nll, "NLL (the selection's score on S_V)", selected_step=chosen),
+                    c3.plotly_chart(line_figure(nll, "NLL (the selection's score on S_V)", selected_step=selected),
                                     key="monitor_nll")
     with alpha:
-        _alpha(records, active, chosen)
+        _alpha(records, active, selected)
     with tradeoff:
         paths = {}
         for name in run_view.eval_sets(records):
@@ -147,7 +147,7 @@ def _charts(records: list[dict], active: bool, selection: dict) -> None:
             paths[name] = (steps, acc, run_view.series(records, f"eval/{name}/ece")[1])
         if paths:
             references = run_view.reference_points(run) if run_view.task_of(run) == "mcqa" else {}
-            st.plotly_chart(tradeoff_figure(paths, references, selected_step=chosen), key="monitor_tradeoff")
+            st.plotly_chart(tradeoff_figure(paths, references, selected_step=selected), key="monitor_tradeoff")
             st.caption("star: the selected step (where the run's model is from); "
                        "x: the untouched base model, diamond: temperature scaling (after the final evaluation). "
                        "A low ECE far below the base model's accuracy, or with AUROC near 0.5 in the table, is "
@@ -156,7 +156,7 @@ def _charts(records: list[dict], active: bool, selection: dict) -> None:
             st.caption("The path appears after the first evaluation.")
 
 
-def _bome(records: list[dict], chosen: int | None) -> None:
+def _bome(records: list[dict], selected: int | None) -> None:
     """BOME's diagnostics, each with the line that says what it means; a warning when the
     coupling never acted (then the run is alternating updates in disguise)."""
     q, lam = run_view.series(records, "bome/q"), run_view.series(records, "bome/lambda")
@@ -177,24 +177,24 @@ def _bome(records: list[dict], chosen: int | None) -> None:
         cols = st.columns(2)
         for col, (key, (title, curve)) in zip(cols, shown[row:row + 2]):
             col.plotly_chart(line_figure({key: curve}, title, log_y=log_scale and key in ("q", "lambda"),
-                                         selected_step=chosen), key=f"monitor_bome_{key}")
+                                         selected_step=selected), key=f"monitor_bome_{key}")
             col.caption(run_view.BOME_MEANINGS[key])
 
 
-def _alpha(records: list[dict], active: bool, chosen: int | None) -> None:
+def _alpha(records: list[dict], active: bool, selected: int | None) -> None:
     steps, taus = run_view.alpha_vectors(records, "tau")
     if not steps:
         summary = {k: run_view.series(records, f"alpha/{k}") for k in ("tau_mean", "tau_min", "tau_max", "l_abs_mean")}
         summary = {k: v for k, v in summary.items() if v[0]}
         if summary:
             st.plotly_chart(line_figure(summary, "alpha summary (vocab scope: statistics over the vocabulary)",
-                                        selected_step=chosen), key="monitor_alpha_summary")
+                                        selected_step=selected), key="monitor_alpha_summary")
         else:
             st.caption("This method has no calibration head.")
         return
     labels = [f"option {chr(65 + k)}" for k in range(taus.shape[1])] if taus.shape[1] > 1 else ["tau"]
     st.plotly_chart(line_figure({lab: (steps, taus[:, k]) for k, lab in enumerate(labels)}, "tau per option",
-                                selected_step=chosen), key="monitor_tau_lines")
+                                selected_step=selected), key="monitor_tau_lines")
     st.plotly_chart(alpha_heatmap(steps, taus, labels, "tau: step x option"), key="monitor_tau_heat")
     # While the run moves, a new step is a new slider (it follows the latest step); once it
     # stops, the key is stable and the slider stays where the reader puts it.
