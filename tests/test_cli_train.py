@@ -41,10 +41,11 @@ def test_foreground_train_writes_a_finished_run(tiny_model_dir: Path, tmp_path: 
     run = only_run(tmp_path)
     assert run.status["state"] == "finished"
     assert run.config["train"]["method"] == "calm" and run.config["environment"]["versions"]["torch"]
-    assert [r["step"] for r in run.read_metrics()] == [1, 2]
+    assert [r["step"] for r in run.read_metrics()] == [0, 1, 2]
     assert main(["runs", "--runs-root", str(tmp_path)]) == 0
     listed = capsys.readouterr().out
     assert run.run_id in listed and "[bome: drop" in listed  # the BOME diagnostics of the last steps
+    assert "The model is from step" in listed and "Recommended: " in listed  # `calm train`'s closing lines
     assert main(["runs", "--runs-root", str(tmp_path), "--json"]) == 0
     (entry,) = json.loads(capsys.readouterr().out)
     assert {"q", "lambda", "inner_drop_frac", "coupling_ratio", "inert"} <= set(entry["bome"])
