@@ -81,13 +81,29 @@ def variant_colors(names: Sequence[str]) -> dict[str, str]:
     return {n: VARIANT_COLORS.get(n) or PALETTE[others.index(n) % len(PALETTE)] for n in names}
 
 
+SELECTED_LABEL = "selected"  # the calibrated stop's step (training/selection.py) on every curve
+SELECTED_SYMBOL = "star"
+
+
 def line_figure(curves: dict[str, tuple[Sequence[float], Sequence[float]]], title: str, y_title: str = "",
-                log_y: bool = False, x_title: str = "step") -> go.Figure:
-    """One line per named (x, y) curve, e.g. ECE per evaluation set over training steps."""
+                log_y: bool = False, x_title: str = "step", selected_step: int | None = None,
+                threshold: tuple[float, str] | None = None) -> go.Figure:
+    """One line per named (x, y) curve, e.g. ECE per evaluation set over training steps.
+    `selected_step`: a vertical dashed line labelled "selected" at the step the run's
+    model is from; `threshold` (value, label): a dotted horizontal line across the curves
+    (a trace, so the legend names it), e.g. the lower level's tolerance."""
     fig = go.Figure()
     for i, (name, (x, y)) in enumerate(curves.items()):
         fig.add_scatter(x=list(x), y=list(y), mode="lines+markers" if len(x) < 30 else "lines", name=name,
                         line=dict(color=PALETTE[i % len(PALETTE)] if len(curves) > 1 else ACCENT))
+    xs = [float(v) for x, _ in curves.values() for v in x]
+    if threshold is not None and xs:
+        value, label = threshold
+        fig.add_scatter(x=[min(xs), max(xs)], y=[float(value), float(value)], mode="lines", name=label,
+                        line=dict(color="gray", dash="dot"), hovertemplate=f"{label}: %{{y:.4f}}<extra></extra>")
+    if selected_step is not None:
+        fig.add_vline(x=selected_step, line_dash="dash", line_color="gray", annotation_text=SELECTED_LABEL,
+                      annotation_position="top")
     fig.update_layout(title=title, height=300, margin=dict(l=40, r=10, t=40, b=30), legend=dict(orientation="h", y=-0.25))
     fig.update_xaxes(title_text=x_title)
     fig.update_yaxes(title_text=y_title, type="log" if log_y else "linear")
@@ -116,12 +132,14 @@ REFERENCE_SYMBOLS = {"base": "x", "ts": "diamond"}
 
 
 def tradeoff_figure(paths: dict[str, tuple[Sequence[int], Sequence[float], Sequence[float]]],
-                    references: dict[str, dict[str, tuple[float, float]]] | None = None) -> go.Figure:
+                    references: dict[str, dict[str, tuple[float, float]]] | None = None,
+                    selected_step: int | None = None) -> go.Figure:
     """ECE (x) against accuracy (y) as a path over training, one per evaluation set;
     the first point is hollow, the last filled: left is better calibrated, up is more
     accurate. `references` ({set: {"base" | "ts": (ece, acc)}}) adds the untouched model
     (x) and temperature scaling (diamond) in the set's colour: a run that ends left of
-    TS but below base has traded accuracy for its ECE."""
+    TS but below base has traded accuracy for its ECE. `selected_step` adds a star on
+    each path at that step (where the run's model is from), when the path has it."""
     fig = go.Figure()
     for i, (name, (steps, acc, ece)) in enumerate(paths.items()):
         color = PALETTE[i % len(PALETTE)]
@@ -129,6 +147,11 @@ def tradeoff_figure(paths: dict[str, tuple[Sequence[int], Sequence[float], Seque
                         marker=dict(size=[9 if j == len(steps) - 1 else 6 for j in range(len(steps))],
                                     symbol=["circle-open" if j == 0 else "circle" for j in range(len(steps))]),
                         text=[f"step {s}" for s in steps], hovertemplate="%{text}<br>ECE %{x:.3f}<br>acc %{y:.3f}<extra></extra>")
+        if selected_step is not None and selected_step in list(steps):
+            j = list(steps).index(selected_step)
+            fig.add_scatter(x=[ece[j]], y=[acc[j]], mode="markers", name=f"{SELECTED_LABEL} (step {selected_step}) · {name}",
+                            marker=dict(color=color, size=16, symbol=SELECTED_SYMBOL, line=dict(color="black", width=1)),
+                            hovertemplate=f"selected: step {selected_step}<br>ECE %{{x:.3f}}<br>acc %{{y:.3f}}<extra></extra>")
         for variant, (ref_ece, ref_acc) in (references or {}).get(name, {}).items():
             fig.add_scatter(x=[ref_ece], y=[ref_acc], mode="markers", name=f"{variant} · {name}", showlegend=True,
                             marker=dict(color=color, size=11, symbol=REFERENCE_SYMBOLS.get(variant, "square")),

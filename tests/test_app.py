@@ -81,6 +81,33 @@ def test_chart_builders_for_monitor_and_compare() -> None:
     assert variant_colors(["base", "ts", "calm", "sft"])["calm"] != variant_colors(["base", "ts", "calm", "sft"])["sft"]
 
 
+def test_selected_step_is_marked_on_every_curve_and_the_tradeoff_path() -> None:
+    """The calibrated stop's step: a dashed vertical line labelled "selected" on a line
+    figure, a star on each ECE-accuracy path at that step; nothing when there is none."""
+    from app.charts import SELECTED_SYMBOL, line_figure, tradeoff_figure
+
+    curves = {"heldout": ([0, 1, 2, 4], [0.9, 0.7, 0.6, 0.65]), "test": ([0, 1, 2, 4], [0.8, 0.7, 0.6, 0.6])}
+    plain = line_figure(curves, "NLL")
+    assert not plain.layout.shapes and not plain.layout.annotations
+    marked = line_figure(curves, "NLL", selected_step=2)
+    (shape,) = marked.layout.shapes
+    assert (shape.x0, shape.x1, shape.line.dash) == (2, 2, "dash")
+    assert [a.text for a in marked.layout.annotations] == ["selected"]
+    assert [t.name for t in marked.data] == ["heldout", "test"]  # the mark is no curve
+    tolerance = line_figure({"S_T": ([0, 2, 4], [1.0, 1.05, 1.2])}, "lower", threshold=(1.1, "tolerance"))
+    assert tolerance.data[1].name == "tolerance" and list(tolerance.data[1].y) == [1.1, 1.1]
+    assert list(tolerance.data[1].x) == [0.0, 4.0]
+
+    paths = {"heldout": ([0, 1, 2, 4], [0.5, 0.52, 0.5, 0.48], [0.3, 0.2, 0.1, 0.15]),
+             "test": ([0, 1, 2, 4], [0.4, 0.42, 0.41, 0.4], [0.35, 0.25, 0.2, 0.22])}
+    assert not any(SELECTED_SYMBOL == t.marker.symbol for t in tradeoff_figure(paths).data)
+    stars = [t for t in tradeoff_figure(paths, selected_step=2).data if t.marker.symbol == SELECTED_SYMBOL]
+    assert [(t.name, t.x[0], t.y[0]) for t in stars] == [("selected (step 2) · heldout", 0.1, 0.5),
+                                                         ("selected (step 2) · test", 0.2, 0.41)]
+    assert stars[0].marker.color == tradeoff_figure(paths).data[0].line.color  # the set's colour
+    assert len(tradeoff_figure(paths, selected_step=3).data) == 2  # a step the paths never evaluated: no star
+
+
 def test_user_text_is_escaped_in_charts_and_inline_code() -> None:
     from app.charts import option_probability_figure
     from app.state import code

@@ -248,3 +248,44 @@ def test_data_page_upload_errors_name_the_file_not_a_temporary_copy(open_page, t
     assert errors[-1] == ("Expected readable rows in mine.csv, but the first ones could not be read:\n\n"
                           "mine.csv, row 1: Expected 2 fields as in the header, but got 3")
     assert not any("/tmp" in e or "Error:" in e or "upload.csv" in e for e in errors)
+
+
+# ----------------------------------------------------------------------------- the calibrated stop (issue 21.2)
+
+@pytest.mark.parametrize("recommended", ["calm", "vs"])
+def test_monitor_and_compare_show_the_selected_step_and_the_recommendation(open_page, recommended: str) -> None:
+    """A finished run written by hand (tests/test_verdict.py): Monitor marks the selected
+    step on its curves and says which step and which calibrator; Compare says both per
+    run, plainly when a baseline beats the trained model, and why a baseline is missing."""
+    from app.charts import SELECTED_SYMBOL
+    from tests.test_verdict import finished_run
+
+    run = finished_run(recommended=recommended, with_ts=recommended == "calm")
+    monitor = open_page("views/monitor.py")
+    assert not monitor.exception and not monitor.error, (monitor.exception, [e.value for e in monitor.error])
+    text = _text(monitor)
+    assert "Selected step 4 (rule `best`): S_V NLL 0.8123, ECE 0.0712, accuracy 0.625; stopped early at step 12." in text
+    assert "The model is from step 4, selected on S_V" in text
+    figures = [c.proto.spec for c in monitor.get("plotly_chart")]
+    assert sum('"text":"selected"' in spec for spec in figures) >= 6  # losses, lower level, evaluation curves
+    assert any(f'"symbol":"{SELECTED_SYMBOL}"' in spec for spec in figures)  # the trade-off path
+    assert any("S_T cross-entropy of theta (lower level)" in spec and '"name":"tolerance"' in spec for spec in figures)
+    evidence = next(d.value for d in monitor.dataframe if "recommended" in d.value.columns)
+    assert list(evidence["variant"]) == (["base", "ts", "vs", "calm"] if recommended == "calm" else ["base", "vs", "calm"])
+    assert evidence["ece"].str.contains(r"\[").all()  # 90% intervals
+    if recommended == "calm":
+        assert [s.value for s in monitor.success][-1].startswith("Recommended: calm") and not monitor.warning
+    else:
+        assert "calm does not win on S_V: use vs" in [w.value for w in monitor.warning][-1]
+
+    compare = open_page("views/compare.py")
+    assert not compare.exception and not compare.error, (compare.exception, [e.value for e in compare.error])
+    assert compare.multiselect(key="compare_runs").value == [run.run_id]
+    assert "calm" in compare.multiselect(key="compare_variants").value  # the trained model is shown by default
+    text = _text(compare)
+    assert "The model is from step 4, selected on S_V" in text
+    if recommended == "calm":
+        assert compare.success[0].value.startswith("Recommended: calm") and not compare.info
+    else:
+        assert "calm does not win on S_V: use vs" in compare.warning[0].value
+        assert [i.value for i in compare.info] == ["no `ts` variant: S_V has 8 items, fewer than 10"]

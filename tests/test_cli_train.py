@@ -41,10 +41,11 @@ def test_foreground_train_writes_a_finished_run(tiny_model_dir: Path, tmp_path: 
     run = only_run(tmp_path)
     assert run.status["state"] == "finished"
     assert run.config["train"]["method"] == "calm" and run.config["environment"]["versions"]["torch"]
-    assert [r["step"] for r in run.read_metrics()] == [1, 2]
+    assert [r["step"] for r in run.read_metrics()] == [0, 1, 2]
     assert main(["runs", "--runs-root", str(tmp_path)]) == 0
     listed = capsys.readouterr().out
     assert run.run_id in listed and "[bome: drop" in listed  # the BOME diagnostics of the last steps
+    assert "The model is from step" in listed and "Recommended: " in listed  # `calm train`'s closing lines
     assert main(["runs", "--runs-root", str(tmp_path), "--json"]) == 0
     (entry,) = json.loads(capsys.readouterr().out)
     assert {"q", "lambda", "inner_drop_frac", "coupling_ratio", "inert"} <= set(entry["bome"])
@@ -158,3 +159,43 @@ def test_a_task_brings_its_own_defaults_and_preset_part_to_the_cli_and_the_studi
     given = resolve_config(parser.parse_args(["train", "--preset", "quick", "--task", "openqa",
                                               "--set", 'generation={"prompt": "plain"}']))
     assert (given.generation.n_samples, given.generation.prompt) == (5, "plain")  # sections merge, not replace
+
+
+def test_train_ends_with_the_selected_step_the_recommendation_and_the_evidence(tmp_path: Path, monkeypatch,
+                                                                              capsys) -> None:
+    """After "run X: finished", `calm train` prints verdict_lines: the trainer is replaced
+    by one that writes a results.json by hand (tests/test_verdict.py), so this runs fast."""
+    from types import SimpleNamespace
+
+    import calm_core.cli.train as cli_train
+    import calm_core.training.loop as loop
+    from calm_core.io import atomic_write_json
+    from calm_core.training.config import TrainConfig
+    from calm_core.workspace.launch import create_run
+    from tests.test_verdict import DATASET, results
+
+    def fake_train(cfg, run, progress=None):
+        atomic_write_json(run.path / "results.json", results(recommended="vs", with_ts=False))
+        return SimpleNamespace(state="finished", step=12)
+
+    monkeypatch.setattr(loop, "train", fake_train)
+    monkeypatch.setattr(cli_train, "_graceful", lambda run: None)  # keep pytest's own signal handlers
+    run = create_run(TrainConfig.preset("quick"), root=tmp_path)
+    assert cli_train.run_in_process(run, show_progress=False) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"run {run.run_id}: finished at step 12 ({run.path})"
+    assert out[1].startswith("The model is from step 4, selected on S_V: NLL 0.8123")
+    assert out[2].startswith("Recommended: vs") and "calm does not win on S_V: use vs" in out[2]
+    assert out[3] == "No ts: no `ts` variant: S_V has 8 items, fewer than 10"
+    assert out[4].split() == ["dataset", "variant", "acc", "ece", "auroc", "confidence"]
+    assert [line.split()[:2] for line in out[5:8]] == [[DATASET, "base"], [DATASET, "vs"], [DATASET, "calm"]]
+    assert out[6].split()[2] == "*" and "0.060 [0.030, 0.120]" in out[7]  # vs recommended; 90% intervals
+    assert out[-1].startswith("(* recommended on S_V")
+
+    def damaging_train(cfg, run, progress=None):
+        (run.path / "results.json").write_text("{not json")
+        return SimpleNamespace(state="finished", step=12)
+
+    monkeypatch.setattr(loop, "train", damaging_train)
+    assert cli_train.run_in_process(run, show_progress=False) == 0  # a damaged file: said, the run still finished
+    assert "could not read the run's verdict" in capsys.readouterr().out

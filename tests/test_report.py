@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import shutil
+from html import escape
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -234,3 +235,37 @@ def test_calm_report_writes_the_file_and_checks_the_path_first(run_copy: RunDir,
     assert main(["report", run_copy.run_id, "--out", str(tmp_path / "a-file" / "r.html"),
                  "--runs-root", str(run_copy.path.parent)]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+@pytest.mark.parametrize("recommended", ["calm", "vs"])
+def test_report_opens_with_the_selected_step_the_recommendation_and_the_evidence(tmp_path: Path,
+                                                                                 recommended: str) -> None:
+    """Near the top: which step the model is from and why, which calibrator to use (said
+    plainly when calm does not win), why a baseline is missing, and the evidence table
+    (base, ts, vs, calm on each evaluation set) with 90% intervals."""
+    from calm_core.workspace import verdict
+    from tests.test_verdict import DATASET, finished_run
+
+    run = finished_run(tmp_path, recommended=recommended, with_ts=recommended == "calm")
+    text = run_report_html(run)
+    doc = parse(text)
+    assert not doc.errors and doc.stack == []
+    results = run.results()
+    section = text[text.index('id="verdict"'):text.index('id="settings"')]  # before the settings and the metrics
+    assert escape(verdict.selection_line(results)) in section
+    assert escape(verdict.recommendation_line(results, "calm")) in section
+    assert ('class="win"' in section) == (recommended == "calm")
+    evidence = [cells for cells in doc.rows if len(cells) == 2 + len(verdict.EVIDENCE_METRICS)]
+    assert evidence[0] == ["dataset", "variant", "acc", "ece", "auroc", "confidence"]
+    wanted = ["base", "ts", "vs", "calm"] if recommended == "calm" else ["base", "vs", "calm"]
+    assert [cells[1].rstrip(" *") for cells in evidence[1:]] == wanted
+    calm = next(cells for cells in evidence[1:] if cells[1].startswith("calm"))
+    assert calm[0] == DATASET and calm[3] == "0.060 [0.030, 0.120]"
+    assert [cells[1] for cells in evidence[1:] if cells[1].endswith(" *")] == [f"{recommended} *"]
+    if recommended == "vs":
+        assert "calm does not win on S_V: use vs" in section
+        assert escape("no `ts` variant: S_V has 8 items, fewer than 10") in section
+
+
+def test_report_of_a_run_without_a_calibrated_stop_has_no_verdict(open_run: RunDir) -> None:
+    assert 'id="verdict"' not in run_report_html(open_run)

@@ -53,6 +53,14 @@ def test_compare_rows_share_base_and_ts_and_label_repeated_methods(tmp_path: Pat
         run_view.compare_rows([RunDir.create(tmp_path, "d", {"train": {}})])
 
 
+def test_compare_shows_base_a_calibrator_and_the_trained_model_first() -> None:
+    from calm_core.workspace.view import default_variants
+
+    assert default_variants(["base", "ts", "vs", "calm", "calm_theta_only"]) == ["base", "ts", "calm"]
+    assert default_variants(["base", "vs", "calm", "calm_theta_only", "calm@b"]) == ["base", "vs", "calm"]
+    assert default_variants(["base", "calm_theta_only"]) == ["base", "calm_theta_only"]  # nothing else to show
+
+
 def test_predictions_reads_confidence_and_correctness(tmp_path: Path) -> None:
     import pandas as pd
 

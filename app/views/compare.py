@@ -8,9 +8,10 @@ import pandas as pd
 import streamlit as st
 
 from app.charts import confidence_histogram, figure_png, open_answers_table, reliability_figure, reliability_overlay
-from app.state import describe_error
+from app.state import code, describe_error
 from calm_core.calibration import metrics
 from calm_core.calibration.metrics.columns import help_texts, metric_names, table_columns
+from calm_core.workspace import verdict
 from calm_core.workspace import view as run_view
 from calm_core.scoring.evaluate import wide_table
 from calm_core.workspace.export import export_zip
@@ -52,7 +53,7 @@ datasets = list(dict.fromkeys(r["dataset"] for r in rows))
 variants = list(dict.fromkeys(r["variant"] for r in rows))
 c1, c2, c3, c4 = st.columns([2, 3, 1, 1])
 dataset = c1.selectbox("Evaluation set", datasets, key="compare_dataset")
-shown = c2.multiselect("Variants", variants, default=variants[:3], key="compare_variants")
+shown = c2.multiselect("Variants", variants, default=run_view.default_variants(variants), key="compare_variants")
 n_bins = c3.selectbox("Bins", [10, 15], index=1, key="compare_bins")
 layout = c4.radio("Layout", ["overlay", "side by side"], key="compare_layout")
 if any_open:
@@ -105,6 +106,23 @@ if open_variants:
             st.dataframe(open_answers_table(frame), hide_index=True, width="stretch", key="compare_open_table")
             st.caption("Samples by cluster: each meaning cluster's first answer and how many samples it holds, "
                        "largest first (the first is the Sem1 answer); `correct` judges that answer.")
+
+st.subheader("Which model to use")
+for run in runs:  # per run: the selected step and why, the recommendation (chosen on S_V), missing baselines
+    try:
+        results, method = run.results(), str(run.config.get("train", {}).get("method", ""))
+    except Exception as exc:
+        st.warning(describe_error(exc))
+        continue
+    if len(runs) > 1:
+        st.markdown(code(labels[run.run_id]))
+    line = verdict.selection_line(results)
+    st.markdown(line or "This run has no calibrated stop (its model is from its last step).")
+    advice = verdict.recommendation_line(results, method)
+    if advice:
+        (st.success if verdict.method_recommended(results, method) else st.warning)(advice)
+    for note in verdict.missing_variant_notes(results).values():
+        st.info(note)  # where the variant's rows would be in the table below
 
 st.subheader("Metrics")
 st.caption("ECE: 15 equal-width bins; ece_10: the paper's 10. The first evaluation set of a run is its in-domain set.")

@@ -10,6 +10,7 @@ from app.charts import alpha_bars, alpha_heatmap, line_figure, tradeoff_figure
 from app.state import code, describe_error
 from calm_core.training.config import recorded_bilevel
 from calm_core.calibration.metrics.columns import help_texts, table_columns
+from calm_core.workspace import verdict
 from calm_core.workspace import view as run_view
 from calm_core.runs.jobs import cancel, resume
 from calm_core.runs.listing import list_runs
@@ -42,10 +43,9 @@ def _eval_curves(records: list[dict], metric: str) -> dict:
     return {name: run_view.series(records, f"eval/{name}/{metric}") for name in run_view.eval_sets(records)}
 
 
-def _header(records: list[dict], view: RunState) -> None:
-    status = run.status
+def _header(records: list[dict], view: RunState, status: dict, config: dict) -> None:
     total, step = status.get("total_steps"), status.get("step") or 0
-    config = run.config.get("train", {})
+    config = config.get("train", {})
     st.markdown(f"{code(config.get('method', '?'))} on {code(config.get('train_data', '?'))} "
                 f"(scope {code(run_view.head_scope(config) if config else '?')}, model {code(config.get('model', '?'))})")
     eta = run_view.eta_seconds(records, total)
@@ -54,6 +54,10 @@ def _header(records: list[dict], view: RunState) -> None:
     st.progress(min(1.0, step / total) if total else 0.0, text=text)
     if view.state == "failed" and status.get("error"):
         st.error(status["error"])
+    selection = status.get("selection") or {}
+    line = verdict.selection_status_line(selection)
+    if line:  # the calibrated stop (training/selection.py): which step the model is from so far
+        st.caption(line, help=selection.get("rule_text"))
     _data_notes(status.get("choices") or {})
     for name, n in (status.get("items_cut_to_context") or {}).items():
         st.caption(f"{n} items of {name} were longer than the model's context and were cut from the left "
@@ -83,20 +87,31 @@ def _controls(view: RunState) -> None:
             st.error(describe_error(exc))
 
 
-def _charts(records: list[dict], active: bool) -> None:
+def _charts(records: list[dict], active: bool, selection: dict) -> None:
+    """Every curve marks the selected step (status.json's `selection`, read once per poll)."""
     if not records:
         st.caption("No steps logged yet (loading the model and data, and filling the frozen-layer cache, come first).")
         return
+    selected = verdict.selected_step(selection)
     losses, evaluation, alpha, tradeoff = st.tabs(["Losses", "Evaluation", "alpha", "Trade-off"])
     with losses:
-        c1, c2 = st.columns(2)
+        lower = run_view.series(records, "lower/st_nll")
+        c1, c2, *c3 = st.columns(3 if lower[0] else 2)
         c1.plotly_chart(line_figure({"L_tr (train CE)": run_view.series(records, "train/lower_loss")},
-                                    "Training loss"), key="monitor_loss")
+                                    "Training loss", selected_step=selected), key="monitor_loss")
         entropy = run_view.series(records, "train/upper_loss")
         c2.plotly_chart(line_figure({"S_V batch": (entropy[0], [-v for v in entropy[1]]),
                                      "S_V (eval)": run_view.series(records, "eval/heldout/entropy")},
-                                    "Entropy on S_V (nats)"), key="monitor_entropy")
-        _bome(records)
+                                    "Entropy on S_V (nats)", selected_step=selected), key="monitor_entropy")
+        if lower[0]:
+            limit = verdict.lower_threshold(selection)
+            c3[0].plotly_chart(line_figure({"S_T cross-entropy": lower}, "S_T cross-entropy of theta (lower level)",
+                                           selected_step=selected,
+                                           threshold=(limit, "tolerance") if limit is not None else None),
+                               key="monitor_lower")
+            c3[0].caption("theta with its adapter, no head, on S_T: a step above the tolerance line has lost the "
+                          "lower level and is never selected.")
+        _bome(records, selected)
     with evaluation:
         if not run_view.eval_sets(records):
             st.caption("No evaluation yet: it runs every `eval_every` steps and at the end.")
@@ -107,19 +122,24 @@ def _charts(records: list[dict], active: bool) -> None:
                            "match and ECE is the greedy answer's sequence probability against its correctness "
                            "(10 bins); Semantic ECE comes with the final evaluation (sampled answers).")
             c1, c2, c3 = st.columns(3)
-            c1.plotly_chart(line_figure(_eval_curves(records, "acc"), "Accuracy"), key="monitor_acc")
+            c1.plotly_chart(line_figure(_eval_curves(records, "acc"), "Accuracy", selected_step=selected),
+                            key="monitor_acc")
             c2.plotly_chart(line_figure(_eval_curves(records, "ece"), "Sequence-probability ECE (10 bins)" if openqa
-                                        else "ECE (15 bins)"), key="monitor_ece")
+                                        else "ECE (15 bins)", selected_step=selected), key="monitor_ece")
             c3.plotly_chart(line_figure(_eval_curves(records, "entropy"), "Mean token entropy" if openqa
-                                        else "Mean entropy"), key="monitor_eval_entropy")
+                                        else "Mean entropy", selected_step=selected), key="monitor_eval_entropy")
             if not openqa:
-                c1, c2, _ = st.columns(3)
-                c1.plotly_chart(line_figure(_eval_curves(records, "auroc"), "AUROC (confidence vs correct)"),
-                                key="monitor_auroc")
-                c2.plotly_chart(line_figure(_eval_curves(records, "confidence"), "Mean confidence"),
-                                key="monitor_confidence")
+                c1, c2, c3 = st.columns(3)
+                c1.plotly_chart(line_figure(_eval_curves(records, "auroc"), "AUROC (confidence vs correct)",
+                                            selected_step=selected), key="monitor_auroc")
+                c2.plotly_chart(line_figure(_eval_curves(records, "confidence"), "Mean confidence",
+                                            selected_step=selected), key="monitor_confidence")
+                nll = _eval_curves(records, "nll")
+                if any(steps for steps, _ in nll.values()):  # the selection's score (S_V's is `heldout`)
+                    c3.plotly_chart(line_figure(nll, "NLL (the selection's score on S_V)", selected_step=selected),
+                                    key="monitor_nll")
     with alpha:
-        _alpha(records, active)
+        _alpha(records, active, selected)
     with tradeoff:
         paths = {}
         for name in run_view.eval_sets(records):
@@ -127,15 +147,16 @@ def _charts(records: list[dict], active: bool) -> None:
             paths[name] = (steps, acc, run_view.series(records, f"eval/{name}/ece")[1])
         if paths:
             references = run_view.reference_points(run) if run_view.task_of(run) == "mcqa" else {}
-            st.plotly_chart(tradeoff_figure(paths, references), key="monitor_tradeoff")
-            st.caption("x: the untouched base model, diamond: temperature scaling (after the final evaluation). "
+            st.plotly_chart(tradeoff_figure(paths, references, selected_step=selected), key="monitor_tradeoff")
+            st.caption("star: the selected step (where the run's model is from); "
+                       "x: the untouched base model, diamond: temperature scaling (after the final evaluation). "
                        "A low ECE far below the base model's accuracy, or with AUROC near 0.5 in the table, is "
                        "a near-uniform forecast, not a calibrated one.")
         else:
             st.caption("The path appears after the first evaluation.")
 
 
-def _bome(records: list[dict]) -> None:
+def _bome(records: list[dict], selected: int | None) -> None:
     """BOME's diagnostics, each with the line that says what it means; a warning when the
     coupling never acted (then the run is alternating updates in disguise)."""
     q, lam = run_view.series(records, "bome/q"), run_view.series(records, "bome/lambda")
@@ -155,25 +176,25 @@ def _bome(records: list[dict]) -> None:
     for row in range(0, len(shown), 2):
         cols = st.columns(2)
         for col, (key, (title, curve)) in zip(cols, shown[row:row + 2]):
-            col.plotly_chart(line_figure({key: curve}, title, log_y=log_scale and key in ("q", "lambda")),
-                             key=f"monitor_bome_{key}")
+            col.plotly_chart(line_figure({key: curve}, title, log_y=log_scale and key in ("q", "lambda"),
+                                         selected_step=selected), key=f"monitor_bome_{key}")
             col.caption(run_view.BOME_MEANINGS[key])
 
 
-def _alpha(records: list[dict], active: bool) -> None:
+def _alpha(records: list[dict], active: bool, selected: int | None) -> None:
     steps, taus = run_view.alpha_vectors(records, "tau")
     if not steps:
         summary = {k: run_view.series(records, f"alpha/{k}") for k in ("tau_mean", "tau_min", "tau_max", "l_abs_mean")}
         summary = {k: v for k, v in summary.items() if v[0]}
         if summary:
-            st.plotly_chart(line_figure(summary, "alpha summary (vocab scope: statistics over the vocabulary)"),
-                            key="monitor_alpha_summary")
+            st.plotly_chart(line_figure(summary, "alpha summary (vocab scope: statistics over the vocabulary)",
+                                        selected_step=selected), key="monitor_alpha_summary")
         else:
             st.caption("This method has no calibration head.")
         return
     labels = [f"option {chr(65 + k)}" for k in range(taus.shape[1])] if taus.shape[1] > 1 else ["tau"]
-    st.plotly_chart(line_figure({lab: (steps, taus[:, k]) for k, lab in enumerate(labels)}, "tau per option"),
-                    key="monitor_tau_lines")
+    st.plotly_chart(line_figure({lab: (steps, taus[:, k]) for k, lab in enumerate(labels)}, "tau per option",
+                                selected_step=selected), key="monitor_tau_lines")
     st.plotly_chart(alpha_heatmap(steps, taus, labels, "tau: step x option"), key="monitor_tau_heat")
     # While the run moves, a new step is a new slider (it follows the latest step); once it
     # stops, the key is stable and the slider stays where the reader puts it.
@@ -187,11 +208,13 @@ def _alpha(records: list[dict], active: bool) -> None:
         c2.plotly_chart(alpha_bars(shifts[l_steps.index(chosen)], labels, chosen, "l"), key="monitor_l_bars")
 
 
-def _results() -> None:
+def _results(method: str) -> None:
     if (run.path / "results.json").is_file():
         st.subheader("Final evaluation")
+        results = run.results()
+        _verdict(results, method)
         rows = run_view.compare_rows([run])
-        for note in run_view.posthoc_lines(run.results(), notes_only=True):
+        for note in run_view.posthoc_lines(results, notes_only=True):
             st.caption(note)  # e.g. too few S_V items to fit a temperature: say why the TS row is missing
         task = run_view.task_of(run)
         columns = table_columns(task)
@@ -204,16 +227,34 @@ def _results() -> None:
         st.page_link("views/compare.py", label="Compare reliability diagrams", icon=":material/compare:")
 
 
+def _verdict(results: dict, method: str) -> None:
+    """Which step the model is from and why, which calibrator to use (chosen on S_V, said
+    plainly when the trained model does not win), and the evidence with 90% intervals."""
+    line = verdict.selection_line(results)
+    if line:
+        st.markdown(line)
+    advice = verdict.recommendation_line(results, method)
+    if advice:
+        (st.success if verdict.method_recommended(results, method) else st.warning)(advice)
+    rows = verdict.evidence_rows(results, method)
+    if rows and (line or advice):
+        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", key="monitor_evidence")
+        st.caption("Evidence on the evaluation sets: each figure with its 90% bootstrap interval; `recommended` "
+                   "is the variant chosen on S_V.")
+
+
 def live() -> None:
-    records, view = run.read_metrics(), run.state()  # one read of each per poll
+    files = run.read_files()  # status.json and config.json: one read of each per poll, passed on
+    records, view = run.read_metrics(), run.state(files=files)
     if view.state == DAMAGED:  # a file the page needs is unreadable: say which, offer what helps
         st.error(view.reason)
         _controls(view)
         return
-    _header(records, view)
+    status, config = files.status, files.config or {}
+    _header(records, view, status, config)
     _controls(view)
-    _charts(records, active=view.state in ACTIVE)
-    _results()
+    _charts(records, active=view.state in ACTIVE, selection=status.get("selection") or {})
+    _results(str(config.get("train", {}).get("method", "")))
 
 
 # Poll while the job can still change; a finished run is drawn once.

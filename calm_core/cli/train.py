@@ -153,7 +153,23 @@ def run_in_process(run: RunDir, show_progress: bool) -> int:
     if not main:
         return 0
     print(f"run {run.run_id}: {result.state} at step {result.step} ({run.path})")
+    for line in _verdict(run):
+        print(line)
     return 0
+
+
+def _verdict(run: RunDir) -> list[str]:
+    """The run's closing lines (workspace.verdict): the selected step and why, the
+    calibrator to use, a missing baseline, the evidence with 90% intervals; [] without
+    results.json, or with a damaged one (the run itself has finished either way)."""
+    from calm_core.workspace.verdict import verdict_lines
+
+    if not (run.path / "results.json").is_file():
+        return []
+    try:
+        return verdict_lines(run.results(), str(run.config.get("train", {}).get("method", "")))
+    except (OSError, ValueError) as error:  # RunFileError is a ValueError: say it, keep the exit code
+        return [f"calm: could not read the run's verdict: {error}"]
 
 
 def cmd_train(args: argparse.Namespace) -> int:

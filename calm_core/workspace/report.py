@@ -23,6 +23,7 @@ import numpy as np
 from calm_core.training.config import recorded_bilevel
 from calm_core.calibration import metrics
 from calm_core.calibration.metrics.columns import cell, is_missing
+from calm_core.workspace import verdict
 from calm_core.workspace.view import (BOME_MEANINGS, bome_line, bome_summary, compare_rows, head_scope, posthoc_lines,
                                       predictions, result_columns, series, task_of)
 from calm_core.runs.rundir import RunDir
@@ -41,10 +42,11 @@ def run_report_html(run: RunDir, n_bins: int = N_BINS) -> str:
     records = run.read_metrics()
     name = status.get("name")
     title = f"CALM report: {run.run_id}" + (f" ({name})" if name else "")
+    results = run.results()
     body = [f"<h1>{escape(title)}</h1>",
             f"<p class=\"sub\">{escape(str(status.get('state', 'unknown')))} · generated "
             f"{datetime.now(timezone.utc).isoformat(timespec='seconds')} by CALM Studio</p>",
-            _settings(run, train, status), _metrics(rows, run.results()),
+            _verdict(results, str(train.get("method", ""))), _settings(run, train, status), _metrics(rows, results),
             _diagrams(run, rows, n_bins), _alpha(records, train), _bome(records, train), HOW_TO_READ]
     return _page(title, "\n".join(body))
 
@@ -58,6 +60,31 @@ def _status(run: RunDir) -> dict[str, Any]:
 
 
 # --- sections ------------------------------------------------------------------------
+
+def _verdict(results: dict[str, Any], method: str) -> str:
+    """Which step the model is from and why, the calibrator to use (chosen on S_V; said
+    plainly when the trained model does not win), why a baseline is missing, and the
+    evidence on the evaluation sets with 90% intervals ("" for a run without either)."""
+    selection, advice = verdict.selection_line(results), verdict.recommendation_line(results, method)
+    if not (selection or advice):
+        return ""
+    lines = [f"<p>{escape(selection)}</p>"] if selection else []
+    if advice:
+        wins = verdict.method_recommended(results, method)
+        lines.append(f"<p class=\"{'win' if wins else 'lose'}\"><b>{escape(advice)}</b></p>")
+    lines += [f"<p class=\"note\">{escape(note)}</p>" for note in verdict.missing_variant_notes(results).values()]
+    rows = verdict.evidence_rows(results, method)
+    if rows:
+        columns = ["dataset", "variant", *verdict.EVIDENCE_METRICS]
+        head = "".join(f"<th>{escape(c)}</th>" for c in columns)
+        body = "".join(f'<tr><td class="t">{escape(r["dataset"])}</td><td class="t">{escape(r["variant"])}'
+                       f'{" *" if r["recommended"] else ""}</td>'
+                       + "".join(f"<td>{escape(r[m])}</td>" for m in verdict.EVIDENCE_METRICS) + "</tr>" for r in rows)
+        lines.append(f"<table class=\"grid\" id=\"evidence\"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+                     "<p class=\"note\">* recommended on S_V. Figures on the evaluation sets, each with its 90% "
+                     "bootstrap interval [lo, hi].</p>")
+    return f"<section id=\"verdict\"><h2>Which model to use</h2>{''.join(lines)}</section>"
+
 
 def _settings(run: RunDir, train: dict[str, Any], status: dict[str, Any]) -> str:
     """The training settings and the environment record as one table, then the whole
@@ -321,7 +348,7 @@ th,td{padding:3px 8px;text-align:left;font-size:.9em;vertical-align:top}
 table.grid td,table.grid th{border:1px solid #ddd}table.grid td{text-align:right;font-variant-numeric:tabular-nums}
 table.grid td.t{text-align:left}table.kv th{color:#555;font-weight:600}
 .figs{display:flex;flex-wrap:wrap;gap:1em;align-items:flex-start}figure{margin:0;max-width:250px}
-figcaption{font-size:.85em}pre{font-size:.8em;background:#f6f6f6;padding:.5em;overflow:auto}section{margin-top:1.5em}"""
+figcaption{font-size:.85em}.win{color:#1f7a3a}.lose{color:#a35a00}pre{font-size:.8em;background:#f6f6f6;padding:.5em;overflow:auto}section{margin-top:1.5em}"""
 
 
 def _page(title: str, body: str) -> str:

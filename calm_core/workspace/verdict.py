@@ -68,6 +68,48 @@ def selection_line(results: dict[str, Any]) -> str | None:
     return text + "."
 
 
+def selection_status_line(selection: dict[str, Any] | None) -> str | None:
+    """status.json's `selection` in one line, while the run goes and after: the rule, the
+    step selected so far with its S_V NLL / ECE / accuracy, and where the run stopped
+    early (None before the first evaluation, or for a run without a calibrated stop)."""
+    if not selection or selection.get("selected_step") is None:
+        return None
+    chosen = selection.get("selected") or {}
+    text = f"Selected step {selection['selected_step']} (rule `{selection.get('rule', '?')}`)"
+    figures = [f"{label} {chosen[key]:{fmt}}" for key, label, fmt in
+               (("score", "S_V NLL", ".4f"), ("ece", "ECE", ".4f"), ("acc", "accuracy", ".3f"))
+               if isinstance(chosen.get(key), (int, float))]
+    if figures:
+        text += ": " + ", ".join(figures)
+    if selection.get("stopped_early") is not None:
+        text += f"; stopped early at step {selection['stopped_early']}"
+    return text + "."
+
+
+def selected_step(selection: dict[str, Any] | None) -> int | None:
+    """The step a run's model is (so far) from, or None: what the curves mark."""
+    step = (selection or {}).get("selected_step")
+    return int(step) if isinstance(step, (int, float)) and not isinstance(step, bool) else None
+
+
+def lower_threshold(selection: dict[str, Any] | None) -> float | None:
+    """The highest S_T cross-entropy of theta a step may have and still be selected:
+    step 0's times (1 + lower_tolerance); None when either is not recorded."""
+    selection = selection or {}
+    lower = (selection.get("reference") or {}).get("lower")
+    tolerance = selection.get("lower_tolerance")
+    if not isinstance(lower, (int, float)) or not isinstance(tolerance, (int, float)):
+        return None
+    return float(lower) * (1.0 + float(tolerance))
+
+
+def method_recommended(results: dict[str, Any], method: str) -> bool | None:
+    """Whether the recommendation is the trained model itself (None: no recommendation),
+    so a page can say it plainly (success) or warn that a baseline wins."""
+    variant = (results.get("recommendation") or {}).get("variant")
+    return None if not variant else variant == method
+
+
 def recommendation_line(results: dict[str, Any], method: str) -> str | None:
     """The recommended calibrator and the S_V evidence for it, said plainly when the
     trained model does not win (None without a recommendation)."""

@@ -111,6 +111,17 @@ def shared_variants() -> tuple[str, ...]:
     return ("base", *calibrators())
 
 
+def default_variants(variants: list[str]) -> list[str]:
+    """The variants Compare shows first: base, the first post-hoc calibrator present and
+    the first trained model (not a *_theta_only ablation), so the trained model is on the
+    page from the start however many calibrators precede it; the first three otherwise."""
+    shared = shared_variants()
+    posthoc = [v for v in variants if v in shared and v != "base"]
+    trained = [v for v in variants if v not in shared and "_theta_only" not in v]
+    picks = [v for v in variants if v == "base"] + posthoc[:1] + trained[:1]
+    return picks if trained else list(variants[:3])
+
+
 def compare_rows(runs: list[RunDir]) -> list[dict[str, Any]]:
     """Result rows of several finished runs. `base` / post-hoc (`ts`) rows shared by runs
     appear once (the first run's); a trained variant whose name an earlier run already used

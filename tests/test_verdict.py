@@ -1,0 +1,129 @@
+"""What a finished run says (calm_core.workspace.verdict): the selected step and why, the
+recommended calibrator, why a baseline is missing, the evidence with 90% intervals.
+
+`selection()`, `results()` and `finished_run()` build a run's files by hand (as the
+trainer writes them, without training) for the page, CLI and report tests too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from calm_core.io import atomic_write_json
+from calm_core.runs.rundir import RunDir, write_predictions
+from calm_core.workspace import verdict
+
+DATASET = "builtin/capitals/test"
+VARIANTS = {"base": (0.50, 0.20, 0.70, 0.72), "ts": (0.50, 0.08, 0.70, 0.55), "vs": (0.52, 0.07, 0.71, 0.56),
+            "calm": (0.50, 0.06, 0.69, 0.52), "calm_theta_only": (0.50, 0.15, 0.68, 0.66)}  # acc, ece, auroc, conf
+
+
+def selection(step: int = 4, stopped_early: int | None = 12, rule: str = "best") -> dict[str, Any]:
+    """results.json's `selection` (status.json's adds reason and state)."""
+    return {"rule": rule, "rule_text": f"{rule}: lowest S_V NLL ...", "selected_step": step,
+            "selected": {"step": step, "score": 0.8123, "ece": 0.0712, "acc": 0.625, "n": 24, "lower": 1.05},
+            "reference": {"step": 0, "score": 0.9876, "ece": 0.2, "acc": 0.625, "n": 24, "lower": 1.0},
+            "stopped_early": stopped_early, "patience": 4, "lower_tolerance": 0.1}
+
+
+def results(recommended: str = "calm", with_ts: bool = True) -> dict[str, Any]:
+    """A results.json of an mcqa calm run: rows with 90% intervals, the selection and
+    the recommendation (`with_ts=False`: ts missing, with the note the trainer writes)."""
+    rows = []
+    for variant, (acc, ece, auroc, conf) in VARIANTS.items():
+        if variant == "ts" and not with_ts:
+            continue
+        rows.append({"dataset": DATASET, "variant": variant, "task": "mcqa", "n": 24, "acc": acc, "ece": ece,
+                     "ece_10": ece, "brier": 0.4, "nll": 0.9, "auroc": auroc, "aurc": 0.3, "confidence": conf,
+                     "ci90": {"acc": [acc - 0.1, acc + 0.1], "ece": [ece / 2, ece * 2], "auroc": [auroc - 0.1, 0.9],
+                              "confidence": [conf - 0.05, conf + 0.05]}})
+    heldout = {v: {"nll": 0.9 - 0.1 * (v == recommended), "acc": 0.6, "ece": 0.1, "confidence": 0.6,
+                   "kept_accuracy": True} for v in ("base", "ts", "vs", "calm")}
+    data = {"results": rows, "selection": selection(),
+            "recommendation": {"variant": recommended, "reason": f"{recommended}: S_V NLL 0.8000 against base 0.9000",
+                               "heldout": heldout, "rule": "lowest S_V NLL keeping base's accuracy"}}
+    data["ts"] = {"kind": "ts", "temperature": 1.5, "fit_on": "S_V"} if with_ts else \
+        {"note": "no `ts` variant: S_V has 8 items, fewer than 10"}
+    return data
+
+
+def finished_run(root: Path | None = None, run_id: str = "20260101-000000-calm-0001", recommended: str = "calm",
+                 with_ts: bool = True) -> RunDir:
+    """A finished calm run's files, written by hand: config, status with `selection`,
+    metrics from step 0 (eval keys only) with the lower-level probe, results.json with
+    selection and recommendation, and predictions for every variant."""
+    run = RunDir.create(root, run_id, {"train": {"method": "calm", "task": "mcqa", "model": "tiny", "steps": 12,
+                                                 "train_data": "builtin/capitals/train", "scope": "options"}})
+    rng = np.random.default_rng(0)
+    steps = [0, 1, 2, 4, 6, 8, 10, 12]
+    for i, step in enumerate(steps):
+        record: dict[str, Any] = {"step": step, "elapsed": float(step)}
+        if step:
+            record.update({"train/lower_loss": 1.0 - 0.02 * step, "train/upper_loss": -1.0 - 0.01 * step})
+        for name in ("heldout", DATASET):
+            record.update({f"eval/{name}/acc": 0.6, f"eval/{name}/ece": 0.2 - 0.01 * i, f"eval/{name}/nll": 1.0 - 0.01 * i,
+                           f"eval/{name}/entropy": 1.0, f"eval/{name}/confidence": 0.7, f"eval/{name}/auroc": 0.7,
+                           f"eval/{name}/aurc": 0.3})
+        record.update({"lower/st_nll": 1.0 + 0.01 * step, "select/selected_step": min(step, 4),
+                       "select/eligible": step <= 10})
+        run.append_metrics(record)
+    data = results(recommended, with_ts)
+    for row in data["results"]:
+        confidence = rng.uniform(0.3, 1.0, 24)
+        write_predictions(run.path, row["variant"], DATASET, pd.DataFrame(
+            {"confidence": confidence, "prediction": rng.integers(0, 4, 24), "gold": rng.integers(0, 4, 24)}))
+    atomic_write_json(run.path / "results.json", data)
+    run.write_status("finished", step=12, total_steps=12, name="calm", method="calm",
+                     selection={**selection(), "reason": "no better step for 4 evaluations", "state": {}})
+    return run
+
+
+def test_selection_and_recommendation_lines_say_which_step_and_which_calibrator() -> None:
+    data = results()
+    line = verdict.selection_line(data)
+    assert line.startswith("The model is from step 4, selected on S_V: NLL 0.8123, ECE 0.0712, accuracy 0.625")
+    assert "stopped early at step 12 (4 evaluations without a better step)" in line
+    assert verdict.recommendation_line(data, "calm") == "Recommended: calm (calm: S_V NLL 0.8000 against base 0.9000)."
+    assert verdict.method_recommended(data, "calm") is True
+    lost = results(recommended="ts")
+    assert verdict.method_recommended(lost, "calm") is False
+    assert "calm does not win on S_V: use ts" in verdict.recommendation_line(lost, "calm")
+    assert verdict.method_recommended({"results": []}, "calm") is None
+    assert verdict.selection_line({"results": []}) is None and verdict.recommendation_line({"results": []}, "calm") is None
+
+
+def test_the_live_selection_line_marks_and_tolerance_come_from_status() -> None:
+    chosen = selection()
+    assert verdict.selection_status_line(chosen) == ("Selected step 4 (rule `best`): S_V NLL 0.8123, ECE 0.0712, "
+                                                     "accuracy 0.625; stopped early at step 12.")
+    assert verdict.selection_status_line(selection(stopped_early=None)).endswith("accuracy 0.625.")
+    assert verdict.selection_status_line(None) is None
+    assert verdict.selection_status_line({"rule": "best", "selected_step": None}) is None
+    assert verdict.selected_step(chosen) == 4 and verdict.selected_step(None) is None
+    assert verdict.selected_step({"selected_step": 0}) == 0  # the untouched model is a selection too
+    assert verdict.lower_threshold(chosen) == 1.0 * 1.1
+    assert verdict.lower_threshold({**chosen, "reference": {"lower": None}}) is None
+    assert verdict.lower_threshold(None) is None
+
+
+def test_evidence_rows_and_missing_variant_notes() -> None:
+    data = results(with_ts=False)
+    assert verdict.missing_variant_notes(data) == {"ts": "no `ts` variant: S_V has 8 items, fewer than 10"}
+    rows = verdict.evidence_rows(data, "calm")
+    assert [r["variant"] for r in rows] == ["base", "vs", "calm"]  # no theta-only ablation in the evidence
+    calm = rows[-1]
+    assert calm["recommended"] and calm["ece"] == "0.060 [0.030, 0.120]"
+    lines = verdict.verdict_lines(data, "calm")
+    assert "No ts: no `ts` variant: S_V has 8 items, fewer than 10" in lines
+    assert any(line.split()[:2] == [DATASET, "calm"] and line.split()[2] == "*" for line in lines)
+
+
+def test_a_hand_written_finished_run_reads_back(tmp_path: Path) -> None:
+    run = finished_run(tmp_path)
+    assert run.state().state == "finished"
+    assert run.results()["recommendation"]["variant"] == "calm"
+    assert run.read_metrics()[0]["step"] == 0 and "train/lower_loss" not in run.read_metrics()[0]
