@@ -88,7 +88,7 @@ def test_bad_config_exits_2_with_one_line(tmp_path: Path, capsys) -> None:
 
 def test_detached_job_killed_then_resumed_continues_its_curve(tiny_model_dir: Path, tmp_path: Path, capsys) -> None:
     argv = ["train", "--model", str(tiny_model_dir), "--method", "sft", "--steps", "150", "--detach",
-            "--runs-root", str(tmp_path), "--set", "checkpoint_every=2", *TINY]
+            "--runs-root", str(tmp_path), "--set", "checkpoint_every=2", "--select", "last", *TINY]  # all 150 steps
     assert main(argv) == 0
     run_id = capsys.readouterr().out.strip().splitlines()[-1]
     run = RunDir.at(run_id, tmp_path)
@@ -100,7 +100,7 @@ def test_detached_job_killed_then_resumed_continues_its_curve(tiny_model_dir: Pa
     assert main(["resume", run_id, "--runs-root", str(tmp_path)]) == 0
     assert wait_for(lambda: run.status.get("state") == "finished", timeout=300), run.status
     steps = [r["step"] for r in run.read_metrics()]
-    assert steps == list(range(1, 151))  # no gap, no duplicate across the kill
+    assert steps == list(range(0, 151))  # step 0's evaluation, then no gap, no duplicate across the kill
 
 
 def test_a_head_that_would_rerank_cloze_options_is_refused_in_one_line(tmp_path: Path, capsys) -> None:

@@ -44,17 +44,23 @@ def runs(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
     with pytest.MonkeyPatch.context() as patch:  # module scope: set up before the autouse workspace fixture
         patch.setenv("CALM_WORKSPACE", str(tmp_path_factory.mktemp("workspace")))
         for scope, scoring in SCOPES.items():
-            cfg = small_config(model=str(tiny_model_dir), scoring=scoring, scope=scope, heldout_limit=10)
+            cfg = small_config(model=str(tiny_model_dir), scoring=scoring, scope=scope, heldout_limit=10,
+                               select="last")  # the last step's head: it has moved (the test below needs it)
             run = RunDir.create(root, f"tiny-{scope}", run_config_record(cfg))
             train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
             out[scope] = run
     return out
 
 
+POSTHOC = ("ts", "base")  # the untouched model's variants that export as the same kind of folder
+
+
 @pytest.fixture(scope="module")
 def exports(runs: dict[str, RunDir], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("exports")
-    return {scope: export_run(run, root / scope) for scope, run in runs.items()}
+    folders = {scope: export_run(run, root / scope) for scope, run in runs.items()}
+    folders.update({f"scalar-{v}": export_run(runs["scalar"], root / f"scalar-{v}", v) for v in POSTHOC})
+    return folders
 
 
 FRESH = r"""
@@ -75,9 +81,12 @@ for job in json.loads(open(sys.argv[2]).read()):
     spec.loader.exec_module(module)
     model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(job["base"]), job["folder"]).eval()
     tokenizer = AutoTokenizer.from_pretrained(job["base"])
-    head = module.CalibrationHead.from_folder(job["folder"])
+    has_head = __import__("os").path.exists(job["folder"] + "/calibration_head.safetensors")
+    head = module.CalibrationHead.from_folder(job["folder"]) if has_head else None
+    scoring = module.read_export(job["folder"])["scoring"]
     out[job["name"]] = {item["id"]: module.option_probabilities(model, tokenizer, item["question"], item["choices"],
-                                                                head).tolist() for item in job["items"]}
+                                                                head, scoring=scoring).tolist()
+                        for item in job["items"]}
 print(json.dumps(out))
 """
 
@@ -89,9 +98,9 @@ def fresh_scores(runs: dict[str, RunDir], exports: dict[str, Path], tiny_model_d
     The hub is unreachable here, so the base model comes from the tiny model's directory."""
     scratch = tmp_path_factory.mktemp("fresh")
     jobs = []
-    for scope, run in runs.items():
-        items = _eval_items(run)
-        jobs.append({"name": scope, "folder": str(exports[scope]), "base": str(tiny_model_dir),
+    for name, folder in exports.items():
+        items = _eval_items(runs[name.split("-")[0]])
+        jobs.append({"name": name, "folder": str(folder), "base": str(tiny_model_dir),
                      "items": [{"id": it.id, "question": it.question, "choices": list(it.choices)} for it in items]})
     (scratch / "jobs.json").write_text(json.dumps(jobs))
     done = subprocess.run([sys.executable, "-I", "-S", "-B", "-c", FRESH, sysconfig.get_paths()["purelib"],
@@ -123,6 +132,29 @@ def test_fresh_python_reproduces_the_runs_calibrated_probabilities(runs, fresh_s
     theta_only = pd.read_parquet(predictions_path(run.path, f"{train_cfg['method']}_theta_only", dataset))
     moved = max(abs(a - b) for p, q in zip(frame["probs"], theta_only["probs"]) for a, b in zip(p, q))
     assert moved > 100 * TOLERANCE
+
+
+@pytest.mark.parametrize("variant", POSTHOC)
+def test_a_posthoc_variant_exports_as_a_folder_that_reproduces_it(runs, exports, fresh_scores, variant: str) -> None:
+    """`calm export --variant ts|base`: the untouched model (the adapter's B zeroed) with TS
+    as a scalar head, or none; a python without calm_core reproduces the run's own
+    probabilities of that variant."""
+    run = runs["scalar"]
+    frame = pd.read_parquet(predictions_path(run.path, variant, run.config["train"]["eval_data"][0]))
+    expected, got = dict(zip(frame["id"], frame["probs"])), fresh_scores[f"scalar-{variant}"]
+    assert got.keys() == expected.keys() and len(got) == 6
+    worst = max(abs(a - b) for key in got for a, b in zip(got[key], expected[key], strict=True))
+    assert worst <= TOLERANCE, f"{variant}: max |p_export - p_run| = {worst:.2e}"
+    folder = exports[f"scalar-{variant}"]
+    assert json.loads((folder / "calm_export.json").read_text())["variant"] == variant
+    assert (folder / "calibration_head.safetensors").exists() == (variant == "ts")
+    assert "not the trained adapter" in (folder / "README.md").read_text()
+
+
+def test_export_refuses_a_variant_it_cannot_write(runs, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="`variant`.*vector scaling"):
+        export_run(runs["scalar"], tmp_path / "vs", "vs")
+    assert not (tmp_path / "vs").exists()
 
 
 @pytest.mark.parametrize("scope", sorted(SCOPES))

@@ -37,7 +37,8 @@ from tests.test_jobs import wait_for
 STEPS = 6
 RUN_ARGS = ["--method", "calm", "--steps", str(STEPS), "--set", "checkpoint_every=2", "--set", "eval_every=3",
             "--set", 'lora={"r": 4, "alpha": 8, "layers": 1}', *TINY,  # layers=1: the frozen-layer cache fills
-            "--heldout-limit", "10"]  # enough S_V for a `ts` variant: 4 variants written
+            "--heldout-limit", "10",  # enough S_V for a `ts` variant: 5 variants written
+            "--select-patience", "0"]  # every step runs; the selection (and selected/) is still made and resumed
 JOB_TIMEOUT_S = 240.0
 
 # (point, n): die the n-th time the job passes `point`. In a 6-step run with a checkpoint
@@ -87,7 +88,7 @@ def reference(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
     [path] = [p for p in root.iterdir() if not p.name.startswith(".")]
     run = RunDir(path)
     wait_finished(run)
-    assert {variant for _, variant in result_rows(run)} == {"base", "ts", "calm", "calm_theta_only"}  # EVERY's 4 writes
+    assert {variant for _, variant in result_rows(run)} == {"base", "ts", "vs", "calm", "calm_theta_only"}  # EVERY's writes
     return run
 
 
@@ -112,8 +113,8 @@ def assert_truthful(run: RunDir, capsys) -> None:
     [line] = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(run.run_id)]
     assert " failed " in line and "is gone" in line, line
     status, logged = run.status, [r["step"] for r in run.read_metrics()]
-    assert logged == list(range(1, len(logged) + 1))
-    assert status.get("step", 0) in (len(logged), max(len(logged) - 1, 0)), (status.get("step"), logged)
+    assert logged == list(range(0, len(logged)))  # step 0's evaluation first
+    assert status.get("step", 0) in (len(logged) - 1, max(len(logged) - 2, 0)), (status.get("step"), logged)
 
 
 def kill_then_resume(point: str, count: int, reference: RunDir, tiny_model_dir: Path, tmp_path: Path,
@@ -135,7 +136,9 @@ def kill_then_resume(point: str, count: int, reference: RunDir, tiny_model_dir: 
         pid = run.status.get("pid")
         if pid and pid_alive(pid):
             os.killpg(pid, signal.SIGKILL)
-    assert [r["step"] for r in run.read_metrics()] == list(range(1, STEPS + 1))
+    assert [r["step"] for r in run.read_metrics()] == list(range(0, STEPS + 1))
+    assert run.status["selection"]["selected_step"] == reference.status["selection"]["selected_step"]
+    assert run.selected_step() == reference.selected_step()
     assert_nothing_corrupt(run)
     expected, got = result_rows(reference), result_rows(run)
     assert got.keys() == expected.keys()

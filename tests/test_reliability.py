@@ -172,7 +172,7 @@ def test_a_damaged_checkpoint_falls_back_to_the_previous_one(tiny_model_dir: Pat
     assert train(cfg, run=run, lm=resumed_lm).state == "finished"
     assert "skipped as damaged: checkpoint-5: optimizer.pt is missing" in capsys.readouterr().out
     assert run.status["resumed_from"] == "checkpoint-4"
-    assert [r["step"] for r in run.read_metrics()] == [1, 2, 3, 4, 5, 6]
+    assert [r["step"] for r in run.read_metrics()] == [0, 1, 2, 3, 4, 5, 6]
     straight, resumed = _weights(straight_lm), _weights(resumed_lm)
     for name in straight:
         torch.testing.assert_close(resumed[name], straight[name], rtol=1e-5, atol=1e-6)
@@ -188,10 +188,10 @@ def test_no_usable_checkpoint_fails_without_cutting_metrics(tiny_model_dir: Path
     with pytest.raises(RunFileError, match="checkpoint-5: optimizer.pt is missing; checkpoint-4: "
                                            "adapter_model.safetensors is unreadable.*--fresh"):
         train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
-    assert [r["step"] for r in run.read_metrics()] == [1, 2, 3, 4, 5]  # the defect: cut to 4 before failing
+    assert [r["step"] for r in run.read_metrics()] == [0, 1, 2, 3, 4, 5]  # the defect: cut to 4 before failing
     run.update_status(fresh_start=True)  # what `calm resume --fresh` asks for
     assert train(cfg, run=run, lm=fresh_lm(tiny_model_dir)).state == "finished"
-    assert [r["step"] for r in run.read_metrics()] == [1, 2, 3, 4, 5, 6]
+    assert [r["step"] for r in run.read_metrics()] == [0, 1, 2, 3, 4, 5, 6]
     assert run.status["resumed_from"] is None and run.status["fresh_start"] is False
 
 

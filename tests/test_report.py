@@ -112,7 +112,7 @@ def test_report_is_one_well_formed_offline_document(report: str) -> None:
 
 def test_report_holds_the_results_table_as_results_json_has_it(finished_run: RunDir, report: str) -> None:
     results = finished_run.results()["results"]
-    assert {r["variant"] for r in results} == {"base", "ts", "calm", "calm_theta_only"}
+    assert {r["variant"] for r in results} == {"base", "ts", "vs", "calm", "calm_theta_only"}
     from calm_core.calibration.metrics.columns import table_columns
 
     declared = list(table_columns("mcqa"))  # the one column list (pinned in tests/test_calibrators.py)
@@ -123,7 +123,8 @@ def test_report_holds_the_results_table_as_results_json_has_it(finished_run: Run
         cells = dict(zip(header, table[(row["dataset"], row["variant"])]))
         assert cells["n"] == str(row["n"])
         for name in header[3:]:
-            assert cells[name] == f"{row[name]:.4f}", name  # format_table's 4 decimals
+            value = row[name]
+            assert cells[name] == ("–" if value != value else f"{value:.4f}"), name  # 4 decimals; nan as a dash
     calm = next(r for r in results if r["variant"] == "calm")
     assert f"<b>calm</b>: acc {calm['acc']:.3f}" in report  # the diagram's caption agrees with the table
 

@@ -14,7 +14,7 @@ from calm_core.calibration.metrics.columns import help_texts, metric_names, tabl
 from calm_core.workspace import verdict
 from calm_core.workspace import view as run_view
 from calm_core.scoring.evaluate import wide_table
-from calm_core.workspace.export import export_zip
+from calm_core.workspace.export import export_zip, recommended_export
 from calm_core.workspace.report import run_report_html
 from calm_core.runs.listing import list_runs
 from calm_core.runs.rundir import RunDir
@@ -160,6 +160,11 @@ c1.download_button("Report (HTML)", lambda: run_report_html(RunDir.at(share)), f
                    mime="text/html", key="compare_report", on_click="ignore")
 c2.download_button("Calibrated model (zip)", lambda: export_zip(RunDir.at(share)), file_name=f"{share}-calibrated.zip",
                    mime="application/zip", key="compare_export", on_click="ignore")
+recommended = recommended_export(RunDir.at(share))
+if recommended is not None:
+    st.download_button(f"Recommended model: {recommended} (zip)",
+                       lambda: export_zip(RunDir.at(share), "recommended"), file_name=f"{share}-{recommended}.zip",
+                       mime="application/zip", key="compare_export_recommended", on_click="ignore")
 st.caption("The report is one HTML file (settings, this table, reliability diagrams, alpha) that opens offline. "
            "The zip loads with transformers + peft alone: the adapter, the head as `calm_head.py`, and a README "
            "with the code (`calm export RUN DIR` writes the same folder).")

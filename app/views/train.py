@@ -32,7 +32,8 @@ STUDIO_MC_DATA = {"train_data": "builtin/chemical_symbols/train", "heldout_data"
 TASKS = {"multiple choice": "mcqa", "open answers": "openqa"}
 # The advanced settings after the optimizer, in page order: each a declared setting
 # (calm_core.settings), shown with its own label, help and bounds; listing one here shows it.
-ADVANCED = ("inner_rule", "inner_start", "inner_lr", "steps", "batch_size", "inner_steps", "eta", "lr_theta", "lr_alpha")
+ADVANCED = ("inner_rule", "inner_start", "inner_lr", "steps", "batch_size", "inner_steps", "eta", "lr_theta", "lr_alpha",
+            "select", "select_patience", "lower_tolerance")
 OPTIMIZER_DEPENDENT = ("lr_theta", "lr_alpha")  # their defaults follow the optimizer: one widget per optimizer
 
 

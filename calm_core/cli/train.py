@@ -61,6 +61,8 @@ def add_parsers(sub: Any) -> None:
                                        "(calm_head.py), model card")
     ex.add_argument("run_id")
     ex.add_argument("target", type=Path)
+    ex.add_argument("--variant", help="the trained model at its selected step (default), base, ts, or recommended "
+                                      "(the run's recommendation on S_V); every variant loads the same way")
     ex.add_argument("--runs-root", type=Path)
     for name, text in (("cancel", "stop a run gracefully (checkpoint, then cancelled)"),
                        ("resume", "continue a failed, cancelled or damaged run")):
@@ -290,9 +292,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     """A folder that loads with transformers + peft alone (calm_core.workspace.export)."""
     from calm_core.workspace.export import export_run
 
-    folder = export_run(RunDir.at(args.run_id, args.runs_root), args.target)
+    folder = export_run(RunDir.at(args.run_id, args.runs_root), args.target, args.variant)
     record = json.loads((folder / "calm_export.json").read_text())
-    print(f"exported {args.run_id} (step {record['step']}) to {folder}; base model {record['base_model_hub_id']}")
+    print(f"exported {args.run_id} ({record['variant']}, step {record['step']}) to {folder}; "
+          f"base model {record['base_model_hub_id']}")
     return 0
 
 

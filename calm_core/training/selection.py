@@ -154,6 +154,11 @@ def _cand(data: dict[str, Any] | None) -> Candidate | None:
     return None if not data else Candidate(**data)
 
 
+def lower_limit(reference: float, tolerance: float) -> float:
+    """The highest S_T cross-entropy of theta a step may have and still be selected."""
+    return reference * (1 + tolerance)
+
+
 def paired_standard_error(a: Sequence[float] | None, b: Sequence[float] | None) -> float:
     """Standard error of mean(a - b) over paired items; 0 when either is missing or n < 2."""
     if a is None or b is None or len(a) != len(b) or len(a) < 2:
@@ -174,7 +179,7 @@ class Selector:
         ref = self.state.reference
         if ref is None or c.step == ref.step:
             return None
-        if c.lower is not None and ref.lower is not None and c.lower > ref.lower * (1 + self.rule.lower_tolerance):
+        if c.lower is not None and ref.lower is not None and c.lower > lower_limit(ref.lower, self.rule.lower_tolerance):
             return (f"lower level lost: S_T cross-entropy of theta {c.lower:.3f} > step 0's {ref.lower:.3f} "
                     f"+ {self.rule.lower_tolerance:.0%}")
         if c.acc < ref.acc - accuracy_slack(c.n) - 1e-12:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import re
 import shutil
@@ -184,18 +185,27 @@ def exported_step(run: RunDir) -> tuple[int, Path]:
     return latest
 
 
-def export_run(run: RunDir, target: Path) -> Path:
-    """Write the export folder of `run` at `target` (new, or an empty folder); returns it."""
+POSTHOC_EXPORTS = ("base", "ts")  # variants of the untouched model that export as a folder of the same shape
+
+
+def export_run(run: RunDir, target: Path, variant: str | None = None) -> Path:
+    """Write the export folder of `run` at `target` (new, or an empty folder); returns it.
+
+    `variant`: the trained model (None or its method name: the selected step), `base`
+    (the untouched model: the adapter with its B matrices zeroed, no head), `ts` (the
+    same with a scalar head at TS's temperature, which is exactly temperature scaling) or
+    `recommended` (results.json's recommendation). Every variant loads the same way."""
     target = Path(target)
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise ValueError(f"Expected `target` to be a new or empty folder, but {target} "
                          f"{'has files' if target.is_dir() else 'is a file'}")
-    step, checkpoint = exported_step(run)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".export", dir=target.parent))
     try:
         os.chmod(staging, default_mode(directory=True))
-        _write_folder(run, step, checkpoint, staging)
+        with tempfile.TemporaryDirectory(prefix="calm-variant-") as scratch:
+            step, source, name = _variant_source(run, variant, Path(scratch))
+            _write_folder(run, step, source, staging, name)
         os.replace(staging, target)  # an empty target directory is replaced whole
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -203,10 +213,57 @@ def export_run(run: RunDir, target: Path) -> Path:
     return target
 
 
-def _write_folder(run: RunDir, step: int, checkpoint: Path, folder: Path) -> None:
+def recommended_export(run: RunDir) -> str | None:
+    """The recommended variant when it is not the trained model and exports as a folder
+    (`base`, `ts`), else None: the studio then offers it beside the trained model."""
+    try:
+        results = run.results() if (run.path / "results.json").is_file() else {}
+        method = run.config.get("train", {}).get("method")
+    except (OSError, ValueError):
+        return None
+    variant = (results.get("recommendation") or {}).get("variant")
+    return variant if variant in POSTHOC_EXPORTS and variant != method else None
+
+
+def _variant_source(run: RunDir, variant: str | None, scratch: Path) -> tuple[int, Path, str]:
+    """(step, directory with the adapter and head to export, variant name)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from calm_core.calibration.head import CalibrationHead
+
+    method = run.config.get("train", {}).get("method", "calm")
+    results = run.results() if (run.path / "results.json").is_file() else {}
+    if variant == "recommended":
+        variant = (results.get("recommendation") or {}).get("variant")
+        if variant is None:
+            raise ValueError(f"Expected a recommendation in results.json of run {run.run_id}, but it has none")
+    step, checkpoint = exported_step(run)
+    if variant in (None, method):
+        return step, checkpoint, method
+    if variant not in POSTHOC_EXPORTS:
+        raise ValueError(f"Expected `variant` to be one of {[method, *POSTHOC_EXPORTS, 'recommended']}, but got "
+                         f"{variant!r} (vector scaling is no head the export's loader applies: its weights and "
+                         "biases are in results.json)")
+    shutil.copyfile(checkpoint / "adapter_config.json", scratch / "adapter_config.json")
+    adapter = load_file(str(checkpoint / "adapter_model.safetensors"))
+    zeroed = {k: torch.zeros_like(v) if "lora_B" in k else v for k, v in adapter.items()}  # delta W = B A = 0
+    save_file(zeroed, str(scratch / "adapter_model.safetensors"))
+    if variant == "ts":
+        temperature = (results.get("ts") or {}).get("temperature")
+        if not isinstance(temperature, (int, float)):
+            note = (results.get("ts") or {}).get("note", "results.json has no `ts` temperature")
+            raise ValueError(f"Expected a fitted TS temperature in run {run.run_id}, but {note}")
+        head = CalibrationHead("scalar", acts_on="options")
+        head.log_temperature.data.fill_(math.log(temperature))
+        head.save(scratch)
+    return step, scratch, variant
+
+
+def _write_folder(run: RunDir, step: int, checkpoint: Path, folder: Path, variant: str) -> None:
     from calm_core.calibration.head import HEAD_FILENAME
 
-    record = export_record(run, step, checkpoint)
+    record = {**export_record(run, step, checkpoint), "variant": variant}
     adapter = json.loads((checkpoint / "adapter_config.json").read_text(encoding="utf-8"))
     adapter["base_model_name_or_path"] = record["base_model_hub_id"]
     (folder / "adapter_config.json").write_text(json.dumps(adapter, indent=2) + "\n", encoding="utf-8")
@@ -219,11 +276,11 @@ def _write_folder(run: RunDir, step: int, checkpoint: Path, folder: Path) -> Non
     (folder / "README.md").write_text(export_card(run, record), encoding="utf-8")
 
 
-def export_zip(run: RunDir) -> bytes:
+def export_zip(run: RunDir, variant: str | None = None) -> bytes:
     """The export folder as a zip archive in memory; its entries sit under `<run_id>/`."""
     buffer = io.BytesIO()
     with tempfile.TemporaryDirectory(prefix="calm-export-") as scratch:
-        folder = export_run(run, Path(scratch) / run.run_id)
+        folder = export_run(run, Path(scratch) / run.run_id, variant)
         with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
             for path in sorted(folder.iterdir()):
                 archive.write(path, f"{run.run_id}/{path.name}")
@@ -245,8 +302,13 @@ def export_card(run: RunDir, record: dict[str, Any]) -> str:
                         "de-quantized to float32); the Hub's weights are the unquantized originals, so scores "
                         "differ a little from the run's. For the run's own numbers load the base model from "
                         "`base_model_local_path` in calm_export.json on the machine that trained it.\n")
+    variant = record.get("variant", record["method"])
+    what = {"base": "the **untouched base model** (the adapter's B matrices are zero, no head): the run's "
+                    "recommendation on S_V", "ts": f"**temperature scaling** of the base model (T = {ts or 0:.4f}, "
+                    "fitted on S_V, as a scalar head over a zero adapter)"}.get(variant)
+    variant_note = f"\nThis folder holds {what}, not the trained adapter.\n" if what else ""
     return (
-        f"# {run.run_id}\n\nTrained with CALM Studio: task `{record['task']}`, method `{record['method']}`, "
+        f"# {run.run_id}\n{variant_note}\nTrained with CALM Studio: task `{record['task']}`, method `{record['method']}`, "
         f"head scope `{record['head_scope']}`, base model `{hub}` (`{train.get('model')}` in the run), scoring "
         f"`{scoring['rule']}`{' with the chat template' if scoring['chat_template'] else ''}, {train.get('steps')} "
         f"steps on `{train.get('train_data')}` (S_V: `{train.get('heldout_data')}`); the adapter and head of step "

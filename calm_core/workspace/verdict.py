@@ -14,6 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from calm_core.calibration.posthoc import calibrators
+from calm_core.training.selection import lower_limit
+from calm_core.workspace.export import POSTHOC_EXPORTS
 
 EVIDENCE_METRICS = ("acc", "ece", "auroc", "confidence")  # with their 90% bootstrap intervals
 
@@ -100,7 +102,7 @@ def lower_threshold(selection: dict[str, Any] | None) -> float | None:
     tolerance = selection.get("lower_tolerance")
     if not isinstance(lower, (int, float)) or not isinstance(tolerance, (int, float)):
         return None
-    return float(lower) * (1.0 + float(tolerance))
+    return lower_limit(float(lower), float(tolerance))
 
 
 def method_recommended(results: dict[str, Any], method: str) -> bool | None:
@@ -119,8 +121,10 @@ def recommendation_line(results: dict[str, Any], method: str) -> str | None:
     variant = rec["variant"]
     text = f"Recommended: {variant} ({rec.get('reason', '')})."
     if variant != method:
-        text += f" {method} does not win on S_V: use {variant}" + \
-                (" (the untouched model)." if variant == "base" else f" on the base model (its parameters are in results.json).")
+        text += f" {method} does not win on S_V: use {variant}"
+        text += " (the untouched model)." if variant == "base" else " on the base model."
+        if variant in POSTHOC_EXPORTS:
+            text += " `calm export RUN_ID DIR --variant recommended` writes it as a folder that loads like the trained one."
     return text
 
 
