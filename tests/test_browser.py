@@ -98,15 +98,17 @@ def studio(tmp_path: Path, embedded_dir: Path):
         yield url
 
 
-def fill_short_tiny_run(page, model_dir: Path, steps: int, eval_items: int, name: str) -> None:
-    """On the Train page: the tiny model from a local directory and a short run named
-    `name` (LoRA on the top layer: the tiny model has two)."""
-    page.get_by_text("local directory", exact=True).click()
-    path = page.get_by_label("Path or hub id", exact=True)
-    path.wait_for(timeout=60_000)
-    path.fill(str(model_dir))
-    path.press("Enter")
-    page.wait_for_timeout(1000)
+def fill_short_tiny_run(page, model_dir: Path | None, steps: int, eval_items: int, name: str) -> None:
+    """On the Train page: the tiny model from a local directory (`model_dir`; None keeps
+    the embedded model) and a short run named `name` (LoRA on the top layer: the tiny
+    model has two)."""
+    if model_dir is not None:
+        page.get_by_text("local directory", exact=True).click()
+        path = page.get_by_label("Path or hub id", exact=True)
+        path.wait_for(timeout=60_000)
+        path.fill(str(model_dir))
+        path.press("Enter")
+        page.wait_for_timeout(1000)
     page.get_by_text("Advanced settings").click()
     for label, value in (("Steps", steps), ("Items per evaluation set", eval_items),
                          ("LoRA on top N layers (0: all)", 1), ("Run name", name)):

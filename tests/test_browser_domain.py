@@ -9,9 +9,11 @@ and an out-of-domain set), run a short CALM job on the tiny random model, follow
 the Monitor page until it finishes, open it on Compare and download the calibrated model
 (zip) and the run's report (HTML).
 
-Screenshots domain-1..5 go to $CALM_SCREENSHOTS (default: a temporary folder):
+Screenshots domain-1..5 go to $CALM_SCREENSHOTS (default: a temporary folder). The run
+trains the tiny random model; CALM_BROWSER_MODEL=embedded trains the embedded model
+instead (minutes, not seconds), for screenshots whose numbers mean something:
 
-    CALM_SCREENSHOTS=docs/screenshots .venv/bin/python -m pytest tests/test_browser_domain.py
+    CALM_SCREENSHOTS=docs/screenshots CALM_BROWSER_MODEL=embedded .venv/bin/python -m pytest tests/test_browser_domain.py
 
 Skips without chromium or playwright, unless CALM_REQUIRE_BROWSER=1 (as tests/test_browser.py).
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import zipfile
 from pathlib import Path
@@ -93,6 +96,8 @@ def test_calibrate_your_own_data(studio_workspace, tiny_model_dir: Path, tmp_pat
 
     url, workspace = studio_workspace
     shots = _shots()
+    if os.environ.get("CALM_BROWSER_MODEL") == "embedded":
+        tiny_model_dir = None  # the Train page's default: the embedded model
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
@@ -227,7 +232,7 @@ def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shot
     config = json.loads((workspace / "runs" / run_id / "config.json").read_text())
     train = config["train"]
     assert (train["model"], train["steps"], train["train_data"], train["heldout_data"]) == (
-        str(model_dir), STEPS, parts["train"], parts["heldout"]), train
+        str(model_dir) if model_dir else "embedded", STEPS, parts["train"], parts["heldout"]), train
     assert list(train["eval_data"]) == [parts["test"], *outside], train["eval_data"]
     print(f"run {run_id}: splits recorded {config.get('splits')}")
 
@@ -242,6 +247,12 @@ def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shot
     assert "temperature" in results["ts"], results["ts"]  # S_V (12 items) was enough to fit the TS baseline
     variants = {(row["dataset"], row["variant"]) for row in results["results"]}
     assert {(d, v) for d in train["eval_data"] for v in ("base", "ts", "calm")} <= variants, sorted(variants)
+    # The calibrated stop and the recommendation are in view, with the recorded step.
+    selected = results["selection"]["selected_step"]
+    assert status["selection"]["selected_step"] == selected
+    expect(page.get_by_text(f"The model is from step {selected}").first).to_be_visible(timeout=60_000)
+    expect(page.get_by_text(f"Recommended: {results['recommendation']['variant']}").first).to_be_visible()
+    print(f"selected step {selected}; recommended {results['recommendation']['variant']}")
     assert not _exceptions(page), _exceptions(page)
     _shot(page, shots, "4-monitor", bottom=page.get_by_text("Compare reliability diagrams"))
 
@@ -251,6 +262,8 @@ def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shot
     page.locator('[data-testid="stPlotlyChart"]').first.wait_for(timeout=120_000)
     expect(page.locator(_key("compare_dataset")).get_by_role("combobox")).to_have_value(parts["test"])
     print(f"variants shown: {page.locator(_key('compare_variants')).inner_text()!r}")
+    expect(page.get_by_text(f"The model is from step {selected}").first).to_be_visible(timeout=60_000)
+    expect(page.get_by_text(f"Recommended: {results['recommendation']['variant']}").first).to_be_visible()
     page.get_by_role("heading", name="Share a run").wait_for(timeout=60_000)
     assert not _exceptions(page), _exceptions(page)
     _shot(page, shots, "5-compare", bottom=page.get_by_text("The report is one HTML file"))

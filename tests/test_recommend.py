@@ -1,0 +1,70 @@
+"""Which calibrator to use, chosen on S_V (calm_core/calibration/recommend.py): the rule,
+the accuracy guard, and cross-fitting that never scores a calibrator on its own fit items
+when S_V allows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from calm_core.calibration import metrics
+from calm_core.calibration.posthoc import TemperatureScaler
+from calm_core.calibration.recommend import accuracy_slack, cross_fitted, recommend
+
+
+def _overconfident(n: int = 60, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Logits whose argmax is right 70% of the time at about 99% confidence."""
+    rng = np.random.default_rng(seed)
+    gold = rng.integers(0, 4, n)
+    top = np.where(rng.random(n) < 0.7, gold, (gold + 1) % 4)
+    logits = rng.normal(0, 0.1, (n, 4))
+    logits[np.arange(n), top] += 6.0
+    return logits, gold
+
+
+def test_the_lowest_nll_that_keeps_accuracy_wins() -> None:
+    logits, gold = _overconfident()
+    base = metrics.softmax(logits)
+    flat = np.full_like(base, 0.25)  # no information: NLL ln 4, accuracy from ties
+    scaled = metrics.softmax(logits / 4.0)
+    pick = recommend({"base": base, "flat": flat, "ts": scaled}, gold)
+    assert pick.variant == "ts"
+    assert pick.heldout["ts"]["nll"] < pick.heldout["flat"]["nll"] < pick.heldout["base"]["nll"]
+    assert "ts: S_V NLL" in pick.reason
+
+
+def test_a_variant_that_loses_accuracy_is_not_recommended_however_low_its_nll() -> None:
+    logits, gold = _overconfident()
+    keeps = metrics.softmax(logits / 4.0)
+    n = len(gold)
+    cheat = np.full((n, 4), 0.02)  # 0.94 on the gold option: a far lower NLL than any scaling of the model
+    cheat[np.arange(n), gold] = 0.94
+    for i in range(25):  # ... except 25 items whose argmax it moves off the gold (0.45 gold, 0.49 other)
+        cheat[i] = 0.03
+        cheat[i, gold[i]], cheat[i, (gold[i] + 1) % 4] = 0.45, 0.49
+    assert metrics.nll(cheat, gold) < metrics.nll(keeps, gold)
+    assert metrics.accuracy(cheat, gold) < metrics.accuracy(keeps, gold) - accuracy_slack(n)
+    pick = recommend({"base": metrics.softmax(logits), "keeps": keeps, "cheat": cheat}, gold)
+    assert pick.heldout["cheat"]["kept_accuracy"] is False and pick.variant == "keeps"
+    assert "cheat" in pick.reason and "(accuracy lost)" in pick.reason
+
+
+def test_cross_fitting_scores_each_item_with_a_calibrator_that_did_not_see_it() -> None:
+    logits, gold = _overconfident(n=60)
+    probs, how = cross_fitted(logits, gold, {"ts": TemperatureScaler})
+    assert how == "5-fold cross-fitted on S_V"
+    in_sample = TemperatureScaler.fit(logits, gold).probs(logits)
+    assert not np.allclose(probs["ts"], in_sample)  # each fold has its own temperature
+    assert metrics.nll(in_sample, gold) <= metrics.nll(probs["ts"], gold)  # in-sample flatters the fit
+
+
+@pytest.mark.parametrize("n, expected", [(12, "fitted and scored on the same 12"), (13, "5-fold"), (9, "fewer than 10")])
+def test_cross_fitting_uses_the_folds_s_v_allows_and_says_so(n: int, expected: str) -> None:
+    logits, gold = _overconfident(n=n)
+    probs, how = cross_fitted(logits, gold, {"ts": TemperatureScaler})
+    assert expected in how
+    assert (probs == {}) == (n < 10)
+
+
+def test_without_the_reference_there_is_no_recommendation() -> None:
+    assert recommend({"calm": np.full((2, 2), 0.5)}, np.array([0, 1])).variant is None
