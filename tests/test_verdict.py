@@ -127,3 +127,14 @@ def test_a_hand_written_finished_run_reads_back(tmp_path: Path) -> None:
     assert run.state().state == "finished"
     assert run.results()["recommendation"]["variant"] == "calm"
     assert run.read_metrics()[0]["step"] == 0 and "train/lower_loss" not in run.read_metrics()[0]
+
+
+def test_an_in_sample_recommendation_says_so() -> None:
+    """With too few S_V items to cross-fit, TS is fitted and scored on the same items: the
+    line says so, since that flatters TS against the trained model."""
+    how = "fitted and scored on the same 12 S_V items (too few to cross-fit): optimistic"
+    results = {"recommendation": {"variant": "ts", "reason": "ts: S_V NLL 0.01 against calm 0.02", "posthoc_fit": how}}
+    line = verdict.recommendation_line(results, "calm")
+    assert line.startswith("Recommended: ts") and how in line and "calm does not win" in line
+    cross = {"recommendation": {**results["recommendation"], "posthoc_fit": "5-fold cross-fitted on S_V"}}
+    assert "5-fold" not in verdict.recommendation_line(cross, "calm")

@@ -91,9 +91,9 @@ def recommend(heldout_probs: dict[str, np.ndarray], gold: np.ndarray, reference:
     kept = {name: f for name, f in figures.items() if f["kept_accuracy"]}
     best = min(kept, key=lambda name: kept[name]["nll"])
     losers = sorted((name for name in figures if name != best), key=lambda name: figures[name]["nll"])
-    reason = f"{best}: S_V NLL {figures[best]['nll']:.4f}"
+    reason = f"{best}: S_V NLL {figures[best]['nll']:.4g}"
     if losers:
-        reason += " against " + ", ".join(f"{name} {figures[name]['nll']:.4f}"
+        reason += " against " + ", ".join(f"{name} {figures[name]['nll']:.4g}"
                                           + ("" if figures[name]["kept_accuracy"] else " (accuracy lost)")
                                           for name in losers)
     return Recommendation(best, reason, figures, posthoc_fit=posthoc_fit)

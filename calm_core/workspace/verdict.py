@@ -120,6 +120,8 @@ def recommendation_line(results: dict[str, Any], method: str) -> str | None:
         return None
     variant = rec["variant"]
     text = f"Recommended: {variant} ({rec.get('reason', '')})."
+    if "same" in rec.get("posthoc_fit", ""):  # recommend.cross_fitted: too few S_V items to cross-fit
+        text += f" Post-hoc calibrators were {rec['posthoc_fit']}."
     if variant != method:
         text += f" {method} does not win on S_V: use {variant}"
         text += " (the untouched model)." if variant == "base" else " on the base model."
