@@ -151,8 +151,9 @@ def test_disk_store_serves_a_second_runner_and_keys_on_the_weights(four_layer_lo
 def test_a_store_backed_runner_holds_no_states_and_trains_exactly_as_in_memory(four_layer_lora,
                                                                                tmp_path: Path) -> None:
     """With a store the states live in the arena only and feed the top layers' backward
-    from there: the loss and LoRA gradients equal the in-memory runner's bit for bit, on
-    the pass that fills the store, on one that reads it, and in a second runner."""
+    from there: the loss and LoRA gradients equal the in-memory runner's to float32
+    rounding (bit for bit where the kernels sum in the same order), on the pass that fills
+    the store, on one that reads it, and in a second runner."""
     model, tokenizer = four_layer_lora
     cfg = ScoringConfig(rule="cloze")
     gold = torch.tensor([it.answer for it in ITEMS])
@@ -169,8 +170,9 @@ def test_a_store_backed_runner_holds_no_states_and_trains_exactly_as_in_memory(f
     got.append(loss_and_grads(second))
     assert stored._cache is stored.store and second.computed == 0
     assert stored.computed == memory.computed and stored.cached_sequences == memory.cached_sequences
-    for run in got:
-        assert all(torch.equal(g, w) for g, w in zip(run, want))
+    for run in got:  # float32 rounding: bit for bit on some CPUs; 5e-7 relative on a Haswell one (2 threads)
+        for g, w in zip(run, want):
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5 * float(w.abs().max()))
     assert float(want[1].abs().sum()) > 0  # the LoRA weights do get a gradient
 
 

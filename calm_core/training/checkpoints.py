@@ -35,24 +35,27 @@ SELECTED_FILE = "selected.safetensors"  # the adapter and head of the step selec
 
 @dataclass
 class Snapshot:
-    """The adapter and head of one step, in memory: the calibrated stop's selected step
-    (training/selection.py). Light: LoRA weights and the head, no optimizer state."""
+    """The trainable tensors of one step, in memory: the calibrated stop's selected step
+    (training/selection.py). Light: theta (LoRA) and alpha (the head), in the order of
+    ctx.theta and ctx.alpha, no optimizer state. Taken from the parameters themselves, not
+    through state_dict(): under FSDP a state_dict() is a collective, and rank 0 evaluates
+    (and selects) alone."""
 
     step: int
-    adapter: dict[str, torch.Tensor]
-    head: dict[str, torch.Tensor] | None
+    theta: list[torch.Tensor]
+    alpha: list[torch.Tensor]
 
     def tensors(self) -> dict[str, torch.Tensor]:
-        """Flat, for one safetensors file: `adapter.<name>` and `head.<name>`."""
-        out = {f"adapter.{k}": v.detach().cpu().contiguous() for k, v in self.adapter.items()}
-        out.update({f"head.{k}": v.detach().cpu().contiguous() for k, v in (self.head or {}).items()})
+        """Flat, for one safetensors file: `theta.<i>` and `alpha.<i>`."""
+        out = {f"theta.{i}": v.detach().cpu().contiguous() for i, v in enumerate(self.theta)}
+        out.update({f"alpha.{i}": v.detach().cpu().contiguous() for i, v in enumerate(self.alpha)})
         return out
 
     @classmethod
     def from_tensors(cls, step: int, tensors: dict[str, torch.Tensor]) -> "Snapshot":
-        adapter = {k.removeprefix("adapter."): v for k, v in tensors.items() if k.startswith("adapter.")}
-        head = {k.removeprefix("head."): v for k, v in tensors.items() if k.startswith("head.")}
-        return cls(step, adapter, head or None)
+        def block(prefix: str) -> list[torch.Tensor]:
+            return [tensors[f"{prefix}.{i}"] for i in range(sum(k.startswith(prefix + ".") for k in tensors))]
+        return cls(step, block("theta"), block("alpha"))
 
 
 @dataclass
@@ -206,22 +209,19 @@ def resume_point(ctx: StepContext, run: RunDir, writer: RunDir | None) -> tuple[
 
 
 def take_snapshot(ctx: StepContext, step: int) -> Snapshot:
-    """Copies of the adapter's and head's tensors as they are now."""
-    from peft import get_peft_model_state_dict
-
-    adapter = {k: v.detach().clone() for k, v in get_peft_model_state_dict(ctx.model).items()}
-    head = {k: v.detach().clone() for k, v in ctx.head.state_dict().items()} if ctx.head is not None else None
-    return Snapshot(step, adapter, head)
+    """Copies of theta and alpha as they are now."""
+    return Snapshot(step, [p.detach().clone() for p in ctx.theta], [p.detach().clone() for p in ctx.alpha])
 
 
 def restore_snapshot(ctx: StepContext, snapshot: Snapshot) -> None:
-    """Put a snapshot's adapter and head back into the model (the optimizer is left alone:
-    this is for evaluation and export, not for training on)."""
-    from peft import set_peft_model_state_dict
-
-    set_peft_model_state_dict(ctx.model, snapshot.adapter)
-    if ctx.head is not None and snapshot.head is not None:
-        ctx.head.load_state_dict(snapshot.head)
+    """Put a snapshot's theta and alpha back into the parameters (the optimizer is left
+    alone: this is for evaluation and export, not for training on)."""
+    if len(snapshot.theta) != len(ctx.theta) or len(snapshot.alpha) != len(ctx.alpha):
+        raise ValueError(f"Expected a snapshot of {len(ctx.theta)} + {len(ctx.alpha)} tensors, but it holds "
+                         f"{len(snapshot.theta)} + {len(snapshot.alpha)}")
+    with torch.no_grad():
+        for p, v in zip([*ctx.theta, *ctx.alpha], [*snapshot.theta, *snapshot.alpha]):
+            p.copy_(v.to(p.device, p.dtype))
 
 
 def save_selected(ctx: StepContext, run: RunDir, snapshot: Snapshot) -> None:

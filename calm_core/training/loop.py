@@ -226,6 +226,7 @@ def _loop(cfg: TrainConfig, ctx: StepContext, method: Any, data: Data, writer: R
             writer.heartbeat(step, cfg.steps)
             if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and step < cfg.steps and not stopping:
                 save_checkpoint(ctx, writer, step, stop.record())
+                stop.write_selected(ctx, writer)
         if progress is not None and distributed.is_main():
             progress(step, cfg.steps, record)
         if stopping:
@@ -261,6 +262,8 @@ def _stop(ctx: StepContext, run: RunDir | None, step: int, state: str, record: d
     selected step's adapter and head back and run the final evaluation on them."""
     if run is not None and step > 0:  # outside `gathered`: a state_dict() reshards FSDP's layers
         save_checkpoint(ctx, run, step, stop.record() if stop is not None else None)
+        if stop is not None:
+            stop.write_selected(ctx, run)
     evaluates = state == "finished" and data is not None and stop is not None
     with distributed.gathered(ctx.model) if evaluates else nullcontext():  # FSDP: rank 0 runs forwards alone
         if evaluates and distributed.is_main():

@@ -46,10 +46,16 @@ class CalibratedStop:
         if saved is None:
             return cls(Selector(cfg.select_rule), enabled=enabled)
         stop = cls(Selector(cfg.select_rule, SelectionState.from_dict(saved.state)), saved.snapshot, enabled=enabled)
-        if writer is not None and stop.keeps_snapshots and saved.snapshot is not None \
-                and writer.selected_step() != saved.snapshot.step:
-            save_selected(ctx, writer, saved.snapshot)
+        stop.write_selected(ctx, writer)  # a later selection, lost with the steps after the checkpoint, may be there
         return stop
+
+    def write_selected(self, ctx: StepContext, writer: RunDir | None) -> None:
+        """`selected/` from the snapshot, when it holds another step than the one on disk.
+        Called by rank 0 outside FSDP's gather (PEFT's save reads a state_dict()): at each
+        checkpoint and at the end of the run."""
+        if writer is not None and self.keeps_snapshots and self.snapshot is not None \
+                and writer.selected_step() != self.snapshot.step:
+            save_selected(ctx, writer, self.snapshot)
 
     def record(self) -> SelectionRecord | None:
         """What a checkpoint keeps of the selection (None when there is none)."""
@@ -77,9 +83,7 @@ class CalibratedStop:
         record["select/eligible"] = float(verdict.eligible)
         record["select/selected_step"] = self._selected_step()
         if verdict.selected and self.keeps_snapshots:
-            self.snapshot = take_snapshot(ctx, step)
-            if writer is not None:
-                save_selected(ctx, writer, self.snapshot)
+            self.snapshot = take_snapshot(ctx, step)  # selected/ is written by `write_selected`
         if writer is not None:
             writer.update_status(selection={**self.selector.summary(), "reason": verdict.reason,
                                             "state": self.selector.state.to_dict()})
