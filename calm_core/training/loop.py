@@ -218,7 +218,8 @@ def _loop(cfg: TrainConfig, ctx: StepContext, method: Any, data: Data, writer: R
         step += 1
         record = _step_record(step, elapsed_before + time.perf_counter() - started, log)
         record.update(alpha_record(ctx))
-        stopping = schedule.evaluates(step) and _evaluate(ctx, data, writer, stop, step, record, schedule.kind(step))
+        kind = schedule.kind(step)
+        stopping = kind is not None and _evaluate(ctx, data, writer, stop, step, record, kind)
         stopping = distributed.mean_value(1.0 if stopping else 0.0) > 0.0  # rank 0 decides; every rank stops
         if writer is not None:
             writer.append_metrics(record)

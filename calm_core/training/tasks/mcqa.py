@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from typing import Any, Callable, Sequence
 
@@ -84,10 +85,16 @@ LOWER_PROBE_ITEMS = 64  # S_T items whose cross-entropy under theta tells whethe
 
 
 def lower_probe(cfg: Any, data: Data) -> list[MCItem]:
-    """The S_T items of the lower-level probe: the first LOWER_PROBE_ITEMS the run draws
-    (so their frozen layers are cached), the same at every evaluation."""
-    positions = drawn_positions(len(data.train), cfg.batch_size, cfg.steps, cfg.seed)[:LOWER_PROBE_ITEMS]
-    return list(subset(data.train, positions))
+    """The S_T items of the lower-level probe: the LOWER_PROBE_ITEMS lowest positions the
+    run draws (so their frozen layers are cached), the same at every evaluation."""
+    return list(subset(data.train, _probe_positions(len(data.train), cfg.batch_size, cfg.steps, cfg.seed)))
+
+
+@functools.lru_cache(maxsize=4)
+def _probe_positions(n: int, batch_size: int, steps: int, seed: int) -> list[int]:
+    """Computed once per run, not at every evaluation: the drawn positions of a long run
+    over a large S_T are a set of millions to build and sort."""
+    return drawn_positions(n, batch_size, steps, seed)[:LOWER_PROBE_ITEMS]
 
 
 def selection_candidate(ctx: StepContext, data: Data, step: int, record: dict[str, float],
