@@ -654,7 +654,7 @@ def test_openqa_calm_run(tiny_model_dir: Path, tmp_path: Path) -> None:
     from calm_core.runs.rundir import RunDir, predictions_path
     from calm_core.training.loop import train
 
-    cfg = _open_config()
+    cfg = _open_config(select="last")  # the last step's theta and head are the model evaluated
     lm = _fresh_lm(tiny_model_dir)
     run = RunDir.create(tmp_path, "open-calm", cfg.to_dict())
     result = train(cfg, run=run, lm=lm)
@@ -693,12 +693,66 @@ def test_openqa_calm_run(tiny_model_dir: Path, tmp_path: Path) -> None:
     assert head.shift.abs().max() > 0 and head.log_temperature.abs().max() > 0
 
     metrics_rows = run.read_metrics()
-    assert [r["step"] for r in metrics_rows] == [1, 2, 3]
+    assert [r["step"] for r in metrics_rows] == [0, 1, 2, 3]  # step 0: the untouched model
     last = metrics_rows[-1]
     for key in ("eval/heldout/acc", "eval/heldout/ece", "eval/heldout/entropy", f"eval/{dataset}/acc"):
         assert key in last, key
-    assert "train/lower_loss" in metrics_rows[0] and "train/upper_loss" in metrics_rows[0]
+    assert "train/lower_loss" in metrics_rows[1] and "train/upper_loss" in metrics_rows[1]
     assert last["alpha/tau_mean"] != pytest.approx(1.0, abs=1e-7)
+    assert record["selection"]["rule"] == "last" and record["selection"]["selected_step"] == 3
+
+
+def test_openqa_calibrated_stop_selects_by_the_semantic_brier_score(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """The default rule (best) on open answers: every evaluation scores S_V's semantic
+    confidence and the lower-level probe; the selected step is the one recorded
+    everywhere, and its adapter is the one the final evaluation used."""
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    from calm_core.runs.rundir import RunDir
+    from calm_core.training.loop import train
+
+    cfg = _open_config(steps=4, select_patience=0)
+    lm = _fresh_lm(tiny_model_dir)
+    run = RunDir.create(tmp_path, "open-stop", cfg.to_dict())
+    assert train(cfg, run=run, lm=lm).state == "finished"
+
+    rows = run.read_metrics()
+    evaluated = [r for r in rows if "eval/heldout/acc" in r]
+    assert [r["step"] for r in evaluated] == [0, 1, 2, 4]  # step 0, then the dense start, then the last
+    for r in evaluated:
+        assert 0.0 <= r["eval/heldout/sem_ece"] <= 1.0 and math.isfinite(r["lower/st_nll"]) and r["lower/st_nll"] > 0
+    selection = json.loads((run.path / "results.json").read_text())["selection"]
+    step = selection["selected_step"]
+    assert step in (0, 1, 2, 4) and step == run.status["selection"]["selected_step"] == rows[-1]["select/selected_step"]
+    assert "Brier score of the semantic confidence" in selection["rule_text"] and "Semantic ECE" in selection["rule_text"]
+    assert selection["selected"]["lower"] == pytest.approx(evaluated[[r["step"] for r in evaluated].index(step)]["lower/st_nll"])
+    assert run.selected_step() == step
+    saved = {k.removeprefix("base_model.model."): v for k, v in load_file(run.selected_dir / "adapter_model.safetensors").items()}
+    live = get_peft_model_state_dict(lm.model)  # what PEFT's save writes (less its prefix)
+    assert saved.keys() == live.keys() and saved
+    for name, value in saved.items():  # the model the final evaluation ran is the selected step's
+        assert torch.equal(live[name].detach().cpu(), value.to(live[name].dtype)), name
+
+
+def test_openqa_selection_candidate_scores_the_brier_of_semantic_confidence() -> None:
+    """Brier per item from the judged S_V frame, by hand: confidence 0.8 right, 0.6 wrong,
+    1.0 right -> (0.04, 0.36, 0); Semantic ECE over 10 bins; no probe without S_T."""
+    import types
+
+    import pandas as pd
+
+    from calm_core.training.tasks import openqa
+
+    frame = pd.DataFrame({"confidence": [0.8, 0.6, 1.0], "correct": [1.0, 0.0, 1.0]})
+    ctx = types.SimpleNamespace(settings=types.SimpleNamespace(batch_size=2, steps=3, seed=0))
+    data = types.SimpleNamespace(train=[], heldout=[object()] * 3)
+    c = openqa.selection_candidate(ctx, data, 5, {"eval/heldout/acc": 2 / 3}, {"heldout": {"frame": frame}})
+    assert c.step == 5 and c.n == 3 and c.lower is None and c.acc == pytest.approx(2 / 3)
+    np.testing.assert_allclose(c.losses, [0.04, 0.36, 0.0], atol=1e-12)
+    assert c.score == pytest.approx(0.4 / 3)
+    assert c.ece == pytest.approx((0.2 + 0.6 + 0.0) / 3)
+    assert openqa.selection_candidate(ctx, data, 5, {}, {}) is None
 
 
 def test_openqa_sft_run_with_frozen_prefix_and_no_ts(tiny_model_dir: Path, tmp_path: Path) -> None:
@@ -707,7 +761,7 @@ def test_openqa_sft_run_with_frozen_prefix_and_no_ts(tiny_model_dir: Path, tmp_p
 
     # lora.layers 1 of 2: the frozen-prefix runner serves the answer-token logits;
     # S_V of 4 < MIN_FIT_ITEMS (10): no ts variant, a note instead; sft has no head
-    cfg = _open_config(method="sft", steps=2, heldout_limit=4, lora={"layers": 1})
+    cfg = _open_config(method="sft", steps=2, heldout_limit=4, lora={"layers": 1}, select="last")
     lm = _fresh_lm(tiny_model_dir)
     run = RunDir.create(tmp_path, "open-sft", cfg.to_dict())
     result = train(cfg, run=run, lm=lm)
@@ -718,7 +772,7 @@ def test_openqa_sft_run_with_frozen_prefix_and_no_ts(tiny_model_dir: Path, tmp_p
     assert [r["variant"] for r in record["results"]] == ["base", "sft"]
     assert "note" in record["ts"] and "fewer than 10" in record["ts"]["note"]
     assert any(p.detach().abs().sum() > 0 for n, p in lm.model.named_parameters() if "lora_B" in n)
-    losses = [r["train/lower_loss"] for r in run.read_metrics()]
+    losses = [r["train/lower_loss"] for r in run.read_metrics() if r["step"] > 0]
     assert len(losses) == 2 and all(math.isfinite(v) for v in losses)
 
 

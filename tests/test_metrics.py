@@ -335,6 +335,26 @@ def test_nll_hand():
     assert nll(HAND_P, HAND_Y) == pytest.approx(expected)
 
 
+def test_item_nll_is_per_item_and_averages_to_nll():
+    from calm_core.calibration.metrics import item_nll
+
+    expected = [-math.log(0.6), -math.log(0.3), -math.log(0.2), -math.log(0.9)]
+    np.testing.assert_allclose(item_nll(HAND_P, HAND_Y), expected)
+    assert float(np.mean(item_nll(HAND_P, HAND_Y))) == pytest.approx(nll(HAND_P, HAND_Y))
+
+
+def test_item_confidence_brier_hand_and_binary_brier():
+    from calm_core.calibration.metrics import item_confidence_brier
+
+    np.testing.assert_allclose(item_confidence_brier([0.9, 0.6, 0.0], [1, 0, 0]), [0.01, 0.36, 0.0])
+    # one confidence per answer is the binary Brier of (1 - c, c) against right / wrong, halved
+    c, a = np.array([0.9, 0.6, 0.25]), np.array([1, 0, 1])
+    binary = brier(np.stack([1 - c, c], axis=1), a)
+    assert float(item_confidence_brier(c, a).mean()) == pytest.approx(binary / 2)
+    with pytest.raises(ValueError, match="confidence"):
+        item_confidence_brier([1.2], [1])
+
+
 def test_nll_clips_zero_gold_probability():
     assert nll([[1.0, 0.0]], [1]) == pytest.approx(-math.log(1e-12))
     assert nll([[1.0, 0.0]], [1], eps=1e-3) == pytest.approx(-math.log(1e-3))

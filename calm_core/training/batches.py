@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from calm_core.data.schema import DataError
-from calm_core.data.stream import chunks
+from calm_core.data.stream import chunks, subset
 from calm_core.scoring.evaluate import load_report
 
 if TYPE_CHECKING:  # the config imports the task registry, whose modules import this one
@@ -45,6 +45,23 @@ def drawn_positions(n: int, batch_size: int, steps: int, seed: int, start_step: 
     """Every position steps start_step..steps-1 draw from a set of `n`, in order, once each:
     the only items of S_T a run reads (all of them once the run covers an epoch)."""
     return sorted({i for step in range(start_step, steps) for i in batch_indices(n, batch_size, step, seed)})
+
+
+LOWER_PROBE_ITEMS = 64  # S_T items whose cross-entropy under theta tells whether the lower level is still solved
+
+
+def lower_probe(cfg: "TrainConfig", train: Sequence[Any]) -> list[Any]:
+    """The S_T items of the calibrated stop's lower-level probe (any task): the
+    LOWER_PROBE_ITEMS lowest positions the run draws (so an MCQA run has their frozen
+    layers cached), the same at every evaluation."""
+    return list(subset(train, _probe_positions(len(train), cfg.batch_size, cfg.steps, cfg.seed)))
+
+
+@functools.lru_cache(maxsize=4)
+def _probe_positions(n: int, batch_size: int, steps: int, seed: int) -> list[int]:
+    """Computed once per run, not at every evaluation: the drawn positions of a long run
+    over a large S_T are a set of millions to build and sort."""
+    return drawn_positions(n, batch_size, steps, seed)[:LOWER_PROBE_ITEMS]
 
 
 @dataclass

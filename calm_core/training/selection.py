@@ -12,12 +12,15 @@ uniform and passes the point where confidence matches accuracy early. So the run
 evaluated on S_V densely early (`EvalSchedule`) and the step with the best S_V
 calibration is kept, by a proper score:
 
-- the score is S_V's NLL (lower is better; a proper score, so it rewards confidence that
-  matches accuracy and punishes both over- and under-confidence), with S_V's ECE as the
-  tie-break;
-- a tie is a difference within one standard error of the paired per-item NLL
+- the score is per item and proper (lower is better; it rewards confidence that matches
+  accuracy and punishes both over- and under-confidence), with S_V's ECE as the
+  tie-break. Each task names its own (`SELECTION_SCORE`, `SELECTION_TIE_BREAK`): the
+  NLL of the gold option for multiple choice; for open answers the Brier score of the
+  semantic confidence against S_V's gold answers, Semantic ECE breaking ties
+  (training/tasks/openqa.py);
+- a tie is a difference within one standard error of the paired per-item score
   difference: S_V has tens of items, and a step that is better by noise should not win
-  on NLL alone (the one-standard-error rule of model selection);
+  on the score alone (the one-standard-error rule of model selection);
 - a step is *eligible* only while the lower level is still solved and accuracy kept:
   the S_T cross-entropy of theta (adapter on, no head) within `lower_tolerance` (a
   fraction) of its step-0 value, and S_V accuracy at most one point (one item on a set
@@ -79,6 +82,8 @@ class SelectRule:
     rule: str = "best"
     patience: int = 4  # evaluations without a newly selected step before stopping (0: never)
     lower_tolerance: float = 0.1  # the S_T CE of theta may rise by this fraction of its step-0 value
+    score: str = "NLL"  # what Candidate.score is, in words (the task's SELECTION_SCORE)
+    tie_break: str = "ECE"  # what Candidate.ece is (the task's SELECTION_TIE_BREAK)
 
     def __post_init__(self) -> None:
         if self.rule not in SELECT_RULES:
@@ -92,11 +97,13 @@ class SelectRule:
         """The rule in words, recorded with the selection (status.json, results.json)."""
         if self.rule == "last":
             return "last: the last step, whatever its S_V calibration"
-        return ("best: lowest S_V NLL (ties within one standard error of the paired per-item difference go to the "
-                f"lower S_V ECE) among steps whose S_T cross-entropy of theta stays within {self.lower_tolerance:.0%} "
-                "of step 0's and whose S_V accuracy stays within one point (one item under 100 items) of step 0's; "
-                f"stop after {self.patience} evaluations without a better step" if self.patience else
-                "best: lowest S_V NLL, ties by S_V ECE, among steps that keep the lower level and accuracy")
+        return (f"best: lowest S_V {self.score} (ties within one standard error of the paired per-item difference "
+                f"go to the lower S_V {self.tie_break}) among steps whose S_T cross-entropy of theta stays within "
+                f"{self.lower_tolerance:.0%} of step 0's and whose S_V accuracy stays within one point (one item "
+                f"under 100 items) of step 0's; stop after {self.patience} evaluations without a better step"
+                if self.patience else
+                f"best: lowest S_V {self.score}, ties by S_V {self.tie_break}, among steps that keep the lower level "
+                "and accuracy")
 
 
 @dataclass
@@ -104,12 +111,12 @@ class Candidate:
     """One evaluation of the model on S_V (and the lower-level probe on S_T)."""
 
     step: int
-    score: float  # S_V NLL under head and adapter (lower is better)
-    ece: float  # S_V ECE: the tie-break
+    score: float  # S_V score under head and adapter, lower is better: NLL (MCQA), Brier (open answers)
+    ece: float  # S_V ECE: the tie-break (Semantic ECE for open answers)
     acc: float  # S_V accuracy
     n: int  # S_V items
     lower: float | None = None  # S_T cross-entropy of theta (adapter on, no head); None: not measured
-    losses: list[float] | None = field(default=None, repr=False)  # per-item S_V NLL, for the paired standard error
+    losses: list[float] | None = field(default=None, repr=False)  # per-item S_V score, for the paired standard error
 
     def figures(self) -> dict[str, Any]:
         """What status.json and results.json record of it (no per-item losses)."""
@@ -188,12 +195,13 @@ class Selector:
 
     def _better(self, c: Candidate, best: Candidate) -> tuple[bool, str]:
         margin = paired_standard_error(c.losses, best.losses)
+        score, tie = f"S_V {self.rule.score}", f"S_V {self.rule.tie_break}"
         if c.score < best.score - margin:
-            return True, f"S_V NLL {c.score:.4f} < {best.score:.4f} (step {best.step}) by more than its SE {margin:.4f}"
+            return True, f"{score} {c.score:.4f} < {best.score:.4f} (step {best.step}) by more than its SE {margin:.4f}"
         if abs(c.score - best.score) <= margin and c.ece < best.ece:
-            return True, (f"S_V NLL within one SE ({margin:.4f}) of step {best.step}'s and S_V ECE "
+            return True, (f"{score} within one SE ({margin:.4f}) of step {best.step}'s and {tie} "
                           f"{c.ece:.4f} < {best.ece:.4f}")
-        return False, f"not better than step {best.step} (S_V NLL {c.score:.4f} vs {best.score:.4f}, SE {margin:.4f})"
+        return False, f"not better than step {best.step} ({score} {c.score:.4f} vs {best.score:.4f}, SE {margin:.4f})"
 
     def offer(self, c: Candidate) -> Verdict:
         """Take one evaluation; returns whether it is now the selected step and whether to stop."""

@@ -14,6 +14,7 @@ shows the rule and the selected step with its S_V figures.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +34,7 @@ class CalibratedStop:
     selector: Selector
     snapshot: Snapshot | None = None  # the selected step's adapter and head (rule best)
     scores: dict[int, Scores] = field(default_factory=dict)  # step -> its evaluation's scores (selected, last)
-    enabled: bool = True  # False when the task has no selection score (open answers, for now)
+    enabled: bool = True  # False when the task has no selection score (SELECTS)
 
     @classmethod
     def start(cls, cfg: Any, ctx: StepContext, writer: RunDir | None, start_step: int) -> "CalibratedStop":
@@ -42,10 +43,12 @@ class CalibratedStop:
         from the checkpoint's snapshot when a later selection, lost with the steps after
         the checkpoint, had replaced it."""
         enabled = bool(getattr(ctx.task, "SELECTS", False))
+        rule = dataclasses.replace(cfg.select_rule, score=getattr(ctx.task, "SELECTION_SCORE", "NLL"),
+                                   tie_break=getattr(ctx.task, "SELECTION_TIE_BREAK", "ECE"))
         saved: SelectionRecord | None = ctx.state.pop("selection", None) if start_step > 0 else None
         if saved is None:
-            return cls(Selector(cfg.select_rule), enabled=enabled)
-        stop = cls(Selector(cfg.select_rule, SelectionState.from_dict(saved.state)), saved.snapshot, enabled=enabled)
+            return cls(Selector(rule), enabled=enabled)
+        stop = cls(Selector(rule, SelectionState.from_dict(saved.state)), saved.snapshot, enabled=enabled)
         stop.write_selected(ctx, writer)  # a later selection, lost with the steps after the checkpoint, may be there
         return stop
 

@@ -9,6 +9,7 @@ converted and checked once at the boundary; errors read "Expected `x` ..., but g
                  confidence_ece (one confidence per answer: open QA, Sem-ECE)
     smooth       smooth_ece (Błasiok & Nakkiran 2023, matches relplot.smECE)
     scores       softmax, entropy, mean_entropy, mean_confidence, accuracy, brier, nll, item_nll, auroc,
+                 item_confidence_brier,
                  confidence_auroc, aurc, confidence_aurc (selective prediction)
     summary      summarize (the CLI's metric table), bootstrap_ci, intervals, METRICS registry
     columns      COLUMNS, table_columns: which row keys every results table shows, declared once
@@ -22,7 +23,7 @@ Example:
 from calm_core.calibration.metrics.bins import STRATEGIES, BinTable, bin_accuracy_intervals, bin_confidences, top_label
 from calm_core.calibration.metrics.calibration import adaptive_ece, classwise_ece, confidence_ece, ece, mce
 from calm_core.calibration.metrics.scores import (
-    accuracy, aurc, auroc, brier, confidence_aurc, confidence_auroc, entropy, item_nll, mean_confidence,
+    accuracy, aurc, auroc, brier, confidence_aurc, confidence_auroc, entropy, item_confidence_brier, item_nll, mean_confidence,
     mean_entropy, nll, softmax,
 )
 from calm_core.calibration.metrics.smooth import smooth_ece
@@ -31,6 +32,6 @@ from calm_core.calibration.metrics.summary import INTERVAL_METRICS, METRICS, boo
 __all__ = [
     "INTERVAL_METRICS", "METRICS", "STRATEGIES", "BinTable", "accuracy", "bin_accuracy_intervals", "adaptive_ece", "aurc", "auroc",
     "bin_confidences", "bootstrap_ci", "brier", "classwise_ece", "confidence_aurc", "confidence_auroc",
-    "confidence_ece", "ece", "entropy", "intervals", "item_nll", "mce", "mean_confidence", "mean_entropy", "nll", "smooth_ece", "softmax",
+    "confidence_ece", "ece", "entropy", "intervals", "item_confidence_brier", "item_nll", "mce", "mean_confidence", "mean_entropy", "nll", "smooth_ece", "softmax",
     "summarize", "top_label",
 ]

@@ -100,6 +100,15 @@ def item_nll(probs: object, labels: object, eps: float = 1e-12) -> np.ndarray:
     return 0.0 - np.log(np.maximum(gold, eps))
 
 
+def item_confidence_brier(confidence: object, correct: object) -> np.ndarray:
+    """Per-answer Brier score of a confidence against its correctness, (c_i - a_i)^2, (N,):
+    a proper score of one confidence per answer (open answers, where there are no option
+    probabilities); the calibrated stop of open-answer runs averages and pairs it.
+    Example: confidences [.9, .6], correct [1, 0] -> [0.01, 0.36]."""
+    c, a = check_scores(confidence, correct)
+    return (c - a) ** 2
+
+
 def auroc(probs: object, labels: object) -> float:
     """AUROC of the top-label confidence as a score separating correct from wrong items.
 

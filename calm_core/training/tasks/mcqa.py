@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import time
 from typing import Any, Callable, Sequence
 
@@ -36,7 +35,7 @@ from calm_core.scoring.options import (apply_option_head, context_limit, progres
                                        truncated_item_ids, warn_truncated)
 from calm_core.training import distributed
 from calm_core.scoring.adapters import evaluating
-from calm_core.training.batches import Data, batch_indices, drawn_positions
+from calm_core.training.batches import Data, batch_indices, drawn_positions, lower_probe
 from calm_core.training.context import StepContext
 from calm_core.training.selection import Candidate
 from calm_core.training.objectives import forward_sequences, negative_entropy, option_cross_entropy
@@ -81,22 +80,6 @@ def evaluate_now(ctx: StepContext, data: Data, batch_size: int,
 
 
 EVAL_KEYS = ("acc", "ece", "nll", "entropy", "confidence", "auroc", "aurc")  # each set's figures at an evaluation
-LOWER_PROBE_ITEMS = 64  # S_T items whose cross-entropy under theta tells whether the lower level is still solved
-
-
-def lower_probe(cfg: Any, data: Data) -> list[MCItem]:
-    """The S_T items of the lower-level probe: the LOWER_PROBE_ITEMS lowest positions the
-    run draws (so their frozen layers are cached), the same at every evaluation."""
-    return list(subset(data.train, _probe_positions(len(data.train), cfg.batch_size, cfg.steps, cfg.seed)))
-
-
-@functools.lru_cache(maxsize=4)
-def _probe_positions(n: int, batch_size: int, steps: int, seed: int) -> list[int]:
-    """Computed once per run, not at every evaluation: the drawn positions of a long run
-    over a large S_T are a set of millions to build and sort."""
-    return drawn_positions(n, batch_size, steps, seed)[:LOWER_PROBE_ITEMS]
-
-
 def selection_candidate(ctx: StepContext, data: Data, step: int, record: dict[str, float],
                         caches: dict[str, dict[tuple[bool, bool], Any]]) -> Candidate | None:
     """What the calibrated stop (training/selection.py) judges at this evaluation: S_V's
@@ -109,7 +92,7 @@ def selection_candidate(ctx: StepContext, data: Data, step: int, record: dict[st
     bs = ctx.settings.eval_batch_size
     heldout = _scores_for(ctx, data.heldout, bs, True, True, caches.setdefault("heldout", {}))
     losses = metrics.item_nll(metrics.softmax(heldout.logits), heldout.gold)
-    probe = lower_probe(ctx.settings, data)
+    probe = lower_probe(ctx.settings, data.train)
     lower = None
     if probe:
         theta_only = _scores_for(ctx, probe, bs, False, True, {})

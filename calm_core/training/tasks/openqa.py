@@ -4,7 +4,13 @@ The loop, run directory and methods are shared with `mcqa`; what differs is here
 - `lower` / `upper`: the closures a method's step calls (generative.objectives);
 - `evaluate_now`: periodic greedy-only evaluation (acc, ECE of the greedy answer's
   sequence probability, mean token entropy, mean confidence), the same
-  `eval/<set>/<metric>` keys as MCQA so the Monitor page needs no branch;
+  `eval/<set>/<metric>` keys as MCQA so the Monitor page needs no branch; S_V also
+  with sampled answers, for the calibrated stop;
+- `selection_candidate`: what the calibrated stop (training/selection.py) judges: the
+  Brier score of S_V's semantic confidence against its gold answers, per item (a proper
+  score: Semantic ECE, the paper's open-answer measure, is not one, and a flat
+  forecast at the base rate scores 0 on it), with Semantic ECE as the tie-break, and
+  the S_T token cross-entropy of theta alone (adapter on, no head) on the probe items;
 - `final_evaluation`: base, the post-hoc calibrators for generation (ts), the trained
   model and its theta-only ablation, each
   generating greedy and sampled answers on every evaluation set, judged and grouped
@@ -17,10 +23,12 @@ under the base model, then applied at every generation step.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Sequence
 
 import torch
 
+from calm_core.calibration import metrics
 from calm_core.scoring.adapters import evaluating
 from calm_core.data.schema import OpenItem
 from calm_core.generative.evaluate import token_fit_data
@@ -30,12 +38,16 @@ from calm_core.generative.objectives import (
 )
 from calm_core.generative.sampling import GenerationConfig, generate_answers
 from calm_core.generative.semantic import grouping_for
+from calm_core.training.batches import lower_probe
 from calm_core.training.context import StepContext
+from calm_core.training.selection import Candidate
 
 NAME = "openqa"
 ITEM_KIND = "open"
 METHODS = ("calm", "scalar", "sft", "iterate")  # built on the lower / upper closures alone
-SELECTS = False  # no calibrated stop yet: Semantic ECE on S_V's gold answers is the score to build it on
+SELECTS = True  # the calibrated stop judges S_V's semantic confidence (selection_candidate)
+SELECTION_SCORE = "Brier score of the semantic confidence"  # per item, against S_V's gold answers
+SELECTION_TIE_BREAK = "Semantic ECE"
 DEFAULTS = {"train_data": "builtin/capitals_open/train", "heldout_data": "builtin/capitals_open/validation",
             "eval_data": ["builtin/capitals_open/test"]}  # what `--task openqa` starts from (TrainConfig.from_dict)
 PRESETS = {"quick": {"generation": {"n_samples": 5}}}  # minutes on a CPU: 1 greedy + 5 sampled answers per question
@@ -77,20 +89,27 @@ def prefill(ctx: StepContext, data: Any, start_step: int, writer: Any, show: boo
 def evaluate_now(ctx: StepContext, data: Any, batch_size: int, caches: dict | None = None,
                  heldout_only: bool = False) -> dict[str, float]:
     """Greedy answers of the model being trained on S_V and every evaluation set (S_V
-    alone with `heldout_only`; `caches` is MCQA's reuse of scores: generation has
-    nothing to reuse)."""
-    import dataclasses
-
-    cfg = dataclasses.replace(ctx.settings.generation, n_samples=0, batch_size=batch_size)
+    alone with `heldout_only`). With `caches` (the loop's, for the calibrated stop), S_V
+    also gets the run's sampled answers, judged into `caches["heldout"]["frame"]` and
+    `eval/heldout/sem_ece`: the semantic confidence `selection_candidate` scores."""
+    greedy = dataclasses.replace(ctx.settings.generation, n_samples=0, batch_size=batch_size)
     record: dict[str, float] = {}
     for name, items in {"heldout": data.heldout, **({} if heldout_only else data.evals)}.items():
         if not items:
             continue
-        summary = summarize_open(judge(items, _answers(ctx, items, cfg, ctx.head, True), grouping_for("string")))
+        sampled = caches is not None and name == "heldout" and ctx.settings.generation.n_samples > 1
+        cfg = dataclasses.replace(greedy, n_samples=ctx.settings.generation.n_samples) if sampled else greedy
+        grouping = grouping_for(cfg.grouping, cfg.grouping_threshold) if sampled else grouping_for("string")
+        frame = judge(items, _answers(ctx, items, cfg, ctx.head, True), grouping)
+        summary = summarize_open(frame)
         record[f"eval/{name}/acc"] = summary["acc"]
         record[f"eval/{name}/ece"] = summary["seq_ece_10"]
         record[f"eval/{name}/entropy"] = summary["entropy"]
         record[f"eval/{name}/confidence"] = summary["seq_confidence"]
+        if caches is not None and name == "heldout":
+            caches["heldout"] = {"frame": frame}
+            if sampled:
+                record["eval/heldout/sem_ece"] = summary["ece_10"]
     return record
 
 
@@ -106,9 +125,35 @@ def variants(method: str, has_head: bool, calibrators: Sequence[str],
     return out
 
 
-def selection_candidate(ctx: StepContext, data: Any, step: int, record: dict, caches: dict) -> None:
-    """Open answers have no calibrated stop yet (SELECTS = False): the run hands back its last step."""
-    return None
+def selection_candidate(ctx: StepContext, data: Any, step: int, record: dict, caches: dict) -> Candidate | None:
+    """S_V's per-item Brier score of the semantic confidence (the modal cluster's share
+    of the sampled answers, right when that answer matches a gold alias; the greedy
+    answer's sequence probability when the run samples nothing), its Semantic ECE (10
+    bins), greedy accuracy, and the S_T token cross-entropy of theta alone on the probe
+    items. None without S_V."""
+    frame = caches.get("heldout", {}).get("frame")
+    if frame is None or not len(frame):
+        return None
+    confidence = frame["confidence"].clip(0.0, 1.0).to_numpy(dtype=float)
+    correct = frame["correct"].to_numpy(dtype=float)
+    losses = metrics.item_confidence_brier(confidence, correct)
+    probe = lower_probe(ctx.settings, data.train)
+    return Candidate(step=step, score=float(losses.mean()), ece=metrics.confidence_ece(confidence, correct, n_bins=10),
+                     acc=record["eval/heldout/acc"], n=len(losses),
+                     lower=_theta_cross_entropy(ctx, probe) if probe else None, losses=losses.tolist())
+
+
+def _theta_cross_entropy(ctx: StepContext, items: Sequence[OpenItem]) -> float:
+    """Token cross-entropy of the gold answers under theta alone (adapter on, no head):
+    the lower level's training fit, which the calibrated stop requires to hold."""
+    requests = gold_requests(items, ctx.tokenizer, ctx.settings.generation.prompt)
+    total, count = 0.0, 0
+    with evaluating(ctx.model, True), torch.no_grad():
+        for start in range(0, len(requests), ctx.settings.eval_batch_size):
+            logits, targets = answer_logits(ctx.net, requests[start:start + ctx.settings.eval_batch_size], _pad_id(ctx))
+            total += float(token_cross_entropy(logits, targets)) * len(targets)
+            count += len(targets)
+    return total / max(count, 1)
 
 
 def final_evaluation(ctx: StepContext, data: Any, run: Any, reuse: dict | None = None,
