@@ -15,6 +15,8 @@ if str(ROOT) not in sys.path:
 
 import streamlit as st  # noqa: E402
 
+from app.gate import passes_gate, studio_access  # noqa: E402
+
 st.set_page_config(page_title="CALM Studio", page_icon=str(ROOT / "assets" / "logo.svg"), layout="wide")
 
 PAGES = [
@@ -26,6 +28,12 @@ PAGES = [
     st.Page(str(ROOT / "app" / "views" / "playground.py"), title="Playground", icon=":material/chat:"),
 ]
 
+# Shared mode: the password first (calm_core/workspace/access.py). The navigation is
+# still declared, hidden, so the page asked for in the URL is the one shown once it passes.
+gated = not passes_gate(studio_access())
+page = st.navigation(PAGES, position="hidden" if gated else "sidebar")
+if gated:
+    st.stop()
 st.sidebar.markdown("### CALM Studio")
 st.sidebar.caption("Calibrate aligned LLMs during fine-tuning, and see the difference.")
-st.navigation(PAGES).run()
+page.run()

@@ -7,11 +7,13 @@ import pandas as pd
 import streamlit as st
 
 from app.charts import alpha_bars, alpha_heatmap, line_figure, tradeoff_figure
+from app.gate import studio_access, this_session
 from app.state import code, describe_error
 from calm_core.training.config import recorded_bilevel
 from calm_core.calibration.metrics.columns import help_texts, table_columns
 from calm_core.workspace import verdict
 from calm_core.workspace import view as run_view
+from calm_core.workspace.access import may_cancel
 from calm_core.runs.jobs import cancel, resume
 from calm_core.runs.listing import list_runs
 from calm_core.runs.rundir import RunDir
@@ -71,15 +73,20 @@ def _data_notes(choices: dict) -> None:
             st.dataframe(pd.DataFrame(record.get("rejected") or []), hide_index=True)
 
 
-def _controls(view: RunState) -> None:
-    c1, c2, _ = st.columns([1, 1, 4])
-    if c1.button("Cancel", disabled=view.state not in ACTIVE, key="monitor_cancel",
+def _controls(view: RunState, launched_by: str | None) -> None:
+    """Cancel and resume; a shared studio lets a session change only its own runs (or
+    every run, for the admin: CALM_STUDIO_ADMIN=1)."""
+    c1, c2, c3 = st.columns([1, 1, 4])
+    allowed = may_cancel(studio_access(), this_session(), launched_by)
+    if not allowed:
+        c3.caption("Another session launched this run: only it (or the studio's admin) can cancel or resume it.")
+    if c1.button("Cancel", disabled=view.state not in ACTIVE or not allowed, key="monitor_cancel",
                  help="Stops after the current step with a checkpoint; resume continues the same curves."):
         try:
             st.toast(f"{run_id}: {cancel(run).state}")
         except Exception as exc:
             st.error(describe_error(exc))
-    if c2.button("Resume", disabled=not view.resumable, key="monitor_resume"):
+    if c2.button("Resume", disabled=not view.resumable or not allowed, key="monitor_resume"):
         try:
             resume(run)
             st.toast(f"{run_id}: queued to resume")
@@ -248,11 +255,11 @@ def live() -> None:
     records, view = run.read_metrics(), run.state(files=files)
     if view.state == DAMAGED:  # a file the page needs is unreadable: say which, offer what helps
         st.error(view.reason)
-        _controls(view)
+        _controls(view, (files.config or {}).get("launched_by"))
         return
     status, config = files.status, files.config or {}
     _header(records, view, status, config)
-    _controls(view)
+    _controls(view, config.get("launched_by"))
     _charts(records, active=view.state in ACTIVE, selection=status.get("selection") or {})
     _results(str(config.get("train", {}).get("method", "")))
 

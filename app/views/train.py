@@ -12,6 +12,7 @@ import pandas as pd
 import streamlit as st
 
 from app.settings_form import current_value, setting_input
+from app.gate import studio_access, this_session
 from app.state import describe_error
 from calm_core.data.catalog import list_datasets
 from calm_core.data.schema import DataError
@@ -19,7 +20,8 @@ from calm_core.scoring.evaluate import load_report
 from calm_core.generative.sampling import PROMPTS, GenerationConfig
 from calm_core.calibration.head import scope_note, scopes_for
 from calm_core.scoring.prompts import RULES
-from calm_core.workspace.launch import estimate_step_seconds, launch_training
+from calm_core.workspace.access import MAX_QUEUED_PER_SESSION, PathRefused, confine_model_name, quota_left, quota_message
+from calm_core.workspace.launch import active_runs_of, estimate_step_seconds, launch_training
 from calm_core.training.methods import METHODS
 from calm_core.runs.listing import list_runs
 from calm_core.training.config import PRESETS, TrainConfig, train_settings
@@ -99,6 +101,7 @@ def _key(name: str) -> str:
     return f"{name}_open" if openqa else name
 
 
+ACCESS = studio_access()
 names = [e.name for e in list_datasets(kind="open" if openqa else "mc")]
 task_data = get_task(task).DEFAULTS if openqa else STUDIO_MC_DATA
 default_train, default_heldout = task_data["train_data"], task_data["heldout_data"]
@@ -110,6 +113,11 @@ model = "embedded"
 if model_kind != "embedded":
     model = st.text_input("Path or hub id", key="train_model_name",
                           placeholder="/models/my-llama" if model_kind == "local directory" else "HuggingFaceTB/SmolLM2-360M-Instruct")
+    try:  # a shared studio opens paths only under its allowed roots (calm_core/workspace/access.py)
+        model = confine_model_name(model, ACCESS)
+    except PathRefused as exc:
+        st.error(str(exc))
+        st.stop()
 
 st.subheader("2. Data")
 c1, c2 = st.columns(2)
@@ -214,9 +222,13 @@ if seconds is not None:
 else:
     c2.metric("Estimated time", "unknown", help=source)
     st.caption(source)
-if st.button("Launch training", type="primary", disabled=not evals, key="train_launch"):
+SESSION = this_session()
+left = quota_left(ACCESS, active_runs_of(SESSION) if SESSION else 0)
+if left == 0:
+    st.warning(quota_message(MAX_QUEUED_PER_SESSION))
+if st.button("Launch training", type="primary", disabled=not evals or left == 0, key="train_launch"):
     try:
-        run, started = launch_training(cfg)
+        run, started = launch_training(cfg, launched_by=SESSION)
     except Exception as exc:
         st.error(describe_error(exc))
     else:

@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Mapping
 
 from calm_core.io import atomic_write_json, file_lock
 from calm_core.paths import PROJECT_ROOT
@@ -94,6 +95,14 @@ def _check_command(command: list[str]) -> list[str]:
     return list(command)
 
 
+def job_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """A job's environment: its launcher's, less any `*_PASSWORD` variable. A training
+    job never needs one, and the shared studio's password (CALM_STUDIO_PASSWORD) must
+    not reach a process that runs user-chosen code paths. Tokens (HF_TOKEN) stay: a job
+    may need them to download a gated model."""
+    return {k: v for k, v in environ.items() if not k.upper().endswith("_PASSWORD")}
+
+
 def _reap(process: subprocess.Popen) -> None:
     process.wait()  # in a daemon thread: no zombie lingers while the launcher lives
 
@@ -105,7 +114,7 @@ def start_job(run_dir: RunDir, command: list[str], env: dict | None = None) -> i
     first status write always lands after (never under) the launcher's.
     """
     command = bind_run_dir(_check_command(command), run_dir)
-    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    full_env = {**job_environment(os.environ), "PYTHONUNBUFFERED": "1", **(env or {})}
     with open(run_dir.path / STDOUT, "ab") as log, run_dir.locked():
         log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} start: {shlex.join(command)}\n".encode())
         log.flush()

@@ -26,6 +26,7 @@ class RunSummary:
     name: str | None
     method: str | None
     queued_at: float | None = None
+    launched_by: str | None = None  # the studio session's opaque tag (config.json), None from the CLI
 
 
 def summarize(run: RunDir, now: float | None = None, stale_after: float = STALE_AFTER_S) -> RunSummary:
@@ -37,8 +38,10 @@ def summarize(run: RunDir, now: float | None = None, stale_after: float = STALE_
     name, method = status.get("name"), status.get("method")
     if name is None and method is None and files.config is not None:
         name, method = config_label(files.config, "name"), config_label(files.config, "method")
+    launched_by = files.config.get("launched_by") if isinstance(files.config, dict) else None
     return RunSummary(run.run_id, run.path, view.state, view.reason, view.resumable, status.get("step"),
-                      status.get("total_steps"), status.get("created"), name, method, status.get("queued_at"))
+                      status.get("total_steps"), status.get("created"), name, method, status.get("queued_at"),
+                      launched_by if isinstance(launched_by, str) else None)
 
 
 def list_runs(root: str | Path | None = None, now: float | None = None,

@@ -19,14 +19,16 @@ from calm_core.runs.rundir import RunDir
 from calm_core.training.config import TrainConfig
 
 
-def run_config_record(cfg: TrainConfig) -> dict[str, Any]:
-    """config.json of a run: the TrainConfig, the scoring rule and the environment."""
+def run_config_record(cfg: TrainConfig, launched_by: str | None = None) -> dict[str, Any]:
+    """config.json of a run: the TrainConfig, the scoring rule and the environment, and
+    the opaque tag of the studio session that launched it (access.session_tag; None
+    from the CLI), which a shared studio's quota and cancel rule read."""
     from calm_core.provenance import environment_record
 
     return {"train": cfg.to_dict(), "name": cfg.name, "method": cfg.method, "seed": cfg.seed,
             "scoring": {"rule": cfg.scoring, "chat_template": cfg.chat_template},
             "splits": split_provenance([cfg.train_data, cfg.heldout_data, *cfg.eval_data]),
-            "environment": environment_record()}
+            "environment": environment_record(), "launched_by": launched_by}
 
 
 def split_provenance(datasets: list[str]) -> dict[str, dict[str, Any]]:
@@ -43,18 +45,26 @@ def split_provenance(datasets: list[str]) -> dict[str, dict[str, Any]]:
     return found
 
 
-def create_run(cfg: TrainConfig, root: str | Path | None = None) -> RunDir:
-    return RunDir.new(run_config_record(cfg), name_hint=cfg.name or cfg.method, root=root)
+def create_run(cfg: TrainConfig, root: str | Path | None = None, launched_by: str | None = None) -> RunDir:
+    return RunDir.new(run_config_record(cfg, launched_by), name_hint=cfg.name or cfg.method, root=root)
 
 
-def launch_training(cfg: TrainConfig, root: str | Path | None = None) -> tuple[RunDir, bool]:
+def launch_training(cfg: TrainConfig, root: str | Path | None = None,
+                    launched_by: str | None = None) -> tuple[RunDir, bool]:
     """Create the run and queue it as a background job; (run, started now?). When every
     job slot is busy the run waits as `queued` and starts when one frees up."""
     from calm_core.runs.jobs import submit, worker_command
 
-    run = create_run(cfg, root)
+    run = create_run(cfg, root, launched_by)
     submit(run, worker_command())
     return run, left_the_queue(run)
+
+
+def active_runs_of(launched_by: str, root: str | Path | None = None) -> int:
+    """Queued or running runs a studio session launched (a shared studio's quota)."""
+    from calm_core.runs.state import ACTIVE_STATES
+
+    return sum(1 for s in list_runs(root) if s.launched_by == launched_by and s.state in ("queued", *ACTIVE_STATES))
 
 
 def left_the_queue(run: RunDir) -> bool:

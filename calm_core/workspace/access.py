@@ -1,0 +1,162 @@
+"""Who may use the studio, and what it may touch: the local and the shared mode.
+
+    access = access_from(os.environ, server_address="127.0.0.1")   # Access(shared=False, ...)
+    check_password(typed, access.password)        # constant-time
+    model = confine_model_name(typed, access)     # a refused path raises PathRefused (one line)
+
+Why two modes: the studio holds uploaded domain data (medical or legal work, a class's
+quiz) and can launch jobs and open local files, so anyone who reaches it can do all of
+that. The tools researchers already trust set the bar (Jupyter, TensorBoard, MLflow
+listen on loopback; Gradio's share links take `auth=`):
+
+- **local** (the default): the studio listens on 127.0.0.1 (.streamlit/config.toml), so
+  only this machine reaches it, and it keeps full freedom: any model directory, any
+  number of queued runs, any run may be cancelled;
+- **shared**: `bash scripts/studio.sh --share` (CALM_STUDIO_SHARED=1, every interface),
+  or any `server.address` that is not loopback. Every page sits behind a password
+  (CALM_STUDIO_PASSWORD or the `password` of Streamlit secrets; without one the studio
+  refuses to serve), a model path typed into the studio must lie under an allowed root
+  (the workspace, the model cache, CALM_ALLOWED_ROOTS), a session may hold at most
+  MAX_QUEUED_PER_SESSION queued or running runs, and it may cancel only the runs it
+  launched, unless it is the admin's (CALM_STUDIO_ADMIN=1 on the server).
+
+Pure functions of the environment and their arguments; the pages (app/main.py gate,
+app/views/train.py, app/views/monitor.py) call them. docs/security.md says what is and
+is not protected.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from calm_core.paths import PROJECT_ROOT, cache_dir, workspace_dir
+
+PASSWORD_ENV = "CALM_STUDIO_PASSWORD"
+SHARED_ENV = "CALM_STUDIO_SHARED"
+ADMIN_ENV = "CALM_STUDIO_ADMIN"
+ROOTS_ENV = "CALM_ALLOWED_ROOTS"  # extra roots, separated by os.pathsep (":" on Linux)
+SECRETS_KEY = "password"  # .streamlit/secrets.toml: password = "..."
+MAX_QUEUED_PER_SESSION = 3  # queued or running runs one shared session may hold at once
+FREE_TRIES = 5  # wrong passwords before each further try waits
+MAX_DELAY_S = 30.0
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+HOW_TO_SET = (f"Set a password first: `export {PASSWORD_ENV}=...` before `bash scripts/studio.sh --share`, or "
+              f"`{SECRETS_KEY} = \"...\"` in .streamlit/secrets.toml (kept out of git).")
+
+
+class PathRefused(ValueError):
+    """A path a shared studio will not open; the message is one line for the page."""
+
+
+@dataclass(frozen=True)
+class Access:
+    """The studio's mode as the server was started."""
+
+    shared: bool = False
+    password: str | None = field(default=None, repr=False)  # never printed, logged or stored
+    admin: bool = False
+    roots: tuple[Path, ...] = ()
+
+    @property
+    def refuses_to_serve(self) -> bool:
+        """Shared without a password: the studio shows how to set one and nothing else."""
+        return self.shared and not self.password
+
+
+def is_loopback(address: str | None) -> bool:
+    """Whether a `server.address` keeps the studio on this machine (unset: Streamlit
+    listens on every interface, so it is not)."""
+    return bool(address) and (address in LOOPBACK or address.startswith("127."))
+
+
+def _flag(environ: Mapping[str, str], name: str) -> bool:
+    return environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def access_from(environ: Mapping[str, str], server_address: str | None,
+                secrets_password: str | None = None) -> Access:
+    """The mode from the server's environment and address: shared when asked for
+    (CALM_STUDIO_SHARED) or when the studio listens beyond loopback anyway. The password
+    comes from CALM_STUDIO_PASSWORD, else from Streamlit secrets."""
+    shared = _flag(environ, SHARED_ENV) or not is_loopback(server_address)
+    password = environ.get(PASSWORD_ENV) or secrets_password or None
+    return Access(shared=shared, password=password, admin=_flag(environ, ADMIN_ENV), roots=allowed_roots(environ))
+
+
+def check_password(given: str | None, expected: str | None) -> bool:
+    """Constant-time comparison (hmac.compare_digest): the time taken does not tell how
+    much of a guess was right. Nothing matches an unset password."""
+    if not given or not expected:
+        return False
+    return hmac.compare_digest(given.encode("utf-8"), expected.encode("utf-8"))
+
+
+def retry_delay(failures: int) -> float:
+    """Seconds the next try waits after `failures` wrong passwords in one session: none
+    for the first FREE_TRIES, then 1, 2, 4, ... up to MAX_DELAY_S."""
+    if failures < FREE_TRIES:
+        return 0.0
+    return min(MAX_DELAY_S, 2.0 ** (failures - FREE_TRIES))
+
+
+def allowed_roots(environ: Mapping[str, str]) -> tuple[Path, ...]:
+    """The folders a shared studio may open: the workspace, the model cache and every
+    entry of CALM_ALLOWED_ROOTS, resolved (symlinks followed)."""
+    extra = [Path(p).expanduser() for p in environ.get(ROOTS_ENV, "").split(os.pathsep) if p.strip()]
+    return tuple(dict.fromkeys(p.resolve() for p in (workspace_dir(), cache_dir(), *extra)))
+
+
+def confine(text: str, roots: Iterable[Path]) -> Path:
+    """`text` as a path under one of `roots`, else PathRefused: `..` anywhere, and any
+    path (absolute, or relative to the studio's folder) whose real location — symlinks
+    followed — is outside every root."""
+    raw = Path(text.strip()).expanduser()
+    if ".." in raw.parts:
+        raise PathRefused(f"Refused {text!r}: `..` is not allowed in a shared studio")
+    real = (raw if raw.is_absolute() else PROJECT_ROOT / raw).resolve()
+    for root in roots:
+        if real == root or root in real.parents:
+            return real
+    raise PathRefused(f"Refused {text!r}: a shared studio opens paths only under the workspace, the model cache "
+                      f"and {ROOTS_ENV}")
+
+
+def confine_model_name(text: str, access: Access) -> str:
+    """The Train page's model field: as typed in local mode; in shared mode "embedded",
+    a hub id (`org/name`, not a path on this machine) or a path under an allowed root."""
+    name = text.strip()
+    if not access.shared or name in ("", "embedded"):
+        return name
+    if _HUB_ID.match(name) and not (PROJECT_ROOT / name).exists():
+        return name
+    return str(confine(name, access.roots))
+
+
+def session_tag(session_id: str) -> str:
+    """The opaque id a run records for the session that launched it: a hash, so the
+    run files hold no live session token and no address."""
+    return hashlib.sha256(session_id.encode("utf-8")).hexdigest()[:16]
+
+
+def may_cancel(access: Access, session: str | None, launched_by: str | None) -> bool:
+    """Local: anyone. Shared: the session that launched the run, or the admin's."""
+    return not access.shared or access.admin or (session is not None and session == launched_by)
+
+
+def quota_left(access: Access, active_runs_of_session: int) -> int | None:
+    """Runs this session may still queue (None: no limit, local mode)."""
+    if not access.shared:
+        return None
+    return max(0, MAX_QUEUED_PER_SESSION - active_runs_of_session)
+
+
+def quota_message(active: int) -> str:
+    return (f"This session already has {active} queued or running runs, the most a shared studio allows "
+            f"({MAX_QUEUED_PER_SESSION}). Wait for one to finish or cancel one on the Monitor page.")
