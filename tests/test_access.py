@@ -219,3 +219,23 @@ def test_shared_monitor_lets_a_session_change_only_its_own_runs(tiny_everywhere,
     said = any("Another session launched this run" in c.value for c in at.caption)
     assert said is not admin
     assert at.button(key="monitor_resume").disabled
+
+
+def test_shared_train_page_stops_a_session_at_its_quota(tiny_everywhere, monkeypatch) -> None:
+    import app.gate
+    from calm_core.training.config import TrainConfig
+    from calm_core.workspace.launch import create_run
+
+    monkeypatch.setattr(app.gate, "this_session", lambda: "this-session")
+    for tag in ("this-session", "this-session", "another-session"):
+        create_run(TrainConfig.preset("quick"), launched_by=tag).write_status("queued")
+    at = _main(monkeypatch, **{access.SHARED_ENV: "1", access.PASSWORD_ENV: "pw"}).run()
+    at.text_input(key="gate_password").input("pw").run()
+    at.switch_page("views/train.py")
+    at.run()
+    assert not at.exception, at.exception
+    assert not at.button(key="train_launch").disabled  # 2 of 3
+    create_run(TrainConfig.preset("quick"), launched_by="this-session").write_status("queued")
+    at.run()
+    assert at.button(key="train_launch").disabled
+    assert any("the most a shared studio allows (3)" in w.value for w in at.warning)
