@@ -60,14 +60,14 @@ if any_open:
     st.caption(OPEN_MEANING + " The diagrams plot Sem1 confidence against that correctness."
                + ("" if all_open else " Multiple-choice runs: confidence is the top option's probability."))
 
-owner = {(r["dataset"], r["variant"]): (RunDir.at(r["run"]), r["variant_raw"]) for r in rows}
+owner = {(r["dataset"], r["variant"]): (RunDir.at(r["run"]), r) for r in rows}
 curves, tables, confidences = {}, {}, {}
 for variant in shown:
     if (dataset, variant) not in owner:
         continue
     try:
-        run, raw_name = owner[(dataset, variant)]
-        confidence, correct = run_view.predictions(run, raw_name, dataset)
+        run, row = owner[(dataset, variant)]
+        confidence, correct = run_view.row_predictions(run, row)
     except Exception as exc:
         st.warning(describe_error(exc))
         continue
@@ -97,8 +97,8 @@ if open_variants:
     st.caption("Sem1 takes the values k / n for n samples: a spike at 1.0 is a model whose samples all agree.")
     variant = st.selectbox("Sampled answers of", open_variants, key="compare_open_variant")
     try:
-        run, raw_name = owner[(dataset, variant)]
-        frame = run_view.open_answers(run, raw_name, dataset)
+        run, row = owner[(dataset, variant)]
+        frame = run_view.row_open_answers(run, row)
     except Exception as exc:
         st.warning(describe_error(exc))
     else:
