@@ -142,3 +142,26 @@ def test_items_fingerprint_follows_the_items_not_their_source() -> None:
     assert items_fingerprint(a) == items_fingerprint([MCItem("1", "Capital of Peru?", ("Lima", "Quito"), 0)])
     assert items_fingerprint(a) != items_fingerprint([MCItem("1", "Capital of Peru?", ("Lima", "Quito"), 1)])
     assert items_fingerprint(a) != items_fingerprint(a + a) and items_fingerprint(a).startswith("sha256:")
+
+
+def test_compare_evaluates_a_run_on_more_data(finished: RunDir, evaluated: dict, open_page) -> None:
+    """Compare's "Evaluate on more data": a dataset picked, the button pressed, and the page
+    shows the added set (marked) beside the run's own with its fingerprint line."""
+    import shutil
+
+    from calm_core.runs.rundir import runs_root
+
+    copy = RunDir(shutil.copytree(finished.path, runs_root() / finished.run_id))
+    (copy.path / ADDED_RESULTS).unlink()
+    at = open_page("views/compare.py")
+    assert at.selectbox(key="compare_more_run").value == copy.run_id
+    assert at.number_input(key="compare_more_limit").value == 6  # the run's eval_limit
+    assert at.button(key="compare_more_go").disabled  # nothing picked yet
+    at.multiselect(key="compare_more_sets").set_value(["builtin/units/test"])
+    at.number_input(key="compare_more_limit").set_value(3).run()
+    at.button(key="compare_more_go").click().run()
+    assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
+    assert [s.value for s in at.success][-1].startswith("Added 5 rows on builtin/units/test")
+    assert "builtin/units/test (added)" in at.selectbox(key="compare_dataset").options
+    assert any("builtin/units/test (added): 3 items, sha256:" in c.value for c in at.caption)
+    assert {r["n"] for r in copy.added_results()} == {3}
