@@ -3,7 +3,8 @@
 A tiny run (letter scoring, options head, the calibrated stop choosing its step) is
 evaluated again on its own evaluation set, where its rows must come back to 1e-5, and on
 a set of another domain, whose rows are stored with the run, marked, and shown by
-`calm compare` and the report; an unfinished run is refused in one line.
+`calm compare` and the report; an unfinished run is refused in one line. An open-QA run
+gives its rows back the same way; Compare's "Evaluate on more data" drives the same call.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from calm_core.runs.rundir import ADDED_RESULTS, RunDir, predictions_path
 from calm_core.training.loop import train
 from calm_core.workspace.launch import run_config_record
 from calm_core.workspace.report import run_report_html
+from tests.test_studio_openqa import open_run  # noqa: F401 - the module-scoped open-QA run
 from tests.test_trainer import fresh_lm, small_config
 
 TOLERANCE = 1e-5  # the run's scores came from its last evaluation's cache; these are computed afresh
@@ -165,3 +167,24 @@ def test_compare_evaluates_a_run_on_more_data(finished: RunDir, evaluated: dict,
     assert "builtin/units/test (added)" in at.selectbox(key="compare_dataset").options
     assert any("builtin/units/test (added): 3 items, sha256:" in c.value for c in at.caption)
     assert {r["n"] for r in copy.added_results()} == {3}
+
+
+def test_an_open_answer_run_gives_its_own_rows_back_and_adds_a_set(open_run) -> None:
+    """Open QA the same way: generation is seeded per batch, so the run's own set (same
+    items, same batches) gives its rows back, and a new set is added beside it."""
+    from calm_core.workspace.added import evaluate_run, run_eval_limit
+    from tests.test_studio_openqa import EVAL_SET
+
+    workspace, run_id = open_run
+    run = RunDir(workspace / "runs" / run_id)
+    new = "builtin/chemical_symbols_open/test"
+    rows = evaluate_run(run, [EVAL_SET, new], run_eval_limit(run), device="cpu")
+    own = {r["variant"]: r for r in run.results()["results"]}
+    again = {r["variant"]: r for r in rows if r["dataset"] == EVAL_SET}
+    assert set(again) == set(own) and "ts" in own and "calm" in own
+    for variant, row in own.items():
+        numbers = [k for k, v in row.items() if isinstance(v, float)]
+        assert numbers and all(abs(again[variant][k] - row[k]) <= TOLERANCE for k in numbers
+                               if row[k] == row[k]), variant  # nan (no AUROC on one class) compares unequal
+    assert {r["variant"] for r in rows if r["dataset"] == new} == set(own)
+    assert all(r["task"] == "openqa" and r["added_after_training"] for r in rows)
