@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+import yaml
 
 from calm_core.workspace import export
 from calm_core.workspace.export import EMBEDDED_HUB_ID, export_run, export_zip, gguf_hub_id, portable_base_model
@@ -177,6 +178,62 @@ def test_export_folder_contents_and_record(runs, exports, tiny_model_dir: Path, 
     assert "builtin/capitals/test" in card and "calm_theta_only" in card  # the results table
 
 
+def card_metadata(folder: Path) -> dict:
+    """The model card's YAML front matter, parsed as the Hub parses it (safe_load)."""
+    text = (folder / "README.md").read_text()
+    assert text.startswith("---\n")
+    return yaml.safe_load(text.split("---\n")[1])
+
+
+def model_index_values(metadata: dict) -> dict[tuple[str, str], float]:
+    """{(dataset name, metric type): value} of a card's model-index."""
+    (entry,) = metadata["model-index"]
+    return {(result["dataset"]["name"], metric["type"]): metric["value"]
+            for result in entry["results"] for metric in result["metrics"]}
+
+
+@pytest.mark.parametrize("name", ["options", "scalar-ts"])
+def test_the_card_is_a_hub_model_card_whose_numbers_are_results_json(runs, exports, tiny_model_dir: Path,
+                                                                     name: str) -> None:
+    """YAML front matter with base_model, library_name: peft, tags and a model-index that
+    huggingface_hub reads, its acc / ece / auroc per set equal to results.json's rows for
+    the exported variant and for base."""
+    from huggingface_hub import ModelCard
+
+    folder, run = exports[name], runs[name.split("-")[0]]
+    metadata = card_metadata(folder)
+    assert metadata["base_model"] == tiny_model_dir.name == json.loads((folder / "calm_export.json").read_text())[
+        "base_model_hub_id"]
+    assert metadata["library_name"] == "peft" and {"calibration", "calm", "multiple-choice"} <= set(metadata["tags"])
+    exported = json.loads((folder / "calm_export.json").read_text())["variant"]
+    rows = {(r["dataset"], r["variant"]): r for r in run.results()["results"]}
+    expected = {(dataset, prefix + kind): rows[(dataset, variant)][key]
+                for dataset, _ in rows for variant, prefix in ((exported, ""), ("base", "base_"))
+                for key, kind in (("acc", "accuracy"), ("ece", "ece"), ("auroc", "auroc"))}
+    assert model_index_values(metadata) == expected  # exact: the card's numbers are results.json's
+    card = ModelCard((folder / "README.md").read_text())  # huggingface_hub's own parser and model-index reader
+    results = card.data.eval_results
+    assert card.data.base_model == metadata["base_model"] and len(results) == len(expected)
+    assert {(r.dataset_name, r.metric_type): r.metric_value for r in results} == expected
+    assert "peft=path/to/this/folder" in (folder / "README.md").read_text()  # lm-evaluation-harness loads it
+
+
+def test_the_card_lists_sets_added_after_training(runs, tmp_path: Path) -> None:
+    """Rows of `calm eval --run` (added_results.json) join the card's model-index, marked."""
+    import shutil
+
+    run = RunDir(shutil.copytree(runs["options"].path, tmp_path / "runs" / "copy"))
+    added = [{**row, "dataset": "builtin/units/test", "added_after_training": True, "fingerprint": "sha256:0"}
+             for row in run.results()["results"]]
+    run.add_results(added)
+    folder = export_run(run, tmp_path / "out")
+    values = model_index_values(card_metadata(folder))
+    calm = next(r for r in added if r["variant"] == "calm")
+    assert values[("builtin/units/test (added)", "ece")] == calm["ece"]
+    assert ("builtin/capitals/test", "ece") in values
+    assert "Added after training (`calm eval --run`): builtin/units/test (added)" in (folder / "README.md").read_text()
+
+
 @pytest.mark.parametrize("scope", ["vocab", "options", "scalar"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_exported_head_is_calm_cores_head_bit_for_bit(scope: str, dtype: torch.dtype) -> None:
@@ -233,6 +290,8 @@ def test_embedded_run_names_the_hub_model(tiny_model_dir: Path, tmp_path: Path) 
     assert record["ts_temperature"] is None  # no results.json: an unfinished run still exports
     card = (folder / "README.md").read_text()
     assert f'from_pretrained("{EMBEDDED_HUB_ID}"' in card and "Q4_1" in card
+    assert card_metadata(folder)["base_model"] == EMBEDDED_HUB_ID  # the Hub links the card to its base model
+    assert "model-index" not in card_metadata(folder)  # no results.json: no results to index
 
 
 def test_a_run_without_a_head_exports_the_adapter_and_the_scoring_rule(tiny_model_dir: Path, tmp_path: Path) -> None:

@@ -16,7 +16,9 @@ from calm_core.workspace import view as run_view
 from calm_core.scoring.evaluate import wide_table
 from calm_core.workspace.export import export_zip, recommended_export
 from calm_core.workspace.report import run_report_html
+from calm_core.data.catalog import list_datasets
 from calm_core.runs.listing import list_runs
+from calm_core.workspace.added import evaluate_run, run_eval_limit
 from calm_core.runs.rundir import RunDir
 
 OPEN_MEANING = ("Open answers: **confidence** is Sem1, the share of the n sampled answers that fall in the most "
@@ -60,14 +62,14 @@ if any_open:
     st.caption(OPEN_MEANING + " The diagrams plot Sem1 confidence against that correctness."
                + ("" if all_open else " Multiple-choice runs: confidence is the top option's probability."))
 
-owner = {(r["dataset"], r["variant"]): (RunDir.at(r["run"]), r["variant_raw"]) for r in rows}
+owner = {(r["dataset"], r["variant"]): (RunDir.at(r["run"]), r) for r in rows}
 curves, tables, confidences = {}, {}, {}
 for variant in shown:
     if (dataset, variant) not in owner:
         continue
     try:
-        run, raw_name = owner[(dataset, variant)]
-        confidence, correct = run_view.predictions(run, raw_name, dataset)
+        run, row = owner[(dataset, variant)]
+        confidence, correct = run_view.row_predictions(run, row)
     except Exception as exc:
         st.warning(describe_error(exc))
         continue
@@ -97,8 +99,8 @@ if open_variants:
     st.caption("Sem1 takes the values k / n for n samples: a spike at 1.0 is a model whose samples all agree.")
     variant = st.selectbox("Sampled answers of", open_variants, key="compare_open_variant")
     try:
-        run, raw_name = owner[(dataset, variant)]
-        frame = run_view.open_answers(run, raw_name, dataset)
+        run, row = owner[(dataset, variant)]
+        frame = run_view.row_open_answers(run, row)
     except Exception as exc:
         st.warning(describe_error(exc))
     else:
@@ -149,6 +151,31 @@ if figures:
         else:
             c2.download_button("Download the figure (PNG)", png, file_name=f"{stem}.png", mime="image/png",
                                key="compare_png_download")
+
+st.subheader("Evaluate on more data")
+st.caption("A finished run on any set, after training: base, its post-hoc calibrators as fitted on S_V and the "
+           "trained model at its selected step, scored as its final evaluation scores (`calm eval --run` does the "
+           "same). The rows are stored with the run and show above as `<set> (added)`, with their data's fingerprint.")
+more_run = st.selectbox("Run", chosen, format_func=labels.get, key="compare_more_run")
+more_kind = "open" if tasks[more_run] == "openqa" else "mc"
+more_sets = st.multiselect("Datasets", [e.name for e in list_datasets(kind=more_kind)], key="compare_more_sets")
+more_limit = st.number_input("Items per set (0: all)", min_value=0, value=run_eval_limit(RunDir.at(more_run)) or 0,
+                             help="the run's own evaluation sets had this many; training questions are left out",
+                             key="compare_more_limit")
+if st.button("Evaluate", key="compare_more_go", disabled=not more_sets):
+    try:
+        with st.spinner("Loading the run's model and scoring (minutes for a large model or set)"):
+            added = evaluate_run(RunDir.at(more_run), more_sets, int(more_limit) or None)
+    except Exception as exc:
+        st.error(describe_error(exc))
+    else:
+        st.session_state["compare_more_done"] = (f"Added {len(added)} rows on {', '.join(more_sets)} to "
+                                                 f"{more_run}; they are in the table above, marked (added).")
+        st.rerun()
+if st.session_state.get("compare_more_done"):
+    st.success(st.session_state.pop("compare_more_done"))
+for line in run_view.added_lines(rows):
+    st.caption(code(line))
 
 st.subheader("Share a run")
 share = st.selectbox("Run", chosen, format_func=labels.get, key="compare_share_run")

@@ -5,6 +5,7 @@
     calm train --preset quick [--detach] | calm runs | calm cancel RUN | calm resume RUN
     calm eval --model embedded --data arc/easy_test --scoring cloze --limit 300 \\
               [--fit-ts-on commonsenseqa/dev] [--json out.json] [--save-preds DIR]
+    calm eval --run RUN_ID --data arc/easy_test         # a finished run on more data (workspace/added.py)
 
 Errors a user can fix (unknown dataset, malformed file, model not found, an output
 path that cannot be written) print one line, `calm: error: ...`, and exit with status 2;
@@ -34,15 +35,15 @@ class UsageError(Exception):
 
 
 def _add_model_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default="embedded", help="'embedded', a local model dir / .gguf, or a hub id")
+    parser.add_argument("--model", help="'embedded' (default), a local model dir / .gguf, or a hub id")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda[:N]")
     parser.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
     parser.add_argument("--trust-remote-code", action="store_true", help="run model code from the hub (off by default)")
 
 
 def _add_scoring_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--scoring", default="cloze", choices=["cloze", "cloze_norm", "letter"],
-                        help="scoring rule (recorded with every result); see calm_core/scoring/prompts.py")
+    parser.add_argument("--scoring", choices=["cloze", "cloze_norm", "letter"],
+                        help="scoring rule, default cloze (recorded with every result); see calm_core/scoring/prompts.py")
     parser.add_argument("--chat", action="store_true", help="wrap prompts in the model's chat template")
     parser.add_argument("--batch-size", type=int, default=32, help="sequences per forward pass")
     parser.add_argument("--bins", type=int, default=15, help="ECE bins (equal width); ece_10 is always added")
@@ -61,7 +62,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scoring_args(ev)
     ev.add_argument("--data", action="append", nargs="+", required=True, metavar="NAME",
                     help="catalog names (arc/easy_test, builtin/capitals/test, upload/x) or files; repeatable")
-    ev.add_argument("--limit", type=int, help="first N items of each dataset, in file order")
+    ev.add_argument("--run", metavar="RUN_ID",
+                    help="a finished run instead of --model: its base, ts (its own S_V fit) and trained model at its "
+                         "selected step, scored as its final evaluation scores; rows stored with the run as added")
+    ev.add_argument("--runs-root", type=Path, help="with --run: where runs live (default: workspace/runs)")
+    ev.add_argument("--limit", type=int, help="first N items of each dataset, in file order (with --run: default the "
+                                              "run's eval_limit, after removing its training questions)")
     ev.add_argument("--mapping", help="column mapping for files, e.g. 'question=q, choices=A|B|C|D, answer=label'")
     ev.add_argument("--seed", type=int, default=0, help="seed for built-in datasets")
     ev.add_argument("--fit-ts-on", action="append", nargs="+", metavar="NAME",
@@ -108,7 +114,7 @@ def cmd_datasets(args: argparse.Namespace) -> int:
 def _load_lm(args: argparse.Namespace) -> Any:
     from calm_core.scoring.models import ModelSpec, load_model
 
-    spec = ModelSpec(name=args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code)
+    spec = ModelSpec(name=args.model or "embedded", device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code)
     return load_model(spec)
 
 
@@ -186,10 +192,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from calm_core.io import atomic_write_json
     from calm_core.runs.rundir import write_predictions
 
+    if args.run:
+        return _eval_run(args)
     if args.task == "openqa":
         return _eval_open(args)
     datasets = [name for group in args.data for name in group]
-    cfg = ScoringConfig(rule=args.scoring, chat_template=args.chat)
+    cfg = ScoringConfig(rule=args.scoring or "cloze", chat_template=args.chat)
     # Check outputs and read every dataset before loading the model: a typo or an
     # unwritable --json fails in a second, not after a minute of loading and scoring.
     _check_outputs(args)
@@ -270,6 +278,43 @@ def _eval_open(args: argparse.Namespace) -> int:
                   "datasets": _data_record(reports, "eval") + _data_record(fit_reports, "fit"),
                   "limit": args.limit, "seed": args.seed, "environment": environment_record()}
         atomic_write_json(args.json, record)
+    return 0
+
+
+RUN_OWNS = {"model": "--model", "scoring": "--scoring", "chat": "--chat", "fit_ts_on": "--fit-ts-on",
+            "fit_limit": "--fit-limit", "ts_file": "--ts-file", "save_ts": "--save-ts", "mapping": "--mapping",
+            "save_preds": "--save-preds"}  # what a run fixed itself (its model, rule, S_V fit) or stores itself
+
+
+def _eval_run(args: argparse.Namespace) -> int:
+    """`calm eval --run RUN --data ...`: the run's table on more sets (workspace/added.py),
+    stored with the run and printed; its model, scoring rule, task and calibrators are its own."""
+    from calm_core.io import atomic_write_json
+    from calm_core.provenance import environment_record
+    from calm_core.runs.rundir import ADDED_RESULTS, RunDir
+    from calm_core.scoring.evaluate import format_table
+    from calm_core.workspace.added import check_finished, evaluate_run, run_eval_limit
+    from calm_core.workspace.view import result_columns
+
+    given = [flag for name, flag in RUN_OWNS.items() if getattr(args, name)]
+    if given:
+        raise UsageError(f"{', '.join(given)} cannot go with --run: a run's model, scoring rule and calibrators are "
+                         "its own (data files load as training loads them), and its predictions are stored with it")
+    if args.json:
+        args.json = ensure_writable(args.json, "file")
+    run = RunDir.at(args.run, args.runs_root)
+    check_finished(run)  # before any data or model is loaded
+    limit = args.limit if args.limit is not None else run_eval_limit(run)
+    datasets = [name for group in args.data for name in group]
+    rows = evaluate_run(run, datasets, limit, device=args.device)
+    print(f"run: {run.run_id} (step {rows[0]['step']})  added after training: {', '.join(dict.fromkeys(datasets))}"
+          f"  limit: {limit}")
+    print(format_table(rows, result_columns(rows)))
+    print(f"stored with the run ({run.path / ADDED_RESULTS}): Compare, `calm compare` and `calm report` "
+          "show these rows as `<set> (added)`")
+    if args.json:
+        atomic_write_json(args.json, {"results": rows, "run": run.run_id, "limit": limit,
+                                      "environment": environment_record()})
     return 0
 
 

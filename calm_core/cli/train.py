@@ -268,7 +268,7 @@ def runs_named(prefix: str, root: Path | None) -> list[str]:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from calm_core.scoring.evaluate import format_table, wide_table
-    from calm_core.workspace.view import compare_rows, result_columns
+    from calm_core.workspace.view import added_lines, compare_rows, result_columns
     from calm_core.io import atomic_write_json
 
     from calm_core.paths import ensure_writable
@@ -283,6 +283,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(wide_table(rows, tuple(m.strip() for m in args.metrics.split(",")), ood_mean=args.ood_mean))
     else:
         print(format_table(rows, result_columns(rows)))
+    for line in added_lines(rows):  # sets evaluated after training (`calm eval --run`): their data and step
+        print(f"added after training: {line}")
     if args.json:
         atomic_write_json(args.json, {"results": rows, "runs": run_ids})
     return 0

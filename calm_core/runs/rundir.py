@@ -9,6 +9,9 @@ A run lives in `runs/<run_id>/` (root: `workspace_dir()/runs` unless given):
     selected/            adapter and head of the step the calibrated stop selected (same marker)
     CANCEL               present while a cancel is requested; the training loop checks it each step
     eval/<variant>/<dataset>.parquet, stdout.log, job.json (calm_core.runs.jobs)
+    added_results.json   rows of evaluations added after training (`calm eval --run`), each
+                         marked `added_after_training` with its dataset's fingerprint
+    added/eval/<variant>/<dataset>.parquet   their per-item predictions, apart from the run's own
 
 Everything a job writes goes through these functions: JSON files are replaced atomically
 (temp file + rename) so a reader polling the directory never sees half a file; status
@@ -41,6 +44,9 @@ from calm_core.runs.state import (ACTIVE_STATES, DAMAGED, STALE_AFTER_S, STATES,
 CONFIG, METRICS, CANCEL, COMPLETE, LOCK = "config.json", "metrics.jsonl", "CANCEL", "COMPLETE", ".lock"
 SELECTED = "selected"  # the calibrated stop's step: adapter and head (training/selection.py)
 RESULTS, JOB_FILE, STDOUT = "results.json", "job.json", "stdout.log"
+# Evaluations added after training (workspace/added.py): their own file and predictions
+# folder, so nothing can mistake them for the final evaluation's rows or overwrite those.
+ADDED_RESULTS, ADDED = "added_results.json", "added"
 
 
 class RunFileError(ValueError):
@@ -237,6 +243,34 @@ class RunDir:
                 raise RunFileError(f"{self.path / RESULTS} is damaged (row {i} has no `dataset` / `variant`); "
                                    f"{self.advice(RESULTS)}")
         return data
+
+    def added_results(self) -> list[dict]:
+        """The rows of evaluations added after training (added_results.json), [] when none
+        was added; checked as `results()` checks its rows."""
+        path = self.path / ADDED_RESULTS
+        if not path.is_file():
+            return []
+        advice = f"delete it and run `calm eval --run {self.run_id}` again for the sets it held"
+        rows = read_json_object(path, advice, {"results": list})["results"]
+        for i, row in enumerate(rows):
+            if not (isinstance(row, dict) and isinstance(row.get("dataset"), str) and isinstance(row.get("variant"), str)):
+                raise RunFileError(f"{path} is damaged (row {i} has no `dataset` / `variant`); {advice}")
+        return rows
+
+    def add_results(self, rows: list[dict]) -> list[dict]:
+        """Store rows of an evaluation added after training: they replace the earlier added
+        rows of the same datasets (read-merge-write under the run's lock, written atomically);
+        returns every added row. results.json, the final evaluation's, is never touched."""
+        datasets = {row["dataset"] for row in rows}
+        with self.locked():
+            kept = [row for row in self.added_results() if row["dataset"] not in datasets]
+            atomic_write_json(self.path / ADDED_RESULTS, {"results": kept + list(rows)})
+        return kept + list(rows)
+
+    @property
+    def added_dir(self) -> Path:
+        """`added/`: the root of added evaluations' predictions (added/eval/<variant>/<dataset>.parquet)."""
+        return self.path / ADDED
 
     def read_predictions(self, path: Path) -> Any:
         """One eval/<variant>/<dataset>.parquet as a DataFrame; a damaged file raises

@@ -80,6 +80,36 @@ def build_context(cfg: TrainConfig, lm: Any, k_max: int) -> tuple[StepContext, d
     return ctx, record
 
 
+def restored_context(cfg: TrainConfig, lm: Any, directory: Path, k_max: int) -> StepContext:
+    """The context of a finished run's model for evaluation: LoRA and head built as the run
+    built them (`build_context`), then the adapter and head of `directory` (its `selected/`
+    or a checkpoint) put in, so scores go through the same path as its final evaluation.
+    An options head keeps its saved size: items with more than that many options are refused."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    from calm_core.calibration.head import HEAD_FILENAME
+
+    saved = CalibrationHead.load(directory, cfg.task) if (directory / HEAD_FILENAME).is_file() else None
+    if saved is not None and saved.scope == "options":
+        if k_max > saved.size:
+            raise ValueError(f"Expected items with at most {saved.size} options (the run's options head has "
+                             f"{saved.size} positions), but got items with {k_max}")
+        k_max = saved.size
+    ctx, _ = build_context(cfg, lm, k_max)
+    loaded = set_peft_model_state_dict(ctx.model, load_file(str(directory / "adapter_model.safetensors")))
+    if loaded.unexpected_keys:  # an adapter of another shape would leave this one at its random start
+        raise ValueError(f"Expected the adapter in {directory} to fit the run's LoRA settings, but "
+                         f"{len(loaded.unexpected_keys)} of its tensors do not (first: {loaded.unexpected_keys[0]})")
+    if (ctx.head is None) != (saved is None):
+        raise ValueError(f"Expected {'a' if ctx.head is not None else 'no'} calibration head in {directory} "
+                         f"(method {cfg.method}), but found {'none' if saved is None else 'one'}")
+    if ctx.head is not None:
+        ctx.head.load_state_dict(saved.state_dict())
+    ctx.model.eval()
+    return ctx
+
+
 def make_optimizer(cfg: TrainConfig, theta: list[torch.nn.Parameter],
                    alpha: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
     """`sgd`: a plain step u <- u - lr g per block (no momentum, no weight decay), which

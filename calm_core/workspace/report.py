@@ -24,8 +24,8 @@ from calm_core.training.config import recorded_bilevel
 from calm_core.calibration import metrics
 from calm_core.calibration.metrics.columns import cell, is_missing
 from calm_core.workspace import verdict
-from calm_core.workspace.view import (BOME_MEANINGS, bome_line, bome_summary, compare_rows, head_scope, posthoc_lines,
-                                      predictions, result_columns, series, task_of)
+from calm_core.workspace.view import (ADDED_MARK, BOME_MEANINGS, added_lines, bome_line, bome_summary, compare_rows, head_scope,
+                                      posthoc_lines, result_columns, row_predictions, series, task_of)
 from calm_core.runs.rundir import RunDir
 
 N_BINS = 15  # the project's ECE bins (results.json's `ece`); the table's ece_10 is the paper's 10
@@ -146,11 +146,15 @@ def _metrics(rows: list[dict[str, Any]], results: dict[str, Any]) -> str:
     head = "".join(f"<th>{escape(c)}</th>" for c in columns)
     body = "".join("<tr>" + "".join(_td(c, r.get(c)) for c in columns) + "</tr>" for r in rows)
     posthoc_line = escape(" ".join(posthoc_lines(results)))
+    added = "".join(f'<p class="note added">{escape(line)}</p>' for line in added_lines(rows))
     note = ("ECE: 15 equal-width bins; ece_10: the paper's 10. The first evaluation set is the in-domain one. "
+            + (f"A set marked{ADDED_MARK} was evaluated after training (`calm eval --run`): the model at the run's "
+               "selected step, the post-hoc calibrators as fitted on S_V. " if any(r.get("added_after_training") for r in rows)
+               else "")
             + ("Open answers: acc is the greedy answer's exact match, sem_acc the Sem1 (modal) answer's; ece, "
                "ece_10 and auroc are on (Sem1 confidence, modal answer correct)." if "sem_acc" in columns else ""))
     return (f"<section id=\"metrics\"><h2>Metrics</h2><table class=\"grid\"><thead><tr>{head}</tr></thead>"
-            f"<tbody>{body}</tbody></table><p class=\"note\">{escape(note)} {posthoc_line}</p></section>")
+            f"<tbody>{body}</tbody></table><p class=\"note\">{escape(note)} {posthoc_line}</p>{added}</section>")
 
 
 def _td(column: str, value: Any) -> str:
@@ -182,7 +186,7 @@ def _diagram(run: RunDir, row: dict[str, Any], n_bins: int) -> str:
     items without samples, are left out and counted), or a note saying why not."""
     variant = escape(row["variant"])
     try:
-        confidence, correct = predictions(run, row["variant_raw"], row["dataset"])
+        confidence, correct = row_predictions(run, row)
     except (ValueError, KeyError) as error:  # a missing, damaged or foreign Parquet: say so in place of the figure
         return f"<figure><figcaption><b>{variant}</b>: {escape(str(error))}</figcaption></figure>"
     keep = ~(np.isnan(confidence) | np.isnan(correct))  # (N,)

@@ -122,25 +122,46 @@ def default_variants(variants: list[str]) -> list[str]:
     return picks if trained else list(variants[:3])
 
 
+ADDED_MARK = " (added)"  # after the set's name in every table: a row measured after training
+
+
 def compare_rows(runs: list[RunDir]) -> list[dict[str, Any]]:
-    """Result rows of several finished runs. `base` / post-hoc (`ts`) rows shared by runs
-    appear once (the first run's); a trained variant whose name an earlier run already used
-    (two `calm` runs with different scopes) is labelled `<variant>@<run name or id>`.
-    Each row keeps `variant_raw` (the name in its run's files) and `run`."""
+    """Result rows of several finished runs: their final evaluations, then the sets added
+    after training (`calm eval --run`, workspace/added.py), whose dataset reads
+    `<set> (added)` so they are never taken for the run's own rows. `base` / post-hoc
+    (`ts`) rows shared by runs appear once (the first run's); a trained variant whose name
+    an earlier run already used (two `calm` runs with different scopes) is labelled
+    `<variant>@<run name or id>`. Each row keeps `variant_raw` and `dataset_raw` (the
+    names in its run's files) and `run`."""
     rows, seen, shared = [], set(), shared_variants()
     for run in runs:
         if not (run.path / "results.json").is_file():
             raise ValueError(f"Expected results.json in run {run.run_id} (a finished run), but found none")
         label = _name(run)
-        for row in run.results()["results"]:
+        for row in [*run.results()["results"], *run.added_results()]:
             variant = row["variant"]
-            if (row["dataset"], variant) in seen:
+            dataset = row["dataset"] + (ADDED_MARK if row.get("added_after_training") else "")
+            if (dataset, variant) in seen:
                 if variant in shared:
                     continue
                 variant = f"{variant}@{label}"
-            seen.add((row["dataset"], variant))
-            rows.append({**row, "variant": variant, "variant_raw": row["variant"], "run": run.run_id})
+            seen.add((dataset, variant))
+            rows.append({**row, "dataset": dataset, "dataset_raw": row["dataset"], "variant": variant,
+                         "variant_raw": row["variant"], "run": run.run_id})
     return rows
+
+
+def added_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per set added after training among `compare_rows` rows: what it measured
+    and when ("arc/easy_test (added): 200 items, sha256:..., step 40, added 2026-12-01T...,
+    run R"), so a table's added rows can be traced to their data."""
+    lines = {}
+    for row in rows:
+        if row.get("added_after_training"):
+            lines.setdefault((row["dataset"], row["run"]), (
+                f"{row['dataset']}: {row.get('n_items')} items, {row.get('fingerprint')}, step {row.get('step')}, "
+                f"added {row.get('added_at')}, run {row['run']}"))
+    return list(lines.values())
 
 
 def _name(run: RunDir) -> str:
@@ -187,10 +208,22 @@ def posthoc_lines(results: dict[str, Any], notes_only: bool = False) -> list[str
     return lines
 
 
-def predictions(run: RunDir, variant: str, dataset: str) -> tuple[np.ndarray, np.ndarray]:
+def row_predictions(run: RunDir, row: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """`predictions` of one `compare_rows` row: its names in the run's files, and added/
+    for a set added after training."""
+    return predictions(run, row["variant_raw"], row["dataset_raw"], added=bool(row.get("added_after_training")))
+
+
+def row_open_answers(run: RunDir, row: dict[str, Any]) -> Any:
+    """`open_answers` of one `compare_rows` row (see `row_predictions`)."""
+    return open_answers(run, row["variant_raw"], row["dataset_raw"], added=bool(row.get("added_after_training")))
+
+
+def predictions(run: RunDir, variant: str, dataset: str, added: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(confidence, correct) per item of one variant on one set, from the run's Parquet
-    (`variant` as the run itself named it: a row's `variant_raw`)."""
-    path = predictions_path(run.path, variant, dataset)
+    (`variant` as the run itself named it: a row's `variant_raw`; `added`: a set added
+    after training, whose predictions live under added/)."""
+    path = predictions_path(run.added_dir if added else run.path, variant, dataset)
     if not path.is_file():
         raise ValueError(f"Expected predictions of `{variant}` on {dataset} in run {run.run_id}, but found none")
     frame = run.read_predictions(path)
@@ -201,10 +234,10 @@ def predictions(run: RunDir, variant: str, dataset: str) -> tuple[np.ndarray, np
     return confidence, correct
 
 
-def open_answers(run: RunDir, variant: str, dataset: str) -> Any:
+def open_answers(run: RunDir, variant: str, dataset: str, added: bool = False) -> Any:
     """The per-item open-QA frame (greedy, samples, clusters, confidences) of one variant
     on one set, or None when the run is a multiple-choice one."""
-    path = predictions_path(run.path, variant, dataset)
+    path = predictions_path(run.added_dir if added else run.path, variant, dataset)
     if not path.is_file():
         raise ValueError(f"Expected predictions of `{variant}` on {dataset} in run {run.run_id}, but found none")
     frame = run.read_predictions(path)

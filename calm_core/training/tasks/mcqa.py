@@ -11,7 +11,9 @@
   cross-entropy of theta alone) for the calibrated stop (training/selection.py);
 - `final_evaluation`: base, the post-hoc calibrators (ts), the trained model and its
   theta-only ablation on every evaluation set -> eval/<variant>/<dataset>.parquet +
-  results.json.
+  results.json;
+- `added_evaluation`: the same variants on more sets after training, with the run's saved
+  calibrators (`calm eval --run`, workspace/added.py).
 """
 
 from __future__ import annotations
@@ -208,7 +210,6 @@ def final_evaluation(ctx: StepContext, data: Data, run: RunDir,
     `reuse`: what the evaluation of the step being evaluated (the selected one) computed
     at these same parameters; `extra`: more fields for results.json (the selection).
     """
-    method = ctx.settings.method
     bs = ctx.settings.eval_batch_size
     heldout_cache: dict[tuple[bool, bool], Any] = (reuse or {}).get("heldout", {})
 
@@ -218,23 +219,48 @@ def final_evaluation(ctx: StepContext, data: Data, run: RunDir,
 
     fitted, notes = fit_baselines(len(data.heldout), heldout_logits, NAME, ctx.settings.eval_baselines,
                                   defaults_only=False)  # a run's table: TS and vector scaling beside the model
+    rows = _evaluate_sets(ctx, data.evals, _variants(ctx, fitted), run.path, reuse)
+    records = baseline_records(fitted, notes, fit_on=ctx.settings.heldout_data)
+    recommendation = _recommendation(ctx, data, heldout_cache, fitted) if ctx.settings.eval_baselines else None
+    atomic_write_json(run.path / "results.json", {"results": rows, **records, **(extra or {}),
+                                                  **({"recommendation": recommendation} if recommendation else {})})
+    return rows
+
+
+def added_evaluation(ctx: StepContext, evals: dict[str, list[MCItem]], calibrators: dict[str, Any],
+                     root: Any) -> list[dict[str, Any]]:
+    """The final evaluation's variants on more sets, after training (workspace/added.py):
+    `ctx` holds the run's model at its selected step (`loop.restored_context`), `calibrators`
+    the post-hoc calibrators the run fitted on S_V, as saved (never refitted on these sets).
+    Predictions go under `root`; returns the rows, in `final_evaluation`'s shape."""
+    return _evaluate_sets(ctx, evals, _variants(ctx, calibrators), root, None)
+
+
+def _variants(ctx: StepContext, fitted: dict[str, Any]) -> list[tuple[str, bool, bool, Any]]:
+    """(variant, head, adapter, post-hoc calibrator) of a run's table: `base` (when the run
+    evaluates baselines), each fitted calibrator, the trained model, and with a head its
+    theta-only ablation."""
+    method = ctx.settings.method
     variants = [("base", False, False, None)] if ctx.settings.eval_baselines else []
     variants += [(name, False, False, calibrator) for name, calibrator in fitted.items()]
     variants.append((method, True, True, None))
     if ctx.head is not None:
         variants.append((f"{method}_theta_only", False, True, None))
+    return variants
+
+
+def _evaluate_sets(ctx: StepContext, evals: dict[str, Any], variants: list[tuple[str, bool, bool, Any]], root: Any,
+                   reuse: dict[str, dict[tuple[bool, bool], Any]] | None) -> list[dict[str, Any]]:
+    """One row per (set, variant) and its predictions at <root>/eval/<variant>/<set>.parquet;
+    `reuse`: scores already computed at these parameters, per set."""
     rows = []
-    for name, items in data.evals.items():
+    for name, items in evals.items():
         cache: dict[tuple[bool, bool], Any] = (reuse or {}).get(name, {})
         for variant, use_head, use_adapter, calibrator in variants:
-            scores = _scores_for(ctx, items, bs, use_head, use_adapter, cache)
+            scores = _scores_for(ctx, items, ctx.settings.eval_batch_size, use_head, use_adapter, cache)
             rows.append(result_row(scores, name, variant, calibrator))
-            write_predictions(run.path, variant, name, predictions_frame(scores, calibrator))
+            write_predictions(root, variant, name, predictions_frame(scores, calibrator))
             fault_point("eval_written")
-    records = baseline_records(fitted, notes, fit_on=ctx.settings.heldout_data)
-    recommendation = _recommendation(ctx, data, heldout_cache, fitted) if ctx.settings.eval_baselines else None
-    atomic_write_json(run.path / "results.json", {"results": rows, **records, **(extra or {}),
-                                                  **({"recommendation": recommendation} if recommendation else {})})
     return rows
 
 

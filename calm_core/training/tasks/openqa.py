@@ -14,7 +14,9 @@ The loop, run directory and methods are shared with `mcqa`; what differs is here
 - `final_evaluation`: base, the post-hoc calibrators for generation (ts), the trained
   model and its theta-only ablation, each
   generating greedy and sampled answers on every evaluation set, judged and grouped
-  (generative.judge), written as eval/<variant>/<dataset>.parquet and results.json.
+  (generative.judge), written as eval/<variant>/<dataset>.parquet and results.json;
+- `added_evaluation`: the same on more sets after training, with the run's saved
+  temperature (`calm eval --run`, workspace/added.py).
 
 Post-hoc TS for generation: one temperature over the vocabulary logits, fitted by
 NLL of the gold answer tokens of S_V (its labels: the baseline is allowed them)
@@ -160,23 +162,39 @@ def final_evaluation(ctx: StepContext, data: Any, run: Any, reuse: dict | None =
                      extra: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Every variant on every open-QA evaluation set -> Parquet per item + results.json."""
     from calm_core.io import atomic_write_json
-    from calm_core.runs.rundir import write_predictions
     from calm_core.scoring.evaluate import baseline_records, fit_baselines
 
     settings = ctx.settings
     cfg = settings.generation
-    grouping = grouping_for(cfg.grouping, cfg.grouping_threshold)
     fitted, notes = fit_baselines(
         len(data.heldout), lambda: token_fit_data(ctx.model, ctx.tokenizer, data.heldout, cfg.prompt,
                                                   settings.eval_batch_size), NAME, settings.eval_baselines)
-    transforms = {None: None, "head": ctx.head, **{name: c.token_transform() for name, c in fitted.items()}}
-    rows = []
-    for name, items in data.evals.items():
-        for variant, adapter, key in variants(settings.method, ctx.head is not None, list(fitted), settings.eval_baselines):
-            frame = judge(items, _answers(ctx, items, cfg, transforms[key], adapter), grouping)
-            rows.append({"dataset": name, "variant": variant, "task": "openqa", **summarize_open(frame)})
-            write_predictions(run.path, variant, name, frame)
+    rows = _evaluate_sets(ctx, data.evals, fitted, run.path)
     records = baseline_records(fitted, notes, fit_on=settings.heldout_data, fit="gold answer tokens")
     atomic_write_json(run.path / "results.json", {"results": rows, **records, "task": "openqa",
                                                   "generation": cfg.to_dict(), **(extra or {})})
+    return rows
+
+
+def added_evaluation(ctx: StepContext, evals: dict[str, list[OpenItem]], calibrators: dict[str, Any],
+                     root: Any) -> list[dict[str, Any]]:
+    """The final evaluation's variants on more open-QA sets, after training
+    (workspace/added.py), with the run's model at its selected step and the calibrators
+    it fitted on S_V, as saved. Predictions go under `root`; returns the rows."""
+    return _evaluate_sets(ctx, evals, calibrators, root)
+
+
+def _evaluate_sets(ctx: StepContext, evals: dict[str, Any], fitted: dict[str, Any], root: Any) -> list[dict[str, Any]]:
+    """One row per (set, variant), its judged answers at <root>/eval/<variant>/<set>.parquet."""
+    from calm_core.runs.rundir import write_predictions
+
+    settings, cfg = ctx.settings, ctx.settings.generation
+    grouping = grouping_for(cfg.grouping, cfg.grouping_threshold)
+    transforms = {None: None, "head": ctx.head, **{name: c.token_transform() for name, c in fitted.items()}}
+    rows = []
+    for name, items in evals.items():
+        for variant, adapter, key in variants(settings.method, ctx.head is not None, list(fitted), settings.eval_baselines):
+            frame = judge(items, _answers(ctx, items, cfg, transforms[key], adapter), grouping)
+            rows.append({"dataset": name, "variant": variant, "task": "openqa", **summarize_open(frame)})
+            write_predictions(root, variant, name, frame)
     return rows
