@@ -55,3 +55,15 @@ def test_train_page_takes_the_split_from_the_data_page(tiny_everywhere) -> None:
     assert any("Calibrating `builtin/capitals`" in i.value for i in at.info)
     at.selectbox(key="train_data").set_value("builtin/units/train").run()  # an edit sticks: the split applied once
     assert at.selectbox(key="train_data").value == "builtin/units/train"
+
+
+def test_the_playground_loads_the_selected_step_like_compare_and_the_export(finished_in_workspace: RunDir) -> None:
+    """The model a user tries on a typed question is the one the run hands back: the
+    calibrated stop's selected step (selected/), not the latest checkpoint."""
+    from calm_core.workspace.export import exported_step
+    from calm_core.workspace.playground import load_trained
+
+    run = finished_in_workspace
+    assert run.selected_step() is not None
+    trained = load_trained(run, device="cpu")
+    assert trained.lm.info["adapter"] == str(run.selected_dir) == str(exported_step(run)[1])

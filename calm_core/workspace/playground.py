@@ -6,7 +6,7 @@ and the calibrated model, and generation with the calibration head.
     tokens = generate(trained, "Name a noble gas.", max_new_tokens=12)
     answers = open_answers_for(trained, "What is the capital of Peru?")   # open-QA runs
 
-The trained model is the run's base model with the adapter of its latest checkpoint
+The trained model is the run's base model with the adapter of its selected step (else its latest checkpoint)
 (PEFT) and its calibration head; `base` switches the adapter off, `ts` divides the
 base scores by the temperature the run fitted on S_V.
 """
@@ -50,13 +50,14 @@ def untrained(lm: LoadedModel, scoring: ScoringConfig | None = None) -> TrainedM
 
 
 def load_trained(run: RunDir, device: str = "auto") -> TrainedModel:
-    """The run's model from its latest complete checkpoint (a fresh base model: PEFT
-    wraps in place, so a shared cached model is never touched)."""
+    """The run's model as Compare, the export and `calm eval --run` see it: the step the
+    calibrated stop selected, else the latest complete checkpoint (a fresh base model:
+    PEFT wraps in place, so a shared cached model is never touched)."""
     from peft import PeftModel
 
-    latest = run.latest_checkpoint()
-    if latest is None:
-        raise ValueError(f"Expected a checkpoint in run {run.run_id}, but it has none yet")
+    from calm_core.workspace.export import exported_step
+
+    latest = exported_step(run)  # ValueError with the reason when the run has no checkpoint yet
     train = run.config["train"]
     base = load_model(ModelSpec(name=train["model"], device=device))
     model = PeftModel.from_pretrained(base.model, str(latest[1])).eval()
