@@ -25,7 +25,9 @@ steps x pages; the steps a page never showed within the window; the peak RSS of 
 studio server's process tree (streamlit and its children, training jobs excluded),
 sampled every `RSS_EVERY_S`; the job's s/step from the `elapsed` of its records. The
 Monitor polls every 3 s (app/views/monitor.py POLL_SECONDS), so the latency of an idle
-studio is spread over 0-3 s by design: what matters is how it grows with N.
+studio is spread over 0-3 s by design: what matters is how it grows with N. At the end,
+what one poll spends reading the job's metrics.jsonl, whole (`RunDir.read_metrics`) and
+through a primed `MetricsTail` (what the Monitor does since issue 22).
 
 Prints a table and writes `--json`. Bounded: `--seconds` per window and `--timeout` over all.
 """
@@ -54,6 +56,7 @@ RSS_EVERY_S = 0.5
 EXTRA_CHROMIUM_ARGS = ["--disable-background-timer-throttling", "--disable-renderer-backgrounding",
                        "--disable-backgrounding-occluded-windows"]  # every page polls as if in front
 LAUNCHED_STEPS, LAUNCHED_EVAL_ITEMS = 12, 20  # the launcher's runs (they stay queued)
+LAUNCH_S = 15  # about one launch's page work: no new launch starts closer than this to a window's end
 JOB_MARK = "--run-dir"  # in a training job's command line (calm_core.runs.jobs.RUN_DIR_OPTION)
 OBSERVER_JS = """() => {
     window.__shown = [];
@@ -180,6 +183,7 @@ class Window:
     written: dict[int, float] = field(default_factory=dict)  # step -> time its line was first seen
     records: list[dict] = field(default_factory=list)
     peak_rss_mb: float = 0.0
+    seconds: float = 0.0  # how long it lasted
 
 
 class Watcher:
@@ -217,15 +221,17 @@ class Watcher:
             if window is not None:
                 window.peak_rss_mb = max(window.peak_rss_mb, server_rss_mb(self.server_pid))
 
-    def window(self, seconds: float, during=None) -> Window:
-        """Collect for `seconds`, calling `during(deadline)` (the launcher) meanwhile."""
+    def window(self, seconds: float, during: Callable[[float], None] | None = None) -> Window:
+        """Collect for `seconds` (longer if `during(deadline)`, the launcher, runs over)."""
         self.current = window = Window()
-        deadline = time.monotonic() + seconds
+        started = time.monotonic()
+        deadline = started + seconds
         if during is not None:
             during(deadline)
         while time.monotonic() < deadline:
             time.sleep(0.1)
         self.current = None
+        window.seconds = time.monotonic() - started
         return window
 
     def wait_for_steps(self, n: int, timeout_s: float) -> None:
@@ -273,27 +279,43 @@ def open_monitor(context, url: str, run_id: str):
     return page
 
 
-def launcher(context, url: str, model_dir: Path | None, tag: str) -> tuple[list[str], Callable[[float], None]]:
-    """(run ids launched, a `during(deadline)` that keeps launching short runs from the
-    Train page until the deadline)."""
+def launcher(context, url: str, model_dir: Path | None, tag: str) -> tuple[dict, Callable[[float], None]]:
+    """(what it did: `runs` launched and `refused` forms, a `during(deadline)` that keeps
+    launching short runs from the Train page until the deadline). A form whose Launch
+    button stays disabled (no evaluation set chosen) is counted and opened afresh."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    from playwright.sync_api import expect
+
     from tests.test_browser import fill_short_tiny_run
 
-    launched: list[str] = []
+    done: dict = {"runs": [], "refused": 0}
+
+    def launch_once(page) -> None:
+        page.goto(f"{url}/train")
+        page.get_by_role("heading", name="Train").first.wait_for(timeout=180_000)
+        fill_short_tiny_run(page, model_dir, LAUNCHED_STEPS, LAUNCHED_EVAL_ITEMS, f"{tag}-{len(done['runs'])}")
+        button = page.get_by_role("button", name="Launch training")
+        try:
+            expect(button).to_be_enabled(timeout=30_000)
+        except AssertionError:
+            done["refused"] += 1
+            return
+        button.click()
+        page.get_by_text("Follow it on the Monitor page").wait_for(timeout=180_000)
+        text = page.locator('[data-testid="stAlert"]').filter(has_text="Run ").first.inner_text()
+        found = re.search(r"Run\s+(\S+)\s+(started|queued)", text)
+        done["runs"].append(found.group(1) if found else "?")
 
     def during(deadline: float) -> None:
         page = context.new_page()
-        while time.monotonic() < deadline - 20:  # one launch takes ~10-20 s of page work
-            page.goto(f"{url}/train")
-            page.get_by_role("heading", name="Train").first.wait_for(timeout=180_000)
-            fill_short_tiny_run(page, model_dir, LAUNCHED_STEPS, LAUNCHED_EVAL_ITEMS, f"{tag}-{len(launched)}")
-            page.get_by_role("button", name="Launch training").click()
-            page.get_by_text("Follow it on the Monitor page").wait_for(timeout=120_000)
-            text = page.locator('[data-testid="stAlert"]').filter(has_text="Run ").first.inner_text()
-            found = re.search(r"Run\s+(\S+)\s+(started|queued)", text)
-            launched.append(found.group(1) if found else "?")
+        while not (done["runs"] or done["refused"]) or time.monotonic() < deadline - LAUNCH_S:
+            try:
+                launch_once(page)
+            except PlaywrightTimeout:
+                done["refused"] += 1
         page.close()
 
-    return launched, during
+    return done, during
 
 
 def stop_launched(runs: Path, keep: str) -> None:
@@ -320,6 +342,9 @@ def measure_sessions(browser, n: int, url: str, job, watcher: Watcher, seconds: 
         launched, during = launcher(contexts[n], url, model_dir, f"load-n{n}")
         window = watcher.window(seconds, during)
         shown = [[tuple(x) for x in page.evaluate("() => window.__shown")] for page in pages]
+    except Exception:
+        _screenshots(contexts, f"failure-n{n}")
+        raise
     finally:
         for context in contexts:
             context.close()
@@ -329,31 +354,69 @@ def measure_sessions(browser, n: int, url: str, job, watcher: Watcher, seconds: 
         got, lost = step_latencies(window.written, page_shown)
         latencies += got
         missed += lost
-    return row(f"{n} watching", window, latencies, missed, launched=len(launched))
+    return row(f"{n} watching", window, latencies, missed, launched=len(launched["runs"]),
+               refused=launched["refused"])
 
 
-def row(name: str, window: Window, latencies: list[float] | None = None, missed: int = 0, launched: int = 0) -> dict:
+def _screenshots(contexts, prefix: str) -> None:
+    """Every open page, to $CALM_SCREENSHOTS (default: a temporary folder), named in the output."""
+    from tests.test_browser import _shots
+
+    folder = _shots()
+    for i, context in enumerate(contexts):
+        for j, page in enumerate(context.pages):
+            try:
+                page.screenshot(path=str(folder / f"{prefix}-{i}-{j}.png"), full_page=True)
+            except Exception as error:  # noqa: BLE001 - a page that cannot be drawn is noted, not fatal
+                print(f"no screenshot of context {i} page {j}: {error}")
+    print(f"screenshots in {folder}")
+
+
+def row(name: str, window: Window, latencies: list[float] | None = None, missed: int = 0, launched: int = 0,
+        refused: int = 0) -> dict:
     latencies = latencies or []
     p50, p95 = percentile(latencies, 50), percentile(latencies, 95)
     spp = seconds_per_step(window.records)
-    return {"window": name, "steps": len(window.written), "seconds_per_step": spp and round(spp, 4),
+    return {"window": name, "seconds": round(window.seconds, 1), "steps": len(window.written), "seconds_per_step": spp and round(spp, 4),
             "latency_p50_s": p50 and round(p50, 3), "latency_p95_s": p95 and round(p95, 3),
             "latency_samples": len(latencies), "steps_never_shown": missed, "runs_launched": launched,
+            "launch_forms_refused": refused,
             "server_peak_rss_mb": round(window.peak_rss_mb, 1)}
+
+
+def reader_costs(path: Path, repeats: int = 20) -> dict:
+    """What one Monitor poll spends reading metrics.jsonl at its length now: the whole file
+    (`RunDir.read_metrics`, as before) against a primed `MetricsTail` (nothing new since the
+    last poll), median of `repeats` each, in ms."""
+    from calm_core.runs.rundir import MetricsTail, RunDir
+
+    def median_ms(read: Callable[[], list]) -> float:
+        times = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            read()
+            times.append(time.perf_counter() - started)
+        return round(1000 * percentile(times, 50), 3)
+
+    tail = MetricsTail(path)
+    records = tail.read()
+    return {"records": len(records), "bytes": path.stat().st_size,
+            "full_read_ms": median_ms(RunDir(path.parent).read_metrics), "tail_read_ms": median_ms(tail.read)}
 
 
 # ---------------------------------------------------------------------------- main
 
 def _table(rows: list[dict]) -> str:
     lines = ["| window | job s/step | vs alone | Monitor latency p50 / p95 s (samples, never shown) "
-             "| server peak RSS MB | runs launched |", "|---|---|---|---|---|---|"]
+             "| server peak RSS MB | runs launched (forms refused) |", "|---|---|---|---|---|---|"]
     alone = rows[0]["seconds_per_step"]
     for r in rows:
         ratio = f"{r['seconds_per_step'] / alone:.2f}x" if alone and r["seconds_per_step"] else "-"
         latency = (f"{r['latency_p50_s']} / {r['latency_p95_s']} ({r['latency_samples']}, {r['steps_never_shown']})"
                    if r["latency_samples"] else "-")
+        launched = f"{r['runs_launched']} ({r['launch_forms_refused']} refused)" if r["window"].endswith("watching") else "-"
         lines.append(f"| {r['window']} | {r['seconds_per_step']} | {ratio} | {latency} | {r['server_peak_rss_mb']} "
-                     f"| {r['runs_launched'] or '-'} |")
+                     f"| {launched} |")
     return "\n".join(lines)
 
 
@@ -382,19 +445,22 @@ def main() -> int:
     if any(n < 1 or n > 16 for n in args.sessions):
         parser.error(f"Expected --sessions between 1 and 16, but got {args.sessions}")
     _timeout(args.timeout or int(args.seconds * (len(args.sessions) + 2)) + 900)
-    machine = _machine()
+    machine, reads = _machine(), {}
     with tempfile.TemporaryDirectory(prefix="calm-studio-load-") as scratch:
-        rows = _bench(Path(scratch), args)
+        rows = _bench(Path(scratch), args, reads)
     print("\n" + _table(rows))
+    print(f"\none poll's read of the job's metrics.jsonl ({reads['records']} records, {reads['bytes']} bytes): "
+          f"whole file {reads['full_read_ms']} ms, MetricsTail {reads['tail_read_ms']} ms")
     result = {"command": " ".join(["bench/studio_load.py", *sys.argv[1:]]), "machine": machine, "model": args.model,
-              "seconds_per_window": args.seconds, "rows": rows}
+              "seconds_per_window": args.seconds, "rows": rows,
+              "metrics_read_per_poll": reads}
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.json}")
     return 0
 
 
-def _bench(scratch: Path, args: argparse.Namespace) -> list[dict]:
+def _bench(scratch: Path, args: argparse.Namespace, reads: dict) -> list[dict]:
     from playwright.sync_api import sync_playwright
 
     from bench.streaming import tiny_model
@@ -424,6 +490,7 @@ def _bench(scratch: Path, args: argparse.Namespace) -> list[dict]:
                     browser.close()
             rows.append(row("alone again", watcher.window(args.seconds)))
             print(rows[-1], flush=True)
+            reads.update(reader_costs(job.metrics_path))
         finally:
             watcher.stop()
             _stop_leftover_jobs(workspace / "runs")

@@ -58,3 +58,14 @@ def test_seconds_per_step_from_elapsed() -> None:
     records = [{"step": 3, "elapsed": 1.5}, {"step": 4, "elapsed": 2.0}, {"step": 7, "elapsed": 3.9}]
     assert bench.seconds_per_step(records) == pytest.approx(0.6)
     assert bench.seconds_per_step(records[:1]) is None
+
+
+def test_reader_costs_counts_the_records_of_the_file(tmp_path) -> None:
+    from calm_core.runs.rundir import RunDir
+
+    run = RunDir(tmp_path)
+    for step in range(1, 6):
+        run.append_metrics({"step": step, "elapsed": 0.1 * step})
+    costs = bench.reader_costs(run.metrics_path, repeats=3)
+    assert costs["records"] == 5 and costs["bytes"] == run.metrics_path.stat().st_size
+    assert costs["full_read_ms"] >= 0 and costs["tail_read_ms"] >= 0
