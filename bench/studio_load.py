@@ -21,9 +21,9 @@ Measured per window: for each step the job writes, the time from the bench seein
 line in metrics.jsonl (polled every `POLL_S`) to each watching page's progress line
 showing that step or a later one (a MutationObserver in the page notes when its
 "step k/N" changes; browser and bench share the machine's clock), as p50 / p95 over
-steps x pages; the steps a page never showed within the window; the peak RSS of the
-studio server's process tree (streamlit and its children, training jobs excluded),
-sampled every `RSS_EVERY_S`; the job's s/step from the `elapsed` of its records. The
+steps x pages; the steps a page never showed (by `SHOW_GRACE_S` after the window); the
+peak RSS of the studio server's process tree (streamlit and its children, training jobs
+excluded), sampled every `RSS_EVERY_S`; the job's s/step from the `elapsed` of its records. The
 Monitor polls every 3 s (app/views/monitor.py POLL_SECONDS), so the latency of an idle
 studio is spread over 0-3 s by design: what matters is how it grows with N. At the end,
 what one poll spends reading the job's metrics.jsonl, whole (`RunDir.read_metrics`) and
@@ -53,6 +53,7 @@ sys.path.insert(0, str(ROOT))
 
 POLL_S = 0.025  # the bench's own look at metrics.jsonl: the reference time of each step
 RSS_EVERY_S = 0.5
+SHOW_GRACE_S = 5.0  # after a window, before reading what the pages showed: over one Monitor poll (3 s)
 EXTRA_CHROMIUM_ARGS = ["--disable-background-timer-throttling", "--disable-renderer-backgrounding",
                        "--disable-backgrounding-occluded-windows"]  # every page polls as if in front
 LAUNCHED_STEPS, LAUNCHED_EVAL_ITEMS = 12, 20  # the launcher's runs (they stay queued)
@@ -341,6 +342,7 @@ def measure_sessions(browser, n: int, url: str, job, watcher: Watcher, seconds: 
         pages = [open_monitor(context, url, job.run_id) for context in contexts[:n]]
         launched, during = launcher(contexts[n], url, model_dir, f"load-n{n}")
         window = watcher.window(seconds, during)
+        time.sleep(SHOW_GRACE_S)  # the window's last steps get their poll too
         shown = [[tuple(x) for x in page.evaluate("() => window.__shown")] for page in pages]
     except Exception:
         _screenshots(contexts, f"failure-n{n}")
@@ -377,7 +379,8 @@ def row(name: str, window: Window, latencies: list[float] | None = None, missed:
     latencies = latencies or []
     p50, p95 = percentile(latencies, 50), percentile(latencies, 95)
     spp = seconds_per_step(window.records)
-    return {"window": name, "seconds": round(window.seconds, 1), "steps": len(window.written), "seconds_per_step": spp and round(spp, 4),
+    return {"window": name, "seconds": round(window.seconds, 1), "steps": len(window.written),
+            "seconds_per_step": spp and round(spp, 4),
             "latency_p50_s": p50 and round(p50, 3), "latency_p95_s": p95 and round(p95, 3),
             "latency_samples": len(latencies), "steps_never_shown": missed, "runs_launched": launched,
             "launch_forms_refused": refused,
@@ -414,7 +417,8 @@ def _table(rows: list[dict]) -> str:
         ratio = f"{r['seconds_per_step'] / alone:.2f}x" if alone and r["seconds_per_step"] else "-"
         latency = (f"{r['latency_p50_s']} / {r['latency_p95_s']} ({r['latency_samples']}, {r['steps_never_shown']})"
                    if r["latency_samples"] else "-")
-        launched = f"{r['runs_launched']} ({r['launch_forms_refused']} refused)" if r["window"].endswith("watching") else "-"
+        watching = r["window"].endswith("watching")
+        launched = f"{r['runs_launched']} ({r['launch_forms_refused']} refused)" if watching else "-"
         lines.append(f"| {r['window']} | {r['seconds_per_step']} | {ratio} | {latency} | {r['server_peak_rss_mb']} "
                      f"| {launched} |")
     return "\n".join(lines)
