@@ -283,7 +283,8 @@ def open_monitor(context, url: str, run_id: str):
 def launcher(context, url: str, model_dir: Path | None, tag: str) -> tuple[dict, Callable[[float], None]]:
     """(what it did: `runs` launched and `refused` forms, a `during(deadline)` that keeps
     launching short runs from the Train page until the deadline). A form whose Launch
-    button stays disabled (no evaluation set chosen) is counted and opened afresh."""
+    button stays disabled (no evaluation set chosen) or that times out is counted as
+    refused and opened afresh."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import expect
 
