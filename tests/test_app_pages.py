@@ -289,3 +289,37 @@ def test_monitor_and_compare_show_the_selected_step_and_the_recommendation(open_
     else:
         assert "calm does not win on S_V: use vs" in compare.warning[0].value
         assert [i.value for i in compare.info] == ["no `ts` variant: S_V has 8 items, fewer than 10"]
+
+
+# ----------------------------------------------------------------------------- the Monitor's incremental read (issue 22.5)
+
+def _loss_steps(at) -> list[int]:
+    import json
+
+    for chart in at.get("plotly_chart"):
+        spec = json.loads(chart.proto.spec)
+        if "Training loss" in json.dumps(spec["layout"].get("title", "")):
+            return spec["data"][0]["x"]
+    raise AssertionError("no Training loss chart")
+
+
+def test_monitor_follows_appended_and_cut_back_metrics(open_page) -> None:
+    """Each poll reads only what was appended (MetricsTail); a resume's cut-back file is read
+    again, so the curve loses the steps after the checkpoint instead of keeping stale ones."""
+    from calm_core.runs.rundir import RunDir
+
+    run = RunDir.new({"train": {"method": "calm", "model": "tiny", "train_data": "builtin/capitals/train"}},
+                     name_hint="tail")
+    for step in range(1, 8):
+        run.append_metrics({"step": step, "elapsed": float(step), "train/lower_loss": 1.0 / step})
+    run.write_status("cancelled", step=7, total_steps=20)
+    monitor = open_page("views/monitor.py")
+    assert not monitor.exception, monitor.exception
+    assert _loss_steps(monitor) == list(range(1, 8))
+    for step in (8, 9):
+        run.append_metrics({"step": step, "elapsed": float(step), "train/lower_loss": 1.0 / step})
+    monitor.run()
+    assert _loss_steps(monitor) == list(range(1, 10))
+    run.truncate_metrics_after(4)  # what a resume from checkpoint-4 does
+    monitor.run()
+    assert _loss_steps(monitor) == [1, 2, 3, 4] and not monitor.exception

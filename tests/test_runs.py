@@ -274,6 +274,76 @@ def test_truncate_metrics_after(run: RunDir) -> None:
     assert [r["step"] for r in run.read_metrics()] == [1, 2, 3, 4, 5]
 
 
+@pytest.fixture
+def parsed(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """Every byte string handed to the one line parser, in order."""
+    seen: list[bytes] = []
+    real = runs.parse_metrics_lines
+    monkeypatch.setattr(runs, "parse_metrics_lines", lambda data: seen.append(data) or real(data))
+    return seen
+
+
+def test_metrics_tail_parses_each_appended_line_once(run: RunDir, parsed: list[bytes]) -> None:
+    tail = runs.MetricsTail(run.metrics_path)
+    seen = [tail.read()]  # no file yet
+    for step in range(1, 4):
+        run.append_metrics({"step": step, "elapsed": 0.1 * step})
+    seen += [tail.read(), tail.read()]  # the second finds nothing new
+    run.append_metrics({"step": 4, "elapsed": 0.4})
+    seen.append(tail.read())
+    assert b"".join(parsed) == run.metrics_path.read_bytes(), "each line goes to the parser exactly once"
+    assert [[r["step"] for r in records] for records in seen] == [[], [1, 2, 3], [1, 2, 3], [1, 2, 3, 4]]
+    assert seen[-1] == run.read_metrics()
+
+
+def test_metrics_tail_waits_for_a_half_written_line(run: RunDir) -> None:
+    tail = runs.MetricsTail(run.metrics_path)
+    run.append_metrics({"step": 1, "elapsed": 0.1})
+    line = json.dumps({"step": 2, "elapsed": 0.2}).encode() + b"\n"
+    with open(run.metrics_path, "ab") as handle:
+        handle.write(line[:7])
+        handle.flush()
+        assert [r["step"] for r in tail.read()] == [1] and tail.read() == run.read_metrics()
+        handle.write(line[7:])
+    assert [r["step"] for r in tail.read()] == [1, 2] and tail.read() == run.read_metrics()
+
+
+def test_metrics_tail_skips_a_fragment_sealed_after_a_crash(run: RunDir) -> None:
+    tail = runs.MetricsTail(run.metrics_path)
+    run.append_metrics({"step": 1, "elapsed": 0.1})
+    with open(run.metrics_path, "ab") as handle:
+        handle.write(b'{"step": 2, "elap')  # a crash mid-write
+    assert tail.read() == run.read_metrics()
+    run.append_metrics({"step": 2, "elapsed": 0.2})
+    assert [r["step"] for r in tail.read()] == [1, 2] and tail.read() == run.read_metrics()
+
+
+def test_metrics_tail_reads_a_cut_back_file_again(run: RunDir) -> None:
+    """A resume rewrites metrics.jsonl (atomic replace) back to its checkpoint's step."""
+    tail = runs.MetricsTail(run.metrics_path)
+    for step in range(1, 8):
+        run.append_metrics({"step": step, "elapsed": float(step)})
+    assert len(tail.read()) == 7
+    run.truncate_metrics_after(4)
+    assert [r["step"] for r in tail.read()] == [1, 2, 3, 4] == [r["step"] for r in run.read_metrics()]
+    for step in range(5, 10):  # longer than before: size alone would not tell
+        run.append_metrics({"step": step, "elapsed": float(step), "again": True})
+    assert tail.read() == run.read_metrics() and tail.read()[-1]["again"]
+
+
+def test_metrics_tail_notices_a_rewrite_in_place(run: RunDir) -> None:
+    """Same file (inode), new content at least as long: the bytes read last no longer match."""
+    tail = runs.MetricsTail(run.metrics_path)
+    for step in range(1, 4):
+        run.append_metrics({"step": step, "elapsed": float(step)})
+    assert len(tail.read()) == 3
+    with open(run.metrics_path, "r+b") as handle:  # not how the project writes, but a copy tool might
+        handle.write(b"".join(json.dumps({"step": s, "elapsed": 9.0 + s}).encode() + b"\n" for s in (7, 8, 9, 10)))
+    assert [r["step"] for r in tail.read()] == [7, 8, 9, 10] == [r["step"] for r in run.read_metrics()]
+    run.metrics_path.unlink()
+    assert tail.read() == [] == run.read_metrics()
+
+
 # ------------------------------------------------------------------------- checkpoints, cancel
 
 def _checkpoint(run: RunDir, step: int, complete: bool = True) -> None:

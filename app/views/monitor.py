@@ -16,7 +16,7 @@ from calm_core.workspace import view as run_view
 from calm_core.workspace.access import may_cancel
 from calm_core.runs.jobs import cancel, resume
 from calm_core.runs.listing import list_runs
-from calm_core.runs.rundir import RunDir
+from calm_core.runs.rundir import MetricsTail, RunDir
 from calm_core.runs.state import DAMAGED, RunState
 
 POLL_SECONDS = 3.0
@@ -250,9 +250,20 @@ def _verdict(results: dict, method: str) -> None:
                    "is the variant chosen on S_V.")
 
 
+def _records() -> list[dict]:
+    """The run's metrics through this session's MetricsTail: each poll parses only the lines
+    appended since the last one (one run's records kept per session)."""
+    tails = st.session_state.setdefault("monitor_metrics_tails", {})
+    tail = tails.get(run_id)
+    if tail is None or tail.path != run.metrics_path:  # another run (or workspace): start afresh
+        tails.clear()
+        tail = tails[run_id] = MetricsTail(run.metrics_path)
+    return tail.read()
+
+
 def live() -> None:
     files = run.read_files()  # status.json and config.json: one read of each per poll, passed on
-    records, view = run.read_metrics(), run.state(files=files)
+    records, view = _records(), run.state(files=files)
     if view.state == DAMAGED:  # a file the page needs is unreadable: say which, offer what helps
         st.error(view.reason)
         _controls(view, (files.config or {}).get("launched_by"))

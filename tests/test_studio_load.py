@@ -1,0 +1,71 @@
+"""The pure parts of bench/studio_load.py: percentiles, step latencies, /proc parsing, s/step.
+
+    .venv/bin/python -m pytest tests/test_studio_load.py -q
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from bench import studio_load as bench
+
+
+@pytest.mark.parametrize("values", [[3.0], [1.0, 2.0], [0.4, 2.9, 1.1, 0.0, 7.5, 2.2, 1.0]])
+@pytest.mark.parametrize("q", [0, 50, 95, 100])
+def test_percentile_matches_numpy(values: list[float], q: float) -> None:
+    assert bench.percentile(values, q) == pytest.approx(np.percentile(values, q))
+
+
+def test_percentile_of_nothing_is_none() -> None:
+    assert bench.percentile([], 50) is None
+
+
+def test_step_latency_is_the_first_time_the_page_shows_that_step_or_a_later_one() -> None:
+    written = {5: 10.0, 6: 10.5, 7: 11.0, 8: 14.0, 9: 20.0}
+    shown = [(9.0, 4), (12.0, 6), (13.0, 7), (15.5, 8)]  # the page jumped from 4 to 6: step 5 shows at 12.0
+    latencies, missed = bench.step_latencies(written, shown)
+    assert latencies == pytest.approx([2.0, 1.5, 2.0, 1.5])
+    assert missed == 1  # step 9 was never shown
+
+
+def test_vmrss_from_proc_status() -> None:
+    text = "Name:\tstreamlit\nVmPeak:\t  900000 kB\nVmRSS:\t  123456 kB\nRssAnon:\t 100000 kB\n"
+    assert bench.vmrss_kb(text) == 123456
+    assert bench.vmrss_kb("Name:\tkthreadd\nState:\tS (sleeping)\n") == 0
+
+
+def test_ppid_from_proc_stat_with_a_name_holding_spaces_and_parentheses() -> None:
+    assert bench.stat_ppid("4242 (python3 (x) y) S 17 4242 4242 0 -1 4194560 5 0") == 17
+
+
+def test_this_process_parses_from_the_real_proc() -> None:
+    with open(f"/proc/{os.getpid()}/stat") as handle:
+        assert bench.stat_ppid(handle.read()) == os.getppid()
+    with open(f"/proc/{os.getpid()}/status") as handle:
+        assert bench.vmrss_kb(handle.read()) > 1000
+
+
+def test_tree_leaves_out_the_training_jobs_subtree() -> None:
+    parents = {10: 1, 11: 10, 12: 11, 13: 10, 14: 13, 20: 1}  # 13 is a job, 14 its worker
+    assert bench.tree_pids(10, parents) == {10, 11, 12, 13, 14}
+    assert bench.tree_pids(10, parents, skip={13}) == {10, 11, 12}
+
+
+def test_seconds_per_step_from_elapsed() -> None:
+    records = [{"step": 3, "elapsed": 1.5}, {"step": 4, "elapsed": 2.0}, {"step": 7, "elapsed": 3.9}]
+    assert bench.seconds_per_step(records) == pytest.approx(0.6)
+    assert bench.seconds_per_step(records[:1]) is None
+
+
+def test_reader_costs_counts_the_records_of_the_file(tmp_path) -> None:
+    from calm_core.runs.rundir import RunDir
+
+    run = RunDir(tmp_path)
+    for step in range(1, 6):
+        run.append_metrics({"step": step, "elapsed": 0.1 * step})
+    costs = bench.reader_costs(run.metrics_path, repeats=3)
+    assert costs["records"] == 5 and costs["bytes"] == run.metrics_path.stat().st_size
+    assert costs["full_read_ms"] >= 0 and costs["tail_read_ms"] >= 0
