@@ -19,7 +19,8 @@ from calm_core.scoring.evaluate import load_report
 from calm_core.generative.sampling import PROMPTS, GenerationConfig
 from calm_core.calibration.head import scope_note, scopes_for
 from calm_core.scoring.prompts import RULES
-from calm_core.workspace.launch import estimate_step_seconds, launch_training
+from calm_core.workspace.estimate import estimate_for, minutes, span
+from calm_core.workspace.launch import launch_training
 from calm_core.training.methods import METHODS
 from calm_core.runs.listing import list_runs
 from calm_core.training.config import PRESETS, TrainConfig, train_settings
@@ -203,17 +204,21 @@ except (ValueError, TypeError) as exc:
     st.stop()
 
 st.subheader("4. Cost and launch")
-seconds, source = estimate_step_seconds(cfg)
+try:
+    estimate = estimate_for(cfg)
+except (DataError, ValueError, OSError) as exc:  # a dataset that cannot be read: its warning is shown above
+    estimate = None
+    st.caption(f"No time estimate: {describe_error(exc)}")
 c1, c2 = st.columns(2)
 c1.metric("Steps", cfg.steps)
-if seconds is not None:
-    c2.metric("Estimated time", f"{cfg.steps * seconds / 60:.1f} min", help=source)
-    evaluation = ("open-answer evaluation generates 1 + n answers per item and variant: several minutes per 100 items "
-                  "on a CPU" if openqa else "a minute or two per 200 items")
-    st.caption(f"At {seconds:.1f} s per step: {source}. Evaluation comes on top ({evaluation}).")
-else:
-    c2.metric("Estimated time", "unknown", help=source)
-    st.caption(source)
+if estimate is not None:
+    c2.metric("Estimated time", span(estimate.low, estimate.high),
+              help=f"Every part of the run: model load, frozen-layer fill, steps, evaluations and the final "
+                   f"evaluation. Rates: {estimate.source}.")
+    if estimate.machine.note():
+        st.warning(estimate.machine.note().capitalize(), icon=":material/speed:")
+    st.caption(" · ".join(f"{p.name} {minutes(p.low)}-{minutes(p.high)} ({p.detail})" for p in estimate.parts)
+               + f". Steps: {estimate.steps_note()}. Rates: {estimate.source}.")
 if st.button("Launch training", type="primary", disabled=not evals, key="train_launch"):
     try:
         run, started = launch_training(cfg)
