@@ -216,7 +216,7 @@ if estimate is not None:
               help=f"Every part of the run: model load, frozen-layer fill, steps, evaluations and the final "
                    f"evaluation. Rates: {estimate.source}.")
     if estimate.machine.note():
-        st.warning(estimate.machine.note().capitalize(), icon=":material/speed:")
+        st.warning(estimate.machine.note(), icon=":material/speed:")
     st.caption(" · ".join(f"{p.name} {minutes(p.low)}-{minutes(p.high)} ({p.detail})" for p in estimate.parts)
                + f". Steps: {estimate.steps_note()}. Rates: {estimate.source}.")
 if st.button("Launch training", type="primary", disabled=not evals, key="train_launch"):
