@@ -94,6 +94,18 @@ def test_defaults_follow_the_model_size() -> None:
     assert unknown.spread[1] > large.spread[1] and "unknown" in unknown.source
 
 
+def test_open_answers_start_from_a_costlier_evaluation(tmp_path: Path) -> None:
+    """Open answers generate 1 + n answers per item: before their first run, the
+    multiple-choice defaults would be far short, so their evaluation counts that many."""
+    mc = estimate_for(TrainConfig.preset("quick", method="calm"), tmp_path, IDLE)
+    open_cfg = TrainConfig.preset("quick", method="calm", task="openqa", train_data="builtin/capitals_open/train",
+                                  heldout_data="builtin/capitals_open/validation",
+                                  eval_data=("builtin/capitals_open/test",))
+    estimate = estimate_for(open_cfg, tmp_path, IDLE)
+    assert f"{1 + open_cfg.generation.n_samples:g} multiple-choice items" in estimate.source
+    assert estimate.part("final evaluation").high > mc.part("final evaluation").high
+
+
 def test_the_default_runs_idle_estimate_holds_its_measured_idle_times(tmp_path: Path) -> None:
     """bench/quick_run.py timed the Train page's default run end to end on an idle
     machine (bench/results/quick_run.json): with the calibrated stop and without it, both

@@ -333,6 +333,22 @@ def planned_sizes(cfg: TrainConfig, layers: int | None) -> RunSizes:
                        selects=task_selects(cfg))
 
 
+def task_defaults(cfg: TrainConfig, rates: Rates) -> Rates:
+    """The multiple-choice defaults for `cfg`'s task: a task whose evaluation costs more
+    per item declares `evaluation_cost(cfg)` (open answers generate), unmeasured, so
+    the high end doubles too."""
+    from calm_core.training.tasks import get_task
+
+    cost = getattr(get_task(cfg.task), "evaluation_cost", None)
+    if cost is None:
+        return rates
+    times = float(cost(cfg))
+    return replace(rates, eval_fixed_s=rates.eval_fixed_s * times, eval_per_item=rates.eval_per_item * times,
+                   final_per_item=rates.final_per_item * times, spread=(rates.spread[0], 2 * rates.spread[1]),
+                   source=f"{rates.source}; {cfg.task} evaluations counted as {times:g} multiple-choice items each "
+                          "(unmeasured until the first run)")
+
+
 def task_selects(cfg: TrainConfig) -> bool:
     from calm_core.training.tasks import get_task
 
@@ -354,6 +370,6 @@ def estimate_for(cfg: TrainConfig, root: str | Path | None = None, machine: Mach
     shape = model_shape(cfg.model)
     learned = rates_from(past_timings(cfg, root), f"your recent finished runs of `{cfg.model}` "
                                                   f"({cfg.task}, {cfg.scoring})")
-    rates = learned or default_rates(shape[0] if shape else None)
+    rates = learned or task_defaults(cfg, default_rates(shape[0] if shape else None))
     return estimate_run(cfg, planned_sizes(cfg, shape[1] if shape else None), rates, machine or MachineLoad.now(),
                         selects=task_selects(cfg), fill_may_be_stored=cfg.frozen_prefix_store)
