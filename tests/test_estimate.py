@@ -109,7 +109,9 @@ def test_open_answers_start_from_a_costlier_evaluation(tmp_path: Path) -> None:
 def test_the_default_runs_idle_estimate_holds_its_measured_idle_times(tmp_path: Path) -> None:
     """bench/quick_run.py timed the Train page's default run end to end on an idle
     machine (bench/results/quick_run.json): with the calibrated stop and without it, both
-    times fall inside the embedded model's default estimate, made with no history."""
+    times fall inside the embedded model's default estimate, made with no history. Not
+    independent of the defaults (their evaluation rate comes from the difference of these
+    two runs), it checks the arithmetic: the parts, the schedule and the earliest stop."""
     import json
 
     from calm_core.paths import PROJECT_ROOT
@@ -158,6 +160,10 @@ def test_the_first_estimate_holds_a_real_tiny_runs_every_part(tiny_model_dir: Pa
     assert real.fill_s and real.sizes.fill > 0
     measured = {"model load": real.load_s, "frozen-layer fill": real.fill_s, "steps": real.steps_s,
                 "evaluations": real.evaluation_seconds(), "final evaluation": real.final_s}
+    print(f"load average {estimate.machine.load_average} on {estimate.machine.cpus} cores")
+    for name, seconds in [*measured.items(), ("total", real.total_s)]:
+        part = estimate.part(name) if name != "total" else estimate
+        print(f"{name}: {seconds:.1f} s, estimated {part.low:.1f}-{part.high:.1f} s")
     for name, seconds in measured.items():
         part = estimate.part(name)
         assert part.low <= seconds <= part.high, f"{name}: {seconds:.2f} s outside {part.low:.2f}-{part.high:.2f} s"

@@ -6,6 +6,7 @@ when this tab closes. The Monitor page follows it.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pandas as pd
@@ -19,7 +20,8 @@ from calm_core.scoring.evaluate import load_report
 from calm_core.generative.sampling import PROMPTS, GenerationConfig
 from calm_core.calibration.head import scope_note, scopes_for
 from calm_core.scoring.prompts import RULES
-from calm_core.workspace.estimate import estimate_for, minutes, span
+from calm_core.training.timings import RunSizes
+from calm_core.workspace.estimate import estimate_for, minutes, planned_sizes, span
 from calm_core.workspace.launch import launch_training
 from calm_core.training.methods import METHODS
 from calm_core.runs.listing import list_runs
@@ -59,6 +61,13 @@ def _show_rejections(names: list[str], kind: str) -> None:
         if lines:
             with st.expander(f":material/warning: {lines[0]}"):
                 st.text("\n".join(lines[1:]))
+
+
+@st.cache_data(ttl=60, show_spinner=False)
+def _planned_sizes(config_json: str) -> RunSizes:
+    """The run's item counts for its time estimate, kept a minute: they come from reading
+    every chosen dataset, and the page reruns on each widget change."""
+    return planned_sizes(TrainConfig.from_dict(json.loads(config_json)))
 
 
 OUT_OF_DOMAIN = ["arc/easy_test", "builtin/capitals/test", "builtin/units/test"]  # a transfer check, first found
@@ -205,7 +214,7 @@ except (ValueError, TypeError) as exc:
 
 st.subheader("4. Cost and launch")
 try:
-    estimate = estimate_for(cfg)
+    estimate = estimate_for(cfg, sizes=_planned_sizes(json.dumps(cfg.to_dict(), sort_keys=True)))
 except (DataError, ValueError, OSError) as exc:  # a dataset that cannot be read: its warning is shown above
     estimate = None
     st.caption(f"No time estimate: {describe_error(exc)}")

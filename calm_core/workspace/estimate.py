@@ -38,11 +38,13 @@ from calm_core.training.config import TrainConfig
 from calm_core.training.timings import PhaseTimes, RunSizes
 
 BUSY_LOAD = 0.5  # a 1-minute load average under this is an idle machine (the studio's own page rendering)
-# On a busy machine a run can take longer than its fair share says: both jobs' threads
-# contend for the cores. Issue 23 measured 11x the idle time (7.6 min against 41 s) with
-# another job on both of the 2 cores, where the fair share says 2x; so the high end of a
-# busy machine's range is the fair share times this.
-CONTENTION = 5.5
+# On a busy machine a run takes longer than its fair share of the CPU says: the jobs'
+# threads contend for the cores (a thread waits for its descheduled sibling). Measured:
+# 11x the idle time with another job on both of the 2 cores (issue 23: 7.6 min against
+# 41 s; a fair share says 2x), and a frozen-layer fill at load average 11 at 61x the idle
+# rate (a fair share says 6.5x; DEFAULTS). The high end of a busy machine's range is the
+# fair share times this.
+CONTENTION = 10.0
 LEARN_FROM = 3  # the most recent finished runs of the same model, task and scoring rule
 
 
@@ -69,20 +71,28 @@ class Rates:
                        eval_per_item=self.eval_per_item * factor, final_per_item=self.final_per_item * factor)
 
 
-# Defaults: `rates_from` of one run each, measured with `bench/run_parts.py` (the Train page's
-# default run: quick preset, calm, chemical symbols with units and animal classes out of
-# domain) on this project's 2-core machine: bench/results/run_parts_<model>.json.
-# (parameters, rates) for the tiny random Llama of tests/conftest.py and the embedded model.
-# The tiny model caches no frozen layers there (LoRA on the top 4 of its 2 layers), so its
-# fill rate is its evaluation's per item: a fill runs the frozen layers once, an
-# evaluation the whole model. The spread is wide: the defaults come from other items than
-# the run's, and the tiny run was measured beside other jobs (load average 5.7).
+# Defaults, (parameters, idle rates), for the two models measured on this project's 2-core
+# machine. The spread is wide: the defaults come from other items than the run's.
+# - The tiny random Llama of tests/conftest.py: `rates_from` of one run of
+#   `bench/run_parts.py --model tiny` (the Train page's default run: quick preset, calm,
+#   chemical symbols with units and animal classes out of domain), measured beside other
+#   jobs (load average 5.7, divided out as a fair share): bench/results/run_parts_tiny.json.
+#   It caches no frozen layers there (LoRA on the top 4 of its 2 layers), so its fill rate
+#   is its evaluation's per item: a fill runs the frozen layers once, an evaluation all.
+# - The embedded model, from idle measurements: the fill's and a step's rates from
+#   bench/results/train_step.json (calm, T = 3, frozen prefix cached: 0.061 s per item on
+#   ARC-Easy, whose items are longer than the default run's; 0.90 s per step of batch 4,
+#   i.e. 20 SFT-step items); the evaluation's per item from bench/results/quick_run.json,
+#   the default run idle with and without the calibrated stop: 26 more steps (23.4 s) and
+#   302 fewer evaluated items made it 20.4 s longer, so an item costs 3.0 / 302 s. The
+#   same run on the loaded machine spent 1186 s filling 317 items (load average 11):
+#   61 times the idle rate, where a fair share says 6.5 (see CONTENTION).
 DEFAULT_SPREAD = (0.5, 2.5)
 DEFAULTS: tuple[tuple[int, Rates], ...] = (
     (3_219_776, Rates(load_s=2.0, fill_per_item=0.0134, step_per_work=0.060, eval_fixed_s=1.05, eval_per_item=0.0134,
                       final_per_item=0.0234, spread=DEFAULT_SPREAD, source="")),
-    (134_515_008, Rates(load_s=4.0, fill_per_item=0.06, step_per_work=0.05, eval_fixed_s=0.5, eval_per_item=0.02,
-                        final_per_item=0.02, spread=DEFAULT_SPREAD, source="")),
+    (134_515_008, Rates(load_s=2.0, fill_per_item=0.061, step_per_work=0.045, eval_fixed_s=0.0, eval_per_item=0.0101,
+                        final_per_item=0.0101, spread=DEFAULT_SPREAD, source="")),
 )
 EMBEDDED_SHAPE = (134_515_008, 30)  # SmolLM2-135M: parameters and layers (its config.json)
 
@@ -313,9 +323,10 @@ def model_shape(name: str) -> tuple[int, int] | None:
     return layers * per_layer + embeddings + h, layers
 
 
-def planned_sizes(cfg: TrainConfig, layers: int | None) -> RunSizes:
+def planned_sizes(cfg: TrainConfig) -> RunSizes:
     """The item counts a fresh run of `cfg` will have, from the datasets' sizes (before
-    held-out questions that repeat training ones are dropped: an upper bound)."""
+    held-out questions that repeat training ones are dropped: an upper bound). It reads
+    every dataset: a page that reruns often keeps it a while."""
     from calm_core.scoring.evaluate import load_report
     from calm_core.training.methods import get_method
     from calm_core.training.tasks import get_task
@@ -328,6 +339,8 @@ def planned_sizes(cfg: TrainConfig, layers: int | None) -> RunSizes:
     counts = _Counts(train=range(count(cfg.train_data, cfg.train_limit)),
                      heldout=range(count(cfg.heldout_data, cfg.heldout_limit)),
                      evals={name: range(count(name, cfg.eval_limit)) for name in cfg.eval_data})
+    shape = model_shape(cfg.model)
+    layers = shape[1] if shape else None
     fills = cfg.frozen_prefix and cfg.lora.layers is not None and (layers is None or cfg.lora.layers < layers)
     return RunSizes.of(cfg, counts, fills=fills, uses_head=bool(get_method(cfg.method).USES_HEAD),
                        selects=task_selects(cfg))
@@ -364,12 +377,14 @@ class _Counts:
     evals: dict[str, Any]
 
 
-def estimate_for(cfg: TrainConfig, root: str | Path | None = None, machine: MachineLoad | None = None) -> Estimate:
+def estimate_for(cfg: TrainConfig, root: str | Path | None = None, machine: MachineLoad | None = None,
+                 sizes: RunSizes | None = None) -> Estimate:
     """The estimate of a fresh run of `cfg` on this machine now: rates learned from its
-    finished runs of the same model, task and scoring rule, else the measured defaults."""
+    finished runs of the same model, task and scoring rule, else the measured defaults.
+    `sizes`: `planned_sizes(cfg)`, when the caller keeps it."""
     shape = model_shape(cfg.model)
     learned = rates_from(past_timings(cfg, root), f"your recent finished runs of `{cfg.model}` "
                                                   f"({cfg.task}, {cfg.scoring})")
     rates = learned or task_defaults(cfg, default_rates(shape[0] if shape else None))
-    return estimate_run(cfg, planned_sizes(cfg, shape[1] if shape else None), rates, machine or MachineLoad.now(),
+    return estimate_run(cfg, sizes or planned_sizes(cfg), rates, machine or MachineLoad.now(),
                         selects=task_selects(cfg), fill_may_be_stored=cfg.frozen_prefix_store)
