@@ -133,6 +133,9 @@ class MachineLoad:
 
 @dataclass(frozen=True)
 class Part:
+    """One part of a run (model load, fill, steps, evaluations, final evaluation): the
+    seconds it may take on this machine now, and what it counts."""
+
     name: str
     low: float  # seconds
     high: float
@@ -141,6 +144,9 @@ class Part:
 
 @dataclass(frozen=True)
 class Estimate:
+    """A run's parts; its range is their sum (low: the fewest steps at a fair share of
+    the CPU and the low spread; high: every step, contention and the high spread)."""
+
     parts: tuple[Part, ...]
     machine: MachineLoad
     source: str  # where the rates come from
@@ -383,8 +389,8 @@ def estimate_for(cfg: TrainConfig, root: str | Path | None = None, machine: Mach
     finished runs of the same model, task and scoring rule, else the measured defaults.
     `sizes`: `planned_sizes(cfg)`, when the caller keeps it."""
     shape = model_shape(cfg.model)
-    learned = rates_from(past_timings(cfg, root), f"your recent finished runs of `{cfg.model}` "
-                                                  f"({cfg.task}, {cfg.scoring})")
+    model = str(cfg.model).replace("`", "'").replace("\n", " ")  # shown as inline code: nothing inside renders
+    learned = rates_from(past_timings(cfg, root), f"your recent finished runs of `{model}` ({cfg.task}, {cfg.scoring})")
     rates = learned or task_defaults(cfg, default_rates(shape[0] if shape else None))
     return estimate_run(cfg, sizes or planned_sizes(cfg), rates, machine or MachineLoad.now(),
                         selects=task_selects(cfg), fill_may_be_stored=cfg.frozen_prefix_store)
