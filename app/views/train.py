@@ -226,7 +226,8 @@ if estimate is not None:
                    f"evaluation. Rates: {estimate.source}.")
     if estimate.machine.note():
         st.warning(estimate.machine.note(), icon=":material/speed:")
-    st.caption(" · ".join(f"{p.name} {minutes(p.low)}-{minutes(p.high)} ({p.detail})" for p in estimate.parts)
+    st.caption(f"Likely about {minutes(estimate.likely)} with every step. "
+               + " · ".join(f"{p.name} {minutes(p.low)}-{minutes(p.high)} ({p.detail})" for p in estimate.parts)
                + f". Steps: {estimate.steps_note()}. Rates: {estimate.source}.")
 if st.button("Launch training", type="primary", disabled=not evals, key="train_launch"):
     try:

@@ -14,10 +14,12 @@ from this machine's finished runs of the same model, task and scoring rule, and 
 from measured defaults when there are none.
 
 Rates are kept as idle-machine seconds: a past run's are divided by the load factor it
-started under, and the estimate multiplies by the factor of the load now. The factor is
-the fair share of the CPU: a run that wants every core, beside other processes whose
-demand is the 1-minute load average, gets cores / (load + cores) of the machine, so it
-takes 1 + load / cores as long; the page then says the estimate assumes that load goes on.
+started under, and the estimate multiplies by the factor of the load now. The likely
+figure takes the fair share of the CPU: a run that wants every core, beside other
+processes whose demand is the 1-minute load average, gets cores / (load + cores) of the
+machine, so it takes 1 + load / cores as long; the page then says the estimate assumes
+that load goes on. The range's high end multiplies by CONTENTION too; its low end is an
+idle machine's (the others may pause: under load, one run's evaluations varied 6x).
 
 The step count is an upper bound: the calibrated stop may end the run early, so the low
 end counts the steps and evaluations up to the earliest step the stop can end at.
@@ -140,12 +142,13 @@ class Part:
     low: float  # seconds
     high: float
     detail: str
+    likely: float  # at the fair share of the CPU, every step: what the page calls likely if the load goes on
 
 
 @dataclass(frozen=True)
 class Estimate:
-    """A run's parts; its range is their sum (low: the fewest steps at a fair share of
-    the CPU and the low spread; high: every step, contention and the high spread)."""
+    """A run's parts; its range is their sum (low: the fewest steps on an idle machine
+    and the low spread; high: every step, contention and the high spread)."""
 
     parts: tuple[Part, ...]
     machine: MachineLoad
@@ -160,6 +163,10 @@ class Estimate:
     @property
     def high(self) -> float:
         return sum(p.high for p in self.parts)
+
+    @property
+    def likely(self) -> float:
+        return sum(p.likely for p in self.parts)
 
     def part(self, name: str) -> Part:
         return next(p for p in self.parts if p.name == name)
@@ -198,7 +205,9 @@ def estimate_run(cfg: TrainConfig, sizes: RunSizes, rates: Rates, machine: Machi
     `rates` at `machine`'s load. `selects`: the task has a calibrated stop (step 0 is
     evaluated, a probe is read and the run may end early); `fill_may_be_stored`: the
     frozen layers may already be on disk (frozen_prefix_store), so the fill may cost nothing."""
-    lo, hi = rates.spread[0] * machine.factor, rates.spread[1] * machine.high_factor
+    # low: idle (other processes pause too: the same run's evaluations varied 6x under load,
+    # bench/results/run_parts_tiny.json); high: contention; `likely`: the fair share, all steps
+    lo, hi, likely = rates.spread[0], rates.spread[1] * machine.high_factor, machine.factor
     stop = earliest_stop(cfg, selects)
     schedule = cfg.eval_schedule
 
@@ -211,16 +220,17 @@ def estimate_run(cfg: TrainConfig, sizes: RunSizes, rates: Rates, machine: Machi
     fill = rates.fill_per_item * sizes.fill
     final = rates.final_per_item * sizes.final_items()
     parts = (
-        Part("model load", rates.load_s * lo, rates.load_s * hi, "data, model and adapter"),
+        Part("model load", rates.load_s * lo, rates.load_s * hi, "data, model and adapter", rates.load_s * likely),
         Part("frozen-layer fill", 0.0 if fill_may_be_stored else fill * lo, fill * hi,
              f"{sizes.fill} items" + (" (none if a past run stored them)" if fill_may_be_stored and sizes.fill else "")
-             if sizes.fill else "no frozen layers to cache"),
+             if sizes.fill else "no frozen layers to cache", fill * likely),
         Part("steps", step_s * stop * lo, step_s * cfg.steps * hi,
              f"{stop}-{cfg.steps} steps at {step_s:.2f} s idle" if stop < cfg.steps else
-             f"{cfg.steps} steps at {step_s:.2f} s idle"),
+             f"{cfg.steps} steps at {step_s:.2f} s idle", step_s * cfg.steps * likely),
         Part("evaluations", eval_low * lo, eval_high * hi, f"{n_low}-{n_high} evaluations" if n_low < n_high
-             else f"{n_high} evaluations"),
-        Part("final evaluation", final * lo, final * hi, f"last checkpoint, {sizes.final_items()} item forwards"),
+             else f"{n_high} evaluations", eval_high * likely),
+        Part("final evaluation", final * lo, final * hi, f"last checkpoint, {sizes.final_items()} item forwards",
+             final * likely),
     )
     return Estimate(parts, machine, rates.source, cfg.steps, stop)
 
