@@ -6,6 +6,7 @@ when this tab closes. The Monitor page follows it.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pandas as pd
@@ -20,8 +21,10 @@ from calm_core.scoring.evaluate import load_report
 from calm_core.generative.sampling import PROMPTS, GenerationConfig
 from calm_core.calibration.head import scope_note, scopes_for
 from calm_core.scoring.prompts import RULES
+from calm_core.training.timings import RunSizes
 from calm_core.workspace.access import MAX_QUEUED_PER_SESSION, PathRefused, confine_model_name, quota_left, quota_message
-from calm_core.workspace.launch import active_runs_of, estimate_step_seconds, launch_training
+from calm_core.workspace.estimate import estimate_for, minutes, planned_sizes, span
+from calm_core.workspace.launch import active_runs_of, launch_training
 from calm_core.training.methods import METHODS
 from calm_core.runs.listing import list_runs
 from calm_core.training.config import PRESETS, TrainConfig, train_settings
@@ -60,6 +63,13 @@ def _show_rejections(names: list[str], kind: str) -> None:
         if lines:
             with st.expander(f":material/warning: {lines[0]}"):
                 st.text("\n".join(lines[1:]))
+
+
+@st.cache_data(ttl=60, show_spinner=False)
+def _planned_sizes(config_json: str) -> RunSizes:
+    """The run's item counts for its time estimate, kept a minute: they come from reading
+    every chosen dataset, and the page reruns on each widget change."""
+    return planned_sizes(TrainConfig.from_dict(json.loads(config_json)))
 
 
 OUT_OF_DOMAIN = ["arc/easy_test", "builtin/capitals/test", "builtin/units/test"]  # a transfer check, first found
@@ -211,17 +221,22 @@ except (ValueError, TypeError) as exc:
     st.stop()
 
 st.subheader("4. Cost and launch")
-seconds, source = estimate_step_seconds(cfg)
+try:
+    estimate = estimate_for(cfg, sizes=_planned_sizes(json.dumps(cfg.to_dict(), sort_keys=True)))
+except (DataError, ValueError, OSError) as exc:  # a dataset that cannot be read: its warning is shown above
+    estimate = None
+    st.caption(f"No time estimate: {describe_error(exc)}")
 c1, c2 = st.columns(2)
 c1.metric("Steps", cfg.steps)
-if seconds is not None:
-    c2.metric("Estimated time", f"{cfg.steps * seconds / 60:.1f} min", help=source)
-    evaluation = ("open-answer evaluation generates 1 + n answers per item and variant: several minutes per 100 items "
-                  "on a CPU" if openqa else "a minute or two per 200 items")
-    st.caption(f"At {seconds:.1f} s per step: {source}. Evaluation comes on top ({evaluation}).")
-else:
-    c2.metric("Estimated time", "unknown", help=source)
-    st.caption(source)
+if estimate is not None:
+    c2.metric("Estimated time", span(estimate.low, estimate.high),
+              help=f"Every part of the run: model load, frozen-layer fill, steps, evaluations and the final "
+                   f"evaluation. Rates: {estimate.source}.")
+    if estimate.machine.note():
+        st.warning(estimate.machine.note(), icon=":material/speed:")
+    st.caption(f"Likely about {minutes(estimate.likely)} with every step. "
+               + " · ".join(f"{p.name} {minutes(p.low)}-{minutes(p.high)} ({p.detail})" for p in estimate.parts)
+               + f". Steps: {estimate.steps_note()}. Rates: {estimate.source}.")
 SESSION = this_session()
 left = quota_left(ACCESS, active_runs_of(SESSION) if SESSION else 0)
 if left == 0:

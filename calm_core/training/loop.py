@@ -41,6 +41,7 @@ from calm_core.training.context import StepContext
 from calm_core.training.methods import get_method
 from calm_core.training.stopping import CalibratedStop
 from calm_core.training.tasks import get_task
+from calm_core.training.timings import PhaseTimes, RunSizes
 
 @dataclass
 class TrainResult:
@@ -173,6 +174,7 @@ def train(cfg: TrainConfig, run: RunDir | None = None, lm: Any = None,
     """
     from calm_core.scoring.models import ModelSpec, load_model
 
+    times = PhaseTimes.start()  # status.json `timings`: what each part of the run took (training/timings.py)
     seed_everything(cfg.seed)
     data = load_data(cfg, get_task(cfg.task).ITEM_KIND)
     if lm is None:
@@ -202,11 +204,15 @@ def train(cfg: TrainConfig, run: RunDir | None = None, lm: Any = None,
         start_step, elapsed_before = resume_point(ctx, run, writer)
         if writer is not None:
             run.write_status("running", step=start_step, total_steps=cfg.steps)
+    times.sizes = RunSizes.of(cfg, data, fills=ctx.runner is not None, uses_head=ctx.head is not None,
+                              selects=bool(getattr(ctx.task, "SELECTS", False)))
+    times.load_s = times.since_start()  # data, model, adapter and checkpoint: everything before the fill
     with autocast_for(cfg.autocast, lm.device):
-        prefilled = ctx.task.prefill(ctx, data, start_step, writer, show=progress is not None)
-        if prefilled is not None and writer is not None:
-            writer.update_status(prefill=prefilled)
-        result = _loop(cfg, ctx, method, data, writer, start_step, elapsed_before, progress)
+        with times.part("fill"):
+            prefilled = ctx.task.prefill(ctx, data, start_step, writer, show=progress is not None)
+        if writer is not None:
+            writer.update_status(**({"prefill": prefilled} if prefilled is not None else {}), timings=times.to_dict())
+        result = _loop(cfg, ctx, method, data, writer, start_step, elapsed_before, progress, times)
     return dataclasses.replace(result, prefill=prefilled)
 
 
@@ -228,7 +234,8 @@ def autocast_for(setting: str, device: torch.device) -> AbstractContextManager[A
 
 
 def _loop(cfg: TrainConfig, ctx: StepContext, method: Any, data: Data, writer: RunDir | None, start_step: int,
-          elapsed_before: float, progress: Callable[[int, int, dict[str, Any]], None] | None) -> TrainResult:
+          elapsed_before: float, progress: Callable[[int, int, dict[str, Any]], None] | None,
+          times: PhaseTimes) -> TrainResult:
     started = time.perf_counter()
     schedule = cfg.eval_schedule
     stop = CalibratedStop.start(cfg, ctx, writer, start_step)
@@ -236,12 +243,13 @@ def _loop(cfg: TrainConfig, ctx: StepContext, method: Any, data: Data, writer: R
     record: dict[str, Any] = {}
     if step == 0 and stop.enabled:  # step 0: the untouched model, a candidate of the calibrated stop
         record = {"step": 0, "elapsed": 0.0, **alpha_record(ctx)}
-        _evaluate(ctx, data, writer, stop, 0, record, "full")
+        _evaluate(ctx, data, writer, stop, 0, record, "full", times)
         if writer is not None:
             writer.append_metrics(record)
     while step < cfg.steps:  # `writer`: the run directory on rank 0, None on other ranks
         if _cancel_requested(writer):
-            return _stop(ctx, writer, step, "cancelled", record, stop=stop)
+            return _stop(ctx, writer, step, "cancelled", record, times, stop=stop)
+        began, evaluated_before = time.perf_counter(), times.evaluation_seconds()
         train_items = [data.train[i] for i in batch_indices(len(data.train), cfg.batch_size, step, cfg.seed)]
         heldout_items = [data.heldout[i] for i in batch_indices(len(data.heldout), cfg.heldout_batch_size, step, cfg.seed + 1)]
         log = distributed.mean_log(method.step(ctx, distributed.shard(train_items), distributed.shard(heldout_items)))
@@ -249,7 +257,7 @@ def _loop(cfg: TrainConfig, ctx: StepContext, method: Any, data: Data, writer: R
         record = _step_record(step, elapsed_before + time.perf_counter() - started, log)
         record.update(alpha_record(ctx))
         kind = schedule.kind(step)
-        stopping = kind is not None and _evaluate(ctx, data, writer, stop, step, record, kind)
+        stopping = kind is not None and _evaluate(ctx, data, writer, stop, step, record, kind, times)
         stopping = distributed.mean_value(1.0 if stopping else 0.0) > 0.0  # rank 0 decides; every rank stops
         if writer is not None:
             writer.append_metrics(record)
@@ -260,17 +268,19 @@ def _loop(cfg: TrainConfig, ctx: StepContext, method: Any, data: Data, writer: R
                 stop.write_selected(ctx, writer)
         if progress is not None and distributed.is_main():
             progress(step, cfg.steps, record)
+        times.add_step(time.perf_counter() - began - (times.evaluation_seconds() - evaluated_before))
         if stopping:
             break
-    return _stop(ctx, writer, step, "finished", record, data, stop)
+    return _stop(ctx, writer, step, "finished", record, times, data, stop)
 
 
 def _evaluate(ctx: StepContext, data: Data, writer: RunDir | None, stop: CalibratedStop, step: int,
-              record: dict[str, Any], kind: str | None) -> bool:
+              record: dict[str, Any], kind: str, times: PhaseTimes) -> bool:
     """The evaluation of `step` into `record` (then appended to metrics.jsonl): every set
     (`kind` "full") or S_V alone ("heldout", the dense start; selection.EvalSchedule), fed
-    to the calibrated stop; True when the stop's patience ran out. Rank 0 evaluates alone."""
-    stopping = False
+    to the calibrated stop; True when the stop's patience ran out. Rank 0 evaluates alone;
+    its wall time goes into `times` (every rank waits for it)."""
+    stopping, began = False, time.perf_counter()
     with distributed.gathered(ctx.model):  # FSDP: rank 0 runs forwards alone
         if distributed.is_main():
             with writer.keepalive("evaluating") if writer is not None else nullcontext():
@@ -278,6 +288,8 @@ def _evaluate(ctx: StepContext, data: Data, writer: RunDir | None, stop: Calibra
                 record.update(ctx.task.evaluate_now(ctx, data, ctx.settings.eval_batch_size, caches,
                                                     heldout_only=kind == "heldout"))
                 stopping = stop.offer(ctx, data, step, record, caches, writer)
+    items = times.sizes.evaluation_items(kind) if times.sizes is not None else 0
+    times.add_evaluation(step, kind, items, time.perf_counter() - began)
     return stopping
 
 
@@ -287,10 +299,23 @@ def _cancel_requested(writer: RunDir | None) -> bool:
     return distributed.mean_value(1.0 if asked else 0.0) > 0.0
 
 
-def _stop(ctx: StepContext, run: RunDir | None, step: int, state: str, record: dict[str, Any],
+def _stop(ctx: StepContext, run: RunDir | None, step: int, state: str, record: dict[str, Any], times: PhaseTimes,
           data: Data | None = None, stop: CalibratedStop | None = None) -> TrainResult:
     """Checkpoint the last step (resume continues from it); when finished, put the
-    selected step's adapter and head back and run the final evaluation on them."""
+    selected step's adapter and head back and run the final evaluation on them (timed
+    together as the `final` part)."""
+    with times.part("final"):
+        _final(ctx, run, step, state, data, stop)
+    times.finish()
+    if run is not None:
+        run.clear_cancel()
+        run.write_status(state, step=step, phase=None, timings=times.to_dict())
+    return TrainResult(state, step, run.path if run else None, record)
+
+
+def _final(ctx: StepContext, run: RunDir | None, step: int, state: str, data: Data | None,
+           stop: CalibratedStop | None) -> None:
+    """`_stop`'s checkpoint and, for a finished run, its final evaluation."""
     if run is not None and step > 0:  # outside `gathered`: a state_dict() reshards FSDP's layers
         save_checkpoint(ctx, run, step, stop.record() if stop is not None else None)
         if stop is not None:
@@ -304,7 +329,3 @@ def _stop(ctx: StepContext, run: RunDir | None, step: int, state: str, record: d
                 with run.keepalive("final evaluation"):  # minutes without a step: keep the heartbeat
                     ctx.task.final_evaluation(ctx, data, run, reuse, {"selection": selection} if selection else {})
                 fault_point("results_written")
-    if run is not None:
-        run.clear_cancel()
-        run.write_status(state, step=step, phase=None)
-    return TrainResult(state, step, run.path if run else None, record)

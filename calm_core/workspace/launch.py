@@ -9,12 +9,9 @@ calm_core.runs.jobs), so it outlives the terminal or the browser tab that starte
 
 from __future__ import annotations
 
-import json
-import statistics
 from pathlib import Path
 from typing import Any
 
-from calm_core.runs.listing import list_runs
 from calm_core.runs.rundir import RunDir
 from calm_core.training.config import TrainConfig
 
@@ -72,46 +69,3 @@ def left_the_queue(run: RunDir) -> bool:
     start it before this caller's own does (two studio sessions launching at once both
     said "queued" while one of them ran)."""
     return run.status.get("state") != "queued"
-
-
-def past_step_seconds(method: str, model: str, root: str | Path | None = None, last: int = 3) -> float | None:
-    """Median seconds per step of this machine's recent finished runs with the same
-    method and model (None when there are none): the Train page's cost estimate."""
-    times: list[float] = []
-    for summary in list_runs(root):
-        if summary.state != "finished" or summary.method != method:
-            continue
-        run = RunDir(summary.path)
-        if run.config.get("train", {}).get("model") != model:
-            continue
-        steps = [r["train/step_time"] for r in run.read_metrics() if "train/step_time" in r]
-        if steps:
-            times.append(statistics.median(steps))
-        if len(times) >= last:
-            break
-    return statistics.median(times) if times else None
-
-
-BENCH_FILE = "bench/results/train_step.json"  # written by bench/train_step.py
-
-
-def estimate_step_seconds(cfg: TrainConfig, root: str | Path | None = None) -> tuple[float | None, str]:
-    """(seconds per step, where the figure comes from) for the Train page's cost line:
-    this machine's recent runs of the same method and model first, then the benchmark
-    file for the embedded model, else (None, why not)."""
-    seconds = past_step_seconds(cfg.method, cfg.model, root)
-    if seconds is not None:
-        return seconds, f"median of your recent finished `{cfg.method}` runs on `{cfg.model}`"
-    from calm_core.paths import PROJECT_ROOT
-
-    bench = PROJECT_ROOT / BENCH_FILE
-    if cfg.model == "embedded" and bench.is_file():
-        rows = json.loads(bench.read_text()).get("rows", [])
-        mode = "cached" if cfg.frozen_prefix and cfg.lora.layers is not None else "uncached"  # first-epoch rows
-        for row in rows:
-            same_solver = row["inner_steps"] == cfg.bilevel.inner_steps and row.get("inner_start", "theta") == cfg.bilevel.inner_start
-            if row["method"] == cfg.method and same_solver and row.get("mode") == mode:
-                scale = cfg.batch_size / row["batch_size"]
-                return row["seconds_per_step"] * scale, (f"{BENCH_FILE} ({row['method']}, T = {row['inner_steps']}, "
-                                                        f"batch {row['batch_size']} scaled to {cfg.batch_size})")
-    return None, "no finished run of this method and model on this machine yet: the first run will tell"

@@ -12,6 +12,11 @@ OPTIMIZER = "sgd"  # CALM's plain step, so that the comparison isolates the coup
 DESCRIPTION = "Ablation: alternating CE updates of theta and entropy updates of alpha, no coupling."
 
 
+def step_cost(settings) -> float:
+    """Two gradient steps per batch (theta on S_T, alpha on S_V), for the time estimate."""
+    return 2.0
+
+
 def step(ctx: StepContext, train_items: list, heldout_items: list) -> dict[str, float]:
     def run() -> dict[str, float]:
         lower = ctx.lower(train_items)()

@@ -83,6 +83,14 @@ def check_items(ctx: StepContext, data: Any) -> dict[str, int]:
     return {}
 
 
+def evaluation_cost(cfg: Any) -> float:
+    """An evaluation item's cost in multiple-choice items, for the time estimate before
+    the first open-answer run on a model: a greedy answer and n sampled ones, each at
+    least a prompt's forward pass. A floor, not a measurement: the first run's record
+    (status.json `timings`) replaces it."""
+    return 1.0 + cfg.generation.n_samples
+
+
 def prefill(ctx: StepContext, data: Any, start_step: int, writer: Any, show: bool) -> None:
     """No frozen-prefix prefill: held-out continuations are generated as the run goes."""
     return None

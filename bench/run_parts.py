@@ -1,0 +1,90 @@
+"""Where the default run's time goes, part by part: the time estimate's default rates.
+
+    .venv/bin/python bench/run_parts.py --model embedded --json bench/results/run_parts_embedded.json
+    .venv/bin/python bench/run_parts.py --model tiny               # the random tiny Llama of tests/conftest.py
+    .venv/bin/python bench/run_parts.py --from-run RUN_DIR --json OUT   # a finished run's record again
+
+One in-process `train` of the Train page's default run (quick preset, calm, chemical
+symbols with units and animal classes out of domain) on `--model`; prints and writes its
+status.json `timings` (training/timings.py) and the idle-machine rates the estimate
+learns from it (workspace/estimate.py `rates_from`: each part divided by the fair-share
+load factor it started under). Those rates are the estimate's DEFAULTS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+DATA = dict(train_data="builtin/chemical_symbols/train", heldout_data="builtin/chemical_symbols/validation",
+            eval_data=("builtin/chemical_symbols/test", "builtin/units/test", "builtin/animal_classes/test"))
+TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,  # tests/conftest.py
+            num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=True)
+
+
+def tiny_model(target: Path) -> Path:
+    """The tests' tiny random Llama with the embedded tokenizer, saved to `target`."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from calm_core.scoring.models import embedded_model_dir
+
+    tokenizer = AutoTokenizer.from_pretrained(embedded_model_dir())
+    config = LlamaConfig(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, **TINY)
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(target)
+    tokenizer.save_pretrained(target)
+    return target
+
+
+def train_once(model: str, runs: Path) -> Path:
+    from calm_core.runs.rundir import RunDir
+    from calm_core.training.config import TrainConfig
+    from calm_core.training.loop import train
+
+    cfg = TrainConfig.preset("quick", method="calm", model=model, **DATA)
+    run = RunDir.create(runs, f"parts-{int(time.time())}", cfg.to_dict())
+    train(cfg, run=run)
+    return run.path
+
+
+def report(run_dir: Path) -> dict:
+    from calm_core.runs.rundir import RunDir
+    from calm_core.training.timings import PhaseTimes
+    from calm_core.workspace.estimate import rates_from
+
+    run = RunDir(run_dir)
+    timings = PhaseTimes.from_dict(run.status["timings"])
+    rates = rates_from([timings], "bench/run_parts.py")
+    return {"model": run.config.get("train", run.config)["model"], "timings": timings.to_dict(), "idle_rates": asdict(rates)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="embedded", help="embedded, a model directory, or tiny")
+    parser.add_argument("--from-run", type=Path, help="report a finished run's record instead of training")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="calm-run-parts-") as scratch:
+        if args.from_run is not None:
+            result = report(args.from_run)
+        else:
+            model = str(tiny_model(Path(scratch) / "tiny")) if args.model == "tiny" else args.model
+            result = report(train_once(model, Path(scratch) / "runs"))
+            result["model"] = args.model
+    print(json.dumps(result, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
