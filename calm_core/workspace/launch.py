@@ -59,6 +59,7 @@ def launch_training(cfg: TrainConfig, root: str | Path | None = None,
 
 def active_runs_of(launched_by: str, root: str | Path | None = None) -> int:
     """Queued or running runs a studio session launched (a shared studio's quota)."""
+    from calm_core.runs.listing import list_runs
     from calm_core.runs.state import ACTIVE_STATES
 
     return sum(1 for s in list_runs(root) if s.launched_by == launched_by and s.state in ("queued", *ACTIVE_STATES))
