@@ -178,24 +178,35 @@ def test_data_page_maps_an_uploaded_csv_with_widgets_saves_and_splits_it(open_pa
     at.multiselect(key="data_map_options").set_value(["opt1", "opt2", "opt3", "opt4"]).run()
     at.text_input(key="data_name").set_value("quiz").run()
     at.button(key="data_save").click().run()
-    assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
+    assert not at.exception and len(at.error) == 1, (at.exception, [e.value for e in at.error])  # the split's, below
     assert "Saved as `upload/quiz` (5 items)" in _text(at)
     assert at.selectbox(key="data_split_source").value == "upload/quiz"  # the split form starts from it
     table = at.dataframe[-1].value
     assert list(table["dataset"]) == ["split/quiz/train", "split/quiz/heldout", "split/quiz/test"]
     assert list(table["items"]) == [3, 1, 1]
+    # Five items give S_V one: refused before saving, with the reason (issue 23).
+    assert [e.value for e in at.error][0].startswith("S_V (heldout) would have 1 item, under 10 items")
+    assert "TS and the calibrated stop need held-out labels" in at.error[0].value and "too small" in at.error[0].value
+    assert at.button(key="data_split_go").disabled
+    # A larger dataset: calibrating it goes through.
+    at.selectbox(key="data_split_source").set_value("builtin/capitals/train").run()
+    at.text_input(key="data_split_name").set_value("quiz").run()
     at.button(key="data_split_go").click().run()
     assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
     names = {p: f"split/quiz/{p}" for p in ("train", "heldout", "test")}
-    assert at.session_state["calibrate_split"] == {**names, "source": "upload/quiz"}  # the banner names the source
+    assert at.session_state["calibrate_split"] == {**names, "source": "builtin/capitals/train",
+                                                   "sizes": {"train": 62, "heldout": 21, "test": 20}}
+    assert "S_T (train): 62 items · S_V (heldout): 21 items · test: 20 items" in _text(at)  # before Calibrate
     from calm_core.data.catalog import load_dataset
     from calm_core.data.split import read_split
 
-    assert read_split("quiz").source == "upload/quiz"
-    assert sum(len(load_dataset(n).items) for n in names.values()) == 5
+    assert read_split("quiz").source == "builtin/capitals/train"
+    assert sum(len(load_dataset(n).items) for n in names.values()) == 103
     at.button(key="data_calibrate").click().run()
     assert not at.exception, at.exception
     assert [t.value for t in at.title] == ["Train"]
+    assert "(62 / 21 / 20 items)" in at.info[0].value  # the banner gives the sizes, and S_V's warning
+    assert "S_V (heldout) would have 21 items, under 30 items" in at.warning[0].value
     assert at.selectbox(key="train_data").value == "split/quiz/train"  # the Train page takes the parts
     assert at.selectbox(key="train_heldout").value == "split/quiz/heldout"
     assert at.multiselect(key="train_evals").value[0] == "split/quiz/test"
@@ -211,6 +222,7 @@ def test_data_page_splits_a_catalog_dataset(open_page, tiny_everywhere) -> None:
     at.number_input(key="data_split_seed").set_value(3).run()
     table = at.dataframe[-1].value
     assert list(table["items"]) == [72, 21, 10] and list(table["dataset"])[0] == "split/capitals-train/train"
+    assert [w.value for w in at.warning][0].startswith("S_V (heldout) would have 21 items, under 30 items")
     per_position = table[[c for c in table.columns if len(c) == 1]]
     assert list(per_position.sum(axis=1)) == [72, 21, 10]  # every item counted under its answer position
     assert at.checkbox(key="data_split_stratify").value is True
@@ -323,3 +335,24 @@ def test_monitor_follows_appended_and_cut_back_metrics(open_page) -> None:
     run.truncate_metrics_after(4)  # what a resume from checkpoint-4 does
     monitor.run()
     assert _loss_steps(monitor) == [1, 2, 3, 4] and not monitor.exception
+
+
+# ----------------------------------------------------------------------------- splits for a comparison (issue 23)
+
+def test_data_page_refuses_a_tiny_heldout_part_and_offers_a_split_that_fits(open_page, tiny_everywhere) -> None:
+    from calm_core.data.split import part_sizes
+
+    at = open_page("views/data.py")
+    at.selectbox(key="data_split_source").set_value("builtin/capitals/train").run()
+    at.number_input(key="data_split_train").set_value(90)
+    at.number_input(key="data_split_heldout").set_value(5).run()
+    at.number_input(key="data_split_test").set_value(5).run()
+    assert list(at.dataframe[-1].value["items"]) == [93, 5, 5]  # the sizes, before saving
+    assert at.error[0].value.startswith("S_V (heldout) would have 5 items, under 10 items, too few to save")
+    assert at.button(key="data_split_go").disabled
+    suggest = at.button(key="data_split_suggest")
+    assert suggest.label == "Use 60 / 30 / 10 %"
+    suggest.click().run()
+    assert [at.number_input(key=f"data_split_{p}").value for p in ("train", "heldout", "test")] == [60, 30, 10]
+    assert list(at.dataframe[-1].value["items"]) == list(part_sizes(103, (0.60, 0.30, 0.10)))
+    assert not at.error and not at.warning and not at.button(key="data_split_go").disabled
