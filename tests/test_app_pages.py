@@ -86,6 +86,7 @@ def test_train_launches_a_job_then_monitor_compare_and_playground_show_it(open_p
     assert len(compare.get("plotly_chart")) == len(compare.multiselect(key="compare_variants").value)
 
     play = open_page("views/playground.py")
+    assert play.selectbox(key="play_run").value == run_id  # the newest finished run, from the start
     play.selectbox(key="play_run").set_value(run_id).run()
     assert not play.exception, play.exception
     variants = list(play.dataframe[0].value["variant"])
@@ -356,3 +357,66 @@ def test_data_page_refuses_a_tiny_heldout_part_and_offers_a_split_that_fits(open
     assert [at.number_input(key=f"data_split_{p}").value for p in ("train", "heldout", "test")] == [60, 30, 10]
     assert list(at.dataframe[-1].value["items"]) == list(part_sizes(103, (0.60, 0.30, 0.10)))
     assert not at.error and not at.warning and not at.button(key="data_split_go").disabled
+
+
+def _two_runs(with_ts: bool = False):
+    """An older and a newer finished run, written by hand (tests/test_verdict.py)."""
+    from tests.test_verdict import finished_run
+
+    older = finished_run(run_id="20260101-000000-calm-0001", with_ts=with_ts)
+    newer = finished_run(run_id="20260102-000000-calm-0002", with_ts=with_ts)
+    for run, created in ((older, 1_000.0), (newer, 2_000.0)):
+        run.write_status("finished", created=created, started=created + 5)
+    return older, newer
+
+
+def test_compare_opens_with_the_verdict_row_says_why_ts_is_missing_and_fits_its_table(open_page) -> None:
+    from tests.test_verdict import DATASET
+
+    older, newer = _two_runs()
+    compare = open_page("views/compare.py")
+    assert not compare.exception and not compare.error, (compare.exception, [e.value for e in compare.error])
+    assert compare.multiselect(key="compare_runs").value == [newer.run_id]  # newest first
+    assert " · finished · calm on builtin/capitals/train · 1970-01-01 00:33" in \
+        compare.multiselect(key="compare_runs").format_func(newer.run_id)
+    verdict_table = compare.dataframe[0].value  # the page opens with it
+    assert list(verdict_table.columns) == ["evaluation set", "best calibrated", "flags", "recommended on S_V"]
+    assert verdict_table.iloc[0].tolist() == [DATASET, "calm (ECE 0.060)", "none", "calm"]
+    assert [i.value for i in compare.info] == ["no `ts` variant: S_V has 8 items, fewer than 10"]
+    assert "No `ts` row: no `ts` variant: S_V has 8 items, fewer than 10" in _text(compare)
+    metrics_table = next(d.value for d in compare.dataframe if "variant" in d.value.columns and "acc" in d.value.columns)
+    assert list(metrics_table.columns) == ["variant", "n", "acc", "ece", "auroc", "aurc", "confidence"]
+    assert list(metrics_table["variant"]) == ["base", "vs", "calm", "calm_theta_only"]  # variants as rows, one set
+    compare.multiselect(key="compare_columns").set_value(["acc", "brier"]).run()
+    metrics_table = next(d.value for d in compare.dataframe if "brier" in d.value.columns)
+    assert list(metrics_table.columns) == ["variant", "acc", "brier"]
+    assert any("side by side" in e.label for e in compare.expander)  # the long table, folded away
+    compare.radio(key="compare_layout").set_value("side by side").run()
+    titles = [c.proto.spec for c in compare.get("plotly_chart")]
+    assert titles and all('ECE 0.' in spec and "(15 bins)" in spec for spec in titles)
+
+
+def test_monitor_and_playground_start_on_the_newest_run_and_monitor_follows_a_launch(open_page, tiny_everywhere,
+                                                                                    monkeypatch) -> None:
+    import app.state
+    from calm_core.workspace.playground import untrained
+
+    older, newer = _two_runs(with_ts=True)
+    monitor = open_page("views/monitor.py")
+    assert monitor.selectbox(key="monitor_select").value == newer.run_id
+    assert not monitor.exception, monitor.exception
+    verdict_table = next(d.value for d in monitor.dataframe if "best calibrated" in d.value.columns)
+    assert verdict_table.iloc[0]["best calibrated"] == "calm (ECE 0.060)"
+    monitor.selectbox(key="monitor_select").set_value(older.run_id).run()
+    # What the Train page's launch does: the Monitor then opens that run, in this session.
+    monitor.switch_page("views/train.py").run()
+    monitor.session_state["monitor_run"] = newer.run_id
+    monitor.switch_page("views/monitor.py").run()
+    assert monitor.selectbox(key="monitor_select").value == newer.run_id
+
+    monkeypatch.setattr(app.state, "get_trained", lambda run_id: untrained(tiny_everywhere))
+    play = open_page("views/playground.py")
+    assert not play.exception, play.exception
+    assert play.selectbox(key="play_run").value == newer.run_id
+    rows = play.dataframe[0].value
+    assert list(rows["right"])[0] in ("✓ right", "✗ wrong") and "p(Mars)" in rows.columns  # the first option is right

@@ -28,6 +28,18 @@ NEAR_UNIFORM_CONFIDENCE = 0.05
 NEAR_UNIFORM_ACCURACY = 0.10
 NEAR_UNIFORM, ACCURACY_LOST = "near-uniform", "accuracy lost"
 VERDICT_COLUMNS = ("evaluation set", "best calibrated", "flags", "recommended on S_V")
+VERDICT_HELP = {
+    "evaluation set": "one row per evaluation set of the run (the first is in domain)",
+    "best calibrated": "lowest ECE among the variants that keep base's accuracy (within one point, or one item "
+                       "under 100 items) and AUROC (not below base's 90% interval)",
+    "flags": f"{NEAR_UNIFORM}: mean confidence within {NEAR_UNIFORM_CONFIDENCE} of 1/K while accuracy is more than "
+             f"{NEAR_UNIFORM_ACCURACY} above it (a small ECE that says nothing); {ACCURACY_LOST}: accuracy "
+             "fell past that slack",
+    "recommended on S_V": "the calibrator the run recommends, chosen on S_V (never on a test set)",
+}
+VERDICT_CAPTION = ("Best calibrated: the lowest ECE among variants that keep base's accuracy and AUROC on that set. "
+                   f"Flags: {NEAR_UNIFORM} (confidence near 1/K while accuracy is well above it) and {ACCURACY_LOST}. "
+                   "The recommendation is chosen on S_V, so it is the same on every set.")
 
 
 def evidence_variants(method: str) -> list[str]:
@@ -252,6 +264,12 @@ def _near_uniform(row: dict[str, Any], acc: float | None) -> bool:
     if chance is None or confidence is None or acc is None:
         return False
     return confidence <= chance + NEAR_UNIFORM_CONFIDENCE and acc > chance + NEAR_UNIFORM_ACCURACY
+
+
+def verdict_table(results: dict[str, Any]) -> list[dict[str, str]]:
+    """The verdict rows as table rows (VERDICT_COLUMNS): what Compare, the Monitor and the
+    report open with."""
+    return [row.cells() for row in verdict_rows(results)]
 
 
 def verdict_row_lines(results: dict[str, Any]) -> list[str]:
