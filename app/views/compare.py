@@ -67,12 +67,13 @@ try:
 except Exception as exc:
     st.error(describe_error(exc))
     st.stop()
-for run in runs:  # the verdict row: one line per evaluation set, before anything else
-    table = verdict.verdict_table(results_of[run.run_id])
-    if table:
-        st.dataframe(pd.DataFrame(table), hide_index=True, width="stretch", key=f"compare_verdict_{run.run_id}",
-                     column_config=_verdict_config(label=labels[run.run_id] if len(runs) > 1 else None))
-st.caption(verdict.VERDICT_CAPTION)
+with st.container(key="compare_verdict"):  # the verdict row: one line per evaluation set, before anything else
+    for run in runs:
+        table = verdict.verdict_table(results_of[run.run_id])
+        if table:
+            st.dataframe(pd.DataFrame(table), hide_index=True, width="stretch", key=f"compare_verdict_{run.run_id}",
+                         column_config=_verdict_config(label=labels[run.run_id] if len(runs) > 1 else None))
+    st.caption(verdict.VERDICT_CAPTION)
 
 datasets = list(dict.fromkeys(r["dataset"] for r in rows))
 variants = list(dict.fromkeys(r["variant"] for r in rows))
@@ -156,8 +157,9 @@ metric_choices = [c for c in all_columns if c not in ("dataset", "variant", "run
 picked = c2.multiselect("Columns", metric_choices, default=run_view.default_columns(metric_choices),
                         key="compare_columns", help="The full table is in the CSV and in the expander below.")
 keys = ["variant", *picked, *(["run"] if len(runs) > 1 else [])]
-st.dataframe(frame[frame["dataset"] == table_set][keys], hide_index=True, width="stretch",
-             column_config=_tooltips(keys), key="compare_metrics")
+with st.container(key="compare_metrics"):  # a keyed box: the browser test measures the table's width in it
+    st.dataframe(frame[frame["dataset"] == table_set][keys], hide_index=True, width="stretch",
+                 column_config=_tooltips(keys), key="compare_metrics_table")
 st.caption("ECE: 15 equal-width bins; ece_10: the paper's 10. The first evaluation set of a run is its in-domain set.")
 for run in runs:
     for name, note in verdict.missing_variant_notes(results_of[run.run_id]).items():

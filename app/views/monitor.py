@@ -235,9 +235,11 @@ def _results(method: str) -> None:
         results = run.results()
         table = verdict.verdict_table(results)  # one line per evaluation set, before the rest
         if table:
-            st.dataframe(pd.DataFrame(table), hide_index=True, width="stretch", key="monitor_verdict",
-                         column_config={k: st.column_config.Column(help=v) for k, v in verdict.VERDICT_HELP.items()})
-            st.caption(verdict.VERDICT_CAPTION)
+            with st.container(key="monitor_verdict"):
+                st.dataframe(pd.DataFrame(table), hide_index=True, width="stretch", key="monitor_verdict_table",
+                             column_config={k: st.column_config.Column(help=v)
+                                            for k, v in verdict.VERDICT_HELP.items()})
+                st.caption(verdict.VERDICT_CAPTION)
         _verdict(results, method)
         rows = run_view.compare_rows([run])
         for note in run_view.posthoc_lines(results, notes_only=True):
