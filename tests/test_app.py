@@ -159,3 +159,12 @@ def test_charts_say_what_their_marks_mean_and_skip_float_noise() -> None:
     assert high - low >= 0.019 and low < 0.999998 and high > 1.000001  # the neighbourhood of 1, not its last digits
     moving = line_figure({"ece": ([1, 2], [0.2, 0.1])}, "ECE")
     assert moving.layout.yaxis.range is None
+
+
+def test_generated_text_leaves_special_tokens_out() -> None:
+    """Free generation showed a raw `<|im_end|>` (issue 23): the rows keep it, with its probability; the text does not."""
+    from calm_core.workspace.playground import generated_text
+
+    rows = [{"token": "Au", "special": False}, {"token": ".", "special": False}, {"token": "<|im_end|>", "special": True}]
+    assert generated_text(rows) == "Au."
+    assert generated_text([{"token": "x"}]) == "x"  # rows from before `special` was recorded

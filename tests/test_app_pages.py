@@ -94,6 +94,7 @@ def test_train_launches_a_job_then_monitor_compare_and_playground_show_it(open_p
     play.button(key="play_generate").click().run()
     assert not play.exception, play.exception
     assert len(play.dataframe) == 2 and len(play.dataframe[1].value) >= 1  # one row per generated token
+    assert "special" in play.dataframe[1].value.columns and "<|im_end|>" not in play.text[-1].value
 
 
 def test_data_page_validates_an_upload_and_saves_it(open_page, tiny_everywhere, tmp_path: Path) -> None:
