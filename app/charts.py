@@ -36,9 +36,11 @@ def reliability_figure(records: Sequence[dict[str, Any]], title: str = "Reliabil
                 name="accuracy", row=1, col=1,
                 customdata=[[r["count"], r["mean_confidence"]] for r in filled],
                 hovertemplate="accuracy %{y:.3f}<br>mean confidence %{customdata[1]:.3f}<br>%{customdata[0]} items<extra></extra>")
-    fig.add_bar(x=_centers(filled), y=[r["gap"] for r in filled], base=[r["accuracy"] for r in filled],
-                width=width * 0.95, name="gap to confidence", row=1, col=1,
-                marker_color=[OVER_COLOR if r["gap"] > 0 else UNDER_COLOR for r in filled], hoverinfo="skip")
+    for label, color, side in (("over-confident (confidence above accuracy)", OVER_COLOR, True),
+                               ("under-confident (accuracy above confidence)", UNDER_COLOR, False)):
+        part = [r for r in filled if (r["gap"] > 0) == side]  # one trace each, so the legend names both colours
+        fig.add_bar(x=_centers(part), y=[r["gap"] for r in part], base=[r["accuracy"] for r in part],
+                    width=width * 0.95, name=label, row=1, col=1, marker_color=color, hoverinfo="skip")
     fig.add_scatter(x=[0, 1], y=[0, 1], mode="lines", line=dict(dash="dash", color="gray"),
                     name="perfect calibration", row=1, col=1)
     if empty:
@@ -107,7 +109,16 @@ def line_figure(curves: dict[str, tuple[Sequence[float], Sequence[float]]], titl
     fig.update_layout(title=title, height=300, margin=dict(l=40, r=10, t=40, b=30), legend=dict(orientation="h", y=-0.25))
     fig.update_xaxes(title_text=x_title)
     fig.update_yaxes(title_text=y_title, type="log" if log_y else "linear")
+    ys = [float(v) for _, y in curves.values() for v in y if np.isfinite(v)]
+    if ys and not log_y and max(ys) - min(ys) <= FLAT_SPAN * max(1.0, abs(max(ys))):
+        # A flat curve (0.999998 .. 1.000001) would get ticks of its float noise: show the value's neighbourhood.
+        middle = (max(ys) + min(ys)) / 2
+        pad = max(FLAT_SPAN * 100 * max(1.0, abs(middle)), 1e-3)
+        fig.update_yaxes(range=[middle - pad, middle + pad], tickformat=".3~g")
     return fig
+
+
+FLAT_SPAN = 1e-4  # a curve whose span is under this (relative) is drawn as flat
 
 
 def alpha_heatmap(steps: Sequence[int], matrix: Any, labels: Sequence[str], title: str = "tau over training") -> go.Figure:
@@ -139,7 +150,8 @@ def tradeoff_figure(paths: dict[str, tuple[Sequence[int], Sequence[float], Seque
     accurate. `references` ({set: {"base" | "ts": (ece, acc)}}) adds the untouched model
     (x) and temperature scaling (diamond) in the set's colour: a run that ends left of
     TS but below base has traded accuracy for its ECE. `selected_step` adds a star on
-    each path at that step (where the run's model is from), when the path has it."""
+    each path at that step (where the run's model is from), when the path has it. Two
+    data-less legend entries say what the open and the filled markers are."""
     fig = go.Figure()
     for i, (name, (steps, acc, ece)) in enumerate(paths.items()):
         color = PALETTE[i % len(PALETTE)]
@@ -156,8 +168,11 @@ def tradeoff_figure(paths: dict[str, tuple[Sequence[int], Sequence[float], Seque
             fig.add_scatter(x=[ref_ece], y=[ref_acc], mode="markers", name=f"{variant} · {name}", showlegend=True,
                             marker=dict(color=color, size=11, symbol=REFERENCE_SYMBOLS.get(variant, "square")),
                             hovertemplate=f"{variant}<br>ECE %{{x:.3f}}<br>acc %{{y:.3f}}<extra></extra>")
-    fig.update_layout(title="Trade-off over training", height=380, margin=dict(l=40, r=10, t=40, b=30),
-                      legend=dict(orientation="h", y=-0.3))
+    for label, symbol in (("first evaluation (open)", "circle-open"), ("last evaluation (filled, larger)", "circle")):
+        fig.add_scatter(x=[None], y=[None], mode="markers", name=label, legendgroup="key",  # a legend key, no data
+                        marker=dict(color="gray", size=9, symbol=symbol))
+    fig.update_layout(title="Trade-off over training", height=460, margin=dict(l=40, r=10, t=40, b=40),
+                      legend=dict(orientation="h", yanchor="top", y=-0.22))  # below the x-axis title, not on it
     fig.update_xaxes(title_text="ECE (lower is better)")
     fig.update_yaxes(title_text="accuracy")
     return fig
@@ -166,8 +181,8 @@ def tradeoff_figure(paths: dict[str, tuple[Sequence[int], Sequence[float], Seque
 def reliability_overlay(variants: dict[str, tuple[Sequence[dict[str, Any]], Sequence[float], Sequence[float]]],
                         title: str = "Reliability diagram") -> go.Figure:
     """Several variants on one diagram: per-bin accuracy (markers at the bin's mean
-    confidence, bootstrap interval as error bars, lines over non-empty bins) against the
-    diagonal, and below, each variant's confidence histogram. `variants` maps a name
+    confidence, bootstrap interval as error bars; no line, which would jump across empty
+    bins) against the diagonal, and below, each variant's confidence histogram. `variants` maps a name
     to (BinTable records, interval lower, interval upper)."""
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.72, 0.28], vertical_spacing=0.05)
     fig.add_scatter(x=[0, 1], y=[0, 1], mode="lines", line=dict(dash="dash", color="gray"),
@@ -177,8 +192,9 @@ def reliability_overlay(variants: dict[str, tuple[Sequence[dict[str, Any]], Sequ
         color = colors[name]
         keep = [j for j, r in enumerate(records) if r["count"] > 0]
         acc = [records[j]["accuracy"] for j in keep]
-        fig.add_scatter(x=[records[j]["mean_confidence"] for j in keep], y=acc, mode="lines+markers", name=name,
-                        line=dict(color=color), legendgroup=name,
+        # Markers only: a line would jump across empty bins and tangle with 8 items a set.
+        fig.add_scatter(x=[records[j]["mean_confidence"] for j in keep], y=acc, mode="markers", name=name,
+                        marker=dict(color=color, size=9), legendgroup=name,
                         error_y=dict(type="data", symmetric=False, array=[upper[j] - records[j]["accuracy"] for j in keep],
                                      arrayminus=[records[j]["accuracy"] - lower[j] for j in keep], thickness=1),
                         customdata=[records[j]["count"] for j in keep],

@@ -23,8 +23,9 @@ def test_reliability_figure_draws_accuracy_gaps_and_counts() -> None:
     fig = reliability_figure(_records())
     by_name = {t.name: t for t in fig.data}
     assert list(by_name["accuracy"].y) == pytest.approx([1.0, 1 / 3])  # bins (0.4,0.6] and (0.8,1]
-    gaps = list(by_name["gap to confidence"].y)
-    assert gaps[0] == pytest.approx(0.535 - 1.0) and gaps[1] == pytest.approx(0.9266667 - 1 / 3)
+    under = list(by_name["under-confident (accuracy above confidence)"].y)
+    over = list(by_name["over-confident (confidence above accuracy)"].y)
+    assert under == pytest.approx([0.535 - 1.0]) and over == pytest.approx([0.9266667 - 1 / 3])
     assert list(by_name["empty bin"].x) == pytest.approx([0.1, 0.3, 0.7])
     assert list(by_name["items"].y) == [0, 0, 2, 0, 3]
 
@@ -57,6 +58,14 @@ def test_learn_page_renders_on_a_tiny_model(tiny_lm, monkeypatch: pytest.MonkeyP
     assert not at.exception
     ece_after = next(m.value for m in at.metric if m.label == "ECE")
     assert ece_after != ece_before
+    # Issue 23: one number of bins for the ECE label and the diagram; "Fit T" jumps to the optimum.
+    assert "ECE (15 bins)" in labels and "15 equal-width bins" in "\n".join(c.value for c in at.caption)
+    at.button(key="learn_fit").click().run()
+    assert not at.exception, at.exception
+    fitted = next(c.value for c in at.caption if "NLL-optimal temperature" in c.value)
+    optimum = float(fitted.split("T = ")[1].split()[0].rstrip("."))
+    assert at.slider(key="learn_temperature").value == pytest.approx(min(8.0, max(0.25, optimum)), abs=0.05)
+    assert optimum <= 8.0 or "beyond the slider" in fitted  # the tiny random model's optimum is far out
 
 
 def test_chart_builders_for_monitor_and_compare() -> None:
@@ -69,7 +78,7 @@ def test_chart_builders_for_monitor_and_compare() -> None:
     path = tradeoff_figure({"id": ([10, 20, 30], [0.5, 0.5, 0.48], [0.3, 0.2, 0.1])})
     assert list(path.data[0].x) == [0.3, 0.2, 0.1] and path.data[0].marker.symbol[0] == "circle-open"
     marked = tradeoff_figure({"id": ([10], [0.5], [0.3])}, {"id": {"base": (0.4, 0.55), "ts": (0.15, 0.55)}})
-    refs = {t.name: (t.x[0], t.y[0], t.marker.symbol) for t in marked.data[1:]}
+    refs = {t.name: (t.x[0], t.y[0], t.marker.symbol) for t in marked.data[1:] if t.legendgroup != "key"}
     assert refs == {"base · id": (0.4, 0.55, "x"), "ts · id": (0.15, 0.55, "diamond")}
     assert marked.data[1].marker.color == marked.data[0].line.color  # the set's colour
     records = _records()
@@ -105,7 +114,7 @@ def test_selected_step_is_marked_on_every_curve_and_the_tradeoff_path() -> None:
     assert [(t.name, t.x[0], t.y[0]) for t in stars] == [("selected (step 2) · heldout", 0.1, 0.5),
                                                          ("selected (step 2) · test", 0.2, 0.41)]
     assert stars[0].marker.color == tradeoff_figure(paths).data[0].line.color  # the set's colour
-    assert len(tradeoff_figure(paths, selected_step=3).data) == 2  # a step the paths never evaluated: no star
+    assert len([t for t in tradeoff_figure(paths, selected_step=3).data if t.legendgroup != "key"]) == 2  # no star
 
 
 def test_user_text_is_escaped_in_charts_and_inline_code() -> None:
@@ -126,3 +135,36 @@ def test_figure_png_renders_or_says_why() -> None:
     if os.environ.get("CALM_REQUIRE_BROWSER") == "1":  # CI installs chromium: PNG export must work there
         assert png is not None, why
     assert (png is not None and png.startswith(b"\x89PNG") and why == "") or (png is None and "HTML" in why)
+
+
+def test_charts_say_what_their_marks_mean_and_skip_float_noise() -> None:
+    """Issue 23's smaller items: the trade-off legend explains open and filled markers and
+    sits below the x-axis title; the overlay draws no lines across empty bins; both gap
+    colours of a reliability diagram are in its legend; a flat curve (float noise around
+    1.0) gets a readable axis instead of ticks at 0.999998 .. 1.000001."""
+    from app.charts import line_figure, reliability_figure, reliability_overlay, tradeoff_figure
+
+    path = tradeoff_figure({"id": ([10, 20], [0.5, 0.5], [0.3, 0.2])})
+    keys = {t.name: t.marker.symbol for t in path.data if t.legendgroup == "key"}
+    assert keys == {"first evaluation (open)": "circle-open", "last evaluation (filled, larger)": "circle"}
+    assert path.layout.legend.yanchor == "top" and path.layout.legend.y < -0.15
+    records = _records()
+    lower, upper = metrics.bin_accuracy_intervals([0.95, 0.92, 0.91, 0.55, 0.52], [1, 0, 0, 1, 1], n_bins=5)
+    over = reliability_overlay({"base": (records, lower, upper)})
+    assert [t.mode for t in over.data if t.name == "base"] == ["markers"]
+    names = [t.name for t in reliability_figure(records).data]
+    assert "over-confident (confidence above accuracy)" in names and "under-confident (accuracy above confidence)" in names
+    flat = line_figure({"descent_ratio": ([1, 2, 3], [0.999998, 1.000001, 1.0])}, "descent ratio")
+    low, high = flat.layout.yaxis.range
+    assert high - low >= 0.019 and low < 0.999998 and high > 1.000001  # the neighbourhood of 1, not its last digits
+    moving = line_figure({"ece": ([1, 2], [0.2, 0.1])}, "ECE")
+    assert moving.layout.yaxis.range is None
+
+
+def test_generated_text_leaves_special_tokens_out() -> None:
+    """Free generation showed a raw `<|im_end|>` (issue 23): the rows keep it, with its probability; the text does not."""
+    from calm_core.workspace.playground import generated_text
+
+    rows = [{"token": "Au", "special": False}, {"token": ".", "special": False}, {"token": "<|im_end|>", "special": True}]
+    assert generated_text(rows) == "Au."
+    assert generated_text([{"token": "x"}]) == "x"  # rows from before `special` was recorded

@@ -86,6 +86,7 @@ def test_train_launches_a_job_then_monitor_compare_and_playground_show_it(open_p
     assert len(compare.get("plotly_chart")) == len(compare.multiselect(key="compare_variants").value)
 
     play = open_page("views/playground.py")
+    assert play.selectbox(key="play_run").value == run_id  # the newest finished run, from the start
     play.selectbox(key="play_run").set_value(run_id).run()
     assert not play.exception, play.exception
     variants = list(play.dataframe[0].value["variant"])
@@ -93,6 +94,7 @@ def test_train_launches_a_job_then_monitor_compare_and_playground_show_it(open_p
     play.button(key="play_generate").click().run()
     assert not play.exception, play.exception
     assert len(play.dataframe) == 2 and len(play.dataframe[1].value) >= 1  # one row per generated token
+    assert "special" in play.dataframe[1].value.columns and "<|im_end|>" not in play.text[-1].value
 
 
 def test_data_page_validates_an_upload_and_saves_it(open_page, tiny_everywhere, tmp_path: Path) -> None:
@@ -178,24 +180,35 @@ def test_data_page_maps_an_uploaded_csv_with_widgets_saves_and_splits_it(open_pa
     at.multiselect(key="data_map_options").set_value(["opt1", "opt2", "opt3", "opt4"]).run()
     at.text_input(key="data_name").set_value("quiz").run()
     at.button(key="data_save").click().run()
-    assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
+    assert not at.exception and len(at.error) == 1, (at.exception, [e.value for e in at.error])  # the split's, below
     assert "Saved as `upload/quiz` (5 items)" in _text(at)
     assert at.selectbox(key="data_split_source").value == "upload/quiz"  # the split form starts from it
     table = at.dataframe[-1].value
     assert list(table["dataset"]) == ["split/quiz/train", "split/quiz/heldout", "split/quiz/test"]
     assert list(table["items"]) == [3, 1, 1]
+    # Five items give S_V one: refused before saving, with the reason (issue 23).
+    assert [e.value for e in at.error][0].startswith("S_V (heldout) would have 1 item, under 10 items")
+    assert "TS and the calibrated stop need held-out labels" in at.error[0].value and "too small" in at.error[0].value
+    assert at.button(key="data_split_go").disabled
+    # A larger dataset: calibrating it goes through.
+    at.selectbox(key="data_split_source").set_value("builtin/capitals/train").run()
+    at.text_input(key="data_split_name").set_value("quiz").run()
     at.button(key="data_split_go").click().run()
     assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
     names = {p: f"split/quiz/{p}" for p in ("train", "heldout", "test")}
-    assert at.session_state["calibrate_split"] == {**names, "source": "upload/quiz"}  # the banner names the source
+    assert at.session_state["calibrate_split"] == {**names, "source": "builtin/capitals/train",
+                                                   "sizes": {"train": 62, "heldout": 21, "test": 20}}
+    assert "S_T (train): 62 items · S_V (heldout): 21 items · test: 20 items" in _text(at)  # before Calibrate
     from calm_core.data.catalog import load_dataset
     from calm_core.data.split import read_split
 
-    assert read_split("quiz").source == "upload/quiz"
-    assert sum(len(load_dataset(n).items) for n in names.values()) == 5
+    assert read_split("quiz").source == "builtin/capitals/train"
+    assert sum(len(load_dataset(n).items) for n in names.values()) == 103
     at.button(key="data_calibrate").click().run()
     assert not at.exception, at.exception
     assert [t.value for t in at.title] == ["Train"]
+    assert "(62 / 21 / 20 items)" in at.info[0].value  # the banner gives the sizes, and S_V's warning
+    assert "S_V (heldout) would have 21 items, under 30 items" in at.warning[0].value
     assert at.selectbox(key="train_data").value == "split/quiz/train"  # the Train page takes the parts
     assert at.selectbox(key="train_heldout").value == "split/quiz/heldout"
     assert at.multiselect(key="train_evals").value[0] == "split/quiz/test"
@@ -211,6 +224,7 @@ def test_data_page_splits_a_catalog_dataset(open_page, tiny_everywhere) -> None:
     at.number_input(key="data_split_seed").set_value(3).run()
     table = at.dataframe[-1].value
     assert list(table["items"]) == [72, 21, 10] and list(table["dataset"])[0] == "split/capitals-train/train"
+    assert [w.value for w in at.warning][0].startswith("S_V (heldout) would have 21 items, under 30 items")
     per_position = table[[c for c in table.columns if len(c) == 1]]
     assert list(per_position.sum(axis=1)) == [72, 21, 10]  # every item counted under its answer position
     assert at.checkbox(key="data_split_stratify").value is True
@@ -323,3 +337,87 @@ def test_monitor_follows_appended_and_cut_back_metrics(open_page) -> None:
     run.truncate_metrics_after(4)  # what a resume from checkpoint-4 does
     monitor.run()
     assert _loss_steps(monitor) == [1, 2, 3, 4] and not monitor.exception
+
+
+# ----------------------------------------------------------------------------- splits for a comparison (issue 23)
+
+def test_data_page_refuses_a_tiny_heldout_part_and_offers_a_split_that_fits(open_page, tiny_everywhere) -> None:
+    from calm_core.data.split import part_sizes
+
+    at = open_page("views/data.py")
+    at.selectbox(key="data_split_source").set_value("builtin/capitals/train").run()
+    at.number_input(key="data_split_train").set_value(90)
+    at.number_input(key="data_split_heldout").set_value(5).run()
+    at.number_input(key="data_split_test").set_value(5).run()
+    assert list(at.dataframe[-1].value["items"]) == [93, 5, 5]  # the sizes, before saving
+    assert at.error[0].value.startswith("S_V (heldout) would have 5 items, under 10 items, too few to save")
+    assert at.button(key="data_split_go").disabled
+    suggest = at.button(key="data_split_suggest")
+    assert suggest.label == "Use 60 / 30 / 10 %"
+    suggest.click().run()
+    assert [at.number_input(key=f"data_split_{p}").value for p in ("train", "heldout", "test")] == [60, 30, 10]
+    assert list(at.dataframe[-1].value["items"]) == list(part_sizes(103, (0.60, 0.30, 0.10)))
+    assert not at.error and not at.warning and not at.button(key="data_split_go").disabled
+
+
+def _two_runs(with_ts: bool = False):
+    """An older and a newer finished run, written by hand (tests/test_verdict.py)."""
+    from tests.test_verdict import finished_run
+
+    older = finished_run(run_id="20260101-000000-calm-0001", with_ts=with_ts)
+    newer = finished_run(run_id="20260102-000000-calm-0002", with_ts=with_ts)
+    for run, created in ((older, 1_000.0), (newer, 2_000.0)):
+        run.write_status("finished", created=created, started=created + 5)
+    return older, newer
+
+
+def test_compare_opens_with_the_verdict_row_says_why_ts_is_missing_and_fits_its_table(open_page) -> None:
+    from tests.test_verdict import DATASET
+
+    older, newer = _two_runs()
+    compare = open_page("views/compare.py")
+    assert not compare.exception and not compare.error, (compare.exception, [e.value for e in compare.error])
+    assert compare.multiselect(key="compare_runs").value == [newer.run_id]  # newest first
+    assert " · finished · calm on builtin/capitals/train · 1970-01-01 00:33" in \
+        compare.multiselect(key="compare_runs").format_func(newer.run_id)
+    verdict_table = compare.dataframe[0].value  # the page opens with it
+    assert list(verdict_table.columns) == ["evaluation set", "best calibrated", "flags", "recommended on S_V"]
+    assert verdict_table.iloc[0].tolist() == [DATASET, "calm (ECE 0.060)", "none", "calm"]
+    assert [i.value for i in compare.info] == ["no `ts` variant: S_V has 8 items, fewer than 10"]
+    assert "No `ts` row: no `ts` variant: S_V has 8 items, fewer than 10" in _text(compare)
+    metrics_table = next(d.value for d in compare.dataframe if "variant" in d.value.columns and "acc" in d.value.columns)
+    assert list(metrics_table.columns) == ["variant", "n", "acc", "ece", "auroc", "aurc", "confidence"]
+    assert list(metrics_table["variant"]) == ["base", "vs", "calm", "calm_theta_only"]  # variants as rows, one set
+    compare.multiselect(key="compare_columns").set_value(["acc", "brier"]).run()
+    metrics_table = next(d.value for d in compare.dataframe if "brier" in d.value.columns)
+    assert list(metrics_table.columns) == ["variant", "acc", "brier"]
+    assert any("side by side" in e.label for e in compare.expander)  # the long table, folded away
+    compare.radio(key="compare_layout").set_value("side by side").run()
+    titles = [c.proto.spec for c in compare.get("plotly_chart")]
+    assert titles and all('ECE 0.' in spec and "(15 bins)" in spec for spec in titles)
+
+
+def test_monitor_and_playground_start_on_the_newest_run_and_monitor_follows_a_launch(open_page, tiny_everywhere,
+                                                                                    monkeypatch) -> None:
+    import app.state
+    from calm_core.workspace.playground import untrained
+
+    older, newer = _two_runs(with_ts=True)
+    monitor = open_page("views/monitor.py")
+    assert monitor.selectbox(key="monitor_select").value == newer.run_id
+    assert not monitor.exception, monitor.exception
+    verdict_table = next(d.value for d in monitor.dataframe if "best calibrated" in d.value.columns)
+    assert verdict_table.iloc[0]["best calibrated"] == "calm (ECE 0.060)"
+    monitor.selectbox(key="monitor_select").set_value(older.run_id).run()
+    # What the Train page's launch does: the Monitor then opens that run, in this session.
+    monitor.switch_page("views/train.py").run()
+    monitor.session_state["monitor_run"] = newer.run_id
+    monitor.switch_page("views/monitor.py").run()
+    assert monitor.selectbox(key="monitor_select").value == newer.run_id
+
+    monkeypatch.setattr(app.state, "get_trained", lambda run_id: untrained(tiny_everywhere))
+    play = open_page("views/playground.py")
+    assert not play.exception, play.exception
+    assert play.selectbox(key="play_run").value == newer.run_id
+    rows = play.dataframe[0].value
+    assert list(rows["right"])[0] in ("✓ right", "✗ wrong") and "p(Mars)" in rows.columns  # the first option is right

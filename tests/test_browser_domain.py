@@ -7,7 +7,11 @@ and keep the guessed column mapping untouched, save it, split it (60/20/20, stra
 press "Calibrate this dataset" (the Train page arrives prefilled with the split's parts
 and an out-of-domain set), run a short CALM job on the tiny random model, follow it on
 the Monitor page until it finishes, open it on Compare and download the calibrated model
-(zip) and the run's report (HTML).
+(zip) and the run's report (HTML). Issue 23 on the way: a split whose S_V is too small is
+refused (and a small one warned about) before saving; Monitor opens the launched run and
+opens its final table with the verdict row, as Compare and the report do; Compare's
+metrics table fits at 1280 px; the Playground starts on the newest finished run; Compare
+says why a run without TS has none.
 
 Screenshots domain-1..5 go to $CALM_SCREENSHOTS (default: a temporary folder). The run
 trains the tiny random model; CALM_BROWSER_MODEL=embedded trains the embedded model
@@ -187,6 +191,19 @@ def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shot
     expect(page.locator(_key("data_split_source")).get_by_role("combobox")).to_have_value(f"upload/{UPLOAD}")
     for part, percent in (("train", "60"), ("heldout", "20"), ("test", "20")):
         expect(page.get_by_label(f"{part} %", exact=True)).to_have_value(percent)
+    # Issue 23: S_V of 6 items (10%) is refused before saving, with the reason; 12 items (20%) are warned about.
+    for part, percent in (("train", "70"), ("heldout", "10")):
+        _set_number(page, f"{part} %", percent)
+    refusal = page.locator('[data-testid="stAlert"]').filter(has_text="S_V (heldout) would have 6 items, under 10")
+    expect(refusal).to_be_visible(timeout=60_000)
+    expect(refusal).to_contain_text("TS and the calibrated stop need held-out labels")
+    expect(page.get_by_role("button", name="Split", exact=True)).to_be_disabled()
+    print(f"refused: {refusal.inner_text()!r}")
+    for part, percent in (("heldout", "20"), ("train", "60")):
+        _set_number(page, f"{part} %", percent)
+    warning = page.locator('[data-testid="stAlert"]').filter(has_text="S_V (heldout) would have 12 items, under 30")
+    expect(warning).to_be_visible(timeout=60_000)
+    expect(page.get_by_role("button", name="Split", exact=True)).to_be_enabled()
     expect(page.get_by_label("Seed", exact=True)).to_have_value("0")
     expect(page.get_by_label("Stratify by answer position", exact=True)).to_be_checked()
     page.get_by_role("button", name="Split", exact=True).click()
@@ -225,7 +242,8 @@ def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shot
     expect(page.locator(_key("train_data")).get_by_role("combobox")).to_have_value(parts["train"])
     page.get_by_role("button", name="Launch training").click()
     page.get_by_text("Follow it on the Monitor page").wait_for(timeout=180_000)
-    text = page.locator('[data-testid="stAlert"]').filter(has_text="Run ").first.inner_text()
+    text = page.locator('[data-testid="stAlert"]').filter(has_text=re.compile(r"Run\s+\S+\s+(started|queued)")) \
+        .first.inner_text()  # not S_V's warning in the banner above ("... a CALM run hands back ...")
     found = re.search(r"Run\s+(\S+)\s+started", text)
     assert found, f"unexpected launch message: {text!r}"
     run_id = found.group(1)
@@ -236,9 +254,13 @@ def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shot
     assert list(train["eval_data"]) == [parts["test"], *outside], train["eval_data"]
     print(f"run {run_id}: splits recorded {config.get('splits')}")
 
-    _goto(page, "Monitor")
-    expect(page.locator(".st-key-monitor_select").get_by_role("combobox")).to_have_value(run_id, timeout=120_000)
+    _goto(page, "Monitor")  # it opens the run this session launched: its label starts with the id
+    expect(page.locator(".st-key-monitor_select").get_by_role("combobox")).to_have_value(
+        re.compile("^" + re.escape(run_id) + " · "), timeout=120_000)
+    print(f"monitor picker: {page.locator('.st-key-monitor_select').get_by_role('combobox').input_value()!r}")
     page.get_by_role("heading", name="Final evaluation").wait_for(timeout=900_000)
+    expect(page.locator(".st-key-monitor_verdict").locator('[data-testid="stDataFrame"]')).to_be_visible(
+        timeout=60_000)  # the verdict row first
     expect(page.locator('[data-testid="stProgress"]').first).to_contain_text("finished", timeout=60_000)
     status = json.loads((workspace / "runs" / run_id / "status.json").read_text())
     assert status["state"] == "finished", status
@@ -264,6 +286,11 @@ def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shot
     print(f"variants shown: {page.locator(_key('compare_variants')).inner_text()!r}")
     expect(page.get_by_text(f"The model is from step {selected}").first).to_be_visible(timeout=60_000)
     expect(page.get_by_text(f"Recommended: {results['recommendation']['variant']}").first).to_be_visible()
+    verdict_box = page.locator(".st-key-compare_verdict")  # the verdict row, above the diagrams
+    expect(verdict_box.locator('[data-testid="stDataFrame"]')).to_have_count(1)
+    expect(verdict_box).to_contain_text("Best calibrated: the lowest ECE")
+    assert verdict_box.bounding_box()["y"] < page.locator('[data-testid="stPlotlyChart"]').first.bounding_box()["y"]
+    _assert_fits(page, "compare_metrics")
     page.get_by_role("heading", name="Share a run").wait_for(timeout=60_000)
     assert not _exceptions(page), _exceptions(page)
     _shot(page, shots, "5-compare", bottom=page.get_by_text("The report is one HTML file"))
@@ -294,5 +321,57 @@ def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shot
     html = report.read_text(encoding="utf-8")
     assert html.startswith("<!DOCTYPE html>"), html[:80]
     assert "<script" not in html.lower() and run_id in html
+    assert 'id="verdict-row"' in html  # the report opens with the verdict row too
     print(f"report: {len(html)} characters")
     assert not _exceptions(page), _exceptions(page)
+
+    # 5. The Playground starts on the newest finished run: this one.
+    _goto(page, "Playground")
+    expect(page.locator(_key("play_run")).get_by_role("combobox")).to_have_value(
+        re.compile("^" + re.escape(run_id) + " · finished"), timeout=120_000)
+
+    # 6. A run whose S_V was too small for TS: Compare says why, where the ts diagram would be.
+    from tests.test_verdict import finished_run
+
+    thin = finished_run(workspace / "runs", run_id="29990101-000000-thin-0001", with_ts=False)
+    _goto(page, "Compare")  # the newest finished run now: Compare opens on it
+    expect(page.locator(_key("compare_runs"))).to_contain_text(thin.run_id, timeout=120_000)
+    # "no `ts` variant: ...": the name renders as code, so the text around it is matched
+    note = page.locator('[data-testid="stAlert"]').filter(has_text="variant: S_V has 8 items, fewer than 10")
+    expect(note.first).to_be_visible(timeout=120_000)
+    print(f"why ts is missing: {note.first.inner_text()!r}")
+    _assert_fits(page, "compare_metrics")
+    assert not _exceptions(page), _exceptions(page)
+
+
+def _set_number(page, label: str, value: str) -> None:
+    """Type `value` into the number input labelled `label` and wait for the rerun."""
+    field = page.get_by_label(label, exact=True)
+    field.fill(value)
+    field.press("Enter")
+    _wait_idle(page)
+
+
+def _assert_fits(page, key: str) -> None:
+    """Issue 23: at 1280 px the table with Streamlit key `key` needs no sideways scrolling
+    (its grid's scrollWidth fits its container), and neither does the page."""
+    table = page.locator(_key(key))
+    table.scroll_into_view_if_needed(timeout=60_000)
+    page.wait_for_timeout(1000)
+    widths = page.evaluate("""k => {
+        const box = document.querySelector('.st-key-' + k);
+        const frame = box.querySelector('[data-testid="stDataFrame"]');
+        const grid = frame.querySelector('.dvn-scroller') || frame;
+        const main = document.querySelector('[data-testid="stMain"]');
+        const right = box.getBoundingClientRect().right;
+        const over = [...box.querySelectorAll('*')].filter(e => e.getBoundingClientRect().right > right + 1)
+            .map(e => (e.getAttribute('data-testid') || e.className || e.tagName).toString().slice(0, 40));
+        return {grid: [grid.scrollWidth, grid.clientWidth],
+                table: [Math.ceil(frame.getBoundingClientRect().width), box.clientWidth],
+                main: [main.scrollWidth, main.clientWidth], viewport: window.innerWidth, past_the_box: over};
+    }""", key)
+    print(f"widths of {key}: {widths}")
+    assert widths["viewport"] == 1280, widths
+    for part in ("grid", "table", "main"):  # the grid needs no scrollbar, the table fits its box, the page its width
+        scroll, client = widths[part]
+        assert scroll <= client + 1, f"{part} scrolls sideways: {widths}"

@@ -187,9 +187,10 @@ def test_train_ends_with_the_selected_step_the_recommendation_and_the_evidence(t
     assert out[1].startswith("The model is from step 4, selected on S_V: NLL 0.8123")
     assert out[2].startswith("Recommended: vs") and "calm does not win on S_V: use vs" in out[2]
     assert out[3] == "No ts: no `ts` variant: S_V has 8 items, fewer than 10"
-    assert out[4].split() == ["dataset", "variant", "acc", "ece", "auroc", "confidence"]
-    assert [line.split()[:2] for line in out[5:8]] == [[DATASET, "base"], [DATASET, "vs"], [DATASET, "calm"]]
-    assert out[6].split()[2] == "*" and "0.060 [0.030, 0.120]" in out[7]  # vs recommended; 90% intervals
+    assert out[4] == f"{DATASET}: best calibrated calm (ECE 0.060); flags none; recommended on S_V vs"  # the verdict row
+    assert out[5].split() == ["dataset", "variant", "acc", "ece", "auroc", "confidence"]
+    assert [line.split()[:2] for line in out[6:9]] == [[DATASET, "base"], [DATASET, "vs"], [DATASET, "calm"]]
+    assert out[7].split()[2] == "*" and "0.060 [0.030, 0.120]" in out[8]  # vs recommended; 90% intervals
     assert out[-1].startswith("(* recommended on S_V")
 
     def damaging_train(cfg, run, progress=None):

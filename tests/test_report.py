@@ -266,7 +266,21 @@ def test_report_opens_with_the_selected_step_the_recommendation_and_the_evidence
     if recommended == "vs":
         assert "calm does not win on S_V: use vs" in section
         assert escape("no `ts` variant: S_V has 8 items, fewer than 10") in section
+        diagrams = text[text.index('id="reliability"'):text.index('id="alpha"')]  # in place of the ts diagram
+        assert escape("<b>ts</b>: no `ts` variant: S_V has 8 items, fewer than 10").replace("&lt;b&gt;", "<b>") \
+            .replace("&lt;/b&gt;", "</b>") in diagrams
+    # Issue 23: the verdict opens with one line per evaluation set.
+    assert section.index('id="verdict-row"') < section.index('id="evidence"')
+    row = next(cells for cells in doc.rows if cells[:1] == [DATASET] and len(cells) == len(verdict.VERDICT_COLUMNS))
+    assert row == [DATASET, "calm (ECE 0.060)", "none", recommended]
 
 
-def test_report_of_a_run_without_a_calibrated_stop_has_no_verdict(open_run: RunDir) -> None:
-    assert 'id="verdict"' not in run_report_html(open_run)
+def test_report_of_a_run_without_a_calibrated_stop_has_only_the_verdict_row(open_run: RunDir) -> None:
+    from calm_core.workspace import verdict
+
+    text = run_report_html(open_run)
+    section = text[text.index('id="verdict"'):text.index('id="settings"')]
+    assert 'id="verdict-row"' in section and 'id="evidence"' not in section
+    assert "The model is from step" not in section and "Recommended:" not in section
+    sets = {r["dataset"] for r in open_run.results()["results"]}
+    assert section.count("<tr>") == 1 + len(sets) and escape(verdict.VERDICT_CAPTION) in section

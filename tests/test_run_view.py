@@ -121,3 +121,19 @@ def test_config_json_records_the_scope_the_head_really_has() -> None:
     assert head_scope(train) == "scalar"
     assert TrainConfig.from_dict(train).effective_scope == "scalar"  # the derived key is read back, not stored
     assert TrainConfig(method="sft").to_dict()["head_scope"] is None  # no head, no scope
+
+
+def test_uniform_entropy_is_mean_ln_k_of_the_heldout_set(tmp_path) -> None:
+    """The Monitor's entropy ceiling (issue 23): ln K over S_V's items; none for open answers."""
+    import math
+
+    from calm_core.data.catalog import load_dataset
+    from calm_core.runs.rundir import RunDir
+    from calm_core.workspace.view import uniform_entropy
+
+    name = "builtin/capitals/validation"
+    run = RunDir.create(tmp_path, "r-mc", {"train": {"task": "mcqa", "heldout_data": name}})
+    items = load_dataset(name).items
+    assert uniform_entropy(run) == pytest.approx(sum(math.log(len(i.choices)) for i in items) / len(items))
+    assert uniform_entropy(RunDir.create(tmp_path, "r-open", {"train": {"task": "openqa", "heldout_data": name}})) is None
+    assert uniform_entropy(RunDir.create(tmp_path, "r-gone", {"train": {"heldout_data": "upload/none"}})) is None

@@ -264,3 +264,46 @@ def test_cli_split_bad_sizes_exit_2_with_one_line(argv: list[str], message: str,
 def test_cli_split_of_an_unknown_dataset_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["data", "split", "upload/nothing"]) == 2
     assert "calm: error: Expected a dataset name" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- S_V big enough for a comparison (issue 23)
+
+
+def test_a_heldout_part_under_10_items_is_refused_under_30_warned_with_a_split_that_fits() -> None:
+    from calm_core.data.split_sizes import MIN_HELDOUT, REFUSE, WARN, WARN_HELDOUT, advise_split, suggest_percent
+
+    assert (MIN_HELDOUT, WARN_HELDOUT) == (10, 30)
+    assert advise_split({"train": 90, "heldout": 30, "test": 30}).level == "ok"
+    small = advise_split({"train": 36, "heldout": 8, "test": 8}, requested=(0.7, 0.15, 0.15))
+    assert small.level == REFUSE and small.refused
+    assert small.message.startswith("S_V (heldout) would have 8 items, under 10 items")
+    assert "TS and the calibrated stop need held-out labels" in small.message
+    assert small.suggestion == (45, 40, 15) and "Try 45 / 40 / 15 %" in small.message
+    assert part_sizes(52, [p / 100 for p in small.suggestion])[1] >= MIN_HELDOUT  # the suggestion is savable
+    warned = advise_split({"train": 62, "heldout": 21, "test": 20})
+    assert warned.level == WARN and not warned.refused and "under 30 items" in warned.message
+    assert part_sizes(103, [p / 100 for p in warned.suggestion])[1] >= WARN_HELDOUT  # 30 items when n allows
+    # The smallest heldout share that gives 30 items, test as asked, train the rest.
+    assert suggest_percent(103) == (50, 30, 20) and suggest_percent(1000) == (77, 3, 20)
+    tiny = advise_split({"train": 12, "heldout": 4, "test": 4})
+    assert tiny.refused and tiny.suggestion is None and "too small" in tiny.message
+
+
+@pytest.mark.parametrize("n", range(12, 200, 7))
+def test_a_suggestion_always_holds_more_heldout_items_than_the_split_it_replaces(n: int) -> None:
+    from calm_core.data.split_sizes import MIN_HELDOUT, advise_split
+
+    sizes = dict(zip(SPLIT_PARTS, part_sizes(n, (0.8, 0.1, 0.1))))
+    advice = advise_split(sizes, (0.8, 0.1, 0.1))
+    if advice.suggestion is not None:
+        better = part_sizes(n, [p / 100 for p in advice.suggestion])
+        assert sum(advice.suggestion) == 100 and better[1] > sizes["heldout"] and better[1] >= MIN_HELDOUT
+
+
+def test_cli_split_refuses_a_tiny_heldout_part_and_warns_on_a_small_one(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["data", "split", SOURCE, "--sizes", "0.9,0.05,0.05", "--name", "thin"]) == 2
+    err = capsys.readouterr().err
+    assert "S_V (heldout) would have 5 items, under 10 items" in err and "Try " in err
+    assert not splits_dir().exists()
+    assert main(["data", "split", SOURCE, "--sizes", "0.6,0.2,0.2", "--name", "warned"]) == 0
+    assert "warning: S_V (heldout) would have 21 items, under 30 items" in capsys.readouterr().err

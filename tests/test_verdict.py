@@ -37,7 +37,7 @@ def results(recommended: str = "calm", with_ts: bool = True) -> dict[str, Any]:
     for variant, (acc, ece, auroc, conf) in VARIANTS.items():
         if variant == "ts" and not with_ts:
             continue
-        rows.append({"dataset": DATASET, "variant": variant, "task": "mcqa", "n": 24, "acc": acc, "ece": ece,
+        rows.append({"dataset": DATASET, "variant": variant, "task": "mcqa", "n": 24, "chance": 0.25, "acc": acc, "ece": ece,
                      "ece_10": ece, "brier": 0.4, "nll": 0.9, "auroc": auroc, "aurc": 0.3, "confidence": conf,
                      "ci90": {"acc": [acc - 0.1, acc + 0.1], "ece": [ece / 2, ece * 2], "auroc": [auroc - 0.1, 0.9],
                               "confidence": [conf - 0.05, conf + 0.05]}})
@@ -138,3 +138,62 @@ def test_an_in_sample_recommendation_says_so() -> None:
     assert line.startswith("Recommended: ts") and how in line and "calm does not win" in line
     cross = {"recommendation": {**results["recommendation"], "posthoc_fit": "5-fold cross-fitted on S_V"}}
     assert "5-fold" not in verdict.recommendation_line(cross, "calm")
+
+
+# ----------------------------------------------------------------------------- the verdict row (issue 23)
+
+def _row(variant: str, acc: float, ece: float, auroc: float, confidence: float, dataset: str = DATASET) -> dict:
+    return {"dataset": dataset, "variant": variant, "task": "mcqa", "n": 24, "chance": 0.25, "acc": acc, "ece": ece,
+            "auroc": auroc, "confidence": confidence}
+
+
+def test_the_verdict_row_names_the_best_calibrated_variant_that_keeps_accuracy_and_auroc() -> None:
+    rows = verdict.verdict_rows(results())
+    assert [r.dataset for r in rows] == [DATASET]
+    row = rows[0]
+    assert (row.best, row.best_ece, row.flags, row.recommended) == ("calm", 0.06, {}, "calm")
+    assert row.cells() == {"evaluation set": DATASET, "best calibrated": "calm (ECE 0.060)", "flags": "none",
+                           "recommended on S_V": "calm"}
+    assert f"{DATASET}: best calibrated calm (ECE 0.060); flags none; recommended on S_V calm" in \
+        verdict.verdict_lines(results(), "calm")
+
+
+def test_the_verdict_row_passes_over_lost_accuracy_lost_auroc_and_near_uniform_forecasts() -> None:
+    base = {**_row("base", 0.50, 0.20, 0.70, 0.72), "ci90": {"auroc": [0.60, 0.80]}}
+    data = {"results": [base,
+                        _row("ts", 0.50, 0.08, 0.70, 0.55),
+                        _row("lost", 0.45, 0.01, 0.70, 0.45),  # 0.05 below base: more than one item of 24
+                        _row("kept", 0.46, 0.07, 0.70, 0.50),  # 0.04 below: one item, within the slack
+                        _row("unranked", 0.50, 0.01, 0.55, 0.50),  # AUROC under base's interval
+                        _row("flat", 0.50, 0.02, 0.70, 0.29)]}  # confidence ~ 1/K while acc is 0.5
+    row = verdict.verdict_rows(data)[0]
+    assert row.best == "kept" and row.best_ece == 0.07
+    assert row.flags == {"lost": (verdict.ACCURACY_LOST,), "flat": (verdict.NEAR_UNIFORM,)}
+    assert row.cells()["flags"] == "lost: accuracy lost; flat: near-uniform"
+    assert row.recommended is None and row.cells()["recommended on S_V"] == "-"
+    # Near chance, a low confidence is honest: no near-uniform flag when accuracy is near 1/K too.
+    honest = {"results": [_row("base", 0.30, 0.02, 0.55, 0.28)]}
+    assert verdict.verdict_rows(honest)[0].flags == {} and verdict.verdict_rows(honest)[0].best == "base"
+    # Without base's interval, base's own AUROC is the floor.
+    plain = {"results": [_row("base", 0.5, 0.2, 0.70, 0.7), _row("ts", 0.5, 0.1, 0.69, 0.6)]}
+    assert verdict.verdict_rows(plain)[0].best == "base"
+
+
+def test_the_verdict_row_without_a_base_row_or_chance_says_less_not_wrong() -> None:
+    data = {"results": [_row("calm", 0.5, 0.1, 0.7, 0.6, dataset="a")], "recommendation": {"variant": "calm"}}
+    row = verdict.verdict_rows(data)[0]
+    assert (row.best, row.recommended) == (None, "calm") and row.cells()["best calibrated"] == "-"
+    old = {"results": [{k: v for k, v in _row("base", 0.5, 0.01, 0.7, 0.26).items() if k != "chance"}]}
+    assert verdict.verdict_rows(old)[0].flags == {}  # runs before `chance` was recorded: no flag, no guess
+    openqa = {"results": [{**_row("base", 0.9, 0.1, 0.7, 0.8), "task": "openqa", "sem_acc": 0.5},
+                          {**_row("calm", 0.9, 0.05, 0.7, 0.6), "task": "openqa", "sem_acc": 0.4}]}
+    assert verdict.verdict_rows(openqa)[0].flags == {"calm": (verdict.ACCURACY_LOST,)}  # Sem1's accuracy counts
+
+
+def test_result_rows_record_chance_for_the_near_uniform_flag() -> None:
+    from calm_core.scoring.evaluate import result_row
+    from calm_core.scoring.options import OptionScores
+
+    logits = np.array([[1.0, 0.0, -np.inf, -np.inf], [0.5, 0.2, 0.1, 0.0]])  # K = 2 and K = 4
+    row = result_row(OptionScores(["a", "b"], logits, np.array([0, 1]), {"rule": "cloze"}), "set", "base")
+    assert row["chance"] == (0.5 + 0.25) / 2

@@ -1,5 +1,7 @@
 """Compare: reliability diagrams of base, TS and calibrated variants of finished runs,
-in and out of domain, with the metrics table and downloads. Open-answer runs add a
+in and out of domain, with the metrics table and downloads. It opens with the verdict
+row of each evaluation set (verdict.verdict_table); a variant a run could not make says
+why where its diagram and its row would be. Open-answer runs add a
 confidence histogram and a table of their sampled answers."""
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from calm_core.scoring.evaluate import wide_table
 from calm_core.workspace.export import export_zip, recommended_export
 from calm_core.workspace.report import run_report_html
 from calm_core.data.catalog import list_datasets
-from calm_core.runs.listing import list_runs
+from calm_core.runs.listing import list_runs, run_label
 from calm_core.workspace.added import evaluate_run, run_eval_limit
 from calm_core.runs.rundir import RunDir
 
@@ -31,13 +33,22 @@ def _tooltips(columns: list[str] | tuple[str, ...]) -> dict:
     return {name: st.column_config.Column(help=text) for name, text in help_texts(columns).items()}
 
 
+def _verdict_config(label: str | None) -> dict:
+    """The verdict table's header tooltips; with several runs, the first column names the run."""
+    config = {name: st.column_config.Column(help=text) for name, text in verdict.VERDICT_HELP.items()}
+    if label:
+        config["evaluation set"] = st.column_config.Column(label=f"evaluation set ({label})",
+                                                           help=verdict.VERDICT_HELP["evaluation set"])
+    return config
+
+
 st.title("Compare")
 finished = [r for r in list_runs() if r.state == "finished" and (r.path / "results.json").is_file()]
 if not finished:
     st.info("No finished runs yet. Launch one on the **Train** page; its final evaluation lands here.")
     st.stop()
 
-labels = {r.run_id: f"{r.run_id} ({r.method})" for r in finished}
+labels = {r.run_id: run_label(r) for r in finished}
 chosen = st.multiselect("Runs", list(labels), default=[finished[0].run_id], format_func=labels.get, key="compare_runs")
 if not chosen:
     st.stop()
@@ -50,6 +61,19 @@ except Exception as exc:
     st.stop()
 any_open = "openqa" in tasks.values()
 all_open = all(t == "openqa" for t in tasks.values())
+try:
+    results_of = {run.run_id: run.results() for run in runs}
+    methods = {run.run_id: str(run.config.get("train", {}).get("method", "")) for run in runs}
+except Exception as exc:
+    st.error(describe_error(exc))
+    st.stop()
+with st.container(key="compare_verdict"):  # the verdict row: one line per evaluation set, before anything else
+    for run in runs:
+        table = verdict.verdict_table(results_of[run.run_id])
+        if table:
+            st.dataframe(pd.DataFrame(table), hide_index=True, width="stretch", key=f"compare_verdict_{run.run_id}",
+                         column_config=_verdict_config(label=labels[run.run_id] if len(runs) > 1 else None))
+    st.caption(verdict.VERDICT_CAPTION)
 
 datasets = list(dict.fromkeys(r["dataset"] for r in rows))
 variants = list(dict.fromkeys(r["variant"] for r in rows))
@@ -63,7 +87,7 @@ if any_open:
                + ("" if all_open else " Multiple-choice runs: confidence is the top option's probability."))
 
 owner = {(r["dataset"], r["variant"]): (RunDir.at(r["run"]), r) for r in rows}
-curves, tables, confidences = {}, {}, {}
+curves, tables, confidences, eces = {}, {}, {}, {}
 for variant in shown:
     if (dataset, variant) not in owner:
         continue
@@ -78,6 +102,7 @@ for variant in shown:
     curves[variant] = (table, lower, upper)
     tables[variant] = table
     confidences[variant] = confidence
+    eces[variant] = metrics.confidence_ece(confidence, correct, n_bins=n_bins)
 
 figures = []
 if curves and layout == "overlay":
@@ -86,9 +111,12 @@ if curves and layout == "overlay":
 elif curves:
     columns = st.columns(len(curves))
     for column, (variant, table) in zip(columns, tables.items()):
-        figure = reliability_figure(table, f"{variant}")
+        figure = reliability_figure(table, f"{variant}: ECE {eces[variant]:.3f} ({n_bins} bins)")
         figures.append(figure)
         column.plotly_chart(figure, key=f"compare_side_{variant}")
+for run in runs:  # a variant the run could not make: why, where its diagram would be
+    for note in verdict.missing_variant_notes(results_of[run.run_id]).values():
+        st.info(note)
 
 open_variants = [v for v in shown if (dataset, v) in owner and tasks.get(owner[(dataset, v)][0].run_id) == "openqa"]
 if open_variants:
@@ -110,12 +138,8 @@ if open_variants:
                        "largest first (the first is the Sem1 answer); `correct` judges that answer.")
 
 st.subheader("Which model to use")
-for run in runs:  # per run: the selected step and why, the recommendation (chosen on S_V), missing baselines
-    try:
-        results, method = run.results(), str(run.config.get("train", {}).get("method", ""))
-    except Exception as exc:
-        st.warning(describe_error(exc))
-        continue
+for run in runs:  # per run: the selected step and why, the recommendation (chosen on S_V)
+    results, method = results_of[run.run_id], methods[run.run_id]
     if len(runs) > 1:
         st.markdown(code(labels[run.run_id]))
     line = verdict.selection_line(results)
@@ -123,29 +147,40 @@ for run in runs:  # per run: the selected step and why, the recommendation (chos
     advice = verdict.recommendation_line(results, method)
     if advice:
         (st.success if verdict.method_recommended(results, method) else st.warning)(advice)
-    for note in verdict.missing_variant_notes(results).values():
-        st.info(note)  # where the variant's rows would be in the table below
 
 st.subheader("Metrics")
+all_columns = [*table_columns(*dict.fromkeys(tasks.values())), "run"]  # both kinds of run: the union, in one order
+frame = pd.DataFrame([{k: r.get(k) for k in all_columns} for r in rows])
+c1, c2 = st.columns([1, 3])
+table_set = c1.selectbox("Evaluation set", datasets, index=datasets.index(dataset), key="compare_table_dataset")
+metric_choices = [c for c in all_columns if c not in ("dataset", "variant", "run")]
+picked = c2.multiselect("Columns", metric_choices, default=run_view.default_columns(metric_choices),
+                        key="compare_columns", help="The full table is in the CSV and in the expander below.")
+keys = ["variant", *picked, *(["run"] if len(runs) > 1 else [])]
+with st.container(key="compare_metrics"):  # a keyed box: the browser test measures the table's width in it
+    st.dataframe(frame[frame["dataset"] == table_set][keys], hide_index=True, width="stretch",
+                 column_config=_tooltips(keys), key="compare_metrics_table")
 st.caption("ECE: 15 equal-width bins; ece_10: the paper's 10. The first evaluation set of a run is its in-domain set.")
+for run in runs:
+    for name, note in verdict.missing_variant_notes(results_of[run.run_id]).items():
+        st.caption(f"No `{name}` row: {note}")  # where the variant's row would be
 if any_open:
     st.caption("Open answers: acc is the greedy answer's exact match, sem_acc the Sem1 (modal) answer's; ece, ece_10 "
                "and auroc are on (Sem1 confidence, modal answer correct); sem2_ece_10 on the split-half Sem2 "
                "confidence; seq_ece_10 on the greedy answer's sequence probability.")
-st.markdown(wide_table([r for r in rows if r["variant"] in shown] or rows,
-                       metric_names=metric_names("paper_openqa" if all_open else "paper_mcqa")))
-columns = [*table_columns(*dict.fromkeys(tasks.values())), "run"]  # both kinds of run: the union, in one order
-frame = pd.DataFrame([{k: r.get(k) for k in columns} for r in rows])
-st.dataframe(frame, hide_index=True, width="stretch", column_config=_tooltips(columns))
+with st.expander("Every evaluation set side by side (the paper's layout)"):
+    st.markdown(wide_table([r for r in rows if r["variant"] in shown] or rows,
+                           metric_names=metric_names("paper_openqa" if all_open else "paper_mcqa")))
 c1, c2 = st.columns(2)
 c1.download_button("Download the table (CSV)", frame.to_csv(index=False), file_name="calm_compare.csv",
                    mime="text/csv", key="compare_csv")
 if figures:
-    stem = f"reliability_{dataset.replace('/', '_')}"
-    c2.download_button("Download the figure (HTML)", figures[0].to_html(include_plotlyjs="cdn"),
-                       file_name=f"{stem}.html", mime="text/html", key="compare_html")
+    stem, figure = f"reliability_{dataset.replace('/', '_')}", figures[0]
+    # Built when clicked (plotly.js inline, ~5 MB, so the file opens offline); see on_click="ignore" below.
+    c2.download_button("Download the figure (HTML)", lambda: figure.to_html(include_plotlyjs=True),
+                       file_name=f"{stem}.html", mime="text/html", key="compare_html", on_click="ignore")
     if c2.checkbox("Also as PNG (renders with kaleido, a few seconds)", key="compare_png"):
-        png, why = figure_png(figures[0])
+        png, why = figure_png(figure)
         if png is None:
             c2.caption(why)
         else:

@@ -4,7 +4,9 @@ An upload is read from a temporary copy (never unpickled: JSONL, CSV and Parquet
 Its columns are mapped with widgets pre-filled by a guess (`guess_column_mapping`),
 validated row by row, previewed, and saved under the workspace as `upload/<name>`.
 Any dataset can then be split, seeded and stratified by answer position, into
-`split/<name>/train|heldout|test`: the S_T, S_V and evaluation sets a run needs.
+`split/<name>/train|heldout|test`: the S_T, S_V and evaluation sets a run needs. The
+sizes show before saving; an S_V too small for TS and the calibrated stop is refused
+(under 10 items) or warned about (under 30), with a split that fits (data/split_sizes.py).
 """
 
 from __future__ import annotations
@@ -32,11 +34,15 @@ from calm_core.data.loaders import (
 )
 from calm_core.data.schema import ANSWER_FORMS, LoadReport
 from calm_core.data.split import default_split_name, delete_split, plan_split, save_split
+from calm_core.data.split_sizes import SplitAdvice, advise_split
 from calm_core.paths import safe_name
 
 ACCEPTED = ["jsonl", "csv", "parquet"]
 PREVIEW_ROWS = 8
 FORM_KEY = "data_map_{}"  # widget key of each `form_values` field
+# RowError's numbers (data/schema.py) count data rows; an editor counts lines.
+ROW_NUMBERS = ("Row numbers count data rows: in a CSV the header is not one, so row N is the editor's line N + 1 "
+               "(unless a quoted field spans lines); in JSONL, row N is line N.")
 SPLIT_PERCENT = {"train": 60, "heldout": 20, "test": 20}  # default part sizes, % of the dataset
 
 
@@ -157,6 +163,7 @@ def _upload_section() -> None:
     if report.n_rejected:
         count = report.n_rejected
         with st.expander(f"Why {count} row{'s were' if count != 1 else ' was'} rejected"):
+            st.caption(ROW_NUMBERS)
             st.dataframe(pd.DataFrame({"row": [str(e) for e in report.rejected[:200]]}), hide_index=True)
     name = st.text_input("Save as", value=_default_name(upload.name), key="data_name")
     overwrite = st.checkbox("Replace an upload with the same name", key="data_overwrite")
@@ -169,6 +176,28 @@ def _upload_section() -> None:
             st.session_state["data_split_source"] = entry.name  # the split form below starts from it
             st.success(f"Saved as `{entry.name}` ({entry.n_items} items). It is now in every dataset picker; "
                        "split it below into train / held-out / test.")
+
+
+def _use_suggestion(percent: tuple[int, int, int]) -> None:
+    """The suggested split into the size widgets (a callback: it runs before they are drawn)."""
+    for part, value in zip(SPLIT_PERCENT, percent):
+        st.session_state[f"data_split_{part}"] = value
+
+
+def _show_advice(advice: SplitAdvice) -> None:
+    """Why S_V is too small (refused) or small (warned), and a button for the split that fits."""
+    if not advice.message:
+        return
+    (st.error if advice.refused else st.warning)(advice.message)
+    if advice.suggestion is not None:
+        label = "Use {} / {} / {} %".format(*advice.suggestion)
+        st.button(label, key="data_split_suggest", on_click=_use_suggestion, args=(advice.suggestion,))
+
+
+def _sizes_line(sizes: dict[str, int]) -> str:
+    """The parts' sizes in one line, as a run will see them."""
+    names = {"train": "S_T (train)", "heldout": "S_V (heldout)", "test": "test"}
+    return " · ".join(f"{names[part]}: {sizes[part]} items" for part in names if part in sizes)
 
 
 def _split_section() -> None:
@@ -197,19 +226,22 @@ def _split_section() -> None:
         return
     st.caption("Items per part, and per answer position (A = the first option) when stratifying matters:")
     st.dataframe(pd.DataFrame(plan.table(name)), hide_index=True, width="stretch")
+    advice = advise_split(plan.sizes, [p / 100 for p in sizes.values()])
+    _show_advice(advice)
     overwrite = st.checkbox("Replace a split with the same name", key="data_split_overwrite")
-    if st.button("Split", type="primary", key="data_split_go"):
+    if st.button("Split", type="primary", key="data_split_go", disabled=advice.refused):
         try:
             record = save_split(plan, name, overwrite)
         except Exception as exc:
             st.error(_problem(exc))
         else:
-            st.session_state["data_last_split"] = {**record.names, "source": record.source}
+            st.session_state["data_last_split"] = {**record.names, "source": record.source, "sizes": record.sizes}
             st.session_state["calibrate_split"] = st.session_state["data_last_split"]
     done = st.session_state.get("data_last_split")
     if done:
         parts = [done[part] for part in ("train", "heldout", "test") if part in done]
         st.success("Saved: " + ", ".join(f"`{n}`" for n in parts) + ". They are in every dataset picker.")
+        st.caption(_sizes_line(done.get("sizes") or {}))
         if st.button("Calibrate this dataset", key="data_calibrate"):
             st.session_state["calibrate_split"] = done
             st.switch_page("views/train.py")

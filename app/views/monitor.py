@@ -3,6 +3,8 @@ every few seconds; closing it changes nothing for the job."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import streamlit as st
 
@@ -15,7 +17,7 @@ from calm_core.workspace import verdict
 from calm_core.workspace import view as run_view
 from calm_core.workspace.access import may_cancel
 from calm_core.runs.jobs import cancel, resume
-from calm_core.runs.listing import list_runs
+from calm_core.runs.listing import list_runs, run_label
 from calm_core.runs.rundir import MetricsTail, RunDir
 from calm_core.runs.state import DAMAGED, RunState
 
@@ -34,11 +36,19 @@ if not runs:
     st.info("No runs yet: launch one on the **Train** page.")
     st.page_link("views/train.py", label="Go to Train", icon=":material/model_training:")
     st.stop()
-ids = [r.run_id for r in runs]
-wanted = st.session_state.get("monitor_run")
-run_id = st.selectbox("Run", ids, index=ids.index(wanted) if wanted in ids else 0, key="monitor_select")
+ids = [r.run_id for r in runs]  # newest first
+labels = {r.run_id: run_label(r) for r in runs}
+wanted = st.session_state.get("monitor_run")  # this session's last launch (Train) or last look; else the newest
+run_id = st.selectbox("Run", ids, index=ids.index(wanted) if wanted in ids else 0, key="monitor_select",
+                      format_func=lambda r: labels.get(r, r))
 st.session_state["monitor_run"] = run_id
 run = RunDir.at(run_id)
+
+
+@st.cache_data(ttl=600, show_spinner=False)
+def _uniform_entropy(path: str) -> float | None:
+    """ln K of the run's S_V (run_view.uniform_entropy), once per run and ten minutes."""
+    return run_view.uniform_entropy(RunDir(Path(path)))
 
 
 def _eval_curves(records: list[dict], metric: str) -> dict:
@@ -107,9 +117,12 @@ def _charts(records: list[dict], active: bool, selection: dict) -> None:
         c1.plotly_chart(line_figure({"L_tr (train CE)": run_view.series(records, "train/lower_loss")},
                                     "Training loss", selected_step=selected), key="monitor_loss")
         entropy = run_view.series(records, "train/upper_loss")
+        ceiling = _uniform_entropy(str(run.path))  # ln K: the entropy of a uniform forecast, its maximum
         c2.plotly_chart(line_figure({"S_V batch": (entropy[0], [-v for v in entropy[1]]),
                                      "S_V (eval)": run_view.series(records, "eval/heldout/entropy")},
-                                    "Entropy on S_V (nats)", selected_step=selected), key="monitor_entropy")
+                                    "Entropy on S_V (nats)", selected_step=selected,
+                                    threshold=(ceiling, f"ln K = {ceiling:.3f} (uniform)") if ceiling else None),
+                        key="monitor_entropy")
         if lower[0]:
             limit = verdict.lower_threshold(selection)
             c3[0].plotly_chart(line_figure({"S_T cross-entropy": lower}, "S_T cross-entropy of theta (lower level)",
@@ -202,7 +215,8 @@ def _alpha(records: list[dict], active: bool, selected: int | None) -> None:
     labels = [f"option {chr(65 + k)}" for k in range(taus.shape[1])] if taus.shape[1] > 1 else ["tau"]
     st.plotly_chart(line_figure({lab: (steps, taus[:, k]) for k, lab in enumerate(labels)}, "tau per option",
                                 selected_step=selected), key="monitor_tau_lines")
-    st.plotly_chart(alpha_heatmap(steps, taus, labels, "tau: step x option"), key="monitor_tau_heat")
+    if taus.shape[1] > 1:  # one tau (scalar scope): the line above says it all
+        st.plotly_chart(alpha_heatmap(steps, taus, labels, "tau: step x option"), key="monitor_tau_heat")
     # While the run moves, a new step is a new slider (it follows the latest step); once it
     # stops, the key is stable and the slider stays where the reader puts it.
     live_suffix = f"-{len(steps)}" if active else ""
@@ -219,6 +233,13 @@ def _results(method: str) -> None:
     if (run.path / "results.json").is_file():
         st.subheader("Final evaluation")
         results = run.results()
+        table = verdict.verdict_table(results)  # one line per evaluation set, before the rest
+        if table:
+            with st.container(key="monitor_verdict"):
+                st.dataframe(pd.DataFrame(table), hide_index=True, width="stretch", key="monitor_verdict_table",
+                             column_config={k: st.column_config.Column(help=v)
+                                            for k, v in verdict.VERDICT_HELP.items()})
+                st.caption(verdict.VERDICT_CAPTION)
         _verdict(results, method)
         rows = run_view.compare_rows([run])
         for note in run_view.posthoc_lines(results, notes_only=True):

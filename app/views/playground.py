@@ -16,12 +16,19 @@ from calm_core.data.catalog import list_datasets
 from calm_core.data.schema import MCItem
 from calm_core.scoring.evaluate import load_mc_items
 from calm_core.generative.sampling import GenerationConfig
-from calm_core.workspace.playground import generate, head_acts_on_tokens, open_answers_for, option_probabilities, untrained
-from calm_core.runs.listing import list_runs
+from calm_core.workspace.playground import (generate, generated_text, head_acts_on_tokens, open_answers_for,
+                                            option_probabilities, untrained)
+from calm_core.runs.listing import list_runs, run_label
+
+NO_RUN = "(none: the embedded model alone)"
 
 st.title("Playground")
-finished = [r.run_id for r in list_runs() if r.state in ("finished", "cancelled")]
-run_id = st.selectbox("Calibrated model", ["(none: the embedded model alone)"] + finished, key="play_run",
+usable = [r for r in list_runs() if r.state in ("finished", "cancelled")]  # newest first
+finished = [r.run_id for r in usable]
+labels = {r.run_id: run_label(r) for r in usable}
+newest = next((i + 1 for i, r in enumerate(usable) if r.state == "finished"), 0)  # the newest finished run
+run_id = st.selectbox("Calibrated model", [NO_RUN] + finished, index=newest, key="play_run",
+                      format_func=lambda r: labels.get(r, r),
                       help="A finished run brings its adapter, its calibration head and its TS temperature.")
 try:
     trained = get_trained(run_id) if run_id in finished else untrained(get_model("embedded"))
@@ -101,7 +108,10 @@ else:
         st.error(describe_error(exc))
         st.stop()
     st.plotly_chart(option_probability_figure(list(item.choices), probs), key="play_probs")
-    st.dataframe(pd.DataFrame([{"variant": name, "answer": item.choices[int(p.argmax())], "confidence": float(p.max()),
+    gold = item.choices[item.answer]  # typed: the first option; from a dataset: its gold
+    st.dataframe(pd.DataFrame([{"variant": name, "answer": item.choices[int(p.argmax())],
+                                "right": "✓ right" if int(p.argmax()) == item.answer else "✗ wrong",
+                                "confidence": float(p.max()), f"p({gold})": float(p[item.answer]),
                                 "entropy (nats)": float(metrics.entropy(p[None, :])[0])} for name, p in probs.items()]),
                  hide_index=True, width="stretch")
     st.caption(f"Scoring rule `{trained.scoring.rule}`" + (f"; TS temperature {trained.temperature:.2f} (fit on the run's S_V)"
@@ -117,8 +127,10 @@ if st.button("Generate", key="play_generate"):
     except Exception as exc:
         st.error(describe_error(exc))
     else:
-        st.text("".join(r["token"] for r in rows))  # st.text shows user/model text literally
+        st.text(generated_text(rows))  # st.text shows model text literally; special tokens left out
         st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
         if not head_acts_on_tokens(trained):
-            st.caption("This model has no head that acts on tokens (an options / scalar head of a multiple-choice run acts "
-                       "on option scores): both columns are the same.")
+            scope = f"{trained.head.scope} head" if trained.head is not None else "no head"
+            st.caption(f"p_calibrated equals p_without_head here: this run has {scope} on `{trained.scoring.rule}` "
+                       "option scores, which acts on a question's options (above), not on the next token. "
+                       "Only a vocab head, or an open-answer run's head, changes generation.")

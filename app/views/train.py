@@ -17,6 +17,7 @@ from app.gate import studio_access, this_session
 from app.state import describe_error
 from calm_core.data.catalog import list_datasets
 from calm_core.data.schema import DataError
+from calm_core.data.split_sizes import advise_split
 from calm_core.scoring.evaluate import load_report
 from calm_core.generative.sampling import PROMPTS, GenerationConfig
 from calm_core.calibration.head import scope_note, scopes_for
@@ -97,8 +98,12 @@ if prefilled:
     st.session_state["train_prefilled"] = prefilled
 if st.session_state.get("train_prefilled"):
     split = st.session_state["train_prefilled"]
-    st.info(f"Calibrating `{split.get('source', split['train'])}`: S_T, S_V and the test part come from its split; "
-            "one out-of-domain set shows transfer. The estimated time is under **4. Cost and launch**.")
+    sizes = split.get("sizes") or {}
+    counts = f" ({sizes['train']} / {sizes['heldout']} / {sizes['test']} items)" if len(sizes) == 3 else ""
+    st.info(f"Calibrating `{split.get('source', split['train'])}`: S_T, S_V and the test part come from its split"
+            f"{counts}; one out-of-domain set shows transfer. The estimated time is under **4. Cost and launch**.")
+    if sizes and advise_split(sizes).message:
+        st.warning(advise_split(sizes).message)
 
 task = TASKS[st.radio("Task", list(TASKS), horizontal=True, key="train_task",
                       help="multiple choice: the model scores given options. open answers: it writes a short "

@@ -5,6 +5,9 @@
 
     calm data split upload/quiz --seed 0 --sizes 0.6,0.2,0.2 [--name quiz] [--no-stratify] [--overwrite]
 
+`calm data split` and the Data page refuse a split whose held-out part is under 10 items
+and warn under 30, with a split that fits (calm_core.data.split_sizes).
+
 Stratified by answer position: the items whose gold is option k are spread over the parts
 in proportion to the part sizes (each part's count per position is within 1 of its share),
 so a file sorted by answer, or one whose answers are mostly "A", gives every part the same
@@ -23,6 +26,7 @@ import dataclasses
 import json
 import random
 import shutil
+import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -374,8 +378,17 @@ def add_split_parser(sub: Any) -> None:
 
 
 def cmd_split(args: argparse.Namespace) -> int:
+    from calm_core.data.split_sizes import advise_split  # it builds on this module's part_sizes
+
     sizes = parse_sizes(args.sizes)  # before loading anything: a typo fails at once
-    record = split_dataset(args.dataset, sizes, args.seed, args.stratify, args.name, args.overwrite, args.mapping)
+    report = load_dataset(args.dataset, mapping=args.mapping)
+    plan = plan_split(report.items, sizes, args.seed, args.stratify, source=args.dataset.strip())
+    advice = advise_split(plan.sizes, sizes)  # as the Data page: S_V too small for TS and the calibrated stop
+    if advice.refused:
+        raise DataError(advice.message)
+    if advice.message:
+        print(f"warning: {advice.message}", file=sys.stderr)
+    record = save_split(plan, args.name, args.overwrite)
     how = "stratified by answer position" if record.stratify else "not stratified"
     unused = f", {record.n_unused} left out" if record.n_unused else ""
     print(f"split of {record.source}: {record.n_source} items{unused}, seed {record.seed}, {how}")

@@ -7,6 +7,7 @@ A listing polls every run directory, so it reads each run's small files once
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 from calm_core.runs.rundir import CONFIG, RunDir, config_label, runs_root
@@ -27,6 +28,8 @@ class RunSummary:
     method: str | None
     queued_at: float | None = None
     launched_by: str | None = None  # the studio session's opaque tag (config.json), None from the CLI
+    data: str | None = None  # the training set S_T (config.json), for the pickers
+    started: float | None = None  # when the job began running (status.json), else None
 
 
 def summarize(run: RunDir, now: float | None = None, stale_after: float = STALE_AFTER_S) -> RunSummary:
@@ -39,9 +42,23 @@ def summarize(run: RunDir, now: float | None = None, stale_after: float = STALE_
     if name is None and method is None and files.config is not None:
         name, method = config_label(files.config, "name"), config_label(files.config, "method")
     launched_by = files.config.get("launched_by") if isinstance(files.config, dict) else None
+    data = config_label(files.config, "train_data") if files.config is not None else None
+    started = status.get("started") if isinstance(status.get("started"), (int, float)) else None
     return RunSummary(run.run_id, run.path, view.state, view.reason, view.resumable, status.get("step"),
                       status.get("total_steps"), status.get("created"), name, method, status.get("queued_at"),
-                      launched_by if isinstance(launched_by, str) else None)
+                      launched_by if isinstance(launched_by, str) else None, data, started)
+
+
+def run_label(summary: RunSummary) -> str:
+    """A run in a picker: its name or id, state, method, training data and start time (UTC,
+    when it began running, else when it was created), so a person can tell runs apart
+    without opening them: "20261201-224000-domain-1a2b · finished · calm on split/quiz/train ·
+    2026-12-01 22:40". The id leads: it is what the picker returns and what `calm` takes."""
+    when = summary.started or summary.created
+    stamp = datetime.fromtimestamp(when, timezone.utc).strftime("%Y-%m-%d %H:%M") if when else "not started"
+    method = summary.method or "?"
+    on = f" on {summary.data}" if summary.data else ""
+    return f"{summary.run_id} · {summary.state} · {method}{on} · {stamp}"
 
 
 def list_runs(root: str | Path | None = None, now: float | None = None,

@@ -127,6 +127,7 @@ def result_row(scores: OptionScores, dataset: str, variant: str, calibrator: Cal
         row[f"ece_{b}"] = metrics.ece(probs, scores.gold, n_bins=b)
     confidence, correct = metrics.top_label(probs, scores.gold)
     row["bins"] = metrics.bin_confidences(confidence, correct, n_bins=n_bins).to_records()
+    row["chance"] = float(np.mean(1.0 / scores.n_choices))  # a uniform forecast's mean confidence (mean 1/K)
     row["ci90"] = metrics.intervals(probs, scores.gold)  # 90% bootstrap intervals of acc, ece, auroc, confidence
     row["scoring_config"] = scores.scoring
     row["truncated"] = scores.truncated  # items cut from the left to fit the model's context (scoring.fit_cloze_item)

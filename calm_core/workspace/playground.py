@@ -112,7 +112,8 @@ def generate(trained: TrainedModel, prompt: str, max_new_tokens: int = 24, chat:
     """Greedy answer to `prompt`, one row per new token: the token, its probability under
     the model as generated (with the head as a LogitsProcessor where it acts on tokens)
     and without the head. An MCQA options / scalar head acts on option scores, not tokens: rows then
-    show the adapted model's probabilities twice (`head_acts_on_tokens`)."""
+    show the adapted model's probabilities twice (`head_acts_on_tokens`). `special` marks the
+    tokenizer's special tokens (`generated_text` leaves them out)."""
     tokenizer, model = trained.lm.tokenizer, trained.lm.model
     text = chat_prompt(tokenizer, prompt) if chat and getattr(tokenizer, "chat_template", None) else prompt
     ids = tokenizer(text, return_tensors="pt", add_special_tokens=False).input_ids.to(trained.lm.device)
@@ -121,14 +122,21 @@ def generate(trained: TrainedModel, prompt: str, max_new_tokens: int = 24, chat:
         out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
                              do_sample=False, logits_processor=processors, output_scores=True, output_logits=True,
                              return_dict_in_generate=True, pad_token_id=tokenizer.pad_token_id)
-    rows = []
+    rows, special = [], set(tokenizer.all_special_ids)
     for step, token in enumerate(out.sequences[0, ids.shape[1]:].tolist()):
         calibrated = torch.softmax(out.scores[step][0].float(), dim=-1)[token]
         raw = torch.softmax(out.logits[step][0].float(), dim=-1)[token]
-        rows.append({"token": tokenizer.decode([token]), "p_calibrated": float(calibrated), "p_without_head": float(raw)})
+        rows.append({"token": tokenizer.decode([token]), "p_calibrated": float(calibrated), "p_without_head": float(raw),
+                     "special": token in special})
         if token == tokenizer.eos_token_id:
             break
     return rows
+
+
+def generated_text(rows: list[dict[str, Any]]) -> str:
+    """The answer a person reads: the generated tokens without special ones (`<|im_end|>`,
+    the end of sequence), which `generate` keeps as rows so their probabilities show."""
+    return "".join(row["token"] for row in rows if not row.get("special"))
 
 
 def open_answers_for(trained: TrainedModel, question: str, cfg: GenerationConfig | None = None,

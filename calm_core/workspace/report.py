@@ -66,14 +66,16 @@ def _verdict(results: dict[str, Any], method: str) -> str:
     plainly when the trained model does not win), why a baseline is missing, and the
     evidence on the evaluation sets with 90% intervals ("" for a run without either)."""
     selection, advice = verdict.selection_line(results), verdict.recommendation_line(results, method)
-    if not (selection or advice):
+    table = verdict.verdict_table(results)
+    if not (selection or advice or table):
         return ""
-    lines = [f"<p>{escape(selection)}</p>"] if selection else []
+    lines = [_verdict_table(table)] if table else []
+    lines += [f"<p>{escape(selection)}</p>"] if selection else []
     if advice:
         wins = verdict.method_recommended(results, method)
         lines.append(f"<p class=\"{'win' if wins else 'lose'}\"><b>{escape(advice)}</b></p>")
     lines += [f"<p class=\"note\">{escape(note)}</p>" for note in verdict.missing_variant_notes(results).values()]
-    rows = verdict.evidence_rows(results, method)
+    rows = verdict.evidence_rows(results, method) if selection or advice else []  # the evidence for a verdict
     if rows:
         columns = ["dataset", "variant", *verdict.EVIDENCE_METRICS]
         head = "".join(f"<th>{escape(c)}</th>" for c in columns)
@@ -84,6 +86,15 @@ def _verdict(results: dict[str, Any], method: str) -> str:
                      "<p class=\"note\">* recommended on S_V. Figures on the evaluation sets, each with its 90% "
                      "bootstrap interval [lo, hi].</p>")
     return f"<section id=\"verdict\"><h2>Which model to use</h2>{''.join(lines)}</section>"
+
+
+def _verdict_table(table: list[dict[str, str]]) -> str:
+    """One line per evaluation set (verdict.verdict_table): what the report opens with."""
+    head = "".join(f"<th>{escape(c)}</th>" for c in verdict.VERDICT_COLUMNS)
+    body = "".join("<tr>" + "".join(f'<td class="t">{escape(row[c])}</td>' for c in verdict.VERDICT_COLUMNS) + "</tr>"
+                   for row in table)
+    return (f"<table class=\"grid\" id=\"verdict-row\"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+            f"<p class=\"note\">{escape(verdict.VERDICT_CAPTION)}</p>")
 
 
 def _settings(run: RunDir, train: dict[str, Any], status: dict[str, Any]) -> str:
@@ -175,8 +186,11 @@ def _diagrams(run: RunDir, rows: list[dict[str, Any]], n_bins: int) -> str:
              "of the bin's accuracy; an x marks an empty bin; below, how many items fell into each bin."
              + (" Open answers: confidence is Sem1 and correct means the modal answer matches."
                 if task_of(run) == "openqa" else "") + "</p>"]
+    missing = verdict.missing_variant_notes(run.results())
     for dataset in dict.fromkeys(r["dataset"] for r in rows):
         figures = [_diagram(run, row, n_bins) for row in rows if row["dataset"] == dataset]
+        figures += [f"<figure class=\"missing\"><figcaption><b>{escape(name)}</b>: {escape(note)}</figcaption></figure>"
+                    for name, note in missing.items()]  # where the variant's diagram would be
         parts.append(f"<h3>{escape(dataset)}</h3><div class=\"figs\">{''.join(figures)}</div>")
     return "\n".join(parts) + "</section>"
 

@@ -124,6 +124,14 @@ def default_variants(variants: list[str]) -> list[str]:
 
 ADDED_MARK = " (added)"  # after the set's name in every table: a row measured after training
 
+DEFAULT_COLUMNS = ("n", "acc", "sem_acc", "ece", "auroc", "aurc", "confidence")  # the table that fits at 1280 px
+
+
+def default_columns(available: list[str]) -> list[str]:
+    """The metric columns Compare shows first (the others are a click, the CSV and the
+    wide table away): accuracy, ECE, AUROC, AURC and mean confidence, in the table's order."""
+    return [c for c in available if c in DEFAULT_COLUMNS] or list(available[:6])
+
 
 def compare_rows(runs: list[RunDir]) -> list[dict[str, Any]]:
     """Result rows of several finished runs: their final evaluations, then the sets added
@@ -256,6 +264,23 @@ def head_scope(train: dict[str, Any]) -> str:
         return TrainConfig.from_dict(train).effective_scope
     except (TypeError, ValueError):
         return str(train.get("scope"))
+
+
+def uniform_entropy(run: RunDir) -> float | None:
+    """The entropy of a uniform forecast over S_V's options, mean ln K over its items: the
+    ceiling the Monitor's entropy curve approaches as tau grows (docs/bilevel.md). None for
+    an open-answer run (its entropy is per token) or when S_V cannot be read."""
+    from calm_core.data.catalog import load_dataset
+
+    train = run.config.get("train", {})
+    if task_of(run) != "mcqa" or not train.get("heldout_data"):
+        return None
+    try:
+        items = load_dataset(str(train["heldout_data"])).items
+    except Exception:  # a moved or damaged file: the curve is drawn without its ceiling
+        return None
+    sizes = np.array([len(item.choices) for item in items if len(item.choices) > 1], dtype=np.float64)  # (N,)
+    return float(np.log(sizes).mean()) if len(sizes) else None
 
 
 def task_of(run: RunDir) -> str:
