@@ -8,8 +8,9 @@ evaluation set the table gives the mean over seeds of accuracy, ECE (15 and 10 b
 AUROC, AURC and mean confidence, each with a 90% percentile bootstrap interval: every
 draw resamples the items of every seed's predictions independently and averages the
 seeds, so the interval covers item noise (seeds are few; their spread is printed too).
-`base` and the post-hoc calibrators (ts, vs) are the same model in every run of a seed and
-are taken once per seed.
+`base` and the post-hoc calibrators (ts, vs) are listed with every group, over that
+group's own seeds, so a method is always compared with base and TS on the same seeds
+(a group whose third seed did not finish is compared on its two).
 
 Verdicts (issue 21; first evaluation set = in domain), per trained variant:
 - (a) no set loses more than one point of accuracy against base (one item on a set
@@ -70,12 +71,8 @@ def collect(prefix: str, root: Path | None) -> dict:
     from calm_core.runs.listing import list_runs
     from calm_core.runs.rundir import RunDir
 
-    from calm_core.calibration.posthoc import calibrators
-
-    shared = {"base", *calibrators()}  # the same model in every run of a seed: taken once per seed
     table: dict = defaultdict(lambda: defaultdict(list))
     datasets: list[str] = []
-    seen_base: set[tuple[str, int]] = set()
     for summary in sorted(list_runs(root), key=lambda s: s.name or ""):
         if summary.state != "finished" or not (summary.name or "").startswith(prefix):
             continue
@@ -86,14 +83,7 @@ def collect(prefix: str, root: Path | None) -> dict:
             variant, dataset = row["variant"], row["dataset"]
             if dataset not in datasets:
                 datasets.append(dataset)
-            if variant in shared:
-                if (f"{variant}|{dataset}", seed) in seen_base:
-                    continue
-                seen_base.add((f"{variant}|{dataset}", seed))
-                key = ("-", variant)
-            else:
-                key = (group, variant)
-            table[key][dataset].append(_predictions(run, variant, dataset))
+            table[(group, variant)][dataset].append(_predictions(run, variant, dataset))
     return {"table": table, "datasets": datasets}
 
 
@@ -116,43 +106,73 @@ def summarize(per_seed: list, n_boot: int, seed: int = 0) -> dict:
     return out
 
 
-def verdicts(rows: dict, datasets: list[str], sizes: dict[str, int]) -> list[str]:
-    """The five verdicts of issue 21 for every trained variant, as lines of text:
-    (a) no set loses more than one point of accuracy against base (one item on a set
-    under 100 items); (b) in-domain ECE <= TS + 0.02; (c) mean out-of-domain ECE below TS's;
-    (d) AUROC not below base's interval on any set; (e) mean confidence > 1/K + 0.05
-    wherever accuracy > 1/K + 0.1."""
+def verdict_checks(rows: dict, datasets: list[str], sizes: dict[str, int]) -> dict[tuple[str, str], list]:
+    """The five verdicts of issue 21 for every trained variant: {(run, variant): [(letter,
+    met, text)]}: (a) no set loses more than one point of accuracy against base (one item
+    on a set under 100 items); (b) in-domain ECE <= TS + 0.02; (c) mean out-of-domain ECE
+    below TS's; (d) AUROC not below base's interval on any set; (e) mean confidence >
+    1/K + 0.05 wherever accuracy > 1/K + 0.1."""
     from calm_core.calibration.recommend import accuracy_slack
 
+    from calm_core.calibration.posthoc import calibrators
+
     in_domain, ood = datasets[0], datasets[1:]
-    base, ts = rows.get(("-", "base"), {}), rows.get(("-", "ts"), {})
-    lines = []
+    untrained = {"base", *calibrators()}
+    checks: dict[tuple[str, str], list] = {}
     for key, sets in rows.items():
-        if key[0] == "-" or key[1].endswith("_theta_only"):
+        if key[1] in untrained or key[1].endswith("_theta_only"):
             continue
-        label = f"{key[0]} ({key[1]})"
+        base, ts = rows.get((key[0], "base"), {}), rows.get((key[0], "ts"), {})  # on the same seeds
+        out = checks[key] = []
         lost = {d: round(sets[d]["acc"]["mean"] - base[d]["acc"]["mean"], 3) for d in datasets
                 if sets[d]["acc"]["mean"] < base[d]["acc"]["mean"] - accuracy_slack(sizes[d]) - 1e-9}
         gained = {d: round(sets[d]["acc"]["mean"] - base[d]["acc"]["mean"], 3) for d in datasets
                   if sets[d]["acc"]["mean"] > base[d]["acc"]["mean"] + 1e-9}
-        lines.append(f"{label}: (a) accuracy lost beyond one point / one item on {lost or 'no set'}"
-                     f"{f' (gained on {gained})' if gained else ''} -> {'MISSED' if lost else 'met'}")
+        out.append(("a", not lost, f"accuracy lost beyond one point / one item on {lost or 'no set'}"
+                                   f"{f' (gained on {gained})' if gained else ''}"))
         if ts:
             ece, ts_ece = sets[in_domain]["ece"]["mean"], ts[in_domain]["ece"]["mean"]
-            lines.append(f"{label}: (b) in-domain ECE {ece:.3f} vs TS {ts_ece:.3f} + 0.02 -> "
-                         f"{'met' if ece <= ts_ece + 0.02 else 'MISSED'}")
+            out.append(("b", ece <= ts_ece + 0.02, f"in-domain ECE {ece:.3f} vs TS {ts_ece:.3f} + 0.02"))
             if ood:
                 ece, ts_ece = (np.mean([s[d]["ece"]["mean"] for d in ood]) for s in (sets, ts))
                 base_ece = np.mean([base[d]["ece"]["mean"] for d in ood])
-                lines.append(f"{label}: (c) mean OOD ECE {ece:.3f} vs TS {ts_ece:.3f} (base {base_ece:.3f}) -> "
-                             f"{'met' if ece < ts_ece else 'MISSED'}")
+                out.append(("c", ece < ts_ece, f"mean OOD ECE {ece:.3f} vs TS {ts_ece:.3f} (base {base_ece:.3f})"))
         below = [d for d in datasets if sets[d]["auroc"]["mean"] < base[d]["auroc"]["lo"]]
-        lines.append(f"{label}: (d) AUROC below base's interval on {below or 'no set'} -> {'MISSED' if below else 'met'}")
+        out.append(("d", not below, f"AUROC below base's interval on {below or 'no set'}"))
         flat = [d for d in datasets if sets[d]["acc"]["mean"] > sets[d]["inv_k"] + 0.1
                 and sets[d]["confidence"]["mean"] <= sets[d]["inv_k"] + 0.05]
-        lines.append(f"{label}: (e) mean confidence <= 1/K + 0.05 where accuracy > 1/K + 0.1 on {flat or 'no set'} -> "
-                     f"{'MISSED' if flat else 'met'}")
-    return lines
+        out.append(("e", not flat, f"mean confidence <= 1/K + 0.05 where accuracy > 1/K + 0.1 on {flat or 'no set'}"))
+    return checks
+
+
+def verdicts(rows: dict, datasets: list[str], sizes: dict[str, int]) -> list[str]:
+    """`verdict_checks` as lines of text."""
+    return [f"{key[0]} ({key[1]}): ({letter}) {text} -> {'met' if met else 'MISSED'}"
+            for key, checks in verdict_checks(rows, datasets, sizes).items() for letter, met, text in checks]
+
+
+def summary_table(rows: dict, datasets: list[str], sizes: dict[str, int]) -> str:
+    """The headline: per variant, in-domain (the first set) accuracy, ECE, AUROC and mean
+    confidence with intervals, the mean accuracy and ECE over the other sets, and which
+    verdicts it meets."""
+    in_domain, ood = datasets[0], datasets[1:]
+    checks = verdict_checks(rows, datasets, sizes)
+
+    def cell(m: dict) -> str:
+        return f"{m['mean']:.3f} [{m['lo']:.3f}, {m['hi']:.3f}]"
+
+    lines = ["| run | variant | seeds | ID acc | ID ECE | ID AUROC | ID confidence | OOD acc (mean) | OOD ECE (mean) "
+             "| verdicts met |", "|" + "---|" * 10]
+    for key, sets in rows.items():
+        if key[1].endswith("_theta_only") or in_domain not in sets:
+            continue
+        ood_acc = np.mean([sets[d]["acc"]["mean"] for d in ood]) if ood else float("nan")
+        ood_ece = np.mean([sets[d]["ece"]["mean"] for d in ood]) if ood else float("nan")
+        met = " ".join(f"{letter}{'✓' if ok else '✗'}" for letter, ok, _ in checks.get(key, [])) or "-"
+        m = sets[in_domain]
+        lines.append(f"| {key[0]} | {key[1]} | {m['seeds']} | {cell(m['acc'])} | {cell(m['ece'])} | {cell(m['auroc'])} "
+                     f"| {cell(m['confidence'])} | {ood_acc:.3f} | {ood_ece:.3f} | {met} |")
+    return "\n".join(lines)
 
 
 def markdown(rows: dict, datasets: list[str], metric: str) -> str:
@@ -175,11 +195,13 @@ def main() -> None:
     args = parser.parse_args()
     data = collect(args.name_prefix, args.runs_root)
     rows = {key: {d: summarize(v, args.boot) for d, v in sets.items()} for key, sets in data["table"].items()}
+    sizes = {d: len(v[0][1]) for (_, _), sets in data["table"].items() for d, v in sets.items()}
+    print(f"\n### Summary (in domain: {data['datasets'][0]}; OOD: the mean over the other sets)\n")
+    print(summary_table(rows, data["datasets"], sizes))
     for metric in METRICS:
         print(f"\n### {metric} (mean over seeds [90% bootstrap interval])\n")
         print(markdown(rows, data["datasets"], metric))
     print("\n### Targets\n")
-    sizes = {d: len(v[0][1]) for (_, _), sets in data["table"].items() for d, v in sets.items()}
     lines = verdicts(rows, data["datasets"], sizes)
     print("\n".join(f"- {line}" for line in lines))
     if args.json:
