@@ -24,26 +24,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.streaming import tiny_model  # noqa: E402  (the tests' tiny random Llama, saved once)
+
 DATA = dict(train_data="builtin/chemical_symbols/train", heldout_data="builtin/chemical_symbols/validation",
             eval_data=("builtin/chemical_symbols/test", "builtin/units/test", "builtin/animal_classes/test"))
-TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,  # tests/conftest.py
-            num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=True)
-
-
-def tiny_model(target: Path) -> Path:
-    """The tests' tiny random Llama with the embedded tokenizer, saved to `target`."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    from calm_core.scoring.models import embedded_model_dir
-
-    tokenizer = AutoTokenizer.from_pretrained(embedded_model_dir())
-    config = LlamaConfig(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, **TINY)
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(target)
-    tokenizer.save_pretrained(target)
-    return target
 
 
 def train_once(model: str, runs: Path) -> Path:
@@ -78,7 +62,7 @@ def main() -> None:
         if args.from_run is not None:
             result = report(args.from_run)
         else:
-            model = str(tiny_model(Path(scratch) / "tiny")) if args.model == "tiny" else args.model
+            model = str(tiny_model(Path(scratch))) if args.model == "tiny" else args.model  # bench/streaming.py's
             result = report(train_once(model, Path(scratch) / "runs"))
             result["model"] = args.model
     print(json.dumps(result, indent=2))
