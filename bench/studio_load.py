@@ -270,11 +270,12 @@ def open_monitor(context, url: str, run_id: str):
     page.goto(f"{url}/monitor")
     chosen = page.locator(".st-key-monitor_select").get_by_role("combobox")
     chosen.wait_for(timeout=180_000)
-    if chosen.input_value() != run_id:  # a newer (launched) run is listed first
+    if not chosen.input_value().startswith(run_id):  # a newer (launched) run is listed first
         chosen.click()
         page.keyboard.type(run_id)
         page.keyboard.press("Enter")
-    expect(chosen).to_have_value(run_id, timeout=60_000)
+    # the picker shows `id · state · method on S_T · start time` (runs.listing.run_label)
+    expect(chosen).to_have_value(re.compile("^" + re.escape(run_id)), timeout=60_000)
     page.locator('[data-testid="stProgress"]').first.wait_for(timeout=120_000)
     page.evaluate(OBSERVER_JS)
     return page
