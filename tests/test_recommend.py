@@ -68,3 +68,26 @@ def test_cross_fitting_uses_the_folds_s_v_allows_and_says_so(n: int, expected: s
 
 def test_without_the_reference_there_is_no_recommendation() -> None:
     assert recommend({"calm": np.full((2, 2), 0.5)}, np.array([0, 1])).variant is None
+
+
+def test_an_in_sample_calibrator_on_an_s_v_without_mistakes_is_no_evidence() -> None:
+    """Seen in the domain flow: 12 S_V items all answered right, TS fitted and scored on
+    them ran to T near 0 (S_V NLL 1e-10) and won. Such a fit says nothing; it is refused,
+    with the reason, while a cross-fitted one (or any S_V with a mistake) still counts."""
+    from calm_core.calibration.posthoc import TemperatureScaler
+
+    rng = np.random.default_rng(3)
+    logits = rng.normal(size=(12, 4))
+    gold = logits.argmax(axis=1)  # base is right on every item
+    ts = TemperatureScaler.fit(logits, gold).probs(logits)
+    trained = metrics.softmax(logits / 0.5)
+    probs = {"base": metrics.softmax(logits), "calm": trained, "ts": ts}
+    assert metrics.nll(ts, gold) < metrics.nll(trained, gold)  # in-sample it "wins"
+    pick = recommend(probs, gold, in_sample=["ts"])
+    assert pick.variant == "calm" and pick.heldout["ts"]["evidence"] is False
+    assert "ts 0 (no evidence)" in pick.reason and "without a mistake" in pick.reason
+    assert recommend(probs, gold).variant == "ts"  # not in-sample: it counts
+    wrong = gold.copy()
+    wrong[0] = (gold[0] + 1) % 4  # one mistake: the fit has something to fit
+    assert recommend({"base": metrics.softmax(logits), "ts": TemperatureScaler.fit(logits, wrong).probs(logits)},
+                     wrong, in_sample=["ts"]).heldout["ts"]["evidence"] is True

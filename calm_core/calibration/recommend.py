@@ -18,7 +18,7 @@ stated with the figure), and base has nothing fitted.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -29,6 +29,9 @@ ACCURACY_SLACK = 0.01  # one point of accuracy (or one item, on sets under 100 i
 CROSS_FIT_FOLDS = 5
 RULE = ("lowest S_V NLL among the variants whose S_V accuracy is within one point (one item under 100 items) "
         "of the base model's; post-hoc calibrators cross-fitted on S_V, CALM at its selected step")
+
+
+IN_SAMPLE = "fitted and scored on the same"  # how `cross_fitted` says its figures are in-sample
 
 
 def accuracy_slack(n: int) -> float:
@@ -50,7 +53,7 @@ def cross_fitted(logits: np.ndarray, gold: np.ndarray, calibrators: dict[str, An
     usable = [k for k in range(2, folds + 1) if n - -(-n // k) >= min_fit]
     if not usable:
         return ({name: cls.fit(logits, gold).probs(logits) for name, cls in calibrators.items()},
-                f"fitted and scored on the same {n} S_V items (too few to cross-fit): optimistic")
+                f"{IN_SAMPLE} {n} S_V items (too few to cross-fit): optimistic")
     k = max(usable)
     parts = np.array_split(np.random.default_rng(seed).permutation(n), k)
     out: dict[str, np.ndarray] = {}
@@ -78,9 +81,11 @@ class Recommendation:
 
 
 def recommend(heldout_probs: dict[str, np.ndarray], gold: np.ndarray, reference: str = "base",
-              posthoc_fit: str = "") -> Recommendation:
+              posthoc_fit: str = "", in_sample: Sequence[str] = ()) -> Recommendation:
     """The variant with the lowest S_V NLL among those that keep `reference`'s S_V accuracy
-    (see the module docstring); `heldout_probs`: variant -> (N, K) probabilities on S_V."""
+    (see the module docstring); `heldout_probs`: variant -> (N, K) probabilities on S_V;
+    `in_sample`: the variants whose S_V figures come from a fit on the same items (refused
+    when `reference` makes no mistake on S_V: `_unidentifiable`)."""
     if reference not in heldout_probs:
         return Recommendation(None, f"no `{reference}` variant on S_V to compare accuracy against")
     figures = {name: {"nll": metrics.nll(p, gold), "acc": metrics.accuracy(p, gold), "ece": metrics.ece(p, gold),
@@ -88,12 +93,27 @@ def recommend(heldout_probs: dict[str, np.ndarray], gold: np.ndarray, reference:
     floor = figures[reference]["acc"] - accuracy_slack(len(gold)) - 1e-12
     for f in figures.values():
         f["kept_accuracy"] = f["acc"] >= floor
-    kept = {name: f for name, f in figures.items() if f["kept_accuracy"]}
+    no_evidence = _unidentifiable(figures, reference, in_sample)
+    for name, f in figures.items():
+        f["evidence"] = name not in no_evidence
+    kept = {name: f for name, f in figures.items() if f["kept_accuracy"] and f["evidence"]}
     best = min(kept, key=lambda name: kept[name]["nll"])
     losers = sorted((name for name in figures if name != best), key=lambda name: figures[name]["nll"])
     reason = f"{best}: S_V NLL {figures[best]['nll']:.4g}"
     if losers:
         reason += " against " + ", ".join(f"{name} {figures[name]['nll']:.4g}"
                                           + ("" if figures[name]["kept_accuracy"] else " (accuracy lost)")
+                                          + ("" if figures[name]["evidence"] else " (no evidence)")
                                           for name in losers)
+    if no_evidence:
+        reason += (f". {', '.join(sorted(no_evidence))}: fitted in-sample on an S_V that {reference} answers "
+                   "without a mistake, where any sharper temperature scores better: no evidence, not recommended")
     return Recommendation(best, reason, figures, posthoc_fit=posthoc_fit)
+
+
+def _unidentifiable(figures: dict[str, dict[str, float]], reference: str, in_sample: Sequence[str]) -> set[str]:
+    """In-sample calibrators on an S_V the reference gets all right: their fit runs to a
+    temperature near 0 (S_V NLL near 0), which says nothing about any other item."""
+    if figures[reference]["acc"] < 1.0:
+        return set()
+    return {name for name in in_sample if name in figures}

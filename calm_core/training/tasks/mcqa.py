@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from calm_core.calibration import metrics
-from calm_core.calibration.recommend import cross_fitted, recommend
+from calm_core.calibration.recommend import IN_SAMPLE, cross_fitted, recommend
 from calm_core.data.schema import MCItem
 from calm_core.data.stream import LazyItems, subset
 from calm_core.faults import fault_point
@@ -275,4 +275,5 @@ def _recommendation(ctx: StepContext, data: Data, heldout_cache: dict[tuple[bool
     trained = _scores_for(ctx, data.heldout, bs, True, True, heldout_cache)
     probs = {"base": metrics.softmax(base.logits), ctx.settings.method: metrics.softmax(trained.logits)}
     posthoc, how = cross_fitted(base.logits, base.gold, {name: type(c) for name, c in fitted.items()})
-    return recommend({**probs, **posthoc}, base.gold, posthoc_fit=how).to_dict()
+    in_sample = list(posthoc) if how.startswith(IN_SAMPLE) else []
+    return recommend({**probs, **posthoc}, base.gold, posthoc_fit=how, in_sample=in_sample).to_dict()
