@@ -12,13 +12,12 @@ import os
 import signal
 import subprocess
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, _require_browser, _shots
-from tests.test_private import LOOPBACK_V4, LOOPBACK_V6, _free_port, listening_addresses
+from tests.test_private import LOOPBACK_V4, LOOPBACK_V6, _free_port, listening_addresses, wait_until_healthy
 
 pytestmark = [pytest.mark.browser]
 
@@ -45,16 +44,7 @@ def shared_studio(tmp_path: Path):
         server = subprocess.Popen(["bash", "scripts/studio.sh", "--share", "--server.port", str(port)], cwd=ROOT,
                                   env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            deadline = time.monotonic() + 300
-            while time.monotonic() < deadline:
-                try:
-                    if urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).read() == b"ok":
-                        break
-                except OSError:
-                    assert server.poll() is None, log_path.read_text()[-2000:]
-                    time.sleep(1)
-            else:
-                pytest.fail(f"the shared studio did not come up: {log_path.read_text()[-2000:]}")
+            wait_until_healthy(port, server, log_path)
             yield f"http://127.0.0.1:{port}", port, log_path
         finally:
             os.killpg(server.pid, signal.SIGTERM)

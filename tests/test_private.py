@@ -39,6 +39,20 @@ def listening_addresses(port: int) -> set[str]:
     return found
 
 
+def wait_until_healthy(port: int, server: subprocess.Popen, log_path: Path, timeout_s: float = 300) -> None:
+    """Until the studio on `port` answers its health check (the script first checks the
+    virtualenv: pip, about a minute); fails with the log's tail if it dies or never does."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).read() == b"ok":
+                return
+        except OSError:
+            assert server.poll() is None, log_path.read_text()[-2000:]
+            time.sleep(1)
+    pytest.fail(f"the studio did not come up: {log_path.read_text()[-2000:]}")
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="reads the kernel's socket table (Linux)")
 def test_the_readme_command_listens_on_loopback_only(tmp_path: Path) -> None:
     port = _free_port()
@@ -47,16 +61,7 @@ def test_the_readme_command_listens_on_loopback_only(tmp_path: Path) -> None:
     server = subprocess.Popen(["bash", "scripts/studio.sh", "--server.port", str(port)], cwd=ROOT, env=env,
                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.monotonic() + 300  # the script first checks the virtualenv (pip, about a minute)
-        while time.monotonic() < deadline:
-            try:
-                if urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).read() == b"ok":
-                    break
-            except OSError:
-                assert server.poll() is None, (tmp_path / "studio.log").read_text()[-2000:]
-                time.sleep(1)
-        else:
-            pytest.fail(f"the studio did not come up: {(tmp_path / 'studio.log').read_text()[-2000:]}")
+        wait_until_healthy(port, server, tmp_path / "studio.log")
         addresses = listening_addresses(port)
         assert addresses and addresses <= {LOOPBACK_V4, LOOPBACK_V6}, addresses  # never 0.0.0.0 or ::
     finally:
