@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from calm_core.paths import PROJECT_ROOT, cache_dir, workspace_dir
+from calm_core.paths import PROJECT_ROOT, cache_dir, inside, workspace_dir
 
 PASSWORD_ENV = "CALM_STUDIO_PASSWORD"
 SHARED_ENV = "CALM_STUDIO_SHARED"
@@ -121,9 +121,8 @@ def confine(text: str, roots: Iterable[Path]) -> Path:
     if ".." in raw.parts:
         raise PathRefused(f"Refused {text!r}: `..` is not allowed in a shared studio")
     real = (raw if raw.is_absolute() else PROJECT_ROOT / raw).resolve()
-    for root in roots:
-        if real == root or root in real.parents:
-            return real
+    if any(inside(root, real) for root in roots):
+        return real
     raise PathRefused(f"Refused {text!r}: a shared studio opens paths only under the workspace, the model cache "
                       f"and {ROOTS_ENV}")
 
