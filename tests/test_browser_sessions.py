@@ -96,6 +96,11 @@ def _status(root: Path, run_id: str) -> dict:
     return json.loads((root / run_id / "status.json").read_text())
 
 
+def _labelled(run_id: str) -> re.Pattern:
+    """The run picker's label for `run_id` (runs.listing.run_label: the id, then its state and data)."""
+    return re.compile(rf"^{re.escape(run_id)}( · |$)")
+
+
 def _open_monitor(page, run_id: str) -> str:
     """This session's Monitor page shows its own run; returns the progress line then."""
     from playwright.sync_api import expect
@@ -103,7 +108,7 @@ def _open_monitor(page, run_id: str) -> str:
     _goto(page, "Monitor")
     chosen = page.locator(".st-key-monitor_select").get_by_role("combobox")
     chosen.wait_for(timeout=120_000)
-    expect(chosen).to_have_value(run_id, timeout=30_000)  # not the other session's run
+    expect(chosen).to_have_value(_labelled(run_id), timeout=30_000)  # not the other session's run
     progress = page.locator('[data-testid="stProgress"]').first
     progress.wait_for(timeout=120_000)
     return progress.inner_text()
@@ -117,7 +122,7 @@ def _wait_finished(page, run_id: str) -> str:
     progress = page.locator('[data-testid="stProgress"]').first
     expect(progress).to_contain_text("finished", timeout=60_000)
     assert not _exceptions(page), _exceptions(page)
-    expect(page.locator(".st-key-monitor_select").get_by_role("combobox")).to_have_value(run_id)
+    expect(page.locator(".st-key-monitor_select").get_by_role("combobox")).to_have_value(_labelled(run_id))
     return progress.inner_text()
 
 

@@ -77,10 +77,14 @@ class Rates:
 # machine. The spread is wide: the defaults come from other items than the run's.
 # - The tiny random Llama of tests/conftest.py: `rates_from` of one run of
 #   `bench/run_parts.py --model tiny` (the Train page's default run: quick preset, calm,
-#   chemical symbols with units and animal classes out of domain), measured beside other
-#   jobs (load average 5.7, divided out as a fair share): bench/results/run_parts_tiny.json.
+#   chemical symbols with units and animal classes out of domain) on the idle machine (load
+#   average 1.0): bench/results/run_parts_tiny.json. An earlier measurement beside other
+#   jobs (load average 5.7, divided out as a fair share) came out 9-12x slower per step and
+#   item: contention costs far more than a fair share (see CONTENTION), so defaults are
+#   measured idle.
 #   It caches no frozen layers there (LoRA on the top 4 of its 2 layers), so its fill rate
-#   is its evaluation's per item: a fill runs the frozen layers once, an evaluation all.
+#   comes from tests/test_estimate.py's real run (LoRA on its top layer): 40 items filled in
+#   0.04-0.05 s on three idle runs here, and 0.047 s on the CI machine.
 # - The embedded model, from idle measurements: the fill's and a step's rates from
 #   bench/results/train_step.json (calm, T = 3, frozen prefix cached: 0.061 s per item on
 #   ARC-Easy, whose items are longer than the default run's; 0.90 s per step of batch 4,
@@ -95,8 +99,8 @@ DEFAULT_SPREAD = (0.5, 2.5)
 # (tests/test_estimate.py's real run, in a test process that had loaded models already).
 WARM_LOAD = 0.25
 DEFAULTS: tuple[tuple[int, Rates], ...] = (
-    (3_219_776, Rates(load_s=2.0, fill_per_item=0.0134, step_per_work=0.060, eval_fixed_s=1.05, eval_per_item=0.0134,
-                      final_per_item=0.0234, spread=DEFAULT_SPREAD, source="")),
+    (3_219_776, Rates(load_s=1.34, fill_per_item=0.0011, step_per_work=0.0049, eval_fixed_s=0.0,
+                      eval_per_item=0.0015, final_per_item=0.0033, spread=DEFAULT_SPREAD, source="")),
     (134_515_008, Rates(load_s=2.0, fill_per_item=0.061, step_per_work=0.045, eval_fixed_s=0.0, eval_per_item=0.0101,
                         final_per_item=0.0101, spread=DEFAULT_SPREAD, source="")),
 )
@@ -210,7 +214,7 @@ def estimate_run(cfg: TrainConfig, sizes: RunSizes, rates: Rates, machine: Machi
     evaluated, a probe is read and the run may end early); `fill_may_be_stored`: the
     frozen layers may already be on disk (frozen_prefix_store), so the fill may cost nothing."""
     # low: idle (other processes pause too: the same run's evaluations varied 6x under load,
-    # bench/results/run_parts_tiny.json); high: contention; `likely`: the fair share, all steps
+    # bench/results/run_parts_tiny_loaded.json); high: contention; `likely`: the fair share, all steps
     lo, hi, likely = rates.spread[0], rates.spread[1] * machine.high_factor, machine.factor
     stop = earliest_stop(cfg, selects)
     schedule = cfg.eval_schedule
