@@ -1,7 +1,7 @@
 """The studio under N concurrent browser sessions: Monitor latency, server memory, job speed.
 
     PYTHONPATH=$PWD .venv/bin/python bench/studio_load.py [--sessions 1 4 8] [--seconds 60]
-        [--model tiny|embedded] [--json bench/results/studio_load.json]
+        [--model tiny|embedded] [--chart-seconds 3 15] [--json bench/results/studio_load.json]
 
 One `streamlit run app/main.py` on a free loopback port over a temporary workspace
 (tests/test_browser.py `running_studio`), and one training job in it (launched as the
@@ -25,7 +25,12 @@ steps x pages; the steps a page never showed (by `SHOW_GRACE_S` after the window
 peak RSS of the studio server's process tree (streamlit and its children, training jobs
 excluded), sampled every `RSS_EVERY_S`; the job's s/step from the `elapsed` of its records. The
 Monitor polls every 3 s (app/views/monitor.py POLL_SECONDS), so the latency of an idle
-studio is spread over 0-3 s by design: what matters is how it grows with N. At the end,
+studio is spread over 0-3 s by design: what matters is how it grows with N. Also per
+window: the CPU seconds per minute of the studio server (jobs left out) and of the browsers
+(all Chromium processes: here they share the job's 2 cores; a real shared studio's browsers
+run on its users' machines). The whole is done once per `--chart-seconds` value, each a
+fresh studio with CALM_MONITOR_CHART_SECONDS set (the Monitor's chart redraw interval; its
+progress line keeps the 3 s poll), so the cadences are compared side by side. At the end,
 what one poll spends reading the job's metrics.jsonl, whole (`RunDir.read_metrics`) and
 through a primed `MetricsTail` (what the Monitor does since issue 22).
 
@@ -58,6 +63,7 @@ EXTRA_CHROMIUM_ARGS = ["--disable-background-timer-throttling", "--disable-rende
                        "--disable-backgrounding-occluded-windows"]  # every page polls as if in front
 LAUNCHED_STEPS, LAUNCHED_EVAL_ITEMS = 12, 20  # the launcher's runs (they stay queued)
 LAUNCH_S = 15  # about one launch's page work: no new launch starts closer than this to a window's end
+PAGE_WAIT_MS = 240_000  # a page's load under the heaviest window
 JOB_MARK = "--run-dir"  # in a training job's command line (calm_core.runs.jobs.RUN_DIR_OPTION)
 OBSERVER_JS = """() => {
     window.__shown = [];
@@ -127,6 +133,13 @@ def tree_pids(root: int, parents: dict[int, int], skip: set[int] = frozenset()) 
     return found
 
 
+def stat_cpu_ticks(stat_text: str) -> int:
+    """utime + stime (clock ticks) from /proc/<pid>/stat text: fields 14 and 15, counted
+    after the command name's last ')' as stat_ppid does."""
+    fields = stat_text.rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
 def seconds_per_step(records: list[dict]) -> float | None:
     """Wall seconds per step over consecutive records (the job's own `elapsed` clock)."""
     if len(records) < 2 or records[-1]["step"] == records[0]["step"]:
@@ -159,6 +172,21 @@ def _cmdline(pid: int) -> str:
     return _read(f"/proc/{pid}/cmdline").replace("\0", " ")
 
 
+def _cpu_seconds(pids: set[int]) -> float:
+    ticks = sum(stat_cpu_ticks(text) for text in (_read(f"/proc/{pid}/stat") for pid in pids) if text)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_snapshot(server_pid: int) -> tuple[float, float]:
+    """(CPU seconds so far of the studio server's tree without the jobs, of every Chromium
+    process): differences of two snapshots are a window's CPU use. A process that ends
+    inside the window takes its seconds with it, so both are lower bounds."""
+    parents = _processes()
+    jobs = {pid for pid in parents if JOB_MARK in _cmdline(pid)}
+    browsers = {pid for pid in parents if "chrom" in _read(f"/proc/{pid}/comm")}
+    return _cpu_seconds(tree_pids(server_pid, parents, jobs)), _cpu_seconds(browsers)
+
+
 def server_rss_mb(server_pid: int) -> float:
     """RSS of the studio server and its children, training jobs (and theirs) left out."""
     parents = _processes()
@@ -185,6 +213,8 @@ class Window:
     records: list[dict] = field(default_factory=list)
     peak_rss_mb: float = 0.0
     seconds: float = 0.0  # how long it lasted
+    server_cpu_s: float = 0.0  # CPU seconds of the studio server (jobs left out) in the window
+    browser_cpu_s: float = 0.0  # of every Chromium process
 
 
 class Watcher:
@@ -225,6 +255,7 @@ class Watcher:
     def window(self, seconds: float, during: Callable[[float], None] | None = None) -> Window:
         """Collect for `seconds` (longer if `during(deadline)`, the launcher, runs over)."""
         self.current = window = Window()
+        cpu_before = cpu_snapshot(self.server_pid)
         started = time.monotonic()
         deadline = started + seconds
         if during is not None:
@@ -233,6 +264,8 @@ class Watcher:
             time.sleep(0.1)
         self.current = None
         window.seconds = time.monotonic() - started
+        cpu_after = cpu_snapshot(self.server_pid)
+        window.server_cpu_s, window.browser_cpu_s = (after - before for after, before in zip(cpu_after, cpu_before))
         return window
 
     def wait_for_steps(self, n: int, timeout_s: float) -> None:
@@ -267,6 +300,7 @@ def open_monitor(context, url: str, run_id: str):
     from playwright.sync_api import expect
 
     page = context.new_page()
+    page.set_default_navigation_timeout(PAGE_WAIT_MS)  # 8 cold pages on 2 cores take minutes
     page.goto(f"{url}/monitor")
     chosen = page.locator(".st-key-monitor_select").get_by_role("combobox")
     chosen.wait_for(timeout=180_000)
@@ -346,9 +380,9 @@ def measure_sessions(browser, n: int, url: str, job, watcher: Watcher, seconds: 
         window = watcher.window(seconds, during)
         time.sleep(SHOW_GRACE_S)  # the window's last steps get their poll too
         shown = [[tuple(x) for x in page.evaluate("() => window.__shown")] for page in pages]
-    except Exception:
+    except Exception as error:  # noqa: BLE001 - a window that breaks is a measured result, not the bench's end
         _screenshots(contexts, f"failure-n{n}")
-        raise
+        return {"window": f"{n} watching", "error": f"{type(error).__name__}: {str(error).splitlines()[0]}"}
     finally:
         for context in contexts:
             context.close()
@@ -386,7 +420,9 @@ def row(name: str, window: Window, latencies: list[float] | None = None, missed:
             "latency_p50_s": p50 and round(p50, 3), "latency_p95_s": p95 and round(p95, 3),
             "latency_samples": len(latencies), "steps_never_shown": missed, "runs_launched": launched,
             "launch_forms_refused": refused,
-            "server_peak_rss_mb": round(window.peak_rss_mb, 1)}
+            "server_peak_rss_mb": round(window.peak_rss_mb, 1),
+            "server_cpu_s_per_min": round(60 * window.server_cpu_s / window.seconds, 1),
+            "browser_cpu_s_per_min": round(60 * window.browser_cpu_s / window.seconds, 1)}
 
 
 def reader_costs(path: Path, repeats: int = 20) -> dict:
@@ -412,16 +448,25 @@ def reader_costs(path: Path, repeats: int = 20) -> dict:
 # ---------------------------------------------------------------------------- main
 
 def _table(rows: list[dict]) -> str:
-    lines = ["| window | job s/step | vs alone | Monitor latency p50 / p95 s (samples, never shown) "
-             "| server peak RSS MB | runs launched (forms refused) |", "|---|---|---|---|---|---|"]
-    alone = rows[0]["seconds_per_step"]
+    """One line per window; `vs alone` against the first `alone` window of the same studio
+    (the same chart cadence), so each cadence is compared with its own idle job."""
+    lines = ["| charts every | window | job s/step | vs alone | Monitor latency p50 / p95 s (samples, never shown) "
+             "| server CPU s/min | browsers CPU s/min | server peak RSS MB | runs launched (forms refused) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    alone: dict = {}
     for r in rows:
-        ratio = f"{r['seconds_per_step'] / alone:.2f}x" if alone and r["seconds_per_step"] else "-"
+        every = f"{r['chart_seconds']:g} s"
+        if "error" in r:
+            lines.append(f"| {every} | {r['window']} | broke: {r['error']} | | | | | | |")
+            continue
+        base = alone.setdefault(r["chart_seconds"], r["seconds_per_step"])
+        ratio = f"{r['seconds_per_step'] / base:.2f}x" if base and r["seconds_per_step"] else "-"
         latency = (f"{r['latency_p50_s']} / {r['latency_p95_s']} ({r['latency_samples']}, {r['steps_never_shown']})"
                    if r["latency_samples"] else "-")
         watching = r["window"].endswith("watching")
         launched = f"{r['runs_launched']} ({r['launch_forms_refused']} refused)" if watching else "-"
-        lines.append(f"| {r['window']} | {r['seconds_per_step']} | {ratio} | {latency} | {r['server_peak_rss_mb']} "
+        lines.append(f"| {every} | {r['window']} | {r['seconds_per_step']} | {ratio} | {latency} "
+                     f"| {r['server_cpu_s_per_min']} | {r['browser_cpu_s_per_min']} | {r['server_peak_rss_mb']} "
                      f"| {launched} |")
     return "\n".join(lines)
 
@@ -445,20 +490,24 @@ def main() -> int:
     parser.add_argument("--sessions", type=int, nargs="+", default=[1, 4, 8], help="watching sessions per window")
     parser.add_argument("--seconds", type=float, default=60.0, help="length of each measured window")
     parser.add_argument("--model", choices=["tiny", "embedded"], default="tiny", help="the watched job's model")
+    parser.add_argument("--chart-seconds", type=float, nargs="+", default=[3.0, 15.0],
+                        help="the Monitor's chart redraw intervals to compare (CALM_MONITOR_CHART_SECONDS), "
+                             "one studio each; 3 s was the single poll before issue 22's fix")
     parser.add_argument("--timeout", type=int, help="hard limit over everything (default: windows + 15 min)")
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "studio_load.json")
     args = parser.parse_args()
     if any(n < 1 or n > 16 for n in args.sessions):
         parser.error(f"Expected --sessions between 1 and 16, but got {args.sessions}")
-    _timeout(args.timeout or int(args.seconds * (len(args.sessions) + 2)) + 900)
-    machine, reads = _machine(), {}
-    with tempfile.TemporaryDirectory(prefix="calm-studio-load-") as scratch:
-        rows = _bench(Path(scratch), args, reads)
+    _timeout(args.timeout or len(args.chart_seconds) * (int(args.seconds * (len(args.sessions) + 2)) + 900))
+    machine, reads, rows = _machine(), {}, []
+    for every in args.chart_seconds:
+        with tempfile.TemporaryDirectory(prefix="calm-studio-load-") as scratch:
+            rows += [{"chart_seconds": every, **r} for r in _bench(Path(scratch), args, reads, every)]
     print("\n" + _table(rows))
     print(f"\none poll's read of the job's metrics.jsonl ({reads['records']} records, {reads['bytes']} bytes): "
           f"whole file {reads['full_read_ms']} ms, MetricsTail {reads['tail_read_ms']} ms")
     result = {"command": " ".join(["bench/studio_load.py", *sys.argv[1:]]), "machine": machine, "model": args.model,
-              "seconds_per_window": args.seconds, "rows": rows,
+              "seconds_per_window": args.seconds, "chart_seconds": args.chart_seconds, "rows": rows,
               "metrics_read_per_poll": reads}
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=2) + "\n")
@@ -466,7 +515,8 @@ def main() -> int:
     return 0
 
 
-def _bench(scratch: Path, args: argparse.Namespace, reads: dict) -> list[dict]:
+def _bench(scratch: Path, args: argparse.Namespace, reads: dict, chart_seconds: float) -> list[dict]:
+    """One studio whose Monitor redraws its charts every `chart_seconds`: its windows."""
     from playwright.sync_api import sync_playwright
 
     from bench.streaming import tiny_model
@@ -478,24 +528,24 @@ def _bench(scratch: Path, args: argparse.Namespace, reads: dict) -> list[dict]:
     os.environ["CALM_MAX_JOBS"] = "1"  # the launcher's runs wait queued behind the job
     model_dir = tiny_model(scratch) if args.model == "tiny" else None
     rows: list[dict] = []
-    with running_studio(scratch, workspace, CALM_MAX_JOBS="1") as url:
+    with running_studio(scratch, workspace, CALM_MAX_JOBS="1", CALM_MONITOR_CHART_SECONDS=str(chart_seconds)) as url:
         job = launch_job(str(model_dir) if model_dir else "embedded", workspace / "runs")
         watcher = Watcher(job.metrics_path, _streamlit_pid())
         try:
             watcher.wait_for_steps(3, timeout_s=600)
             rows.append(row("alone", watcher.window(args.seconds)))
-            print(rows[-1], flush=True)
+            print(chart_seconds, rows[-1], flush=True)
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS + EXTRA_CHROMIUM_ARGS,
                                              headless=True)
                 try:
                     for n in args.sessions:
                         rows.append(measure_sessions(browser, n, url, job, watcher, args.seconds, model_dir))
-                        print(rows[-1], flush=True)
+                        print(chart_seconds, rows[-1], flush=True)
                 finally:
                     browser.close()
             rows.append(row("alone again", watcher.window(args.seconds)))
-            print(rows[-1], flush=True)
+            print(chart_seconds, rows[-1], flush=True)
             reads.update(reader_costs(job.metrics_path))
         finally:
             watcher.stop()

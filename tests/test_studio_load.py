@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 import pytest
@@ -69,3 +70,34 @@ def test_reader_costs_counts_the_records_of_the_file(tmp_path) -> None:
     costs = bench.reader_costs(run.metrics_path, repeats=3)
     assert costs["records"] == 5 and costs["bytes"] == run.metrics_path.stat().st_size
     assert costs["full_read_ms"] >= 0 and costs["tail_read_ms"] >= 0
+
+
+def test_cpu_ticks_are_utime_plus_stime_after_a_name_with_parentheses() -> None:
+    # pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime cutime
+    text = "4242 (python3 (x) y) S 17 4242 4242 0 -1 4194560 5 0 1 0 120 35 9 9 20 0"
+    assert bench.stat_cpu_ticks(text) == 155
+
+
+def test_this_process_cpu_seconds_grow_with_work() -> None:
+    with open(f"/proc/{os.getpid()}/stat") as handle:
+        before = bench.stat_cpu_ticks(handle.read())
+    deadline = time.process_time() + 0.3
+    while time.process_time() < deadline:
+        pass
+    with open(f"/proc/{os.getpid()}/stat") as handle:
+        after = bench.stat_cpu_ticks(handle.read())
+    assert (after - before) / os.sysconf("SC_CLK_TCK") == pytest.approx(0.3, abs=0.1)
+
+
+def test_the_table_compares_each_cadence_with_its_own_idle_job_and_shows_a_broken_window() -> None:
+    def r(every: float, window: str, spp: float) -> dict:
+        return {"chart_seconds": every, "window": window, "seconds_per_step": spp, "latency_p50_s": None,
+                "latency_p95_s": None, "latency_samples": 0, "steps_never_shown": 0, "runs_launched": 0,
+                "launch_forms_refused": 0, "server_peak_rss_mb": 70.0, "server_cpu_s_per_min": 1.0,
+                "browser_cpu_s_per_min": 0.0}
+
+    rows = [r(3, "alone", 0.5), r(3, "4 watching", 2.0), r(15, "alone", 0.4), r(15, "4 watching", 0.8),
+            {"chart_seconds": 15, "window": "8 watching", "error": "TimeoutError: Page.goto"}]
+    lines = bench._table(rows).splitlines()
+    assert "| 4.00x |" in lines[3] and "| 2.00x |" in lines[5]
+    assert "broke: TimeoutError: Page.goto" in lines[6]

@@ -3,6 +3,7 @@ every few seconds; closing it changes nothing for the job."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -21,7 +22,27 @@ from calm_core.runs.listing import list_runs, run_label
 from calm_core.runs.rundir import MetricsTail, RunDir
 from calm_core.runs.state import DAMAGED, RunState
 
-POLL_SECONDS = 3.0
+POLL_SECONDS = 3.0  # the progress line, state, selection and controls: cheap to redraw
+# The curves redraw less often: each redraw rebuilds every figure on the server and re-renders
+# it in every watching browser, which is what slowed a training job on the same cores most
+# (bench/studio_load.py, docs/performance.md "The studio under load").
+CHART_SECONDS_ENV, CHART_SECONDS_DEFAULT = "CALM_MONITOR_CHART_SECONDS", 15.0
+
+
+def chart_seconds() -> float:
+    """The charts' redraw interval: CALM_MONITOR_CHART_SECONDS (at least POLL_SECONDS), else
+    the default; a value that is not a number is said once on the page and ignored."""
+    raw = os.environ.get(CHART_SECONDS_ENV, "").strip()
+    if not raw:
+        return CHART_SECONDS_DEFAULT
+    try:
+        return max(POLL_SECONDS, float(raw))
+    except ValueError:
+        st.caption(f"{CHART_SECONDS_ENV}={raw!r} is not a number of seconds: the charts redraw every "
+                   f"{CHART_SECONDS_DEFAULT:.0f} s.")
+        return CHART_SECONDS_DEFAULT
+
+
 ACTIVE = ("queued", "running", "stopping")
 
 
@@ -282,19 +303,37 @@ def _records() -> list[dict]:
     return tail.read()
 
 
-def live() -> None:
+def live_status() -> None:
+    """The progress line, the selection so far and the controls, every POLL_SECONDS. When
+    the run stops being active the whole page is drawn once more (charts, final results)."""
     files = run.read_files()  # status.json and config.json: one read of each per poll, passed on
     records, view = _records(), run.state(files=files)
+    if started_active and view.state not in ACTIVE:
+        st.rerun()  # finished, failed or cancelled: one last full draw, then no more polling
     if view.state == DAMAGED:  # a file the page needs is unreadable: say which, offer what helps
         st.error(view.reason)
         _controls(view, (files.config or {}).get("launched_by"))
         return
-    status, config = files.status, files.config or {}
-    _header(records, view, status, config)
-    _controls(view, config.get("launched_by"))
-    _charts(records, active=view.state in ACTIVE, selection=status.get("selection") or {})
-    _results(str(config.get("train", {}).get("method", "")))
+    _header(records, view, files.status, files.config or {})
+    _controls(view, (files.config or {}).get("launched_by"))
+
+
+def live_charts() -> None:
+    """The curves and, once written, the final evaluation, every `charts_every` seconds."""
+    files = run.read_files()
+    state = run.state(files=files).state
+    if state == DAMAGED:
+        return
+    if started_active:
+        st.button("Refresh the charts", key="monitor_refresh_charts", icon=":material/refresh:",
+                  help="A click redraws the charts now (it reruns only this part of the page).")
+        st.caption(f"While the run is active the charts redraw every {charts_every:.0f} s, the progress line "
+                   f"every {POLL_SECONDS:.0f} s.")
+    _charts(_records(), active=state in ACTIVE, selection=files.status.get("selection") or {})
+    _results(str((files.config or {}).get("train", {}).get("method", "")))
 
 
 # Poll while the job can still change; a finished run is drawn once.
-st.fragment(run_every=POLL_SECONDS if run.state().state in ACTIVE else None)(live)()
+started_active, charts_every = run.state().state in ACTIVE, chart_seconds()
+st.fragment(run_every=POLL_SECONDS if started_active else None)(live_status)()
+st.fragment(run_every=charts_every if started_active else None)(live_charts)()
