@@ -172,19 +172,25 @@ def _cmdline(pid: int) -> str:
     return _read(f"/proc/{pid}/cmdline").replace("\0", " ")
 
 
-def _cpu_seconds(pids: set[int]) -> float:
-    ticks = sum(stat_cpu_ticks(text) for text in (_read(f"/proc/{pid}/stat") for pid in pids) if text)
-    return ticks / os.sysconf("SC_CLK_TCK")
+def _ticks(pids: set[int]) -> dict[int, int]:
+    texts = {pid: _read(f"/proc/{pid}/stat") for pid in pids}
+    return {pid: stat_cpu_ticks(text) for pid, text in texts.items() if text}
 
 
-def cpu_snapshot(server_pid: int) -> tuple[float, float]:
-    """(CPU seconds so far of the studio server's tree without the jobs, of every Chromium
-    process): differences of two snapshots are a window's CPU use. A process that ends
-    inside the window takes its seconds with it, so both are lower bounds."""
+def cpu_snapshot(server_pid: int) -> tuple[dict[int, int], dict[int, int]]:
+    """({pid: CPU ticks so far} of the studio server's tree without the jobs, of every
+    Chromium process): `cpu_used` of two snapshots is a window's CPU use."""
     parents = _processes()
     jobs = {pid for pid in parents if JOB_MARK in _cmdline(pid)}
     browsers = {pid for pid in parents if "chrom" in _read(f"/proc/{pid}/comm")}
-    return _cpu_seconds(tree_pids(server_pid, parents, jobs)), _cpu_seconds(browsers)
+    return _ticks(tree_pids(server_pid, parents, jobs)), _ticks(browsers)
+
+
+def cpu_used(before: dict[int, int], after: dict[int, int]) -> float:
+    """CPU seconds between two {pid: ticks} snapshots: each process alive at the end, less
+    what it had at the start (0 if it started since). A process that ended inside the
+    window takes its seconds with it, so this is a lower bound."""
+    return sum(ticks - before.get(pid, 0) for pid, ticks in after.items()) / os.sysconf("SC_CLK_TCK")
 
 
 def server_rss_mb(server_pid: int) -> float:
@@ -265,7 +271,7 @@ class Watcher:
         self.current = None
         window.seconds = time.monotonic() - started
         cpu_after = cpu_snapshot(self.server_pid)
-        window.server_cpu_s, window.browser_cpu_s = (after - before for after, before in zip(cpu_after, cpu_before))
+        window.server_cpu_s, window.browser_cpu_s = (cpu_used(b, a) for b, a in zip(cpu_before, cpu_after))
         return window
 
     def wait_for_steps(self, n: int, timeout_s: float) -> None:

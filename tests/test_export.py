@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -17,6 +18,7 @@ import zipfile
 from io import BytesIO
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -26,6 +28,7 @@ from calm_core.workspace import export
 from calm_core.workspace.export import EMBEDDED_HUB_ID, export_run, export_zip, gguf_hub_id, portable_base_model
 from calm_core.workspace.export_template import calm_head
 from calm_core.calibration.head import CalibrationHead, HeadLogitsProcessor
+from calm_core.calibration.posthoc.vector import VectorScaler
 from calm_core.workspace.launch import run_config_record
 from calm_core.runs.rundir import RunDir, predictions_path
 from calm_core.training.batches import load_data
@@ -53,14 +56,29 @@ def runs(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
     return out
 
 
-POSTHOC = ("ts", "base")  # the untouched model's variants that export as the same kind of folder
+POSTHOC = ("ts", "vs", "base")  # the untouched model's variants that export as the same kind of folder
+VS_WEIGHTS = [0.8, 1.3, 0.5, 1.1]  # positive: each has a temperature 1 / w (see _positive_vs_copy)
+
+
+def _positive_vs_copy(run: RunDir, root: Path) -> RunDir:
+    """The scalar run, copied, with vector scaling weights > 0 in results.json. The tiny
+    random model's own fit has a weight below 0 (an uncentred options head cannot express
+    it, and the export refuses: test_vector_scaling_with_a_weight_at_or_below_zero...), so
+    the export is checked against VectorScaler with these weights on the run's base logits."""
+    copy = RunDir(shutil.copytree(run.path, root / f"{run.path.name}-vs"))
+    results = copy.results()
+    k = len(results["vs"]["weights"])
+    results["vs"] = {**results["vs"], "weights": VS_WEIGHTS[:k]}
+    (copy.path / "results.json").write_text(json.dumps(results))
+    return copy
 
 
 @pytest.fixture(scope="module")
 def exports(runs: dict[str, RunDir], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("exports")
     folders = {scope: export_run(run, root / scope) for scope, run in runs.items()}
-    folders.update({f"scalar-{v}": export_run(runs["scalar"], root / f"scalar-{v}", v) for v in POSTHOC})
+    sources = {v: _positive_vs_copy(runs["scalar"], root) if v == "vs" else runs["scalar"] for v in POSTHOC}
+    folders.update({f"scalar-{v}": export_run(sources[v], root / f"scalar-{v}", v) for v in POSTHOC})
     return folders
 
 
@@ -137,25 +155,62 @@ def test_fresh_python_reproduces_the_runs_calibrated_probabilities(runs, fresh_s
 
 @pytest.mark.parametrize("variant", POSTHOC)
 def test_a_posthoc_variant_exports_as_a_folder_that_reproduces_it(runs, exports, fresh_scores, variant: str) -> None:
-    """`calm export --variant ts|base`: the untouched model (the adapter's B zeroed) with TS
-    as a scalar head, or none; a python without calm_core reproduces the run's own
-    probabilities of that variant."""
+    """`calm export --variant ts|vs|base`: the untouched model (the adapter's B zeroed) with TS
+    as a scalar head, VS as an uncentred options head, or none; a python without calm_core
+    reproduces the run's own probabilities of that variant."""
     run = runs["scalar"]
-    frame = pd.read_parquet(predictions_path(run.path, variant, run.config["train"]["eval_data"][0]))
+    frame = pd.read_parquet(predictions_path(run.path, "base" if variant == "vs" else variant,
+                                             run.config["train"]["eval_data"][0]))
     expected, got = dict(zip(frame["id"], frame["probs"])), fresh_scores[f"scalar-{variant}"]
+    if variant == "vs":  # VectorScaler itself, with the copy's weights, on the run's base option scores
+        fitted = run.results()["vs"]
+        scaler = VectorScaler(VS_WEIGHTS[:len(fitted["weights"])], fitted["biases"])
+        expected = {i: scaler.probs(np.asarray([z]))[0] for i, z in zip(frame["id"], frame["logits"])}
     assert got.keys() == expected.keys() and len(got) == 6
     worst = max(abs(a - b) for key in got for a, b in zip(got[key], expected[key], strict=True))
     assert worst <= TOLERANCE, f"{variant}: max |p_export - p_run| = {worst:.2e}"
+    if variant == "vs":  # not vacuous: vector scaling moves the base probabilities far more than that
+        moved = max(abs(a - b) for i, p in zip(frame["id"], frame["probs"]) for a, b in zip(p, expected[i]))
+        assert moved > 100 * TOLERANCE
     folder = exports[f"scalar-{variant}"]
     assert json.loads((folder / "calm_export.json").read_text())["variant"] == variant
-    assert (folder / "calibration_head.safetensors").exists() == (variant == "ts")
+    assert (folder / "calibration_head.safetensors").exists() == (variant != "base")
     assert "not the trained adapter" in (folder / "README.md").read_text()
 
 
 def test_export_refuses_a_variant_it_cannot_write(runs, tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="`variant`.*vector scaling"):
-        export_run(runs["scalar"], tmp_path / "vs", "vs")
-    assert not (tmp_path / "vs").exists()
+    with pytest.raises(ValueError, match="`variant`.*'platt'"):
+        export_run(runs["scalar"], tmp_path / "platt", "platt")
+    assert not (tmp_path / "platt").exists()
+
+
+def test_vector_scaling_with_a_weight_at_or_below_zero_is_refused_with_the_reason(runs, tmp_path: Path) -> None:
+    """An uncentred options head has tau = 1 / w > 0: a fit that turned an option's score
+    around has no such head, and the export says so instead of writing another model."""
+    run = runs["scalar"]
+    results = run.results()
+    k = len(results["vs"]["weights"])
+    results["vs"] = {**results["vs"], "weights": VS_WEIGHTS[:k]}
+    assert export._vector_scaling_head(run, results).centred is False  # these export
+    results["vs"]["weights"] = [-0.5, *VS_WEIGHTS[1:k]]
+    with pytest.raises(ValueError, match=r"weights > 0.*\[-0.5"):
+        export._vector_scaling_head(run, results)
+    with pytest.raises(ValueError, match="fitted vector scaling.*no `vs`"):
+        export._vector_scaling_head(run, {})
+
+
+def test_an_uncentred_options_head_is_vector_scaling_and_saves_its_centring(tmp_path: Path) -> None:
+    weights, biases = [0.5, 2.0, 1.25], [0.3, -0.2, 0.0]
+    head = CalibrationHead("options", size=3, center=False)
+    with torch.no_grad():
+        head.log_temperature.copy_(-torch.log(torch.tensor(weights)))
+        head.shift.copy_(torch.tensor(biases))
+    z = torch.tensor([[1.0, -2.0, 0.5], [3.0, 0.0, float("-inf")]])
+    expected = torch.softmax(torch.where(z.isfinite(), z * torch.tensor(weights) + torch.tensor(biases), z), -1)
+    assert torch.allclose(head.probs(z), expected, atol=1e-6)
+    loaded = CalibrationHead.load(head.save(tmp_path))
+    assert not loaded.centred and torch.allclose(loaded.probs(z), expected, atol=1e-6)
+    assert CalibrationHead("options", size=3).centred and not CalibrationHead("vocab", size=3).centred
 
 
 @pytest.mark.parametrize("scope", sorted(SCOPES))

@@ -101,3 +101,10 @@ def test_the_table_compares_each_cadence_with_its_own_idle_job_and_shows_a_broke
     lines = bench._table(rows).splitlines()
     assert "| 4.00x |" in lines[3] and "| 2.00x |" in lines[5]
     assert "broke: TimeoutError: Page.goto" in lines[6]
+
+
+def test_cpu_used_counts_new_processes_whole_and_drops_ended_ones() -> None:
+    tick = os.sysconf("SC_CLK_TCK")
+    before = {1: 100, 2: 50}  # 2 ends inside the window, 3 starts in it
+    after = {1: 100 + 2 * tick, 3: tick}
+    assert bench.cpu_used(before, after) == pytest.approx(3.0)

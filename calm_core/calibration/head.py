@@ -159,13 +159,18 @@ def _check_size(scope: str, size: object) -> int:
 class CalibrationHead(torch.nn.Module):
     """alpha = (shift l, log_temperature s), zero-initialised: the identity at init."""
 
-    def __init__(self, scope: str, size: int | None = None, acts_on: str | None = None) -> None:
+    def __init__(self, scope: str, size: int | None = None, acts_on: str | None = None,
+                 center: bool | None = None) -> None:
         """acts_on: "tokens" or "options"; None takes the scope's multiple-choice default
-        (`acts_on_for`): pass `acts_on_for(scope, task)` where the task is known."""
+        (`acts_on_for`): pass `acts_on_for(scope, task)` where the task is known.
+        center: whether scores are scaled about each row's mean (`centred`); None takes the
+        scope's default (every scope but vocab). An uncentred options head is z / tau_k + l_k,
+        exactly vector scaling (z w + b with w = 1 / tau > 0): how its export is written."""
         super().__init__()
         self.scope = _check_scope(scope)
         self.size = _check_size(self.scope, size)
         self.acts_on = _check_acts_on(self.scope, acts_on_for(self.scope) if acts_on is None else acts_on)
+        self._center = self.scope != "vocab" if center is None else bool(center)
         self.log_temperature = torch.nn.Parameter(torch.zeros(self.size, dtype=torch.float32))  # s, (size,)
         if self.scope == "scalar":
             self.register_parameter("shift", None)  # learned TS has no shift
@@ -173,13 +178,13 @@ class CalibrationHead(torch.nn.Module):
             self.shift = torch.nn.Parameter(torch.zeros(self.size, dtype=torch.float32))  # l, (size,)
 
     def extra_repr(self) -> str:
-        return f"scope={self.scope!r}, size={self.size}, acts_on={self.acts_on!r}"
+        return f"scope={self.scope!r}, size={self.size}, acts_on={self.acts_on!r}, center={self._center}"
 
     @property
     def centred(self) -> bool:
-        """Whether the head scales deviations from each row's mean (see `_calibrate`):
-        every scope but vocab, whose per-id rows are the paper's z / tau + l."""
-        return self.scope != "vocab"
+        """Whether the head scales deviations from each row's mean (see `_calibrate`): by
+        default every scope but vocab, whose per-id rows are the paper's z / tau + l."""
+        return self._center
 
     @property
     def tau(self) -> torch.Tensor:
@@ -266,12 +271,12 @@ class CalibrationHead(torch.nn.Module):
 
     def save(self, path: str | Path) -> Path:
         """Write the head to `path` (a .safetensors file, or a directory that gets
-        calibration_head.safetensors); scope, size and acts_on go in the metadata. Returns the file."""
+        calibration_head.safetensors); scope, size, acts_on and center go in the metadata. Returns the file."""
         file = _head_file(path)
         file.parent.mkdir(parents=True, exist_ok=True)
         tensors = {name: p.detach().cpu().contiguous() for name, p in self.named_parameters()}
         save_file(tensors, str(file), metadata={"format": _FORMAT, "scope": self.scope, "size": str(self.size),
-                                                "acts_on": self.acts_on})
+                                                "acts_on": self.acts_on, "center": str(int(self.centred))})
         return file
 
     @classmethod
@@ -291,7 +296,11 @@ class CalibrationHead(torch.nn.Module):
             raise ValueError(f"Expected `scope` in {list(SCOPES)} in {file}, but got {meta.get('scope')!r}")
         size = meta.get("size", "")
         acts_on = meta.get("acts_on", acts_on_for(meta["scope"], task))
-        head = cls(meta["scope"], int(size) if size.isdigit() else size, acts_on)
+        center = meta.get("center")  # absent in heads written before it was saved: the scope's default
+        if center not in (None, "0", "1"):
+            raise ValueError(f"Expected `center` to be '0' or '1' in {file}, but got {center!r}")
+        head = cls(meta["scope"], int(size) if size.isdigit() else size, acts_on,
+                   None if center is None else center == "1")
         _load_tensors(head, tensors, file)
         return head
 

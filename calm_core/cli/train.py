@@ -61,7 +61,7 @@ def add_parsers(sub: Any) -> None:
                                        "(calm_head.py), model card")
     ex.add_argument("run_id")
     ex.add_argument("target", type=Path)
-    ex.add_argument("--variant", help="the trained model at its selected step (default), base, ts, or recommended "
+    ex.add_argument("--variant", help="the trained model at its selected step (default), base, ts, vs, or recommended "
                                       "(the run's recommendation on S_V); every variant loads the same way")
     ex.add_argument("--runs-root", type=Path)
     for name, text in (("cancel", "stop a run gracefully (checkpoint, then cancelled)"),

@@ -150,7 +150,8 @@ def export_record(run: RunDir, step: int, checkpoint: Path) -> dict[str, Any]:
     hub_id, how = portable_base_model(str(train.get("model", "embedded")))
     adapter = json.loads((checkpoint / "adapter_config.json").read_text(encoding="utf-8"))
     has_head = (checkpoint / HEAD_FILENAME).is_file()
-    scope = CalibrationHead.load(checkpoint).scope if has_head else None
+    head = CalibrationHead.load(checkpoint) if has_head else None
+    scope = head.scope if head is not None else None
     ts = run.results().get("ts", {}) if (run.path / "results.json").is_file() else {}
     environment = config.get("environment", {})
     return {
@@ -160,7 +161,7 @@ def export_record(run: RunDir, step: int, checkpoint: Path) -> dict[str, Any]:
         "base_model_local_path": adapter.get("base_model_name_or_path"),  # what PEFT recorded on the training machine
         "base_model_dtype": (_status(run).get("model") or {}).get("dtype"),  # how the run loaded it
         "head_scope": scope,
-        "center": None if scope is None else scope != "vocab",  # as CalibrationHead.forward applies it
+        "center": None if head is None else head.centred,  # as CalibrationHead.forward applies it
         "scoring": ScoringConfig(rule=train["scoring"], chat_template=bool(train.get("chat_template"))).to_dict(),
         "ts_temperature": ts.get("temperature"), "ts_fit_on": ts.get("fit_on"),
         "calm_core": {"version": calm_core.__version__, "git": git_commit()},
@@ -187,7 +188,7 @@ def exported_step(run: RunDir) -> tuple[int, Path]:
     return latest
 
 
-POSTHOC_EXPORTS = ("base", "ts")  # variants of the untouched model that export as a folder of the same shape
+POSTHOC_EXPORTS = ("base", "ts", "vs")  # variants of the untouched model that export as a folder of the same shape
 
 
 def export_run(run: RunDir, target: Path, variant: str | None = None) -> Path:
@@ -195,7 +196,8 @@ def export_run(run: RunDir, target: Path, variant: str | None = None) -> Path:
 
     `variant`: the trained model (None or its method name: the selected step), `base`
     (the untouched model: the adapter with its B matrices zeroed, no head), `ts` (the
-    same with a scalar head at TS's temperature, which is exactly temperature scaling) or
+    same with a scalar head at TS's temperature, which is exactly temperature scaling),
+    `vs` (the same with an uncentred options head, which is exactly vector scaling) or
     `recommended` (results.json's recommendation). Every variant loads the same way."""
     target = Path(target)
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
@@ -217,13 +219,18 @@ def export_run(run: RunDir, target: Path, variant: str | None = None) -> Path:
 
 def recommended_export(run: RunDir) -> str | None:
     """The recommended variant when it is not the trained model and exports as a folder
-    (`base`, `ts`), else None: the studio then offers it beside the trained model."""
+    (`base`, `ts`, `vs`), else None: the studio then offers it beside the trained model."""
     try:
         results = run.results() if (run.path / "results.json").is_file() else {}
         method = run.config.get("train", {}).get("method")
     except (OSError, ValueError):
         return None
     variant = (results.get("recommendation") or {}).get("variant")
+    if variant == "vs":
+        try:
+            _vector_scaling_head(run, results)
+        except ValueError:  # a weight <= 0 has no temperature: nothing to offer (the export says why)
+            return None
     return variant if variant in POSTHOC_EXPORTS and variant != method else None
 
 
@@ -245,8 +252,7 @@ def _variant_source(run: RunDir, variant: str | None, scratch: Path) -> tuple[in
         return step, checkpoint, method
     if variant not in POSTHOC_EXPORTS:
         raise ValueError(f"Expected `variant` to be one of {[method, *POSTHOC_EXPORTS, 'recommended']}, but got "
-                         f"{variant!r} (vector scaling is no head the export's loader applies: its weights and "
-                         "biases are in results.json)")
+                         f"{variant!r}")
     shutil.copyfile(checkpoint / "adapter_config.json", scratch / "adapter_config.json")
     adapter = load_file(str(checkpoint / "adapter_model.safetensors"))
     zeroed = {k: torch.zeros_like(v) if "lora_B" in k else v for k, v in adapter.items()}  # delta W = B A = 0
@@ -259,7 +265,32 @@ def _variant_source(run: RunDir, variant: str | None, scratch: Path) -> tuple[in
         head = CalibrationHead("scalar", acts_on="options")
         head.log_temperature.data.fill_(math.log(temperature))
         head.save(scratch)
+    if variant == "vs":
+        _vector_scaling_head(run, results).save(scratch)
     return step, scratch, variant
+
+
+def _vector_scaling_head(run: RunDir, results: dict) -> "CalibrationHead":
+    """Vector scaling softmax(z w + b) as an uncentred options head z / tau + l, with
+    tau = 1 / w and l = b: the same probabilities. A weight <= 0 (an option whose score
+    the fit turned around) has no temperature, so that export is refused with the reason."""
+    import torch
+
+    from calm_core.calibration.head import CalibrationHead
+
+    record = results.get("vs") or {}
+    weights, biases = record.get("weights"), record.get("biases")
+    if not isinstance(weights, list) or not isinstance(biases, list) or len(weights) != len(biases) or not weights:
+        note = record.get("note", "results.json has no `vs` weights and biases")
+        raise ValueError(f"Expected a fitted vector scaling in run {run.run_id}, but {note}")
+    if not all(isinstance(w, (int, float)) and math.isfinite(w) and w > 0 for w in weights):
+        raise ValueError(f"Expected vector scaling weights > 0 to export as temperatures, but run {run.run_id} "
+                         f"has {weights}: export `ts` or the trained model instead")
+    head = CalibrationHead("options", size=len(weights), acts_on="options", center=False)
+    with torch.no_grad():
+        head.log_temperature.copy_(-torch.log(torch.tensor(weights, dtype=torch.float64)).float())
+        head.shift.copy_(torch.tensor(biases, dtype=torch.float32))
+    return head
 
 
 def _write_folder(run: RunDir, step: int, checkpoint: Path, folder: Path, variant: str) -> None:
@@ -308,7 +339,9 @@ def export_card(run: RunDir, record: dict[str, Any]) -> str:
     variant = record.get("variant", record["method"])
     what = {"base": "the **untouched base model** (the adapter's B matrices are zero, no head): the run's "
                     "recommendation on S_V", "ts": f"**temperature scaling** of the base model (T = {ts or 0:.4f}, "
-                    "fitted on S_V, as a scalar head over a zero adapter)"}.get(variant)
+                    "fitted on S_V, as a scalar head over a zero adapter)",
+            "vs": "**vector scaling** of the base model (softmax(z w + b) per option position, fitted on S_V, "
+                  "as an uncentred options head over a zero adapter: tau = 1 / w, l = b)"}.get(variant)
     variant_note = f"\nThis folder holds {what}, not the trained adapter.\n" if what else ""
     return (
         front_matter(card_metadata(run, record, rows))
