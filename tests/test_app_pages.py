@@ -339,6 +339,35 @@ def test_monitor_follows_appended_and_cut_back_metrics(open_page) -> None:
     assert _loss_steps(monitor) == [1, 2, 3, 4] and not monitor.exception
 
 
+@pytest.mark.parametrize("setting, every", [(None, "15 s"), ("7", "7 s"), ("1", "3 s"), ("soon", "15 s")])
+def test_an_active_runs_charts_redraw_at_their_own_cadence(open_page, monkeypatch, setting, every) -> None:
+    """While a run is active the charts poll every CALM_MONITOR_CHART_SECONDS (default 15 s,
+    at least the progress line's 3 s; a value that is no number is said and ignored), with
+    a button to redraw them now; a finished run is drawn once, without either."""
+    import os
+    import time
+
+    from calm_core.runs.rundir import RunDir
+
+    if setting is not None:
+        monkeypatch.setenv("CALM_MONITOR_CHART_SECONDS", setting)
+    run = RunDir.new({"train": {"method": "calm", "model": "tiny", "train_data": "builtin/capitals/train"}},
+                     name_hint="cadence")
+    run.append_metrics({"step": 1, "elapsed": 1.0, "train/lower_loss": 1.0})
+    run.write_status("running", step=1, total_steps=20, pid=os.getpid(), started=time.time(), heartbeat=time.time())
+    monitor = open_page("views/monitor.py")
+    assert not monitor.exception, monitor.exception
+    captions = [c.value for c in monitor.caption]
+    assert f"While the run is active the charts redraw every {every}, the progress line every 3 s." in captions
+    assert any(b.label == "Refresh the charts" for b in monitor.button)
+    assert (setting == "soon") == any("'soon' is not a number of seconds" in c for c in captions)
+    assert _loss_steps(monitor) == [1]
+    run.write_status("finished", step=20, total_steps=20)
+    monitor.run()
+    assert not any(b.label == "Refresh the charts" for b in monitor.button)
+    assert not any(c.startswith("While the run is active") for c in (c.value for c in monitor.caption))
+
+
 # ----------------------------------------------------------------------------- splits for a comparison (issue 23)
 
 def test_data_page_refuses_a_tiny_heldout_part_and_offers_a_split_that_fits(open_page, tiny_everywhere) -> None:
