@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 
 from calm_core.cli import main
@@ -38,9 +39,14 @@ def test_foreground_train_writes_a_finished_run(tiny_model_dir: Path, tmp_path: 
     argv = ["train", "--model", str(tiny_model_dir), "--method", "calm", "--name", "calm-tiny", "--steps", "2", "--runs-root", str(tmp_path),
             "--set", "eval_every=2", *TINY]
     assert main(argv) == 0
+    threads_before = torch.get_num_threads()
     run = only_run(tmp_path)
     assert run.status["state"] == "finished"
     assert run.config["train"]["method"] == "calm" and run.config["environment"]["versions"]["torch"]
+    cores = os.cpu_count() or 1  # threads = 0: every core but one, recorded, and this process's put back
+    assert run.status["threads"] == {"threads": max(1, cores - 1),
+                                     "why": f"every core but one of {cores}, at least 1 (threads = 0)"}
+    assert torch.get_num_threads() == threads_before
     assert [r["step"] for r in run.read_metrics()] == [0, 1, 2]
     assert main(["runs", "--runs-root", str(tmp_path)]) == 0
     listed = capsys.readouterr().out
@@ -66,6 +72,17 @@ def test_foreground_train_writes_a_finished_run(tiny_model_dir: Path, tmp_path: 
     card = (target / "README.md").read_text()
     assert "method `calm`" in card and "calm_theta_only" in card
     assert main(["export", run.run_id, str(target), "--runs-root", str(tmp_path)]) == 2  # never overwrites
+
+
+def test_job_threads_leave_a_core_unless_set_and_a_bad_count_is_refused() -> None:
+    from calm_core.training.config import TrainConfig
+
+    assert TrainConfig().job_threads(2) == (1, "every core but one of 2, at least 1 (threads = 0)")
+    assert TrainConfig().job_threads(16)[0] == 15 and TrainConfig().job_threads(1)[0] == 1
+    assert TrainConfig(threads=2).job_threads(2) == (2, "set (threads)")
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="`threads`"):
+            TrainConfig(threads=bad)
 
 
 def test_runs_flags_an_inert_coupling(tmp_path: Path, capsys) -> None:

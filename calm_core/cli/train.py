@@ -130,6 +130,19 @@ def _progress_bar(total: int) -> Any:
     return update
 
 
+def _set_threads(run: RunDir, cfg: Any, main: bool) -> None:
+    """Set the job's torch threads (TrainConfig.job_threads) and record them in status.json
+    `threads`. run_in_process puts the count back afterwards, so a caller of `calm train`
+    in its own process (the tests) keeps its setting; a caller of `train` (a notebook) is
+    not touched at all."""
+    import torch
+
+    threads, why = cfg.job_threads(os.cpu_count())
+    torch.set_num_threads(threads)
+    if main:
+        run.write_status("running", threads={"threads": threads, "why": why})
+
+
 def run_in_process(run: RunDir, show_progress: bool) -> int:
     """Train (or resume) the run in this process; failures end as `failed` with the error."""
     from calm_core.training import distributed
@@ -141,8 +154,12 @@ def run_in_process(run: RunDir, show_progress: bool) -> int:
     _graceful(run)
     if main:
         run.write_status("running", pid=os.getpid())
+    import torch
+
+    threads_before = torch.get_num_threads()
     try:
         cfg = TrainConfig.from_dict(run.config["train"])
+        _set_threads(run, cfg, main)
         result = train(cfg, run=run, progress=_progress_bar(cfg.steps) if show_progress and main else None)
     except Exception as exc:  # the run records why; the queue moves on
         if main:
@@ -150,6 +167,7 @@ def run_in_process(run: RunDir, show_progress: bool) -> int:
         print(f"calm: error: run {run.run_id} failed: {exc}", file=sys.stderr)
         return 1
     finally:
+        torch.set_num_threads(threads_before)
         if main:
             schedule(run.path.parent)
     if not main:

@@ -75,6 +75,9 @@ class TrainConfig:
     device: str = "auto"
     autocast: str = setting("auto", "torch.autocast around the cache fill, the steps and evaluation: bf16, none, "
                                     "or auto (bf16 on a CUDA GPU that has it, none on a CPU)", choices=("auto",) + AUTOCASTS)
+    threads: int = setting(0, "torch threads of a training job (0: every core but one, at least 1; beside one "
+                              "busy process a job with every core ran 2.8x slower than with one: bench/threads.py)",
+                           min=0, max=4096)
     seed: int = setting(0, "seeds the batch schedule, the adapters' init and dropout")
     eval_every: int = setting(20, "steps between evaluations after the dense start (0: only the dense start and the end)",
                               min=0)
@@ -93,6 +96,16 @@ class TrainConfig:
     eval_batch_size: int = 32
     eval_baselines: bool = True  # final evaluation also runs base and ts (off: runs sharing a base model and S_V reuse the first run's)
     name: str | None = setting(None, "a label for the run id and the studio")
+
+    def job_threads(self, cores: int | None) -> tuple[int, str]:
+        """(torch threads for this run's job, why): `threads`, or with 0 every core but one
+        (at least 1). torch waits for all its threads at every operator, so a thread whose
+        core another process holds stalls the job: beside one busy process, every core ran
+        2.8x slower than one thread, while alone it was 1.3x faster (bench/threads.py)."""
+        if self.threads:
+            return self.threads, "set (threads)"
+        cores = cores or 1
+        return max(1, cores - 1), f"every core but one of {cores}, at least 1 (threads = 0)"
 
     def __post_init__(self) -> None:
         if isinstance(self.lora, dict):
@@ -128,6 +141,8 @@ class TrainConfig:
         if self.eval_every < 0 or self.checkpoint_every < 0 or self.eval_dense_until < 0:
             raise ValueError("Expected `eval_every`, `eval_dense_until` and `checkpoint_every` to be >= 0")
         _positive_int("eval_dense_every", self.eval_dense_every)
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 0:
+            raise ValueError(f"Expected `threads` to be an int >= 0 (0: every core but one), but got {self.threads!r}")
         self.select_rule  # validates select, select_patience, lower_tolerance
 
     @property
