@@ -32,30 +32,71 @@ def reliability_figure(records: Sequence[dict[str, Any]], title: str = "Reliabil
     width = records[0]["upper"] - records[0]["lower"] if records else 0.1
     filled = [r for r in records if r["count"] > 0]
     empty = [r for r in records if r["count"] == 0]
-    fig.add_bar(x=_centers(filled), y=[r["accuracy"] for r in filled], width=width * 0.95, marker_color=BAR_COLOR,
-                name="accuracy", row=1, col=1,
-                customdata=[[r["count"], r["mean_confidence"]] for r in filled],
-                hovertemplate="accuracy %{y:.3f}<br>mean confidence %{customdata[1]:.3f}<br>%{customdata[0]} items<extra></extra>")
-    for label, color, side in (("over-confident (confidence above accuracy)", OVER_COLOR, True),
-                               ("under-confident (accuracy above confidence)", UNDER_COLOR, False)):
+    fig.add_bar(
+        x=_centers(filled),
+        y=[r["accuracy"] for r in filled],
+        width=width * 0.95,
+        marker_color=BAR_COLOR,
+        name="accuracy",
+        row=1,
+        col=1,
+        customdata=[[r["count"], r["mean_confidence"]] for r in filled],
+        hovertemplate="accuracy %{y:.3f}<br>mean confidence %{customdata[1]:.3f}<br>"
+        "%{customdata[0]} items<extra></extra>",
+    )
+    for label, color, side in (
+        ("over-confident (confidence above accuracy)", OVER_COLOR, True),
+        ("under-confident (accuracy above confidence)", UNDER_COLOR, False),
+    ):
         part = [r for r in filled if (r["gap"] > 0) == side]  # one trace each, so the legend names both colours
-        fig.add_bar(x=_centers(part), y=[r["gap"] for r in part], base=[r["accuracy"] for r in part],
-                    width=width * 0.95, name=label, row=1, col=1, marker_color=color, hoverinfo="skip")
-    fig.add_scatter(x=[0, 1], y=[0, 1], mode="lines", line=dict(dash="dash", color="gray"),
-                    name="perfect calibration", row=1, col=1)
+        fig.add_bar(
+            x=_centers(part),
+            y=[r["gap"] for r in part],
+            base=[r["accuracy"] for r in part],
+            width=width * 0.95,
+            name=label,
+            row=1,
+            col=1,
+            marker_color=color,
+            hoverinfo="skip",
+        )
+    fig.add_scatter(
+        x=[0, 1], y=[0, 1], mode="lines", line=dict(dash="dash", color="gray"), name="perfect calibration", row=1, col=1
+    )
     if empty:
-        fig.add_scatter(x=_centers(empty), y=[0.0] * len(empty), mode="markers", marker_symbol="x",
-                        marker_color="gray", name="empty bin", row=1, col=1)
-    fig.add_bar(x=_centers(records), y=[r["count"] for r in records], width=width * 0.95,
-                marker_color="rgba(120,120,140,0.7)", name="items", row=2, col=1, showlegend=False)
+        fig.add_scatter(
+            x=_centers(empty),
+            y=[0.0] * len(empty),
+            mode="markers",
+            marker_symbol="x",
+            marker_color="gray",
+            name="empty bin",
+            row=1,
+            col=1,
+        )
+    fig.add_bar(
+        x=_centers(records),
+        y=[r["count"] for r in records],
+        width=width * 0.95,
+        marker_color="rgba(120,120,140,0.7)",
+        name="items",
+        row=2,
+        col=1,
+        showlegend=False,
+    )
     return _reliability_layout(fig, title, barmode="overlay", height=460, y_max=1.0)
 
 
 def _reliability_layout(fig: go.Figure, title: str, barmode: str, height: int, y_max: float) -> go.Figure:
     """The two-panel frame shared by the reliability figures: accuracy over confidence
     above, item counts below, legend underneath."""
-    fig.update_layout(title=title, barmode=barmode, height=height, margin=dict(l=40, r=10, t=50, b=40),
-                      legend=dict(orientation="h", y=-0.15))
+    fig.update_layout(
+        title=title,
+        barmode=barmode,
+        height=height,
+        margin=dict(l=40, r=10, t=50, b=40),
+        legend=dict(orientation="h", y=-0.15),
+    )
     fig.update_yaxes(range=[0, y_max], title_text="accuracy", row=1, col=1)
     fig.update_yaxes(title_text="items", row=2, col=1)
     fig.update_xaxes(range=[0, 1], title_text="confidence", row=2, col=1)
@@ -64,9 +105,15 @@ def _reliability_layout(fig: go.Figure, title: str, barmode: str, height: int, y
 
 def accuracy_confidence_figure(accuracy: float, confidence: float, title: str = "") -> go.Figure:
     """Two bars side by side: what the model gets right vs how sure it says it is."""
-    fig = go.Figure(go.Bar(x=["accuracy", "mean confidence"], y=[accuracy, confidence],
-                           marker_color=[BAR_COLOR, OVER_COLOR if confidence > accuracy else UNDER_COLOR],
-                           text=[f"{accuracy:.0%}", f"{confidence:.0%}"], textposition="outside"))
+    fig = go.Figure(
+        go.Bar(
+            x=["accuracy", "mean confidence"],
+            y=[accuracy, confidence],
+            marker_color=[BAR_COLOR, OVER_COLOR if confidence > accuracy else UNDER_COLOR],
+            text=[f"{accuracy:.0%}", f"{confidence:.0%}"],
+            textposition="outside",
+        )
+    )
     fig.update_layout(title=title, yaxis_range=[0, 1.1], height=300, margin=dict(l=40, r=10, t=40, b=30))
     return fig
 
@@ -87,26 +134,50 @@ SELECTED_LABEL = "selected"  # the calibrated stop's step (training/selection.py
 SELECTED_SYMBOL = "star"
 
 
-def line_figure(curves: dict[str, tuple[Sequence[float], Sequence[float]]], title: str, y_title: str = "",
-                log_y: bool = False, x_title: str = "step", selected_step: int | None = None,
-                threshold: tuple[float, str] | None = None) -> go.Figure:
+def line_figure(
+    curves: dict[str, tuple[Sequence[float], Sequence[float]]],
+    title: str,
+    y_title: str = "",
+    log_y: bool = False,
+    x_title: str = "step",
+    selected_step: int | None = None,
+    threshold: tuple[float, str] | None = None,
+) -> go.Figure:
     """One line per named (x, y) curve, e.g. ECE per evaluation set over training steps.
     `selected_step`: a vertical dashed line labelled "selected" at the step the run's
     model is from; `threshold` (value, label): a dotted horizontal line across the curves
     (a trace, so the legend names it), e.g. the lower level's tolerance."""
     fig = go.Figure()
     for i, (name, (x, y)) in enumerate(curves.items()):
-        fig.add_scatter(x=list(x), y=list(y), mode="lines+markers" if len(x) < 30 else "lines", name=name,
-                        line=dict(color=PALETTE[i % len(PALETTE)] if len(curves) > 1 else ACCENT))
+        fig.add_scatter(
+            x=list(x),
+            y=list(y),
+            mode="lines+markers" if len(x) < 30 else "lines",
+            name=name,
+            line=dict(color=PALETTE[i % len(PALETTE)] if len(curves) > 1 else ACCENT),
+        )
     xs = [float(v) for x, _ in curves.values() for v in x]
     if threshold is not None and xs:
         value, label = threshold
-        fig.add_scatter(x=[min(xs), max(xs)], y=[float(value), float(value)], mode="lines", name=label,
-                        line=dict(color="gray", dash="dot"), hovertemplate=f"{label}: %{{y:.4f}}<extra></extra>")
+        fig.add_scatter(
+            x=[min(xs), max(xs)],
+            y=[float(value), float(value)],
+            mode="lines",
+            name=label,
+            line=dict(color="gray", dash="dot"),
+            hovertemplate=f"{label}: %{{y:.4f}}<extra></extra>",
+        )
     if selected_step is not None:
-        fig.add_vline(x=selected_step, line_dash="dash", line_color="gray", annotation_text=SELECTED_LABEL,
-                      annotation_position="top")
-    fig.update_layout(title=title, height=300, margin=dict(l=40, r=10, t=40, b=30), legend=dict(orientation="h", y=-0.25))
+        fig.add_vline(
+            x=selected_step,
+            line_dash="dash",
+            line_color="gray",
+            annotation_text=SELECTED_LABEL,
+            annotation_position="top",
+        )
+    fig.update_layout(
+        title=title, height=300, margin=dict(l=40, r=10, t=40, b=30), legend=dict(orientation="h", y=-0.25)
+    )
     fig.update_xaxes(title_text=x_title)
     fig.update_yaxes(title_text=y_title, type="log" if log_y else "linear")
     ys = [float(v) for _, y in curves.values() for v in y if np.isfinite(v)]
@@ -121,11 +192,20 @@ def line_figure(curves: dict[str, tuple[Sequence[float], Sequence[float]]], titl
 FLAT_SPAN = 1e-4  # a curve whose span is under this (relative) is drawn as flat
 
 
-def alpha_heatmap(steps: Sequence[int], matrix: Any, labels: Sequence[str], title: str = "tau over training") -> go.Figure:
+def alpha_heatmap(
+    steps: Sequence[int], matrix: Any, labels: Sequence[str], title: str = "tau over training"
+) -> go.Figure:
     """Step x component heatmap of an alpha vector (rows: steps, columns: options)."""
-    fig = go.Figure(go.Heatmap(z=[list(map(float, row)) for row in matrix], x=list(labels), y=list(steps),
-                               colorscale="RdBu_r", zmid=1.0 if "tau" in title else 0.0,
-                               hovertemplate="%{x}, step %{y}: %{z:.3f}<extra></extra>"))
+    fig = go.Figure(
+        go.Heatmap(
+            z=[list(map(float, row)) for row in matrix],
+            x=list(labels),
+            y=list(steps),
+            colorscale="RdBu_r",
+            zmid=1.0 if "tau" in title else 0.0,
+            hovertemplate="%{x}, step %{y}: %{z:.3f}<extra></extra>",
+        )
+    )
     fig.update_layout(title=title, height=320, margin=dict(l=40, r=10, t=40, b=30))
     fig.update_yaxes(title_text="step", autorange="reversed")
     return fig
@@ -142,9 +222,11 @@ def alpha_bars(values: Sequence[float], labels: Sequence[str], step: int, name: 
 REFERENCE_SYMBOLS = {"base": "x", "ts": "diamond"}
 
 
-def tradeoff_figure(paths: dict[str, tuple[Sequence[int], Sequence[float], Sequence[float]]],
-                    references: dict[str, dict[str, tuple[float, float]]] | None = None,
-                    selected_step: int | None = None) -> go.Figure:
+def tradeoff_figure(
+    paths: dict[str, tuple[Sequence[int], Sequence[float], Sequence[float]]],
+    references: dict[str, dict[str, tuple[float, float]]] | None = None,
+    selected_step: int | None = None,
+) -> go.Figure:
     """ECE (x) against accuracy (y) as a path over training, one per evaluation set;
     the first point is hollow, the last filled: left is better calibrated, up is more
     accurate. `references` ({set: {"base" | "ts": (ece, acc)}}) adds the untouched model
@@ -155,53 +237,107 @@ def tradeoff_figure(paths: dict[str, tuple[Sequence[int], Sequence[float], Seque
     fig = go.Figure()
     for i, (name, (steps, acc, ece)) in enumerate(paths.items()):
         color = PALETTE[i % len(PALETTE)]
-        fig.add_scatter(x=list(ece), y=list(acc), mode="lines+markers", name=name, line=dict(color=color),
-                        marker=dict(size=[9 if j == len(steps) - 1 else 6 for j in range(len(steps))],
-                                    symbol=["circle-open" if j == 0 else "circle" for j in range(len(steps))]),
-                        text=[f"step {s}" for s in steps], hovertemplate="%{text}<br>ECE %{x:.3f}<br>acc %{y:.3f}<extra></extra>")
+        fig.add_scatter(
+            x=list(ece),
+            y=list(acc),
+            mode="lines+markers",
+            name=name,
+            line=dict(color=color),
+            marker=dict(
+                size=[9 if j == len(steps) - 1 else 6 for j in range(len(steps))],
+                symbol=["circle-open" if j == 0 else "circle" for j in range(len(steps))],
+            ),
+            text=[f"step {s}" for s in steps],
+            hovertemplate="%{text}<br>ECE %{x:.3f}<br>acc %{y:.3f}<extra></extra>",
+        )
         if selected_step is not None and selected_step in list(steps):
             j = list(steps).index(selected_step)
-            fig.add_scatter(x=[ece[j]], y=[acc[j]], mode="markers", name=f"{SELECTED_LABEL} (step {selected_step}) · {name}",
-                            marker=dict(color=color, size=16, symbol=SELECTED_SYMBOL, line=dict(color="black", width=1)),
-                            hovertemplate=f"selected: step {selected_step}<br>ECE %{{x:.3f}}<br>acc %{{y:.3f}}<extra></extra>")
+            fig.add_scatter(
+                x=[ece[j]],
+                y=[acc[j]],
+                mode="markers",
+                name=f"{SELECTED_LABEL} (step {selected_step}) · {name}",
+                marker=dict(color=color, size=16, symbol=SELECTED_SYMBOL, line=dict(color="black", width=1)),
+                hovertemplate=f"selected: step {selected_step}<br>ECE %{{x:.3f}}<br>acc %{{y:.3f}}<extra></extra>",
+            )
         for variant, (ref_ece, ref_acc) in (references or {}).get(name, {}).items():
-            fig.add_scatter(x=[ref_ece], y=[ref_acc], mode="markers", name=f"{variant} · {name}", showlegend=True,
-                            marker=dict(color=color, size=11, symbol=REFERENCE_SYMBOLS.get(variant, "square")),
-                            hovertemplate=f"{variant}<br>ECE %{{x:.3f}}<br>acc %{{y:.3f}}<extra></extra>")
+            fig.add_scatter(
+                x=[ref_ece],
+                y=[ref_acc],
+                mode="markers",
+                name=f"{variant} · {name}",
+                showlegend=True,
+                marker=dict(color=color, size=11, symbol=REFERENCE_SYMBOLS.get(variant, "square")),
+                hovertemplate=f"{variant}<br>ECE %{{x:.3f}}<br>acc %{{y:.3f}}<extra></extra>",
+            )
     for label, symbol in (("first evaluation (open)", "circle-open"), ("last evaluation (filled, larger)", "circle")):
-        fig.add_scatter(x=[None], y=[None], mode="markers", name=label, legendgroup="key",  # a legend key, no data
-                        marker=dict(color="gray", size=9, symbol=symbol))
-    fig.update_layout(title="Trade-off over training", height=460, margin=dict(l=40, r=10, t=40, b=40),
-                      legend=dict(orientation="h", yanchor="top", y=-0.22))  # below the x-axis title, not on it
+        fig.add_scatter(
+            x=[None],
+            y=[None],
+            mode="markers",
+            name=label,
+            legendgroup="key",  # a legend key, no data
+            marker=dict(color="gray", size=9, symbol=symbol),
+        )
+    fig.update_layout(
+        title="Trade-off over training",
+        height=460,
+        margin=dict(l=40, r=10, t=40, b=40),
+        legend=dict(orientation="h", yanchor="top", y=-0.22),
+    )  # below the x-axis title, not on it
     fig.update_xaxes(title_text="ECE (lower is better)")
     fig.update_yaxes(title_text="accuracy")
     return fig
 
 
-def reliability_overlay(variants: dict[str, tuple[Sequence[dict[str, Any]], Sequence[float], Sequence[float]]],
-                        title: str = "Reliability diagram") -> go.Figure:
+def reliability_overlay(
+    variants: dict[str, tuple[Sequence[dict[str, Any]], Sequence[float], Sequence[float]]],
+    title: str = "Reliability diagram",
+) -> go.Figure:
     """Several variants on one diagram: per-bin accuracy (markers at the bin's mean
     confidence, bootstrap interval as error bars; no line, which would jump across empty
     bins) against the diagonal, and below, each variant's confidence histogram. `variants` maps a name
     to (BinTable records, interval lower, interval upper)."""
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.72, 0.28], vertical_spacing=0.05)
-    fig.add_scatter(x=[0, 1], y=[0, 1], mode="lines", line=dict(dash="dash", color="gray"),
-                    name="perfect calibration", row=1, col=1)
+    fig.add_scatter(
+        x=[0, 1], y=[0, 1], mode="lines", line=dict(dash="dash", color="gray"), name="perfect calibration", row=1, col=1
+    )
     colors = variant_colors(list(variants))
     for name, (records, lower, upper) in variants.items():
         color = colors[name]
         keep = [j for j, r in enumerate(records) if r["count"] > 0]
         acc = [records[j]["accuracy"] for j in keep]
         # Markers only: a line would jump across empty bins and tangle with 8 items a set.
-        fig.add_scatter(x=[records[j]["mean_confidence"] for j in keep], y=acc, mode="markers", name=name,
-                        marker=dict(color=color, size=9), legendgroup=name,
-                        error_y=dict(type="data", symmetric=False, array=[upper[j] - records[j]["accuracy"] for j in keep],
-                                     arrayminus=[records[j]["accuracy"] - lower[j] for j in keep], thickness=1),
-                        customdata=[records[j]["count"] for j in keep],
-                        hovertemplate=name + ": accuracy %{y:.3f} at confidence %{x:.3f}, %{customdata} items<extra></extra>",
-                        row=1, col=1)
-        fig.add_bar(x=_centers(records), y=[r["count"] for r in records], name=f"{name} items", legendgroup=name,
-                    marker_color=color, opacity=0.55, showlegend=False, row=2, col=1)
+        fig.add_scatter(
+            x=[records[j]["mean_confidence"] for j in keep],
+            y=acc,
+            mode="markers",
+            name=name,
+            marker=dict(color=color, size=9),
+            legendgroup=name,
+            error_y=dict(
+                type="data",
+                symmetric=False,
+                array=[upper[j] - records[j]["accuracy"] for j in keep],
+                arrayminus=[records[j]["accuracy"] - lower[j] for j in keep],
+                thickness=1,
+            ),
+            customdata=[records[j]["count"] for j in keep],
+            hovertemplate=name + ": accuracy %{y:.3f} at confidence %{x:.3f}, %{customdata} items<extra></extra>",
+            row=1,
+            col=1,
+        )
+        fig.add_bar(
+            x=_centers(records),
+            y=[r["count"] for r in records],
+            name=f"{name} items",
+            legendgroup=name,
+            marker_color=color,
+            opacity=0.55,
+            showlegend=False,
+            row=2,
+            col=1,
+        )
     return _reliability_layout(fig, title, barmode="group", height=500, y_max=1.02)
 
 
@@ -211,10 +347,21 @@ def option_probability_figure(options: Sequence[str], probs: dict[str, Sequence[
     colors = variant_colors(list(probs))
     labels = [html.escape(o) for o in options]  # plotly renders a subset of HTML in labels: user text is escaped
     for name, p in probs.items():
-        fig.add_bar(x=labels, y=[float(v) for v in p], name=name, marker_color=colors[name],
-                    text=[f"{float(v):.0%}" for v in p], textposition="outside")
-    fig.update_layout(barmode="group", yaxis_range=[0, 1.1], height=340, margin=dict(l=40, r=10, t=30, b=30),
-                      legend=dict(orientation="h", y=-0.2))
+        fig.add_bar(
+            x=labels,
+            y=[float(v) for v in p],
+            name=name,
+            marker_color=colors[name],
+            text=[f"{float(v):.0%}" for v in p],
+            textposition="outside",
+        )
+    fig.update_layout(
+        barmode="group",
+        yaxis_range=[0, 1.1],
+        height=340,
+        margin=dict(l=40, r=10, t=30, b=30),
+        legend=dict(orientation="h", y=-0.2),
+    )
     return fig
 
 
@@ -234,11 +381,21 @@ def confidence_histogram(curves: dict[str, Sequence[float]], title: str = "Confi
     for name, values in curves.items():
         counts, edges = histogram_counts(values, n_bins)
         label = html.escape(name)
-        fig.add_bar(x=((edges[:-1] + edges[1:]) / 2).tolist(), y=counts.tolist(), name=label, marker_color=colors[name],
-                    customdata=[[f"{lo:.2f}-{hi:.2f}"] for lo, hi in zip(edges[:-1], edges[1:])],
-                    hovertemplate=label + ": %{y} items at confidence %{customdata[0]}<extra></extra>")
-    fig.update_layout(title=html.escape(title), barmode="group", height=320, margin=dict(l=40, r=10, t=50, b=30),
-                      legend=dict(orientation="h", y=-0.25))
+        fig.add_bar(
+            x=((edges[:-1] + edges[1:]) / 2).tolist(),
+            y=counts.tolist(),
+            name=label,
+            marker_color=colors[name],
+            customdata=[[f"{lo:.2f}-{hi:.2f}"] for lo, hi in zip(edges[:-1], edges[1:], strict=True)],
+            hovertemplate=label + ": %{y} items at confidence %{customdata[0]}<extra></extra>",
+        )
+    fig.update_layout(
+        title=html.escape(title),
+        barmode="group",
+        height=320,
+        margin=dict(l=40, r=10, t=50, b=30),
+        legend=dict(orientation="h", y=-0.25),
+    )
     fig.update_xaxes(range=[0, 1], title_text="confidence")
     fig.update_yaxes(title_text="items")
     return fig
@@ -254,7 +411,7 @@ def answer_groups(samples: Sequence[str], clusters: Sequence[int]) -> list[tuple
         raise ValueError(f"Expected one cluster label per sample, but got {len(clusters)} for {len(samples)} samples")
     counts = Counter(int(c) for c in clusters)
     first: dict[int, str] = {}
-    for text, label in zip(samples, clusters):
+    for text, label in zip(samples, clusters, strict=True):
         first.setdefault(int(label), str(text))
     order = sorted(first, key=lambda c: (-counts[c], list(first).index(c)))
     return [(first[c], counts[c]) for c in order]
@@ -278,10 +435,15 @@ def open_answers_table(frame: Any) -> Any:
     rows = []
     for row in frame.itertuples(index=False):
         samples, clusters = list(row.samples), [int(c) for c in row.clusters]
-        rows.append({"id": row.id, "greedy": row.greedy,
-                     "samples by cluster": cluster_summary(samples, clusters) if samples else "",
-                     "Sem1 confidence": as_float(row.sem_conf),
-                     "correct": None if as_float(row.sem_correct) is None else bool(row.sem_correct)})
+        rows.append(
+            {
+                "id": row.id,
+                "greedy": row.greedy,
+                "samples by cluster": cluster_summary(samples, clusters) if samples else "",
+                "Sem1 confidence": as_float(row.sem_conf),
+                "correct": None if as_float(row.sem_correct) is None else bool(row.sem_correct),
+            }
+        )
     return pd.DataFrame(rows, columns=["id", "greedy", "samples by cluster", "Sem1 confidence", "correct"])
 
 

@@ -15,8 +15,16 @@ import time
 
 import streamlit as st
 
-from calm_core.workspace.access import (FREE_TRIES, HOW_TO_SET, SECRETS_KEY, Access, access_from, check_password,
-                                        retry_delay, session_tag)
+from calm_core.workspace.access import (
+    FREE_TRIES,
+    HOW_TO_SET,
+    SECRETS_KEY,
+    Access,
+    access_from,
+    check_password,
+    retry_delay,
+    session_tag,
+)
 
 PASSED = "gate_passed"
 FAILURES = "gate_failures"
@@ -74,13 +82,22 @@ def passes_gate(access: Access) -> bool:
     if st.session_state.get(PASSED):
         return True
     st.markdown("### CALM Studio")
-    st.text_input("Password", type="password", key=FIELD, on_change=_password_entered, args=(access.password,),
-                  help="This studio is shared: ask whoever started it for the password.")
+    st.text_input(
+        "Password",
+        type="password",
+        key=FIELD,
+        on_change=_password_entered,
+        args=(access.password,),
+        help="This studio is shared: ask whoever started it for the password.",
+    )
     failures = st.session_state.get(FAILURES, 0)
     if failures:
         delay = retry_delay(failures)
         tries = f"{failures} wrong {'try' if failures == 1 else 'tries'}"
-        st.error(f"Wrong password ({tries})." + (f" Too many wrong tries: the next one waits {delay:.0f} s." if delay else ""))
+        st.error(
+            f"Wrong password ({tries})."
+            + (f" Too many wrong tries: the next one waits {delay:.0f} s." if delay else "")
+        )
     elif FAILURES not in st.session_state:
         st.caption(f"A shared studio. After {FREE_TRIES} wrong tries each new try waits longer.")
     return False

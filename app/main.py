@@ -20,7 +20,9 @@ from app.gate import passes_gate, studio_access  # noqa: E402
 st.set_page_config(page_title="CALM Studio", page_icon=str(ROOT / "assets" / "logo.svg"), layout="wide")
 
 PAGES = [
-    st.Page(str(ROOT / "app" / "views" / "learn.py"), title="Learn: overconfidence", icon=":material/school:", default=True),
+    st.Page(
+        str(ROOT / "app" / "views" / "learn.py"), title="Learn: overconfidence", icon=":material/school:", default=True
+    ),
     st.Page(str(ROOT / "app" / "views" / "data.py"), title="Data", icon=":material/dataset:"),
     st.Page(str(ROOT / "app" / "views" / "train.py"), title="Train", icon=":material/model_training:"),
     st.Page(str(ROOT / "app" / "views" / "monitor.py"), title="Monitor", icon=":material/monitoring:"),

@@ -21,12 +21,20 @@ def setting_input(container: Any, spec: SettingSpec, value: Any, key: str) -> An
     choices = spec.meta("choices")
     if choices:
         options = list(choices)
-        return container.selectbox(label, options, index=options.index(value) if value in options else 0,
-                                   key=key, help=help_text)
+        return container.selectbox(
+            label, options, index=options.index(value) if value in options else 0, key=key, help=help_text
+        )
     if spec.kind in (int, float):
         cast = spec.kind
         bounds = {name: cast(spec.meta(name)) for name in ("min", "max") if spec.meta(name) is not None}
         extra = {"format": spec.meta("format")} if spec.meta("format") else {}
-        return container.number_input(label, min_value=bounds.get("min"), max_value=bounds.get("max"),
-                                      value=cast(value), key=key, help=help_text, **extra)
+        return container.number_input(
+            label,
+            min_value=bounds.get("min"),
+            max_value=bounds.get("max"),
+            value=cast(value),
+            key=key,
+            help=help_text,
+            **extra,
+        )
     return container.text_input(label, value="" if value is None else str(value), key=key, help=help_text)

@@ -7,9 +7,9 @@ import streamlit as st
 
 from calm_core.scoring.evaluate import score_dataset
 from calm_core.scoring.models import LoadedModel, load_model
-from calm_core.workspace.playground import TrainedModel
-from calm_core.scoring.prompts import ScoringConfig
 from calm_core.scoring.options import OptionScores
+from calm_core.scoring.prompts import ScoringConfig
+from calm_core.workspace.playground import TrainedModel
 
 
 @st.cache_resource(show_spinner="Loading the model (the first time converts it: about a minute)...")
@@ -59,7 +59,7 @@ def describe_error(exc: Exception) -> str:
 @st.cache_resource(show_spinner="Loading the run's adapter and calibration head...", max_entries=4)
 def get_trained(run_id: str) -> TrainedModel:
     """A finished run's model, once per process (a fresh base model under its adapter)."""
-    from calm_core.workspace.playground import load_trained
     from calm_core.runs.rundir import RunDir
+    from calm_core.workspace.playground import load_trained
 
     return load_trained(RunDir.at(run_id))

@@ -33,8 +33,10 @@ def parse(spec: str) -> tuple[str, int]:
     """`name` or `name:n` -> (name, n >= 1); ValueError naming the known points otherwise."""
     name, _, count = spec.partition(":")
     if name not in POINTS or (count and (not count.isdigit() or int(count) < 1)):
-        raise ValueError(f"Expected {FAULT_ENV} as POINT or POINT:N with POINT one of {', '.join(POINTS)} "
-                         f"and N >= 1, but got {spec!r}")
+        raise ValueError(
+            f"Expected {FAULT_ENV} as POINT or POINT:N with POINT one of {', '.join(POINTS)} "
+            f"and N >= 1, but got {spec!r}"
+        )
     return name, int(count or 1)
 
 

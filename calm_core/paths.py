@@ -95,8 +95,9 @@ def _make_folder(folder: Path, target: Path) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ValueError(f"Expected to create the folder {folder} for {target}, but could not: "
-                         f"{exc.strerror or exc}") from None
+        raise ValueError(
+            f"Expected to create the folder {folder} for {target}, but could not: {exc.strerror or exc}"
+        ) from None
 
 
 def _probe_folder(folder: Path, target: Path) -> None:
@@ -105,5 +106,6 @@ def _probe_folder(folder: Path, target: Path) -> None:
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".calm-write-check-"):
             pass
     except OSError as exc:
-        raise ValueError(f"Expected a writable folder for {target}, but {folder} cannot be written: "
-                         f"{exc.strerror or exc}") from None
+        raise ValueError(
+            f"Expected a writable folder for {target}, but {folder} cannot be written: {exc.strerror or exc}"
+        ) from None

@@ -18,14 +18,29 @@ from collections.abc import Iterator
 from typing import Any
 
 
-def setting(default: Any = dataclasses.MISSING, help: str = "", *, label: str | None = None,
-            choices: tuple[Any, ...] | None = None, min: float | None = None, max: float | None = None,
-            format: str | None = None, default_factory: Any = dataclasses.MISSING) -> Any:
+def setting(
+    default: Any = dataclasses.MISSING,
+    help: str = "",
+    *,
+    label: str | None = None,
+    choices: tuple[Any, ...] | None = None,
+    min: float | None = None,
+    max: float | None = None,
+    format: str | None = None,
+    default_factory: Any = dataclasses.MISSING,
+) -> Any:
     """A dataclass field that is a user-facing setting (see the module docstring): `label`
     names it in the studio (default: its name, capitalised), `choices` / `min` / `max`
     bound the widget, `format` is the widget's number format (e.g. "%.0e")."""
-    metadata = {"flag": True, "help": help, "label": label, "choices": choices, "min": min, "max": max,
-                "format": format}
+    metadata = {
+        "flag": True,
+        "help": help,
+        "label": label,
+        "choices": choices,
+        "min": min,
+        "max": max,
+        "format": format,
+    }
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)

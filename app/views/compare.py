@@ -13,19 +13,21 @@ from app.charts import confidence_histogram, figure_png, open_answers_table, rel
 from app.state import code, describe_error
 from calm_core.calibration import metrics
 from calm_core.calibration.metrics.columns import help_texts, metric_names, table_columns
-from calm_core.workspace import verdict
-from calm_core.workspace import view as run_view
-from calm_core.scoring.evaluate import wide_table
-from calm_core.workspace.export import export_zip, recommended_export
-from calm_core.workspace.report import run_report_html
 from calm_core.data.catalog import list_datasets
 from calm_core.runs.listing import list_runs, run_label
-from calm_core.workspace.added import evaluate_run, run_eval_limit
 from calm_core.runs.rundir import RunDir
+from calm_core.scoring.evaluate import wide_table
+from calm_core.workspace import verdict
+from calm_core.workspace import view as run_view
+from calm_core.workspace.added import evaluate_run, run_eval_limit
+from calm_core.workspace.export import export_zip, recommended_export
+from calm_core.workspace.report import run_report_html
 
-OPEN_MEANING = ("Open answers: **confidence** is Sem1, the share of the n sampled answers that fall in the most "
-                "common meaning cluster, and **correct** means that cluster's answer matches an accepted alias "
-                "(normalised exact match).")
+OPEN_MEANING = (
+    "Open answers: **confidence** is Sem1, the share of the n sampled answers that fall in the most "
+    "common meaning cluster, and **correct** means that cluster's answer matches an accepted alias "
+    "(normalised exact match)."
+)
 
 
 def _tooltips(columns: list[str] | tuple[str, ...]) -> dict:
@@ -37,8 +39,9 @@ def _verdict_config(label: str | None) -> dict:
     """The verdict table's header tooltips; with several runs, the first column names the run."""
     config = {name: st.column_config.Column(help=text) for name, text in verdict.VERDICT_HELP.items()}
     if label:
-        config["evaluation set"] = st.column_config.Column(label=f"evaluation set ({label})",
-                                                           help=verdict.VERDICT_HELP["evaluation set"])
+        config["evaluation set"] = st.column_config.Column(
+            label=f"evaluation set ({label})", help=verdict.VERDICT_HELP["evaluation set"]
+        )
     return config
 
 
@@ -71,8 +74,13 @@ with st.container(key="compare_verdict"):  # the verdict row: one line per evalu
     for run in runs:
         table = verdict.verdict_table(results_of[run.run_id])
         if table:
-            st.dataframe(pd.DataFrame(table), hide_index=True, width="stretch", key=f"compare_verdict_{run.run_id}",
-                         column_config=_verdict_config(label=labels[run.run_id] if len(runs) > 1 else None))
+            st.dataframe(
+                pd.DataFrame(table),
+                hide_index=True,
+                width="stretch",
+                key=f"compare_verdict_{run.run_id}",
+                column_config=_verdict_config(label=labels[run.run_id] if len(runs) > 1 else None),
+            )
     st.caption(verdict.VERDICT_CAPTION)
 
 datasets = list(dict.fromkeys(r["dataset"] for r in rows))
@@ -83,8 +91,11 @@ shown = c2.multiselect("Variants", variants, default=run_view.default_variants(v
 n_bins = c3.selectbox("Bins", [10, 15], index=1, key="compare_bins")
 layout = c4.radio("Layout", ["overlay", "side by side"], key="compare_layout")
 if any_open:
-    st.caption(OPEN_MEANING + " The diagrams plot Sem1 confidence against that correctness."
-               + ("" if all_open else " Multiple-choice runs: confidence is the top option's probability."))
+    st.caption(
+        OPEN_MEANING
+        + " The diagrams plot Sem1 confidence against that correctness."
+        + ("" if all_open else " Multiple-choice runs: confidence is the top option's probability.")
+    )
 
 owner = {(r["dataset"], r["variant"]): (RunDir.at(r["run"]), r) for r in rows}
 curves, tables, confidences, eces = {}, {}, {}, {}
@@ -110,7 +121,7 @@ if curves and layout == "overlay":
     st.plotly_chart(figures[0], key="compare_overlay")
 elif curves:
     columns = st.columns(len(curves))
-    for column, (variant, table) in zip(columns, tables.items()):
+    for column, (variant, table) in zip(columns, tables.items(), strict=True):
         figure = reliability_figure(table, f"{variant}: ECE {eces[variant]:.3f} ({n_bins} bins)")
         figures.append(figure)
         column.plotly_chart(figure, key=f"compare_side_{variant}")
@@ -121,9 +132,14 @@ for run in runs:  # a variant the run could not make: why, where its diagram wou
 open_variants = [v for v in shown if (dataset, v) in owner and tasks.get(owner[(dataset, v)][0].run_id) == "openqa"]
 if open_variants:
     st.subheader("Open answers")
-    st.plotly_chart(confidence_histogram({v: confidences[v] for v in open_variants if v in confidences},
-                                         f"{dataset}: Sem1 confidence per variant", n_bins=n_bins),
-                    key="compare_confidence_histogram")
+    st.plotly_chart(
+        confidence_histogram(
+            {v: confidences[v] for v in open_variants if v in confidences},
+            f"{dataset}: Sem1 confidence per variant",
+            n_bins=n_bins,
+        ),
+        key="compare_confidence_histogram",
+    )
     st.caption("Sem1 takes the values k / n for n samples: a spike at 1.0 is a model whose samples all agree.")
     variant = st.selectbox("Sampled answers of", open_variants, key="compare_open_variant")
     try:
@@ -134,8 +150,10 @@ if open_variants:
     else:
         if frame is not None:  # a DataFrame shows model text literally (no Markdown)
             st.dataframe(open_answers_table(frame), hide_index=True, width="stretch", key="compare_open_table")
-            st.caption("Samples by cluster: each meaning cluster's first answer and how many samples it holds, "
-                       "largest first (the first is the Sem1 answer); `correct` judges that answer.")
+            st.caption(
+                "Samples by cluster: each meaning cluster's first answer and how many samples it holds, "
+                "largest first (the first is the Sem1 answer); `correct` judges that answer."
+            )
 
 st.subheader("Which model to use")
 for run in runs:  # per run: the selected step and why, the recommendation (chosen on S_V)
@@ -154,49 +172,83 @@ frame = pd.DataFrame([{k: r.get(k) for k in all_columns} for r in rows])
 c1, c2 = st.columns([1, 3])
 table_set = c1.selectbox("Evaluation set", datasets, index=datasets.index(dataset), key="compare_table_dataset")
 metric_choices = [c for c in all_columns if c not in ("dataset", "variant", "run")]
-picked = c2.multiselect("Columns", metric_choices, default=run_view.default_columns(metric_choices),
-                        key="compare_columns", help="The full table is in the CSV and in the expander below.")
+picked = c2.multiselect(
+    "Columns",
+    metric_choices,
+    default=run_view.default_columns(metric_choices),
+    key="compare_columns",
+    help="The full table is in the CSV and in the expander below.",
+)
 keys = ["variant", *picked, *(["run"] if len(runs) > 1 else [])]
 with st.container(key="compare_metrics"):  # a keyed box: the browser test measures the table's width in it
-    st.dataframe(frame[frame["dataset"] == table_set][keys], hide_index=True, width="stretch",
-                 column_config=_tooltips(keys), key="compare_metrics_table")
+    st.dataframe(
+        frame[frame["dataset"] == table_set][keys],
+        hide_index=True,
+        width="stretch",
+        column_config=_tooltips(keys),
+        key="compare_metrics_table",
+    )
 st.caption("ECE: 15 equal-width bins; ece_10: the paper's 10. The first evaluation set of a run is its in-domain set.")
 for run in runs:
     for name, note in verdict.missing_variant_notes(results_of[run.run_id]).items():
         st.caption(f"No `{name}` row: {note}")  # where the variant's row would be
 if any_open:
-    st.caption("Open answers: acc is the greedy answer's exact match, sem_acc the Sem1 (modal) answer's; ece, ece_10 "
-               "and auroc are on (Sem1 confidence, modal answer correct); sem2_ece_10 on the split-half Sem2 "
-               "confidence; seq_ece_10 on the greedy answer's sequence probability.")
+    st.caption(
+        "Open answers: acc is the greedy answer's exact match, sem_acc the Sem1 (modal) answer's; ece, ece_10 "
+        "and auroc are on (Sem1 confidence, modal answer correct); sem2_ece_10 on the split-half Sem2 "
+        "confidence; seq_ece_10 on the greedy answer's sequence probability."
+    )
 with st.expander("Every evaluation set side by side (the paper's layout)"):
-    st.markdown(wide_table([r for r in rows if r["variant"] in shown] or rows,
-                           metric_names=metric_names("paper_openqa" if all_open else "paper_mcqa")))
+    st.markdown(
+        wide_table(
+            [r for r in rows if r["variant"] in shown] or rows,
+            metric_names=metric_names("paper_openqa" if all_open else "paper_mcqa"),
+        )
+    )
 c1, c2 = st.columns(2)
-c1.download_button("Download the table (CSV)", frame.to_csv(index=False), file_name="calm_compare.csv",
-                   mime="text/csv", key="compare_csv")
+c1.download_button(
+    "Download the table (CSV)",
+    frame.to_csv(index=False),
+    file_name="calm_compare.csv",
+    mime="text/csv",
+    key="compare_csv",
+)
 if figures:
     stem, figure = f"reliability_{dataset.replace('/', '_')}", figures[0]
     # Built when clicked (plotly.js inline, ~5 MB, so the file opens offline); see on_click="ignore" below.
-    c2.download_button("Download the figure (HTML)", lambda: figure.to_html(include_plotlyjs=True),
-                       file_name=f"{stem}.html", mime="text/html", key="compare_html", on_click="ignore")
+    c2.download_button(
+        "Download the figure (HTML)",
+        lambda: figure.to_html(include_plotlyjs=True),
+        file_name=f"{stem}.html",
+        mime="text/html",
+        key="compare_html",
+        on_click="ignore",
+    )
     if c2.checkbox("Also as PNG (renders with kaleido, a few seconds)", key="compare_png"):
         png, why = figure_png(figure)
         if png is None:
             c2.caption(why)
         else:
-            c2.download_button("Download the figure (PNG)", png, file_name=f"{stem}.png", mime="image/png",
-                               key="compare_png_download")
+            c2.download_button(
+                "Download the figure (PNG)", png, file_name=f"{stem}.png", mime="image/png", key="compare_png_download"
+            )
 
 st.subheader("Evaluate on more data")
-st.caption("A finished run on any set, after training: base, its post-hoc calibrators as fitted on S_V and the "
-           "trained model at its selected step, scored as its final evaluation scores (`calm eval --run` does the "
-           "same). The rows are stored with the run and show above as `<set> (added)`, with their data's fingerprint.")
+st.caption(
+    "A finished run on any set, after training: base, its post-hoc calibrators as fitted on S_V and the "
+    "trained model at its selected step, scored as its final evaluation scores (`calm eval --run` does the "
+    "same). The rows are stored with the run and show above as `<set> (added)`, with their data's fingerprint."
+)
 more_run = st.selectbox("Run", chosen, format_func=labels.get, key="compare_more_run")
 more_kind = "open" if tasks[more_run] == "openqa" else "mc"
 more_sets = st.multiselect("Datasets", [e.name for e in list_datasets(kind=more_kind)], key="compare_more_sets")
-more_limit = st.number_input("Items per set (0: all)", min_value=0, value=run_eval_limit(RunDir.at(more_run)) or 0,
-                             help="the run's own evaluation sets had this many; training questions are left out",
-                             key="compare_more_limit")
+more_limit = st.number_input(
+    "Items per set (0: all)",
+    min_value=0,
+    value=run_eval_limit(RunDir.at(more_run)) or 0,
+    help="the run's own evaluation sets had this many; training questions are left out",
+    key="compare_more_limit",
+)
 if st.button("Evaluate", key="compare_more_go", disabled=not more_sets):
     try:
         with st.spinner("Loading the run's model and scoring (minutes for a large model or set)"):
@@ -204,8 +256,10 @@ if st.button("Evaluate", key="compare_more_go", disabled=not more_sets):
     except Exception as exc:
         st.error(describe_error(exc))
     else:
-        st.session_state["compare_more_done"] = (f"Added {len(added)} rows on {', '.join(more_sets)} to "
-                                                 f"{more_run}; they are in the table above, marked (added).")
+        st.session_state["compare_more_done"] = (
+            f"Added {len(added)} rows on {', '.join(more_sets)} to "
+            f"{more_run}; they are in the table above, marked (added)."
+        )
         st.rerun()
 if st.session_state.get("compare_more_done"):
     st.success(st.session_state.pop("compare_more_done"))
@@ -218,15 +272,34 @@ c1, c2 = st.columns(2)
 # Callables: the report and the zip are built when clicked, not on every rerun of the page.
 # on_click="ignore": a rerun would give every download button a new file id, and a second
 # click that still holds the old one then downloads nothing (seen in the browser test).
-c1.download_button("Report (HTML)", lambda: run_report_html(RunDir.at(share)), file_name=f"{share}.html",
-                   mime="text/html", key="compare_report", on_click="ignore")
-c2.download_button("Calibrated model (zip)", lambda: export_zip(RunDir.at(share)), file_name=f"{share}-calibrated.zip",
-                   mime="application/zip", key="compare_export", on_click="ignore")
+c1.download_button(
+    "Report (HTML)",
+    lambda: run_report_html(RunDir.at(share)),
+    file_name=f"{share}.html",
+    mime="text/html",
+    key="compare_report",
+    on_click="ignore",
+)
+c2.download_button(
+    "Calibrated model (zip)",
+    lambda: export_zip(RunDir.at(share)),
+    file_name=f"{share}-calibrated.zip",
+    mime="application/zip",
+    key="compare_export",
+    on_click="ignore",
+)
 recommended = recommended_export(RunDir.at(share))
 if recommended is not None:
-    st.download_button(f"Recommended model: {recommended} (zip)",
-                       lambda: export_zip(RunDir.at(share), "recommended"), file_name=f"{share}-{recommended}.zip",
-                       mime="application/zip", key="compare_export_recommended", on_click="ignore")
-st.caption("The report is one HTML file (settings, this table, reliability diagrams, alpha) that opens offline. "
-           "The zip loads with transformers + peft alone: the adapter, the head as `calm_head.py`, and a README "
-           "with the code (`calm export RUN DIR` writes the same folder).")
+    st.download_button(
+        f"Recommended model: {recommended} (zip)",
+        lambda: export_zip(RunDir.at(share), "recommended"),
+        file_name=f"{share}-{recommended}.zip",
+        mime="application/zip",
+        key="compare_export_recommended",
+        on_click="ignore",
+    )
+st.caption(
+    "The report is one HTML file (settings, this table, reliability diagrams, alpha) that opens offline. "
+    "The zip loads with transformers + peft alone: the adapter, the head as `calm_head.py`, and a README "
+    "with the code (`calm export RUN DIR` writes the same folder)."
+)

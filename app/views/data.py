@@ -41,8 +41,10 @@ ACCEPTED = ["jsonl", "csv", "parquet"]
 PREVIEW_ROWS = 8
 FORM_KEY = "data_map_{}"  # widget key of each `form_values` field
 # RowError's numbers (data/schema.py) count data rows; an editor counts lines.
-ROW_NUMBERS = ("Row numbers count data rows: in a CSV the header is not one, so row N is the editor's line N + 1 "
-               "(unless a quoted field spans lines); in JSONL, row N is line N.")
+ROW_NUMBERS = (
+    "Row numbers count data rows: in a CSV the header is not one, so row N is the editor's line N + 1 "
+    "(unless a quoted field spans lines); in JSONL, row N is line N."
+)
 SPLIT_PERCENT = {"train": 60, "heldout": 20, "test": 20}  # default part sizes, % of the dataset
 
 
@@ -82,32 +84,44 @@ def _mapping_widgets(columns: list[str]) -> dict[str, Any]:
     key = FORM_KEY.format
     optional = [None, *columns]
     values: dict[str, Any] = {}
-    values["kind"] = st.radio("Kind", ["mc", "open"], horizontal=True, key=key("kind"),
-                              format_func={"mc": "multiple choice", "open": "open answer"}.get)
+    values["kind"] = st.radio(
+        "Kind",
+        ["mc", "open"],
+        horizontal=True,
+        key=key("kind"),
+        format_func={"mc": "multiple choice", "open": "open answer"}.get,
+    )
     left, right = st.columns(2)
     values["question"] = left.selectbox("Question column", columns, key=key("question"))
     if values["kind"] == "mc":
-        values["layout"] = right.radio("The options are in", ["columns", "list"], horizontal=True, key=key("layout"),
-                                       format_func={"columns": "one column each", "list": "one list column"}.get)
+        values["layout"] = right.radio(
+            "The options are in",
+            ["columns", "list"],
+            horizontal=True,
+            key=key("layout"),
+            format_func={"columns": "one column each", "list": "one list column"}.get,
+        )
         if values["layout"] == "columns":
             values["options"] = st.multiselect("Option columns, in order (the first is A)", columns, key=key("options"))
         else:
             values["list"] = st.selectbox("Column holding the list of options", columns, key=key("list"))
         left, right = st.columns(2)
         values["answer"] = left.selectbox("Answer column", columns, key=key("answer"))
-        values["answer_form"] = right.selectbox("The answer is given as", list(ANSWER_FORMS), key=key("answer_form"),
-                                                format_func=ANSWER_FORMS.get)
+        values["answer_form"] = right.selectbox(
+            "The answer is given as", list(ANSWER_FORMS), key=key("answer_form"), format_func=ANSWER_FORMS.get
+        )
         if values["answer_form"] == "label":
             values["labels"] = st.selectbox("Column of option labels", columns, key=key("labels"))
     else:
-        values["answers"] = right.selectbox("Column of accepted answers (a list, or one answer)", columns,
-                                            key=key("answers"))
+        values["answers"] = right.selectbox(
+            "Column of accepted answers (a list, or one answer)", columns, key=key("answers")
+        )
     left, right = st.columns(2)
     none = {None: "(none)"}
-    values["id"] = left.selectbox("Id column (optional)", optional, key=key("id"),
-                                  format_func=lambda c: none.get(c, c))
-    values["subject"] = right.selectbox("Subject column (optional)", optional, key=key("subject"),
-                                        format_func=lambda c: none.get(c, c))
+    values["id"] = left.selectbox("Id column (optional)", optional, key=key("id"), format_func=lambda c: none.get(c, c))
+    values["subject"] = right.selectbox(
+        "Subject column (optional)", optional, key=key("subject"), format_func=lambda c: none.get(c, c)
+    )
     return values
 
 
@@ -117,8 +131,13 @@ def _preview(report: LoadReport) -> pd.DataFrame:
     for item in report.items[:PREVIEW_ROWS]:
         row = {"id": item.id, "question": item.question}
         if report.kind == "mc":
-            row.update({"options": " | ".join(item.choices), "answer": chr(ord("A") + item.answer),
-                        "correct option": item.choices[item.answer]})
+            row.update(
+                {
+                    "options": " | ".join(item.choices),
+                    "answer": chr(ord("A") + item.answer),
+                    "correct option": item.choices[item.answer],
+                }
+            )
         else:
             row["answers"] = " | ".join(item.answers)
         rows.append({**row, "subject": item.subject})
@@ -174,13 +193,15 @@ def _upload_section() -> None:
             st.error(_problem(exc))
         else:
             st.session_state["data_split_source"] = entry.name  # the split form below starts from it
-            st.success(f"Saved as `{entry.name}` ({entry.n_items} items). It is now in every dataset picker; "
-                       "split it below into train / held-out / test.")
+            st.success(
+                f"Saved as `{entry.name}` ({entry.n_items} items). It is now in every dataset picker; "
+                "split it below into train / held-out / test."
+            )
 
 
 def _use_suggestion(percent: tuple[int, int, int]) -> None:
     """The suggested split into the size widgets (a callback: it runs before they are drawn)."""
-    for part, value in zip(SPLIT_PERCENT, percent):
+    for part, value in zip(SPLIT_PERCENT, percent, strict=True):
         st.session_state[f"data_split_{part}"] = value
 
 
@@ -206,17 +227,22 @@ def _split_section() -> None:
     if source is None:
         return
     sizes = {}
-    for column, (part, percent) in zip(st.columns(3), SPLIT_PERCENT.items()):
-        sizes[part] = column.number_input(f"{part} %", min_value=1, max_value=98, value=percent, step=1,
-                                          key=f"data_split_{part}")
+    for column, (part, percent) in zip(st.columns(3), SPLIT_PERCENT.items(), strict=True):
+        sizes[part] = column.number_input(
+            f"{part} %", min_value=1, max_value=98, value=percent, step=1, key=f"data_split_{part}"
+        )
     left, right = st.columns(2)
     seed = left.number_input("Seed", min_value=0, value=0, step=1, key="data_split_seed")
     stratify = right.checkbox("Stratify by answer position", value=True, key="data_split_stratify")
     if sum(sizes.values()) != 100:
         st.info(f"The three parts must add up to 100% (now {sum(sizes.values())}%).")
         return
-    name = st.text_input("Name", key="data_split_name", placeholder=default_split_name(source),
-                         help=f"The parts are saved as {SPLIT_PREFIX}<name>/train, /heldout and /test")
+    name = st.text_input(
+        "Name",
+        key="data_split_name",
+        placeholder=default_split_name(source),
+        help=f"The parts are saved as {SPLIT_PREFIX}<name>/train, /heldout and /test",
+    )
     name = name.strip() or default_split_name(source)
     try:
         report = load_dataset(source)
@@ -248,29 +274,40 @@ def _split_section() -> None:
 
 
 st.title("Data")
-st.markdown("Every dataset the studio can train or evaluate on: built-in demo sets generated from fact tables, "
-            "the real benchmarks in `CALM_DATA_DIR`, your uploads and their splits.")
+st.markdown(
+    "Every dataset the studio can train or evaluate on: built-in demo sets generated from fact tables, "
+    "the real benchmarks in `CALM_DATA_DIR`, your uploads and their splits."
+)
 
 entries = list_datasets()
-catalog = pd.DataFrame([{"name": e.name, "kind": e.kind, "source": e.source, "items": e.n_items,
-                         "description": e.description} for e in entries])
+catalog = pd.DataFrame(
+    [
+        {"name": e.name, "kind": e.kind, "source": e.source, "items": e.n_items, "description": e.description}
+        for e in entries
+    ]
+)
 families = ["builtin", "shared", "upload", "split"]
 sources = st.multiselect("Show", families, default=families, key="data_sources")
 st.dataframe(catalog[catalog["source"].isin(sources)] if len(catalog) else catalog, hide_index=True, width="stretch")
 
 st.subheader("Upload a dataset")
-st.caption("Multiple choice: a question, its options (one column each, or one list column) and the answer "
-           "(index, letter, text or label). Open answer: a question and its accepted answers. "
-           "The columns are guessed from the file; change any that are wrong.")
+st.caption(
+    "Multiple choice: a question, its options (one column each, or one list column) and the answer "
+    "(index, letter, text or label). Open answer: a question and its accepted answers. "
+    "The columns are guessed from the file; change any that are wrong."
+)
 _upload_section()
 
 st.subheader("Split a dataset")
-st.caption("A run needs training (S_T), held-out (S_V) and test sets. Split one dataset, seeded and stratified by "
-           f"answer position: the parts are saved as `{SPLIT_PREFIX}<name>/train`, `/heldout` and `/test`.")
+st.caption(
+    "A run needs training (S_T), held-out (S_V) and test sets. Split one dataset, seeded and stratified by "
+    f"answer position: the parts are saved as `{SPLIT_PREFIX}<name>/train`, `/heldout` and `/test`."
+)
 _split_section()
 
 removable = [e.name for e in entries if e.source == "upload"] + sorted(
-    {e.name.rsplit("/", 1)[0] for e in entries if e.source == "split"})
+    {e.name.rsplit("/", 1)[0] for e in entries if e.source == "split"}
+)
 if removable:
     with st.expander("Delete an upload or a split"):
         victim = st.selectbox("Dataset", removable, key="data_delete_name")

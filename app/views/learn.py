@@ -11,8 +11,8 @@ import streamlit as st
 from app.charts import accuracy_confidence_figure, reliability_figure
 from app.state import describe_error, get_scores
 from calm_core.calibration import metrics
-from calm_core.data.catalog import list_datasets
 from calm_core.calibration.posthoc import TemperatureScaler
+from calm_core.data.catalog import list_datasets
 
 LEARN_DEFAULT = "builtin/chemical_symbols/test"  # 46% right at 82% confidence: see docs/results.md
 N_BINS = 15  # the project's ECE bins: the figures and the diagram use the same
@@ -22,6 +22,7 @@ T_MIN, T_MAX, T_STEP = 0.25, 8.0, 0.05  # the temperature slider
 def _fit_temperature(value: float) -> None:
     """The slider to the fitted temperature (a callback: it runs before the slider is drawn)."""
     st.session_state["learn_temperature"] = min(T_MAX, max(T_MIN, round(value / T_STEP) * T_STEP))
+
 
 st.title("Overconfidence, live")
 st.markdown(
@@ -36,8 +37,12 @@ default = names.index(LEARN_DEFAULT) if LEARN_DEFAULT in names else 0
 col1, col2, col3 = st.columns([3, 1, 1])
 dataset = col1.selectbox("Dataset", names, index=default, key="learn_dataset")
 limit = col2.number_input("Questions", min_value=10, max_value=500, value=40, step=10, key="learn_limit")
-rule = col3.selectbox("Scoring rule", ["cloze", "cloze_norm", "letter"], key="learn_rule",
-                      help="cloze: likelihood of each answer text; letter: logit of A/B/C/D")
+rule = col3.selectbox(
+    "Scoring rule",
+    ["cloze", "cloze_norm", "letter"],
+    key="learn_rule",
+    help="cloze: likelihood of each answer text; letter: logit of A/B/C/D",
+)
 
 try:
     scores = get_scores("embedded", dataset, rule, int(limit))
@@ -50,33 +55,57 @@ base = metrics.summarize(scores.probs(), scores.gold, n_bins=N_BINS)
 left, right = st.columns(2)
 left.plotly_chart(accuracy_confidence_figure(base["acc"], base["confidence"], "Untouched model"), key="learn_bars")
 right.metric("Accuracy", f"{base['acc']:.1%}")
-right.metric("Mean confidence", f"{base['confidence']:.1%}", delta=f"{base['confidence'] - base['acc']:+.1%} vs accuracy",
-             delta_color="inverse")
+right.metric(
+    "Mean confidence",
+    f"{base['confidence']:.1%}",
+    delta=f"{base['confidence'] - base['acc']:+.1%} vs accuracy",
+    delta_color="inverse",
+)
 right.metric(f"ECE ({N_BINS} bins)", f"{base['ece']:.3f}")
 
 st.subheader("2. Move the temperature")
-st.markdown("Dividing the scores by a temperature T > 1 softens every answer; T < 1 sharpens it. "
-            "Temperature scaling picks the T that fits held-out labels best, and keeps every prediction the same.")
+st.markdown(
+    "Dividing the scores by a temperature T > 1 softens every answer; T < 1 sharpens it. "
+    "Temperature scaling picks the T that fits held-out labels best, and keeps every prediction the same."
+)
 fitted = TemperatureScaler.fit(scores.logits, scores.gold) if len(scores) >= 10 else None
 temperature = st.slider("Temperature T", T_MIN, T_MAX, 1.0, T_STEP, key="learn_temperature")
 if fitted is not None:
     left, right = st.columns([3, 1])
-    beyond = f" (beyond the slider: Fit T goes to {T_MAX:g})" if fitted.temperature > T_MAX else \
-        f" (beyond the slider: Fit T goes to {T_MIN:g})" if fitted.temperature < T_MIN else ""
+    beyond = (
+        f" (beyond the slider: Fit T goes to {T_MAX:g})"
+        if fitted.temperature > T_MAX
+        else f" (beyond the slider: Fit T goes to {T_MIN:g})"
+        if fitted.temperature < T_MIN
+        else ""
+    )
     left.caption(f"The NLL-optimal temperature on these questions is T = {fitted.temperature:.2f}{beyond}.")
-    right.button("Fit T", key="learn_fit", on_click=_fit_temperature, args=(fitted.temperature,),
-                 help="Move the slider to the NLL-optimal temperature (what temperature scaling picks)")
+    right.button(
+        "Fit T",
+        key="learn_fit",
+        on_click=_fit_temperature,
+        args=(fitted.temperature,),
+        help="Move the slider to the NLL-optimal temperature (what temperature scaling picks)",
+    )
 probs = scores.probs(temperature)
 now = metrics.summarize(probs, scores.gold, n_bins=N_BINS)
 c1, c2, c3 = st.columns(3)
-c1.metric("ECE", f"{now['ece']:.3f}", delta=f"{now['ece'] - base['ece']:+.3f}" if temperature != 1.0 else None, delta_color="inverse")
+c1.metric(
+    "ECE",
+    f"{now['ece']:.3f}",
+    delta=f"{now['ece'] - base['ece']:+.3f}" if temperature != 1.0 else None,
+    delta_color="inverse",
+)
 c2.metric("Mean confidence", f"{now['confidence']:.1%}")
 c3.metric("Accuracy (unchanged)", f"{now['acc']:.1%}")
 confidence, correct = metrics.top_label(probs, scores.gold)
 table = metrics.bin_confidences(confidence, correct, n_bins=N_BINS)
-st.plotly_chart(reliability_figure(table.to_records(), f"Reliability diagram at T = {temperature:.2f}"),
-                key="learn_reliability")
-st.caption(f"Scoring rule: {rule}; {len(scores)} questions from {dataset}; {N_BINS} equal-width bins, as the ECE above.")
+st.plotly_chart(
+    reliability_figure(table.to_records(), f"Reliability diagram at T = {temperature:.2f}"), key="learn_reliability"
+)
+st.caption(
+    f"Scoring rule: {rule}; {len(scores)} questions from {dataset}; {N_BINS} equal-width bins, as the ECE above."
+)
 
 st.subheader("3. Why not stop here")
 st.markdown(

@@ -12,15 +12,15 @@ import streamlit as st
 from app.charts import alpha_bars, alpha_heatmap, line_figure, tradeoff_figure
 from app.gate import studio_access, this_session
 from app.state import code, describe_error
-from calm_core.training.config import recorded_bilevel
 from calm_core.calibration.metrics.columns import help_texts, table_columns
-from calm_core.workspace import verdict
-from calm_core.workspace import view as run_view
-from calm_core.workspace.access import may_cancel
 from calm_core.runs.jobs import cancel, resume
 from calm_core.runs.listing import list_runs, run_label
 from calm_core.runs.rundir import MetricsTail, RunDir
 from calm_core.runs.state import DAMAGED, RunState
+from calm_core.training.config import recorded_bilevel
+from calm_core.workspace import verdict
+from calm_core.workspace import view as run_view
+from calm_core.workspace.access import may_cancel
 
 POLL_SECONDS = 3.0  # the progress line, state, selection and controls: cheap to redraw
 # The curves redraw less often: each redraw rebuilds every figure on the server and re-renders
@@ -38,8 +38,10 @@ def chart_seconds() -> float:
     try:
         return max(POLL_SECONDS, float(raw))
     except ValueError:
-        st.caption(f"{CHART_SECONDS_ENV}={raw!r} is not a number of seconds: the charts redraw every "
-                   f"{CHART_SECONDS_DEFAULT:.0f} s.")
+        st.caption(
+            f"{CHART_SECONDS_ENV}={raw!r} is not a number of seconds: the charts redraw every "
+            f"{CHART_SECONDS_DEFAULT:.0f} s."
+        )
         return CHART_SECONDS_DEFAULT
 
 
@@ -60,8 +62,13 @@ if not runs:
 ids = [r.run_id for r in runs]  # newest first
 labels = {r.run_id: run_label(r) for r in runs}
 wanted = st.session_state.get("monitor_run")  # this session's last launch (Train) or last look; else the newest
-run_id = st.selectbox("Run", ids, index=ids.index(wanted) if wanted in ids else 0, key="monitor_select",
-                      format_func=lambda r: labels.get(r, r))
+run_id = st.selectbox(
+    "Run",
+    ids,
+    index=ids.index(wanted) if wanted in ids else 0,
+    key="monitor_select",
+    format_func=lambda r: labels.get(r, r),
+)
 st.session_state["monitor_run"] = run_id
 run = RunDir.at(run_id)
 
@@ -79,8 +86,10 @@ def _eval_curves(records: list[dict], metric: str) -> dict:
 def _header(records: list[dict], view: RunState, status: dict, config: dict) -> None:
     total, step = status.get("total_steps"), status.get("step") or 0
     config = config.get("train", {})
-    st.markdown(f"{code(config.get('method', '?'))} on {code(config.get('train_data', '?'))} "
-                f"(scope {code(run_view.head_scope(config) if config else '?')}, model {code(config.get('model', '?'))})")
+    st.markdown(
+        f"{code(config.get('method', '?'))} on {code(config.get('train_data', '?'))} "
+        f"(scope {code(run_view.head_scope(config) if config else '?')}, model {code(config.get('model', '?'))})"
+    )
     eta = run_view.eta_seconds(records, total)
     reason = view.reason if view.reason.startswith(view.state) else f"{view.state}: {view.reason}"
     text = reason + (f" · about {eta / 60:.1f} min left" if eta and view.state == "running" else "")
@@ -93,8 +102,10 @@ def _header(records: list[dict], view: RunState, status: dict, config: dict) -> 
         st.caption(line, help=selection.get("rule_text"))
     _data_notes(status.get("choices") or {})
     for name, n in (status.get("items_cut_to_context") or {}).items():
-        st.caption(f"{n} items of {name} were longer than the model's context and were cut from the left "
-                   "(as lm-evaluation-harness does).")
+        st.caption(
+            f"{n} items of {name} were longer than the model's context and were cut from the left "
+            "(as lm-evaluation-harness does)."
+        )
 
 
 def _data_notes(choices: dict) -> None:
@@ -111,8 +122,12 @@ def _controls(view: RunState, launched_by: str | None) -> None:
     allowed = may_cancel(studio_access(), this_session(), launched_by)
     if not allowed:
         c3.caption("Another session launched this run: only it (or the studio's admin) can cancel or resume it.")
-    if c1.button("Cancel", disabled=view.state not in ACTIVE or not allowed, key="monitor_cancel",
-                 help="Stops after the current step with a checkpoint; resume continues the same curves."):
+    if c1.button(
+        "Cancel",
+        disabled=view.state not in ACTIVE or not allowed,
+        key="monitor_cancel",
+        help="Stops after the current step with a checkpoint; resume continues the same curves.",
+    ):
         try:
             st.toast(f"{run_id}: {cancel(run).state}")
         except Exception as exc:
@@ -135,23 +150,43 @@ def _charts(records: list[dict], active: bool, selection: dict) -> None:
     with losses:
         lower = run_view.series(records, "lower/st_nll")
         c1, c2, *c3 = st.columns(3 if lower[0] else 2)
-        c1.plotly_chart(line_figure({"L_tr (train CE)": run_view.series(records, "train/lower_loss")},
-                                    "Training loss", selected_step=selected), key="monitor_loss")
+        c1.plotly_chart(
+            line_figure(
+                {"L_tr (train CE)": run_view.series(records, "train/lower_loss")},
+                "Training loss",
+                selected_step=selected,
+            ),
+            key="monitor_loss",
+        )
         entropy = run_view.series(records, "train/upper_loss")
         ceiling = _uniform_entropy(str(run.path))  # ln K: the entropy of a uniform forecast, its maximum
-        c2.plotly_chart(line_figure({"S_V batch": (entropy[0], [-v for v in entropy[1]]),
-                                     "S_V (eval)": run_view.series(records, "eval/heldout/entropy")},
-                                    "Entropy on S_V (nats)", selected_step=selected,
-                                    threshold=(ceiling, f"ln K = {ceiling:.3f} (uniform)") if ceiling else None),
-                        key="monitor_entropy")
+        c2.plotly_chart(
+            line_figure(
+                {
+                    "S_V batch": (entropy[0], [-v for v in entropy[1]]),
+                    "S_V (eval)": run_view.series(records, "eval/heldout/entropy"),
+                },
+                "Entropy on S_V (nats)",
+                selected_step=selected,
+                threshold=(ceiling, f"ln K = {ceiling:.3f} (uniform)") if ceiling else None,
+            ),
+            key="monitor_entropy",
+        )
         if lower[0]:
             limit = verdict.lower_threshold(selection)
-            c3[0].plotly_chart(line_figure({"S_T cross-entropy": lower}, "S_T cross-entropy of theta (lower level)",
-                                           selected_step=selected,
-                                           threshold=(limit, "tolerance") if limit is not None else None),
-                               key="monitor_lower")
-            c3[0].caption("theta with its adapter, no head, on S_T: a step above the tolerance line has lost the "
-                          "lower level and is never selected.")
+            c3[0].plotly_chart(
+                line_figure(
+                    {"S_T cross-entropy": lower},
+                    "S_T cross-entropy of theta (lower level)",
+                    selected_step=selected,
+                    threshold=(limit, "tolerance") if limit is not None else None,
+                ),
+                key="monitor_lower",
+            )
+            c3[0].caption(
+                "theta with its adapter, no head, on S_T: a step above the tolerance line has lost the "
+                "lower level and is never selected."
+            )
         _bome(records, selected)
     with evaluation:
         if not run_view.eval_sets(records):
@@ -159,26 +194,49 @@ def _charts(records: list[dict], active: bool, selection: dict) -> None:
         else:
             openqa = run_view.task_of(run) == "openqa"
             if openqa:
-                st.caption("Open answers: the periodic evaluation is greedy only, so accuracy is greedy exact "
-                           "match and ECE is the greedy answer's sequence probability against its correctness "
-                           "(10 bins); Semantic ECE comes with the final evaluation (sampled answers).")
+                st.caption(
+                    "Open answers: the periodic evaluation is greedy only, so accuracy is greedy exact "
+                    "match and ECE is the greedy answer's sequence probability against its correctness "
+                    "(10 bins); Semantic ECE comes with the final evaluation (sampled answers)."
+                )
             c1, c2, c3 = st.columns(3)
-            c1.plotly_chart(line_figure(_eval_curves(records, "acc"), "Accuracy", selected_step=selected),
-                            key="monitor_acc")
-            c2.plotly_chart(line_figure(_eval_curves(records, "ece"), "Sequence-probability ECE (10 bins)" if openqa
-                                        else "ECE (15 bins)", selected_step=selected), key="monitor_ece")
-            c3.plotly_chart(line_figure(_eval_curves(records, "entropy"), "Mean token entropy" if openqa
-                                        else "Mean entropy", selected_step=selected), key="monitor_eval_entropy")
+            c1.plotly_chart(
+                line_figure(_eval_curves(records, "acc"), "Accuracy", selected_step=selected), key="monitor_acc"
+            )
+            c2.plotly_chart(
+                line_figure(
+                    _eval_curves(records, "ece"),
+                    "Sequence-probability ECE (10 bins)" if openqa else "ECE (15 bins)",
+                    selected_step=selected,
+                ),
+                key="monitor_ece",
+            )
+            c3.plotly_chart(
+                line_figure(
+                    _eval_curves(records, "entropy"),
+                    "Mean token entropy" if openqa else "Mean entropy",
+                    selected_step=selected,
+                ),
+                key="monitor_eval_entropy",
+            )
             if not openqa:
                 c1, c2, c3 = st.columns(3)
-                c1.plotly_chart(line_figure(_eval_curves(records, "auroc"), "AUROC (confidence vs correct)",
-                                            selected_step=selected), key="monitor_auroc")
-                c2.plotly_chart(line_figure(_eval_curves(records, "confidence"), "Mean confidence",
-                                            selected_step=selected), key="monitor_confidence")
+                c1.plotly_chart(
+                    line_figure(
+                        _eval_curves(records, "auroc"), "AUROC (confidence vs correct)", selected_step=selected
+                    ),
+                    key="monitor_auroc",
+                )
+                c2.plotly_chart(
+                    line_figure(_eval_curves(records, "confidence"), "Mean confidence", selected_step=selected),
+                    key="monitor_confidence",
+                )
                 nll = _eval_curves(records, "nll")
                 if any(steps for steps, _ in nll.values()):  # the selection's score (S_V's is `heldout`)
-                    c3.plotly_chart(line_figure(nll, "NLL (the selection's score on S_V)", selected_step=selected),
-                                    key="monitor_nll")
+                    c3.plotly_chart(
+                        line_figure(nll, "NLL (the selection's score on S_V)", selected_step=selected),
+                        key="monitor_nll",
+                    )
     with alpha:
         _alpha(records, active, selected)
     with tradeoff:
@@ -189,10 +247,12 @@ def _charts(records: list[dict], active: bool, selection: dict) -> None:
         if paths:
             references = run_view.reference_points(run) if run_view.task_of(run) == "mcqa" else {}
             st.plotly_chart(tradeoff_figure(paths, references, selected_step=selected), key="monitor_tradeoff")
-            st.caption("star: the selected step (where the run's model is from); "
-                       "x: the untouched base model, diamond: temperature scaling (after the final evaluation). "
-                       "A low ECE far below the base model's accuracy, or with AUROC near 0.5 in the table, is "
-                       "a near-uniform forecast, not a calibrated one.")
+            st.caption(
+                "star: the selected step (where the run's model is from); "
+                "x: the untouched base model, diamond: temperature scaling (after the final evaluation). "
+                "A low ECE far below the base model's accuracy, or with AUROC near 0.5 in the table, is "
+                "a near-uniform forecast, not a calibrated one."
+            )
         else:
             st.caption("The path appears after the first evaluation.")
 
@@ -206,9 +266,11 @@ def _bome(records: list[dict], selected: int | None) -> None:
     bome = recorded_bilevel(run.config.get("train", {}))
     summary = run_view.bome_summary(records, bome.eta if bome else None)
     if summary.get("inert"):
-        st.warning("The BOME coupling is inert in this run: the inner solve barely moves theta~ and lambda sits at "
-                   "eta, so alpha follows plain entropy ascent (like `iterate`). Raise the inner steps T or the "
-                   "inner step size.")
+        st.warning(
+            "The BOME coupling is inert in this run: the inner solve barely moves theta~ and lambda sits at "
+            "eta, so alpha follows plain entropy ascent (like `iterate`). Raise the inner steps T or the "
+            "inner step size."
+        )
     log_scale = st.toggle("log scale", value=False, key="monitor_log", help="for q and lambda (values > 0)")
     charts = {"q": ("BOME q", q), "lambda": ("BOME lambda", lam)}
     for key in ("inner_drop_frac", "coupling_ratio", "cos_fq", "descent_ratio"):
@@ -216,9 +278,11 @@ def _bome(records: list[dict], selected: int | None) -> None:
     shown = [(k, v) for k, v in charts.items() if v[1][0]]
     for row in range(0, len(shown), 2):
         cols = st.columns(2)
-        for col, (key, (title, curve)) in zip(cols, shown[row:row + 2]):
-            col.plotly_chart(line_figure({key: curve}, title, log_y=log_scale and key in ("q", "lambda"),
-                                         selected_step=selected), key=f"monitor_bome_{key}")
+        for col, (key, (title, curve)) in zip(cols, shown[row : row + 2], strict=False):
+            col.plotly_chart(
+                line_figure({key: curve}, title, log_y=log_scale and key in ("q", "lambda"), selected_step=selected),
+                key=f"monitor_bome_{key}",
+            )
             col.caption(run_view.BOME_MEANINGS[key])
 
 
@@ -228,14 +292,22 @@ def _alpha(records: list[dict], active: bool, selected: int | None) -> None:
         summary = {k: run_view.series(records, f"alpha/{k}") for k in ("tau_mean", "tau_min", "tau_max", "l_abs_mean")}
         summary = {k: v for k, v in summary.items() if v[0]}
         if summary:
-            st.plotly_chart(line_figure(summary, "alpha summary (vocab scope: statistics over the vocabulary)",
-                                        selected_step=selected), key="monitor_alpha_summary")
+            st.plotly_chart(
+                line_figure(
+                    summary, "alpha summary (vocab scope: statistics over the vocabulary)", selected_step=selected
+                ),
+                key="monitor_alpha_summary",
+            )
         else:
             st.caption("This method has no calibration head.")
         return
     labels = [f"option {chr(65 + k)}" for k in range(taus.shape[1])] if taus.shape[1] > 1 else ["tau"]
-    st.plotly_chart(line_figure({lab: (steps, taus[:, k]) for k, lab in enumerate(labels)}, "tau per option",
-                                selected_step=selected), key="monitor_tau_lines")
+    st.plotly_chart(
+        line_figure(
+            {lab: (steps, taus[:, k]) for k, lab in enumerate(labels)}, "tau per option", selected_step=selected
+        ),
+        key="monitor_tau_lines",
+    )
     if taus.shape[1] > 1:  # one tau (scalar scope): the line above says it all
         st.plotly_chart(alpha_heatmap(steps, taus, labels, "tau: step x option"), key="monitor_tau_heat")
     # While the run moves, a new step is a new slider (it follows the latest step); once it
@@ -257,9 +329,13 @@ def _results(method: str) -> None:
         table = verdict.verdict_table(results)  # one line per evaluation set, before the rest
         if table:
             with st.container(key="monitor_verdict"):
-                st.dataframe(pd.DataFrame(table), hide_index=True, width="stretch", key="monitor_verdict_table",
-                             column_config={k: st.column_config.Column(help=v)
-                                            for k, v in verdict.VERDICT_HELP.items()})
+                st.dataframe(
+                    pd.DataFrame(table),
+                    hide_index=True,
+                    width="stretch",
+                    key="monitor_verdict_table",
+                    column_config={k: st.column_config.Column(help=v) for k, v in verdict.VERDICT_HELP.items()},
+                )
                 st.caption(verdict.VERDICT_CAPTION)
         _verdict(results, method)
         rows = run_view.compare_rows([run])
@@ -267,12 +343,19 @@ def _results(method: str) -> None:
             st.caption(note)  # e.g. too few S_V items to fit a temperature: say why the TS row is missing
         task = run_view.task_of(run)
         columns = table_columns(task)
-        st.dataframe(pd.DataFrame([{k: r.get(k) for k in columns} for r in rows]), hide_index=True, width="stretch",
-                     column_config=_tooltips(columns), key="monitor_results")
+        st.dataframe(
+            pd.DataFrame([{k: r.get(k) for k in columns} for r in rows]),
+            hide_index=True,
+            width="stretch",
+            column_config=_tooltips(columns),
+            key="monitor_results",
+        )
         if task == "mcqa":
-            st.caption("auroc: how well confidence separates right from wrong answers (0.5: not at all); aurc: "
-                       "area under the risk-coverage curve, the mean error rate when answering only the most "
-                       "confident questions (lower is better). ECE alone rewards a near-uniform forecast.")
+            st.caption(
+                "auroc: how well confidence separates right from wrong answers (0.5: not at all); aurc: "
+                "area under the risk-coverage curve, the mean error rate when answering only the most "
+                "confident questions (lower is better). ECE alone rewards a near-uniform forecast."
+            )
         st.page_link("views/compare.py", label="Compare reliability diagrams", icon=":material/compare:")
 
 
@@ -288,8 +371,10 @@ def _verdict(results: dict, method: str) -> None:
     rows = verdict.evidence_rows(results, method)
     if rows and (line or advice):
         st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", key="monitor_evidence")
-        st.caption("Evidence on the evaluation sets: each figure with its 90% bootstrap interval; `recommended` "
-                   "is the variant chosen on S_V.")
+        st.caption(
+            "Evidence on the evaluation sets: each figure with its 90% bootstrap interval; `recommended` "
+            "is the variant chosen on S_V."
+        )
 
 
 def _records() -> list[dict]:
@@ -325,10 +410,16 @@ def live_charts() -> None:
     if state == DAMAGED:
         return
     if started_active:
-        st.button("Refresh the charts", key="monitor_refresh_charts", icon=":material/refresh:",
-                  help="A click redraws the charts now (it reruns only this part of the page).")
-        st.caption(f"While the run is active the charts redraw every {charts_every:.0f} s, the progress line "
-                   f"every {POLL_SECONDS:.0f} s.")
+        st.button(
+            "Refresh the charts",
+            key="monitor_refresh_charts",
+            icon=":material/refresh:",
+            help="A click redraws the charts now (it reruns only this part of the page).",
+        )
+        st.caption(
+            f"While the run is active the charts redraw every {charts_every:.0f} s, the progress line "
+            f"every {POLL_SECONDS:.0f} s."
+        )
     _charts(_records(), active=state in ACTIVE, selection=files.status.get("selection") or {})
     _results(str((files.config or {}).get("train", {}).get("method", "")))
 

@@ -14,11 +14,17 @@ from app.state import describe_error, get_model, get_trained
 from calm_core.calibration import metrics
 from calm_core.data.catalog import list_datasets
 from calm_core.data.schema import MCItem
-from calm_core.scoring.evaluate import load_mc_items
 from calm_core.generative.sampling import GenerationConfig
-from calm_core.workspace.playground import (generate, generated_text, head_acts_on_tokens, open_answers_for,
-                                            option_probabilities, untrained)
 from calm_core.runs.listing import list_runs, run_label
+from calm_core.scoring.evaluate import load_mc_items
+from calm_core.workspace.playground import (
+    generate,
+    generated_text,
+    head_acts_on_tokens,
+    open_answers_for,
+    option_probabilities,
+    untrained,
+)
 
 NO_RUN = "(none: the embedded model alone)"
 
@@ -27,9 +33,14 @@ usable = [r for r in list_runs() if r.state in ("finished", "cancelled")]  # new
 finished = [r.run_id for r in usable]
 labels = {r.run_id: run_label(r) for r in usable}
 newest = next((i + 1 for i, r in enumerate(usable) if r.state == "finished"), 0)  # the newest finished run
-run_id = st.selectbox("Calibrated model", [NO_RUN] + finished, index=newest, key="play_run",
-                      format_func=lambda r: labels.get(r, r),
-                      help="A finished run brings its adapter, its calibration head and its TS temperature.")
+run_id = st.selectbox(
+    "Calibrated model",
+    [NO_RUN] + finished,
+    index=newest,
+    key="play_run",
+    format_func=lambda r: labels.get(r, r),
+    help="A finished run brings its adapter, its calibration head and its TS temperature.",
+)
 try:
     trained = get_trained(run_id) if run_id in finished else untrained(get_model("embedded"))
 except Exception as exc:
@@ -45,10 +56,15 @@ def _open_section() -> None:
     c1, c2 = st.columns(2)
     n_samples = c1.slider("Sampled answers", 2, 20, max(2, min(20, cfg.n_samples)), key="play_open_samples")
     max_new = c2.slider("Max new tokens", 1, 64, min(64, cfg.max_new_tokens), key="play_open_max_new")
-    st.caption(f"Prompt `{cfg.prompt}`, answers grouped by `{cfg.grouping}` (the run's settings). Confidence is "
-               "Sem1: the share of the samples in the most common meaning cluster."
-               + (f" TS divides every step's logits by {trained.temperature:.3g} (fit on the run's S_V)."
-                  if trained.temperature else ""))
+    st.caption(
+        f"Prompt `{cfg.prompt}`, answers grouped by `{cfg.grouping}` (the run's settings). Confidence is "
+        "Sem1: the share of the samples in the most common meaning cluster."
+        + (
+            f" TS divides every step's logits by {trained.temperature:.3g} (fit on the run's S_V)."
+            if trained.temperature
+            else ""
+        )
+    )
     if not question.strip():
         st.warning("Type a question.")
         return
@@ -56,20 +72,38 @@ def _open_section() -> None:
         return
     try:
         with st.spinner("Generating greedy and sampled answers for every variant..."):
-            answers = open_answers_for(trained, question, replace(cfg, n_samples=int(n_samples),
-                                                                  max_new_tokens=int(max_new)))
+            answers = open_answers_for(
+                trained, question, replace(cfg, n_samples=int(n_samples), max_new_tokens=int(max_new))
+            )
     except Exception as exc:
         st.error(describe_error(exc))
         return
     # a DataFrame shows model text literally (no Markdown)
-    st.dataframe(pd.DataFrame([{"variant": name, "greedy answer": a["greedy"], "sequence probability": a["seq_prob"],
-                                "Sem1 answer": a["answer"], "Sem1 confidence": a["confidence"],
-                                "samples by cluster": cluster_summary(a["samples"], a["clusters"])}
-                               for name, a in answers.items()]), hide_index=True, width="stretch",
-                 key="play_open_table")
+    st.dataframe(
+        pd.DataFrame(
+            [
+                {
+                    "variant": name,
+                    "greedy answer": a["greedy"],
+                    "sequence probability": a["seq_prob"],
+                    "Sem1 answer": a["answer"],
+                    "Sem1 confidence": a["confidence"],
+                    "samples by cluster": cluster_summary(a["samples"], a["clusters"]),
+                }
+                for name, a in answers.items()
+            ]
+        ),
+        hide_index=True,
+        width="stretch",
+        key="play_open_table",
+    )
     for name, a in answers.items():
         with st.expander(f"{name}: {len(answer_groups(a['samples'], a['clusters']))} meaning clusters"):
-            st.text("\n".join(f"{count} ×  {text or '(empty)'}" for text, count in answer_groups(a["samples"], a["clusters"])))
+            st.text(
+                "\n".join(
+                    f"{count} ×  {text or '(empty)'}" for text, count in answer_groups(a["samples"], a["clusters"])
+                )
+            )
 
 
 if trained.task == "openqa":
@@ -94,8 +128,9 @@ else:
         st.text("\n".join(f"{k + 1}. {c}" for k, c in enumerate(item.choices)))
     else:
         question = st.text_input("Question", "Which planet is known as the red planet?", key="play_question")
-        options_text = st.text_area("Options, one per line (the first is the right one)", "Mars\nVenus\nJupiter\nSaturn",
-                                    key="play_options")
+        options_text = st.text_area(
+            "Options, one per line (the first is the right one)", "Mars\nVenus\nJupiter\nSaturn", key="play_options"
+        )
         options = [line.strip() for line in options_text.splitlines() if line.strip()]
         if not question.strip() or len(options) < 2 or len(set(options)) != len(options):
             st.warning("Give a question and at least two different options.")
@@ -109,13 +144,27 @@ else:
         st.stop()
     st.plotly_chart(option_probability_figure(list(item.choices), probs), key="play_probs")
     gold = item.choices[item.answer]  # typed: the first option; from a dataset: its gold
-    st.dataframe(pd.DataFrame([{"variant": name, "answer": item.choices[int(p.argmax())],
-                                "right": "✓ right" if int(p.argmax()) == item.answer else "✗ wrong",
-                                "confidence": float(p.max()), f"p({gold})": float(p[item.answer]),
-                                "entropy (nats)": float(metrics.entropy(p[None, :])[0])} for name, p in probs.items()]),
-                 hide_index=True, width="stretch")
-    st.caption(f"Scoring rule `{trained.scoring.rule}`" + (f"; TS temperature {trained.temperature:.2f} (fit on the run's S_V)"
-                                                            if trained.temperature else ""))
+    st.dataframe(
+        pd.DataFrame(
+            [
+                {
+                    "variant": name,
+                    "answer": item.choices[int(p.argmax())],
+                    "right": "✓ right" if int(p.argmax()) == item.answer else "✗ wrong",
+                    "confidence": float(p.max()),
+                    f"p({gold})": float(p[item.answer]),
+                    "entropy (nats)": float(metrics.entropy(p[None, :])[0]),
+                }
+                for name, p in probs.items()
+            ]
+        ),
+        hide_index=True,
+        width="stretch",
+    )
+    st.caption(
+        f"Scoring rule `{trained.scoring.rule}`"
+        + (f"; TS temperature {trained.temperature:.2f} (fit on the run's S_V)" if trained.temperature else "")
+    )
 
 st.subheader("Free generation")
 prompt = st.text_input("Prompt", "What is the chemical symbol of gold?", key="play_prompt")
@@ -131,6 +180,8 @@ if st.button("Generate", key="play_generate"):
         st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
         if not head_acts_on_tokens(trained):
             scope = f"{trained.head.scope} head" if trained.head is not None else "no head"
-            st.caption(f"p_calibrated equals p_without_head here: this run has {scope} on `{trained.scoring.rule}` "
-                       "option scores, which acts on a question's options (above), not on the next token. "
-                       "Only a vocab head, or an open-answer run's head, changes generation.")
+            st.caption(
+                f"p_calibrated equals p_without_head here: this run has {scope} on `{trained.scoring.rule}` "
+                "option scores, which acts on a question's options (above), not on the next token. "
+                "Only a vocab head, or an open-answer run's head, changes generation."
+            )

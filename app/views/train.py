@@ -12,34 +12,55 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from app.settings_form import current_value, setting_input
 from app.gate import studio_access, this_session
+from app.settings_form import current_value, setting_input
 from app.state import describe_error
+from calm_core.calibration.head import scope_note, scopes_for
 from calm_core.data.catalog import list_datasets
 from calm_core.data.schema import DataError
 from calm_core.data.split_sizes import advise_split
-from calm_core.scoring.evaluate import load_report
 from calm_core.generative.sampling import PROMPTS, GenerationConfig
-from calm_core.calibration.head import scope_note, scopes_for
+from calm_core.runs.listing import list_runs
+from calm_core.scoring.evaluate import load_report
 from calm_core.scoring.prompts import RULES
+from calm_core.training.config import PRESETS, TrainConfig, train_settings
+from calm_core.training.methods import METHODS
+from calm_core.training.tasks import get_task
 from calm_core.training.timings import RunSizes
-from calm_core.workspace.access import MAX_QUEUED_PER_SESSION, PathRefused, confine_model_name, quota_left, quota_message
+from calm_core.workspace.access import (
+    MAX_QUEUED_PER_SESSION,
+    PathRefused,
+    confine_model_name,
+    quota_left,
+    quota_message,
+)
 from calm_core.workspace.estimate import estimate_for, minutes, planned_sizes, span
 from calm_core.workspace.launch import active_runs_of, launch_training
-from calm_core.training.methods import METHODS
-from calm_core.runs.listing import list_runs
-from calm_core.training.config import PRESETS, TrainConfig, train_settings
-from calm_core.training.tasks import get_task
 
 # The studio's multiple-choice demo: one domain to train on, two more to show what happens out of
 # domain. Other tasks start from their own DEFAULTS (training/tasks/<task>.py), as `calm train` does.
-STUDIO_MC_DATA = {"train_data": "builtin/chemical_symbols/train", "heldout_data": "builtin/chemical_symbols/validation",
-                  "eval_data": ["builtin/chemical_symbols/test", "builtin/units/test", "builtin/animal_classes/test"]}
+STUDIO_MC_DATA = {
+    "train_data": "builtin/chemical_symbols/train",
+    "heldout_data": "builtin/chemical_symbols/validation",
+    "eval_data": ["builtin/chemical_symbols/test", "builtin/units/test", "builtin/animal_classes/test"],
+}
 TASKS = {"multiple choice": "mcqa", "open answers": "openqa"}
 # The advanced settings after the optimizer, in page order: each a declared setting
 # (calm_core.settings), shown with its own label, help and bounds; listing one here shows it.
-ADVANCED = ("inner_rule", "inner_start", "inner_lr", "steps", "batch_size", "inner_steps", "eta", "lr_theta", "lr_alpha",
-            "select", "select_patience", "lower_tolerance")
+ADVANCED = (
+    "inner_rule",
+    "inner_start",
+    "inner_lr",
+    "steps",
+    "batch_size",
+    "inner_steps",
+    "eta",
+    "lr_theta",
+    "lr_alpha",
+    "select",
+    "select_patience",
+    "lower_tolerance",
+)
 OPTIMIZER_DEPENDENT = ("lr_theta", "lr_alpha")  # their defaults follow the optimizer: one widget per optimizer
 
 
@@ -91,8 +112,10 @@ def take_split(state: dict, names: list[str]) -> dict[str, str] | None:
 
 
 st.title("Train")
-st.markdown("Fine-tune with **CALM** (LoRA + a calibration head, bilevel) or a baseline. "
-            "The run is a background job: close the tab, it goes on; the **Monitor** page follows it.")
+st.markdown(
+    "Fine-tune with **CALM** (LoRA + a calibration head, bilevel) or a baseline. "
+    "The run is a background job: close the tab, it goes on; the **Monitor** page follows it."
+)
 prefilled = take_split(st.session_state, [e.name for e in list_datasets(kind="mc")])
 if prefilled:
     st.session_state["train_prefilled"] = prefilled
@@ -100,14 +123,23 @@ if st.session_state.get("train_prefilled"):
     split = st.session_state["train_prefilled"]
     sizes = split.get("sizes") or {}
     counts = f" ({sizes['train']} / {sizes['heldout']} / {sizes['test']} items)" if len(sizes) == 3 else ""
-    st.info(f"Calibrating `{split.get('source', split['train'])}`: S_T, S_V and the test part come from its split"
-            f"{counts}; one out-of-domain set shows transfer. The estimated time is under **4. Cost and launch**.")
+    st.info(
+        f"Calibrating `{split.get('source', split['train'])}`: S_T, S_V and the test part come from its split"
+        f"{counts}; one out-of-domain set shows transfer. The estimated time is under **4. Cost and launch**."
+    )
     if sizes and advise_split(sizes).message:
         st.warning(advise_split(sizes).message)
 
-task = TASKS[st.radio("Task", list(TASKS), horizontal=True, key="train_task",
-                      help="multiple choice: the model scores given options. open answers: it writes a short "
-                           "answer; confidence comes from how often n sampled answers agree (Sem1).")]
+task = TASKS[
+    st.radio(
+        "Task",
+        list(TASKS),
+        horizontal=True,
+        key="train_task",
+        help="multiple choice: the model scores given options. open answers: it writes a short "
+        "answer; confidence comes from how often n sampled answers agree (Sem1).",
+    )
+]
 openqa = task == "openqa"
 
 
@@ -122,12 +154,20 @@ task_data = get_task(task).DEFAULTS if openqa else STUDIO_MC_DATA
 default_train, default_heldout = task_data["train_data"], task_data["heldout_data"]
 default_evals = list(task_data["eval_data"])
 st.subheader("1. Model")
-model_kind = st.radio("Base model", ["embedded", "local directory", "hub id"], horizontal=True, key="train_model_kind",
-                      help="embedded: SmolLM2-135M-Instruct, shipped with the studio. A hub id needs a connection.")
+model_kind = st.radio(
+    "Base model",
+    ["embedded", "local directory", "hub id"],
+    horizontal=True,
+    key="train_model_kind",
+    help="embedded: SmolLM2-135M-Instruct, shipped with the studio. A hub id needs a connection.",
+)
 model = "embedded"
 if model_kind != "embedded":
-    model = st.text_input("Path or hub id", key="train_model_name",
-                          placeholder="/models/my-llama" if model_kind == "local directory" else "HuggingFaceTB/SmolLM2-360M-Instruct")
+    model = st.text_input(
+        "Path or hub id",
+        key="train_model_name",
+        placeholder="/models/my-llama" if model_kind == "local directory" else "HuggingFaceTB/SmolLM2-360M-Instruct",
+    )
     try:  # a shared studio opens paths only under its allowed roots (calm_core/workspace/access.py)
         model = confine_model_name(model, ACCESS)
     except PathRefused as exc:
@@ -136,18 +176,32 @@ if model_kind != "embedded":
 
 st.subheader("2. Data")
 c1, c2 = st.columns(2)
+
+
 def _preset(key: str, value):
     """A widget's default, or None when its value is already in the session (a split taken
     from the Data page): Streamlit warns when a widget gets both."""
     return None if key in st.session_state else value
 
 
-train_data = c1.selectbox("Training set S_T (labelled)", names, key=_key("train_data"),
-                          index=_preset(_key("train_data"), _index(names, default_train)))
-heldout = c2.selectbox("Held-out S_V (entropy inputs; its labels fit TS)", names, key=_key("train_heldout"),
-                       index=_preset(_key("train_heldout"), _index(names, default_heldout)))
-evals = st.multiselect("Evaluation sets (in domain and out of domain)", names, key=_key("train_evals"),
-                       default=_preset(_key("train_evals"), [n for n in default_evals if n in names]))
+train_data = c1.selectbox(
+    "Training set S_T (labelled)",
+    names,
+    key=_key("train_data"),
+    index=_preset(_key("train_data"), _index(names, default_train)),
+)
+heldout = c2.selectbox(
+    "Held-out S_V (entropy inputs; its labels fit TS)",
+    names,
+    key=_key("train_heldout"),
+    index=_preset(_key("train_heldout"), _index(names, default_heldout)),
+)
+evals = st.multiselect(
+    "Evaluation sets (in domain and out of domain)",
+    names,
+    key=_key("train_evals"),
+    default=_preset(_key("train_evals"), [n for n in default_evals if n in names]),
+)
 _show_rejections([train_data, heldout, *evals], "open" if openqa else "mc")
 
 st.subheader("3. Method")
@@ -157,16 +211,31 @@ methods = sorted(m for m in METHODS if supported is None or m in supported)
 method = c1.selectbox("Method", methods, index=methods.index("calm"), key=_key("train_method"))
 rule = "cloze"
 if not openqa:
-    rule = c2.selectbox("Scoring", list(RULES), index=list(RULES).index("cloze"), key="train_scoring",
-                        help="cloze: each option's log-likelihood as the answer's continuation; letter: options "
-                             "listed as A. B. ..., the answer letter's logit (the paper's format)")
+    rule = c2.selectbox(
+        "Scoring",
+        list(RULES),
+        index=list(RULES).index("cloze"),
+        key="train_scoring",
+        help="cloze: each option's log-likelihood as the answer's continuation; letter: options "
+        "listed as A. B. ..., the answer letter's logit (the paper's format)",
+    )
 scopes = list(scopes_for(rule, task))
-scope = c3.selectbox("Head scope", scopes, index=0, key="train_scope_open" if openqa else f"train_scope_{rule}",
-                     help="vocab: (l, tau) per vocabulary id (the paper's, at the answer letter); options: per "
-                          "option letter; scalar: one tau. " + scope_note(rule, task))
-preset = c4.selectbox("Preset", sorted(PRESETS), index=sorted(PRESETS).index("quick"), key="train_preset",
-                      help="quick: minutes on a laptop CPU (LoRA on the top 4 layers); paper: letter answers, "
-                           "QLoRA r64, batch 16, T = 10")
+scope = c3.selectbox(
+    "Head scope",
+    scopes,
+    index=0,
+    key="train_scope_open" if openqa else f"train_scope_{rule}",
+    help="vocab: (l, tau) per vocabulary id (the paper's, at the answer letter); options: per "
+    "option letter; scalar: one tau. " + scope_note(rule, task),
+)
+preset = c4.selectbox(
+    "Preset",
+    sorted(PRESETS),
+    index=sorted(PRESETS).index("quick"),
+    key="train_preset",
+    help="quick: minutes on a laptop CPU (LoRA on the top 4 layers); paper: letter answers, "
+    "QLoRA r64, batch 16, T = 10",
+)
 st.caption(METHODS[method].DESCRIPTION + " " + scope_note(rule, task))
 
 generation = None
@@ -174,24 +243,46 @@ if openqa:
     st.subheader("Answer generation")
     g1, g2, g3, g4 = st.columns(4)
     preset_samples = TrainConfig.preset(preset, task=task).generation.n_samples
-    samples = g1.number_input("Sampled answers per question", 2, 50, preset_samples, key="train_samples",
-                              help="Sem1 confidence: the most common meaning's share of these samples")
-    max_new = g2.number_input("Max new tokens", 1, 128, GenerationConfig.max_new_tokens, key="train_max_new",
-                              help="an answer ends at a newline or the end-of-sequence token")
-    grouping = g3.selectbox("Group answers by", ["embedding", "string"], key="train_grouping",
-                            help="string: equal after normalising (case, punctuation, articles); embedding: also "
-                                 "MiniLM cosine >= 0.8 (paraphrases)")
-    prompt = g4.selectbox("Prompt", list(PROMPTS), key="train_prompt",
-                          help="fewshot: three fixed demonstrations, then the question; plain: the question alone; "
-                               "chat: a chat turn")
+    samples = g1.number_input(
+        "Sampled answers per question",
+        2,
+        50,
+        preset_samples,
+        key="train_samples",
+        help="Sem1 confidence: the most common meaning's share of these samples",
+    )
+    max_new = g2.number_input(
+        "Max new tokens",
+        1,
+        128,
+        GenerationConfig.max_new_tokens,
+        key="train_max_new",
+        help="an answer ends at a newline or the end-of-sequence token",
+    )
+    grouping = g3.selectbox(
+        "Group answers by",
+        ["embedding", "string"],
+        key="train_grouping",
+        help="string: equal after normalising (case, punctuation, articles); embedding: also "
+        "MiniLM cosine >= 0.8 (paraphrases)",
+    )
+    prompt = g4.selectbox(
+        "Prompt",
+        list(PROMPTS),
+        key="train_prompt",
+        help="fewshot: three fixed demonstrations, then the question; plain: the question alone; chat: a chat turn",
+    )
     try:
-        generation = GenerationConfig(n_samples=int(samples), max_new_tokens=int(max_new), grouping=grouping,
-                                      prompt=prompt)
+        generation = GenerationConfig(
+            n_samples=int(samples), max_new_tokens=int(max_new), grouping=grouping, prompt=prompt
+        )
     except ValueError as exc:
         st.error(describe_error(exc))
         st.stop()
-    st.caption(f"The final evaluation generates 1 greedy + {int(samples)} sampled answers per question, for every "
-               "variant (base, ts, the trained model, its theta-only ablation) on every evaluation set.")
+    st.caption(
+        f"The final evaluation generates 1 greedy + {int(samples)} sampled answers per question, for every "
+        "variant (base, ts, the trained model, its theta-only ablation) on every evaluation set."
+    )
 
 with st.expander("Advanced settings"):
     spec_of = train_settings()
@@ -201,26 +292,45 @@ with st.expander("Advanced settings"):
     chosen: dict[str, Any] = {}  # flat setting name -> value; TrainConfig.from_dict puts each in its section
     a1, a2, a3, a4 = st.columns(4)
     b1, b2, b3, b4 = st.columns(4)
-    for column, name in zip([o2, o3, o4, a1, a2, a3, a4, b1, b2], ADVANCED):
+    for column, name in zip([o2, o3, o4, a1, a2, a3, a4, b1, b2], ADVANCED, strict=False):
         key = _key(f"train_{name}_{base.optimizer}") if name in OPTIMIZER_DEPENDENT else f"train_{name}"
         chosen[name] = setting_input(column, spec_of[name], current_value(base, spec_of[name]), key)
     rank = b3.number_input("LoRA rank", 1, 256, base.lora.r, key="train_rank")
     layers = b4.number_input("LoRA on top N layers (0: all)", 0, 200, base.lora.layers or 0, key="train_layers")
     d1, d2, d3 = st.columns(3)
-    four_bit = d1.selectbox("4-bit (QLoRA)", ["auto", "on", "off"], key="train_4bit",
-                            help="auto: QLoRA on a GPU, LoRA on a CPU (recorded with the reason)")
+    four_bit = d1.selectbox(
+        "4-bit (QLoRA)",
+        ["auto", "on", "off"],
+        key="train_4bit",
+        help="auto: QLoRA on a GPU, LoRA on a CPU (recorded with the reason)",
+    )
     train_limit = d2.number_input("Training items (0: all)", 0, 1_000_000, 0, key="train_limit")
-    eval_limit = d3.number_input("Items per evaluation set", 10, 100_000, base.eval_limit or 200, key="train_eval_limit")
+    eval_limit = d3.number_input(
+        "Items per evaluation set", 10, 100_000, base.eval_limit or 200, key="train_eval_limit"
+    )
     name = st.text_input("Run name", value="", key="train_name", help="letters, digits, - and _ ; used in the run id")
 
 try:
     extra = {"task": task, "generation": generation} if openqa else {}
     cfg = TrainConfig.preset(
-        preset, **extra, model=model or "embedded", train_data=train_data, heldout_data=heldout, eval_data=tuple(evals),
-        method=method, scope=scope, scoring=rule, optimizer=optimizer, **chosen, heldout_batch_size=chosen["batch_size"],
-        train_limit=int(train_limit) or None, eval_limit=int(eval_limit), name=name or None,
+        preset,
+        **extra,
+        model=model or "embedded",
+        train_data=train_data,
+        heldout_data=heldout,
+        eval_data=tuple(evals),
+        method=method,
+        scope=scope,
+        scoring=rule,
+        optimizer=optimizer,
+        **chosen,
+        heldout_batch_size=chosen["batch_size"],
+        train_limit=int(train_limit) or None,
+        eval_limit=int(eval_limit),
+        name=name or None,
         load_in_4bit={"auto": None, "on": True, "off": False}[four_bit],
-        lora={**base.to_dict()["lora"], "r": int(rank), "layers": int(layers) or None})
+        lora={**base.to_dict()["lora"], "r": int(rank), "layers": int(layers) or None},
+    )
 except (ValueError, TypeError) as exc:
     st.error(describe_error(exc))
     st.stop()
@@ -234,14 +344,19 @@ except (DataError, ValueError, OSError) as exc:  # a dataset that cannot be read
 c1, c2 = st.columns(2)
 c1.metric("Steps", cfg.steps)
 if estimate is not None:
-    c2.metric("Estimated time", span(estimate.low, estimate.high),
-              help=f"Every part of the run: model load, frozen-layer fill, steps, evaluations and the final "
-                   f"evaluation. Rates: {estimate.source}.")
+    c2.metric(
+        "Estimated time",
+        span(estimate.low, estimate.high),
+        help=f"Every part of the run: model load, frozen-layer fill, steps, evaluations and the final "
+        f"evaluation. Rates: {estimate.source}.",
+    )
     if estimate.machine.note():
         st.warning(estimate.machine.note(), icon=":material/speed:")
-    st.caption(f"Likely about {minutes(estimate.likely)} with every step. "
-               + " · ".join(f"{p.name} {minutes(p.low)}-{minutes(p.high)} ({p.detail})" for p in estimate.parts)
-               + f". Steps: {estimate.steps_note()}. Rates: {estimate.source}.")
+    st.caption(
+        f"Likely about {minutes(estimate.likely)} with every step. "
+        + " · ".join(f"{p.name} {minutes(p.low)}-{minutes(p.high)} ({p.detail})" for p in estimate.parts)
+        + f". Steps: {estimate.steps_note()}. Rates: {estimate.source}."
+    )
 SESSION = this_session()
 left = quota_left(ACCESS, active_runs_of(SESSION) if SESSION else 0)
 if left == 0:
@@ -259,7 +374,21 @@ if st.button("Launch training", type="primary", disabled=not evals or left == 0,
 st.subheader("Queue")
 runs = list_runs()
 if runs:
-    st.dataframe(pd.DataFrame([{"run": r.run_id, "state": r.state, "step": f"{r.step or 0}/{r.total_steps or '?'}",
-                                "method": r.method, "why": r.reason} for r in runs[:20]]), hide_index=True, width="stretch")
+    st.dataframe(
+        pd.DataFrame(
+            [
+                {
+                    "run": r.run_id,
+                    "state": r.state,
+                    "step": f"{r.step or 0}/{r.total_steps or '?'}",
+                    "method": r.method,
+                    "why": r.reason,
+                }
+                for r in runs[:20]
+            ]
+        ),
+        hide_index=True,
+        width="stretch",
+    )
 else:
     st.caption("No runs yet.")

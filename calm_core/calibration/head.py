@@ -89,8 +89,8 @@ SCOPES_BY_RULE: dict[str, tuple[str, ...]] = {
 DEFAULT_SCOPE = {"letter": "vocab", "cloze": "scalar", "cloze_norm": "scalar", "openqa": "vocab"}
 _WHY_NOT = {
     "cloze": "under cloze scoring an option's score is a sum over its own tokens and the prompt lists no options, "
-             "so per-position or per-token temperatures re-rank a question's options; use scope scalar, or "
-             "scoring letter for the paper's per-vocabulary head",
+    "so per-position or per-token temperatures re-rank a question's options; use scope scalar, or "
+    "scoring letter for the paper's per-vocabulary head",
     "openqa": "free-form answers have no options",
 }
 
@@ -118,8 +118,9 @@ def check_scope_fits(scope: str, rule: str, task: str = "mcqa") -> None:
     if scope not in allowed:
         key = "openqa" if task == "openqa" else ("cloze" if rule.startswith("cloze") else rule)
         where = "task openqa" if task == "openqa" else f"scoring {rule!r}"
-        raise ValueError(f"Expected `scope` to be one of {list(allowed)} with {where}, but got {scope!r}: "
-                         f"{_WHY_NOT.get(key, '')}")
+        raise ValueError(
+            f"Expected `scope` to be one of {list(allowed)} with {where}, but got {scope!r}: {_WHY_NOT.get(key, '')}"
+        )
 
 
 def acts_on_for(scope: str, task: str = "mcqa") -> str:
@@ -159,8 +160,9 @@ def _check_size(scope: str, size: object) -> int:
 class CalibrationHead(torch.nn.Module):
     """alpha = (shift l, log_temperature s), zero-initialised: the identity at init."""
 
-    def __init__(self, scope: str, size: int | None = None, acts_on: str | None = None,
-                 center: bool | None = None) -> None:
+    def __init__(
+        self, scope: str, size: int | None = None, acts_on: str | None = None, center: bool | None = None
+    ) -> None:
         """acts_on: "tokens" or "options"; None takes the scope's multiple-choice default
         (`acts_on_for`): pass `acts_on_for(scope, task)` where the task is known.
         center: whether scores are scaled about each row's mean (`centred`); None takes the
@@ -198,8 +200,10 @@ class CalibrationHead(torch.nn.Module):
             return self.log_temperature, self.shift
         if index is not None:
             if self.scope != "vocab":
-                raise ValueError(f"Expected `index` only with the vocab scope (or scalar, whose one tau fits "
-                                 f"every id), but the head's scope is {self.scope!r}")
+                raise ValueError(
+                    f"Expected `index` only with the vocab scope (or scalar, whose one tau fits "
+                    f"every id), but the head's scope is {self.scope!r}"
+                )
             if index.shape[-1] != k:
                 raise ValueError(f"Expected `z` last dim to match `index` ({index.shape[-1]}), but got {k}")
             return self.log_temperature[index], self.shift[index]  # index.shape each
@@ -249,9 +253,13 @@ class CalibrationHead(torch.nn.Module):
         tau = self.tau
         out = {"tau_mean": float(tau.mean()), "tau_min": float(tau.min()), "tau_max": float(tau.max())}
         if self.shift is not None:
-            l = self.shift
-            out.update(l_mean=float(l.mean()), l_min=float(l.min()), l_max=float(l.max()),
-                       l_abs_mean=float(l.abs().mean()))
+            shift = self.shift
+            out.update(
+                l_mean=float(shift.mean()),
+                l_min=float(shift.min()),
+                l_max=float(shift.max()),
+                l_abs_mean=float(shift.abs().mean()),
+            )
         return out
 
     @torch.no_grad()
@@ -275,8 +283,17 @@ class CalibrationHead(torch.nn.Module):
         file = _head_file(path)
         file.parent.mkdir(parents=True, exist_ok=True)
         tensors = {name: p.detach().cpu().contiguous() for name, p in self.named_parameters()}
-        save_file(tensors, str(file), metadata={"format": _FORMAT, "scope": self.scope, "size": str(self.size),
-                                                "acts_on": self.acts_on, "center": str(int(self.centred))})
+        save_file(
+            tensors,
+            str(file),
+            metadata={
+                "format": _FORMAT,
+                "scope": self.scope,
+                "size": str(self.size),
+                "acts_on": self.acts_on,
+                "center": str(int(self.centred)),
+            },
+        )
         return file
 
     @classmethod
@@ -299,8 +316,9 @@ class CalibrationHead(torch.nn.Module):
         center = meta.get("center")  # absent in heads written before it was saved: the scope's default
         if center not in (None, "0", "1"):
             raise ValueError(f"Expected `center` to be '0' or '1' in {file}, but got {center!r}")
-        head = cls(meta["scope"], int(size) if size.isdigit() else size, acts_on,
-                   None if center is None else center == "1")
+        head = cls(
+            meta["scope"], int(size) if size.isdigit() else size, acts_on, None if center is None else center == "1"
+        )
         _load_tensors(head, tensors, file)
         return head
 
@@ -331,8 +349,10 @@ class HeadLogitsProcessor(LogitsProcessor):
 
     def __init__(self, head: CalibrationHead) -> None:
         if head.acts_on != "tokens":
-            raise ValueError(f"Expected a head that acts on tokens to process generation scores, but this "
-                             f"{head.scope}-scope head acts on {head.acts_on!r}")
+            raise ValueError(
+                f"Expected a head that acts on tokens to process generation scores, but this "
+                f"{head.scope}-scope head acts on {head.acts_on!r}"
+            )
         self.head = head
 
     @torch.no_grad()

@@ -27,8 +27,10 @@ from calm_core.calibration.posthoc.base import MIN_FIT_ITEMS
 
 ACCURACY_SLACK = 0.01  # one point of accuracy (or one item, on sets under 100 items)
 CROSS_FIT_FOLDS = 5
-RULE = ("lowest S_V NLL among the variants whose S_V accuracy is within one point (one item under 100 items) "
-        "of the base model's; post-hoc calibrators cross-fitted on S_V, CALM at its selected step")
+RULE = (
+    "lowest S_V NLL among the variants whose S_V accuracy is within one point (one item under 100 items) "
+    "of the base model's; post-hoc calibrators cross-fitted on S_V, CALM at its selected step"
+)
 
 
 IN_SAMPLE = "fitted and scored on the same"  # how `cross_fitted` says its figures are in-sample
@@ -40,8 +42,14 @@ def accuracy_slack(n: int) -> float:
     return max(ACCURACY_SLACK, 1.0 / n) if n > 0 else ACCURACY_SLACK
 
 
-def cross_fitted(logits: np.ndarray, gold: np.ndarray, calibrators: dict[str, Any], folds: int = CROSS_FIT_FOLDS,
-                 seed: int = 0, min_fit: int = MIN_FIT_ITEMS) -> tuple[dict[str, np.ndarray], str]:
+def cross_fitted(
+    logits: np.ndarray,
+    gold: np.ndarray,
+    calibrators: dict[str, Any],
+    folds: int = CROSS_FIT_FOLDS,
+    seed: int = 0,
+    min_fit: int = MIN_FIT_ITEMS,
+) -> tuple[dict[str, np.ndarray], str]:
     """(name -> probabilities (N, K) on the fit set, how they were made). Cross-fitted when
     S_V allows: each fold predicted by the calibrator fitted on the others (`cls.fit(logits,
     labels)`, `.probs(logits)`), with the most folds up to `folds` whose training part has
@@ -52,8 +60,10 @@ def cross_fitted(logits: np.ndarray, gold: np.ndarray, calibrators: dict[str, An
         return {}, f"S_V has {n} items, fewer than {min_fit}: no post-hoc calibrator"
     usable = [k for k in range(2, folds + 1) if n - -(-n // k) >= min_fit]
     if not usable:
-        return ({name: cls.fit(logits, gold).probs(logits) for name, cls in calibrators.items()},
-                f"{IN_SAMPLE} {n} S_V items (too few to cross-fit): optimistic")
+        return (
+            {name: cls.fit(logits, gold).probs(logits) for name, cls in calibrators.items()},
+            f"{IN_SAMPLE} {n} S_V items (too few to cross-fit): optimistic",
+        )
     k = max(usable)
     parts = np.array_split(np.random.default_rng(seed).permutation(n), k)
     out: dict[str, np.ndarray] = {}
@@ -80,16 +90,28 @@ class Recommendation:
         return asdict(self)
 
 
-def recommend(heldout_probs: dict[str, np.ndarray], gold: np.ndarray, reference: str = "base",
-              posthoc_fit: str = "", in_sample: Sequence[str] = ()) -> Recommendation:
+def recommend(
+    heldout_probs: dict[str, np.ndarray],
+    gold: np.ndarray,
+    reference: str = "base",
+    posthoc_fit: str = "",
+    in_sample: Sequence[str] = (),
+) -> Recommendation:
     """The variant with the lowest S_V NLL among those that keep `reference`'s S_V accuracy
     (see the module docstring); `heldout_probs`: variant -> (N, K) probabilities on S_V;
     `in_sample`: the variants whose S_V figures come from a fit on the same items (refused
     when `reference` makes no mistake on S_V: `_unidentifiable`)."""
     if reference not in heldout_probs:
         return Recommendation(None, f"no `{reference}` variant on S_V to compare accuracy against")
-    figures = {name: {"nll": metrics.nll(p, gold), "acc": metrics.accuracy(p, gold), "ece": metrics.ece(p, gold),
-                      "confidence": metrics.mean_confidence(p)} for name, p in heldout_probs.items()}
+    figures = {
+        name: {
+            "nll": metrics.nll(p, gold),
+            "acc": metrics.accuracy(p, gold),
+            "ece": metrics.ece(p, gold),
+            "confidence": metrics.mean_confidence(p),
+        }
+        for name, p in heldout_probs.items()
+    }
     floor = figures[reference]["acc"] - accuracy_slack(len(gold)) - 1e-12
     for f in figures.values():
         f["kept_accuracy"] = f["acc"] >= floor
@@ -101,13 +123,17 @@ def recommend(heldout_probs: dict[str, np.ndarray], gold: np.ndarray, reference:
     losers = sorted((name for name in figures if name != best), key=lambda name: figures[name]["nll"])
     reason = f"{best}: S_V NLL {figures[best]['nll']:.4g}"
     if losers:
-        reason += " against " + ", ".join(f"{name} {figures[name]['nll']:.4g}"
-                                          + ("" if figures[name]["kept_accuracy"] else " (accuracy lost)")
-                                          + ("" if figures[name]["evidence"] else " (no evidence)")
-                                          for name in losers)
+        reason += " against " + ", ".join(
+            f"{name} {figures[name]['nll']:.4g}"
+            + ("" if figures[name]["kept_accuracy"] else " (accuracy lost)")
+            + ("" if figures[name]["evidence"] else " (no evidence)")
+            for name in losers
+        )
     if no_evidence:
-        reason += (f". {', '.join(sorted(no_evidence))}: fitted in-sample on an S_V that {reference} answers "
-                   "without a mistake, where any sharper temperature scores better: no evidence, not recommended")
+        reason += (
+            f". {', '.join(sorted(no_evidence))}: fitted in-sample on an S_V that {reference} answers "
+            "without a mistake, where any sharper temperature scores better: no evidence, not recommended"
+        )
     return Recommendation(best, reason, figures, posthoc_fit=posthoc_fit)
 
 

@@ -26,7 +26,6 @@ from calm_core.data.schema import REJECTED_SHOWN, DataError, LoadReport
 from calm_core.data.split import add_split_parser
 from calm_core.paths import ensure_writable
 
-
 JSON_REJECTED_KEPT = 100  # rejected rows listed per dataset in `--json`; `n_rejected` is always exact
 
 
@@ -42,8 +41,11 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_scoring_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--scoring", choices=["cloze", "cloze_norm", "letter"],
-                        help="scoring rule, default cloze (recorded with every result); see calm_core/scoring/prompts.py")
+    parser.add_argument(
+        "--scoring",
+        choices=["cloze", "cloze_norm", "letter"],
+        help="scoring rule, default cloze (recorded with every result); see calm_core/scoring/prompts.py",
+    )
     parser.add_argument("--chat", action="store_true", help="wrap prompts in the model's chat template")
     parser.add_argument("--batch-size", type=int, default=32, help="sequences per forward pass")
     parser.add_argument("--bins", type=int, default=15, help="ECE bins (equal width); ece_10 is always added")
@@ -60,36 +62,68 @@ def build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", help="score datasets with a model: base and post-hoc calibration (TS)")
     _add_model_args(ev)
     _add_scoring_args(ev)
-    ev.add_argument("--data", action="append", nargs="+", required=True, metavar="NAME",
-                    help="catalog names (arc/easy_test, builtin/capitals/test, upload/x) or files; repeatable")
-    ev.add_argument("--run", metavar="RUN_ID",
-                    help="a finished run instead of --model: its base, ts (its own S_V fit) and trained model at its "
-                         "selected step, scored as its final evaluation scores; rows stored with the run as added")
+    ev.add_argument(
+        "--data",
+        action="append",
+        nargs="+",
+        required=True,
+        metavar="NAME",
+        help="catalog names (arc/easy_test, builtin/capitals/test, upload/x) or files; repeatable",
+    )
+    ev.add_argument(
+        "--run",
+        metavar="RUN_ID",
+        help="a finished run instead of --model: its base, ts (its own S_V fit) and trained model at its "
+        "selected step, scored as its final evaluation scores; rows stored with the run as added",
+    )
     ev.add_argument("--runs-root", type=Path, help="with --run: where runs live (default: workspace/runs)")
-    ev.add_argument("--limit", type=int, help="first N items of each dataset, in file order (with --run: default the "
-                                              "run's eval_limit, after removing its training questions)")
+    ev.add_argument(
+        "--limit",
+        type=int,
+        help="first N items of each dataset, in file order (with --run: default the "
+        "run's eval_limit, after removing its training questions)",
+    )
     ev.add_argument("--mapping", help="column mapping for files, e.g. 'question=q, choices=A|B|C|D, answer=label'")
     ev.add_argument("--seed", type=int, default=0, help="seed for built-in datasets")
-    ev.add_argument("--fit-ts-on", action="append", nargs="+", metavar="NAME",
-                    help="fit the post-hoc calibrators (temperature scaling) on this dataset: variant `ts` "
-                         "(several: `ts:<name>` each)")
+    ev.add_argument(
+        "--fit-ts-on",
+        action="append",
+        nargs="+",
+        metavar="NAME",
+        help="fit the post-hoc calibrators (temperature scaling) on this dataset: variant `ts` "
+        "(several: `ts:<name>` each)",
+    )
     ev.add_argument("--fit-limit", type=int, help="first N items of the --fit-ts-on dataset")
     ev.add_argument("--ts-file", type=Path, help="apply a saved calibrator (JSON from --save-ts) as its variant (`ts`)")
     ev.add_argument("--save-ts", type=Path, help="write the fitted temperature to this JSON file")
     ev.add_argument("--json", type=Path, help="write results as JSON")
-    ev.add_argument("--save-preds", type=Path, metavar="DIR", help="per-item predictions: DIR/eval/<variant>/<dataset>.parquet")
+    ev.add_argument(
+        "--save-preds", type=Path, metavar="DIR", help="per-item predictions: DIR/eval/<variant>/<dataset>.parquet"
+    )
     ev.add_argument("--quiet", action="store_true", help="no progress bars")
-    ev.add_argument("--task", choices=["mcqa", "openqa"], default="mcqa",
-                    help="mcqa: option scores; openqa: generated answers, Semantic ECE (calm_core.generative)")
+    ev.add_argument(
+        "--task",
+        choices=["mcqa", "openqa"],
+        default="mcqa",
+        help="mcqa: option scores; openqa: generated answers, Semantic ECE (calm_core.generative)",
+    )
     op = ev.add_argument_group("openqa (with --task openqa)")
     op.add_argument("--samples", type=int, default=10, help="sampled answers per question (semantic confidence)")
     op.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
     op.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass")
     op.add_argument("--max-new-tokens", type=int, default=16)
-    op.add_argument("--prompt", choices=["fewshot", "plain", "chat"], default="fewshot",
-                    help="answer prompt (calm_core/generative/sampling.py)")
-    op.add_argument("--grouping", choices=["string", "embedding"], default="embedding",
-                    help="how sampled answers are grouped: normalised string or all-MiniLM-L6-v2 cosine")
+    op.add_argument(
+        "--prompt",
+        choices=["fewshot", "plain", "chat"],
+        default="fewshot",
+        help="answer prompt (calm_core/generative/sampling.py)",
+    )
+    op.add_argument(
+        "--grouping",
+        choices=["string", "embedding"],
+        default="embedding",
+        help="how sampled answers are grouped: normalised string or all-MiniLM-L6-v2 cosine",
+    )
     op.add_argument("--threshold", type=float, default=0.8, help="embedding cosine threshold for --grouping embedding")
     cli_train.add_parsers(sub)
     add_split_parser(sub)
@@ -107,14 +141,18 @@ def cmd_datasets(args: argparse.Namespace) -> int:
         size = "?" if e.n_items is None else str(e.n_items)
         print(f"{e.name.ljust(width)}  {e.kind:5} {e.source:8} {size:>6}  {e.description}")
     if args.json:
-        args.json.write_text(json.dumps([{**e.__dict__, "path": str(e.path) if e.path else None} for e in entries], indent=2))
+        args.json.write_text(
+            json.dumps([{**e.__dict__, "path": str(e.path) if e.path else None} for e in entries], indent=2)
+        )
     return 0
 
 
 def _load_lm(args: argparse.Namespace) -> Any:
     from calm_core.scoring.models import ModelSpec, load_model
 
-    spec = ModelSpec(name=args.model or "embedded", device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code)
+    spec = ModelSpec(
+        name=args.model or "embedded", device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code
+    )
     return load_model(spec)
 
 
@@ -144,8 +182,10 @@ def _note_rejected(report: LoadReport) -> None:
 
 def _data_record(reports: dict[str, LoadReport], role: str) -> list[dict[str, Any]]:
     """`--json` entries: per dataset, how many rows were kept and rejected, and why."""
-    return [{"dataset": name, "role": role, **report.rejected_record(JSON_REJECTED_KEPT)}
-            for name, report in reports.items()]
+    return [
+        {"dataset": name, "role": role, **report.rejected_record(JSON_REJECTED_KEPT)}
+        for name, report in reports.items()
+    ]
 
 
 def _posthoc(args: argparse.Namespace, lm: Any, cfg: Any, fit_items: dict[str, list]) -> list[Any]:
@@ -158,8 +198,10 @@ def _posthoc(args: argparse.Namespace, lm: Any, cfg: Any, fit_items: dict[str, l
     if args.ts_file:
         calibrator = load_calibrator(args.ts_file)
         return [PosthocFit(calibrator.name, calibrator, {"file": str(args.ts_file)})]
-    fit_sets = {name: score_items(lm, items, cfg, args.batch_size, not args.quiet, dataset=name)
-                for name, items in fit_items.items()}
+    fit_sets = {
+        name: score_items(lm, items, cfg, args.batch_size, not args.quiet, dataset=name)
+        for name, items in fit_items.items()
+    }
     fits = fit_posthoc(fit_sets)
     if args.save_ts:  # exactly one set fitted: checked in cmd_eval before the model loaded
         next(f for f in fits if f.calibrator.name == "ts").calibrator.save(args.save_ts)
@@ -184,13 +226,13 @@ def _print_posthoc(fits: list[Any], suffix: str = "") -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from calm_core.scoring.evaluate import format_table, predictions_frame, result_row
     from calm_core.calibration.posthoc import MIN_FIT_ITEMS
+    from calm_core.io import atomic_write_json
+    from calm_core.provenance import environment_record
+    from calm_core.runs.rundir import write_predictions
+    from calm_core.scoring.evaluate import format_table, predictions_frame, result_row
     from calm_core.scoring.options import score_items
     from calm_core.scoring.prompts import ScoringConfig
-    from calm_core.provenance import environment_record
-    from calm_core.io import atomic_write_json
-    from calm_core.runs.rundir import write_predictions
 
     if args.run:
         return _eval_run(args)
@@ -222,14 +264,23 @@ def cmd_eval(args: argparse.Namespace) -> int:
             rows.append(result_row(scores, name, variant, calibrator, n_bins=args.bins))
             if args.save_preds:
                 write_predictions(args.save_preds, variant, name, predictions_frame(scores, calibrator))
-    print(f"model: {lm.info.get('label', lm.info['name'])} ({lm.info['device']}, {lm.info['dtype']})  "
-          f"scoring: {cfg.name}  bins: {args.bins}")
+    print(
+        f"model: {lm.info.get('label', lm.info['name'])} ({lm.info['device']}, {lm.info['dtype']})  "
+        f"scoring: {cfg.name}  bins: {args.bins}"
+    )
     _print_posthoc(fits)
     print(format_table(rows))
     if args.json:
-        record = {"results": rows, "model": lm.info, "scoring": cfg.to_dict(), **_posthoc_record(fits, "mcqa"),
-                  "datasets": _data_record(reports, "eval") + _data_record(fit_reports, "fit"),
-                  "limit": args.limit, "seed": args.seed, "environment": environment_record()}
+        record = {
+            "results": rows,
+            "model": lm.info,
+            "scoring": cfg.to_dict(),
+            **_posthoc_record(fits, "mcqa"),
+            "datasets": _data_record(reports, "eval") + _data_record(fit_reports, "fit"),
+            "limit": args.limit,
+            "seed": args.seed,
+            "environment": environment_record(),
+        }
         atomic_write_json(args.json, record)
     return 0
 
@@ -238,19 +289,27 @@ def _eval_open(args: argparse.Namespace) -> int:
     """`calm eval --task openqa`: generated answers, judged; base and (optionally) the
     post-hoc calibrators that apply to generation (TS)."""
     from calm_core.calibration.metrics.columns import table_columns
-    from calm_core.scoring.evaluate import PosthocFit, format_table
+    from calm_core.calibration.posthoc import MIN_FIT_ITEMS
     from calm_core.generative.evaluate import evaluate_open, fit_token_calibrators
     from calm_core.generative.sampling import GenerationConfig
-    from calm_core.calibration.posthoc import MIN_FIT_ITEMS
-    from calm_core.provenance import environment_record
     from calm_core.io import atomic_write_json
+    from calm_core.provenance import environment_record
     from calm_core.runs.rundir import write_predictions
+    from calm_core.scoring.evaluate import PosthocFit, format_table
 
     if args.ts_file or args.save_ts:
         raise UsageError("--ts-file / --save-ts are for --task mcqa; with openqa use --fit-ts-on")
-    cfg = GenerationConfig(n_samples=args.samples, temperature=args.temperature, top_p=args.top_p,
-                           max_new_tokens=args.max_new_tokens, prompt=args.prompt, batch_size=args.batch_size,
-                           seed=args.seed, grouping=args.grouping, grouping_threshold=args.threshold)
+    cfg = GenerationConfig(
+        n_samples=args.samples,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        max_new_tokens=args.max_new_tokens,
+        prompt=args.prompt,
+        batch_size=args.batch_size,
+        seed=args.seed,
+        grouping=args.grouping,
+        grouping_threshold=args.threshold,
+    )
     _check_outputs(args)
     reports = _load_reports([name for group in args.data for name in group], "open", args.limit, args)
     datasets = {name: list(report.items) for name, report in reports.items()}
@@ -260,7 +319,9 @@ def _eval_open(args: argparse.Namespace) -> int:
     fit_reports = _load_reports(fit_names, "open", args.fit_limit, args)
     fit_items = list(fit_reports[fit_names[0]].items) if fit_names else []
     if fit_names and len(fit_items) < MIN_FIT_ITEMS:
-        raise UsageError(f"Expected at least {MIN_FIT_ITEMS} items to fit TS on `{fit_names[0]}`, but it has {len(fit_items)}")
+        raise UsageError(
+            f"Expected at least {MIN_FIT_ITEMS} items to fit TS on `{fit_names[0]}`, but it has {len(fit_items)}"
+        )
     lm = _load_lm(args)
     scalers = fit_token_calibrators(lm.model, lm.tokenizer, fit_items, cfg.prompt, args.batch_size) if fit_items else {}
     fits = [PosthocFit(name, s, {"dataset": fit_names[0], **s.params()}) for name, s in scalers.items()]
@@ -268,22 +329,39 @@ def _eval_open(args: argparse.Namespace) -> int:
     if args.save_preds:
         for (variant, name), frame in frames.items():
             write_predictions(args.save_preds, variant, name, frame)
-    print(f"model: {lm.info.get('label', lm.info['name'])} ({lm.info['device']}, {lm.info['dtype']})  task: openqa  "
-          f"prompt: {cfg.prompt}  samples: {cfg.n_samples}  grouping: {cfg.grouping}")
+    print(
+        f"model: {lm.info.get('label', lm.info['name'])} ({lm.info['device']}, {lm.info['dtype']})  task: openqa  "
+        f"prompt: {cfg.prompt}  samples: {cfg.n_samples}  grouping: {cfg.grouping}"
+    )
     _print_posthoc(fits, f" (fit on the gold answer tokens of {fit_names[0]})" if fits else "")
     print(format_table(rows, table_columns("openqa")))
     if args.json:
-        record = {"results": rows, "model": lm.info, "task": "openqa", "generation": cfg.to_dict(),
-                  **_posthoc_record(fits, "openqa"),
-                  "datasets": _data_record(reports, "eval") + _data_record(fit_reports, "fit"),
-                  "limit": args.limit, "seed": args.seed, "environment": environment_record()}
+        record = {
+            "results": rows,
+            "model": lm.info,
+            "task": "openqa",
+            "generation": cfg.to_dict(),
+            **_posthoc_record(fits, "openqa"),
+            "datasets": _data_record(reports, "eval") + _data_record(fit_reports, "fit"),
+            "limit": args.limit,
+            "seed": args.seed,
+            "environment": environment_record(),
+        }
         atomic_write_json(args.json, record)
     return 0
 
 
-RUN_OWNS = {"model": "--model", "scoring": "--scoring", "chat": "--chat", "fit_ts_on": "--fit-ts-on",
-            "fit_limit": "--fit-limit", "ts_file": "--ts-file", "save_ts": "--save-ts", "mapping": "--mapping",
-            "save_preds": "--save-preds"}  # what a run fixed itself (its model, rule, S_V fit) or stores itself
+RUN_OWNS = {
+    "model": "--model",
+    "scoring": "--scoring",
+    "chat": "--chat",
+    "fit_ts_on": "--fit-ts-on",
+    "fit_limit": "--fit-limit",
+    "ts_file": "--ts-file",
+    "save_ts": "--save-ts",
+    "mapping": "--mapping",
+    "save_preds": "--save-preds",
+}  # what a run fixed itself (its model, rule, S_V fit) or stores itself
 
 
 def _eval_run(args: argparse.Namespace) -> int:
@@ -298,8 +376,10 @@ def _eval_run(args: argparse.Namespace) -> int:
 
     given = [flag for name, flag in RUN_OWNS.items() if getattr(args, name)]
     if given:
-        raise UsageError(f"{', '.join(given)} cannot go with --run: a run's model, scoring rule and calibrators are "
-                         "its own (data files load as training loads them), and its predictions are stored with it")
+        raise UsageError(
+            f"{', '.join(given)} cannot go with --run: a run's model, scoring rule and calibrators are "
+            "its own (data files load as training loads them), and its predictions are stored with it"
+        )
     if args.json:
         args.json = ensure_writable(args.json, "file")
     run = RunDir.at(args.run, args.runs_root)
@@ -307,14 +387,19 @@ def _eval_run(args: argparse.Namespace) -> int:
     limit = args.limit if args.limit is not None else run_eval_limit(run)
     datasets = [name for group in args.data for name in group]
     rows = evaluate_run(run, datasets, limit, device=args.device)
-    print(f"run: {run.run_id} (step {rows[0]['step']})  added after training: {', '.join(dict.fromkeys(datasets))}"
-          f"  limit: {limit}")
+    print(
+        f"run: {run.run_id} (step {rows[0]['step']})  added after training: {', '.join(dict.fromkeys(datasets))}"
+        f"  limit: {limit}"
+    )
     print(format_table(rows, result_columns(rows)))
-    print(f"stored with the run ({run.path / ADDED_RESULTS}): Compare, `calm compare` and `calm report` "
-          "show these rows as `<set> (added)`")
+    print(
+        f"stored with the run ({run.path / ADDED_RESULTS}): Compare, `calm compare` and `calm report` "
+        "show these rows as `<set> (added)`"
+    )
     if args.json:
-        atomic_write_json(args.json, {"results": rows, "run": run.run_id, "limit": limit,
-                                      "environment": environment_record()})
+        atomic_write_json(
+            args.json, {"results": rows, "run": run.run_id, "limit": limit, "environment": environment_record()}
+        )
     return 0
 
 
@@ -334,7 +419,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return COMMANDS[args.command](args)
     except (DataError, ModelLoadError, UsageError, ValueError, FileNotFoundError) as exc:
         # One line, whatever the exception text holds (row lists come on extra lines).
-        print("calm: error: " + "; ".join(line.strip() for line in str(exc).splitlines() if line.strip()), file=sys.stderr)
+        print(
+            "calm: error: " + "; ".join(line.strip() for line in str(exc).splitlines() if line.strip()), file=sys.stderr
+        )
         return 2
     except KeyboardInterrupt:
         print("calm: interrupted", file=sys.stderr)

@@ -24,9 +24,9 @@ from typing import Any
 from calm_core.runs.listing import list_runs
 from calm_core.runs.rundir import RunDir, runs_root
 
+
 def add_parsers(sub: Any) -> None:
     from calm_core.calibration.metrics.columns import metric_names
-
     from calm_core.training.config import train_settings
 
     tr = sub.add_parser("train", help="train a model with CALM or a baseline (foreground, or --detach)")
@@ -36,7 +36,9 @@ def add_parsers(sub: Any) -> None:
         kind = spec.kind if spec.kind is not bool else json.loads
         tr.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, help=spec.help.replace("%", "%%"))
     tr.add_argument("--eval-data", nargs="+", help="evaluation sets (in-domain and out-of-domain)")
-    tr.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any TrainConfig field (JSON value)")
+    tr.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="any TrainConfig field (JSON value)"
+    )
     tr.add_argument("--detach", action="store_true", help="run as a background job and print the run id")
     tr.add_argument("--run-dir", type=Path, help=argparse.SUPPRESS)  # worker mode, used by jobs
     tr.add_argument("--runs-root", type=Path, help="where runs live (default: workspace/runs)")
@@ -49,29 +51,41 @@ def add_parsers(sub: Any) -> None:
     cp.add_argument("--runs-root", type=Path)
     cp.add_argument("--json", type=Path, help="write the rows as JSON")
     paper = metric_names("paper_mcqa")  # calibration.metrics.columns: the paper's metrics
-    cp.add_argument("--wide", action="store_true",
-                    help=f"one Markdown line per variant, columns dataset x ({', '.join(paper)}): the paper's shape")
+    cp.add_argument(
+        "--wide",
+        action="store_true",
+        help=f"one Markdown line per variant, columns dataset x ({', '.join(paper)}): the paper's shape",
+    )
     cp.add_argument("--metrics", default=",".join(paper), help="--wide: the metric columns, comma-separated")
     cp.add_argument("--ood-mean", action="store_true", help="--wide: add the mean over every set but the first")
     rp = sub.add_parser("report", help="one self-contained HTML file: settings, metrics, reliability diagrams, alpha")
     rp.add_argument("run_id")
     rp.add_argument("--out", type=Path, help="the HTML file to write (default: <run id>.html here)")
     rp.add_argument("--runs-root", type=Path)
-    ex = sub.add_parser("export", help="a folder that loads with transformers + peft alone: adapter, head "
-                                       "(calm_head.py), model card")
+    ex = sub.add_parser(
+        "export", help="a folder that loads with transformers + peft alone: adapter, head (calm_head.py), model card"
+    )
     ex.add_argument("run_id")
     ex.add_argument("target", type=Path)
-    ex.add_argument("--variant", help="the trained model at its selected step (default), base, ts, vs, or recommended "
-                                      "(the run's recommendation on S_V); every variant loads the same way")
+    ex.add_argument(
+        "--variant",
+        help="the trained model at its selected step (default), base, ts, vs, or recommended "
+        "(the run's recommendation on S_V); every variant loads the same way",
+    )
     ex.add_argument("--runs-root", type=Path)
-    for name, text in (("cancel", "stop a run gracefully (checkpoint, then cancelled)"),
-                       ("resume", "continue a failed, cancelled or damaged run")):
+    for name, text in (
+        ("cancel", "stop a run gracefully (checkpoint, then cancelled)"),
+        ("resume", "continue a failed, cancelled or damaged run"),
+    ):
         p = sub.add_parser(name, help=text)
         p.add_argument("run_id")
         p.add_argument("--runs-root", type=Path)
         if name == "resume":
-            p.add_argument("--fresh", action="store_true",
-                           help="ignore the run's checkpoints and start over from step 0 (its metrics are cut)")
+            p.add_argument(
+                "--fresh",
+                action="store_true",
+                help="ignore the run's checkpoints and start over from step 0 (its metrics are cut)",
+            )
 
 
 def _read_config_file(path: Path) -> dict[str, Any]:
@@ -108,6 +122,7 @@ def resolve_config(args: argparse.Namespace) -> Any:
 
 def _graceful(run: RunDir) -> None:
     """SIGINT / SIGTERM ask the loop to stop after the current step (checkpoint + cancelled)."""
+
     def handler(signum: int, frame: Any) -> None:
         run.request_cancel()
         print(f"calm: stopping after this step (signal {signum})", file=sys.stderr, flush=True)
@@ -145,8 +160,8 @@ def _set_threads(run: RunDir, cfg: Any, main: bool) -> None:
 
 def run_in_process(run: RunDir, show_progress: bool) -> int:
     """Train (or resume) the run in this process; failures end as `failed` with the error."""
-    from calm_core.training import distributed
     from calm_core.runs.jobs import schedule
+    from calm_core.training import distributed
     from calm_core.training.config import TrainConfig
     from calm_core.training.loop import train
 
@@ -201,7 +216,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     if _joined_torchrun(args):  # every rank trains the one run that rank 0 creates
         from calm_core.training import distributed
 
-        path = distributed.broadcast_text(str(create_run(cfg, root=args.runs_root).path) if distributed.is_main() else None)
+        path = distributed.broadcast_text(
+            str(create_run(cfg, root=args.runs_root).path) if distributed.is_main() else None
+        )
         return run_in_process(RunDir.open(path), show_progress=True)
     if args.detach:
         run, started = launch_training(cfg, root=args.runs_root)
@@ -251,7 +268,9 @@ def cmd_runs(args: argparse.Namespace) -> int:
     for r in runs:
         progress = f"{r.step or 0}/{r.total_steps or '?'}"
         bome = bome_line(_bome(r.path))
-        print(f"{r.run_id}  {r.state:9} {progress:>9}  {r.method or '-':15} {r.reason}" + (f"  [{bome}]" if bome else ""))
+        print(
+            f"{r.run_id}  {r.state:9} {progress:>9}  {r.method or '-':15} {r.reason}" + (f"  [{bome}]" if bome else "")
+        )
     return 0
 
 
@@ -265,13 +284,15 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     from calm_core.runs.jobs import resume
-
     from calm_core.workspace.launch import left_the_queue
 
     run = RunDir.at(args.run_id, args.runs_root)
     resume(run, fresh=args.fresh)
-    print(f"{args.run_id}: " + ("resumed" if left_the_queue(run) else "queued to resume")
-          + (" from step 0 (--fresh)" if args.fresh else ""))
+    print(
+        f"{args.run_id}: "
+        + ("resumed" if left_the_queue(run) else "queued to resume")
+        + (" from step 0 (--fresh)" if args.fresh else "")
+    )
     return 0
 
 
@@ -285,11 +306,10 @@ def runs_named(prefix: str, root: Path | None) -> list[str]:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from calm_core.io import atomic_write_json
+    from calm_core.paths import ensure_writable
     from calm_core.scoring.evaluate import format_table, wide_table
     from calm_core.workspace.view import added_lines, compare_rows, result_columns
-    from calm_core.io import atomic_write_json
-
-    from calm_core.paths import ensure_writable
 
     if args.json:
         args.json = ensure_writable(args.json, "file")  # before reading any run: fail in a second
@@ -314,15 +334,17 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     folder = export_run(RunDir.at(args.run_id, args.runs_root), args.target, args.variant)
     record = json.loads((folder / "calm_export.json").read_text())
-    print(f"exported {args.run_id} ({record['variant']}, step {record['step']}) to {folder}; "
-          f"base model {record['base_model_hub_id']}")
+    print(
+        f"exported {args.run_id} ({record['variant']}, step {record['step']}) to {folder}; "
+        f"base model {record['base_model_hub_id']}"
+    )
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from calm_core.io import atomic_write_text
     from calm_core.paths import ensure_writable
     from calm_core.workspace.report import run_report_html
-    from calm_core.io import atomic_write_text
 
     run = RunDir.at(args.run_id, args.runs_root)
     out = ensure_writable(args.out or Path(f"{run.run_id}.html"), "file")
@@ -331,5 +353,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"report": cmd_report, "train": cmd_train, "runs": cmd_runs, "cancel": cmd_cancel, "resume": cmd_resume,
-            "compare": cmd_compare, "export": cmd_export}
+COMMANDS = {
+    "report": cmd_report,
+    "train": cmd_train,
+    "runs": cmd_runs,
+    "cancel": cmd_cancel,
+    "resume": cmd_resume,
+    "compare": cmd_compare,
+    "export": cmd_export,
+}

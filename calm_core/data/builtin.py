@@ -200,8 +200,11 @@ def _arithmetic() -> list[FactQuestion]:
     for a, op, b in _arithmetic_expressions():
         expr = f"{a} {op} {b}"
         answer = evaluate(a, op, b)
-        questions.append(FactQuestion(expr, _phrase(expr, "arith", templates, expr=expr), str(answer),
-                                      _near_misses(a, op, b, answer)))
+        questions.append(
+            FactQuestion(
+                expr, _phrase(expr, "arith", templates, expr=expr), str(answer), _near_misses(a, op, b, answer)
+            )
+        )
     return questions
 
 
@@ -217,8 +220,9 @@ def _si_unit_questions() -> list[FactQuestion]:
     for unit, symbol, quantity in SI_UNITS:  # three questions on one unit share its split
         questions += [
             FactQuestion(unit, f"What is the SI unit of {quantity}?", unit, _others(unit, names)),
-            FactQuestion(unit, f"Which physical quantity has the SI unit {unit}?", quantity,
-                         _others(quantity, quantities)),
+            FactQuestion(
+                unit, f"Which physical quantity has the SI unit {unit}?", quantity, _others(quantity, quantities)
+            ),
             FactQuestion(unit, f"What is the symbol of the SI unit {unit}?", symbol, _others(symbol, symbols)),
         ]
     return questions
@@ -236,8 +240,9 @@ def _prefix_questions() -> list[FactQuestion]:
         key = f"prefix {name}"
         near_names = _nearest(name, factors, exponent_gap)
         questions += [
-            FactQuestion(key, f"What factor does the SI prefix {name}- stand for?", factor,
-                         tuple(factors[n] for n in near_names)),
+            FactQuestion(
+                key, f"What factor does the SI prefix {name}- stand for?", factor, tuple(factors[n] for n in near_names)
+            ),
             FactQuestion(key, f"Which SI prefix stands for a factor of {factor}?", name, near_names),
         ]
     return questions
@@ -319,8 +324,10 @@ def load_builtin(domain: str, split: str, seed: int = 0) -> LoadReport:
     splits = _domain_splits(domain)
     in_split = [q for q in questions if splits[q.key] == split]
     if open_answer:
-        items = [OpenItem(f"{domain}{OPEN_SUFFIX}-{split}-{i:04d}", q.question, (q.answer,), domain)
-                 for i, q in enumerate(in_split)]
+        items = [
+            OpenItem(f"{domain}{OPEN_SUFFIX}-{split}-{i:04d}", q.question, (q.answer,), domain)
+            for i, q in enumerate(in_split)
+        ]
         return LoadReport(name=f"builtin/{domain}{OPEN_SUFFIX}/{split}", kind="open", items=items)
     items = [_make_item(q, f"{domain}-{split}-{i:04d}", domain, int(seed)) for i, q in enumerate(in_split)]
     return LoadReport(name=f"builtin/{domain}/{split}", kind="mc", items=items)

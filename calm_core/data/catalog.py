@@ -191,9 +191,12 @@ def _split_entries() -> list[DatasetEntry]:
     root = splits_dir()
     if not root.is_dir():
         return []
-    return [entry for folder in sorted(root.iterdir())
-            if folder.is_dir() and not folder.name.startswith(".") and (folder / SPLIT_RECORD).is_file()
-            for entry in _split_part_entries(folder)]
+    return [
+        entry
+        for folder in sorted(root.iterdir())
+        if folder.is_dir() and not folder.name.startswith(".") and (folder / SPLIT_RECORD).is_file()
+        for entry in _split_part_entries(folder)
+    ]
 
 
 def _split_part_entries(folder: Path) -> list[DatasetEntry]:
@@ -205,11 +208,19 @@ def _split_part_entries(folder: Path) -> list[DatasetEntry]:
         sizes, how = record["sizes"], f"seed {record['seed']}"
     except (OSError, ValueError, KeyError, TypeError) as exc:
         reason = f"unreadable {SPLIT_RECORD}: {exc}"
-        return [DatasetEntry(n, "unknown", "split", p, None, reason) for n, p in zip(names, paths)]
+        return [DatasetEntry(n, "unknown", "split", p, None, reason) for n, p in zip(names, paths, strict=True)]
     how += ", stratified by answer position" if record.get("stratify") else ""
-    return [DatasetEntry(name, record.get("kind", "unknown"), "split", path, sizes.get(part),
-                         f"{part} part of {record.get('source')} ({how})")
-            for name, path, part in zip(names, paths, SPLIT_PARTS)]
+    return [
+        DatasetEntry(
+            name,
+            record.get("kind", "unknown"),
+            "split",
+            path,
+            sizes.get(part),
+            f"{part} part of {record.get('source')} ({how})",
+        )
+        for name, path, part in zip(names, paths, SPLIT_PARTS, strict=True)
+    ]
 
 
 # ----------------------------------------------------------------------------- resolving + loading
@@ -224,7 +235,7 @@ def find_dataset(name: str) -> DatasetEntry:
         folder = _upload_folder(name)[1]
         entry = _upload_entry(folder) if (folder / META_FILE).is_file() else None
     elif name.startswith(SPLIT_PREFIX):
-        split_name = name[len(SPLIT_PREFIX):].rpartition("/")[0]
+        split_name = name[len(SPLIT_PREFIX) :].rpartition("/")[0]
         folder = split_folder(split_name)[1] if split_name else None
         parts = _split_part_entries(folder) if folder and (folder / SPLIT_RECORD).is_file() else []
         entry = next((e for e in parts if e.name == name), None)
@@ -278,8 +289,11 @@ def _with_upload_rejects(report: LoadReport, folder: Path) -> LoadReport:
         count = int(meta.get("n_rejected", len(listed)))
     except (OSError, ValueError, TypeError):  # an unreadable meta.json must not hide the items
         return report
-    return dataclasses.replace(report, rejected=listed + report.rejected,
-                               unlisted_rejected=report.unlisted_rejected + max(count - len(listed), 0))
+    return dataclasses.replace(
+        report,
+        rejected=listed + report.rejected,
+        unlisted_rejected=report.unlisted_rejected + max(count - len(listed), 0),
+    )
 
 
 _SLICE = re.compile(r"^(?P<base>.+)\[(?P<start>\d*):(?P<stop>\d*)\]$")
@@ -309,7 +323,7 @@ def _load_builtin(name: str, seed: int, limit: int | None = None) -> LoadReport:
 
 def _load_hf_name(name: str, mapping: ColumnMapping, kind: str, limit: int | None) -> LoadReport:
     """`hf:<name>`, `hf:<name>:<split>` or `hf:<name>:<config>:<split>`; a local folder may hold ':'."""
-    rest = name[len(HF_PREFIX):]
+    rest = name[len(HF_PREFIX) :]
     if Path(rest).expanduser().is_dir():
         return load_hf(rest, mapping=mapping, kind=kind, limit=limit, name=name)
     parts = rest.split(":")
@@ -421,7 +435,7 @@ def split_folder(name: str) -> tuple[str, Path]:
 
 def _workspace_folder(name: str, prefix: str, root: Path, what: str) -> tuple[str, Path]:
     bare = name.strip()
-    bare = bare[len(prefix):] if bare.startswith(prefix) else bare
+    bare = bare[len(prefix) :] if bare.startswith(prefix) else bare
     if "/" in bare or "\\" in bare or Path(bare).is_absolute():
         raise DataError(f"Expected a plain {what} name without path separators, but got {name!r}")
     try:

@@ -27,7 +27,7 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?
 def load_hf(
     name_or_path: str | Path,
     split: str | None = None,
-    mapping: ColumnMapping | str = ColumnMapping(),
+    mapping: ColumnMapping | str = ColumnMapping(),  # noqa: B008 - a frozen dataclass: one shared default is safe
     kind: str = "auto",
     limit: int | None = None,
     name: str | None = None,

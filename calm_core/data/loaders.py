@@ -32,16 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from calm_core.data.schema import (
-    ANSWER_FORMS,
-    REJECTED_SHOWN,
-    DataError,
-    LoadReport,
-    RowError,
-    is_blank,
-    validate_mc_record,
-    validate_open_record,
-)
 from calm_core.data.readers import (  # noqa: F401  (re-exported: loaders is the public entry point)
     FORMATS,
     Record,
@@ -55,6 +45,16 @@ from calm_core.data.readers import (  # noqa: F401  (re-exported: loaders is the
     peek_records,
     stage_upload,
     upload_suffix,
+)
+from calm_core.data.schema import (
+    ANSWER_FORMS,
+    REJECTED_SHOWN,
+    DataError,
+    LoadReport,
+    RowError,
+    is_blank,
+    validate_mc_record,
+    validate_open_record,
 )
 from calm_core.data.stream import STREAM_FROM_BYTES, Index, JsonlSource, RowSource, build_index, open_source
 
@@ -105,11 +105,15 @@ class ColumnMapping:
         if len(set(self.choice_columns)) != len(self.choice_columns):
             raise DataError(f"Expected distinct choice columns, but got {self.choices!r}")
         if not isinstance(self.answer_form, str) or self.answer_form not in ANSWER_FORMS:
-            raise DataError(f"Expected `answer_form` to be one of {', '.join(ANSWER_FORMS)}, but got {self.answer_form!r}")
+            raise DataError(
+                f"Expected `answer_form` to be one of {', '.join(ANSWER_FORMS)}, but got {self.answer_form!r}"
+            )
         if self.labels is not None:
             _check_column_name("labels", self.labels)
         if self.answer_form == "label" and not self.labels:
-            raise DataError("Expected `labels` to name the column of option labels with answer_form=label, but got none")
+            raise DataError(
+                "Expected `labels` to name the column of option labels with answer_form=label, but got none"
+            )
 
     @property
     def choice_columns(self) -> tuple[str, ...]:
@@ -198,15 +202,53 @@ def _parse_mapping_value(key: str, value: str) -> Any:
 # ----------------------------------------------------------------------------- guessing a mapping
 
 GUESS_ROWS = 20  # sample records the guess reads (answer form, nested choices)
-_QUESTION_NAMES = ("question", "question_stem", "q", "prompt", "query", "stem", "input", "goal", "ctx", "text", "sentence")
+_QUESTION_NAMES = (
+    "question",
+    "question_stem",
+    "q",
+    "prompt",
+    "query",
+    "stem",
+    "input",
+    "goal",
+    "ctx",
+    "text",
+    "sentence",
+)
 _CHOICE_NAMES = ("choices", "options", "candidates", "endings", "choice", "option")
-_ANSWER_NAMES = ("answer", "answerkey", "answer_key", "label", "correct", "correct_answer", "correct_option",
-                 "answer_idx", "answer_index", "gold", "target", "key", "cop")
+_ANSWER_NAMES = (
+    "answer",
+    "answerkey",
+    "answer_key",
+    "label",
+    "correct",
+    "correct_answer",
+    "correct_option",
+    "answer_idx",
+    "answer_index",
+    "gold",
+    "target",
+    "key",
+    "cop",
+)
 _ALIAS_NAMES = ("answers", "aliases", "accepted", "answer.aliases")
 _ID_NAMES = ("id", "qid", "question_id", "uid", "item_id")
 _SUBJECT_NAMES = ("subject", "category", "topic", "domain")
 # One column per option: a stem below plus 1, 2, ... (or 0, 1, ...) or a, b, ...: A..D, opt1..opt4, option_a..
-_OPTION_STEMS = ("", "opt", "option", "choice", "ans", "answer", "ending", "sol", "op", "alt", "alternative", "candidate")
+_OPTION_STEMS = (
+    "",
+    "opt",
+    "option",
+    "choice",
+    "ans",
+    "answer",
+    "ending",
+    "sol",
+    "op",
+    "alt",
+    "alternative",
+    "candidate",
+)
 _ENUMERATED = re.compile(r"(?P<stem>.*?)[ _-]?(?P<tag>[0-9]{1,2}|[A-Za-z])")
 
 
@@ -252,9 +294,16 @@ def guess_column_mapping(columns: list[str], records: Iterable[Record] = ()) -> 
     answer = pick(_ANSWER_NAMES)
     answers = pick(_ALIAS_NAMES) or (answer if answer and not choices else None)  # `question, answer`: open QA
     try:
-        mapping = ColumnMapping(question=question, choices=choices or "choices", answer=answer or "answer",
-                                id=pick(_ID_NAMES) or "id", subject=pick(_SUBJECT_NAMES) or "subject",
-                                answers=answers or "answers", answer_form="label" if labels else "auto", labels=labels)
+        mapping = ColumnMapping(
+            question=question,
+            choices=choices or "choices",
+            answer=answer or "answer",
+            id=pick(_ID_NAMES) or "id",
+            subject=pick(_SUBJECT_NAMES) or "subject",
+            answers=answers or "answers",
+            answer_form="label" if labels else "auto",
+            labels=labels,
+        )
         return dataclasses.replace(mapping, answer_form=_guess_answer_form(mapping, records))
     except DataError:  # a column name the mapping cannot hold (blank, repeated): start from the defaults
         return ColumnMapping()
@@ -266,7 +315,7 @@ def guess_mapping(columns: list[str], records: Iterable[Record] = ()) -> str:
 
 
 def guess_kind(columns: list[str], mapping: ColumnMapping) -> str:
-    """"mc" when the mapping's option column(s) exist, "open" when only its answers column does."""
+    """ "mc" when the mapping's option column(s) exist, "open" when only its answers column does."""
     if all(_has_column(columns, c) for c in mapping.choice_columns):
         return "mc"
     return "open" if _has_column(columns, mapping.answers) else "mc"
@@ -275,16 +324,22 @@ def guess_kind(columns: list[str], mapping: ColumnMapping) -> str:
 def form_values(mapping: ColumnMapping, columns: list[str]) -> dict[str, Any]:
     """The Data page's widget values for `mapping` over a file's `columns` (dotted paths
     included): a column the file lacks becomes None (an unset widget), never an error."""
+
     def have(column: str | None) -> str | None:
         return column if column in columns else None
 
     return {
-        "kind": guess_kind(columns, mapping), "question": have(mapping.question),
+        "kind": guess_kind(columns, mapping),
+        "question": have(mapping.question),
         "layout": "columns" if isinstance(mapping.choices, tuple) else "list",
         "options": [c for c in mapping.choice_columns if c in columns] if isinstance(mapping.choices, tuple) else [],
         "list": have(mapping.choices) if isinstance(mapping.choices, str) else None,
-        "answer": have(mapping.answer), "answer_form": mapping.answer_form, "labels": have(mapping.labels),
-        "answers": have(mapping.answers), "id": have(mapping.id), "subject": have(mapping.subject),
+        "answer": have(mapping.answer),
+        "answer_form": mapping.answer_form,
+        "labels": have(mapping.labels),
+        "answers": have(mapping.answers),
+        "id": have(mapping.id),
+        "subject": have(mapping.subject),
     }
 
 
@@ -292,6 +347,7 @@ def mapping_from_form(values: dict[str, Any], columns: list[str]) -> ColumnMappi
     """The Data page's widget values (`form_values` keys) -> a ColumnMapping. DataError
     names the widget to set. An optional column left unset stays off, even when the
     file has a column of the default name."""
+
     def need(key: str, what: str) -> str:
         if not values.get(key):
             raise DataError(f"Expected {what}, but none is chosen")
@@ -302,8 +358,10 @@ def mapping_from_form(values: dict[str, Any], columns: list[str]) -> ColumnMappi
         if values.get("layout") == "list":
             fields["choices"] = need("list", "the column holding the list of options")
         elif len(values.get("options") or ()) < 2:
-            raise DataError("Expected at least 2 option columns (in order: the first is A), or one list column, "
-                            f"but got {len(values.get('options') or ())}")
+            raise DataError(
+                "Expected at least 2 option columns (in order: the first is A), or one list column, "
+                f"but got {len(values.get('options') or ())}"
+            )
         else:
             fields["choices"] = tuple(values["options"])
         fields["answer"] = need("answer", "an answer column")
@@ -556,9 +614,6 @@ def _row_to_item(
     if error is not None and error.field:
         error = dataclasses.replace(error, field=_source_column(error.field, mapping))
     return item, error
-
-
-
 
 
 def check_limit(limit: int | None) -> None:

@@ -24,7 +24,12 @@ from typing import Any, Iterable, Iterator, Union
 from calm_core.data.schema import DataError, RowError, is_utf8
 
 FORMATS = {  # file extension -> reader
-    ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".parquet": "parquet", ".pq": "parquet",
+    ".jsonl": "jsonl",
+    ".json": "jsonl",
+    ".ndjson": "jsonl",
+    ".csv": "csv",
+    ".parquet": "parquet",
+    ".pq": "parquet",
 }
 BOM = b"\xef\xbb\xbf"  # Excel and Notepad start UTF-8 files with it
 UNDECODABLE = "Expected UTF-8 text, but got undecodable bytes"
@@ -46,7 +51,7 @@ class Table:
 
 
 def detect_format(path: str | Path, fmt: str | None = None) -> str:
-    """"jsonl", "csv" or "parquet", from `fmt` when given, else from the file extension."""
+    """ "jsonl", "csv" or "parquet", from `fmt` when given, else from the file extension."""
     key = f".{fmt.lower().lstrip('.')}" if fmt else Path(path).suffix.lower()
     if key not in FORMATS:
         choices = ", ".join(sorted(FORMATS))
@@ -161,8 +166,9 @@ def check_readable(path: Path, where: str) -> None:
 def _jsonl_table(path: Path, source: str, where: str) -> Table:
     # JSONL has no header: the columns are the union of keys, so the rows are read
     # first (QA sets are small; the biggest shared split is 2 MB).
-    rows = list(_some_rows(_json_array_rows(path, source, where) if is_json_array(path) else _jsonl_rows(path, source),
-                           where))
+    rows = list(
+        _some_rows(_json_array_rows(path, source, where) if is_json_array(path) else _jsonl_rows(path, source), where)
+    )
     columns: dict[str, None] = {}
     for _, record in rows:
         if isinstance(record, dict):
@@ -279,10 +285,10 @@ def csv_record(number: int, cells: list[str], header: list[str], source: str) ->
         return None
     if len(cells) != len(header):
         return RowError(source, number, "", f"Expected {len(header)} fields as in the header, but got {len(cells)}")
-    bad = next((column for column, cell in zip(header, cells) if not is_utf8(cell)), None)
+    bad = next((column for column, cell in zip(header, cells, strict=True) if not is_utf8(cell)), None)
     if bad is not None:
         return RowError(source, number, bad, UNDECODABLE)
-    return dict(zip(header, cells))
+    return dict(zip(header, cells, strict=True))
 
 
 def _parquet_table(path: Path, source: str, where: str) -> Table:

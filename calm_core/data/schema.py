@@ -130,8 +130,12 @@ class LoadReport:
 
     def rejected_record(self, shown: int) -> dict[str, Any]:
         """JSON-ready counts and the first `shown` reasons (the count is always exact)."""
-        return {"n_items": len(self.items), "n_rows": self.n_rows, "n_rejected": self.n_rejected,
-                "rejected": [dataclasses.asdict(e) for e in self.rejected[:shown]]}
+        return {
+            "n_items": len(self.items),
+            "n_rows": self.n_rows,
+            "n_rejected": self.n_rejected,
+            "rejected": [dataclasses.asdict(e) for e in self.rejected[:shown]],
+        }
 
 
 class DataError(ValueError):
@@ -222,8 +226,10 @@ def validate_mc_record(
     choices = [_as_text(c) for c in raw_choices]
     if None in choices:
         bad = choices.index(None)
-        return err("choices", f"Expected every choice to be a non-empty string, but choice {bad + 1} is "
-                              f"{describe(raw_choices[bad])}")
+        return err(
+            "choices",
+            f"Expected every choice to be a non-empty string, but choice {bad + 1} is {describe(raw_choices[bad])}",
+        )
     labels = record.get("labels")
     if answer_form == "label" and not isinstance(labels, (list, tuple)):
         return err("labels", f"Expected a list of option labels, but got {describe(labels)}")
@@ -232,7 +238,10 @@ def validate_mc_record(
         return err("answer", problem)
     gold_text = choices[answer]
     if choices.count(gold_text) > 1:
-        return err("choices", f"Expected the correct choice {gold_text!r} once, but it appears {choices.count(gold_text)} times")
+        return err(
+            "choices",
+            f"Expected the correct choice {gold_text!r} once, but it appears {choices.count(gold_text)} times",
+        )
     # A repeated distractor (CommonsenseQA has a few) is dropped, not the whole item:
     # the question stays answerable and the gold index is re-pointed.
     choices = list(dict.fromkeys(choices))
@@ -324,10 +333,9 @@ def _resolve_auto(value: Any, choices: list[str]) -> tuple[int, str | None]:
     return -1, f"Expected {_answer_wanted('auto', choices)}, but got {describe(text)}"
 
 
-def validate_open_record(
-    record: dict[str, Any], source: str, row: int
-) -> tuple[OpenItem | None, RowError | None]:
+def validate_open_record(record: dict[str, Any], source: str, row: int) -> tuple[OpenItem | None, RowError | None]:
     """Turn a record {id?, question, answers (list or a single string)} into an OpenItem."""
+
     def err(field_name: str, message: str) -> tuple[None, RowError]:
         return None, RowError(source, row, field_name, message)
 

@@ -130,9 +130,11 @@ class SplitRecord:
 
 
 def parse_sizes(text: str) -> tuple[float, ...] | tuple[int, ...]:
-    """"0.6,0.2,0.2" (fractions adding up to 1) or "300,100,100" (item counts) -> a tuple."""
-    wanted = ("Expected three sizes train,heldout,test: fractions adding up to 1 (0.6,0.2,0.2) "
-              f"or item counts (300,100,100), but got {text!r}")
+    """ "0.6,0.2,0.2" (fractions adding up to 1) or "300,100,100" (item counts) -> a tuple."""
+    wanted = (
+        "Expected three sizes train,heldout,test: fractions adding up to 1 (0.6,0.2,0.2) "
+        f"or item counts (300,100,100), but got {text!r}"
+    )
     parts = [p.strip() for p in str(text).split(",")]
     if len(parts) != len(SPLIT_PARTS):
         raise DataError(wanted)
@@ -163,8 +165,11 @@ def part_sizes(n: int, sizes: Sequence[float] | Sequence[int]) -> tuple[int, ...
             raise DataError(f"Expected three fractions between 0 and 1 adding up to 1, but got {sizes!r}")
         counts = tuple(_largest_remainder([s * n for s in sizes]))
     if any(c < 1 for c in counts):
-        raise DataError(f"Expected at least one item in every part, but the sizes give {dict(zip(SPLIT_PARTS, counts))} "
-                        f"of {n} items: give the small parts a larger share")
+        raise DataError(
+            "Expected at least one item in every part, but the sizes give "
+            f"{dict(zip(SPLIT_PARTS, counts, strict=True))} "
+            f"of {n} items: give the small parts a larger share"
+        )
     return counts
 
 
@@ -249,10 +254,10 @@ def plan_split(
         rng.shuffle(strata[key])
     allocation = _allocate([len(strata[k]) for k in keys], counts)
     parts: dict[str, list[Item]] = {name: [] for name in names}
-    for key, row in zip(keys, allocation):
+    for key, row in zip(keys, allocation, strict=True):
         start = 0
-        for name, count in zip(names, row):
-            parts[name].extend(strata[key][start:start + count])
+        for name, count in zip(names, row, strict=True):
+            parts[name].extend(strata[key][start : start + count])
             start += count
     for name in names:
         rng.shuffle(parts[name])  # not grouped by answer: a `limit` takes a fair sample
@@ -276,8 +281,10 @@ def save_split(plan: SplitPlan, name: str | None = None, overwrite: bool = False
         return existing
     if (existing is not None or folder.exists()) and not overwrite:
         held = f" (of {existing.source}, seed {existing.seed}, sizes {existing.sizes})" if existing else ""
-        raise DataError(f"Expected a new split name, but {SPLIT_PREFIX}{clean} already holds another split{held}: "
-                        "choose another name, or replace it (--overwrite; on the Data page, tick Replace)")
+        raise DataError(
+            f"Expected a new split name, but {SPLIT_PREFIX}{clean} already holds another split{held}: "
+            "choose another name, or replace it (--overwrite; on the Data page, tick Replace)"
+        )
     files = {f"{part}.jsonl": items for part, items in plan.parts.items()}
     write_folder_atomically(folder, files, {SPLIT_RECORD: record.to_dict()})
     return dataclasses.replace(record, path=folder / SPLIT_RECORD)
@@ -299,11 +306,18 @@ def split_dataset(
 
 def _record(plan: SplitPlan, clean: str) -> SplitRecord:
     return SplitRecord(
-        name=clean, source=plan.source, kind=plan.kind, seed=plan.seed, stratify=plan.stratify,
-        requested=list(plan.requested), sizes=plan.sizes,
+        name=clean,
+        source=plan.source,
+        kind=plan.kind,
+        seed=plan.seed,
+        stratify=plan.stratify,
+        requested=list(plan.requested),
+        sizes=plan.sizes,
         names={part: f"{SPLIT_PREFIX}{clean}/{part}" for part in plan.parts},
         ids={part: [item.id for item in items] for part, items in plan.parts.items()},
-        positions=plan.positions(), n_source=plan.n_source, n_unused=plan.n_source - sum(plan.sizes.values()),
+        positions=plan.positions(),
+        n_source=plan.n_source,
+        n_unused=plan.n_source - sum(plan.sizes.values()),
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
 
@@ -319,7 +333,9 @@ def read_split(name: str) -> SplitRecord:
     except FileNotFoundError:
         raise DataError(f"Expected a split named {clean!r}, but there is none in {folder.parent}") from None
     except (OSError, ValueError, TypeError) as exc:
-        raise DataError(f"Expected a readable {SPLIT_RECORD} for split {clean!r}, but could not read it: {exc}") from None
+        raise DataError(
+            f"Expected a readable {SPLIT_RECORD} for split {clean!r}, but could not read it: {exc}"
+        ) from None
 
 
 def split_record_of(dataset: str) -> SplitRecord | None:
@@ -366,14 +382,23 @@ def add_split_parser(sub: Any) -> None:
     commands = data.add_subparsers(dest="data_command", required=True)
     sp = commands.add_parser("split", help="split a dataset into train / heldout / test parts (split/<name>/<part>)")
     sp.add_argument("dataset", metavar="NAME", help="a catalog name (upload/quiz, builtin/capitals/train) or a file")
-    sp.add_argument("--sizes", default=",".join(str(s) for s in DEFAULT_SIZES),
-                    help="train,heldout,test: fractions adding up to 1 (0.6,0.2,0.2) or item counts (300,100,100)")
+    sp.add_argument(
+        "--sizes",
+        default=",".join(str(s) for s in DEFAULT_SIZES),
+        help="train,heldout,test: fractions adding up to 1 (0.6,0.2,0.2) or item counts (300,100,100)",
+    )
     sp.add_argument("--seed", type=int, default=0, help="the same seed gives the same parts")
     sp.add_argument("--name", help="the split's name: parts are split/NAME/train|heldout|test (default: from NAME)")
-    sp.add_argument("--no-stratify", dest="stratify", action="store_false",
-                    help="do not spread each answer position over the parts in proportion")
+    sp.add_argument(
+        "--no-stratify",
+        dest="stratify",
+        action="store_false",
+        help="do not spread each answer position over the parts in proportion",
+    )
     sp.add_argument("--overwrite", action="store_true", help="replace a different split saved under the same name")
-    sp.add_argument("--mapping", help="column mapping when NAME is a file, e.g. 'question=q, choices=A|B|C|D, answer=label'")
+    sp.add_argument(
+        "--mapping", help="column mapping when NAME is a file, e.g. 'question=q, choices=A|B|C|D, answer=label'"
+    )
     sp.set_defaults(data_func=cmd_split)
 
 

@@ -27,8 +27,10 @@ MIN_HELDOUT = MIN_FIT_ITEMS  # fewer S_V items: no TS, no cross-fitting, a calib
 WARN_HELDOUT = 30  # fewer: each S_V item moves accuracy by more than 3 points
 MAX_HELDOUT_PERCENT = 40  # a suggestion never holds out more: training and test need their items too
 OK, WARN, REFUSE = "ok", "warn", "refuse"
-WHY = ("TS and the calibrated stop need held-out labels: temperature scaling is fitted on S_V, and the step "
-       "a CALM run hands back is selected on S_V")
+WHY = (
+    "TS and the calibrated stop need held-out labels: temperature scaling is fitted on S_V, and the step "
+    "a CALM run hands back is selected on S_V"
+)
 
 
 @dataclass(frozen=True)
@@ -57,11 +59,15 @@ def advise_split(sizes: Mapping[str, int], requested: Sequence[float] = (0.6, 0.
     if suggestion is not None and _heldout_items(n, suggestion) <= heldout:
         suggestion = None  # nothing better to offer than what is asked: say so below
     if suggestion is not None:
-        message += (f" Try {suggestion[0]} / {suggestion[1]} / {suggestion[2]} % (train / heldout / test): S_V then "
-                    f"has {_heldout_items(n, suggestion)} items.")
+        message += (
+            f" Try {suggestion[0]} / {suggestion[1]} / {suggestion[2]} % (train / heldout / test): S_V then "
+            f"has {_heldout_items(n, suggestion)} items."
+        )
     else:
-        message += (f" This dataset ({n} items) is too small for a larger held-out part beside training and "
-                    "test parts: add items, or use a separate held-out set.")
+        message += (
+            f" This dataset ({n} items) is too small for a larger held-out part beside training and "
+            "test parts: add items, or use a separate held-out set."
+        )
     return SplitAdvice(level, message, suggestion)
 
 

@@ -110,8 +110,9 @@ class _OpenFile:
     def check(self) -> None:
         stat = os.fstat(self.fd)
         if (stat.st_size, stat.st_mtime_ns) != (self.size, self.mtime_ns):
-            raise DataError(f"Expected {self.where} to stay unchanged while its items are used, but it changed: "
-                            "load it again")
+            raise DataError(
+                f"Expected {self.where} to stay unchanged while its items are used, but it changed: load it again"
+            )
 
     def binary_at(self, offset: int) -> io.BufferedReader:
         """A buffered binary reader from byte `offset`, with its own position."""
@@ -206,8 +207,7 @@ class CsvSource:
 
     def read(self, keys: Sequence[int]) -> list[Any]:
         self.file.check()
-        return [csv_record(0, next(csv.reader(self.file.text_at(int(key)))), self.columns, self.source)
-                for key in keys]
+        return [csv_record(0, next(csv.reader(self.file.text_at(int(key)))), self.columns, self.source) for key in keys]
 
 
 class ParquetSource:
@@ -236,7 +236,7 @@ class ParquetSource:
         for group in np.unique(groups):  # ascending: sequential reads stay sequential
             where = np.flatnonzero(groups == group)
             table = self._group(int(group))
-            for position, local in zip(where, keys[where] - self.group_starts[group]):
+            for position, local in zip(where, keys[where] - self.group_starts[group], strict=True):
                 out[position] = table.slice(int(local), 1).to_pylist()[0]  # zero-copy slice: no compute kernels
         return out
 
@@ -322,8 +322,10 @@ class _Growing:
 
     def arrays(self) -> tuple[np.ndarray, ...]:
         """Zero-copy numpy views of the four columns."""
-        return tuple(np.frombuffer(a, dtype=a.typecode) if len(a) else np.zeros(0, a.typecode)
-                     for a in (self.rows, self.keys, self.hashes, self.widths))
+        return tuple(
+            np.frombuffer(a, dtype=a.typecode) if len(a) else np.zeros(0, a.typecode)
+            for a in (self.rows, self.keys, self.hashes, self.widths)
+        )
 
 
 def build_index(source: RowSource, convert: Convert, duplicate: Duplicate, limit: int | None = None) -> Index:
@@ -344,14 +346,15 @@ def build_index(source: RowSource, convert: Convert, duplicate: Duplicate, limit
     numbers, keys, _, widths = grown.arrays()
     if limit is not None and int(kept.sum()) > limit:  # read past the limit-th item: forget what came after it
         last = np.flatnonzero(kept)[limit - 1]
-        kept[last + 1:] = False
+        kept[last + 1 :] = False
         rejected = [e for e in rejected if e.row <= numbers[last]]
     items = LazyItems(source, convert, numbers[kept].copy(), keys[kept].copy(), widths[kept].copy())
     return Index(items, rejected, complete)
 
 
-def _consume(rows: Iterator[KeyedRow], convert: Convert, grown: _Growing, rejected: list[RowError],
-             wanted: int | None) -> bool:
+def _consume(
+    rows: Iterator[KeyedRow], convert: Convert, grown: _Growing, rejected: list[RowError], wanted: int | None
+) -> bool:
     """Read rows until `wanted` more valid ones (None: all); True when the source ended."""
     found = 0
     for number, key, raw in rows:
@@ -366,8 +369,9 @@ def _consume(rows: Iterator[KeyedRow], convert: Convert, grown: _Growing, reject
     return True
 
 
-def _drop_duplicates(source: RowSource, convert: Convert, duplicate: Duplicate, numbers: np.ndarray,
-                     keys: np.ndarray, hashes: np.ndarray) -> tuple[np.ndarray, list[RowError]]:
+def _drop_duplicates(
+    source: RowSource, convert: Convert, duplicate: Duplicate, numbers: np.ndarray, keys: np.ndarray, hashes: np.ndarray
+) -> tuple[np.ndarray, list[RowError]]:
     """(mask of rows kept, rejections of later rows repeating an earlier row's id). Only
     rows whose id hashes collide are read again, to compare the ids themselves."""
     kept = np.ones(len(hashes), bool)
@@ -382,7 +386,7 @@ def _drop_duplicates(source: RowSource, convert: Convert, duplicate: Duplicate, 
     items = LazyItems(source, convert, numbers[suspects], keys[suspects], np.ones(len(suspects), np.uint16))
     first_row: dict[str, int] = {}
     late = []
-    for position, item in zip(suspects, items.take(range(len(suspects)))):
+    for position, item in zip(suspects, items.take(range(len(suspects))), strict=True):
         if item.id in first_row:
             kept[position] = False
             late.append(duplicate(item.id, first_row[item.id], int(numbers[position])))
@@ -402,8 +406,9 @@ class LazyItems(Sequence):
     Parquet file and its cached row group are not pickled).
     """
 
-    def __init__(self, source: RowSource, convert: Convert, numbers: np.ndarray, keys: np.ndarray,
-                 widths: np.ndarray) -> None:
+    def __init__(
+        self, source: RowSource, convert: Convert, numbers: np.ndarray, keys: np.ndarray, widths: np.ndarray
+    ) -> None:
         self.source, self.convert = source, convert
         self.numbers, self.keys, self.widths = numbers, keys, widths
 
@@ -430,15 +435,17 @@ class LazyItems(Sequence):
         try:
             raws = self.source.read(self.keys[positions]) if len(positions) else []
         except READ_ERRORS as exc:
-            raise DataError(f"Expected {self.source.where} to stay readable while its items are used, "
-                            f"but: {exc}") from None
-        return [self._item(raw, int(number)) for raw, number in zip(raws, self.numbers[positions])]
+            raise DataError(
+                f"Expected {self.source.where} to stay readable while its items are used, but: {exc}"
+            ) from None
+        return [self._item(raw, int(number)) for raw, number in zip(raws, self.numbers[positions], strict=True)]
 
     def subset(self, positions: Sequence[int] | np.ndarray) -> LazyItems:
         """A LazyItems of the items at `positions` (in that order): an index, no parsing."""
         positions = np.asarray(positions, dtype=np.int64)
-        return LazyItems(self.source, self.convert, self.numbers[positions], self.keys[positions],
-                         self.widths[positions])
+        return LazyItems(
+            self.source, self.convert, self.numbers[positions], self.keys[positions], self.widths[positions]
+        )
 
     def chunks(self, size: int = CHUNK_ROWS) -> Iterator[list[Any]]:
         """The items in order, `size` at a time: what `iter` walks, at most `size` parsed at once."""
@@ -452,8 +459,10 @@ class LazyItems(Sequence):
     def _item(self, raw: Any, number: int) -> Any:
         item, error = (None, raw) if isinstance(raw, RowError) else self.convert(raw, number)
         if item is None:  # valid when indexed: the file changed under us
-            raise DataError(f"Expected row {number} of {self.source.where} to read as it did when the data was "
-                            f"loaded, but now: {error.message if error else 'it does not'}; load it again")
+            raise DataError(
+                f"Expected row {number} of {self.source.where} to read as it did when the data was "
+                f"loaded, but now: {error.message if error else 'it does not'}; load it again"
+            )
         return item
 
     @property
@@ -470,7 +479,7 @@ class LazyItems(Sequence):
         """Equal to any sequence (list, LazyItems) of equal items in the same order."""
         if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
             return NotImplemented
-        return len(other) == len(self) and all(a == b for a, b in zip(self, other))
+        return len(other) == len(self) and all(a == b for a, b in zip(self, other, strict=True))
 
     __hash__ = None  # type: ignore[assignment]  # mutable-sequence semantics, like the list it stands for
 
@@ -498,4 +507,4 @@ def chunks(items: Sequence[Any], size: int = CHUNK_ROWS) -> Iterator[Sequence[An
         yield from items.chunks(size)
     else:
         for start in range(0, len(items), size):
-            yield items[start:start + size]
+            yield items[start : start + size]

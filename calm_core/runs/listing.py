@@ -44,9 +44,22 @@ def summarize(run: RunDir, now: float | None = None, stale_after: float = STALE_
     launched_by = files.config.get("launched_by") if isinstance(files.config, dict) else None
     data = config_label(files.config, "train_data") if files.config is not None else None
     started = status.get("started") if isinstance(status.get("started"), (int, float)) else None
-    return RunSummary(run.run_id, run.path, view.state, view.reason, view.resumable, status.get("step"),
-                      status.get("total_steps"), status.get("created"), name, method, status.get("queued_at"),
-                      launched_by if isinstance(launched_by, str) else None, data, started)
+    return RunSummary(
+        run.run_id,
+        run.path,
+        view.state,
+        view.reason,
+        view.resumable,
+        status.get("step"),
+        status.get("total_steps"),
+        status.get("created"),
+        name,
+        method,
+        status.get("queued_at"),
+        launched_by if isinstance(launched_by, str) else None,
+        data,
+        started,
+    )
 
 
 def run_label(summary: RunSummary) -> str:
@@ -61,8 +74,9 @@ def run_label(summary: RunSummary) -> str:
     return f"{summary.run_id} · {summary.state} · {method}{on} · {stamp}"
 
 
-def list_runs(root: str | Path | None = None, now: float | None = None,
-              stale_after: float = STALE_AFTER_S) -> list[RunSummary]:
+def list_runs(
+    root: str | Path | None = None, now: float | None = None, stale_after: float = STALE_AFTER_S
+) -> list[RunSummary]:
     """Every run under `root`, newest first, damaged ones included (state `damaged`).
     Reads the small JSON files only; a directory with neither status.json nor config.json
     is not a run."""

@@ -20,7 +20,7 @@ def _proc_stat(pid: int) -> tuple[str, str] | None:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = text[text.rindex(")") + 2:].split()  # the command name may hold spaces and ')'
+    fields = text[text.rindex(")") + 2 :].split()  # the command name may hold spaces and ')'
     return fields[0], fields[19]
 
 

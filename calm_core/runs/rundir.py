@@ -38,8 +38,16 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple
 from calm_core.io import atomic_write, atomic_write_json, atomic_write_text, file_lock, staging_directory
 from calm_core.paths import safe_name, workspace_dir
 from calm_core.runs.process import HOST, process_alive, process_start
-from calm_core.runs.state import (ACTIVE_STATES, DAMAGED, STALE_AFTER_S, STATES, STATUS, TERMINAL_STATES, RunState,
-                                  run_state)
+from calm_core.runs.state import (
+    ACTIVE_STATES,
+    DAMAGED,
+    STALE_AFTER_S,
+    STATES,
+    STATUS,
+    TERMINAL_STATES,
+    RunState,
+    run_state,
+)
 
 CONFIG, METRICS, CANCEL, COMPLETE, LOCK = "config.json", "metrics.jsonl", "CANCEL", "COMPLETE", ".lock"
 SELECTED = "selected"  # the calibrated stop's step: adapter and head (training/selection.py)
@@ -91,6 +99,7 @@ def write_predictions(root: str | Path, variant: str, dataset: str, frame: Any) 
 
 # ---------------------------------------------------------------------------- ids
 
+
 def runs_root(root: str | Path | None = None) -> Path:
     return Path(root) if root is not None else workspace_dir() / "runs"
 
@@ -135,6 +144,7 @@ def config_label(config: dict, key: str) -> str | None:
 
 
 # ---------------------------------------------------------------------------- metrics lines
+
 
 def parse_metrics_lines(data: bytes) -> list[dict]:
     """The records of the complete lines of metrics.jsonl bytes: the one reading rule.
@@ -197,11 +207,12 @@ class MetricsTail:
         if end:
             self.records.extend(parse_metrics_lines(data[:end]))
             self.offset += end
-            self.seen_tail = (self.seen_tail + data[max(0, end - self.CHECK_BYTES):end])[-self.CHECK_BYTES:]
+            self.seen_tail = (self.seen_tail + data[max(0, end - self.CHECK_BYTES) : end])[-self.CHECK_BYTES :]
         return list(self.records)
 
 
 # ---------------------------------------------------------------------------- the run directory
+
 
 class RunFiles(NamedTuple):
     """The small files of a run as `RunDir.read_files` read them: status.json ({} when
@@ -243,8 +254,15 @@ class RunDir:
         try:
             atomic_write_json(staging.path / CONFIG, config)
             now = time.time()
-            staging.write_status("queued", run_id=run_id, created=now, queued_at=now, step=0,
-                                 name=config_label(config, "name"), method=config_label(config, "method"))
+            staging.write_status(
+                "queued",
+                run_id=run_id,
+                created=now,
+                queued_at=now,
+                step=0,
+                name=config_label(config, "name"),
+                method=config_label(config, "method"),
+            )
             try:
                 os.rename(staging.path, final)  # fails on an existing non-empty directory: a clash
             except OSError as error:
@@ -289,8 +307,10 @@ class RunDir:
         if name == RESULTS:
             return f"`calm resume {self.run_id}` evaluates the final checkpoint again"
         if name == CONFIG:
-            return (f"run {self.run_id} cannot continue without it: restore it from a copy "
-                    "(its metrics and checkpoints are untouched)")
+            return (
+                f"run {self.run_id} cannot continue without it: restore it from a copy "
+                "(its metrics and checkpoints are untouched)"
+            )
         return f"restore it from a copy, or delete run {self.run_id}"
 
     @property
@@ -306,9 +326,12 @@ class RunDir:
         rows that each name their `dataset` and `variant`."""
         data = read_json_object(self.path / RESULTS, self.advice(RESULTS), {"results": list})
         for i, row in enumerate(data["results"]):
-            if not (isinstance(row, dict) and isinstance(row.get("dataset"), str) and isinstance(row.get("variant"), str)):
-                raise RunFileError(f"{self.path / RESULTS} is damaged (row {i} has no `dataset` / `variant`); "
-                                   f"{self.advice(RESULTS)}")
+            if not (
+                isinstance(row, dict) and isinstance(row.get("dataset"), str) and isinstance(row.get("variant"), str)
+            ):
+                raise RunFileError(
+                    f"{self.path / RESULTS} is damaged (row {i} has no `dataset` / `variant`); {self.advice(RESULTS)}"
+                )
         return data
 
     def added_results(self) -> list[dict]:
@@ -320,7 +343,9 @@ class RunDir:
         advice = f"delete it and run `calm eval --run {self.run_id}` again for the sets it held"
         rows = read_json_object(path, advice, {"results": list})["results"]
         for i, row in enumerate(rows):
-            if not (isinstance(row, dict) and isinstance(row.get("dataset"), str) and isinstance(row.get("variant"), str)):
+            if not (
+                isinstance(row, dict) and isinstance(row.get("dataset"), str) and isinstance(row.get("variant"), str)
+            ):
                 raise RunFileError(f"{path} is damaged (row {i} has no `dataset` / `variant`); {advice}")
         return rows
 
@@ -350,8 +375,10 @@ class RunDir:
             raise
         except Exception as error:  # noqa: BLE001 - pyarrow's errors for a cut or foreign file vary
             first = str(error).splitlines()[0][:120] if str(error) else type(error).__name__
-            raise RunFileError(f"{path} is damaged ({first}); delete {self.path / RESULTS} and run "
-                               f"`calm resume {self.run_id}` to evaluate again") from error
+            raise RunFileError(
+                f"{path} is damaged ({first}); delete {self.path / RESULTS} and run "
+                f"`calm resume {self.run_id}` to evaluate again"
+            ) from error
 
     def read_files(self) -> RunFiles:
         """status.json and config.json, each read once, and why the run cannot be shown or
@@ -377,8 +404,9 @@ class RunDir:
             name = Path(error.filename or "").name
             return None, f"{self.path / name} is missing; {self.advice(name)}"
 
-    def state(self, now: float | None = None, stale_after: float = STALE_AFTER_S,
-              files: RunFiles | None = None) -> RunState:
+    def state(
+        self, now: float | None = None, stale_after: float = STALE_AFTER_S, files: RunFiles | None = None
+    ) -> RunState:
         """The effective state (`run_state`), `damaged` when a file it needs is unreadable,
         and for a process that died without a word, the last line it printed. `files`:
         what `read_files` returned, when the caller has read them already (a listing)."""
@@ -622,8 +650,10 @@ class RunDir:
                 self.truncate_metrics_after(step)
                 return ResumePoint(step, path, data, tuple(skipped))
             if skipped:
-                raise RunFileError(f"no usable checkpoint in run {self.run_id} ({'; '.join(skipped)}); "
-                                   f"`calm resume {self.run_id} --fresh` starts it over from step 0")
+                raise RunFileError(
+                    f"no usable checkpoint in run {self.run_id} ({'; '.join(skipped)}); "
+                    f"`calm resume {self.run_id} --fresh` starts it over from step 0"
+                )
         self.truncate_metrics_after(-1)
         return ResumePoint(0, None, None, tuple(skipped))
 

@@ -66,8 +66,9 @@ def run_state(status: dict, now: float | None = None, stale_after: float = STALE
     age = now - float(beat or status.get("started") or status.get("updated") or 0.0)
     alive, pid = process_alive(status), status.get("pid")
     if alive is False:
-        return RunState("failed", f"process {pid} is gone (last heartbeat {age:.0f} s ago, at {_progress(status)})",
-                        True)
+        return RunState(
+            "failed", f"process {pid} is gone (last heartbeat {age:.0f} s ago, at {_progress(status)})", True
+        )
     if age > stale_after:
         hung = f"; process {pid} is still alive (hung?) and is stopped on resume" if alive else ""
         return RunState("failed", f"no heartbeat for {age:.0f} s (at {_progress(status)}){hung}", True)

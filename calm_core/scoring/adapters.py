@@ -53,13 +53,23 @@ def attach_lora(model: Any, settings: LoraSettings, quantized: bool = False) -> 
     layers = None
     if settings.layers is not None and n_layers:
         layers = list(range(max(0, n_layers - settings.layers), n_layers))
-    config = LoraConfig(r=settings.r, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
-                        target_modules=list(settings.target_modules), layers_to_transform=layers,
-                        bias="none", task_type="CAUSAL_LM")
+    config = LoraConfig(
+        r=settings.r,
+        lora_alpha=settings.alpha,
+        lora_dropout=settings.dropout,
+        target_modules=list(settings.target_modules),
+        layers_to_transform=layers,
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
     peft_model = get_peft_model(model, config)
     trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
-    record = {**asdict(settings), "layers_to_transform": layers, "trainable_parameters": trainable,
-              "quantized": quantized}
+    record = {
+        **asdict(settings),
+        "layers_to_transform": layers,
+        "trainable_parameters": trainable,
+        "quantized": quantized,
+    }
     return peft_model, record
 
 

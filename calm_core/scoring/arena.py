@@ -52,16 +52,23 @@ _RECORD_SIZE = 64
 # One index record: the key's digest, where its bytes start in the data file, its length,
 # the array's dtype (numpy's dtype.str) and shape (unused dims 0), then a CRC of all that.
 _FIELDS = struct.Struct("<16sQI8sB3x4I")
-_RECORD = np.dtype({"names": ["digest", "offset", "key_size", "dtype", "ndim", "shape", "crc"],
-                    "formats": ["V16", "<u8", "<u4", "S8", "u1", ("<u4", (_MAX_DIMS,)), "<u4"],
-                    "offsets": [0, 16, 24, 28, 36, 40, _FIELDS.size], "itemsize": _RECORD_SIZE})
+_RECORD = np.dtype(
+    {
+        "names": ["digest", "offset", "key_size", "dtype", "ndim", "shape", "crc"],
+        "formats": ["V16", "<u8", "<u4", "S8", "u1", ("<u4", (_MAX_DIMS,)), "<u4"],
+        "offsets": [0, 16, 24, 28, 36, 40, _FIELDS.size],
+        "itemsize": _RECORD_SIZE,
+    }
+)
 
 
 @dataclass(frozen=True)
 class ArenaConfig:
     """How an arena trades speed for durability and memory."""
 
-    fsync: bool = False  # fsync data before its record and the record after: survives power loss, not only a killed process
+    fsync: bool = (
+        False  # fsync data before its record and the record after: survives power loss, not only a killed process
+    )
     resident_bytes: int = 64 << 20  # bytes a reader reads through the map before it lets the mapped pages go
 
 
@@ -90,8 +97,11 @@ def _pack(digest: bytes, entry: _Entry) -> bytes:
 def _valid(raw: bytes, records: np.ndarray, data_size: int) -> np.ndarray:
     """Which records to trust: CRC right, dtype and shape readable, bytes inside the data file."""
     view = memoryview(raw)
-    crc = np.fromiter((zlib.crc32(view[at:at + _FIELDS.size]) for at in range(0, len(raw), _RECORD_SIZE)),
-                      dtype=np.uint32, count=len(records))
+    crc = np.fromiter(
+        (zlib.crc32(view[at : at + _FIELDS.size]) for at in range(0, len(raw), _RECORD_SIZE)),
+        dtype=np.uint32,
+        count=len(records),
+    )
     dtypes, which = np.unique(records["dtype"], return_inverse=True)
     itemsize = np.array([_itemsize(d) for d in dtypes], dtype=np.int64)[which.reshape(-1)]
     used = np.arange(_MAX_DIMS) < records["ndim"][:, None]
@@ -166,8 +176,12 @@ class Arena:
         if entry is None:
             return None
         start = entry.offset + entry.key_size
-        array = np.frombuffer(self._mapped(start + _nbytes(entry)), dtype=entry.dtype,
-                              count=int(np.prod(entry.shape, dtype=np.int64)), offset=start)
+        array = np.frombuffer(
+            self._mapped(start + _nbytes(entry)),
+            dtype=entry.dtype,
+            count=int(np.prod(entry.shape, dtype=np.int64)),
+            offset=start,
+        )
         out = array.reshape(entry.shape).copy()
         del array
         self._read(_nbytes(entry))
@@ -178,8 +192,9 @@ class Arena:
         already there, from this process or another."""
         array = np.asarray(array, order="C")  # (not ascontiguousarray: it makes a 0-d array 1-d)
         if array.dtype.hasobject or len(array.dtype.str) > 8 or array.ndim > _MAX_DIMS:
-            raise ValueError(f"Expected a plain numeric array of at most {_MAX_DIMS} dims, but got "
-                             f"{array.dtype} {array.shape}")
+            raise ValueError(
+                f"Expected a plain numeric array of at most {_MAX_DIMS} dims, but got {array.dtype} {array.shape}"
+            )
         with file_lock(self._lock):
             self._refresh()
             if self._find(key) is not None:
@@ -258,11 +273,11 @@ class Arena:
             grown = np.empty(max(2 * len(self._table), first + len(records), 1024), dtype=_RECORD)
             grown[:first] = self._table[:first]
             self._table = grown
-        self._table[first:first + len(records)] = records
+        self._table[first : first + len(records)] = records
         self._count += len(records)
         digests = records["digest"].tobytes()
         for i in range(len(records)):
-            digest = digests[16 * i:16 * i + 16]
+            digest = digests[16 * i : 16 * i + 16]
             if digest in self._rows:
                 self._collided.setdefault(digest, []).append(first + i)
             else:
@@ -270,7 +285,7 @@ class Arena:
 
     def _entry(self, row: int) -> _Entry:
         record = self._table[row]
-        shape = tuple(int(n) for n in record["shape"][:int(record["ndim"])])
+        shape = tuple(int(n) for n in record["shape"][: int(record["ndim"])])
         return _Entry(int(record["offset"]), int(record["key_size"]), record["dtype"].decode(), shape)
 
     def _cut_torn_record(self) -> None:
@@ -288,7 +303,7 @@ class Arena:
         for attempt in range(2):
             rows = [self._rows[digest], *self._collided.get(digest, ())] if digest in self._rows else []
             for entry in map(self._entry, rows):
-                stored = self._mapped(entry.offset + entry.key_size)[entry.offset:entry.offset + entry.key_size]
+                stored = self._mapped(entry.offset + entry.key_size)[entry.offset : entry.offset + entry.key_size]
                 self._read(entry.key_size)
                 if stored == key:
                     return entry

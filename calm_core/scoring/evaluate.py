@@ -26,8 +26,8 @@ from calm_core.calibration.metrics.columns import metric_names as table_metrics
 from calm_core.calibration.posthoc import MIN_FIT_ITEMS, PosthocCalibrator, for_task
 from calm_core.data.catalog import load_dataset
 from calm_core.data.schema import DataError, LoadReport, MCItem
-from calm_core.scoring.prompts import ScoringConfig
 from calm_core.scoring.options import OptionScores, ProgressFn, score_items
+from calm_core.scoring.prompts import ScoringConfig
 
 
 class Calibrator(Protocol):
@@ -57,8 +57,13 @@ def fit_posthoc(fit_sets: dict[str, OptionScores], task: str = "mcqa") -> list[P
     return fits
 
 
-def fit_baselines(n_items: int, fit_data: Callable[[], tuple[np.ndarray, np.ndarray]], task: str,
-                  enabled: bool = True, defaults_only: bool = True) -> tuple[dict[str, PosthocCalibrator], dict[str, str]]:
+def fit_baselines(
+    n_items: int,
+    fit_data: Callable[[], tuple[np.ndarray, np.ndarray]],
+    task: str,
+    enabled: bool = True,
+    defaults_only: bool = True,
+) -> tuple[dict[str, PosthocCalibrator], dict[str, str]]:
     """A final evaluation's post-hoc baselines: every calibrator of `task` (by default only
     those fitted by default) fitted on S_V's labelled logits (`fit_data()`: (N, K) logits,
     (N,) gold; computed only when a fit happens), or, per calibrator, the note saying why
@@ -75,8 +80,10 @@ def fit_baselines(n_items: int, fit_data: Callable[[], tuple[np.ndarray, np.ndar
 def baseline_records(fitted: dict[str, PosthocCalibrator], notes: dict[str, str], **fit_on: Any) -> dict[str, Any]:
     """results.json's entry per calibrator (keyed by its name, `ts`): its parameters and
     where it was fitted (`fit_on`), or the note saying why it is missing."""
-    return {**{name: {**c.params(), **fit_on} for name, c in fitted.items()},
-            **{name: {"note": note} for name, note in notes.items()}}
+    return {
+        **{name: {**c.params(), **fit_on} for name, c in fitted.items()},
+        **{name: {"note": note} for name, note in notes.items()},
+    }
 
 
 def load_report(name: str, kind: str, limit: int | None = None, seed: int = 0, mapping: Any = None) -> LoadReport:
@@ -104,18 +111,32 @@ def load_mc_items(name: str, limit: int | None = None, seed: int = 0, mapping: A
     return load_items(name, "mc", limit, seed, mapping)
 
 
-def score_dataset(lm: Any, name: str, cfg: ScoringConfig, limit: int | None = None, seed: int = 0,
-                  batch_size: int = 32, progress: bool | ProgressFn = True) -> OptionScores:
-    return score_items(lm, load_mc_items(name, limit, seed), cfg, batch_size=batch_size, progress=progress,
-                       dataset=name)
+def score_dataset(
+    lm: Any,
+    name: str,
+    cfg: ScoringConfig,
+    limit: int | None = None,
+    seed: int = 0,
+    batch_size: int = 32,
+    progress: bool | ProgressFn = True,
+) -> OptionScores:
+    return score_items(
+        lm, load_mc_items(name, limit, seed), cfg, batch_size=batch_size, progress=progress, dataset=name
+    )
 
 
 def variant_probs(scores: OptionScores, calibrator: Calibrator | None = None) -> np.ndarray:
     return scores.probs() if calibrator is None else calibrator.probs(scores.logits)
 
 
-def result_row(scores: OptionScores, dataset: str, variant: str, calibrator: Calibrator | None = None,
-               n_bins: int = 15, extra_bins: tuple[int, ...] = (10,)) -> dict[str, Any]:
+def result_row(
+    scores: OptionScores,
+    dataset: str,
+    variant: str,
+    calibrator: Calibrator | None = None,
+    n_bins: int = 15,
+    extra_bins: tuple[int, ...] = (10,),
+) -> dict[str, Any]:
     """One row of `calm eval --json`: the summary metrics, bins and the scoring rule.
 
     `extra_bins` adds `ece_<b>` keys (the paper reports 10 bins; our default is 15).
@@ -138,7 +159,7 @@ def predictions_frame(scores: OptionScores, calibrator: Calibrator | None = None
     """Per-item predictions under a variant: the raw logits plus that variant's probs."""
     frame = scores.to_frame()
     probs = variant_probs(scores, calibrator)
-    frame["probs"] = [p[: int(k)].tolist() for p, k in zip(probs, scores.n_choices)]
+    frame["probs"] = [p[: int(k)].tolist() for p, k in zip(probs, scores.n_choices, strict=True)]
     frame["prediction"] = probs.argmax(axis=1)
     frame["confidence"] = probs.max(axis=1)
     return frame
@@ -154,13 +175,14 @@ def format_table(rows: list[dict[str, Any]], columns: tuple[str, ...] | None = N
     columns = columns or table_columns("mcqa_eval")
     cells = [[cell(c, r.get(c, "")) for c in columns] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths))]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in cells]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
     return "\n".join(lines)
 
 
-def wide_table(rows: list[dict[str, Any]], metric_names: tuple[str, ...] = table_metrics("paper_mcqa"),
-               ood_mean: bool = False) -> str:
+def wide_table(
+    rows: list[dict[str, Any]], metric_names: tuple[str, ...] = table_metrics("paper_mcqa"), ood_mean: bool = False
+) -> str:
     """A Markdown table in the paper's shape: one line per variant, and per dataset (in
     first-seen order, so the in-domain set that a run lists first comes first) one
     column per metric (default: metrics.columns' "paper_mcqa"; 3 decimals, the paper's).
@@ -180,7 +202,9 @@ def wide_table(rows: list[dict[str, Any]], metric_names: tuple[str, ...] = table
             cells += [f"{row[m]:.3f}" if row is not None and m in row else "-" for m in metric_names]
         if ood_mean:
             ood = [values.get((d, variant)) for d in datasets[1:]]
-            cells += [f"{sum(r[m] for r in ood) / len(ood):.3f}" if ood and all(r is not None for r in ood) else "-"
-                      for m in metric_names]
+            cells += [
+                f"{sum(r[m] for r in ood) / len(ood):.3f}" if ood and all(r is not None for r in ood) else "-"
+                for m in metric_names
+            ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

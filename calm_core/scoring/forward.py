@@ -24,8 +24,9 @@ class HiddenStateRunner(Protocol):
 
     model: Any
 
-    def last_hidden(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                    position_ids: torch.Tensor, n_last: int) -> torch.Tensor: ...
+    def last_hidden(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, n_last: int
+    ) -> torch.Tensor: ...
 
 
 def left_pad_batch(sequences: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> dict[str, torch.Tensor]:
@@ -37,10 +38,13 @@ def left_pad_batch(sequences: Sequence[Sequence[int]], pad_id: int, device: torc
     input_ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(sequences), width), dtype=torch.long)
     for row, seq in enumerate(sequences):
-        input_ids[row, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
-        mask[row, width - len(seq):] = 1
-    return {"input_ids": input_ids.to(device), "attention_mask": mask.to(device),
-            "position_ids": left_pad_positions(mask).to(device)}
+        input_ids[row, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
+        mask[row, width - len(seq) :] = 1
+    return {
+        "input_ids": input_ids.to(device),
+        "attention_mask": mask.to(device),
+        "position_ids": left_pad_positions(mask).to(device),
+    }
 
 
 def left_pad_positions(mask: torch.Tensor) -> torch.Tensor:
@@ -82,7 +86,7 @@ def length_runs(lengths: Sequence[int], run_cost: int = RUN_COST) -> list[list[i
     runs: list[list[int]] = []
     j = n
     while j > 0:
-        runs.append(order[cut[j]:j])
+        runs.append(order[cut[j] : j])
         j = cut[j]
     return runs[::-1]
 
@@ -112,7 +116,9 @@ def last_hidden(model: Any, inputs: dict[str, Any], n_last: int) -> torch.Tensor
     position_ids, use_cache, a KV cache); adapters stay active."""
     if isinstance(model, HiddenStateRunner):
         if inputs.get("use_cache"):
-            raise ValueError("FrozenPrefixModel takes no KV cache: it shares prefixes itself (scoring passes it whole sequences)")
+            raise ValueError(
+                "FrozenPrefixModel takes no KV cache: it shares prefixes itself (scoring passes it whole sequences)"
+            )
         return model.last_hidden(inputs["input_ids"], inputs["attention_mask"], inputs["position_ids"], n_last)
     return causal_lm(model).model(**inputs).last_hidden_state[:, -n_last:]
 

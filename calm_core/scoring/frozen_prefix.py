@@ -45,21 +45,38 @@ import numpy as np
 import torch
 
 from calm_core.scoring.arena import Arena, ArenaConfig
-from calm_core.scoring.forward import (cache_kwarg, causal_lm, left_pad_batch,
-                                      left_pad_positions, length_runs, select_cache,
-                                      supports_frozen_prefix)
+from calm_core.scoring.forward import (
+    cache_kwarg,
+    causal_lm,
+    left_pad_batch,
+    left_pad_positions,
+    length_runs,
+    select_cache,
+    supports_frozen_prefix,
+)
 
 
-
-def _causal_mask(config: Any, hidden: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                 cache: Any = None, layer_idx: int = 0) -> Any:
+def _causal_mask(
+    config: Any,
+    hidden: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    cache: Any = None,
+    layer_idx: int = 0,
+) -> Any:
     """The model's own mask for a left-padded batch (eager, sdpa or flex: its choice);
     with a KV cache, `attention_mask` covers the cached positions and the new ones, and
     the cache's layer `layer_idx` (the first one run) tells how many are cached."""
     from transformers.masking_utils import create_causal_mask
 
-    return create_causal_mask(config=config, inputs_embeds=hidden, attention_mask=attention_mask, cache=cache,
-                              position_ids=position_ids, layer_idx=layer_idx if cache is not None else None)
+    return create_causal_mask(
+        config=config,
+        inputs_embeds=hidden,
+        attention_mask=attention_mask,
+        cache=cache,
+        position_ids=position_ids,
+        layer_idx=layer_idx if cache is not None else None,
+    )
 
 
 MIN_SHARED_PREFIX = 4  # tokens: below this, a separate prefix pass costs more than it saves
@@ -105,7 +122,7 @@ def shared_prefix_groups(keys: list[tuple[int, ...]]) -> tuple[list[tuple[int, l
 
 def _common_length(a: tuple[int, ...], b: tuple[int, ...]) -> int:
     n = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             break
         n += 1
@@ -136,8 +153,7 @@ class HiddenStateStore:
     weight, so a model moved after this was made is followed) in its dtype. Stored as
     float32, as the .npy store before it did: exact for float32, bfloat16 and float16."""
 
-    def __init__(self, root: Path, fingerprint: str, like: torch.Tensor,
-                 config: ArenaConfig | None = None) -> None:
+    def __init__(self, root: Path, fingerprint: str, like: torch.Tensor, config: ArenaConfig | None = None) -> None:
         self.path = Path(root) / fingerprint
         self.arena = Arena(self.path, config)
         self._like = like
@@ -167,7 +183,9 @@ class FrozenPrefixModel:
 
     def __init__(self, model: Any, split: int, store_root: Path | None = None) -> None:
         if not supports_frozen_prefix(model):
-            raise ValueError(f"Frozen-prefix caching needs a Llama-shaped decoder; {type(causal_lm(model)).__name__} is not")
+            raise ValueError(
+                f"Frozen-prefix caching needs a Llama-shaped decoder; {type(causal_lm(model)).__name__} is not"
+            )
         lm = causal_lm(model)
         n_layers = len(lm.model.layers)
         if not 0 < split < n_layers:
@@ -199,17 +217,27 @@ class FrozenPrefixModel:
         """Sequences whose states are at hand: in memory, or in the store (from any run)."""
         return len(self._cache)
 
-    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                 logits_to_keep: int = 0, use_cache: bool = False, **_: Any) -> SimpleNamespace:
+    def __call__(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        logits_to_keep: int = 0,
+        use_cache: bool = False,
+        **_: Any,
+    ) -> SimpleNamespace:
         if use_cache:
-            raise ValueError("FrozenPrefixModel takes no KV cache: it shares prefixes itself (scoring passes it whole sequences)")
+            raise ValueError(
+                "FrozenPrefixModel takes no KV cache: it shares prefixes itself (scoring passes it whole sequences)"
+            )
         hidden = self.last_hidden(input_ids, attention_mask, position_ids, logits_to_keep)
         return SimpleNamespace(logits=causal_lm(self.model).lm_head(hidden))
 
-    def last_hidden(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                    n_last: int = 0) -> torch.Tensor:
+    def last_hidden(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, n_last: int = 0
+    ) -> torch.Tensor:
         """Final-norm hidden states of the last `n_last` positions (0: all), (B, n, d)."""
-        keys = [tuple(row[mask.bool()].tolist()) for row, mask in zip(input_ids, attention_mask)]
+        keys = [tuple(row[mask.bool()].tolist()) for row, mask in zip(input_ids, attention_mask, strict=True)]
         self._fill(input_ids, attention_mask, position_ids, keys)
         groups, singles = shared_prefix_groups(keys) if self.share_top else ([], list(range(len(keys))))
         if not groups:
@@ -223,8 +251,12 @@ class FrozenPrefixModel:
             rows.update({r: alone[i] for i, r in enumerate(singles)})
         return torch.stack([rows[r] for r in range(len(keys))])  # (B, width, d)
 
-    def prefill(self, per_item: Sequence[Sequence[Sequence[int]]], items_per_batch: int = PREFILL_ITEMS,
-                progress: Callable[[int, int], None] | None = None) -> int:
+    def prefill(
+        self,
+        per_item: Sequence[Sequence[Sequence[int]]],
+        items_per_batch: int = PREFILL_ITEMS,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> int:
         """Compute the bottom layers of every item's sequences now; returns how many ran.
 
         Training would fill them lazily, but a training batch is whatever the shuffle
@@ -237,15 +269,20 @@ class FrozenPrefixModel:
         device = next(self.parameters()).device
         before = self.computed
         for start in range(0, len(todo), items_per_batch):
-            seqs = [list(seq) for item in todo[start:start + items_per_batch] for seq in item]
+            seqs = [list(seq) for item in todo[start : start + items_per_batch] for seq in item]
             batch = left_pad_batch(seqs, 0, device)  # the pad id is masked out and never cached
             self._fill(batch["input_ids"], batch["attention_mask"], batch["position_ids"], [tuple(x) for x in seqs])
             if progress is not None:
                 progress(min(start + items_per_batch, len(todo)), len(todo))
         return self.computed - before
 
-    def _fill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-              keys: list[tuple[int, ...]]) -> None:
+    def _fill(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        keys: list[tuple[int, ...]],
+    ) -> None:
         """Run the bottom layers for the rows not cached yet and keep them."""
         missing = [r for r, key in enumerate(keys) if key not in self._cache]
         if not missing:
@@ -254,16 +291,28 @@ class FrozenPrefixModel:
         with torch.inference_mode(False), torch.no_grad():
             self._compute(input_ids, attention_mask, position_ids, keys, missing)
 
-    def _compute(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                 keys: list[tuple[int, ...]], missing: list[int]) -> None:
+    def _compute(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        keys: list[tuple[int, ...]],
+        missing: list[int],
+    ) -> None:
         groups, singles = shared_prefix_groups([keys[r] for r in missing])
         if groups:
             self._compute_shared([keys[r] for r in missing], groups, input_ids.device)
         if singles:
             self._compute_rows(input_ids, attention_mask, position_ids, keys, [missing[i] for i in singles])
 
-    def _compute_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                      keys: list[tuple[int, ...]], missing: list[int]) -> None:
+    def _compute_rows(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        keys: list[tuple[int, ...]],
+        missing: list[int],
+    ) -> None:
         """The bottom layers over whole rows of the batch (no shared prefix to reuse)."""
         rows = torch.tensor(missing, device=input_ids.device)
         mask, positions = attention_mask[rows].clone(), position_ids[rows].clone()  # (M, W)
@@ -277,8 +326,9 @@ class FrozenPrefixModel:
         hidden = causal_lm(self.model).model.embed_tokens(ids)
         return self._layers(hidden, mask, positions, cache, 0, self.split)
 
-    def _layers(self, hidden: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any, start: int,
-                stop: int) -> torch.Tensor:
+    def _layers(
+        self, hidden: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any, start: int, stop: int
+    ) -> torch.Tensor:
         """Decoder layers start..stop-1 on (B, W, d) hidden states; with a KV cache, the
         rows continue what those layers cached (mask covers cache + new positions)."""
         inner = causal_lm(self.model).model
@@ -289,8 +339,9 @@ class FrozenPrefixModel:
             hidden = layer(hidden, attention_mask=causal, position_embeddings=rotary, position_ids=positions, **extra)
         return hidden
 
-    def _compute_shared(self, keys: list[tuple[int, ...]], groups: list[tuple[int, list[int]]],
-                        device: torch.device) -> None:
+    def _compute_shared(
+        self, keys: list[tuple[int, ...]], groups: list[tuple[int, list[int]]], device: torch.device
+    ) -> None:
         """Sequences that start alike (a question's K options) through the bottom layers,
         each shared prefix once (`_shared_pass`); the states are those of the whole
         sequences (same positions, same attention)."""
@@ -300,8 +351,9 @@ class FrozenPrefixModel:
             self._keep(keys[m], states)
         self.shared_rows += len(outputs)
 
-    def _shared_pass(self, groups: list[tuple[int, list[int]]], states_of: Callable[[int], torch.Tensor],
-                     start: int, stop: int) -> dict[int, torch.Tensor]:
+    def _shared_pass(
+        self, groups: list[tuple[int, list[int]]], states_of: Callable[[int], torch.Tensor], start: int, stop: int
+    ) -> dict[int, torch.Tensor]:
         """Layers start..stop-1 over every member m of `groups` ((prefix length, members)),
         whose input is states_of(m), (L, d): each group's prefix runs once, left-padded,
         into a KV cache, and every member's tail on its group's cached keys and values.
@@ -312,7 +364,7 @@ class FrozenPrefixModel:
 
         owners = [g for g, (_, members) in enumerate(groups) for _ in members]
         members = [m for _, ms in groups for m in ms]
-        tails = [states_of(m)[groups[g][0]:] for g, m in zip(owners, members)]
+        tails = [states_of(m)[groups[g][0] :] for g, m in zip(owners, members, strict=True)]
         prefix, prefix_mask = _pad_states([states_of(ms[0])[:p] for p, ms in groups], left=True)  # (G, Wp, d)
         cache = DynamicCache(config=self.config)
         prefix_out = self._layers(prefix, prefix_mask, left_pad_positions(prefix_mask), cache, start, stop)
@@ -322,8 +374,14 @@ class FrozenPrefixModel:
             hidden, mask = _pad_states([tails[r] for r in run], left=False)  # right-padded: real tokens first
             ctx_mask = prefix_mask[index]
             positions = ctx_mask.sum(dim=1, keepdim=True) + torch.arange(hidden.shape[1], device=prefix.device)
-            out = self._layers(hidden, torch.cat([ctx_mask, mask], dim=1), positions,
-                               select_cache(cache, index, self.config), start, stop)
+            out = self._layers(
+                hidden,
+                torch.cat([ctx_mask, mask], dim=1),
+                positions,
+                select_cache(cache, index, self.config),
+                start,
+                stop,
+            )
             for i, r in enumerate(run):
                 g = owners[r]
                 outputs[members[r]] = torch.cat([prefix_out[g, prefix_mask[g].bool()], out[i, : len(tails[r])]])
@@ -339,16 +397,18 @@ class FrozenPrefixModel:
         """Cached states of `keys`, left-padded to `width` as in scoring.left_pad_batch: (B, W, d)."""
         return _pad_states([self._cache[k] for k in keys], left=True, width=width)[0]
 
-    def _top(self, hidden: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-             logits_to_keep: int) -> torch.Tensor:
+    def _top(
+        self, hidden: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, logits_to_keep: int
+    ) -> torch.Tensor:
         """Layers split.. and the final norm (LoRA and gradients live here)."""
         inner = causal_lm(self.model).model
         hidden = self._layers(hidden, attention_mask, position_ids, None, self.split, len(inner.layers))
         hidden = inner.norm(hidden)
         return hidden[:, -logits_to_keep:] if logits_to_keep else hidden  # (B, keep, d)
 
-    def _top_shared(self, keys: list[tuple[int, ...]], groups: list[tuple[int, list[int]]],
-                    width: int) -> dict[int, torch.Tensor]:
+    def _top_shared(
+        self, keys: list[tuple[int, ...]], groups: list[tuple[int, list[int]]], width: int
+    ) -> dict[int, torch.Tensor]:
         """The top layers for rows that start alike, each shared prefix run once
         (`_shared_pass`, gradients included): row -> its final-norm states at its last
         `width` positions (zeros before its start). A question's K options cost one

@@ -179,8 +179,8 @@ def _quantization_config(spec: ModelSpec, kind: str, compute_dtype: torch.dtype)
     if kind == "gguf":
         raise ModelLoadError("4-bit loading needs a safetensors model, not a GGUF; use 'embedded' or a model dir.")
     try:
-        from transformers import BitsAndBytesConfig
         import bitsandbytes  # noqa: F401
+        from transformers import BitsAndBytesConfig
     except ImportError as exc:
         raise ModelLoadError("4-bit loading needs bitsandbytes: `pip install bitsandbytes`.") from exc
     return BitsAndBytesConfig(
@@ -211,8 +211,11 @@ def load_model(spec: ModelSpec | str = EMBEDDED_NAME) -> LoadedModel:
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(
-            source, dtype=dtype, quantization_config=quant,
-            device_map={"": str(device)} if quant is not None else None, **kwargs,
+            source,
+            dtype=dtype,
+            quantization_config=quant,
+            device_map={"": str(device)} if quant is not None else None,
+            **kwargs,
         )
     except (OSError, ValueError) as exc:
         raise ModelLoadError(_explain_load_failure(spec.name, kind, exc, unreachable)) from exc
@@ -221,10 +224,15 @@ def load_model(spec: ModelSpec | str = EMBEDDED_NAME) -> LoadedModel:
     model.eval()
     _ensure_pad_token(tokenizer)
     info = {
-        "name": spec.name, "kind": kind, "source": source, "device": str(device),
-        "dtype": str(dtype).removeprefix("torch."), "load_in_4bit": spec.load_in_4bit,
+        "name": spec.name,
+        "kind": kind,
+        "source": source,
+        "device": str(device),
+        "dtype": str(dtype).removeprefix("torch."),
+        "load_in_4bit": spec.load_in_4bit,
         "n_parameters": sum(p.numel() for p in model.parameters()),
-        "model_type": getattr(model.config, "model_type", None), "spec": asdict(spec),
+        "model_type": getattr(model.config, "model_type", None),
+        "spec": asdict(spec),
     }
     if kind == "embedded":
         info["label"] = EMBEDDED_LABEL

@@ -28,9 +28,16 @@ import torch
 
 from calm_core.calibration import metrics
 from calm_core.data.schema import DataError, MCItem
-from calm_core.scoring.forward import (HiddenStateRunner, cache_kwarg, hidden_path, last_hidden,
-                                      left_pad_batch, length_runs, output_head,
-                                      select_cache)
+from calm_core.scoring.forward import (
+    HiddenStateRunner,
+    cache_kwarg,
+    hidden_path,
+    last_hidden,
+    left_pad_batch,
+    length_runs,
+    output_head,
+    select_cache,
+)
 from calm_core.scoring.prompts import (
     ScoringConfig,
     cloze_context,
@@ -80,14 +87,16 @@ class OptionScores:
         import pandas as pd
 
         probs = self.probs()
-        return pd.DataFrame({
-            "id": self.ids,
-            "gold": self.gold,
-            "prediction": self.predictions,
-            "n_choices": self.n_choices,
-            "logits": [row[np.isfinite(row)].tolist() for row in self.logits],
-            "probs": [p[: int(k)].tolist() for p, k in zip(probs, self.n_choices)],
-        })
+        return pd.DataFrame(
+            {
+                "id": self.ids,
+                "gold": self.gold,
+                "prediction": self.predictions,
+                "n_choices": self.n_choices,
+                "logits": [row[np.isfinite(row)].tolist() for row in self.logits],
+                "probs": [p[: int(k)].tolist() for p, k in zip(probs, self.n_choices, strict=True)],
+            }
+        )
 
     @classmethod
     def from_frame(cls, frame: Any, scoring: dict[str, Any], model: dict[str, Any] | None = None) -> "OptionScores":
@@ -126,8 +135,11 @@ def last_logits(model: Any, batch: dict[str, torch.Tensor], n_last: int) -> torc
 
 
 def continuation_logprobs(
-    model: Any, contexts_and_conts: Sequence[tuple[list[int], list[int]]], pad_id: int,
-    device: torch.device, transform: LogitsTransform | None = None,
+    model: Any,
+    contexts_and_conts: Sequence[tuple[list[int], list[int]]],
+    pad_id: int,
+    device: torch.device,
+    transform: LogitsTransform | None = None,
 ) -> list[torch.Tensor]:
     """Per-token log p(continuation token | prefix) for each (context, continuation) pair.
 
@@ -149,8 +161,9 @@ def continuation_inputs(contexts_and_conts: Sequence[tuple[list[int], list[int]]
     return [(ctx + cont)[:-1] for ctx, cont in contexts_and_conts]
 
 
-def letter_prompt_ids(items: Sequence[MCItem], cfg: ScoringConfig, tokenizer: Any,
-                      max_length: int | None = None) -> list[list[int]]:
+def letter_prompt_ids(
+    items: Sequence[MCItem], cfg: ScoringConfig, tokenizer: Any, max_length: int | None = None
+) -> list[list[int]]:
     """The token ids of each item's letter prompt (its answer-position logits score the
     letters), each cut from the left to `max_length` tokens (`fit_letter_item`)."""
     return fitted_letter_prompts(items, cfg, tokenizer, max_length)[0]
@@ -163,24 +176,30 @@ def needed_logits(model: Any, batch: dict[str, torch.Tensor], lengths: Sequence[
     the head and its log-softmax over the vocabulary are most of a small model's cost."""
     longest = max(lengths)
     keep = torch.arange(longest, device=batch["input_ids"].device)[None, :] >= (
-        longest - torch.tensor(lengths, device=batch["input_ids"].device)[:, None])  # (B, c_max)
+        longest - torch.tensor(lengths, device=batch["input_ids"].device)[:, None]
+    )  # (B, c_max)
     return logits_at(model, {**batch, "use_cache": False}, keep)  # (sum c, V)
 
 
 def _batches(order: Sequence[int], batch_size: int) -> Iterable[list[int]]:
     for start in range(0, len(order), batch_size):
-        yield list(order[start:start + batch_size])
+        yield list(order[start : start + batch_size])
 
 
-def cloze_requests(items: Sequence[MCItem], cfg: ScoringConfig, tokenizer: Any,
-                   max_length: int | None = None) -> list[list[tuple[list[int], list[int]]]]:
+def cloze_requests(
+    items: Sequence[MCItem], cfg: ScoringConfig, tokenizer: Any, max_length: int | None = None
+) -> list[list[tuple[list[int], list[int]]]]:
     """Per item, per choice: (context ids, continuation ids), tokenized as the harness does
     and cut from the left to fit `max_length` tokens (`fit_cloze_item`)."""
     return fitted_cloze_requests(items, cfg, tokenizer, max_length)[0]
 
 
 SANE_MAX_LENGTH = 10_000_000  # tokens: transformers puts 1e30 in model_max_length when a tokenizer does not know
-_CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "n_ctx")  # Llama-likes, GPT-2, GPT-J; the harness reads these
+_CONTEXT_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "n_ctx",
+)  # Llama-likes, GPT-2, GPT-J; the harness reads these
 _WARNED: set[tuple[Any, ...]] = set()  # (dataset, limit, truncated ids) already reported by this process
 
 
@@ -199,8 +218,9 @@ def context_limit(model: Any, tokenizer: Any = None) -> int | None:
     return int(length) if isinstance(length, int) and 0 < length < SANE_MAX_LENGTH else None
 
 
-def fit_cloze_item(item_id: str, requests: list[tuple[list[int], list[int]]],
-                   limit: int | None) -> tuple[list[tuple[list[int], list[int]]], bool]:
+def fit_cloze_item(
+    item_id: str, requests: list[tuple[list[int], list[int]]], limit: int | None
+) -> tuple[list[tuple[list[int], list[int]]], bool]:
     """One item's (context, option) pairs with the contexts cut from the left so that the
     model reads at most `limit` tokens per option; (pairs, whether anything was cut).
 
@@ -222,9 +242,11 @@ def fit_cloze_item(item_id: str, requests: list[tuple[list[int], list[int]]],
         return requests, False
     if cut >= min(len(ctx) for ctx, _ in requests):  # no context token left to predict an option's first token
         longest = max(len(cont) for _, cont in requests)
-        raise DataError(f"Expected every option of item {item_id!r} to fit in the model's context of {limit} "
-                        f"tokens, but its longest option is {longest} tokens; drop or shorten the item, "
-                        "or use a model with a longer context")
+        raise DataError(
+            f"Expected every option of item {item_id!r} to fit in the model's context of {limit} "
+            f"tokens, but its longest option is {longest} tokens; drop or shorten the item, "
+            "or use a model with a longer context"
+        )
     return [(ctx[cut:], cont) for ctx, cont in requests], True
 
 
@@ -238,9 +260,11 @@ def fit_letter_item(item_id: str, prompt: list[int], limit: int | None, listed: 
     if limit is None or len(prompt) <= limit:
         return prompt, False
     if listed > limit:
-        raise DataError(f"Expected the lettered options of item {item_id!r} to fit in the model's context of "
-                        f"{limit} tokens, but they take {listed} tokens; drop or shorten the item, "
-                        "or use a model with a longer context")
+        raise DataError(
+            f"Expected the lettered options of item {item_id!r} to fit in the model's context of "
+            f"{limit} tokens, but they take {listed} tokens; drop or shorten the item, "
+            "or use a model with a longer context"
+        )
     return prompt[-limit:], True
 
 
@@ -250,11 +274,12 @@ def _listed_length(item: MCItem, prompt: str, tokenizer: Any) -> int:
     start = prompt.rfind(item.question)
     if start < 0:  # a template that rewrites the question: protect only the cue's last token
         return 1
-    return len(tokenizer(prompt[start + len(item.question):], add_special_tokens=False).input_ids)
+    return len(tokenizer(prompt[start + len(item.question) :], add_special_tokens=False).input_ids)
 
 
-def fitted_letter_prompts(items: Sequence[MCItem], cfg: ScoringConfig, tokenizer: Any,
-                          limit: int | None) -> tuple[list[list[int]], list[str]]:
+def fitted_letter_prompts(
+    items: Sequence[MCItem], cfg: ScoringConfig, tokenizer: Any, limit: int | None
+) -> tuple[list[list[int]], list[str]]:
     """Each item's letter prompt ids, cut to fit `limit` (`fit_letter_item`), and the ids of the items cut."""
     prompts, truncated = [], []
     for item in items:
@@ -268,8 +293,12 @@ def fitted_letter_prompts(items: Sequence[MCItem], cfg: ScoringConfig, tokenizer
     return prompts, truncated
 
 
-def fitted_cloze_requests(items: Sequence[MCItem], cfg: ScoringConfig, tokenizer: Any, limit: int | None,
-                          ) -> tuple[list[list[tuple[list[int], list[int]]]], list[str]]:
+def fitted_cloze_requests(
+    items: Sequence[MCItem],
+    cfg: ScoringConfig,
+    tokenizer: Any,
+    limit: int | None,
+) -> tuple[list[list[tuple[list[int], list[int]]]], list[str]]:
     """`cloze_requests` cut to fit `limit` (`fit_cloze_item`), and the ids of the items cut."""
     requests, truncated = [], []
     for item in items:
@@ -298,8 +327,12 @@ def warn_truncated(truncated: Sequence[str], n_items: int, limit: int | None, da
         return
     _WARNED.add(key)
     of = f" of {dataset}" if dataset else ""
-    print(f"calm: warning: {len(truncated)} of {n_items} items{of} were longer than the model's context "
-          f"({limit} tokens) and were cut from the left, as lm-evaluation-harness does", file=sys.stderr, flush=True)
+    print(
+        f"calm: warning: {len(truncated)} of {n_items} items{of} were longer than the model's context "
+        f"({limit} tokens) and were cut from the left, as lm-evaluation-harness does",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _reduce(logprobs: torch.Tensor, rule: str) -> float:
@@ -307,8 +340,13 @@ def _reduce(logprobs: torch.Tensor, rule: str) -> float:
     return total / len(logprobs) if rule == "cloze_norm" else total
 
 
-def shared_prefix_logprobs(model: Any, groups: Sequence[tuple[list[int], list[list[int]]]], pad_id: int,
-                           device: torch.device, transform: LogitsTransform | None = None) -> list[list[torch.Tensor]]:
+def shared_prefix_logprobs(
+    model: Any,
+    groups: Sequence[tuple[list[int], list[list[int]]]],
+    pad_id: int,
+    device: torch.device,
+    transform: LogitsTransform | None = None,
+) -> list[list[torch.Tensor]]:
     """Like `continuation_logprobs`, but each context is run once for all its continuations.
 
     groups: [(context ids, [continuation ids, ...]), ...]. Pass 1 runs the left-padded
@@ -329,14 +367,21 @@ def shared_prefix_logprobs(model: Any, groups: Sequence[tuple[list[int], list[li
     conts = [cont for _, cs in groups for cont in cs]
     rest = _continue_from_cache(model, cache, batch, owners, conts, pad_id, device, transform)
     out: list[list[torch.Tensor]] = [[] for _ in groups]
-    for row, (owner, cont) in enumerate(zip(owners, conts)):
+    for row, (owner, cont) in enumerate(zip(owners, conts, strict=True)):
         out[owner].append(torch.cat([first_logprobs[owner, cont[0]].reshape(1), rest[row]]))
     return out
 
 
-def _continue_from_cache(model: Any, cache: Any, ctx_batch: dict[str, torch.Tensor], owners: list[int],
-                         conts: list[list[int]], pad_id: int, device: torch.device,
-                         transform: LogitsTransform | None = None) -> list[torch.Tensor]:
+def _continue_from_cache(
+    model: Any,
+    cache: Any,
+    ctx_batch: dict[str, torch.Tensor],
+    owners: list[int],
+    conts: list[list[int]],
+    pad_id: int,
+    device: torch.device,
+    transform: LogitsTransform | None = None,
+) -> list[torch.Tensor]:
     """Per row, log p of its continuation tokens 2.. given its cached context, (c - 1,).
 
     Rows go in runs of similar length (`length_runs`), each on its own copy of its
@@ -354,18 +399,20 @@ def _continue_from_cache(model: Any, cache: Any, ctx_batch: dict[str, torch.Tens
             mask[i, : len(conts[r]) - 1] = 1
         ctx_mask = ctx_batch["attention_mask"][index]  # (R, L)
         positions = ctx_mask.sum(dim=1, keepdim=True) + torch.arange(width, device=device)[None, :]  # (R, W)
-        inputs = dict(input_ids=ids.to(device), attention_mask=torch.cat([ctx_mask, mask.to(device)], dim=1),
-                      position_ids=positions, use_cache=True,
-                      **{cache_kwarg(model): select_cache(cache, index, model.config)})
+        inputs = dict(
+            input_ids=ids.to(device),
+            attention_mask=torch.cat([ctx_mask, mask.to(device)], dim=1),
+            position_ids=positions,
+            use_cache=True,
+            **{cache_kwarg(model): select_cache(cache, index, model.config)},
+        )
         logits = logits_at(model, inputs, mask.bool().to(device))  # (sum (c - 1), V): real positions only
         logprobs = torch.log_softmax(transform(logits) if transform else logits, dim=-1)
         targets = torch.tensor([t for r in rows for t in conts[r][1:]], device=device)
         picked = logprobs.gather(-1, targets[:, None])[:, 0]
-        for r, lp in zip(rows, picked.split([len(conts[r]) - 1 for r in rows])):
+        for r, lp in zip(rows, picked.split([len(conts[r]) - 1 for r in rows]), strict=True):
             out[r] = lp
     return out
-
-
 
 
 def logits_at(model: Any, inputs: dict[str, Any], keep: torch.Tensor) -> torch.Tensor:
@@ -395,9 +442,16 @@ def head_on_distinct_rows(head: Any, hidden: torch.Tensor) -> torch.Tensor:
     return head(hidden[first])[inverse]
 
 
-def _cloze_scores(lm: Any, items: Sequence[MCItem], requests: list[list[tuple[list[int], list[int]]]],
-                  cfg: ScoringConfig, batch_size: int, progress: bool | ProgressFn, share_prefix: bool = True,
-                  transform: LogitsTransform | None = None) -> list[np.ndarray]:
+def _cloze_scores(
+    lm: Any,
+    items: Sequence[MCItem],
+    requests: list[list[tuple[list[int], list[int]]]],
+    cfg: ScoringConfig,
+    batch_size: int,
+    progress: bool | ProgressFn,
+    share_prefix: bool = True,
+    transform: LogitsTransform | None = None,
+) -> list[np.ndarray]:
     """Option scores for cloze rules from `cloze_requests`. `batch_size` counts sequences (continuations)."""
     runner = isinstance(lm.model, HiddenStateRunner)  # no KV cache, but it shares prefixes inside a batch
     if not share_prefix or runner or any(len({tuple(ctx) for ctx, _ in reqs}) > 1 for reqs in requests):
@@ -410,7 +464,7 @@ def _cloze_scores(lm: Any, items: Sequence[MCItem], requests: list[list[tuple[li
         for batch in _batches(order, items_per_batch):
             groups = [(requests[i][0][0], [cont for _, cont in requests[i]]) for i in batch]
             scored = shared_prefix_logprobs(lm.model, groups, lm.tokenizer.pad_token_id, lm.device, transform)
-            for i, per_choice in zip(batch, scored):
+            for i, per_choice in zip(batch, scored, strict=True):
                 rows[i] = np.array([_reduce(lp, cfg.rule) for lp in per_choice])
             done += len(batch)
             update(done, len(items))
@@ -418,9 +472,15 @@ def _cloze_scores(lm: Any, items: Sequence[MCItem], requests: list[list[tuple[li
     return rows
 
 
-def _cloze_scores_flat(lm: Any, requests: list[list[tuple[list[int], list[int]]]], cfg: ScoringConfig,
-                       batch_size: int, progress: bool | ProgressFn,
-                       transform: LogitsTransform | None = None, by_item: bool = False) -> list[np.ndarray]:
+def _cloze_scores_flat(
+    lm: Any,
+    requests: list[list[tuple[list[int], list[int]]]],
+    cfg: ScoringConfig,
+    batch_size: int,
+    progress: bool | ProgressFn,
+    transform: LogitsTransform | None = None,
+    by_item: bool = False,
+) -> list[np.ndarray]:
     """The straightforward path: every (context + choice) sequence runs in full, longest
     first; `by_item` keeps each item's sequences together (items longest first), so a
     model that shares prefixes within a batch (a FrozenPrefixModel) finds them."""
@@ -437,7 +497,7 @@ def _cloze_scores_flat(lm: Any, requests: list[list[tuple[list[int], list[int]]]
         for batch in _batches(order, batch_size):
             pairs = [(flat[r][2], flat[r][3]) for r in batch]
             scored = continuation_logprobs(lm.model, pairs, lm.tokenizer.pad_token_id, lm.device, transform)
-            for r, logprobs in zip(batch, scored):
+            for r, logprobs in zip(batch, scored, strict=True):
                 rows[flat[r][0]][flat[r][1]] = _reduce(logprobs, cfg.rule)
             done += len(batch)
             update(done, len(flat))
@@ -445,8 +505,15 @@ def _cloze_scores_flat(lm: Any, requests: list[list[tuple[list[int], list[int]]]
     return rows
 
 
-def _letter_scores(lm: Any, items: Sequence[MCItem], prompts: list[list[int]], cfg: ScoringConfig,
-                   batch_size: int, progress: bool | ProgressFn, head: Any = None) -> list[np.ndarray]:
+def _letter_scores(
+    lm: Any,
+    items: Sequence[MCItem],
+    prompts: list[list[int]],
+    cfg: ScoringConfig,
+    batch_size: int,
+    progress: bool | ProgressFn,
+    head: Any = None,
+) -> list[np.ndarray]:
     """Option scores for the letter rule from `letter_prompt_ids`. `batch_size` counts prompts."""
     tokenizer = lm.tokenizer
     letters = letter_token_ids(tokenizer, max(it.n_choices for it in items), cfg)
@@ -456,7 +523,9 @@ def _letter_scores(lm: Any, items: Sequence[MCItem], prompts: list[list[int]], c
     done = 0
     with torch.inference_mode():
         for batch in _batches(order, batch_size):
-            logits = last_logits(lm.model, left_pad_batch([prompts[i] for i in batch], tokenizer.pad_token_id, lm.device), 1)
+            logits = last_logits(
+                lm.model, left_pad_batch([prompts[i] for i in batch], tokenizer.pad_token_id, lm.device), 1
+            )
             gathered = logits[:, -1, letters]  # (B, K_max)
             if head is not None:  # a head acting on tokens: each letter's own row of (l, tau)
                 gathered = head.on_tokens(gathered, index=torch.tensor(letters, device=gathered.device))
@@ -489,18 +558,34 @@ class _Scorer(NamedTuple):
     device: torch.device
 
 
-def score_items(lm: Any, items: Sequence[MCItem], cfg: ScoringConfig | None = None, batch_size: int = 32,
-                progress: bool | ProgressFn = True, share_prefix: bool = True, head: Any = None,
-                dataset: str | None = None) -> OptionScores:
+def score_items(
+    lm: Any,
+    items: Sequence[MCItem],
+    cfg: ScoringConfig | None = None,
+    batch_size: int = 32,
+    progress: bool | ProgressFn = True,
+    share_prefix: bool = True,
+    head: Any = None,
+    dataset: str | None = None,
+) -> OptionScores:
     """`score_with` on a LoadedModel (scoring.models), its name, kind and dtype recorded
     with the scores."""
     info = {k: lm.info[k] for k in ("name", "kind", "dtype", "device") if k in getattr(lm, "info", {})}
     return score_with(lm.model, lm.tokenizer, items, cfg, batch_size, progress, share_prefix, head, dataset, info)
 
 
-def score_with(model: Any, tokenizer: Any, items: Sequence[MCItem], cfg: ScoringConfig | None = None,
-               batch_size: int = 32, progress: bool | ProgressFn = True, share_prefix: bool = True,
-               head: Any = None, dataset: str | None = None, model_info: dict[str, Any] | None = None) -> OptionScores:
+def score_with(
+    model: Any,
+    tokenizer: Any,
+    items: Sequence[MCItem],
+    cfg: ScoringConfig | None = None,
+    batch_size: int = 32,
+    progress: bool | ProgressFn = True,
+    share_prefix: bool = True,
+    head: Any = None,
+    dataset: str | None = None,
+    model_info: dict[str, Any] | None = None,
+) -> OptionScores:
     """Score every option of every item under `cfg` with `model` (a causal LM, a PEFT
     model, or a FrozenPrefixModel over one) and its tokenizer.
 
@@ -530,7 +615,11 @@ def score_with(model: Any, tokenizer: Any, items: Sequence[MCItem], cfg: Scoring
     warn_truncated(cut, len(items), limit, dataset)
     logits = apply_option_head(pad_ragged(rows), head)
     return OptionScores(
-        ids=[it.id for it in items], logits=logits,
-        gold=np.array([it.answer for it in items], dtype=np.int64), scoring=cfg.to_dict(), model=model_info or {},
-        truncated=len(cut), context_length=limit,
+        ids=[it.id for it in items],
+        logits=logits,
+        gold=np.array([it.answer for it in items], dtype=np.int64),
+        scoring=cfg.to_dict(),
+        model=model_info or {},
+        truncated=len(cut),
+        context_length=limit,
     )

@@ -104,9 +104,7 @@ def letter_token_ids(tokenizer: Any, n_choices: int, cfg: ScoringConfig) -> list
     return ids
 
 
-def split_context_continuation(
-    tokenizer: Any, context: str, continuation: str
-) -> tuple[list[int], list[int]]:
+def split_context_continuation(tokenizer: Any, context: str, continuation: str) -> tuple[list[int], list[int]]:
     """Token ids of context and continuation, tokenized jointly as the harness does.
 
     Encoding `context + continuation` once and cutting at len(encode(context)) keeps
@@ -118,7 +116,7 @@ def split_context_continuation(
         context, continuation = context[:-n_spaces], context[-n_spaces:] + continuation
     whole = tokenizer(context + continuation, add_special_tokens=False).input_ids
     context_ids = tokenizer(context, add_special_tokens=False).input_ids
-    return whole[: len(context_ids)], whole[len(context_ids):]
+    return whole[: len(context_ids)], whole[len(context_ids) :]
 
 
 def describe(cfg: ScoringConfig, items: Sequence[MCItem], tokenizer: Any) -> str:

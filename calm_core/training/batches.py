@@ -28,7 +28,7 @@ def batch_indices(n: int, batch_size: int, step: int, seed: int) -> list[int]:
     sequence depends only on (seed, step) and a resumed run sees the same batches."""
     per_epoch = max(1, n // batch_size)
     epoch, offset = divmod(step, per_epoch)
-    return _epoch_order(n, seed, epoch)[offset * batch_size: offset * batch_size + batch_size].tolist()
+    return _epoch_order(n, seed, epoch)[offset * batch_size : offset * batch_size + batch_size].tolist()
 
 
 @functools.lru_cache(maxsize=4)  # S_T's and S_V's current epochs, and the ones before

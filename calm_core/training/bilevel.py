@@ -89,21 +89,40 @@ Closure = Callable[[], Tensor]
 class BilevelConfig:
     """Settings of the BOME step (saved with the run's config)."""
 
-    inner_steps: int = setting(10, "BOME's T: gradient steps from theta to theta~ (the paper's T = 10)",
-                               label="Inner steps T", min=1, max=100)
-    inner_lr: float = setting(3.0, "inner step size (inner_rule fixed), or its cap (polyak)", label="Inner lr (cap)",
-                              min=1e-4, max=100.0)
-    inner_rule: str = setting("polyak", "polyak: L / ||grad L||^2, capped at the inner lr (scale-free); fixed: the inner lr",
-                              label="Inner step", choices=INNER_RULES)
-    inner_start: str = setting("theta", "theta: theta~ starts at theta every step (BOME); persistent: it continues "
-                                        "from the last theta~", label="Inner start", choices=INNER_STARTS)
-    eta: float = setting(0.5, "BOME's eta: phi = eta * ||grad q||^2 (or eta * q), the share of the constraint each "
-                              "step must remove", label="eta", min=0.01, max=10.0)
+    inner_steps: int = setting(
+        10, "BOME's T: gradient steps from theta to theta~ (the paper's T = 10)", label="Inner steps T", min=1, max=100
+    )
+    inner_lr: float = setting(
+        3.0, "inner step size (inner_rule fixed), or its cap (polyak)", label="Inner lr (cap)", min=1e-4, max=100.0
+    )
+    inner_rule: str = setting(
+        "polyak",
+        "polyak: L / ||grad L||^2, capped at the inner lr (scale-free); fixed: the inner lr",
+        label="Inner step",
+        choices=INNER_RULES,
+    )
+    inner_start: str = setting(
+        "theta",
+        "theta: theta~ starts at theta every step (BOME); persistent: it continues from the last theta~",
+        label="Inner start",
+        choices=INNER_STARTS,
+    )
+    eta: float = setting(
+        0.5,
+        "BOME's eta: phi = eta * ||grad q||^2 (or eta * q), the share of the constraint each step must remove",
+        label="eta",
+        min=0.01,
+        max=10.0,
+    )
     phi: str = setting("grad", "grad: phi = eta * ||grad q||^2; value: phi = eta * q", choices=PHI_CHOICES)
-    constraint: str = setting("theta", "theta: theta optimal for L given alpha (the paper); joint: (alpha, theta) "
-                                       "optimal for L (docs/bilevel.md)", choices=CONSTRAINTS)
-    max_update_norm: float = setting(1.0, "a plain step's ||delta u|| is cut to this length, direction kept (0: no limit)",
-                                     min=0.0)
+    constraint: str = setting(
+        "theta",
+        "theta: theta optimal for L given alpha (the paper); joint: (alpha, theta) optimal for L (docs/bilevel.md)",
+        choices=CONSTRAINTS,
+    )
+    max_update_norm: float = setting(
+        1.0, "a plain step's ||delta u|| is cut to this length, direction kept (0: no limit)", min=0.0
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.inner_steps, bool) or not isinstance(self.inner_steps, int) or self.inner_steps < 1:
@@ -115,8 +134,12 @@ class BilevelConfig:
         value = self.max_update_norm
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
             raise ValueError(f"Expected `max_update_norm` to be a finite float >= 0, but got {value!r}")
-        for name, valid in (("phi", PHI_CHOICES), ("inner_rule", INNER_RULES), ("inner_start", INNER_STARTS),
-                            ("constraint", CONSTRAINTS)):
+        for name, valid in (
+            ("phi", PHI_CHOICES),
+            ("inner_rule", INNER_RULES),
+            ("inner_start", INNER_STARTS),
+            ("constraint", CONSTRAINTS),
+        ):
             if getattr(self, name) not in valid:
                 raise ValueError(f"Expected `{name}` to be one of {list(valid)}, but got {getattr(self, name)!r}")
 
@@ -168,14 +191,15 @@ class _Substitute(TorchFunctionMode):
 
     def __init__(self, params: Sequence[Tensor], values: Sequence[Tensor]) -> None:
         super().__init__()
-        self._by_id = {id(p): v for p, v in zip(params, values)}
+        self._by_id = {id(p): v for p, v in zip(params, values, strict=True)}
         self._params = list(params)  # the ids stay theirs while the mode lives
 
     def _swap(self, x: object) -> object:
         return self._by_id.get(id(x), x) if isinstance(x, Tensor) else x
 
-    def __torch_function__(self, func: Callable, types: Sequence[type], args: tuple = (),
-                           kwargs: dict | None = None) -> object:
+    def __torch_function__(
+        self, func: Callable, types: Sequence[type], args: tuple = (), kwargs: dict | None = None
+    ) -> object:
         args, kwargs = tree_map(self._swap, (args, kwargs or {}))
         return func(*args, **kwargs)
 
@@ -195,7 +219,7 @@ def at(params: Sequence[Tensor], values: Sequence[Tensor], track: bool = True) -
 def _dot(xs: Sequence[Tensor], ys: Sequence[Tensor], w: Sequence[float] | None = None) -> float:
     """<x, y>_w over a list of blocks (w = per-block weights, 1 when None), in float64."""
     weights = w if w is not None else [1.0] * len(xs)
-    return float(sum(c * torch.sum(x * y, dtype=torch.float64) for x, y, c in zip(xs, ys, weights)))
+    return float(sum(c * torch.sum(x * y, dtype=torch.float64) for x, y, c in zip(xs, ys, weights, strict=True)))
 
 
 def _inner_lr(loss: float, grads: Sequence[Tensor], cfg: BilevelConfig, scale: float) -> float:
@@ -217,8 +241,13 @@ class _Inner:
     lr: float
 
 
-def _descend(params: Sequence[Tensor], lower_loss: Closure, start: list[Tensor],
-             first: tuple[float, list[Tensor]] | None, cfg: BilevelConfig) -> _Inner:
+def _descend(
+    params: Sequence[Tensor],
+    lower_loss: Closure,
+    start: list[Tensor],
+    first: tuple[float, list[Tensor]] | None,
+    cfg: BilevelConfig,
+) -> _Inner:
     """T gradient steps on L over `params` (theta, or alpha and theta) from `start`;
     `first` = (L, grad L) at `start` when already computed (reused). A step that raised L is undone and the step size
     halved (monotone descent); the last step is checked by the caller (`_settle`), which
@@ -239,13 +268,14 @@ def _descend(params: Sequence[Tensor], lower_loss: Closure, start: list[Tensor],
         used.append(lr)
         previous, previous_loss, previous_grads = [v.clone() for v in tilde], loss, grads
         with torch.no_grad():
-            for v, g in zip(tilde, grads):
+            for v, g in zip(tilde, grads, strict=True):
                 v.sub_(lr * g)
     return _Inner(tilde, previous, previous_loss, sum(used) / len(used))
 
 
-def _settle(params: Sequence[Tensor], lower_loss: Closure, inner: _Inner, grad_of: Sequence[Tensor],
-            track: bool) -> tuple[list[Tensor], float, list[Tensor]]:
+def _settle(
+    params: Sequence[Tensor], lower_loss: Closure, inner: _Inner, grad_of: Sequence[Tensor], track: bool
+) -> tuple[list[Tensor], float, list[Tensor]]:
     """The inner iterate, L there and d L / d `grad_of` there (grad_alpha L(theta~; alpha);
     nothing for the joint constraint); the iterate before it when the last inner step
     raised L (one more pass, rare)."""
@@ -281,9 +311,11 @@ def _start(params: Sequence[Tensor], cfg: BilevelConfig, state: BilevelState | N
     if not _persistent(cfg, state):
         return list(params)
     if [tuple(t.shape) for t in state.tilde] != [tuple(p.shape) for p in params]:
-        raise ValueError("Expected the persistent inner iterate to match the parameters it solves for "
-                         f"({len(params)} tensors), but it does not: was `constraint` changed on resume?")
-    return [t.to(p.device, p.dtype) for t, p in zip(state.tilde, params)]
+        raise ValueError(
+            "Expected the persistent inner iterate to match the parameters it solves for "
+            f"({len(params)} tensors), but it does not: was `constraint` changed on resume?"
+        )
+    return [t.to(p.device, p.dtype) for t, p in zip(state.tilde, params, strict=True)]
 
 
 def _inner_problem(alpha: Sequence[Tensor], theta: Sequence[Tensor], cfg: BilevelConfig) -> list[Tensor]:
@@ -296,11 +328,17 @@ def _constraint(g_lower: list[Tensor], g_alpha_tilde: list[Tensor], n: int, cfg:
     joint: grad L(theta; alpha), since min over (theta', alpha') of L is a constant."""
     if cfg.constraint == "joint":
         return list(g_lower)
-    return [a - b for a, b in zip(g_lower[:n], g_alpha_tilde)] + g_lower[n:]
+    return [a - b for a, b in zip(g_lower[:n], g_alpha_tilde, strict=True)] + g_lower[n:]
 
 
-def _gradients(alpha: Sequence[Tensor], theta: Sequence[Tensor], lower_loss: Closure, upper_loss: Closure,
-               cfg: BilevelConfig, state: BilevelState | None) -> _Gradients:
+def _gradients(
+    alpha: Sequence[Tensor],
+    theta: Sequence[Tensor],
+    lower_loss: Closure,
+    upper_loss: Closure,
+    cfg: BilevelConfig,
+    state: BilevelState | None,
+) -> _Gradients:
     """Steps 1-2 with reuse: one full backward at theta, T - 1 inner backwards (T from a
     persistent start), one alpha-only backward at theta~."""
     n = len(alpha)
@@ -308,7 +346,7 @@ def _gradients(alpha: Sequence[Tensor], theta: Sequence[Tensor], lower_loss: Clo
     lower, g_lower = _value(out), _grad(out, [*alpha, *theta])  # grad_alpha L(theta), grad_theta L(theta)
     params = _inner_problem(alpha, theta, cfg)
     start = _start(params, cfg, state)
-    first = None if _persistent(cfg, state) else (lower, g_lower[len(g_lower) - len(params):])  # reuse: the start is u
+    first = None if _persistent(cfg, state) else (lower, g_lower[len(g_lower) - len(params) :])  # reuse: the start is u
     inner = _descend(params, lower_loss, start, first, cfg)
     grad_of = list(alpha) if cfg.constraint == "theta" else []
     tilde, lower_tilde, g_alpha_tilde = _settle(params, lower_loss, inner, grad_of, track=False)
@@ -319,8 +357,14 @@ def _gradients(alpha: Sequence[Tensor], theta: Sequence[Tensor], lower_loss: Clo
     return _Gradients(lower, lower_tilde, _value(upper_out), _grad(upper_out, [*alpha, *theta]), grad_q, inner.lr, n)
 
 
-def _gradients_naive(alpha: Sequence[Tensor], theta: Sequence[Tensor], lower_loss: Closure, upper_loss: Closure,
-                     cfg: BilevelConfig, state: BilevelState | None) -> _Gradients:
+def _gradients_naive(
+    alpha: Sequence[Tensor],
+    theta: Sequence[Tensor],
+    lower_loss: Closure,
+    upper_loss: Closure,
+    cfg: BilevelConfig,
+    state: BilevelState | None,
+) -> _Gradients:
     """Steps 1-2 with every loss and gradient computed afresh (the reference)."""
     n = len(alpha)
     lower = _value(lower_loss())
@@ -337,8 +381,9 @@ def _gradients_naive(alpha: Sequence[Tensor], theta: Sequence[Tensor], lower_los
     return _Gradients(lower, lower_tilde, _value(upper_out), _grad(upper_out, [*alpha, *theta]), grad_q, inner.lr, n)
 
 
-def bome_lambda(grad_f: Sequence[Tensor], grad_q: Sequence[Tensor], q: float, cfg: BilevelConfig,
-                w: Sequence[float] | None = None) -> float:
+def bome_lambda(
+    grad_f: Sequence[Tensor], grad_q: Sequence[Tensor], q: float, cfg: BilevelConfig, w: Sequence[float] | None = None
+) -> float:
     """lambda = max(phi - <grad F, grad q>_w, 0) / ||grad q||_w^2, and 0 when grad q = 0."""
     qq = _dot(grad_q, grad_q, w)
     if qq == 0.0:
@@ -364,7 +409,7 @@ def _dot64(xs: Sequence[Tensor], ys: Sequence[Tensor]) -> float:
     """<x, y> with every product in float64 (one block's temporary at a time): the
     difference of two such sums resolves a step much smaller than the parameters."""
     with torch.no_grad():
-        return float(sum(torch.sum(x.detach().double() * y.double()) for x, y in zip(xs, ys)))
+        return float(sum(torch.sum(x.detach().double() * y.double()) for x, y in zip(xs, ys, strict=True)))
 
 
 def _diagnostics(g: _Gradients, lam: float, w: Sequence[float] | None, descent: float) -> dict[str, float]:
@@ -376,17 +421,24 @@ def _diagnostics(g: _Gradients, lam: float, w: Sequence[float] | None, descent: 
     gf_alpha = math.sqrt(_dot(g.grad_f[:n], g.grad_f[:n]))
     gq_alpha = math.sqrt(_dot(g.grad_q[:n], g.grad_q[:n]))
     return {
-        "lower_loss": g.lower, "upper_loss": g.upper, "q": q, "lambda": lam,
-        "grad_f_norm": math.sqrt(_dot(g.grad_f, g.grad_f)), "grad_q_norm": math.sqrt(_dot(g.grad_q, g.grad_q)),
-        "inner_loss_drop": q, "inner_drop_frac": q / g.lower if g.lower > 0 else 0.0, "inner_lr": g.inner_lr,
+        "lower_loss": g.lower,
+        "upper_loss": g.upper,
+        "q": q,
+        "lambda": lam,
+        "grad_f_norm": math.sqrt(_dot(g.grad_f, g.grad_f)),
+        "grad_q_norm": math.sqrt(_dot(g.grad_q, g.grad_q)),
+        "inner_loss_drop": q,
+        "inner_drop_frac": q / g.lower if g.lower > 0 else 0.0,
+        "inner_lr": g.inner_lr,
         "coupling_ratio": gq_alpha / gf_alpha if gf_alpha > 0 else 0.0,
         "cos_fq": _dot(g.grad_f, g.grad_q, w) / math.sqrt(qq_w * ff_w) if qq_w > 0 and ff_w > 0 else 0.0,
         "descent": descent,
     }
 
 
-def _apply(params: Sequence[Tensor], g: _Gradients, optimizer: torch.optim.Optimizer,
-           cfg: BilevelConfig) -> dict[str, float]:
+def _apply(
+    params: Sequence[Tensor], g: _Gradients, optimizer: torch.optim.Optimizer, cfg: BilevelConfig
+) -> dict[str, float]:
     """Steps 3-4: lambda in the step's metric, the direction grad F + lambda grad q as
     .grad, one optimizer step; then the diagnostics, with the update actually applied."""
     q = g.lower - g.lower_tilde
@@ -394,12 +446,12 @@ def _apply(params: Sequence[Tensor], g: _Gradients, optimizer: torch.optim.Optim
     xi = max(lrs) if lrs else None
     w = [lr / xi for lr in lrs] if lrs and xi else None
     lam = bome_lambda(g.grad_f, g.grad_q, q, cfg, w)
-    direction = [f + lam * dq for f, dq in zip(g.grad_f, g.grad_q)]  # param shapes
+    direction = [f + lam * dq for f, dq in zip(g.grad_f, g.grad_q, strict=True)]  # param shapes
     scale = plain_step_scale(direction, lrs, cfg.max_update_norm)
     # <-delta, grad q> of the update the optimizer really applied, as <u, grad q> before
     # minus after (exact products in float64), so no copy of the parameters is kept.
     before = _dot64(params, g.grad_q)
-    for p, d in zip(params, direction):
+    for p, d in zip(params, direction, strict=True):
         p.grad = scale * d
     optimizer.step()
     log = _diagnostics(g, lam, w, before - _dot64(params, g.grad_q))
@@ -417,13 +469,22 @@ def plain_step_scale(direction: Sequence[Tensor], lrs: Sequence[float] | None, m
     and for max_norm 0. Every method's plain step uses it (methods.base.gradient_step)."""
     if lrs is None or not max_norm:
         return 1.0
-    norm = math.sqrt(sum(lr * lr * float(torch.sum(d * d, dtype=torch.float64)) for lr, d in zip(lrs, direction)))
+    norm = math.sqrt(
+        sum(lr * lr * float(torch.sum(d * d, dtype=torch.float64)) for lr, d in zip(lrs, direction, strict=True))
+    )
     return min(1.0, max_norm / norm) if norm > 0 else 1.0
 
 
-def _step(gradients: Callable[..., _Gradients], alpha_params: list[Tensor], theta_params: list[Tensor],
-          lower_loss: Closure, upper_loss: Closure, optimizer: torch.optim.Optimizer,
-          cfg: BilevelConfig, state: BilevelState | None) -> dict[str, float]:
+def _step(
+    gradients: Callable[..., _Gradients],
+    alpha_params: list[Tensor],
+    theta_params: list[Tensor],
+    lower_loss: Closure,
+    upper_loss: Closure,
+    optimizer: torch.optim.Optimizer,
+    cfg: BilevelConfig,
+    state: BilevelState | None,
+) -> dict[str, float]:
     start = time.perf_counter()
     _check_params(alpha_params, theta_params)
     g = gradients(alpha_params, theta_params, lower_loss, upper_loss, cfg, state)
@@ -432,9 +493,15 @@ def _step(gradients: Callable[..., _Gradients], alpha_params: list[Tensor], thet
     return log
 
 
-def bilevel_step(alpha_params: list[Tensor], theta_params: list[Tensor], lower_loss: Closure, upper_loss: Closure,
-                 optimizer: torch.optim.Optimizer, cfg: BilevelConfig | None = None,
-                 state: BilevelState | None = None) -> dict[str, float]:
+def bilevel_step(
+    alpha_params: list[Tensor],
+    theta_params: list[Tensor],
+    lower_loss: Closure,
+    upper_loss: Closure,
+    optimizer: torch.optim.Optimizer,
+    cfg: BilevelConfig | None = None,
+    state: BilevelState | None = None,
+) -> dict[str, float]:
     """One BOME step on u = (alpha, theta), reusing gradients; returns the log values
     (BOME_LOG_KEYS, plus `descent_ratio` under a plain step, and step_time in s).
 
@@ -442,20 +509,40 @@ def bilevel_step(alpha_params: list[Tensor], theta_params: list[Tensor], lower_l
     optimizer: holds alpha_params and theta_params; its `.grad`s are overwritten.
     state: where a persistent theta~ is kept between steps (needed for inner_start="persistent").
     """
-    return _step(_gradients, alpha_params, theta_params, lower_loss, upper_loss, optimizer, cfg or BilevelConfig(),
-                 state)
+    return _step(
+        _gradients, alpha_params, theta_params, lower_loss, upper_loss, optimizer, cfg or BilevelConfig(), state
+    )
 
 
-def bilevel_step_naive(alpha_params: list[Tensor], theta_params: list[Tensor], lower_loss: Closure,
-                       upper_loss: Closure, optimizer: torch.optim.Optimizer,
-                       cfg: BilevelConfig | None = None, state: BilevelState | None = None) -> dict[str, float]:
+def bilevel_step_naive(
+    alpha_params: list[Tensor],
+    theta_params: list[Tensor],
+    lower_loss: Closure,
+    upper_loss: Closure,
+    optimizer: torch.optim.Optimizer,
+    cfg: BilevelConfig | None = None,
+    state: BilevelState | None = None,
+) -> dict[str, float]:
     """`bilevel_step` without gradient reuse: the test reference."""
-    return _step(_gradients_naive, alpha_params, theta_params, lower_loss, upper_loss, optimizer,
-                 cfg or BilevelConfig(), state)
+    return _step(
+        _gradients_naive, alpha_params, theta_params, lower_loss, upper_loss, optimizer, cfg or BilevelConfig(), state
+    )
 
 
-BOME_LOG_KEYS = ("q", "lambda", "grad_f_norm", "grad_q_norm", "inner_loss_drop", "inner_drop_frac", "inner_lr",
-                 "coupling_ratio", "cos_fq", "descent", "descent_ratio", "step_scale")
+BOME_LOG_KEYS = (
+    "q",
+    "lambda",
+    "grad_f_norm",
+    "grad_q_norm",
+    "inner_loss_drop",
+    "inner_drop_frac",
+    "inner_lr",
+    "coupling_ratio",
+    "cos_fq",
+    "descent",
+    "descent_ratio",
+    "step_scale",
+)
 INERT_DROP_FRAC = 1e-2  # an inner solve that removes under 1% of L leaves theta~ ~ theta
 INERT_COUPLING = 1e-2  # ||grad_alpha q|| under 1% of ||grad_alpha F||: alpha ignores the constraint
 
@@ -468,8 +555,10 @@ def coupling_inert(records: Sequence[dict[str, float]], eta: float) -> bool:
     steps = [r for r in records if "bome/inner_drop_frac" in r]
     if not steps:
         return False
+
     def inert(r: dict[str, float]) -> bool:
         lam_at_eta = abs(r.get("bome/lambda", 0.0) - eta) <= 0.05 * eta
         weak = r.get("bome/coupling_ratio", 1.0) < INERT_COUPLING
         return r["bome/inner_drop_frac"] < INERT_DROP_FRAC and (lam_at_eta or weak)
+
     return all(inert(r) for r in steps)

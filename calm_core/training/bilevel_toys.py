@@ -67,7 +67,9 @@ def make_data(seed: int = 0, n: int = 200, m: int = 200, dim: int = 2, k: int = 
     centre = torch.tensor([1.0, 0.5] + [0.0] * (dim - 2), dtype=DTYPE)
     x = centre + torch.randn(n, dim, generator=g, dtype=DTYPE)
     y = torch.multinomial(torch.softmax(x @ w_true.T + prior, -1), 1, generator=g)[:, 0]
-    x_val = torch.tensor([-1.0, 1.0] + [0.0] * (dim - 2), dtype=DTYPE) + 0.7 * torch.randn(m, dim, generator=g, dtype=DTYPE)
+    x_val = torch.tensor([-1.0, 1.0] + [0.0] * (dim - 2), dtype=DTYPE) + 0.7 * torch.randn(
+        m, dim, generator=g, dtype=DTYPE
+    )
     return ToyData(x, y, x_val)
 
 
@@ -87,7 +89,7 @@ class ShiftToy:
         x, y = self.data.x_train, self.data.y_train
         if idx is not None:
             x, y = x[list(idx)], y[list(idx)]
-        return torch.nn.functional.cross_entropy(self.logits(w, alpha, x), y) + 0.5 * self.mu * (w ** 2).sum()
+        return torch.nn.functional.cross_entropy(self.logits(w, alpha, x), y) + 0.5 * self.mu * (w**2).sum()
 
     def upper(self, w: torch.Tensor, alpha: torch.Tensor, idx: Sequence[int] | None = None) -> torch.Tensor:
         """F on S_V, or on the held-out points `idx`."""
@@ -128,7 +130,8 @@ class ShiftToy:
         f_a, f_w = torch.autograd.functional.jacobian(self.upper, (w, alpha))[::-1]
         hess_ww = torch.autograd.functional.hessian(lambda v: self.lower(v, alpha), w)
         cross = torch.autograd.functional.jacobian(  # d/d alpha of grad_W L: (KD, K)
-            lambda a: torch.autograd.functional.jacobian(lambda v: self.lower(v, a), w, create_graph=True), alpha)
+            lambda a: torch.autograd.functional.jacobian(lambda v: self.lower(v, a), w, create_graph=True), alpha
+        )
         return f_a - cross.T @ torch.linalg.solve(hess_ww, f_w)
 
     def partial_gradient(self, alpha: torch.Tensor) -> torch.Tensor:
@@ -145,8 +148,13 @@ class ShiftToy:
         return _root(self.alpha_init(), self.partial_gradient, tol)
 
 
-def _descend_to_zero(x: torch.Tensor, grad: Callable[[torch.Tensor], torch.Tensor],
-                     value: Callable[[torch.Tensor], float], tol: float, lr: float = 2.0) -> torch.Tensor:
+def _descend_to_zero(
+    x: torch.Tensor,
+    grad: Callable[[torch.Tensor], torch.Tensor],
+    value: Callable[[torch.Tensor], float],
+    tol: float,
+    lr: float = 2.0,
+) -> torch.Tensor:
     """Gradient descent on `value` until ||grad|| < tol; the step halves when value rises."""
     fx = value(x)
     for _ in range(5000):
@@ -193,8 +201,14 @@ class TemperatureToy(ShiftToy):
         for s in log_taus:
             alpha = torch.tensor([s], dtype=DTYPE)
             w = self.inner_solution(alpha)
-            rows.append({"tau": math.exp(s), "F": float(self.upper(w, alpha)),
-                         "entropy": -float(self.upper(w, alpha)), "effective_scale": float(w.norm()) / math.exp(s)})
+            rows.append(
+                {
+                    "tau": math.exp(s),
+                    "F": float(self.upper(w, alpha)),
+                    "entropy": -float(self.upper(w, alpha)),
+                    "effective_scale": float(w.norm()) / math.exp(s),
+                }
+            )
         return rows
 
 
@@ -233,7 +247,7 @@ class ToyContext:
         self.alpha = [self.toy.alpha_init().requires_grad_()]
         self.theta = [self.toy.theta_init().requires_grad_()]
         groups = [{"params": self.theta, "lr": self.lr_theta}, {"params": self.alpha, "lr": self.lr_alpha}]
-        self.optimizer = (torch.optim.SGD(groups) if self.optimizer_name == "sgd" else torch.optim.Adam(groups))
+        self.optimizer = torch.optim.SGD(groups) if self.optimizer_name == "sgd" else torch.optim.Adam(groups)
 
     def lower(self, items: Sequence[int]) -> Callable[[], torch.Tensor]:
         """L at the current parameters: on the training points `items`, all of S_T when empty."""
@@ -251,8 +265,11 @@ class ToyContext:
 
         data = self.toy.data
         train = batch_indices(len(data.y_train), self.batch_size, self.steps_done, self.seed) if self.batch_size else []
-        heldout = (batch_indices(len(data.x_heldout), self.heldout_batch_size, self.steps_done, self.seed + 1)
-                   if self.heldout_batch_size else [])
+        heldout = (
+            batch_indices(len(data.x_heldout), self.heldout_batch_size, self.steps_done, self.seed + 1)
+            if self.heldout_batch_size
+            else []
+        )
         return train, heldout
 
     def step(self, method: Any) -> dict[str, float]:
@@ -287,10 +304,19 @@ def tail_mean(ctx: ToyContext, method: Any, steps: int, tail: int) -> torch.Tens
     return torch.stack(seen).mean(0)
 
 
-def lower_level_run(toy: ShiftToy, steps: int, lr_alpha: float, lr_theta: float,
-                    settings: ToySettings | None = None, batch_size: int | None = None,
-                    heldout_batch_size: int | None = None, seed: int = 0, tail: int | None = None,
-                    method: Any = None, solved_start: bool = False) -> dict[str, float]:
+def lower_level_run(
+    toy: ShiftToy,
+    steps: int,
+    lr_alpha: float,
+    lr_theta: float,
+    settings: ToySettings | None = None,
+    batch_size: int | None = None,
+    heldout_batch_size: int | None = None,
+    seed: int = 0,
+    tail: int | None = None,
+    method: Any = None,
+    solved_start: bool = False,
+) -> dict[str, float]:
     """Run `method` (calm by default) for `steps` steps from alpha = 0, theta = 0 and say
     whether the lower level stayed solved, measured on the whole of S_T at the end:
 
@@ -309,8 +335,15 @@ def lower_level_run(toy: ShiftToy, steps: int, lr_alpha: float, lr_theta: float,
     """
     from calm_core.training.methods import calm
 
-    ctx = ToyContext(toy, lr_alpha=lr_alpha, lr_theta=lr_theta, settings=settings or ToySettings(),
-                     batch_size=batch_size, heldout_batch_size=heldout_batch_size, seed=seed)
+    ctx = ToyContext(
+        toy,
+        lr_alpha=lr_alpha,
+        lr_theta=lr_theta,
+        settings=settings or ToySettings(),
+        batch_size=batch_size,
+        heldout_batch_size=heldout_batch_size,
+        seed=seed,
+    )
     if solved_start:
         with torch.no_grad():
             ctx.theta[0].copy_(toy.inner_solution(ctx.alpha_value))
@@ -332,13 +365,20 @@ def lower_level_run(toy: ShiftToy, steps: int, lr_alpha: float, lr_theta: float,
     gap, alpha, w, best = gap_now()
     mean = lambda key: sum(r.get(key, 0.0) for r in logs) / len(logs)  # noqa: E731
     worth = float(toy.lower(toy.theta_init(), alpha) - toy.lower(best, alpha))
-    return {"gap_start": gap_start, "gap": gap, "gap_tail": sum(gaps) / len(gaps), "fit_lost": gap / worth,
-            "lower": float(toy.lower(w, alpha)),
-            "lower_star": float(toy.lower(best, alpha)), "acc": toy.train_accuracy(w, alpha),
-            "acc_star": toy.train_accuracy(best, alpha),
-            "acc_drop": toy.train_accuracy(best, alpha) - toy.train_accuracy(w, alpha),
-            "lambda": mean("lambda"), "inner_drop": mean("inner_drop_frac"),
-            "alpha": alpha if isinstance(toy, TemperatureToy) else centred(alpha)}
+    return {
+        "gap_start": gap_start,
+        "gap": gap,
+        "gap_tail": sum(gaps) / len(gaps),
+        "fit_lost": gap / worth,
+        "lower": float(toy.lower(w, alpha)),
+        "lower_star": float(toy.lower(best, alpha)),
+        "acc": toy.train_accuracy(w, alpha),
+        "acc_star": toy.train_accuracy(best, alpha),
+        "acc_drop": toy.train_accuracy(best, alpha) - toy.train_accuracy(w, alpha),
+        "lambda": mean("lambda"),
+        "inner_drop": mean("inner_drop_frac"),
+        "alpha": alpha if isinstance(toy, TemperatureToy) else centred(alpha),
+    }
 
 
 @dataclass(frozen=True)
@@ -354,37 +394,51 @@ class MinibatchRun:
     steps: int = 600
 
 
-def _runs(toy: str, lr: float, steps: int, rows: list[tuple[str, float, dict[str, Any], int | None]]) -> list[MinibatchRun]:
-    return [MinibatchRun(toy, label, lr, lr * theta_factor, BilevelConfig(**cfg), b, steps)
-            for label, theta_factor, cfg, b in rows]
+def _runs(
+    toy: str, lr: float, steps: int, rows: list[tuple[str, float, dict[str, Any], int | None]]
+) -> list[MinibatchRun]:
+    return [
+        MinibatchRun(toy, label, lr, lr * theta_factor, BilevelConfig(**cfg), b, steps)
+        for label, theta_factor, cfg, b in rows
+    ]
 
 
 _PERSIST = {"inner_start": "persistent"}
 MINIBATCH_RUNS = [
-    *_runs("shift", 0.2, 600, [
-        ("default (eta 0.5, phi grad)", 1.0, {}, None),
-        ("default", 1.0, {}, 4),
-        ("default, B = 64", 1.0, {}, 64),
-        ("lr_theta / 10", 0.1, {}, 4),
-        ("inner_start persistent", 1.0, _PERSIST, 4),
-        ("phi value", 1.0, {"phi": "value"}, 4),
-        ("persistent + phi value", 1.0, {**_PERSIST, "phi": "value"}, 4),
-        ("eta 2", 1.0, {"eta": 2.0}, 4),
-        ("eta 5", 1.0, {"eta": 5.0}, 4),
-        ("eta 20", 1.0, {"eta": 20.0}, 4),
-        ("lr_theta / 10 + eta 5", 0.1, {"eta": 5.0}, 4),
-        ("lr_theta / 10 + eta 20", 0.1, {"eta": 20.0}, 4),
-        ("lr_theta / 40 + eta 5", 0.025, {"eta": 5.0}, 4),
-    ]),
-    *_runs("temperature", 0.01, 1000, [
-        ("default (eta 0.5, phi grad)", 1.0, {}, None),
-        ("default", 1.0, {}, 4),
-        ("lr_theta / 10", 0.1, {}, 4),
-        ("inner_start persistent", 1.0, _PERSIST, 4),
-        ("phi value", 1.0, {"phi": "value"}, 4),
-        ("eta 5", 1.0, {"eta": 5.0}, 4),
-        ("lr_theta / 10 + eta 5", 0.1, {"eta": 5.0}, 4),
-    ]),
+    *_runs(
+        "shift",
+        0.2,
+        600,
+        [
+            ("default (eta 0.5, phi grad)", 1.0, {}, None),
+            ("default", 1.0, {}, 4),
+            ("default, B = 64", 1.0, {}, 64),
+            ("lr_theta / 10", 0.1, {}, 4),
+            ("inner_start persistent", 1.0, _PERSIST, 4),
+            ("phi value", 1.0, {"phi": "value"}, 4),
+            ("persistent + phi value", 1.0, {**_PERSIST, "phi": "value"}, 4),
+            ("eta 2", 1.0, {"eta": 2.0}, 4),
+            ("eta 5", 1.0, {"eta": 5.0}, 4),
+            ("eta 20", 1.0, {"eta": 20.0}, 4),
+            ("lr_theta / 10 + eta 5", 0.1, {"eta": 5.0}, 4),
+            ("lr_theta / 10 + eta 20", 0.1, {"eta": 20.0}, 4),
+            ("lr_theta / 40 + eta 5", 0.025, {"eta": 5.0}, 4),
+        ],
+    ),
+    *_runs(
+        "temperature",
+        0.01,
+        1000,
+        [
+            ("default (eta 0.5, phi grad)", 1.0, {}, None),
+            ("default", 1.0, {}, 4),
+            ("lr_theta / 10", 0.1, {}, 4),
+            ("inner_start persistent", 1.0, _PERSIST, 4),
+            ("phi value", 1.0, {"phi": "value"}, 4),
+            ("eta 5", 1.0, {"eta": 5.0}, 4),
+            ("lr_theta / 10 + eta 5", 0.1, {"eta": 5.0}, 4),
+        ],
+    ),
 ]
 
 
@@ -392,23 +446,40 @@ def minibatch_row(run: MinibatchRun, seed: int = 0) -> dict[str, Any]:
     """`lower_level_run` for one table row, from theta = theta*(alpha_init) (a model that
     fits its training questions before the bilevel steps start, as on the real model)."""
     toy = ShiftToy() if run.toy == "shift" else TemperatureToy()
-    return lower_level_run(toy, run.steps, run.lr_alpha, run.lr_theta, ToySettings(run.bilevel), run.batch_size,
-                           seed=seed, solved_start=True)
+    return lower_level_run(
+        toy,
+        run.steps,
+        run.lr_alpha,
+        run.lr_theta,
+        ToySettings(run.bilevel),
+        run.batch_size,
+        seed=seed,
+        solved_start=True,
+    )
 
 
 def print_minibatch_table(runs: list[MinibatchRun] = MINIBATCH_RUNS) -> None:
     """The table of docs/bilevel_minibatch_section.md (markdown)."""
-    print("| toy | configuration | B | lr_alpha / lr_theta | steps | lower-level gap (tail mean) | gap (end) "
-          "| fit lost (end) | train acc drop | lambda mean | inner drop mean | alpha end |")
+    print(
+        "| toy | configuration | B | lr_alpha / lr_theta | steps | lower-level gap (tail mean) | gap (end) "
+        "| fit lost (end) | train acc drop | lambda mean | inner drop mean | alpha end |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for run in runs:
         r = minibatch_row(run)
         alpha = r["alpha"]
-        shown = (f"s {float(alpha[0]):.2f} (tau {math.exp(float(alpha[0])):.1f})" if run.toy == "temperature"
-                 else "(" + ", ".join(f"{float(v):.2f}" for v in alpha) + ")")
-        print(f"| {run.toy} | {run.label} | {run.batch_size or 'all'} | {run.lr_alpha:g} / {run.lr_theta:g} "
-              f"| {run.steps} | {r['gap_tail']:.4f} | {r['gap']:.4f} | {r['fit_lost']:.1%} | {r['acc_drop']:+.3f} | {r['lambda']:.2f} "
-              f"| {r['inner_drop']:.3f} | {shown} |", flush=True)
+        shown = (
+            f"s {float(alpha[0]):.2f} (tau {math.exp(float(alpha[0])):.1f})"
+            if run.toy == "temperature"
+            else "(" + ", ".join(f"{float(v):.2f}" for v in alpha) + ")"
+        )
+        print(
+            f"| {run.toy} | {run.label} | {run.batch_size or 'all'} | {run.lr_alpha:g} / {run.lr_theta:g} "
+            f"| {run.steps} | {r['gap_tail']:.4f} | {r['gap']:.4f} | {r['fit_lost']:.1%} | {r['acc_drop']:+.3f} "
+            f"| {r['lambda']:.2f} "
+            f"| {r['inner_drop']:.3f} | {shown} |",
+            flush=True,
+        )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -417,8 +488,11 @@ def main(argv: list[str] | None = None) -> None:
     from calm_core.training.methods import calm, iterate
 
     parser = argparse.ArgumentParser(description="The bilevel toys' tables (docs/bilevel.md).")
-    parser.add_argument("--minibatch", action="store_true",
-                        help="the lower level under minibatches of B = 4 (docs/bilevel_minibatch_section.md)")
+    parser.add_argument(
+        "--minibatch",
+        action="store_true",
+        help="the lower level under minibatches of B = 4 (docs/bilevel_minibatch_section.md)",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # a few numbers per tensor: threads only contend
     if args.minibatch:
@@ -428,19 +502,34 @@ def main(argv: list[str] | None = None) -> None:
     optimum = centred(toy.bilevel_optimum())
     print("ShiftToy (K = 3, D = 2, mu = 0.05), l centred; 4,000 steps, mean of the last 500")
     print(f"  {'solver':44} {'l':26} {'|l - l*|':>9} {'F':>9}")
-    print(f"  {'bilevel optimum l* (exact)':44} {str(optimum.numpy().round(3)):26} {0.0:9.3f} {toy.value(optimum):9.5f}")
-    runs = [("calm", calm, 0.3, 0.3, ToySettings()), ("calm", calm, 0.3, 0.1, ToySettings()),
-            ("calm", calm, 0.15, 0.05, ToySettings()),
-            ("calm, T = 100 fixed steps of 2", calm, 0.3, 0.1, ToySettings(BilevelConfig(inner_steps=100, inner_rule="fixed", inner_lr=2.0))),
-            ("iterate", iterate, 0.15, 0.05, ToySettings())]
+    print(
+        f"  {'bilevel optimum l* (exact)':44} {str(optimum.numpy().round(3)):26} {0.0:9.3f} {toy.value(optimum):9.5f}"
+    )
+    runs = [
+        ("calm", calm, 0.3, 0.3, ToySettings()),
+        ("calm", calm, 0.3, 0.1, ToySettings()),
+        ("calm", calm, 0.15, 0.05, ToySettings()),
+        (
+            "calm, T = 100 fixed steps of 2",
+            calm,
+            0.3,
+            0.1,
+            ToySettings(BilevelConfig(inner_steps=100, inner_rule="fixed", inner_lr=2.0)),
+        ),
+        ("iterate", iterate, 0.15, 0.05, ToySettings()),
+    ]
     for name, method, lr_alpha, lr_theta, settings in runs:
         found = tail_mean(ToyContext(toy, lr_alpha=lr_alpha, lr_theta=lr_theta, settings=settings), method, 4000, 500)
         label = f"{name} (lr_alpha {lr_alpha}, lr_theta {lr_theta})"
-        print(f"  {label:44} {str(found.numpy().round(3)):26} {float((found - optimum).norm()):9.3f} "
-              f"{toy.value(found):9.5f}")
+        print(
+            f"  {label:44} {str(found.numpy().round(3)):26} {float((found - optimum).norm()):9.3f} "
+            f"{toy.value(found):9.5f}"
+        )
     print("TemperatureToy: F(s, W*(s)) against tau (no finite optimum)")
     for row in TemperatureToy().profile([0.0, 0.5, 1.0, 1.5, 2.0, 3.0]):
-        print(f"  tau {row['tau']:6.2f}  held-out entropy {row['entropy']:.4f}  ||W*|| / tau {row['effective_scale']:.3f}")
+        print(
+            f"  tau {row['tau']:6.2f}  held-out entropy {row['entropy']:.4f}  ||W*|| / tau {row['effective_scale']:.3f}"
+        )
 
 
 if __name__ == "__main__":

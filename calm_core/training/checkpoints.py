@@ -55,6 +55,7 @@ class Snapshot:
     def from_tensors(cls, step: int, tensors: dict[str, torch.Tensor]) -> "Snapshot":
         def block(prefix: str) -> list[torch.Tensor]:
             return [tensors[f"{prefix}.{i}"] for i in range(sum(k.startswith(prefix + ".") for k in tensors))]
+
         return cls(step, block("theta"), block("alpha"))
 
 
@@ -117,7 +118,9 @@ def read_checkpoint(directory: Path, with_head: bool) -> Checkpoint:
         try:
             return load(path)
         except Exception as error:  # noqa: BLE001 - safetensors, pickle and zip errors alike
-            raise ValueError(f"{name} is unreadable ({str(error).splitlines()[0][:120] if str(error) else type(error).__name__})") from error
+            raise ValueError(
+                f"{name} is unreadable ({str(error).splitlines()[0][:120] if str(error) else type(error).__name__})"
+            ) from error
 
     from calm_core.calibration.head import HEAD_FILENAME
 
@@ -133,7 +136,8 @@ def read_checkpoint(directory: Path, with_head: bool) -> Checkpoint:
         optimizer=optimizer,
         inner=read(INNER_FILE, lambda p: load_file(str(p))) if (directory / INNER_FILE).exists() else None,
         rng=rng["torch"],
-        selection=_read_selection(directory, read) if (directory / SELECTION_FILE).exists() else None)
+        selection=_read_selection(directory, read) if (directory / SELECTION_FILE).exists() else None,
+    )
 
 
 def _save_selection(directory: Path, selection: SelectionRecord) -> None:
@@ -143,8 +147,11 @@ def _save_selection(directory: Path, selection: SelectionRecord) -> None:
 
     atomic_write_json(directory / SELECTION_FILE, selection.state)
     if selection.snapshot is not None:
-        save_file(selection.snapshot.tensors(), str(directory / SELECTED_FILE),
-                  metadata={"step": str(selection.snapshot.step)})
+        save_file(
+            selection.snapshot.tensors(),
+            str(directory / SELECTED_FILE),
+            metadata={"step": str(selection.snapshot.step)},
+        )
 
 
 def _read_selection(directory: Path, read: Callable[[str, Callable[[Path], Any]], Any]) -> SelectionRecord:
@@ -155,10 +162,12 @@ def _read_selection(directory: Path, read: Callable[[str, Callable[[Path], Any]]
         raise ValueError(f"{SELECTION_FILE} does not hold the selection's state")
     snapshot = None
     if (directory / SELECTED_FILE).exists():
+
         def load(path: Path) -> Snapshot:
             with safe_open(str(path), framework="pt") as f:
                 step = int((f.metadata() or {})["step"])
                 return Snapshot.from_tensors(step, {k: f.get_tensor(k) for k in f.keys()})
+
         snapshot = read(SELECTED_FILE, load)
     return SelectionRecord(state, snapshot)
 
@@ -185,6 +194,7 @@ def resume_point(ctx: StepContext, run: RunDir, writer: RunDir | None) -> tuple[
     checkpoint applied. Rank 0 chooses the newest checkpoint it can read whole (a damaged
     one is skipped and named in status.json and stdout; `fresh_start` in the status, set
     by `calm resume --fresh`, ignores every checkpoint); the other ranks follow its choice."""
+
     def read(directory: Path) -> Checkpoint:
         return read_checkpoint(directory, with_head=ctx.head is not None)
 
@@ -197,8 +207,11 @@ def resume_point(ctx: StepContext, run: RunDir, writer: RunDir | None) -> tuple[
             if point.skipped:
                 note += " (skipped as damaged: " + "; ".join(point.skipped) + ")"
             print(f"calm: {note}", flush=True)
-        run.update_status(resumed_from=point.path.name if point.path else None,
-                          skipped_checkpoints=list(point.skipped), fresh_start=False)
+        run.update_status(
+            resumed_from=point.path.name if point.path else None,
+            skipped_checkpoints=list(point.skipped),
+            fresh_start=False,
+        )
     step = int(distributed.broadcast_text(str(point.step) if point is not None else None) or 0)
     if step == 0:
         return 0, 0.0
@@ -217,10 +230,12 @@ def restore_snapshot(ctx: StepContext, snapshot: Snapshot) -> None:
     """Put a snapshot's theta and alpha back into the parameters (the optimizer is left
     alone: this is for evaluation and export, not for training on)."""
     if len(snapshot.theta) != len(ctx.theta) or len(snapshot.alpha) != len(ctx.alpha):
-        raise ValueError(f"Expected a snapshot of {len(ctx.theta)} + {len(ctx.alpha)} tensors, but it holds "
-                         f"{len(snapshot.theta)} + {len(snapshot.alpha)}")
+        raise ValueError(
+            f"Expected a snapshot of {len(ctx.theta)} + {len(ctx.alpha)} tensors, but it holds "
+            f"{len(snapshot.theta)} + {len(snapshot.alpha)}"
+        )
     with torch.no_grad():
-        for p, v in zip([*ctx.theta, *ctx.alpha], [*snapshot.theta, *snapshot.alpha]):
+        for p, v in zip([*ctx.theta, *ctx.alpha], [*snapshot.theta, *snapshot.alpha], strict=True):
             p.copy_(v.to(p.device, p.dtype))
 
 

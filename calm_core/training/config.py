@@ -38,63 +38,114 @@ MERGED_SECTIONS = ("bilevel", "method_settings", "generation")  # a preset's par
 
 @dataclass
 class TrainConfig:
-    method: str = setting("calm", "training method: a module of calm_core/training/methods (calm, sft, scalar, ...)",
-                          choices=tuple(METHODS))
-    task: str = setting("mcqa", "mcqa (option scores) | openqa (free-form answers): a module of calm_core/training/tasks")
+    method: str = setting(
+        "calm",
+        "training method: a module of calm_core/training/methods (calm, sft, scalar, ...)",
+        choices=tuple(METHODS),
+    )
+    task: str = setting(
+        "mcqa", "mcqa (option scores) | openqa (free-form answers): a module of calm_core/training/tasks"
+    )
     model: str = setting("embedded", "'embedded', a local dir or a hub id")
     train_data: str = setting("builtin/capitals/train", "S_T: labelled training questions")
-    heldout_data: str = setting("builtin/capitals/validation",
-                                "S_V: inputs for the entropy objective (labels only for eval / TS)")
+    heldout_data: str = setting(
+        "builtin/capitals/validation", "S_V: inputs for the entropy objective (labels only for eval / TS)"
+    )
     eval_data: tuple[str, ...] = ("builtin/capitals/test",)  # periodic and final evaluation sets (ID and OOD)
     train_limit: int | None = setting(None, "first N training items (None: all)")
     heldout_limit: int | None = setting(200, "first N held-out items after removing training questions (None: all)")
-    eval_limit: int | None = setting(200, "first N items of each evaluation set (None: all)", label="Items per evaluation set")
+    eval_limit: int | None = setting(
+        200, "first N items of each evaluation set (None: all)", label="Items per evaluation set"
+    )
     scoring: str = setting("cloze", "cloze | cloze_norm | letter", choices=RULES)
     chat_template: bool = False
-    scope: str = setting("auto", "head scope: vocab | options | scalar | auto (letter: vocab, cloze: scalar, "
-                                 "openqa: vocab; head.scopes_for)", choices=SCOPES + ("auto",))
+    scope: str = setting(
+        "auto",
+        "head scope: vocab | options | scalar | auto (letter: vocab, cloze: scalar, openqa: vocab; head.scopes_for)",
+        choices=SCOPES + ("auto",),
+    )
     steps: int = setting(60, "optimizer steps (one batch each)", min=1, max=100_000)
     batch_size: int = setting(4, "training questions per step", min=1, max=512)
     heldout_batch_size: int = 4  # S_V questions per step (upper level)
-    optimizer: str = setting("auto", "auto: the method's own. sgd: a plain step, which keeps BOME's guarantee that "
-                                     "each step decreases q (calm, scalar, iterate); adamw: the usual fine-tuning "
-                                     "optimizer (sft and the other baselines). AdamW on a BOME step voids the guarantee.",
-                             choices=("auto",) + OPTIMIZERS)
-    lr_theta: float | None = setting(None, "step size of the LoRA weights (None: DEFAULT_LR of the optimizer)",
-                                     label="lr theta", min=1e-6, max=100.0, format="%.0e")
-    lr_alpha: float | None = setting(None, "step size of the head (None: DEFAULT_LR of the optimizer; no weight decay)",
-                                     label="lr alpha", min=1e-6, max=100.0, format="%.0e")
+    optimizer: str = setting(
+        "auto",
+        "auto: the method's own. sgd: a plain step, which keeps BOME's guarantee that "
+        "each step decreases q (calm, scalar, iterate); adamw: the usual fine-tuning "
+        "optimizer (sft and the other baselines). AdamW on a BOME step voids the guarantee.",
+        choices=("auto",) + OPTIMIZERS,
+    )
+    lr_theta: float | None = setting(
+        None,
+        "step size of the LoRA weights (None: DEFAULT_LR of the optimizer)",
+        label="lr theta",
+        min=1e-6,
+        max=100.0,
+        format="%.0e",
+    )
+    lr_alpha: float | None = setting(
+        None,
+        "step size of the head (None: DEFAULT_LR of the optimizer; no weight decay)",
+        label="lr alpha",
+        min=1e-6,
+        max=100.0,
+        format="%.0e",
+    )
     weight_decay: float = 0.0  # on theta only (adamw)
     bilevel: BilevelConfig = section(BilevelConfig, "the first-order (BOME) step: calm, scalar, iterate")
     method_settings: Any = None  # the method's own Settings (None: its defaults; a dict is read into them)
     lora: LoraSettings = field(default_factory=LoraSettings)
     generation: GenerationConfig = field(default_factory=GenerationConfig)  # openqa: prompts, sampling, grouping
-    frozen_prefix: bool = True  # with lora.layers = k: cache the hidden states below the top k layers (calm_core.scoring.frozen_prefix)
+    frozen_prefix: bool = (
+        True  # with lora.layers = k: cache the hidden states below the top k layers (calm_core.scoring.frozen_prefix)
+    )
     frozen_prefix_store: bool = False  # also keep them on disk (CALM_CACHE_DIR/frozen_prefix) for later runs
     load_in_4bit: bool | None = None  # None: QLoRA on CUDA, LoRA on CPU (recorded with the reason)
     device: str = "auto"
-    autocast: str = setting("auto", "torch.autocast around the cache fill, the steps and evaluation: bf16, none, "
-                                    "or auto (bf16 on a CUDA GPU that has it, none on a CPU)", choices=("auto",) + AUTOCASTS)
-    threads: int = setting(0, "torch threads of a training job (0: every core but one, at least 1; beside one "
-                              "busy process a job with every core ran 2.8x slower than with one: bench/threads.py)",
-                           min=0, max=4096)
+    autocast: str = setting(
+        "auto",
+        "torch.autocast around the cache fill, the steps and evaluation: bf16, none, "
+        "or auto (bf16 on a CUDA GPU that has it, none on a CPU)",
+        choices=("auto",) + AUTOCASTS,
+    )
+    threads: int = setting(
+        0,
+        "torch threads of a training job (0: every core but one, at least 1; beside one "
+        "busy process a job with every core ran 2.8x slower than with one: bench/threads.py)",
+        min=0,
+        max=4096,
+    )
     seed: int = setting(0, "seeds the batch schedule, the adapters' init and dropout")
-    eval_every: int = setting(20, "steps between evaluations after the dense start (0: only the dense start and the end)",
-                              min=0)
-    eval_dense_until: int = setting(20, "evaluate S_V every `eval_dense_every` steps up to this step (and at steps 0 "
-                                        "and 1): the calibrated point comes early (training/selection.py)", min=0)
+    eval_every: int = setting(
+        20, "steps between evaluations after the dense start (0: only the dense start and the end)", min=0
+    )
+    eval_dense_until: int = setting(
+        20,
+        "evaluate S_V every `eval_dense_every` steps up to this step (and at steps 0 "
+        "and 1): the calibrated point comes early (training/selection.py)",
+        min=0,
+    )
     eval_dense_every: int = setting(2, "steps between the dense early evaluations", min=1)
-    select: str = setting("best", "which step the run hands back: best (lowest S_V NLL, ties by S_V ECE, among steps "
-                                  "that keep the lower level and accuracy: the calibrated stop) or last",
-                          choices=SELECT_RULES)
-    select_patience: int = setting(4, "select best: stop after this many evaluations without a better step (0: run "
-                                      "every step)", min=0)
-    lower_tolerance: float = setting(0.1, "select best: a step whose S_T cross-entropy of theta (no head) is more than "
-                                          "this fraction above step 0's is not selected (the lower level is lost)",
-                                     min=0.0, max=10.0)
+    select: str = setting(
+        "best",
+        "which step the run hands back: best (lowest S_V NLL, ties by S_V ECE, among steps "
+        "that keep the lower level and accuracy: the calibrated stop) or last",
+        choices=SELECT_RULES,
+    )
+    select_patience: int = setting(
+        4, "select best: stop after this many evaluations without a better step (0: run every step)", min=0
+    )
+    lower_tolerance: float = setting(
+        0.1,
+        "select best: a step whose S_T cross-entropy of theta (no head) is more than "
+        "this fraction above step 0's is not selected (the lower level is lost)",
+        min=0.0,
+        max=10.0,
+    )
     checkpoint_every: int = 20  # steps between checkpoints (cancel always checkpoints)
     eval_batch_size: int = 32
-    eval_baselines: bool = True  # final evaluation also runs base and ts (off: runs sharing a base model and S_V reuse the first run's)
+    eval_baselines: bool = (
+        True  # final evaluation also runs base and ts (off: runs sharing a base model and S_V reuse the first run's)
+    )
     name: str | None = setting(None, "a label for the run id and the studio")
 
     def job_threads(self, cores: int | None) -> tuple[int, str]:
@@ -122,8 +173,10 @@ class TrainConfig:
         task = get_task(self.task)
         _one_of("scope", self.scope, SCOPES + ("auto",))
         if task.METHODS is not None and self.method not in task.METHODS:
-            raise ValueError(f"Expected `method` to be one of {list(task.METHODS)} for task {self.task}, but got "
-                             f"{self.method!r} (it works on option scores)")
+            raise ValueError(
+                f"Expected `method` to be one of {list(task.METHODS)} for task {self.task}, but got "
+                f"{self.method!r} (it works on option scores)"
+            )
         if method.USES_HEAD:
             check_scope_fits(self.effective_scope, self.scoring, self.task)
         _one_of("optimizer", self.optimizer, OPTIMIZERS + ("auto",))
@@ -143,7 +196,7 @@ class TrainConfig:
         _positive_int("eval_dense_every", self.eval_dense_every)
         if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 0:
             raise ValueError(f"Expected `threads` to be an int >= 0 (0: every core but one), but got {self.threads!r}")
-        self.select_rule  # validates select, select_patience, lower_tolerance
+        _ = self.select_rule  # validates select, select_patience, lower_tolerance
 
     @property
     def select_rule(self) -> SelectRule:
@@ -245,16 +298,34 @@ PRESETS: dict[str, dict[str, Any]] = {
     # eval_batch_size 64: larger matmuls make the periodic evaluation a little faster than at 32.
     # inner_steps 3: bench/train_step.py measures 0.90 s/step and an inner drop of 0.80 of L on
     # ARC-Easy (T = 10: 2.65 s and 0.99), which keeps a 300-step run near 5 minutes here.
-    "quick": {"steps": 40, "batch_size": 4, "heldout_batch_size": 4, "eval_every": 20, "checkpoint_every": 20,
-              "eval_batch_size": 64, "bilevel": {"inner_steps": 3},
-              "eval_limit": 100, "heldout_limit": 100, "lora": {"r": 8, "alpha": 16, "layers": 4}},
+    "quick": {
+        "steps": 40,
+        "batch_size": 4,
+        "heldout_batch_size": 4,
+        "eval_every": 20,
+        "checkpoint_every": 20,
+        "eval_batch_size": 64,
+        "bilevel": {"inner_steps": 3},
+        "eval_limit": 100,
+        "heldout_limit": 100,
+        "lora": {"r": 8, "alpha": 16, "layers": 4},
+    },
     # The paper's settings: letter answers (the vocab head at the answer letter), QLoRA r64,
     # LoRA alpha 32, batch 16, BOME with T = 10 (a plain step, see bilevel.py); 5 epochs is
     # steps = 5 * len(train) / 16, set by the caller from the training set size.
-    "paper": {"batch_size": 16, "heldout_batch_size": 16, "scoring": "letter", "bilevel": {"inner_steps": 10},
-              "load_in_4bit": True,
-              "lora": {"r": 64, "alpha": 32, "dropout": 0.05,
-                       "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}},
+    "paper": {
+        "batch_size": 16,
+        "heldout_batch_size": 16,
+        "scoring": "letter",
+        "bilevel": {"inner_steps": 10},
+        "load_in_4bit": True,
+        "lora": {
+            "r": 64,
+            "alpha": 32,
+            "dropout": 0.05,
+            "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        },
+    },
 }
 
 
@@ -271,7 +342,9 @@ def method_settings(method: str, given: Any) -> Any:
     values = dict(given or {})
     names = {f.name for f in dataclasses.fields(kind)}
     if set(values) - names:
-        raise ValueError(f"Expected method_settings of {method!r} among {sorted(names)}, but got {sorted(set(values) - names)}")
+        raise ValueError(
+            f"Expected method_settings of {method!r} among {sorted(names)}, but got {sorted(set(values) - names)}"
+        )
     return kind(**values)
 
 
@@ -288,8 +361,12 @@ def nest_settings(data: dict[str, Any]) -> dict[str, Any]:
         data["bilevel"] = {**(asdict(inner) if dataclasses.is_dataclass(inner) else inner), **flat}
     method = data.get("method", TrainConfig.method)
     get_method(method)
-    owners = {f.name: (name, f) for name, module in METHODS.items() if hasattr(module, "Settings")
-              for f in dataclasses.fields(module.Settings)}
+    owners = {
+        f.name: (name, f)
+        for name, module in METHODS.items()
+        if hasattr(module, "Settings")
+        for f in dataclasses.fields(module.Settings)
+    }
     own = dict(data.get("method_settings") or {}) if not dataclasses.is_dataclass(data.get("method_settings")) else None
     for key in [k for k in list(data) if k in owners]:
         owner, spec = owners[key]
@@ -307,8 +384,11 @@ def recorded_bilevel(train: dict[str, Any]) -> BilevelConfig | None:
     """The BOME settings in a run's config.json `train` record: the `bilevel` section, or
     the flat keys of runs made before sections; None when they do not validate."""
     names = {f.name for f in dataclasses.fields(BilevelConfig)}
-    values = train.get("bilevel") if isinstance(train.get("bilevel"), dict) else \
-        {k: v for k, v in train.items() if k in names}
+    values = (
+        train.get("bilevel")
+        if isinstance(train.get("bilevel"), dict)
+        else {k: v for k, v in train.items() if k in names}
+    )
     try:
         return BilevelConfig(**values)
     except (TypeError, ValueError):

@@ -75,7 +75,7 @@ def mean_(tensors: Sequence[torch.Tensor]) -> Sequence[torch.Tensor]:
     offset = 0
     for t in tensors:
         n = t.numel()
-        t.copy_(flat[offset:offset + n].view_as(t).to(t.dtype))
+        t.copy_(flat[offset : offset + n].view_as(t).to(t.dtype))
         offset += n
     return tensors
 
@@ -118,7 +118,7 @@ def mean_log(log: dict[str, float]) -> dict[str, float]:
         return log
     keys = sorted(log)
     values = mean_([torch.tensor([float(log[k]) for k in keys], dtype=torch.float64)])[0]
-    return dict(zip(keys, values.tolist()))
+    return dict(zip(keys, values.tolist(), strict=True))
 
 
 TRUE = ("1", "true", "yes")
@@ -139,10 +139,12 @@ class FsdpSettings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> FsdpSettings:
         env = os.environ if env is None else env
         classes = tuple(c.strip() for c in env.get("FSDP_TRANSFORMER_CLS_TO_WRAP", "").split(",") if c.strip())
-        return cls(enabled=env.get("ACCELERATE_USE_FSDP", "").lower() in TRUE,
-                   version=int(env.get("FSDP_VERSION", "2")),
-                   reshard_after_forward=env.get("FSDP_RESHARD_AFTER_FORWARD", "true").lower() in TRUE,
-                   layer_classes=classes)
+        return cls(
+            enabled=env.get("ACCELERATE_USE_FSDP", "").lower() in TRUE,
+            version=int(env.get("FSDP_VERSION", "2")),
+            reshard_after_forward=env.get("FSDP_RESHARD_AFTER_FORWARD", "true").lower() in TRUE,
+            layer_classes=classes,
+        )
 
 
 def _layer_classes(model: torch.nn.Module, settings: FsdpSettings) -> tuple[str, ...]:
@@ -165,8 +167,9 @@ def _runner_of(model: torch.nn.Module, layers: Sequence[torch.nn.Module]) -> tor
     return model.get_submodule(".".join(common))
 
 
-def shard_frozen(model: torch.nn.Module, trainable: Sequence[torch.nn.Parameter],
-                 settings: FsdpSettings) -> dict[str, Any]:
+def shard_frozen(
+    model: torch.nn.Module, trainable: Sequence[torch.nn.Parameter], settings: FsdpSettings
+) -> dict[str, Any]:
     """Shard each decoder layer of `model` over the ranks with FSDP2 (in place), keeping the
     `trainable` parameters whole on every rank; returns a record for config.json.
 
@@ -187,8 +190,10 @@ def shard_frozen(model: torch.nn.Module, trainable: Sequence[torch.nn.Parameter]
     if not settings.enabled:
         return {"used": False, "reason": "not asked for (ACCELERATE_USE_FSDP)"}
     if settings.version != 2:
-        raise ValueError(f"Expected FSDP_VERSION 2 (fully_shard), but got {settings.version}: FSDP1 runs the forward "
-                         "on flat parameters, which the BOME step's gradients cannot reach")
+        raise ValueError(
+            f"Expected FSDP_VERSION 2 (fully_shard), but got {settings.version}: FSDP1 runs the forward "
+            "on flat parameters, which the BOME step's gradients cannot reach"
+        )
     if not is_distributed():
         return {"used": False, "reason": "one process"}
     from torch.distributed.fsdp import fully_shard
@@ -196,8 +201,10 @@ def shard_frozen(model: torch.nn.Module, trainable: Sequence[torch.nn.Parameter]
     classes = _layer_classes(model, settings)
     layers = [m for m in model.modules() if type(m).__name__ in classes]
     if not layers:
-        raise ValueError(f"Expected modules of the classes {list(classes)} to shard, but the model has none: "
-                         "set FSDP_TRANSFORMER_CLS_TO_WRAP (fsdp_transformer_layer_cls_to_wrap) to its decoder layer")
+        raise ValueError(
+            f"Expected modules of the classes {list(classes)} to shard, but the model has none: "
+            "set FSDP_TRANSFORMER_CLS_TO_WRAP (fsdp_transformer_layer_cls_to_wrap) to its decoder layer"
+        )
     names = sorted({type(m).__name__ for m in layers})  # fully_shard renames the classes (FSDP...)
     runner = _runner_of(model, layers)
     keep = {id(p) for p in trainable}
@@ -207,17 +214,29 @@ def shard_frozen(model: torch.nn.Module, trainable: Sequence[torch.nn.Parameter]
     for layer in layers:
         stray = [n for n, p in layer.named_parameters() if p.requires_grad and id(p) not in keep]
         if stray:
-            raise ValueError(f"Expected every trainable parameter of a sharded layer among `trainable`, but {stray[:3]} "
-                             "are not: FSDP would run them as gathered copies that get no gradient")
+            raise ValueError(
+                f"Expected every trainable parameter of a sharded layer among `trainable`, but {stray[:3]} "
+                "are not: FSDP would run them as gathered copies that get no gradient"
+            )
         in_layers.update(id(p) for p in layer.parameters())
-        fully_shard(layer, reshard_after_forward=settings.reshard_after_forward,
-                    ignored_params={p for p in layer.parameters() if id(p) in keep})
+        fully_shard(
+            layer,
+            reshard_after_forward=settings.reshard_after_forward,
+            ignored_params={p for p in layer.parameters() if id(p) in keep},
+        )
     for i, layer in enumerate(layers):  # see `gathered`
         layer.set_modules_to_backward_prefetch([layers[i - 1] if i else layer])
     fully_shard(runner, ignored_params={p for p in runner.parameters() if id(p) not in in_layers or id(p) in keep})
-    return {"used": True, "version": 2, "layer_class": names, "layers": len(layers), "sharded_params": sharded,
-            "whole_params": total - sharded, "reshard_after_forward": settings.reshard_after_forward,
-            "world_size": world_size()}
+    return {
+        "used": True,
+        "version": 2,
+        "layer_class": names,
+        "layers": len(layers),
+        "sharded_params": sharded,
+        "whole_params": total - sharded,
+        "reshard_after_forward": settings.reshard_after_forward,
+        "world_size": world_size(),
+    }
 
 
 @contextmanager

@@ -30,9 +30,9 @@ from calm_core.calibration.head import CalibrationHead, acts_on_for
 from calm_core.data.stream import max_choices
 from calm_core.faults import fault_point
 from calm_core.runs.rundir import RunDir
+from calm_core.scoring.adapters import attach_lora, lora_parameters, quantization_choice
 from calm_core.scoring.prompts import ScoringConfig
 from calm_core.training import distributed
-from calm_core.scoring.adapters import attach_lora, lora_parameters, quantization_choice
 from calm_core.training.batches import Data, batch_indices, load_data
 from calm_core.training.bilevel import BOME_LOG_KEYS
 from calm_core.training.checkpoints import resume_point, save_checkpoint
@@ -42,6 +42,7 @@ from calm_core.training.methods import get_method
 from calm_core.training.stopping import CalibratedStop
 from calm_core.training.tasks import get_task
 from calm_core.training.timings import PhaseTimes, RunSizes
+
 
 @dataclass
 class TrainResult:
@@ -74,10 +75,14 @@ def build_context(cfg: TrainConfig, lm: Any, k_max: int) -> tuple[StepContext, d
     optimizer = make_optimizer(cfg, theta, alpha)
     scoring = ScoringConfig(rule=cfg.scoring, chat_template=cfg.chat_template)
     runner, prefix_record = _frozen_prefix_runner(cfg, model)
-    ctx = StepContext(model, lm.tokenizer, scoring, optimizer, theta, alpha, head, cfg, get_task(cfg.task),
-                      runner=runner)
-    record = {"quantization": {"four_bit": use_4bit and lm.spec.load_in_4bit, "reason": why}, "lora": lora_record,
-              "frozen_prefix": prefix_record}
+    ctx = StepContext(
+        model, lm.tokenizer, scoring, optimizer, theta, alpha, head, cfg, get_task(cfg.task), runner=runner
+    )
+    record = {
+        "quantization": {"four_bit": use_4bit and lm.spec.load_in_4bit, "reason": why},
+        "lora": lora_record,
+        "frozen_prefix": prefix_record,
+    }
     return ctx, record
 
 
@@ -94,25 +99,32 @@ def restored_context(cfg: TrainConfig, lm: Any, directory: Path, k_max: int) -> 
     saved = CalibrationHead.load(directory, cfg.task) if (directory / HEAD_FILENAME).is_file() else None
     if saved is not None and saved.scope == "options":
         if k_max > saved.size:
-            raise ValueError(f"Expected items with at most {saved.size} options (the run's options head has "
-                             f"{saved.size} positions), but got items with {k_max}")
+            raise ValueError(
+                f"Expected items with at most {saved.size} options (the run's options head has "
+                f"{saved.size} positions), but got items with {k_max}"
+            )
         k_max = saved.size
     ctx, _ = build_context(cfg, lm, k_max)
     loaded = set_peft_model_state_dict(ctx.model, load_file(str(directory / "adapter_model.safetensors")))
     if loaded.unexpected_keys:  # an adapter of another shape would leave this one at its random start
-        raise ValueError(f"Expected the adapter in {directory} to fit the run's LoRA settings, but "
-                         f"{len(loaded.unexpected_keys)} of its tensors do not (first: {loaded.unexpected_keys[0]})")
+        raise ValueError(
+            f"Expected the adapter in {directory} to fit the run's LoRA settings, but "
+            f"{len(loaded.unexpected_keys)} of its tensors do not (first: {loaded.unexpected_keys[0]})"
+        )
     if (ctx.head is None) != (saved is None):
-        raise ValueError(f"Expected {'a' if ctx.head is not None else 'no'} calibration head in {directory} "
-                         f"(method {cfg.method}), but found {'none' if saved is None else 'one'}")
+        raise ValueError(
+            f"Expected {'a' if ctx.head is not None else 'no'} calibration head in {directory} "
+            f"(method {cfg.method}), but found {'none' if saved is None else 'one'}"
+        )
     if ctx.head is not None:
         ctx.head.load_state_dict(saved.state_dict())
     ctx.model.eval()
     return ctx
 
 
-def make_optimizer(cfg: TrainConfig, theta: list[torch.nn.Parameter],
-                   alpha: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
+def make_optimizer(
+    cfg: TrainConfig, theta: list[torch.nn.Parameter], alpha: list[torch.nn.Parameter]
+) -> torch.optim.Optimizer:
     """`sgd`: a plain step u <- u - lr g per block (no momentum, no weight decay), which
     keeps BOME's descent guarantee (bilevel.plain_step_sizes); `adamw`: AdamW, weight
     decay on theta only."""
@@ -139,8 +151,12 @@ def _frozen_prefix_runner(cfg: TrainConfig, model: Any) -> tuple[Any, dict[str, 
 
     store = cache_dir() / "frozen_prefix" if cfg.frozen_prefix_store else None
     runner = FrozenPrefixModel(model, split, store_root=store)
-    return runner, {"used": True, "split_layer": split, "store": str(runner.store.path) if runner.store else None,
-                    "reason": f"LoRA on the top {cfg.lora.layers} layers only"}
+    return runner, {
+        "used": True,
+        "split_layer": split,
+        "store": str(runner.store.path) if runner.store else None,
+        "reason": f"LoRA on the top {cfg.lora.layers} layers only",
+    }
 
 
 def alpha_record(ctx: StepContext) -> dict[str, Any]:
@@ -164,8 +180,12 @@ def _step_record(step: int, elapsed: float, log: dict[str, float]) -> dict[str, 
     return record
 
 
-def train(cfg: TrainConfig, run: RunDir | None = None, lm: Any = None,
-          progress: Callable[[int, int, dict[str, Any]], None] | None = None) -> TrainResult:
+def train(
+    cfg: TrainConfig,
+    run: RunDir | None = None,
+    lm: Any = None,
+    progress: Callable[[int, int, dict[str, Any]], None] | None = None,
+) -> TrainResult:
     """Run (or resume) training; the run directory, if given, receives everything.
 
     Under torchrun (WORLD_SIZE > 1) every rank calls this with the same run: each trains
@@ -178,7 +198,9 @@ def train(cfg: TrainConfig, run: RunDir | None = None, lm: Any = None,
     seed_everything(cfg.seed)
     data = load_data(cfg, get_task(cfg.task).ITEM_KIND)
     if lm is None:
-        use_4bit, _ = quantization_choice(cfg.load_in_4bit, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+        use_4bit, _ = quantization_choice(
+            cfg.load_in_4bit, torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        )
         with run.keepalive("loading the model") if run is not None and distributed.is_main() else nullcontext():
             lm = load_model(ModelSpec(name=cfg.model, device=cfg.device, load_in_4bit=use_4bit))
     distributed.init_from_env(lm.device)
@@ -186,8 +208,10 @@ def train(cfg: TrainConfig, run: RunDir | None = None, lm: Any = None,
     ctx, record = build_context(cfg, lm, k_max)
     fsdp = distributed.FsdpSettings.from_env()
     if fsdp.enabled and (cfg.task != "mcqa" or cfg.scoring != "letter" or ctx.runner is not None):
-        raise ValueError("Expected --scoring letter, task mcqa and no frozen prefix under FSDP, which needs every rank "
-                         "to run the same forward passes (cloze runs, generation and cache hits differ by batch)")
+        raise ValueError(
+            "Expected --scoring letter, task mcqa and no frozen prefix under FSDP, which needs every rank "
+            "to run the same forward passes (cloze runs, generation and cache hits differ by batch)"
+        )
     record["fsdp"] = distributed.shard_frozen(ctx.model, [*ctx.theta, *ctx.alpha], fsdp)
     method = get_method(cfg.method)
     start_step, elapsed_before = 0, 0.0
@@ -196,16 +220,27 @@ def train(cfg: TrainConfig, run: RunDir | None = None, lm: Any = None,
     cut = ctx.task.check_items(ctx, data)
     if run is not None:
         if writer is not None:
-            run.update_status(choices={**record, "world_size": distributed.world_size(),
-                                       "autocast": resolve_autocast(cfg.autocast, lm.device),
-                                       "dropped_training_questions": data.dropped, "rejected_rows": data.rejected},
-                              model=lm.info,
-                              items_cut_to_context=cut)
+            run.update_status(
+                choices={
+                    **record,
+                    "world_size": distributed.world_size(),
+                    "autocast": resolve_autocast(cfg.autocast, lm.device),
+                    "dropped_training_questions": data.dropped,
+                    "rejected_rows": data.rejected,
+                },
+                model=lm.info,
+                items_cut_to_context=cut,
+            )
         start_step, elapsed_before = resume_point(ctx, run, writer)
         if writer is not None:
             run.write_status("running", step=start_step, total_steps=cfg.steps)
-    times.sizes = RunSizes.of(cfg, data, fills=ctx.runner is not None, uses_head=ctx.head is not None,
-                              selects=bool(getattr(ctx.task, "SELECTS", False)))
+    times.sizes = RunSizes.of(
+        cfg,
+        data,
+        fills=ctx.runner is not None,
+        uses_head=ctx.head is not None,
+        selects=bool(getattr(ctx.task, "SELECTS", False)),
+    )
     times.load_s = times.since_start()  # data, model, adapter and checkpoint: everything before the fill
     with autocast_for(cfg.autocast, lm.device):
         with times.part("fill"):
@@ -233,9 +268,17 @@ def autocast_for(setting: str, device: torch.device) -> AbstractContextManager[A
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
 
-def _loop(cfg: TrainConfig, ctx: StepContext, method: Any, data: Data, writer: RunDir | None, start_step: int,
-          elapsed_before: float, progress: Callable[[int, int, dict[str, Any]], None] | None,
-          times: PhaseTimes) -> TrainResult:
+def _loop(
+    cfg: TrainConfig,
+    ctx: StepContext,
+    method: Any,
+    data: Data,
+    writer: RunDir | None,
+    start_step: int,
+    elapsed_before: float,
+    progress: Callable[[int, int, dict[str, Any]], None] | None,
+    times: PhaseTimes,
+) -> TrainResult:
     started = time.perf_counter()
     schedule = cfg.eval_schedule
     stop = CalibratedStop.start(cfg, ctx, writer, start_step)
@@ -251,7 +294,9 @@ def _loop(cfg: TrainConfig, ctx: StepContext, method: Any, data: Data, writer: R
             return _stop(ctx, writer, step, "cancelled", record, times, stop=stop)
         began, evaluated_before = time.perf_counter(), times.evaluation_seconds()
         train_items = [data.train[i] for i in batch_indices(len(data.train), cfg.batch_size, step, cfg.seed)]
-        heldout_items = [data.heldout[i] for i in batch_indices(len(data.heldout), cfg.heldout_batch_size, step, cfg.seed + 1)]
+        heldout_items = [
+            data.heldout[i] for i in batch_indices(len(data.heldout), cfg.heldout_batch_size, step, cfg.seed + 1)
+        ]
         log = distributed.mean_log(method.step(ctx, distributed.shard(train_items), distributed.shard(heldout_items)))
         step += 1
         record = _step_record(step, elapsed_before + time.perf_counter() - started, log)
@@ -274,8 +319,16 @@ def _loop(cfg: TrainConfig, ctx: StepContext, method: Any, data: Data, writer: R
     return _stop(ctx, writer, step, "finished", record, times, data, stop)
 
 
-def _evaluate(ctx: StepContext, data: Data, writer: RunDir | None, stop: CalibratedStop, step: int,
-              record: dict[str, Any], kind: str, times: PhaseTimes) -> bool:
+def _evaluate(
+    ctx: StepContext,
+    data: Data,
+    writer: RunDir | None,
+    stop: CalibratedStop,
+    step: int,
+    record: dict[str, Any],
+    kind: str,
+    times: PhaseTimes,
+) -> bool:
     """The evaluation of `step` into `record` (then appended to metrics.jsonl): every set
     (`kind` "full") or S_V alone ("heldout", the dense start; selection.EvalSchedule), fed
     to the calibrated stop; True when the stop's patience ran out. Rank 0 evaluates alone;
@@ -285,8 +338,11 @@ def _evaluate(ctx: StepContext, data: Data, writer: RunDir | None, stop: Calibra
         if distributed.is_main():
             with writer.keepalive("evaluating") if writer is not None else nullcontext():
                 caches: dict[str, dict[tuple[bool, bool], Any]] = {}
-                record.update(ctx.task.evaluate_now(ctx, data, ctx.settings.eval_batch_size, caches,
-                                                    heldout_only=kind == "heldout"))
+                record.update(
+                    ctx.task.evaluate_now(
+                        ctx, data, ctx.settings.eval_batch_size, caches, heldout_only=kind == "heldout"
+                    )
+                )
                 stopping = stop.offer(ctx, data, step, record, caches, writer)
     items = times.sizes.evaluation_items(kind) if times.sizes is not None else 0
     times.add_evaluation(step, kind, items, time.perf_counter() - began)
@@ -299,8 +355,16 @@ def _cancel_requested(writer: RunDir | None) -> bool:
     return distributed.mean_value(1.0 if asked else 0.0) > 0.0
 
 
-def _stop(ctx: StepContext, run: RunDir | None, step: int, state: str, record: dict[str, Any], times: PhaseTimes,
-          data: Data | None = None, stop: CalibratedStop | None = None) -> TrainResult:
+def _stop(
+    ctx: StepContext,
+    run: RunDir | None,
+    step: int,
+    state: str,
+    record: dict[str, Any],
+    times: PhaseTimes,
+    data: Data | None = None,
+    stop: CalibratedStop | None = None,
+) -> TrainResult:
     """Checkpoint the last step (resume continues from it); when finished, put the
     selected step's adapter and head back and run the final evaluation on them (timed
     together as the `final` part)."""
@@ -313,8 +377,9 @@ def _stop(ctx: StepContext, run: RunDir | None, step: int, state: str, record: d
     return TrainResult(state, step, run.path if run else None, record)
 
 
-def _final(ctx: StepContext, run: RunDir | None, step: int, state: str, data: Data | None,
-           stop: CalibratedStop | None) -> None:
+def _final(
+    ctx: StepContext, run: RunDir | None, step: int, state: str, data: Data | None, stop: CalibratedStop | None
+) -> None:
     """`_stop`'s checkpoint and, for a finished run, its final evaluation."""
     if run is not None and step > 0:  # outside `gathered`: a state_dict() reshards FSDP's layers
         save_checkpoint(ctx, run, step, stop.record() if stop is not None else None)

@@ -22,11 +22,18 @@ from typing import Any, Sequence
 
 import torch
 
-from calm_core.data.schema import MCItem
 from calm_core.calibration.head import CalibrationHead
+from calm_core.data.schema import MCItem
+from calm_core.scoring.options import (
+    cloze_requests,
+    context_limit,
+    continuation_inputs,
+    continuation_logprobs,
+    last_logits,
+    left_pad_batch,
+    letter_prompt_ids,
+)
 from calm_core.scoring.prompts import ScoringConfig, letter_token_ids
-from calm_core.scoring.options import (cloze_requests, context_limit, continuation_inputs, continuation_logprobs,
-                               last_logits, left_pad_batch, letter_prompt_ids)
 
 
 def _pad_rows(rows: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -39,8 +46,9 @@ def _pad_rows(rows: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.stack(out)  # (B, K_max)
 
 
-def _letter_logits(model: Any, tokenizer: Any, items: Sequence[MCItem], cfg: ScoringConfig,
-                   head: CalibrationHead | None) -> torch.Tensor:
+def _letter_logits(
+    model: Any, tokenizer: Any, items: Sequence[MCItem], cfg: ScoringConfig, head: CalibrationHead | None
+) -> torch.Tensor:
     device = next(model.parameters()).device
     prompts = letter_prompt_ids(items, cfg, tokenizer, context_limit(model, tokenizer))
     letters = torch.tensor(letter_token_ids(tokenizer, max(it.n_choices for it in items), cfg), device=device)
@@ -53,8 +61,9 @@ def _letter_logits(model: Any, tokenizer: Any, items: Sequence[MCItem], cfg: Sco
     return torch.where(valid, gathered, torch.full_like(gathered, -torch.inf))
 
 
-def _cloze_logits(model: Any, tokenizer: Any, items: Sequence[MCItem], cfg: ScoringConfig,
-                  head: CalibrationHead | None) -> torch.Tensor:
+def _cloze_logits(
+    model: Any, tokenizer: Any, items: Sequence[MCItem], cfg: ScoringConfig, head: CalibrationHead | None
+) -> torch.Tensor:
     device = next(model.parameters()).device
     requests = cloze_requests(items, cfg, tokenizer, context_limit(model, tokenizer))
     pairs = [pair for reqs in requests for pair in reqs]
@@ -63,20 +72,22 @@ def _cloze_logits(model: Any, tokenizer: Any, items: Sequence[MCItem], cfg: Scor
     totals = [lp.sum() / (len(lp) if cfg.rule == "cloze_norm" else 1) for lp in logprobs]
     rows, start = [], 0
     for reqs in requests:
-        rows.append(torch.stack(totals[start:start + len(reqs)]))
+        rows.append(torch.stack(totals[start : start + len(reqs)]))
         start += len(reqs)
     return _pad_rows(rows)
 
 
-def option_logits(model: Any, tokenizer: Any, items: Sequence[MCItem], cfg: ScoringConfig,
-                  head: CalibrationHead | None = None) -> torch.Tensor:
+def option_logits(
+    model: Any, tokenizer: Any, items: Sequence[MCItem], cfg: ScoringConfig, head: CalibrationHead | None = None
+) -> torch.Tensor:
     """Calibrated option scores (B, K_max) with gradients to the model and the head."""
     scores = (_cloze_logits if cfg.is_cloze else _letter_logits)(model, tokenizer, items, cfg, head)
     return head.on_options(scores) if head is not None else scores
 
 
-def forward_sequences(tokenizer: Any, items: Sequence[MCItem], cfg: ScoringConfig,
-                      max_length: int | None = None) -> list[list[list[int]]]:
+def forward_sequences(
+    tokenizer: Any, items: Sequence[MCItem], cfg: ScoringConfig, max_length: int | None = None
+) -> list[list[list[int]]]:
     """Per item, the token sequences `option_logits` runs through the model (one per
     choice for cloze rules, the prompt for `letter`): what a frozen-prefix cache holds.
     Pass the model's `scoring.context_limit` as `max_length`, so that long items are cut

@@ -61,7 +61,7 @@ class EvalSchedule:
     dense_every: int = 2
 
     def kind(self, step: int) -> str | None:
-        """"full", "heldout" or None (no evaluation at `step`)."""
+        """ "full", "heldout" or None (no evaluation at `step`)."""
         if step == self.steps or step == 0 or (self.every and step % self.every == 0):
             return "full"
         if step == 1 or (self.dense_every and step <= self.dense_until and step % self.dense_every == 0):
@@ -97,13 +97,15 @@ class SelectRule:
         """The rule in words, recorded with the selection (status.json, results.json)."""
         if self.rule == "last":
             return "last: the last step, whatever its S_V calibration"
-        return (f"best: lowest S_V {self.score} (ties within one standard error of the paired per-item difference "
-                f"go to the lower S_V {self.tie_break}) among steps whose S_T cross-entropy of theta stays within "
-                f"{self.lower_tolerance:.0%} of step 0's and whose S_V accuracy stays within one point (one item "
-                f"under 100 items) of step 0's; stop after {self.patience} evaluations without a better step"
-                if self.patience else
-                f"best: lowest S_V {self.score}, ties by S_V {self.tie_break}, among steps that keep the lower level "
-                "and accuracy")
+        return (
+            f"best: lowest S_V {self.score} (ties within one standard error of the paired per-item difference "
+            f"go to the lower S_V {self.tie_break}) among steps whose S_T cross-entropy of theta stays within "
+            f"{self.lower_tolerance:.0%} of step 0's and whose S_V accuracy stays within one point (one item "
+            f"under 100 items) of step 0's; stop after {self.patience} evaluations without a better step"
+            if self.patience
+            else f"best: lowest S_V {self.score}, ties by S_V {self.tie_break}, among steps that keep the lower level "
+            "and accuracy"
+        )
 
 
 @dataclass
@@ -143,14 +145,22 @@ class SelectionState:
     stopped_early: int | None = None  # the step the run stopped at, when the patience ran out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"reference": _cand_dict(self.reference), "selected": _cand_dict(self.selected),
-                "since_selected": self.since_selected, "stopped_early": self.stopped_early}
+        return {
+            "reference": _cand_dict(self.reference),
+            "selected": _cand_dict(self.selected),
+            "since_selected": self.since_selected,
+            "stopped_early": self.stopped_early,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> "SelectionState":
         data = data or {}
-        return cls(_cand(data.get("reference")), _cand(data.get("selected")), int(data.get("since_selected", 0)),
-                   data.get("stopped_early"))
+        return cls(
+            _cand(data.get("reference")),
+            _cand(data.get("selected")),
+            int(data.get("since_selected", 0)),
+            data.get("stopped_early"),
+        )
 
 
 def _cand_dict(c: Candidate | None) -> dict[str, Any] | None:
@@ -186,9 +196,15 @@ class Selector:
         ref = self.state.reference
         if ref is None or c.step == ref.step:
             return None
-        if c.lower is not None and ref.lower is not None and c.lower > lower_limit(ref.lower, self.rule.lower_tolerance):
-            return (f"lower level lost: S_T cross-entropy of theta {c.lower:.3f} > step 0's {ref.lower:.3f} "
-                    f"+ {self.rule.lower_tolerance:.0%}")
+        if (
+            c.lower is not None
+            and ref.lower is not None
+            and c.lower > lower_limit(ref.lower, self.rule.lower_tolerance)
+        ):
+            return (
+                f"lower level lost: S_T cross-entropy of theta {c.lower:.3f} > step 0's {ref.lower:.3f} "
+                f"+ {self.rule.lower_tolerance:.0%}"
+            )
         if c.acc < ref.acc - accuracy_slack(c.n) - 1e-12:
             return f"accuracy lost: S_V accuracy {c.acc:.3f} < step 0's {ref.acc:.3f} - {accuracy_slack(c.n):.3f}"
         return None
@@ -199,8 +215,9 @@ class Selector:
         if c.score < best.score - margin:
             return True, f"{score} {c.score:.4f} < {best.score:.4f} (step {best.step}) by more than its SE {margin:.4f}"
         if abs(c.score - best.score) <= margin and c.ece < best.ece:
-            return True, (f"{score} within one SE ({margin:.4f}) of step {best.step}'s and {tie} "
-                          f"{c.ece:.4f} < {best.ece:.4f}")
+            return True, (
+                f"{score} within one SE ({margin:.4f}) of step {best.step}'s and {tie} {c.ece:.4f} < {best.ece:.4f}"
+            )
         return False, f"not better than step {best.step} ({score} {c.score:.4f} vs {best.score:.4f}, SE {margin:.4f})"
 
     def offer(self, c: Candidate) -> Verdict:
@@ -231,9 +248,13 @@ class Selector:
         """status.json's and results.json's `selection`: the rule, the selected step and its
         S_V figures, step 0's, and where the run stopped early."""
         s = self.state
-        return {"rule": self.rule.rule, "rule_text": self.rule.describe(),
-                "selected_step": s.selected.step if s.selected else None,
-                "selected": s.selected.figures() if s.selected else None,
-                "reference": s.reference.figures() if s.reference else None,
-                "stopped_early": s.stopped_early, "patience": self.rule.patience,
-                "lower_tolerance": self.rule.lower_tolerance}
+        return {
+            "rule": self.rule.rule,
+            "rule_text": self.rule.describe(),
+            "selected_step": s.selected.step if s.selected else None,
+            "selected": s.selected.figures() if s.selected else None,
+            "reference": s.reference.figures() if s.reference else None,
+            "stopped_early": s.stopped_early,
+            "patience": self.rule.patience,
+            "lower_tolerance": self.rule.lower_tolerance,
+        }

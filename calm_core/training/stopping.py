@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from calm_core.runs.rundir import RunDir
-from calm_core.training.checkpoints import (SelectionRecord, Snapshot, restore_snapshot, save_selected,
-                                            take_snapshot)
+from calm_core.training.checkpoints import SelectionRecord, Snapshot, restore_snapshot, save_selected, take_snapshot
 from calm_core.training.context import StepContext
 from calm_core.training.selection import SelectionState, Selector
 
@@ -43,8 +42,11 @@ class CalibratedStop:
         from the checkpoint's snapshot when a later selection, lost with the steps after
         the checkpoint, had replaced it."""
         enabled = bool(getattr(ctx.task, "SELECTS", False))
-        rule = dataclasses.replace(cfg.select_rule, score=getattr(ctx.task, "SELECTION_SCORE", "NLL"),
-                                   tie_break=getattr(ctx.task, "SELECTION_TIE_BREAK", "ECE"))
+        rule = dataclasses.replace(
+            cfg.select_rule,
+            score=getattr(ctx.task, "SELECTION_SCORE", "NLL"),
+            tie_break=getattr(ctx.task, "SELECTION_TIE_BREAK", "ECE"),
+        )
         saved: SelectionRecord | None = ctx.state.pop("selection", None) if start_step > 0 else None
         if saved is None:
             return cls(Selector(rule), enabled=enabled)
@@ -56,8 +58,12 @@ class CalibratedStop:
         """`selected/` from the snapshot, when it holds another step than the one on disk.
         Called by rank 0 outside FSDP's gather (PEFT's save reads a state_dict()): at each
         checkpoint and at the end of the run."""
-        if writer is not None and self.keeps_snapshots and self.snapshot is not None \
-                and writer.selected_step() != self.snapshot.step:
+        if (
+            writer is not None
+            and self.keeps_snapshots
+            and self.snapshot is not None
+            and writer.selected_step() != self.snapshot.step
+        ):
             save_selected(ctx, writer, self.snapshot)
 
     def record(self) -> SelectionRecord | None:
@@ -68,8 +74,9 @@ class CalibratedStop:
     def keeps_snapshots(self) -> bool:
         return self.enabled and self.selector.rule.rule == "best"
 
-    def offer(self, ctx: StepContext, data: Any, step: int, record: dict[str, Any], caches: Scores,
-              writer: RunDir | None) -> bool:
+    def offer(
+        self, ctx: StepContext, data: Any, step: int, record: dict[str, Any], caches: Scores, writer: RunDir | None
+    ) -> bool:
         """Judge the evaluation of `step` (its figures in `record`, its scores in `caches`);
         adds `select/*` and `lower/*` keys to the record, keeps a newly selected step's
         snapshot, writes status.json's `selection`. True when the run should stop now."""
@@ -88,8 +95,9 @@ class CalibratedStop:
         if verdict.selected and self.keeps_snapshots:
             self.snapshot = take_snapshot(ctx, step)  # selected/ is written by `write_selected`
         if writer is not None:
-            writer.update_status(selection={**self.selector.summary(), "reason": verdict.reason,
-                                            "state": self.selector.state.to_dict()})
+            writer.update_status(
+                selection={**self.selector.summary(), "reason": verdict.reason, "state": self.selector.state.to_dict()}
+            )
         return verdict.stop and self.keeps_snapshots
 
     def _selected_step(self) -> int | None:

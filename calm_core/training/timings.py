@@ -65,8 +65,14 @@ class RunSizes:
         probe = min(LOWER_PROBE_ITEMS, n_train) if selects else 0
         drawn = len(drawn_positions(n_train, cfg.batch_size, cfg.steps, cfg.seed)) if fills else 0
         variants = (1 if cfg.eval_baselines else 0) + 1 + (1 if uses_head else 0)  # base, the model, theta alone
-        return cls(heldout=heldout, evals=evals, probe=probe, fill=drawn + heldout + evals if fills else 0,
-                   final_variants=variants, step_work=cfg.batch_size * step_cost(cfg))
+        return cls(
+            heldout=heldout,
+            evals=evals,
+            probe=probe,
+            fill=drawn + heldout + evals if fills else 0,
+            final_variants=variants,
+            step_work=cfg.batch_size * step_cost(cfg),
+        )
 
 
 def step_cost(cfg: Any) -> float:
@@ -150,8 +156,10 @@ class PhaseTimes:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "PhaseTimes":
         """A recorded `timings`; KeyError or TypeError when it is not one (callers skip it)."""
-        fields = {key: data[key] for key in ("load_average", "cpus", "load_s", "fill_s", "steps", "steps_s",
-                                             "final_s", "total_s")}
+        fields = {
+            key: data[key]
+            for key in ("load_average", "cpus", "load_s", "fill_s", "steps", "steps_s", "final_s", "total_s")
+        }
         sizes = RunSizes(**data["sizes"]) if data.get("sizes") else None
         evaluations: Sequence[dict[str, Any]] = data.get("evaluations") or []
         return cls(**fields, sizes=sizes, evaluations=[Evaluation(**e) for e in evaluations])

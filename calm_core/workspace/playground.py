@@ -21,15 +21,15 @@ import numpy as np
 import torch
 
 from calm_core.calibration import metrics
-from calm_core.scoring.adapters import evaluating
+from calm_core.calibration.head import HEAD_FILENAME, CalibrationHead
 from calm_core.data.schema import MCItem, OpenItem
 from calm_core.generative.sampling import GenerationConfig, generate_answers, temperature_transform
 from calm_core.generative.semantic import grouping_for, modal_confidence
-from calm_core.calibration.head import HEAD_FILENAME, CalibrationHead
-from calm_core.scoring.models import LoadedModel, ModelSpec, load_model
-from calm_core.scoring.prompts import ScoringConfig, chat_prompt
 from calm_core.runs.rundir import RunDir
+from calm_core.scoring.adapters import evaluating
+from calm_core.scoring.models import LoadedModel, ModelSpec, load_model
 from calm_core.scoring.options import apply_option_head, score_with
+from calm_core.scoring.prompts import ScoringConfig, chat_prompt
 
 
 @dataclass
@@ -69,15 +69,17 @@ def load_trained(run: RunDir, device: str = "auto") -> TrainedModel:
     lm = LoadedModel(model, base.tokenizer, base.spec, {**base.info, "adapter": str(latest[1])})
     scoring = ScoringConfig(rule=train["scoring"], chat_template=train.get("chat_template", False))
     generation = GenerationConfig(**train["generation"]) if task == "openqa" and train.get("generation") else None
-    return TrainedModel(run.run_id, train["method"], lm, head.to(lm.device) if head else None, temperature, scoring,
-                        task, generation)
+    return TrainedModel(
+        run.run_id, train["method"], lm, head.to(lm.device) if head else None, temperature, scoring, task, generation
+    )
 
 
 def _scores(trained: TrainedModel, item: MCItem, adapter: bool, head: bool) -> np.ndarray:
     model = trained.lm.model
     with evaluating(model, adapter):
-        scores = score_with(model, trained.lm.tokenizer, [item], trained.scoring, progress=False,
-                            head=trained.head if head else None)
+        scores = score_with(
+            model, trained.lm.tokenizer, [item], trained.scoring, progress=False, head=trained.head if head else None
+        )
     return scores.logits[:, : item.n_choices]  # (1, K)
 
 
@@ -119,15 +121,29 @@ def generate(trained: TrainedModel, prompt: str, max_new_tokens: int = 24, chat:
     ids = tokenizer(text, return_tensors="pt", add_special_tokens=False).input_ids.to(trained.lm.device)
     processors = [trained.head.as_logits_processor()] if head_acts_on_tokens(trained) else []
     with torch.inference_mode():
-        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
-                             do_sample=False, logits_processor=processors, output_scores=True, output_logits=True,
-                             return_dict_in_generate=True, pad_token_id=tokenizer.pad_token_id)
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            logits_processor=processors,
+            output_scores=True,
+            output_logits=True,
+            return_dict_in_generate=True,
+            pad_token_id=tokenizer.pad_token_id,
+        )
     rows, special = [], set(tokenizer.all_special_ids)
-    for step, token in enumerate(out.sequences[0, ids.shape[1]:].tolist()):
+    for step, token in enumerate(out.sequences[0, ids.shape[1] :].tolist()):
         calibrated = torch.softmax(out.scores[step][0].float(), dim=-1)[token]
         raw = torch.softmax(out.logits[step][0].float(), dim=-1)[token]
-        rows.append({"token": tokenizer.decode([token]), "p_calibrated": float(calibrated), "p_without_head": float(raw),
-                     "special": token in special})
+        rows.append(
+            {
+                "token": tokenizer.decode([token]),
+                "p_calibrated": float(calibrated),
+                "p_without_head": float(raw),
+                "special": token in special,
+            }
+        )
         if token == tokenizer.eos_token_id:
             break
     return rows
@@ -139,8 +155,9 @@ def generated_text(rows: list[dict[str, Any]]) -> str:
     return "".join(row["token"] for row in rows if not row.get("special"))
 
 
-def open_answers_for(trained: TrainedModel, question: str, cfg: GenerationConfig | None = None,
-                     theta_only: bool = True) -> dict[str, dict[str, Any]]:
+def open_answers_for(
+    trained: TrainedModel, question: str, cfg: GenerationConfig | None = None, theta_only: bool = True
+) -> dict[str, dict[str, Any]]:
     """{variant: answers} for one typed open question, in the order base, ts (if the run
     fitted a temperature), the run's method (adapter and head) and, with `theta_only`
     and a head, the adapter alone. `cfg` defaults to the run's generation settings.
@@ -173,7 +190,12 @@ def open_answers_for(trained: TrainedModel, question: str, cfg: GenerationConfig
         if labels:
             index, confidence = modal_confidence(labels)
             answer = answers.samples[index]
-        out[name] = {"greedy": answers.greedy, "seq_prob": float(np.exp(answers.greedy_logprob)),
-                     "samples": list(answers.samples), "clusters": list(labels), "answer": answer,
-                     "confidence": confidence}
+        out[name] = {
+            "greedy": answers.greedy,
+            "seq_prob": float(np.exp(answers.greedy_logprob)),
+            "samples": list(answers.samples),
+            "clusters": list(labels),
+            "answer": answer,
+            "confidence": confidence,
+        }
     return out

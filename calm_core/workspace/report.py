@@ -20,13 +20,25 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from calm_core.training.config import recorded_bilevel
 from calm_core.calibration import metrics
 from calm_core.calibration.metrics.columns import cell, is_missing
-from calm_core.workspace import verdict
-from calm_core.workspace.view import (ADDED_MARK, BOME_MEANINGS, added_lines, bome_line, bome_summary, compare_rows, head_scope,
-                                      posthoc_lines, result_columns, row_predictions, series, task_of)
 from calm_core.runs.rundir import RunDir
+from calm_core.training.config import recorded_bilevel
+from calm_core.workspace import verdict
+from calm_core.workspace.view import (
+    ADDED_MARK,
+    BOME_MEANINGS,
+    added_lines,
+    bome_line,
+    bome_summary,
+    compare_rows,
+    head_scope,
+    posthoc_lines,
+    result_columns,
+    row_predictions,
+    series,
+    task_of,
+)
 
 N_BINS = 15  # the project's ECE bins (results.json's `ece`); the table's ece_10 is the paper's 10
 OVER, UNDER, BAR, ACCENT = "#d64541", "#3478c6", "#28283c", "#d64541"  # app/charts.py's colours
@@ -43,11 +55,18 @@ def run_report_html(run: RunDir, n_bins: int = N_BINS) -> str:
     name = status.get("name")
     title = f"CALM report: {run.run_id}" + (f" ({name})" if name else "")
     results = run.results()
-    body = [f"<h1>{escape(title)}</h1>",
-            f"<p class=\"sub\">{escape(str(status.get('state', 'unknown')))} · generated "
-            f"{datetime.now(timezone.utc).isoformat(timespec='seconds')} by CALM Studio</p>",
-            _verdict(results, str(train.get("method", ""))), _settings(run, train, status), _metrics(rows, results),
-            _diagrams(run, rows, n_bins), _alpha(records, train), _bome(records, train), HOW_TO_READ]
+    body = [
+        f"<h1>{escape(title)}</h1>",
+        f'<p class="sub">{escape(str(status.get("state", "unknown")))} · generated '
+        f"{datetime.now(timezone.utc).isoformat(timespec='seconds')} by CALM Studio</p>",
+        _verdict(results, str(train.get("method", ""))),
+        _settings(run, train, status),
+        _metrics(rows, results),
+        _diagrams(run, rows, n_bins),
+        _alpha(records, train),
+        _bome(records, train),
+        HOW_TO_READ,
+    ]
     return _page(title, "\n".join(body))
 
 
@@ -61,6 +80,7 @@ def _status(run: RunDir) -> dict[str, Any]:
 
 # --- sections ------------------------------------------------------------------------
 
+
 def _verdict(results: dict[str, Any], method: str) -> str:
     """Which step the model is from and why, the calibrator to use (chosen on S_V; said
     plainly when the trained model does not win), why a baseline is missing, and the
@@ -73,28 +93,38 @@ def _verdict(results: dict[str, Any], method: str) -> str:
     lines += [f"<p>{escape(selection)}</p>"] if selection else []
     if advice:
         wins = verdict.method_recommended(results, method)
-        lines.append(f"<p class=\"{'win' if wins else 'lose'}\"><b>{escape(advice)}</b></p>")
-    lines += [f"<p class=\"note\">{escape(note)}</p>" for note in verdict.missing_variant_notes(results).values()]
+        lines.append(f'<p class="{"win" if wins else "lose"}"><b>{escape(advice)}</b></p>')
+    lines += [f'<p class="note">{escape(note)}</p>' for note in verdict.missing_variant_notes(results).values()]
     rows = verdict.evidence_rows(results, method) if selection or advice else []  # the evidence for a verdict
     if rows:
         columns = ["dataset", "variant", *verdict.EVIDENCE_METRICS]
         head = "".join(f"<th>{escape(c)}</th>" for c in columns)
-        body = "".join(f'<tr><td class="t">{escape(r["dataset"])}</td><td class="t">{escape(r["variant"])}'
-                       f'{" *" if r["recommended"] else ""}</td>'
-                       + "".join(f"<td>{escape(r[m])}</td>" for m in verdict.EVIDENCE_METRICS) + "</tr>" for r in rows)
-        lines.append(f"<table class=\"grid\" id=\"evidence\"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-                     "<p class=\"note\">* recommended on S_V. Figures on the evaluation sets, each with its 90% "
-                     "bootstrap interval [lo, hi].</p>")
-    return f"<section id=\"verdict\"><h2>Which model to use</h2>{''.join(lines)}</section>"
+        body = "".join(
+            f'<tr><td class="t">{escape(r["dataset"])}</td><td class="t">{escape(r["variant"])}'
+            f"{' *' if r['recommended'] else ''}</td>"
+            + "".join(f"<td>{escape(r[m])}</td>" for m in verdict.EVIDENCE_METRICS)
+            + "</tr>"
+            for r in rows
+        )
+        lines.append(
+            f'<table class="grid" id="evidence"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+            '<p class="note">* recommended on S_V. Figures on the evaluation sets, each with its 90% '
+            "bootstrap interval [lo, hi].</p>"
+        )
+    return f'<section id="verdict"><h2>Which model to use</h2>{"".join(lines)}</section>'
 
 
 def _verdict_table(table: list[dict[str, str]]) -> str:
     """One line per evaluation set (verdict.verdict_table): what the report opens with."""
     head = "".join(f"<th>{escape(c)}</th>" for c in verdict.VERDICT_COLUMNS)
-    body = "".join("<tr>" + "".join(f'<td class="t">{escape(row[c])}</td>' for c in verdict.VERDICT_COLUMNS) + "</tr>"
-                   for row in table)
-    return (f"<table class=\"grid\" id=\"verdict-row\"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-            f"<p class=\"note\">{escape(verdict.VERDICT_CAPTION)}</p>")
+    body = "".join(
+        "<tr>" + "".join(f'<td class="t">{escape(row[c])}</td>' for c in verdict.VERDICT_COLUMNS) + "</tr>"
+        for row in table
+    )
+    return (
+        f'<table class="grid" id="verdict-row"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+        f'<p class="note">{escape(verdict.VERDICT_CAPTION)}</p>'
+    )
 
 
 def _settings(run: RunDir, train: dict[str, Any], status: dict[str, Any]) -> str:
@@ -104,39 +134,61 @@ def _settings(run: RunDir, train: dict[str, Any], status: dict[str, Any]) -> str
     versions = ", ".join(f"{k} {v}" for k, v in (env.get("versions") or {}).items())
     items = _training_items(train, status, task_of(run)) + [
         ("environment", f"{env.get('machine')}, Python {env.get('python')}; {versions}" if env else None),
-        ("git", env.get("git")), ("created", env.get("created"))]
+        ("git", env.get("git")),
+        ("created", env.get("created")),
+    ]
     table = "".join(f"<tr><th>{escape(k)}</th><td>{escape(str(v))}</td></tr>" for k, v in items if v is not None)
     config = json.dumps(run.config, indent=2, sort_keys=True, default=str)
-    return (f"<section id=\"settings\"><h2>Settings</h2><table class=\"kv\">{table}</table>"
-            f"<details><summary>config.json</summary><pre>{escape(config)}</pre></details></section>")
+    return (
+        f'<section id="settings"><h2>Settings</h2><table class="kv">{table}</table>'
+        f"<details><summary>config.json</summary><pre>{escape(config)}</pre></details></section>"
+    )
 
 
 def _training_items(train: dict[str, Any], status: dict[str, Any], task: str) -> list[tuple[str, Any]]:
     """(label, value) of method, scope, model, scoring, data, optimizer, and the BOME
     settings of a calm run or the generation settings of an open-QA one."""
     model, lora, t = status.get("model") or {}, train.get("lora") or {}, train.get
-    items = [("method", t("method")), ("task", task),
-             ("head scope (effective)", head_scope(train) if train else None), ("model", t("model")),
-             ("loaded as", ", ".join(str(model[k]) for k in ("kind", "device", "dtype") if model.get(k)) or None),
-             ("scoring rule", f"{t('scoring')}, chat template {'on' if t('chat_template') else 'off'}"),
-             ("steps", f"{status.get('step', '?')} of {t('steps')}"),
-             ("S_T (training set)", _data(train, "train")), ("S_V (held-out set)", _data(train, "heldout")),
-             ("evaluation sets", _data(train, "eval")),
-             ("optimizer", f"{t('optimizer')}, lr_theta {t('lr_theta')}, lr_alpha {t('lr_alpha')}, "
-                           f"weight decay {t('weight_decay')}"),
-             ("batch sizes", f"{t('batch_size')} (S_T), {t('heldout_batch_size')} (S_V)"),
-             ("LoRA", f"r {lora.get('r')}, alpha {lora.get('alpha')}, on {', '.join(lora.get('target_modules') or [])}"),
-             ("seed", t("seed"))]
+    items = [
+        ("method", t("method")),
+        ("task", task),
+        ("head scope (effective)", head_scope(train) if train else None),
+        ("model", t("model")),
+        ("loaded as", ", ".join(str(model[k]) for k in ("kind", "device", "dtype") if model.get(k)) or None),
+        ("scoring rule", f"{t('scoring')}, chat template {'on' if t('chat_template') else 'off'}"),
+        ("steps", f"{status.get('step', '?')} of {t('steps')}"),
+        ("S_T (training set)", _data(train, "train")),
+        ("S_V (held-out set)", _data(train, "heldout")),
+        ("evaluation sets", _data(train, "eval")),
+        (
+            "optimizer",
+            f"{t('optimizer')}, lr_theta {t('lr_theta')}, lr_alpha {t('lr_alpha')}, weight decay {t('weight_decay')}",
+        ),
+        ("batch sizes", f"{t('batch_size')} (S_T), {t('heldout_batch_size')} (S_V)"),
+        ("LoRA", f"r {lora.get('r')}, alpha {lora.get('alpha')}, on {', '.join(lora.get('target_modules') or [])}"),
+        ("seed", t("seed")),
+    ]
     bome = recorded_bilevel(train)
     if t("method") == "calm" and bome is not None:
-        items += [("BOME inner solve", f"{bome.inner_steps} steps, lr {bome.inner_lr} ({bome.inner_rule}), "
-                                       f"start {bome.inner_start}"),
-                  ("BOME step", f"eta {bome.eta}, constraint {bome.constraint}, phi {bome.phi}, "
-                                f"max update norm {bome.max_update_norm}")]
+        items += [
+            (
+                "BOME inner solve",
+                f"{bome.inner_steps} steps, lr {bome.inner_lr} ({bome.inner_rule}), start {bome.inner_start}",
+            ),
+            (
+                "BOME step",
+                f"eta {bome.eta}, constraint {bome.constraint}, phi {bome.phi}, max update norm {bome.max_update_norm}",
+            ),
+        ]
     if task == "openqa":
         gen = t("generation") or {}
-        items.append(("generation", f"{gen.get('n_samples')} samples at temperature {gen.get('temperature')}, "
-                                    f"grouping {gen.get('grouping')}, prompt {gen.get('prompt')}"))
+        items.append(
+            (
+                "generation",
+                f"{gen.get('n_samples')} samples at temperature {gen.get('temperature')}, "
+                f"grouping {gen.get('grouping')}, prompt {gen.get('prompt')}",
+            )
+        )
     return items
 
 
@@ -158,19 +210,32 @@ def _metrics(rows: list[dict[str, Any]], results: dict[str, Any]) -> str:
     body = "".join("<tr>" + "".join(_td(c, r.get(c)) for c in columns) + "</tr>" for r in rows)
     posthoc_line = escape(" ".join(posthoc_lines(results)))
     added = "".join(f'<p class="note added">{escape(line)}</p>' for line in added_lines(rows))
-    note = ("ECE: 15 equal-width bins; ece_10: the paper's 10. The first evaluation set is the in-domain one. "
-            + (f"A set marked{ADDED_MARK} was evaluated after training (`calm eval --run`): the model at the run's "
-               "selected step, the post-hoc calibrators as fitted on S_V. " if any(r.get("added_after_training") for r in rows)
-               else "")
-            + ("Open answers: acc is the greedy answer's exact match, sem_acc the Sem1 (modal) answer's; ece, "
-               "ece_10 and auroc are on (Sem1 confidence, modal answer correct)." if "sem_acc" in columns else ""))
-    return (f"<section id=\"metrics\"><h2>Metrics</h2><table class=\"grid\"><thead><tr>{head}</tr></thead>"
-            f"<tbody>{body}</tbody></table><p class=\"note\">{escape(note)} {posthoc_line}</p>{added}</section>")
+    note = (
+        "ECE: 15 equal-width bins; ece_10: the paper's 10. The first evaluation set is the in-domain one. "
+        + (
+            f"A set marked{ADDED_MARK} was evaluated after training (`calm eval --run`): the model at the run's "
+            "selected step, the post-hoc calibrators as fitted on S_V. "
+            if any(r.get("added_after_training") for r in rows)
+            else ""
+        )
+        + (
+            "Open answers: acc is the greedy answer's exact match, sem_acc the Sem1 (modal) answer's; ece, "
+            "ece_10 and auroc are on (Sem1 confidence, modal answer correct)."
+            if "sem_acc" in columns
+            else ""
+        )
+    )
+    return (
+        f'<section id="metrics"><h2>Metrics</h2><table class="grid"><thead><tr>{head}</tr></thead>'
+        f'<tbody>{body}</tbody></table><p class="note">{escape(note)} {posthoc_line}</p>{added}</section>'
+    )
 
 
 def _td(column: str, value: Any) -> str:
     """A table cell: text left-aligned (class t), numbers right-aligned by the CSS."""
-    return f'<td class="t">{escape(value)}</td>' if isinstance(value, str) else f"<td>{escape(_cell(value, column))}</td>"
+    return (
+        f'<td class="t">{escape(value)}</td>' if isinstance(value, str) else f"<td>{escape(_cell(value, column))}</td>"
+    )
 
 
 def _cell(value: Any, column: str = "") -> str:
@@ -180,18 +245,26 @@ def _cell(value: Any, column: str = "") -> str:
 
 def _diagrams(run: RunDir, rows: list[dict[str, Any]], n_bins: int) -> str:
     """Per evaluation set, one reliability diagram per variant, side by side."""
-    parts = ["<section id=\"reliability\"><h2>Reliability diagrams</h2>",
-             f"<p class=\"note\">{n_bins} equal-width bins. Bars: accuracy per bin; the red (blue) segment reaches "
-             "up (down) to the bin's mean confidence, so red is over-confidence; whiskers: 90% bootstrap interval "
-             "of the bin's accuracy; an x marks an empty bin; below, how many items fell into each bin."
-             + (" Open answers: confidence is Sem1 and correct means the modal answer matches."
-                if task_of(run) == "openqa" else "") + "</p>"]
+    parts = [
+        '<section id="reliability"><h2>Reliability diagrams</h2>',
+        f'<p class="note">{n_bins} equal-width bins. Bars: accuracy per bin; the red (blue) segment reaches '
+        "up (down) to the bin's mean confidence, so red is over-confidence; whiskers: 90% bootstrap interval "
+        "of the bin's accuracy; an x marks an empty bin; below, how many items fell into each bin."
+        + (
+            " Open answers: confidence is Sem1 and correct means the modal answer matches."
+            if task_of(run) == "openqa"
+            else ""
+        )
+        + "</p>",
+    ]
     missing = verdict.missing_variant_notes(run.results())
     for dataset in dict.fromkeys(r["dataset"] for r in rows):
         figures = [_diagram(run, row, n_bins) for row in rows if row["dataset"] == dataset]
-        figures += [f"<figure class=\"missing\"><figcaption><b>{escape(name)}</b>: {escape(note)}</figcaption></figure>"
-                    for name, note in missing.items()]  # where the variant's diagram would be
-        parts.append(f"<h3>{escape(dataset)}</h3><div class=\"figs\">{''.join(figures)}</div>")
+        figures += [
+            f'<figure class="missing"><figcaption><b>{escape(name)}</b>: {escape(note)}</figcaption></figure>'
+            for name, note in missing.items()
+        ]  # where the variant's diagram would be
+        parts.append(f'<h3>{escape(dataset)}</h3><div class="figs">{"".join(figures)}</div>')
     return "\n".join(parts) + "</section>"
 
 
@@ -211,8 +284,10 @@ def _diagram(run: RunDir, row: dict[str, Any], n_bins: int) -> str:
     lower, upper = metrics.bin_accuracy_intervals(c, a, n_bins=n_bins)
     left_out = f", {int((~keep).sum())} without confidence" if not keep.all() else ""
     acc_name = "sem_acc" if row.get("task") == "openqa" else "acc"  # open QA: the modal answer's accuracy
-    caption = (f"<b>{variant}</b>: {acc_name} {a.mean():.3f}, mean confidence {c.mean():.3f}, "
-               f"ECE {_cell(row.get('ece'), 'ece')}, n {int(keep.sum())}{left_out}")
+    caption = (
+        f"<b>{variant}</b>: {acc_name} {a.mean():.3f}, mean confidence {c.mean():.3f}, "
+        f"ECE {_cell(row.get('ece'), 'ece')}, n {int(keep.sum())}{left_out}"
+    )
     return f"<figure>{reliability_svg(table, lower, upper)}<figcaption>{caption}</figcaption></figure>"
 
 
@@ -222,23 +297,34 @@ def _alpha(records: list[dict[str, Any]], train: dict[str, Any]) -> str:
     stats = {k[6:]: v for k, v in last.items() if k.startswith("alpha/") and isinstance(v, (int, float))}
     if not stats:
         method = escape(str(train.get("method", "?")))
-        return ("<section id=\"alpha\"><h2>Calibration head alpha</h2><p>This run logged no calibration head "
-                f"parameters (no alpha/* in metrics.jsonl: method {method}).</p></section>")
+        return (
+            '<section id="alpha"><h2>Calibration head alpha</h2><p>This run logged no calibration head '
+            f"parameters (no alpha/* in metrics.jsonl: method {method}).</p></section>"
+        )
     rows = "".join(f"<tr><th>{escape(k)}</th><td>{v:.6g}</td></tr>" for k, v in stats.items())
     vectors = {n: last[f"alpha/{n}"] for n in ("tau", "l") if isinstance(last.get(f"alpha/{n}"), list)}
     per_option = ""
     if vectors:
         size = max(len(v) for v in vectors.values())
         head = "".join(f"<th>option {chr(65 + k) if k < 26 else k + 1}</th>" for k in range(size))
-        per_option = "<table class=\"grid\"><tr><th></th>" + head + "</tr>" + "".join(
-            f"<tr><th>{n}</th>" + "".join(f"<td>{float(x):.4f}</td>" for x in v) + "</tr>" for n, v in vectors.items()
-        ) + "</table>"
+        per_option = (
+            '<table class="grid"><tr><th></th>'
+            + head
+            + "</tr>"
+            + "".join(
+                f"<tr><th>{n}</th>" + "".join(f"<td>{float(x):.4f}</td>" for x in v) + "</tr>"
+                for n, v in vectors.items()
+            )
+            + "</table>"
+        )
     curves = {n: series(records, f"alpha/{n}") for n in ("tau_mean", "tau_min", "tau_max")}
     chart = line_svg({n: c for n, c in curves.items() if c[0]}, "step", "tau") if curves["tau_mean"][0] else ""
-    return (f"<section id=\"alpha\"><h2>Calibration head alpha (step {last.get('step')})</h2>"
-            "<p class=\"note\">p = softmax(z / tau + l): tau above 1 flattens the forecast (less confident), "
-            "below 1 sharpens it; l shifts options (or tokens) against each other.</p>"
-            f"<div class=\"figs\"><table class=\"kv\">{rows}</table>{chart}</div>{per_option}</section>")
+    return (
+        f'<section id="alpha"><h2>Calibration head alpha (step {last.get("step")})</h2>'
+        '<p class="note">p = softmax(z / tau + l): tau above 1 flattens the forecast (less confident), '
+        "below 1 sharpens it; l shifts options (or tokens) against each other.</p>"
+        f'<div class="figs"><table class="kv">{rows}</table>{chart}</div>{per_option}</section>'
+    )
 
 
 def _bome(records: list[dict[str, Any]], train: dict[str, Any]) -> str:
@@ -247,11 +333,16 @@ def _bome(records: list[dict[str, Any]], train: dict[str, Any]) -> str:
     summary = bome_summary(records, bome.eta if bome else None)
     if not summary:
         return ""
-    rows = "".join(f"<tr><th>{escape(k)}</th><td>{summary[k]:.4g}</td><td>{escape(meaning)}</td></tr>"
-                   for k, meaning in BOME_MEANINGS.items() if k in summary)
-    return (f"<section id=\"bome\"><h2>BOME diagnostics</h2><p><b>{escape(bome_line(summary))}</b> "
-            f"(means over the last {min(10, summary['steps'])} of {summary['steps']} logged steps)</p>"
-            f"<table class=\"kv\">{rows}</table></section>")
+    rows = "".join(
+        f"<tr><th>{escape(k)}</th><td>{summary[k]:.4g}</td><td>{escape(meaning)}</td></tr>"
+        for k, meaning in BOME_MEANINGS.items()
+        if k in summary
+    )
+    return (
+        f'<section id="bome"><h2>BOME diagnostics</h2><p><b>{escape(bome_line(summary))}</b> '
+        f"(means over the last {min(10, summary['steps'])} of {summary['steps']} logged steps)</p>"
+        f'<table class="kv">{rows}</table></section>'
+    )
 
 
 HOW_TO_READ = """<section id="read"><h2>How to read this</h2><ul>
@@ -280,6 +371,7 @@ def reliability_svg(records: Sequence[dict[str, Any]], lower: Sequence[float], u
     """A reliability diagram of `BinTable.to_records()` rows, drawn as app/charts.py's
     reliability_figure is (accuracy bars, red/blue gap to the mean confidence, diagonal,
     x for an empty bin, counts below) plus the bootstrap interval (lower, upper) (B,)."""
+
     def x(v: float) -> float:
         return round(LEFT + v * PLOT_W, 1)
 
@@ -295,15 +387,34 @@ def reliability_svg(records: Sequence[dict[str, Any]], lower: Sequence[float], u
         height = round(r["count"] / peak * HIST_H, 1)
         out.append(_tag("rect", x=x0, y=base + HIST_H - height, width=width, height=height, fill="#9a9aaa"))
         if r["count"] == 0:
-            out.append(_tag("text", "x", x=x((r["lower"] + r["upper"]) / 2), y=y(0) - 2, fill="#999",
-                            font_size=9, text_anchor="middle"))
+            out.append(
+                _tag(
+                    "text",
+                    "x",
+                    x=x((r["lower"] + r["upper"]) / 2),
+                    y=y(0) - 2,
+                    fill="#999",
+                    font_size=9,
+                    text_anchor="middle",
+                )
+            )
             continue
         acc, conf = r["accuracy"], r["mean_confidence"]
         tip += f", accuracy {acc:.3f}, mean confidence {conf:.3f}"
-        out.append(f"<g>{_tag('title', tip)}"
-                   + _tag("rect", x=x0, y=y(acc), width=width, height=round(y(0) - y(acc), 1), fill=BAR)
-                   + _tag("rect", x=x0, y=y(max(acc, conf)), width=width, height=round(abs(y(acc) - y(conf)), 1),
-                          fill=OVER if conf > acc else UNDER, fill_opacity=0.6) + "</g>")
+        out.append(
+            f"<g>{_tag('title', tip)}"
+            + _tag("rect", x=x0, y=y(acc), width=width, height=round(y(0) - y(acc), 1), fill=BAR)
+            + _tag(
+                "rect",
+                x=x0,
+                y=y(max(acc, conf)),
+                width=width,
+                height=round(abs(y(acc) - y(conf)), 1),
+                fill=OVER if conf > acc else UNDER,
+                fill_opacity=0.6,
+            )
+            + "</g>"
+        )
         if np.isfinite(lower[i]) and np.isfinite(upper[i]) and upper[i] > lower[i]:
             mid = x((r["lower"] + r["upper"]) / 2)
             out.append(_tag("line", x1=mid, y1=y(upper[i]), x2=mid, y2=y(lower[i]), stroke="#8a8a8a", stroke_width=1.2))
@@ -329,13 +440,24 @@ def line_svg(curves: dict[str, tuple[Sequence[float], Sequence[float]]], x_title
     out = [_tag("rect", x=LEFT, y=TOP, width=PLOT_W, height=TOP_H, fill="none", stroke="#ccc")]
     for v, anchor in ((y_lo + pad, "end"), (y_hi - pad, "end")):
         out.append(_tag("text", f"{v:.4g}", x=LEFT - 3, y=y(v) + 3, font_size=9, text_anchor=anchor))
-    out += [_tag("text", f"{x_lo:g}", x=x(x_lo), y=TOP + TOP_H + 11, font_size=9, text_anchor="middle"),
-            _tag("text", f"{x_hi:g}", x=x(x_hi), y=TOP + TOP_H + 11, font_size=9, text_anchor="middle")]
+    out += [
+        _tag("text", f"{x_lo:g}", x=x(x_lo), y=TOP + TOP_H + 11, font_size=9, text_anchor="middle"),
+        _tag("text", f"{x_hi:g}", x=x(x_hi), y=TOP + TOP_H + 11, font_size=9, text_anchor="middle"),
+    ]
     for k, (name, (xv, yv)) in enumerate(curves.items()):
-        points = " ".join(f"{x(float(a))},{y(float(b))}" for a, b in zip(xv, yv))
-        out.append(f"<g>{_tag('title', name)}" + _tag("polyline", points=points, fill="none",
-                   stroke=ACCENT if k == 0 else "#999", stroke_width=2 if k == 0 else 1,
-                   stroke_dasharray="none" if k == 0 else "3 2") + "</g>")
+        points = " ".join(f"{x(float(a))},{y(float(b))}" for a, b in zip(xv, yv, strict=True))
+        out.append(
+            f"<g>{_tag('title', name)}"
+            + _tag(
+                "polyline",
+                points=points,
+                fill="none",
+                stroke=ACCENT if k == 0 else "#999",
+                stroke_width=2 if k == 0 else 1,
+                stroke_dasharray="none" if k == 0 else "3 2",
+            )
+            + "</g>"
+        )
     legend = ", ".join(f"{n}{' (dashed)' if k else ''}" for k, n in enumerate(curves))
     out.append(_tag("text", legend, x=LEFT, y=TOP + TOP_H + 40, font_size=9, fill="#555"))
     return _svg(LEFT + PLOT_W + 10, TOP + TOP_H + 46, out, x_title, y_title, TOP + TOP_H + 24)
@@ -345,19 +467,29 @@ def _frame(x: Any, y: Any) -> str:
     """The unit square's box, light grid lines and tick labels at 0, 0.5, 1."""
     parts = [_tag("rect", x=x(0), y=y(1), width=PLOT_W, height=TOP_H, fill="none", stroke="#ccc")]
     for v in (0.0, 0.5, 1.0):
-        parts += [_tag("line", x1=x(0), y1=y(v), x2=x(1), y2=y(v), stroke="#eee"),
-                  _tag("text", f"{v:g}", x=x(0) - 3, y=y(v) + 3, font_size=9, text_anchor="end"),
-                  _tag("text", f"{v:g}", x=x(v), y=TOP + TOP_H + 10, font_size=9, text_anchor="middle")]
+        parts += [
+            _tag("line", x1=x(0), y1=y(v), x2=x(1), y2=y(v), stroke="#eee"),
+            _tag("text", f"{v:g}", x=x(0) - 3, y=y(v) + 3, font_size=9, text_anchor="end"),
+            _tag("text", f"{v:g}", x=x(v), y=TOP + TOP_H + 10, font_size=9, text_anchor="middle"),
+        ]
     return "".join(parts)
 
 
 def _svg(width: float, height: float, parts: list[str], x_title: str, y_title: str, x_title_y: float) -> str:
     """An <svg> element (inline in HTML5: no namespace URL needed) with axis titles."""
-    titles = (_tag("text", x_title, x=LEFT + PLOT_W / 2, y=x_title_y, font_size=10, text_anchor="middle")
-              + _tag("text", y_title, x=10, y=TOP + TOP_H / 2, font_size=10, text_anchor="middle",
-                     transform=f"rotate(-90 10 {TOP + TOP_H / 2})"))
-    return (f'<svg width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
-            f'font-family="sans-serif">{"".join(parts)}{titles}</svg>')
+    titles = _tag("text", x_title, x=LEFT + PLOT_W / 2, y=x_title_y, font_size=10, text_anchor="middle") + _tag(
+        "text",
+        y_title,
+        x=10,
+        y=TOP + TOP_H / 2,
+        font_size=10,
+        text_anchor="middle",
+        transform=f"rotate(-90 10 {TOP + TOP_H / 2})",
+    )
+    return (
+        f'<svg width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
+        f'font-family="sans-serif">{"".join(parts)}{titles}</svg>'
+    )
 
 
 CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
@@ -370,6 +502,8 @@ figcaption{font-size:.85em}.win{color:#1f7a3a}.lose{color:#a35a00}pre{font-size:
 
 
 def _page(title: str, body: str) -> str:
-    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>{escape(title)}</title><style>{CSS}</style></head>\n<body>\n{body}\n</body></html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{escape(title)}</title><style>{CSS}</style></head>\n<body>\n{body}\n</body></html>\n"
+    )

@@ -31,15 +31,17 @@ VERDICT_COLUMNS = ("evaluation set", "best calibrated", "flags", "recommended on
 VERDICT_HELP = {
     "evaluation set": "one row per evaluation set of the run (the first is in domain)",
     "best calibrated": "lowest ECE among the variants that keep base's accuracy (within one point, or one item "
-                       "under 100 items) and AUROC (not below base's 90% interval)",
+    "under 100 items) and AUROC (not below base's 90% interval)",
     "flags": f"{NEAR_UNIFORM}: mean confidence within {NEAR_UNIFORM_CONFIDENCE} of 1/K while accuracy is more than "
-             f"{NEAR_UNIFORM_ACCURACY} above it (a small ECE that says nothing); {ACCURACY_LOST}: accuracy "
-             "fell past that slack",
+    f"{NEAR_UNIFORM_ACCURACY} above it (a small ECE that says nothing); {ACCURACY_LOST}: accuracy "
+    "fell past that slack",
     "recommended on S_V": "the calibrator the run recommends, chosen on S_V (never on a test set)",
 }
-VERDICT_CAPTION = ("Best calibrated: the lowest ECE among variants that keep base's accuracy and AUROC on that set. "
-                   f"Flags: {NEAR_UNIFORM} (confidence near 1/K while accuracy is well above it) and {ACCURACY_LOST}. "
-                   "The recommendation is chosen on S_V, so it is the same on every set.")
+VERDICT_CAPTION = (
+    "Best calibrated: the lowest ECE among variants that keep base's accuracy and AUROC on that set. "
+    f"Flags: {NEAR_UNIFORM} (confidence near 1/K while accuracy is well above it) and {ACCURACY_LOST}. "
+    "The recommendation is chosen on S_V, so it is the same on every set."
+)
 
 
 def evidence_variants(method: str) -> list[str]:
@@ -82,13 +84,17 @@ def selection_line(results: dict[str, Any]) -> str | None:
     step, chosen = selection["selected_step"], selection.get("selected") or {}
     if selection.get("rule") == "last":
         return f"The model is from step {step}, the last step (--select last)."
-    text = f"The model is from step {step}, selected on S_V: NLL {chosen.get('score', float('nan')):.4f}, " \
-           f"ECE {chosen.get('ece', float('nan')):.4f}, accuracy {chosen.get('acc', float('nan')):.3f}"
+    text = (
+        f"The model is from step {step}, selected on S_V: NLL {chosen.get('score', float('nan')):.4f}, "
+        f"ECE {chosen.get('ece', float('nan')):.4f}, accuracy {chosen.get('acc', float('nan')):.3f}"
+    )
     if step == 0:
         text += " (no trained step beat the untouched model on S_V, so it is the base model)"
     if selection.get("stopped_early") is not None:
-        text += f"; the run stopped early at step {selection['stopped_early']} ({selection.get('patience')} " \
-                "evaluations without a better step)"
+        text += (
+            f"; the run stopped early at step {selection['stopped_early']} ({selection.get('patience')} "
+            "evaluations without a better step)"
+        )
     return text + "."
 
 
@@ -100,9 +106,11 @@ def selection_status_line(selection: dict[str, Any] | None) -> str | None:
         return None
     chosen = selection.get("selected") or {}
     text = f"Selected step {selection['selected_step']} (rule `{selection.get('rule', '?')}`)"
-    figures = [f"{label} {chosen[key]:{fmt}}" for key, label, fmt in
-               (("score", "S_V NLL", ".4f"), ("ece", "ECE", ".4f"), ("acc", "accuracy", ".3f"))
-               if isinstance(chosen.get(key), (int, float))]
+    figures = [
+        f"{label} {chosen[key]:{fmt}}"
+        for key, label, fmt in (("score", "S_V NLL", ".4f"), ("ece", "ECE", ".4f"), ("acc", "accuracy", ".3f"))
+        if isinstance(chosen.get(key), (int, float))
+    ]
     if figures:
         text += ": " + ", ".join(figures)
     if selection.get("stopped_early") is not None:
@@ -148,30 +156,38 @@ def recommendation_line(results: dict[str, Any], method: str) -> str | None:
         text += f" {method} does not win on S_V: use {variant}"
         text += " (the untouched model)." if variant == "base" else " on the base model."
         if variant in POSTHOC_EXPORTS:
-            text += " `calm export RUN_ID DIR --variant recommended` writes it as a folder that loads like the trained one."
+            text += (
+                " `calm export RUN_ID DIR --variant recommended` writes it as a folder that loads like the trained one."
+            )
     return text
 
 
 def missing_variant_notes(results: dict[str, Any]) -> dict[str, str]:
     """variant -> why it is missing (e.g. S_V too small for TS), from results.json."""
-    return {name: entry["note"] for name, entry in results.items()
-            if isinstance(entry, dict) and isinstance(entry.get("note"), str)}
+    return {
+        name: entry["note"]
+        for name, entry in results.items()
+        if isinstance(entry, dict) and isinstance(entry.get("note"), str)
+    }
 
 
 def verdict_lines(results: dict[str, Any], method: str) -> list[str]:
     """The closing lines of a run: the selected step, the recommendation, why a baseline
-    is missing, the verdict row of each evaluation set, and the evidence table on the evaluation sets (90% intervals)."""
+    is missing, the verdict row of each evaluation set, and the evidence table on the
+    evaluation sets (90% intervals)."""
     lines = [line for line in (selection_line(results), recommendation_line(results, method)) if line]
     lines += [f"No {name}: {note}" for name, note in missing_variant_notes(results).items()]
     lines += verdict_row_lines(results)
     rows = evidence_rows(results, method)
     if rows:
         header = ["dataset", "variant", *EVIDENCE_METRICS]
-        cells = [[r["dataset"], r["variant"] + (" *" if r["recommended"] else ""), *(r[m] for m in EVIDENCE_METRICS)]
-                 for r in rows]
+        cells = [
+            [r["dataset"], r["variant"] + (" *" if r["recommended"] else ""), *(r[m] for m in EVIDENCE_METRICS)]
+            for r in rows
+        ]
         widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(header)]
-        lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths)))
-        lines += ["  ".join(v.ljust(w) for v, w in zip(c, widths)) for c in cells]
+        lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
+        lines += ["  ".join(v.ljust(w) for v, w in zip(c, widths, strict=True)) for c in cells]
         lines.append("(* recommended on S_V; figures on the evaluation sets with 90% bootstrap intervals)")
     return lines
 
@@ -194,7 +210,7 @@ class VerdictRow:
         """The row as table cells (VERDICT_COLUMNS), for the pages and the report."""
         best = f"{self.best} (ECE {self.best_ece:.3f})" if self.best and self.best_ece is not None else "-"
         flags = "; ".join(f"{variant}: {', '.join(why)}" for variant, why in self.flags.items()) or "none"
-        return dict(zip(VERDICT_COLUMNS, (self.dataset, best, flags, self.recommended or "-")))
+        return dict(zip(VERDICT_COLUMNS, (self.dataset, best, flags, self.recommended or "-"), strict=True))
 
 
 def verdict_rows(results: dict[str, Any]) -> list[VerdictRow]:
@@ -253,8 +269,12 @@ def _number(row: dict[str, Any], key: str) -> float | None:
 def _auroc_floor(base: dict[str, Any]) -> float | None:
     """The lower end of base's 90% AUROC interval, else base's AUROC (None: not recorded)."""
     bounds = (base.get("ci90") or {}).get("auroc")
-    if isinstance(bounds, (list, tuple)) and len(bounds) == 2 and isinstance(bounds[0], (int, float)) \
-            and not math.isnan(bounds[0]):
+    if (
+        isinstance(bounds, (list, tuple))
+        and len(bounds) == 2
+        and isinstance(bounds[0], (int, float))
+        and not math.isnan(bounds[0])
+    ):
         return float(bounds[0])
     return _number(base, "auroc")
 
@@ -277,6 +297,8 @@ def verdict_row_lines(results: dict[str, Any]) -> list[str]:
     lines = []
     for row in verdict_rows(results):
         cells = row.cells()
-        lines.append(f"{row.dataset}: best calibrated {cells['best calibrated']}; flags {cells['flags']}; "
-                     f"recommended on S_V {cells['recommended on S_V']}")
+        lines.append(
+            f"{row.dataset}: best calibrated {cells['best calibrated']}; flags {cells['flags']}; "
+            f"recommended on S_V {cells['recommended on S_V']}"
+        )
     return lines

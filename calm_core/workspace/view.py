@@ -33,7 +33,7 @@ def eval_sets(records: list[dict[str, Any]]) -> list[str]:
     for record in records:
         for key in record:
             if key.startswith(EVAL_PREFIX):
-                names[key[len(EVAL_PREFIX):].rsplit("/", 1)[0]] = None
+                names[key[len(EVAL_PREFIX) :].rsplit("/", 1)[0]] = None
     return list(names)
 
 
@@ -94,8 +94,11 @@ def bome_line(summary: dict[str, Any]) -> str:
         return ""
     if summary.get("inert"):
         return "BOME coupling INERT (inner drop ~ 0, lambda ~ eta)"
-    parts = [f"{name} {summary[key]:.3g}" for key, name in
-             (("inner_drop_frac", "drop"), ("lambda", "lambda"), ("coupling_ratio", "ratio")) if key in summary]
+    parts = [
+        f"{name} {summary[key]:.3g}"
+        for key, name in (("inner_drop_frac", "drop"), ("lambda", "lambda"), ("coupling_ratio", "ratio"))
+        if key in summary
+    ]
     return "bome: " + ", ".join(parts)
 
 
@@ -154,8 +157,16 @@ def compare_rows(runs: list[RunDir]) -> list[dict[str, Any]]:
                     continue
                 variant = f"{variant}@{label}"
             seen.add((dataset, variant))
-            rows.append({**row, "dataset": dataset, "dataset_raw": row["dataset"], "variant": variant,
-                         "variant_raw": row["variant"], "run": run.run_id})
+            rows.append(
+                {
+                    **row,
+                    "dataset": dataset,
+                    "dataset_raw": row["dataset"],
+                    "variant": variant,
+                    "variant_raw": row["variant"],
+                    "run": run.run_id,
+                }
+            )
     return rows
 
 
@@ -166,9 +177,13 @@ def added_lines(rows: list[dict[str, Any]]) -> list[str]:
     lines = {}
     for row in rows:
         if row.get("added_after_training"):
-            lines.setdefault((row["dataset"], row["run"]), (
-                f"{row['dataset']}: {row.get('n_items')} items, {row.get('fingerprint')}, step {row.get('step')}, "
-                f"added {row.get('added_at')}, run {row['run']}"))
+            lines.setdefault(
+                (row["dataset"], row["run"]),
+                (
+                    f"{row['dataset']}: {row.get('n_items')} items, {row.get('fingerprint')}, step {row.get('step')}, "
+                    f"added {row.get('added_at')}, run {row['run']}"
+                ),
+            )
     return list(lines.values())
 
 

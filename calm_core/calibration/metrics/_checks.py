@@ -39,8 +39,11 @@ def check_probs(probs: object) -> np.ndarray:
     err = np.abs(p.sum(axis=1) - 1.0)  # (N,)
     if err.max() > ROW_SUM_TOL:
         row = int(err.argmax())
-        raise fail("probs", f"rows to sum to 1 (tolerance {ROW_SUM_TOL:.0e})".replace("e-0", "e-"),
-                   f"{p[row].sum():.6g} in row {row}")
+        raise fail(
+            "probs",
+            f"rows to sum to 1 (tolerance {ROW_SUM_TOL:.0e})".replace("e-0", "e-"),
+            f"{p[row].sum():.6g} in row {row}",
+        )
     return p
 
 

@@ -54,9 +54,14 @@ class BinTable:
             return None if np.isnan(x) else float(x)
 
         return [
-            {"lower": float(self.edges[i]), "upper": float(self.edges[i + 1]),
-             "count": int(self.counts[i]), "mean_confidence": num(self.mean_confidence[i]),
-             "accuracy": num(self.accuracy[i]), "gap": num(self.gap[i])}
+            {
+                "lower": float(self.edges[i]),
+                "upper": float(self.edges[i + 1]),
+                "count": int(self.counts[i]),
+                "mean_confidence": num(self.mean_confidence[i]),
+                "accuracy": num(self.accuracy[i]),
+                "gap": num(self.gap[i]),
+            }
             for i in range(self.n_bins)
         ]
 
@@ -76,8 +81,7 @@ def _top_label_update(p: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndar
     return p[np.arange(len(y)), pred], (pred == y).astype(np.float64)
 
 
-def bin_confidences(confidence: object, correct: object, n_bins: int = 15,
-                    strategy: str = "uniform") -> BinTable:
+def bin_confidences(confidence: object, correct: object, n_bins: int = 15, strategy: str = "uniform") -> BinTable:
     """Group (confidence, correct) pairs into B = n_bins bins.
 
     Bin i holds c in (e_i, e_{i+1}]; c == e_0 goes into the first bin, so with the
@@ -111,8 +115,9 @@ def _bin_table(c: np.ndarray, a: np.ndarray, n_bins: int, strategy: str) -> BinT
     return BinTable(edges, counts, conf, acc, strategy)
 
 
-def bin_accuracy_intervals(confidence: object, correct: object, n_bins: int = 15, n_boot: int = 1000,
-                           level: float = 0.9, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def bin_accuracy_intervals(
+    confidence: object, correct: object, n_bins: int = 15, n_boot: int = 1000, level: float = 0.9, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
     """Bootstrap interval of each uniform bin's accuracy: (lower (B,), upper (B,)).
 
     Items are resampled with replacement inside their bin (the bin's count is fixed),

@@ -95,7 +95,6 @@ def classwise_ece(probs: object, labels: object, n_bins: int = 15) -> float:
     n_bins = check_positive_int(n_bins, "n_bins")
     p, y = check_probs_labels(probs, labels)
     per_class = [
-        _ece_compute(_bin_table(p[:, k], (y == k).astype(np.float64), n_bins, "uniform"))
-        for k in range(p.shape[1])
+        _ece_compute(_bin_table(p[:, k], (y == k).astype(np.float64), n_bins, "uniform")) for k in range(p.shape[1])
     ]
     return float(np.mean(per_class))

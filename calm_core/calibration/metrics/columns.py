@@ -62,8 +62,9 @@ class Column:
 
 COLUMNS: tuple[Column, ...] = (
     Column("n", "items evaluated", None, ALL, fmt="d"),
-    Column("acc", "accuracy (open answers: the greedy answer's exact match)", True,
-           (*ALL, "paper_mcqa", "paper_openqa")),
+    Column(
+        "acc", "accuracy (open answers: the greedy answer's exact match)", True, (*ALL, "paper_mcqa", "paper_openqa")
+    ),
     Column("sem_acc", "accuracy of the Sem1 (modal) answer", True, ("openqa", "paper_openqa")),
     Column("ece", "ECE, 15 equal-width bins", False, (*ALL, "paper_mcqa")),
     Column("ece_10", "ECE, 10 equal-width bins (the paper's)", False, ("mcqa", "openqa", "paper_mcqa", "paper_openqa")),

@@ -63,12 +63,13 @@ def _reflected_gaussian(x: np.ndarray, w: np.ndarray, sigma: float, m: int) -> n
     pos = x * (m - 1)
     left = np.clip(pos.astype(int), 0, m - 2)  # (N,) grid cell of each point
     frac = pos - left
-    mass = np.stack([np.bincount(left, wr * (1 - frac), minlength=m)
-                     + np.bincount(left + 1, wr * frac, minlength=m) for wr in w])  # (R, m)
+    mass = np.stack(
+        [np.bincount(left, wr * (1 - frac), minlength=m) + np.bincount(left + 1, wr * frac, minlength=m) for wr in w]
+    )  # (R, m)
     ext = np.pad(mass, ((0, 0), (m - 1, m - 1)), mode="reflect")  # (R, 3m-2): images at -x, 2-x
     d = np.linspace(0.0, 1.0, m) - 0.5  # kernel offsets, truncated at +-1/2
     ker = np.exp(-d * d / (2 * sigma**2)) / (np.sqrt(2 * np.pi) * sigma)  # (m,)
     n_fft = ext.shape[1] + m - 1
     full = np.fft.irfft(np.fft.rfft(ext, n_fft) * np.fft.rfft(ker, n_fft), n_fft)  # (R, 4m-3)
     start = (m - 1) + m // 2  # 'valid' part starts at m-1; relplot keeps m from m//2 on
-    return full[:, start:start + m]
+    return full[:, start : start + m]

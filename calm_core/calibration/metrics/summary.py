@@ -43,16 +43,15 @@ def summarize(probs: object, labels: object, n_bins: int = 15) -> dict[str, floa
     n_bins = check_positive_int(n_bins, "n_bins")
     p, y = check_probs_labels(probs, labels)  # convert once; the metrics re-check cheaply
     binned = {"ece", "mce", "adaptive_ece", "classwise_ece"}
-    out: dict[str, float] = {
-        name: (fn(p, y, n_bins) if name in binned else fn(p, y)) for name, fn in METRICS.items()
-    }
+    out: dict[str, float] = {name: (fn(p, y, n_bins) if name in binned else fn(p, y)) for name, fn in METRICS.items()}
     out["n"] = int(len(y))
     out["ece_bins"] = n_bins
     return out
 
 
-def bootstrap_ci(metric: Union[Metric, str], probs: object, labels: object, n_boot: int = 1000,
-                 level: float = 0.95, seed: int = 0) -> tuple[float, float]:
+def bootstrap_ci(
+    metric: Union[Metric, str], probs: object, labels: object, n_boot: int = 1000, level: float = 0.95, seed: int = 0
+) -> tuple[float, float]:
     """Percentile bootstrap interval of metric(probs, labels), resampling items.
 
     Draws n_boot index sets of size N with replacement (one (n_boot, N) draw from
@@ -80,8 +79,14 @@ def bootstrap_ci(metric: Union[Metric, str], probs: object, labels: object, n_bo
 INTERVAL_METRICS = ("acc", "ece", "auroc", "confidence")  # the figures a recommendation table shows with intervals
 
 
-def intervals(probs: object, labels: object, names: tuple[str, ...] = INTERVAL_METRICS, level: float = 0.9,
-              n_boot: int = 300, seed: int = 0) -> dict[str, list[float]]:
+def intervals(
+    probs: object,
+    labels: object,
+    names: tuple[str, ...] = INTERVAL_METRICS,
+    level: float = 0.9,
+    n_boot: int = 300,
+    seed: int = 0,
+) -> dict[str, list[float]]:
     """name -> [lo, hi], the percentile bootstrap interval (`bootstrap_ci`) of each metric,
     every metric on the same resamples (one seed). 90% and 300 resamples by default: the
     intervals of a results table, cheap enough for every row of a run's final evaluation.

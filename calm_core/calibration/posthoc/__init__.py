@@ -24,8 +24,18 @@ from calm_core.calibration.posthoc.temperature import DEGENERATE_T, TemperatureS
 from calm_core.calibration.posthoc.vector import VectorScaler
 from calm_core.registry import discover
 
-__all__ = ["DEGENERATE_T", "MIN_FIT_ITEMS", "PosthocCalibrator", "TemperatureScaler", "VectorScaler", "calibrators",
-           "fit_defaults", "for_task", "load_calibrator", "load_scaler"]
+__all__ = [
+    "DEGENERATE_T",
+    "MIN_FIT_ITEMS",
+    "PosthocCalibrator",
+    "TemperatureScaler",
+    "VectorScaler",
+    "calibrators",
+    "fit_defaults",
+    "for_task",
+    "load_calibrator",
+    "load_scaler",
+]
 
 
 def calibrators() -> dict[str, type[PosthocCalibrator]]:
@@ -36,12 +46,16 @@ def calibrators() -> dict[str, type[PosthocCalibrator]]:
     for name, module in discover(__name__, __path__).items():
         cls = getattr(module, "CALIBRATOR", None)
         if not (isinstance(cls, type) and issubclass(cls, PosthocCalibrator)) or cls.name != name:
-            raise ValueError(f"Expected {module.__name__}.CALIBRATOR to be a PosthocCalibrator named {name!r} "
-                             f"(NAME), but got {cls!r}")
+            raise ValueError(
+                f"Expected {module.__name__}.CALIBRATOR to be a PosthocCalibrator named {name!r} "
+                f"(NAME), but got {cls!r}"
+            )
         kinds = {other.kind: other for other in found.values()}
         if cls.kind in kinds:  # one file kind for two classes: load_calibrator could not tell them apart
-            raise ValueError(f"Expected one calibrator per kind, but {cls.__name__} and {kinds[cls.kind].__name__} "
-                             f"share kind {cls.kind!r}")
+            raise ValueError(
+                f"Expected one calibrator per kind, but {cls.__name__} and {kinds[cls.kind].__name__} "
+                f"share kind {cls.kind!r}"
+            )
         found[name] = cls
     return dict(sorted(found.items(), key=lambda item: (item[1].order, item[0])))
 
@@ -49,8 +63,9 @@ def calibrators() -> dict[str, type[PosthocCalibrator]]:
 def for_task(task: str, defaults_only: bool = True) -> dict[str, type[PosthocCalibrator]]:
     """The calibrators that apply to `task` ("mcqa" or "openqa"), by default only those
     fitted by default: the post-hoc variants of `calm eval` and of a final evaluation."""
-    return {name: cls for name, cls in calibrators().items()
-            if task in cls.tasks and (cls.default or not defaults_only)}
+    return {
+        name: cls for name, cls in calibrators().items() if task in cls.tasks and (cls.default or not defaults_only)
+    }
 
 
 def fit_defaults(logits: np.ndarray, labels: np.ndarray, task: str = "mcqa") -> dict[str, PosthocCalibrator]:

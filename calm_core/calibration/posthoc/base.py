@@ -99,7 +99,7 @@ class PosthocCalibrator(ABC):
         calibrator.check(source)
         return calibrator
 
-    def check(self, source: str) -> None:
+    def check(self, source: str) -> None:  # noqa: B027 - a hook with a default, not an abstract method
         """Raise ValueError when a loaded parameter cannot be right; nothing to check by default."""
 
     def save(self, path: str | Path) -> None:
@@ -126,8 +126,13 @@ def _number(value: Any, fmt: str) -> str:
 
 # --- fitting by NLL ---------------------------------------------------------------------
 
-def fit_nll(logits: np.ndarray, labels: np.ndarray, init: list[torch.Tensor],
-            scale: Callable[[torch.Tensor, list[torch.Tensor]], torch.Tensor]) -> tuple[list[torch.Tensor], float, float, int]:
+
+def fit_nll(
+    logits: np.ndarray,
+    labels: np.ndarray,
+    init: list[torch.Tensor],
+    scale: Callable[[torch.Tensor, list[torch.Tensor]], torch.Tensor],
+) -> tuple[list[torch.Tensor], float, float, int]:
     """Minimise the mean NLL of softmax(scale(z, params)) at the gold option over `params`
     (float64 tensors, started at `init`) by LBFGS to convergence. `scale` sees z with its
     -inf padding zeroed (a -inf in a product makes a nan gradient); the padding is put
@@ -150,7 +155,9 @@ def check_fit_inputs(logits: np.ndarray, labels: np.ndarray) -> tuple[torch.Tens
     logits = np.asarray(logits, dtype=np.float64)
     labels = np.asarray(labels, dtype=np.int64)
     if logits.ndim != 2 or len(logits) != len(labels):
-        raise ValueError(f"Expected `logits` of shape (N, K) with N = len(labels), but got {logits.shape} and {labels.shape}")
+        raise ValueError(
+            f"Expected `logits` of shape (N, K) with N = len(labels), but got {logits.shape} and {labels.shape}"
+        )
     if len(labels) < MIN_FIT_ITEMS:
         raise ValueError(f"Expected at least {MIN_FIT_ITEMS} items to fit a post-hoc calibrator, but got {len(labels)}")
     return torch.from_numpy(logits), torch.from_numpy(labels)
@@ -161,11 +168,13 @@ def masked_nll(scaled: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.cross_entropy(scaled, labels)
 
 
-def lbfgs(params: list[torch.Tensor], loss_fn: Callable[[], torch.Tensor], max_rounds: int = 50,
-          tol: float = 1e-10) -> float:
+def lbfgs(
+    params: list[torch.Tensor], loss_fn: Callable[[], torch.Tensor], max_rounds: int = 50, tol: float = 1e-10
+) -> float:
     """Run LBFGS until the loss stops moving (not a fixed iteration count)."""
-    optimizer = torch.optim.LBFGS(params, lr=1.0, max_iter=100, tolerance_grad=1e-10,
-                                  tolerance_change=tol, line_search_fn="strong_wolfe")
+    optimizer = torch.optim.LBFGS(
+        params, lr=1.0, max_iter=100, tolerance_grad=1e-10, tolerance_change=tol, line_search_fn="strong_wolfe"
+    )
 
     def closure() -> torch.Tensor:
         optimizer.zero_grad()

@@ -37,8 +37,9 @@ class TemperatureScaler(PosthocCalibrator):
 
     @classmethod
     def fit(cls, logits: np.ndarray, labels: np.ndarray) -> "TemperatureScaler":
-        (log_t,), before, after, n = fit_nll(logits, labels, [torch.zeros((), dtype=torch.float64)],
-                                             lambda z, p: z / p[0].exp())
+        (log_t,), before, after, n = fit_nll(
+            logits, labels, [torch.zeros((), dtype=torch.float64)], lambda z, p: z / p[0].exp()
+        )
         return cls(float(log_t.exp()), before, after, n)
 
     def transform(self, logits: np.ndarray) -> np.ndarray:
@@ -53,8 +54,10 @@ class TemperatureScaler(PosthocCalibrator):
     def warning(self) -> str | None:
         if self.temperature <= DEGENERATE_T:
             return None
-        return (f"T > {DEGENERATE_T:g} makes every answer near-uniform: the fit set carries no usable "
-                "confidence signal (accuracy at or below chance there)")
+        return (
+            f"T > {DEGENERATE_T:g} makes every answer near-uniform: the fit set carries no usable "
+            "confidence signal (accuracy at or below chance there)"
+        )
 
     def check(self, source: str) -> None:
         if not float(self.temperature) > 0:

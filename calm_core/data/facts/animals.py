@@ -12,7 +12,14 @@ crab, "daddy longlegs", hagfish).
 from __future__ import annotations
 
 ANIMAL_GROUPS: tuple[str, ...] = (
-    "mammal", "bird", "reptile", "amphibian", "fish", "insect", "arachnid", "crustacean",
+    "mammal",
+    "bird",
+    "reptile",
+    "amphibian",
+    "fish",
+    "insect",
+    "arachnid",
+    "crustacean",
 )
 
 ANIMAL_CLASSES: tuple[tuple[str, str], ...] = (

@@ -26,5 +26,12 @@ def bilevel_state(ctx: StepContext) -> BilevelState:
 
 def step(ctx: StepContext, train_items: list, heldout_items: list) -> dict[str, float]:
     ctx.optimizer.zero_grad(set_to_none=True)
-    return bilevel_step(ctx.alpha, ctx.theta, ctx.lower(train_items), ctx.upper(heldout_items),
-                        ctx.optimizer, ctx.settings.bilevel, bilevel_state(ctx))
+    return bilevel_step(
+        ctx.alpha,
+        ctx.theta,
+        ctx.lower(train_items),
+        ctx.upper(heldout_items),
+        ctx.optimizer,
+        ctx.settings.bilevel,
+        bilevel_state(ctx),
+    )

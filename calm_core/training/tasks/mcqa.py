@@ -32,15 +32,21 @@ from calm_core.data.stream import LazyItems, subset
 from calm_core.faults import fault_point
 from calm_core.io import atomic_write_json
 from calm_core.runs.rundir import RunDir, write_predictions
-from calm_core.scoring.evaluate import baseline_records, fit_baselines, predictions_frame, result_row
-from calm_core.scoring.options import (apply_option_head, context_limit, progress_callback, score_with,
-                                       truncated_item_ids, warn_truncated)
-from calm_core.training import distributed
 from calm_core.scoring.adapters import evaluating
+from calm_core.scoring.evaluate import baseline_records, fit_baselines, predictions_frame, result_row
+from calm_core.scoring.options import (
+    apply_option_head,
+    context_limit,
+    progress_callback,
+    score_with,
+    truncated_item_ids,
+    warn_truncated,
+)
+from calm_core.training import distributed
 from calm_core.training.batches import Data, batch_indices, drawn_positions, lower_probe
 from calm_core.training.context import StepContext
-from calm_core.training.selection import Candidate
 from calm_core.training.objectives import forward_sequences, negative_entropy, option_cross_entropy
+from calm_core.training.selection import Candidate
 
 NAME = "mcqa"
 ITEM_KIND = "mc"
@@ -62,9 +68,13 @@ def upper(ctx: StepContext, items: Sequence[MCItem]) -> Callable[[], torch.Tenso
     return lambda: negative_entropy(ctx.logits(items))
 
 
-def evaluate_now(ctx: StepContext, data: Data, batch_size: int,
-                 caches: dict[str, dict[tuple[bool, bool], Any]] | None = None,
-                 heldout_only: bool = False) -> dict[str, float]:
+def evaluate_now(
+    ctx: StepContext,
+    data: Data,
+    batch_size: int,
+    caches: dict[str, dict[tuple[bool, bool], Any]] | None = None,
+    heldout_only: bool = False,
+) -> dict[str, float]:
     """`eval/<set>/{EVAL_KEYS}` on S_V and every evaluation set (S_V alone with
     `heldout_only`). With `caches` (set name -> `_scores_for` cache), the scores stay there
     for a final evaluation at the same parameters, which then does not compute them again."""
@@ -82,8 +92,11 @@ def evaluate_now(ctx: StepContext, data: Data, batch_size: int,
 
 
 EVAL_KEYS = ("acc", "ece", "nll", "entropy", "confidence", "auroc", "aurc")  # each set's figures at an evaluation
-def selection_candidate(ctx: StepContext, data: Data, step: int, record: dict[str, float],
-                        caches: dict[str, dict[tuple[bool, bool], Any]]) -> Candidate | None:
+
+
+def selection_candidate(
+    ctx: StepContext, data: Data, step: int, record: dict[str, float], caches: dict[str, dict[tuple[bool, bool], Any]]
+) -> Candidate | None:
     """What the calibrated stop (training/selection.py) judges at this evaluation: S_V's
     NLL (and per-item NLL), ECE and accuracy under head and adapter, read from the scores
     `evaluate_now` just left in `caches`, and the S_T cross-entropy of theta alone (adapter
@@ -99,8 +112,15 @@ def selection_candidate(ctx: StepContext, data: Data, step: int, record: dict[st
     if probe:
         theta_only = _scores_for(ctx, probe, bs, False, True, {})
         lower = metrics.nll(metrics.softmax(theta_only.logits), theta_only.gold)
-    return Candidate(step=step, score=float(losses.mean()), ece=record["eval/heldout/ece"],
-                     acc=record["eval/heldout/acc"], n=len(losses), lower=lower, losses=losses.tolist())
+    return Candidate(
+        step=step,
+        score=float(losses.mean()),
+        ece=record["eval/heldout/ece"],
+        acc=record["eval/heldout/acc"],
+        n=len(losses),
+        lower=lower,
+        losses=losses.tolist(),
+    )
 
 
 def check_items(ctx: StepContext, data: Data) -> dict[str, int]:
@@ -133,22 +153,28 @@ def scheduled_items(cfg: Any, data: Data, start_step: int) -> list[Any]:
     the training items that steps start_step.. will draw (batch_indices is deterministic),
     all of S_V (periodic evaluation and TS read it whole; the upper level draws from it)
     and, on the rank that evaluates, the evaluation sets."""
-    drawn = {i for step in range(start_step, cfg.steps)
-             for i in distributed.shard(batch_indices(len(data.train), cfg.batch_size, step, cfg.seed))}
+    drawn = {
+        i
+        for step in range(start_step, cfg.steps)
+        for i in distributed.shard(batch_indices(len(data.train), cfg.batch_size, step, cfg.seed))
+    }
     evals = [it for items in data.evals.values() for it in items] if distributed.is_main() else []
     return list(subset(data.train, sorted(drawn))) + list(data.heldout) + evals  # LazyItems: one read of those rows
 
 
-def prefill(ctx: StepContext, data: Data, start_step: int, writer: RunDir | None,
-            show: bool) -> dict[str, Any] | None:
+def prefill(ctx: StepContext, data: Data, start_step: int, writer: RunDir | None, show: bool) -> dict[str, Any] | None:
     """Fill the frozen-prefix cache before the first step (FrozenPrefixModel.prefill says
     why it is cheaper than filling batch by batch); progress goes to the run's status
     phase and, in the foreground, a progress bar. Returns a record for status.json, or
     None when the frozen layers are not cached."""
     if ctx.runner is None:
         return None
-    per_item = forward_sequences(ctx.tokenizer, scheduled_items(ctx.settings, data, start_step), ctx.scoring,
-                                 max_length=context_limit(ctx.net, ctx.tokenizer))  # cut as the steps cut them
+    per_item = forward_sequences(
+        ctx.tokenizer,
+        scheduled_items(ctx.settings, data, start_step),
+        ctx.scoring,
+        max_length=context_limit(ctx.net, ctx.tokenizer),
+    )  # cut as the steps cut them
     update_bar, close_bar = progress_callback(show, len(per_item), "caching frozen layers")
     last_write = [float("-inf")]
 
@@ -175,17 +201,29 @@ def prefill(ctx: StepContext, data: Data, start_step: int, writer: RunDir | None
     return {"items": len(per_item), "sequences_computed": computed, "seconds": round(time.perf_counter() - started, 1)}
 
 
-def _variant_scores(ctx: StepContext, items: list[MCItem], batch_size: int, use_head: bool,
-                    use_adapter: bool) -> Any:
+def _variant_scores(ctx: StepContext, items: list[MCItem], batch_size: int, use_head: bool, use_adapter: bool) -> Any:
     """Option scores of the model being trained (adapter on or off, head or none) through
     the same prefix-shared, batched scorer as `calm eval`; no gradients."""
     with evaluating(ctx.model, use_adapter):
-        return score_with(ctx.net, ctx.tokenizer, items, ctx.scoring, batch_size=batch_size, progress=False,
-                          head=ctx.head if use_head else None)
+        return score_with(
+            ctx.net,
+            ctx.tokenizer,
+            items,
+            ctx.scoring,
+            batch_size=batch_size,
+            progress=False,
+            head=ctx.head if use_head else None,
+        )
 
 
-def _scores_for(ctx: StepContext, items: list[MCItem], bs: int, use_head: bool, use_adapter: bool,
-                cache: dict[tuple[bool, bool], Any]) -> Any:
+def _scores_for(
+    ctx: StepContext,
+    items: list[MCItem],
+    bs: int,
+    use_head: bool,
+    use_adapter: bool,
+    cache: dict[tuple[bool, bool], Any],
+) -> Any:
     """Scores of one variant, computing each (head, adapter) combination once; a head that
     acts on option scores is applied to the adapter's scores rather than scored again."""
     key = (use_head and ctx.head is not None, use_adapter)
@@ -198,9 +236,13 @@ def _scores_for(ctx: StepContext, items: list[MCItem], bs: int, use_head: bool, 
     return cache[key]
 
 
-def final_evaluation(ctx: StepContext, data: Data, run: RunDir,
-                     reuse: dict[str, dict[tuple[bool, bool], Any]] | None = None,
-                     extra: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def final_evaluation(
+    ctx: StepContext,
+    data: Data,
+    run: RunDir,
+    reuse: dict[str, dict[tuple[bool, bool], Any]] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
     """Every variant on every evaluation set -> eval/<variant>/<dataset>.parquet + results.json.
 
     Variants: `base` (adapter off, no head), each default post-hoc calibrator (`ts`:
@@ -217,18 +259,22 @@ def final_evaluation(ctx: StepContext, data: Data, run: RunDir,
         heldout = _scores_for(ctx, data.heldout, bs, False, False, heldout_cache)
         return heldout.logits, heldout.gold
 
-    fitted, notes = fit_baselines(len(data.heldout), heldout_logits, NAME, ctx.settings.eval_baselines,
-                                  defaults_only=False)  # a run's table: TS and vector scaling beside the model
+    fitted, notes = fit_baselines(
+        len(data.heldout), heldout_logits, NAME, ctx.settings.eval_baselines, defaults_only=False
+    )  # a run's table: TS and vector scaling beside the model
     rows = _evaluate_sets(ctx, data.evals, _variants(ctx, fitted), run.path, reuse)
     records = baseline_records(fitted, notes, fit_on=ctx.settings.heldout_data)
     recommendation = _recommendation(ctx, data, heldout_cache, fitted) if ctx.settings.eval_baselines else None
-    atomic_write_json(run.path / "results.json", {"results": rows, **records, **(extra or {}),
-                                                  **({"recommendation": recommendation} if recommendation else {})})
+    atomic_write_json(
+        run.path / "results.json",
+        {"results": rows, **records, **(extra or {}), **({"recommendation": recommendation} if recommendation else {})},
+    )
     return rows
 
 
-def added_evaluation(ctx: StepContext, evals: dict[str, list[MCItem]], calibrators: dict[str, Any],
-                     root: Any) -> list[dict[str, Any]]:
+def added_evaluation(
+    ctx: StepContext, evals: dict[str, list[MCItem]], calibrators: dict[str, Any], root: Any
+) -> list[dict[str, Any]]:
     """The final evaluation's variants on more sets, after training (workspace/added.py):
     `ctx` holds the run's model at its selected step (`loop.restored_context`), `calibrators`
     the post-hoc calibrators the run fitted on S_V, as saved (never refitted on these sets).
@@ -249,8 +295,13 @@ def _variants(ctx: StepContext, fitted: dict[str, Any]) -> list[tuple[str, bool,
     return variants
 
 
-def _evaluate_sets(ctx: StepContext, evals: dict[str, Any], variants: list[tuple[str, bool, bool, Any]], root: Any,
-                   reuse: dict[str, dict[tuple[bool, bool], Any]] | None) -> list[dict[str, Any]]:
+def _evaluate_sets(
+    ctx: StepContext,
+    evals: dict[str, Any],
+    variants: list[tuple[str, bool, bool, Any]],
+    root: Any,
+    reuse: dict[str, dict[tuple[bool, bool], Any]] | None,
+) -> list[dict[str, Any]]:
     """One row per (set, variant) and its predictions at <root>/eval/<variant>/<set>.parquet;
     `reuse`: scores already computed at these parameters, per set."""
     rows = []
@@ -264,8 +315,9 @@ def _evaluate_sets(ctx: StepContext, evals: dict[str, Any], variants: list[tuple
     return rows
 
 
-def _recommendation(ctx: StepContext, data: Data, heldout_cache: dict[tuple[bool, bool], Any],
-                    fitted: dict[str, Any]) -> dict[str, Any] | None:
+def _recommendation(
+    ctx: StepContext, data: Data, heldout_cache: dict[tuple[bool, bool], Any], fitted: dict[str, Any]
+) -> dict[str, Any] | None:
     """Which variant to use, chosen on S_V (calibration/recommend.py): base, the trained
     model (at its selected step) and each post-hoc calibrator cross-fitted on S_V."""
     if not data.heldout:

@@ -31,15 +31,19 @@ from typing import Any, Callable, Sequence
 import torch
 
 from calm_core.calibration import metrics
-from calm_core.scoring.adapters import evaluating
 from calm_core.data.schema import OpenItem
 from calm_core.generative.evaluate import token_fit_data
 from calm_core.generative.judge import judge, summarize_open
 from calm_core.generative.objectives import (
-    answer_logits, gold_requests, heldout_requests, mean_token_entropy, token_cross_entropy,
+    answer_logits,
+    gold_requests,
+    heldout_requests,
+    mean_token_entropy,
+    token_cross_entropy,
 )
 from calm_core.generative.sampling import GenerationConfig, generate_answers
 from calm_core.generative.semantic import grouping_for
+from calm_core.scoring.adapters import evaluating
 from calm_core.training.batches import lower_probe
 from calm_core.training.context import StepContext
 from calm_core.training.selection import Candidate
@@ -50,8 +54,11 @@ METHODS = ("calm", "scalar", "sft", "iterate")  # built on the lower / upper clo
 SELECTS = True  # the calibrated stop judges S_V's semantic confidence (selection_candidate)
 SELECTION_SCORE = "Brier score of the semantic confidence"  # per item, against S_V's gold answers
 SELECTION_TIE_BREAK = "Semantic ECE"
-DEFAULTS = {"train_data": "builtin/capitals_open/train", "heldout_data": "builtin/capitals_open/validation",
-            "eval_data": ["builtin/capitals_open/test"]}  # what `--task openqa` starts from (TrainConfig.from_dict)
+DEFAULTS = {
+    "train_data": "builtin/capitals_open/train",
+    "heldout_data": "builtin/capitals_open/validation",
+    "eval_data": ["builtin/capitals_open/test"],
+}  # what `--task openqa` starts from (TrainConfig.from_dict)
 PRESETS = {"quick": {"generation": {"n_samples": 5}}}  # minutes on a CPU: 1 greedy + 5 sampled answers per question
 HELDOUT_CACHE = "openqa_heldout"  # ctx.state key: held-out item id -> (prompt ids, continuation ids)
 
@@ -96,8 +103,9 @@ def prefill(ctx: StepContext, data: Any, start_step: int, writer: Any, show: boo
     return None
 
 
-def evaluate_now(ctx: StepContext, data: Any, batch_size: int, caches: dict | None = None,
-                 heldout_only: bool = False) -> dict[str, float]:
+def evaluate_now(
+    ctx: StepContext, data: Any, batch_size: int, caches: dict | None = None, heldout_only: bool = False
+) -> dict[str, float]:
     """Greedy answers of the model being trained on S_V and every evaluation set (S_V
     alone with `heldout_only`). With `caches` (the loop's, for the calibrated stop), S_V
     also gets the run's sampled answers, judged into `caches["heldout"]["frame"]` and
@@ -123,8 +131,9 @@ def evaluate_now(ctx: StepContext, data: Any, batch_size: int, caches: dict | No
     return record
 
 
-def variants(method: str, has_head: bool, calibrators: Sequence[str],
-             baselines: bool = True) -> list[tuple[str, bool, Any]]:
+def variants(
+    method: str, has_head: bool, calibrators: Sequence[str], baselines: bool = True
+) -> list[tuple[str, bool, Any]]:
     """(name, adapter on, logits transform key) of every variant the final evaluation runs;
     `calibrators`: the names of the fitted post-hoc calibrators, each its own key."""
     out: list[tuple[str, bool, Any]] = [("base", False, None)] if baselines else []
@@ -148,9 +157,15 @@ def selection_candidate(ctx: StepContext, data: Any, step: int, record: dict, ca
     correct = frame["correct"].to_numpy(dtype=float)
     losses = metrics.item_confidence_brier(confidence, correct)
     probe = lower_probe(ctx.settings, data.train)
-    return Candidate(step=step, score=float(losses.mean()), ece=metrics.confidence_ece(confidence, correct, n_bins=10),
-                     acc=record["eval/heldout/acc"], n=len(losses),
-                     lower=_theta_cross_entropy(ctx, probe) if probe else None, losses=losses.tolist())
+    return Candidate(
+        step=step,
+        score=float(losses.mean()),
+        ece=metrics.confidence_ece(confidence, correct, n_bins=10),
+        acc=record["eval/heldout/acc"],
+        n=len(losses),
+        lower=_theta_cross_entropy(ctx, probe) if probe else None,
+        losses=losses.tolist(),
+    )
 
 
 def _theta_cross_entropy(ctx: StepContext, items: Sequence[OpenItem]) -> float:
@@ -160,14 +175,17 @@ def _theta_cross_entropy(ctx: StepContext, items: Sequence[OpenItem]) -> float:
     total, count = 0.0, 0
     with evaluating(ctx.model, True), torch.no_grad():
         for start in range(0, len(requests), ctx.settings.eval_batch_size):
-            logits, targets = answer_logits(ctx.net, requests[start:start + ctx.settings.eval_batch_size], _pad_id(ctx))
+            logits, targets = answer_logits(
+                ctx.net, requests[start : start + ctx.settings.eval_batch_size], _pad_id(ctx)
+            )
             total += float(token_cross_entropy(logits, targets)) * len(targets)
             count += len(targets)
     return total / max(count, 1)
 
 
-def final_evaluation(ctx: StepContext, data: Any, run: Any, reuse: dict | None = None,
-                     extra: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def final_evaluation(
+    ctx: StepContext, data: Any, run: Any, reuse: dict | None = None, extra: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
     """Every variant on every open-QA evaluation set -> Parquet per item + results.json."""
     from calm_core.io import atomic_write_json
     from calm_core.scoring.evaluate import baseline_records, fit_baselines
@@ -175,17 +193,23 @@ def final_evaluation(ctx: StepContext, data: Any, run: Any, reuse: dict | None =
     settings = ctx.settings
     cfg = settings.generation
     fitted, notes = fit_baselines(
-        len(data.heldout), lambda: token_fit_data(ctx.model, ctx.tokenizer, data.heldout, cfg.prompt,
-                                                  settings.eval_batch_size), NAME, settings.eval_baselines)
+        len(data.heldout),
+        lambda: token_fit_data(ctx.model, ctx.tokenizer, data.heldout, cfg.prompt, settings.eval_batch_size),
+        NAME,
+        settings.eval_baselines,
+    )
     rows = _evaluate_sets(ctx, data.evals, fitted, run.path)
     records = baseline_records(fitted, notes, fit_on=settings.heldout_data, fit="gold answer tokens")
-    atomic_write_json(run.path / "results.json", {"results": rows, **records, "task": "openqa",
-                                                  "generation": cfg.to_dict(), **(extra or {})})
+    atomic_write_json(
+        run.path / "results.json",
+        {"results": rows, **records, "task": "openqa", "generation": cfg.to_dict(), **(extra or {})},
+    )
     return rows
 
 
-def added_evaluation(ctx: StepContext, evals: dict[str, list[OpenItem]], calibrators: dict[str, Any],
-                     root: Any) -> list[dict[str, Any]]:
+def added_evaluation(
+    ctx: StepContext, evals: dict[str, list[OpenItem]], calibrators: dict[str, Any], root: Any
+) -> list[dict[str, Any]]:
     """The final evaluation's variants on more open-QA sets, after training
     (workspace/added.py), with the run's model at its selected step and the calibrators
     it fitted on S_V, as saved. Predictions go under `root`; returns the rows."""
@@ -201,7 +225,9 @@ def _evaluate_sets(ctx: StepContext, evals: dict[str, Any], fitted: dict[str, An
     transforms = {None: None, "head": ctx.head, **{name: c.token_transform() for name, c in fitted.items()}}
     rows = []
     for name, items in evals.items():
-        for variant, adapter, key in variants(settings.method, ctx.head is not None, list(fitted), settings.eval_baselines):
+        for variant, adapter, key in variants(
+            settings.method, ctx.head is not None, list(fitted), settings.eval_baselines
+        ):
             frame = judge(items, _answers(ctx, items, cfg, transforms[key], adapter), grouping)
             rows.append({"dataset": name, "variant": variant, "task": "openqa", **summarize_open(frame)})
             write_predictions(root, variant, name, frame)

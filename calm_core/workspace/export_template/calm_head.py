@@ -61,8 +61,14 @@ def calibrate(z: torch.Tensor, log_t: torch.Tensor, shift: torch.Tensor | None, 
 class CalibrationHead(torch.nn.Module):
     """alpha = (l, s) of a CALM run; `head(z)` gives calibrated scores (softmax them)."""
 
-    def __init__(self, scope: str, log_temperature: torch.Tensor, shift: torch.Tensor | None = None,
-                 center: bool | None = None, scoring: dict | None = None) -> None:
+    def __init__(
+        self,
+        scope: str,
+        log_temperature: torch.Tensor,
+        shift: torch.Tensor | None = None,
+        center: bool | None = None,
+        scoring: dict | None = None,
+    ) -> None:
         super().__init__()
         if scope not in ("vocab", "options", "scalar"):
             raise ValueError(f"Expected `scope` to be one of ['vocab', 'options', 'scalar'], but got {scope!r}")
@@ -77,8 +83,10 @@ class CalibrationHead(torch.nn.Module):
         folder = Path(folder)
         record = read_export(folder)
         if not (folder / HEAD_FILE).is_file():
-            raise FileNotFoundError(f"Expected {HEAD_FILE} in {folder}, but run {record.get('run_id')} has no "
-                                    f"calibration head (method {record.get('method')!r}); score with head=None")
+            raise FileNotFoundError(
+                f"Expected {HEAD_FILE} in {folder}, but run {record.get('run_id')} has no "
+                f"calibration head (method {record.get('method')!r}); score with head=None"
+            )
         with safe_open(str(folder / HEAD_FILE), framework="pt") as f:
             scope = (f.metadata() or {}).get("scope")
             tensors = {name: f.get_tensor(name) for name in f.keys()}
@@ -107,8 +115,9 @@ class CalibrationHead(torch.nn.Module):
     def logits_processor(self) -> "HeadLogitsProcessor":
         """This head for `model.generate(..., logits_processor=[head.logits_processor()])`."""
         if self.scope == "options":
-            raise ValueError("Expected a vocab or scalar head for generation, but an options head "
-                             "acts on option scores")
+            raise ValueError(
+                "Expected a vocab or scalar head for generation, but an options head acts on option scores"
+            )
         return HeadLogitsProcessor(self)
 
 
@@ -126,8 +135,9 @@ class HeadLogitsProcessor(LogitsProcessor):
 
 
 def _chat(tokenizer, text: str) -> str:
-    return tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                         add_generation_prompt=True)
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+    )
 
 
 def letter_prompt(question: str, options: list[str], scoring: dict, tokenizer=None) -> str:
@@ -161,12 +171,13 @@ def _context_and_option(tokenizer, context: str, option: str) -> tuple[list[int]
     if n_spaces:
         context, option = context[:-n_spaces], context[-n_spaces:] + option
     whole, context_ids = _ids(tokenizer, context + option), _ids(tokenizer, context)
-    return whole[: len(context_ids)], whole[len(context_ids):]
+    return whole[: len(context_ids)], whole[len(context_ids) :]
 
 
 @torch.no_grad()
-def option_scores(model, tokenizer, question: str, options: list[str], scoring: dict,
-                  head: CalibrationHead | None = None) -> torch.Tensor:
+def option_scores(
+    model, tokenizer, question: str, options: list[str], scoring: dict, head: CalibrationHead | None = None
+) -> torch.Tensor:
     """The K option scores (K,) float64 under `scoring`; a vocab head acts here, on the
     letters' logits (an options or scalar head acts on these scores afterwards)."""
     device = next(model.parameters()).device
@@ -186,23 +197,32 @@ def option_scores(model, tokenizer, question: str, options: list[str], scoring: 
         return z.double().cpu()
     if head is not None and head.scope == "vocab":
         raise ValueError("Expected an options or scalar head under cloze scoring, but got a vocab head")
-    context = _chat(tokenizer, question) if scoring["chat_template"] else scoring["question_template"].format(
-        question=question)
+    context = (
+        _chat(tokenizer, question)
+        if scoring["chat_template"]
+        else scoring["question_template"].format(question=question)
+    )
     delimiter = "" if scoring["chat_template"] else scoring["choice_delimiter"]
     pairs = [_context_and_option(tokenizer, context, delimiter + option) for option in options]
     cut = max(0, max(len(c) + len(o) - 1 for c, o in pairs) - limit) if limit else 0  # every option loses the same
     scores = []
     for context_ids, option_ids in pairs:
         inputs = torch.tensor([(context_ids[cut:] + option_ids)[:-1]], device=device)
-        logits = model(input_ids=inputs).logits[0, -len(option_ids):].float()  # (c, V): these predict the option
+        logits = model(input_ids=inputs).logits[0, -len(option_ids) :].float()  # (c, V): these predict the option
         picked = torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(option_ids, device=device)[:, None])
         total = float(picked.double().sum())  # log p(option | question)
         scores.append(total / len(option_ids) if scoring["rule"] == "cloze_norm" else total)
     return torch.tensor(scores, dtype=torch.float64)
 
 
-def option_probabilities(model, tokenizer, question: str, options: list[str], head: CalibrationHead | None = None,
-                         scoring: dict | None = None) -> torch.Tensor:
+def option_probabilities(
+    model,
+    tokenizer,
+    question: str,
+    options: list[str],
+    head: CalibrationHead | None = None,
+    scoring: dict | None = None,
+) -> torch.Tensor:
     """p(option | question), (K,) float64, calibrated by `head` under the run's scoring
     rule (`head.scoring`; pass `scoring=read_export(folder)["scoring"]` with head=None)."""
     scoring = scoring or (head.scoring if head is not None else None)
