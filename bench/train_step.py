@@ -38,9 +38,11 @@ def time_config(method: str, inner_steps: int, start: str, mode: str, args: argp
     from calm_core.training.config import TrainConfig
     from calm_core.training.loop import train
 
-    cfg = TrainConfig(method=method, inner_steps=inner_steps, inner_start=start, steps=args.steps + 1, batch_size=args.batch_size,
+    cfg = TrainConfig(method=method, bilevel={"inner_steps": inner_steps, "inner_start": start}, steps=args.steps + 1,
+                      batch_size=args.batch_size,
                       heldout_batch_size=args.batch_size, scoring=args.scoring, train_data=args.train_data,
-                      heldout_data=args.heldout_data, eval_data=(), eval_every=0, checkpoint_every=0,
+                      heldout_data=args.heldout_data, eval_data=(), eval_every=0, eval_dense_until=0, select="last",
+                      checkpoint_every=0,
                       train_limit=args.batch_size * (args.steps + 1), heldout_limit=64,
                       frozen_prefix=mode == "cached", lora={"r": 8, "alpha": 16, "layers": args.lora_layers})
     times: list[float] = []
