@@ -23,7 +23,7 @@ from typing import Any, Iterable, Iterator, Union
 
 from calm_core.data.schema import DataError, RowError, is_utf8
 
-FORMATS = {  # file extension -> reader
+FORMATS = {  # file extension -> format; every format has one entry in each opener's table (format_entry)
     ".jsonl": "jsonl",
     ".json": "jsonl",
     ".ndjson": "jsonl",
@@ -139,14 +139,19 @@ def open_table(path: Path, fmt: str, source: str | None = None) -> Table:
     temporary copy must not show; its own name must)."""
     where = source or str(path)
     check_readable(path, where)
+    read = format_entry(TABLE_READERS, fmt)
     try:
-        if fmt == "csv":
-            return _csv_table(path, source or path.name, where)
-        if fmt == "parquet":
-            return _parquet_table(path, source or path.name, where)
-        return _jsonl_table(path, source or path.name, where)
+        return read(path, source or path.name, where)
     except READ_ERRORS as exc:
         raise unreadable(fmt, where, exc) from None
+
+
+def format_entry(table: dict[str, Any], fmt: str) -> Any:
+    """`table[fmt]` for an opener's table keyed by format (TABLE_READERS here,
+    stream.SOURCE_OPENERS): a format missing there is refused, never read as another."""
+    if fmt not in table:
+        raise DataError(f"Expected a file format among {sorted(table)}, but got {fmt!r}")
+    return table[fmt]
 
 
 def _reason(exc: BaseException) -> str:
@@ -336,6 +341,9 @@ def guarded(table: Table) -> Iterator[Row]:
 def read_failed(where: str, number: int, exc: BaseException) -> DataError:
     """The DataError for a file that could not be read past row `number`."""
     return DataError(f"Expected readable data in {where}, but reading after row {number} failed: {_reason(exc)}")
+
+
+TABLE_READERS = {"jsonl": _jsonl_table, "csv": _csv_table, "parquet": _parquet_table}  # format -> whole-table reader
 
 
 def unreadable(fmt: str, where: str, exc: BaseException) -> DataError:

@@ -56,6 +56,7 @@ from calm_core.data.readers import (
     check_readable,
     csv_header,
     csv_record,
+    format_entry,
     is_json_array,
     open_parquet,
     parquet_rows,
@@ -276,14 +277,22 @@ def open_source(path: Path, fmt: str, source: str | None = None) -> RowSource | 
     one array (read whole). Whole-file problems raise the DataError `open_table` raises."""
     where = source or str(path)
     check_readable(path, where)
+    opener = format_entry(SOURCE_OPENERS, fmt)
     try:
-        if fmt == "csv":
-            return CsvSource(path, source or path.name, where, csv_header(path, where))
-        if fmt == "parquet":
-            return ParquetSource(path, source or path.name, where, open_parquet(path, where))
-        return None if is_json_array(path) else JsonlSource(path, source or path.name, where)
+        return opener(path, source or path.name, where)
     except READ_ERRORS as exc:
         raise unreadable(fmt, where, exc) from None
+
+
+def _jsonl_source(path: Path, name: str, where: str) -> RowSource | None:
+    return None if is_json_array(path) else JsonlSource(path, name, where)
+
+
+SOURCE_OPENERS: dict[str, Callable[[Path, str, str], RowSource | None]] = {  # format -> streaming opener
+    "jsonl": _jsonl_source,
+    "csv": lambda path, name, where: CsvSource(path, name, where, csv_header(path, where)),
+    "parquet": lambda path, name, where: ParquetSource(path, name, where, open_parquet(path, where)),
+}
 
 
 def guarded_scan(source: RowSource) -> Iterator[KeyedRow]:
