@@ -271,7 +271,7 @@ share = st.selectbox("Run", chosen, format_func=labels.get, key="compare_share_r
 c1, c2 = st.columns(2)
 # Callables: the report and the zip are built when clicked, not on every rerun of the page.
 # on_click="ignore": a rerun would give every download button a new file id, and a second
-# click that still holds the old one then downloads nothing (seen in the browser test).
+# click that still holds the old one then downloads nothing.
 c1.download_button(
     "Report (HTML)",
     lambda: run_report_html(RunDir.at(share)),

@@ -71,7 +71,7 @@ def _calibrate(z: torch.Tensor, log_t: torch.Tensor, shift: torch.Tensor | None,
     return torch.where(pad, torch.full((), -math.inf, dtype=out.dtype, device=out.device), out)
 
 
-# Where a head may act, by scoring rule (design.md, "The maths"). Under `letter` the
+# Where a head may act, by scoring rule. Under `letter` the
 # option scores are the answer position's logits at the letter tokens: the vocab head
 # (the paper's) scales those rows and the options head is the same thing on the K
 # letters. Under cloze an option's score is a sum over its own tokens and the prompt

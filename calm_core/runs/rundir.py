@@ -1,4 +1,4 @@
-"""Run-directory files, written in exactly one way (see shared/design.md, "Run directory").
+"""Run-directory files, written in exactly one way (the guarantees: docs/reliability.md).
 
 A run lives in `runs/<run_id>/` (root: `workspace_dir()/runs` unless given):
 

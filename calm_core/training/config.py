@@ -293,11 +293,10 @@ def _positive_int(name: str, value: Any) -> None:
 
 
 PRESETS: dict[str, dict[str, Any]] = {
-    # Minutes on 2 CPU cores with the embedded model: few steps, small batches, LoRA on
-    # the attention projections of the top layers only.
-    # eval_batch_size 64: larger matmuls make the periodic evaluation a little faster than at 32.
-    # inner_steps 3: bench/train_step.py measures 0.90 s/step and an inner drop of 0.80 of L on
-    # ARC-Easy (T = 10: 2.65 s and 0.99), which keeps a 300-step run near 5 minutes here.
+    # Minutes on 2 CPU cores with the embedded model: few steps, small batches, LoRA on the
+    # attention projections of the top layers only; eval_batch_size 64 because larger
+    # matmuls evaluate faster; inner_steps 3 because T = 3 already takes most of the inner
+    # drop at a third of T = 10's cost (bench/train_step.py, docs/performance.md).
     "quick": {
         "steps": 40,
         "batch_size": 4,

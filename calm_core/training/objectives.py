@@ -4,7 +4,7 @@
     lower = option_cross_entropy(z, gold)                   # L_tr: CE at the gold option
     upper = negative_entropy(z)                             # F: minus mean entropy of p(options | x)
 
-The head says where it acts (`CalibrationHead.acts_on`, design.md "The maths"); both
+The head says where it acts (`CalibrationHead.acts_on`, docs/architecture.md); both
 transforms are applied to every batch and each is the identity unless the head acts there:
 - `head.on_tokens`, inside the forward pass: under `letter` the answer-position logits
   of the letter tokens, each scaled by its own vocabulary row of (l, tau) (`index` = the

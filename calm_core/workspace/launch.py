@@ -74,6 +74,6 @@ def active_runs_of(launched_by: str, root: str | Path | None = None) -> int:
 
 def left_the_queue(run: RunDir) -> bool:
     """Whether the run has started, by anyone: another session's or job's `schedule` may
-    start it before this caller's own does (two studio sessions launching at once both
-    said "queued" while one of them ran)."""
+    start it before this caller's own does, so a caller asks this rather than trusting
+    what its own `schedule` returned."""
     return run.status.get("state") != "queued"
