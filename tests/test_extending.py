@@ -39,7 +39,7 @@ def focal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     found = discover("doc_methods", [str(package)])
     assert set(found) == {"focal"}
-    monkeypatch.setitem(methods.METHODS, "focal", found["focal"])
+    monkeypatch.setitem(methods.METHODS, "focal", methods.as_method(found["focal"]))
     yield found["focal"]
     sys.modules.pop("doc_methods.focal", None)
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from calm_core.calibration import metrics
-from calm_core.calibration.posthoc import MIN_FIT_ITEMS, TemperatureScaler, VectorScaler, load_scaler
+from calm_core.calibration.posthoc import MIN_FIT_ITEMS, TemperatureScaler, VectorScaler, calibrators, load_scaler
 
 T_TRUE = 2.5  # temperature the labels are drawn at
 N_ITEMS, N_OPTIONS = 20_000, 4
@@ -119,7 +119,10 @@ def test_ts_on_ragged_logits_is_finite_and_keeps_padding_at_zero(ragged):
     np.testing.assert_array_equal(probs.argmax(axis=1), z.argmax(axis=1))
 
 
-@pytest.mark.parametrize("scaler", [TemperatureScaler, VectorScaler])
+EVERY_CALIBRATOR = sorted(calibrators().values(), key=lambda c: c.name)  # the registry: a new one is tested too
+
+
+@pytest.mark.parametrize("scaler", EVERY_CALIBRATOR)
 def test_fit_refuses_fewer_than_min_items(scaler):
     rng = np.random.default_rng(2)
     z, y = rng.normal(size=(MIN_FIT_ITEMS - 1, 4)), rng.integers(0, 4, MIN_FIT_ITEMS - 1)
@@ -129,7 +132,7 @@ def test_fit_refuses_fewer_than_min_items(scaler):
     assert scaler.fit(z, y).n_fit == MIN_FIT_ITEMS  # the boundary itself is allowed
 
 
-@pytest.mark.parametrize("scaler", [TemperatureScaler, VectorScaler])
+@pytest.mark.parametrize("scaler", EVERY_CALIBRATOR)
 @pytest.mark.parametrize("logits_shape, labels_len", [((20, 4), 19), ((20,), 20), ((20, 4, 1), 20)])
 def test_fit_rejects_shape_mismatch(scaler, logits_shape, labels_len):
     with pytest.raises(ValueError, match=r"Expected `logits` of shape \(N, K\) with N = len\(labels\)"):

@@ -182,7 +182,7 @@ class TrainConfig:
         _one_of("optimizer", self.optimizer, OPTIMIZERS + ("auto",))
         _one_of("autocast", self.autocast, AUTOCASTS + ("auto",))
         if self.optimizer == "auto":
-            self.optimizer = getattr(method, "OPTIMIZER", "adamw")
+            self.optimizer = method.OPTIMIZER
         for name in ("lr_theta", "lr_alpha"):
             if getattr(self, name) is None:
                 setattr(self, name, DEFAULT_LR[self.optimizer][name])
@@ -212,7 +212,7 @@ class TrainConfig:
     def effective_scope(self) -> str:
         """The head's scope: the method's forced one, else `scope`, with auto resolved by
         the scoring rule and task (head.scopes_for: letter -> vocab, cloze -> scalar)."""
-        forced = getattr(get_method(self.method), "FORCED_SCOPE", None)
+        forced = get_method(self.method).FORCED_SCOPE
         if forced is not None:
             return forced
         if self.scope == "auto":
@@ -331,7 +331,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 def method_settings(method: str, given: Any) -> Any:
     """The method's Settings filled from `given` (None, a dict, or Settings already);
     None for a method that declares none (then `given` must be empty)."""
-    kind = getattr(get_method(method), "Settings", None)
+    kind = get_method(method).Settings
     if kind is None:
         if given:
             raise ValueError(f"Expected no method_settings for method {method!r} (it has none), but got {given!r}")
@@ -363,7 +363,7 @@ def nest_settings(data: dict[str, Any]) -> dict[str, Any]:
     owners = {
         f.name: (name, f)
         for name, module in METHODS.items()
-        if hasattr(module, "Settings")
+        if module.Settings is not None
         for f in dataclasses.fields(module.Settings)
     }
     own = dict(data.get("method_settings") or {}) if not dataclasses.is_dataclass(data.get("method_settings")) else None
@@ -398,5 +398,5 @@ def train_settings() -> dict[str, SettingSpec]:
     """Every declared setting (calm_core.settings) of TrainConfig, its sections and every
     method's Settings, by its flat name: the `calm train` flags and the studio's widgets.
     A value given by that name goes through `from_dict`, which puts it in its section."""
-    kinds = [TrainConfig] + [m.Settings for m in METHODS.values() if hasattr(m, "Settings")]
+    kinds = [TrainConfig] + [m.Settings for m in METHODS.values() if m.Settings is not None]
     return {spec.name: spec for kind in kinds for spec in declared_settings(kind)}

@@ -46,6 +46,25 @@ class Task(Protocol):
     def added_evaluation(self, ctx: "StepContext", evals: dict, calibrators: dict, root: Any) -> list[dict]: ...
 
 
+class Method(Protocol):
+    """A training method: one module under training/methods/ with these names. The first
+    four are required; the rest are optional, and `methods.as_method` gives a module that
+    lacks one the default written here, so callers read them without getattr."""
+
+    NAME: str
+    USES_HEAD: bool  # whether it trains a calibration head (alpha) beside theta
+    DESCRIPTION: str  # one sentence for the Train page and `calm train --help`
+
+    def step(self, ctx: "StepContext", train_items: Sequence[Any], heldout_items: Sequence[Any]) -> dict[str, float]:
+        """One training step on a batch of S_T and one of S_V; returns the log values."""
+        ...
+
+    OPTIMIZER: str  # optional, "adamw": the optimizer `optimizer = auto` picks (a plain BOME step: "sgd")
+    FORCED_SCOPE: str | None  # optional, None: the head scope the method always uses
+    Settings: type | None  # optional, None: the method's own settings dataclass (method_settings)
+    step_cost: Callable[[Any], float] | None  # optional, None: a step's cost in SFT steps, from the config
+
+
 @dataclass
 class StepContext:
     """The model under training, its head and optimizer, the method's settings and the task."""

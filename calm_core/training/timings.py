@@ -80,7 +80,7 @@ def step_cost(cfg: Any) -> float:
     batch item): the method's own `step_cost(cfg)` where it declares one, else 1."""
     from calm_core.training.methods import get_method
 
-    declared = getattr(get_method(cfg.method), "step_cost", None)
+    declared = get_method(cfg.method).step_cost
     return float(declared(cfg)) if declared is not None else 1.0
 
 
