@@ -199,7 +199,7 @@ def _posthoc(args: argparse.Namespace, lm: Any, cfg: Any, fit_items: dict[str, l
         calibrator = load_calibrator(args.ts_file)
         return [PosthocFit(calibrator.name, calibrator, {"file": str(args.ts_file)})]
     fit_sets = {
-        name: score_items(lm, items, cfg, args.batch_size, not args.quiet, dataset=name)
+        name: score_items(lm, items, cfg, batch_size=args.batch_size, progress=not args.quiet, dataset=name)
         for name, items in fit_items.items()
     }
     fits = fit_posthoc(fit_sets)
@@ -259,7 +259,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     fits = _posthoc(args, lm, cfg, fit_items)
     rows = []
     for name in datasets:
-        scores = score_items(lm, items[name], cfg, args.batch_size, not args.quiet, dataset=name)
+        scores = score_items(lm, items[name], cfg, batch_size=args.batch_size, progress=not args.quiet, dataset=name)
         for variant, calibrator in [("base", None)] + [(f.variant, f.calibrator) for f in fits]:
             rows.append(result_row(scores, name, variant, calibrator, n_bins=args.bins))
             if args.save_preds:

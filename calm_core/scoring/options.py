@@ -562,6 +562,7 @@ def score_items(
     lm: Any,
     items: Sequence[MCItem],
     cfg: ScoringConfig | None = None,
+    *,
     batch_size: int = 32,
     progress: bool | ProgressFn = True,
     share_prefix: bool = True,
@@ -571,7 +572,18 @@ def score_items(
     """`score_with` on a LoadedModel (scoring.models), its name, kind and dtype recorded
     with the scores."""
     info = {k: lm.info[k] for k in ("name", "kind", "dtype", "device") if k in getattr(lm, "info", {})}
-    return score_with(lm.model, lm.tokenizer, items, cfg, batch_size, progress, share_prefix, head, dataset, info)
+    return score_with(
+        lm.model,
+        lm.tokenizer,
+        items,
+        cfg,
+        batch_size=batch_size,
+        progress=progress,
+        share_prefix=share_prefix,
+        head=head,
+        dataset=dataset,
+        model_info=info,
+    )
 
 
 def score_with(
@@ -579,6 +591,7 @@ def score_with(
     tokenizer: Any,
     items: Sequence[MCItem],
     cfg: ScoringConfig | None = None,
+    *,
     batch_size: int = 32,
     progress: bool | ProgressFn = True,
     share_prefix: bool = True,

@@ -65,7 +65,7 @@ class Method(Protocol):
     step_cost: Callable[[Any], float] | None  # optional, None: a step's cost in SFT steps, from the config
 
 
-@dataclass
+@dataclass(kw_only=True)
 class StepContext:
     """The model under training, its head and optimizer, the method's settings and the task."""
 

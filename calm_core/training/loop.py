@@ -76,7 +76,16 @@ def build_context(cfg: TrainConfig, lm: Any, k_max: int) -> tuple[StepContext, d
     scoring = ScoringConfig(rule=cfg.scoring, chat_template=cfg.chat_template)
     runner, prefix_record = _frozen_prefix_runner(cfg, model)
     ctx = StepContext(
-        model, lm.tokenizer, scoring, optimizer, theta, alpha, head, cfg, get_task(cfg.task), runner=runner
+        model=model,
+        tokenizer=lm.tokenizer,
+        scoring=scoring,
+        optimizer=optimizer,
+        theta=theta,
+        alpha=alpha,
+        head=head,
+        settings=cfg,
+        task=get_task(cfg.task),
+        runner=runner,
     )
     record = {
         "quantization": {"four_bit": use_4bit and lm.spec.load_in_4bit, "reason": why},

@@ -83,7 +83,9 @@ def evaluate_now(
         if not items:
             continue
         cache = caches.setdefault(name, {}) if caches is not None else {}
-        probs = metrics.softmax(_scores_for(ctx, items, batch_size, True, True, cache).logits)
+        probs = metrics.softmax(
+            _scores_for(ctx, items, batch_size, use_head=True, use_adapter=True, cache=cache).logits
+        )
         gold = np.array([it.answer for it in items])
         summary = metrics.summarize(probs, gold)
         for key in EVAL_KEYS:
@@ -105,12 +107,14 @@ def selection_candidate(
     if not data.heldout:
         return None
     bs = ctx.settings.eval_batch_size
-    heldout = _scores_for(ctx, data.heldout, bs, True, True, caches.setdefault("heldout", {}))
+    heldout = _scores_for(
+        ctx, data.heldout, bs, use_head=True, use_adapter=True, cache=caches.setdefault("heldout", {})
+    )
     losses = metrics.item_nll(metrics.softmax(heldout.logits), heldout.gold)
     probe = lower_probe(ctx.settings, data.train)
     lower = None
     if probe:
-        theta_only = _scores_for(ctx, probe, bs, False, True, {})
+        theta_only = _scores_for(ctx, probe, bs, use_head=False, use_adapter=True, cache={})
         lower = metrics.nll(metrics.softmax(theta_only.logits), theta_only.gold)
     return Candidate(
         step=step,
@@ -220,6 +224,7 @@ def _scores_for(
     ctx: StepContext,
     items: list[MCItem],
     bs: int,
+    *,
     use_head: bool,
     use_adapter: bool,
     cache: dict[tuple[bool, bool], Any],
@@ -229,7 +234,7 @@ def _scores_for(
     key = (use_head and ctx.head is not None, use_adapter)
     if key not in cache:
         if key[0] and ctx.head.acts_on == "options":
-            raw = _scores_for(ctx, items, bs, False, use_adapter, cache)
+            raw = _scores_for(ctx, items, bs, use_head=False, use_adapter=use_adapter, cache=cache)
             cache[key] = dataclasses.replace(raw, logits=apply_option_head(raw.logits, ctx.head))
         else:
             cache[key] = _variant_scores(ctx, items, bs, *key)
@@ -256,7 +261,7 @@ def final_evaluation(
     heldout_cache: dict[tuple[bool, bool], Any] = (reuse or {}).get("heldout", {})
 
     def heldout_logits() -> tuple[np.ndarray, np.ndarray]:
-        heldout = _scores_for(ctx, data.heldout, bs, False, False, heldout_cache)
+        heldout = _scores_for(ctx, data.heldout, bs, use_head=False, use_adapter=False, cache=heldout_cache)
         return heldout.logits, heldout.gold
 
     fitted, notes = fit_baselines(
@@ -308,7 +313,9 @@ def _evaluate_sets(
     for name, items in evals.items():
         cache: dict[tuple[bool, bool], Any] = (reuse or {}).get(name, {})
         for variant, use_head, use_adapter, calibrator in variants:
-            scores = _scores_for(ctx, items, ctx.settings.eval_batch_size, use_head, use_adapter, cache)
+            scores = _scores_for(
+                ctx, items, ctx.settings.eval_batch_size, use_head=use_head, use_adapter=use_adapter, cache=cache
+            )
             rows.append(result_row(scores, name, variant, calibrator))
             write_predictions(root, variant, name, predictions_frame(scores, calibrator))
             fault_point("eval_written")
@@ -323,8 +330,8 @@ def _recommendation(
     if not data.heldout:
         return None
     bs = ctx.settings.eval_batch_size
-    base = _scores_for(ctx, data.heldout, bs, False, False, heldout_cache)
-    trained = _scores_for(ctx, data.heldout, bs, True, True, heldout_cache)
+    base = _scores_for(ctx, data.heldout, bs, use_head=False, use_adapter=False, cache=heldout_cache)
+    trained = _scores_for(ctx, data.heldout, bs, use_head=True, use_adapter=True, cache=heldout_cache)
     probs = {"base": metrics.softmax(base.logits), ctx.settings.method: metrics.softmax(trained.logits)}
     posthoc, how = cross_fitted(base.logits, base.gold, {name: type(c) for name, c in fitted.items()})
     in_sample = list(posthoc) if how.startswith(IN_SAMPLE) else []
