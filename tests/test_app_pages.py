@@ -53,6 +53,8 @@ def test_train_launches_a_job_then_monitor_compare_and_playground_show_it(open_p
     at.number_input(key="train_steps").set_value(4)
     at.number_input(key="train_eval_limit").set_value(12)
     at.number_input(key="train_layers").set_value(1)
+    at.number_input(key="train_select_patience").set_value(3)  # the last advanced settings have widgets too
+    at.number_input(key="train_threads").set_value(1)
     at.run()
     assert not at.exception, at.exception
     assert any("Steps" == m.label for m in at.metric)
@@ -60,6 +62,11 @@ def test_train_launches_a_job_then_monitor_compare_and_playground_show_it(open_p
     assert not at.exception, at.exception
     assert at.success and "Run `" in at.success[0].value
     run_id = _wait_finished()
+    from calm_core.runs.rundir import RunDir
+
+    run = RunDir.at(run_id)
+    assert run.config["train"]["select_patience"] == 3 and run.config["train"]["threads"] == 1
+    assert run.status["threads"] == {"threads": 1, "why": "set (threads)"}
     for page in PAGES:  # every page, now with a finished run in the workspace
         at = open_page(page)
         assert not at.exception and not at.error, (page, at.exception, [e.value for e in at.error])

@@ -60,6 +60,7 @@ ADVANCED = (
     "select",
     "select_patience",
     "lower_tolerance",
+    "threads",
 )
 OPTIMIZER_DEPENDENT = ("lr_theta", "lr_alpha")  # their defaults follow the optimizer: one widget per optimizer
 
@@ -290,13 +291,17 @@ with st.expander("Advanced settings"):
     optimizer = setting_input(o1, spec_of["optimizer"], "auto", key="train_optimizer")
     base = TrainConfig.preset(preset, method=method, task=task, scoring=rule, scope=scope, optimizer=optimizer)
     chosen: dict[str, Any] = {}  # flat setting name -> value; TrainConfig.from_dict puts each in its section
-    a1, a2, a3, a4 = st.columns(4)
-    b1, b2, b3, b4 = st.columns(4)
-    for column, name in zip([o2, o3, o4, a1, a2, a3, a4, b1, b2], ADVANCED, strict=False):
+    # every ADVANCED setting gets a cell, four to a row after the optimizer's (one each: zip is strict)
+    rows = [st.columns(4) for _ in range(-(-(len(ADVANCED) + 2 - 3) // 4))]
+    cells = [o2, o3, o4, *(cell for row in rows for cell in row)]
+    for column, name in zip(cells[: len(ADVANCED)], ADVANCED, strict=True):
         key = _key(f"train_{name}_{base.optimizer}") if name in OPTIMIZER_DEPENDENT else f"train_{name}"
         chosen[name] = setting_input(column, spec_of[name], current_value(base, spec_of[name]), key)
-    rank = b3.number_input("LoRA rank", 1, 256, base.lora.r, key="train_rank")
-    layers = b4.number_input("LoRA on top N layers (0: all)", 0, 200, base.lora.layers or 0, key="train_layers")
+    lora_rank_cell, lora_layers_cell = cells[len(ADVANCED)], cells[len(ADVANCED) + 1]
+    rank = lora_rank_cell.number_input("LoRA rank", 1, 256, base.lora.r, key="train_rank")
+    layers = lora_layers_cell.number_input(
+        "LoRA on top N layers (0: all)", 0, 200, base.lora.layers or 0, key="train_layers"
+    )
     d1, d2, d3 = st.columns(3)
     four_bit = d1.selectbox(
         "4-bit (QLoRA)",
