@@ -53,6 +53,9 @@ def finished_fake_run(root: Path, *, absolute: bool) -> RunDir:
     jobs.submit(run, [sys.executable, str(FAKE), "--run-dir", where, "--steps", "6", "--sleep", "0.01",
                       "--ckpt-every", "2"])
     wait_for("the fake run to finish", lambda: run.state().state == "finished")
+    # `finished` is written before the worker exits (it still schedules the queue): a resume in
+    # that moment is rightly refused ("a worker ... is still running"), so wait for the exit too
+    wait_for("the fake run's worker to exit", lambda: not jobs.worker_pids(run))
     return run
 
 
