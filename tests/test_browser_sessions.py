@@ -72,7 +72,7 @@ def _configure_run(page, url: str, model_dir: Path, name: str) -> None:
     page.goto(f"{url}/train")
     page.get_by_role("heading", name="Train").first.wait_for(timeout=180_000)
     fill_short_tiny_run(page, model_dir, STEPS, EVAL_ITEMS, name)
-    page.wait_for_function(LAUNCH_BUTTON_JS, timeout=60_000)
+    page.wait_for_function(LAUNCH_BUTTON_JS, timeout=180_000)  # a cold Train page under a full suite
     assert not _exceptions(page), _exceptions(page)
 
 
