@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from calm_core.runs.listing import list_runs
+from tests.pages import run_picker
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = ["views/learn.py", "views/data.py", "views/train.py", "views/monitor.py", "views/compare.py",
@@ -72,7 +73,7 @@ def test_train_launches_a_job_then_monitor_compare_and_playground_show_it(open_p
         assert not at.exception and not at.error, (page, at.exception, [e.value for e in at.error])
 
     monitor = open_page("views/monitor.py")
-    assert monitor.selectbox(key="monitor_select").value == run_id
+    assert run_picker(monitor).value == run_id
     text = _text(monitor)
     assert "finished" in "\n".join(str(p.proto.text) for p in monitor.get("progress")) or "finished" in text
     assert "Final evaluation" in text
@@ -138,6 +139,26 @@ def test_train_page_says_which_rows_a_chosen_dataset_rejected(open_page, tiny_ev
     labels = [e.label for e in at.expander if "rejected" in e.label]
     assert labels == [":material/warning: 1 of 3 rows read from upload/quiz were rejected"]
     assert "日本.csv, row 3, field `label`: Expected a letter in A..B, but got 'Z'" in "\n".join(t.value for t in at.text)
+
+
+def test_train_page_keeps_a_sessions_data_choice_and_without_datasets_asks_for_one(open_page, tiny_everywhere,
+                                                                                    monkeypatch) -> None:
+    """The data pickers start at the studio's demo and keep the session's choice across
+    reruns; with no dataset to choose the page asks for one instead of failing in the estimate."""
+    import calm_core.data.catalog
+
+    at = open_page("views/train.py")
+    assert at.selectbox(key="train_data").value == "builtin/chemical_symbols/train"  # the studio's demo
+    at.selectbox(key="train_heldout").set_value("builtin/units/validation").run()
+    at.run()
+    assert at.selectbox(key="train_heldout").value == "builtin/units/validation"
+    assert not at.exception, at.exception
+
+    monkeypatch.setattr(calm_core.data.catalog, "list_datasets", lambda kind=None: [])
+    empty = open_page("views/train.py")
+    assert not empty.exception, empty.exception
+    assert [i.value for i in empty.info][-1].startswith("Choose a training set S_T and a held-out set S_V")
+    assert not [b for b in empty.button if b.key == "train_launch"]
 
 
 def test_no_pages_folder_so_a_direct_url_goes_through_the_router() -> None:
@@ -440,16 +461,16 @@ def test_monitor_and_playground_start_on_the_newest_run_and_monitor_follows_a_la
 
     older, newer = _two_runs(with_ts=True)
     monitor = open_page("views/monitor.py")
-    assert monitor.selectbox(key="monitor_select").value == newer.run_id
+    assert run_picker(monitor).value == newer.run_id
     assert not monitor.exception, monitor.exception
     verdict_table = next(d.value for d in monitor.dataframe if "best calibrated" in d.value.columns)
     assert verdict_table.iloc[0]["best calibrated"] == "calm (ECE 0.060)"
-    monitor.selectbox(key="monitor_select").set_value(older.run_id).run()
+    run_picker(monitor).set_value(older.run_id).run()
     # What the Train page's launch does: the Monitor then opens that run, in this session.
     monitor.switch_page("views/train.py").run()
     monitor.session_state["monitor_run"] = newer.run_id
     monitor.switch_page("views/monitor.py").run()
-    assert monitor.selectbox(key="monitor_select").value == newer.run_id
+    assert run_picker(monitor).value == newer.run_id
 
     monkeypatch.setattr(app.state, "get_trained", lambda run_id: untrained(tiny_everywhere))
     play = open_page("views/playground.py")
@@ -457,3 +478,19 @@ def test_monitor_and_playground_start_on_the_newest_run_and_monitor_follows_a_la
     assert play.selectbox(key="play_run").value == newer.run_id
     rows = play.dataframe[0].value
     assert list(rows["right"])[0] in ("✓ right", "✗ wrong") and "p(Mars)" in rows.columns  # the first option is right
+
+
+def test_the_monitors_picker_shows_a_runs_new_state_after_a_rerun(open_page) -> None:
+    """The browser keeps a keyed selectbox's text across reruns, so a picker whose key stayed put
+    showed "queued" on a finished run; the key follows the labels, the chosen run stays chosen."""
+    older, newer = _two_runs()
+    monitor = open_page("views/monitor.py")
+    run_picker(monitor).set_value(older.run_id).run()
+    before = run_picker(monitor)
+    assert " · finished · " in before.format_func(older.run_id)
+    older.write_status("cancelled")
+    monitor.run()
+    after = run_picker(monitor)
+    assert after.key != before.key and after.value == older.run_id
+    assert " · cancelled · " in after.format_func(older.run_id)
+    assert not monitor.exception, monitor.exception

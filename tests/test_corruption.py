@@ -23,6 +23,7 @@ from calm_core.runs.jobs import worker_command
 from calm_core.io import atomic_write_json
 from calm_core.runs.rundir import RunDir
 from calm_core.runs.state import DAMAGED
+from tests.pages import run_picker
 from tests.test_reliability import snapshot
 from tests.test_trainer import DATA, fresh_lm
 
@@ -123,11 +124,10 @@ def check_case(pattern: str, kind: str, workspace: Path, capsys, open_page) -> N
     else:
         assert rc == 2 and one_line_naming(err, pattern), (rc, err)
 
-    for page, key, value in (("views/monitor.py", "monitor_select", "halfway"), ("views/monitor.py", "monitor_select", "done"),
-                             ("views/compare.py", None, None)):
+    for page, value in (("views/monitor.py", "halfway"), ("views/monitor.py", "done"), ("views/compare.py", None)):
         at = open_page(page)
-        if key:
-            at.selectbox(key=key).set_value(value).run()
+        if value:
+            run_picker(at).set_value(value).run()
         assert not at.exception, (page, value, at.exception)
         for error in at.error:
             assert "\n" not in error.value.strip() and "Traceback" not in error.value, error.value

@@ -3,6 +3,7 @@ every few seconds; closing it changes nothing for the job."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -53,6 +54,14 @@ def _tooltips(columns: list[str] | tuple[str, ...]) -> dict:
     return {name: st.column_config.Column(help=text) for name, text in help_texts(columns).items()}
 
 
+def _picker_key(labels: dict[str, str]) -> str:
+    """The run picker's key follows its labels. Streamlit keeps a keyed selectbox's shown
+    text across reruns, so a run's label kept the state it had when the page opened ("queued"
+    on a finished run); a new key draws a fresh picker, on the run kept in `monitor_run`."""
+    digest = hashlib.sha1("\n".join(labels.values()).encode()).hexdigest()[:10]
+    return f"monitor_pick_{digest}"
+
+
 st.title("Monitor")
 runs = list_runs()
 if not runs:
@@ -62,13 +71,14 @@ if not runs:
 ids = [r.run_id for r in runs]  # newest first
 labels = {r.run_id: run_label(r) for r in runs}
 wanted = st.session_state.get("monitor_run")  # this session's last launch (Train) or last look; else the newest
-run_id = st.selectbox(
-    "Run",
-    ids,
-    index=ids.index(wanted) if wanted in ids else 0,
-    key="monitor_select",
-    format_func=lambda r: labels.get(r, r),
-)
+with st.container(key="monitor_select"):  # a stable name for the picker's box (the browser tests find it)
+    run_id = st.selectbox(
+        "Run",
+        ids,
+        index=ids.index(wanted) if wanted in ids else 0,
+        key=_picker_key(labels),
+        format_func=lambda r: labels.get(r, r),
+    )
 st.session_state["monitor_run"] = run_id
 run = RunDir.at(run_id)
 

@@ -179,30 +179,23 @@ st.subheader("2. Data")
 c1, c2 = st.columns(2)
 
 
-def _preset(key: str, value):
-    """A widget's default, or None when its value is already in the session (a split taken
-    from the Data page): Streamlit warns when a widget gets both."""
-    return None if key in st.session_state else value
+def _start_at(key: str, value) -> None:
+    """A data widget starts at `value` unless the session already holds one (a split taken
+    from the Data page). The value goes into the session, never as the widget's default:
+    a default of None for "already set" built the picker empty whenever the browser had not
+    sent its value yet, and the estimate then failed on a missing dataset."""
+    st.session_state.setdefault(key, value)
 
 
-train_data = c1.selectbox(
-    "Training set S_T (labelled)",
-    names,
-    key=_key("train_data"),
-    index=_preset(_key("train_data"), _index(names, default_train)),
-)
-heldout = c2.selectbox(
-    "Held-out S_V (entropy inputs; its labels fit TS)",
-    names,
-    key=_key("train_heldout"),
-    index=_preset(_key("train_heldout"), _index(names, default_heldout)),
-)
-evals = st.multiselect(
-    "Evaluation sets (in domain and out of domain)",
-    names,
-    key=_key("train_evals"),
-    default=_preset(_key("train_evals"), [n for n in default_evals if n in names]),
-)
+_start_at(_key("train_data"), names[_index(names, default_train)] if names else None)
+_start_at(_key("train_heldout"), names[_index(names, default_heldout)] if names else None)
+_start_at(_key("train_evals"), [n for n in default_evals if n in names])
+train_data = c1.selectbox("Training set S_T (labelled)", names, key=_key("train_data"))
+heldout = c2.selectbox("Held-out S_V (entropy inputs; its labels fit TS)", names, key=_key("train_heldout"))
+evals = st.multiselect("Evaluation sets (in domain and out of domain)", names, key=_key("train_evals"))
+if train_data is None or heldout is None:
+    st.info("Choose a training set S_T and a held-out set S_V: the cost and the launch need both.")
+    st.stop()
 _show_rejections([train_data, heldout, *evals], "open" if openqa else "mc")
 
 st.subheader("3. Method")
