@@ -281,7 +281,9 @@ def test_every_open_answer_column_is_a_key_of_summarize_open():
 
 def test_declarations_are_unique_and_name_known_tables():
     assert len({c.name for c in COLUMNS}) == len(COLUMNS)
-    assert all(c.tables and set(c.tables) <= set(TABLES) for c in COLUMNS)
+    assert all(set(c.tables) <= set(TABLES) for c in COLUMNS)
+    assert all(c.tables or c.compute or c.curve for c in COLUMNS)  # each declaration is used somewhere
+    assert all(c.compute for c in COLUMNS if c.curve or c.interval or c.binned)  # a curve or interval needs a metric
     assert not set(KEY_COLUMNS) & {c.name for c in COLUMNS}
     with pytest.raises(ValueError, match="table names in"):
         metric_names("mcqa", "monitor")

@@ -20,10 +20,11 @@ import pandas as pd
 import pytest
 
 from calm_core.calibration import metrics
-from calm_core.workspace.report import OVER, UNDER, reliability_svg, run_report_html
-from calm_core.workspace.view import bome_line, bome_summary
+from calm_core.calibration.metrics.columns import interval_names
 from calm_core.io import atomic_write_json
 from calm_core.runs.rundir import RunDir, predictions_path, write_predictions
+from calm_core.workspace.report import OVER, UNDER, reliability_svg, run_report_html
+from calm_core.workspace.view import bome_line, bome_summary
 from tests.test_trainer import fresh_lm, small_config
 
 MALICIOUS = "<script>alert(1)</script>"
@@ -78,8 +79,8 @@ def parse(text: str) -> Document:
 @pytest.fixture(scope="module")
 def finished_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> RunDir:
     """A finished calm run as `calm train` writes it (config.json with train + environment)."""
-    from calm_core.workspace.launch import create_run
     from calm_core.training.loop import train
+    from calm_core.workspace.launch import create_run
 
     cfg = small_config(steps=3, eval_every=2, heldout_limit=12, scope="options", name="report run",
                        model=str(tiny_model_dir))  # 12 S_V items: enough for the ts variant (>= 10)
@@ -256,7 +257,7 @@ def test_report_opens_with_the_selected_step_the_recommendation_and_the_evidence
     assert escape(verdict.selection_line(results)) in section
     assert escape(verdict.recommendation_line(results, "calm")) in section
     assert ('class="win"' in section) == (recommended == "calm")
-    evidence = [cells for cells in doc.rows if len(cells) == 2 + len(verdict.EVIDENCE_METRICS)]
+    evidence = [cells for cells in doc.rows if len(cells) == 2 + len(interval_names())]
     assert evidence[0] == ["dataset", "variant", "acc", "ece", "auroc", "confidence"]
     wanted = ["base", "ts", "vs", "calm"] if recommended == "calm" else ["base", "vs", "calm"]
     assert [cells[1].rstrip(" *") for cells in evidence[1:]] == wanted

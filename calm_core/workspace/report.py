@@ -21,7 +21,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from calm_core.calibration import metrics
-from calm_core.calibration.metrics.columns import cell, is_missing
+from calm_core.calibration.metrics.columns import cell, interval_names, is_missing
 from calm_core.runs.rundir import RunDir
 from calm_core.training.config import recorded_bilevel
 from calm_core.workspace import verdict
@@ -97,12 +97,12 @@ def _verdict(results: dict[str, Any], method: str) -> str:
     lines += [f'<p class="note">{escape(note)}</p>' for note in verdict.missing_variant_notes(results).values()]
     rows = verdict.evidence_rows(results, method) if selection or advice else []  # the evidence for a verdict
     if rows:
-        columns = ["dataset", "variant", *verdict.EVIDENCE_METRICS]
+        columns = ["dataset", "variant", *interval_names()]
         head = "".join(f"<th>{escape(c)}</th>" for c in columns)
         body = "".join(
             f'<tr><td class="t">{escape(r["dataset"])}</td><td class="t">{escape(r["variant"])}'
             f"{' *' if r['recommended'] else ''}</td>"
-            + "".join(f"<td>{escape(r[m])}</td>" for m in verdict.EVIDENCE_METRICS)
+            + "".join(f"<td>{escape(r[m])}</td>" for m in interval_names())
             + "</tr>"
             for r in rows
         )

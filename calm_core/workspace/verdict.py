@@ -16,12 +16,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from calm_core.calibration.metrics.columns import interval_names
 from calm_core.calibration.posthoc import calibrators
 from calm_core.calibration.recommend import accuracy_slack
 from calm_core.training.selection import lower_limit
 from calm_core.workspace.export import POSTHOC_EXPORTS
 
-EVIDENCE_METRICS = ("acc", "ece", "auroc", "confidence")  # with their 90% bootstrap intervals
 # A forecast is near-uniform when its mean confidence is within this of chance (1/K) while the
 # model's accuracy is clearly above chance: its small ECE then hides what the model knows.
 NEAR_UNIFORM_CONFIDENCE = 0.05
@@ -60,7 +60,7 @@ def evidence_rows(results: dict[str, Any], method: str) -> list[dict[str, Any]]:
             continue
         ci = row.get("ci90") or {}
         out = {"dataset": row["dataset"], "variant": row["variant"], "recommended": row["variant"] == chosen}
-        for name in EVIDENCE_METRICS:
+        for name in interval_names():
             value, bounds = row.get(name), ci.get(name)
             out[name] = _with_interval(value, bounds)
         rows.append(out)
@@ -180,9 +180,9 @@ def verdict_lines(results: dict[str, Any], method: str) -> list[str]:
     lines += verdict_row_lines(results)
     rows = evidence_rows(results, method)
     if rows:
-        header = ["dataset", "variant", *EVIDENCE_METRICS]
+        header = ["dataset", "variant", *interval_names()]
         cells = [
-            [r["dataset"], r["variant"] + (" *" if r["recommended"] else ""), *(r[m] for m in EVIDENCE_METRICS)]
+            [r["dataset"], r["variant"] + (" *" if r["recommended"] else ""), *(r[m] for m in interval_names())]
             for r in rows
         ]
         widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(header)]

@@ -11,8 +11,9 @@ converted and checked once at the boundary; errors read "Expected `x` ..., but g
     scores       softmax, entropy, mean_entropy, mean_confidence, accuracy, brier, nll, item_nll, auroc,
                  item_confidence_brier,
                  confidence_auroc, aurc, confidence_aurc (selective prediction)
-    summary      summarize (the CLI's metric table), bootstrap_ci, intervals, METRICS registry
-    columns      COLUMNS, table_columns: which row keys every results table shows, declared once
+    summary      summarize (every declared metric of a row), bootstrap_ci, intervals
+    columns      COLUMNS: every metric and table column declared once (compute, label, direction,
+                 tables, Monitor curve, interval); table_columns, curve_names
 
 Example:
     >>> from calm_core.calibration.metrics import summarize
@@ -38,11 +39,9 @@ from calm_core.calibration.metrics.scores import (
     softmax,
 )
 from calm_core.calibration.metrics.smooth import smooth_ece
-from calm_core.calibration.metrics.summary import INTERVAL_METRICS, METRICS, bootstrap_ci, intervals, summarize
+from calm_core.calibration.metrics.summary import bootstrap_ci, intervals, summarize
 
 __all__ = [
-    "INTERVAL_METRICS",
-    "METRICS",
     "STRATEGIES",
     "BinTable",
     "accuracy",

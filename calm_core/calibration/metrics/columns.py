@@ -1,28 +1,43 @@
-"""The metric columns of every results table, declared once.
+"""Every metric and every results-table column, declared once.
 
-A result row (`calm eval --json`, results.json) holds many keys; a table shows some of
-them. Each `Column` says what a key is (label, format, direction) and which tables show
-it; a table's columns are the identity columns then, in the order of COLUMNS below,
-every metric column that names it:
+A `Column` is one key of a result row (`calm eval --json`, results.json). The one
+declaration says everything the project does with it:
+
+- `compute`: the function over (probs, labels) that `summarize` calls for it (None: the
+  key comes from elsewhere: `result_row`'s `ece_10`, `generative.judge.summarize_open`);
+- `label`, `higher_is_better`, `fmt`: a table's tooltip, direction and cell format;
+- `tables`: which results tables show it (TABLES says which screen each is);
+- `curve`: the title of its Monitor curve. A multiple-choice run then logs it per set at
+  every evaluation (`eval/<set>/<name>` in metrics.jsonl) and the Monitor draws it;
+- `interval`: every result row carries its 90% bootstrap interval (`ci90`), and the
+  verdict's evidence table shows it.
 
     table_columns("mcqa")            # ("dataset", "variant", "n", "acc", "ece", "ece_10", ...)
     table_columns("mcqa", "openqa")  # a Compare of both kinds of run: the union, same order
+    curve_names()                    # ("acc", "ece", ...): what an evaluation logs per set
     cell("acc", 0.51234)             # "0.5123"
 
-Tables (TABLES says which screen each is): "mcqa" and "openqa" are the results of runs
-(Monitor, Compare, the HTML report, `calm compare`, the export's README) and of `calm
-eval --task openqa`; "mcqa_eval" is what `calm eval` prints (mce in place of ece_10 and
-aurc, as it always has); "paper_mcqa" / "paper_openqa" are the metrics of the wide
-Markdown table in the paper's shape (`calm compare --wide`, Compare). Adding a column
-is one entry here (its key must be in the rows: `summarize`'s METRICS, `result_row` or
-`generative.judge.summarize_open`) and its test in tests/test_calibrators.py.
+Tables: "mcqa" and "openqa" are the results of runs (Monitor, Compare, the HTML report,
+`calm compare`, the export's README) and of `calm eval --task openqa`; "mcqa_eval" is
+what `calm eval` prints; "paper_mcqa" / "paper_openqa" are the metrics of the wide
+Markdown table in the paper's shape (`calm compare --wide`, Compare). Adding a metric is
+one entry in COLUMNS (docs/architecture.md, "Adding a metric"). Every reader takes
+COLUMNS at call time, so a test may swap it.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
+
+import numpy as np
+
+from calm_core.calibration.metrics.calibration import adaptive_ece, classwise_ece, ece, mce
+from calm_core.calibration.metrics.scores import accuracy, aurc, auroc, brier, mean_confidence, mean_entropy, nll
+from calm_core.calibration.metrics.smooth import smooth_ece
+
+Compute = Callable[..., float]  # (probs (N, K), labels (N,)[, n_bins]) -> float
 
 KEY_COLUMNS = ("dataset", "variant")  # every table starts with these: which set, which variant
 
@@ -40,17 +55,25 @@ ALL = ("mcqa", "mcqa_eval", "openqa")
 
 @dataclass(frozen=True)
 class Column:
-    """A result row's key as a table column.
+    """A result row's key: a metric, a column, a curve, or all three.
 
-    name: the row key; label: what it means, for tooltips and captions; fmt: format of
-    a float cell (ints and text are shown as they are); higher_is_better: True, False,
-    or None (a count or a description: no direction); tables: the TABLES showing it."""
+    name: the row key; label: what it means, for tooltips and captions; higher_is_better:
+    True, False, or None (a count or a description: no direction); tables: the TABLES
+    showing it; fmt: format of a float cell (ints and text are shown as they are);
+    compute: the metric over (probs, labels) that `summarize` adds to every row, None for
+    a key made elsewhere; binned: compute also takes n_bins; curve: its Monitor curve's
+    title (None: not logged per evaluation); interval: its 90% bootstrap interval goes
+    into every row's `ci90`."""
 
     name: str
     label: str
     higher_is_better: bool | None
-    tables: tuple[str, ...]
+    tables: tuple[str, ...] = ()
     fmt: str = ".4f"
+    compute: Compute | None = None
+    binned: bool = False
+    curve: str | None = None
+    interval: bool = False
 
     @property
     def help(self) -> str:
@@ -60,24 +83,90 @@ class Column:
         return f"{self.label} ({'higher' if self.higher_is_better else 'lower'} is better)"
 
 
+def _mean_entropy(probs: np.ndarray, labels: np.ndarray) -> float:
+    return mean_entropy(probs)
+
+
+def _mean_confidence(probs: np.ndarray, labels: np.ndarray) -> float:
+    return mean_confidence(probs)
+
+
+PAPER = ("paper_mcqa", "paper_openqa")
+# In table order: a table shows its columns in this order, after KEY_COLUMNS.
 COLUMNS: tuple[Column, ...] = (
     Column("n", "items evaluated", None, ALL, fmt="d"),
     Column(
-        "acc", "accuracy (open answers: the greedy answer's exact match)", True, (*ALL, "paper_mcqa", "paper_openqa")
+        "acc",
+        "accuracy (open answers: the greedy answer's exact match)",
+        True,
+        (*ALL, *PAPER),
+        compute=accuracy,
+        curve="Accuracy",
+        interval=True,
     ),
     Column("sem_acc", "accuracy of the Sem1 (modal) answer", True, ("openqa", "paper_openqa")),
-    Column("ece", "ECE, 15 equal-width bins", False, (*ALL, "paper_mcqa")),
-    Column("ece_10", "ECE, 10 equal-width bins (the paper's)", False, ("mcqa", "openqa", "paper_mcqa", "paper_openqa")),
-    Column("mce", "maximum calibration error, 15 bins", False, ("mcqa_eval",)),
+    Column(
+        "ece",
+        "ECE, 15 equal-width bins",
+        False,
+        (*ALL, "paper_mcqa"),
+        compute=ece,
+        binned=True,
+        curve="ECE (15 bins)",
+        interval=True,
+    ),
+    Column("ece_10", "ECE, 10 equal-width bins (the paper's)", False, ("mcqa", "openqa", *PAPER)),
+    Column("mce", "maximum calibration error, 15 bins", False, ("mcqa_eval",), compute=mce, binned=True),
+    Column("adaptive_ece", "ECE over 15 equal-mass bins", False, compute=adaptive_ece, binned=True),
+    Column("classwise_ece", "classwise ECE, 15 bins", False, compute=classwise_ece, binned=True),
     Column("sem2_ece_10", "ECE of the split-half Sem2 confidence, 10 bins", False, ("openqa",)),
     Column("seq_ece_10", "ECE of the greedy answer's sequence probability, 10 bins", False, ("openqa",)),
-    Column("brier", "Brier score", False, MC),
-    Column("nll", "negative log-likelihood of the gold option", False, MC),
-    Column("auroc", "AUROC of confidence against correctness (0.5: no separation)", True, ALL),
-    Column("aurc", "area under the risk-coverage curve", False, ("mcqa",)),
-    Column("confidence", "mean confidence", None, ALL),
+    Column("brier", "Brier score", False, MC, compute=brier),
+    Column(
+        "nll",
+        "negative log-likelihood of the gold option",
+        False,
+        MC,
+        compute=nll,
+        curve="NLL (the selection's score on S_V)",
+    ),
+    Column(
+        "auroc",
+        "AUROC of confidence against correctness (0.5: no separation)",
+        True,
+        ALL,
+        compute=auroc,
+        curve="AUROC (confidence vs correct)",
+        interval=True,
+    ),
+    Column("aurc", "area under the risk-coverage curve", False, ("mcqa",), compute=aurc, curve="AURC (risk-coverage)"),
+    Column("entropy", "mean entropy of the forecast, nats", None, compute=_mean_entropy, curve="Mean entropy"),
+    Column(
+        "confidence", "mean confidence", None, ALL, compute=_mean_confidence, curve="Mean confidence", interval=True
+    ),
+    Column("smooth_ece", "smooth ECE (Błasiok & Nakkiran 2023)", False, compute=smooth_ece),
 )
-BY_NAME = {c.name: c for c in COLUMNS}
+
+
+def by_name() -> dict[str, Column]:
+    """name -> its Column."""
+    return {c.name: c for c in COLUMNS}
+
+
+def computed() -> tuple[Column, ...]:
+    """The metrics `summarize` computes for every row."""
+    return tuple(c for c in COLUMNS if c.compute is not None)
+
+
+def curve_names() -> tuple[str, ...]:
+    """The metrics a multiple-choice evaluation logs per set (`eval/<set>/<name>`), which
+    the Monitor draws as curves."""
+    return tuple(c.name for c in COLUMNS if c.curve)
+
+
+def interval_names() -> tuple[str, ...]:
+    """The metrics with a 90% bootstrap interval in every result row (`ci90`)."""
+    return tuple(c.name for c in COLUMNS if c.interval)
 
 
 def metric_names(*tables: str) -> tuple[str, ...]:
@@ -100,14 +189,15 @@ def task_table(rows: list[dict[str, Any]]) -> str:
 
 def help_texts(names: tuple[str, ...] | list[str]) -> dict[str, str]:
     """{column: its label and direction} for the declared ones among `names` (tooltips)."""
-    return {n: BY_NAME[n].help for n in names if n in BY_NAME}
+    declared = by_name()
+    return {n: declared[n].help for n in names if n in declared}
 
 
 def cell(name: str, value: Any) -> str:
     """A table cell: a float in its column's format (4 decimals for keys not declared
     here), anything else as str."""
     if isinstance(value, float):
-        column = BY_NAME.get(name)
+        column = by_name().get(name)
         return format(value, column.fmt if column and column.fmt != "d" else ".4f")
     return str(value)
 

@@ -1,4 +1,5 @@
-"""The metric table the CLI prints (`summarize`) and percentile bootstrap intervals."""
+"""The metric table of a result row (`summarize`, from the declared metrics in columns.py)
+and percentile bootstrap intervals."""
 
 from __future__ import annotations
 
@@ -6,32 +7,15 @@ from typing import Callable, Union
 
 import numpy as np
 
+from calm_core.calibration.metrics import columns
 from calm_core.calibration.metrics._checks import check_positive_int, check_probs_labels, fail
-from calm_core.calibration.metrics.calibration import adaptive_ece, classwise_ece, ece, mce
-from calm_core.calibration.metrics.scores import accuracy, aurc, auroc, brier, mean_confidence, mean_entropy, nll
-from calm_core.calibration.metrics.smooth import smooth_ece
 
 Metric = Callable[[np.ndarray, np.ndarray], float]
 
-# name -> metric(probs, labels); the names are the keys of `summarize`
-METRICS: dict[str, Metric] = {
-    "acc": accuracy,
-    "ece": ece,
-    "mce": mce,
-    "adaptive_ece": adaptive_ece,
-    "classwise_ece": classwise_ece,
-    "brier": brier,
-    "nll": nll,
-    "auroc": auroc,
-    "aurc": aurc,
-    "entropy": lambda p, y: mean_entropy(p),
-    "confidence": lambda p, y: mean_confidence(p),
-    "smooth_ece": smooth_ece,
-}
-
 
 def summarize(probs: object, labels: object, n_bins: int = 15) -> dict[str, float]:
-    """Every metric of the package on one (probs, labels) set, for tables and the CLI.
+    """Every declared metric (columns.COLUMNS with a `compute`) on one (probs, labels) set,
+    for tables and the CLI.
 
     Keys: acc, ece, mce, adaptive_ece, classwise_ece, brier, nll, auroc, aurc (area
     under the risk-coverage curve), entropy (mean, nats), confidence (mean top-label),
@@ -42,8 +26,9 @@ def summarize(probs: object, labels: object, n_bins: int = 15) -> dict[str, floa
     """
     n_bins = check_positive_int(n_bins, "n_bins")
     p, y = check_probs_labels(probs, labels)  # convert once; the metrics re-check cheaply
-    binned = {"ece", "mce", "adaptive_ece", "classwise_ece"}
-    out: dict[str, float] = {name: (fn(p, y, n_bins) if name in binned else fn(p, y)) for name, fn in METRICS.items()}
+    out: dict[str, float] = {
+        c.name: (c.compute(p, y, n_bins) if c.binned else c.compute(p, y)) for c in columns.computed()
+    }
     out["n"] = int(len(y))
     out["ece_bins"] = n_bins
     return out
@@ -58,7 +43,7 @@ def bootstrap_ci(
     numpy's default_rng(seed), so a seed fixes the result), evaluates the metric on each
     and returns the (1 - level)/2 and (1 + level)/2 percentiles; resamples where the
     metric is nan (AUROC with one class) are skipped, all nan gives (nan, nan).
-    metric: a callable (probs, labels) -> float or a name in METRICS ("ece", "acc", ...).
+    metric: a callable (probs, labels) -> float or a declared metric's name ("ece", "acc", ...).
     Example: probs [[1, 0], [0, 1]], labels [0, 0] -> acc resamples in {0, .5, 1};
     bootstrap_ci("acc", ...) = (0.0, 1.0).
     """
@@ -76,13 +61,10 @@ def bootstrap_ci(
     return float(lo), float(hi)
 
 
-INTERVAL_METRICS = ("acc", "ece", "auroc", "confidence")  # the figures a recommendation table shows with intervals
-
-
 def intervals(
     probs: object,
     labels: object,
-    names: tuple[str, ...] = INTERVAL_METRICS,
+    names: tuple[str, ...] | None = None,
     level: float = 0.9,
     n_boot: int = 300,
     seed: int = 0,
@@ -90,13 +72,16 @@ def intervals(
     """name -> [lo, hi], the percentile bootstrap interval (`bootstrap_ci`) of each metric,
     every metric on the same resamples (one seed). 90% and 300 resamples by default: the
     intervals of a results table, cheap enough for every row of a run's final evaluation.
+    names: None for the declared ones (columns.interval_names()).
     Example: probs [[1, 0], [0, 1]], labels [0, 0] -> {"acc": [0.0, 1.0], ...}."""
-    return {name: list(bootstrap_ci(name, probs, labels, n_boot=n_boot, level=level, seed=seed)) for name in names}
+    chosen = columns.interval_names() if names is None else names
+    return {name: list(bootstrap_ci(name, probs, labels, n_boot=n_boot, level=level, seed=seed)) for name in chosen}
 
 
 def _resolve_metric(metric: Union[Metric, str]) -> Metric:
     if callable(metric):
         return metric
-    if metric not in METRICS:
-        raise fail("metric", f"to be a callable or one of {sorted(METRICS)}", repr(metric))
-    return METRICS[metric]
+    declared = {c.name: c.compute for c in columns.computed()}
+    if metric not in declared:
+        raise fail("metric", f"to be a callable or one of {sorted(declared)}", repr(metric))
+    return declared[metric]

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from calm_core.calibration import metrics
+from calm_core.calibration.metrics.columns import curve_names
 from calm_core.calibration.recommend import IN_SAMPLE, cross_fitted, recommend
 from calm_core.data.schema import MCItem
 from calm_core.data.stream import LazyItems, subset
@@ -75,9 +76,10 @@ def evaluate_now(
     caches: dict[str, dict[tuple[bool, bool], Any]] | None = None,
     heldout_only: bool = False,
 ) -> dict[str, float]:
-    """`eval/<set>/{EVAL_KEYS}` on S_V and every evaluation set (S_V alone with
-    `heldout_only`). With `caches` (set name -> `_scores_for` cache), the scores stay there
-    for a final evaluation at the same parameters, which then does not compute them again."""
+    """`eval/<set>/<metric>` for every metric declared as a curve (metrics.columns) on S_V
+    and every evaluation set (S_V alone with `heldout_only`). With `caches` (set name ->
+    `_scores_for` cache), the scores stay there for a final evaluation at the same
+    parameters, which then does not compute them again."""
     record: dict[str, float] = {}
     for name, items in {"heldout": data.heldout, **({} if heldout_only else data.evals)}.items():
         if not items:
@@ -88,12 +90,9 @@ def evaluate_now(
         )
         gold = np.array([it.answer for it in items])
         summary = metrics.summarize(probs, gold)
-        for key in EVAL_KEYS:
+        for key in curve_names():
             record[f"eval/{name}/{key}"] = summary[key]
     return record
-
-
-EVAL_KEYS = ("acc", "ece", "nll", "entropy", "confidence", "auroc", "aurc")  # each set's figures at an evaluation
 
 
 def selection_candidate(
