@@ -10,7 +10,7 @@ method never asks which task it trains.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import torch
 
@@ -102,3 +102,27 @@ class StepContext:
     def upper(self, items: Sequence[Any]) -> Closure:
         """F closure: minus the task's mean entropy on held-out inputs (labels unused)."""
         return self.task.upper(self, items)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One kind of row in a run's final evaluation: which parts of the trained model score
+    the items (head, adapter) and which post-hoc calibrator, fitted on S_V, maps the
+    untouched model's scores."""
+
+    name: str
+    use_head: bool = False
+    use_adapter: bool = False
+    calibrator: Any = None
+
+
+def final_variants(method: str, has_head: bool, fitted: Mapping[str, Any], baselines: bool) -> list[Variant]:
+    """The rows every task's final evaluation fills, in table order: `base` (when the run
+    evaluates baselines), each fitted calibrator, the trained model, and with a head its
+    theta-only ablation (adapter on, head off)."""
+    variants = [Variant("base")] if baselines else []
+    variants += [Variant(name, calibrator=calibrator) for name, calibrator in fitted.items()]
+    variants.append(Variant(method, use_head=True, use_adapter=True))
+    if has_head:
+        variants.append(Variant(f"{method}_theta_only", use_adapter=True))
+    return variants

@@ -45,7 +45,7 @@ from calm_core.scoring.options import (
 )
 from calm_core.training import distributed
 from calm_core.training.batches import Data, batch_indices, drawn_positions, lower_probe
-from calm_core.training.context import StepContext
+from calm_core.training.context import StepContext, Variant, final_variants
 from calm_core.training.objectives import forward_sequences, negative_entropy, option_cross_entropy
 from calm_core.training.selection import Candidate
 
@@ -266,7 +266,7 @@ def final_evaluation(
     fitted, notes = fit_baselines(
         len(data.heldout), heldout_logits, NAME, ctx.settings.eval_baselines, defaults_only=False
     )  # a run's table: TS and vector scaling beside the model
-    rows = _evaluate_sets(ctx, data.evals, _variants(ctx, fitted), run.path, reuse)
+    rows = _evaluate_sets(ctx, data.evals, _variants_of(ctx, fitted), run.path, reuse)
     records = baseline_records(fitted, notes, fit_on=ctx.settings.heldout_data)
     recommendation = _recommendation(ctx, data, heldout_cache, fitted) if ctx.settings.eval_baselines else None
     atomic_write_json(
@@ -283,26 +283,18 @@ def added_evaluation(
     `ctx` holds the run's model at its selected step (`loop.restored_context`), `calibrators`
     the post-hoc calibrators the run fitted on S_V, as saved (never refitted on these sets).
     Predictions go under `root`; returns the rows, in `final_evaluation`'s shape."""
-    return _evaluate_sets(ctx, evals, _variants(ctx, calibrators), root, None)
+    return _evaluate_sets(ctx, evals, _variants_of(ctx, calibrators), root, None)
 
 
-def _variants(ctx: StepContext, fitted: dict[str, Any]) -> list[tuple[str, bool, bool, Any]]:
-    """(variant, head, adapter, post-hoc calibrator) of a run's table: `base` (when the run
-    evaluates baselines), each fitted calibrator, the trained model, and with a head its
-    theta-only ablation."""
-    method = ctx.settings.method
-    variants = [("base", False, False, None)] if ctx.settings.eval_baselines else []
-    variants += [(name, False, False, calibrator) for name, calibrator in fitted.items()]
-    variants.append((method, True, True, None))
-    if ctx.head is not None:
-        variants.append((f"{method}_theta_only", False, True, None))
-    return variants
+def _variants_of(ctx: StepContext, fitted: dict[str, Any]) -> list[Variant]:
+    settings = ctx.settings
+    return final_variants(settings.method, ctx.head is not None, fitted, settings.eval_baselines)
 
 
 def _evaluate_sets(
     ctx: StepContext,
     evals: dict[str, Any],
-    variants: list[tuple[str, bool, bool, Any]],
+    variants: list[Variant],
     root: Any,
     reuse: dict[str, dict[tuple[bool, bool], Any]] | None,
 ) -> list[dict[str, Any]]:
@@ -311,12 +303,17 @@ def _evaluate_sets(
     rows = []
     for name, items in evals.items():
         cache: dict[tuple[bool, bool], Any] = (reuse or {}).get(name, {})
-        for variant, use_head, use_adapter, calibrator in variants:
+        for variant in variants:
             scores = _scores_for(
-                ctx, items, ctx.settings.eval_batch_size, use_head=use_head, use_adapter=use_adapter, cache=cache
+                ctx,
+                items,
+                ctx.settings.eval_batch_size,
+                use_head=variant.use_head,
+                use_adapter=variant.use_adapter,
+                cache=cache,
             )
-            rows.append(result_row(scores, name, variant, calibrator))
-            write_predictions(root, variant, name, predictions_frame(scores, calibrator))
+            rows.append(result_row(scores, name, variant.name, variant.calibrator))
+            write_predictions(root, variant.name, name, predictions_frame(scores, variant.calibrator))
             fault_point("eval_written")
     return rows
 

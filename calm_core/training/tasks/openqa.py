@@ -45,7 +45,7 @@ from calm_core.generative.sampling import GenerationConfig, generate_answers
 from calm_core.generative.semantic import grouping_for
 from calm_core.scoring.adapters import evaluating
 from calm_core.training.batches import lower_probe
-from calm_core.training.context import StepContext
+from calm_core.training.context import StepContext, Variant, final_variants
 from calm_core.training.selection import Candidate
 
 NAME = "openqa"
@@ -131,19 +131,6 @@ def evaluate_now(
     return record
 
 
-def variants(
-    method: str, has_head: bool, calibrators: Sequence[str], baselines: bool = True
-) -> list[tuple[str, bool, Any]]:
-    """(name, adapter on, logits transform key) of every variant the final evaluation runs;
-    `calibrators`: the names of the fitted post-hoc calibrators, each its own key."""
-    out: list[tuple[str, bool, Any]] = [("base", False, None)] if baselines else []
-    out += [(name, False, name) for name in calibrators]
-    out.append((method, True, "head" if has_head else None))
-    if has_head:
-        out.append((f"{method}_theta_only", True, None))
-    return out
-
-
 def selection_candidate(ctx: StepContext, data: Any, step: int, record: dict, caches: dict) -> Candidate | None:
     """S_V's per-item Brier score of the semantic confidence (the modal cluster's share
     of the sampled answers, right when that answer matches a gold alias; the greedy
@@ -216,19 +203,26 @@ def added_evaluation(
     return _evaluate_sets(ctx, evals, calibrators, root)
 
 
+def _token_transform(ctx: StepContext, variant: Variant) -> Any:
+    """What maps the next-token logits of a variant's answers: the run's head, the
+    calibrator's token transform, or nothing."""
+    if variant.use_head:
+        return ctx.head
+    return variant.calibrator.token_transform() if variant.calibrator is not None else None
+
+
 def _evaluate_sets(ctx: StepContext, evals: dict[str, Any], fitted: dict[str, Any], root: Any) -> list[dict[str, Any]]:
     """One row per (set, variant), its judged answers at <root>/eval/<variant>/<set>.parquet."""
     from calm_core.runs.rundir import write_predictions
 
     settings, cfg = ctx.settings, ctx.settings.generation
     grouping = grouping_for(cfg.grouping, cfg.grouping_threshold)
-    transforms = {None: None, "head": ctx.head, **{name: c.token_transform() for name, c in fitted.items()}}
+    variants = final_variants(settings.method, ctx.head is not None, fitted, settings.eval_baselines)
+    transforms = {v.name: _token_transform(ctx, v) for v in variants}
     rows = []
     for name, items in evals.items():
-        for variant, adapter, key in variants(
-            settings.method, ctx.head is not None, list(fitted), settings.eval_baselines
-        ):
-            frame = judge(items, _answers(ctx, items, cfg, transforms[key], adapter), grouping)
-            rows.append({"dataset": name, "variant": variant, "task": "openqa", **summarize_open(frame)})
-            write_predictions(root, variant, name, frame)
+        for variant in variants:
+            frame = judge(items, _answers(ctx, items, cfg, transforms[variant.name], variant.use_adapter), grouping)
+            rows.append({"dataset": name, "variant": variant.name, "task": "openqa", **summarize_open(frame)})
+            write_predictions(root, variant.name, name, frame)
     return rows
