@@ -19,6 +19,7 @@ from app.charts import answer_groups, cluster_summary, confidence_histogram, his
 from calm_core.generative.sampling import GenerationConfig
 from calm_core.training.config import DEFAULT_LR
 from calm_core.generative.semantic import group_by_string, modal_confidence
+from tests.pages import run_picker
 
 ROOT = Path(__file__).resolve().parent.parent
 EVAL_SET = "builtin/capitals_open/test"
@@ -245,7 +246,7 @@ def test_playground_answers_an_open_question_with_the_run(open_page, tiny_everyw
 def test_monitor_page_shows_an_open_answer_run(open_page, tiny_everywhere, open_workspace) -> None:
     at = open_page("views/monitor.py")
     assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
-    assert at.selectbox(key="monitor_select").value == open_workspace
+    assert run_picker(at).value == open_workspace
     assert "greedy answer's sequence probability" in _text(at)  # what its periodic ECE is
     results = at.dataframe[-1].value
     assert {"sem_acc", "sem2_ece_10", "seq_ece_10"} <= set(results.columns)
