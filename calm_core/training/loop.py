@@ -60,7 +60,7 @@ def seed_everything(seed: int) -> None:
 
 
 def build_context(cfg: TrainConfig, lm: Any, k_max: int) -> tuple[StepContext, dict[str, Any]]:
-    """LoRA-wrapped model, head and optimizer; returns the context and a record of choices."""
+    """LoRA-wrapped model, head and optimizer; returns the context and the choices it made (status.json `choices`)."""
     use_4bit, why = quantization_choice(cfg.load_in_4bit, lm.device)
     model, lora_record = attach_lora(lm.model, cfg.lora, quantized=use_4bit and lm.spec.load_in_4bit)
     model.train()
@@ -87,12 +87,12 @@ def build_context(cfg: TrainConfig, lm: Any, k_max: int) -> tuple[StepContext, d
         task=get_task(cfg.task),
         runner=runner,
     )
-    record = {
+    choices = {
         "quantization": {"four_bit": use_4bit and lm.spec.load_in_4bit, "reason": why},
         "lora": lora_record,
         "frozen_prefix": prefix_record,
     }
-    return ctx, record
+    return ctx, choices
 
 
 def restored_context(cfg: TrainConfig, lm: Any, directory: Path, k_max: int) -> StepContext:
@@ -168,25 +168,25 @@ def _frozen_prefix_runner(cfg: TrainConfig, model: Any) -> tuple[Any, dict[str, 
     }
 
 
-def alpha_record(ctx: StepContext) -> dict[str, Any]:
+def alpha_values(ctx: StepContext) -> dict[str, Any]:
     """`alpha/*` summary statistics and, for the options scope, the vectors themselves."""
     if ctx.head is None:
         return {}
-    record: dict[str, Any] = {f"alpha/{k}": v for k, v in ctx.head.summary().items()}
+    values: dict[str, Any] = {f"alpha/{k}": v for k, v in ctx.head.summary().items()}
     if ctx.head.scope in ("options", "scalar"):
-        record["alpha/tau"] = ctx.head.tau.detach().cpu().tolist()
+        values["alpha/tau"] = ctx.head.tau.detach().cpu().tolist()
         if ctx.head.shift is not None:
-            record["alpha/l"] = ctx.head.shift.detach().cpu().tolist()
-    return record
+            values["alpha/l"] = ctx.head.shift.detach().cpu().tolist()
+    return values
 
 
-def _step_record(step: int, elapsed: float, log: dict[str, float]) -> dict[str, Any]:
+def _step_row(step: int, elapsed: float, log: dict[str, float]) -> dict[str, Any]:
     bome_keys = set(BOME_LOG_KEYS)
-    record: dict[str, Any] = {"step": step, "elapsed": elapsed}
+    row: dict[str, Any] = {"step": step, "elapsed": elapsed}
     for key, value in log.items():
         section = "bome" if key in bome_keys else "train"
-        record[f"{section}/{key}"] = value
-    return record
+        row[f"{section}/{key}"] = value
+    return row
 
 
 def train(
@@ -214,14 +214,14 @@ def train(
             lm = load_model(ModelSpec(name=cfg.model, device=cfg.device, load_in_4bit=use_4bit))
     distributed.init_from_env(lm.device)
     k_max = max(max_choices(items) for items in (data.train, data.heldout, *data.evals.values()))  # from the index
-    ctx, record = build_context(cfg, lm, k_max)
+    ctx, choices = build_context(cfg, lm, k_max)
     fsdp = distributed.FsdpSettings.from_env()
     if fsdp.enabled and (cfg.task != "mcqa" or cfg.scoring != "letter" or ctx.runner is not None):
         raise ValueError(
             "Expected --scoring letter, task mcqa and no frozen prefix under FSDP, which needs every rank "
             "to run the same forward passes (cloze runs, generation and cache hits differ by batch)"
         )
-    record["fsdp"] = distributed.shard_frozen(ctx.model, [*ctx.theta, *ctx.alpha], fsdp)
+    choices["fsdp"] = distributed.shard_frozen(ctx.model, [*ctx.theta, *ctx.alpha], fsdp)
     method = get_method(cfg.method)
     start_step, elapsed_before = 0, 0.0
     writer = run if distributed.is_main() else None  # rank 0 alone writes
@@ -231,7 +231,7 @@ def train(
         if writer is not None:
             run.update_status(
                 choices={
-                    **record,
+                    **choices,
                     "world_size": distributed.world_size(),
                     "autocast": resolve_autocast(cfg.autocast, lm.device),
                     "dropped_training_questions": data.dropped,
@@ -292,15 +292,15 @@ def _loop(
     schedule = cfg.eval_schedule
     stop = CalibratedStop.start(cfg, ctx, writer, start_step)
     step = start_step
-    record: dict[str, Any] = {}
+    row: dict[str, Any] = {}
     if step == 0 and stop.enabled:  # step 0: the untouched model, a candidate of the calibrated stop
-        record = {"step": 0, "elapsed": 0.0, **alpha_record(ctx)}
-        _evaluate(ctx, data, writer, stop, 0, record, "full", times)
+        row = {"step": 0, "elapsed": 0.0, **alpha_values(ctx)}
+        _evaluate(ctx, data, writer, stop, 0, row, "full", times)
         if writer is not None:
-            writer.append_metrics(record)
+            writer.append_metrics(row)
     while step < cfg.steps:  # `writer`: the run directory on rank 0, None on other ranks
         if _cancel_requested(writer):
-            return _stop(ctx, writer, step, "cancelled", record, times, stop=stop)
+            return _stop(ctx, writer, step, "cancelled", row, times, stop=stop)
         began, evaluated_before = time.perf_counter(), times.evaluation_seconds()
         train_items = [data.train[i] for i in batch_indices(len(data.train), cfg.batch_size, step, cfg.seed)]
         heldout_items = [
@@ -308,24 +308,24 @@ def _loop(
         ]
         log = distributed.mean_log(method.step(ctx, distributed.shard(train_items), distributed.shard(heldout_items)))
         step += 1
-        record = _step_record(step, elapsed_before + time.perf_counter() - started, log)
-        record.update(alpha_record(ctx))
+        row = _step_row(step, elapsed_before + time.perf_counter() - started, log)
+        row.update(alpha_values(ctx))
         kind = schedule.kind(step)
-        stopping = kind is not None and _evaluate(ctx, data, writer, stop, step, record, kind, times)
+        stopping = kind is not None and _evaluate(ctx, data, writer, stop, step, row, kind, times)
         stopping = distributed.mean_value(1.0 if stopping else 0.0) > 0.0  # rank 0 decides; every rank stops
         if writer is not None:
-            writer.append_metrics(record)
+            writer.append_metrics(row)
             fault_point("step_logged")
             writer.heartbeat(step, cfg.steps)
             if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and step < cfg.steps and not stopping:
                 save_checkpoint(ctx, writer, step, stop.record())
                 stop.write_selected(ctx, writer)
         if progress is not None and distributed.is_main():
-            progress(step, cfg.steps, record)
+            progress(step, cfg.steps, row)
         times.add_step(time.perf_counter() - began - (times.evaluation_seconds() - evaluated_before))
         if stopping:
             break
-    return _stop(ctx, writer, step, "finished", record, times, data, stop)
+    return _stop(ctx, writer, step, "finished", row, times, data, stop)
 
 
 def _evaluate(
@@ -334,11 +334,11 @@ def _evaluate(
     writer: RunDir | None,
     stop: CalibratedStop,
     step: int,
-    record: dict[str, Any],
+    row: dict[str, Any],
     kind: str,
     times: PhaseTimes,
 ) -> bool:
-    """The evaluation of `step` into `record` (then appended to metrics.jsonl): every set
+    """The evaluation of `step` into `row` (then appended to metrics.jsonl): every set
     (`kind` "full") or S_V alone ("heldout", the dense start; selection.EvalSchedule), fed
     to the calibrated stop; True when the stop's patience ran out. Rank 0 evaluates alone;
     its wall time goes into `times` (every rank waits for it)."""
@@ -347,12 +347,12 @@ def _evaluate(
         if distributed.is_main():
             with writer.keepalive("evaluating") if writer is not None else nullcontext():
                 caches: dict[str, dict[tuple[bool, bool], Any]] = {}
-                record.update(
+                row.update(
                     ctx.task.evaluate_now(
                         ctx, data, ctx.settings.eval_batch_size, caches, heldout_only=kind == "heldout"
                     )
                 )
-                stopping = stop.offer(ctx, data, step, record, caches, writer)
+                stopping = stop.offer(ctx, data, step, row, caches, writer)
     items = times.sizes.evaluation_items(kind) if times.sizes is not None else 0
     times.add_evaluation(step, kind, items, time.perf_counter() - began)
     return stopping
@@ -369,7 +369,7 @@ def _stop(
     run: RunDir | None,
     step: int,
     state: str,
-    record: dict[str, Any],
+    last_row: dict[str, Any],
     times: PhaseTimes,
     data: Data | None = None,
     stop: CalibratedStop | None = None,
@@ -383,7 +383,7 @@ def _stop(
     if run is not None:
         run.clear_cancel()
         run.write_status(state, step=step, phase=None, timings=times.to_dict())
-    return TrainResult(state, step, run.path if run else None, record)
+    return TrainResult(state, step, run.path if run else None, last_row)
 
 
 def _final(

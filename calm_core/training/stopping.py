@@ -3,7 +3,7 @@ loop's evaluations, the selected step's adapter and head kept, and put back befo
 final evaluation.
 
     stop = CalibratedStop.start(cfg, ctx, writer, start_step)
-    if stop.offer(ctx, data, step, record, caches, writer): ...   # True: patience ran out
+    if stop.offer(ctx, data, step, row, caches, writer): ...   # True: patience ran out
     reuse = stop.restore(ctx, step)    # the selected step's parameters, and its scores
 
 The selected step's adapter and head live in memory (`Snapshot`), in the run's
@@ -75,23 +75,23 @@ class CalibratedStop:
         return self.enabled and self.selector.rule.rule == "best"
 
     def offer(
-        self, ctx: StepContext, data: Any, step: int, record: dict[str, Any], caches: Scores, writer: RunDir | None
+        self, ctx: StepContext, data: Any, step: int, row: dict[str, Any], caches: Scores, writer: RunDir | None
     ) -> bool:
-        """Judge the evaluation of `step` (its figures in `record`, its scores in `caches`);
-        adds `select/*` and `lower/*` keys to the record, keeps a newly selected step's
+        """Judge the evaluation of `step` (its figures in `row`, its scores in `caches`);
+        adds `select/*` and `lower/*` keys to the row, keeps a newly selected step's
         snapshot, writes status.json's `selection`. True when the run should stop now."""
         self.scores = {s: c for s, c in self.scores.items() if self._selected_step() == s}
         self.scores[step] = caches
         if not self.enabled:
             return False
-        candidate = ctx.task.selection_candidate(ctx, data, step, record, caches)
+        candidate = ctx.task.selection_candidate(ctx, data, step, row, caches)
         if candidate is None:
             return False
         verdict = self.selector.offer(candidate)
         if candidate.lower is not None:
-            record["lower/st_nll"] = candidate.lower
-        record["select/eligible"] = float(verdict.eligible)
-        record["select/selected_step"] = self._selected_step()
+            row["lower/st_nll"] = candidate.lower
+        row["select/eligible"] = float(verdict.eligible)
+        row["select/selected_step"] = self._selected_step()
         if verdict.selected and self.keeps_snapshots:
             self.snapshot = take_snapshot(ctx, step)  # selected/ is written by `write_selected`
         if writer is not None:
