@@ -56,7 +56,8 @@ from calm_core.data.schema import (
     validate_mc_record,
     validate_open_record,
 )
-from calm_core.data.stream import STREAM_FROM_BYTES, Index, JsonlSource, RowSource, build_index, open_source
+from calm_core.data.sources import JsonlSource, RowSource, open_source
+from calm_core.data.stream import STREAM_FROM_BYTES, Index, build_index
 
 KINDS = ("mc", "open", "auto")
 MAX_ERRORS_SHOWN = REJECTED_SHOWN  # row errors quoted in a DataError message; the report keeps all of them
