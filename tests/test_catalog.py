@@ -20,7 +20,8 @@ import pytest
 
 from calm_core.data import catalog
 from calm_core.data.catalog import delete_upload, find_dataset, list_datasets, load_dataset, save_upload
-from calm_core.data.loaders import ColumnMapping, load_file
+from calm_core.data.loaders import load_file
+from calm_core.data.mapping import ColumnMapping
 from calm_core.data.schema import DataError, LoadReport, MCItem, OpenItem, RowError
 from calm_core.paths import PROJECT_ROOT
 

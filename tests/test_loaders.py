@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from calm_core.data.hf import load_hf
-from calm_core.data.loaders import ColumnMapping, detect_format, load_file, load_records
+from calm_core.data.loaders import detect_format, load_file, load_records
+from calm_core.data.mapping import ColumnMapping
 from calm_core.data.schema import DataError, MCItem, OpenItem, RowError
 
 @pytest.fixture(autouse=True, params=["eager", "stream"])
@@ -398,7 +399,8 @@ def test_peek_columns_names_the_first_readable_record(tmp_path) -> None:
 
 
 def test_guess_mapping_reads_common_column_names() -> None:
-    from calm_core.data.loaders import ColumnMapping, guess_kind, guess_mapping
+    from calm_core.data.guess import guess_kind, guess_mapping
+    from calm_core.data.mapping import ColumnMapping
 
     assert guess_mapping(["q", "A", "B", "C", "label"]) == "question=q, choices=A|B|C, answer=label"
     assert guess_mapping(["Question", "options", "answerKey"]) == "question=Question, choices=options, answer=answerKey"

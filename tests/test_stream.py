@@ -18,7 +18,8 @@ import pytest
 
 from calm_core.data import stream
 from calm_core.data.hf import load_hf
-from calm_core.data.loaders import ColumnMapping, load_file
+from calm_core.data.loaders import load_file
+from calm_core.data.mapping import ColumnMapping
 from calm_core.data.schema import DataError, MCItem
 from calm_core.data.stream import INDEX_BYTES_PER_ROW, LazyItems
 

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from calm_core.data.loaders import ColumnMapping, _build_report, _stream_report
+from calm_core.data.loaders import _build_report, _stream_report
+from calm_core.data.mapping import ColumnMapping
 from calm_core.data.readers import Table
 from calm_core.data.schema import DataError, LoadReport
 from calm_core.data.sources import HFSource
