@@ -109,8 +109,9 @@ def test_data_page_validates_an_upload_and_saves_it(open_page, tiny_everywhere, 
     """AppTest has no file uploader driver: the page's own functions run on a file, and
     the catalog the page lists then holds the upload (the page renders it)."""
     from calm_core.data.catalog import save_upload
-    from calm_core.data.loaders import load_file, peek_columns
+    from calm_core.data.loaders import load_file
     from calm_core.data.mapping import ColumnMapping
+    from calm_core.data.readers import peek_columns
 
     path = tmp_path / "domain.csv"
     path.write_text("q,A,B,C,label\nWhat is 2+2?,4,5,6,A\nBad row,,,,Z\nCapital of Peru?,Lima,Quito,Cusco,A\n")

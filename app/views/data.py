@@ -21,9 +21,10 @@ import streamlit as st
 
 from calm_core.data.catalog import SPLIT_PREFIX, delete_upload, list_datasets, load_dataset, save_upload
 from calm_core.data.guess import GUESS_ROWS, column_paths, guess_column_mapping
-from calm_core.data.loaders import load_file, load_records, peek_records, stage_upload
+from calm_core.data.loaders import load_file
 from calm_core.data.mapping import ColumnMapping
 from calm_core.data.mapping_form import form_values, mapping_from_form
+from calm_core.data.readers import load_records, peek_records, stage_upload
 from calm_core.data.schema import ANSWER_FORMS, LoadReport
 from calm_core.data.split import default_split_name, delete_split, plan_split, save_split
 from calm_core.data.split_sizes import SplitAdvice, advise_split

@@ -37,8 +37,9 @@ from types import ModuleType
 from typing import Any, Callable
 
 from calm_core.data.hf import load_hf
-from calm_core.data.loaders import FORMATS, check_limit, load_file
+from calm_core.data.loaders import check_limit, load_file
 from calm_core.data.mapping import ColumnMapping
+from calm_core.data.readers import FORMATS
 from calm_core.data.schema import DataError, LoadReport, RowError, validate_mc_record, validate_open_record
 from calm_core.io import staging_directory
 from calm_core.paths import data_dir, inside, safe_name, workspace_dir

@@ -31,20 +31,7 @@ from typing import Any
 
 from calm_core.data.guess import GUESS_ROWS
 from calm_core.data.mapping import ColumnMapping, choices_value, has_column, lookup, split_list
-from calm_core.data.readers import (  # noqa: F401  (re-exported: loaders is the public entry point)
-    FORMATS,
-    Record,
-    Row,
-    Table,
-    detect_format,
-    guarded,
-    load_records,
-    open_table,
-    peek_columns,
-    peek_records,
-    stage_upload,
-    upload_suffix,
-)
+from calm_core.data.readers import Record, Table, detect_format, guarded, open_table
 from calm_core.data.schema import (
     REJECTED_SHOWN,
     DataError,
