@@ -188,8 +188,8 @@ def make_config(settings: Settings, variant: Variant) -> Any:
 def tokens_per_step(cfg: Any, lm: Any) -> list[int]:
     """Tokens of each step's training and S_V batches, as the step's forward reads them
     (the trainer's own data and batch order: `load_data`, `batch_indices`)."""
-    from calm_core.scoring.options import context_limit
     from calm_core.scoring.prompts import ScoringConfig
+    from calm_core.scoring.truncation import context_limit
     from calm_core.training.batches import batch_indices, load_data
     from calm_core.training.objectives import forward_sequences
     from calm_core.training.tasks import get_task

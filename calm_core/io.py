@@ -9,11 +9,14 @@ the umask (mkstemp / mkdtemp would make them 0600 / 0700).
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import os
+import shutil
 import tempfile
 import threading
+import uuid
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, Callable, Iterator
@@ -69,6 +72,27 @@ def staging_directory(parent: Path, prefix: str, suffix: str = "") -> Path:
     staging = Path(tempfile.mkdtemp(prefix=prefix, suffix=suffix, dir=parent))
     os.chmod(staging, default_mode(directory=True))
     return staging
+
+
+def write_folder_atomically(folder: Path, items: dict[str, list], records: dict[str, dict[str, Any]]) -> None:
+    """Write item files (JSONL, one item a line) and JSON records into a hidden staging
+    folder, then rename it to `folder`: readers never see half an upload or half a split."""
+    staging = staging_directory(folder.parent, prefix=f".tmp-{folder.name}-")
+    try:
+        for filename, rows in items.items():
+            with (staging / filename).open("w", encoding="utf-8") as handle:
+                for item in rows:
+                    handle.write(json.dumps(dataclasses.asdict(item), ensure_ascii=False) + "\n")
+        for filename, record in records.items():
+            (staging / filename).write_text(json.dumps(record, indent=2, ensure_ascii=False), encoding="utf-8")
+        trash = folder.parent / f".old-{folder.name}-{uuid.uuid4().hex[:8]}"
+        if folder.exists():
+            folder.rename(trash)
+        staging.rename(folder)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    shutil.rmtree(trash, ignore_errors=True)
 
 
 _held_locks = threading.local()

@@ -108,8 +108,10 @@ def test_train_launches_a_job_then_monitor_compare_and_playground_show_it(open_p
 def test_data_page_validates_an_upload_and_saves_it(open_page, tiny_everywhere, tmp_path: Path) -> None:
     """AppTest has no file uploader driver: the page's own functions run on a file, and
     the catalog the page lists then holds the upload (the page renders it)."""
-    from calm_core.data.catalog import save_upload
-    from calm_core.data.loaders import ColumnMapping, load_file, peek_columns
+    from calm_core.data.loaders import load_file
+    from calm_core.data.mapping import ColumnMapping
+    from calm_core.data.readers import peek_columns
+    from calm_core.data.uploads import save_upload
 
     path = tmp_path / "domain.csv"
     path.write_text("q,A,B,C,label\nWhat is 2+2?,4,5,6,A\nBad row,,,,Z\nCapital of Peru?,Lima,Quito,Cusco,A\n")
@@ -126,8 +128,8 @@ def test_data_page_validates_an_upload_and_saves_it(open_page, tiny_everywhere, 
 
 def test_train_page_says_which_rows_a_chosen_dataset_rejected(open_page, tiny_everywhere, tmp_path: Path) -> None:
     """An upload keeps only its valid rows; choosing it for training must not hide the rest."""
-    from calm_core.data.catalog import save_upload
     from calm_core.data.loaders import load_file
+    from calm_core.data.uploads import save_upload
 
     path = tmp_path / "日本.csv"
     path.write_text("q,A,B,label\n2 + 2?,4,5,A\nSky?,blue,red,A\nBroken,x,y,Z\n", encoding="utf-8")
@@ -145,7 +147,7 @@ def test_train_page_keeps_a_sessions_data_choice_and_without_datasets_asks_for_o
                                                                                     monkeypatch) -> None:
     """The data pickers start at the studio's demo and keep the session's choice across
     reruns; with no dataset to choose the page asks for one instead of failing in the estimate."""
-    import calm_core.data.catalog
+    import calm_core.data.entries
 
     at = open_page("views/train.py")
     assert at.selectbox(key="train_data").value == "builtin/chemical_symbols/train"  # the studio's demo
@@ -154,7 +156,7 @@ def test_train_page_keeps_a_sessions_data_choice_and_without_datasets_asks_for_o
     assert at.selectbox(key="train_heldout").value == "builtin/units/validation"
     assert not at.exception, at.exception
 
-    monkeypatch.setattr(calm_core.data.catalog, "list_datasets", lambda kind=None: [])
+    monkeypatch.setattr(calm_core.data.entries, "list_datasets", lambda kind=None: [])
     empty = open_page("views/train.py")
     assert not empty.exception, empty.exception
     assert [i.value for i in empty.info][-1].startswith("Choose a training set S_T and a held-out set S_V")

@@ -1,4 +1,4 @@
-"""Tests for calm_core.data.catalog: listing, name resolution, uploads, built-ins.
+"""Tests for the catalog (calm_core.data.catalog, .entries, .uploads): listing, name resolution, uploads, built-ins.
 
 Every test gets its own workspace and data folder (CALM_WORKSPACE / CALM_DATA_DIR under
 tmp_path) and a small fake `calm_core.data.builtin`, so nothing here depends on the
@@ -18,11 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from calm_core.data import catalog
-from calm_core.data.catalog import delete_upload, find_dataset, list_datasets, load_dataset, save_upload
-from calm_core.data.loaders import ColumnMapping, load_file
+from calm_core.data.catalog import load_dataset
+from calm_core.data.entries import find_dataset, list_datasets, uploads_dir
+from calm_core.data.loaders import load_file
+from calm_core.data.mapping import ColumnMapping
 from calm_core.data.schema import DataError, LoadReport, MCItem, OpenItem, RowError
-from calm_core.paths import PROJECT_ROOT
+from calm_core.data.uploads import MAX_REJECTED_KEPT, delete_upload, save_upload
+from calm_core.paths import PROJECT_ROOT, data_dir
 
 SHARED = Path("/work/shared/data")
 needs_shared = pytest.mark.skipif(
@@ -142,7 +144,7 @@ def test_unknown_name_lists_close_matches_and_places() -> None:
         load_dataset("quiz/mc_tset")
     message = str(info.value)
     assert "Close matches: quiz/mc_test" in message
-    assert "built-in sets" in message and str(catalog.data_dir()) in message and "uploads in" in message
+    assert "built-in sets" in message and str(data_dir()) in message and "uploads in" in message
 
 
 def test_unknown_name_without_close_matches() -> None:
@@ -238,7 +240,7 @@ def test_upload_refuses_overwrite_unless_asked(csv_report: LoadReport) -> None:
     smaller = LoadReport("s", "mc", csv_report.items[:1])
     assert save_upload("same", smaller, "b.csv", overwrite=True).n_items == 1
     assert len(load_dataset("upload/same").items) == 1
-    assert [p.name for p in catalog.uploads_dir().iterdir()] == ["same"]  # no staging or old folders left
+    assert [p.name for p in uploads_dir().iterdir()] == ["same"]  # no staging or old folders left
 
 
 @pytest.mark.parametrize("name", ["../evil", "/abs", "a/../../b", "upload/../evil", "..", "a\\b", "   "])
@@ -269,8 +271,8 @@ def test_delete_upload(csv_report: LoadReport) -> None:
 
 def test_half_written_uploads_are_not_listed(csv_report: LoadReport) -> None:
     save_upload("real", csv_report, "a.csv")
-    (catalog.uploads_dir() / ".tmp-real-123").mkdir()
-    (catalog.uploads_dir() / "no_meta").mkdir()
+    (uploads_dir() / ".tmp-real-123").mkdir()
+    (uploads_dir() / "no_meta").mkdir()
     assert [e.name for e in list_datasets() if e.source == "upload"] == ["upload/real"]
 
 
@@ -292,7 +294,7 @@ def test_upload_rejected_count_stays_exact_past_the_listed_rows() -> None:
     report = LoadReport("big.csv", "mc", [MCItem("a", "Q?", ("x", "y"), 0)], rejected)
     save_upload("big", report, "big.csv")
     again = load_dataset("upload/big")
-    assert len(again.rejected) == catalog.MAX_REJECTED_KEPT and again.n_rejected == 1205
+    assert len(again.rejected) == MAX_REJECTED_KEPT and again.n_rejected == 1205
     assert again.n_rows == 1206 and again.rejection_lines(2)[-1] == "... and 1203 more"
     assert again.rejected_record(3)["n_rejected"] == 1205 and len(again.rejected_record(3)["rejected"]) == 3
 

@@ -18,8 +18,9 @@ from calm_core.data.schema import DataError, MCItem
 from calm_core.scoring.frozen_prefix import FrozenPrefixModel
 from calm_core.training.objectives import forward_sequences, option_logits
 from calm_core.scoring.prompts import ScoringConfig, letter_prompt, letter_token_ids
-from calm_core.scoring.options import (cloze_requests, context_limit, continuation_inputs, score_items, score_with,
-                               truncated_item_ids)
+from calm_core.scoring.logprobs import continuation_inputs
+from calm_core.scoring.options import score_items, score_with
+from calm_core.scoring.truncation import cloze_requests, context_limit, truncated_item_ids
 
 LIMIT = 64
 LONG = MCItem("long", "Some background: " + "the river runs by the old mill and " * 8

@@ -194,7 +194,7 @@ def test_needed_logits_equal_the_full_logits_at_the_kept_positions(four_layer_lo
     """The LM head on the positions each row needs only, for the PEFT model, the runner and
     the same model with the adapter off: the same numbers as slicing the full logits."""
     from calm_core.scoring.forward import hidden_path
-    from calm_core.scoring.options import last_logits, needed_logits
+    from calm_core.scoring.logprobs import last_logits, needed_logits
 
     model, tokenizer = four_layer_lora
     seqs = [tokenizer(t).input_ids for t in ("one two three four", "five six", "seven eight nine")]
@@ -217,7 +217,7 @@ def test_shared_prefixes_run_once_and_give_the_same_states(four_layer_lora) -> N
     """A question's options share its prompt: the runner computes that prefix once (KV
     cache) and each option's tail on it; the states equal a runner that never shares."""
     import calm_core.scoring.frozen_prefix as fp
-    from calm_core.scoring.options import cloze_requests
+    from calm_core.scoring.truncation import cloze_requests
 
     model, tokenizer = four_layer_lora
     pairs = [pair for reqs in cloze_requests(ITEMS, ScoringConfig(rule="cloze"), tokenizer) for pair in reqs]

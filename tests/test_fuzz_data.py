@@ -25,15 +25,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from calm_core.data.catalog import load_dataset, save_upload
-from calm_core.data.loaders import (
-    FORMATS,
-    ColumnMapping,
-    guess_mapping,
-    load_file,
-    peek_columns,
-    upload_suffix,
-)
+from calm_core.data.catalog import load_dataset
+from calm_core.data.guess import guess_mapping
+from calm_core.data.loaders import load_file
+from calm_core.data.mapping import ColumnMapping
+from calm_core.data.readers import FORMATS, peek_columns, upload_suffix
+from calm_core.data.uploads import save_upload
 from calm_core.data.schema import (
     DataError,
     LoadReport,

@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from calm_core.data.hf import load_hf
-from calm_core.data.loaders import ColumnMapping, detect_format, load_file, load_records
+from calm_core.data.loaders import load_file
+from calm_core.data.mapping import ColumnMapping
+from calm_core.data.readers import detect_format, load_records
 from calm_core.data.schema import DataError, MCItem, OpenItem, RowError
 
 @pytest.fixture(autouse=True, params=["eager", "stream"])
@@ -387,7 +389,7 @@ def test_hf_without_datasets_installed(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_peek_columns_names_the_first_readable_record(tmp_path) -> None:
-    from calm_core.data.loaders import peek_columns
+    from calm_core.data.readers import peek_columns
 
     path = tmp_path / "d.jsonl"
     path.write_text('not json\n{"q": "x", "opts": ["a", "b"], "label": 0}\n')
@@ -398,7 +400,8 @@ def test_peek_columns_names_the_first_readable_record(tmp_path) -> None:
 
 
 def test_guess_mapping_reads_common_column_names() -> None:
-    from calm_core.data.loaders import ColumnMapping, guess_kind, guess_mapping
+    from calm_core.data.guess import guess_kind, guess_mapping
+    from calm_core.data.mapping import ColumnMapping
 
     assert guess_mapping(["q", "A", "B", "C", "label"]) == "question=q, choices=A|B|C, answer=label"
     assert guess_mapping(["Question", "options", "answerKey"]) == "question=Question, choices=options, answer=answerKey"
@@ -522,7 +525,7 @@ def test_parquet_damaged_data_pages_give_rows_or_a_data_error(tmp_path: Path) ->
 
 def test_upload_format_comes_from_the_original_name_even_when_not_ascii(tmp_path: Path) -> None:
     """The Data page once took the suffix of safe_name("日本.csv") == "csv": none, so JSONL."""
-    from calm_core.data.loaders import stage_upload
+    from calm_core.data.readers import stage_upload
 
     data = "q,A,B,label\n2 + 2?,4,5,A\n首都は?,東京,大阪,A\n".encode()
     path = stage_upload("日本.csv", data, tmp_path)
@@ -541,7 +544,7 @@ def test_upload_format_comes_from_the_original_name_even_when_not_ascii(tmp_path
     ("", b"", ".csv"),
 ])
 def test_upload_suffix_sniffs_content_when_the_name_has_no_known_suffix(name: str, head: bytes, suffix: str) -> None:
-    from calm_core.data.loaders import upload_suffix
+    from calm_core.data.readers import upload_suffix
 
     assert upload_suffix(name, head) == suffix
 

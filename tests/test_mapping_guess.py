@@ -16,17 +16,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from calm_core.data.loaders import (
-    ColumnMapping,
-    column_paths,
-    form_values,
-    guess_column_mapping,
-    guess_kind,
-    guess_mapping,
-    load_file,
-    mapping_from_form,
-    peek_records,
-)
+from calm_core.data.guess import column_paths, guess_column_mapping, guess_kind, guess_mapping
+from calm_core.data.loaders import load_file
+from calm_core.data.mapping import ColumnMapping
+from calm_core.data.mapping_form import form_values, mapping_from_form
+from calm_core.data.readers import peek_records
 from calm_core.data.schema import DataError
 
 QUIZ = [  # question, options, index of the correct option

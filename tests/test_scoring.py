@@ -155,7 +155,7 @@ def test_docs_arc_easy_numbers_reproduce_to_the_item(embedded_lm) -> None:
 def test_head_on_distinct_rows_runs_each_row_once_with_exact_values_and_gradients() -> None:
     """Bit-identical rows (a question's options at its prompt's last position) go through
     the head once; the logits and the gradient upstream equal the head on every row."""
-    from calm_core.scoring.options import head_on_distinct_rows
+    from calm_core.scoring.logprobs import head_on_distinct_rows
 
     torch.manual_seed(0)
     head = torch.nn.Linear(8, 50, bias=False)

@@ -36,7 +36,7 @@ def test_compare_offers_the_report_and_the_portable_model(open_page, tiny_everyw
 def test_train_page_takes_the_split_from_the_data_page(tiny_everywhere) -> None:
     from streamlit.testing.v1 import AppTest
 
-    from calm_core.data.catalog import list_datasets
+    from calm_core.data.entries import list_datasets
 
     root = Path(__file__).resolve().parent.parent
     at = AppTest.from_file(str(root / "app" / "main.py"), default_timeout=180)

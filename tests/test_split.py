@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from calm_core.cli import main
-from calm_core.data.catalog import find_dataset, list_datasets, load_dataset, save_upload, splits_dir
+from calm_core.data.catalog import load_dataset
+from calm_core.data.entries import SPLIT_PARTS, find_dataset, list_datasets, splits_dir
 from calm_core.data.schema import DataError, LoadReport, MCItem, OpenItem
 from calm_core.data.split import (
-    SPLIT_PARTS,
     _allocate,
     default_split_name,
     delete_split,
@@ -32,6 +32,7 @@ from calm_core.data.split import (
     split_dataset,
     split_record_of,
 )
+from calm_core.data.uploads import save_upload
 
 SOURCE = "builtin/capitals/train"
 

@@ -18,7 +18,8 @@ import pytest
 
 from calm_core.data import stream
 from calm_core.data.hf import load_hf
-from calm_core.data.loaders import ColumnMapping, load_file
+from calm_core.data.loaders import load_file
+from calm_core.data.mapping import ColumnMapping
 from calm_core.data.schema import DataError, MCItem
 from calm_core.data.stream import INDEX_BYTES_PER_ROW, LazyItems
 
@@ -284,14 +285,14 @@ def test_helpers_treat_lists_and_lazy_items_alike(tmp_path: Path) -> None:
 
 def test_every_file_format_has_one_entry_in_both_openers_and_an_unknown_one_is_refused_by_both(tmp_path: Path) -> None:
     """The whole-table reader (readers.open_table) and the streaming opener
-    (stream.open_source) dispatch on one set of formats: a format added to one table only
+    (sources.open_source) dispatch on one set of formats: a format added to one table only
     fails here, instead of being read as JSONL once a file is large enough to stream."""
-    from calm_core.data import readers, stream
+    from calm_core.data import readers, sources
     from calm_core.data.schema import DataError
 
-    assert set(readers.FORMATS.values()) == set(readers.TABLE_READERS) == set(stream.SOURCE_OPENERS)
+    assert set(readers.FORMATS.values()) == set(readers.TABLE_READERS) == set(sources.SOURCE_OPENERS)
     path = tmp_path / "rows.xml"
     path.write_text('{"question": "q", "choices": ["a", "b"], "answer": 0}\n')
-    for opener in (readers.open_table, stream.open_source):
+    for opener in (readers.open_table, sources.open_source):
         with pytest.raises(DataError, match=r"Expected a file format among \['csv', 'jsonl', 'parquet'\], but got 'xml'"):
             opener(path, "xml")

@@ -155,7 +155,7 @@ def _text(at) -> str:
 
 def test_train_page_builds_an_open_answer_config(open_page, tiny_everywhere, tiny_model_dir, monkeypatch) -> None:
     import calm_core.workspace.launch
-    from calm_core.data.catalog import list_datasets
+    from calm_core.data.entries import list_datasets
     from calm_core.training.tasks import get_task
 
     launched = []

@@ -13,7 +13,7 @@ from app.charts import confidence_histogram, figure_png, open_answers_table, rel
 from app.state import code, describe_error
 from calm_core.calibration import metrics
 from calm_core.calibration.metrics.columns import help_texts, metric_names, table_columns
-from calm_core.data.catalog import list_datasets
+from calm_core.data.entries import list_datasets
 from calm_core.runs.listing import list_runs, run_label
 from calm_core.runs.rundir import RunDir
 from calm_core.scoring.evaluate import wide_table

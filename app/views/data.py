@@ -19,22 +19,17 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from calm_core.data.catalog import SPLIT_PREFIX, delete_upload, list_datasets, load_dataset, save_upload
-from calm_core.data.loaders import (
-    GUESS_ROWS,
-    ColumnMapping,
-    column_paths,
-    form_values,
-    guess_column_mapping,
-    load_file,
-    load_records,
-    mapping_from_form,
-    peek_records,
-    stage_upload,
-)
+from calm_core.data.catalog import load_dataset
+from calm_core.data.entries import SPLIT_PREFIX, list_datasets
+from calm_core.data.guess import GUESS_ROWS, column_paths, guess_column_mapping
+from calm_core.data.loaders import load_file
+from calm_core.data.mapping import ColumnMapping
+from calm_core.data.mapping_form import form_values, mapping_from_form
+from calm_core.data.readers import load_records, peek_records, stage_upload
 from calm_core.data.schema import ANSWER_FORMS, LoadReport
 from calm_core.data.split import default_split_name, delete_split, plan_split, save_split
 from calm_core.data.split_sizes import SplitAdvice, advise_split
+from calm_core.data.uploads import delete_upload, save_upload
 from calm_core.paths import safe_name
 
 ACCEPTED = ["jsonl", "csv", "parquet"]

@@ -12,7 +12,7 @@ from app.charts import accuracy_confidence_figure, reliability_figure
 from app.state import describe_error, get_scores
 from calm_core.calibration import metrics
 from calm_core.calibration.posthoc import TemperatureScaler
-from calm_core.data.catalog import list_datasets
+from calm_core.data.entries import list_datasets
 
 LEARN_DEFAULT = "builtin/chemical_symbols/test"  # 46% right at 82% confidence: see docs/results.md
 N_BINS = 15  # the project's ECE bins: the figures and the diagram use the same

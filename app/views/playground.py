@@ -12,7 +12,7 @@ import streamlit as st
 from app.charts import answer_groups, cluster_summary, option_probability_figure
 from app.state import describe_error, get_model, get_trained
 from calm_core.calibration import metrics
-from calm_core.data.catalog import list_datasets
+from calm_core.data.entries import list_datasets
 from calm_core.data.schema import MCItem
 from calm_core.generative.sampling import GenerationConfig
 from calm_core.runs.listing import list_runs, run_label

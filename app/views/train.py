@@ -16,7 +16,7 @@ from app.gate import studio_access, this_session
 from app.settings_form import current_value, setting_input
 from app.state import describe_error
 from calm_core.calibration.head import scope_note, scopes_for
-from calm_core.data.catalog import list_datasets
+from calm_core.data.entries import list_datasets
 from calm_core.data.schema import DataError
 from calm_core.data.split_sizes import advise_split
 from calm_core.generative.sampling import PROMPTS, GenerationConfig

@@ -131,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_datasets(args: argparse.Namespace) -> int:
-    from calm_core.data.catalog import list_datasets
+    from calm_core.data.entries import list_datasets
 
     if args.json:
         args.json = ensure_writable(args.json, "file")

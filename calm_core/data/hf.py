@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from calm_core.data.loaders import ColumnMapping, _build_report, _stream_report
+from calm_core.data.loaders import _build_report, _stream_report
+from calm_core.data.mapping import ColumnMapping
 from calm_core.data.readers import Table
 from calm_core.data.schema import DataError, LoadReport
-from calm_core.data.stream import STREAM_FROM_BYTES, HFSource
+from calm_core.data.sources import HFSource
+from calm_core.data.stream import STREAM_FROM_BYTES
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 

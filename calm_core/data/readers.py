@@ -148,7 +148,7 @@ def open_table(path: Path, fmt: str, source: str | None = None) -> Table:
 
 def format_entry(table: dict[str, Any], fmt: str) -> Any:
     """`table[fmt]` for an opener's table keyed by format (TABLE_READERS here,
-    stream.SOURCE_OPENERS): a format missing there is refused, never read as another."""
+    sources.SOURCE_OPENERS): a format missing there is refused, never read as another."""
     if fmt not in table:
         raise DataError(f"Expected a file format among {sorted(table)}, but got {fmt!r}")
     return table[fmt]

@@ -32,19 +32,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
-from calm_core.data.catalog import (
+from calm_core.data.catalog import load_dataset
+from calm_core.data.entries import (
     BUILTIN_PREFIX,
-    FORMATS,
     HF_PREFIX,
     SPLIT_PARTS,
     SPLIT_PREFIX,
     SPLIT_RECORD,
     UPLOAD_PREFIX,
-    load_dataset,
     split_folder,
-    write_folder_atomically,
 )
+from calm_core.data.readers import FORMATS
 from calm_core.data.schema import DataError, Item, MCItem
+from calm_core.io import write_folder_atomically
 from calm_core.paths import safe_name
 
 DEFAULT_SIZES = (0.6, 0.2, 0.2)  # train, heldout, test: fractions of the source

@@ -24,7 +24,7 @@ from calm_core.generative.objectives import answer_logits, gold_requests
 from calm_core.generative.sampling import GenerationConfig, generate_answers
 from calm_core.generative.semantic import grouping_for
 from calm_core.scoring.adapters import evaluating
-from calm_core.scoring.options import ProgressFn
+from calm_core.scoring.progress import ProgressFn
 
 
 def token_fit_data(

@@ -27,7 +27,7 @@ from calm_core.data.schema import OpenItem
 from calm_core.generative.sampling import GenerationConfig, generate_tokens, question_prompt
 from calm_core.scoring.adapters import evaluating
 from calm_core.scoring.forward import left_pad_batch
-from calm_core.scoring.options import needed_logits
+from calm_core.scoring.logprobs import needed_logits
 from calm_core.scoring.prompts import split_context_continuation
 
 Request = tuple[list[int], list[int]]  # (context ids, continuation ids)

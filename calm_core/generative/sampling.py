@@ -35,7 +35,7 @@ from transformers import LogitsProcessor, LogitsProcessorList
 from calm_core.calibration.head import CalibrationHead
 from calm_core.data.schema import OpenItem
 from calm_core.scoring.forward import left_pad_batch
-from calm_core.scoring.options import ProgressFn, progress_callback
+from calm_core.scoring.progress import ProgressFn, progress_callback
 from calm_core.scoring.prompts import chat_prompt
 
 PLAIN_TEMPLATE = "Question: {question}\nAnswer:"

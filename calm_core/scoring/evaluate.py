@@ -26,7 +26,8 @@ from calm_core.calibration.metrics.columns import metric_names as table_metrics
 from calm_core.calibration.posthoc import MIN_FIT_ITEMS, PosthocCalibrator, for_task
 from calm_core.data.catalog import load_dataset
 from calm_core.data.schema import DataError, LoadReport, MCItem
-from calm_core.scoring.options import OptionScores, ProgressFn, score_items
+from calm_core.scoring.options import OptionScores, score_items
+from calm_core.scoring.progress import ProgressFn
 from calm_core.scoring.prompts import ScoringConfig
 
 
@@ -151,7 +152,7 @@ def result_row(
     row["chance"] = float(np.mean(1.0 / scores.n_choices))  # a uniform forecast's mean confidence (mean 1/K)
     row["ci90"] = metrics.intervals(probs, scores.gold)  # 90% bootstrap intervals of acc, ece, auroc, confidence
     row["scoring_config"] = scores.scoring
-    row["truncated"] = scores.truncated  # items cut from the left to fit the model's context (scoring.fit_cloze_item)
+    row["truncated"] = scores.truncated  # items cut from the left to fit the model's context (truncation.py)
     return row
 
 

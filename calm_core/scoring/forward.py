@@ -2,9 +2,9 @@
 with explicit positions (a row computes what it would alone), KV-cache plumbing, runs of
 similar length, and the "hidden path" (final-norm states + LM head on chosen positions).
 
-It sits below both `options` (option scores) and `frozen_prefix` (cached bottom layers):
-a `HiddenStateRunner` (what FrozenPrefixModel is) is recognised by its shape, so neither
-module imports the other's internals.
+It sits below both `logprobs` (the log-probabilities option scores are made of) and
+`frozen_prefix` (cached bottom layers): a `HiddenStateRunner` (what FrozenPrefixModel is)
+is recognised by its shape, so neither module imports the other's internals.
 """
 
 from __future__ import annotations

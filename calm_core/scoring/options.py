@@ -10,45 +10,27 @@ per item. Sequences are sorted by length and left-padded with explicit position 
 so one forward per batch needs only the last few logits (`logits_to_keep`), and the
 result does not depend on the batch size (a test checks it against one-at-a-time).
 
-Items longer than the model's context (`context_limit`) are cut from the left, as
-lm-evaluation-harness does: the start of the prompt goes, the same tokens for every
-option of an item (so they still share their prefix), until prompt + the longest option
-fits. `OptionScores.truncated` counts them and `score_items` says so once per dataset on
-stderr. An item whose options cannot fit at all raises DataError (`fit_cloze_item`).
+Items longer than the model's context are cut from the left, as lm-evaluation-harness
+does (`calm_core.scoring.truncation`); `OptionScores.truncated` counts them and
+`score_items` says so once per dataset on stderr. The forward passes that give the
+log-probabilities are `calm_core.scoring.logprobs`.
 """
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, NamedTuple, Sequence
+from typing import Any, Iterable, NamedTuple, Sequence
 
 import numpy as np
 import torch
 
 from calm_core.calibration import metrics
-from calm_core.data.schema import DataError, MCItem
-from calm_core.scoring.forward import (
-    HiddenStateRunner,
-    cache_kwarg,
-    hidden_path,
-    last_hidden,
-    left_pad_batch,
-    length_runs,
-    output_head,
-    select_cache,
-)
-from calm_core.scoring.prompts import (
-    ScoringConfig,
-    cloze_context,
-    cloze_continuations,
-    letter_prompt,
-    letter_token_ids,
-    split_context_continuation,
-)
-
-ProgressFn = Callable[[int, int], None]  # (done, total) -> None
-LogitsTransform = Callable[[torch.Tensor], torch.Tensor]  # (..., V) -> (..., V), e.g. a calibration head
+from calm_core.data.schema import MCItem
+from calm_core.scoring.forward import HiddenStateRunner, left_pad_batch
+from calm_core.scoring.logprobs import LogitsTransform, continuation_logprobs, last_logits, shared_prefix_logprobs
+from calm_core.scoring.progress import ProgressFn, progress_callback
+from calm_core.scoring.prompts import ScoringConfig, letter_token_ids
+from calm_core.scoring.truncation import context_limit, fitted_cloze_requests, fitted_letter_prompts, warn_truncated
 
 
 @dataclass
@@ -113,333 +95,14 @@ def pad_ragged(rows: Sequence[np.ndarray]) -> np.ndarray:
     return out
 
 
-def progress_callback(progress: bool | ProgressFn, total: int, desc: str) -> tuple[ProgressFn, Callable[[], None]]:
-    if callable(progress):
-        return progress, lambda: None
-    if not progress:
-        return (lambda done, total: None), lambda: None
-    from tqdm.auto import tqdm
-
-    bar = tqdm(total=total, desc=desc, unit="item", file=sys.stderr, leave=False)
-
-    def update(done: int, _total: int) -> None:
-        bar.update(done - bar.n)
-
-    return update, bar.close
-
-
-def last_logits(model: Any, batch: dict[str, torch.Tensor], n_last: int) -> torch.Tensor:
-    """Logits of the last `n_last` positions of each left-padded row: (B, n_last, V), fp32."""
-    out = model(**batch, logits_to_keep=n_last, use_cache=False)
-    return out.logits.float()
-
-
-def continuation_logprobs(
-    model: Any,
-    contexts_and_conts: Sequence[tuple[list[int], list[int]]],
-    pad_id: int,
-    device: torch.device,
-    transform: LogitsTransform | None = None,
-) -> list[torch.Tensor]:
-    """Per-token log p(continuation token | prefix) for each (context, continuation) pair.
-
-    The model reads (context + continuation)[:-1]; with left padding the logits that
-    predict a continuation of length c are the row's last c positions.
-    """
-    lengths = [len(cont) for _, cont in contexts_and_conts]
-    logits = needed_logits(model, left_pad_batch(continuation_inputs(contexts_and_conts), pad_id, device), lengths)
-    if transform is not None:
-        logits = transform(logits)
-    logprobs = torch.log_softmax(logits, dim=-1)
-    targets = torch.tensor([t for _, cont in contexts_and_conts for t in cont], device=logprobs.device)
-    picked = logprobs.gather(-1, targets[:, None])[:, 0]  # (sum c,)
-    return list(picked.split(lengths))
-
-
-def continuation_inputs(contexts_and_conts: Sequence[tuple[list[int], list[int]]]) -> list[list[int]]:
-    """What the model reads to score each (context, continuation): (context + continuation)[:-1]."""
-    return [(ctx + cont)[:-1] for ctx, cont in contexts_and_conts]
-
-
-def letter_prompt_ids(
-    items: Sequence[MCItem], cfg: ScoringConfig, tokenizer: Any, max_length: int | None = None
-) -> list[list[int]]:
-    """The token ids of each item's letter prompt (its answer-position logits score the
-    letters), each cut from the left to `max_length` tokens (`fit_letter_item`)."""
-    return fitted_letter_prompts(items, cfg, tokenizer, max_length)[0]
-
-
-def needed_logits(model: Any, batch: dict[str, torch.Tensor], lengths: Sequence[int]) -> torch.Tensor:
-    """fp32 logits at the last lengths[r] positions of each left-padded row r, stacked
-    in row order: (sum(lengths), V). Where the model allows (calm_core.scoring.frozen_prefix.
-    hidden_path), the LM head runs on those positions only, not on B x max(lengths):
-    the head and its log-softmax over the vocabulary are most of a small model's cost."""
-    longest = max(lengths)
-    keep = torch.arange(longest, device=batch["input_ids"].device)[None, :] >= (
-        longest - torch.tensor(lengths, device=batch["input_ids"].device)[:, None]
-    )  # (B, c_max)
-    return logits_at(model, {**batch, "use_cache": False}, keep)  # (sum c, V)
-
-
 def _batches(order: Sequence[int], batch_size: int) -> Iterable[list[int]]:
     for start in range(0, len(order), batch_size):
         yield list(order[start : start + batch_size])
 
 
-def cloze_requests(
-    items: Sequence[MCItem], cfg: ScoringConfig, tokenizer: Any, max_length: int | None = None
-) -> list[list[tuple[list[int], list[int]]]]:
-    """Per item, per choice: (context ids, continuation ids), tokenized as the harness does
-    and cut from the left to fit `max_length` tokens (`fit_cloze_item`)."""
-    return fitted_cloze_requests(items, cfg, tokenizer, max_length)[0]
-
-
-SANE_MAX_LENGTH = 10_000_000  # tokens: transformers puts 1e30 in model_max_length when a tokenizer does not know
-_CONTEXT_KEYS = (
-    "max_position_embeddings",
-    "n_positions",
-    "n_ctx",
-)  # Llama-likes, GPT-2, GPT-J; the harness reads these
-_WARNED: set[tuple[Any, ...]] = set()  # (dataset, limit, truncated ids) already reported by this process
-
-
-def context_limit(model: Any, tokenizer: Any = None) -> int | None:
-    """The most tokens `model` reads in one sequence: its config's max_position_embeddings
-    (n_positions / n_ctx for GPT-2-likes), else the tokenizer's model_max_length when that
-    is a real number; None when neither knows, and then nothing is cut. A PEFT model or a
-    FrozenPrefixModel answers for its base model (both expose `.config`)."""
-    config = getattr(model, "config", None)
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config  # multimodal: the LM part
-    for key in _CONTEXT_KEYS:
-        value = getattr(text, key, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    length = getattr(tokenizer, "model_max_length", None)
-    return int(length) if isinstance(length, int) and 0 < length < SANE_MAX_LENGTH else None
-
-
-def fit_cloze_item(
-    item_id: str, requests: list[tuple[list[int], list[int]]], limit: int | None
-) -> tuple[list[tuple[list[int], list[int]]], bool]:
-    """One item's (context, option) pairs with the contexts cut from the left so that the
-    model reads at most `limit` tokens per option; (pairs, whether anything was cut).
-
-    The model reads (context + option)[:-1], so the cut is len(context) + len(longest
-    option) - 1 - limit tokens from the start of the prompt. lm-evaluation-harness cuts
-    each option on its own; here every option of the item loses the same tokens, so
-    their contexts stay identical and the prefix-shared path still applies.
-
-    An option that does not fit even after one token of context (it alone is longer than
-    `limit`) raises DataError naming the item, rather than skipping the item: a skip would
-    compare models (or variants of one model) on different item sets, and a model with a
-    shorter context would quietly lose its longest questions. The person decides: drop
-    or shorten the item, or use a model with a longer context.
-    """
-    if limit is None:
-        return requests, False
-    cut = max(0, max(len(ctx) + len(cont) - 1 for ctx, cont in requests) - limit)
-    if cut == 0:
-        return requests, False
-    if cut >= min(len(ctx) for ctx, _ in requests):  # no context token left to predict an option's first token
-        longest = max(len(cont) for _, cont in requests)
-        raise DataError(
-            f"Expected every option of item {item_id!r} to fit in the model's context of {limit} "
-            f"tokens, but its longest option is {longest} tokens; drop or shorten the item, "
-            "or use a model with a longer context"
-        )
-    return [(ctx[cut:], cont) for ctx, cont in requests], True
-
-
-def fit_letter_item(item_id: str, prompt: list[int], limit: int | None, listed: int) -> tuple[list[int], bool]:
-    """A letter prompt cut from the left to `limit` tokens; (ids, whether anything was cut).
-
-    The letter is read at the prompt's last position, so the prompt itself must fit. The
-    last `listed` tokens (the lettered options and the answer cue) must survive: a prompt
-    that lost the text of option A cannot be answered "A", so that raises DataError, as
-    an option too long for cloze scoring does (`fit_cloze_item` says why not skip)."""
-    if limit is None or len(prompt) <= limit:
-        return prompt, False
-    if listed > limit:
-        raise DataError(
-            f"Expected the lettered options of item {item_id!r} to fit in the model's context of "
-            f"{limit} tokens, but they take {listed} tokens; drop or shorten the item, "
-            "or use a model with a longer context"
-        )
-    return prompt[-limit:], True
-
-
-def _listed_length(item: MCItem, prompt: str, tokenizer: Any) -> int:
-    """Tokens after the question in a letter prompt (the options and the cue): the part
-    a left cut must not reach. Counted on its own, so within a token of the real split."""
-    start = prompt.rfind(item.question)
-    if start < 0:  # a template that rewrites the question: protect only the cue's last token
-        return 1
-    return len(tokenizer(prompt[start + len(item.question) :], add_special_tokens=False).input_ids)
-
-
-def fitted_letter_prompts(
-    items: Sequence[MCItem], cfg: ScoringConfig, tokenizer: Any, limit: int | None
-) -> tuple[list[list[int]], list[str]]:
-    """Each item's letter prompt ids, cut to fit `limit` (`fit_letter_item`), and the ids of the items cut."""
-    prompts, truncated = [], []
-    for item in items:
-        text = letter_prompt(item, cfg, tokenizer)
-        ids = tokenizer(text, add_special_tokens=False).input_ids
-        listed = _listed_length(item, text, tokenizer) if limit is not None and len(ids) > limit else 0
-        ids, cut = fit_letter_item(item.id, ids, limit, listed)
-        prompts.append(ids)
-        if cut:
-            truncated.append(item.id)
-    return prompts, truncated
-
-
-def fitted_cloze_requests(
-    items: Sequence[MCItem],
-    cfg: ScoringConfig,
-    tokenizer: Any,
-    limit: int | None,
-) -> tuple[list[list[tuple[list[int], list[int]]]], list[str]]:
-    """`cloze_requests` cut to fit `limit` (`fit_cloze_item`), and the ids of the items cut."""
-    requests, truncated = [], []
-    for item in items:
-        context = cloze_context(item, cfg, tokenizer)
-        pairs = [split_context_continuation(tokenizer, context, c) for c in cloze_continuations(item, cfg)]
-        pairs, cut = fit_cloze_item(item.id, pairs, limit)
-        requests.append(pairs)
-        if cut:
-            truncated.append(item.id)
-    return requests, truncated
-
-
-def truncated_item_ids(items: Sequence[MCItem], cfg: ScoringConfig, tokenizer: Any, limit: int | None) -> list[str]:
-    """The ids of the items that scoring under `cfg` cuts to fit `limit` tokens; DataError
-    for one that cannot fit. Tokenizes only: a trainer can check its sets before the first
-    step instead of failing on the batch that draws such an item."""
-    fitted = fitted_cloze_requests if cfg.is_cloze else fitted_letter_prompts
-    return fitted(items, cfg, tokenizer, limit)[1]
-
-
-def warn_truncated(truncated: Sequence[str], n_items: int, limit: int | None, dataset: str | None = None) -> None:
-    """One stderr line when items were cut to fit the context, once per dataset and process:
-    a trainer's periodic evaluation scores the same set many times and should say it once."""
-    key = (dataset, limit, tuple(truncated))
-    if not truncated or key in _WARNED:
-        return
-    _WARNED.add(key)
-    of = f" of {dataset}" if dataset else ""
-    print(
-        f"calm: warning: {len(truncated)} of {n_items} items{of} were longer than the model's context "
-        f"({limit} tokens) and were cut from the left, as lm-evaluation-harness does",
-        file=sys.stderr,
-        flush=True,
-    )
-
-
 def _reduce(logprobs: torch.Tensor, rule: str) -> float:
     total = float(logprobs.double().sum())
     return total / len(logprobs) if rule == "cloze_norm" else total
-
-
-def shared_prefix_logprobs(
-    model: Any,
-    groups: Sequence[tuple[list[int], list[list[int]]]],
-    pad_id: int,
-    device: torch.device,
-    transform: LogitsTransform | None = None,
-) -> list[list[torch.Tensor]]:
-    """Like `continuation_logprobs`, but each context is run once for all its continuations.
-
-    groups: [(context ids, [continuation ids, ...]), ...]. Pass 1 runs the left-padded
-    contexts with a KV cache and keeps the last logits (they predict every
-    continuation's first token); pass 2 runs all continuations (minus their last token)
-    right-padded on a copy of their context's cache, with positions that carry on from
-    the context. Same numbers as the straightforward path (tested to 1e-4), about
-    (context + K * choice) / (K * (context + choice)) of the tokens.
-    """
-    from transformers import DynamicCache
-
-    batch = left_pad_batch([ctx for ctx, _ in groups], pad_id, device)
-    cache = DynamicCache(config=model.config)
-    first = model(**batch, **{cache_kwarg(model): cache}, logits_to_keep=1, use_cache=True)
-    first_logits = first.logits[:, -1].float()  # (G, V)
-    first_logprobs = torch.log_softmax(transform(first_logits) if transform else first_logits, dim=-1)
-    owners = [g for g, (_, conts) in enumerate(groups) for _ in conts]
-    conts = [cont for _, cs in groups for cont in cs]
-    rest = _continue_from_cache(model, cache, batch, owners, conts, pad_id, device, transform)
-    out: list[list[torch.Tensor]] = [[] for _ in groups]
-    for row, (owner, cont) in enumerate(zip(owners, conts, strict=True)):
-        out[owner].append(torch.cat([first_logprobs[owner, cont[0]].reshape(1), rest[row]]))
-    return out
-
-
-def _continue_from_cache(
-    model: Any,
-    cache: Any,
-    ctx_batch: dict[str, torch.Tensor],
-    owners: list[int],
-    conts: list[list[int]],
-    pad_id: int,
-    device: torch.device,
-    transform: LogitsTransform | None = None,
-) -> list[torch.Tensor]:
-    """Per row, log p of its continuation tokens 2.. given its cached context, (c - 1,).
-
-    Rows go in runs of similar length (`length_runs`), each on its own copy of its
-    contexts' cache: answers of 1 to 15 tokens padded to the longest would double the work."""
-    out = [torch.zeros(0, device=device) for _ in conts]
-    todo = [r for r, cont in enumerate(conts) if len(cont) > 1]
-    for run in length_runs([len(conts[r]) - 1 for r in todo]):
-        rows = [todo[i] for i in run]
-        index = torch.tensor([owners[r] for r in rows], device=device)
-        width = max(len(conts[r]) for r in rows) - 1
-        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, r in enumerate(rows):
-            ids[i, : len(conts[r]) - 1] = torch.tensor(conts[r][:-1])
-            mask[i, : len(conts[r]) - 1] = 1
-        ctx_mask = ctx_batch["attention_mask"][index]  # (R, L)
-        positions = ctx_mask.sum(dim=1, keepdim=True) + torch.arange(width, device=device)[None, :]  # (R, W)
-        inputs = dict(
-            input_ids=ids.to(device),
-            attention_mask=torch.cat([ctx_mask, mask.to(device)], dim=1),
-            position_ids=positions,
-            use_cache=True,
-            **{cache_kwarg(model): select_cache(cache, index, model.config)},
-        )
-        logits = logits_at(model, inputs, mask.bool().to(device))  # (sum (c - 1), V): real positions only
-        logprobs = torch.log_softmax(transform(logits) if transform else logits, dim=-1)
-        targets = torch.tensor([t for r in rows for t in conts[r][1:]], device=device)
-        picked = logprobs.gather(-1, targets[:, None])[:, 0]
-        for r, lp in zip(rows, picked.split([len(conts[r]) - 1 for r in rows]), strict=True):
-            out[r] = lp
-    return out
-
-
-def logits_at(model: Any, inputs: dict[str, Any], keep: torch.Tensor) -> torch.Tensor:
-    """fp32 logits at the positions `keep` marks among the last keep.shape[1] of each row,
-    in row order: (keep.sum(), V). Where the model allows (frozen_prefix.hidden_path),
-    the LM head runs on those positions only. `inputs`: forward() keywords (a KV cache
-    included, except for a FrozenPrefixModel)."""
-    n_last = keep.shape[1]
-    if hidden_path(model):
-        hidden = last_hidden(model, inputs, n_last)  # (B, n_last, d)
-        return head_on_distinct_rows(output_head(model), hidden[keep]).float()
-    return model(**inputs, logits_to_keep=n_last).logits[keep].float()
-
-
-def head_on_distinct_rows(head: Any, hidden: torch.Tensor) -> torch.Tensor:
-    """head(hidden) for (N, d) states, running the head once per distinct row: the K
-    options of a question predict their first token from the same prompt position, and
-    the vocabulary projection is the largest matmul of a small model. Rows are merged
-    only when bit-identical, so the logits are head(hidden) up to the last bit (a matmul's
-    rounding depends on its row count); gradients reach the first row of each set, the
-    same function of the weights as the others."""
-    distinct, inverse = torch.unique(hidden.detach(), dim=0, return_inverse=True)
-    if len(distinct) == len(hidden):
-        return head(hidden)
-    rows = torch.arange(len(hidden), device=hidden.device)
-    first = torch.full((len(distinct),), len(hidden), device=hidden.device).scatter_reduce(0, inverse, rows, "amin")
-    return head(hidden[first])[inverse]
 
 
 def _cloze_scores(

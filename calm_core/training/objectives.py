@@ -13,7 +13,7 @@ transforms are applied to every batch and each is the identity unless the head a
 - `head.on_options`: the K option scores of either rule.
 These are the same numbers `scoring.score_items` computes at evaluation time (a test
 checks it), with gradients; that includes items longer than the model's context, cut
-from the left the same way (`scoring.fit_cloze_item`; one that cannot fit raises DataError).
+from the left the same way (`scoring.truncation.fit_cloze_item`; one that cannot fit raises DataError).
 """
 
 from __future__ import annotations
@@ -24,16 +24,10 @@ import torch
 
 from calm_core.calibration.head import CalibrationHead
 from calm_core.data.schema import MCItem
-from calm_core.scoring.options import (
-    cloze_requests,
-    context_limit,
-    continuation_inputs,
-    continuation_logprobs,
-    last_logits,
-    left_pad_batch,
-    letter_prompt_ids,
-)
+from calm_core.scoring.forward import left_pad_batch
+from calm_core.scoring.logprobs import continuation_inputs, continuation_logprobs, last_logits
 from calm_core.scoring.prompts import ScoringConfig, letter_token_ids
+from calm_core.scoring.truncation import cloze_requests, context_limit, letter_prompt_ids
 
 
 def _pad_rows(rows: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -90,7 +84,7 @@ def forward_sequences(
 ) -> list[list[list[int]]]:
     """Per item, the token sequences `option_logits` runs through the model (one per
     choice for cloze rules, the prompt for `letter`): what a frozen-prefix cache holds.
-    Pass the model's `scoring.context_limit` as `max_length`, so that long items are cut
+    Pass the model's `scoring.truncation.context_limit` as `max_length`, so that long items are cut
     as `option_logits` cuts them; without it, their cached keys are never read."""
     if cfg.is_cloze:
         return [continuation_inputs(reqs) for reqs in cloze_requests(items, cfg, tokenizer, max_length)]

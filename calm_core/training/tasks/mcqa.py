@@ -35,14 +35,9 @@ from calm_core.io import atomic_write_json
 from calm_core.runs.rundir import RunDir, write_predictions
 from calm_core.scoring.adapters import evaluating
 from calm_core.scoring.evaluate import baseline_records, fit_baselines, predictions_frame, result_row
-from calm_core.scoring.options import (
-    apply_option_head,
-    context_limit,
-    progress_callback,
-    score_with,
-    truncated_item_ids,
-    warn_truncated,
-)
+from calm_core.scoring.options import apply_option_head, score_with
+from calm_core.scoring.progress import progress_callback
+from calm_core.scoring.truncation import context_limit, truncated_item_ids, warn_truncated
 from calm_core.training import distributed
 from calm_core.training.batches import Data, batch_indices, drawn_positions, lower_probe
 from calm_core.training.context import StepContext, Variant, final_variants
