@@ -63,7 +63,7 @@ def answer_logits(
     (a CalibrationHead that acts on tokens, or a logits transform: `token_transform`), and
     the continuation ids (sum c,). Gradients flow to the model and the head."""
     device = next(net.parameters()).device
-    inputs = [(ctx + cont)[:-1] for ctx, cont in requests]
+    inputs = [(context + cont)[:-1] for context, cont in requests]
     lengths = [len(cont) for _, cont in requests]
     logits = needed_logits(net, left_pad_batch(inputs, pad_id, device), lengths)  # (sum c, V)
     if head is not None:

@@ -97,9 +97,9 @@ def causal_lm(model: Any) -> Any:
 
 
 def supports_frozen_prefix(model: Any) -> bool:
-    lm = causal_lm(model)
-    inner = getattr(lm, "model", None)
-    return inner is not None and hasattr(lm, "lm_head") and all(hasattr(inner, p) for p in _PARTS)
+    causal = causal_lm(model)
+    inner = getattr(causal, "model", None)
+    return inner is not None and hasattr(causal, "lm_head") and all(hasattr(inner, p) for p in _PARTS)
 
 
 def hidden_path(model: Any) -> bool:

@@ -59,7 +59,7 @@ def continuation_logprobs(
 
 def continuation_inputs(contexts_and_conts: Sequence[tuple[list[int], list[int]]]) -> list[list[int]]:
     """What the model reads to score each (context, continuation): (context + continuation)[:-1]."""
-    return [(ctx + cont)[:-1] for ctx, cont in contexts_and_conts]
+    return [(context + cont)[:-1] for context, cont in contexts_and_conts]
 
 
 def needed_logits(model: Any, batch: dict[str, torch.Tensor], lengths: Sequence[int]) -> torch.Tensor:
@@ -92,7 +92,7 @@ def shared_prefix_logprobs(
     """
     from transformers import DynamicCache
 
-    batch = left_pad_batch([ctx for ctx, _ in groups], pad_id, device)
+    batch = left_pad_batch([context for context, _ in groups], pad_id, device)
     cache = DynamicCache(config=model.config)
     first = model(**batch, **{cache_kwarg(model): cache}, logits_to_keep=1, use_cache=True)
     first_logits = first.logits[:, -1].float()  # (G, V)

@@ -117,7 +117,7 @@ def _cloze_scores(
 ) -> list[np.ndarray]:
     """Option scores for cloze rules from `cloze_requests`. `batch_size` counts sequences (continuations)."""
     runner = isinstance(lm.model, HiddenStateRunner)  # no KV cache, but it shares prefixes inside a batch
-    if not share_prefix or runner or any(len({tuple(ctx) for ctx, _ in reqs}) > 1 for reqs in requests):
+    if not share_prefix or runner or any(len({tuple(context) for context, _ in reqs}) > 1 for reqs in requests):
         return _cloze_scores_flat(lm, requests, cfg, batch_size, progress, transform, by_item=share_prefix)
     order = sorted(range(len(items)), key=lambda i: -len(requests[i][0][0]))
     rows = [np.zeros(item.n_choices) for item in items]
@@ -147,8 +147,8 @@ def _cloze_scores_flat(
     """The straightforward path: every (context + choice) sequence runs in full, longest
     first; `by_item` keeps each item's sequences together (items longest first), so a
     model that shares prefixes within a batch (a FrozenPrefixModel) finds them."""
-    flat = [(i, k, ctx, cont) for i, reqs in enumerate(requests) for k, (ctx, cont) in enumerate(reqs)]
-    longest = [max(len(ctx) + len(cont) for ctx, cont in reqs) for reqs in requests]
+    flat = [(i, k, context, cont) for i, reqs in enumerate(requests) for k, (context, cont) in enumerate(reqs)]
+    longest = [max(len(context) + len(cont) for context, cont in reqs) for reqs in requests]
     if by_item:
         order = sorted(range(len(flat)), key=lambda r: (-longest[flat[r][0]], flat[r][0], flat[r][1]))
     else:

@@ -67,17 +67,17 @@ def fit_cloze_item(
     """
     if limit is None:
         return requests, False
-    cut = max(0, max(len(ctx) + len(cont) - 1 for ctx, cont in requests) - limit)
+    cut = max(0, max(len(context) + len(cont) - 1 for context, cont in requests) - limit)
     if cut == 0:
         return requests, False
-    if cut >= min(len(ctx) for ctx, _ in requests):  # no context token left to predict an option's first token
+    if cut >= min(len(context) for context, _ in requests):  # no context token left to predict an option's first token
         longest = max(len(cont) for _, cont in requests)
         raise DataError(
             f"Expected every option of item {item_id!r} to fit in the model's context of {limit} "
             f"tokens, but its longest option is {longest} tokens; drop or shorten the item, "
             "or use a model with a longer context"
         )
-    return [(ctx[cut:], cont) for ctx, cont in requests], True
+    return [(context[cut:], cont) for context, cont in requests], True
 
 
 def fit_letter_item(item_id: str, prompt: list[int], limit: int | None, listed: int) -> tuple[list[int], bool]:
