@@ -15,19 +15,14 @@ if str(ROOT) not in sys.path:
 
 import streamlit as st  # noqa: E402
 
+from app import navigation  # noqa: E402
 from app.gate import passes_gate, studio_access  # noqa: E402
 
 st.set_page_config(page_title="CALM Studio", page_icon=str(ROOT / "assets" / "logo.svg"), layout="wide")
 
 PAGES = [
-    st.Page(
-        str(ROOT / "app" / "views" / "learn.py"), title="Learn: overconfidence", icon=":material/school:", default=True
-    ),
-    st.Page(str(ROOT / "app" / "views" / "data.py"), title="Data", icon=":material/dataset:"),
-    st.Page(str(ROOT / "app" / "views" / "train.py"), title="Train", icon=":material/model_training:"),
-    st.Page(str(ROOT / "app" / "views" / "monitor.py"), title="Monitor", icon=":material/monitoring:"),
-    st.Page(str(ROOT / "app" / "views" / "compare.py"), title="Compare", icon=":material/compare:"),
-    st.Page(str(ROOT / "app" / "views" / "playground.py"), title="Playground", icon=":material/chat:"),
+    st.Page(str(ROOT / "app" / "views" / spec.file), title=spec.title, icon=spec.icon, default=i == 0)
+    for i, spec in enumerate(navigation.PAGES)
 ]
 
 # Shared mode: the password first (calm_core/workspace/access.py). The navigation is

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from calm_core.runs.listing import list_runs
+from app.navigation import page_paths
 from tests.pages import run_picker
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = ["views/learn.py", "views/data.py", "views/train.py", "views/monitor.py", "views/compare.py",
-         "views/playground.py"]
+PAGES = page_paths()  # app/navigation.py: every page the router has
 
 
 def _text(at) -> str:
@@ -170,6 +170,8 @@ def test_no_pages_folder_so_a_direct_url_goes_through_the_router() -> None:
     app_dir = Path(__file__).resolve().parent.parent / "app"
     assert not (app_dir / "pages").exists()
     assert all((app_dir / page).is_file() for page in PAGES)
+    routed = sorted(page.rsplit("/", 1)[1] for page in PAGES)  # app/navigation.py routes every view, and only views
+    assert sorted(p.name for p in (app_dir / "views").glob("*.py")) == routed
 
 
 # ----------------------------------------------------------------------------- Data page (issue 14)
