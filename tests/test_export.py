@@ -30,7 +30,8 @@ from calm_core.workspace.export_template import calm_head
 from calm_core.calibration.head import CalibrationHead, HeadLogitsProcessor
 from calm_core.calibration.posthoc.vector import VectorScaler
 from calm_core.workspace.launch import run_config_record
-from calm_core.runs.rundir import RunDir, predictions_path
+from calm_core.runs.layout import predictions_path
+from calm_core.runs.rundir import RunDir
 from calm_core.training.batches import load_data
 from calm_core.training.loop import train
 from tests.test_trainer import fresh_lm, small_config
