@@ -228,7 +228,7 @@ class Watcher:
     each step appears, one samples the server's RSS; `window()` collects into a fresh Window."""
 
     def __init__(self, metrics_path: Path, server_pid: int) -> None:
-        from calm_core.runs.rundir import MetricsTail
+        from calm_core.runs.metrics_lines import MetricsTail
 
         self.tail, self.server_pid = MetricsTail(metrics_path), server_pid
         self.current: Window | None = None
@@ -435,7 +435,8 @@ def reader_costs(path: Path, repeats: int = 20) -> dict:
     """What one Monitor poll spends reading metrics.jsonl at its length now: the whole file
     (`RunDir.read_metrics`, as before) against a primed `MetricsTail` (nothing new since the
     last poll), median of `repeats` each, in ms."""
-    from calm_core.runs.rundir import MetricsTail, RunDir
+    from calm_core.runs.metrics_lines import MetricsTail
+    from calm_core.runs.rundir import RunDir
 
     def median_ms(read: Callable[[], list]) -> float:
         times = []

@@ -59,7 +59,7 @@ def _predictions(run, variant: str, dataset: str) -> tuple[np.ndarray, np.ndarra
     import pandas as pd
 
     from calm_core.workspace.view import predictions
-    from calm_core.runs.rundir import predictions_path
+    from calm_core.runs.layout import predictions_path
 
     confidence, correct = predictions(run, variant, dataset)
     frame = pd.read_parquet(predictions_path(run.path, variant, dataset), columns=["probs"])

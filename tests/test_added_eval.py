@@ -17,7 +17,8 @@ import pytest
 
 from calm_core.cli.commands import main
 from calm_core.data.schema import MCItem, items_fingerprint
-from calm_core.runs.rundir import ADDED_RESULTS, RunDir, predictions_path
+from calm_core.runs.layout import ADDED_RESULTS, predictions_path
+from calm_core.runs.rundir import RunDir
 from calm_core.training.loop import train
 from calm_core.workspace.launch import run_config_record
 from calm_core.workspace.report import run_report_html
@@ -151,7 +152,7 @@ def test_compare_evaluates_a_run_on_more_data(finished: RunDir, evaluated: dict,
     shows the added set (marked) beside the run's own with its fingerprint line."""
     import shutil
 
-    from calm_core.runs.rundir import runs_root
+    from calm_core.runs.naming import runs_root
 
     copy = RunDir(shutil.copytree(finished.path, runs_root() / finished.run_id))
     (copy.path / ADDED_RESULTS).unlink()

@@ -409,7 +409,7 @@ class NoDataParameter(torch.nn.Parameter):
 @pytest.mark.parametrize("constraint", ["theta", "joint"])
 def test_the_step_never_touches_data(step: Callable[..., dict[str, float]], constraint: str) -> None:
     """The same step on parameters that refuse `.data` and on plain ones: identical logs and
-    updates, so theta~ reaches the closures without a `.data` swap (bilevel.at)."""
+    updates, so theta~ reaches the closures without a `.data` swap (substitution.at)."""
     plain, guarded = SoftmaxProblem(), SoftmaxProblem()
     guarded.linear.weight = NoDataParameter(guarded.linear.weight.detach().clone())
     guarded.linear.bias = NoDataParameter(guarded.linear.bias.detach().clone())
@@ -432,7 +432,7 @@ def test_at_evaluates_a_lora_model_at_other_weights(tiny_model_dir) -> None:
 
     from calm_core.scoring.adapters import LoraSettings, attach_lora, lora_parameters
     from calm_core.scoring.models import ModelSpec, load_model
-    from calm_core.training.bilevel import at
+    from calm_core.training.substitution import at
 
     model, _ = attach_lora(load_model(ModelSpec(name=str(tiny_model_dir), device="cpu")).model, LoraSettings(r=4))
     theta = lora_parameters(model)

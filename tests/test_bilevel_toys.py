@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from calm_core.training.bilevel import BilevelConfig
-from calm_core.training.bilevel_toys import (DTYPE, MinibatchRun, ShiftToy, TemperatureToy, ToyContext, centred,
-                                             minibatch_row, tail_mean)
+from calm_core.training.bilevel_toy_tables import MinibatchRun, minibatch_row
+from calm_core.training.bilevel_toys import DTYPE, ShiftToy, TemperatureToy, ToyContext, centred, tail_mean
 from calm_core.training.methods import calm, iterate
 
 

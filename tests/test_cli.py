@@ -27,7 +27,7 @@ from calm_core.cli import main
 from calm_core.data.builtin import builtin_names, load_builtin
 from calm_core.data.catalog import load_dataset
 from calm_core.calibration.posthoc import TemperatureScaler
-from calm_core.runs.rundir import predictions_path
+from calm_core.runs.layout import predictions_path
 
 LIMIT = 8  # items per evaluated dataset
 FIT_LIMIT = 10  # = posthoc.MIN_FIT_ITEMS; capitals/train gives the tiny model a moderate T

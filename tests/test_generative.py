@@ -651,7 +651,8 @@ def test_openqa_calm_run(tiny_model_dir: Path, tmp_path: Path) -> None:
 
     from calm_core.calibration.head import CalibrationHead
     from calm_core.workspace.view import open_answers, predictions
-    from calm_core.runs.rundir import RunDir, predictions_path
+    from calm_core.runs.layout import predictions_path
+    from calm_core.runs.rundir import RunDir
     from calm_core.training.loop import train
 
     cfg = _open_config(select="last")  # the last step's theta and head are the model evaluated

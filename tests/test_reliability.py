@@ -19,7 +19,8 @@ from calm_core.cli import main
 from calm_core.io import atomic_write_json
 from calm_core.runs.listing import list_runs
 from calm_core.runs.process import pid_alive
-from calm_core.runs.rundir import RunDir, RunFileError
+from calm_core.runs.damage import RunFileError
+from calm_core.runs.rundir import RunDir
 from calm_core.runs.state import DAMAGED
 from tests.test_jobs import FAKE, steps_logged, wait_for
 from tests.test_trainer import fresh_lm, small_config

@@ -22,8 +22,10 @@ import pytest
 from calm_core.calibration import metrics
 from calm_core.calibration.metrics.columns import interval_names
 from calm_core.io import atomic_write_json
-from calm_core.runs.rundir import RunDir, predictions_path, write_predictions
-from calm_core.workspace.report import OVER, UNDER, reliability_svg, run_report_html
+from calm_core.runs.layout import predictions_path, write_predictions
+from calm_core.runs.rundir import RunDir
+from calm_core.workspace.report import run_report_html
+from calm_core.workspace.report_svg import OVER, UNDER, reliability_svg
 from calm_core.workspace.view import bome_line, bome_summary
 from tests.test_trainer import fresh_lm, small_config
 

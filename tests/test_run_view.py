@@ -64,7 +64,7 @@ def test_compare_shows_base_a_calibrator_and_the_trained_model_first() -> None:
 def test_predictions_reads_confidence_and_correctness(tmp_path: Path) -> None:
     import pandas as pd
 
-    from calm_core.runs.rundir import write_predictions
+    from calm_core.runs.layout import write_predictions
 
     run = RunDir.create(tmp_path, "p", {"train": {}})
     write_predictions(run.path, "calm", "arc/easy_test",

@@ -17,10 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from calm_core.runs import metrics_lines, naming
 from calm_core.runs import rundir as runs
 from calm_core.runs.listing import list_runs
 from calm_core.runs.process import HOST
-from calm_core.runs.rundir import RunDir, RunFileError, new_run_id
+from calm_core.runs.damage import RunFileError
+from calm_core.runs.naming import new_run_id
+from calm_core.runs.rundir import RunDir
 from calm_core.runs.state import STARTUP_GRACE_S, STATES, effective_state, run_state
 
 CONFIG = {"name": "capitals demo", "train": {"method": "calm", "steps": 10}, "seed": 0}
@@ -44,7 +47,7 @@ def test_new_run_id_is_sortable_safe_and_hinted() -> None:
     early = new_run_id("my model/v2 ../../etc", now=1_700_000_000)
     late = new_run_id("a", now=1_700_000_001)
     assert re.fullmatch(r"20231114-221320-my_model_v2_.._.._etc-[0-9a-f]{4}", early)
-    assert runs.check_run_id(early) == early  # one safe path component
+    assert naming.check_run_id(early) == early  # one safe path component
     assert early < late
     assert re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{4}", new_run_id(None))
 
@@ -74,9 +77,9 @@ def test_create_writes_config_and_queued_status(run: RunDir, tmp_path: Path) -> 
 
 def test_new_retries_on_id_clash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     hexes = iter(["aaaa", "aaaa", "bbbb"])
-    monkeypatch.setattr(runs.secrets, "token_hex", lambda n: next(hexes))
+    monkeypatch.setattr(naming.secrets, "token_hex", lambda n: next(hexes))
     real_gmtime = time.gmtime
-    monkeypatch.setattr(runs.time, "gmtime", lambda now=None: real_gmtime(1_700_000_000))  # one second
+    monkeypatch.setattr(naming.time, "gmtime", lambda now=None: real_gmtime(1_700_000_000))  # one second
     first, second = RunDir.new(CONFIG, "x", tmp_path), RunDir.new(CONFIG, "x", tmp_path)
     assert first.run_id.endswith("-aaaa") and second.run_id.endswith("-bbbb")
 
@@ -278,13 +281,13 @@ def test_truncate_metrics_after(run: RunDir) -> None:
 def parsed(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     """Every byte string handed to the one line parser, in order."""
     seen: list[bytes] = []
-    real = runs.parse_metrics_lines
-    monkeypatch.setattr(runs, "parse_metrics_lines", lambda data: seen.append(data) or real(data))
+    real = metrics_lines.parse_metrics_lines
+    monkeypatch.setattr(metrics_lines, "parse_metrics_lines", lambda data: seen.append(data) or real(data))
     return seen
 
 
 def test_metrics_tail_parses_each_appended_line_once(run: RunDir, parsed: list[bytes]) -> None:
-    tail = runs.MetricsTail(run.metrics_path)
+    tail = metrics_lines.MetricsTail(run.metrics_path)
     seen = [tail.read()]  # no file yet
     for step in range(1, 4):
         run.append_metrics({"step": step, "elapsed": 0.1 * step})
@@ -297,7 +300,7 @@ def test_metrics_tail_parses_each_appended_line_once(run: RunDir, parsed: list[b
 
 
 def test_metrics_tail_waits_for_a_half_written_line(run: RunDir) -> None:
-    tail = runs.MetricsTail(run.metrics_path)
+    tail = metrics_lines.MetricsTail(run.metrics_path)
     run.append_metrics({"step": 1, "elapsed": 0.1})
     line = json.dumps({"step": 2, "elapsed": 0.2}).encode() + b"\n"
     with open(run.metrics_path, "ab") as handle:
@@ -309,7 +312,7 @@ def test_metrics_tail_waits_for_a_half_written_line(run: RunDir) -> None:
 
 
 def test_metrics_tail_skips_a_fragment_sealed_after_a_crash(run: RunDir) -> None:
-    tail = runs.MetricsTail(run.metrics_path)
+    tail = metrics_lines.MetricsTail(run.metrics_path)
     run.append_metrics({"step": 1, "elapsed": 0.1})
     with open(run.metrics_path, "ab") as handle:
         handle.write(b'{"step": 2, "elap')  # a crash mid-write
@@ -320,7 +323,7 @@ def test_metrics_tail_skips_a_fragment_sealed_after_a_crash(run: RunDir) -> None
 
 def test_metrics_tail_reads_a_cut_back_file_again(run: RunDir) -> None:
     """A resume rewrites metrics.jsonl (atomic replace) back to its checkpoint's step."""
-    tail = runs.MetricsTail(run.metrics_path)
+    tail = metrics_lines.MetricsTail(run.metrics_path)
     for step in range(1, 8):
         run.append_metrics({"step": step, "elapsed": float(step)})
     assert len(tail.read()) == 7
@@ -333,7 +336,7 @@ def test_metrics_tail_reads_a_cut_back_file_again(run: RunDir) -> None:
 
 def test_metrics_tail_notices_a_rewrite_in_place(run: RunDir) -> None:
     """Same file (inode), new content at least as long: the bytes read last no longer match."""
-    tail = runs.MetricsTail(run.metrics_path)
+    tail = metrics_lines.MetricsTail(run.metrics_path)
     for step in range(1, 4):
         run.append_metrics({"step": step, "elapsed": float(step)})
     assert len(tail.read()) == 3
@@ -489,7 +492,7 @@ def test_list_runs_reads_each_small_file_once(tmp_path: Path, monkeypatch: pytes
     damaged = RunDir.create(tmp_path, "damaged", CONFIG)
     (damaged.path / "status.json").write_text("[1, 2]")
     reads: dict[str, int] = {}
-    real_read = runs.read_json_object
+    real_read = runs.read_json_object  # patched where RunDir looks it up (it lives in runs.damage)
 
     def counted(path: str | Path, *args, **kwargs) -> dict:
         key = f"{Path(path).parent.name}/{Path(path).name}"

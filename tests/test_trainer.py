@@ -79,7 +79,7 @@ def test_run_directory_is_written(tiny_model_dir: Path, tmp_path: Path, scoring:
     results = json.loads((run.path / "results.json").read_text())["results"]
     variants = {r["variant"] for r in results}
     assert variants == {"base", "ts", "vs", "calm", "calm_theta_only"}
-    from calm_core.runs.rundir import predictions_path
+    from calm_core.runs.layout import predictions_path
     import pandas as pd
 
     for row in results:

@@ -14,7 +14,8 @@ import numpy as np
 import pandas as pd
 
 from calm_core.io import atomic_write_json
-from calm_core.runs.rundir import RunDir, write_predictions
+from calm_core.runs.layout import write_predictions
+from calm_core.runs.rundir import RunDir
 from calm_core.workspace import verdict
 
 DATASET = "builtin/capitals/test"

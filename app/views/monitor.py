@@ -16,7 +16,8 @@ from app.state import code, describe_error
 from calm_core.calibration.metrics.columns import help_texts, table_columns
 from calm_core.runs.jobs import cancel, resume
 from calm_core.runs.listing import list_runs, run_label
-from calm_core.runs.rundir import MetricsTail, RunDir
+from calm_core.runs.metrics_lines import MetricsTail
+from calm_core.runs.rundir import RunDir
 from calm_core.runs.state import DAMAGED, RunState
 from calm_core.training.config import recorded_bilevel
 from calm_core.workspace import verdict

@@ -229,7 +229,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from calm_core.calibration.posthoc import MIN_FIT_ITEMS
     from calm_core.io import atomic_write_json
     from calm_core.provenance import environment_record
-    from calm_core.runs.rundir import write_predictions
+    from calm_core.runs.layout import write_predictions
     from calm_core.scoring.evaluate import format_table, predictions_frame, result_row
     from calm_core.scoring.options import score_items
     from calm_core.scoring.prompts import ScoringConfig
@@ -294,7 +294,7 @@ def _eval_open(args: argparse.Namespace) -> int:
     from calm_core.generative.sampling import GenerationConfig
     from calm_core.io import atomic_write_json
     from calm_core.provenance import environment_record
-    from calm_core.runs.rundir import write_predictions
+    from calm_core.runs.layout import write_predictions
     from calm_core.scoring.evaluate import PosthocFit, format_table
 
     if args.ts_file or args.save_ts:
@@ -369,7 +369,8 @@ def _eval_run(args: argparse.Namespace) -> int:
     stored with the run and printed; its model, scoring rule, task and calibrators are its own."""
     from calm_core.io import atomic_write_json
     from calm_core.provenance import environment_record
-    from calm_core.runs.rundir import ADDED_RESULTS, RunDir
+    from calm_core.runs.layout import ADDED_RESULTS
+    from calm_core.runs.rundir import RunDir
     from calm_core.scoring.evaluate import format_table
     from calm_core.workspace.added import check_finished, evaluate_run, run_eval_limit
     from calm_core.workspace.view import result_columns

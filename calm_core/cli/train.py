@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from calm_core.runs.listing import list_runs
-from calm_core.runs.rundir import RunDir, runs_root
+from calm_core.runs.naming import runs_root
+from calm_core.runs.rundir import RunDir
 
 
 def add_parsers(sub: Any) -> None:

@@ -1,6 +1,7 @@
 """The run-directory protocol and the background jobs that write run directories.
 
 process (is a recorded pid alive, here) <- state (the state machine and the state to
-show) <- rundir (RunDir: every file of a run, written one way) <- listing (all runs, one
+show) <- rundir (RunDir: every file of a run, written one way; its parts layout, naming,
+damage, metrics_lines, checkpoint_dirs sit below it) <- listing (all runs, one
 summary each) <- jobs (queue, start, cancel, kill, resume). Below training: the trainer
 writes through it, the studio reads it."""

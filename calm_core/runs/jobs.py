@@ -29,9 +29,12 @@ from typing import Mapping
 
 from calm_core.io import atomic_write_json, file_lock
 from calm_core.paths import PROJECT_ROOT
+from calm_core.runs.damage import RunFileError, read_json_object
+from calm_core.runs.layout import CONFIG, JOB_FILE, RESULTS, STDOUT
 from calm_core.runs.listing import list_runs
+from calm_core.runs.naming import runs_root
 from calm_core.runs.process import HOST, pid_alive, pids_with_option, process_alive
-from calm_core.runs.rundir import CONFIG, JOB_FILE, RESULTS, STDOUT, RunDir, RunFileError, read_json_object, runs_root
+from calm_core.runs.rundir import RunDir
 from calm_core.runs.state import ACTIVE_STATES, DAMAGED, STATUS, RunState, run_state
 
 MAX_JOBS_ENV = "CALM_MAX_JOBS"

@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from calm_core.runs.rundir import CONFIG, RunDir, config_label, runs_root
+from calm_core.runs.layout import CONFIG
+from calm_core.runs.naming import config_label, runs_root
+from calm_core.runs.rundir import RunDir
 from calm_core.runs.state import STALE_AFTER_S, STATUS
 
 

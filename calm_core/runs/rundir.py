@@ -20,13 +20,17 @@ studio can all update fields without losing each other's; a metrics line goes ou
 `write` call, and a line cut short by a crash is ignored by the reader.
 
 `RunDir` holds only a path: every property reads the disk afresh, nothing stays open.
+
+Its parts live beside it, each with one job: `layout` (the file names, the predictions'
+path), `naming` (the runs root and run ids), `damage` (`RunFileError`, the checked JSON
+reader), `metrics_lines` (reading metrics.jsonl back, `MetricsTail`) and `checkpoint_dirs`
+(`RunCheckpoints`, the checkpoint methods `RunDir` inherits).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import secrets
 import shutil
 import threading
 import time
@@ -35,8 +39,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
-from calm_core.io import atomic_write, atomic_write_json, atomic_write_text, file_lock, staging_directory
-from calm_core.paths import safe_name, workspace_dir
+from calm_core.io import atomic_write_json, atomic_write_text, file_lock, staging_directory
+from calm_core.runs.checkpoint_dirs import RunCheckpoints
+from calm_core.runs.damage import RunFileError, read_json_object
+from calm_core.runs.layout import (
+    ADDED,
+    ADDED_RESULTS,
+    CANCEL,
+    CONFIG,
+    JOB_FILE,
+    LOCK,
+    METRICS,
+    RESULTS,
+    STDOUT,
+)
+from calm_core.runs.metrics_lines import parse_metrics_lines
+from calm_core.runs.naming import check_run_id, config_label, new_run_id, runs_root
 from calm_core.runs.process import HOST, process_alive, process_start
 from calm_core.runs.state import (
     ACTIVE_STATES,
@@ -49,169 +67,10 @@ from calm_core.runs.state import (
     run_state,
 )
 
-CONFIG, METRICS, CANCEL, COMPLETE, LOCK = "config.json", "metrics.jsonl", "CANCEL", "COMPLETE", ".lock"
-SELECTED = "selected"  # the calibrated stop's step: adapter and head (training/selection.py)
-RESULTS, JOB_FILE, STDOUT = "results.json", "job.json", "stdout.log"
-# Evaluations added after training (workspace/added.py): their own file and predictions
-# folder, so nothing can mistake them for the final evaluation's rows or overwrite those.
-ADDED_RESULTS, ADDED = "added_results.json", "added"
-
-
-class RunFileError(ValueError):
-    """A run-directory file that cannot be read as what it must be. The message names
-    the file and what to do, in one line: every command and page shows it as it is."""
-
-
-def read_json_object(path: str | Path, advice: str, key_types: dict[str, type] | None = None) -> dict:
-    """A JSON object from `path`; a file that is empty, cut short, not UTF-8, not an object,
-    or lacks one of `key_types` (key -> type) raises RunFileError naming it and `advice`.
-    A missing file raises FileNotFoundError as usual (callers decide what absence means)."""
-    path = Path(path)
-    raw = path.read_bytes()
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        problem = "not UTF-8 text"
-    except ValueError as error:
-        problem = "empty" if not raw.strip() else f"not valid JSON: {error.msg} at line {error.lineno}"
-    else:
-        if not isinstance(data, dict):
-            problem = f"a JSON {type(data).__name__} where an object belongs"
-        else:
-            wrong = [key for key, kind in (key_types or {}).items() if not isinstance(data.get(key), kind)]
-            if not wrong:
-                return data
-            problem = f"`{wrong[0]}` is missing or not a {key_types[wrong[0]].__name__}"
-    raise RunFileError(f"{path} is damaged ({problem}); {advice}")
-
-
-def predictions_path(root: str | Path, variant: str, dataset: str) -> Path:
-    """`<root>/eval/<variant>/<dataset>.parquet`, with `/` in dataset names made safe."""
-    return Path(root) / "eval" / safe_name(variant) / f"{safe_name(dataset.replace('/', '__'))}.parquet"
-
-
-def write_predictions(root: str | Path, variant: str, dataset: str, frame: Any) -> Path:
-    """Write a per-item predictions DataFrame atomically (calm_core.io); returns its path."""
-    path = predictions_path(root, variant, dataset)
-    atomic_write(path, lambda handle: frame.to_parquet(handle, index=False))
-    return path
-
-
-# ---------------------------------------------------------------------------- ids
-
-
-def runs_root(root: str | Path | None = None) -> Path:
-    return Path(root) if root is not None else workspace_dir() / "runs"
-
-
-def new_run_id(name_hint: str | None = None, now: float | None = None) -> str:
-    """`20261130-051200-<hint>-<4 hex>`: UTC time first so ids sort by creation.
-
-    The hint goes through `safe_name` (ValueError when nothing usable is left). Four hex
-    digits make clashes rare, not impossible: `RunDir.new` retries on a clash.
-    """
-    parts = [time.strftime("%Y%m%d-%H%M%S", time.gmtime(now))]
-    if name_hint is not None and name_hint.strip():
-        parts.append(safe_name(name_hint, max_len=40))
-    parts.append(secrets.token_hex(2))
-    return "-".join(parts)
-
-
-def check_run_id(run_id: str) -> str:
-    """Return `run_id` when it is a single safe path component, else raise ValueError."""
-    try:
-        ok = isinstance(run_id, str) and safe_name(run_id) == run_id
-    except ValueError:
-        ok = False
-    if not ok:
-        raise ValueError(f"Expected a path-safe run id (letters, digits, '.', '_', '-'), but got {run_id!r}")
-    return run_id
-
 
 def _jsonable(value: Any) -> Any:
     """numpy / torch scalars and arrays become numbers and lists, anything else a string."""
     return value.tolist() if hasattr(value, "tolist") else str(value)
-
-
-def config_label(config: dict, key: str) -> str | None:
-    """`config[key]`, or the first `config[section][key]` one level down."""
-    if isinstance(config.get(key), str):
-        return config[key]
-    for section in config.values():
-        if isinstance(section, dict) and isinstance(section.get(key), str):
-            return section[key]
-    return None
-
-
-# ---------------------------------------------------------------------------- metrics lines
-
-
-def parse_metrics_lines(data: bytes) -> list[dict]:
-    """The records of the complete lines of metrics.jsonl bytes: the one reading rule.
-
-    Whatever follows the last newline is unfinished (a line being written, or cut by a
-    crash) and left out; a line that is not a JSON object with an int `step` (a fragment
-    that `append_metrics` sealed after a crash, or a damaged line) is skipped."""
-    records = []
-    for line in data.split(b"\n")[:-1]:
-        if line.strip():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and isinstance(record.get("step"), int):
-                records.append(record)
-    return records
-
-
-class MetricsTail:
-    """metrics.jsonl read incrementally: each `read()` parses only the bytes appended since
-    the last complete line it saw, and returns what `RunDir.read_metrics()` would.
-
-    Why: the Monitor polls every few seconds in every open session, and rereading a long
-    run's whole file each time grows with the run. A file that shrank or was replaced (a
-    resume cuts it back to a checkpoint with an atomic rewrite) is read again in full;
-    replacement is told by the file's identity (device, inode), its size, and the last
-    complete bytes still standing where they were (an inode number can be reused)."""
-
-    CHECK_BYTES = 256  # how much of what was read last is compared on each read
-
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self._reset(None)
-
-    def _reset(self, identity: tuple[int, int] | None) -> None:
-        self.identity, self.offset, self.seen_tail, self.records = identity, 0, b"", []
-
-    def _unchanged(self, fd: int, stat: os.stat_result) -> bool:
-        """Whether the file is the one read so far, grown or not."""
-        if (stat.st_dev, stat.st_ino) != self.identity or stat.st_size < self.offset:
-            return False
-        return os.pread(fd, len(self.seen_tail), self.offset - len(self.seen_tail)) == self.seen_tail
-
-    def read(self) -> list[dict]:
-        """Every complete record so far (a new list; the records themselves are shared)."""
-        try:
-            fd = os.open(self.path, os.O_RDONLY)
-        except FileNotFoundError:
-            self._reset(None)
-            return []
-        try:
-            stat = os.fstat(fd)
-            if not self._unchanged(fd, stat):
-                self._reset((stat.st_dev, stat.st_ino))
-            data = os.pread(fd, max(0, stat.st_size - self.offset), self.offset)
-        finally:
-            os.close(fd)
-        end = data.rfind(b"\n") + 1  # 0: no complete line yet; the rest waits for its newline
-        if end:
-            self.records.extend(parse_metrics_lines(data[:end]))
-            self.offset += end
-            self.seen_tail = (self.seen_tail + data[max(0, end - self.CHECK_BYTES) : end])[-self.CHECK_BYTES :]
-        return list(self.records)
-
-
-# ---------------------------------------------------------------------------- the run directory
 
 
 class RunFiles(NamedTuple):
@@ -224,18 +83,8 @@ class RunFiles(NamedTuple):
     damage: str | None
 
 
-class ResumePoint(NamedTuple):
-    """Where a (re)started trainer continues: after `step`, from `path` (None: from the
-    start), with what the reader loaded from it, and the newer checkpoints it skipped."""
-
-    step: int
-    path: Path | None
-    data: Any = None
-    skipped: tuple[str, ...] = ()
-
-
 @dataclass(frozen=True)
-class RunDir:
+class RunDir(RunCheckpoints):
     path: Path
 
     def __post_init__(self) -> None:
@@ -533,129 +382,6 @@ class RunDir:
         kept = [r for r in self.read_metrics() if r.get("step", 0) <= step]
         atomic_write_text(self.metrics_path, "".join(json.dumps(r, default=_jsonable) + "\n" for r in kept))
         return len(kept)
-
-    # -- checkpoints -------------------------------------------------------------------
-
-    def checkpoint_dir(self, step: int) -> Path:
-        """Where the checkpoint of `step` goes (`checkpoint-<step>/`; not created here)."""
-        return self.path / f"checkpoint-{int(step)}"
-
-    def _checkpoints(self) -> list[tuple[int, Path, bool]]:
-        """(step, dir, complete) for every checkpoint directory, by step."""
-        self._restore_replaced()
-        found = []
-        for child in self.path.glob("checkpoint-*"):
-            suffix = child.name.removeprefix("checkpoint-")
-            if suffix.isdigit() and child.is_dir():
-                found.append((int(suffix), child, (child / COMPLETE).is_file()))
-        return sorted(found)
-
-    def _restore_replaced(self) -> None:
-        """Put back a complete checkpoint whose replacement was cut off between the two
-        renames of `writing_checkpoint` (the only moment a step has no directory)."""
-        for old in [*self.path.glob(".checkpoint-*.old"), *self.path.glob(f".{SELECTED}.old")]:
-            final = self.path / old.name[1:].removesuffix(".old")
-            if not final.exists() and (old / COMPLETE).is_file():
-                os.rename(old, final)
-
-    @contextmanager
-    def writing_checkpoint(self, step: int) -> Iterator[Path]:
-        """A fresh hidden directory to write the checkpoint of `step` into. When the block
-        ends without an error, a `COMPLETE` marker goes in and the directory is renamed to
-        `checkpoint-<step>` as a whole, so a crash at any moment leaves either the old
-        checkpoint or the new one, never a mix. An error (or a kill) leaves only a hidden
-        directory, which `prune_checkpoints` removes."""
-        with self._writing_whole(self.checkpoint_dir(step), step) as staging:
-            yield staging
-
-    @property
-    def selected_dir(self) -> Path:
-        """`selected/`: the adapter and head of the step the calibrated stop selected
-        (training/selection.py), replaced whole each time a better step is found."""
-        return self.path / SELECTED
-
-    @contextmanager
-    def writing_selected(self, step: int) -> Iterator[Path]:
-        """As `writing_checkpoint`, for `selected/` (its COMPLETE marker names the step)."""
-        with self._writing_whole(self.selected_dir, step) as staging:
-            yield staging
-
-    def selected_step(self) -> int | None:
-        """The step `selected/` holds, or None when there is no complete one."""
-        self._restore_replaced()
-        marker = self.selected_dir / COMPLETE
-        try:
-            return int(json.loads(marker.read_text(encoding="utf-8"))["step"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-
-    @contextmanager
-    def _writing_whole(self, final: Path, step: int) -> Iterator[Path]:
-        """A hidden staging directory renamed to `final` as a whole once the block ends
-        (with a COMPLETE marker naming `step`); see `writing_checkpoint`."""
-        staging = staging_directory(self.path, prefix=f".{final.name}.", suffix=".partial")
-        try:
-            yield staging
-            atomic_write_json(staging / COMPLETE, {"step": int(step), "time": time.time()})
-            if final.exists():  # the same step again (a resume that stops at once): swap
-                old = self.path / f".{final.name}.old"
-                shutil.rmtree(old, ignore_errors=True)
-                os.rename(final, old)
-                os.rename(staging, final)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.rename(staging, final)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-
-    def latest_checkpoint(self) -> tuple[int, Path] | None:
-        complete = [(step, path) for step, path, done in self._checkpoints() if done]
-        return complete[-1] if complete else None
-
-    def prune_checkpoints(self, keep: int = 2) -> list[Path]:
-        """Delete all but the `keep` newest complete checkpoints, unfinished ones older than
-        the newest complete one, and staging directories left by a crash. Returns the
-        deleted directories."""
-        if not isinstance(keep, int) or keep < 1:
-            raise ValueError(f"Expected `keep` to be a positive int, but got {keep!r}")
-        checkpoints = self._checkpoints()
-        complete = [step for step, _, done in checkpoints if done]
-        if not complete:
-            return []
-        keep_steps = set(complete[-keep:])
-        doomed = [path for step, path, done in checkpoints if step < complete[-1] and step not in keep_steps]
-        doomed += sorted(self.path.glob(".checkpoint-*.partial")) + sorted(self.path.glob(f".{SELECTED}.*.partial"))
-        for path in doomed:
-            (path / COMPLETE).unlink(missing_ok=True)  # first, so a half-deleted one never counts
-            shutil.rmtree(path, ignore_errors=True)
-        return doomed
-
-    def prepare_resume(self, read: Callable[[Path], Any] | None = None, fresh: bool = False) -> ResumePoint:
-        """For a (re)starting trainer: the newest complete checkpoint that `read` can load
-        (`read(dir)` returns its contents or raises), with metrics.jsonl cut back to its
-        step so curves have no gaps or duplicates. Nothing is cut before a checkpoint has
-        been read whole: a damaged one is skipped (and named in `skipped`) for the one
-        before it. When checkpoints exist and none can be read, RunFileError, with every
-        file untouched, unless `fresh` (asked for explicitly: `calm resume --fresh`), which
-        starts over: step 0, no metrics kept. Without any checkpoint it starts over too."""
-        skipped: list[str] = []
-        if not fresh:
-            for step, path in reversed([(s, p) for s, p, done in self._checkpoints() if done]):
-                try:
-                    data = read(path) if read is not None else None
-                except Exception as error:  # noqa: BLE001 - any reason a checkpoint cannot be read
-                    skipped.append(f"{path.name}: {str(error).splitlines()[0] if str(error) else type(error).__name__}")
-                    continue
-                self.truncate_metrics_after(step)
-                return ResumePoint(step, path, data, tuple(skipped))
-            if skipped:
-                raise RunFileError(
-                    f"no usable checkpoint in run {self.run_id} ({'; '.join(skipped)}); "
-                    f"`calm resume {self.run_id} --fresh` starts it over from step 0"
-                )
-        self.truncate_metrics_after(-1)
-        return ResumePoint(0, None, None, tuple(skipped))
 
     # -- cancel ------------------------------------------------------------------------
 

@@ -1,3 +1,3 @@
 """Training: the loop (loop), its config (config), the first-order bilevel step (bilevel,
-bilevel_toys), the methods (methods/), the losses (objectives), LoRA adapters (adapters)
-and data-parallel helpers (distributed)."""
+substitution; bilevel_toys and bilevel_toy_tables), the methods (methods/), the losses
+(objectives), LoRA adapters (adapters) and data-parallel helpers (distributed)."""

@@ -36,12 +36,13 @@ logged so that the violation shows.
 
 The closures take no arguments: they compute the loss from the parameters they hold. To
 evaluate at theta~ nothing is written into the parameters: while a closure runs at
-theta~, a torch-function mode (`at`) hands every torch operation that receives one of
-theta's tensors theta~'s tensor in its place (the module's attribute, a tensor read
-inside the closure: whatever reaches an operation). The parameters' `.data`, storage and
-requires_grad stay as they were, so a wrapper that keeps parameters elsewhere (FSDP's
-sharded storage, calm_core.training.distributed.shard_frozen) sees one consistent state,
-and an exception inside a closure leaves nothing to restore. Gradients at theta~ are
+theta~, a torch-function mode (`at`, training/substitution.py) hands every torch
+operation that receives one of theta's tensors theta~'s tensor in its place (the
+module's attribute, a tensor read inside the closure: whatever reaches an operation).
+The parameters' `.data`, storage and requires_grad stay as they were, so a wrapper that
+keeps parameters elsewhere (FSDP's sharded storage,
+calm_core.training.distributed.shard_frozen) sees one consistent state, and an exception
+inside a closure leaves nothing to restore. Gradients at theta~ are
 taken with respect to theta~'s own leaf tensors. Keep the closures deterministic
 (dropout off, or the same masks at theta and theta~): q compares one function at two
 points, so noise in it goes straight into lambda.
@@ -60,23 +61,25 @@ everything, as the reference for tests. Under data parallelism, and under FSDP (
 shards the frozen base model and leaves alpha and theta whole on every rank), every
 gradient and loss is averaged across ranks before lambda (calm_core.training.distributed),
 so ranks take one step.
+
+Why this module passes 400 lines: it is one algorithm, steps 1-4 above, and its settings,
+inner solve, lambda, update and diagnostics read best whole beside this derivation; what
+stands apart from the step (`at`, the toys) lives in its own module.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_map
 
 from calm_core.settings import setting
 from calm_core.training import distributed
+from calm_core.training.substitution import at
 
 PHI_CHOICES = ("grad", "value")
 INNER_RULES = ("fixed", "polyak")
@@ -183,37 +186,6 @@ def _grad(loss: Tensor, params: Sequence[Tensor]) -> list[Tensor]:
 def _value(loss: Tensor) -> float:
     """A loss as a float, averaged over ranks: q and lambda are the same on every rank."""
     return distributed.mean_value(float(loss.detach()))
-
-
-class _Substitute(TorchFunctionMode):
-    """While active, every torch operation receives `values[i]` wherever it would receive
-    the tensor `params[i]` (matched by identity; nested lists and dicts of arguments too)."""
-
-    def __init__(self, params: Sequence[Tensor], values: Sequence[Tensor]) -> None:
-        super().__init__()
-        self._by_id = {id(p): v for p, v in zip(params, values, strict=True)}
-        self._params = list(params)  # the ids stay theirs while the mode lives
-
-    def _swap(self, x: object) -> object:
-        return self._by_id.get(id(x), x) if isinstance(x, Tensor) else x
-
-    def __torch_function__(
-        self, func: Callable, types: Sequence[type], args: tuple = (), kwargs: dict | None = None
-    ) -> object:
-        args, kwargs = tree_map(self._swap, (args, kwargs or {}))
-        return func(*args, **kwargs)
-
-
-@contextmanager
-def at(params: Sequence[Tensor], values: Sequence[Tensor], track: bool = True) -> Iterator[list[Tensor]]:
-    """Run the enclosed code as if `params` held `values`, without writing to `params`;
-    yields the leaf tensors that stand for them (requiring grad if `track`): take
-    gradients at `values` with respect to these."""
-    if [tuple(v.shape) for v in values] != [tuple(p.shape) for p in params]:
-        raise ValueError("Expected one value of each parameter's shape, but the shapes differ")
-    leaves = [v.detach().requires_grad_(track) for v in values]
-    with _Substitute(params, leaves):
-        yield leaves
 
 
 def _dot(xs: Sequence[Tensor], ys: Sequence[Tensor], w: Sequence[float] | None = None) -> float:

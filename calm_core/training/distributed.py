@@ -17,9 +17,9 @@ of FSDP's hands. Why not shard them too: FSDP runs the forward on gathered copie
 parameters it manages, so autograd.grad with respect to the parameters themselves (the
 BOME step's every gradient) would find them unused and return zeros; left out, they stay
 ordinary tensors, averaged like data-parallel gradients, and the BOME step evaluates L at
-theta~ on them without writing to them (calm_core.training.bilevel.at). Under FSDP every
-rank must run the same forward passes in the same order (each gathers a layer's shards
-from all ranks): see `shard_frozen`.
+theta~ on them without writing to them (calm_core.training.substitution.at). Under FSDP
+every rank must run the same forward passes in the same order (each gathers a layer's
+shards from all ranks): see `shard_frozen`.
 """
 
 from __future__ import annotations

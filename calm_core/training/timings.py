@@ -9,7 +9,7 @@
 Why: a time estimate that counts only training steps was 12x short on a busy machine
 (issue 23): model load, the frozen-layer fill and the evaluations took most of the run.
 So every run records each part's wall seconds with the item counts that drive it, and
-the load average and cores it started under; workspace/estimate.py learns per-item
+the load average and cores it started under; workspace/estimate(_rates).py learns per-item
 rates from these records and scales them by the load it sees now. The record covers
 the run's last (re)start: a resumed run loads and fills again, and says so here.
 """

@@ -32,7 +32,8 @@ from typing import Any, Sequence
 from calm_core.calibration.posthoc import PosthocCalibrator, calibrators
 from calm_core.data.schema import items_fingerprint
 from calm_core.data.stream import max_choices
-from calm_core.runs.rundir import RESULTS, RunDir
+from calm_core.runs.layout import RESULTS
+from calm_core.runs.rundir import RunDir
 from calm_core.workspace.export import exported_step
 
 

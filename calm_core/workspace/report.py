@@ -4,11 +4,11 @@ summary and the BOME line. `calm report RUN_ID` and the Compare page write it.
 
     text = run_report_html(RunDir.at("20261201-031814-calm-3bf5"))   # -> "<!DOCTYPE html>..."
 
-Figures are inline SVG drawn here from `metrics.bin_confidences` tables: no script, no
-plotly, no network, so the file opens offline anywhere, prints, and stays ~50 KB
-(inline plotly.js alone is ~4.8 MB). Hovering a bar shows its numbers (SVG <title>).
-Every string that comes from a user or a file (names, datasets, paths) goes through
-html.escape; numbers are formatted here.
+Figures are inline SVG, drawn by workspace/report_svg.py from `metrics.bin_confidences`
+tables: no script, no plotly, no network, so the file opens offline anywhere, prints, and
+stays ~50 KB (inline plotly.js alone is ~4.8 MB). Hovering a bar shows its numbers (SVG
+<title>). Every string that comes from a user or a file (names, datasets, paths) goes
+through html.escape; numbers are formatted here. This module writes the sections and the page.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 from html import escape
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from calm_core.calibration.metrics.columns import cell, interval_names, is_missi
 from calm_core.runs.rundir import RunDir
 from calm_core.training.config import recorded_bilevel
 from calm_core.workspace import verdict
+from calm_core.workspace.report_svg import line_svg, reliability_svg
 from calm_core.workspace.view import (
     ADDED_MARK,
     BOME_MEANINGS,
@@ -41,7 +42,6 @@ from calm_core.workspace.view import (
 )
 
 N_BINS = 15  # the project's ECE bins (results.json's `ece`); the table's ece_10 is the paper's 10
-OVER, UNDER, BAR, ACCENT = "#d64541", "#3478c6", "#28283c", "#d64541"  # app/charts.py's colours
 
 
 def run_report_html(run: RunDir, n_bins: int = N_BINS) -> str:
@@ -354,142 +354,6 @@ nothing, and CALM's entropy objective pulls confidence toward 1/K.</li>
 (or the method's name) the trained model with its head, <b>*_theta_only</b> the trained weights without it.</li>
 <li>A trained variant whose accuracy fell below base has bought its ECE with accuracy.</li>
 </ul></section>"""
-
-
-# --- figures: inline SVG -------------------------------------------------------------
-
-PLOT_W, TOP_H, HIST_H, LEFT, TOP = 200, 170, 40, 38, 8  # px: plot width, panel heights, margins
-
-
-def _tag(name: str, text: str = "", **attrs: Any) -> str:
-    """An SVG element; attribute values and text are escaped (trailing _ dropped from names)."""
-    attr = "".join(f' {k.rstrip("_").replace("_", "-")}="{escape(str(v))}"' for k, v in attrs.items())
-    return f"<{name}{attr}>{escape(text)}</{name}>" if text else f"<{name}{attr}/>"
-
-
-def reliability_svg(records: Sequence[dict[str, Any]], lower: Sequence[float], upper: Sequence[float]) -> str:
-    """A reliability diagram of `BinTable.to_records()` rows, drawn as app/charts.py's
-    reliability_figure is (accuracy bars, red/blue gap to the mean confidence, diagonal,
-    x for an empty bin, counts below) plus the bootstrap interval (lower, upper) (B,)."""
-
-    def x(v: float) -> float:
-        return round(LEFT + v * PLOT_W, 1)
-
-    def y(v: float) -> float:
-        return round(TOP + (1.0 - v) * TOP_H, 1)
-
-    base = TOP + TOP_H + 12  # top of the histogram panel
-    peak = max((r["count"] for r in records), default=0) or 1
-    out = [_frame(x, y), _tag("line", x1=x(0), y1=y(0), x2=x(1), y2=y(1), stroke="#888", stroke_dasharray="4 3")]
-    for i, r in enumerate(records):
-        x0, width = x(r["lower"]) + 0.5, max(x(r["upper"]) - x(r["lower"]) - 1.0, 0.5)
-        tip = f"{r['lower']:.2f}-{r['upper']:.2f}: {r['count']} items"
-        height = round(r["count"] / peak * HIST_H, 1)
-        out.append(_tag("rect", x=x0, y=base + HIST_H - height, width=width, height=height, fill="#9a9aaa"))
-        if r["count"] == 0:
-            out.append(
-                _tag(
-                    "text",
-                    "x",
-                    x=x((r["lower"] + r["upper"]) / 2),
-                    y=y(0) - 2,
-                    fill="#999",
-                    font_size=9,
-                    text_anchor="middle",
-                )
-            )
-            continue
-        acc, conf = r["accuracy"], r["mean_confidence"]
-        tip += f", accuracy {acc:.3f}, mean confidence {conf:.3f}"
-        out.append(
-            f"<g>{_tag('title', tip)}"
-            + _tag("rect", x=x0, y=y(acc), width=width, height=round(y(0) - y(acc), 1), fill=BAR)
-            + _tag(
-                "rect",
-                x=x0,
-                y=y(max(acc, conf)),
-                width=width,
-                height=round(abs(y(acc) - y(conf)), 1),
-                fill=OVER if conf > acc else UNDER,
-                fill_opacity=0.6,
-            )
-            + "</g>"
-        )
-        if np.isfinite(lower[i]) and np.isfinite(upper[i]) and upper[i] > lower[i]:
-            mid = x((r["lower"] + r["upper"]) / 2)
-            out.append(_tag("line", x1=mid, y1=y(upper[i]), x2=mid, y2=y(lower[i]), stroke="#8a8a8a", stroke_width=1.2))
-    out.append(_tag("text", "items", x=4, y=base + HIST_H / 2, font_size=9, fill="#555"))
-    return _svg(LEFT + PLOT_W + 10, base + HIST_H + 20, out, "confidence", "accuracy", base + HIST_H + 14)
-
-
-def line_svg(curves: dict[str, tuple[Sequence[float], Sequence[float]]], x_title: str, y_title: str) -> str:
-    """Named (x, y) curves on shared axes scaled to the data; the first in the accent
-    colour, the others grey and dashed (tau_mean over tau_min / tau_max)."""
-    xs = [float(v) for xv, _ in curves.values() for v in xv]
-    ys = [float(v) for _, yv in curves.values() for v in yv]
-    x_lo, x_hi = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
-    pad = max((max(ys) - min(ys)) * 0.1, 1e-3)
-    y_lo, y_hi = min(ys) - pad, max(ys) + pad
-
-    def x(v: float) -> float:
-        return round(LEFT + (v - x_lo) / (x_hi - x_lo) * PLOT_W, 1)
-
-    def y(v: float) -> float:
-        return round(TOP + (y_hi - v) / (y_hi - y_lo) * TOP_H, 1)
-
-    out = [_tag("rect", x=LEFT, y=TOP, width=PLOT_W, height=TOP_H, fill="none", stroke="#ccc")]
-    for v, anchor in ((y_lo + pad, "end"), (y_hi - pad, "end")):
-        out.append(_tag("text", f"{v:.4g}", x=LEFT - 3, y=y(v) + 3, font_size=9, text_anchor=anchor))
-    out += [
-        _tag("text", f"{x_lo:g}", x=x(x_lo), y=TOP + TOP_H + 11, font_size=9, text_anchor="middle"),
-        _tag("text", f"{x_hi:g}", x=x(x_hi), y=TOP + TOP_H + 11, font_size=9, text_anchor="middle"),
-    ]
-    for k, (name, (xv, yv)) in enumerate(curves.items()):
-        points = " ".join(f"{x(float(a))},{y(float(b))}" for a, b in zip(xv, yv, strict=True))
-        out.append(
-            f"<g>{_tag('title', name)}"
-            + _tag(
-                "polyline",
-                points=points,
-                fill="none",
-                stroke=ACCENT if k == 0 else "#999",
-                stroke_width=2 if k == 0 else 1,
-                stroke_dasharray="none" if k == 0 else "3 2",
-            )
-            + "</g>"
-        )
-    legend = ", ".join(f"{n}{' (dashed)' if k else ''}" for k, n in enumerate(curves))
-    out.append(_tag("text", legend, x=LEFT, y=TOP + TOP_H + 40, font_size=9, fill="#555"))
-    return _svg(LEFT + PLOT_W + 10, TOP + TOP_H + 46, out, x_title, y_title, TOP + TOP_H + 24)
-
-
-def _frame(x: Any, y: Any) -> str:
-    """The unit square's box, light grid lines and tick labels at 0, 0.5, 1."""
-    parts = [_tag("rect", x=x(0), y=y(1), width=PLOT_W, height=TOP_H, fill="none", stroke="#ccc")]
-    for v in (0.0, 0.5, 1.0):
-        parts += [
-            _tag("line", x1=x(0), y1=y(v), x2=x(1), y2=y(v), stroke="#eee"),
-            _tag("text", f"{v:g}", x=x(0) - 3, y=y(v) + 3, font_size=9, text_anchor="end"),
-            _tag("text", f"{v:g}", x=x(v), y=TOP + TOP_H + 10, font_size=9, text_anchor="middle"),
-        ]
-    return "".join(parts)
-
-
-def _svg(width: float, height: float, parts: list[str], x_title: str, y_title: str, x_title_y: float) -> str:
-    """An <svg> element (inline in HTML5: no namespace URL needed) with axis titles."""
-    titles = _tag("text", x_title, x=LEFT + PLOT_W / 2, y=x_title_y, font_size=10, text_anchor="middle") + _tag(
-        "text",
-        y_title,
-        x=10,
-        y=TOP + TOP_H / 2,
-        font_size=10,
-        text_anchor="middle",
-        transform=f"rotate(-90 10 {TOP + TOP_H / 2})",
-    )
-    return (
-        f'<svg width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
-        f'font-family="sans-serif">{"".join(parts)}{titles}</svg>'
-    )
 
 
 CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}

@@ -16,7 +16,9 @@ import numpy as np
 
 from calm_core.calibration.metrics.columns import table_columns, task_table
 from calm_core.calibration.posthoc import calibrators
-from calm_core.runs.rundir import RunDir, RunFileError, predictions_path
+from calm_core.runs.damage import RunFileError
+from calm_core.runs.layout import predictions_path
+from calm_core.runs.rundir import RunDir
 
 EVAL_PREFIX = "eval/"
 

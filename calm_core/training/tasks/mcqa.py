@@ -32,7 +32,8 @@ from calm_core.data.schema import MCItem
 from calm_core.data.stream import LazyItems, subset
 from calm_core.faults import fault_point
 from calm_core.io import atomic_write_json
-from calm_core.runs.rundir import RunDir, write_predictions
+from calm_core.runs.layout import write_predictions
+from calm_core.runs.rundir import RunDir
 from calm_core.scoring.adapters import evaluating
 from calm_core.scoring.evaluate import baseline_records, fit_baselines, predictions_frame, result_row
 from calm_core.scoring.options import apply_option_head, score_with

@@ -213,7 +213,7 @@ def _token_transform(ctx: StepContext, variant: Variant) -> Any:
 
 def _evaluate_sets(ctx: StepContext, evals: dict[str, Any], fitted: dict[str, Any], root: Any) -> list[dict[str, Any]]:
     """One row per (set, variant), its judged answers at <root>/eval/<variant>/<set>.parquet."""
-    from calm_core.runs.rundir import write_predictions
+    from calm_core.runs.layout import write_predictions
 
     settings, cfg = ctx.settings, ctx.settings.generation
     grouping = grouping_for(cfg.grouping, cfg.grouping_threshold)

