@@ -6,7 +6,10 @@ confidence histogram and a table of their sampled answers."""
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import pandas as pd
+import plotly.graph_objects as go
 import streamlit as st
 
 from app.charts import confidence_histogram, figure_png, open_answers_table, reliability_figure, reliability_overlay
@@ -45,98 +48,169 @@ def _verdict_config(label: str | None) -> dict:
     return config
 
 
-st.title("Compare")
-finished = [r for r in list_runs() if r.state == "finished" and (r.path / "results.json").is_file()]
-if not finished:
-    st.info("No finished runs yet. Launch one on the **Train** page; its final evaluation lands here.")
-    st.stop()
+class Chosen(NamedTuple):
+    """The finished runs the reader chose, read once: every section below draws from these."""
 
-labels = {r.run_id: run_label(r) for r in finished}
-chosen = st.multiselect("Runs", list(labels), default=[finished[0].run_id], format_func=labels.get, key="compare_runs")
-if not chosen:
-    st.stop()
-try:
-    runs = [RunDir.at(run_id) for run_id in chosen]
-    rows = run_view.compare_rows(runs)
-    tasks = {run.run_id: run_view.task_of(run) for run in runs}
-except Exception as exc:
-    st.error(describe_error(exc))
-    st.stop()
-any_open = "openqa" in tasks.values()
-all_open = all(t == "openqa" for t in tasks.values())
-try:
-    results_of = {run.run_id: run.results() for run in runs}
-    methods = {run.run_id: str(run.config.get("train", {}).get("method", "")) for run in runs}
-except Exception as exc:
-    st.error(describe_error(exc))
-    st.stop()
-with st.container(key="compare_verdict"):  # the verdict row: one line per evaluation set, before anything else
-    for run in runs:
-        table = verdict.verdict_table(results_of[run.run_id])
-        if table:
-            st.dataframe(
-                pd.DataFrame(table),
-                hide_index=True,
-                width="stretch",
-                key=f"compare_verdict_{run.run_id}",
-                column_config=_verdict_config(label=labels[run.run_id] if len(runs) > 1 else None),
-            )
-    st.caption(verdict.VERDICT_CAPTION)
+    ids: list[str]  # as chosen, in the multiselect's order
+    labels: dict[str, str]  # run id -> label, for every finished run
+    runs: list[RunDir]
+    rows: list[dict[str, Any]]  # run_view.compare_rows: every run's result rows, added sets included
+    tasks: dict[str, str]  # run id -> mcqa | openqa
+    results: dict[str, dict]  # run id -> results.json
+    methods: dict[str, str]  # run id -> the trained method
 
-datasets = list(dict.fromkeys(r["dataset"] for r in rows))
-variants = list(dict.fromkeys(r["variant"] for r in rows))
-c1, c2, c3, c4 = st.columns([2, 3, 1, 1])
-dataset = c1.selectbox("Evaluation set", datasets, key="compare_dataset")
-shown = c2.multiselect("Variants", variants, default=run_view.default_variants(variants), key="compare_variants")
-n_bins = c3.selectbox("Bins", [10, 15], index=1, key="compare_bins")
-layout = c4.radio("Layout", ["overlay", "side by side"], key="compare_layout")
-if any_open:
-    st.caption(
-        OPEN_MEANING
-        + " The diagrams plot Sem1 confidence against that correctness."
-        + ("" if all_open else " Multiple-choice runs: confidence is the top option's probability.")
+    @property
+    def any_open(self) -> bool:
+        """Some run gives open answers: its captions say what confidence means there."""
+        return "openqa" in self.tasks.values()
+
+    @property
+    def all_open(self) -> bool:
+        """Every run gives open answers: the wide table takes the open-answer columns."""
+        return all(t == "openqa" for t in self.tasks.values())
+
+
+class DiagramView(NamedTuple):
+    """The diagrams' controls: which evaluation set, which variants, how many bins, which layout."""
+
+    datasets: list[str]
+    dataset: str
+    shown: list[str]
+    n_bins: int
+    layout: str
+
+
+Owners = dict[tuple[str, str], tuple[RunDir, dict[str, Any]]]  # (dataset, variant) -> its run and row
+
+
+def choose_runs() -> tuple[list[str], dict[str, str]]:
+    """The runs to compare, newest finished first; the page stops when there is none, or
+    none is chosen. Returns the chosen ids and every finished run's label."""
+    finished = [r for r in list_runs() if r.state == "finished" and (r.path / "results.json").is_file()]
+    if not finished:
+        st.info("No finished runs yet. Launch one on the **Train** page; its final evaluation lands here.")
+        st.stop()
+    labels = {r.run_id: run_label(r) for r in finished}
+    chosen = st.multiselect(
+        "Runs", list(labels), default=[finished[0].run_id], format_func=labels.get, key="compare_runs"
     )
+    if not chosen:
+        st.stop()
+    return chosen, labels
 
-owner = {(r["dataset"], r["variant"]): (RunDir.at(r["run"]), r) for r in rows}
-curves, tables, confidences, eces = {}, {}, {}, {}
-for variant in shown:
-    if (dataset, variant) not in owner:
-        continue
+
+def read_chosen(ids: list[str], labels: dict[str, str]) -> Chosen:
+    """Each chosen run's rows, task, results and method, read once; a run that cannot be
+    read is said in one line and stops the page."""
     try:
-        run, row = owner[(dataset, variant)]
-        confidence, correct = run_view.row_predictions(run, row)
+        runs = [RunDir.at(run_id) for run_id in ids]
+        rows = run_view.compare_rows(runs)
+        tasks = {run.run_id: run_view.task_of(run) for run in runs}
     except Exception as exc:
-        st.warning(describe_error(exc))
-        continue
-    table = metrics.bin_confidences(confidence, correct, n_bins=n_bins).to_records()
-    lower, upper = metrics.bin_accuracy_intervals(confidence, correct, n_bins=n_bins)
-    curves[variant] = (table, lower, upper)
-    tables[variant] = table
-    confidences[variant] = confidence
-    eces[variant] = metrics.confidence_ece(confidence, correct, n_bins=n_bins)
+        st.error(describe_error(exc))
+        st.stop()
+    try:
+        results = {run.run_id: run.results() for run in runs}
+        methods = {run.run_id: str(run.config.get("train", {}).get("method", "")) for run in runs}
+    except Exception as exc:
+        st.error(describe_error(exc))
+        st.stop()
+    return Chosen(ids, labels, runs, rows, tasks, results, methods)
 
-figures = []
-if curves and layout == "overlay":
-    figures = [reliability_overlay(curves, f"{dataset}: reliability ({n_bins} bins, 90% bootstrap intervals)")]
-    st.plotly_chart(figures[0], key="compare_overlay")
-elif curves:
-    columns = st.columns(len(curves))
-    for column, (variant, table) in zip(columns, tables.items(), strict=True):
-        figure = reliability_figure(table, f"{variant}: ECE {eces[variant]:.3f} ({n_bins} bins)")
-        figures.append(figure)
-        column.plotly_chart(figure, key=f"compare_side_{variant}")
-for run in runs:  # a variant the run could not make: why, where its diagram would be
-    for note in verdict.missing_variant_notes(results_of[run.run_id]).values():
-        st.info(note)
 
-open_variants = [v for v in shown if (dataset, v) in owner and tasks.get(owner[(dataset, v)][0].run_id) == "openqa"]
-if open_variants:
+def verdicts(chosen: Chosen) -> None:
+    """The verdict row, one line per evaluation set and run: the answer before the evidence."""
+    with st.container(key="compare_verdict"):
+        for run in chosen.runs:
+            table = verdict.verdict_table(chosen.results[run.run_id])
+            if table:
+                st.dataframe(
+                    pd.DataFrame(table),
+                    hide_index=True,
+                    width="stretch",
+                    key=f"compare_verdict_{run.run_id}",
+                    column_config=_verdict_config(label=chosen.labels[run.run_id] if len(chosen.runs) > 1 else None),
+                )
+        st.caption(verdict.VERDICT_CAPTION)
+
+
+def diagram_controls(chosen: Chosen) -> DiagramView:
+    """The evaluation set, variants, bins and layout of the reliability diagrams; with open
+    answers, what confidence and correctness mean there."""
+    datasets = list(dict.fromkeys(r["dataset"] for r in chosen.rows))
+    variants = list(dict.fromkeys(r["variant"] for r in chosen.rows))
+    c1, c2, c3, c4 = st.columns([2, 3, 1, 1])
+    dataset = c1.selectbox("Evaluation set", datasets, key="compare_dataset")
+    shown = c2.multiselect("Variants", variants, default=run_view.default_variants(variants), key="compare_variants")
+    n_bins = c3.selectbox("Bins", [10, 15], index=1, key="compare_bins")
+    layout = c4.radio("Layout", ["overlay", "side by side"], key="compare_layout")
+    if chosen.any_open:
+        st.caption(
+            OPEN_MEANING
+            + " The diagrams plot Sem1 confidence against that correctness."
+            + ("" if chosen.all_open else " Multiple-choice runs: confidence is the top option's probability.")
+        )
+    return DiagramView(datasets, dataset, shown, n_bins, layout)
+
+
+def owners(rows: list[dict[str, Any]]) -> Owners:
+    """Which run and row each (evaluation set, variant) comes from: its predictions' owner."""
+    return {(r["dataset"], r["variant"]): (RunDir.at(r["run"]), r) for r in rows}
+
+
+def diagrams(chosen: Chosen, view: DiagramView, owner: Owners) -> tuple[list[go.Figure], dict[str, Any]]:
+    """The reliability diagrams of the shown variants on the chosen set (a variant whose
+    predictions cannot be read is a warning, not a failure), then why a variant is missing.
+    Returns the figures (for the downloads) and each variant's confidences (for open answers)."""
+    dataset, n_bins = view.dataset, view.n_bins
+    curves, tables, confidences, eces = {}, {}, {}, {}
+    for variant in view.shown:
+        if (dataset, variant) not in owner:
+            continue
+        try:
+            run, row = owner[(dataset, variant)]
+            confidence, correct = run_view.row_predictions(run, row)
+        except Exception as exc:
+            st.warning(describe_error(exc))
+            continue
+        table = metrics.bin_confidences(confidence, correct, n_bins=n_bins).to_records()
+        lower, upper = metrics.bin_accuracy_intervals(confidence, correct, n_bins=n_bins)
+        curves[variant] = (table, lower, upper)
+        tables[variant] = table
+        confidences[variant] = confidence
+        eces[variant] = metrics.confidence_ece(confidence, correct, n_bins=n_bins)
+
+    figures = []
+    if curves and view.layout == "overlay":
+        figures = [reliability_overlay(curves, f"{dataset}: reliability ({n_bins} bins, 90% bootstrap intervals)")]
+        st.plotly_chart(figures[0], key="compare_overlay")
+    elif curves:
+        columns = st.columns(len(curves))
+        for column, (variant, table) in zip(columns, tables.items(), strict=True):
+            figure = reliability_figure(table, f"{variant}: ECE {eces[variant]:.3f} ({n_bins} bins)")
+            figures.append(figure)
+            column.plotly_chart(figure, key=f"compare_side_{variant}")
+    for run in chosen.runs:  # a variant the run could not make: why, where its diagram would be
+        for note in verdict.missing_variant_notes(chosen.results[run.run_id]).values():
+            st.info(note)
+    return figures, confidences
+
+
+def open_answers(chosen: Chosen, view: DiagramView, owner: Owners, confidences: dict[str, Any]) -> None:
+    """Open-answer variants on the chosen set: their Sem1 confidence histogram and one
+    variant's sampled answers, grouped by meaning."""
+    dataset = view.dataset
+    open_variants = [
+        v for v in view.shown if (dataset, v) in owner and chosen.tasks.get(owner[(dataset, v)][0].run_id) == "openqa"
+    ]
+    if not open_variants:
+        return
     st.subheader("Open answers")
     st.plotly_chart(
         confidence_histogram(
             {v: confidences[v] for v in open_variants if v in confidences},
             f"{dataset}: Sem1 confidence per variant",
-            n_bins=n_bins,
+            n_bins=view.n_bins,
         ),
         key="compare_confidence_histogram",
     )
@@ -147,75 +221,96 @@ if open_variants:
         frame = run_view.row_open_answers(run, row)
     except Exception as exc:
         st.warning(describe_error(exc))
-    else:
-        if frame is not None:  # a DataFrame shows model text literally (no Markdown)
-            st.dataframe(open_answers_table(frame), hide_index=True, width="stretch", key="compare_open_table")
-            st.caption(
-                "Samples by cluster: each meaning cluster's first answer and how many samples it holds, "
-                "largest first (the first is the Sem1 answer); `correct` judges that answer."
-            )
-
-st.subheader("Which model to use")
-for run in runs:  # per run: the selected step and why, the recommendation (chosen on S_V)
-    results, method = results_of[run.run_id], methods[run.run_id]
-    if len(runs) > 1:
-        st.markdown(code(labels[run.run_id]))
-    line = verdict.selection_line(results)
-    st.markdown(line or "This run has no calibrated stop (its model is from its last step).")
-    advice = verdict.recommendation_line(results, method)
-    if advice:
-        (st.success if verdict.method_recommended(results, method) else st.warning)(advice)
-
-st.subheader("Metrics")
-all_columns = [*table_columns(*dict.fromkeys(tasks.values())), "run"]  # both kinds of run: the union, in one order
-frame = pd.DataFrame([{k: r.get(k) for k in all_columns} for r in rows])
-c1, c2 = st.columns([1, 3])
-table_set = c1.selectbox("Evaluation set", datasets, index=datasets.index(dataset), key="compare_table_dataset")
-metric_choices = [c for c in all_columns if c not in ("dataset", "variant", "run")]
-picked = c2.multiselect(
-    "Columns",
-    metric_choices,
-    default=run_view.default_columns(metric_choices),
-    key="compare_columns",
-    help="The full table is in the CSV and in the expander below.",
-)
-keys = ["variant", *picked, *(["run"] if len(runs) > 1 else [])]
-with st.container(key="compare_metrics"):  # a keyed box: the browser test measures the table's width in it
-    st.dataframe(
-        frame[frame["dataset"] == table_set][keys],
-        hide_index=True,
-        width="stretch",
-        column_config=_tooltips(keys),
-        key="compare_metrics_table",
-    )
-st.caption("ECE: 15 equal-width bins; ece_10: the paper's 10. The first evaluation set of a run is its in-domain set.")
-for run in runs:
-    for name, note in verdict.missing_variant_notes(results_of[run.run_id]).items():
-        st.caption(f"No `{name}` row: {note}")  # where the variant's row would be
-if any_open:
-    st.caption(
-        "Open answers: acc is the greedy answer's exact match, sem_acc the Sem1 (modal) answer's; ece, ece_10 "
-        "and auroc are on (Sem1 confidence, modal answer correct); sem2_ece_10 on the split-half Sem2 "
-        "confidence; seq_ece_10 on the greedy answer's sequence probability."
-    )
-with st.expander("Every evaluation set side by side (the paper's layout)"):
-    st.markdown(
-        wide_table(
-            [r for r in rows if r["variant"] in shown] or rows,
-            metric_names=metric_names("paper_openqa" if all_open else "paper_mcqa"),
+        return
+    if frame is not None:  # a DataFrame shows model text literally (no Markdown)
+        st.dataframe(open_answers_table(frame), hide_index=True, width="stretch", key="compare_open_table")
+        st.caption(
+            "Samples by cluster: each meaning cluster's first answer and how many samples it holds, "
+            "largest first (the first is the Sem1 answer); `correct` judges that answer."
         )
+
+
+def which_model(chosen: Chosen) -> None:
+    """Per run: the selected step and why, and the recommendation (chosen on S_V)."""
+    st.subheader("Which model to use")
+    for run in chosen.runs:
+        results, method = chosen.results[run.run_id], chosen.methods[run.run_id]
+        if len(chosen.runs) > 1:
+            st.markdown(code(chosen.labels[run.run_id]))
+        line = verdict.selection_line(results)
+        st.markdown(line or "This run has no calibrated stop (its model is from its last step).")
+        advice = verdict.recommendation_line(results, method)
+        if advice:
+            (st.success if verdict.method_recommended(results, method) else st.warning)(advice)
+
+
+def metrics_table(chosen: Chosen, view: DiagramView) -> pd.DataFrame:
+    """Every variant's metrics on one evaluation set, the columns the reader picks, the notes
+    that say what a figure means or why a row is missing, and the paper's wide layout.
+    Returns the full table (every set, every column) for the CSV download."""
+    st.subheader("Metrics")
+    rows, datasets = chosen.rows, view.datasets
+    # both kinds of run: the union of their columns, in one order
+    all_columns = [*table_columns(*dict.fromkeys(chosen.tasks.values())), "run"]
+    frame = pd.DataFrame([{k: r.get(k) for k in all_columns} for r in rows])
+    c1, c2 = st.columns([1, 3])
+    table_set = c1.selectbox(
+        "Evaluation set", datasets, index=datasets.index(view.dataset), key="compare_table_dataset"
     )
-c1, c2 = st.columns(2)
-c1.download_button(
-    "Download the table (CSV)",
-    frame.to_csv(index=False),
-    file_name="calm_compare.csv",
-    mime="text/csv",
-    key="compare_csv",
-)
-if figures:
+    metric_choices = [c for c in all_columns if c not in ("dataset", "variant", "run")]
+    picked = c2.multiselect(
+        "Columns",
+        metric_choices,
+        default=run_view.default_columns(metric_choices),
+        key="compare_columns",
+        help="The full table is in the CSV and in the expander below.",
+    )
+    keys = ["variant", *picked, *(["run"] if len(chosen.runs) > 1 else [])]
+    with st.container(key="compare_metrics"):  # a keyed box: the browser test measures the table's width in it
+        st.dataframe(
+            frame[frame["dataset"] == table_set][keys],
+            hide_index=True,
+            width="stretch",
+            column_config=_tooltips(keys),
+            key="compare_metrics_table",
+        )
+    st.caption(
+        "ECE: 15 equal-width bins; ece_10: the paper's 10. The first evaluation set of a run is its in-domain set."
+    )
+    for run in chosen.runs:
+        for name, note in verdict.missing_variant_notes(chosen.results[run.run_id]).items():
+            st.caption(f"No `{name}` row: {note}")  # where the variant's row would be
+    if chosen.any_open:
+        st.caption(
+            "Open answers: acc is the greedy answer's exact match, sem_acc the Sem1 (modal) answer's; ece, ece_10 "
+            "and auroc are on (Sem1 confidence, modal answer correct); sem2_ece_10 on the split-half Sem2 "
+            "confidence; seq_ece_10 on the greedy answer's sequence probability."
+        )
+    with st.expander("Every evaluation set side by side (the paper's layout)"):
+        st.markdown(
+            wide_table(
+                [r for r in rows if r["variant"] in view.shown] or rows,
+                metric_names=metric_names("paper_openqa" if chosen.all_open else "paper_mcqa"),
+            )
+        )
+    return frame
+
+
+def downloads(frame: pd.DataFrame, figures: list[go.Figure], dataset: str) -> None:
+    """The table as CSV and the first diagram as HTML or PNG. The figure's files are built
+    when clicked (plotly.js inline, ~5 MB, so the file opens offline; PNG through kaleido)."""
+    c1, c2 = st.columns(2)
+    c1.download_button(
+        "Download the table (CSV)",
+        frame.to_csv(index=False),
+        file_name="calm_compare.csv",
+        mime="text/csv",
+        key="compare_csv",
+    )
+    if not figures:
+        return
     stem, figure = f"reliability_{dataset.replace('/', '_')}", figures[0]
-    # Built when clicked (plotly.js inline, ~5 MB, so the file opens offline); see on_click="ignore" below.
+    # Built when clicked; see on_click="ignore" in share() for why.
     c2.download_button(
         "Download the figure (HTML)",
         lambda: figure.to_html(include_plotlyjs=True),
@@ -233,73 +328,94 @@ if figures:
                 "Download the figure (PNG)", png, file_name=f"{stem}.png", mime="image/png", key="compare_png_download"
             )
 
-st.subheader("Evaluate on more data")
-st.caption(
-    "A finished run on any set, after training: base, its post-hoc calibrators as fitted on S_V and the "
-    "trained model at its selected step, scored as its final evaluation scores (`calm eval --run` does the "
-    "same). The rows are stored with the run and show above as `<set> (added)`, with their data's fingerprint."
-)
-more_run = st.selectbox("Run", chosen, format_func=labels.get, key="compare_more_run")
-more_kind = "open" if tasks[more_run] == "openqa" else "mc"
-more_sets = st.multiselect("Datasets", [e.name for e in list_datasets(kind=more_kind)], key="compare_more_sets")
-more_limit = st.number_input(
-    "Items per set (0: all)",
-    min_value=0,
-    value=run_eval_limit(RunDir.at(more_run)) or 0,
-    help="the run's own evaluation sets had this many; training questions are left out",
-    key="compare_more_limit",
-)
-if st.button("Evaluate", key="compare_more_go", disabled=not more_sets):
-    try:
-        with st.spinner("Loading the run's model and scoring (minutes for a large model or set)"):
-            added = evaluate_run(RunDir.at(more_run), more_sets, int(more_limit) or None)
-    except Exception as exc:
-        st.error(describe_error(exc))
-    else:
-        st.session_state["compare_more_done"] = (
-            f"Added {len(added)} rows on {', '.join(more_sets)} to "
-            f"{more_run}; they are in the table above, marked (added)."
-        )
-        st.rerun()
-if st.session_state.get("compare_more_done"):
-    st.success(st.session_state.pop("compare_more_done"))
-for line in run_view.added_lines(rows):
-    st.caption(code(line))
 
-st.subheader("Share a run")
-share = st.selectbox("Run", chosen, format_func=labels.get, key="compare_share_run")
-c1, c2 = st.columns(2)
-# Callables: the report and the zip are built when clicked, not on every rerun of the page.
-# on_click="ignore": a rerun would give every download button a new file id, and a second
-# click that still holds the old one then downloads nothing.
-c1.download_button(
-    "Report (HTML)",
-    lambda: run_report_html(RunDir.at(share)),
-    file_name=f"{share}.html",
-    mime="text/html",
-    key="compare_report",
-    on_click="ignore",
-)
-c2.download_button(
-    "Calibrated model (zip)",
-    lambda: export_zip(RunDir.at(share)),
-    file_name=f"{share}-calibrated.zip",
-    mime="application/zip",
-    key="compare_export",
-    on_click="ignore",
-)
-recommended = recommended_export(RunDir.at(share))
-if recommended is not None:
-    st.download_button(
-        f"Recommended model: {recommended} (zip)",
-        lambda: export_zip(RunDir.at(share), "recommended"),
-        file_name=f"{share}-{recommended}.zip",
-        mime="application/zip",
-        key="compare_export_recommended",
+def evaluate_more(chosen: Chosen) -> None:
+    """A finished run on more sets after training (`calm eval --run`): its rows are stored
+    with the run and come back in every table above as `<set> (added)`."""
+    st.subheader("Evaluate on more data")
+    st.caption(
+        "A finished run on any set, after training: base, its post-hoc calibrators as fitted on S_V and the "
+        "trained model at its selected step, scored as its final evaluation scores (`calm eval --run` does the "
+        "same). The rows are stored with the run and show above as `<set> (added)`, with their data's fingerprint."
+    )
+    more_run = st.selectbox("Run", chosen.ids, format_func=chosen.labels.get, key="compare_more_run")
+    more_kind = "open" if chosen.tasks[more_run] == "openqa" else "mc"
+    more_sets = st.multiselect("Datasets", [e.name for e in list_datasets(kind=more_kind)], key="compare_more_sets")
+    more_limit = st.number_input(
+        "Items per set (0: all)",
+        min_value=0,
+        value=run_eval_limit(RunDir.at(more_run)) or 0,
+        help="the run's own evaluation sets had this many; training questions are left out",
+        key="compare_more_limit",
+    )
+    if st.button("Evaluate", key="compare_more_go", disabled=not more_sets):
+        try:
+            with st.spinner("Loading the run's model and scoring (minutes for a large model or set)"):
+                added = evaluate_run(RunDir.at(more_run), more_sets, int(more_limit) or None)
+        except Exception as exc:
+            st.error(describe_error(exc))
+        else:
+            st.session_state["compare_more_done"] = (
+                f"Added {len(added)} rows on {', '.join(more_sets)} to "
+                f"{more_run}; they are in the table above, marked (added)."
+            )
+            st.rerun()
+    if st.session_state.get("compare_more_done"):
+        st.success(st.session_state.pop("compare_more_done"))
+    for line in run_view.added_lines(chosen.rows):
+        st.caption(code(line))
+
+
+def share(chosen: Chosen) -> None:
+    """One run's HTML report and its calibrated model as a zip (and the recommended variant's)."""
+    st.subheader("Share a run")
+    run_id = st.selectbox("Run", chosen.ids, format_func=chosen.labels.get, key="compare_share_run")
+    c1, c2 = st.columns(2)
+    # Callables: the report and the zip are built when clicked, not on every rerun of the page.
+    # on_click="ignore": a rerun would give every download button a new file id, and a second
+    # click that still holds the old one then downloads nothing.
+    c1.download_button(
+        "Report (HTML)",
+        lambda: run_report_html(RunDir.at(run_id)),
+        file_name=f"{run_id}.html",
+        mime="text/html",
+        key="compare_report",
         on_click="ignore",
     )
-st.caption(
-    "The report is one HTML file (settings, this table, reliability diagrams, alpha) that opens offline. "
-    "The zip loads with transformers + peft alone: the adapter, the head as `calm_head.py`, and a README "
-    "with the code (`calm export RUN DIR` writes the same folder)."
-)
+    c2.download_button(
+        "Calibrated model (zip)",
+        lambda: export_zip(RunDir.at(run_id)),
+        file_name=f"{run_id}-calibrated.zip",
+        mime="application/zip",
+        key="compare_export",
+        on_click="ignore",
+    )
+    recommended = recommended_export(RunDir.at(run_id))
+    if recommended is not None:
+        st.download_button(
+            f"Recommended model: {recommended} (zip)",
+            lambda: export_zip(RunDir.at(run_id), "recommended"),
+            file_name=f"{run_id}-{recommended}.zip",
+            mime="application/zip",
+            key="compare_export_recommended",
+            on_click="ignore",
+        )
+    st.caption(
+        "The report is one HTML file (settings, this table, reliability diagrams, alpha) that opens offline. "
+        "The zip loads with transformers + peft alone: the adapter, the head as `calm_head.py`, and a README "
+        "with the code (`calm export RUN DIR` writes the same folder)."
+    )
+
+
+st.title("Compare")
+chosen = read_chosen(*choose_runs())
+verdicts(chosen)
+view = diagram_controls(chosen)
+owner = owners(chosen.rows)
+figures, confidences = diagrams(chosen, view, owner)
+open_answers(chosen, view, owner, confidences)
+which_model(chosen)
+frame = metrics_table(chosen, view)
+downloads(frame, figures, view.dataset)
+evaluate_more(chosen)
+share(chosen)

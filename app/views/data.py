@@ -20,7 +20,7 @@ import pandas as pd
 import streamlit as st
 
 from calm_core.data.catalog import load_dataset
-from calm_core.data.entries import SPLIT_PREFIX, list_datasets
+from calm_core.data.entries import SPLIT_PREFIX, DatasetEntry, list_datasets
 from calm_core.data.guess import GUESS_ROWS, column_paths, guess_column_mapping
 from calm_core.data.loaders import load_file
 from calm_core.data.mapping import ColumnMapping
@@ -139,7 +139,15 @@ def _preview(report: LoadReport) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _upload_section() -> None:
+def upload_section() -> None:
+    """Upload a file, map its columns (pre-filled by a guess), preview what the studio will
+    use and why rows were rejected, and save it under the workspace as `upload/<name>`."""
+    st.subheader("Upload a dataset")
+    st.caption(
+        "Multiple choice: a question, its options (one column each, or one list column) and the answer "
+        "(index, letter, text or label). Open answer: a question and its accepted answers. "
+        "The columns are guessed from the file; change any that are wrong."
+    )
     upload = st.file_uploader("CSV, JSONL or Parquet", type=ACCEPTED, key="data_upload")
     if upload is None:
         return
@@ -216,7 +224,14 @@ def _sizes_line(sizes: dict[str, int]) -> str:
     return " · ".join(f"{names[part]}: {sizes[part]} items" for part in names if part in sizes)
 
 
-def _split_section() -> None:
+def split_section() -> None:
+    """Split one dataset into S_T, S_V and test, seeded and stratified: the sizes and the
+    advice on S_V show before saving, and the saved split can go straight to Train."""
+    st.subheader("Split a dataset")
+    st.caption(
+        "A run needs training (S_T), held-out (S_V) and test sets. Split one dataset, seeded and stratified by "
+        f"answer position: the parts are saved as `{SPLIT_PREFIX}<name>/train`, `/heldout` and `/test`."
+    )
     names = [e.name for e in list_datasets() if e.kind in ("mc", "open")]
     source = st.selectbox("Dataset", names, key="data_split_source")
     if source is None:
@@ -268,44 +283,45 @@ def _split_section() -> None:
             st.switch_page("views/train.py")
 
 
-st.title("Data")
-st.markdown(
-    "Every dataset the studio can train or evaluate on: built-in demo sets generated from fact tables, "
-    "the real benchmarks in `CALM_DATA_DIR`, your uploads and their splits."
-)
+def intro() -> None:
+    """The title and where the datasets come from."""
+    st.title("Data")
+    st.markdown(
+        "Every dataset the studio can train or evaluate on: built-in demo sets generated from fact tables, "
+        "the real benchmarks in `CALM_DATA_DIR`, your uploads and their splits."
+    )
 
-entries = list_datasets()
-catalog = pd.DataFrame(
-    [
-        {"name": e.name, "kind": e.kind, "source": e.source, "items": e.n_items, "description": e.description}
-        for e in entries
-    ]
-)
-families = ["builtin", "shared", "upload", "split"]
-sources = st.multiselect("Show", families, default=families, key="data_sources")
-st.dataframe(catalog[catalog["source"].isin(sources)] if len(catalog) else catalog, hide_index=True, width="stretch")
 
-st.subheader("Upload a dataset")
-st.caption(
-    "Multiple choice: a question, its options (one column each, or one list column) and the answer "
-    "(index, letter, text or label). Open answer: a question and its accepted answers. "
-    "The columns are guessed from the file; change any that are wrong."
-)
-_upload_section()
+def catalog(entries: list[DatasetEntry]) -> None:
+    """Every dataset in the catalog, filtered by where it comes from."""
+    table = pd.DataFrame(
+        [
+            {"name": e.name, "kind": e.kind, "source": e.source, "items": e.n_items, "description": e.description}
+            for e in entries
+        ]
+    )
+    families = ["builtin", "shared", "upload", "split"]
+    sources = st.multiselect("Show", families, default=families, key="data_sources")
+    st.dataframe(table[table["source"].isin(sources)] if len(table) else table, hide_index=True, width="stretch")
 
-st.subheader("Split a dataset")
-st.caption(
-    "A run needs training (S_T), held-out (S_V) and test sets. Split one dataset, seeded and stratified by "
-    f"answer position: the parts are saved as `{SPLIT_PREFIX}<name>/train`, `/heldout` and `/test`."
-)
-_split_section()
 
-removable = [e.name for e in entries if e.source == "upload"] + sorted(
-    {e.name.rsplit("/", 1)[0] for e in entries if e.source == "split"}
-)
-if removable:
+def delete_section(entries: list[DatasetEntry]) -> None:
+    """Delete an upload or a whole split (its three parts); shown only when there is one."""
+    removable = [e.name for e in entries if e.source == "upload"] + sorted(
+        {e.name.rsplit("/", 1)[0] for e in entries if e.source == "split"}
+    )
+    if not removable:
+        return
     with st.expander("Delete an upload or a split"):
         victim = st.selectbox("Dataset", removable, key="data_delete_name")
         if st.button("Delete", key="data_delete"):
             (delete_split if victim.startswith(SPLIT_PREFIX) else delete_upload)(victim.split("/", 1)[1])
             st.rerun()
+
+
+intro()
+entries = list_datasets()  # read once: the catalog and the delete section show the same list
+catalog(entries)
+upload_section()
+split_section()
+delete_section(entries)

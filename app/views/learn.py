@@ -6,6 +6,8 @@ temperature slider to watch ECE and the reliability diagram respond.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import streamlit as st
 
 from app.charts import accuracy_confidence_figure, reliability_figure
@@ -13,10 +15,19 @@ from app.state import describe_error, get_scores
 from calm_core.calibration import metrics
 from calm_core.calibration.posthoc import TemperatureScaler
 from calm_core.data.entries import list_datasets
+from calm_core.scoring.options import OptionScores
 
 LEARN_DEFAULT = "builtin/chemical_symbols/test"  # 46% right at 82% confidence: see docs/results.md
 N_BINS = 15  # the project's ECE bins: the figures and the diagram use the same
 T_MIN, T_MAX, T_STEP = 0.25, 8.0, 0.05  # the temperature slider
+
+
+class Scored(NamedTuple):
+    """The embedded model's option scores on the chosen questions, and what they are of."""
+
+    scores: OptionScores
+    dataset: str
+    rule: str
 
 
 def _fit_temperature(value: float) -> None:
@@ -24,95 +35,121 @@ def _fit_temperature(value: float) -> None:
     st.session_state["learn_temperature"] = min(T_MAX, max(T_MIN, round(value / T_STEP) * T_STEP))
 
 
-st.title("Overconfidence, live")
-st.markdown(
-    "Aligned language models tend to say they are **more sure than they are right**. "
-    "Below, the embedded model (SmolLM2-135M-Instruct, DPO-aligned) answers multiple-choice questions. "
-    "Its *confidence* is the probability it puts on its chosen option; a calibrated model is right "
-    "70% of the time when it is 70% sure."
-)
-
-names = [e.name for e in list_datasets(kind="mc")]
-default = names.index(LEARN_DEFAULT) if LEARN_DEFAULT in names else 0
-col1, col2, col3 = st.columns([3, 1, 1])
-dataset = col1.selectbox("Dataset", names, index=default, key="learn_dataset")
-limit = col2.number_input("Questions", min_value=10, max_value=500, value=40, step=10, key="learn_limit")
-rule = col3.selectbox(
-    "Scoring rule",
-    ["cloze", "cloze_norm", "letter"],
-    key="learn_rule",
-    help="cloze: likelihood of each answer text; letter: logit of A/B/C/D",
-)
-
-try:
-    scores = get_scores("embedded", dataset, rule, int(limit))
-except Exception as exc:  # shown as a message, never a stack trace
-    st.error(describe_error(exc))
-    st.stop()
-
-st.subheader("1. Accuracy against confidence")
-base = metrics.summarize(scores.probs(), scores.gold, n_bins=N_BINS)
-left, right = st.columns(2)
-left.plotly_chart(accuracy_confidence_figure(base["acc"], base["confidence"], "Untouched model"), key="learn_bars")
-right.metric("Accuracy", f"{base['acc']:.1%}")
-right.metric(
-    "Mean confidence",
-    f"{base['confidence']:.1%}",
-    delta=f"{base['confidence'] - base['acc']:+.1%} vs accuracy",
-    delta_color="inverse",
-)
-right.metric(f"ECE ({N_BINS} bins)", f"{base['ece']:.3f}")
-
-st.subheader("2. Move the temperature")
-st.markdown(
-    "Dividing the scores by a temperature T > 1 softens every answer; T < 1 sharpens it. "
-    "Temperature scaling picks the T that fits held-out labels best, and keeps every prediction the same."
-)
-fitted = TemperatureScaler.fit(scores.logits, scores.gold) if len(scores) >= 10 else None
-temperature = st.slider("Temperature T", T_MIN, T_MAX, 1.0, T_STEP, key="learn_temperature")
-if fitted is not None:
-    left, right = st.columns([3, 1])
-    beyond = (
-        f" (beyond the slider: Fit T goes to {T_MAX:g})"
-        if fitted.temperature > T_MAX
-        else f" (beyond the slider: Fit T goes to {T_MIN:g})"
-        if fitted.temperature < T_MIN
-        else ""
+def intro() -> None:
+    """The title and the claim the page demonstrates: sure more often than right."""
+    st.title("Overconfidence, live")
+    st.markdown(
+        "Aligned language models tend to say they are **more sure than they are right**. "
+        "Below, the embedded model (SmolLM2-135M-Instruct, DPO-aligned) answers multiple-choice questions. "
+        "Its *confidence* is the probability it puts on its chosen option; a calibrated model is right "
+        "70% of the time when it is 70% sure."
     )
-    left.caption(f"The NLL-optimal temperature on these questions is T = {fitted.temperature:.2f}{beyond}.")
-    right.button(
-        "Fit T",
-        key="learn_fit",
-        on_click=_fit_temperature,
-        args=(fitted.temperature,),
-        help="Move the slider to the NLL-optimal temperature (what temperature scaling picks)",
-    )
-probs = scores.probs(temperature)
-now = metrics.summarize(probs, scores.gold, n_bins=N_BINS)
-c1, c2, c3 = st.columns(3)
-c1.metric(
-    "ECE",
-    f"{now['ece']:.3f}",
-    delta=f"{now['ece'] - base['ece']:+.3f}" if temperature != 1.0 else None,
-    delta_color="inverse",
-)
-c2.metric("Mean confidence", f"{now['confidence']:.1%}")
-c3.metric("Accuracy (unchanged)", f"{now['acc']:.1%}")
-confidence, correct = metrics.top_label(probs, scores.gold)
-table = metrics.bin_confidences(confidence, correct, n_bins=N_BINS)
-st.plotly_chart(
-    reliability_figure(table.to_records(), f"Reliability diagram at T = {temperature:.2f}"), key="learn_reliability"
-)
-st.caption(
-    f"Scoring rule: {rule}; {len(scores)} questions from {dataset}; {N_BINS} equal-width bins, as the ECE above."
-)
 
-st.subheader("3. Why not stop here")
-st.markdown(
-    "A temperature fitted on one dataset is often wrong for the next one (see `docs/results.md`). "
-    "**CALM** learns the calibration *while* fine-tuning: LoRA weights for the task and a calibration head "
-    "(per-option temperatures and shifts) chosen to keep held-out predictions uncertain where the model is not sure, "
-    "without giving up the training fit. Try it: **Train** launches a run in the background, **Monitor** follows it, "
-    "**Compare** puts its reliability diagrams next to the untouched model and temperature scaling."
-)
-st.page_link("views/train.py", label="Train a calibrated model", icon=":material/model_training:")
+
+def score_questions() -> Scored:
+    """The dataset, how many questions and the scoring rule, and the embedded model's scores
+    on them (computed once per process); a failure is a message that stops the page."""
+    names = [e.name for e in list_datasets(kind="mc")]
+    default = names.index(LEARN_DEFAULT) if LEARN_DEFAULT in names else 0
+    col1, col2, col3 = st.columns([3, 1, 1])
+    dataset = col1.selectbox("Dataset", names, index=default, key="learn_dataset")
+    limit = col2.number_input("Questions", min_value=10, max_value=500, value=40, step=10, key="learn_limit")
+    rule = col3.selectbox(
+        "Scoring rule",
+        ["cloze", "cloze_norm", "letter"],
+        key="learn_rule",
+        help="cloze: likelihood of each answer text; letter: logit of A/B/C/D",
+    )
+    try:
+        return Scored(get_scores("embedded", dataset, rule, int(limit)), dataset, rule)
+    except Exception as exc:  # shown as a message, never a stack trace
+        st.error(describe_error(exc))
+        st.stop()
+
+
+def accuracy_against_confidence(scores: OptionScores) -> dict[str, float]:
+    """Step 1: the untouched model's accuracy beside its mean confidence, and its ECE.
+    Returns those figures: step 2 measures the temperature's effect against them."""
+    st.subheader("1. Accuracy against confidence")
+    base = metrics.summarize(scores.probs(), scores.gold, n_bins=N_BINS)
+    left, right = st.columns(2)
+    left.plotly_chart(accuracy_confidence_figure(base["acc"], base["confidence"], "Untouched model"), key="learn_bars")
+    right.metric("Accuracy", f"{base['acc']:.1%}")
+    right.metric(
+        "Mean confidence",
+        f"{base['confidence']:.1%}",
+        delta=f"{base['confidence'] - base['acc']:+.1%} vs accuracy",
+        delta_color="inverse",
+    )
+    right.metric(f"ECE ({N_BINS} bins)", f"{base['ece']:.3f}")
+    return base
+
+
+def temperature_section(scored: Scored, base: dict[str, float]) -> None:
+    """Step 2: a temperature slider (and a button to the NLL-optimal T) that moves ECE,
+    confidence and the reliability diagram while accuracy stays where it is."""
+    scores = scored.scores
+    st.subheader("2. Move the temperature")
+    st.markdown(
+        "Dividing the scores by a temperature T > 1 softens every answer; T < 1 sharpens it. "
+        "Temperature scaling picks the T that fits held-out labels best, and keeps every prediction the same."
+    )
+    fitted = TemperatureScaler.fit(scores.logits, scores.gold) if len(scores) >= 10 else None
+    temperature = st.slider("Temperature T", T_MIN, T_MAX, 1.0, T_STEP, key="learn_temperature")
+    if fitted is not None:
+        left, right = st.columns([3, 1])
+        beyond = (
+            f" (beyond the slider: Fit T goes to {T_MAX:g})"
+            if fitted.temperature > T_MAX
+            else f" (beyond the slider: Fit T goes to {T_MIN:g})"
+            if fitted.temperature < T_MIN
+            else ""
+        )
+        left.caption(f"The NLL-optimal temperature on these questions is T = {fitted.temperature:.2f}{beyond}.")
+        right.button(
+            "Fit T",
+            key="learn_fit",
+            on_click=_fit_temperature,
+            args=(fitted.temperature,),
+            help="Move the slider to the NLL-optimal temperature (what temperature scaling picks)",
+        )
+    probs = scores.probs(temperature)
+    now = metrics.summarize(probs, scores.gold, n_bins=N_BINS)
+    c1, c2, c3 = st.columns(3)
+    c1.metric(
+        "ECE",
+        f"{now['ece']:.3f}",
+        delta=f"{now['ece'] - base['ece']:+.3f}" if temperature != 1.0 else None,
+        delta_color="inverse",
+    )
+    c2.metric("Mean confidence", f"{now['confidence']:.1%}")
+    c3.metric("Accuracy (unchanged)", f"{now['acc']:.1%}")
+    confidence, correct = metrics.top_label(probs, scores.gold)
+    table = metrics.bin_confidences(confidence, correct, n_bins=N_BINS)
+    st.plotly_chart(
+        reliability_figure(table.to_records(), f"Reliability diagram at T = {temperature:.2f}"), key="learn_reliability"
+    )
+    st.caption(
+        f"Scoring rule: {scored.rule}; {len(scores)} questions from {scored.dataset}; {N_BINS} equal-width bins, "
+        "as the ECE above."
+    )
+
+
+def why_not_stop() -> None:
+    """Step 3: why one temperature is not the end, and the way to Train."""
+    st.subheader("3. Why not stop here")
+    st.markdown(
+        "A temperature fitted on one dataset is often wrong for the next one (see `docs/results.md`). "
+        "**CALM** learns the calibration *while* fine-tuning: LoRA weights for the task and a calibration head "
+        "(per-option temperatures and shifts) chosen to keep held-out predictions uncertain where the model is not "
+        "sure, without giving up the training fit. Try it: **Train** launches a run in the background, **Monitor** "
+        "follows it, **Compare** puts its reliability diagrams next to the untouched model and temperature scaling."
+    )
+    st.page_link("views/train.py", label="Train a calibrated model", icon=":material/model_training:")
+
+
+intro()
+scored = score_questions()
+base = accuracy_against_confidence(scored.scores)
+temperature_section(scored, base)
+why_not_stop()

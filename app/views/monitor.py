@@ -63,25 +63,27 @@ def _picker_key(labels: dict[str, str]) -> str:
     return f"monitor_pick_{digest}"
 
 
-st.title("Monitor")
-runs = list_runs()
-if not runs:
-    st.info("No runs yet: launch one on the **Train** page.")
-    st.page_link("views/train.py", label="Go to Train", icon=":material/model_training:")
-    st.stop()
-ids = [r.run_id for r in runs]  # newest first
-labels = {r.run_id: run_label(r) for r in runs}
-wanted = st.session_state.get("monitor_run")  # this session's last launch (Train) or last look; else the newest
-with st.container(key="monitor_select"):  # a stable name for the picker's box (the browser tests find it)
-    run_id = st.selectbox(
-        "Run",
-        ids,
-        index=ids.index(wanted) if wanted in ids else 0,
-        key=_picker_key(labels),
-        format_func=lambda r: labels.get(r, r),
-    )
-st.session_state["monitor_run"] = run_id
-run = RunDir.at(run_id)
+def pick_run() -> RunDir:
+    """The run picker, newest first, on this session's last launch or look (`monitor_run`);
+    the page stops with a link to Train when there is no run yet."""
+    runs = list_runs()
+    if not runs:
+        st.info("No runs yet: launch one on the **Train** page.")
+        st.page_link("views/train.py", label="Go to Train", icon=":material/model_training:")
+        st.stop()
+    ids = [r.run_id for r in runs]  # newest first
+    labels = {r.run_id: run_label(r) for r in runs}
+    wanted = st.session_state.get("monitor_run")  # this session's last launch (Train) or last look; else the newest
+    with st.container(key="monitor_select"):  # a stable name for the picker's box (the browser tests find it)
+        run_id = st.selectbox(
+            "Run",
+            ids,
+            index=ids.index(wanted) if wanted in ids else 0,
+            key=_picker_key(labels),
+            format_func=lambda r: labels.get(r, r),
+        )
+    st.session_state["monitor_run"] = run_id
+    return RunDir.at(run_id)
 
 
 @st.cache_data(ttl=600, show_spinner=False)
@@ -91,10 +93,13 @@ def _uniform_entropy(path: str) -> float | None:
 
 
 def _eval_curves(records: list[dict], metric: str) -> dict:
+    """One curve per evaluation set of `eval/<set>/<metric>`: a chart's lines."""
     return {name: run_view.series(records, f"eval/{name}/{metric}") for name in run_view.eval_sets(records)}
 
 
 def _header(records: list[dict], view: RunState, status: dict, config: dict) -> None:
+    """What the run is, its progress and state, the calibrated stop so far and its data
+    notes; from the status and config this poll read (passed in, never read again)."""
     total, step = status.get("total_steps"), status.get("step") or 0
     config = config.get("train", {})
     st.markdown(
@@ -126,7 +131,7 @@ def _data_notes(choices: dict) -> None:
             st.dataframe(pd.DataFrame(record.get("rejected") or []), hide_index=True)
 
 
-def _controls(view: RunState, launched_by: str | None) -> None:
+def _controls(run: RunDir, view: RunState, launched_by: str | None) -> None:
     """Cancel and resume; a shared studio lets a session change only its own runs (or
     every run, for the admin: CALM_STUDIO_ADMIN=1)."""
     c1, c2, c3 = st.columns([1, 1, 4])
@@ -140,141 +145,157 @@ def _controls(view: RunState, launched_by: str | None) -> None:
         help="Stops after the current step with a checkpoint; resume continues the same curves.",
     ):
         try:
-            st.toast(f"{run_id}: {cancel(run).state}")
+            st.toast(f"{run.run_id}: {cancel(run).state}")
         except Exception as exc:
             st.error(describe_error(exc))
     if c2.button("Resume", disabled=not view.resumable or not allowed, key="monitor_resume"):
         try:
             resume(run)
-            st.toast(f"{run_id}: queued to resume")
+            st.toast(f"{run.run_id}: queued to resume")
         except Exception as exc:
             st.error(describe_error(exc))
 
 
-def _charts(records: list[dict], active: bool, selection: dict) -> None:
-    """Every curve marks the selected step (status.json's `selection`, read once per poll)."""
+def _charts(run: RunDir, records: list[dict], active: bool, selection: dict, train: dict) -> None:
+    """The four tabs of curves. Every curve marks the selected step (status.json's
+    `selection`); `train` is config.json's record: both read once per poll, passed in."""
     if not records:
         st.caption("No steps logged yet (loading the model and data, and filling the frozen-layer cache, come first).")
         return
     selected = verdict.selected_step(selection)
+    task = run_view.task_in(train)
     losses, evaluation, alpha, tradeoff = st.tabs(["Losses", "Evaluation", "alpha", "Trade-off"])
     with losses:
-        lower = run_view.series(records, "lower/st_nll")
-        c1, c2, *c3 = st.columns(3 if lower[0] else 2)
-        c1.plotly_chart(
-            line_figure(
-                {"L_tr (train CE)": run_view.series(records, "train/lower_loss")},
-                "Training loss",
-                selected_step=selected,
-            ),
-            key="monitor_loss",
-        )
-        entropy = run_view.series(records, "train/upper_loss")
-        ceiling = _uniform_entropy(str(run.path))  # ln K: the entropy of a uniform forecast, its maximum
-        c2.plotly_chart(
-            line_figure(
-                {
-                    "S_V batch": (entropy[0], [-v for v in entropy[1]]),
-                    "S_V (eval)": run_view.series(records, "eval/heldout/entropy"),
-                },
-                "Entropy on S_V (nats)",
-                selected_step=selected,
-                threshold=(ceiling, f"ln K = {ceiling:.3f} (uniform)") if ceiling else None,
-            ),
-            key="monitor_entropy",
-        )
-        if lower[0]:
-            limit = verdict.lower_threshold(selection)
-            c3[0].plotly_chart(
-                line_figure(
-                    {"S_T cross-entropy": lower},
-                    "S_T cross-entropy of theta (lower level)",
-                    selected_step=selected,
-                    threshold=(limit, "tolerance") if limit is not None else None,
-                ),
-                key="monitor_lower",
-            )
-            c3[0].caption(
-                "theta with its adapter, no head, on S_T: a step above the tolerance line has lost the "
-                "lower level and is never selected."
-            )
-        _bome(records, selected)
+        _losses(run, records, selected, selection)
+        _bome(records, selected, train)
     with evaluation:
-        if not run_view.eval_sets(records):
-            st.caption("No evaluation yet: it runs every `eval_every` steps and at the end.")
-        else:
-            openqa = run_view.task_of(run) == "openqa"
-            if openqa:
-                st.caption(
-                    "Open answers: the periodic evaluation is greedy only, so accuracy is greedy exact "
-                    "match and ECE is the greedy answer's sequence probability against its correctness "
-                    "(10 bins); Semantic ECE comes with the final evaluation (sampled answers)."
-                )
-            c1, c2, c3 = st.columns(3)
-            c1.plotly_chart(
-                line_figure(_eval_curves(records, "acc"), "Accuracy", selected_step=selected), key="monitor_acc"
-            )
-            c2.plotly_chart(
-                line_figure(
-                    _eval_curves(records, "ece"),
-                    "Sequence-probability ECE (10 bins)" if openqa else "ECE (15 bins)",
-                    selected_step=selected,
-                ),
-                key="monitor_ece",
-            )
-            c3.plotly_chart(
-                line_figure(
-                    _eval_curves(records, "entropy"),
-                    "Mean token entropy" if openqa else "Mean entropy",
-                    selected_step=selected,
-                ),
-                key="monitor_eval_entropy",
-            )
-            if not openqa:
-                c1, c2, c3 = st.columns(3)
-                c1.plotly_chart(
-                    line_figure(
-                        _eval_curves(records, "auroc"), "AUROC (confidence vs correct)", selected_step=selected
-                    ),
-                    key="monitor_auroc",
-                )
-                c2.plotly_chart(
-                    line_figure(_eval_curves(records, "confidence"), "Mean confidence", selected_step=selected),
-                    key="monitor_confidence",
-                )
-                nll = _eval_curves(records, "nll")
-                if any(steps for steps, _ in nll.values()):  # the selection's score (S_V's is `heldout`)
-                    c3.plotly_chart(
-                        line_figure(nll, "NLL (the selection's score on S_V)", selected_step=selected),
-                        key="monitor_nll",
-                    )
+        _evaluation(records, selected, openqa=task == "openqa")
     with alpha:
-        _alpha(records, active, selected)
+        _alpha(run.run_id, records, active, selected)
     with tradeoff:
-        paths = {}
-        for name in run_view.eval_sets(records):
-            steps, acc = run_view.series(records, f"eval/{name}/acc")
-            paths[name] = (steps, acc, run_view.series(records, f"eval/{name}/ece")[1])
-        if paths:
-            references = run_view.reference_points(run) if run_view.task_of(run) == "mcqa" else {}
-            st.plotly_chart(tradeoff_figure(paths, references, selected_step=selected), key="monitor_tradeoff")
-            st.caption(
-                "star: the selected step (where the run's model is from); "
-                "x: the untouched base model, diamond: temperature scaling (after the final evaluation). "
-                "A low ECE far below the base model's accuracy, or with AUROC near 0.5 in the table, is "
-                "a near-uniform forecast, not a calibrated one."
-            )
-        else:
-            st.caption("The path appears after the first evaluation.")
+        _tradeoff(run, records, selected, task)
 
 
-def _bome(records: list[dict], selected: int | None) -> None:
+def _losses(run: RunDir, records: list[dict], selected: int | None, selection: dict) -> None:
+    """The training loss, S_V's entropy under its ln K ceiling and, when logged, theta's S_T
+    cross-entropy against the tolerance that keeps a step from being selected."""
+    lower = run_view.series(records, "lower/st_nll")
+    c1, c2, *c3 = st.columns(3 if lower[0] else 2)
+    c1.plotly_chart(
+        line_figure(
+            {"L_tr (train CE)": run_view.series(records, "train/lower_loss")},
+            "Training loss",
+            selected_step=selected,
+        ),
+        key="monitor_loss",
+    )
+    entropy = run_view.series(records, "train/upper_loss")
+    ceiling = _uniform_entropy(str(run.path))  # ln K: the entropy of a uniform forecast, its maximum
+    c2.plotly_chart(
+        line_figure(
+            {
+                "S_V batch": (entropy[0], [-v for v in entropy[1]]),
+                "S_V (eval)": run_view.series(records, "eval/heldout/entropy"),
+            },
+            "Entropy on S_V (nats)",
+            selected_step=selected,
+            threshold=(ceiling, f"ln K = {ceiling:.3f} (uniform)") if ceiling else None,
+        ),
+        key="monitor_entropy",
+    )
+    if lower[0]:
+        limit = verdict.lower_threshold(selection)
+        c3[0].plotly_chart(
+            line_figure(
+                {"S_T cross-entropy": lower},
+                "S_T cross-entropy of theta (lower level)",
+                selected_step=selected,
+                threshold=(limit, "tolerance") if limit is not None else None,
+            ),
+            key="monitor_lower",
+        )
+        c3[0].caption(
+            "theta with its adapter, no head, on S_T: a step above the tolerance line has lost the "
+            "lower level and is never selected."
+        )
+
+
+def _evaluation(records: list[dict], selected: int | None, openqa: bool) -> None:
+    """The periodic evaluation's curves per evaluation set; open answers say what their
+    greedy-only figures mean and have no AUROC, confidence or NLL curves."""
+    if not run_view.eval_sets(records):
+        st.caption("No evaluation yet: it runs every `eval_every` steps and at the end.")
+        return
+    if openqa:
+        st.caption(
+            "Open answers: the periodic evaluation is greedy only, so accuracy is greedy exact "
+            "match and ECE is the greedy answer's sequence probability against its correctness "
+            "(10 bins); Semantic ECE comes with the final evaluation (sampled answers)."
+        )
+    c1, c2, c3 = st.columns(3)
+    c1.plotly_chart(line_figure(_eval_curves(records, "acc"), "Accuracy", selected_step=selected), key="monitor_acc")
+    c2.plotly_chart(
+        line_figure(
+            _eval_curves(records, "ece"),
+            "Sequence-probability ECE (10 bins)" if openqa else "ECE (15 bins)",
+            selected_step=selected,
+        ),
+        key="monitor_ece",
+    )
+    c3.plotly_chart(
+        line_figure(
+            _eval_curves(records, "entropy"),
+            "Mean token entropy" if openqa else "Mean entropy",
+            selected_step=selected,
+        ),
+        key="monitor_eval_entropy",
+    )
+    if openqa:
+        return
+    c1, c2, c3 = st.columns(3)
+    c1.plotly_chart(
+        line_figure(_eval_curves(records, "auroc"), "AUROC (confidence vs correct)", selected_step=selected),
+        key="monitor_auroc",
+    )
+    c2.plotly_chart(
+        line_figure(_eval_curves(records, "confidence"), "Mean confidence", selected_step=selected),
+        key="monitor_confidence",
+    )
+    nll = _eval_curves(records, "nll")
+    if any(steps for steps, _ in nll.values()):  # the selection's score (S_V's is `heldout`)
+        c3.plotly_chart(
+            line_figure(nll, "NLL (the selection's score on S_V)", selected_step=selected),
+            key="monitor_nll",
+        )
+
+
+def _tradeoff(run: RunDir, records: list[dict], selected: int | None, task: str) -> None:
+    """Each evaluation set's path in (ECE, accuracy) over the steps, with the base model and
+    the post-hoc calibrators as reference points once the final evaluation is written."""
+    paths = {}
+    for name in run_view.eval_sets(records):
+        steps, acc = run_view.series(records, f"eval/{name}/acc")
+        paths[name] = (steps, acc, run_view.series(records, f"eval/{name}/ece")[1])
+    if not paths:
+        st.caption("The path appears after the first evaluation.")
+        return
+    references = run_view.reference_points(run) if task == "mcqa" else {}
+    st.plotly_chart(tradeoff_figure(paths, references, selected_step=selected), key="monitor_tradeoff")
+    st.caption(
+        "star: the selected step (where the run's model is from); "
+        "x: the untouched base model, diamond: temperature scaling (after the final evaluation). "
+        "A low ECE far below the base model's accuracy, or with AUROC near 0.5 in the table, is "
+        "a near-uniform forecast, not a calibrated one."
+    )
+
+
+def _bome(records: list[dict], selected: int | None, train: dict) -> None:
     """BOME's diagnostics, each with the line that says what it means; a warning when the
     coupling never acted (then the run is alternating updates in disguise)."""
     q, lam = run_view.series(records, "bome/q"), run_view.series(records, "bome/lambda")
     if not q[0]:
         return
-    bome = recorded_bilevel(run.config.get("train", {}))
+    bome = recorded_bilevel(train)
     summary = run_view.bome_summary(records, bome.eta if bome else None)
     if summary.get("inert"):
         st.warning(
@@ -297,7 +318,9 @@ def _bome(records: list[dict], selected: int | None) -> None:
             col.caption(run_view.BOME_MEANINGS[key])
 
 
-def _alpha(records: list[dict], active: bool, selected: int | None) -> None:
+def _alpha(run_id: str, records: list[dict], active: bool, selected: int | None) -> None:
+    """The head's tau per option over the steps, and tau and l at a chosen step; a vocab
+    head shows statistics over the vocabulary instead. `run_id` names the step slider."""
     steps, taus = run_view.alpha_vectors(records, "tau")
     if not steps:
         summary = {k: run_view.series(records, f"alpha/{k}") for k in ("tau_mean", "tau_min", "tau_max", "l_abs_mean")}
@@ -333,7 +356,9 @@ def _alpha(records: list[dict], active: bool, selected: int | None) -> None:
         c2.plotly_chart(alpha_bars(shifts[l_steps.index(chosen)], labels, chosen, "l"), key="monitor_l_bars")
 
 
-def _results(method: str) -> None:
+def _results(run: RunDir, method: str, task: str) -> None:
+    """The final evaluation, once results.json is written: the verdict row, which model to
+    use and why, the post-hoc notes and every variant's metrics."""
     if (run.path / "results.json").is_file():
         st.subheader("Final evaluation")
         results = run.results()
@@ -352,7 +377,6 @@ def _results(method: str) -> None:
         rows = run_view.compare_rows([run])
         for note in run_view.posthoc_lines(results, notes_only=True):
             st.caption(note)  # e.g. too few S_V items to fit a temperature: say why the TS row is missing
-        task = run_view.task_of(run)
         columns = table_columns(task)
         st.dataframe(
             pd.DataFrame([{k: r.get(k) for k in columns} for r in rows]),
@@ -388,34 +412,35 @@ def _verdict(results: dict, method: str) -> None:
         )
 
 
-def _records() -> list[dict]:
+def _records(run: RunDir) -> list[dict]:
     """The run's metrics through this session's MetricsTail: each poll parses only the lines
     appended since the last one (one run's records kept per session)."""
     tails = st.session_state.setdefault("monitor_metrics_tails", {})
-    tail = tails.get(run_id)
+    tail = tails.get(run.run_id)
     if tail is None or tail.path != run.metrics_path:  # another run (or workspace): start afresh
         tails.clear()
-        tail = tails[run_id] = MetricsTail(run.metrics_path)
+        tail = tails[run.run_id] = MetricsTail(run.metrics_path)
     return tail.read()
 
 
-def live_status() -> None:
+def live_status(run: RunDir, started_active: bool) -> None:
     """The progress line, the selection so far and the controls, every POLL_SECONDS. When
     the run stops being active the whole page is drawn once more (charts, final results)."""
     files = run.read_files()  # status.json and config.json: one read of each per poll, passed on
-    records, view = _records(), run.state(files=files)
+    records, view = _records(run), run.state(files=files)
     if started_active and view.state not in ACTIVE:
         st.rerun()  # finished, failed or cancelled: one last full draw, then no more polling
     if view.state == DAMAGED:  # a file the page needs is unreadable: say which, offer what helps
         st.error(view.reason)
-        _controls(view, (files.config or {}).get("launched_by"))
+        _controls(run, view, (files.config or {}).get("launched_by"))
         return
     _header(records, view, files.status, files.config or {})
-    _controls(view, (files.config or {}).get("launched_by"))
+    _controls(run, view, (files.config or {}).get("launched_by"))
 
 
-def live_charts() -> None:
-    """The curves and, once written, the final evaluation, every `charts_every` seconds."""
+def live_charts(run: RunDir, started_active: bool, charts_every: float) -> None:
+    """The curves and, once written, the final evaluation, every `charts_every` seconds;
+    status.json and config.json read once and passed on."""
     files = run.read_files()
     state = run.state(files=files).state
     if state == DAMAGED:
@@ -431,11 +456,14 @@ def live_charts() -> None:
             f"While the run is active the charts redraw every {charts_every:.0f} s, the progress line "
             f"every {POLL_SECONDS:.0f} s."
         )
-    _charts(_records(), active=state in ACTIVE, selection=files.status.get("selection") or {})
-    _results(str((files.config or {}).get("train", {}).get("method", "")))
+    train = (files.config or {}).get("train", {})
+    _charts(run, _records(run), active=state in ACTIVE, selection=files.status.get("selection") or {}, train=train)
+    _results(run, str(train.get("method", "")), run_view.task_in(train))
 
 
+st.title("Monitor")
+run = pick_run()
 # Poll while the job can still change; a finished run is drawn once.
 started_active, charts_every = run.state().state in ACTIVE, chart_seconds()
-st.fragment(run_every=POLL_SECONDS if started_active else None)(live_status)()
-st.fragment(run_every=charts_every if started_active else None)(live_charts)()
+st.fragment(run_every=POLL_SECONDS if started_active else None)(live_status)(run, started_active)
+st.fragment(run_every=charts_every if started_active else None)(live_charts)(run, started_active, charts_every)

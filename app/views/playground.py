@@ -18,6 +18,7 @@ from calm_core.generative.sampling import GenerationConfig
 from calm_core.runs.listing import list_runs, run_label
 from calm_core.scoring.evaluate import load_mc_items
 from calm_core.workspace.playground import (
+    TrainedModel,
     generate,
     generated_text,
     head_acts_on_tokens,
@@ -28,28 +29,10 @@ from calm_core.workspace.playground import (
 
 NO_RUN = "(none: the embedded model alone)"
 
-st.title("Playground")
-usable = [r for r in list_runs() if r.state in ("finished", "cancelled")]  # newest first
-finished = [r.run_id for r in usable]
-labels = {r.run_id: run_label(r) for r in usable}
-newest = next((i + 1 for i, r in enumerate(usable) if r.state == "finished"), 0)  # the newest finished run
-run_id = st.selectbox(
-    "Calibrated model",
-    [NO_RUN] + finished,
-    index=newest,
-    key="play_run",
-    format_func=lambda r: labels.get(r, r),
-    help="A finished run brings its adapter, its calibration head and its TS temperature.",
-)
-try:
-    trained = get_trained(run_id) if run_id in finished else untrained(get_model("embedded"))
-except Exception as exc:
-    st.error(describe_error(exc))
-    st.stop()
 
-
-def _open_section() -> None:
-    """An open-answer run: a typed question, each variant's greedy and sampled answers."""
+def open_answer(trained: TrainedModel) -> None:
+    """An open-answer run: a typed question, each variant's greedy and sampled answers,
+    grouped by meaning (the run's prompt and grouping; the reader sets how many and how long)."""
     st.subheader("Open answer")
     cfg = trained.generation or GenerationConfig()
     question = st.text_input("Question", "What is the capital of Peru?", key="play_open_question")
@@ -106,37 +89,68 @@ def _open_section() -> None:
             )
 
 
-if trained.task == "openqa":
-    _open_section()
-else:
+def choose_model() -> TrainedModel:
+    """A finished (or cancelled) run's model, the newest finished one first, or the embedded
+    model alone; one that cannot be loaded is said and stops the page."""
+    usable = [r for r in list_runs() if r.state in ("finished", "cancelled")]  # newest first
+    finished = [r.run_id for r in usable]
+    labels = {r.run_id: run_label(r) for r in usable}
+    newest = next((i + 1 for i, r in enumerate(usable) if r.state == "finished"), 0)  # the newest finished run
+    run_id = st.selectbox(
+        "Calibrated model",
+        [NO_RUN] + finished,
+        index=newest,
+        key="play_run",
+        format_func=lambda r: labels.get(r, r),
+        help="A finished run brings its adapter, its calibration head and its TS temperature.",
+    )
+    try:
+        return get_trained(run_id) if run_id in finished else untrained(get_model("embedded"))
+    except Exception as exc:
+        st.error(describe_error(exc))
+        st.stop()
+
+
+def _dataset_item() -> MCItem:
+    """An item of a multiple-choice dataset, by index, shown literally with its gold option;
+    a dataset that cannot be read is said and stops the page."""
+    names = [e.name for e in list_datasets(kind="mc")]
+    c1, c2 = st.columns([3, 1])
+    dataset = c1.selectbox("Dataset", names, key="play_dataset")
+    index = c2.number_input("Item", 0, 10_000, 0, key="play_index")
+    try:
+        items = load_mc_items(dataset, limit=int(index) + 1)
+        item = items[min(int(index), len(items) - 1)]
+    except Exception as exc:
+        st.error(describe_error(exc))
+        st.stop()
+    st.caption("Question")
+    st.text(item.question)  # dataset text, shown literally
+    st.caption("Options (gold: " + str(item.answer + 1) + ")")
+    st.text("\n".join(f"{k + 1}. {c}" for k, c in enumerate(item.choices)))
+    return item
+
+
+def _typed_item() -> MCItem:
+    """A typed question and its options, the first one right; the page stops until there
+    are a question and at least two different options."""
+    question = st.text_input("Question", "Which planet is known as the red planet?", key="play_question")
+    options_text = st.text_area(
+        "Options, one per line (the first is the right one)", "Mars\nVenus\nJupiter\nSaturn", key="play_options"
+    )
+    options = [line.strip() for line in options_text.splitlines() if line.strip()]
+    if not question.strip() or len(options) < 2 or len(set(options)) != len(options):
+        st.warning("Give a question and at least two different options.")
+        st.stop()
+    return MCItem("playground", question.strip(), tuple(options), 0)
+
+
+def multiple_choice(trained: TrainedModel) -> None:
+    """One question's option probabilities under base, TS and the trained model, side by
+    side: which answer each picks, how sure it is, and its entropy."""
     st.subheader("Multiple choice")
     source = st.radio("Question", ["type one", "from a dataset"], horizontal=True, key="play_source")
-    if source == "from a dataset":
-        names = [e.name for e in list_datasets(kind="mc")]
-        c1, c2 = st.columns([3, 1])
-        dataset = c1.selectbox("Dataset", names, key="play_dataset")
-        index = c2.number_input("Item", 0, 10_000, 0, key="play_index")
-        try:
-            items = load_mc_items(dataset, limit=int(index) + 1)
-            item = items[min(int(index), len(items) - 1)]
-        except Exception as exc:
-            st.error(describe_error(exc))
-            st.stop()
-        st.caption("Question")
-        st.text(item.question)  # dataset text, shown literally
-        st.caption("Options (gold: " + str(item.answer + 1) + ")")
-        st.text("\n".join(f"{k + 1}. {c}" for k, c in enumerate(item.choices)))
-    else:
-        question = st.text_input("Question", "Which planet is known as the red planet?", key="play_question")
-        options_text = st.text_area(
-            "Options, one per line (the first is the right one)", "Mars\nVenus\nJupiter\nSaturn", key="play_options"
-        )
-        options = [line.strip() for line in options_text.splitlines() if line.strip()]
-        if not question.strip() or len(options) < 2 or len(set(options)) != len(options):
-            st.warning("Give a question and at least two different options.")
-            st.stop()
-        item = MCItem("playground", question.strip(), tuple(options), 0)
-
+    item = _dataset_item() if source == "from a dataset" else _typed_item()
     try:
         probs = option_probabilities(trained, item)
     except Exception as exc:
@@ -166,22 +180,36 @@ else:
         + (f"; TS temperature {trained.temperature:.2f} (fit on the run's S_V)" if trained.temperature else "")
     )
 
-st.subheader("Free generation")
-prompt = st.text_input("Prompt", "What is the chemical symbol of gold?", key="play_prompt")
-max_new = st.slider("New tokens", 1, 64, 16, key="play_max_new")
-if st.button("Generate", key="play_generate"):
+
+def free_generation(trained: TrainedModel) -> None:
+    """Next tokens from a prompt with the head applied, each token's probability with and
+    without it; says when this run's head cannot change generation."""
+    st.subheader("Free generation")
+    prompt = st.text_input("Prompt", "What is the chemical symbol of gold?", key="play_prompt")
+    max_new = st.slider("New tokens", 1, 64, 16, key="play_max_new")
+    if not st.button("Generate", key="play_generate"):
+        return
     try:
         with st.spinner("Generating..."):
             rows = generate(trained, prompt, max_new_tokens=max_new)
     except Exception as exc:
         st.error(describe_error(exc))
-    else:
-        st.text(generated_text(rows))  # st.text shows model text literally; special tokens left out
-        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
-        if not head_acts_on_tokens(trained):
-            scope = f"{trained.head.scope} head" if trained.head is not None else "no head"
-            st.caption(
-                f"p_calibrated equals p_without_head here: this run has {scope} on `{trained.scoring.rule}` "
-                "option scores, which acts on a question's options (above), not on the next token. "
-                "Only a vocab head, or an open-answer run's head, changes generation."
-            )
+        return
+    st.text(generated_text(rows))  # st.text shows model text literally; special tokens left out
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    if not head_acts_on_tokens(trained):
+        scope = f"{trained.head.scope} head" if trained.head is not None else "no head"
+        st.caption(
+            f"p_calibrated equals p_without_head here: this run has {scope} on `{trained.scoring.rule}` "
+            "option scores, which acts on a question's options (above), not on the next token. "
+            "Only a vocab head, or an open-answer run's head, changes generation."
+        )
+
+
+st.title("Playground")
+trained = choose_model()
+if trained.task == "openqa":
+    open_answer(trained)
+else:
+    multiple_choice(trained)
+free_generation(trained)

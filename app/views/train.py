@@ -7,7 +7,7 @@ when this tab closes. The Monitor page follows it.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, NamedTuple
 
 import pandas as pd
 import streamlit as st
@@ -29,6 +29,7 @@ from calm_core.training.tasks import get_task
 from calm_core.training.timings import RunSizes
 from calm_core.workspace.access import (
     MAX_QUEUED_PER_SESSION,
+    Access,
     PathRefused,
     confine_model_name,
     quota_left,
@@ -63,10 +64,34 @@ ADVANCED = (
     "threads",
 )
 OPTIMIZER_DEPENDENT = ("lr_theta", "lr_alpha")  # their defaults follow the optimizer: one widget per optimizer
+OUT_OF_DOMAIN = ["arc/easy_test", "builtin/capitals/test", "builtin/units/test"]  # a transfer check, first found
+
+
+class DataChoice(NamedTuple):
+    """The three data pickers' values: S_T, S_V and the evaluation sets."""
+
+    train: str
+    heldout: str
+    evals: list[str]
+
+
+class MethodChoice(NamedTuple):
+    """Section 3's values: they pick the preset's base config and the advanced settings' defaults."""
+
+    method: str
+    rule: str
+    scope: str
+    preset: str
 
 
 def _index(options: list[str], wanted: str) -> int:
+    """Where a default sits among the options, else the first: a missing demo set never fails the page."""
     return options.index(wanted) if wanted in options else 0
+
+
+def _task_key(name: str, openqa: bool) -> str:
+    """Widgets whose options or defaults depend on the task get one key per task."""
+    return f"{name}_open" if openqa else name
 
 
 @st.cache_data(ttl=60, show_spinner=False)
@@ -81,6 +106,7 @@ def _rejections(name: str, kind: str) -> list[str]:
 
 
 def _show_rejections(names: list[str], kind: str) -> None:
+    """One expander per chosen dataset that rejects rows, headed by what it rejected."""
     for name in dict.fromkeys(n for n in names if n):
         lines = _rejections(name, kind)
         if lines:
@@ -93,9 +119,6 @@ def _planned_sizes(config_json: str) -> RunSizes:
     """The run's item counts for its time estimate, kept a minute: they come from reading
     every chosen dataset, and the page reruns on each widget change."""
     return planned_sizes(TrainConfig.from_dict(json.loads(config_json)))
-
-
-OUT_OF_DOMAIN = ["arc/easy_test", "builtin/capitals/test", "builtin/units/test"]  # a transfer check, first found
 
 
 def take_split(state: dict, names: list[str]) -> dict[str, str] | None:
@@ -112,16 +135,24 @@ def take_split(state: dict, names: list[str]) -> dict[str, str] | None:
     return split
 
 
-st.title("Train")
-st.markdown(
-    "Fine-tune with **CALM** (LoRA + a calibration head, bilevel) or a baseline. "
-    "The run is a background job: close the tab, it goes on; the **Monitor** page follows it."
-)
-prefilled = take_split(st.session_state, [e.name for e in list_datasets(kind="mc")])
-if prefilled:
-    st.session_state["train_prefilled"] = prefilled
-if st.session_state.get("train_prefilled"):
-    split = st.session_state["train_prefilled"]
+def intro() -> None:
+    """The title and what the page does: a run outlives the tab, the Monitor follows it."""
+    st.title("Train")
+    st.markdown(
+        "Fine-tune with **CALM** (LoRA + a calibration head, bilevel) or a baseline. "
+        "The run is a background job: close the tab, it goes on; the **Monitor** page follows it."
+    )
+
+
+def split_banner(state: Any) -> None:
+    """A split sent from the Data page fills the pickers once (take_split); the banner says
+    so on every rerun after, with the parts' sizes and a warning when S_V is too small."""
+    prefilled = take_split(state, [e.name for e in list_datasets(kind="mc")])
+    if prefilled:
+        state["train_prefilled"] = prefilled
+    split = state.get("train_prefilled")
+    if not split:
+        return
     sizes = split.get("sizes") or {}
     counts = f" ({sizes['train']} / {sizes['heldout']} / {sizes['test']} items)" if len(sizes) == 3 else ""
     st.info(
@@ -131,55 +162,47 @@ if st.session_state.get("train_prefilled"):
     if sizes and advise_split(sizes).message:
         st.warning(advise_split(sizes).message)
 
-task = TASKS[
-    st.radio(
-        "Task",
-        list(TASKS),
+
+def choose_task() -> str:
+    """`mcqa` or `openqa`: it decides the datasets offered, the methods and the widgets' keys."""
+    return TASKS[
+        st.radio(
+            "Task",
+            list(TASKS),
+            horizontal=True,
+            key="train_task",
+            help="multiple choice: the model scores given options. open answers: it writes a short "
+            "answer; confidence comes from how often n sampled answers agree (Sem1).",
+        )
+    ]
+
+
+def choose_model(access: Access) -> str:
+    """Section 1: the embedded model, a local directory or a hub id; a shared studio
+    refuses a path outside its allowed roots and stops the page there."""
+    st.subheader("1. Model")
+    model_kind = st.radio(
+        "Base model",
+        ["embedded", "local directory", "hub id"],
         horizontal=True,
-        key="train_task",
-        help="multiple choice: the model scores given options. open answers: it writes a short "
-        "answer; confidence comes from how often n sampled answers agree (Sem1).",
+        key="train_model_kind",
+        help="embedded: SmolLM2-135M-Instruct, shipped with the studio. A hub id needs a connection.",
     )
-]
-openqa = task == "openqa"
-
-
-def _key(name: str) -> str:
-    """Widgets whose options or defaults depend on the task get one key per task."""
-    return f"{name}_open" if openqa else name
-
-
-ACCESS = studio_access()
-names = [e.name for e in list_datasets(kind="open" if openqa else "mc")]
-task_data = get_task(task).DEFAULTS if openqa else STUDIO_MC_DATA
-default_train, default_heldout = task_data["train_data"], task_data["heldout_data"]
-default_evals = list(task_data["eval_data"])
-st.subheader("1. Model")
-model_kind = st.radio(
-    "Base model",
-    ["embedded", "local directory", "hub id"],
-    horizontal=True,
-    key="train_model_kind",
-    help="embedded: SmolLM2-135M-Instruct, shipped with the studio. A hub id needs a connection.",
-)
-model = "embedded"
-if model_kind != "embedded":
+    if model_kind == "embedded":
+        return "embedded"
     model = st.text_input(
         "Path or hub id",
         key="train_model_name",
         placeholder="/models/my-llama" if model_kind == "local directory" else "HuggingFaceTB/SmolLM2-360M-Instruct",
     )
     try:  # a shared studio opens paths only under its allowed roots (calm_core/workspace/access.py)
-        model = confine_model_name(model, ACCESS)
+        return confine_model_name(model, access)
     except PathRefused as exc:
         st.error(str(exc))
         st.stop()
 
-st.subheader("2. Data")
-c1, c2 = st.columns(2)
 
-
-def _start_at(key: str, value) -> None:
+def _start_at(key: str, value: Any) -> None:
     """A data widget starts at `value` unless the session already holds one (a split taken
     from the Data page). The value goes into the session, never as the widget's default:
     a default of None for "already set" built the picker empty whenever the browser had not
@@ -187,61 +210,78 @@ def _start_at(key: str, value) -> None:
     st.session_state.setdefault(key, value)
 
 
-_start_at(_key("train_data"), names[_index(names, default_train)] if names else None)
-_start_at(_key("train_heldout"), names[_index(names, default_heldout)] if names else None)
-_start_at(_key("train_evals"), [n for n in default_evals if n in names])
-train_data = c1.selectbox("Training set S_T (labelled)", names, key=_key("train_data"))
-heldout = c2.selectbox("Held-out S_V (entropy inputs; its labels fit TS)", names, key=_key("train_heldout"))
-evals = st.multiselect("Evaluation sets (in domain and out of domain)", names, key=_key("train_evals"))
-if train_data is None or heldout is None:
-    st.info("Choose a training set S_T and a held-out set S_V: the cost and the launch need both.")
-    st.stop()
-_show_rejections([train_data, heldout, *evals], "open" if openqa else "mc")
-
-st.subheader("3. Method")
-c1, c2, c3, c4 = st.columns(4)
-supported = get_task(task).METHODS  # None: every method
-methods = sorted(m for m in METHODS if supported is None or m in supported)
-method = c1.selectbox("Method", methods, index=methods.index("calm"), key=_key("train_method"))
-rule = "cloze"
-if not openqa:
-    rule = c2.selectbox(
-        "Scoring",
-        list(RULES),
-        index=list(RULES).index("cloze"),
-        key="train_scoring",
-        help="cloze: each option's log-likelihood as the answer's continuation; letter: options "
-        "listed as A. B. ..., the answer letter's logit (the paper's format)",
+def choose_data(task: str, names: list[str]) -> DataChoice:
+    """Section 2: S_T, S_V and the evaluation sets, starting from the task's demo data. The
+    page stops without S_T and S_V (the estimate needs both), and says which rows a chosen
+    set rejects."""
+    openqa = task == "openqa"
+    task_data = get_task(task).DEFAULTS if openqa else STUDIO_MC_DATA
+    st.subheader("2. Data")
+    c1, c2 = st.columns(2)
+    _start_at(_task_key("train_data", openqa), names[_index(names, task_data["train_data"])] if names else None)
+    _start_at(_task_key("train_heldout", openqa), names[_index(names, task_data["heldout_data"])] if names else None)
+    _start_at(_task_key("train_evals", openqa), [n for n in task_data["eval_data"] if n in names])
+    train_data = c1.selectbox("Training set S_T (labelled)", names, key=_task_key("train_data", openqa))
+    heldout = c2.selectbox(
+        "Held-out S_V (entropy inputs; its labels fit TS)", names, key=_task_key("train_heldout", openqa)
     )
-scopes = list(scopes_for(rule, task))
-scope = c3.selectbox(
-    "Head scope",
-    scopes,
-    index=0,
-    key="train_scope_open" if openqa else f"train_scope_{rule}",
-    help="vocab: (l, tau) per vocabulary id (the paper's, at the answer letter); options: per "
-    "option letter; scalar: one tau. " + scope_note(rule, task),
-)
-preset = c4.selectbox(
-    "Preset",
-    sorted(PRESETS),
-    index=sorted(PRESETS).index("quick"),
-    key="train_preset",
-    help="quick: minutes on a laptop CPU (LoRA on the top 4 layers); paper: letter answers, "
-    "QLoRA r64, batch 16, T = 10",
-)
-st.caption(METHODS[method].DESCRIPTION + " " + scope_note(rule, task))
+    evals = st.multiselect("Evaluation sets (in domain and out of domain)", names, key=_task_key("train_evals", openqa))
+    if train_data is None or heldout is None:
+        st.info("Choose a training set S_T and a held-out set S_V: the cost and the launch need both.")
+        st.stop()
+    _show_rejections([train_data, heldout, *evals], "open" if openqa else "mc")
+    return DataChoice(train_data, heldout, evals)
 
-generation = None
-if openqa:
+
+def choose_method(task: str) -> MethodChoice:
+    """Section 3: the method (those the task supports), the scoring rule (multiple choice
+    only), the head scope the rule allows, and the preset."""
+    openqa = task == "openqa"
+    st.subheader("3. Method")
+    c1, c2, c3, c4 = st.columns(4)
+    supported = get_task(task).METHODS  # None: every method
+    methods = sorted(m for m in METHODS if supported is None or m in supported)
+    method = c1.selectbox("Method", methods, index=methods.index("calm"), key=_task_key("train_method", openqa))
+    rule = "cloze"
+    if not openqa:
+        rule = c2.selectbox(
+            "Scoring",
+            list(RULES),
+            index=list(RULES).index("cloze"),
+            key="train_scoring",
+            help="cloze: each option's log-likelihood as the answer's continuation; letter: options "
+            "listed as A. B. ..., the answer letter's logit (the paper's format)",
+        )
+    scope = c3.selectbox(
+        "Head scope",
+        list(scopes_for(rule, task)),
+        index=0,
+        key="train_scope_open" if openqa else f"train_scope_{rule}",
+        help="vocab: (l, tau) per vocabulary id (the paper's, at the answer letter); options: per "
+        "option letter; scalar: one tau. " + scope_note(rule, task),
+    )
+    preset = c4.selectbox(
+        "Preset",
+        sorted(PRESETS),
+        index=sorted(PRESETS).index("quick"),
+        key="train_preset",
+        help="quick: minutes on a laptop CPU (LoRA on the top 4 layers); paper: letter answers, "
+        "QLoRA r64, batch 16, T = 10",
+    )
+    st.caption(METHODS[method].DESCRIPTION + " " + scope_note(rule, task))
+    return MethodChoice(method, rule, scope, preset)
+
+
+def choose_generation(task: str, preset: str) -> GenerationConfig:
+    """Open answers only: how many answers to sample, how long, how to group them and the
+    prompt; an invalid combination is said and stops the page."""
     st.subheader("Answer generation")
     g1, g2, g3, g4 = st.columns(4)
-    preset_samples = TrainConfig.preset(preset, task=task).generation.n_samples
     samples = g1.number_input(
         "Sampled answers per question",
         2,
         50,
-        preset_samples,
+        TrainConfig.preset(preset, task=task).generation.n_samples,
         key="train_samples",
         help="Sem1 confidence: the most common meaning's share of these samples",
     )
@@ -277,71 +317,102 @@ if openqa:
         f"The final evaluation generates 1 greedy + {int(samples)} sampled answers per question, for every "
         "variant (base, ts, the trained model, its theta-only ablation) on every evaluation set."
     )
+    return generation
 
-with st.expander("Advanced settings"):
-    spec_of = train_settings()
-    o1, o2, o3, o4 = st.columns(4)
-    optimizer = setting_input(o1, spec_of["optimizer"], "auto", key="train_optimizer")
-    base = TrainConfig.preset(preset, method=method, task=task, scoring=rule, scope=scope, optimizer=optimizer)
-    chosen: dict[str, Any] = {}  # flat setting name -> value; TrainConfig.from_dict puts each in its section
-    # every ADVANCED setting gets a cell, four to a row after the optimizer's (one each: zip is strict)
-    rows = [st.columns(4) for _ in range(-(-(len(ADVANCED) + 2 - 3) // 4))]
-    cells = [o2, o3, o4, *(cell for row in rows for cell in row)]
-    for column, name in zip(cells[: len(ADVANCED)], ADVANCED, strict=True):
-        key = _key(f"train_{name}_{base.optimizer}") if name in OPTIMIZER_DEPENDENT else f"train_{name}"
-        chosen[name] = setting_input(column, spec_of[name], current_value(base, spec_of[name]), key)
-    lora_rank_cell, lora_layers_cell = cells[len(ADVANCED)], cells[len(ADVANCED) + 1]
-    rank = lora_rank_cell.number_input("LoRA rank", 1, 256, base.lora.r, key="train_rank")
-    layers = lora_layers_cell.number_input(
-        "LoRA on top N layers (0: all)", 0, 200, base.lora.layers or 0, key="train_layers"
-    )
-    d1, d2, d3 = st.columns(3)
-    four_bit = d1.selectbox(
-        "4-bit (QLoRA)",
-        ["auto", "on", "off"],
-        key="train_4bit",
-        help="auto: QLoRA on a GPU, LoRA on a CPU (recorded with the reason)",
-    )
-    train_limit = d2.number_input("Training items (0: all)", 0, 1_000_000, 0, key="train_limit")
-    eval_limit = d3.number_input(
-        "Items per evaluation set", 10, 100_000, base.eval_limit or 200, key="train_eval_limit"
-    )
-    name = st.text_input("Run name", value="", key="train_name", help="letters, digits, - and _ ; used in the run id")
 
-try:
-    extra = {"task": task, "generation": generation} if openqa else {}
-    cfg = TrainConfig.preset(
-        preset,
-        **extra,
-        model=model or "embedded",
-        train_data=train_data,
-        heldout_data=heldout,
-        eval_data=tuple(evals),
-        method=method,
-        scope=scope,
-        scoring=rule,
-        optimizer=optimizer,
+def advanced_settings(task: str, choice: MethodChoice) -> dict[str, Any]:
+    """The expander: the optimizer, each ADVANCED setting (its default from the preset),
+    LoRA, 4-bit, item limits and the run's name. Returns TrainConfig keyword arguments."""
+    openqa = task == "openqa"
+    with st.expander("Advanced settings"):
+        spec_of = train_settings()
+        o1, o2, o3, o4 = st.columns(4)
+        optimizer = setting_input(o1, spec_of["optimizer"], "auto", key="train_optimizer")
+        base = TrainConfig.preset(
+            choice.preset, method=choice.method, task=task, scoring=choice.rule, scope=choice.scope, optimizer=optimizer
+        )
+        chosen: dict[str, Any] = {}  # flat setting name -> value; TrainConfig.from_dict puts each in its section
+        # every ADVANCED setting gets a cell, four to a row after the optimizer's (one each: zip is strict)
+        rows = [st.columns(4) for _ in range(-(-(len(ADVANCED) + 2 - 3) // 4))]
+        cells = [o2, o3, o4, *(cell for row in rows for cell in row)]
+        for column, name in zip(cells[: len(ADVANCED)], ADVANCED, strict=True):
+            if name in OPTIMIZER_DEPENDENT:
+                key = _task_key(f"train_{name}_{base.optimizer}", openqa)
+            else:
+                key = f"train_{name}"
+            chosen[name] = setting_input(column, spec_of[name], current_value(base, spec_of[name]), key)
+        lora_rank_cell, lora_layers_cell = cells[len(ADVANCED)], cells[len(ADVANCED) + 1]
+        rank = lora_rank_cell.number_input("LoRA rank", 1, 256, base.lora.r, key="train_rank")
+        layers = lora_layers_cell.number_input(
+            "LoRA on top N layers (0: all)", 0, 200, base.lora.layers or 0, key="train_layers"
+        )
+        d1, d2, d3 = st.columns(3)
+        four_bit = d1.selectbox(
+            "4-bit (QLoRA)",
+            ["auto", "on", "off"],
+            key="train_4bit",
+            help="auto: QLoRA on a GPU, LoRA on a CPU (recorded with the reason)",
+        )
+        train_limit = d2.number_input("Training items (0: all)", 0, 1_000_000, 0, key="train_limit")
+        eval_limit = d3.number_input(
+            "Items per evaluation set", 10, 100_000, base.eval_limit or 200, key="train_eval_limit"
+        )
+        name = st.text_input(
+            "Run name", value="", key="train_name", help="letters, digits, - and _ ; used in the run id"
+        )
+    return {
+        "optimizer": optimizer,
         **chosen,
-        heldout_batch_size=chosen["batch_size"],
-        train_limit=int(train_limit) or None,
-        eval_limit=int(eval_limit),
-        name=name or None,
-        load_in_4bit={"auto": None, "on": True, "off": False}[four_bit],
-        lora={**base.to_dict()["lora"], "r": int(rank), "layers": int(layers) or None},
-    )
-except (ValueError, TypeError) as exc:
-    st.error(describe_error(exc))
-    st.stop()
+        "heldout_batch_size": chosen["batch_size"],
+        "train_limit": int(train_limit) or None,
+        "eval_limit": int(eval_limit),
+        "name": name or None,
+        "load_in_4bit": {"auto": None, "on": True, "off": False}[four_bit],
+        "lora": {**base.to_dict()["lora"], "r": int(rank), "layers": int(layers) or None},
+    }
 
-st.subheader("4. Cost and launch")
-try:
-    estimate = estimate_for(cfg, sizes=_planned_sizes(json.dumps(cfg.to_dict(), sort_keys=True)))
-except (DataError, ValueError, OSError) as exc:  # a dataset that cannot be read: its warning is shown above
-    estimate = None
-    st.caption(f"No time estimate: {describe_error(exc)}")
-c1, c2 = st.columns(2)
-c1.metric("Steps", cfg.steps)
-if estimate is not None:
+
+def build_config(
+    task: str,
+    model: str,
+    data: DataChoice,
+    choice: MethodChoice,
+    generation: GenerationConfig | None,
+    advanced: dict[str, Any],
+) -> TrainConfig:
+    """The run's TrainConfig from every section; one that does not validate is said and stops the page."""
+    try:
+        extra = {"task": task, "generation": generation} if task == "openqa" else {}
+        return TrainConfig.preset(
+            choice.preset,
+            **extra,
+            model=model or "embedded",
+            train_data=data.train,
+            heldout_data=data.heldout,
+            eval_data=tuple(data.evals),
+            method=choice.method,
+            scope=choice.scope,
+            scoring=choice.rule,
+            **advanced,
+        )
+    except (ValueError, TypeError) as exc:
+        st.error(describe_error(exc))
+        st.stop()
+
+
+def cost(cfg: TrainConfig) -> None:
+    """Section 4's figures: the steps and the time the run will take, part by part, before
+    anything is launched (no estimate, and why, when a dataset cannot be read)."""
+    st.subheader("4. Cost and launch")
+    try:
+        estimate = estimate_for(cfg, sizes=_planned_sizes(json.dumps(cfg.to_dict(), sort_keys=True)))
+    except (DataError, ValueError, OSError) as exc:  # a dataset that cannot be read: its warning is shown above
+        estimate = None
+        st.caption(f"No time estimate: {describe_error(exc)}")
+    c1, c2 = st.columns(2)
+    c1.metric("Steps", cfg.steps)
+    if estimate is None:
+        return
     c2.metric(
         "Estimated time",
         span(estimate.low, estimate.high),
@@ -355,23 +426,34 @@ if estimate is not None:
         + " · ".join(f"{p.name} {minutes(p.low)}-{minutes(p.high)} ({p.detail})" for p in estimate.parts)
         + f". Steps: {estimate.steps_note()}. Rates: {estimate.source}."
     )
-SESSION = this_session()
-left = quota_left(ACCESS, active_runs_of(SESSION) if SESSION else 0)
-if left == 0:
-    st.warning(quota_message(MAX_QUEUED_PER_SESSION))
-if st.button("Launch training", type="primary", disabled=not evals or left == 0, key="train_launch"):
+
+
+def launch(cfg: TrainConfig, evals: list[str], access: Access) -> None:
+    """The Launch button, off without evaluation sets or past this session's queue quota (a
+    shared studio); a launched run becomes the Monitor's choice, with a link to it."""
+    session = this_session()
+    left = quota_left(access, active_runs_of(session) if session else 0)
+    if left == 0:
+        st.warning(quota_message(MAX_QUEUED_PER_SESSION))
+    if not st.button("Launch training", type="primary", disabled=not evals or left == 0, key="train_launch"):
+        return
     try:
-        run, started = launch_training(cfg, launched_by=SESSION)
+        run, started = launch_training(cfg, launched_by=session)
     except Exception as exc:
         st.error(describe_error(exc))
-    else:
-        st.session_state["monitor_run"] = run.run_id
-        st.success(f"Run `{run.run_id}` " + ("started." if started else "queued: it starts when a job slot frees up."))
-        st.page_link("views/monitor.py", label="Follow it on the Monitor page", icon=":material/monitoring:")
+        return
+    st.session_state["monitor_run"] = run.run_id
+    st.success(f"Run `{run.run_id}` " + ("started." if started else "queued: it starts when a job slot frees up."))
+    st.page_link("views/monitor.py", label="Follow it on the Monitor page", icon=":material/monitoring:")
 
-st.subheader("Queue")
-runs = list_runs()
-if runs:
+
+def queue() -> None:
+    """The newest twenty runs and their states: what a launch joins."""
+    st.subheader("Queue")
+    runs = list_runs()
+    if not runs:
+        st.caption("No runs yet.")
+        return
     st.dataframe(
         pd.DataFrame(
             [
@@ -388,5 +470,18 @@ if runs:
         hide_index=True,
         width="stretch",
     )
-else:
-    st.caption("No runs yet.")
+
+
+intro()
+split_banner(st.session_state)
+task = choose_task()
+access = studio_access()
+names = [e.name for e in list_datasets(kind="open" if task == "openqa" else "mc")]
+model = choose_model(access)
+data = choose_data(task, names)
+choice = choose_method(task)
+generation = choose_generation(task, choice.preset) if task == "openqa" else None
+cfg = build_config(task, model, data, choice, generation, advanced_settings(task, choice))
+cost(cfg)
+launch(cfg, data.evals, access)
+queue()

@@ -302,4 +302,9 @@ def uniform_entropy(run: RunDir) -> float | None:
 
 def task_of(run: RunDir) -> str:
     """`mcqa` or `openqa`, from the run's config (runs before open QA are mcqa)."""
-    return run.config.get("train", {}).get("task", "mcqa")
+    return task_in(run.config.get("train", {}))
+
+
+def task_in(train: dict[str, Any]) -> str:
+    """`task_of` on a config.json `train` record already read (the Monitor reads it once a poll)."""
+    return train.get("task", "mcqa")
