@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import re
 import sys
 from pathlib import Path
@@ -100,10 +101,41 @@ def test_the_documented_calibrator_is_one_file_and_passes_its_test(tmp_path: Pat
         sys.modules.pop("calm_core.calibration.posthoc.bias", None)
 
 
-def test_the_documented_metric_column_is_one_entry() -> None:
-    """The page's Column line builds a column the runs' table would show."""
+def _documented_metric():
+    """The page's smooth-ECE declaration, built as written."""
+    from calm_core.calibration.metrics import smooth_ece
     from calm_core.calibration.metrics.columns import Column
 
     line = re.search(r"^    (Column\(\"smooth_ece\".*\)),$", DOC.read_text(encoding="utf-8"), re.M).group(1)
-    column = eval(line, {"Column": Column})  # noqa: S307 - our own docs
-    assert column.name == "smooth_ece" and "mcqa" in column.tables
+    return eval(line, {"Column": Column, "smooth_ece": smooth_ece})  # noqa: S307 - our own docs
+
+
+def test_the_documented_metric_is_one_declaration(tiny_model_dir: Path, tiny_everywhere, open_page,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Swapped into COLUMNS, the page's one line makes smooth ECE a column of the runs'
+    table, a curve a real (tiny) run logs at every evaluation, a key of its results, and a
+    Monitor chart."""
+    from calm_core.calibration.metrics import columns
+    from calm_core.runs.rundir import RunDir
+    from calm_core.training.loop import train
+    from calm_core.workspace.launch import run_config_record
+    from tests.pages import run_picker
+    from tests.test_trainer import fresh_lm, small_config
+
+    declared = _documented_metric()
+    assert "smooth_ece" not in columns.table_columns("mcqa") and "smooth_ece" not in columns.curve_names()
+    monkeypatch.setattr(columns, "COLUMNS", tuple(declared if c.name == "smooth_ece" else c for c in columns.COLUMNS))
+    assert columns.table_columns("mcqa")[-1] == "smooth_ece" and "smooth_ece" in columns.curve_names()
+
+    cfg = small_config(model=str(tiny_model_dir), eval_every=2)
+    run = RunDir.create(None, "20260301-000000-smooth-0001", run_config_record(cfg))
+    train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
+    logged = [r for r in run.read_metrics() if "eval/heldout/acc" in r]
+    assert logged and all(0.0 <= r["eval/heldout/smooth_ece"] <= 1.0 for r in logged)
+    assert all("smooth_ece" in row for row in run.results()["results"])
+
+    monitor = open_page("views/monitor.py")
+    run_picker(monitor).set_value(run.run_id).run()
+    assert not monitor.exception, monitor.exception
+    specs = [json.loads(chart.proto.spec) for chart in monitor.get("plotly_chart")]
+    assert "Smooth ECE" in [spec["layout"].get("title", {}).get("text") for spec in specs]

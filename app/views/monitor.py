@@ -13,7 +13,7 @@ import streamlit as st
 from app.charts import alpha_bars, alpha_heatmap, line_figure, tradeoff_figure
 from app.gate import studio_access, this_session
 from app.state import code, describe_error
-from calm_core.calibration.metrics.columns import help_texts, table_columns
+from calm_core.calibration.metrics.columns import curves, help_texts, table_columns
 from calm_core.runs.jobs import cancel, resume
 from calm_core.runs.listing import list_runs, run_label
 from calm_core.runs.metrics_lines import MetricsTail
@@ -221,8 +221,9 @@ def _losses(run: RunDir, records: list[dict], selected: int | None, selection: d
 
 
 def _evaluation(records: list[dict], selected: int | None, openqa: bool) -> None:
-    """The periodic evaluation's curves per evaluation set; open answers say what their
-    greedy-only figures mean and have no AUROC, confidence or NLL curves."""
+    """The periodic evaluation's curves per evaluation set, three to a row: a multiple-choice
+    run's are the metrics declared as curves; open answers say what their greedy-only
+    figures mean and have accuracy, sequence-probability ECE and token entropy."""
     if not run_view.eval_sets(records):
         st.caption("No evaluation yet: it runs every `eval_every` steps and at the end.")
         return
@@ -232,41 +233,15 @@ def _evaluation(records: list[dict], selected: int | None, openqa: bool) -> None
             "match and ECE is the greedy answer's sequence probability against its correctness "
             "(10 bins); Semantic ECE comes with the final evaluation (sampled answers)."
         )
-    c1, c2, c3 = st.columns(3)
-    c1.plotly_chart(line_figure(_eval_curves(records, "acc"), "Accuracy", selected_step=selected), key="monitor_acc")
-    c2.plotly_chart(
-        line_figure(
-            _eval_curves(records, "ece"),
-            "Sequence-probability ECE (10 bins)" if openqa else "ECE (15 bins)",
-            selected_step=selected,
-        ),
-        key="monitor_ece",
-    )
-    c3.plotly_chart(
-        line_figure(
-            _eval_curves(records, "entropy"),
-            "Mean token entropy" if openqa else "Mean entropy",
-            selected_step=selected,
-        ),
-        key="monitor_eval_entropy",
-    )
     if openqa:
-        return
-    c1, c2, c3 = st.columns(3)
-    c1.plotly_chart(
-        line_figure(_eval_curves(records, "auroc"), "AUROC (confidence vs correct)", selected_step=selected),
-        key="monitor_auroc",
-    )
-    c2.plotly_chart(
-        line_figure(_eval_curves(records, "confidence"), "Mean confidence", selected_step=selected),
-        key="monitor_confidence",
-    )
-    nll = _eval_curves(records, "nll")
-    if any(steps for steps, _ in nll.values()):  # the selection's score (S_V's is `heldout`)
-        c3.plotly_chart(
-            line_figure(nll, "NLL (the selection's score on S_V)", selected_step=selected),
-            key="monitor_nll",
-        )
+        wanted = [("acc", "Accuracy"), ("ece", "Sequence-probability ECE (10 bins)"), ("entropy", "Mean token entropy")]
+    else:  # every metric declared as a curve (calibration/metrics/columns.py), in its order
+        wanted = list(curves())
+    drawn = [(name, title, _eval_curves(records, name)) for name, title in wanted]
+    drawn = [(name, title, curve) for name, title, curve in drawn if any(steps for steps, _ in curve.values())]
+    for row in range(0, len(drawn), 3):
+        for cell, (name, title, curve) in zip(st.columns(3), drawn[row : row + 3], strict=False):
+            cell.plotly_chart(line_figure(curve, title, selected_step=selected), key=f"monitor_curve_{name}")
 
 
 def _tradeoff(run: RunDir, records: list[dict], selected: int | None, task: str) -> None:

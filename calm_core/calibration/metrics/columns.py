@@ -158,10 +158,15 @@ def computed() -> tuple[Column, ...]:
     return tuple(c for c in COLUMNS if c.compute is not None)
 
 
+def curves() -> tuple[tuple[str, str], ...]:
+    """(name, title) of each metric a multiple-choice evaluation logs per set
+    (`eval/<set>/<name>`), which the Monitor draws as a curve with that title."""
+    return tuple((c.name, c.curve) for c in COLUMNS if c.curve)
+
+
 def curve_names() -> tuple[str, ...]:
-    """The metrics a multiple-choice evaluation logs per set (`eval/<set>/<name>`), which
-    the Monitor draws as curves."""
-    return tuple(c.name for c in COLUMNS if c.curve)
+    """The names of `curves()`."""
+    return tuple(name for name, _ in curves())
 
 
 def interval_names() -> tuple[str, ...]:
