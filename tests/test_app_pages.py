@@ -403,7 +403,7 @@ def test_an_active_runs_charts_redraw_at_their_own_cadence(open_page, monkeypatc
 # ----------------------------------------------------------------------------- splits for a comparison (issue 23)
 
 def test_data_page_refuses_a_tiny_heldout_part_and_offers_a_split_that_fits(open_page, tiny_everywhere) -> None:
-    from calm_core.data.split import part_sizes
+    from calm_core.data.split_sizes import part_sizes
 
     at = open_page("views/data.py")
     at.selectbox(key="data_split_source").set_value("builtin/capitals/train").run()

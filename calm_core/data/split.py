@@ -44,6 +44,7 @@ from calm_core.data.entries import (
 )
 from calm_core.data.readers import FORMATS
 from calm_core.data.schema import DataError, Item, MCItem
+from calm_core.data.split_sizes import advise_split, part_sizes
 from calm_core.io import write_folder_atomically
 from calm_core.paths import safe_name
 
@@ -144,43 +145,6 @@ def parse_sizes(text: str) -> tuple[float, ...] | tuple[int, ...]:
         return tuple(float(p) for p in parts)
     except ValueError:
         raise DataError(wanted) from None
-
-
-def part_sizes(n: int, sizes: Sequence[float] | Sequence[int]) -> tuple[int, ...]:
-    """Item counts per part for a source of `n` items.
-
-    Fractions (floats adding up to 1) become counts adding up to `n`, by largest
-    remainder; counts (ints) are kept and may add up to less than `n` (the rest is
-    left out). Every part gets at least one item.
-    """
-    sizes = tuple(sizes)
-    if len(sizes) != len(SPLIT_PARTS) or any(isinstance(s, bool) or not isinstance(s, (int, float)) for s in sizes):
-        raise DataError(f"Expected three sizes (train, heldout, test), but got {sizes!r}")
-    if all(isinstance(s, int) for s in sizes):
-        counts = tuple(int(s) for s in sizes)
-        if sum(counts) > n:
-            raise DataError(f"Expected sizes adding up to at most the {n} items of the source, but got {sum(counts)}")
-    else:
-        if any(not 0 < s < 1 for s in sizes) or abs(sum(sizes) - 1) > 1e-6:
-            raise DataError(f"Expected three fractions between 0 and 1 adding up to 1, but got {sizes!r}")
-        counts = tuple(_largest_remainder([s * n for s in sizes]))
-    if any(c < 1 for c in counts):
-        raise DataError(
-            "Expected at least one item in every part, but the sizes give "
-            f"{dict(zip(SPLIT_PARTS, counts, strict=True))} "
-            f"of {n} items: give the small parts a larger share"
-        )
-    return counts
-
-
-def _largest_remainder(shares: list[float]) -> list[int]:
-    """Integers adding up to round(sum(shares)), each the floor or the ceiling of its share."""
-    floors = [int(s) for s in shares]
-    left = round(sum(shares)) - sum(floors)
-    order = sorted(range(len(shares)), key=lambda i: (-(shares[i] - floors[i]), i))
-    for i in order[:left]:
-        floors[i] += 1
-    return floors
 
 
 def _allocate(strata: list[int], targets: list[int]) -> list[list[int]]:
@@ -403,7 +367,6 @@ def add_split_parser(sub: Any) -> None:
 
 
 def cmd_split(args: argparse.Namespace) -> int:
-    from calm_core.data.split_sizes import advise_split  # it builds on this module's part_sizes
 
     sizes = parse_sizes(args.sizes)  # before loading anything: a typo fails at once
     report = load_dataset(args.dataset, mapping=args.mapping)

@@ -1,4 +1,5 @@
-"""Whether a split's held-out part S_V can support a comparison, and a split that can.
+"""How many items each part of a split gets (`part_sizes`), whether its held-out part S_V
+can support a comparison, and a split that can.
 
     advice = advise_split({"train": 36, "heldout": 8, "test": 8}, requested=(0.7, 0.15, 0.15))
     advice.level        # "refuse": S_V under MIN_HELDOUT items
@@ -20,8 +21,8 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from calm_core.calibration.posthoc.base import MIN_FIT_ITEMS
+from calm_core.data.entries import SPLIT_PARTS
 from calm_core.data.schema import DataError
-from calm_core.data.split import part_sizes
 
 MIN_HELDOUT = MIN_FIT_ITEMS  # fewer S_V items: no TS, no cross-fitting, a calibrated stop on noise
 WARN_HELDOUT = 30  # fewer: each S_V item moves accuracy by more than 3 points
@@ -94,3 +95,40 @@ def _heldout_items(n: int, percent: tuple[int, int, int]) -> int:
         return part_sizes(n, [p / 100 for p in percent])[1]
     except DataError:
         return 0
+
+
+def part_sizes(n: int, sizes: Sequence[float] | Sequence[int]) -> tuple[int, ...]:
+    """Item counts per part for a source of `n` items.
+
+    Fractions (floats adding up to 1) become counts adding up to `n`, by largest
+    remainder; counts (ints) are kept and may add up to less than `n` (the rest is
+    left out). Every part gets at least one item.
+    """
+    sizes = tuple(sizes)
+    if len(sizes) != len(SPLIT_PARTS) or any(isinstance(s, bool) or not isinstance(s, (int, float)) for s in sizes):
+        raise DataError(f"Expected three sizes (train, heldout, test), but got {sizes!r}")
+    if all(isinstance(s, int) for s in sizes):
+        counts = tuple(int(s) for s in sizes)
+        if sum(counts) > n:
+            raise DataError(f"Expected sizes adding up to at most the {n} items of the source, but got {sum(counts)}")
+    else:
+        if any(not 0 < s < 1 for s in sizes) or abs(sum(sizes) - 1) > 1e-6:
+            raise DataError(f"Expected three fractions between 0 and 1 adding up to 1, but got {sizes!r}")
+        counts = tuple(largest_remainder([s * n for s in sizes]))
+    if any(c < 1 for c in counts):
+        raise DataError(
+            "Expected at least one item in every part, but the sizes give "
+            f"{dict(zip(SPLIT_PARTS, counts, strict=True))} "
+            f"of {n} items: give the small parts a larger share"
+        )
+    return counts
+
+
+def largest_remainder(shares: list[float]) -> list[int]:
+    """Integers adding up to round(sum(shares)), each the floor or the ceiling of its share."""
+    floors = [int(s) for s in shares]
+    left = round(sum(shares)) - sum(floors)
+    order = sorted(range(len(shares)), key=lambda i: (-(shares[i] - floors[i]), i))
+    for i in order[:left]:
+        floors[i] += 1
+    return floors

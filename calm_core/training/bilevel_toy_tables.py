@@ -1,11 +1,11 @@
 """The numbers docs/bilevel.md prints from the bilevel toys: each solver's answer against
 the exact bilevel optimum, and the lower level under minibatches.
 
-    python -m calm_core.training.bilevel_toys              # the table in docs/bilevel.md
-    python -m calm_core.training.bilevel_toys --minibatch  # the lower level under minibatches
+    python -m calm_core.training.bilevel_toy_tables              # the table in docs/bilevel.md
+    python -m calm_core.training.bilevel_toy_tables --minibatch  # the lower level under minibatches
 
 The toys and the context that runs the project's method steps on them live in
-calm_core.training.bilevel_toys (whose command runs `main` here); this module holds the
+calm_core.training.bilevel_toys; this module holds the
 experiments: `lower_level_run` (how far theta ends from theta*(alpha), on the whole of
 S_T), the minibatch table's rows (`MINIBATCH_RUNS`) and the two printed tables.
 """
@@ -248,3 +248,7 @@ def main(argv: list[str] | None = None) -> None:
         print(
             f"  tau {row['tau']:6.2f}  held-out entropy {row['entropy']:.4f}  ||W*|| / tau {row['effective_scale']:.3f}"
         )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,11 +1,11 @@
 """Bilevel problems with known answers: trust a solver here before trusting it on a model.
 
-    python -m calm_core.training.bilevel_toys              # the table in docs/bilevel.md
-    python -m calm_core.training.bilevel_toys --minibatch  # the lower level under minibatches
+    python -m calm_core.training.bilevel_toy_tables              # the table in docs/bilevel.md
+    python -m calm_core.training.bilevel_toy_tables --minibatch  # the lower level under minibatches
 
-The command prints the tables of calm_core.training.bilevel_toy_tables (its `main`),
-which also holds the experiments (`lower_level_run`, the minibatch rows); this module is
-the toys and `ToyContext`, which runs the project's method steps on them.
+The tables and their experiments (`lower_level_run`, the minibatch rows) live in
+calm_core.training.bilevel_toy_tables; this module is the toys and `ToyContext`, which
+runs the project's method steps on them.
 
 `ShiftToy` is CALM in miniature. Softmax regression on synthetic data: theta = W (K x D,
 no bias), alpha = l (K,), a logit shift like the head's.
@@ -306,9 +306,3 @@ def tail_mean(ctx: ToyContext, method: Any, steps: int, tail: int) -> torch.Tens
         if i >= steps - tail:
             seen.append(centred(ctx.alpha_value))
     return torch.stack(seen).mean(0)
-
-
-if __name__ == "__main__":  # the documented command; the tables live in bilevel_toy_tables
-    from calm_core.training.bilevel_toy_tables import main
-
-    main()

@@ -40,6 +40,7 @@ from calm_core.io import default_mode
 from calm_core.runs.rundir import RunDir
 from calm_core.workspace.hub_id import portable_base_model
 from calm_core.workspace.model_card import export_card
+from calm_core.workspace.verdict import POSTHOC_EXPORTS
 
 if TYPE_CHECKING:
     from calm_core.calibration.head import CalibrationHead
@@ -105,9 +106,6 @@ def exported_step(run: RunDir) -> tuple[int, Path]:
     if latest is None:
         raise ValueError(f"Expected a complete checkpoint in run {run.run_id}, but it has none")
     return latest
-
-
-POSTHOC_EXPORTS = ("base", "ts", "vs")  # variants of the untouched model that export as a folder of the same shape
 
 
 def export_run(run: RunDir, target: Path, variant: str | None = None) -> Path:
