@@ -170,6 +170,14 @@ class RunDir(RunCheckpoints):
     def status(self) -> dict:
         return read_json_object(self.path / STATUS, self.advice(STATUS))
 
+    def status_or_empty(self) -> dict:
+        """status.json, or {} when it is lost or damaged: for readers of a finished run (an
+        export, a report) whose subject is the results, not the status."""
+        try:
+            return self.status
+        except (OSError, ValueError):
+            return {}
+
     def results(self) -> dict:
         """results.json (the final evaluation), checked: an object with a `results` list of
         rows that each name their `dataset` and `variant`."""

@@ -78,7 +78,7 @@ def export_record(run: RunDir, step: int, checkpoint: Path) -> dict[str, Any]:
         "base_model_hub_id_from": how,
         "base_model_setting": train.get("model"),
         "base_model_local_path": adapter.get("base_model_name_or_path"),  # what PEFT recorded on the training machine
-        "base_model_dtype": (_status(run).get("model") or {}).get("dtype"),  # how the run loaded it
+        "base_model_dtype": (run.status_or_empty().get("model") or {}).get("dtype"),  # how the run loaded it
         "head_scope": scope,
         "center": None if head is None else head.centred,  # as CalibrationHead.forward applies it
         "scoring": ScoringConfig(rule=train["scoring"], chat_template=bool(train.get("chat_template"))).to_dict(),
@@ -87,13 +87,6 @@ def export_record(run: RunDir, step: int, checkpoint: Path) -> dict[str, Any]:
         "calm_core": {"version": calm_core.__version__, "git": git_commit()},
         "trained_with": {"git": environment.get("git"), "versions": environment.get("versions")},
     }
-
-
-def _status(run: RunDir) -> dict[str, Any]:
-    try:
-        return run.status
-    except (OSError, ValueError):  # a lost or damaged status.json does not spoil an export
-        return {}
 
 
 def exported_step(run: RunDir) -> tuple[int, Path]:

@@ -50,7 +50,7 @@ def run_report_html(run: RunDir, n_bins: int = N_BINS) -> str:
     evaluation); a damaged results.json raises RunFileError (a ValueError) naming it."""
     rows = compare_rows([run])  # one run: its rows as written, plus variant_raw / run
     train = run.config.get("train") or {}
-    status = _status(run)
+    status = run.status_or_empty()
     records = run.read_metrics()
     name = status.get("name")
     title = f"CALM report: {run.run_id}" + (f" ({name})" if name else "")
@@ -68,14 +68,6 @@ def run_report_html(run: RunDir, n_bins: int = N_BINS) -> str:
         HOW_TO_READ,
     ]
     return _page(title, "\n".join(body))
-
-
-def _status(run: RunDir) -> dict[str, Any]:
-    """status.json, or {} when it is damaged: the results are what a report is about."""
-    try:
-        return run.status
-    except (OSError, ValueError):
-        return {}
 
 
 # --- sections ------------------------------------------------------------------------

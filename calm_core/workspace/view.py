@@ -16,7 +16,6 @@ import numpy as np
 
 from calm_core.calibration.metrics.columns import table_columns, task_table
 from calm_core.calibration.posthoc import calibrators
-from calm_core.runs.damage import RunFileError
 from calm_core.runs.layout import predictions_path
 from calm_core.runs.rundir import RunDir
 
@@ -192,10 +191,7 @@ def added_lines(rows: list[dict[str, Any]]) -> list[str]:
 def _name(run: RunDir) -> str:
     """The run's name for labels: status.json's, else the id (a damaged status must not
     hide results that are intact)."""
-    try:
-        return run.status.get("name") or run.run_id
-    except (OSError, RunFileError):
-        return run.run_id
+    return run.status_or_empty().get("name") or run.run_id
 
 
 def reference_points(run: RunDir) -> dict[str, dict[str, tuple[float, float]]]:
