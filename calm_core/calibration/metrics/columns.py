@@ -27,6 +27,7 @@ COLUMNS at call time, so a test may swap it.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -149,8 +150,13 @@ COLUMNS: tuple[Column, ...] = (
 
 
 def by_name() -> dict[str, Column]:
-    """name -> its Column."""
-    return {c.name: c for c in COLUMNS}
+    """name -> its Column (built once per COLUMNS: `cell` asks for every table cell)."""
+    return _index(COLUMNS)
+
+
+@functools.lru_cache(maxsize=4)
+def _index(columns: tuple[Column, ...]) -> dict[str, Column]:
+    return {c.name: c for c in columns}
 
 
 def computed() -> tuple[Column, ...]:
