@@ -1,11 +1,15 @@
-"""The shared studio's password gate, and who this session is (calm_core.workspace.access).
+"""The in-app side of the shared studio's gate, and who this session is (calm_core.workspace.access).
 
-app/main.py calls `passes_gate()` before any page runs: in local mode it returns True
-at once; in shared mode the session sees only the gate until the password is right,
-and a shared studio without a password serves nothing but how to set one. The pattern
-is Streamlit's documented one (a password field whose callback compares with
-hmac.compare_digest and deletes what was typed from the session state), plus a delay
-after FREE_TRIES wrong tries.
+app/studio.py calls `passes_gate()` before any page runs: in local mode it returns True
+at once. In shared mode the password is asked by the front door (app/front.py), before
+Streamlit serves anything, so a session that reaches this script carries the door's
+signed cookie and passes. Two cases remain for this gate: a shared studio without a
+usable password (it serves nothing but the reason), and a script run without the door
+(`streamlit run app/studio.py` by hand), which is refused in shared mode because the
+door's protections (Host check, nothing before the password) would be missing. The
+password field below is the fallback of that refusal's absence in tests: Streamlit's
+documented pattern (a callback that compares with hmac.compare_digest and deletes what
+was typed), plus a delay after FREE_TRIES wrong tries.
 """
 
 from __future__ import annotations
@@ -15,9 +19,9 @@ import time
 
 import streamlit as st
 
+from app import front
 from calm_core.workspace.access import (
     FREE_TRIES,
-    HOW_TO_SET,
     SECRETS_KEY,
     Access,
     access_from,
@@ -42,6 +46,29 @@ def _secrets_password() -> str | None:
     except Exception:  # no secrets file: Streamlit raises rather than returning nothing
         return None
     return str(value) if value else None
+
+
+NO_DOOR = (
+    "This studio is shared but was started without its front door, so it serves nothing: start it with "
+    "`bash scripts/studio.sh --share` (or `streamlit run app/main.py`), not app/studio.py."
+)
+
+
+def _cookie() -> str | None:
+    """The door's sign-in cookie as this session's WebSocket handshake carried it."""
+    try:
+        return st.context.cookies.get(front.COOKIE_NAME)
+    except Exception:  # no request behind this run (AppTest): no cookie
+        return None
+
+
+def _served_by_a_server() -> bool:
+    """Whether this script runs for a browser through a Streamlit server, not under
+    AppTest (whose runtime is a stand-in of another type)."""
+    from streamlit import runtime
+    from streamlit.runtime import Runtime
+
+    return runtime.exists() and type(runtime.get_instance()) is Runtime
 
 
 def this_session() -> str | None:
@@ -76,11 +103,14 @@ def passes_gate(access: Access) -> bool:
     refusal of a shared studio without a password) and returns False."""
     if not access.shared:
         return True
-    if access.refuses_to_serve:
-        st.error("This studio is shared but has no password, so it serves nothing. " + HOW_TO_SET)
+    if access.refusal:
+        st.error(access.refusal)
         return False
-    if st.session_state.get(PASSED):
+    if st.session_state.get(PASSED) or front.signed_in(_cookie()):
         return True
+    if _served_by_a_server() and not front.door_is_open():
+        st.error(NO_DOOR)
+        return False
     st.markdown("### CALM Studio")
     st.text_input(
         "Password",

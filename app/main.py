@@ -1,36 +1,34 @@
 """CALM Studio: `streamlit run app/main.py`.
 
-A router over thin pages (st.navigation); every number comes from calm_core and every
-figure from app/charts.py.
+The server: Streamlit's ASGI app over the page router (app/studio.py), behind the front
+door (app/front.py), which checks the Host of every request and, in a shared studio,
+asks for the password before Streamlit serves anything. `streamlit run` finds `app`
+below and serves it with uvicorn; `.streamlit/config.toml` still applies.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # `app.*` imports when run as a script by streamlit
+    sys.path.insert(0, str(ROOT))  # `app.*` imports when imported by streamlit's uvicorn
 
 import streamlit as st  # noqa: E402
+from starlette.middleware import Middleware  # noqa: E402
 
-from app import navigation  # noqa: E402
-from app.gate import passes_gate, studio_access  # noqa: E402
+from app.front import DoorRules, FrontDoor  # noqa: E402
+from app.gate import studio_access  # noqa: E402
+from calm_core.workspace.hosts import allowed_hosts  # noqa: E402
 
-st.set_page_config(page_title="CALM Studio", page_icon=str(ROOT / "assets" / "logo.svg"), layout="wide")
 
-PAGES = [
-    st.Page(str(ROOT / "app" / "views" / spec.file), title=spec.title, icon=spec.icon, default=i == 0)
-    for i, spec in enumerate(navigation.PAGES)
-]
+def door_rules() -> DoorRules:
+    """The door's rules from the server's mode, read once Streamlit's config is loaded."""
+    access = studio_access()
+    base = "/" + st.get_option("server.baseUrlPath").strip("/") if st.get_option("server.baseUrlPath") else ""
+    return DoorRules(access=access, hosts=allowed_hosts(os.environ, access.shared), base=base.rstrip("/"))
 
-# Shared mode: the password first (calm_core/workspace/access.py). The navigation is
-# still declared, hidden, so the page asked for in the URL is the one shown once it passes.
-gated = not passes_gate(studio_access())
-page = st.navigation(PAGES, position="hidden" if gated else "sidebar")
-if gated:
-    st.stop()
-st.sidebar.markdown("### CALM Studio")
-st.sidebar.caption("Calibrate aligned LLMs during fine-tuning, and see the difference.")
-page.run()
+
+app = st.App(str(Path(__file__).with_name("studio.py")), middleware=[Middleware(FrontDoor, rules=door_rules)])

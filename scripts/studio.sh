@@ -2,14 +2,26 @@
 # Set up (or refresh) .venv, convert the embedded model once, and start the studio.
 #   bash scripts/studio.sh                 # private: listens on 127.0.0.1 only (.streamlit/config.toml)
 #   CALM_STUDIO_PASSWORD=... bash scripts/studio.sh --share   # every interface, behind the password
+#       --host NAME              a name the studio answers besides localhost and IP addresses (repeatable)
+#       --allow-short-password   accept a password under 12 characters (a classroom on a trusted network)
 # Other arguments go to `streamlit run` (e.g. --server.port 8600). docs/security.md has the details.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 args=()
 share=0
-for arg in "$@"; do
-    if [ "$arg" = "--share" ]; then share=1; else args+=("$arg"); fi
+hosts="${CALM_STUDIO_HOSTS:-}"
+while [ "$#" -gt 0 ]; do
+    case "$1" in
+        --share) share=1 ;;
+        --allow-short-password) export CALM_STUDIO_ALLOW_SHORT_PASSWORD=1 ;;
+        --host)
+            [ "$#" -ge 2 ] || { echo "calm studio: --host needs a name" >&2; exit 2; }
+            hosts="${hosts:+$hosts,}$2"; shift ;;
+        *) args+=("$1") ;;
+    esac
+    shift
 done
+[ -z "$hosts" ] || export CALM_STUDIO_HOSTS="$hosts"
 if [ "$share" = 1 ]; then
     if [ -z "${CALM_STUDIO_PASSWORD:-}" ] && ! grep -qsE '^[[:space:]]*password[[:space:]]*=' .streamlit/secrets.toml ~/.streamlit/secrets.toml; then
         echo "calm studio: --share needs a password, and none is set. Either" >&2
@@ -22,5 +34,8 @@ if [ "$share" = 1 ]; then
     echo "calm studio: shared on every interface, behind the password (docs/security.md)." >&2
 fi
 bash scripts/setup.sh
+if [ "$share" = 1 ]; then
+    .venv/bin/python -m calm_core.workspace.access || exit 2   # a password too short: says why
+fi
 .venv/bin/python -c "from calm_core.scoring.models import embedded_model_dir; print('embedded model:', embedded_model_dir())"
 exec .venv/bin/streamlit run app/main.py "${args[@]}"

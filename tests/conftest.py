@@ -77,7 +77,7 @@ def open_page():
     root = Path(__file__).resolve().parent.parent
 
     def _open(path: str):
-        at = AppTest.from_file(str(root / "app" / "main.py"), default_timeout=180)
+        at = AppTest.from_file(str(root / "app" / "studio.py"), default_timeout=180)
         at.run()
         assert not at.exception, at.exception
         if path != "views/learn.py":

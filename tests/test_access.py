@@ -1,5 +1,5 @@
 """The local and the shared studio (issue 22): calm_core/workspace/access.py, the gate
-(app/gate.py through app/main.py), path confinement and the per-session rules on the
+(app/gate.py through app/studio.py), path confinement and the per-session rules on the
 Train and Monitor pages, and a training job's environment."""
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ def test_launched_runs_record_the_session_and_count_against_its_quota(tmp_path: 
 
 # ------------------------------------------------------------------ the pages (AppTest)
 
-MAIN = str(Path(__file__).resolve().parent.parent / "app" / "main.py")
+MAIN = str(Path(__file__).resolve().parent.parent / "app" / "studio.py")
 
 
 def _main(monkeypatch: pytest.MonkeyPatch, **env: str):
@@ -192,8 +192,8 @@ def test_shared_studio_gate_lets_the_right_password_in_and_delays_wrong_ones(mon
 
 
 def test_shared_train_page_refuses_a_model_path_outside_the_roots(tiny_everywhere, monkeypatch, tmp_path: Path) -> None:
-    at = _main(monkeypatch, **{access.SHARED_ENV: "1", access.PASSWORD_ENV: "pw"}).run()
-    at.text_input(key="gate_password").input("pw").run()
+    at = _main(monkeypatch, **{access.SHARED_ENV: "1", access.PASSWORD_ENV: "a long pass phrase"}).run()
+    at.text_input(key="gate_password").input("a long pass phrase").run()
     at.switch_page("views/train.py")
     at.run()
     at.radio(key="train_model_kind").set_value("local directory").run()
@@ -210,9 +210,9 @@ def test_shared_monitor_lets_a_session_change_only_its_own_runs(tiny_everywhere,
 
     run = create_run(TrainConfig.preset("quick"), launched_by="another-session")
     run.write_status("queued")
-    env = {access.SHARED_ENV: "1", access.PASSWORD_ENV: "pw", **({access.ADMIN_ENV: "1"} if admin else {})}
+    env = {access.SHARED_ENV: "1", access.PASSWORD_ENV: "a long pass phrase", **({access.ADMIN_ENV: "1"} if admin else {})}
     at = _main(monkeypatch, **env).run()
-    at.text_input(key="gate_password").input("pw").run()
+    at.text_input(key="gate_password").input("a long pass phrase").run()
     at.switch_page("views/monitor.py")
     at.run()
     assert not at.exception, at.exception
@@ -229,8 +229,8 @@ def test_shared_train_page_stops_a_session_at_its_quota(tiny_everywhere, monkeyp
     monkeypatch.setattr(app.gate, "this_session", lambda: "this-session")
     for tag in ("this-session", "this-session", "another-session"):
         create_run(TrainConfig.preset("quick"), launched_by=tag).write_status("queued")
-    at = _main(monkeypatch, **{access.SHARED_ENV: "1", access.PASSWORD_ENV: "pw"}).run()
-    at.text_input(key="gate_password").input("pw").run()
+    at = _main(monkeypatch, **{access.SHARED_ENV: "1", access.PASSWORD_ENV: "a long pass phrase"}).run()
+    at.text_input(key="gate_password").input("a long pass phrase").run()
     at.switch_page("views/train.py")
     at.run()
     assert not at.exception, at.exception

@@ -48,7 +48,7 @@ def test_learn_page_renders_on_a_tiny_model(tiny_lm, monkeypatch: pytest.MonkeyP
     import app.state
 
     monkeypatch.setattr(app.state, "get_model", lambda name="embedded": tiny_lm)
-    at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=120)
+    at = AppTest.from_file(str(ROOT / "app" / "studio.py"), default_timeout=120)
     at.run()
     assert not at.exception, at.exception
     labels = [m.label for m in at.metric]

@@ -39,7 +39,7 @@ def test_train_page_takes_the_split_from_the_data_page(tiny_everywhere) -> None:
     from calm_core.data.entries import list_datasets
 
     root = Path(__file__).resolve().parent.parent
-    at = AppTest.from_file(str(root / "app" / "main.py"), default_timeout=180)
+    at = AppTest.from_file(str(root / "app" / "studio.py"), default_timeout=180)
     split = {"train": "builtin/capitals/train", "heldout": "builtin/capitals/validation", "test": "builtin/capitals/test",
              "source": "builtin/capitals"}
     at.session_state["calibrate_split"] = split

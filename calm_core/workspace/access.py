@@ -42,6 +42,8 @@ SHARED_ENV = "CALM_STUDIO_SHARED"
 ADMIN_ENV = "CALM_STUDIO_ADMIN"
 ROOTS_ENV = "CALM_ALLOWED_ROOTS"  # extra roots, separated by os.pathsep (":" on Linux)
 SECRETS_KEY = "password"  # .streamlit/secrets.toml: password = "..."
+SHORT_PASSWORD_ENV = "CALM_STUDIO_ALLOW_SHORT_PASSWORD"  # a classroom's override of MIN_PASSWORD_LENGTH
+MIN_PASSWORD_LENGTH = 12  # with the guessing limits (workspace/guesses.py), out of reach of guessing
 MAX_QUEUED_PER_SESSION = 3  # queued or running runs one shared session may hold at once
 FREE_TRIES = 5  # wrong passwords before each further try waits
 MAX_DELAY_S = 30.0
@@ -65,11 +67,28 @@ class Access:
     password: str | None = field(default=None, repr=False)  # never printed, logged or stored
     admin: bool = False
     roots: tuple[Path, ...] = ()
+    short_password_ok: bool = False
+
+    @property
+    def refusal(self) -> str | None:
+        """Why a shared studio serves nothing (None: it serves): no password, or one shorter
+        than MIN_PASSWORD_LENGTH without the classroom override."""
+        if not self.shared:
+            return None
+        if not self.password:
+            return "This studio is shared but has no password, so it serves nothing. " + HOW_TO_SET
+        if len(self.password) < MIN_PASSWORD_LENGTH and not self.short_password_ok:
+            return (
+                f"This studio is shared with a password shorter than {MIN_PASSWORD_LENGTH} characters, so it serves "
+                f"nothing: choose a longer one, or, for a classroom on a network you trust, start it with "
+                f"{SHORT_PASSWORD_ENV}=1 (`bash scripts/studio.sh --share --allow-short-password`)."
+            )
+        return None
 
     @property
     def refuses_to_serve(self) -> bool:
-        """Shared without a password: the studio shows how to set one and nothing else."""
-        return self.shared and not self.password
+        """Shared without a usable password: the studio says why (`refusal`) and nothing else."""
+        return self.refusal is not None
 
 
 def is_loopback(address: str | None) -> bool:
@@ -88,7 +107,38 @@ def access_from(environ: Mapping[str, str], server_address: str | None, secrets_
     comes from CALM_STUDIO_PASSWORD, else from Streamlit secrets."""
     shared = _flag(environ, SHARED_ENV) or not is_loopback(server_address)
     password = environ.get(PASSWORD_ENV) or secrets_password or None
-    return Access(shared=shared, password=password, admin=_flag(environ, ADMIN_ENV), roots=allowed_roots(environ))
+    return Access(
+        shared=shared,
+        password=password,
+        admin=_flag(environ, ADMIN_ENV),
+        roots=allowed_roots(environ),
+        short_password_ok=_flag(environ, SHORT_PASSWORD_ENV),
+    )
+
+
+def main() -> None:
+    """`python -m calm_core.workspace.access`: exit 2 with the reason when a studio started
+    with this environment in shared mode would serve nothing (scripts/studio.sh --share asks)."""
+    import sys
+
+    refusal = access_from({**os.environ, SHARED_ENV: "1"}, "0.0.0.0", _secrets_file_password()).refusal
+    if refusal:
+        print(f"calm studio: {refusal}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _secrets_file_password() -> str | None:
+    """The `password` of .streamlit/secrets.toml (the project's, then the user's), as Streamlit reads it."""
+    import tomllib
+
+    for path in (PROJECT_ROOT / ".streamlit" / "secrets.toml", Path.home() / ".streamlit" / "secrets.toml"):
+        try:
+            value = tomllib.loads(path.read_text(encoding="utf-8")).get(SECRETS_KEY)
+        except (OSError, ValueError):
+            continue
+        if value:
+            return str(value)
+    return None
 
 
 def check_password(given: str | None, expected: str | None) -> bool:
@@ -163,3 +213,7 @@ def quota_message(active: int) -> str:
         f"This session already has {active} queued or running runs, the most a shared studio allows "
         f"({MAX_QUEUED_PER_SESSION}). Wait for one to finish or cancel one on the Monitor page."
     )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,265 @@
+"""The studio's front door: an ASGI layer in front of everything Streamlit serves.
+
+`app/main.py` mounts it with `st.App(..., middleware=[front_door()])`, so it sees every
+HTTP request and every WebSocket handshake before Streamlit does:
+
+1. **Host check, both modes** (calm_core/workspace/hosts.py): a request whose `Host` is
+   not a known name is refused with 403. This stops DNS rebinding of the local studio.
+2. **`/_stcore/metrics` is never served** (it tells anyone how many sessions are open).
+3. **Shared mode: nothing but the sign-in page before the password.** The password is
+   checked here, on a plain HTML form, under limits per client address and per server
+   (calm_core/workspace/guesses.py); a right one sets a signed HttpOnly cookie
+   (calm_core/workspace/tokens.py). Without that cookie a page request is sent to the
+   sign-in form, the WebSocket handshake is refused, and every other route (uploads,
+   static files, Streamlit's own endpoints) answers 401 without reading the request
+   body. So an upload, a `clear_cache` message or a page render needs the password
+   first. `/_stcore/health` stays open: it only says "ok", and proxies and the tests
+   poll it.
+
+Why a layer and not app code: the in-app gate (app/gate.py) runs inside a script run,
+after Streamlit has already accepted the WebSocket and every endpoint beside it
+(docs/security.md).
+"""
+
+from __future__ import annotations
+
+import html
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+from urllib.parse import parse_qs, quote
+
+from calm_core.workspace.access import Access, check_password
+from calm_core.workspace.guesses import GuessLimiter
+from calm_core.workspace.hosts import HostRule
+from calm_core.workspace.tokens import COOKIE_NAME, Signer
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+SIGNIN = "/_calm/signin"
+SIGNOUT = "/_calm/signout"
+OPEN_PATHS = ("/_stcore/health",)
+NEVER_SERVED = ("/_stcore/metrics",)
+MAX_FORM_BYTES = 4096
+
+# One key and one limiter per server process: the door and the in-app gate share them.
+SIGNER = Signer.fresh()
+LIMITER = GuessLimiter()
+_LIMITER_LOCK = threading.Lock()
+_state = {"door": False}
+
+
+def door_is_open() -> bool:
+    """Whether this process serves through the front door (app/main.py), not a bare script."""
+    return _state["door"]
+
+
+def signed_in(token: str | None) -> bool:
+    """Whether a cookie value is a valid sign-in of this server (the in-app gate asks)."""
+    return SIGNER.valid(token, time.time())
+
+
+@dataclass(frozen=True)
+class Try:
+    """One password try: whether it was checked at all, whether it was right, and how long
+    the next try from the same address must wait."""
+
+    checked: bool
+    right: bool
+    wait_s: float
+
+
+def try_password(address: str, typed: str, expected: str | None) -> Try:
+    """A try arriving before its address or the server may try again is not checked at
+    all, so parallel guesses gain nothing."""
+    with _LIMITER_LOCK:
+        now = time.monotonic()
+        wait = LIMITER.wait_before(address, now)
+        if wait > 0:
+            return Try(checked=False, right=False, wait_s=wait)
+        right = check_password(typed, expected)
+        LIMITER.record(address, right, now)
+        return Try(checked=True, right=right, wait_s=0.0 if right else LIMITER.wait_before(address, now))
+
+
+@dataclass(frozen=True)
+class DoorRules:
+    """What the door enforces, fixed when the server starts."""
+
+    access: Access
+    hosts: HostRule
+    base: str = ""  # server.baseUrlPath, "" or "/prefix"
+
+
+class FrontDoor:
+    """ASGI middleware; `rules` is a callable so the mode is read once Streamlit's
+    config is loaded (the first request), not at import."""
+
+    def __init__(self, app: Callable[..., Awaitable[None]], rules: Callable[[], DoorRules]) -> None:
+        self.app = app
+        self._rules_factory = rules
+        self._rules: DoorRules | None = None
+        _state["door"] = True
+
+    @property
+    def rules(self) -> DoorRules:
+        if self._rules is None:
+            self._rules = self._rules_factory()
+        return self._rules
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        rules, headers = self.rules, _headers(scope)
+        path = _local_path(scope.get("path", "/"), rules.base)
+        if not rules.hosts.permits(headers.get("host")):
+            await _refuse(scope, send, 403, "This studio does not answer to that host name.")
+        elif path in NEVER_SERVED:
+            await _refuse(scope, send, 404, "Not found.")
+        elif not rules.access.shared or path in OPEN_PATHS:
+            await self.app(scope, receive, send)
+        elif rules.access.refuses_to_serve:
+            await _refuse(scope, send, 503, rules.access.refusal or "This studio serves nothing.")
+        elif path == SIGNIN and scope["type"] == "http":
+            await self._signin(scope, receive, send, headers)
+        elif path == SIGNOUT and scope["type"] == "http":
+            await _redirect(send, rules.base + SIGNIN, cookie=_cookie("", scope, headers, rules.base, max_age=0))
+        elif signed_in(_cookies(headers).get(COOKIE_NAME)):
+            await self.app(scope, receive, send)
+        elif scope["type"] == "http" and scope.get("method") in ("GET", "HEAD") and _is_page(path):
+            await _redirect(send, f"{rules.base}{SIGNIN}?next={quote(rules.base + path, safe='/')}")
+        else:
+            await _refuse(scope, send, 401, "Sign in first.")
+
+    async def _signin(self, scope: Scope, receive: Receive, send: Send, headers: dict[str, str]) -> None:
+        base = self.rules.base
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        if scope.get("method") != "POST":
+            await _page(send, 200, _form(base, _safe_next(query.get("next", [""])[0], base)))
+            return
+        form = await _read_form(receive, headers)
+        if form is None:
+            await _page(send, 413, _form(base, base + "/", "That form was too large."))
+            return
+        target = _safe_next(form.get("next", [""])[0], base)
+        address = (scope.get("client") or ("unknown", 0))[0]
+        attempt = try_password(address, form.get("password", [""])[0], self.rules.access.password)
+        if attempt.right:
+            token = SIGNER.issue(time.time())
+            await _redirect(send, target, cookie=_cookie(token, scope, headers, base))
+            return
+        wait = attempt.wait_s
+        if attempt.checked:  # 401: checked and wrong
+            message = "Wrong password." + (f" The next try is possible in {wait:.0f} s." if wait > 0 else "")
+        else:  # 429: too early, not checked
+            message = f"Too many wrong passwords: the next try is possible in {wait:.0f} s."
+        await _page(send, 401 if attempt.checked else 429, _form(base, target, message), retry_after=wait)
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+
+
+def _cookies(headers: dict[str, str]) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for part in headers.get("cookie", "").split(";"):
+        name, _, value = part.strip().partition("=")
+        if name:
+            found.setdefault(name, value)
+    return found
+
+
+def _local_path(path: str, base: str) -> str:
+    if base and (path == base or path.startswith(base + "/")):
+        return path[len(base) :] or "/"
+    return path
+
+
+def _is_page(path: str) -> bool:
+    """A navigation a person makes (the studio's pages), not one of Streamlit's routes."""
+    return not path.startswith(("/_stcore", "/static", "/component", "/media", "/app/static", "/_calm"))
+
+
+def _safe_next(target: str, base: str) -> str:
+    """Where to go after signing in: a path on this server only (no open redirect)."""
+    if not target.startswith("/") or target.startswith("//") or "\\" in target or any(ord(c) < 32 for c in target):
+        return base + "/"
+    return target
+
+
+def _cookie(token: str, scope: Scope, headers: dict[str, str], base: str, max_age: int | None = None) -> str:
+    secure = scope.get("scheme") in ("https", "wss") or headers.get("x-forwarded-proto") == "https"
+    age = f"; Max-Age={max_age}" if max_age is not None else ""
+    return f"{COOKIE_NAME}={token}; Path={base or '/'}; HttpOnly; SameSite=Strict{age}" + ("; Secure" if secure else "")
+
+
+async def _read_form(receive: Receive, headers: dict[str, str]) -> dict[str, list[str]] | None:
+    """The posted form, or None when it is larger than MAX_FORM_BYTES (not read further)."""
+    if int(headers.get("content-length", "0") or 0) > MAX_FORM_BYTES:
+        return None
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if len(body) > MAX_FORM_BYTES:
+            return None
+        if not message.get("more_body"):
+            break
+    return parse_qs(body.decode("utf-8", "replace"))
+
+
+async def _refuse(scope: Scope, send: Send, status: int, text: str) -> None:
+    if scope["type"] == "websocket":
+        await send({"type": "websocket.close", "code": 1008})  # before accept: the server answers 403
+        return
+    await _respond(send, status, text.encode("utf-8"), "text/plain; charset=utf-8")
+
+
+async def _redirect(send: Send, location: str, cookie: str | None = None) -> None:
+    extra = [(b"location", location.encode("latin-1", "replace"))]
+    if cookie is not None:
+        extra.append((b"set-cookie", cookie.encode("latin-1")))
+    await _respond(send, 303, b"", "text/plain", extra)
+
+
+async def _page(send: Send, status: int, body: str, retry_after: float = 0.0) -> None:
+    extra = [(b"retry-after", str(int(retry_after) + 1).encode())] if retry_after > 0 else []
+    await _respond(send, status, body.encode("utf-8"), "text/html; charset=utf-8", extra)
+
+
+async def _respond(
+    send: Send, status: int, body: bytes, content_type: str, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    headers = [
+        (b"content-type", content_type.encode()),
+        (b"content-length", str(len(body)).encode()),
+        (b"cache-control", b"no-store"),
+        (b"x-frame-options", b"DENY"),
+        *(extra or []),
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _form(base: str, target: str, message: str = "") -> str:
+    """The sign-in page: plain HTML, nothing of Streamlit's, every text escaped."""
+    note = f'<p class="error" role="alert">{html.escape(message)}</p>' if message else ""
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>CALM Studio: sign in</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<style>body{{font-family:sans-serif;color:#1f2a44;max-width:26rem;margin:5rem auto;padding:0 1rem}}
+input{{font-size:1rem;padding:.5rem;width:100%;box-sizing:border-box;margin:.4rem 0 1rem}}
+button{{font-size:1rem;padding:.5rem 1.2rem;background:#d64541;color:#fff;border:0;border-radius:.3rem}}
+.error{{color:#b3261e}} .note{{color:#5b6478;font-size:.9rem}}</style></head>
+<body><h1>CALM Studio</h1>{note}
+<form method="post" action="{html.escape(base + SIGNIN)}">
+<label for="password">Password</label>
+<input id="password" name="password" type="password" autocomplete="current-password" autofocus required>
+<input type="hidden" name="next" value="{html.escape(target)}">
+<button type="submit">Sign in</button></form>
+<p class="note">This studio is shared: ask whoever started it for the password. Wrong tries slow down
+further tries from your address and from everyone.</p></body></html>"""

@@ -1,0 +1,193 @@
+"""The front door's rules, without a server: Host names (calm_core/workspace/hosts.py),
+guessing limits (guesses.py), sign-in tokens (tokens.py), the short-password refusal
+(access.py) and the ASGI layer itself (app/front.py) over a stand-in app.
+The running server is probed in tests/test_attacks.py."""
+
+from __future__ import annotations
+
+import asyncio
+from urllib.parse import urlencode
+
+import pytest
+
+from app import front
+from calm_core.workspace import access
+from calm_core.workspace.guesses import GuessLimiter, fastest_guesses, guesses_within
+from calm_core.workspace.hosts import allowed_hosts, host_name
+from calm_core.workspace.tokens import COOKIE_NAME, Signer
+
+PASSWORD = "tiger lily 4 ever"
+
+
+@pytest.mark.parametrize(
+    ("header", "name"),
+    [("127.0.0.1:8501", "127.0.0.1"), ("[::1]:8501", "::1"), ("Example.ORG.:80", "example.org"), ("", ""),
+     ("localhost", "localhost"), ("[::1", "")],
+)
+def test_host_name_drops_port_brackets_case_and_final_dot(header: str, name: str) -> None:
+    assert host_name(header) == name
+
+
+def test_local_mode_answers_loopback_names_only() -> None:
+    rule = allowed_hosts({}, shared=False)
+    for ok in ("127.0.0.1:8501", "localhost:8501", "[::1]:8501", "127.8.9.1", "app.localhost"):
+        assert rule.permits(ok), ok
+    for bad in ("evil.example:8501", "10.0.0.5:8501", "localhost.evil.example", "", None, "evillocalhost"):
+        assert not rule.permits(bad), bad
+
+
+def test_shared_mode_adds_ip_literals_and_the_given_names() -> None:
+    rule = allowed_hosts({"CALM_STUDIO_HOSTS": "studio.example.org, *.lab.example"}, shared=True)
+    for ok in ("10.0.0.5:8501", "[2001:db8::1]:8501", "studio.example.org", "gpu1.lab.example:443"):
+        assert rule.permits(ok), ok
+    for bad in ("evil.example", "lab.example.evil", "example.org"):
+        assert not rule.permits(bad), bad
+
+
+def test_the_limiter_gives_free_tries_then_doubles_then_locks_out() -> None:
+    limiter = GuessLimiter(server_burst=10_000)
+    for i in range(5):
+        assert limiter.wait_before("a", float(i)) == 0.0
+        limiter.record("a", ok=False, now=float(i))
+    assert limiter.wait_before("a", 4.0) == pytest.approx(1.0)
+    assert limiter.wait_before("b", 4.0) == 0.0  # another address is not held back by "a"
+    limiter.record("a", ok=False, now=5.0)
+    assert limiter.wait_before("a", 5.0) == pytest.approx(2.0)
+    now = 5.0
+    while len(limiter._addresses["a"].failures) < limiter.lockout_after:
+        now += limiter.wait_before("a", now)
+        limiter.record("a", ok=False, now=now)
+    assert limiter.wait_before("a", now) == pytest.approx(limiter.window_s, abs=now + 1)  # locked out for the window
+    limiter.record("a", ok=True, now=now)
+    assert limiter.wait_before("a", now) == 0.0  # a right password clears the address
+
+
+def test_the_server_bucket_holds_many_addresses_to_its_rate() -> None:
+    limiter = GuessLimiter()
+    allowed = guesses_within(limiter, addresses=500, seconds=3600.0)
+    assert allowed == limiter.server_burst + int(limiter.server_per_hour)
+    assert fastest_guesses(GuessLimiter(), 1, 60) > fastest_guesses(GuessLimiter(), 50, 60) >= 1800
+
+
+def test_a_token_is_valid_for_its_lifetime_only_and_only_with_its_key() -> None:
+    signer, other = Signer.fresh(), Signer.fresh()
+    token = signer.issue(1000.0)
+    assert signer.valid(token, 1000.0) and signer.valid(token, 1000.0 + signer.lifetime_s - 1)
+    assert not signer.valid(token, 1000.0 + signer.lifetime_s)
+    assert not other.valid(token, 1000.0)
+    issued, nonce, mac = token.split(".")
+    assert not signer.valid(f"{int(issued) + 999}.{nonce}.{mac}", 1000.0)  # a forged issue time
+    for junk in (None, "", "a.b", "x" * 500, "1.2.3.4"):
+        assert not signer.valid(junk, 1000.0)
+
+
+def test_a_short_password_is_refused_unless_the_classroom_override_is_set() -> None:
+    short = access.access_from({"CALM_STUDIO_SHARED": "1", "CALM_STUDIO_PASSWORD": "a"}, "0.0.0.0")
+    assert short.refuses_to_serve and "shorter than 12" in (short.refusal or "")
+    classroom = access.access_from(
+        {"CALM_STUDIO_SHARED": "1", "CALM_STUDIO_PASSWORD": "a", access.SHORT_PASSWORD_ENV: "1"}, "0.0.0.0"
+    )
+    assert not classroom.refuses_to_serve
+    assert access.access_from({"CALM_STUDIO_PASSWORD": "a"}, "127.0.0.1").refusal is None  # local: no gate at all
+
+
+# The ASGI layer over a stand-in app that records what reached it.
+
+
+class _Inner:
+    def __init__(self) -> None:
+        self.reached: list[str] = []
+
+    async def __call__(self, scope, receive, send) -> None:
+        self.reached.append(scope["path"])
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.accept"})
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"inner"})
+
+
+def _door(shared: bool, password: str | None = PASSWORD) -> tuple[front.FrontDoor, _Inner]:
+    inner = _Inner()
+    rules = front.DoorRules(
+        access=access.Access(shared=shared, password=password), hosts=allowed_hosts({}, shared=shared)
+    )
+    return front.FrontDoor(inner, rules=lambda: rules), inner
+
+
+def _call(door, path: str, *, kind: str = "http", method: str = "GET", host: str = "127.0.0.1:8501",
+          cookie: str | None = None, body: bytes = b"", query: str = "", client: str = "198.51.100.1"):
+    headers = [(b"host", host.encode())] + ([(b"cookie", cookie.encode())] if cookie else [])
+    scope = {"type": kind, "path": path, "method": method, "headers": headers, "query_string": query.encode(),
+             "client": (client, 5000), "scheme": "http"}
+    sent: list[dict] = []
+    bodies = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive():
+        return bodies.pop(0) if bodies else {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    asyncio.run(door(scope, receive, send))
+    start = next(m for m in sent if m["type"] in ("http.response.start", "websocket.close", "websocket.accept"))
+    status = start.get("status", {"websocket.close": 403, "websocket.accept": 101}.get(start["type"]))
+    headers = {k.decode(): v.decode() for k, v in start.get("headers", [])}
+    text = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return status, headers, text
+
+
+def test_the_local_door_checks_the_host_and_nothing_else() -> None:
+    door, inner = _door(shared=False, password=None)
+    assert _call(door, "/")[0] == 200
+    assert _call(door, "/_stcore/stream", kind="websocket")[0] == 101
+    assert _call(door, "/_stcore/stream", kind="websocket", host="evil.example:8501")[0] == 403
+    assert _call(door, "/", host="evil.example")[0] == 403
+    assert _call(door, "/_stcore/metrics")[0] == 404
+    assert inner.reached == ["/", "/_stcore/stream"]
+
+
+def test_the_shared_door_lets_nothing_through_before_the_password() -> None:
+    front.LIMITER._addresses.clear()
+    door, inner = _door(shared=True)
+    status, headers, _ = _call(door, "/train")
+    assert status == 303 and headers["location"] == "/_calm/signin?next=/train"
+    assert _call(door, "/_stcore/stream", kind="websocket")[0] == 403
+    assert _call(door, "/_stcore/upload_file/s/f", method="PUT", body=b"x" * 100)[0] == 401
+    assert _call(door, "/static/js/main.js")[0] == 401
+    assert _call(door, "/_stcore/health")[0] == 200  # open: it only says "ok"
+    assert inner.reached == ["/_stcore/health"]
+
+    form = urlencode({"password": PASSWORD, "next": "/train"}).encode()
+    status, headers, _ = _call(door, "/_calm/signin", method="POST", body=form)
+    assert status == 303 and headers["location"] == "/train"
+    cookie = headers["set-cookie"].split(";", 1)[0]
+    assert cookie.startswith(COOKIE_NAME + "=") and "HttpOnly" in headers["set-cookie"]
+    assert "SameSite=Strict" in headers["set-cookie"]
+    assert _call(door, "/_stcore/stream", kind="websocket", cookie=cookie)[0] == 101
+    assert _call(door, "/train", cookie=cookie)[0] == 200
+    assert _call(door, "/train", cookie=f"{COOKIE_NAME}=1.2.3")[0] == 303
+
+
+def test_the_sign_in_form_escapes_and_keeps_redirects_on_this_server() -> None:
+    front.LIMITER._addresses.clear()
+    door, _ = _door(shared=True)
+    _, _, page = _call(door, "/_calm/signin", query="next=/train%22%3E%3Cscript%3E")
+    assert b"<script>" not in page and b"&quot;&gt;&lt;script&gt;" in page
+    for target in ("https://evil.example/", "//evil.example/", "/\\evil.example"):
+        form = urlencode({"password": PASSWORD, "next": target}).encode()
+        assert _call(door, "/_calm/signin", method="POST", body=form, client="192.0.2.9")[1]["location"] == "/"
+    too_big = urlencode({"password": "x" * (front.MAX_FORM_BYTES + 10)}).encode()
+    assert _call(door, "/_calm/signin", method="POST", body=too_big)[0] == 413
+
+
+def test_wrong_passwords_from_one_address_are_refused_unchecked_after_the_free_tries() -> None:
+    front.LIMITER._addresses.clear()
+    door, _ = _door(shared=True)
+    wrong = urlencode({"password": "guess", "next": "/"}).encode()
+    statuses = [_call(door, "/_calm/signin", method="POST", body=wrong, client="203.0.113.5")[0] for _ in range(7)]
+    assert statuses[:5] == [401] * 5 and statuses[5:] == [429, 429]
+    right = urlencode({"password": PASSWORD, "next": "/"}).encode()
+    status, headers, _ = _call(door, "/_calm/signin", method="POST", body=right, client="203.0.113.5")
+    assert status == 429 and int(headers["retry-after"]) >= 1  # held back: not even checked
+    assert _call(door, "/_calm/signin", method="POST", body=right, client="203.0.113.6")[0] == 303
