@@ -13,6 +13,9 @@ is a dataclass whose fields are its fitted parameters (what `save` writes), with
              every generation step; needs `token_transform`)
     default  fitted wherever post-hoc baselines are (`calm eval`, a run's final evaluation)
     order    place among the variants (then by name)
+    reads_features  False for most; True for a calibrator that reads each item's hidden
+             state (ats): its fit and transform take `features` (N, H) after the logits,
+             and callers that have no features skip it (`fit_with`, `apply` in __init__)
     fit(logits, labels) -> calibrator (a classmethod), transform(logits) -> logits
 
 Padding: logits are (N, K_max) with -inf for options an item does not have; a
@@ -26,8 +29,9 @@ import dataclasses
 import json
 import math
 from abc import ABC, abstractmethod
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, ClassVar, TypeVar
+from typing import Any, Callable, ClassVar, Iterator, TypeVar
 
 import numpy as np
 import torch
@@ -50,6 +54,7 @@ class PosthocCalibrator(ABC):
     tasks: ClassVar[tuple[str, ...]] = ("mcqa",)
     default: ClassVar[bool] = True
     order: ClassVar[int] = 100
+    reads_features: ClassVar[bool] = False
 
     @classmethod
     @abstractmethod
@@ -166,6 +171,18 @@ def check_fit_inputs(logits: np.ndarray, labels: np.ndarray) -> tuple[torch.Tens
 def masked_nll(scaled: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Mean NLL of softmax(scaled) at the gold option; -inf padding stays excluded."""
     return torch.nn.functional.cross_entropy(scaled, labels)
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """Torch on one thread for a small fit: on tensors of a few thousand numbers, threads
+    only contend (a cross-fitted ATS fit ran many times slower with two on a busy machine)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def lbfgs(

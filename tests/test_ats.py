@@ -1,0 +1,100 @@
+"""Adaptive temperature scaling (calm_core/calibration/posthoc/ats.py): a temperature per
+question from its hidden state. It never changes a prediction, recovers a known
+temperature function, refuses a too-small fit set, becomes TS when features say nothing,
+and round-trips through the calibrator registry."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from calm_core.calibration import metrics
+from calm_core.calibration.posthoc import TemperatureScaler, calibrators, load_calibrator
+from calm_core.calibration.posthoc.ats import MIN_ITEMS, TAU_FLOOR, AdaptiveTemperature
+
+
+def _synthetic(n: int, dim: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Items whose right temperature is a known function of feature 0: labels are drawn
+    from softmax(u) (so u is calibrated), and the model reports z = u * tau(h)."""
+    rng = np.random.default_rng(seed)
+    h = rng.normal(size=(n, dim))
+    tau = np.logaddexp(0.0, 1.5 * h[:, 0] + 0.5) + TAU_FLOOR  # from ~0.1 (underconfident) to ~5 (overconfident)
+    u = rng.normal(scale=2.0, size=(n, 4))
+    labels = np.array([rng.choice(4, p=p) for p in metrics.softmax(u)])
+    return u * tau[:, None], labels, h, tau
+
+
+def test_ats_recovers_a_temperature_that_depends_on_a_feature() -> None:
+    z, y, h, tau = _synthetic(1500, dim=3)
+    ats = AdaptiveTemperature.fit(z, y, h)
+    found = ats.temperatures(h)
+    assert len(ats.weights) >= 1  # the features were used
+    assert np.corrcoef(np.log(found), np.log(tau))[0, 1] > 0.95
+    assert np.median(np.abs(found / tau - 1.0)) < 0.15
+    ts = TemperatureScaler.fit(z, y)
+    assert metrics.nll(ats.probs(z, h), y) < metrics.nll(ts.probs(z), y) - 0.05  # beats one temperature
+
+
+def test_ats_becomes_temperature_scaling_when_features_carry_nothing() -> None:
+    rng = np.random.default_rng(1)
+    u = rng.normal(scale=2.0, size=(300, 4))
+    y = np.array([rng.choice(4, p=p) for p in metrics.softmax(u)])
+    z = 3.0 * u  # one shared temperature, 3
+    noise = rng.normal(size=(300, 20))
+    ats = AdaptiveTemperature.fit(z, y, noise)
+    ts = TemperatureScaler.fit(z, y)
+    if not ats.weights:  # the cross-fitted choice: k = 0
+        assert ats.temperatures(noise)[0] == pytest.approx(ts.temperature, rel=1e-3)
+    spread = ats.temperatures(noise)
+    assert spread.std() / spread.mean() < 0.1  # whatever k won, the noise barely moves tau
+
+
+def test_ats_refuses_a_fit_set_below_its_minimum_with_the_reason() -> None:
+    z, y, h, _ = _synthetic(MIN_ITEMS - 1, dim=3)
+    with pytest.raises(ValueError, match=f"at least {MIN_ITEMS} items.*use temperature scaling"):
+        AdaptiveTemperature.fit(z, y, h)
+    with pytest.raises(ValueError, match="features"):
+        AdaptiveTemperature.fit(*_synthetic(100, dim=3)[:2])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    n=st.integers(1, 30),
+    k=st.integers(2, 6),
+    dim=st.integers(1, 8),
+    scale=st.floats(0.01, 50.0),
+)
+def test_ats_never_changes_a_prediction(seed: int, n: int, k: int, dim: int, scale: float) -> None:
+    rng = np.random.default_rng(seed)
+    z = rng.normal(scale=scale, size=(n, k))
+    z[rng.random((n, k)) < 0.2] = -math.inf  # padding: options an item does not have
+    z[:, 0] = rng.normal(size=n)  # every item has at least one option
+    h = rng.normal(scale=scale, size=(n, dim))
+    ats = AdaptiveTemperature(
+        mean=rng.normal(size=dim).tolist(),
+        projection=rng.normal(size=(2, dim)).tolist(),
+        weights=rng.normal(scale=3.0, size=2).tolist(),
+        bias=float(rng.normal()),
+    )
+    probs = ats.probs(z, h)
+    assert np.array_equal(probs.argmax(axis=1), z.argmax(axis=1))
+    assert np.all(probs[np.isneginf(z)] == 0.0)  # padding stays impossible
+    assert np.all(ats.temperatures(h) >= TAU_FLOOR)
+
+
+def test_ats_is_in_the_registry_and_round_trips(tmp_path) -> None:
+    assert calibrators()["ats"] is AdaptiveTemperature and AdaptiveTemperature.reads_features
+    z, y, h, _ = _synthetic(200, dim=3, seed=2)
+    ats = AdaptiveTemperature.fit(z, y, h)
+    ats.save(tmp_path / "ats.json")
+    again = load_calibrator(tmp_path / "ats.json")
+    assert isinstance(again, AdaptiveTemperature)
+    np.testing.assert_allclose(again.probs(z, h), ats.probs(z, h), atol=1e-12)
+    assert ats.cv_nll and "k=0,decay=0" in ats.cv_nll
+    with pytest.raises(ValueError, match="features"):
+        ats.transform(z)
