@@ -1,0 +1,53 @@
+"""Thermometer (calm_core/calibration/thermometer.py): a dataset's temperature from the
+mean hidden state of its unlabelled inputs, trained on other labelled datasets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from calm_core.calibration import metrics
+from calm_core.calibration.thermometer import Labelled, Thermometer, leave_one_domain_out, load_thermometer
+
+
+def _domain(name: str, shift: float, n: int = 150, dim: int = 6, seed: int = 0) -> tuple[Labelled, float]:
+    """A dataset whose inputs sit at `shift` along feature 0 and whose right temperature
+    grows with it: labels from softmax(u), the model reports u * T."""
+    rng = np.random.default_rng(seed)
+    h = rng.normal(size=(n, dim))
+    h[:, 0] += shift
+    temperature = float(np.logaddexp(0.0, 1.2 * shift)) + 0.05
+    u = rng.normal(scale=2.0, size=(n, 4))
+    gold = np.array([rng.choice(4, p=p) for p in metrics.softmax(u)])
+    return Labelled(f"{name}/test", u * temperature, gold, h), temperature
+
+
+def test_a_thermometer_predicts_a_left_out_domains_temperature_from_its_inputs() -> None:
+    shifts = [-1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0]
+    made = [_domain(f"d{i}", s, seed=i) for i, s in enumerate(shifts)]
+    held, true_t = _domain("new", 1.75, seed=99)
+    thermo = Thermometer.train([d for d, _ in made])
+    assert thermo.weights, thermo.cv_nll  # the mean features were used
+    assert thermo.temperature(held.features) == pytest.approx(true_t, rel=0.25)
+    pooled = np.mean([t for _, t in made])  # about what one temperature for every domain is
+    assert abs(thermo.temperature(held.features) - true_t) < 0.5 * abs(pooled - true_t)
+    assert np.array_equal(thermo.probs(held.logits, held.features).argmax(1), held.logits.argmax(1))
+
+
+def test_leave_one_domain_out_never_trains_on_the_domain_it_predicts() -> None:
+    made = [_domain(f"d{i}", s, seed=i)[0] for i, s in enumerate([-1.0, 0.0, 1.0, 2.0])]
+    twin = Labelled("d0/dev", made[0].logits, made[0].gold, made[0].features)  # another split of d0
+    rows = leave_one_domain_out([*made, twin])
+    for row in rows:
+        domain = row["dataset"].split("/")[0]
+        assert all(not name.startswith(domain + "/") for name in row["thermometer"].trained_on), row
+
+
+def test_a_thermometer_needs_three_datasets_and_round_trips(tmp_path) -> None:
+    made = [_domain(f"d{i}", s, seed=i)[0] for i, s in enumerate([-1.0, 0.0, 1.0])]
+    with pytest.raises(ValueError, match="at least 3"):
+        Thermometer.train(made[:2])
+    thermo = Thermometer.train(made)
+    thermo.save(tmp_path / "t.json")
+    again = load_thermometer(tmp_path / "t.json")
+    assert again.temperature(made[0].features) == pytest.approx(thermo.temperature(made[0].features))
