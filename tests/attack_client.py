@@ -6,7 +6,10 @@ per request (so no per-connection state helps the server).
     status, headers, body = request(port, "POST", "/_calm/signin", body=b"password=x")
     send_back_message(port, clear_cache=True, cookie=...)          # a clear_cache over the WebSocket
 
-Used by tests/test_attacks.py.
+Through an HTTPS proxy, pass `tls=Tls(ssl.create_default_context(cafile=cert), "studio.test")`
+(the connection still goes to 127.0.0.1) and the proxy's `Authorization` in `headers`.
+
+Used by tests/test_attacks.py and tests/test_proxy_recipe.py.
 """
 
 from __future__ import annotations
@@ -14,15 +17,25 @@ from __future__ import annotations
 import base64
 import os
 import socket
+import ssl
 import struct
+from dataclasses import dataclass
 
 TIMEOUT_S = 20.0
 
 
-def _connect(port: int) -> socket.socket:
+@dataclass(frozen=True)
+class Tls:
+    """Speak TLS: the context that verifies the server, and the name it must prove (SNI)."""
+
+    context: ssl.SSLContext
+    server_name: str
+
+
+def _connect(port: int, tls: Tls | None = None) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S)
     sock.settimeout(TIMEOUT_S)
-    return sock
+    return tls.context.wrap_socket(sock, server_hostname=tls.server_name) if tls else sock
 
 
 def _read_head(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
@@ -51,6 +64,7 @@ def request(
     host: str | None = None,
     headers: dict[str, str] | None = None,
     body: bytes = b"",
+    tls: Tls | None = None,
 ) -> tuple[int, dict[str, str], bytes]:
     """One request on a fresh connection: (status, headers, body). The body is read up to
     its Content-Length; a server that answers before reading a large upload is fine."""
@@ -58,7 +72,7 @@ def request(
     lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
     if body or method in ("POST", "PUT"):
         lines.append(f"Content-Length: {len(body)}")
-    with _connect(port) as sock:
+    with _connect(port, tls) as sock:
         sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
         try:
             sock.sendall(body)
@@ -89,7 +103,9 @@ def sign_in(port: int, password: str) -> tuple[int, str | None]:
     return status, cookie
 
 
-def _handshake_lines(port: int, host: str | None, origin: str | None, cookie: str | None) -> str:
+def _handshake_lines(
+    port: int, host: str | None, origin: str | None, cookie: str | None, headers: dict[str, str] | None = None
+) -> str:
     key = base64.b64encode(os.urandom(16)).decode()
     host = host or f"127.0.0.1:{port}"
     lines = [
@@ -104,13 +120,22 @@ def _handshake_lines(port: int, host: str | None, origin: str | None, cookie: st
     ]
     if cookie:
         lines.append(f"Cookie: {cookie}")
+    lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
     return "\r\n".join(lines) + "\r\n\r\n"
 
 
-def ws_handshake(port: int, host: str | None = None, origin: str | None = None, cookie: str | None = None) -> int:
+def ws_handshake(
+    port: int,
+    host: str | None = None,
+    origin: str | None = None,
+    cookie: str | None = None,
+    *,
+    headers: dict[str, str] | None = None,
+    tls: Tls | None = None,
+) -> int:
     """The status of a WebSocket handshake to Streamlit's stream (101: accepted)."""
-    with _connect(port) as sock:
-        sock.sendall(_handshake_lines(port, host, origin, cookie).encode("latin-1"))
+    with _connect(port, tls) as sock:
+        sock.sendall(_handshake_lines(port, host, origin, cookie, headers).encode("latin-1"))
         status, _, _ = _read_head(sock)
     return status
 

@@ -30,14 +30,15 @@ FOREIGN = "evil.example"
 DOOR_SIGN_IN_FIRST = b"Sign in first."
 
 
-def _start(tmp_path: Path, shared: bool, password: str = PASSWORD):
+def _start(tmp_path: Path, shared: bool, password: str = PASSWORD, extra_env: dict[str, str] | None = None):
     """`streamlit run app/main.py` on a free port (the README's server, no setup step),
-    as its own process so its memory can be read."""
+    as its own process so its memory can be read; `extra_env` is added to its environment."""
     port = _free_port()
     env = {**os.environ, "CALM_WORKSPACE": str(tmp_path / "workspace")}
     env.pop("CALM_STUDIO_PASSWORD", None)
     if shared:
         env.update(CALM_STUDIO_SHARED="1", CALM_STUDIO_PASSWORD=password)
+    env.update(extra_env or {})
     log_path = tmp_path / f"studio-{port}.log"
     log = open(log_path, "w")
     server = subprocess.Popen(
