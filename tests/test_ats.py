@@ -55,7 +55,7 @@ def test_ats_becomes_temperature_scaling_when_features_carry_nothing() -> None:
 
 def test_ats_refuses_a_fit_set_below_its_minimum_with_the_reason() -> None:
     z, y, h, _ = _synthetic(MIN_ITEMS - 1, dim=3)
-    with pytest.raises(ValueError, match=f"at least {MIN_ITEMS} items.*use temperature scaling"):
+    with pytest.raises(ValueError, match=f"at least {MIN_ITEMS} items to fit adaptive temperature scaling"):
         AdaptiveTemperature.fit(z, y, h)
     with pytest.raises(ValueError, match="features"):
         AdaptiveTemperature.fit(*_synthetic(100, dim=3)[:2])

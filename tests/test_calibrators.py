@@ -118,7 +118,7 @@ def test_fit_defaults_is_the_temperature_fit_itself():
 
 
 def test_toy_module_is_found_fitted_saved_and_loaded(toy, tmp_path):
-    assert list(calibrators())[:3] == ["ts", "vs", "halve"]  # order 100 after ts (0) and vs (10)
+    assert list(calibrators())[:4] == ["ts", "vs", "ats", "halve"]  # order 100 after ts (0), vs (10) and ats (20)
     assert "halve" in for_task("mcqa") and "halve" not in for_task("openqa")
     scores = _scores(np.random.default_rng(1), 50)
     fitted = fit_defaults(scores.logits, scores.gold)
@@ -213,7 +213,7 @@ def test_toy_is_a_variant_of_a_runs_final_evaluation(toy, tiny_model_dir, tmp_pa
 def test_toy_is_shared_in_compare_and_described_in_reports(toy):
     from calm_core.workspace.view import posthoc_lines, shared_variants
 
-    assert shared_variants() == ("base", "ts", "vs", "halve")  # every registered one, fitted by default or not
+    assert shared_variants() == ("base", "ts", "vs", "ats", "halve")  # every registered one, fitted by default or not
     results = {"ts": {"temperature": 1.23456, "fit_on": "S"}, "halve": {"note": "no `halve` variant: why"}}
     assert posthoc_lines(results) == ["Temperature scaling (ts): T = 1.235, fitted on S.", "no `halve` variant: why"]
     assert posthoc_lines(results, notes_only=True) == ["no `halve` variant: why"]

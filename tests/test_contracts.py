@@ -67,10 +67,11 @@ def test_every_calibrator_fits_saves_loads_and_gives_distributions(name: str, tm
     rng = np.random.default_rng(0)
     logits = rng.normal(size=(200, 4)) * 3.0
     labels = (logits + rng.gumbel(size=logits.shape)).argmax(axis=1)
-    fitted = cls.fit(logits, labels)
-    probs = fitted.probs(logits)
+    features = (rng.normal(size=(200, 3)),) if cls.reads_features else ()  # ats reads hidden states
+    fitted = cls.fit(logits, labels, *features)
+    probs = fitted.probs(logits, *features)
     assert probs.shape == logits.shape and np.allclose(probs.sum(axis=1), 1.0) and (probs >= 0).all()
     fitted.save(tmp_path / f"{name}.json")
     loaded = load_calibrator(tmp_path / f"{name}.json")
     assert type(loaded) is cls
-    np.testing.assert_allclose(loaded.probs(logits), probs, atol=1e-12)
+    np.testing.assert_allclose(loaded.probs(logits, *features), probs, atol=1e-12)

@@ -122,21 +122,30 @@ def test_ts_on_ragged_logits_is_finite_and_keeps_padding_at_zero(ragged):
 EVERY_CALIBRATOR = sorted(calibrators().values(), key=lambda c: c.name)  # the registry: a new one is tested too
 
 
+def fit_any(scaler, z, y):
+    """`scaler.fit` with hidden-state features for a calibrator that reads them (ats)."""
+    if scaler.reads_features:
+        return scaler.fit(z, y, np.random.default_rng(3).normal(size=(len(z), 3)))
+    return scaler.fit(z, y)
+
+
 @pytest.mark.parametrize("scaler", EVERY_CALIBRATOR)
 def test_fit_refuses_fewer_than_min_items(scaler):
     rng = np.random.default_rng(2)
-    z, y = rng.normal(size=(MIN_FIT_ITEMS - 1, 4)), rng.integers(0, 4, MIN_FIT_ITEMS - 1)
-    with pytest.raises(ValueError, match=f"at least {MIN_FIT_ITEMS} items .* but got {MIN_FIT_ITEMS - 1}"):
-        scaler.fit(z, y)
-    z, y = np.zeros((MIN_FIT_ITEMS, 4)), np.arange(MIN_FIT_ITEMS) % 4  # uninformative: converges at once
-    assert scaler.fit(z, y).n_fit == MIN_FIT_ITEMS  # the boundary itself is allowed
+    n = scaler.min_items
+    assert n >= MIN_FIT_ITEMS
+    z, y = rng.normal(size=(n - 1, 4)), rng.integers(0, 4, n - 1)
+    with pytest.raises(ValueError, match=f"at least {n} items .* but got {n - 1}"):
+        fit_any(scaler, z, y)
+    z, y = np.zeros((n, 4)), np.arange(n) % 4  # uninformative: converges at once
+    assert fit_any(scaler, z, y).n_fit == n  # the boundary itself is allowed
 
 
 @pytest.mark.parametrize("scaler", EVERY_CALIBRATOR)
 @pytest.mark.parametrize("logits_shape, labels_len", [((20, 4), 19), ((20,), 20), ((20, 4, 1), 20)])
 def test_fit_rejects_shape_mismatch(scaler, logits_shape, labels_len):
     with pytest.raises(ValueError, match=r"Expected `logits` of shape \(N, K\) with N = len\(labels\)"):
-        scaler.fit(np.zeros(logits_shape), np.zeros(labels_len, dtype=int))
+        fit_any(scaler, np.zeros(logits_shape), np.zeros(labels_len, dtype=int))
 
 
 # ----------------------------------------------------------------------------- saving and loading
@@ -172,7 +181,7 @@ def test_load_of_the_wrong_kind_raises(tmp_path):
         TemperatureScaler.load(vs_path)
     with pytest.raises(ValueError, match="Expected a vector-scaling file, .* kind='temperature'"):
         VectorScaler.load(ts_path)
-    with pytest.raises(ValueError, match=r"calibrator kind in \['temperature', 'vector'\], .* 'platt'"):
+    with pytest.raises(ValueError, match=r"calibrator kind in \['adaptive_temperature', 'temperature', 'vector'\], .* 'platt'"):
         load_scaler(other)
     with pytest.raises(ValueError, match="temperature-scaling file"):
         TemperatureScaler.load(other)

@@ -60,11 +60,15 @@ def calibrators() -> dict[str, type[PosthocCalibrator]]:
     return dict(sorted(found.items(), key=lambda item: (item[1].order, item[0])))
 
 
-def for_task(task: str, defaults_only: bool = True) -> dict[str, type[PosthocCalibrator]]:
+def for_task(task: str, defaults_only: bool = True, with_features: bool = False) -> dict[str, type[PosthocCalibrator]]:
     """The calibrators that apply to `task` ("mcqa" or "openqa"), by default only those
-    fitted by default: the post-hoc variants of `calm eval` and of a final evaluation."""
+    fitted by default: the post-hoc variants of `calm eval` and of a final evaluation.
+    Those that read hidden-state features (`reads_features`) only `with_features`: a
+    caller whose scores carry none cannot fit them."""
     return {
-        name: cls for name, cls in calibrators().items() if task in cls.tasks and (cls.default or not defaults_only)
+        name: cls
+        for name, cls in calibrators().items()
+        if task in cls.tasks and (cls.default or not defaults_only) and (with_features or not cls.reads_features)
     }
 
 

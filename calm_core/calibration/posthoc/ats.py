@@ -53,8 +53,8 @@ class AdaptiveTemperature(PosthocCalibrator):
     name = NAME
     label = "Adaptive temperature scaling"
     kind = "adaptive_temperature"
-    default = False  # needs features: fitted where the scores carry them
-    reads_features: ClassVar[bool] = True
+    reads_features: ClassVar[bool] = True  # fitted where the scores carry features (posthoc.for_task)
+    min_items: ClassVar[int] = MIN_ITEMS
     order = 20
 
     mean: list[float] = field(default_factory=list)
@@ -70,12 +70,13 @@ class AdaptiveTemperature(PosthocCalibrator):
     @classmethod
     def fit(cls, logits: np.ndarray, labels: np.ndarray, features: np.ndarray | None = None) -> AdaptiveTemperature:
         """Fitted on (N, K) logits, (N,) gold indices and (N, H) features; (k, decay) by cross-fitting."""
-        z, y, h = _inputs(logits, labels, features)
-        if len(y) < MIN_ITEMS:
-            raise ValueError(
-                f"Expected at least {MIN_ITEMS} items to fit adaptive temperature scaling "
-                f"({CV_FOLDS}-fold cross-fitting chooses its features), but got {len(y)}: use temperature scaling"
-            )
+        z, y = check_fit_inputs(
+            logits,
+            labels,
+            MIN_ITEMS,
+            f"adaptive temperature scaling ({CV_FOLDS}-fold cross-fitting chooses its features)",
+        )
+        h = _features(features, len(y))
         with one_thread():
             scores = cross_fitted_nll(z, y, h)
             k, decay = min(scores, key=lambda key: (scores[key], key[0], -key[1]))
@@ -117,18 +118,13 @@ class AdaptiveTemperature(PosthocCalibrator):
             raise ValueError(f"Expected `projection` of shape (len(weights), len(mean)) in {source}")
 
 
-def _inputs(
-    logits: np.ndarray, labels: np.ndarray, features: np.ndarray | None
-) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+def _features(features: np.ndarray | None, n: int) -> np.ndarray:
     if features is None:
         raise ValueError("Expected hidden-state features to fit adaptive temperature scaling, but got none")
     h = np.asarray(features, dtype=np.float64)
-    if h.ndim != 2 or len(h) != len(labels):
-        raise ValueError(f"Expected `features` of shape (N, H) with N = {len(labels)}, but got {h.shape}")
-    if len(labels) < MIN_ITEMS:  # before check_fit_inputs, whose minimum is TS's
-        return torch.from_numpy(np.asarray(logits, dtype=np.float64)), torch.as_tensor(labels), h
-    z, y = check_fit_inputs(logits, labels)
-    return z, y, h
+    if h.ndim != 2 or len(h) != n:
+        raise ValueError(f"Expected `features` of shape (N, H) with N = {n}, but got {h.shape}")
+    return h
 
 
 def _projection(h: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -55,6 +55,7 @@ class PosthocCalibrator(ABC):
     default: ClassVar[bool] = True
     order: ClassVar[int] = 100
     reads_features: ClassVar[bool] = False
+    min_items: ClassVar[int] = MIN_FIT_ITEMS  # fewer labelled items and `fit` refuses, saying why
 
     @classmethod
     @abstractmethod
@@ -156,15 +157,19 @@ def fit_nll(
     return [p.detach() for p in params], before, after, len(y)
 
 
-def check_fit_inputs(logits: np.ndarray, labels: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+def check_fit_inputs(
+    logits: np.ndarray, labels: np.ndarray, min_items: int = MIN_FIT_ITEMS, what: str = "a post-hoc calibrator"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits, labels) as tensors, or ValueError: shapes first, then at least `min_items`
+    items (a calibrator with a larger minimum says so, and why, in `what`)."""
     logits = np.asarray(logits, dtype=np.float64)
     labels = np.asarray(labels, dtype=np.int64)
     if logits.ndim != 2 or len(logits) != len(labels):
         raise ValueError(
             f"Expected `logits` of shape (N, K) with N = len(labels), but got {logits.shape} and {labels.shape}"
         )
-    if len(labels) < MIN_FIT_ITEMS:
-        raise ValueError(f"Expected at least {MIN_FIT_ITEMS} items to fit a post-hoc calibrator, but got {len(labels)}")
+    if len(labels) < min_items:
+        raise ValueError(f"Expected at least {min_items} items to fit {what}, but got {len(labels)}")
     return torch.from_numpy(logits), torch.from_numpy(labels)
 
 
