@@ -20,6 +20,9 @@ listen on loopback; Gradio's share links take `auth=`):
   MAX_QUEUED_PER_SESSION queued or running runs, and it may cancel only the runs it
   launched, unless it is the admin's (CALM_STUDIO_ADMIN=1 on the server).
 
+In both modes a typed path that can name no file (a NUL byte, a control character, more
+than MAX_PATH_CHARS characters) is refused with one line, never a traceback.
+
 Pure functions of the environment and their arguments; the pages (app/main.py gate,
 app/views/train.py, app/views/monitor.py) call them. docs/security.md says what is and
 is not protected.
@@ -35,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from calm_core.paths import PROJECT_ROOT, cache_dir, inside, workspace_dir
+from calm_core.paths import PROJECT_ROOT, cache_dir, inside, malformed_path, workspace_dir
 
 PASSWORD_ENV = "CALM_STUDIO_PASSWORD"
 SHARED_ENV = "CALM_STUDIO_SHARED"
@@ -55,8 +58,14 @@ HOW_TO_SET = (
 )
 
 
-class PathRefused(ValueError):
-    """A path a shared studio will not open; the message is one line for the page."""
+class Refused(ValueError):
+    """Something the studio will not do for this session (a launch or resume over the quota
+    or the step budget, another session's dataset deleted); the message is one line for
+    the page."""
+
+
+class PathRefused(Refused):
+    """A path the studio will not open; the message is one line for the page."""
 
 
 @dataclass(frozen=True)
@@ -167,11 +176,15 @@ def allowed_roots(environ: Mapping[str, str]) -> tuple[Path, ...]:
 def confine(text: str, roots: Iterable[Path]) -> Path:
     """`text` as a path under one of `roots`, else PathRefused: `..` anywhere, and any
     path (absolute, or relative to the studio's folder) whose real location — symlinks
-    followed — is outside every root."""
-    raw = Path(text.strip()).expanduser()
+    followed — is outside every root; also a path that can name no file (`check_typed_path`)
+    or that cannot be resolved (a symlink loop, a name too long for the file system)."""
+    raw = Path(check_typed_path(text)).expanduser()
     if ".." in raw.parts:
         raise PathRefused(f"Refused {text!r}: `..` is not allowed in a shared studio")
-    real = (raw if raw.is_absolute() else PROJECT_ROOT / raw).resolve()
+    try:
+        real = (raw if raw.is_absolute() else PROJECT_ROOT / raw).resolve()
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python < 3.13)
+        raise PathRefused(f"Refused {text!r}: it cannot be resolved ({exc.__class__.__name__})") from None
     if any(inside(root, real) for root in roots):
         return real
     raise PathRefused(
@@ -181,13 +194,33 @@ def confine(text: str, roots: Iterable[Path]) -> Path:
 
 def confine_model_name(text: str, access: Access) -> str:
     """The Train page's model field: as typed in local mode; in shared mode "embedded",
-    a hub id (`org/name`, not a path on this machine) or a path under an allowed root."""
-    name = text.strip()
+    a hub id (`org/name`, not a path on this machine) or a path under an allowed root.
+    In both modes text that can name no file is refused (`check_typed_path`)."""
+    name = check_typed_path(text)
     if not access.shared or name in ("", "embedded"):
         return name
-    if _HUB_ID.match(name) and not (PROJECT_ROOT / name).exists():
+    if _HUB_ID.match(name) and not _exists(PROJECT_ROOT / name):
         return name
     return str(confine(name, access.roots))
+
+
+def check_typed_path(text: str) -> str:
+    """`text` stripped, or PathRefused with one line when it can name no file
+    (paths.malformed_path: a NUL byte, a control character, an overlong value). The
+    message does not repeat the text: it may be megabytes, or hold escape sequences."""
+    name = text.strip()
+    reason = malformed_path(name)
+    if reason:
+        raise PathRefused(f"Refused this path: {reason}.")
+    return name
+
+
+def _exists(path: Path) -> bool:
+    """Path.exists without its OSError (a component longer than the file system allows)."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
 
 
 def session_tag(session_id: str) -> str:
