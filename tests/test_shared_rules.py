@@ -22,6 +22,18 @@ ADMIN = Access(shared=True, password=PASSWORD, admin=True)
 LOCAL = Access(shared=False)
 
 
+def _queued(tag: str | None, state: str = "queued"):
+    """A run launched by session `tag`, in `state`, with a job.json (so it can be resumed)."""
+    from calm_core.io import atomic_write_json
+    from calm_core.runs.layout import JOB_FILE
+    from calm_core.workspace.launch import create_run
+
+    run = create_run(TrainConfig.preset("quick"), launched_by=tag)
+    atomic_write_json(run.path / JOB_FILE, {"command": ["true"], "env": {}, "resume": False, "resumes": 0})
+    run.write_status(state)
+    return run
+
+
 def _signed_in(monkeypatch: pytest.MonkeyPatch, page: str, session: str = "this-session", **env: str):
     """The shared studio, past the gate, on `page`, as session `session`."""
     import app.gate
@@ -31,6 +43,56 @@ def _signed_in(monkeypatch: pytest.MonkeyPatch, page: str, session: str = "this-
     at.text_input(key="gate_password").input(PASSWORD).run()
     at.switch_page(page)
     return at
+
+
+# ------------------------------------------------------------------ resume counts toward the quota
+
+
+def test_resume_refusal_counts_the_quota_and_the_owner() -> None:
+    assert access.resume_refusal(SHARED, "s", "s", 2) is None
+    assert "the most a shared studio allows (3)" in access.resume_refusal(SHARED, "s", "s", 3)
+    assert access.resume_refusal(SHARED, "s", "other", 0) == access.OWNER_ONLY
+    assert access.resume_refusal(SHARED, "s", None, 0) == access.OWNER_ONLY  # a CLI run: the admin's
+    assert access.resume_refusal(ADMIN, "s", "other", 0) is None
+    assert access.resume_refusal(ADMIN, "s", "other", 3) is not None  # the admin's session has a quota too
+    assert access.resume_refusal(LOCAL, "s", "other", 10) is None
+
+
+def test_cancel_launch_resume_cannot_hold_four_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The issue's sequence: cancel your run, launch three, resume the first: refused."""
+    from calm_core.runs import jobs
+    from calm_core.workspace.launch import active_runs_of, resume_run
+
+    resumed: list[str] = []
+    monkeypatch.setattr(jobs, "resume", lambda run, fresh=False: resumed.append(run.run_id) or [])
+    first = _queued("s", state="cancelled")
+    others = [_queued("s") for _ in range(3)]
+    assert active_runs_of("s") == 3
+    with pytest.raises(Refused, match=r"allows \(3\)"):
+        resume_run(first, SHARED, "s")
+    assert resumed == []
+    others[0].write_status("cancelled")
+    resume_run(first, SHARED, "s")
+    assert resumed == [first.run_id]
+    with pytest.raises(Refused, match="Another session"):
+        resume_run(first, SHARED, "someone else")
+    resume_run(first, LOCAL, None)  # local: no rule
+    assert resumed == [first.run_id] * 2
+
+
+def test_shared_monitor_disables_resume_at_the_quota(tiny_everywhere, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = _queued("this-session", state="cancelled")
+    queued = [_queued("this-session") for _ in range(3)]
+    at = _signed_in(monkeypatch, "views/monitor.py")
+    at.session_state["monitor_run"] = first.run_id
+    at.run()
+    assert not at.exception, at.exception
+    assert at.button(key="monitor_resume").disabled
+    assert any("the most a shared studio allows (3)" in c.value for c in at.caption)
+    queued[0].write_status("cancelled")
+    at.run()
+    assert not at.exception, at.exception
+    assert not at.button(key="monitor_resume").disabled
 
 
 # ------------------------------------------------------------------ malformed typed paths

@@ -234,6 +234,21 @@ def may_cancel(access: Access, session: str | None, launched_by: str | None) -> 
     return not access.shared or access.admin or (session is not None and session == launched_by)
 
 
+OWNER_ONLY = "Another session launched this run: only it (or the studio's admin) can cancel or resume it."
+
+
+def resume_refusal(access: Access, session: str | None, launched_by: str | None, active: int) -> str | None:
+    """Why this session may not resume a run (None: it may). Resuming puts the run back in
+    the queue, so it counts toward the quota as a launch does: without this, a session
+    could cancel its run, launch three more and resume the first (4 active). `active`:
+    the session's queued or running runs (the run to resume, stopped, is not one)."""
+    if not may_cancel(access, session, launched_by):
+        return OWNER_ONLY
+    if quota_left(access, active) == 0:
+        return quota_message(active)
+    return None
+
+
 def quota_left(access: Access, active_runs_of_session: int) -> int | None:
     """Runs this session may still queue (None: no limit, local mode)."""
     if not access.shared:
