@@ -95,6 +95,48 @@ def test_shared_monitor_disables_resume_at_the_quota(tiny_everywhere, monkeypatc
     assert not at.button(key="monitor_resume").disabled
 
 
+# ------------------------------------------------------------------ the step budget
+
+
+def test_the_step_budget_is_a_setting_and_applies_only_when_shared() -> None:
+    assert access.max_steps_from({}) == access.DEFAULT_MAX_STEPS == 1000
+    assert access.max_steps_from({access.MAX_STEPS_ENV: "200"}) == 200
+    for typo in ("", "abc", "0", "-5", "1e9", "２００"):
+        assert access.max_steps_from({access.MAX_STEPS_ENV: typo}) == access.DEFAULT_MAX_STEPS, typo
+    assert access.access_from({access.MAX_STEPS_ENV: "50"}, "0.0.0.0").max_steps == 50
+    budget = Access(shared=True, password=PASSWORD, max_steps=100)
+    assert access.steps_refusal(budget, 100) is None
+    line = access.steps_refusal(budget, 101)
+    assert "101 steps" in line and "100" in line and access.MAX_STEPS_ENV in line and "\n" not in line
+    assert access.steps_refusal(Access(shared=False, max_steps=100), 100_000) is None
+    assert "allows (3)" in access.launch_refusal(budget, 10, 3)  # the quota first
+    assert access.launch_refusal(budget, 10, 2) is None
+
+
+def test_launch_enforces_the_budget_and_the_quota_when_given_the_access(tmp_path: Path) -> None:
+    from calm_core.runs.listing import list_runs
+    from calm_core.workspace.launch import create_run, launch_training
+
+    budget = Access(shared=True, password=PASSWORD, max_steps=30)
+    with pytest.raises(Refused, match="40 steps, more than the 30"):
+        launch_training(TrainConfig.preset("quick"), root=tmp_path, launched_by="s", access=budget)
+    for _ in range(3):
+        create_run(TrainConfig.preset("quick", steps=5), tmp_path, launched_by="s").write_status("queued")
+    with pytest.raises(Refused, match=r"allows \(3\)"):
+        launch_training(TrainConfig.preset("quick", steps=5), root=tmp_path, launched_by="s", access=budget)
+    assert len(list_runs(tmp_path)) == 3  # nothing was created by the refused launches
+
+
+def test_shared_train_page_disables_launch_over_the_step_budget(tiny_everywhere, monkeypatch) -> None:
+    at = _signed_in(monkeypatch, "views/train.py", **{access.MAX_STEPS_ENV: "30"}).run()
+    assert not at.exception, at.exception
+    assert at.button(key="train_launch").disabled  # the quick preset has 40 steps
+    assert any("40 steps, more than the 30" in w.value for w in at.warning)
+    at.number_input(key="train_steps").set_value(30).run()
+    assert not at.exception, at.exception
+    assert not at.button(key="train_launch").disabled
+
+
 # ------------------------------------------------------------------ malformed typed paths
 
 

@@ -48,6 +48,8 @@ SECRETS_KEY = "password"  # .streamlit/secrets.toml: password = "..."
 SHORT_PASSWORD_ENV = "CALM_STUDIO_ALLOW_SHORT_PASSWORD"  # a classroom's override of MIN_PASSWORD_LENGTH
 MIN_PASSWORD_LENGTH = 12  # with the guessing limits (workspace/guesses.py), out of reach of guessing
 MAX_QUEUED_PER_SESSION = 3  # queued or running runs one shared session may hold at once
+MAX_STEPS_ENV = "CALM_SHARED_MAX_STEPS"  # the most steps one run may have in a shared studio
+DEFAULT_MAX_STEPS = 1000  # the quick preset's 40 steps take about a minute; 1000, about half an hour
 FREE_TRIES = 5  # wrong passwords before each further try waits
 MAX_DELAY_S = 30.0
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -77,6 +79,7 @@ class Access:
     admin: bool = False
     roots: tuple[Path, ...] = ()
     short_password_ok: bool = False
+    max_steps: int = DEFAULT_MAX_STEPS  # shared only: the most steps one run may have
 
     @property
     def refusal(self) -> str | None:
@@ -122,7 +125,15 @@ def access_from(environ: Mapping[str, str], server_address: str | None, secrets_
         admin=_flag(environ, ADMIN_ENV),
         roots=allowed_roots(environ),
         short_password_ok=_flag(environ, SHORT_PASSWORD_ENV),
+        max_steps=max_steps_from(environ),
     )
+
+
+def max_steps_from(environ: Mapping[str, str]) -> int:
+    """CALM_SHARED_MAX_STEPS, a positive whole number; unset or anything else gives
+    DEFAULT_MAX_STEPS (a typo must not lift the budget)."""
+    raw = environ.get(MAX_STEPS_ENV, "").strip()
+    return int(raw) if raw.isascii() and raw.isdigit() and int(raw) > 0 else DEFAULT_MAX_STEPS
 
 
 def main() -> None:
@@ -247,6 +258,26 @@ def resume_refusal(access: Access, session: str | None, launched_by: str | None,
     if quota_left(access, active) == 0:
         return quota_message(active)
     return None
+
+
+def steps_refusal(access: Access, steps: int) -> str | None:
+    """Why a run of `steps` steps may not be launched (None: it may): a shared studio runs
+    at most `access.max_steps` per run (CALM_SHARED_MAX_STEPS), so one session cannot
+    hold the only job slot for hours (jobs run one at a time by default)."""
+    if not access.shared or steps <= access.max_steps:
+        return None
+    return (
+        f"This run has {steps} steps, more than the {access.max_steps} a shared studio allows per run "
+        f"({MAX_STEPS_ENV} on the server): lower the steps under Advanced settings."
+    )
+
+
+def launch_refusal(access: Access, steps: int, active: int) -> str | None:
+    """Why this session may not launch a run of `steps` steps now (None: it may): the
+    quota of queued or running runs, then the step budget."""
+    if quota_left(access, active) == 0:
+        return quota_message(active)
+    return steps_refusal(access, steps)
 
 
 def quota_left(access: Access, active_runs_of_session: int) -> int | None:

@@ -6,10 +6,10 @@ A run directory is created with the resolved config and its provenance; a detach
 run is queued as a background job (`calm train --run-dir DIR` in a new session, see
 calm_core.runs.jobs), so it outlives the terminal or the browser tab that started it.
 
-Given the studio's `Access`, a resume also applies a shared studio's rules
-(access.resume_refusal: the owner rule and the per-session quota) and raises
-`access.Refused` with the page's one line: the rules hold even for a request that did
-not come through the page's disabled button.
+Given the studio's `Access`, a launch and a resume also apply a shared studio's rules
+(access.launch_refusal, access.resume_refusal: the per-session quota, the step budget,
+the owner rule) and raise `access.Refused` with the page's one line: the rules hold
+even for a request that did not come through the page's disabled button.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 from calm_core.runs.rundir import RunDir
 from calm_core.training.config import TrainConfig
-from calm_core.workspace.access import Access, Refused, resume_refusal
+from calm_core.workspace.access import Access, Refused, launch_refusal, resume_refusal
 
 
 def run_config_record(cfg: TrainConfig, launched_by: str | None = None) -> dict[str, Any]:
@@ -59,12 +59,21 @@ def create_run(cfg: TrainConfig, root: str | Path | None = None, launched_by: st
 
 
 def launch_training(
-    cfg: TrainConfig, root: str | Path | None = None, launched_by: str | None = None
+    cfg: TrainConfig,
+    root: str | Path | None = None,
+    launched_by: str | None = None,
+    access: Access | None = None,
 ) -> tuple[RunDir, bool]:
     """Create the run and queue it as a background job; (run, started now?). When every
-    job slot is busy the run waits as `queued` and starts when one frees up."""
+    job slot is busy the run waits as `queued` and starts when one frees up. With the
+    studio's `access`, a launch past the session's quota or the step budget raises Refused
+    before anything is created."""
     from calm_core.runs.jobs import submit, worker_command
 
+    if access is not None:
+        refusal = launch_refusal(access, cfg.steps, session_active_runs(access, launched_by, root))
+        if refusal:
+            raise Refused(refusal)
     run = create_run(cfg, root, launched_by)
     submit(run, worker_command())
     return run, left_the_queue(run)
