@@ -137,6 +137,70 @@ def test_shared_train_page_disables_launch_over_the_step_budget(tiny_everywhere,
     assert not at.button(key="train_launch").disabled
 
 
+# ------------------------------------------------------------------ deleting is owner-only
+
+
+def _upload(name: str, owner: str | None) -> str:
+    from calm_core.data.uploads import save_upload
+
+    return save_upload(name, load_dataset("builtin/capitals/test", limit=12), "caps.csv", owner=owner).name
+
+
+def test_the_delete_rule_follows_the_cancel_rule() -> None:
+    assert access.delete_refusal(SHARED, "s", "s") is None
+    assert "Another session saved this dataset" in access.delete_refusal(SHARED, "s", "t")
+    assert "only the admin" in access.delete_refusal(SHARED, "s", None)  # saved before owners were recorded
+    assert access.delete_refusal(ADMIN, "s", "t") is None and access.delete_refusal(ADMIN, "s", None) is None
+    assert access.delete_refusal(LOCAL, None, None) is None
+
+
+def test_uploads_and_splits_record_their_owner_and_only_it_deletes_them() -> None:
+    from calm_core.data.entries import upload_folder
+    from calm_core.data.owners import OWNER_FILE, dataset_owner
+    from calm_core.data.split import plan_split, read_split, save_split
+    from calm_core.workspace.datasets import check_may_replace, delete_dataset
+
+    mine, theirs, old = _upload("mine", "s"), _upload("theirs", "t"), _upload("old", None)
+    assert (dataset_owner(mine), dataset_owner(theirs), dataset_owner(old)) == ("s", "t", None)
+    assert not (upload_folder(old)[1] / OWNER_FILE).exists()  # the CLI's and older saves: no owner file
+    plan = plan_split(load_dataset("builtin/capitals/test").items, seed=0, source="builtin/capitals/test")
+    save_split(plan, "caps", owner="t")
+    assert dataset_owner("split/caps") == dataset_owner("split/caps/train") == "t"
+    for name in (theirs, old, "split/caps"):
+        with pytest.raises(Refused):
+            delete_dataset(name, SHARED, "s")
+    with pytest.raises(Refused, match="Another session"):
+        check_may_replace("upload/theirs", SHARED, "s")  # replacing is deleting
+    check_may_replace("upload/new-name", SHARED, "s")  # a free name is anyone's
+    delete_dataset(mine, SHARED, "s")
+    assert not upload_folder(mine)[1].exists()
+    delete_dataset(old, ADMIN, "s")
+    delete_dataset("split/caps", LOCAL, None)
+    assert not upload_folder(old)[1].exists()
+    with pytest.raises(Exception, match="Expected a split named"):
+        read_split("caps")
+    delete_dataset(theirs, SHARED, "t")
+
+
+@pytest.mark.parametrize("admin", [False, True])
+def test_shared_data_page_lets_a_session_delete_only_its_own(monkeypatch: pytest.MonkeyPatch, admin: bool) -> None:
+    from calm_core.data.entries import upload_folder
+
+    for name, owner in (("mine", "this-session"), ("theirs", "another-session"), ("old", None)):
+        _upload(name, owner)
+    at = _signed_in(monkeypatch, "views/data.py", **({access.ADMIN_ENV: "1"} if admin else {})).run()
+    assert not at.exception, at.exception
+    for name, refused in (("upload/theirs", "Another session saved"), ("upload/old", "only the admin")):
+        at.selectbox(key="data_delete_name").set_value(name).run()
+        assert at.button(key="data_delete").disabled is not admin
+        assert any(refused in c.value for c in at.caption) is not admin
+    at.selectbox(key="data_delete_name").set_value("upload/mine").run()
+    assert not at.button(key="data_delete").disabled
+    at.button(key="data_delete").click().run()
+    assert not at.exception, at.exception
+    assert not upload_folder("mine")[1].exists() and upload_folder("theirs")[1].exists()
+
+
 # ------------------------------------------------------------------ malformed typed paths
 
 

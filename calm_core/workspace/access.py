@@ -17,8 +17,10 @@ listen on loopback; Gradio's share links take `auth=`):
   (CALM_STUDIO_PASSWORD or the `password` of Streamlit secrets; without one the studio
   refuses to serve), a model path typed into the studio must lie under an allowed root
   (the workspace, the model cache, CALM_ALLOWED_ROOTS), a session may hold at most
-  MAX_QUEUED_PER_SESSION queued or running runs, and it may cancel only the runs it
-  launched, unless it is the admin's (CALM_STUDIO_ADMIN=1 on the server).
+  MAX_QUEUED_PER_SESSION queued or running runs (a resume counts, as a launch does), a
+  run may have at most CALM_SHARED_MAX_STEPS steps, and a session may cancel or resume only
+  the runs it launched and delete only the uploads and splits it saved, unless it is the
+  admin's (CALM_STUDIO_ADMIN=1 on the server).
 
 In both modes a typed path that can name no file (a NUL byte, a control character, more
 than MAX_PATH_CHARS characters) is refused with one line, never a traceback.
@@ -278,6 +280,25 @@ def launch_refusal(access: Access, steps: int, active: int) -> str | None:
     if quota_left(access, active) == 0:
         return quota_message(active)
     return steps_refusal(access, steps)
+
+
+def may_delete(access: Access, session: str | None, owner: str | None) -> bool:
+    """Deleting (or replacing) an upload or a split follows the cancel rule: local, anyone;
+    shared, the session that saved it or the admin's. One saved before owners were
+    recorded (`owner` None) is the admin's alone in a shared studio."""
+    return may_cancel(access, session, owner)
+
+
+def delete_refusal(access: Access, session: str | None, owner: str | None) -> str | None:
+    """Why this session may not delete or replace a dataset (None: it may)."""
+    if may_delete(access, session, owner):
+        return None
+    if owner is None:
+        return (
+            "This dataset was saved before the studio recorded who saved what: in a shared studio only the "
+            f"admin ({ADMIN_ENV}=1 on the server) can delete or replace it."
+        )
+    return "Another session saved this dataset: only it (or the studio's admin) can delete or replace it."
 
 
 def quota_left(access: Access, active_runs_of_session: int) -> int | None:
