@@ -14,12 +14,14 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+import unicodedata
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 WRITABLE_KINDS = ("file", "directory")
+MAX_PATH_CHARS = 4096  # Linux's PATH_MAX: a longer typed path names nothing that can be opened
 
 
 def cache_dir() -> Path:
@@ -53,6 +55,21 @@ def safe_name(name: str, max_len: int = 80) -> str:
     if not cleaned:
         raise ValueError(f"Expected a name with letters or digits, but got {name!r}")
     return cleaned
+
+
+def malformed_path(text: str) -> str | None:
+    """Why a typed path or name can never name a file (None: it may): a NUL byte (Python's
+    os calls raise ValueError on it, which a page would show as a traceback), another
+    control character (a newline or an escape never belongs in a path and garbles pages and
+    logs) or more than MAX_PATH_CHARS characters. The callers turn the reason into one line."""
+    if "\x00" in text:
+        return "it holds a NUL byte"
+    if len(text) > MAX_PATH_CHARS:
+        return f"it is {len(text)} characters long, more than the {MAX_PATH_CHARS} a path may have"
+    control = next((c for c in text if unicodedata.category(c) == "Cc"), None)
+    if control is not None:
+        return f"it holds a control character (U+{ord(control):04X})"
+    return None
 
 
 def inside(root: Path, candidate: Path) -> bool:

@@ -1,16 +1,23 @@
-"""What produced a result: package versions, git commit, machine. Saved with every result."""
+"""What produced a result: package versions, git commit, machine, the model's fingerprint.
+Saved with every result."""
 
 from __future__ import annotations
 
+import hashlib
 import platform
+import struct
 import subprocess
 from datetime import datetime, timezone
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from calm_core.paths import PROJECT_ROOT
 
 _PACKAGES = ("calm-studio", "torch", "transformers", "peft", "numpy", "bitsandbytes")
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
+HEADER_BYTES = 1 << 16  # of a weight file that is not safetensors: its format's header and first bytes
+_MAX_SAFETENSORS_HEADER = 100 << 20  # a larger length field is a damaged file, not a header to read
 
 
 def package_versions() -> dict[str, str | None]:
@@ -49,3 +56,43 @@ def environment_record() -> dict[str, Any]:
         "python": platform.python_version(),
         "machine": f"{platform.system()} {platform.machine()}",
     }
+
+
+def model_fingerprint(path: str | Path) -> str | None:
+    """`sha256:<16 hex>` naming a model's files without naming where they are, so an export
+    or a report can tell two base models apart and say nothing of this machine. Hashed:
+    config.json and, per weight file (sorted by name), its name, size and header (a
+    safetensors file's JSON header: every tensor's name, dtype, shape and offsets; else
+    its first HEADER_BYTES). Metadata only: milliseconds for any model size, and the same
+    files give the same fingerprint on any machine. `path` is a model directory or one
+    weight file (a .gguf); None when it is neither (a hub id, a folder that is gone)."""
+    path = Path(path).expanduser()
+    try:
+        if path.is_file():
+            files = [path]
+        elif path.is_dir():
+            files = sorted(p for p in path.iterdir() if p.name == "config.json" or p.suffix in WEIGHT_SUFFIXES)
+        else:
+            return None
+        digest = hashlib.sha256()
+        for file in files:
+            digest.update(f"{file.name}\0{file.stat().st_size}\0".encode())
+            digest.update(_file_header(file))
+    except (OSError, ValueError):
+        return None
+    return "sha256:" + digest.hexdigest()[:16]
+
+
+def _file_header(file: Path) -> bytes:
+    """What model_fingerprint hashes of one file: all of config.json, a safetensors header,
+    else the first HEADER_BYTES."""
+    with file.open("rb") as handle:
+        if file.name == "config.json":
+            return handle.read()
+        if file.suffix == ".safetensors":
+            head = handle.read(8)
+            length = struct.unpack("<Q", head)[0] if len(head) == 8 else 0
+            if 0 < length <= _MAX_SAFETENSORS_HEADER:
+                return handle.read(length)
+            handle.seek(0)
+        return handle.read(HEADER_BYTES)

@@ -31,6 +31,7 @@ from calm_core.workspace.export_template import calm_head
 from calm_core.calibration.head import CalibrationHead, HeadLogitsProcessor
 from calm_core.calibration.posthoc.vector import VectorScaler
 from calm_core.workspace.launch import run_config_record
+from calm_core.provenance import model_fingerprint
 from calm_core.runs.layout import predictions_path
 from calm_core.runs.rundir import RunDir
 from calm_core.training.batches import load_data
@@ -222,7 +223,8 @@ def test_export_folder_contents_and_record(runs, exports, tiny_model_dir: Path, 
     record = json.loads((folder / "calm_export.json").read_text())
     adapter = json.loads((folder / "adapter_config.json").read_text())
     assert adapter["base_model_name_or_path"] == record["base_model_hub_id"] == tiny_model_dir.name
-    assert record["base_model_local_path"] == str(tiny_model_dir)  # where PEFT said the base was, kept aside
+    assert "base_model_local_path" not in record and record["base_model_setting"] == tiny_model_dir.name  # no path
+    assert record["base_model_fingerprint"] == model_fingerprint(tiny_model_dir)  # its files, by hash
     assert record["head_scope"] == scope and record["center"] is (scope != "vocab")
     assert record["scoring"]["rule"] == SCOPES[scope] and record["run_id"] == run.run_id
     assert record["step"] == run.latest_checkpoint()[0] == 2 and record["method"] == "calm"
@@ -342,7 +344,7 @@ def test_embedded_run_names_the_hub_model(tiny_model_dir: Path, tmp_path: Path) 
     adapter = json.loads((folder / "adapter_config.json").read_text())
     record = json.loads((folder / "calm_export.json").read_text())
     assert adapter["base_model_name_or_path"] == EMBEDDED_HUB_ID == "HuggingFaceTB/SmolLM2-135M-Instruct"
-    assert record["base_model_local_path"] == str(tiny_model_dir) and record["base_model_setting"] == "embedded"
+    assert "base_model_local_path" not in record and record["base_model_setting"] == "embedded"
     assert "EMBEDDED_HUB_ID" in record["base_model_hub_id_from"]
     assert record["ts_temperature"] is None  # no results.json: an unfinished run still exports
     card = (folder / "README.md").read_text()

@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from app.gate import studio_access, this_session
 from calm_core.data.catalog import load_dataset
 from calm_core.data.entries import SPLIT_PREFIX, DatasetEntry, list_datasets
 from calm_core.data.guess import GUESS_ROWS, column_paths, guess_column_mapping
@@ -27,10 +28,11 @@ from calm_core.data.mapping import ColumnMapping
 from calm_core.data.mapping_form import form_values, mapping_from_form
 from calm_core.data.readers import load_records, peek_records, stage_upload
 from calm_core.data.schema import ANSWER_FORMS, LoadReport
-from calm_core.data.split import default_split_name, delete_split, plan_split, save_split
+from calm_core.data.split import default_split_name, plan_split, save_split
 from calm_core.data.split_sizes import SplitAdvice, advise_split
-from calm_core.data.uploads import delete_upload, save_upload
+from calm_core.data.uploads import save_upload
 from calm_core.paths import safe_name
+from calm_core.workspace.datasets import check_may_replace, delete_dataset, delete_refusal_for
 
 ACCEPTED = ["jsonl", "csv", "parquet"]
 PREVIEW_ROWS = 8
@@ -191,7 +193,9 @@ def upload_section() -> None:
     overwrite = st.checkbox("Replace an upload with the same name", key="data_overwrite")
     if st.button("Save to the workspace", type="primary", key="data_save"):
         try:
-            entry = save_upload(name, report, upload.name, mapping, overwrite=overwrite)
+            if overwrite:  # replacing deletes what was there: a shared studio's owner rule applies
+                check_may_replace(f"upload/{name}", studio_access(), this_session())
+            entry = save_upload(name, report, upload.name, mapping, overwrite=overwrite, owner=this_session())
         except Exception as exc:
             st.error(_problem(exc))
         else:
@@ -267,7 +271,9 @@ def split_section() -> None:
     overwrite = st.checkbox("Replace a split with the same name", key="data_split_overwrite")
     if st.button("Split", type="primary", key="data_split_go", disabled=advice.refused):
         try:
-            record = save_split(plan, name, overwrite)
+            if overwrite:  # replacing deletes what was there: a shared studio's owner rule applies
+                check_may_replace(f"{SPLIT_PREFIX}{name}", studio_access(), this_session())
+            record = save_split(plan, name, overwrite, owner=this_session())
         except Exception as exc:
             st.error(_problem(exc))
         else:
@@ -306,7 +312,9 @@ def catalog(entries: list[DatasetEntry]) -> None:
 
 
 def delete_section(entries: list[DatasetEntry]) -> None:
-    """Delete an upload or a whole split (its three parts); shown only when there is one."""
+    """Delete an upload or a whole split (its three parts); shown only when there is one.
+    A shared studio lets a session delete only what it saved (or the admin anything):
+    the button is off with the reason otherwise (workspace/datasets.py)."""
     removable = [e.name for e in entries if e.source == "upload"] + sorted(
         {e.name.rsplit("/", 1)[0] for e in entries if e.source == "split"}
     )
@@ -314,8 +322,16 @@ def delete_section(entries: list[DatasetEntry]) -> None:
         return
     with st.expander("Delete an upload or a split"):
         victim = st.selectbox("Dataset", removable, key="data_delete_name")
-        if st.button("Delete", key="data_delete"):
-            (delete_split if victim.startswith(SPLIT_PREFIX) else delete_upload)(victim.split("/", 1)[1])
+        access, session = studio_access(), this_session()
+        refusal = delete_refusal_for(victim, access, session)
+        if refusal:
+            st.caption(refusal)
+        if st.button("Delete", key="data_delete", disabled=refusal is not None, help=refusal):
+            try:
+                delete_dataset(victim, access, session)
+            except Exception as exc:
+                st.error(_problem(exc))
+                return
             st.rerun()
 
 

@@ -14,7 +14,7 @@ from app.charts import alpha_bars, alpha_heatmap, line_figure, tradeoff_figure
 from app.gate import studio_access, this_session
 from app.state import code, describe_error
 from calm_core.calibration.metrics.columns import curves, help_texts, table_columns
-from calm_core.runs.jobs import cancel, resume
+from calm_core.runs.jobs import cancel
 from calm_core.runs.listing import list_runs, run_label
 from calm_core.runs.metrics_lines import MetricsTail
 from calm_core.runs.rundir import RunDir
@@ -22,7 +22,8 @@ from calm_core.runs.state import DAMAGED, RunState
 from calm_core.training.config import recorded_bilevel
 from calm_core.workspace import verdict
 from calm_core.workspace import view as run_view
-from calm_core.workspace.access import may_cancel
+from calm_core.workspace.access import OWNER_ONLY, may_cancel
+from calm_core.workspace.launch import resume_refusal_for, resume_run
 
 POLL_SECONDS = 3.0  # the progress line, state, selection and controls: cheap to redraw
 # The curves redraw less often: each redraw rebuilds every figure on the server and re-renders
@@ -133,11 +134,16 @@ def _data_notes(choices: dict) -> None:
 
 def _controls(run: RunDir, view: RunState, launched_by: str | None) -> None:
     """Cancel and resume; a shared studio lets a session change only its own runs (or
-    every run, for the admin: CALM_STUDIO_ADMIN=1)."""
+    every run, for the admin: CALM_STUDIO_ADMIN=1), and a resume counts toward the
+    session's quota as a launch does (workspace/launch.py resume_refusal_for)."""
     c1, c2, c3 = st.columns([1, 1, 4])
-    allowed = may_cancel(studio_access(), this_session(), launched_by)
+    access, session = studio_access(), this_session()
+    allowed = may_cancel(access, session, launched_by)
+    no_resume = resume_refusal_for(access, session, launched_by, run.path.parent) if view.resumable else None
     if not allowed:
-        c3.caption("Another session launched this run: only it (or the studio's admin) can cancel or resume it.")
+        c3.caption(OWNER_ONLY)
+    elif no_resume:
+        c3.caption(no_resume)
     if c1.button(
         "Cancel",
         disabled=view.state not in ACTIVE or not allowed,
@@ -148,9 +154,9 @@ def _controls(run: RunDir, view: RunState, launched_by: str | None) -> None:
             st.toast(f"{run.run_id}: {cancel(run).state}")
         except Exception as exc:
             st.error(describe_error(exc))
-    if c2.button("Resume", disabled=not view.resumable or not allowed, key="monitor_resume"):
+    if c2.button("Resume", disabled=not view.resumable or no_resume is not None, key="monitor_resume", help=no_resume):
         try:
-            resume(run)
+            resume_run(run, access, session)
             st.toast(f"{run.run_id}: queued to resume")
         except Exception as exc:
             st.error(describe_error(exc))

@@ -27,16 +27,9 @@ from calm_core.training.config import PRESETS, TrainConfig, train_settings
 from calm_core.training.methods import METHODS
 from calm_core.training.tasks import get_task
 from calm_core.training.timings import RunSizes
-from calm_core.workspace.access import (
-    MAX_QUEUED_PER_SESSION,
-    Access,
-    PathRefused,
-    confine_model_name,
-    quota_left,
-    quota_message,
-)
+from calm_core.workspace.access import Access, PathRefused, confine_model_name, launch_refusal
 from calm_core.workspace.estimate import estimate_for, minutes, planned_sizes, span
-from calm_core.workspace.launch import active_runs_of, launch_training
+from calm_core.workspace.launch import launch_training, session_active_runs
 
 # The studio's multiple-choice demo: one domain to train on, two more to show what happens out of
 # domain. Other tasks start from their own DEFAULTS (training/tasks/<task>.py), as `calm train` does.
@@ -429,16 +422,19 @@ def cost(cfg: TrainConfig) -> None:
 
 
 def launch(cfg: TrainConfig, evals: list[str], access: Access) -> None:
-    """The Launch button, off without evaluation sets or past this session's queue quota (a
-    shared studio); a launched run becomes the Monitor's choice, with a link to it."""
+    """The Launch button, off without evaluation sets, or in a shared studio past this
+    session's queue quota or the per-run step budget (access.launch_refusal, said in one
+    line); a launched run becomes the Monitor's choice, with a link to it."""
     session = this_session()
-    left = quota_left(access, active_runs_of(session) if session else 0)
-    if left == 0:
-        st.warning(quota_message(MAX_QUEUED_PER_SESSION))
-    if not st.button("Launch training", type="primary", disabled=not evals or left == 0, key="train_launch"):
+    refusal = launch_refusal(access, cfg.steps, session_active_runs(access, session))
+    if refusal:
+        st.warning(refusal)
+    if not st.button(
+        "Launch training", type="primary", disabled=not evals or refusal is not None, key="train_launch", help=refusal
+    ):
         return
     try:
-        run, started = launch_training(cfg, launched_by=session)
+        run, started = launch_training(cfg, launched_by=session, access=access)
     except Exception as exc:
         st.error(describe_error(exc))
         return

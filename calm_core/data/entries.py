@@ -23,7 +23,7 @@ from typing import Callable
 
 from calm_core.data.readers import FORMATS
 from calm_core.data.schema import DataError, LoadReport, validate_mc_record, validate_open_record
-from calm_core.paths import data_dir, inside, safe_name, workspace_dir
+from calm_core.paths import data_dir, inside, malformed_path, safe_name, workspace_dir
 
 BUILTIN_PREFIX = "builtin/"
 UPLOAD_PREFIX = "upload/"
@@ -309,6 +309,9 @@ def split_folder(name: str) -> tuple[str, Path]:
 def _workspace_folder(name: str, prefix: str, root: Path, what: str) -> tuple[str, Path]:
     bare = name.strip()
     bare = bare[len(prefix) :] if bare.startswith(prefix) else bare
+    reason = malformed_path(bare)  # a NUL byte, a control character, an overlong name: one line
+    if reason:
+        raise DataError(f"Expected a plain {what} name, but {reason}")
     if "/" in bare or "\\" in bare or Path(bare).is_absolute():
         raise DataError(f"Expected a plain {what} name without path separators, but got {name!r}")
     try:

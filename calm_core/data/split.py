@@ -42,6 +42,7 @@ from calm_core.data.entries import (
     UPLOAD_PREFIX,
     split_folder,
 )
+from calm_core.data.owners import owner_files
 from calm_core.data.readers import FORMATS
 from calm_core.data.schema import DataError, Item, MCItem
 from calm_core.data.split_sizes import advise_split, part_sizes
@@ -229,8 +230,11 @@ def plan_split(
     return SplitPlan(source, kind, seed, stratify, tuple(sizes), parts, len(items))
 
 
-def save_split(plan: SplitPlan, name: str | None = None, overwrite: bool = False) -> SplitRecord:
-    """Save the parts as `split/<name>/<part>` with their split.json, atomically.
+def save_split(
+    plan: SplitPlan, name: str | None = None, overwrite: bool = False, owner: str | None = None
+) -> SplitRecord:
+    """Save the parts as `split/<name>/<part>` with their split.json (+ owner.json with
+    `owner`, the saving studio session's tag: data/owners.py), atomically.
 
     The same split saved again is a no-op (the record is returned); a different split
     under an existing name needs `overwrite`.
@@ -250,7 +254,7 @@ def save_split(plan: SplitPlan, name: str | None = None, overwrite: bool = False
             "choose another name, or replace it (--overwrite; on the Data page, tick Replace)"
         )
     files = {f"{part}.jsonl": items for part, items in plan.parts.items()}
-    write_folder_atomically(folder, files, {SPLIT_RECORD: record.to_dict()})
+    write_folder_atomically(folder, files, {SPLIT_RECORD: record.to_dict(), **owner_files(owner)})
     return dataclasses.replace(record, path=folder / SPLIT_RECORD)
 
 

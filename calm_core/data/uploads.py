@@ -1,8 +1,9 @@
 """Uploads: a person's loaded file stored in the workspace as `upload/<name>`, and removed.
 
-`workspace/datasets/<name>/items.jsonl` holds the normalised items and `meta.json` where
-they came from (the original file, the mapping, the kind, the rows rejected), written
-together so that no reader sees half an upload. The catalog lists and loads them
+`workspace/datasets/<name>/items.jsonl` holds the normalised items, `meta.json` where
+they came from (the original file, the mapping, the kind, the rows rejected) and, when a
+studio session saved it, `owner.json` its opaque tag (data/owners.py), written together so
+that no reader sees half an upload. The catalog lists and loads them
 (`calm_core.data.entries`, `calm_core.data.catalog`); the Data page saves and deletes them.
 """
 
@@ -23,6 +24,7 @@ from calm_core.data.entries import (
     upload_folder,
 )
 from calm_core.data.mapping import ColumnMapping
+from calm_core.data.owners import owner_files
 from calm_core.data.schema import DataError, LoadReport
 from calm_core.io import write_folder_atomically
 
@@ -36,8 +38,10 @@ def save_upload(
     original_filename: str,
     mapping: ColumnMapping | str | None = None,
     overwrite: bool = False,
+    owner: str | None = None,
 ) -> DatasetEntry:
-    """Store a loaded report as `upload/<name>`: items.jsonl + meta.json, written atomically.
+    """Store a loaded report as `upload/<name>`: items.jsonl + meta.json (+ owner.json with
+    `owner`, the saving session's tag), written atomically.
 
     The name is cleaned with `safe_name` (spaces become "_"); one that contains a path
     separator or is absolute is refused. An existing upload is kept unless `overwrite`.
@@ -51,7 +55,7 @@ def save_upload(
     if isinstance(mapping, str):
         mapping = ColumnMapping.parse(mapping)
     meta = _upload_meta(clean, report, original_filename, mapping)
-    write_folder_atomically(folder, {ITEMS_FILE: report.items}, {META_FILE: meta})
+    write_folder_atomically(folder, {ITEMS_FILE: report.items}, {META_FILE: meta, **owner_files(owner)})
     return upload_entry(folder)
 
 

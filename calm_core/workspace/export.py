@@ -10,14 +10,18 @@ complete checkpoint):
     calibration_head.safetensors                     the head's (l, s), for runs whose method has one
     calm_head.py                                     stand-alone head + option scoring (export_template/):
                                                      imports torch, safetensors, transformers only
-    calm_export.json                                 base model hub id and local path, run, step, method,
-                                                     scoring rule, head scope and centring, TS temperature,
-                                                     calm_core version and commit
-    calm_config.json                                 the run's config.json, as it was
+    calm_export.json                                 base model hub id, public name and fingerprint, run,
+                                                     step, method, scoring rule, head scope and centring,
+                                                     TS temperature, calm_core version and commit
+    calm_config.json                                 the run's config.json, the model and datasets by name
     README.md                                        Hugging Face model card: YAML front matter (base_model,
                                                      library_name: peft, tags, a model-index of the calibration
                                                      table from results.json), how to load it, the table
                                                      (model_card.py)
+
+No file of the folder holds a local path (workspace/portable.py): the model is named by its
+hub id, else its directory's name, with a fingerprint of its files; every other path the run
+knows of becomes a name or a placeholder (`~`, `$CALM_WORKSPACE`).
 
 It is written into a hidden sibling of the target and renamed into place, so a failure
 leaves no half-written export. This module picks the step or variant and writes the folder;
@@ -40,6 +44,7 @@ from calm_core.io import default_mode
 from calm_core.runs.rundir import RunDir
 from calm_core.workspace.hub_id import portable_base_model
 from calm_core.workspace.model_card import export_card
+from calm_core.workspace.portable import Portable, portable_config
 from calm_core.workspace.verdict import POSTHOC_EXPORTS
 
 if TYPE_CHECKING:
@@ -50,7 +55,8 @@ HEAD_MODULE = Path(__file__).resolve().parent / "export_template" / "calm_head.p
 
 
 def export_record(run: RunDir, step: int, checkpoint: Path) -> dict[str, Any]:
-    """calm_export.json: what the folder holds and everything needed to use it."""
+    """calm_export.json: what the folder holds and everything needed to use it. The base
+    model by hub id, public name and fingerprint (workspace/portable.py), never its path."""
     import calm_core
     from calm_core.calibration.head import HEAD_FILENAME, CalibrationHead
     from calm_core.provenance import git_commit
@@ -61,7 +67,7 @@ def export_record(run: RunDir, step: int, checkpoint: Path) -> dict[str, Any]:
     if not isinstance(train, dict):
         raise ValueError(f"Expected the training settings (`train`) in config.json of run {run.run_id}, but found none")
     hub_id, how = portable_base_model(str(train.get("model", "embedded")))
-    adapter = json.loads((checkpoint / "adapter_config.json").read_text(encoding="utf-8"))
+    portable = Portable.of(run)
     has_head = (checkpoint / HEAD_FILENAME).is_file()
     head = CalibrationHead.load(checkpoint) if has_head else None
     scope = head.scope if head is not None else None
@@ -75,15 +81,15 @@ def export_record(run: RunDir, step: int, checkpoint: Path) -> dict[str, Any]:
         "method": train["method"],
         "task": train.get("task", "mcqa"),
         "base_model_hub_id": hub_id,
-        "base_model_hub_id_from": how,
-        "base_model_setting": train.get("model"),
-        "base_model_local_path": adapter.get("base_model_name_or_path"),  # what PEFT recorded on the training machine
+        "base_model_hub_id_from": portable.text(how),
+        "base_model_setting": portable.model_name,  # `embedded`, a hub id, or a local model's base name
+        "base_model_fingerprint": portable.fingerprint,  # its files' hash (provenance.model_fingerprint)
         "base_model_dtype": (run.status_or_empty().get("model") or {}).get("dtype"),  # how the run loaded it
         "head_scope": scope,
         "center": None if head is None else head.centred,  # as CalibrationHead.forward applies it
         "scoring": ScoringConfig(rule=train["scoring"], chat_template=bool(train.get("chat_template"))).to_dict(),
         "ts_temperature": ts.get("temperature"),
-        "ts_fit_on": ts.get("fit_on"),
+        "ts_fit_on": portable.data(ts.get("fit_on")),
         "calm_core": {"version": calm_core.__version__, "git": git_commit()},
         "trained_with": {"git": environment.get("git"), "versions": environment.get("versions")},
     }
@@ -209,19 +215,27 @@ def _vector_scaling_head(run: RunDir, results: dict) -> "CalibrationHead":
 
 
 def _write_folder(run: RunDir, step: int, checkpoint: Path, folder: Path, variant: str) -> None:
+    """Every file of the export; each text file passes through the run's `Portable` last,
+    so no local path leaves the machine (`calm_config.json` is config.json with the model
+    and datasets by name)."""
     from calm_core.calibration.head import HEAD_FILENAME
 
-    record = {**export_record(run, step, checkpoint), "variant": variant}
+    portable = Portable.of(run)
+    record = portable.data({**export_record(run, step, checkpoint), "variant": variant})
     adapter = json.loads((checkpoint / "adapter_config.json").read_text(encoding="utf-8"))
     adapter["base_model_name_or_path"] = record["base_model_hub_id"]
-    (folder / "adapter_config.json").write_text(json.dumps(adapter, indent=2) + "\n", encoding="utf-8")
+    _write_json(folder / "adapter_config.json", portable.data(adapter))
     shutil.copyfile(checkpoint / "adapter_model.safetensors", folder / "adapter_model.safetensors")
     if record["head_scope"] is not None:
         shutil.copyfile(checkpoint / HEAD_FILENAME, folder / HEAD_FILENAME)
     shutil.copyfile(HEAD_MODULE, folder / "calm_head.py")
-    shutil.copyfile(run.path / "config.json", folder / "calm_config.json")
-    (folder / EXPORT_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    (folder / "README.md").write_text(export_card(run, record), encoding="utf-8")
+    _write_json(folder / "calm_config.json", portable.data(portable_config(run.config)))
+    _write_json(folder / EXPORT_FILE, record)
+    (folder / "README.md").write_text(portable.text(export_card(run, record)), encoding="utf-8")
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
 
 def export_zip(run: RunDir, variant: str | None = None) -> bytes:

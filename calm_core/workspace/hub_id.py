@@ -109,4 +109,4 @@ def portable_base_model(model: str) -> tuple[str, str]:
         return path.name, "the local directory's name (its config.json names no hub id)"
     if HUB_ID.match(model):
         return model, "the run's model setting (a hub id)"
-    return path.name, f"the name of {model} (a local path that is no longer there)"
+    return path.name, f"the name of {path.name} (a local path that is no longer there)"  # never the path

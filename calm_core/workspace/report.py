@@ -8,7 +8,9 @@ Figures are inline SVG, drawn by workspace/report_svg.py from `metrics.bin_confi
 tables: no script, no plotly, no network, so the file opens offline anywhere, prints, and
 stays ~50 KB (inline plotly.js alone is ~4.8 MB). Hovering a bar shows its numbers (SVG
 <title>). Every string that comes from a user or a file (names, datasets, paths) goes
-through html.escape; numbers are formatted here. This module writes the sections and the page.
+through html.escape; numbers are formatted here. The page holds no local path: the model is
+named and fingerprinted, and the whole page passes through the run's `Portable` last
+(workspace/portable.py). This module writes the sections and the page.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from calm_core.calibration.metrics.columns import cell, interval_names, is_missi
 from calm_core.runs.rundir import RunDir
 from calm_core.training.config import recorded_bilevel
 from calm_core.workspace import verdict
+from calm_core.workspace.portable import Portable, portable_config
 from calm_core.workspace.report_svg import line_svg, reliability_svg
 from calm_core.workspace.view import (
     ADDED_MARK,
@@ -55,19 +58,20 @@ def run_report_html(run: RunDir, n_bins: int = N_BINS) -> str:
     name = status.get("name")
     title = f"CALM report: {run.run_id}" + (f" ({name})" if name else "")
     results = run.results()
+    portable = Portable.of(run)
     body = [
         f"<h1>{escape(title)}</h1>",
         f'<p class="sub">{escape(str(status.get("state", "unknown")))} · generated '
         f"{datetime.now(timezone.utc).isoformat(timespec='seconds')} by CALM Studio</p>",
         _verdict(results, str(train.get("method", ""))),
-        _settings(run, train, status),
+        _settings(run, portable, status),
         _metrics(rows, results),
         _diagrams(run, rows, n_bins),
         _alpha(records, train),
         _bome(records, train),
         HOW_TO_READ,
     ]
-    return _page(title, "\n".join(body))
+    return portable.text(_page(title, "\n".join(body)))  # no local path leaves in the file
 
 
 # --- sections ------------------------------------------------------------------------
@@ -119,33 +123,40 @@ def _verdict_table(table: list[dict[str, str]]) -> str:
     )
 
 
-def _settings(run: RunDir, train: dict[str, Any], status: dict[str, Any]) -> str:
+def _settings(run: RunDir, portable: Portable, status: dict[str, Any]) -> str:
     """The training settings and the environment record as one table, then the whole
-    config.json folded away."""
-    env = run.config.get("environment") or {}
+    config.json folded away; the model and the datasets by name (portable_config), with
+    the model's fingerprint."""
+    config = portable_config(run.config)
+    env = config.get("environment") or {}
     versions = ", ".join(f"{k} {v}" for k, v in (env.get("versions") or {}).items())
-    items = _training_items(train, status, task_of(run)) + [
+    items = _training_items(config.get("train") or {}, status, task_of(run), portable.fingerprint)
+    items += [
         ("environment", f"{env.get('machine')}, Python {env.get('python')}; {versions}" if env else None),
         ("git", env.get("git")),
         ("created", env.get("created")),
     ]
     table = "".join(f"<tr><th>{escape(k)}</th><td>{escape(str(v))}</td></tr>" for k, v in items if v is not None)
-    config = json.dumps(run.config, indent=2, sort_keys=True, default=str)
+    config_text = json.dumps(config, indent=2, sort_keys=True, default=str)
     return (
         f'<section id="settings"><h2>Settings</h2><table class="kv">{table}</table>'
-        f"<details><summary>config.json</summary><pre>{escape(config)}</pre></details></section>"
+        f"<details><summary>config.json</summary><pre>{escape(config_text)}</pre></details></section>"
     )
 
 
-def _training_items(train: dict[str, Any], status: dict[str, Any], task: str) -> list[tuple[str, Any]]:
-    """(label, value) of method, scope, model, scoring, data, optimizer, and the BOME
-    settings of a calm run or the generation settings of an open-QA one."""
+def _training_items(
+    train: dict[str, Any], status: dict[str, Any], task: str, fingerprint: str | None
+) -> list[tuple[str, Any]]:
+    """(label, value) of method, scope, model (by name, and its files' `fingerprint`),
+    scoring, data, optimizer, and the BOME settings of a calm run or the generation
+    settings of an open-QA one."""
     model, lora, t = status.get("model") or {}, train.get("lora") or {}, train.get
     items = [
         ("method", t("method")),
         ("task", task),
         ("head scope (effective)", head_scope(train) if train else None),
         ("model", t("model")),
+        ("model fingerprint", fingerprint),
         ("loaded as", ", ".join(str(model[k]) for k in ("kind", "device", "dtype") if model.get(k)) or None),
         ("scoring rule", f"{t('scoring')}, chat template {'on' if t('chat_template') else 'off'}"),
         ("steps", f"{status.get('step', '?')} of {t('steps')}"),
