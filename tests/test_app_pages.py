@@ -304,6 +304,7 @@ def test_monitor_and_compare_show_the_selected_step_and_the_recommendation(open_
     step on its curves and says which step and which calibrator; Compare says both per
     run, plainly when a baseline beats the trained model, and why a baseline is missing."""
     from app.charts import SELECTED_SYMBOL
+    from calm_core.workspace import verdict
     from tests.test_verdict import finished_run
 
     run = finished_run(recommended=recommended, with_ts=recommended == "calm")
@@ -319,10 +320,12 @@ def test_monitor_and_compare_show_the_selected_step_and_the_recommendation(open_
     evidence = next(d.value for d in monitor.dataframe if "recommended" in d.value.columns)
     assert list(evidence["variant"]) == (["base", "ts", "vs", "calm"] if recommended == "calm" else ["base", "vs", "calm"])
     assert evidence["ece"].str.contains(r"\[").all()  # 90% intervals
+    sentence = verdict.recommendation_sentence(run.results())  # the same words as `calm train` and the report
     if recommended == "calm":
-        assert [s.value for s in monitor.success][-1].startswith("Recommended: calm") and not monitor.warning
+        assert [s.value for s in monitor.success][-1].startswith(sentence) and not monitor.warning
     else:
-        assert "calm does not win on S_V: use vs" in [w.value for w in monitor.warning][-1]
+        assert [w.value for w in monitor.warning][-1].startswith(sentence)
+    assert any(verdict.HELDOUT_COLUMNS[2] in d.value.columns for d in monitor.dataframe)  # the S_V evidence
 
     compare = open_page("views/compare.py")
     assert not compare.exception and not compare.error, (compare.exception, [e.value for e in compare.error])
@@ -331,9 +334,9 @@ def test_monitor_and_compare_show_the_selected_step_and_the_recommendation(open_
     text = _text(compare)
     assert "The model is from step 4, selected on S_V" in text
     if recommended == "calm":
-        assert compare.success[0].value.startswith("Recommended: calm") and not compare.info
+        assert compare.success[0].value.startswith(sentence) and not compare.info
     else:
-        assert "calm does not win on S_V: use vs" in compare.warning[0].value
+        assert compare.warning[0].value.startswith(sentence)
         assert [i.value for i in compare.info] == ["no `ts` variant: S_V has 8 items, fewer than 10"]
 
 
@@ -443,7 +446,7 @@ def test_compare_opens_with_the_verdict_row_says_why_ts_is_missing_and_fits_its_
         compare.multiselect(key="compare_runs").format_func(newer.run_id)
     verdict_table = compare.dataframe[0].value  # the page opens with it
     assert list(verdict_table.columns) == ["evaluation set", "best calibrated", "flags", "recommended on S_V"]
-    assert verdict_table.iloc[0].tolist() == [DATASET, "calm (ECE 0.060)", "none", "calm"]
+    assert verdict_table.iloc[0].tolist() == [DATASET, "CALM (ECE 0.060)", "none", "Use CALM"]
     assert [i.value for i in compare.info] == ["no `ts` variant: S_V has 8 items, fewer than 10"]
     assert "No `ts` row: no `ts` variant: S_V has 8 items, fewer than 10" in _text(compare)
     metrics_table = next(d.value for d in compare.dataframe if "variant" in d.value.columns and "acc" in d.value.columns)
@@ -468,7 +471,7 @@ def test_monitor_and_playground_start_on_the_newest_run_and_monitor_follows_a_la
     assert run_picker(monitor).value == newer.run_id
     assert not monitor.exception, monitor.exception
     verdict_table = next(d.value for d in monitor.dataframe if "best calibrated" in d.value.columns)
-    assert verdict_table.iloc[0]["best calibrated"] == "calm (ECE 0.060)"
+    assert verdict_table.iloc[0]["best calibrated"] == "CALM (ECE 0.060)"
     run_picker(monitor).set_value(older.run_id).run()
     # What the Train page's launch does: the Monitor then opens that run, in this session.
     monitor.switch_page("views/train.py").run()

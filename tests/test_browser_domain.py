@@ -33,6 +33,7 @@ from pathlib import Path
 
 import pytest
 
+from calm_core.workspace.verdict import recommendation_sentence
 from tests.test_browser import (CHROMIUM, CHROMIUM_ARGS, _goto, _require_browser, _shots, fill_short_tiny_run,
                                 running_studio)
 from tests.test_browser_sessions import _exceptions, _stop_leftover_jobs
@@ -273,7 +274,7 @@ def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shot
     selected = results["selection"]["selected_step"]
     assert status["selection"]["selected_step"] == selected
     expect(page.get_by_text(f"The model is from step {selected}").first).to_be_visible(timeout=60_000)
-    expect(page.get_by_text(f"Recommended: {results['recommendation']['variant']}").first).to_be_visible()
+    expect(page.get_by_text(recommendation_sentence(results)).first).to_be_visible()  # the one sentence
     print(f"selected step {selected}; recommended {results['recommendation']['variant']}")
     assert not _exceptions(page), _exceptions(page)
     _shot(page, shots, "4-monitor", bottom=page.get_by_text("Compare reliability diagrams"))
@@ -285,7 +286,7 @@ def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shot
     expect(page.locator(_key("compare_dataset")).get_by_role("combobox")).to_have_value(parts["test"])
     print(f"variants shown: {page.locator(_key('compare_variants')).inner_text()!r}")
     expect(page.get_by_text(f"The model is from step {selected}").first).to_be_visible(timeout=60_000)
-    expect(page.get_by_text(f"Recommended: {results['recommendation']['variant']}").first).to_be_visible()
+    expect(page.get_by_text(recommendation_sentence(results)).first).to_be_visible()  # the one sentence
     verdict_box = page.locator(".st-key-compare_verdict")  # the verdict row, above the diagrams
     expect(verdict_box.locator('[data-testid="stDataFrame"]')).to_have_count(1)
     expect(verdict_box).to_contain_text("Best calibrated: the lowest ECE")

@@ -51,7 +51,7 @@ def test_foreground_train_writes_a_finished_run(tiny_model_dir: Path, tmp_path: 
     assert main(["runs", "--runs-root", str(tmp_path)]) == 0
     listed = capsys.readouterr().out
     assert run.run_id in listed and "[bome: drop" in listed  # the BOME diagnostics of the last steps
-    assert "The model is from step" in listed and "Recommended: " in listed  # `calm train`'s closing lines
+    assert "The model is from step" in listed and " held-out items" in listed  # `calm train`'s closing lines
     assert main(["runs", "--runs-root", str(tmp_path), "--json"]) == 0
     (entry,) = json.loads(capsys.readouterr().out)
     assert {"q", "lambda", "inner_drop_frac", "coupling_ratio", "inert"} <= set(entry["bome"])
@@ -202,12 +202,18 @@ def test_train_ends_with_the_selected_step_the_recommendation_and_the_evidence(t
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"run {run.run_id}: finished at step 12 ({run.path})"
     assert out[1].startswith("The model is from step 4, selected on S_V: NLL 0.8123")
-    assert out[2].startswith("Recommended: vs") and "calm does not win on S_V: use vs" in out[2]
+    assert out[2].startswith("Use vector scaling: on 24 held-out items it lowers the NLL (NLL change -0.10, 90% "
+                             "interval -0.18 to -0.03).") and "--variant recommended" in out[2]
     assert out[3] == "No ts: no `ts` variant: S_V has 8 items, fewer than 10"
-    assert out[4] == f"{DATASET}: best calibrated calm (ECE 0.060); flags none; recommended on S_V vs"  # the verdict row
-    assert out[5].split() == ["dataset", "variant", "acc", "ece", "auroc", "confidence"]
-    assert [line.split()[:2] for line in out[6:9]] == [[DATASET, "base"], [DATASET, "vs"], [DATASET, "calm"]]
-    assert out[7].split()[2] == "*" and "0.060 [0.030, 0.120]" in out[8]  # vs recommended; 90% intervals
+    assert out[4] == (f"{DATASET}: best calibrated CALM (ECE 0.060); flags none; "
+                      "recommended on S_V: Use vector scaling")  # the verdict row
+    assert out[5].split()[:3] == ["variant", "S_V", "NLL"]  # the recommendation's S_V evidence, lowest NLL first
+    assert out[6].startswith("vector scaling") and out[6].split()[-1] == "recommended"
+    evidence = out.index(next(line for line in out if line.split()[:2] == ["dataset", "variant"]))
+    assert out[evidence].split() == ["dataset", "variant", "acc", "ece", "auroc", "confidence"]
+    rows = out[evidence + 1:evidence + 4]
+    assert [line.split()[:2] for line in rows] == [[DATASET, "base"], [DATASET, "vs"], [DATASET, "calm"]]
+    assert rows[1].split()[2] == "*" and "0.060 [0.030, 0.120]" in rows[2]  # vs recommended; 90% intervals
     assert out[-1].startswith("(* recommended on S_V")
 
     def damaging_train(cfg, run, progress=None):

@@ -91,3 +91,82 @@ def test_an_in_sample_calibrator_on_an_s_v_without_mistakes_is_no_evidence() -> 
     wrong[0] = (gold[0] + 1) % 4  # one mistake: the fit has something to fit
     assert recommend({"base": metrics.softmax(logits), "ts": TemperatureScaler.fit(logits, wrong).probs(logits)},
                      wrong, in_sample=["ts"]).heldout["ts"]["evidence"] is True
+
+
+# ----------------------------------------------------------------------------- uncertainty (issue 30)
+
+def _too_sharp(n: int, seed: int, sharp: float = 1.8) -> tuple[np.ndarray, np.ndarray]:
+    """A model whose forecast is too sharp: the gold is drawn from softmax(z), the model
+    says softmax(sharp * z). Temperature scaling truly helps; how sure S_V can be of that
+    depends on how many items it has."""
+    rng = np.random.default_rng(seed)
+    z = rng.normal(0, 1.5, (n, 4))
+    gold = np.array([rng.choice(4, p=p) for p in metrics.softmax(z)])
+    return z * sharp, gold
+
+
+def _recommend_ts(n: int, seed: int):
+    logits, gold = _too_sharp(n, seed)
+    fitted, how = cross_fitted(logits, gold, {"ts": TemperatureScaler})
+    return recommend({"base": metrics.softmax(logits), **fitted}, gold, posthoc_fit=how)
+
+
+@pytest.mark.parametrize("seed", [0, 2, 3])  # seeds where cross-fitted TS's mean S_V NLL is lower than base's
+def test_a_small_s_v_with_a_noisy_gain_keeps_the_model_as_it_is(seed: int) -> None:
+    """24 S_V items (the issue's split): TS's gain is real (the large S_V below shows it) and
+    its mean is a gain on these items, but they cannot tell it from noise: keep the model."""
+    pick = _recommend_ts(24, seed)
+    gain = pick.comparison["against_reference"]["ts"]
+    assert pick.variant == "base" and pick.decision == "keep"
+    assert gain["mean"] < 0.0 <= gain["hi"] and gain["n"] == 24 and pick.comparison["n"] == 24
+    assert pick.comparison["runner_up"] == "ts"
+    # The old rule (lowest S_V NLL) would have recommended TS on these very figures.
+    assert pick.heldout["ts"]["nll"] < pick.heldout["base"]["nll"]
+    assert all(_recommend_ts(24, other).variant == "base" for other in (1, 4, 5))  # TS's mean is worse there
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_large_s_v_with_a_real_gain_recommends_the_change(seed: int) -> None:
+    pick = _recommend_ts(400, seed)
+    gain = pick.comparison["against_reference"]["ts"]
+    assert pick.variant == "ts" and pick.decision == "change"
+    assert gain["hi"] < 0.0 and gain["n"] == 400 and gain["level"] == 0.9
+    assert pick.comparison["against_runner_up"] == gain  # the runner-up is base itself
+
+
+def test_two_gains_the_items_cannot_tell_apart_go_to_the_simpler() -> None:
+    """CALM's S_V NLL is a little lower than TS's, both clearly below base's, and the paired
+    interval of CALM - TS includes zero: TS is recommended, as the simpler of the two."""
+    logits, gold = _overconfident(n=200)
+    ts = metrics.softmax(logits / 4.0)
+    calm = metrics.softmax(logits / 3.7)  # a hair better on these items, by noise
+    pick = recommend({"base": metrics.softmax(logits), "ts": ts, "calm": calm}, gold)
+    assert metrics.nll(calm, gold) < metrics.nll(ts, gold)
+    assert pick.variant == "ts" and pick.decision == "change"
+    assert pick.comparison["runner_up"] == "calm" and pick.comparison["simpler"] == "ts"
+    versus = pick.comparison["against_runner_up"]
+    assert versus["lo"] <= 0.0 <= versus["hi"]
+
+
+def test_too_few_items_never_recommend_a_change() -> None:
+    logits, gold = _overconfident(n=8)
+    pick = recommend({"base": metrics.softmax(logits), "calm": metrics.softmax(logits / 4.0)}, gold)
+    assert metrics.nll(metrics.softmax(logits / 4.0), gold) < metrics.nll(metrics.softmax(logits), gold)
+    assert pick.variant == "base" and pick.comparison["n"] == 8
+
+
+def test_the_recommendation_records_its_evidence_as_json() -> None:
+    import json
+
+    pick = _recommend_ts(60, 0).to_dict()
+    again = json.loads(json.dumps(pick))
+    assert again == pick
+    assert set(again["comparison"]) >= {"n", "level", "reference", "against_reference", "runner_up",
+                                        "against_runner_up", "simpler"}
+    assert set(again["comparison"]["against_reference"]["ts"]) == {"mean", "lo", "hi", "n", "level"}
+
+
+def test_simplicity_puts_base_then_post_hoc_calibrators_then_trained_models() -> None:
+    from calm_core.calibration.recommend import simplicity
+
+    assert sorted(["calm", "vs", "base", "ts"], key=simplicity) == ["base", "ts", "vs", "calm"]

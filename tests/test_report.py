@@ -266,8 +266,10 @@ def test_report_opens_with_the_selected_step_the_recommendation_and_the_evidence
     calm = next(cells for cells in evidence[1:] if cells[1].startswith("calm"))
     assert calm[0] == DATASET and calm[3] == "0.060 [0.030, 0.120]"
     assert [cells[1] for cells in evidence[1:] if cells[1].endswith(" *")] == [f"{recommended} *"]
+    heldout = section[section.index('id="heldout"'):section.index('id="evidence"')]  # the S_V evidence, paired
+    assert escape(verdict.HELDOUT_CAPTION) in heldout and "-0.100 [-0.180, -0.030]" in heldout
     if recommended == "vs":
-        assert "calm does not win on S_V: use vs" in section
+        assert "Use vector scaling: on 24 held-out items" in section
         assert escape("no `ts` variant: S_V has 8 items, fewer than 10") in section
         diagrams = text[text.index('id="reliability"'):text.index('id="alpha"')]  # in place of the ts diagram
         assert escape("<b>ts</b>: no `ts` variant: S_V has 8 items, fewer than 10").replace("&lt;b&gt;", "<b>") \
@@ -275,7 +277,7 @@ def test_report_opens_with_the_selected_step_the_recommendation_and_the_evidence
     # Issue 23: the verdict opens with one line per evaluation set.
     assert section.index('id="verdict-row"') < section.index('id="evidence"')
     row = next(cells for cells in doc.rows if cells[:1] == [DATASET] and len(cells) == len(verdict.VERDICT_COLUMNS))
-    assert row == [DATASET, "calm (ECE 0.060)", "none", recommended]
+    assert row == [DATASET, "CALM (ECE 0.060)", "none", verdict.recommendation_decision(results)]
 
 
 def test_report_of_a_run_without_a_calibrated_stop_has_only_the_verdict_row(open_run: RunDir) -> None:
@@ -284,6 +286,6 @@ def test_report_of_a_run_without_a_calibrated_stop_has_only_the_verdict_row(open
     text = run_report_html(open_run)
     section = text[text.index('id="verdict"'):text.index('id="settings"')]
     assert 'id="verdict-row"' in section and 'id="evidence"' not in section
-    assert "The model is from step" not in section and "Recommended:" not in section
+    assert "The model is from step" not in section and "held-out items" not in section
     sets = {r["dataset"] for r in open_run.results()["results"]}
     assert section.count("<tr>") == 1 + len(sets) and escape(verdict.VERDICT_CAPTION) in section

@@ -43,13 +43,28 @@ def results(recommended: str = "calm", with_ts: bool = True) -> dict[str, Any]:
                      "ci90": {"acc": [acc - 0.1, acc + 0.1], "ece": [ece / 2, ece * 2], "auroc": [auroc - 0.1, 0.9],
                               "confidence": [conf - 0.05, conf + 0.05]}})
     heldout = {v: {"nll": 0.9 - 0.1 * (v == recommended), "acc": 0.6, "ece": 0.1, "confidence": 0.6,
-                   "kept_accuracy": True} for v in ("base", "ts", "vs", "calm")}
+                   "kept_accuracy": True, "evidence": True} for v in ("base", "ts", "vs", "calm")}
     data = {"results": rows, "selection": selection(),
             "recommendation": {"variant": recommended, "reason": f"{recommended}: S_V NLL 0.8000 against base 0.9000",
-                               "heldout": heldout, "rule": "lowest S_V NLL keeping base's accuracy"}}
+                               "heldout": heldout, "rule": "lowest S_V NLL keeping base's accuracy",
+                               "decision": "keep" if recommended == "base" else "change",
+                               "comparison": comparison(recommended)}}
     data["ts"] = {"kind": "ts", "temperature": 1.5, "fit_on": "S_V"} if with_ts else \
         {"note": "no `ts` variant: S_V has 8 items, fewer than 10"}
     return data
+
+
+def comparison(recommended: str) -> dict[str, Any]:
+    """The recommendation's paired evidence as calibration/recommend.py writes it: 24 S_V
+    items, the recommended variant's NLL lower than base's for sure, every other one tied."""
+    def interval(mean: float, lo: float, hi: float) -> dict[str, float]:
+        return {"mean": mean, "lo": lo, "hi": hi, "n": 24, "level": 0.9}
+    others = ("ts", "vs", "calm")
+    return {"score": "per-item NLL on S_V", "n": 24, "level": 0.9, "reference": "base",
+            "candidates": ["base", *others],
+            "against_reference": {v: interval(-0.1, -0.18, -0.03) if v == recommended else interval(0.0, -0.05, 0.05)
+                                  for v in others},
+            "runner_up": "base", "against_runner_up": interval(-0.1, -0.18, -0.03), "simpler": "base"}
 
 
 def finished_run(root: Path | None = None, run_id: str = "20260101-000000-calm-0001", recommended: str = "calm",
@@ -88,11 +103,13 @@ def test_selection_and_recommendation_lines_say_which_step_and_which_calibrator(
     line = verdict.selection_line(data)
     assert line.startswith("The model is from step 4, selected on S_V: NLL 0.8123, ECE 0.0712, accuracy 0.625")
     assert "stopped early at step 12 (4 evaluations without a better step)" in line
-    assert verdict.recommendation_line(data, "calm") == "Recommended: calm (calm: S_V NLL 0.8000 against base 0.9000)."
+    assert verdict.recommendation_line(data, "calm") == (
+        "Use CALM: on 24 held-out items it lowers the NLL (NLL change -0.10, 90% interval -0.18 to -0.03).")
     assert verdict.method_recommended(data, "calm") is True
     lost = results(recommended="ts")
     assert verdict.method_recommended(lost, "calm") is False
-    assert "calm does not win on S_V: use ts" in verdict.recommendation_line(lost, "calm")
+    assert verdict.recommendation_line(lost, "calm").startswith("Use temperature scaling: on 24 held-out items")
+    assert "--variant recommended" in verdict.recommendation_line(lost, "calm")  # it exports as a folder
     assert verdict.method_recommended({"results": []}, "calm") is None
     assert verdict.selection_line({"results": []}) is None and verdict.recommendation_line({"results": []}, "calm") is None
 
@@ -135,8 +152,9 @@ def test_an_in_sample_recommendation_says_so() -> None:
     line says so, since that flatters TS against the trained model."""
     how = "fitted and scored on the same 12 S_V items (too few to cross-fit): optimistic"
     results = {"recommendation": {"variant": "ts", "reason": "ts: S_V NLL 0.01 against calm 0.02", "posthoc_fit": how}}
-    line = verdict.recommendation_line(results, "calm")
-    assert line.startswith("Recommended: ts") and how in line and "calm does not win" in line
+    line = verdict.recommendation_line(results, "calm")  # a run before the paired evidence: said so
+    assert line.startswith("Use temperature scaling: it has the lowest S_V NLL (ts: S_V NLL 0.01 against calm 0.02); "
+                           "this run recorded no interval.") and how in line
     cross = {"recommendation": {**results["recommendation"], "posthoc_fit": "5-fold cross-fitted on S_V"}}
     assert "5-fold" not in verdict.recommendation_line(cross, "calm")
 
@@ -153,9 +171,9 @@ def test_the_verdict_row_names_the_best_calibrated_variant_that_keeps_accuracy_a
     assert [r.dataset for r in rows] == [DATASET]
     row = rows[0]
     assert (row.best, row.best_ece, row.flags, row.recommended) == ("calm", 0.06, {}, "calm")
-    assert row.cells() == {"evaluation set": DATASET, "best calibrated": "calm (ECE 0.060)", "flags": "none",
-                           "recommended on S_V": "calm"}
-    assert f"{DATASET}: best calibrated calm (ECE 0.060); flags none; recommended on S_V calm" in \
+    assert row.cells() == {"evaluation set": DATASET, "best calibrated": "CALM (ECE 0.060)", "flags": "none",
+                           "recommended on S_V": "Use CALM"}
+    assert f"{DATASET}: best calibrated CALM (ECE 0.060); flags none; recommended on S_V: Use CALM" in \
         verdict.verdict_lines(results(), "calm")
 
 
@@ -170,7 +188,7 @@ def test_the_verdict_row_passes_over_lost_accuracy_lost_auroc_and_near_uniform_f
     row = verdict.verdict_rows(data)[0]
     assert row.best == "kept" and row.best_ece == 0.07
     assert row.flags == {"lost": (verdict.ACCURACY_LOST,), "flat": (verdict.NEAR_UNIFORM,)}
-    assert row.cells()["flags"] == "lost: accuracy lost; flat: near-uniform"
+    assert row.cells()["flags"] == "lost: accuracy lost; flat: near-uniform"  # near-uniform says under-confident too
     assert row.recommended is None and row.cells()["recommended on S_V"] == "-"
     # Near chance, a low confidence is honest: no near-uniform flag when accuracy is near 1/K too.
     honest = {"results": [_row("base", 0.30, 0.02, 0.55, 0.28)]}
@@ -185,7 +203,8 @@ def test_the_verdict_row_without_a_base_row_or_chance_says_less_not_wrong() -> N
     row = verdict.verdict_rows(data)[0]
     assert (row.best, row.recommended) == (None, "calm") and row.cells()["best calibrated"] == "-"
     old = {"results": [{k: v for k, v in _row("base", 0.5, 0.01, 0.7, 0.26).items() if k != "chance"}]}
-    assert verdict.verdict_rows(old)[0].flags == {}  # runs before `chance` was recorded: no flag, no guess
+    # Runs before `chance` was recorded: no near-uniform guess; confidence 0.26 at accuracy 0.5 is under-confident.
+    assert verdict.verdict_rows(old)[0].flags == {"base": (verdict.UNDER_CONFIDENT,)}
     openqa = {"results": [{**_row("base", 0.9, 0.1, 0.7, 0.8), "task": "openqa", "sem_acc": 0.5},
                           {**_row("calm", 0.9, 0.05, 0.7, 0.6), "task": "openqa", "sem_acc": 0.4}]}
     assert verdict.verdict_rows(openqa)[0].flags == {"calm": (verdict.ACCURACY_LOST,)}  # Sem1's accuracy counts
@@ -198,3 +217,114 @@ def test_result_rows_record_chance_for_the_near_uniform_flag() -> None:
     logits = np.array([[1.0, 0.0, -np.inf, -np.inf], [0.5, 0.2, 0.1, 0.0]])  # K = 2 and K = 4
     row = result_row(OptionScores(["a", "b"], logits, np.array([0, 1]), {"rule": "cloze"}), "set", "base")
     assert row["chance"] == (0.5 + 0.25) / 2
+
+
+# ----------------------------------------------------------------------------- uncertainty in words (issue 30)
+
+def _tied_rows(against_ts: list[float], n: int = 24) -> dict[str, Any]:
+    """Three variants of one set; CALM has the lowest ECE, and its `paired` record holds the
+    per-item top-label Brier difference to base (clearly lower) and to TS (`against_ts`)."""
+    rows = [_row("base", 0.50, 0.20, 0.70, 0.72), _row("ts", 0.50, 0.08, 0.70, 0.55),
+            _row("calm", 0.50, 0.06, 0.70, 0.52)]
+    for row in rows:
+        row["n"] = n
+    rows[2]["paired"] = {"score": "top-label Brier", "n": n, "level": 0.9,
+                         "against": {"base": [-0.05, -0.08, -0.02], "ts": against_ts}}
+    return {"results": rows}
+
+
+def test_a_best_calibrated_variant_inside_the_noise_is_shown_as_a_tie_with_the_item_count() -> None:
+    row = verdict.verdict_rows(_tied_rows([-0.01, -0.03, 0.01]))[0]
+    assert (row.best, row.tied, row.n) == ("calm", (("ts", 0.08),), 24)
+    assert row.cells()["best calibrated"] == \
+        "tie on 24 items between CALM (ECE 0.060) and temperature scaling (ECE 0.080)"
+    clear = verdict.verdict_rows(_tied_rows([-0.02, -0.04, -0.01]))[0]  # the whole interval below zero
+    assert clear.tied == () and clear.cells()["best calibrated"] == "CALM (ECE 0.060)"
+    few = verdict.verdict_rows(_tied_rows([-0.02, -0.04, -0.01], n=8))[0]  # too few items to call it
+    assert few.cells()["best calibrated"] == ("tie on 8 items between CALM (ECE 0.060), temperature scaling "
+                                              "(ECE 0.080) and the model as it is (ECE 0.200)")
+
+
+def test_the_under_confident_flag_and_its_threshold() -> None:
+    gap = verdict.UNDER_CONFIDENT_GAP
+    data = {"results": [_row("base", 0.667, 0.21, 0.70, 0.80),
+                        _row("calm", 0.667, 0.31, 0.70, 0.354),  # the issue's CALM: 0.354 sure at 0.667 right
+                        _row("ts", 0.667, 0.10, 0.70, 0.667 - gap + 0.01)]}  # inside the threshold
+    row = verdict.verdict_rows(data)[0]
+    assert row.flags == {"calm": (verdict.UNDER_CONFIDENT,)}
+    assert row.cells()["flags"] == "CALM: under-confident"
+    assert f"more than {gap} below accuracy" in verdict.VERDICT_HELP["flags"]
+    assert f"confidence more than {gap} below accuracy" in verdict.VERDICT_CAPTION
+
+
+def _sentence(pick) -> str:
+    return verdict.recommendation_sentence({"recommendation": pick.to_dict()})
+
+
+def test_the_sentence_says_keep_change_tie_and_too_few_in_plain_words() -> None:
+    from calm_core.calibration import metrics
+    from calm_core.calibration.recommend import recommend
+    from tests.test_recommend import _overconfident, _recommend_ts
+
+    keep = _recommend_ts(24, 0)
+    gain = keep.comparison["against_reference"]["ts"]
+    assert _sentence(keep) == (
+        f"Keep the model as it is: on 24 held-out items, temperature scaling's gain cannot be told from noise "
+        f"(NLL change {gain['mean']:+.2f}, 90% interval {gain['lo']:+.2f} to {gain['hi']:+.2f}).")
+    worse = _recommend_ts(24, 1)
+    assert _sentence(worse).startswith("Keep the model as it is: on 24 held-out items, nothing lowers its NLL "
+                                       "(the closest, temperature scaling: NLL change +")
+    change = _recommend_ts(400, 0)
+    assert _sentence(change).startswith("Use temperature scaling: on 400 held-out items it lowers the NLL "
+                                        "(NLL change -")
+    logits, gold = _overconfident(n=200)
+    probs = {"base": metrics.softmax(logits), "ts": metrics.softmax(logits / 4.0),
+             "calm": metrics.softmax(logits / 3.7)}
+    tied = _sentence(recommend(probs, gold))
+    assert tied.startswith("Use temperature scaling: on 200 held-out items it lowers the NLL")
+    assert tied.endswith("; it is tied with CALM (difference +0.001, 90% interval -0.005 to +0.008), and it is "
+                         "the simpler of the two.")
+    few = recommend({"base": probs["base"][:8], "calm": probs["calm"][:8]}, gold[:8])
+    assert _sentence(few).startswith("Keep the model as it is: 8 held-out items are too few to tell any change from "
+                                     "noise (CALM: NLL change -")
+    alone = recommend({"base": probs["base"], "flat": np.full_like(probs["base"], 0.25)}, gold)
+    assert _sentence(alone) == "Keep the model as it is: on 200 held-out items, no other variant keeps its accuracy."
+    data = {"results": [_row("base", 0.5, 0.2, 0.7, 0.7)], "recommendation": keep.to_dict()}
+    assert verdict.verdict_rows(data)[0].cells()["recommended on S_V"] == "Keep the model as it is"
+    assert verdict.recommendation_line(data, "calm").startswith(_sentence(keep))
+
+
+def test_variants_are_named_in_full() -> None:
+    assert [verdict.variant_label(v) for v in ("base", "ts", "vs", "calm", "calm_theta_only", "sft", "mystery")] == [
+        "the model as it is", "temperature scaling", "vector scaling", "CALM", "CALM, adapter only",
+        "supervised fine-tuning", "mystery"]
+
+
+def test_every_consumer_says_the_same_sentence(tiny_model_dir: Path, tmp_path: Path, capsys) -> None:
+    """A tiny real run (`calm train` on the tiny model): its closing lines, the HTML report,
+    the export's model card and the Compare / Monitor box (recommendation_line) carry the
+    one sentence, word for word; the verdict row's cell is its opening words."""
+    from html import escape
+
+    from calm_core.cli import main
+    from calm_core.workspace.export import export_run
+    from calm_core.workspace.report import run_report_html
+    from tests.test_cli_train import TINY, only_run
+
+    argv = ["train", "--model", str(tiny_model_dir), "--method", "calm", "--steps", "2", "--runs-root",
+            str(tmp_path / "runs"), *TINY, "--heldout-limit", "12", "--set", "eval_every=2"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    run = only_run(tmp_path / "runs")
+    results = run.results()
+    sentence = verdict.recommendation_sentence(results)
+    assert sentence and sentence.startswith(("Keep the model as it is: ", "Use "))
+    assert results["recommendation"]["comparison"]["n"] == 12  # the item count is recorded
+    assert sentence in printed.splitlines()[2]  # `calm train`'s closing lines
+    assert escape(sentence) in run_report_html(run)
+    assert f"\n{sentence}\n" in (export_run(run, tmp_path / "export") / "README.md").read_text()
+    assert verdict.recommendation_line(results, "calm").startswith(sentence)  # the Compare and Monitor box
+    decision = verdict.recommendation_decision(results)
+    assert sentence.startswith(decision + ": ")
+    assert {r["recommended on S_V"] for r in verdict.verdict_table(results)} == {decision}
+    assert all("paired" in row and row["paired"]["n"] == row["n"] for row in results["results"])

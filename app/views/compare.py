@@ -242,6 +242,16 @@ def which_model(chosen: Chosen) -> None:
         advice = verdict.recommendation_line(results, method)
         if advice:
             (st.success if verdict.method_recommended(results, method) else st.warning)(advice)
+            heldout_evidence(results, key=f"compare_heldout_{run.run_id}")
+
+
+def heldout_evidence(results: dict, key: str) -> None:
+    """The recommendation's S_V evidence: each variant's NLL and its change against the
+    model as it is, with the paired interval (verdict.heldout_rows)."""
+    rows = verdict.heldout_rows(results)
+    if rows:
+        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", key=key)
+        st.caption(verdict.HELDOUT_CAPTION)
 
 
 def metrics_table(chosen: Chosen, view: DiagramView) -> pd.DataFrame:

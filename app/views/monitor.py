@@ -384,6 +384,10 @@ def _verdict(results: dict, method: str) -> None:
     advice = verdict.recommendation_line(results, method)
     if advice:
         (st.success if verdict.method_recommended(results, method) else st.warning)(advice)
+        heldout = verdict.heldout_rows(results)  # the recommendation's S_V evidence, with paired intervals
+        if heldout:
+            st.dataframe(pd.DataFrame(heldout), hide_index=True, width="stretch", key="monitor_heldout")
+            st.caption(verdict.HELDOUT_CAPTION)
     rows = verdict.evidence_rows(results, method)
     if rows and (line or advice):
         st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", key="monitor_evidence")

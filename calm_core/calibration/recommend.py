@@ -13,6 +13,17 @@ on where that is possible: post-hoc calibrators are *cross-fitted* (K folds of S
 K - 1, predict the one left out), CALM's figure is its selected step's S_V evaluation (the
 step was chosen among a few evaluations on the same items, a small optimism that is
 stated with the figure), and base has nothing fitted.
+
+"Keep the model as it is" is a candidate, and the default. A change from base is
+recommended only when the data show it: the paired bootstrap of per-item S_V NLL
+differences (metrics.paired, 90% interval) of the candidate against base lies wholly
+below zero. Among the candidates that pass, the lowest S_V NLL wins, unless a simpler one
+that also passes cannot be told from it (its paired interval against the winner includes
+zero): then the simpler one is recommended, since the data give no reason for more.
+Simpler means: base (nothing changes), then the post-hoc calibrators by their declared
+`order` (a few parameters on base's logits, no weight changed), then anything else (a
+trained model, whose weights changed). Base is always a candidate: it is the reference,
+so it keeps its own accuracy, and nothing is fitted on S_V for it.
 """
 
 from __future__ import annotations
@@ -23,14 +34,19 @@ from typing import Any, Sequence
 import numpy as np
 
 from calm_core.calibration import metrics
+from calm_core.calibration.metrics.paired import PAIRED_LEVEL, PairedDifference, paired_bootstrap
+from calm_core.calibration.posthoc import calibrators
 from calm_core.calibration.posthoc.base import MIN_FIT_ITEMS
 
 ACCURACY_SLACK = 0.01  # one point of accuracy (or one item, on sets under 100 items)
 CROSS_FIT_FOLDS = 5
 RULE = (
     "lowest S_V NLL among the variants whose S_V accuracy is within one point (one item under 100 items) "
-    "of the base model's; post-hoc calibrators cross-fitted on S_V, CALM at its selected step"
+    "of the base model's, and only when its per-item NLL difference to base has a 90% paired bootstrap "
+    "interval wholly below zero (else keep the model as it is); a simpler variant that cannot be told from "
+    "it is preferred; post-hoc calibrators cross-fitted on S_V, CALM at its selected step"
 )
+KEEP, CHANGE = "keep", "change"  # Recommendation.decision
 
 
 IN_SAMPLE = "fitted and scored on the same"  # how `cross_fitted` says its figures are in-sample
@@ -78,16 +94,33 @@ def cross_fitted(
 
 @dataclass
 class Recommendation:
-    """The chosen variant, why, and every candidate's S_V figures."""
+    """The chosen variant, why, and every candidate's S_V figures.
+
+    decision: KEEP (the reference, "keep the model as it is") or CHANGE; comparison: the
+    paired evidence behind it (`_comparison`): the item count, the interval's level, each
+    candidate's per-item NLL difference to the reference, and the recommended variant's to
+    its runner-up (mean, lo, hi, n, level each), which the verdict's sentence reads."""
 
     variant: str | None
     reason: str
     heldout: dict[str, dict[str, float]] = field(default_factory=dict)  # variant -> nll, acc, ece, kept
     rule: str = RULE
     posthoc_fit: str = ""  # how the post-hoc calibrators' S_V figures were made (cross_fitted)
+    decision: str | None = None
+    comparison: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def simplicity(variant: str, reference: str = "base") -> tuple[int, int, str]:
+    """A sort key, simplest first: the reference (nothing changes), then the post-hoc
+    calibrators by their declared `order` (a few parameters on its logits), then anything
+    else (a trained model: its weights changed)."""
+    if variant == reference:
+        return (0, 0, variant)
+    found = calibrators().get(variant)
+    return (1, found.order, variant) if found is not None else (2, 0, variant)
 
 
 def recommend(
@@ -97,13 +130,35 @@ def recommend(
     posthoc_fit: str = "",
     in_sample: Sequence[str] = (),
 ) -> Recommendation:
-    """The variant with the lowest S_V NLL among those that keep `reference`'s S_V accuracy
-    (see the module docstring); `heldout_probs`: variant -> (N, K) probabilities on S_V;
-    `in_sample`: the variants whose S_V figures come from a fit on the same items (refused
-    when `reference` makes no mistake on S_V: `_unidentifiable`)."""
+    """What to use, chosen on S_V (see the module docstring): `reference` unless a candidate
+    that keeps its S_V accuracy has a lower S_V NLL beyond the noise. `heldout_probs`:
+    variant -> (N, K) probabilities on S_V; `in_sample`: the variants whose S_V figures come
+    from a fit on the same items (refused when `reference` makes no mistake on S_V:
+    `_unidentifiable`)."""
     if reference not in heldout_probs:
         return Recommendation(None, f"no `{reference}` variant on S_V to compare accuracy against")
-    figures = {
+    figures = _figures(heldout_probs, gold, reference, in_sample)
+    candidates = [name for name, f in figures.items() if f["kept_accuracy"] and f["evidence"]]
+    paired = paired_bootstrap({name: metrics.item_nll(heldout_probs[name], gold) for name in candidates})
+    chosen = _choose(candidates, figures, paired, reference)
+    comparison = _comparison(chosen, candidates, figures, paired, reference, len(gold))
+    decision = KEEP if chosen == reference else CHANGE
+    return Recommendation(
+        chosen,
+        _reason(figures, chosen, reference),
+        figures,
+        posthoc_fit=posthoc_fit,
+        decision=decision,
+        comparison=comparison,
+    )
+
+
+def _figures(
+    heldout_probs: dict[str, np.ndarray], gold: np.ndarray, reference: str, in_sample: Sequence[str]
+) -> dict[str, dict[str, Any]]:
+    """variant -> its S_V nll, acc, ece, confidence, and whether it kept the reference's
+    accuracy and is evidence at all."""
+    figures: dict[str, dict[str, Any]] = {
         name: {
             "nll": metrics.nll(p, gold),
             "acc": metrics.accuracy(p, gold),
@@ -118,10 +173,56 @@ def recommend(
     no_evidence = _unidentifiable(figures, reference, in_sample)
     for name, f in figures.items():
         f["evidence"] = name not in no_evidence
-    kept = {name: f for name, f in figures.items() if f["kept_accuracy"] and f["evidence"]}
-    best = min(kept, key=lambda name: kept[name]["nll"])
-    losers = sorted((name for name in figures if name != best), key=lambda name: figures[name]["nll"])
-    reason = f"{best}: S_V NLL {figures[best]['nll']:.4g}"
+    return figures
+
+
+def _choose(
+    candidates: list[str],
+    figures: dict[str, dict[str, Any]],
+    paired: dict[str, dict[str, PairedDifference]],
+    reference: str,
+) -> str:
+    """The reference, unless some candidate's NLL is lower than the reference's for sure:
+    then the lowest-NLL such candidate, or the simplest of those that cannot be told from it."""
+    shown = [name for name in candidates if name != reference and paired[name][reference].lower_for_sure]
+    if not shown:
+        return reference
+    best = min(shown, key=lambda name: figures[name]["nll"])
+    tied = [name for name in shown if name == best or paired[name][best].undecided]
+    return min(tied, key=lambda name: simplicity(name, reference))
+
+
+def _comparison(
+    chosen: str,
+    candidates: list[str],
+    figures: dict[str, dict[str, Any]],
+    paired: dict[str, dict[str, PairedDifference]],
+    reference: str,
+    n: int,
+) -> dict[str, Any]:
+    """The evidence the sentence reads: the item count and level, each candidate's per-item
+    NLL difference to the reference (candidate - reference), and the chosen one's to its
+    runner-up (chosen - runner-up), the lowest-NLL other candidate (None: no other one kept
+    accuracy), and which of the two is simpler."""
+    others = sorted((name for name in candidates if name != chosen), key=lambda name: figures[name]["nll"])
+    runner_up = others[0] if others else None
+    return {
+        "score": "per-item NLL on S_V",
+        "n": n,
+        "level": PAIRED_LEVEL,
+        "reference": reference,
+        "candidates": candidates,
+        "against_reference": {name: paired[name][reference].to_dict() for name in candidates if name != reference},
+        "runner_up": runner_up,
+        "against_runner_up": paired[chosen][runner_up].to_dict() if runner_up else None,
+        "simpler": min((chosen, runner_up), key=lambda name: simplicity(name, reference)) if runner_up else chosen,
+    }
+
+
+def _reason(figures: dict[str, dict[str, Any]], chosen: str, reference: str) -> str:
+    """Every variant's S_V NLL, the chosen one first, with why a variant did not count."""
+    losers = sorted((name for name in figures if name != chosen), key=lambda name: figures[name]["nll"])
+    reason = f"{chosen}: S_V NLL {figures[chosen]['nll']:.4g}"
     if losers:
         reason += " against " + ", ".join(
             f"{name} {figures[name]['nll']:.4g}"
@@ -129,12 +230,13 @@ def recommend(
             + ("" if figures[name]["evidence"] else " (no evidence)")
             for name in losers
         )
+    no_evidence = sorted(name for name, f in figures.items() if not f["evidence"])
     if no_evidence:
         reason += (
-            f". {', '.join(sorted(no_evidence))}: fitted in-sample on an S_V that {reference} answers "
+            f". {', '.join(no_evidence)}: fitted in-sample on an S_V that {reference} answers "
             "without a mistake, where any sharper temperature scores better: no evidence, not recommended"
         )
-    return Recommendation(best, reason, figures, posthoc_fit=posthoc_fit)
+    return reason
 
 
 def _unidentifiable(figures: dict[str, dict[str, float]], reference: str, in_sample: Sequence[str]) -> set[str]:

@@ -59,6 +59,7 @@ class Method(Protocol):
         """One training step on a batch of S_T and one of S_V; returns the log values."""
         ...
 
+    LABEL: str | None  # optional, None (NAME is shown): what a person reads, mid-sentence ("CALM")
     OPTIMIZER: str  # optional, "adamw": the optimizer `optimizer = auto` picks (a plain BOME step: "sgd")
     FORCED_SCOPE: str | None  # optional, None: the head scope the method always uses
     Settings: type | None  # optional, None: the method's own settings dataclass (method_settings)

@@ -50,7 +50,8 @@ def export_card(run: RunDir, record: dict[str, Any]) -> str:
         f"`{scoring['rule']}`{' with the chat template' if scoring['chat_template'] else ''}, {train.get('steps')} "
         f"steps on `{train.get('train_data')}` (S_V: `{train.get('heldout_data')}`); the adapter and head of step "
         f"{record['step']}{_selected_note(run)}.\n{weights_note}\n"
-        "## Load it (transformers + peft; CALM Studio not needed)\n\n"
+        + _recommendation_section(run)
+        + "## Load it (transformers + peft; CALM Studio not needed)\n\n"
         f"```python\n{load_snippet(record)}```\n\n"
         "`calm_head.py` holds the head and `option_probabilities`, which scores a question's options under the "
         "run's scoring rule (`scoring` in calm_export.json) and applies the head where the run applied it.\n"
@@ -160,6 +161,18 @@ def _selected_note(run: RunDir) -> str:
     except (OSError, ValueError):
         line = None
     return f" ({line.rstrip('.')})" if line else ""
+
+
+def _recommendation_section(run: RunDir) -> str:
+    """What the run recommends, in the words every page and `calm train` use
+    (verdict.recommendation_sentence); "" without a recommendation."""
+    from calm_core.workspace.verdict import recommendation_sentence
+
+    try:
+        sentence = recommendation_sentence(run.results()) if (run.path / "results.json").is_file() else None
+    except (OSError, ValueError):
+        sentence = None
+    return f"## Which model to use\n\n{sentence}\n\n" if sentence else ""
 
 
 def load_snippet(record: dict[str, Any]) -> str:

@@ -4,10 +4,13 @@ calibrator to use (chosen on S_V), and the test-split evidence beside it.
     lines = verdict_lines(run.results(), method="calm")   # `calm train`'s closing lines
     rows = evidence_rows(run.results(), method="calm")    # one row per (dataset, variant) with 90% intervals
     verdict = verdict_rows(run.results())                 # one line per evaluation set: what to use there, flags
+    recommendation_sentence(run.results())                # "Keep the model as it is: on 24 held-out items, ..."
 
 Pure functions over results.json (training/tasks/mcqa.py writes `selection`,
-`recommendation` and each row's `ci90`), shared by `calm train`, the HTML report and the
-studio's Compare and Monitor pages, so every page says the same thing.
+`recommendation` and each row's `ci90` and `paired`), shared by `calm train`, the HTML
+report, the export's model card and the studio's Compare and Monitor pages, so every page
+says the same thing: the recommendation is one sentence (`recommendation_sentence`), built
+here and nowhere else, and the verdict row's cell is its opening words.
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from calm_core.calibration.metrics.columns import interval_names
+from calm_core.calibration.metrics.paired import MIN_PAIRED_ITEMS, PAIRED_LEVEL, PairedDifference
 from calm_core.calibration.posthoc import calibrators
-from calm_core.calibration.recommend import accuracy_slack
+from calm_core.calibration.recommend import KEEP, accuracy_slack
+from calm_core.training.methods import METHODS
 from calm_core.training.selection import lower_limit
 
 # The variants of the untouched model that `calm export --variant` writes as a folder of the
@@ -28,22 +33,47 @@ POSTHOC_EXPORTS = ("base", "ts", "vs")
 # model's accuracy is clearly above chance: its small ECE then hides what the model knows.
 NEAR_UNIFORM_CONFIDENCE = 0.05
 NEAR_UNIFORM_ACCURACY = 0.10
-NEAR_UNIFORM, ACCURACY_LOST = "near-uniform", "accuracy lost"
+# A forecast is under-confident when its mean confidence is below its accuracy by more than
+# this: it says "40% sure" of answers that are right two times in three.
+UNDER_CONFIDENT_GAP = 0.10
+NEAR_UNIFORM, ACCURACY_LOST, UNDER_CONFIDENT = "near-uniform", "accuracy lost", "under-confident"
+BASE_LABEL = "the model as it is"  # how a person reads `base`
+LEVEL = f"{PAIRED_LEVEL:.0%}"  # "90%": every interval the verdict states
 VERDICT_COLUMNS = ("evaluation set", "best calibrated", "flags", "recommended on S_V")
 VERDICT_HELP = {
     "evaluation set": "one row per evaluation set of the run (the first is in domain)",
     "best calibrated": "lowest ECE among the variants that keep base's accuracy (within one point, or one item "
-    "under 100 items) and AUROC (not below base's 90% interval)",
+    "under 100 items) and AUROC (not below base's 90% interval); a tie, with the item count, when the paired "
+    f"{LEVEL} interval of the per-item top-label Brier difference cannot tell it from another",
     "flags": f"{NEAR_UNIFORM}: mean confidence within {NEAR_UNIFORM_CONFIDENCE} of 1/K while accuracy is more than "
-    f"{NEAR_UNIFORM_ACCURACY} above it (a small ECE that says nothing); {ACCURACY_LOST}: accuracy "
-    "fell past that slack",
-    "recommended on S_V": "the calibrator the run recommends, chosen on S_V (never on a test set)",
+    f"{NEAR_UNIFORM_ACCURACY} above it (a small ECE that says nothing); {UNDER_CONFIDENT}: mean confidence more "
+    f"than {UNDER_CONFIDENT_GAP} below accuracy; {ACCURACY_LOST}: accuracy fell past that slack",
+    "recommended on S_V": "what the run recommends, chosen on S_V (never on a test set); keep the model as it "
+    f"is unless a change lowers the S_V NLL beyond the noise (paired {LEVEL} interval below zero)",
 }
 VERDICT_CAPTION = (
-    "Best calibrated: the lowest ECE among variants that keep base's accuracy and AUROC on that set. "
-    f"Flags: {NEAR_UNIFORM} (confidence near 1/K while accuracy is well above it) and {ACCURACY_LOST}. "
+    "Best calibrated: the lowest ECE among variants that keep base's accuracy and AUROC on that set; a tie when "
+    f"the items cannot tell it from another (paired {LEVEL} bootstrap interval of the per-item top-label Brier "
+    f"difference includes zero). Flags: {NEAR_UNIFORM} (confidence near 1/K while accuracy is well above it), "
+    f"{UNDER_CONFIDENT} (confidence more than {UNDER_CONFIDENT_GAP} below accuracy) and {ACCURACY_LOST}. "
     "The recommendation is chosen on S_V, so it is the same on every set."
 )
+
+
+def variant_label(variant: str) -> str:
+    """What a person reads for a variant, mid-sentence: "the model as it is", a post-hoc
+    calibrator's `label` ("temperature scaling"), a method's LABEL ("CALM"), and for a
+    method's theta-only ablation "CALM, adapter only"; an unknown name as it is."""
+    if variant == "base":
+        return BASE_LABEL
+    found = calibrators().get(variant)
+    if found is not None:
+        return found.label[:1].lower() + found.label[1:]
+    method = variant.removesuffix("_theta_only")
+    if method not in METHODS:
+        return variant
+    label = METHODS[method].LABEL or method
+    return f"{label}, adapter only" if method != variant else label
 
 
 def evidence_variants(method: str) -> list[str]:
@@ -145,23 +175,141 @@ def method_recommended(results: dict[str, Any], method: str) -> bool | None:
 
 
 def recommendation_line(results: dict[str, Any], method: str) -> str | None:
-    """The recommended calibrator and the S_V evidence for it, said plainly when the
-    trained model does not win (None without a recommendation)."""
-    rec = results.get("recommendation")
-    if not rec or not rec.get("variant"):
+    """The recommendation sentence (`recommendation_sentence`), then what a reader may need
+    next: that post-hoc calibrators were scored in-sample, and how to export a recommended
+    variant of the untouched model (None without a recommendation)."""
+    sentence = recommendation_sentence(results)
+    if sentence is None:
         return None
-    variant = rec["variant"]
-    text = f"Recommended: {variant} ({rec.get('reason', '')})."
+    rec, text = results["recommendation"], sentence
     if "same" in rec.get("posthoc_fit", ""):  # recommend.cross_fitted: too few S_V items to cross-fit
         text += f" Post-hoc calibrators were {rec['posthoc_fit']}."
-    if variant != method:
-        text += f" {method} does not win on S_V: use {variant}"
-        text += " (the untouched model)." if variant == "base" else " on the base model."
-        if variant in POSTHOC_EXPORTS:
-            text += (
-                " `calm export RUN_ID DIR --variant recommended` writes it as a folder that loads like the trained one."
-            )
+    if rec["variant"] != method and rec["variant"] in POSTHOC_EXPORTS:
+        text += " `calm export RUN_ID DIR --variant recommended` writes it as a folder that loads like the trained one."
     return text
+
+
+def recommendation_sentence(results: dict[str, Any]) -> str | None:
+    """The recommendation in one plain sentence, the same words wherever it is shown (the
+    verdict row opens with its first words, `recommendation_decision`): what to do, on how
+    many held-out items, and the paired 90% interval it rests on. None without one.
+
+        Keep the model as it is: on 24 held-out items, temperature scaling's gain cannot be
+        told from noise (NLL change -0.04, 90% interval -0.15 to +0.06).
+    """
+    rec = results.get("recommendation") or {}
+    if not rec.get("variant"):
+        return None
+    decision = recommendation_decision(results)
+    comparison = rec.get("comparison") or {}
+    if not comparison.get("against_reference") and not comparison.get("candidates"):
+        return f"{decision}: it has the lowest S_V NLL ({rec.get('reason', '')}); this run recorded no interval."
+    return f"{decision}: {_because(rec['variant'], comparison)}."
+
+
+def recommendation_decision(results: dict[str, Any]) -> str | None:
+    """The sentence's opening words: "Keep the model as it is" or "Use temperature scaling"."""
+    rec = results.get("recommendation") or {}
+    variant = rec.get("variant")
+    if not variant:
+        return None
+    keep = rec.get("decision") == KEEP or variant == (rec.get("comparison") or {}).get("reference", "base")
+    return f"Keep {BASE_LABEL}" if keep else f"Use {variant_label(variant)}"
+
+
+def _because(chosen: str, comparison: dict[str, Any]) -> str:
+    """The sentence after its opening words, from the recommendation's `comparison`."""
+    n, reference = int(comparison.get("n", 0)), comparison.get("reference", "base")
+    against = {name: PairedDifference.from_dict(d) for name, d in (comparison.get("against_reference") or {}).items()}
+    runner_up = comparison.get("runner_up")
+    if chosen == reference:
+        return _keep_because(n, runner_up, against.get(runner_up) if runner_up else None)
+    gain = against[chosen]
+    text = f"on {n} held-out items it lowers the NLL ({_interval('NLL change', gain)})"
+    if not runner_up or runner_up == reference or not comparison.get("against_runner_up"):
+        return text
+    versus = PairedDifference.from_dict(comparison["against_runner_up"])
+    if versus.lower_for_sure:
+        return text + f", also against the runner-up, {variant_label(runner_up)} ({_interval('difference', versus)})"
+    simpler = comparison.get("simpler", chosen)
+    which = "it is the simpler of the two" if simpler == chosen else f"{variant_label(simpler)} is simpler"
+    return text + f"; it is tied with {variant_label(runner_up)} ({_interval('difference', versus)}), and {which}"
+
+
+def _keep_because(n: int, closest: str | None, gain: PairedDifference | None) -> str:
+    """Why the model is kept: nothing else to compare, too few items, a gain inside the
+    noise, or no gain at all."""
+    if closest is None or gain is None:
+        return f"on {n} held-out items, no other variant keeps its accuracy"
+    name = variant_label(closest)
+    if gain.n < MIN_PAIRED_ITEMS:
+        return f"{n} held-out items are too few to tell any change from noise ({name}: {_interval('NLL change', gain)})"
+    if gain.mean < 0:
+        return f"on {n} held-out items, {name}'s gain cannot be told from noise ({_interval('NLL change', gain)})"
+    return f"on {n} held-out items, nothing lowers its NLL (the closest, {name}: {_interval('NLL change', gain)})"
+
+
+def _interval(what: str, d: PairedDifference) -> str:
+    """ "NLL change -0.04, 90% interval -0.15 to +0.06": 2 decimals, 3 when all are small."""
+    digits = 2 if max(abs(d.mean), abs(d.lo), abs(d.hi)) >= 0.05 else 3
+    return f"{what} {d.mean:+.{digits}f}, {d.level:.0%} interval {d.lo:+.{digits}f} to {d.hi:+.{digits}f}"
+
+
+HELDOUT_COLUMNS = ("variant", "S_V NLL", f"NLL change [{LEVEL} interval]", "S_V accuracy", "counted")
+HELDOUT_CAPTION = (
+    "The recommendation's evidence on S_V: each variant's NLL, and its change against the model as it is, "
+    f"the mean per-item difference with its paired {LEVEL} bootstrap interval (a change is recommended only "
+    "when the whole interval is below zero). Post-hoc calibrators are scored on S_V items they were not fitted "
+    "on where S_V allows (cross-fitted)."
+)
+
+
+def heldout_rows(results: dict[str, Any]) -> list[dict[str, str]]:
+    """The recommendation's S_V evidence, one row per variant (HELDOUT_COLUMNS), lowest NLL
+    first: its S_V NLL, its per-item NLL change against base with the paired 90% interval,
+    its S_V accuracy, and whether it counted (or why not). [] without a recommendation."""
+    rec = results.get("recommendation") or {}
+    figures = rec.get("heldout") or {}
+    against = (rec.get("comparison") or {}).get("against_reference") or {}
+    rows = []
+    for name in sorted(figures, key=lambda v: figures[v].get("nll", math.inf)):
+        f = figures[name]
+        change = PairedDifference.from_dict(against[name]) if name in against else None
+        counted = (
+            "recommended"
+            if name == rec.get("variant")
+            else "accuracy lost"
+            if not f.get("kept_accuracy", True)
+            else "no evidence (fitted on these items)"
+            if not f.get("evidence", True)
+            else "yes"
+        )
+        rows.append(
+            dict(
+                zip(
+                    HELDOUT_COLUMNS,
+                    (
+                        variant_label(name),
+                        f"{f['nll']:.3f}" if isinstance(f.get("nll"), (int, float)) else "-",
+                        f"{change.mean:+.3f} [{change.lo:+.3f}, {change.hi:+.3f}]" if change else "-",
+                        f"{f['acc']:.3f}" if isinstance(f.get("acc"), (int, float)) else "-",
+                        counted,
+                    ),
+                    strict=True,
+                )
+            )
+        )
+    return rows
+
+
+def _text_table(rows: list[dict[str, str]], columns: tuple[str, ...]) -> list[str]:
+    """Rows as fixed-width text lines under a header ([] without rows)."""
+    if not rows:
+        return []
+    widths = [max(len(c), *(len(r[c]) for r in rows)) for c in columns]
+    return ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()] + [
+        "  ".join(r[c].ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip() for r in rows
+    ]
 
 
 def missing_variant_notes(results: dict[str, Any]) -> dict[str, str]:
@@ -180,6 +328,7 @@ def verdict_lines(results: dict[str, Any], method: str) -> list[str]:
     lines = [line for line in (selection_line(results), recommendation_line(results, method)) if line]
     lines += [f"No {name}: {note}" for name, note in missing_variant_notes(results).items()]
     lines += verdict_row_lines(results)
+    lines += _text_table(heldout_rows(results), HELDOUT_COLUMNS)
     rows = evidence_rows(results, method)
     if rows:
         header = ["dataset", "variant", *interval_names()]
@@ -200,19 +349,33 @@ def verdict_lines(results: dict[str, Any], method: str) -> list[str]:
 @dataclass(frozen=True)
 class VerdictRow:
     """What one evaluation set says: the best-calibrated variant that keeps the base model's
-    accuracy and AUROC, the variants that fail a sanity check, and the S_V recommendation."""
+    accuracy and AUROC (and those the items cannot tell from it), the variants that fail a
+    sanity check, and the S_V recommendation."""
 
     dataset: str
     best: str | None  # lowest ECE among the variants that keep accuracy and AUROC; None: no base row
     best_ece: float | None
-    flags: dict[str, tuple[str, ...]] = field(default_factory=dict)  # variant -> (NEAR_UNIFORM, ACCURACY_LOST)
+    flags: dict[str, tuple[str, ...]] = field(default_factory=dict)  # variant -> (ACCURACY_LOST, ...)
     recommended: str | None = None  # chosen on S_V (results.json), the same on every set
+    tied: tuple[tuple[str, float], ...] = ()  # (variant, ECE) of each one the items cannot tell from `best`
+    n: int | None = None  # items of the set
+    decision: str | None = None  # recommendation_decision: the recommendation sentence's opening words
 
     def cells(self) -> dict[str, str]:
         """The row as table cells (VERDICT_COLUMNS), for the pages and the report."""
-        best = f"{self.best} (ECE {self.best_ece:.3f})" if self.best and self.best_ece is not None else "-"
-        flags = "; ".join(f"{variant}: {', '.join(why)}" for variant, why in self.flags.items()) or "none"
-        return dict(zip(VERDICT_COLUMNS, (self.dataset, best, flags, self.recommended or "-"), strict=True))
+        flags = "; ".join(f"{variant_label(v)}: {', '.join(why)}" for v, why in self.flags.items()) or "none"
+        recommended = self.decision or (variant_label(self.recommended) if self.recommended else "-")
+        return dict(zip(VERDICT_COLUMNS, (self.dataset, self.best_cell(), flags, recommended), strict=True))
+
+    def best_cell(self) -> str:
+        """ "CALM (ECE 0.060)", or with a tie "tie on 24 items between CALM (ECE 0.060) and
+        temperature scaling (ECE 0.080)" (labels may hold commas: "CALM, adapter only")."""
+        if not self.best or self.best_ece is None:
+            return "-"
+        named = [f"{variant_label(v)} (ECE {ece:.3f})" for v, ece in ((self.best, self.best_ece), *self.tied)]
+        if not self.tied:
+            return named[0]
+        return f"tie on {self.n} items between {', '.join(named[:-1])} and {named[-1]}"
 
 
 def verdict_rows(results: dict[str, Any]) -> list[VerdictRow]:
@@ -223,38 +386,82 @@ def verdict_rows(results: dict[str, Any]) -> list[VerdictRow]:
     of base's 90% interval (base's own AUROC without an interval); among those, the lowest
     ECE is the best-calibrated. Flags: "accuracy lost" past the slack; "near-uniform" when
     the mean confidence is within NEAR_UNIFORM_CONFIDENCE of chance (a row's `chance`, the
-    mean 1/K) while accuracy is more than NEAR_UNIFORM_ACCURACY above it. Open-answer rows
-    use `sem_acc`, the accuracy of the answer their confidence is about.
+    mean 1/K) while accuracy is more than NEAR_UNIFORM_ACCURACY above it; "under-confident"
+    when the mean confidence is more than UNDER_CONFIDENT_GAP below accuracy (and it is not
+    near-uniform, the stronger form of the same fault). Open-answer
+    rows use `sem_acc`, the accuracy of the answer their confidence is about.
+
+    Ties: the best is shown alone only when the items show it better than each other kept
+    variant: its per-item top-label Brier score, (confidence - correct)^2, lower for sure
+    (the paired 90% interval of the difference, the row's `paired`, wholly below zero).
+    Otherwise they tie, with the item count. Not ECE itself: ECE is a binned statistic, not
+    a mean over items, so a difference of ECEs has no per-item form, and resampled ECEs
+    are biased upwards on small sets, by more for the sharper forecast. The top-label Brier
+    score grades the same forecast ECE bins (one confidence against right or wrong), is
+    proper, and is a mean over items, so its paired difference is exactly the per-item
+    question "which forecast is closer to what happened". Rows without `paired` (runs
+    before it, open answers) show no tie.
     """
     by_set: dict[str, list[dict[str, Any]]] = {}
     for row in results.get("results", []):
         by_set.setdefault(str(row.get("dataset")), []).append(row)
     chosen = (results.get("recommendation") or {}).get("variant")
-    return [_verdict_row(name, rows, chosen) for name, rows in by_set.items()]
+    decision = recommendation_decision(results)
+    return [_verdict_row(name, rows, chosen, decision) for name, rows in by_set.items()]
 
 
-def _verdict_row(dataset: str, rows: list[dict[str, Any]], recommended: str | None) -> VerdictRow:
+def _verdict_row(
+    dataset: str, rows: list[dict[str, Any]], recommended: str | None, decision: str | None = None
+) -> VerdictRow:
     base = next((r for r in rows if r.get("variant") == "base"), None)
     if base is None or _number(base, _acc_key(base)) is None:
-        return VerdictRow(dataset, None, None, recommended=recommended)
+        return VerdictRow(dataset, None, None, recommended=recommended, decision=decision)
     floor = _number(base, _acc_key(base)) - accuracy_slack(int(base.get("n") or 0)) - 1e-12
     auroc_floor = _auroc_floor(base)
     kept, flags = [], {}
     for row in rows:
         acc, ece = _number(row, _acc_key(row)), _number(row, "ece")
-        why = []
-        if acc is not None and acc < floor:
-            why.append(ACCURACY_LOST)
-        if _near_uniform(row, acc):
-            why.append(NEAR_UNIFORM)
+        why = _flags(row, acc, floor)
         if why:
-            flags[str(row["variant"])] = tuple(why)
+            flags[str(row["variant"])] = why
         auroc = _number(row, "auroc")
         auroc_kept = auroc_floor is None or auroc is None or auroc >= auroc_floor - 1e-12
         if acc is not None and ece is not None and acc >= floor and auroc_kept and NEAR_UNIFORM not in why:
             kept.append((ece, str(row["variant"])))
-    best = min(kept) if kept else None
-    return VerdictRow(dataset, best[1] if best else None, best[0] if best else None, flags, recommended)
+    if not kept:
+        return VerdictRow(dataset, None, None, flags, recommended, n=_count(base), decision=decision)
+    best_ece, best = min(kept)
+    best_row = next(r for r in rows if r.get("variant") == best)
+    tied = tuple((v, e) for e, v in sorted(kept) if v != best and _tied(best_row, v))
+    return VerdictRow(dataset, best, best_ece, flags, recommended, tied, _count(base), decision)
+
+
+def _flags(row: dict[str, Any], acc: float | None, floor: float) -> tuple[str, ...]:
+    """The sanity flags of one variant's row, in VERDICT_HELP's order."""
+    why = []
+    if acc is not None and acc < floor:
+        why.append(ACCURACY_LOST)
+    if _near_uniform(row, acc):
+        why.append(NEAR_UNIFORM)  # the stronger word: it is under-confident too, down to chance
+    elif _under_confident(row, acc):
+        why.append(UNDER_CONFIDENT)
+    return tuple(why)
+
+
+def _tied(best_row: dict[str, Any], other: str) -> bool:
+    """Whether the items cannot tell `best_row`'s variant from `other` (see verdict_rows);
+    False when the row records no paired interval for it."""
+    record = best_row.get("paired") or {}
+    values = (record.get("against") or {}).get(other)
+    if not isinstance(values, (list, tuple)) or len(values) != 3:
+        return False
+    mean, lo, hi = (float(v) for v in values)
+    return not PairedDifference(mean, lo, hi, int(record.get("n", 0))).lower_for_sure
+
+
+def _count(row: dict[str, Any]) -> int | None:
+    n = row.get("n")
+    return int(n) if isinstance(n, (int, float)) and not isinstance(n, bool) else None
 
 
 def _acc_key(row: dict[str, Any]) -> str:
@@ -281,6 +488,11 @@ def _auroc_floor(base: dict[str, Any]) -> float | None:
     return _number(base, "auroc")
 
 
+def _under_confident(row: dict[str, Any], acc: float | None) -> bool:
+    confidence = _number(row, "confidence")
+    return confidence is not None and acc is not None and confidence < acc - UNDER_CONFIDENT_GAP
+
+
 def _near_uniform(row: dict[str, Any], acc: float | None) -> bool:
     chance, confidence = _number(row, "chance"), _number(row, "confidence")
     if chance is None or confidence is None or acc is None:
@@ -301,6 +513,6 @@ def verdict_row_lines(results: dict[str, Any]) -> list[str]:
         cells = row.cells()
         lines.append(
             f"{row.dataset}: best calibrated {cells['best calibrated']}; flags {cells['flags']}; "
-            f"recommended on S_V {cells['recommended on S_V']}"
+            f"recommended on S_V: {cells['recommended on S_V']}"
         )
     return lines

@@ -12,6 +12,8 @@ converted and checked once at the boundary; errors read "Expected `x` ..., but g
                  item_confidence_brier,
                  confidence_auroc, aurc, confidence_aurc (selective prediction)
     summary      summarize (every declared metric of a row), bootstrap_ci, intervals
+    paired       paired_bootstrap, paired_difference, paired_records: per-item score differences of variants on the
+                 same items, with a 90% interval (PAIRED_LEVEL); is a difference beyond the noise
     columns      COLUMNS: every metric and table column declared once (compute, label, direction,
                  tables, Monitor curve, interval); table_columns, curve_names
 
@@ -23,6 +25,14 @@ Example:
 
 from calm_core.calibration.metrics.bins import STRATEGIES, BinTable, bin_accuracy_intervals, bin_confidences, top_label
 from calm_core.calibration.metrics.calibration import adaptive_ece, classwise_ece, confidence_ece, ece, mce
+from calm_core.calibration.metrics.paired import (
+    MIN_PAIRED_ITEMS,
+    PAIRED_LEVEL,
+    PairedDifference,
+    paired_bootstrap,
+    paired_difference,
+    paired_records,
+)
 from calm_core.calibration.metrics.scores import (
     accuracy,
     aurc,
@@ -42,6 +52,9 @@ from calm_core.calibration.metrics.smooth import smooth_ece
 from calm_core.calibration.metrics.summary import bootstrap_ci, intervals, summarize
 
 __all__ = [
+    "MIN_PAIRED_ITEMS",
+    "PAIRED_LEVEL",
+    "PairedDifference",
     "STRATEGIES",
     "BinTable",
     "accuracy",
@@ -65,6 +78,9 @@ __all__ = [
     "mean_confidence",
     "mean_entropy",
     "nll",
+    "paired_bootstrap",
+    "paired_difference",
+    "paired_records",
     "smooth_ece",
     "softmax",
     "summarize",

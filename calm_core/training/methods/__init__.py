@@ -1,7 +1,7 @@
 """Training methods, chosen by `TrainConfig.method`. Each is one module of this package with
 the shape `calm_core.training.context.Method` describes: NAME, USES_HEAD, DESCRIPTION and
 `step(ctx, train_items, heldout_items) -> dict[str, float]` (the log values), and optionally
-OPTIMIZER, FORCED_SCOPE, Settings and step_cost. Adding a method is adding a module here
+LABEL, OPTIMIZER, FORCED_SCOPE, Settings and step_cost. Adding a method is adding a module here
 (calm_core.registry finds every module that defines NAME; base.py holds the shared helpers
 and defines none); `as_method` checks it and fills in the optional parts' defaults."""
 
@@ -14,7 +14,13 @@ from calm_core.registry import discover, lookup
 from calm_core.training.context import Method
 
 REQUIRED = ("NAME", "USES_HEAD", "DESCRIPTION", "step")
-OPTIONAL: dict[str, Any] = {"OPTIMIZER": "adamw", "FORCED_SCOPE": None, "Settings": None, "step_cost": None}
+OPTIONAL: dict[str, Any] = {  # name -> the default `as_method` gives a module without it
+    "LABEL": None,
+    "OPTIMIZER": "adamw",
+    "FORCED_SCOPE": None,
+    "Settings": None,
+    "step_cost": None,
+}
 
 
 def as_method(module: ModuleType) -> Method:

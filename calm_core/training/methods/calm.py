@@ -8,6 +8,7 @@ from calm_core.training.bilevel import BilevelState, bilevel_step
 from calm_core.training.context import StepContext
 
 NAME = "calm"
+LABEL = "CALM"
 USES_HEAD = True
 OPTIMIZER = "sgd"
 DESCRIPTION = "CALM: bilevel LoRA + calibration head (l, tau), first-order BOME step."

@@ -16,6 +16,7 @@ from calm_core.training.methods.base import gradient_step, timed
 from calm_core.training.objectives import option_cross_entropy
 
 NAME = "cft"
+LABEL = "calibration-aware fine-tuning"
 USES_HEAD = False
 DESCRIPTION = "SFT + a binned ECE-style penalty on the max probability (calibration-aware fine-tuning)."
 

@@ -7,6 +7,7 @@ from calm_core.training.context import StepContext
 from calm_core.training.methods.base import gradient_step, timed
 
 NAME = "iterate"
+LABEL = "alternating updates (ablation)"
 USES_HEAD = True
 OPTIMIZER = "sgd"  # CALM's plain step, so that the comparison isolates the coupling
 DESCRIPTION = "Ablation: alternating CE updates of theta and entropy updates of alpha, no coupling."

@@ -11,6 +11,7 @@ from calm_core.training.context import StepContext
 from calm_core.training.methods.base import gradient_step, timed
 
 NAME = "label_smoothing"
+LABEL = "label smoothing"
 USES_HEAD = False
 DESCRIPTION = "LoRA cross-entropy with label smoothing over the item's own options."
 

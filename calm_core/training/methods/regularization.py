@@ -13,6 +13,7 @@ from calm_core.training.methods.base import entropy_of, gradient_step, timed
 from calm_core.training.objectives import option_cross_entropy, option_entropy
 
 NAME = "regularization"
+LABEL = "entropy regularization (ablation)"
 USES_HEAD = True
 DESCRIPTION = "Single-level ablation: cross-entropy minus beta x entropy, fixed beta."
 

@@ -6,6 +6,7 @@ from calm_core.training.context import StepContext
 from calm_core.training.methods.base import gradient_step, timed
 
 NAME = "sft"
+LABEL = "supervised fine-tuning"
 USES_HEAD = False
 DESCRIPTION = "Supervised fine-tuning: LoRA with cross-entropy, no calibration objective."
 

@@ -35,7 +35,7 @@ from calm_core.io import atomic_write_json
 from calm_core.runs.layout import write_predictions
 from calm_core.runs.rundir import RunDir
 from calm_core.scoring.adapters import evaluating
-from calm_core.scoring.evaluate import baseline_records, fit_baselines, predictions_frame, result_row
+from calm_core.scoring.evaluate import baseline_records, fit_baselines, predictions_frame, result_row, variant_probs
 from calm_core.scoring.options import apply_option_head, score_with
 from calm_core.scoring.progress import progress_callback
 from calm_core.scoring.truncation import context_limit, truncated_item_ids, warn_truncated
@@ -295,10 +295,13 @@ def _evaluate_sets(
     reuse: dict[str, dict[tuple[bool, bool], Any]] | None,
 ) -> list[dict[str, Any]]:
     """One row per (set, variant) and its predictions at <root>/eval/<variant>/<set>.parquet;
-    `reuse`: scores already computed at these parameters, per set."""
+    `reuse`: scores already computed at these parameters, per set. Each row's `paired`
+    holds its per-item top-label Brier difference to every other variant of the set, with
+    the paired interval (metrics.paired_records), so the verdict row can tell a tie."""
     rows = []
     for name, items in evals.items():
         cache: dict[tuple[bool, bool], Any] = (reuse or {}).get(name, {})
+        set_rows, per_item = [], {}
         for variant in variants:
             scores = _scores_for(
                 ctx,
@@ -308,10 +311,21 @@ def _evaluate_sets(
                 use_adapter=variant.use_adapter,
                 cache=cache,
             )
-            rows.append(result_row(scores, name, variant.name, variant.calibrator))
+            set_rows.append(result_row(scores, name, variant.name, variant.calibrator))
+            per_item[variant.name] = _item_top_label_brier(variant_probs(scores, variant.calibrator), scores.gold)
             write_predictions(root, variant.name, name, predictions_frame(scores, variant.calibrator))
             fault_point("eval_written")
+        records = metrics.paired_records(per_item, TIE_SCORE) if per_item else {}
+        rows += [{**row, "paired": records[row["variant"]]} for row in set_rows]
     return rows
+
+
+TIE_SCORE = "top-label Brier"  # what a result row's `paired` compares (workspace/verdict.py says why)
+
+
+def _item_top_label_brier(probs: np.ndarray, gold: np.ndarray) -> np.ndarray:
+    """(confidence - correct)^2 per item, of the top-label forecast that ECE bins."""
+    return metrics.item_confidence_brier(*metrics.top_label(probs, gold))
 
 
 def _recommendation(
