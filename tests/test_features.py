@@ -18,14 +18,23 @@ from calm_core.scoring.frozen_prefix import FrozenPrefixModel
 from calm_core.scoring.options import OptionScores, read_scores, score_with
 from calm_core.scoring.prompts import ScoringConfig
 from calm_core.scoring.truncation import fitted_cloze_requests, fitted_letter_prompts
+from tests.conftest import TINY_CONFIG
 
 ITEMS = [
     MCItem("a", "What is the capital of France?", ("Paris", "Lyon", "Marseille", "Nice"), 0),
-    MCItem("b", "Which gas do plants absorb from the air during photosynthesis?",
-           ("carbon dioxide", "oxygen", "a mixture of nitrogen and argon"), 0),
+    MCItem(
+        "b",
+        "Which gas do plants absorb from the air during photosynthesis?",
+        ("carbon dioxide", "oxygen", "a mixture of nitrogen and argon"),
+        0,
+    ),
     MCItem("c", "2 + 2 =", ("4", "5"), 0),
-    MCItem("d", "Which planet is known as the red planet in popular astronomy books?",
-           ("Mars", "Venus", "Jupiter", "Saturn", "the planet closest to the sun"), 3),
+    MCItem(
+        "d",
+        "Which planet is known as the red planet in popular astronomy books?",
+        ("Mars", "Venus", "Jupiter", "Saturn", "the planet closest to the sun"),
+        3,
+    ),
 ]
 TOL = 1e-5
 # How the scoring pass runs: prefix-shared KV cache, every sequence in full, and through a
@@ -164,3 +173,41 @@ def test_option_scores_refuse_misaligned_features() -> None:
         OptionScores(["a", "b"], logits, np.array([0, 1]), {}, features=np.zeros((3, 4)))
     with pytest.raises(ValueError, match="option features"):
         OptionScores(["a", "b"], logits, np.array([0, 1]), {}, option_features=np.zeros((2, 2, 4)))
+
+
+def _calm(argv: list[str]) -> tuple[int, str]:
+    """`calm` in-process -> (exit status, stderr)."""
+    import contextlib
+    import io
+
+    from calm_core.cli import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        rc = main(argv)
+    return rc, err.getvalue()
+
+
+def test_calm_eval_stores_features_with_every_variant(tiny_model_dir, tmp_path) -> None:
+    data = "builtin/capitals/test"
+    flags = f"--data {data} --limit 6 --fit-ts-on builtin/capitals/train --fit-limit 10 --features options --quiet"
+    argv = ["eval", "--model", str(tiny_model_dir), "--save-preds", str(tmp_path), *flags.split()]
+    assert _calm(argv)[0] == 0
+    base, ts = (read_scores(predictions_path(tmp_path, v, data)) for v in ("base", "ts"))
+    assert base.features is not None and base.features.shape == (6, TINY_CONFIG["hidden_size"])
+    assert base.option_features is not None and base.option_features.shape[:2] == base.logits.shape
+    np.testing.assert_array_equal(ts.features, base.features)  # one scoring pass, every variant's rows
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--features"], "give --save-preds DIR too"),
+        (["--features", "options", "--scoring", "letter", "--save-preds", "{tmp}"], "needs a cloze rule"),
+        (["--features", "--run", "someid"], "--features cannot go with --run"),
+    ],
+)
+def test_calm_eval_refuses_features_it_cannot_store(tmp_path, argv, message) -> None:
+    full = ["eval", "--data", "builtin/capitals/test", *[a.replace("{tmp}", str(tmp_path)) for a in argv]]
+    rc, err = _calm(full)
+    assert rc == 2 and message in err
