@@ -32,8 +32,11 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = [  # (rule, batch size, share prefix)
-    ("cloze", 8, True), ("cloze", 32, True), ("cloze", 32, False),
-    ("letter", 8, False), ("letter", 32, False),
+    ("cloze", 8, True),
+    ("cloze", 32, True),
+    ("cloze", 32, False),
+    ("letter", 8, False),
+    ("letter", 32, False),
 ]
 
 
@@ -41,8 +44,8 @@ def run_one(data: str, limit: int, rule: str, batch_size: int, share: bool) -> d
     sys.path.insert(0, str(ROOT))
     from calm_core.scoring.evaluate import load_mc_items
     from calm_core.scoring.models import load_model
-    from calm_core.scoring.prompts import ScoringConfig
     from calm_core.scoring.options import score_items
+    from calm_core.scoring.prompts import ScoringConfig
 
     items = load_mc_items(data, limit=limit)
     lm = load_model("embedded")
@@ -51,8 +54,13 @@ def run_one(data: str, limit: int, rule: str, batch_size: int, share: bool) -> d
     scores = score_items(lm, items, ScoringConfig(rule=rule), batch_size=batch_size, progress=False, share_prefix=share)
     seconds = time.perf_counter() - start
     return {
-        "rule": rule, "batch_size": batch_size, "share_prefix": share, "n": len(items), "seconds": seconds,
-        "questions_per_s": len(items) / seconds, "acc": float((scores.predictions == scores.gold).mean()),
+        "rule": rule,
+        "batch_size": batch_size,
+        "share_prefix": share,
+        "n": len(items),
+        "seconds": seconds,
+        "questions_per_s": len(items) / seconds,
+        "acc": float((scores.predictions == scores.gold).mean()),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
 
@@ -77,24 +85,36 @@ def harness_side(data: str, limit: int, batch_size: int) -> dict:
         "task: calm_mc\ndataset_path: json\ndataset_kwargs:\n  data_files:\n"
         f"    test: {folder / 'items.jsonl'}\ntest_split: test\noutput_type: multiple_choice\n"
         'doc_to_text: "Question: {{question}}\\nAnswer:"\ndoc_to_target: answer\ndoc_to_choice: "{{choices}}"\n'
-        "metric_list:\n  - metric: acc\n")
+        "metric_list:\n  - metric: acc\n"
+    )
     model = HFLM(pretrained=str(embedded_model_dir()), dtype="float32", device="cpu", batch_size=batch_size)
     start = time.perf_counter()
-    result = simple_evaluate(model=model, tasks=["calm_mc"], task_manager=TaskManager(include_path=str(folder)),
-                             log_samples=True, verbosity="ERROR")
+    result = simple_evaluate(
+        model=model,
+        tasks=["calm_mc"],
+        task_manager=TaskManager(include_path=str(folder)),
+        log_samples=True,
+        verbosity="ERROR",
+    )
     seconds = time.perf_counter() - start
     samples = sorted(result["samples"]["calm_mc"], key=lambda s: s["doc_id"])
     loglik = [[float(r[0][0]) for r in s["resps"]] for s in samples]
-    return {"side": "lm-eval", "n": len(items), "seconds": seconds, "questions_per_s": len(items) / seconds,
-            "loglikelihoods": loglik, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {
+        "side": "lm-eval",
+        "n": len(items),
+        "seconds": seconds,
+        "questions_per_s": len(items) / seconds,
+        "loglikelihoods": loglik,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
 
 
 def our_side(data: str, limit: int, batch_size: int) -> dict:
     sys.path.insert(0, str(ROOT))
     from calm_core.scoring.evaluate import load_mc_items
     from calm_core.scoring.models import load_model
-    from calm_core.scoring.prompts import ScoringConfig
     from calm_core.scoring.options import score_items
+    from calm_core.scoring.prompts import ScoringConfig
 
     items = load_mc_items(data, limit=limit)
     lm = load_model("embedded")
@@ -102,31 +122,56 @@ def our_side(data: str, limit: int, batch_size: int) -> dict:
     scores = score_items(lm, items, ScoringConfig(rule="cloze"), batch_size=batch_size, progress=False)
     seconds = time.perf_counter() - start
     loglik = [row[np.isfinite(row)].tolist() for row in scores.logits]
-    return {"side": "calm", "n": len(items), "seconds": seconds, "questions_per_s": len(items) / seconds,
-            "loglikelihoods": loglik, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {
+        "side": "calm",
+        "n": len(items),
+        "seconds": seconds,
+        "questions_per_s": len(items) / seconds,
+        "loglikelihoods": loglik,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
 
 
 def compare_with_harness(args: argparse.Namespace) -> None:
     sides = {}
     for side in ("calm", "lm-eval"):
-        cmd = [sys.executable, __file__, "--data", args.data, "--limit", str(args.limit),
-               "--batch-size", str(args.batch_size), "--one-side", side]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--data",
+            args.data,
+            "--limit",
+            str(args.limit),
+            "--batch-size",
+            str(args.batch_size),
+            "--one-side",
+            side,
+        ]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             raise SystemExit(f"{side} failed:\n{done.stderr[-3000:]}")
         sides[side] = json.loads(done.stdout.strip().splitlines()[-1])
     ours, theirs = sides["calm"]["loglikelihoods"], sides["lm-eval"]["loglikelihoods"]
-    agree = sum(int(np.argmax(a) == np.argmax(b)) for a, b in zip(ours, theirs))
-    worst = max(float(np.max(np.abs(np.array(a) - np.array(b)))) for a, b in zip(ours, theirs))
+    agree = sum(int(np.argmax(a) == np.argmax(b)) for a, b in zip(ours, theirs, strict=True))
+    worst = max(float(np.max(np.abs(np.array(a) - np.array(b)))) for a, b in zip(ours, theirs, strict=True))
     ratio = sides["calm"]["questions_per_s"] / sides["lm-eval"]["questions_per_s"]
     print(f"{'scorer':8} {'q/s':>7} {'peak MB':>8}")
     for side, row in sides.items():
         print(f"{side:8} {row['questions_per_s']:7.2f} {row['peak_rss_mb']:8.0f}")
-    print(f"ratio calm / lm-eval: {ratio:.2f}x; predictions agree on {agree}/{len(ours)} items; "
-          f"largest log-likelihood difference {worst:.2e}")
-    summary = {"data": args.data, "limit": args.limit, "batch_size": args.batch_size, "ratio": ratio,
-               "agree": agree, "n": len(ours), "max_abs_loglik_diff": worst,
-               "rows": [{k: v for k, v in row.items() if k != "loglikelihoods"} for row in sides.values()]}
+    print(
+        f"ratio calm / lm-eval: {ratio:.2f}x; predictions agree on {agree}/{len(ours)} items; "
+        f"largest log-likelihood difference {worst:.2e}"
+    )
+    summary = {
+        "data": args.data,
+        "limit": args.limit,
+        "batch_size": args.batch_size,
+        "ratio": ratio,
+        "agree": agree,
+        "n": len(ours),
+        "max_abs_loglik_diff": worst,
+        "rows": [{k: v for k, v in row.items() if k != "loglikelihoods"} for row in sides.values()],
+    }
     target = args.json.with_name("harness.json") if args.json.name == "scoring.json" else args.json
     target.write_text(json.dumps(summary, indent=2))
     print(f"wrote {target}")
@@ -138,7 +183,9 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=100)
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "scoring.json")
     parser.add_argument("--one", nargs=3, metavar=("RULE", "BATCH", "SHARE"), help=argparse.SUPPRESS)
-    parser.add_argument("--harness", action="store_true", help="compare with lm-evaluation-harness (pip install lm-eval)")
+    parser.add_argument(
+        "--harness", action="store_true", help="compare with lm-evaluation-harness (pip install lm-eval)"
+    )
     parser.add_argument("--batch-size", type=int, default=8, help="sequences per forward, both scorers (--harness)")
     parser.add_argument("--one-side", choices=["calm", "lm-eval"], help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -155,12 +202,25 @@ def main() -> None:
         return
     rows = []
     for rule, batch, share in CONFIGS:
-        cmd = [sys.executable, __file__, "--data", args.data, "--limit", str(args.limit),
-               "--one", rule, str(batch), "1" if share else "0"]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--data",
+            args.data,
+            "--limit",
+            str(args.limit),
+            "--one",
+            rule,
+            str(batch),
+            "1" if share else "0",
+        ]
         out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
         rows.append(json.loads(out))
-        print(f"{rule:7} batch {batch:3} share_prefix {str(share):5}  {rows[-1]['questions_per_s']:6.2f} q/s  "
-              f"acc {rows[-1]['acc']:.3f}  peak {rows[-1]['peak_rss_mb']:7.0f} MB", flush=True)
+        print(
+            f"{rule:7} batch {batch:3} share_prefix {str(share):5}  {rows[-1]['questions_per_s']:6.2f} q/s  "
+            f"acc {rows[-1]['acc']:.3f}  peak {rows[-1]['peak_rss_mb']:7.0f} MB",
+            flush=True,
+        )
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"data": args.data, "limit": args.limit, "rows": rows}, indent=2))
     print(f"wrote {args.json}")

@@ -100,6 +100,14 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument(
         "--save-preds", type=Path, metavar="DIR", help="per-item predictions: DIR/eval/<variant>/<dataset>.parquet"
     )
+    ev.add_argument(
+        "--features",
+        nargs="?",
+        const="prompt",
+        choices=["prompt", "options"],
+        help="with --save-preds: store each item's final hidden state at its last prompt token (`options`, "
+        "cloze: also each option's mean state) in the predictions, float16, captured in the scoring pass",
+    )
     ev.add_argument("--quiet", action="store_true", help="no progress bars")
     ev.add_argument(
         "--task",
@@ -161,6 +169,17 @@ def _check_outputs(args: argparse.Namespace) -> None:
     for attribute, kind in (("json", "file"), ("save_ts", "file"), ("save_preds", "directory")):
         if getattr(args, attribute) is not None:
             setattr(args, attribute, ensure_writable(getattr(args, attribute), kind))
+
+
+def _check_features(args: argparse.Namespace, cfg: Any) -> None:
+    """--features is stored with the predictions, so it needs --save-preds; option
+    features need option tokens (a cloze rule)."""
+    if args.features is None:
+        return
+    if args.save_preds is None:
+        raise UsageError("--features stores hidden states with the per-item predictions: give --save-preds DIR too")
+    if args.features == "options" and not cfg.is_cloze:
+        raise UsageError(f"--features options needs a cloze rule: the {cfg.rule} rule scores no option tokens")
 
 
 def _load_reports(names: list[str], kind: str, limit: int | None, args: argparse.Namespace) -> dict[str, LoadReport]:
@@ -243,6 +262,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     # Check outputs and read every dataset before loading the model: a typo or an
     # unwritable --json fails in a second, not after a minute of loading and scoring.
     _check_outputs(args)
+    _check_features(args, cfg)
     reports = _load_reports(datasets, "mc", args.limit, args)
     items = {name: list(report.items) for name, report in reports.items()}
     fit_names = [name for group in (args.fit_ts_on or []) for name in group]
@@ -259,7 +279,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
     fits = _posthoc(args, lm, cfg, fit_items)
     rows = []
     for name in datasets:
-        scores = score_items(lm, items[name], cfg, batch_size=args.batch_size, progress=not args.quiet, dataset=name)
+        scores = score_items(
+            lm,
+            items[name],
+            cfg,
+            batch_size=args.batch_size,
+            progress=not args.quiet,
+            dataset=name,
+            features=args.features is not None,
+            option_features=args.features == "options",
+        )
         for variant, calibrator in [("base", None)] + [(f.variant, f.calibrator) for f in fits]:
             rows.append(result_row(scores, name, variant, calibrator, n_bins=args.bins))
             if args.save_preds:
@@ -299,6 +328,8 @@ def _eval_open(args: argparse.Namespace) -> int:
 
     if args.ts_file or args.save_ts:
         raise UsageError("--ts-file / --save-ts are for --task mcqa; with openqa use --fit-ts-on")
+    if args.features:
+        raise UsageError("--features is for --task mcqa: open answers are generated, not scored as options")
     cfg = GenerationConfig(
         n_samples=args.samples,
         temperature=args.temperature,
@@ -361,6 +392,7 @@ RUN_OWNS = {
     "save_ts": "--save-ts",
     "mapping": "--mapping",
     "save_preds": "--save-preds",
+    "features": "--features",
 }  # what a run fixed itself (its model, rule, S_V fit) or stores itself
 
 

@@ -120,9 +120,20 @@ def score_dataset(
     seed: int = 0,
     batch_size: int = 32,
     progress: bool | ProgressFn = True,
+    features: bool = False,
+    option_features: bool = False,
 ) -> OptionScores:
+    """A catalog dataset scored (`score_items`); `features` / `option_features` capture the
+    hidden states a calibrator reads (scoring.features) in the same pass."""
     return score_items(
-        lm, load_mc_items(name, limit, seed), cfg, batch_size=batch_size, progress=progress, dataset=name
+        lm,
+        load_mc_items(name, limit, seed),
+        cfg,
+        batch_size=batch_size,
+        progress=progress,
+        dataset=name,
+        features=features,
+        option_features=option_features,
     )
 
 

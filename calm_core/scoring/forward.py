@@ -10,7 +10,8 @@ is recognised by its shape, so neither module imports the other's internals.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Protocol, Sequence, runtime_checkable
+from contextlib import contextmanager
+from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
 import torch
 
@@ -126,3 +127,22 @@ def last_hidden(model: Any, inputs: dict[str, Any], n_last: int) -> torch.Tensor
 def output_head(model: Any) -> Any:
     base = model.model if isinstance(model, HiddenStateRunner) else model
     return causal_lm(base).lm_head
+
+
+@contextmanager
+def head_inputs(model: Any) -> Iterator[list[torch.Tensor]]:
+    """Record what the LM head reads in the forward passes run inside the block: one
+    (B, n_last, d) tensor per call, the final-norm hidden states already cut to
+    `logits_to_keep`. A forward pre-hook only reads its input, so the logits are those of
+    the same call without it, to the last bit, and it needs nothing of the model's shape
+    (a soft-capped or non-Llama model, a FrozenPrefixModel): feature capture
+    (`logprobs.logits_and_states_at`, `scoring.features`) without a second pass."""
+    base = model.model if isinstance(model, HiddenStateRunner) else model
+    lm = causal_lm(base)
+    head = lm.get_output_embeddings() if hasattr(lm, "get_output_embeddings") else lm.lm_head
+    seen: list[torch.Tensor] = []
+    handle = head.register_forward_pre_hook(lambda _module, args: seen.append(args[0]))
+    try:
+        yield seen
+    finally:
+        handle.remove()

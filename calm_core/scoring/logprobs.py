@@ -5,19 +5,24 @@ Two ways to score continuations, with the same numbers (tested to 1e-4): each se
 in full (`continuation_logprobs`), or each context once with its KV cache shared by all
 its continuations (`shared_prefix_logprobs`). Where the model allows (`forward.hidden_path`)
 the LM head runs only on the positions needed (`logits_at`), once per distinct row
-(`head_on_distinct_rows`). Option scoring (`options`) and the training objectives
+(`head_on_distinct_rows`). Given a `states` list, the scoring functions also hand back
+the final-norm states the head read at those positions, from the same pass
+(`logits_and_states_at`): the features a calibrator reads (`scoring.features`).
+Option scoring (`options`) and the training objectives
 (`calm_core.training.objectives`, `calm_core.generative.objectives`) read the model
 through these; the batch and cache mechanics are `forward`'s.
 """
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any, Callable, Sequence
 
 import torch
 
 from calm_core.scoring.forward import (
     cache_kwarg,
+    head_inputs,
     hidden_path,
     last_hidden,
     left_pad_batch,
@@ -41,14 +46,22 @@ def continuation_logprobs(
     pad_id: int,
     device: torch.device,
     transform: LogitsTransform | None = None,
+    states: list[torch.Tensor] | None = None,
 ) -> list[torch.Tensor]:
     """Per-token log p(continuation token | prefix) for each (context, continuation) pair.
 
     The model reads (context + continuation)[:-1]; with left padding the logits that
-    predict a continuation of length c are the row's last c positions.
+    predict a continuation of length c are the row's last c positions. `states` (a list)
+    receives, per pair, the final-norm states at those positions, (c, d): the first is
+    the context's last token.
     """
     lengths = [len(cont) for _, cont in contexts_and_conts]
-    logits = needed_logits(model, left_pad_batch(continuation_inputs(contexts_and_conts), pad_id, device), lengths)
+    batch = left_pad_batch(continuation_inputs(contexts_and_conts), pad_id, device)
+    if states is None:
+        logits = needed_logits(model, batch, lengths)
+    else:
+        logits, kept = logits_and_states_at(model, {**batch, "use_cache": False}, _last_positions(batch, lengths))
+        states.extend(kept.split(lengths))
     if transform is not None:
         logits = transform(logits)
     logprobs = torch.log_softmax(logits, dim=-1)
@@ -67,11 +80,14 @@ def needed_logits(model: Any, batch: dict[str, torch.Tensor], lengths: Sequence[
     in row order: (sum(lengths), V). Where the model allows (calm_core.scoring.frozen_prefix.
     hidden_path), the LM head runs on those positions only, not on B x max(lengths):
     the head and its log-softmax over the vocabulary are most of a small model's cost."""
+    return logits_at(model, {**batch, "use_cache": False}, _last_positions(batch, lengths))  # (sum c, V)
+
+
+def _last_positions(batch: dict[str, torch.Tensor], lengths: Sequence[int]) -> torch.Tensor:
+    """(B, max(lengths)) mask of each left-padded row r's last lengths[r] positions."""
     longest = max(lengths)
-    keep = torch.arange(longest, device=batch["input_ids"].device)[None, :] >= (
-        longest - torch.tensor(lengths, device=batch["input_ids"].device)[:, None]
-    )  # (B, c_max)
-    return logits_at(model, {**batch, "use_cache": False}, keep)  # (sum c, V)
+    device = batch["input_ids"].device
+    return torch.arange(longest, device=device)[None, :] >= (longest - torch.tensor(lengths, device=device)[:, None])
 
 
 def shared_prefix_logprobs(
@@ -80,6 +96,7 @@ def shared_prefix_logprobs(
     pad_id: int,
     device: torch.device,
     transform: LogitsTransform | None = None,
+    states: list[list[torch.Tensor]] | None = None,
 ) -> list[list[torch.Tensor]]:
     """Like `continuation_logprobs`, but each context is run once for all its continuations.
 
@@ -89,21 +106,40 @@ def shared_prefix_logprobs(
     right-padded on a copy of their context's cache, with positions that carry on from
     the context. Same numbers as the straightforward path (tested to 1e-4), about
     (context + K * choice) / (K * (context + choice)) of the tokens.
+    `states` (a list) receives, per group, per continuation, the final-norm states at the
+    positions that predict its tokens, (c, d), as `continuation_logprobs` gives them: the
+    context's last token (pass 1, read by a hook on the head: `forward.head_inputs`), then
+    the continuation's own tokens but its last (pass 2).
     """
     from transformers import DynamicCache
 
     batch = left_pad_batch([context for context, _ in groups], pad_id, device)
     cache = DynamicCache(config=model.config)
-    first = model(**batch, **{cache_kwarg(model): cache}, logits_to_keep=1, use_cache=True)
+    with head_inputs(model) if states is not None else nullcontext([]) as seen:
+        first = model(**batch, **{cache_kwarg(model): cache}, logits_to_keep=1, use_cache=True)
     first_logits = first.logits[:, -1].float()  # (G, V)
     first_logprobs = torch.log_softmax(transform(first_logits) if transform else first_logits, dim=-1)
     owners = [g for g, (_, conts) in enumerate(groups) for _ in conts]
     conts = [cont for _, cs in groups for cont in cs]
-    rest = _continue_from_cache(model, cache, batch, owners, conts, pad_id, device, transform)
+    context_states = seen[-1][:, -1] if states is not None else None  # (G, d)
+    rest_states = None if context_states is None else [context_states[:0]] * len(conts)  # (0, d) until filled
+    rest = _continue_from_cache(model, cache, batch, owners, conts, pad_id, device, transform, rest_states)
     out: list[list[torch.Tensor]] = [[] for _ in groups]
     for row, (owner, cont) in enumerate(zip(owners, conts, strict=True)):
         out[owner].append(torch.cat([first_logprobs[owner, cont[0]].reshape(1), rest[row]]))
+    if states is not None and context_states is not None and rest_states is not None:
+        states.extend(_states_by_group(len(groups), owners, context_states, rest_states))
     return out
+
+
+def _states_by_group(
+    n_groups: int, owners: list[int], context_states: torch.Tensor, rest_states: list[torch.Tensor]
+) -> list[list[torch.Tensor]]:
+    """Per group, per continuation: its context's last state, then its own, (c, d)."""
+    per_group: list[list[torch.Tensor]] = [[] for _ in range(n_groups)]
+    for row, owner in enumerate(owners):
+        per_group[owner].append(torch.cat([context_states[owner, None], rest_states[row]]))
+    return per_group
 
 
 def _continue_from_cache(
@@ -115,8 +151,11 @@ def _continue_from_cache(
     pad_id: int,
     device: torch.device,
     transform: LogitsTransform | None = None,
+    states: list[torch.Tensor] | None = None,
 ) -> list[torch.Tensor]:
     """Per row, log p of its continuation tokens 2.. given its cached context, (c - 1,).
+    `states` (one entry per row, (0, d) for a row of one token) receives each row's
+    final-norm states at those positions, (c - 1, d).
 
     Rows go in runs of similar length (`length_runs`), each on its own copy of its
     contexts' cache: answers of 1 to 15 tokens padded to the longest would double the work."""
@@ -140,7 +179,13 @@ def _continue_from_cache(
             use_cache=True,
             **{cache_kwarg(model): select_cache(cache, index, model.config)},
         )
-        logits = logits_at(model, inputs, mask.bool().to(device))  # (sum (c - 1), V): real positions only
+        keep = mask.bool().to(device)  # real positions only
+        if states is None:
+            logits = logits_at(model, inputs, keep)  # (sum (c - 1), V)
+        else:
+            logits, kept = logits_and_states_at(model, inputs, keep)
+            for r, row_states in zip(rows, kept.split([len(conts[r]) - 1 for r in rows]), strict=True):
+                states[r] = row_states
         logprobs = torch.log_softmax(transform(logits) if transform else logits, dim=-1)
         targets = torch.tensor([t for r in rows for t in conts[r][1:]], device=device)
         picked = logprobs.gather(-1, targets[:, None])[:, 0]
@@ -154,11 +199,31 @@ def logits_at(model: Any, inputs: dict[str, Any], keep: torch.Tensor) -> torch.T
     in row order: (keep.sum(), V). Where the model allows (frozen_prefix.hidden_path),
     the LM head runs on those positions only. `inputs`: forward() keywords (a KV cache
     included, except for a FrozenPrefixModel)."""
+    return _head_at(model, inputs, keep, capture=False)[0]
+
+
+def logits_and_states_at(model: Any, inputs: dict[str, Any], keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`logits_at`, and the final-norm states the LM head turned into them, (keep.sum(), d)
+    in the same order: from the same pass, so the logits are those of `logits_at` to the
+    last bit (the hidden path computes the states anyway; otherwise a hook reads the
+    head's input, `forward.head_inputs`)."""
+    logits, states = _head_at(model, inputs, keep, capture=True)
+    assert states is not None  # capture=True always gives them
+    return logits, states
+
+
+def _head_at(
+    model: Any, inputs: dict[str, Any], keep: torch.Tensor, capture: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(logits, states or None) at the `keep` positions: the one body of `logits_at` and
+    `logits_and_states_at`, so both compute the logits by the same operations."""
     n_last = keep.shape[1]
     if hidden_path(model):
-        hidden = last_hidden(model, inputs, n_last)  # (B, n_last, d)
-        return head_on_distinct_rows(output_head(model), hidden[keep]).float()
-    return model(**inputs, logits_to_keep=n_last).logits[keep].float()
+        states = last_hidden(model, inputs, n_last)[keep]  # (N, d)
+        return head_on_distinct_rows(output_head(model), states).float(), states
+    with head_inputs(model) if capture else nullcontext([]) as seen:
+        logits = model(**inputs, logits_to_keep=n_last).logits[keep].float()
+    return logits, seen[-1][keep] if capture else None
 
 
 def head_on_distinct_rows(head: Any, hidden: torch.Tensor) -> torch.Tensor:

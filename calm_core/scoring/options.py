@@ -4,6 +4,7 @@
     scores.logits      # (N, K_max) float64, -inf where an item has fewer options
     scores.probs()     # softmax over each item's own options
     scores.predictions # argmax per item
+    score_items(lm, items, cfg, features=True).features   # (N, d): h per item (scoring.features)
 
 Cloze rules score every (item, choice) continuation; the letter rule scores one prompt
 per item. Sequences are sorted by length and left-padded with explicit position ids,
@@ -13,12 +14,16 @@ result does not depend on the batch size (a test checks it against one-at-a-time
 Items longer than the model's context are cut from the left, as lm-evaluation-harness
 does (`calm_core.scoring.truncation`); `OptionScores.truncated` counts them and
 `score_items` says so once per dataset on stderr. The forward passes that give the
-log-probabilities are `calm_core.scoring.logprobs`.
+log-probabilities are `calm_core.scoring.logprobs`. Asked to, the same passes give the
+hidden-state features a calibrator reads (`calm_core.scoring.features`), stored with
+the predictions and read back by `read_scores`.
 """
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterable, NamedTuple, Sequence
 
 import numpy as np
@@ -26,7 +31,8 @@ import torch
 
 from calm_core.calibration import metrics
 from calm_core.data.schema import MCItem
-from calm_core.scoring.forward import HiddenStateRunner, left_pad_batch
+from calm_core.scoring.features import FeatureCollector, feature_columns, stored_features
+from calm_core.scoring.forward import HiddenStateRunner, head_inputs, left_pad_batch
 from calm_core.scoring.logprobs import LogitsTransform, continuation_logprobs, last_logits, shared_prefix_logprobs
 from calm_core.scoring.progress import ProgressFn, progress_callback
 from calm_core.scoring.prompts import ScoringConfig, letter_token_ids
@@ -44,10 +50,19 @@ class OptionScores:
     model: dict[str, Any] = field(default_factory=dict)  # LoadedModel.info subset
     truncated: int = 0  # items cut from the left to fit the model's context (fit_cloze_item)
     context_length: int | None = None  # the model's context in tokens (context_limit); None: unknown, nothing cut
+    features: np.ndarray | None = None  # (N, d) float32: h per item (scoring.features); None: not captured
+    option_features: np.ndarray | None = None  # (N, K_max, d) float32, NaN pads: each option's mean state (cloze)
 
     def __post_init__(self) -> None:
         if self.logits.ndim != 2 or len(self.logits) != len(self.gold) or len(self.gold) != len(self.ids):
             raise ValueError(f"Expected logits (N, K) with N = len(gold) = len(ids), but got {self.logits.shape}")
+        if self.features is not None and (self.features.ndim != 2 or len(self.features) != len(self.ids)):
+            raise ValueError(f"Expected features (N, d) with N = {len(self.ids)}, but got {self.features.shape}")
+        if self.option_features is not None and self.option_features.shape[:2] != self.logits.shape:
+            raise ValueError(
+                f"Expected option features (N, K_max, d) with (N, K_max) = {self.logits.shape}, "
+                f"but got {self.option_features.shape}"
+            )
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -65,7 +80,8 @@ class OptionScores:
         return metrics.softmax(self.logits / temperature)
 
     def to_frame(self) -> Any:
-        """Per-item table (id, gold, prediction, n_choices, logits, probs) for Parquet."""
+        """Per-item table (id, gold, prediction, n_choices, logits, probs) for Parquet, and
+        the features in float16 where they were captured (scoring.features)."""
         import pandas as pd
 
         probs = self.probs()
@@ -77,13 +93,37 @@ class OptionScores:
                 "n_choices": self.n_choices,
                 "logits": [row[np.isfinite(row)].tolist() for row in self.logits],
                 "probs": [p[: int(k)].tolist() for p, k in zip(probs, self.n_choices, strict=True)],
+                **feature_columns(self.features, self.option_features, self.n_choices),
             }
         )
 
     @classmethod
     def from_frame(cls, frame: Any, scoring: dict[str, Any], model: dict[str, Any] | None = None) -> "OptionScores":
+        """`to_frame`'s table back: raw logits, gold, ids and (None where the table has
+        none) the features, in the table's row order."""
         rows = [np.asarray(r, dtype=np.float64) for r in frame["logits"]]
-        return cls(list(frame["id"]), pad_ragged(rows), frame["gold"].to_numpy(dtype=np.int64), scoring, model or {})
+        features, option_features = stored_features(frame)
+        return cls(
+            list(frame["id"]),
+            pad_ragged(rows),
+            frame["gold"].to_numpy(dtype=np.int64),
+            scoring,
+            model or {},
+            features=features,
+            option_features=option_features,
+        )
+
+
+def read_scores(path: str | Path, scoring: dict[str, Any] | None = None) -> OptionScores:
+    """A per-item predictions file (`runs.layout.write_predictions`: eval/<variant>/<dataset>.parquet
+    of `calm eval --save-preds` or a run) as OptionScores: the raw logits, gold and ids in
+    the file's order, and its features, None in a file without them: what a calibrator
+    is fitted or refitted on without the model. `scoring`: the rule to record (the file
+    does not hold it). A run's files read through `RunDir.read_predictions` then
+    `OptionScores.from_frame` say which file is damaged."""
+    import pandas as pd
+
+    return OptionScores.from_frame(pd.read_parquet(path), scoring or {})
 
 
 def pad_ragged(rows: Sequence[np.ndarray]) -> np.ndarray:
@@ -114,11 +154,13 @@ def _cloze_scores(
     progress: bool | ProgressFn,
     share_prefix: bool = True,
     transform: LogitsTransform | None = None,
+    collector: FeatureCollector | None = None,
 ) -> list[np.ndarray]:
-    """Option scores for cloze rules from `cloze_requests`. `batch_size` counts sequences (continuations)."""
+    """Option scores for cloze rules from `cloze_requests`. `batch_size` counts sequences
+    (continuations). `collector` receives each option's states (scoring.features)."""
     runner = isinstance(lm.model, HiddenStateRunner)  # no KV cache, but it shares prefixes inside a batch
     if not share_prefix or runner or any(len({tuple(context) for context, _ in reqs}) > 1 for reqs in requests):
-        return _cloze_scores_flat(lm, requests, cfg, batch_size, progress, transform, by_item=share_prefix)
+        return _cloze_scores_flat(lm, requests, cfg, batch_size, progress, transform, share_prefix, collector)
     order = sorted(range(len(items)), key=lambda i: -len(requests[i][0][0]))
     rows = [np.zeros(item.n_choices) for item in items]
     update, close = progress_callback(progress, len(items), f"scoring ({cfg.name})")
@@ -126,9 +168,14 @@ def _cloze_scores(
     with torch.inference_mode():
         for batch in _batches(order, items_per_batch):
             groups = [(requests[i][0][0], [cont for _, cont in requests[i]]) for i in batch]
-            scored = shared_prefix_logprobs(lm.model, groups, lm.tokenizer.pad_token_id, lm.device, transform)
+            states: list[list[torch.Tensor]] | None = [] if collector is not None else None
+            scored = shared_prefix_logprobs(lm.model, groups, lm.tokenizer.pad_token_id, lm.device, transform, states)
             for i, per_choice in zip(batch, scored, strict=True):
                 rows[i] = np.array([_reduce(lp, cfg.rule) for lp in per_choice])
+            if collector is not None and states is not None:
+                for i, per_choice_states in zip(batch, states, strict=True):
+                    for k, option_states in enumerate(per_choice_states):
+                        collector.add_option(i, k, option_states)
             done += len(batch)
             update(done, len(items))
     close()
@@ -143,6 +190,7 @@ def _cloze_scores_flat(
     progress: bool | ProgressFn,
     transform: LogitsTransform | None = None,
     by_item: bool = False,
+    collector: FeatureCollector | None = None,
 ) -> list[np.ndarray]:
     """The straightforward path: every (context + choice) sequence runs in full, longest
     first; `by_item` keeps each item's sequences together (items longest first), so a
@@ -159,9 +207,13 @@ def _cloze_scores_flat(
     with torch.inference_mode():
         for batch in _batches(order, batch_size):
             pairs = [(flat[r][2], flat[r][3]) for r in batch]
-            scored = continuation_logprobs(lm.model, pairs, lm.tokenizer.pad_token_id, lm.device, transform)
+            states: list[torch.Tensor] | None = [] if collector is not None else None
+            scored = continuation_logprobs(lm.model, pairs, lm.tokenizer.pad_token_id, lm.device, transform, states)
             for r, logprobs in zip(batch, scored, strict=True):
                 rows[flat[r][0]][flat[r][1]] = _reduce(logprobs, cfg.rule)
+            if collector is not None and states is not None:
+                for r, option_states in zip(batch, states, strict=True):
+                    collector.add_option(flat[r][0], flat[r][1], option_states)
             done += len(batch)
             update(done, len(flat))
     close()
@@ -176,8 +228,11 @@ def _letter_scores(
     batch_size: int,
     progress: bool | ProgressFn,
     head: Any = None,
+    collector: FeatureCollector | None = None,
 ) -> list[np.ndarray]:
-    """Option scores for the letter rule from `letter_prompt_ids`. `batch_size` counts prompts."""
+    """Option scores for the letter rule from `letter_prompt_ids`. `batch_size` counts
+    prompts. `collector` receives the answer position's state, what the LM head reads
+    in this same call (`forward.head_inputs`)."""
     tokenizer = lm.tokenizer
     letters = letter_token_ids(tokenizer, max(it.n_choices for it in items), cfg)
     order = sorted(range(len(items)), key=lambda i: -len(prompts[i]))
@@ -186,9 +241,11 @@ def _letter_scores(
     done = 0
     with torch.inference_mode():
         for batch in _batches(order, batch_size):
-            logits = last_logits(
-                lm.model, left_pad_batch([prompts[i] for i in batch], tokenizer.pad_token_id, lm.device), 1
-            )
+            inputs = left_pad_batch([prompts[i] for i in batch], tokenizer.pad_token_id, lm.device)
+            with head_inputs(lm.model) if collector is not None else nullcontext([]) as seen:
+                logits = last_logits(lm.model, inputs, 1)
+            if collector is not None:
+                collector.add_prompts(batch, seen[-1][:, -1])  # (B, d)
             gathered = logits[:, -1, letters]  # (B, K_max)
             if head is not None:  # a head acting on tokens: each letter's own row of (l, tau)
                 gathered = head.on_tokens(gathered, index=torch.tensor(letters, device=gathered.device))
@@ -231,6 +288,8 @@ def score_items(
     share_prefix: bool = True,
     head: Any = None,
     dataset: str | None = None,
+    features: bool = False,
+    option_features: bool = False,
 ) -> OptionScores:
     """`score_with` on a LoadedModel (scoring.models), its name, kind and dtype recorded
     with the scores."""
@@ -246,6 +305,8 @@ def score_items(
         head=head,
         dataset=dataset,
         model_info=info,
+        features=features,
+        option_features=option_features,
     )
 
 
@@ -261,6 +322,8 @@ def score_with(
     head: Any = None,
     dataset: str | None = None,
     model_info: dict[str, Any] | None = None,
+    features: bool = False,
+    option_features: bool = False,
 ) -> OptionScores:
     """Score every option of every item under `cfg` with `model` (a causal LM, a PEFT
     model, or a FrozenPrefixModel over one) and its tokenizer.
@@ -273,23 +336,31 @@ def score_with(
     on the option scores.
     Items longer than the model's context are cut from the left (`fit_cloze_item`),
     counted in `.truncated` and reported once on stderr, naming `dataset` when given.
+    `features=True` also returns `.features`, h per item, and `option_features=True`
+    (cloze rules) `.option_features`, each option's mean state (scoring.features), from
+    the same forward passes: the scores are the same to the last bit either way.
     """
     if not items:
         raise ValueError("Expected at least one item to score, but got none")
     if batch_size < 1:
         raise ValueError(f"Expected `batch_size` to be a positive int, but got {batch_size}")
     cfg = cfg or ScoringConfig()
+    if option_features and not cfg.is_cloze:
+        raise ValueError(f"Expected a cloze rule for option features (the {cfg.rule} rule scores no option tokens)")
     lm = _Scorer(model, tokenizer, next(model.parameters()).device)
     limit = context_limit(lm.model, lm.tokenizer)
+    wanted = features or option_features
+    collector = FeatureCollector([it.n_choices for it in items], option_features) if wanted else None
     if cfg.is_cloze:
         requests, cut = fitted_cloze_requests(items, cfg, lm.tokenizer, limit)
         transform = head.on_tokens if head is not None else None
-        rows = _cloze_scores(lm, items, requests, cfg, batch_size, progress, share_prefix, transform)
+        rows = _cloze_scores(lm, items, requests, cfg, batch_size, progress, share_prefix, transform, collector)
     else:
         prompts, cut = fitted_letter_prompts(items, cfg, lm.tokenizer, limit)
-        rows = _letter_scores(lm, items, prompts, cfg, batch_size, progress, head)
+        rows = _letter_scores(lm, items, prompts, cfg, batch_size, progress, head, collector)
     warn_truncated(cut, len(items), limit, dataset)
     logits = apply_option_head(pad_ragged(rows), head)
+    h, per_option = collector.result() if collector is not None else (None, None)
     return OptionScores(
         ids=[it.id for it in items],
         logits=logits,
@@ -298,4 +369,6 @@ def score_with(
         model=model_info or {},
         truncated=len(cut),
         context_length=limit,
+        features=h,
+        option_features=per_option,
     )
