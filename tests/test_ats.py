@@ -5,6 +5,7 @@ and round-trips through the calibrator registry."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -98,3 +99,53 @@ def test_ats_is_in_the_registry_and_round_trips(tmp_path) -> None:
     assert ats.cv_nll and "k=0,decay=0" in ats.cv_nll
     with pytest.raises(ValueError, match="features"):
         ats.transform(z)
+
+
+# ----------------------------------------------------------------------------- wherever TS is
+
+
+def test_calm_eval_fits_ats_beside_ts_where_the_fit_set_is_large_enough(tiny_model_dir, tmp_path) -> None:
+    from tests.test_cli import run_cli
+
+    out = tmp_path / "out.json"
+    rc, stdout, stderr = run_cli([
+        "eval", "--model", str(tiny_model_dir), "--data", "builtin/capitals/test", "--limit", "8",
+        "--fit-ts-on", "builtin/arithmetic/validation", "--fit-limit", str(MIN_ITEMS), "--json", str(out),
+        "--save-preds", str(tmp_path / "preds"), "--quiet",
+    ])
+    assert rc == 0, stderr
+    record = json.loads(out.read_text())
+    variants = {row["variant"]: row for row in record["results"]}
+    assert {"base", "ts", "ats"} <= set(variants)
+    assert variants["ats"]["acc"] == variants["base"]["acc"]  # a temperature per question never re-ranks
+    assert record["ats"][0]["n"] == MIN_ITEMS and "components" in record["ats"][0]
+    assert "ats:" in stdout
+    rc, _, stderr = run_cli([
+        "eval", "--model", str(tiny_model_dir), "--data", "builtin/capitals/test", "--limit", "4",
+        "--fit-ts-on", "builtin/arithmetic/validation", "--fit-limit", str(MIN_ITEMS - 1), "--json", str(out), "--quiet",
+    ])
+    assert rc == 0, stderr
+    assert "ats" not in {row["variant"] for row in json.loads(out.read_text())["results"]}  # below its minimum
+
+
+def test_a_run_fits_ats_on_sv_evaluates_it_and_offers_it_for_recommendation(tiny_model_dir) -> None:
+    from calm_core.runs.rundir import RunDir
+    from calm_core.training.config import TrainConfig
+    from calm_core.training.loop import train
+    from calm_core.workspace.launch import create_run
+    from tests.test_trainer import fresh_lm
+
+    cfg = TrainConfig(
+        method="calm", steps=1, batch_size=2, heldout_batch_size=2, eval_every=0, checkpoint_every=0,
+        lr_theta=1e-2, lr_alpha=1e-1, scoring="cloze", model=str(tiny_model_dir),
+        train_data="builtin/capitals/train", heldout_data="builtin/arithmetic/validation",
+        eval_data=("builtin/capitals/test",), train_limit=4, heldout_limit=60, eval_limit=6,
+    )
+    run = create_run(cfg)
+    train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
+    results = RunDir(run.path).results()
+    variants = {row["variant"]: row for row in results["results"]}
+    assert {"base", "ts", "ats", "calm"} <= set(variants)
+    assert variants["ats"]["acc"] == variants["base"]["acc"]
+    assert results["ats"]["fit_on"] == "builtin/arithmetic/validation" and "components" in results["ats"]
+    assert "ats" in results["recommendation"]["heldout"]  # 60 S_V items: 5 folds of 48 reach its minimum

@@ -35,7 +35,7 @@ import numpy as np
 
 from calm_core.calibration import metrics
 from calm_core.calibration.metrics.paired import PAIRED_LEVEL, PairedDifference, paired_bootstrap
-from calm_core.calibration.posthoc import calibrators
+from calm_core.calibration.posthoc import calibrated_probs, calibrators, fit_calibrator
 from calm_core.calibration.posthoc.base import MIN_FIT_ITEMS
 
 ACCURACY_SLACK = 0.01  # one point of accuracy (or one item, on sets under 100 items)
@@ -65,29 +65,42 @@ def cross_fitted(
     folds: int = CROSS_FIT_FOLDS,
     seed: int = 0,
     min_fit: int = MIN_FIT_ITEMS,
+    features: np.ndarray | None = None,
 ) -> tuple[dict[str, np.ndarray], str]:
     """(name -> probabilities (N, K) on the fit set, how they were made). Cross-fitted when
-    S_V allows: each fold predicted by the calibrator fitted on the others (`cls.fit(logits,
-    labels)`, `.probs(logits)`), with the most folds up to `folds` whose training part has
+    S_V allows: each fold predicted by the calibrator fitted on the others (`fit_calibrator`,
+    `calibrated_probs`), with the most folds up to `folds` whose training part has
     `min_fit` items; else fitted and scored on all of S_V (in-sample, which flatters it),
-    and said so. {} with fewer than `min_fit` items (no calibrator can be fitted)."""
+    and said so. {} with fewer than `min_fit` items (no calibrator can be fitted).
+    A calibrator that reads hidden-state `features` (ats) is a candidate only with them
+    and when the folds' training parts reach its own `min_items`: it is never scored
+    in-sample (it chooses its own features by cross-fitting, and would flatter itself)."""
     n = len(gold)
     if n < min_fit:
         return {}, f"S_V has {n} items, fewer than {min_fit}: no post-hoc calibrator"
     usable = [k for k in range(2, folds + 1) if n - -(-n // k) >= min_fit]
+    plain = {name: cls for name, cls in calibrators.items() if not cls.reads_features}
     if not usable:
         return (
-            {name: cls.fit(logits, gold).probs(logits) for name, cls in calibrators.items()},
+            {name: fit_calibrator(cls, logits, gold).probs(logits) for name, cls in plain.items()},
             f"{IN_SAMPLE} {n} S_V items (too few to cross-fit): optimistic",
         )
     k = max(usable)
     parts = np.array_split(np.random.default_rng(seed).permutation(n), k)
+    smallest_fit = n - max(len(part) for part in parts)
+    readers = {
+        name: cls
+        for name, cls in calibrators.items()
+        if cls.reads_features and features is not None and smallest_fit >= cls.min_items
+    }
     out: dict[str, np.ndarray] = {}
-    for name, cls in calibrators.items():
+    for name, cls in {**plain, **readers}.items():
         probs = np.zeros(np.shape(logits), dtype=np.float64)  # (N, K)
         for part in parts:
             rest = np.setdiff1d(np.arange(n), part)
-            probs[part] = cls.fit(logits[rest], gold[rest]).probs(logits[part])
+            h = (features[rest], features[part]) if features is not None else (None, None)
+            fitted = fit_calibrator(cls, logits[rest], gold[rest], h[0])
+            probs[part] = calibrated_probs(fitted, logits[part], h[1])
         out[name] = probs
     return out, f"{k}-fold cross-fitted on S_V"
 

@@ -217,8 +217,10 @@ def _posthoc(args: argparse.Namespace, lm: Any, cfg: Any, fit_items: dict[str, l
     if args.ts_file:
         calibrator = load_calibrator(args.ts_file)
         return [PosthocFit(calibrator.name, calibrator, {"file": str(args.ts_file)})]
-    fit_sets = {
-        name: score_items(lm, items, cfg, batch_size=args.batch_size, progress=not args.quiet, dataset=name)
+    fit_sets = {  # with features: adaptive temperature scaling reads them
+        name: score_items(
+            lm, items, cfg, batch_size=args.batch_size, progress=not args.quiet, dataset=name, features=True
+        )
         for name, items in fit_items.items()
     }
     fits = fit_posthoc(fit_sets)
@@ -250,6 +252,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from calm_core.provenance import environment_record
     from calm_core.runs.layout import write_predictions
     from calm_core.scoring.evaluate import format_table, predictions_frame, result_row
+    from calm_core.scoring.features import FEATURES
     from calm_core.scoring.options import score_items
     from calm_core.scoring.prompts import ScoringConfig
 
@@ -286,13 +289,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
             batch_size=args.batch_size,
             progress=not args.quiet,
             dataset=name,
-            features=args.features is not None,
+            features=True,  # ats reads them; stored with the predictions only with --features
             option_features=args.features == "options",
         )
         for variant, calibrator in [("base", None)] + [(f.variant, f.calibrator) for f in fits]:
             rows.append(result_row(scores, name, variant, calibrator, n_bins=args.bins))
             if args.save_preds:
-                write_predictions(args.save_preds, variant, name, predictions_frame(scores, calibrator))
+                frame = predictions_frame(scores, calibrator)
+                if args.features is None:
+                    frame = frame.drop(columns=[FEATURES], errors="ignore")
+                write_predictions(args.save_preds, variant, name, frame)
     print(
         f"model: {lm.info.get('label', lm.info['name'])} ({lm.info['device']}, {lm.info['dtype']})  "
         f"scoring: {cfg.name}  bins: {args.bins}"

@@ -23,7 +23,7 @@ import numpy as np
 from calm_core.calibration import metrics
 from calm_core.calibration.metrics.columns import cell, table_columns
 from calm_core.calibration.metrics.columns import metric_names as table_metrics
-from calm_core.calibration.posthoc import MIN_FIT_ITEMS, PosthocCalibrator, for_task
+from calm_core.calibration.posthoc import PosthocCalibrator, calibrated_probs, fit_calibrator, for_task
 from calm_core.data.catalog import load_dataset
 from calm_core.data.schema import DataError, LoadReport, MCItem
 from calm_core.scoring.options import OptionScores, score_items
@@ -32,6 +32,8 @@ from calm_core.scoring.prompts import ScoringConfig
 
 
 class Calibrator(Protocol):
+    reads_features: bool
+
     def probs(self, logits: np.ndarray) -> np.ndarray: ...
 
 
@@ -47,35 +49,64 @@ class PosthocFit:
 
 def fit_posthoc(fit_sets: dict[str, OptionScores], task: str = "mcqa") -> list[PosthocFit]:
     """Every default calibrator of `task` fitted on each scored fit set, calibrator by
-    calibrator (calibration.posthoc.for_task: adding a calibrator module adds its rows)."""
+    calibrator (calibration.posthoc.for_task: adding a calibrator module adds its rows).
+    One that reads features (ats) is fitted where the fit set's scores carry them and
+    have its `min_items`; elsewhere it is left out (`calm eval` says why)."""
     fits = []
-    for name, cls in for_task(task).items():
+    for name, cls in for_task(task, with_features=True).items():
         for dataset, scores in fit_sets.items():
-            calibrator = cls.fit(scores.logits, scores.gold)
+            if _missing_for(cls, len(scores), scores.features is not None):
+                continue
+            calibrator = fit_calibrator(cls, scores.logits, scores.gold, scores.features)
             variant = name if len(fit_sets) == 1 else f"{name}:{dataset}"
             record = {"dataset": dataset, "n": len(scores), **calibrator.params(), **calibrator.fit_stats()}
             fits.append(PosthocFit(variant, calibrator, record))
     return fits
 
 
+def _missing_for(cls: type[PosthocCalibrator], n_items: int, has_features: bool) -> str | None:
+    """Why `cls` cannot be fitted on this fit set (None: it can): too few items, or no
+    hidden-state features for one that reads them."""
+    if n_items < cls.min_items:
+        return f"no `{cls.name}` variant: S_V has {n_items} items, fewer than {cls.min_items}"
+    if cls.reads_features and not has_features:
+        return f"no `{cls.name}` variant: the S_V scores carry no hidden-state features"
+    return None
+
+
+FitData = tuple[np.ndarray, np.ndarray] | tuple[np.ndarray, np.ndarray, np.ndarray | None]
+
+
 def fit_baselines(
     n_items: int,
-    fit_data: Callable[[], tuple[np.ndarray, np.ndarray]],
+    fit_data: Callable[[], FitData],
     task: str,
     enabled: bool = True,
     defaults_only: bool = True,
 ) -> tuple[dict[str, PosthocCalibrator], dict[str, str]]:
     """A final evaluation's post-hoc baselines: every calibrator of `task` (by default only
     those fitted by default) fitted on S_V's labelled logits (`fit_data()`: (N, K) logits,
-    (N,) gold; computed only when a fit happens), or, per calibrator, the note saying why
-    its variant is missing. Returns ({name: calibrator}, {name: note}); one of the two is empty."""
-    names = list(for_task(task, defaults_only))
+    (N,) gold and, where captured, (N, H) features; computed only when a fit happens), or,
+    per calibrator, the note saying why its variant is missing (too few S_V items for it,
+    or no features for one that reads them). Returns ({name: calibrator}, {name: note})."""
+    names = for_task(task, defaults_only, with_features=True)
     if not enabled:
         return {}, {name: f"no `base` / `{name}` variants: eval_baselines = false" for name in names}
-    if n_items < MIN_FIT_ITEMS:  # too few S_V labels for a meaningful fit: say so rather than fake one
-        return {}, {name: f"no `{name}` variant: S_V has {n_items} items, fewer than {MIN_FIT_ITEMS}" for name in names}
-    logits, labels = fit_data()
-    return {name: cls.fit(logits, labels) for name, cls in for_task(task, defaults_only).items()}, {}
+    fitted: dict[str, PosthocCalibrator] = {}
+    notes: dict[str, str] = {}
+    data: FitData | None = None
+    for name, cls in names.items():
+        if n_items < cls.min_items:
+            notes[name] = str(_missing_for(cls, n_items, True))
+            continue
+        data = data if data is not None else fit_data()
+        logits, labels, features = (*data, None)[:3]
+        why = _missing_for(cls, n_items, features is not None)
+        if why:
+            notes[name] = why
+            continue
+        fitted[name] = fit_calibrator(cls, logits, labels, features)
+    return fitted, notes
 
 
 def baseline_records(fitted: dict[str, PosthocCalibrator], notes: dict[str, str], **fit_on: Any) -> dict[str, Any]:
@@ -138,7 +169,9 @@ def score_dataset(
 
 
 def variant_probs(scores: OptionScores, calibrator: Calibrator | None = None) -> np.ndarray:
-    return scores.probs() if calibrator is None else calibrator.probs(scores.logits)
+    if calibrator is None:
+        return scores.probs()
+    return calibrated_probs(calibrator, scores.logits, scores.features)  # type: ignore[arg-type]
 
 
 def result_row(

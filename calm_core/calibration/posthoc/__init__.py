@@ -30,7 +30,9 @@ __all__ = [
     "PosthocCalibrator",
     "TemperatureScaler",
     "VectorScaler",
+    "calibrated_probs",
     "calibrators",
+    "fit_calibrator",
     "fit_defaults",
     "for_task",
     "load_calibrator",
@@ -70,6 +72,25 @@ def for_task(task: str, defaults_only: bool = True, with_features: bool = False)
         for name, cls in calibrators().items()
         if task in cls.tasks and (cls.default or not defaults_only) and (with_features or not cls.reads_features)
     }
+
+
+def fit_calibrator(
+    cls: type[PosthocCalibrator], logits: np.ndarray, labels: np.ndarray, features: np.ndarray | None = None
+) -> PosthocCalibrator:
+    """`cls.fit`, with the hidden-state features for a calibrator that reads them: the one
+    call every fitting site makes, so logits-only calibrators keep their two-argument fit."""
+    if cls.reads_features:
+        return cls.fit(logits, labels, features)  # type: ignore[call-arg]
+    return cls.fit(logits, labels)
+
+
+def calibrated_probs(
+    calibrator: PosthocCalibrator, logits: np.ndarray, features: np.ndarray | None = None
+) -> np.ndarray:
+    """`calibrator.probs`, with the features for one that reads them (see `fit_calibrator`)."""
+    if calibrator.reads_features:
+        return calibrator.probs(logits, features)  # type: ignore[call-arg]
+    return calibrator.probs(logits)
 
 
 def fit_defaults(logits: np.ndarray, labels: np.ndarray, task: str = "mcqa") -> dict[str, PosthocCalibrator]:

@@ -212,6 +212,7 @@ def _variant_scores(ctx: StepContext, items: list[MCItem], batch_size: int, use_
             batch_size=batch_size,
             progress=False,
             head=ctx.head if use_head else None,
+            features=not use_head and not use_adapter,  # the base model's hidden state: what ats reads
         )
 
 
@@ -255,9 +256,9 @@ def final_evaluation(
     bs = ctx.settings.eval_batch_size
     heldout_cache: dict[tuple[bool, bool], Any] = (reuse or {}).get("heldout", {})
 
-    def heldout_logits() -> tuple[np.ndarray, np.ndarray]:
+    def heldout_logits() -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         heldout = _scores_for(ctx, data.heldout, bs, use_head=False, use_adapter=False, cache=heldout_cache)
-        return heldout.logits, heldout.gold
+        return heldout.logits, heldout.gold, heldout.features
 
     fitted, notes = fit_baselines(
         len(data.heldout), heldout_logits, NAME, ctx.settings.eval_baselines, defaults_only=False
@@ -339,6 +340,8 @@ def _recommendation(
     base = _scores_for(ctx, data.heldout, bs, use_head=False, use_adapter=False, cache=heldout_cache)
     trained = _scores_for(ctx, data.heldout, bs, use_head=True, use_adapter=True, cache=heldout_cache)
     probs = {"base": metrics.softmax(base.logits), ctx.settings.method: metrics.softmax(trained.logits)}
-    posthoc, how = cross_fitted(base.logits, base.gold, {name: type(c) for name, c in fitted.items()})
+    posthoc, how = cross_fitted(
+        base.logits, base.gold, {name: type(c) for name, c in fitted.items()}, features=base.features
+    )
     in_sample = list(posthoc) if how.startswith(IN_SAMPLE) else []
     return recommend({**probs, **posthoc}, base.gold, posthoc_fit=how, in_sample=in_sample).to_dict()
