@@ -6,10 +6,14 @@ per request (so no per-connection state helps the server).
     status, headers, body = request(port, "POST", "/_calm/signin", body=b"password=x")
     send_back_message(port, clear_cache=True, cookie=...)          # a clear_cache over the WebSocket
 
+    with StudioSession(port, cookie) as session:                   # a session, with forged widget states
+        session.rerun("monitor")                                    # draws the page: session.elements
+        session.rerun("monitor", click=["monitor_resume"])          # a click the browser would not send
+
 Through an HTTPS proxy, pass `tls=Tls(ssl.create_default_context(cafile=cert), "studio.test")`
 (the connection still goes to 127.0.0.1) and the proxy's `Authorization` in `headers`.
 
-Used by tests/test_attacks.py and tests/test_proxy_recipe.py.
+Used by tests/test_attacks.py, tests/test_attacks_forged.py and tests/test_proxy_recipe.py.
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ import os
 import socket
 import ssl
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 TIMEOUT_S = 20.0
 
@@ -140,16 +146,19 @@ def ws_handshake(
     return status
 
 
-def _frame(payload: bytes) -> bytes:
-    """One masked binary frame (a client must mask, RFC 6455)."""
+BINARY, CLOSE, PING, PONG = 0x2, 0x8, 0x9, 0xA
+
+
+def _frame(payload: bytes, opcode: int = BINARY) -> bytes:
+    """One masked frame, binary unless told (a client must mask, RFC 6455)."""
     mask = os.urandom(4)
     size = len(payload)
     if size < 126:
-        head = struct.pack("!BB", 0x82, 0x80 | size)
+        head = struct.pack("!BB", 0x80 | opcode, 0x80 | size)
     elif size < 65536:
-        head = struct.pack("!BBH", 0x82, 0x80 | 126, size)
+        head = struct.pack("!BBH", 0x80 | opcode, 0x80 | 126, size)
     else:
-        head = struct.pack("!BBQ", 0x82, 0x80 | 127, size)
+        head = struct.pack("!BBQ", 0x80 | opcode, 0x80 | 127, size)
     return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
 
 
@@ -166,6 +175,148 @@ def send_back_message(port: int, *, clear_cache: bool = True, host: str | None =
         if status == 101:
             sock.sendall(_frame(message.SerializeToString()))
     return status
+
+
+@dataclass(frozen=True)
+class Element:
+    """One element a script run drew: its kind (`button`, `alert`, `exception`, ...) and
+    that kind's message (streamlit/proto/Element.proto)."""
+
+    kind: str
+    proto: Any
+
+    @property
+    def key(self) -> str | None:
+        """The user key of a keyed widget: Streamlit 1.67 builds a keyed widget's id as
+        `$$ID-<hash>-<key>` (elements/lib/utils.py compute_and_register_element_id)."""
+        widget_id = getattr(self.proto, "id", "")
+        parts = widget_id.split("-", 2) if isinstance(widget_id, str) else []
+        return parts[2] if len(parts) == 3 and parts[0] == "$$ID" and parts[2] != "None" else None
+
+    @property
+    def text(self) -> str:
+        """What it says: an alert's or a markdown's body, an exception's message."""
+        return str(getattr(self.proto, "body", "") or getattr(self.proto, "message", ""))
+
+    @property
+    def is_error(self) -> bool:
+        return self.kind == "alert" and self.proto.format == self.proto.ERROR
+
+
+class StudioSession:
+    """One Streamlit session over the raw WebSocket, as a browser holds it, but the widget
+    states it sends are the caller's: a click on a disabled button, any typed text. Each
+    `rerun` sends a `rerun_script` BackMsg and reads ForwardMsgs until the run finishes
+    (a run that ends in `st.rerun()` is followed to the next): `elements` is what the page
+    drew, `session_id` the id the server reported (calm_core's `session_tag` hashes it)."""
+
+    def __init__(self, port: int, cookie: str | None = None, timeout_s: float = 180.0) -> None:
+        self._sock = _connect(port)
+        self._sock.settimeout(timeout_s)
+        self._sock.sendall(_handshake_lines(port, None, None, cookie).encode("latin-1"))
+        status, _, self._buffer = _read_head(self._sock)
+        if status != 101:
+            self._sock.close()
+            raise ConnectionError(f"the WebSocket handshake got {status}")
+        self.session_id = ""
+        self.elements: list[Element] = []
+        self._page, self._page_hash = "", ""
+        self._ids: dict[str, str] = {}  # user key -> widget id, as drawn
+        self._typed: dict[str, str] = {}  # string values sent, kept as a browser keeps them
+
+    def __enter__(self) -> StudioSession:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        try:
+            self._sock.sendall(_frame(struct.pack("!H", 1000), CLOSE))
+        except OSError:
+            pass
+        self._sock.close()
+
+    def widget(self, key: str) -> Element:
+        """The widget drawn with user key `key` in the last run."""
+        return next(e for e in self.elements if e.key == key)
+
+    def rerun(self, page: str, *, click: Iterable[str] = (), typed: dict[str, str] | None = None) -> list[Element]:
+        """Run `page` (its URL path: "monitor") with a trigger for each key in `click` and the
+        string values in `typed` (a text input's text, a radio's option), by the ids the last
+        run drew (a key must have been drawn)."""
+        from streamlit.proto.BackMsg_pb2 import BackMsg
+
+        self._typed.update(typed or {})
+        message = BackMsg()
+        state = message.rerun_script
+        state.query_string, state.page_name = "", page
+        state.page_script_hash = self._page_hash if page == self._page else ""
+        for key, value in self._typed.items():
+            state.widget_states.widgets.add(id=self._ids[key], string_value=value)
+        for key in click:
+            state.widget_states.widgets.add(id=self._ids[key], trigger_value=True)
+        self._sock.sendall(_frame(message.SerializeToString()))
+        self._page = page
+        self.elements = self._until_finished()
+        self._ids.update({e.key: e.proto.id for e in self.elements if e.key})
+        return self.elements
+
+    def _until_finished(self) -> list[Element]:
+        from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+        elements: list[Element] = []
+        while True:
+            message = ForwardMsg.FromString(self._message())
+            kind = message.WhichOneof("type")
+            if kind == "new_session":  # a script run starts: the page is drawn afresh
+                self.session_id = message.new_session.initialize.session_id or self.session_id
+                elements = []
+            elif kind == "navigation":  # st.navigation chose the page: a browser sends its hash back
+                self._page_hash = message.navigation.page_script_hash
+            elif kind == "page_not_found":
+                raise LookupError(f"no page {message.page_not_found.page_name!r}")
+            elif kind == "delta":
+                delta = message.delta
+                drawn = [delta.new_element] if delta.HasField("new_element") else []
+                drawn += delta.new_transient.elements if delta.HasField("new_transient") else []
+                elements += [Element(str(e.WhichOneof("type")), getattr(e, str(e.WhichOneof("type")))) for e in drawn]
+            elif kind == "script_finished" and message.script_finished != ForwardMsg.FINISHED_EARLY_FOR_RERUN:
+                return elements
+
+    def _message(self) -> bytes:
+        """The next data message, its fragments joined; pings answered, a close raised."""
+        data = b""
+        while True:
+            final, opcode, payload = self._frame()
+            if opcode == PING:
+                self._sock.sendall(_frame(payload, PONG))
+            elif opcode == CLOSE:
+                raise ConnectionError(f"the server closed the stream: {payload[:2].hex()}")
+            elif opcode != PONG:  # text, binary or a continuation
+                data += payload
+                if final:
+                    return data
+
+    def _frame(self) -> tuple[bool, int, bytes]:
+        """(final?, opcode, payload) of one server frame (unmasked, RFC 6455; unmasked if masked)."""
+        head = self._take(2)
+        size = head[1] & 0x7F
+        if size == 126:
+            size = struct.unpack("!H", self._take(2))[0]
+        elif size == 127:
+            size = struct.unpack("!Q", self._take(8))[0]
+        mask = self._take(4) if head[1] & 0x80 else b""
+        payload = self._take(size)
+        if mask:
+            payload = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+        return bool(head[0] & 0x80), head[0] & 0x0F, payload
+
+    def _take(self, size: int) -> bytes:
+        while len(self._buffer) < size:
+            chunk = self._sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("the server closed the connection")
+            self._buffer += chunk
+        taken, self._buffer = self._buffer[:size], self._buffer[size:]
+        return taken
 
 
 def upload(port: int, size: int, cookie: str | None = None) -> tuple[int, bytes]:
