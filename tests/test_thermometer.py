@@ -51,3 +51,23 @@ def test_a_thermometer_needs_three_datasets_and_round_trips(tmp_path) -> None:
     thermo.save(tmp_path / "t.json")
     again = load_thermometer(tmp_path / "t.json")
     assert again.temperature(made[0].features) == pytest.approx(thermo.temperature(made[0].features))
+
+
+def test_the_build_commands_table_compares_thermometer_with_ts_carried_over_and_the_oracle() -> None:
+    from calm_core.workspace.thermometer_build import TEST_OF, lodo_rows, markdown
+
+    names = list(TEST_OF)[:5]
+    shifts = [-1.0, 0.0, 1.0, 2.0, -0.5]
+    train, tests = [], {}
+    for i, (name, shift) in enumerate(zip(names, shifts, strict=True)):
+        made, _ = _domain(name.rsplit("/", 1)[0], shift, seed=i)
+        train.append(Labelled(name, made.logits, made.gold, made.features))
+        held, _ = _domain(name.rsplit("/", 1)[0], shift, seed=100 + i)
+        tests[TEST_OF[name]] = Labelled(TEST_OF[name], held.logits, held.gold, held.features)
+    rows = lodo_rows(train, tests)
+    assert [r["domain"] for r in rows] == [TEST_OF[n] for n in names]
+    for row in rows:
+        assert set(row["ece"]) == {"base", "ts_other_domains", "thermometer", "oracle_ts"}
+        assert row["ece"]["oracle_ts"] <= row["ece"]["base"] + 0.05  # fitted on its own labels
+    table = markdown(rows)
+    assert table.count("\n") == len(rows) + 2 and "| mean |" in table

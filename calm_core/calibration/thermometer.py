@@ -57,10 +57,14 @@ class Labelled:
 
     @property
     def domain(self) -> str:
-        """The dataset's domain: its name up to the split ("arc/easy_dev" -> "arc",
-        "builtin/capitals/test" -> "builtin/capitals"): what leave-one-domain-out leaves out."""
-        parts = self.name.split("/")
-        return "/".join(parts[:2]) if parts[0] == "builtin" else parts[0]
+        return domain_of(self.name)
+
+
+def domain_of(name: str) -> str:
+    """A dataset's domain: its name up to the split ("arc/easy_dev" -> "arc",
+    "builtin/capitals/test" -> "builtin/capitals"): what leave-one-domain-out leaves out."""
+    parts = name.split("/")
+    return "/".join(parts[:2]) if parts[0] == "builtin" else parts[0]
 
 
 @dataclass

@@ -1,0 +1,171 @@
+"""Build the embedded model's thermometer, and its leave-one-domain-out table.
+
+    python -m calm_core.workspace.thermometer_build                 # score, train, table
+    python -m calm_core.workspace.thermometer_build --limit 60      # fewer items a set
+
+1. Scores every labelled training set (`TRAIN_SETS`: the built-in domains' validation
+   splits and the real sets' dev splits in CALM_DATA_DIR) with the embedded model under
+   cloze scoring, capturing the hidden state (scoring.features); each set's scores are
+   cached under the model cache (`thermometer/<set>.parquet`), so a second build only trains.
+2. Trains the thermometer on all of them (calibration/thermometer.py) and writes it to
+   SHIPPED, the file `calm eval --thermometer` reads for the embedded model.
+3. For each domain, a thermometer trained on the other domains predicts the temperature
+   of that domain's test split from its unlabelled inputs; the table compares its ECE
+   with base, with one temperature fitted on the other domains' labels (TS carried over),
+   and with the oracle (TS fitted on the test split's own labels). JSON beside the table.
+
+Why here (workspace, not calibration): it loads a model and scores data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from calm_core.calibration import metrics
+from calm_core.calibration.posthoc import TemperatureScaler
+from calm_core.calibration.thermometer import Labelled, Thermometer, domain_of, leave_one_domain_out
+from calm_core.paths import PROJECT_ROOT, cache_dir, data_dir
+
+SHIPPED = PROJECT_ROOT / "calm_core" / "calibration" / "thermometer_embedded.json"
+TRAIN_SETS = (
+    "builtin/capitals/validation",
+    "builtin/chemical_symbols/validation",
+    "builtin/units/validation",
+    "builtin/animal_classes/validation",
+    "builtin/atomic_numbers/validation",
+    "builtin/arithmetic/validation",
+    "arc/easy_dev",
+    "arc/challenge_dev",
+    "openbookqa/train",
+    "commonsenseqa/train",
+    "truthfulqa_mc/mc1_validation",
+)
+TEST_OF = {  # a training set -> the split its domain is tested on (a real set without one: its own rows after LIMIT)
+    "builtin/capitals/validation": "builtin/capitals/test",
+    "builtin/chemical_symbols/validation": "builtin/chemical_symbols/test",
+    "builtin/units/validation": "builtin/units/test",
+    "builtin/animal_classes/validation": "builtin/animal_classes/test",
+    "builtin/atomic_numbers/validation": "builtin/atomic_numbers/test",
+    "builtin/arithmetic/validation": "builtin/arithmetic/test",
+    "arc/easy_dev": "arc/easy_test",
+    "arc/challenge_dev": "arc/challenge_test",
+    "openbookqa/train": "openbookqa/test",
+    "commonsenseqa/train": "commonsenseqa/dev",
+}
+
+
+def _available(names: tuple[str, ...]) -> list[str]:
+    real = data_dir()
+    return [n for n in names if n.startswith("builtin/") or (real is not None and (real / n.split("/")[0]).is_dir())]
+
+
+def scored(lm: Any, name: str, limit: int, cache: Path) -> Labelled:
+    """The set's cloze scores with features, from the cache when this build made them before."""
+    from calm_core.scoring.evaluate import load_mc_items
+    from calm_core.scoring.options import read_scores, score_items
+    from calm_core.scoring.prompts import ScoringConfig
+
+    path = cache / f"{name.replace('/', '__')}-{limit}.parquet"
+    if path.exists():
+        scores = read_scores(path)
+    else:
+        scores = score_items(lm, load_mc_items(name, limit), ScoringConfig(rule="cloze"), features=True, dataset=name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        scores.to_frame().to_parquet(path)
+    assert scores.features is not None
+    return Labelled(name, scores.logits, scores.gold, scores.features)
+
+
+def lodo_rows(train: list[Labelled], tests: dict[str, Labelled]) -> list[dict[str, Any]]:
+    """One row per held-out domain: ECE, accuracy and AUROC of base, TS carried over from
+    the other domains, the thermometer trained on them, and the oracle; the temperatures."""
+    rows = []
+    for entry in leave_one_domain_out(train):
+        test = tests.get(TEST_OF.get(entry["dataset"], ""))
+        if test is None:
+            continue
+        thermo: Thermometer = entry["thermometer"]
+        others = [d for d in train if d.domain != domain_of(entry["dataset"])]
+        width = max(d.logits.shape[1] for d in others)
+        carried = TemperatureScaler.fit(
+            np.concatenate([_pad(d.logits, width) for d in others]), np.concatenate([d.gold for d in others])
+        )
+        oracle = TemperatureScaler.fit(test.logits, test.gold)
+        t_thermo = thermo.temperature(test.features)
+        probs = {
+            "base": metrics.softmax(test.logits),
+            "ts_other_domains": carried.probs(test.logits),
+            "thermometer": metrics.softmax(test.logits / t_thermo),
+            "oracle_ts": oracle.probs(test.logits),
+        }
+        rows.append(
+            {
+                "domain": test.name,
+                "n": len(test.gold),
+                "acc": metrics.accuracy(probs["base"], test.gold),
+                "temperature": {
+                    "ts_other_domains": carried.temperature,
+                    "thermometer": t_thermo,
+                    "oracle_ts": oracle.temperature,
+                },
+                "ece": {k: metrics.ece(p, test.gold) for k, p in probs.items()},
+                "auroc": {k: metrics.auroc(p, test.gold) for k, p in probs.items()},
+            }
+        )
+    return rows
+
+
+def _pad(logits: np.ndarray, width: int) -> np.ndarray:
+    """(N, K) -> (N, width) with -inf: sets with different option counts, fitted together."""
+    out = np.full((len(logits), width), -np.inf)
+    out[:, : logits.shape[1]] = logits
+    return out
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    variants = ("base", "ts_other_domains", "thermometer", "oracle_ts")
+    lines = [
+        "| held-out domain (n, acc) | " + " | ".join(f"{v} ECE" for v in variants) + " | T carried / thermo / oracle |",
+        "|---|" + "---|" * (len(variants) + 1),
+    ]
+    for r in rows:
+        t = r["temperature"]
+        lines.append(
+            f"| {r['domain']} ({r['n']}, {r['acc']:.2f}) | "
+            + " | ".join(f"{r['ece'][v]:.3f}" for v in variants)
+            + f" | {t['ts_other_domains']:.2f} / {t['thermometer']:.2f} / {t['oracle_ts']:.2f} |"
+        )
+    means = {v: float(np.mean([r["ece"][v] for r in rows])) for v in variants}
+    lines.append("| mean | " + " | ".join(f"{means[v]:.3f}" for v in variants) + " | |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from calm_core.scoring.models import ModelSpec, load_model
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--limit", type=int, default=100, help="items per set (default 100)")
+    parser.add_argument("--out", type=Path, default=SHIPPED, help="where the trained thermometer goes")
+    parser.add_argument("--table", type=Path, default=PROJECT_ROOT / "docs" / "results" / "thermometer_lodo.json")
+    args = parser.parse_args(argv)
+    cache = cache_dir() / "thermometer"
+    lm = load_model(ModelSpec(name="embedded", device="cpu"))
+    train = [scored(lm, name, args.limit, cache) for name in _available(TRAIN_SETS)]
+    tests = {name: scored(lm, name, args.limit, cache) for name in _available(tuple(TEST_OF.values()))}
+    thermo = Thermometer.train(train)
+    thermo.save(args.out)
+    print(f"thermometer: {thermo.describe()} -> {args.out}")
+    rows = lodo_rows(train, tests)
+    args.table.parent.mkdir(parents=True, exist_ok=True)
+    args.table.write_text(json.dumps({"limit": args.limit, "rows": rows}, indent=1))
+    print(markdown(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
