@@ -1,7 +1,7 @@
 """Scoring throughput and peak memory on the embedded model, configurations side by side;
 and, with --harness, our scorer against lm-evaluation-harness on the same items.
 
-    .venv/bin/python bench/scoring.py [--data arc/easy_test] [--limit 100] [--json bench/results/scoring.json]
+    .venv/bin/python bench/scoring.py [--data arc/easy_test] [--limit 100] [--repeats 2] [--threads 1] [--json ...]
     .venv/bin/python bench/scoring.py --harness --limit 300 [--batch-size 8]   # needs `pip install lm-eval`
 
 --harness: the harness's `hf` model on the same local model directory and a task
@@ -16,6 +16,15 @@ Each configuration (rule x batch size x prefix sharing) runs in a fresh subproce
 its peak resident memory (ru_maxrss) is its own; the model load is excluded from the
 timing, one warm-up batch is not. Prints a table and writes JSON. Compare rows within
 one run only: this machine's speed varies with whatever else is running.
+
+The `capture` column is the cost of feature capture (calm_core.scoring.features): inside
+each configuration's process the same items are scored with capture off and on
+(`features=True`, and for cloze `option_features=True` too), CAPTURE_CHUNK items at a time,
+the two back to back in alternating order, --repeats rounds over the items
+(`paired_capture_times`); `capture` is total seconds on / total seconds off (1.00: free;
+JSON also has the median of the per-chunk ratios), and `same` says whether every logit
+was bit-identical between the two, as tests/test_features.py requires. Seconds and
+questions/s are one full pass with capture off.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -40,8 +50,17 @@ CONFIGS = [  # (rule, batch size, share prefix)
 ]
 
 
-def run_one(data: str, limit: int, rule: str, batch_size: int, share: bool) -> dict:
+CAPTURE_CHUNK = 16  # items per paired off/on measurement of the capture cost
+
+
+def run_one(
+    data: str, limit: int, rule: str, batch_size: int, share: bool, repeats: int = 2, threads: int | None = None
+) -> dict:
     sys.path.insert(0, str(ROOT))
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
     from calm_core.scoring.evaluate import load_mc_items
     from calm_core.scoring.models import load_model
     from calm_core.scoring.options import score_items
@@ -49,10 +68,19 @@ def run_one(data: str, limit: int, rule: str, batch_size: int, share: bool) -> d
 
     items = load_mc_items(data, limit=limit)
     lm = load_model("embedded")
-    score_items(lm, items[:2], ScoringConfig(rule=rule), batch_size=batch_size, progress=False, share_prefix=share)
-    start = time.perf_counter()
-    scores = score_items(lm, items, ScoringConfig(rule=rule), batch_size=batch_size, progress=False, share_prefix=share)
-    seconds = time.perf_counter() - start
+    cfg = ScoringConfig(rule=rule)
+    capture = {"features": True, "option_features": cfg.is_cloze}
+
+    def timed(subset: list, **kwargs: bool) -> tuple[float, Any]:
+        start = time.perf_counter()
+        scores = score_items(lm, subset, cfg, batch_size=batch_size, progress=False, share_prefix=share, **kwargs)
+        return time.perf_counter() - start, scores
+
+    timed(items[:2], **capture)  # warm-up
+    seconds, scores = timed(items)
+    captured = timed(items, **capture)[1]
+    off, on, identical = paired_capture_times(timed, items, capture, repeats)
+    identical = identical and np.array_equal(scores.logits, captured.logits)
     return {
         "rule": rule,
         "batch_size": batch_size,
@@ -62,7 +90,37 @@ def run_one(data: str, limit: int, rule: str, batch_size: int, share: bool) -> d
         "questions_per_s": len(items) / seconds,
         "acc": float((scores.predictions == scores.gold).mean()),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "capture": capture,
+        "capture_off_seconds": sum(off),
+        "capture_on_seconds": sum(on),
+        "capture_ratio": sum(on) / sum(off),
+        "capture_ratio_median": float(np.median(np.divide(on, off))),
+        "capture_identical": bool(identical and np.array_equal(scores.predictions, captured.predictions)),
+        "threads": torch.get_num_threads(),
     }
+
+
+def paired_capture_times(
+    timed: Any, items: list, capture: dict[str, bool], repeats: int
+) -> tuple[list[float], list[float], bool]:
+    """Seconds with capture off and on, chunk by chunk of CAPTURE_CHUNK items, the two
+    back to back in alternating order (ABBA), `repeats` rounds: on a machine that others
+    share, the load changes within one pass, and only a paired measurement close in time
+    sees a cost of a few percent. Also whether every chunk's logits were bit-identical."""
+    chunks = [items[i : i + CAPTURE_CHUNK] for i in range(0, len(items), CAPTURE_CHUNK)]
+    off: list[float] = []
+    on: list[float] = []
+    identical = True
+    for round_ in range(repeats):
+        for j, chunk in enumerate(chunks):
+            first_on = (round_ + j) % 2 == 1
+            runs = {}
+            for with_capture in (first_on, not first_on):
+                runs[with_capture] = timed(chunk, **(capture if with_capture else {}))
+            off.append(runs[False][0])
+            on.append(runs[True][0])
+            identical = identical and np.array_equal(runs[False][1].logits, runs[True][1].logits)
+    return off, on, identical
 
 
 def harness_side(data: str, limit: int, batch_size: int) -> dict:
@@ -182,6 +240,10 @@ def main() -> None:
     parser.add_argument("--data", default="arc/easy_test")
     parser.add_argument("--limit", type=int, default=100)
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "scoring.json")
+    parser.add_argument("--repeats", type=int, default=2, help="timed runs per configuration, capture off and on each")
+    parser.add_argument(
+        "--threads", type=int, help="torch threads per configuration (default: torch's; 1 on a machine others share)"
+    )
     parser.add_argument("--one", nargs=3, metavar=("RULE", "BATCH", "SHARE"), help=argparse.SUPPRESS)
     parser.add_argument(
         "--harness", action="store_true", help="compare with lm-evaluation-harness (pip install lm-eval)"
@@ -198,7 +260,7 @@ def main() -> None:
         return
     if args.one:
         rule, batch, share = args.one
-        print(json.dumps(run_one(args.data, args.limit, rule, int(batch), share == "1")))
+        print(json.dumps(run_one(args.data, args.limit, rule, int(batch), share == "1", args.repeats, args.threads)))
         return
     rows = []
     for rule, batch, share in CONFIGS:
@@ -209,6 +271,9 @@ def main() -> None:
             args.data,
             "--limit",
             str(args.limit),
+            "--repeats",
+            str(args.repeats),
+            *(["--threads", str(args.threads)] if args.threads else []),
             "--one",
             rule,
             str(batch),
@@ -216,13 +281,17 @@ def main() -> None:
         ]
         out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
         rows.append(json.loads(out))
+        row = rows[-1]
         print(
-            f"{rule:7} batch {batch:3} share_prefix {str(share):5}  {rows[-1]['questions_per_s']:6.2f} q/s  "
-            f"acc {rows[-1]['acc']:.3f}  peak {rows[-1]['peak_rss_mb']:7.0f} MB",
+            f"{rule:7} batch {batch:3} share_prefix {str(share):5}  {row['questions_per_s']:6.2f} q/s  "
+            f"acc {row['acc']:.3f}  peak {row['peak_rss_mb']:7.0f} MB  "
+            f"capture x{row['capture_ratio']:.3f} (median x{row['capture_ratio_median']:.3f}, "
+            f"{'same' if row['capture_identical'] else 'DIFFERENT'})",
             flush=True,
         )
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"data": args.data, "limit": args.limit, "rows": rows}, indent=2))
+    record = {"data": args.data, "limit": args.limit, "repeats": args.repeats, "threads": args.threads, "rows": rows}
+    args.json.write_text(json.dumps(record, indent=2))
     print(f"wrote {args.json}")
 
 

@@ -64,7 +64,7 @@ class FeatureCollector:
         their context, `truncation.fit_cloze_item`), the mean for the option."""
         states = states.detach().float()
         if self._prompt[item] is None:
-            self._prompt[item] = states[0]
+            self._prompt[item] = states[0].clone()  # a view would keep the whole batch's states alive
         if self.options:
             self._option[item][k] = states.mean(dim=0)
 

@@ -337,8 +337,9 @@ def score_with(
     Items longer than the model's context are cut from the left (`fit_cloze_item`),
     counted in `.truncated` and reported once on stderr, naming `dataset` when given.
     `features=True` also returns `.features`, h per item, and `option_features=True`
-    (cloze rules) `.option_features`, each option's mean state (scoring.features), from
-    the same forward passes: the scores are the same to the last bit either way.
+    (cloze rules) `.option_features`, each option's mean state, and h with them
+    (scoring.features), from the same forward passes: the scores are the same to the
+    last bit either way.
     """
     if not items:
         raise ValueError("Expected at least one item to score, but got none")
