@@ -71,3 +71,36 @@ def test_the_build_commands_table_compares_thermometer_with_ts_carried_over_and_
         assert row["ece"]["oracle_ts"] <= row["ece"]["base"] + 0.05  # fitted on its own labels
     table = markdown(rows)
     assert table.count("\n") == len(rows) + 2 and "| mean |" in table
+
+
+def test_calm_eval_applies_a_thermometer_per_set_and_refuses_another_models(tiny_model_dir, tmp_path) -> None:
+    import json
+
+    from calm_core.scoring.evaluate import load_mc_items
+    from calm_core.scoring.models import ModelSpec, load_model
+    from calm_core.scoring.options import score_items
+    from calm_core.scoring.prompts import ScoringConfig
+    from tests.test_cli import run_cli
+
+    lm = load_model(ModelSpec(name=str(tiny_model_dir), device="cpu"))
+    train = []
+    for name in ("builtin/capitals/validation", "builtin/units/validation", "builtin/arithmetic/validation"):
+        s = score_items(lm, load_mc_items(name, 12), ScoringConfig(rule="cloze"), features=True, progress=False)
+        train.append(Labelled(name, s.logits, s.gold, s.features))
+    thermo = Thermometer.train(train)
+    thermo.model = str(tiny_model_dir)
+    thermo.save(tmp_path / "thermo.json")
+    out = tmp_path / "out.json"
+    argv = ["eval", "--model", str(tiny_model_dir), "--data", "builtin/capitals/test", "builtin/units/test",
+            "--limit", "6", "--thermometer", str(tmp_path / "thermo.json"), "--json", str(out), "--quiet"]
+    rc, stdout, stderr = run_cli(argv)
+    assert rc == 0, stderr
+    record = json.loads(out.read_text())
+    rows = {(r["dataset"], r["variant"]): r for r in record["results"]}
+    for entry in record["thermometer"]:
+        assert entry["temperature"] > 0 and f"thermometer on {entry['dataset']}" in stdout
+        assert rows[(entry["dataset"], "thermometer")]["acc"] == rows[(entry["dataset"], "base")]["acc"]
+    thermo.model = "someone/else"
+    thermo.save(tmp_path / "thermo.json")
+    rc, _, stderr = run_cli(argv)
+    assert rc == 2 and "reads someone/else's hidden states" in stderr

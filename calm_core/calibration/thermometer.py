@@ -31,7 +31,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 import torch
@@ -78,7 +78,11 @@ class Thermometer:
     weight_decay: float = 0.0
     trained_on: list[str] = field(default_factory=list)
     cv_nll: dict[str, float] = field(default_factory=dict)
+    model: str = ""  # the model whose hidden states it reads ("embedded", a hub id): another's mean nothing
     kind: str = KIND
+
+    reads_features: ClassVar[bool] = True  # scoring.evaluate applies it like a feature-reading calibrator
+    name: ClassVar[str] = "thermometer"
 
     @classmethod
     def train(cls, datasets: Sequence[Labelled]) -> Thermometer:

@@ -108,6 +108,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --save-preds: store each item's final hidden state at its last prompt token (`options`, "
         "cloze: also each option's mean state) in the predictions, float16, captured in the scoring pass",
     )
+    ev.add_argument(
+        "--thermometer",
+        nargs="?",
+        type=Path,
+        const=Path("shipped"),
+        metavar="FILE",
+        help="add the `thermometer` variant: one temperature per evaluated set, predicted from its inputs' "
+        "mean hidden state, no labels needed (default: the embedded model's, built by "
+        "`python -m calm_core.workspace.thermometer_build`)",
+    )
     ev.add_argument("--quiet", action="store_true", help="no progress bars")
     ev.add_argument(
         "--task",
@@ -246,6 +256,25 @@ def _print_posthoc(fits: list[Any], suffix: str = "") -> None:
             print(f"  note: {warning}")
 
 
+def _thermometer(args: argparse.Namespace) -> Any:
+    """The thermometer of --thermometer (None without it), checked before the model loads:
+    its file must exist and it must have been trained on this model's hidden states."""
+    from calm_core.calibration.thermometer import load_thermometer
+    from calm_core.workspace.thermometer_build import SHIPPED
+
+    if args.thermometer is None:
+        return None
+    path = SHIPPED if args.thermometer == Path("shipped") else args.thermometer
+    if not path.is_file():
+        build = "python -m calm_core.workspace.thermometer_build"
+        raise UsageError(f"no thermometer at {path}: build the embedded model's with `{build}`")
+    thermometer = load_thermometer(path)
+    model = args.model or "embedded"
+    if thermometer.model and thermometer.model != model:
+        raise UsageError(f"the thermometer at {path} reads {thermometer.model}'s hidden states, not {model}'s")
+    return thermometer
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from calm_core.calibration.posthoc import MIN_FIT_ITEMS
     from calm_core.io import atomic_write_json
@@ -278,9 +307,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     for name, fit in fit_items.items():
         if len(fit) < MIN_FIT_ITEMS:
             raise UsageError(f"Expected at least {MIN_FIT_ITEMS} items to fit TS on `{name}`, but it has {len(fit)}")
+    thermometer = _thermometer(args)
     lm = _load_lm(args)
     fits = _posthoc(args, lm, cfg, fit_items)
-    rows = []
+    rows, temperatures = [], []
     for name in datasets:
         scores = score_items(
             lm,
@@ -292,7 +322,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
             features=True,  # ats reads them; stored with the predictions only with --features
             option_features=args.features == "options",
         )
-        for variant, calibrator in [("base", None)] + [(f.variant, f.calibrator) for f in fits]:
+        variants = [("base", None)] + [(f.variant, f.calibrator) for f in fits]
+        if thermometer is not None:
+            variants.append(("thermometer", thermometer))
+            temperatures.append({"dataset": name, "temperature": thermometer.temperature(scores.features)})
+        for variant, calibrator in variants:
             rows.append(result_row(scores, name, variant, calibrator, n_bins=args.bins))
             if args.save_preds:
                 frame = predictions_frame(scores, calibrator)
@@ -304,10 +338,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
         f"scoring: {cfg.name}  bins: {args.bins}"
     )
     _print_posthoc(fits)
+    for entry in temperatures:
+        print(f"thermometer on {entry['dataset']}: T = {entry['temperature']:.4f} (from its inputs, no labels)")
     print(format_table(rows))
     if args.json:
         record = {
             "results": rows,
+            **({"thermometer": temperatures} if thermometer is not None else {}),
             "model": lm.info,
             "scoring": cfg.to_dict(),
             **_posthoc_record(fits, "mcqa"),
