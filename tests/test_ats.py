@@ -149,3 +149,11 @@ def test_a_run_fits_ats_on_sv_evaluates_it_and_offers_it_for_recommendation(tiny
     assert variants["ats"]["acc"] == variants["base"]["acc"]
     assert results["ats"]["fit_on"] == "builtin/arithmetic/validation" and "components" in results["ats"]
     assert "ats" in results["recommendation"]["heldout"]  # 60 S_V items: 5 folds of 48 reach its minimum
+
+    from calm_core.data.schema import MCItem
+    from calm_core.workspace.playground import load_trained, option_probabilities
+
+    trained = load_trained(RunDir(run.path), device="cpu")  # the Playground: a typed question gets its own tau
+    probs = option_probabilities(trained, MCItem("typed", "Which gas do plants take in?", ("oxygen", "CO2", "neon"), 1))
+    assert {"base", "ts", "ats"} <= set(probs) and probs["ats"].argmax() == probs["base"].argmax()
+    assert probs["ats"].sum() == pytest.approx(1.0)

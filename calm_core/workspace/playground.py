@@ -1,5 +1,5 @@
-"""A finished run as something to ask questions: option probabilities under base, TS
-and the calibrated model, and generation with the calibration head.
+"""A finished run as something to ask questions: option probabilities under base, TS,
+adaptive TS and the calibrated model, and generation with the calibration head.
 
     trained = load_trained(RunDir.at(run_id))
     probs = option_probabilities(trained, MCItem("q", "Which gas ...?", ("oxygen", "helium"), 0))
@@ -42,6 +42,7 @@ class TrainedModel:
     scoring: ScoringConfig
     task: str = "mcqa"  # the run's task: mcqa | openqa
     generation: GenerationConfig | None = None  # an open-QA run's generation settings (sampling, grouping)
+    adaptive: Any = None  # the run's adaptive temperature scaling (fit on S_V), if it fitted one
 
 
 def untrained(lm: LoadedModel, scoring: ScoringConfig | None = None) -> TrainedModel:
@@ -65,32 +66,66 @@ def load_trained(run: RunDir, device: str = "auto") -> TrainedModel:
     # the task gives a head saved before heads said where they act its place (openqa: tokens)
     head = CalibrationHead.load(latest[1], task) if (latest[1] / HEAD_FILENAME).is_file() else None
     results = run.path / "results.json"
-    temperature = json.loads(results.read_text()).get("ts", {}).get("temperature") if results.is_file() else None
+    recorded = json.loads(results.read_text()) if results.is_file() else {}
+    temperature = recorded.get("ts", {}).get("temperature")
     lm = LoadedModel(model, base.tokenizer, base.spec, {**base.info, "adapter": str(latest[1])})
     scoring = ScoringConfig(rule=train["scoring"], chat_template=train.get("chat_template", False))
     generation = GenerationConfig(**train["generation"]) if task == "openqa" and train.get("generation") else None
     return TrainedModel(
-        run.run_id, train["method"], lm, head.to(lm.device) if head else None, temperature, scoring, task, generation
+        run.run_id,
+        train["method"],
+        lm,
+        head.to(lm.device) if head else None,
+        temperature,
+        scoring,
+        task,
+        generation,
+        _adaptive(recorded),
     )
 
 
+def _adaptive(results: dict[str, Any]) -> Any:
+    """The run's `ats` as results.json records it (None when it fitted none: its note)."""
+    from calm_core.calibration.posthoc.ats import AdaptiveTemperature
+
+    record = results.get("ats")
+    if not isinstance(record, dict) or "note" in record:
+        return None
+    return AdaptiveTemperature.from_json(record, "`ats` in results.json")
+
+
 def _scores(trained: TrainedModel, item: MCItem, adapter: bool, head: bool) -> np.ndarray:
+    return _scored(trained, item, adapter, head)[0]
+
+
+def _scored(
+    trained: TrainedModel, item: MCItem, adapter: bool, head: bool, features: bool = False
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """(option scores (1, K), hidden state (1, H) when `features`), from one pass."""
     model = trained.lm.model
     with evaluating(model, adapter):
         scores = score_with(
-            model, trained.lm.tokenizer, [item], trained.scoring, progress=False, head=trained.head if head else None
+            model,
+            trained.lm.tokenizer,
+            [item],
+            trained.scoring,
+            progress=False,
+            head=trained.head if head else None,
+            features=features,
         )
-    return scores.logits[:, : item.n_choices]  # (1, K)
+    return scores.logits[:, : item.n_choices], scores.features
 
 
 def option_probabilities(trained: TrainedModel, item: MCItem) -> dict[str, np.ndarray]:
     """{variant: option probabilities (K,)}: base, ts (if fitted), the run's method with
     its head (theta + alpha) and without it (theta only). A head that acts on option
     scores is applied to the adapter's scores (one forward pass, as the trainer does)."""
-    base = _scores(trained, item, adapter=False, head=False)
+    base, h = _scored(trained, item, adapter=False, head=False, features=trained.adaptive is not None)
     out = {"base": base}
     if trained.temperature:
         out["ts"] = base / trained.temperature
+    if trained.adaptive is not None:  # this question's own temperature, from its hidden state
+        out["ats"] = trained.adaptive.transform(base, h)
     if trained.run_id is not None:
         head = trained.head
         theta = _scores(trained, item, adapter=True, head=False)
