@@ -104,3 +104,16 @@ def test_calm_eval_applies_a_thermometer_per_set_and_refuses_another_models(tiny
     thermo.save(tmp_path / "thermo.json")
     rc, _, stderr = run_cli(argv)
     assert rc == 2 and "reads someone/else's hidden states" in stderr
+
+
+def test_padded_options_train_without_nan() -> None:
+    """Sets with fewer options than the widest carry -inf padding: the fit must stay finite
+    (a -inf divided by the temperature made every parameter nan)."""
+    made = []
+    for i, shift in enumerate([-1.0, 0.0, 1.0]):
+        d, _ = _domain(f"d{i}", shift, seed=i)
+        padded = np.concatenate([d.logits, np.full((len(d.gold), 2), -np.inf)], axis=1)
+        made.append(Labelled(d.name, padded, d.gold, d.features))
+    thermo = Thermometer.train(made)
+    assert np.isfinite(thermo.bias) and all(np.isfinite(thermo.weights))
+    assert np.isfinite(thermo.temperature(made[0].features))

@@ -144,14 +144,16 @@ def _train_once(datasets: Sequence[Labelled], k: int, decay: float) -> Thermomet
     means = _dataset_means(datasets)
     center, projection = _projection(means, k)
     x = torch.from_numpy((means - center) @ projection.T)
-    logits = [torch.from_numpy(np.asarray(d.logits, dtype=np.float64)) for d in datasets]
-    gold = [torch.from_numpy(np.asarray(d.gold, dtype=np.int64)) for d in datasets]
+    raw = [torch.tensor(np.asarray(d.logits, dtype=np.float64)) for d in datasets]
+    finite = [torch.isfinite(z) for z in raw]
+    logits = [torch.where(f, z, torch.zeros_like(z)) for z, f in zip(raw, finite, strict=True)]  # no -inf in z / T
+    gold = [torch.tensor(np.asarray(d.gold, dtype=np.int64)) for d in datasets]
     w = torch.zeros(x.shape[1], dtype=torch.float64, requires_grad=True)
     b = torch.tensor(math.log(math.e - 1.0), dtype=torch.float64, requires_grad=True)
 
     def loss() -> torch.Tensor:
         tau = torch.nn.functional.softplus(x @ w + b) + TAU_FLOOR
-        per_set = [_nll(z / t, y) for z, y, t in zip(logits, gold, tau, strict=True)]
+        per_set = [_nll(z / t, y, f) for z, y, t, f in zip(logits, gold, tau, finite, strict=True)]
         return torch.stack(per_set).mean() + decay * (w * w).sum()
 
     lbfgs([w, b], loss)
@@ -165,9 +167,10 @@ def _train_once(datasets: Sequence[Labelled], k: int, decay: float) -> Thermomet
     )
 
 
-def _nll(scaled: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:
-    safe = torch.where(torch.isfinite(scaled), scaled, torch.full_like(scaled, -1e30))
-    return torch.nn.functional.cross_entropy(safe, gold)
+def _nll(scaled: torch.Tensor, gold: torch.Tensor, finite: torch.Tensor) -> torch.Tensor:
+    """Mean NLL with padding put back as -inf after the division (a -inf divided by a
+    parameter gives a nan gradient, even where the value is masked afterwards)."""
+    return torch.nn.functional.cross_entropy(torch.where(finite, scaled, torch.full_like(scaled, -math.inf)), gold)
 
 
 def leave_one_out_nll(datasets: Sequence[Labelled]) -> dict[tuple[int, float], float]:
