@@ -117,3 +117,11 @@ def test_padded_options_train_without_nan() -> None:
     thermo = Thermometer.train(made)
     assert np.isfinite(thermo.bias) and all(np.isfinite(thermo.weights))
     assert np.isfinite(thermo.temperature(made[0].features))
+
+
+def test_the_shipped_thermometer_is_the_embedded_models_and_loads() -> None:
+    from calm_core.workspace.thermometer_build import SHIPPED
+
+    thermo = load_thermometer(SHIPPED)
+    assert thermo.model == "embedded" and len(thermo.trained_on) >= 3
+    assert len(thermo.mean) in (0, 576) and thermo.cv_nll  # SmolLM2-135M's hidden size
