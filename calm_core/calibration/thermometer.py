@@ -38,6 +38,7 @@ import torch
 
 from calm_core.calibration import metrics
 from calm_core.calibration.posthoc.base import lbfgs, one_thread
+from calm_core.calibration.projection import principal_projection
 
 KIND = "thermometer"
 COMPONENT_GRID = (0, 1, 2, 3)
@@ -129,20 +130,9 @@ def _dataset_means(datasets: Sequence[Labelled]) -> np.ndarray:
     return np.stack([np.asarray(d.features, dtype=np.float64).mean(axis=0) for d in datasets])
 
 
-def _projection(means: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Top-k principal directions of the datasets' mean features, scaled to unit variance."""
-    center = means.mean(axis=0)
-    if k == 0:
-        return center, np.zeros((0, means.shape[1]))
-    _, singular, vt = np.linalg.svd(means - center, full_matrices=False)
-    k = min(k, int((singular > 1e-8 * max(singular[0], 1e-300)).sum()))
-    scale = singular[:k] / math.sqrt(max(len(means) - 1, 1))
-    return center, vt[:k] / scale[:, None]
-
-
 def _train_once(datasets: Sequence[Labelled], k: int, decay: float) -> Thermometer:
     means = _dataset_means(datasets)
-    center, projection = _projection(means, k)
+    center, projection = principal_projection(means, k, standardise=False)
     x = torch.from_numpy((means - center) @ projection.T)
     raw = [torch.tensor(np.asarray(d.logits, dtype=np.float64)) for d in datasets]
     finite = [torch.isfinite(z) for z in raw]

@@ -34,6 +34,7 @@ import torch
 
 from calm_core.calibration import metrics
 from calm_core.calibration.posthoc.base import PosthocCalibrator, check_fit_inputs, lbfgs, masked_nll, one_thread
+from calm_core.calibration.projection import principal_projection
 
 NAME = "ats"
 
@@ -127,25 +128,10 @@ def _features(features: np.ndarray | None, n: int) -> np.ndarray:
     return h
 
 
-def _projection(h: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """(mean, projection): x = (h - mean) @ projection.T gives the top-k principal
-    components of standardised h, each with unit variance on the fit set."""
-    mean = h.mean(axis=0)
-    std = h.std(axis=0)
-    std = np.where(std > 1e-8, std, 1.0)
-    if k == 0:
-        return mean, np.zeros((0, h.shape[1]))
-    standardised = (h - mean) / std
-    _, singular, vt = np.linalg.svd(standardised, full_matrices=False)
-    k = min(k, int((singular > 1e-8 * singular[0]).sum()))
-    scale = singular[:k] / math.sqrt(max(len(h) - 1, 1))
-    return mean, vt[:k] / std[None, :] / scale[:, None]
-
-
 def _fit_once(
     z: torch.Tensor, y: torch.Tensor, h: np.ndarray, k: int, decay: float, rounds: int = 50
 ) -> AdaptiveTemperature:
-    mean, projection = _projection(h, k)
+    mean, projection = principal_projection(h, k, standardise=True)
     x = torch.from_numpy((h - mean) @ projection.T)
     finite = torch.isfinite(z)
     z_safe = torch.where(finite, z, torch.zeros_like(z))
