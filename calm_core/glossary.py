@@ -553,8 +553,8 @@ TERMS: tuple[Term, ...] = (
     ),
     Term(
         "under-confident",
-        "Flag: the mean confidence is more than 0.10 below the accuracy: the model says 40% of answers it gets right "
-        "two times in three.",
+        'Flag: the mean confidence is more than 0.10 below the accuracy: the model says "40% sure" of answers it gets '
+        "right two times in three.",
         STOP,
     ),
     Term(

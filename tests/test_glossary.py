@@ -173,6 +173,13 @@ def test_the_brief_words_are_defined() -> None:
     assert [w for w in words if glossary.lookup(w) is None] == []
 
 
+def test_the_flags_thresholds_are_the_verdicts() -> None:
+    """The glossary cannot import the verdict (it is layer 1): its numbers are checked here."""
+    from calm_core.workspace import verdict
+
+    assert f"more than {verdict.UNDER_CONFIDENT_GAP:.2f} below the accuracy" in glossary.define("under-confident")
+
+
 def test_every_registered_variant_flag_and_metric_is_defined() -> None:
     """Without rendering a page: the whole vocabulary has entries (the page test below
     names the page that shows an undefined one)."""
