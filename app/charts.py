@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 from collections import Counter
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
@@ -226,6 +226,7 @@ def tradeoff_figure(
     paths: dict[str, tuple[Sequence[int], Sequence[float], Sequence[float]]],
     references: dict[str, dict[str, tuple[float, float]]] | None = None,
     selected_step: int | None = None,
+    names: Mapping[str, str] | None = None,
 ) -> go.Figure:
     """ECE (x) against accuracy (y) as a path over training, one per evaluation set;
     the first point is hollow, the last filled: left is better calibrated, up is more
@@ -233,7 +234,8 @@ def tradeoff_figure(
     (x) and temperature scaling (diamond) in the set's colour: a run that ends left of
     TS but below base has traded accuracy for its ECE. `selected_step` adds a star on
     each path at that step (where the run's model is from), when the path has it. Two
-    data-less legend entries say what the open and the filled markers are."""
+    data-less legend entries say what the open and the filled markers are. `names` gives
+    a variant's name in full for the legend ("temperature scaling")."""
     fig = go.Figure()
     for i, (name, (steps, acc, ece)) in enumerate(paths.items()):
         color = PALETTE[i % len(PALETTE)]
@@ -261,14 +263,15 @@ def tradeoff_figure(
                 hovertemplate=f"selected: step {selected_step}<br>ECE %{{x:.3f}}<br>acc %{{y:.3f}}<extra></extra>",
             )
         for variant, (ref_ece, ref_acc) in (references or {}).get(name, {}).items():
+            shown = (names or {}).get(variant, variant)
             fig.add_scatter(
                 x=[ref_ece],
                 y=[ref_acc],
                 mode="markers",
-                name=f"{variant} · {name}",
+                name=f"{shown} · {name}",
                 showlegend=True,
                 marker=dict(color=color, size=11, symbol=REFERENCE_SYMBOLS.get(variant, "square")),
-                hovertemplate=f"{variant}<br>ECE %{{x:.3f}}<br>acc %{{y:.3f}}<extra></extra>",
+                hovertemplate=f"{html.escape(shown)}<br>ECE %{{x:.3f}}<br>acc %{{y:.3f}}<extra></extra>",
             )
     for label, symbol in (("first evaluation (open)", "circle-open"), ("last evaluation (filled, larger)", "circle")):
         fig.add_scatter(
@@ -293,18 +296,20 @@ def tradeoff_figure(
 def reliability_overlay(
     variants: dict[str, tuple[Sequence[dict[str, Any]], Sequence[float], Sequence[float]]],
     title: str = "Reliability diagram",
+    names: Mapping[str, str] | None = None,
 ) -> go.Figure:
     """Several variants on one diagram: per-bin accuracy (markers at the bin's mean
     confidence, bootstrap interval as error bars; no line, which would jump across empty
     bins) against the diagonal, and below, each variant's confidence histogram. `variants` maps a name
-    to (BinTable records, interval lower, interval upper)."""
+    to (BinTable records, interval lower, interval upper); `names` gives a name in full for the
+    legend ("temperature scaling"), the colours stay keyed by the variant."""
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.72, 0.28], vertical_spacing=0.05)
     fig.add_scatter(
         x=[0, 1], y=[0, 1], mode="lines", line=dict(dash="dash", color="gray"), name="perfect calibration", row=1, col=1
     )
     colors = variant_colors(list(variants))
-    for name, (records, lower, upper) in variants.items():
-        color = colors[name]
+    for key, (records, lower, upper) in variants.items():
+        color, name = colors[key], (names or {}).get(key, key)
         keep = [j for j, r in enumerate(records) if r["count"] > 0]
         acc = [records[j]["accuracy"] for j in keep]
         # Markers only: a line would jump across empty bins and tangle with 8 items a set.
@@ -341,17 +346,20 @@ def reliability_overlay(
     return _reliability_layout(fig, title, barmode="group", height=500, y_max=1.02)
 
 
-def option_probability_figure(options: Sequence[str], probs: dict[str, Sequence[float]]) -> go.Figure:
-    """Grouped bars: each option's probability under each variant (Playground)."""
+def option_probability_figure(
+    options: Sequence[str], probs: dict[str, Sequence[float]], names: Mapping[str, str] | None = None
+) -> go.Figure:
+    """Grouped bars: each option's probability under each variant (Playground); `names`
+    gives a variant's name in full for the legend."""
     fig = go.Figure()
     colors = variant_colors(list(probs))
     labels = [html.escape(o) for o in options]  # plotly renders a subset of HTML in labels: user text is escaped
-    for name, p in probs.items():
+    for key, p in probs.items():
         fig.add_bar(
             x=labels,
             y=[float(v) for v in p],
-            name=name,
-            marker_color=colors[name],
+            name=(names or {}).get(key, key),
+            marker_color=colors[key],
             text=[f"{float(v):.0%}" for v in p],
             textposition="outside",
         )
@@ -373,19 +381,25 @@ def histogram_counts(values: Sequence[float], n_bins: int = 10) -> tuple[np.ndar
     return np.histogram(x, bins=n_bins, range=(0.0, 1.0))
 
 
-def confidence_histogram(curves: dict[str, Sequence[float]], title: str = "Confidence", n_bins: int = 10) -> go.Figure:
+def confidence_histogram(
+    curves: dict[str, Sequence[float]],
+    title: str = "Confidence",
+    n_bins: int = 10,
+    names: Mapping[str, str] | None = None,
+) -> go.Figure:
     """Grouped bars: how many items each variant gives each confidence (open QA: Sem1,
-    the modal answer's share of the samples, so it takes the values k / n)."""
+    the modal answer's share of the samples, so it takes the values k / n); `names` gives
+    a variant's name in full for the legend."""
     fig = go.Figure()
     colors = variant_colors(list(curves))
-    for name, values in curves.items():
+    for key, values in curves.items():
         counts, edges = histogram_counts(values, n_bins)
-        label = html.escape(name)
+        label = html.escape((names or {}).get(key, key))
         fig.add_bar(
             x=((edges[:-1] + edges[1:]) / 2).tolist(),
             y=counts.tolist(),
             name=label,
-            marker_color=colors[name],
+            marker_color=colors[key],
             customdata=[[f"{lo:.2f}-{hi:.2f}"] for lo, hi in zip(edges[:-1], edges[1:], strict=True)],
             hovertemplate=label + ": %{y} items at confidence %{customdata[0]}<extra></extra>",
         )

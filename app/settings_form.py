@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.words import helps
 from calm_core.settings import SettingSpec
 
 
@@ -18,6 +19,9 @@ def current_value(config: Any, spec: SettingSpec) -> Any:
 def setting_input(container: Any, spec: SettingSpec, value: Any, key: str) -> Any:
     """A selectbox for a setting with choices, a number input for an int or float one."""
     label, help_text = spec.label, spec.help
+    defined = helps(spec.label) or helps(spec.name)  # eta, "Inner steps T": the glossary's words too
+    if defined:
+        help_text = f"{help_text}\n\n{defined}"
     choices = spec.meta("choices")
     if choices:
         options = list(choices)

@@ -62,7 +62,7 @@ def test_learn_page_renders_on_a_tiny_model(tiny_lm, monkeypatch: pytest.MonkeyP
     assert "ECE (15 bins)" in labels and "15 equal-width bins" in "\n".join(c.value for c in at.caption)
     at.button(key="learn_fit").click().run()
     assert not at.exception, at.exception
-    fitted = next(c.value for c in at.caption if "NLL-optimal temperature" in c.value)
+    fitted = next(c.value for c in at.caption if "temperature with the lowest NLL" in c.value)
     optimum = float(fitted.split("T = ")[1].split()[0].rstrip("."))
     assert at.slider(key="learn_temperature").value == pytest.approx(min(8.0, max(0.25, optimum)), abs=0.05)
     assert optimum <= 8.0 or "beyond the slider" in fitted  # the tiny random model's optimum is far out
@@ -88,6 +88,13 @@ def test_chart_builders_for_monitor_and_compare() -> None:
     assert [len(t.x) for t in lines] == [2, 2]  # the two non-empty bins
     assert list(lines[0].error_y.array) == pytest.approx([upper[2] - 1.0, upper[4] - 1 / 3])
     assert variant_colors(["base", "ts", "calm", "sft"])["calm"] != variant_colors(["base", "ts", "calm", "sft"])["sft"]
+    # Variants named in full in the legends; the colours stay keyed by the variant (base grey, ts blue).
+    names = {"base": "the model as it is", "ts": "temperature scaling"}
+    named = reliability_overlay({"base": (records, lower, upper), "ts": (records, lower, upper)}, names=names)
+    legend = {t.name: t.marker.color for t in named.data if t.type == "scatter" and t.name in names.values()}
+    assert legend == {"the model as it is": variant_colors(["base"])["base"], "temperature scaling": variant_colors(["ts"])["ts"]}
+    named_refs = tradeoff_figure({"id": ([10], [0.5], [0.3])}, {"id": {"ts": (0.15, 0.55)}}, names=names)
+    assert "temperature scaling · id" in [t.name for t in named_refs.data]
 
 
 def test_selected_step_is_marked_on_every_curve_and_the_tradeoff_path() -> None:

@@ -78,11 +78,17 @@ def test_train_launches_a_job_then_monitor_compare_and_playground_show_it(open_p
     assert "finished" in "\n".join(str(p.proto.text) for p in monitor.get("progress")) or "finished" in text
     assert "Final evaluation" in text
     results = monitor.dataframe[-1].value
-    assert {"base", "calm", "calm_theta_only"} <= set(results["variant"])
+    assert {"the model as it is", "CALM", "CALM, adapter only"} <= set(results["variant"])  # named in full
     assert {"auroc", "aurc"} <= set(results.columns)  # beside ECE: a near-uniform forecast shows
-    from calm_core.workspace.view import BOME_MEANINGS
+    from calm_core.glossary import define
+    from calm_core.training.bilevel_health import RULES
 
-    assert BOME_MEANINGS["inner_drop_frac"] in text and BOME_MEANINGS["descent_ratio"] in text
+    # BOME: a health line per chart above one expander that holds the charts, each with its meaning in words
+    assert "**Algorithm diagnostics (BOME)**:" in text
+    for key in ("q", "lambda", "inner_drop_frac", "coupling_ratio", "cos_fq", "descent_ratio"):
+        assert any(m.value.startswith(f"- **{RULES[key].title}**: ") for m in monitor.markdown), key
+    assert define("inner_drop_frac") in text and define("descent_ratio") in text
+    assert [e.label for e in monitor.expander if "diagnostic charts" in e.label] == ["The 6 diagnostic charts"]
     charts = [c for c in monitor.get("plotly_chart")]
     assert len(charts) >= 6  # losses, entropy, BOME, accuracy, ECE, entropy, alpha..., trade-off
 
@@ -97,8 +103,8 @@ def test_train_launches_a_job_then_monitor_compare_and_playground_show_it(open_p
     assert play.selectbox(key="play_run").value == run_id  # the newest finished run, from the start
     play.selectbox(key="play_run").set_value(run_id).run()
     assert not play.exception, play.exception
-    variants = list(play.dataframe[0].value["variant"])
-    assert variants[0] == "base" and "calm" in variants and "calm_theta_only" in variants
+    variants = list(play.dataframe[0].value["variant"])  # named in full
+    assert variants[0] == "the model as it is" and "CALM" in variants and "CALM, adapter only" in variants
     play.button(key="play_generate").click().run()
     assert not play.exception, play.exception
     assert len(play.dataframe) == 2 and len(play.dataframe[1].value) >= 1  # one row per generated token
@@ -318,7 +324,8 @@ def test_monitor_and_compare_show_the_selected_step_and_the_recommendation(open_
     assert any(f'"symbol":"{SELECTED_SYMBOL}"' in spec for spec in figures)  # the trade-off path
     assert any("S_T cross-entropy of theta (lower level)" in spec and '"name":"tolerance"' in spec for spec in figures)
     evidence = next(d.value for d in monitor.dataframe if "recommended" in d.value.columns)
-    assert list(evidence["variant"]) == (["base", "ts", "vs", "calm"] if recommended == "calm" else ["base", "vs", "calm"])
+    named = ["the model as it is", "temperature scaling", "vector scaling", "CALM"]  # the variants in full
+    assert list(evidence["variant"]) == (named if recommended == "calm" else [named[0], *named[2:]])
     assert evidence["ece"].str.contains(r"\[").all()  # 90% intervals
     sentence = verdict.recommendation_sentence(run.results())  # the same words as `calm train` and the report
     if recommended == "calm":
@@ -451,7 +458,8 @@ def test_compare_opens_with_the_verdict_row_says_why_ts_is_missing_and_fits_its_
     assert "No `ts` row: no `ts` variant: S_V has 8 items, fewer than 10" in _text(compare)
     metrics_table = next(d.value for d in compare.dataframe if "variant" in d.value.columns and "acc" in d.value.columns)
     assert list(metrics_table.columns) == ["variant", "n", "acc", "ece", "auroc", "aurc", "confidence"]
-    assert list(metrics_table["variant"]) == ["base", "vs", "calm", "calm_theta_only"]  # variants as rows, one set
+    assert list(metrics_table["variant"]) == ["the model as it is", "vector scaling", "CALM",
+                                              "CALM, adapter only"]  # variants as rows, one set, named in full
     compare.multiselect(key="compare_columns").set_value(["acc", "brier"]).run()
     metrics_table = next(d.value for d in compare.dataframe if "brier" in d.value.columns)
     assert list(metrics_table.columns) == ["variant", "acc", "brier"]

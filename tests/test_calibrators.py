@@ -292,8 +292,12 @@ def test_declarations_are_unique_and_name_known_tables():
 def test_cells_tooltips_and_task_tables():
     assert cell("acc", 0.123456) == "0.1235" and cell("n", 8) == "8" and cell("dataset", "a/b") == "a/b"
     assert cell("not_declared", 0.5) == "0.5000"
-    assert help_texts(["dataset", "ece", "aurc"]) == {"ece": "ECE, 15 equal-width bins (lower is better)",
-                                                      "aurc": "area under the risk-coverage curve (lower is better)"}
+    from calm_core.glossary import define
+
+    # the glossary's plain definition first, then the column's own label and direction
+    assert help_texts(["dataset", "ece", "aurc"]) == {
+        "ece": define("ece") + "\n\n`ece`: ECE, 15 equal-width bins (lower is better)",
+        "aurc": define("aurc") + "\n\n`aurc`: area under the risk-coverage curve (lower is better)"}
     assert task_table([{"task": "openqa"}]) == "openqa" and task_table([{"task": "openqa"}, {}]) == "mcqa"
     assert task_table([]) == "mcqa"
 

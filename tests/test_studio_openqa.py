@@ -172,7 +172,10 @@ def test_train_page_builds_an_open_answer_config(open_page, tiny_everywhere, tin
     assert at.selectbox(key="train_heldout_open").value == "builtin/capitals_open/validation"
     assert at.multiselect(key="train_evals_open").value == [EVAL_SET]
     assert at.selectbox(key="train_data_open").options == [e.name for e in list_datasets(kind="open")]
-    assert set(at.selectbox(key="train_method_open").options) <= set(get_task("openqa").METHODS)
+    from app.words import method_name
+
+    offered = set(at.selectbox(key="train_method_open").options)  # each named in full, with its flag name
+    assert offered <= {method_name(m) for m in get_task("openqa").METHODS} and "CALM (calm)" in offered
     assert at.selectbox(key="train_scope_open").options == ["vocab", "scalar"]
     assert at.number_input(key="train_lr_alpha_sgd_open").value == pytest.approx(DEFAULT_LR["sgd"]["lr_alpha"])
     assert at.number_input(key="train_samples").value == 5
@@ -201,6 +204,9 @@ def test_train_page_builds_an_open_answer_config(open_page, tiny_everywhere, tin
     assert not at.exception and not at.error
 
 
+NAMED = ["the model as it is", "temperature scaling", "CALM", "CALM, adapter only"]  # base, ts, calm, calm_theta_only
+
+
 def test_compare_page_shows_open_answers(open_page, tiny_everywhere, open_workspace) -> None:
     at = open_page("views/compare.py")
     assert not at.exception, at.exception
@@ -215,7 +221,7 @@ def test_compare_page_shows_open_answers(open_page, tiny_everywhere, open_worksp
     assert all(" ×" in text for text in tables[0]["samples by cluster"])
     metrics_table = at.dataframe[-1].value
     assert {"acc", "sem_acc", "ece", "auroc"} <= set(metrics_table.columns)  # the columns that fit (issue 23)
-    assert {"base", "ts", "calm", "calm_theta_only"} <= set(metrics_table["variant"])
+    assert set(NAMED) <= set(metrics_table["variant"])  # the variants named in full
     assert {"ece_10", "sem2_ece_10", "seq_ece_10"} <= set(at.multiselect(key="compare_columns").options)
     at.multiselect(key="compare_columns").set_value(["sem_acc", "ece_10", "sem2_ece_10", "seq_ece_10"]).run()
     assert list(at.dataframe[-1].value.columns) == ["variant", "sem_acc", "ece_10", "sem2_ece_10", "seq_ece_10"]
@@ -236,7 +242,7 @@ def test_playground_answers_an_open_question_with_the_run(open_page, tiny_everyw
     at.button(key="play_open_answer").click().run()
     assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
     table = at.dataframe[0].value
-    assert list(table["variant"]) == ["base", "ts", "calm", "calm_theta_only"]
+    assert list(table["variant"]) == NAMED
     assert all(" ×" in text for text in table["samples by cluster"])
     assert len(at.text) >= 4  # one literal list of clusters per variant
     at.button(key="play_generate").click().run()
@@ -250,4 +256,4 @@ def test_monitor_page_shows_an_open_answer_run(open_page, tiny_everywhere, open_
     assert "greedy answer's sequence probability" in _text(at)  # what its periodic ECE is
     results = at.dataframe[-1].value
     assert {"sem_acc", "sem2_ece_10", "seq_ece_10"} <= set(results.columns)
-    assert {"base", "ts", "calm", "calm_theta_only"} == set(results["variant"])
+    assert set(NAMED) == set(results["variant"])

@@ -14,9 +14,11 @@ import streamlit as st
 
 from app.charts import confidence_histogram, figure_png, open_answers_table, reliability_figure, reliability_overlay
 from app.state import code, describe_error
+from app.words import column_help, explained, helps, named, variant_help, variant_names
 from calm_core.calibration import metrics
-from calm_core.calibration.metrics.columns import help_texts, metric_names, table_columns
+from calm_core.calibration.metrics.columns import metric_names, table_columns
 from calm_core.data.entries import list_datasets
+from calm_core.glossary import tooltip
 from calm_core.runs.listing import list_runs, run_label
 from calm_core.runs.rundir import RunDir
 from calm_core.scoring.evaluate import wide_table
@@ -31,11 +33,6 @@ OPEN_MEANING = (
     "common meaning cluster, and **correct** means that cluster's answer matches an accepted alias "
     "(normalised exact match)."
 )
-
-
-def _tooltips(columns: list[str] | tuple[str, ...]) -> dict:
-    """Each metric column's meaning and direction (metrics.columns) as its header tooltip."""
-    return {name: st.column_config.Column(help=text) for name, text in help_texts(columns).items()}
 
 
 def _verdict_config(label: str | None) -> dict:
@@ -131,7 +128,10 @@ def verdicts(chosen: Chosen) -> None:
                     key=f"compare_verdict_{run.run_id}",
                     column_config=_verdict_config(label=chosen.labels[run.run_id] if len(chosen.runs) > 1 else None),
                 )
-        st.caption(verdict.VERDICT_CAPTION)
+        st.caption(
+            verdict.VERDICT_CAPTION,
+            help=tooltip("best calibrated", "near-uniform", "under-confident", "accuracy lost", "recommended on S_V"),
+        )
 
 
 def diagram_controls(chosen: Chosen) -> DiagramView:
@@ -141,8 +141,21 @@ def diagram_controls(chosen: Chosen) -> DiagramView:
     variants = list(dict.fromkeys(r["variant"] for r in chosen.rows))
     c1, c2, c3, c4 = st.columns([2, 3, 1, 1])
     dataset = c1.selectbox("Evaluation set", datasets, key="compare_dataset")
-    shown = c2.multiselect("Variants", variants, default=run_view.default_variants(variants), key="compare_variants")
-    n_bins = c3.selectbox("Bins", [10, 15], index=1, key="compare_bins")
+    shown = c2.multiselect(
+        "Variants",
+        variants,
+        default=run_view.default_variants(variants),
+        key="compare_variants",
+        format_func=variant_names(variants).get,
+        help=variant_help(variants),
+    )
+    n_bins = c3.selectbox(
+        "Bins",
+        [10, 15],
+        index=1,
+        key="compare_bins",
+        help="Confidence bins of the diagrams and their ECE: 15 is the project's, 10 the paper's.",
+    )
     layout = c4.radio("Layout", ["overlay", "side by side"], key="compare_layout")
     if chosen.any_open:
         st.caption(
@@ -182,14 +195,30 @@ def diagrams(chosen: Chosen, view: DiagramView, owner: Owners) -> tuple[list[go.
 
     figures = []
     if curves and view.layout == "overlay":
-        figures = [reliability_overlay(curves, f"{dataset}: reliability ({n_bins} bins, 90% bootstrap intervals)")]
+        figures = [
+            reliability_overlay(
+                curves,
+                f"{dataset}: reliability ({n_bins} bins, 90% bootstrap intervals)",
+                names=variant_names(curves),
+            )
+        ]
         st.plotly_chart(figures[0], key="compare_overlay")
     elif curves:
         columns = st.columns(len(curves))
         for column, (variant, table) in zip(columns, tables.items(), strict=True):
-            figure = reliability_figure(table, f"{variant}: ECE {eces[variant]:.3f} ({n_bins} bins)")
+            figure = reliability_figure(
+                table, f"{verdict.variant_label(variant)}: ECE {eces[variant]:.3f} ({n_bins} bins)"
+            )
             figures.append(figure)
             column.plotly_chart(figure, key=f"compare_side_{variant}")
+    if figures:
+        explained(
+            "A calibrated variant's points lie on the diagonal: below it the model is more sure than right "
+            "(overconfident), above it less. Bars: how many items fall in each confidence bin.",
+            "reliability diagram",
+            "confidence",
+            "90% interval",
+        )
     for run in chosen.runs:  # a variant the run could not make: why, where its diagram would be
         for note in verdict.missing_variant_notes(chosen.results[run.run_id]).values():
             st.info(note)
@@ -211,11 +240,14 @@ def open_answers(chosen: Chosen, view: DiagramView, owner: Owners, confidences: 
             {v: confidences[v] for v in open_variants if v in confidences},
             f"{dataset}: Sem1 confidence per variant",
             n_bins=view.n_bins,
+            names=variant_names(open_variants),
         ),
         key="compare_confidence_histogram",
     )
     st.caption("Sem1 takes the values k / n for n samples: a spike at 1.0 is a model whose samples all agree.")
-    variant = st.selectbox("Sampled answers of", open_variants, key="compare_open_variant")
+    variant = st.selectbox(
+        "Sampled answers of", open_variants, key="compare_open_variant", format_func=variant_names(open_variants).get
+    )
     try:
         run, row = owner[(dataset, variant)]
         frame = run_view.row_open_answers(run, row)
@@ -273,15 +305,17 @@ def metrics_table(chosen: Chosen, view: DiagramView) -> pd.DataFrame:
         metric_choices,
         default=run_view.default_columns(metric_choices),
         key="compare_columns",
-        help="The full table is in the CSV and in the expander below.",
+        help="The full table is in the CSV and in the expander below. Each column's header says what it "
+        "measures.\n\n" + (helps(*metric_choices) or ""),
     )
     keys = ["variant", *picked, *(["run"] if len(chosen.runs) > 1 else [])]
+    shown = frame[frame["dataset"] == table_set][keys]
     with st.container(key="compare_metrics"):  # a keyed box: the browser test measures the table's width in it
         st.dataframe(
-            frame[frame["dataset"] == table_set][keys],
+            named(shown),
             hide_index=True,
             width="stretch",
-            column_config=_tooltips(keys),
+            column_config=column_help(keys, shown["variant"]),
             key="compare_metrics_table",
         )
     st.caption(
@@ -297,9 +331,10 @@ def metrics_table(chosen: Chosen, view: DiagramView) -> pd.DataFrame:
             "confidence; seq_ece_10 on the greedy answer's sequence probability."
         )
     with st.expander("Every evaluation set side by side (the paper's layout)"):
+        wide = [r for r in rows if r["variant"] in view.shown] or rows
         st.markdown(
             wide_table(
-                [r for r in rows if r["variant"] in view.shown] or rows,
+                [{**r, "variant": verdict.variant_label(r["variant"])} for r in wide],  # named in full
                 metric_names=metric_names("paper_openqa" if chosen.all_open else "paper_mcqa"),
             )
         )
@@ -403,7 +438,7 @@ def share(chosen: Chosen) -> None:
     recommended = recommended_export(RunDir.at(run_id))
     if recommended is not None:
         st.download_button(
-            f"Recommended model: {recommended} (zip)",
+            f"Recommended model: {verdict.variant_label(recommended)} (zip)",
             lambda: export_zip(RunDir.at(run_id), "recommended"),
             file_name=f"{run_id}-{recommended}.zip",
             mime="application/zip",
@@ -418,6 +453,12 @@ def share(chosen: Chosen) -> None:
 
 
 st.title("Compare")
+st.markdown(
+    "Finished runs side by side on each evaluation set. It opens with the answer: the verdict row says which "
+    "variant is best calibrated, flags anything that went wrong, and what to use (chosen on S_V); the "
+    "reliability diagrams and the metrics below are the evidence.",
+    help=tooltip("variant", "S_V", "evaluation set"),
+)
 chosen = read_chosen(*choose_runs())
 verdicts(chosen)
 view = diagram_controls(chosen)

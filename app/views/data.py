@@ -20,6 +20,7 @@ import pandas as pd
 import streamlit as st
 
 from app.gate import studio_access, this_session
+from app.words import explained
 from calm_core.data.catalog import load_dataset
 from calm_core.data.entries import SPLIT_PREFIX, DatasetEntry, list_datasets
 from calm_core.data.guess import GUESS_ROWS, column_paths, guess_column_mapping
@@ -31,6 +32,7 @@ from calm_core.data.schema import ANSWER_FORMS, LoadReport
 from calm_core.data.split import default_split_name, plan_split, save_split
 from calm_core.data.split_sizes import SplitAdvice, advise_split
 from calm_core.data.uploads import save_upload
+from calm_core.glossary import define, tooltip
 from calm_core.paths import safe_name
 from calm_core.workspace.datasets import check_may_replace, delete_dataset, delete_refusal_for
 
@@ -43,6 +45,7 @@ ROW_NUMBERS = (
     "(unless a quoted field spans lines); in JSONL, row N is line N."
 )
 SPLIT_PERCENT = {"train": 60, "heldout": 20, "test": 20}  # default part sizes, % of the dataset
+PART_TERMS = {"train": "S_T", "heldout": "S_V", "test": "test split"}  # each part's glossary entry
 
 
 def _problem(exc: Exception) -> str:
@@ -180,9 +183,14 @@ def upload_section() -> None:
     if not mapping.text_round_trips():
         st.caption("A column name holds `,` `=` or `|`: rename it in the file to use this mapping on the command line.")
     c1, c2, c3 = st.columns(3)
-    c1.metric("Rows", report.n_rows)
-    c2.metric("Kept", len(report.items))
-    c3.metric("Rejected", report.n_rejected)
+    c1.metric("Rows", report.n_rows, help="Data rows read from the file.")
+    c2.metric("Kept", len(report.items), help="Rows that make a valid item under this mapping: what the studio uses.")
+    c3.metric(
+        "Rejected",
+        report.n_rejected,
+        help="Rows that do not fit the mapping (a missing option, an answer that names no option): each is "
+        "listed with why, below.",
+    )
     st.dataframe(_preview(report), hide_index=True, width="stretch")
     if report.n_rejected:
         count = report.n_rejected
@@ -232,9 +240,12 @@ def split_section() -> None:
     """Split one dataset into S_T, S_V and test, seeded and stratified: the sizes and the
     advice on S_V show before saving, and the saved split can go straight to Train."""
     st.subheader("Split a dataset")
-    st.caption(
+    explained(
         "A run needs training (S_T), held-out (S_V) and test sets. Split one dataset, seeded and stratified by "
-        f"answer position: the parts are saved as `{SPLIT_PREFIX}<name>/train`, `/heldout` and `/test`."
+        f"answer position: the parts are saved as `{SPLIT_PREFIX}<name>/train`, `/heldout` and `/test`.",
+        "S_T",
+        "S_V",
+        "test split",
     )
     names = [e.name for e in list_datasets() if e.kind in ("mc", "open")]
     source = st.selectbox("Dataset", names, key="data_split_source")
@@ -243,7 +254,13 @@ def split_section() -> None:
     sizes = {}
     for column, (part, percent) in zip(st.columns(3), SPLIT_PERCENT.items(), strict=True):
         sizes[part] = column.number_input(
-            f"{part} %", min_value=1, max_value=98, value=percent, step=1, key=f"data_split_{part}"
+            f"{part} %",
+            min_value=1,
+            max_value=98,
+            value=percent,
+            step=1,
+            key=f"data_split_{part}",
+            help=define(PART_TERMS[part]),
         )
     left, right = st.columns(2)
     seed = left.number_input("Seed", min_value=0, value=0, step=1, key="data_split_seed")
@@ -293,8 +310,11 @@ def intro() -> None:
     """The title and where the datasets come from."""
     st.title("Data")
     st.markdown(
-        "Every dataset the studio can train or evaluate on: built-in demo sets generated from fact tables, "
-        "the real benchmarks in `CALM_DATA_DIR`, your uploads and their splits."
+        "Bring your own questions: upload a file, check that its rows are read as you mean them (the preview, and "
+        "why any row was rejected), then split it into training, held-out and test parts and press **Calibrate "
+        "this dataset**. The page says when the held-out part is too small to trust a comparison. Below: every "
+        "dataset the studio can use (built-in demo sets, the benchmarks in `CALM_DATA_DIR`, uploads, splits).",
+        help=tooltip("S_T", "S_V", "test split", "TS", "CALM", "calibrated stop"),
     )
 
 

@@ -9,12 +9,15 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from app.charts import accuracy_confidence_figure, reliability_figure
 from app.state import describe_error, get_scores
+from app.words import explained
 from calm_core.calibration import metrics
 from calm_core.calibration.posthoc import TemperatureScaler
 from calm_core.data.entries import list_datasets
+from calm_core.glossary import define, tooltip
 from calm_core.scoring.options import OptionScores
 
 LEARN_DEFAULT = "builtin/chemical_symbols/test"  # 46% right at 82% confidence: see docs/results.md
@@ -35,14 +38,33 @@ def _fit_temperature(value: float) -> None:
     st.session_state["learn_temperature"] = min(T_MAX, max(T_MIN, round(value / T_STEP) * T_STEP))
 
 
-def intro() -> None:
-    """The title and the claim the page demonstrates: sure more often than right."""
+def intro() -> DeltaGenerator:
+    """The title and the claim the page demonstrates (sure more often than right), and a
+    slot under it for the verdict on the chosen questions, filled once they are scored."""
     st.title("Overconfidence, live")
     st.markdown(
         "Aligned language models tend to say they are **more sure than they are right**. "
         "Below, the embedded model (SmolLM2-135M-Instruct, DPO-aligned) answers multiple-choice questions. "
         "Its *confidence* is the probability it puts on its chosen option; a calibrated model is right "
-        "70% of the time when it is 70% sure."
+        "70% of the time when it is 70% sure. Move the temperature to see what one number can fix, then "
+        "**Train** to calibrate while fine-tuning.",
+        help=tooltip("confidence", "ECE", "temperature"),
+    )
+    return st.empty()
+
+
+def verdict_line(base: dict[str, float], n: int) -> str:
+    """Whether the untouched model is over- or under-confident on these questions, in one line."""
+    gap = base["confidence"] - base["acc"]
+    if abs(gap) < 0.05:
+        how = "about as sure as it is right: well calibrated here"
+    elif gap > 0:
+        how = f"overconfident by {gap * 100:.0f} points"
+    else:
+        how = f"under-confident by {-gap * 100:.0f} points"
+    return (
+        f"On these {n} questions the model is **{base['confidence']:.0%} sure** on average and **{base['acc']:.0%} "
+        f"right**: {how} (ECE {base['ece']:.3f})."
     )
 
 
@@ -58,7 +80,7 @@ def score_questions() -> Scored:
         "Scoring rule",
         ["cloze", "cloze_norm", "letter"],
         key="learn_rule",
-        help="cloze: likelihood of each answer text; letter: logit of A/B/C/D",
+        help=tooltip("cloze", "letter scoring"),
     )
     try:
         return Scored(get_scores("embedded", dataset, rule, int(limit)), dataset, rule)
@@ -74,14 +96,15 @@ def accuracy_against_confidence(scores: OptionScores) -> dict[str, float]:
     base = metrics.summarize(scores.probs(), scores.gold, n_bins=N_BINS)
     left, right = st.columns(2)
     left.plotly_chart(accuracy_confidence_figure(base["acc"], base["confidence"], "Untouched model"), key="learn_bars")
-    right.metric("Accuracy", f"{base['acc']:.1%}")
+    right.metric("Accuracy", f"{base['acc']:.1%}", help=define("accuracy"))
     right.metric(
         "Mean confidence",
         f"{base['confidence']:.1%}",
-        delta=f"{base['confidence'] - base['acc']:+.1%} vs accuracy",
+        delta=f"{base['confidence'] - base['acc']:+.1%} against accuracy",
         delta_color="inverse",
+        help=define("confidence"),
     )
-    right.metric(f"ECE ({N_BINS} bins)", f"{base['ece']:.3f}")
+    right.metric(f"ECE ({N_BINS} bins)", f"{base['ece']:.3f}", help=define("ECE"))
     return base
 
 
@@ -92,10 +115,13 @@ def temperature_section(scored: Scored, base: dict[str, float]) -> None:
     st.subheader("2. Move the temperature")
     st.markdown(
         "Dividing the scores by a temperature T > 1 softens every answer; T < 1 sharpens it. "
-        "Temperature scaling picks the T that fits held-out labels best, and keeps every prediction the same."
+        "Temperature scaling picks the T that fits held-out labels best, and keeps every prediction the same.",
+        help=tooltip("temperature", "TS"),
     )
     fitted = TemperatureScaler.fit(scores.logits, scores.gold) if len(scores) >= 10 else None
-    temperature = st.slider("Temperature T", T_MIN, T_MAX, 1.0, T_STEP, key="learn_temperature")
+    temperature = st.slider(
+        "Temperature T", T_MIN, T_MAX, 1.0, T_STEP, key="learn_temperature", help=define("temperature")
+    )
     if fitted is not None:
         left, right = st.columns([3, 1])
         beyond = (
@@ -105,13 +131,17 @@ def temperature_section(scored: Scored, base: dict[str, float]) -> None:
             if fitted.temperature < T_MIN
             else ""
         )
-        left.caption(f"The NLL-optimal temperature on these questions is T = {fitted.temperature:.2f}{beyond}.")
+        left.caption(
+            f"The temperature with the lowest NLL on these questions is T = {fitted.temperature:.2f}{beyond}.",
+            help=tooltip("NLL"),
+        )
         right.button(
             "Fit T",
             key="learn_fit",
             on_click=_fit_temperature,
             args=(fitted.temperature,),
-            help="Move the slider to the NLL-optimal temperature (what temperature scaling picks)",
+            help="Move the slider to the temperature with the lowest NLL (what temperature scaling picks).\n\n"
+            + tooltip("NLL"),
         )
     probs = scores.probs(temperature)
     now = metrics.summarize(probs, scores.gold, n_bins=N_BINS)
@@ -121,17 +151,22 @@ def temperature_section(scored: Scored, base: dict[str, float]) -> None:
         f"{now['ece']:.3f}",
         delta=f"{now['ece'] - base['ece']:+.3f}" if temperature != 1.0 else None,
         delta_color="inverse",
+        help=define("ECE"),
     )
-    c2.metric("Mean confidence", f"{now['confidence']:.1%}")
-    c3.metric("Accuracy (unchanged)", f"{now['acc']:.1%}")
+    c2.metric("Mean confidence", f"{now['confidence']:.1%}", help=define("confidence"))
+    c3.metric("Accuracy (unchanged)", f"{now['acc']:.1%}", help="A temperature never changes which option is picked.")
     confidence, correct = metrics.top_label(probs, scores.gold)
     table = metrics.bin_confidences(confidence, correct, n_bins=N_BINS)
     st.plotly_chart(
         reliability_figure(table.to_records(), f"Reliability diagram at T = {temperature:.2f}"), key="learn_reliability"
     )
-    st.caption(
-        f"Scoring rule: {scored.rule}; {len(scores)} questions from {scored.dataset}; {N_BINS} equal-width bins, "
-        "as the ECE above."
+    explained(
+        f"Bars below the diagonal: more sure than right. Scoring rule: {scored.rule}; {len(scores)} questions from "
+        f"{scored.dataset}; {N_BINS} equal-width bins, as the ECE above.",
+        "reliability diagram",
+        "under-confident",
+        "scoring rule",
+        scored.rule,
     )
 
 
@@ -143,13 +178,15 @@ def why_not_stop() -> None:
         "**CALM** learns the calibration *while* fine-tuning: LoRA weights for the task and a calibration head "
         "(per-option temperatures and shifts) chosen to keep held-out predictions uncertain where the model is not "
         "sure, without giving up the training fit. Try it: **Train** launches a run in the background, **Monitor** "
-        "follows it, **Compare** puts its reliability diagrams next to the untouched model and temperature scaling."
+        "follows it, **Compare** puts its reliability diagrams next to the untouched model and temperature scaling.",
+        help=tooltip("CALM", "LoRA", "calibration head"),
     )
     st.page_link("views/train.py", label="Train a calibrated model", icon=":material/model_training:")
 
 
-intro()
+lead = intro()
 scored = score_questions()
 base = accuracy_against_confidence(scored.scores)
+lead.markdown(verdict_line(base, len(scored.scores)), help=tooltip("ECE"))
 temperature_section(scored, base)
 why_not_stop()

@@ -13,12 +13,15 @@ import streamlit as st
 from app.charts import alpha_bars, alpha_heatmap, line_figure, tradeoff_figure
 from app.gate import studio_access, this_session
 from app.state import code, describe_error
-from calm_core.calibration.metrics.columns import curves, help_texts, table_columns
+from app.words import column_help, explained, helps, named, variant_names
+from calm_core.calibration.metrics.columns import curves, table_columns
+from calm_core.glossary import define, tooltip
 from calm_core.runs.jobs import cancel
 from calm_core.runs.listing import list_runs, run_label
 from calm_core.runs.metrics_lines import MetricsTail
 from calm_core.runs.rundir import RunDir
 from calm_core.runs.state import DAMAGED, RunState
+from calm_core.training.bilevel_health import RULES, Health, bome_health, health_summary
 from calm_core.training.config import recorded_bilevel
 from calm_core.workspace import verdict
 from calm_core.workspace import view as run_view
@@ -49,11 +52,6 @@ def chart_seconds() -> float:
 
 
 ACTIVE = ("queued", "running", "stopping")
-
-
-def _tooltips(columns: list[str] | tuple[str, ...]) -> dict:
-    """Each metric column's meaning and direction (metrics.columns) as its header tooltip."""
-    return {name: st.column_config.Column(help=text) for name, text in help_texts(columns).items()}
 
 
 def _picker_key(labels: dict[str, str]) -> str:
@@ -103,9 +101,11 @@ def _header(records: list[dict], view: RunState, status: dict, config: dict) -> 
     notes; from the status and config this poll read (passed in, never read again)."""
     total, step = status.get("total_steps"), status.get("step") or 0
     config = config.get("train", {})
+    method, scope = str(config.get("method", "?")), run_view.head_scope(config) if config else "?"
     st.markdown(
-        f"{code(config.get('method', '?'))} on {code(config.get('train_data', '?'))} "
-        f"(scope {code(run_view.head_scope(config) if config else '?')}, model {code(config.get('model', '?'))})"
+        f"**{verdict.variant_label(method)}** on {code(config.get('train_data', '?'))} "
+        f"(head scope {code(scope)}, model {code(config.get('model', '?'))})",
+        help=helps(method, "head scope", scope, "S_T"),
     )
     eta = run_view.eta_seconds(records, total)
     reason = view.reason if view.reason.startswith(view.state) else f"{view.state}: {view.reason}"
@@ -116,13 +116,42 @@ def _header(records: list[dict], view: RunState, status: dict, config: dict) -> 
     selection = status.get("selection") or {}
     line = verdict.selection_status_line(selection)
     if line:  # the calibrated stop (training/selection.py): which step the model is from so far
-        st.caption(line, help=selection.get("rule_text"))
+        rule = selection.get("rule_text")
+        st.caption(line, help=tooltip("selected step", "calibrated stop") + (f"\n\nThe rule: {rule}" if rule else ""))
     _data_notes(status.get("choices") or {})
     for name, n in (status.get("items_cut_to_context") or {}).items():
         st.caption(
             f"{n} items of {name} were longer than the model's context and were cut from the left "
             "(as lm-evaluation-harness does)."
         )
+
+
+def _going(view: RunState, step: int, total: int | None, health: dict[str, Health]) -> None:
+    """The page's answer to "is it going well": the state in words, and whether the BOME
+    diagnostics (Losses tab) are healthy, by their declared rules (training/bilevel_health.py)."""
+    where = f"step {step} of {total}" if total else f"step {step}"
+    summary = health_summary(health) if health else ""
+    checks = f"algorithm diagnostics: {summary}" if health else ""
+    if view.state in ACTIVE:
+        # "Going well" only on evidence: every chart judged healthy; "Watch" when one is not
+        judged = "Watch" if "to watch" in summary else "Going well" if summary.startswith("all") else None
+        head = f"**{judged}**: {view.state}, {where}" if judged else f"**{view.state.capitalize()}**: {where}"
+        text = head + (f"; {checks}" if checks else "")
+    elif view.state == "finished":
+        text = "**Finished**: which model to use, and why, is under *Final evaluation* below" + (
+            f"; {checks}" if checks else ""
+        )
+    elif view.state == "cancelled":
+        text = f"**Cancelled** at {where}: **Resume** continues the same curves"
+    else:
+        text = f"**{view.state.capitalize()}** at {where}"
+    st.markdown(text, help=tooltip("BOME", "healthy") if health else None)
+
+
+def _health(records: list[dict], config: dict) -> dict[str, Health]:
+    """Each BOME chart's health line from the run's log and its eta ({} for a method without BOME)."""
+    bome = recorded_bilevel(config.get("train", {}))
+    return bome_health(records, bome.eta if bome else None)
 
 
 def _data_notes(choices: dict) -> None:
@@ -189,7 +218,7 @@ def _losses(run: RunDir, records: list[dict], selected: int | None, selection: d
     c1, c2, *c3 = st.columns(3 if lower[0] else 2)
     c1.plotly_chart(
         line_figure(
-            {"L_tr (train CE)": run_view.series(records, "train/lower_loss")},
+            {"training loss (S_T)": run_view.series(records, "train/lower_loss")},
             "Training loss",
             selected_step=selected,
         ),
@@ -209,6 +238,16 @@ def _losses(run: RunDir, records: list[dict], selected: int | None, selection: d
         ),
         key="monitor_entropy",
     )
+    explained(
+        "Training loss: how badly the model fits its training batches (lower is better). Entropy on S_V: how "
+        "unsure it is on the held-out questions; CALM raises it from overconfident, and ln K is its ceiling. "
+        "The star marks the selected step.",
+        "S_T",
+        "S_V",
+        "entropy",
+        "ln K",
+        "selected step",
+    )
     if lower[0]:
         limit = verdict.lower_threshold(selection)
         c3[0].plotly_chart(
@@ -221,8 +260,9 @@ def _losses(run: RunDir, records: list[dict], selected: int | None, selection: d
             key="monitor_lower",
         )
         c3[0].caption(
-            "theta with its adapter, no head, on S_T: a step above the tolerance line has lost the "
-            "lower level and is never selected."
+            "How well the fine-tuned model (theta: adapter on, no head) still fits S_T, the lower level: a step "
+            "above the tolerance line has lost that fit and is never selected.",
+            help=tooltip("theta", "lower level", "tolerance"),
         )
 
 
@@ -233,6 +273,13 @@ def _evaluation(records: list[dict], selected: int | None, openqa: bool) -> None
     if not run_view.eval_sets(records):
         st.caption("No evaluation yet: it runs every `eval_every` steps and at the end.")
         return
+    explained(
+        "One line per evaluation set (S_V is `heldout`), measured every few steps; the star marks the selected step.",
+        "evaluation set",
+        "S_V",
+        *(("accuracy", "ECE", "Sem1") if openqa else ("accuracy", "ECE", "NLL", "AUROC", "AURC", "entropy")),
+        "confidence",
+    )
     if openqa:
         st.caption(
             "Open answers: the periodic evaluation is greedy only, so accuracy is greedy exact "
@@ -261,7 +308,8 @@ def _tradeoff(run: RunDir, records: list[dict], selected: int | None, task: str)
         st.caption("The path appears after the first evaluation.")
         return
     references = run_view.reference_points(run) if task == "mcqa" else {}
-    st.plotly_chart(tradeoff_figure(paths, references, selected_step=selected), key="monitor_tradeoff")
+    names = variant_names(v for points in references.values() for v in points)
+    st.plotly_chart(tradeoff_figure(paths, references, selected_step=selected, names=names), key="monitor_tradeoff")
     st.caption(
         "star: the selected step (where the run's model is from); "
         "x: the untouched base model, diamond: temperature scaling (after the final evaluation). "
@@ -271,38 +319,58 @@ def _tradeoff(run: RunDir, records: list[dict], selected: int | None, task: str)
 
 
 def _bome(records: list[dict], selected: int | None, train: dict) -> None:
-    """BOME's diagnostics, each with the line that says what it means; a warning when the
+    """BOME's diagnostics: a health line per chart (training/bilevel_health.py: a declared
+    rule over its last logged values, said in the line's tooltip), then the charts
+    themselves behind one expander, each with what it means in words; a warning when the
     coupling never acted (then the run is alternating updates in disguise)."""
-    q, lam = run_view.series(records, "bome/q"), run_view.series(records, "bome/lambda")
-    if not q[0]:
+    if not run_view.series(records, "bome/q")[0]:
         return
     bome = recorded_bilevel(train)
-    summary = run_view.bome_summary(records, bome.eta if bome else None)
-    if summary.get("inert"):
+    eta = bome.eta if bome else None
+    if run_view.bome_summary(records, eta).get("inert"):
         st.warning(
-            "The BOME coupling is inert in this run: the inner solve barely moves theta~ and lambda sits at "
-            "eta, so alpha follows plain entropy ascent (like `iterate`). Raise the inner steps T or the "
-            "inner step size."
+            "The BOME coupling is inert in this run: the inner solve barely moves theta~ and lambda sits at eta, "
+            "so the head ignores the training fit and only raises entropy (like `iterate`). Raise the inner steps "
+            "T or the inner step size.",
+            icon=":material/link_off:",
         )
-    log_scale = st.toggle("log scale", value=False, key="monitor_log", help="for q and lambda (values > 0)")
-    charts = {"q": ("BOME q", q), "lambda": ("BOME lambda", lam)}
-    for key in ("inner_drop_frac", "coupling_ratio", "cos_fq", "descent_ratio"):
-        charts[key] = (key.replace("_", " "), run_view.series(records, f"bome/{key}"))
-    shown = [(k, v) for k, v in charts.items() if v[1][0]]
-    for row in range(0, len(shown), 2):
-        cols = st.columns(2)
-        for col, (key, (title, curve)) in zip(cols, shown[row : row + 2], strict=False):
-            col.plotly_chart(
-                line_figure({key: curve}, title, log_y=log_scale and key in ("q", "lambda"), selected_step=selected),
-                key=f"monitor_bome_{key}",
-            )
-            col.caption(run_view.BOME_MEANINGS[key])
+    health = bome_health(records, eta)
+    st.markdown(f"**Algorithm diagnostics (BOME)**: {health_summary(health)}", help=tooltip("BOME", "healthy"))
+    for key, judged in health.items():
+        st.markdown(
+            f"- **{RULES[key].title}**: {judged.line}",
+            help=f"{define(key)}\n\n**The rule**: {RULES[key].rule}.",
+        )
+    with st.expander(f"The {len(health)} diagnostic charts", icon=":material/query_stats:"):
+        log_scale = st.toggle("log scale", value=False, key="monitor_log", help="for q and lambda (values > 0)")
+        shown = [key for key in RULES if key in health]
+        for row in range(0, len(shown), 2):
+            for col, key in zip(st.columns(2), shown[row : row + 2], strict=False):
+                title = RULES[key].title
+                col.plotly_chart(
+                    line_figure(
+                        {title: run_view.series(records, f"bome/{key}")},
+                        title,
+                        log_y=log_scale and key in ("q", "lambda"),
+                        selected_step=selected,
+                    ),
+                    key=f"monitor_bome_{key}",
+                )
+                col.caption(f"{define(key)} ({health[key].line})")
 
 
 def _alpha(run_id: str, records: list[dict], active: bool, selected: int | None) -> None:
     """The head's tau per option over the steps, and tau and l at a chosen step; a vocab
     head shows statistics over the vocabulary instead. `run_id` names the step slider."""
     steps, taus = run_view.alpha_vectors(records, "tau")
+    explained(
+        "The calibration head (alpha) over the steps: tau, its temperature per option (above 1: less sure), and l, "
+        "its shift per option.",
+        "alpha",
+        "tau",
+        "l",
+        "head scope",
+    )
     if not steps:
         summary = {k: run_view.series(records, f"alpha/{k}") for k in ("tau_mean", "tau_min", "tau_max", "l_abs_mean")}
         summary = {k: v for k, v in summary.items() if v[0]}
@@ -353,17 +421,23 @@ def _results(run: RunDir, method: str, task: str) -> None:
                     key="monitor_verdict_table",
                     column_config={k: st.column_config.Column(help=v) for k, v in verdict.VERDICT_HELP.items()},
                 )
-                st.caption(verdict.VERDICT_CAPTION)
+                st.caption(
+                    verdict.VERDICT_CAPTION,
+                    help=tooltip(
+                        "best calibrated", "near-uniform", "under-confident", "accuracy lost", "recommended on S_V"
+                    ),
+                )
         _verdict(results, method)
         rows = run_view.compare_rows([run])
         for note in run_view.posthoc_lines(results, notes_only=True):
             st.caption(note)  # e.g. too few S_V items to fit a temperature: say why the TS row is missing
         columns = table_columns(task)
+        frame = pd.DataFrame([{k: r.get(k) for k in columns} for r in rows])
         st.dataframe(
-            pd.DataFrame([{k: r.get(k) for k in columns} for r in rows]),
+            named(frame),
             hide_index=True,
             width="stretch",
-            column_config=_tooltips(columns),
+            column_config=column_help(columns, frame["variant"] if len(frame) else ()),
             key="monitor_results",
         )
         if task == "mcqa":
@@ -390,7 +464,14 @@ def _verdict(results: dict, method: str) -> None:
             st.caption(verdict.HELDOUT_CAPTION)
     rows = verdict.evidence_rows(results, method)
     if rows and (line or advice):
-        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", key="monitor_evidence")
+        frame = pd.DataFrame(rows)
+        st.dataframe(
+            named(frame),
+            hide_index=True,
+            width="stretch",
+            key="monitor_evidence",
+            column_config=column_help(list(frame.columns), frame["variant"]),
+        )
         st.caption(
             "Evidence on the evaluation sets: each figure with its 90% bootstrap interval; `recommended` "
             "is the variant chosen on S_V."
@@ -420,6 +501,8 @@ def live_status(run: RunDir, started_active: bool) -> None:
         _controls(run, view, (files.config or {}).get("launched_by"))
         return
     _header(records, view, files.status, files.config or {})
+    status = files.status
+    _going(view, status.get("step") or 0, status.get("total_steps"), _health(records, files.config or {}))
     _controls(run, view, (files.config or {}).get("launched_by"))
 
 
@@ -447,6 +530,11 @@ def live_charts(run: RunDir, started_active: bool, charts_every: float) -> None:
 
 
 st.title("Monitor")
+st.markdown(
+    "One training run, live: how far it is, whether the algorithm is healthy, and, once it finishes, which model "
+    "to use. Closing the page changes nothing for the run.",
+    help=tooltip("calibrated stop", "selected step"),
+)
 run = pick_run()
 # Poll while the job can still change; a finished run is drawn once.
 started_active, charts_every = run.state().state in ACTIVE, chart_seconds()

@@ -11,10 +11,12 @@ import streamlit as st
 
 from app.charts import answer_groups, cluster_summary, option_probability_figure
 from app.state import describe_error, get_model, get_trained
+from app.words import explained, named, variant_help, variant_names
 from calm_core.calibration import metrics
 from calm_core.data.entries import list_datasets
 from calm_core.data.schema import MCItem
 from calm_core.generative.sampling import GenerationConfig
+from calm_core.glossary import define, tooltip
 from calm_core.runs.listing import list_runs, run_label
 from calm_core.scoring.evaluate import load_mc_items
 from calm_core.workspace.playground import (
@@ -43,7 +45,7 @@ def open_answer(trained: TrainedModel) -> None:
         f"Prompt `{cfg.prompt}`, answers grouped by `{cfg.grouping}` (the run's settings). Confidence is "
         "Sem1: the share of the samples in the most common meaning cluster."
         + (
-            f" TS divides every step's logits by {trained.temperature:.3g} (fit on the run's S_V)."
+            f" Temperature scaling divides every step's logits by {trained.temperature:.3g} (fitted on the run's S_V)."
             if trained.temperature
             else ""
         )
@@ -63,25 +65,29 @@ def open_answer(trained: TrainedModel) -> None:
         return
     # a DataFrame shows model text literally (no Markdown)
     st.dataframe(
-        pd.DataFrame(
-            [
-                {
-                    "variant": name,
-                    "greedy answer": a["greedy"],
-                    "sequence probability": a["seq_prob"],
-                    "Sem1 answer": a["answer"],
-                    "Sem1 confidence": a["confidence"],
-                    "samples by cluster": cluster_summary(a["samples"], a["clusters"]),
-                }
-                for name, a in answers.items()
-            ]
+        named(
+            pd.DataFrame(
+                [
+                    {
+                        "variant": name,
+                        "greedy answer": a["greedy"],
+                        "sequence probability": a["seq_prob"],
+                        "Sem1 answer": a["answer"],
+                        "Sem1 confidence": a["confidence"],
+                        "samples by cluster": cluster_summary(a["samples"], a["clusters"]),
+                    }
+                    for name, a in answers.items()
+                ]
+            )
         ),
         hide_index=True,
         width="stretch",
         key="play_open_table",
     )
     for name, a in answers.items():
-        with st.expander(f"{name}: {len(answer_groups(a['samples'], a['clusters']))} meaning clusters"):
+        with st.expander(
+            f"{variant_names([name])[name]}: {len(answer_groups(a['samples'], a['clusters']))} meaning clusters"
+        ):
             st.text(
                 "\n".join(
                     f"{count} ×  {text or '(empty)'}" for text, count in answer_groups(a["samples"], a["clusters"])
@@ -102,7 +108,8 @@ def choose_model() -> TrainedModel:
         index=newest,
         key="play_run",
         format_func=lambda r: labels.get(r, r),
-        help="A finished run brings its adapter, its calibration head and its TS temperature.",
+        help="A finished run brings its adapter, its calibration head and the temperature that temperature scaling "
+        "fitted on its S_V.\n\n" + tooltip("calibration head", "TS"),
     )
     try:
         return get_trained(run_id) if run_id in finished else untrained(get_model("embedded"))
@@ -156,9 +163,9 @@ def multiple_choice(trained: TrainedModel) -> None:
     except Exception as exc:
         st.error(describe_error(exc))
         st.stop()
-    st.plotly_chart(option_probability_figure(list(item.choices), probs), key="play_probs")
+    st.plotly_chart(option_probability_figure(list(item.choices), probs, names=variant_names(probs)), key="play_probs")
     gold = item.choices[item.answer]  # typed: the first option; from a dataset: its gold
-    st.dataframe(
+    rows = named(
         pd.DataFrame(
             [
                 {
@@ -171,13 +178,30 @@ def multiple_choice(trained: TrainedModel) -> None:
                 }
                 for name, p in probs.items()
             ]
-        ),
+        )
+    )
+    st.dataframe(
+        rows,
         hide_index=True,
         width="stretch",
+        column_config={
+            "variant": st.column_config.Column(help=variant_help(probs)),
+            "confidence": st.column_config.Column(help=define("confidence")),
+            "entropy (nats)": st.column_config.Column(help=define("entropy")),
+        },
     )
-    st.caption(
+    explained(
         f"Scoring rule `{trained.scoring.rule}`"
-        + (f"; TS temperature {trained.temperature:.2f} (fit on the run's S_V)" if trained.temperature else "")
+        + (
+            f"; temperature scaling divides the scores by {trained.temperature:.2f} (fitted on the run's S_V)"
+            if trained.temperature
+            else ""
+        )
+        + ". A calibrated model is less sure where it is wrong.",
+        "scoring rule",
+        trained.scoring.rule,
+        "TS",
+        "S_V",
     )
 
 
@@ -207,6 +231,12 @@ def free_generation(trained: TrainedModel) -> None:
 
 
 st.title("Playground")
+st.markdown(
+    "Ask your own question and see how sure each variant is: the model as it is, temperature scaling, the "
+    "calibrated model and its adapter alone. A well-calibrated variant is sure when it is right and unsure when "
+    "it is wrong; the newest finished run is chosen for you.",
+    help=tooltip("variant", "base", "TS", "CALM, adapter only"),
+)
 trained = choose_model()
 if trained.task == "openqa":
     open_answer(trained)

@@ -15,11 +15,13 @@ import streamlit as st
 from app.gate import studio_access, this_session
 from app.settings_form import current_value, setting_input
 from app.state import describe_error
+from app.words import helps, method_name
 from calm_core.calibration.head import scope_note, scopes_for
 from calm_core.data.entries import list_datasets
 from calm_core.data.schema import DataError
 from calm_core.data.split_sizes import advise_split
 from calm_core.generative.sampling import PROMPTS, GenerationConfig
+from calm_core.glossary import define, tooltip
 from calm_core.runs.listing import list_runs
 from calm_core.scoring.evaluate import load_report
 from calm_core.scoring.prompts import RULES
@@ -129,11 +131,15 @@ def take_split(state: dict, names: list[str]) -> dict[str, str] | None:
 
 
 def intro() -> None:
-    """The title and what the page does: a run outlives the tab, the Monitor follows it."""
+    """The title and what the page does, what to choose and how to know it went well: a run
+    outlives the tab, the Monitor follows it."""
     st.title("Train")
     st.markdown(
-        "Fine-tune with **CALM** (LoRA + a calibration head, bilevel) or a baseline. "
-        "The run is a background job: close the tab, it goes on; the **Monitor** page follows it."
+        "Fine-tune the model so that it is as sure as it is right. The defaults are a good first run: **CALM** on "
+        "the built-in chemical-symbols questions, checked on two other domains, a few minutes on a laptop. "
+        "**Launch training** starts a background job (closing the tab does not stop it); the **Monitor** page "
+        "says whether it is going well and, at the end, which model to use.",
+        help=tooltip("CALM", "S_T", "S_V", "evaluation set"),
     )
 
 
@@ -214,11 +220,21 @@ def choose_data(task: str, names: list[str]) -> DataChoice:
     _start_at(_task_key("train_data", openqa), names[_index(names, task_data["train_data"])] if names else None)
     _start_at(_task_key("train_heldout", openqa), names[_index(names, task_data["heldout_data"])] if names else None)
     _start_at(_task_key("train_evals", openqa), [n for n in task_data["eval_data"] if n in names])
-    train_data = c1.selectbox("Training set S_T (labelled)", names, key=_task_key("train_data", openqa))
-    heldout = c2.selectbox(
-        "Held-out S_V (entropy inputs; its labels fit TS)", names, key=_task_key("train_heldout", openqa)
+    train_data = c1.selectbox(
+        "Training set S_T (labelled)", names, key=_task_key("train_data", openqa), help=tooltip("S_T")
     )
-    evals = st.multiselect("Evaluation sets (in domain and out of domain)", names, key=_task_key("train_evals", openqa))
+    heldout = c2.selectbox(
+        "Held-out set S_V (labelled, not trained on)",
+        names,
+        key=_task_key("train_heldout", openqa),
+        help=tooltip("S_V", "TS"),
+    )
+    evals = st.multiselect(
+        "Evaluation sets (in domain and out of domain)",
+        names,
+        key=_task_key("train_evals", openqa),
+        help=tooltip("evaluation set", "test split", "out of domain"),
+    )
     if train_data is None or heldout is None:
         st.info("Choose a training set S_T and a held-out set S_V: the cost and the launch need both.")
         st.stop()
@@ -234,7 +250,14 @@ def choose_method(task: str) -> MethodChoice:
     c1, c2, c3, c4 = st.columns(4)
     supported = get_task(task).METHODS  # None: every method
     methods = sorted(m for m in METHODS if supported is None or m in supported)
-    method = c1.selectbox("Method", methods, index=methods.index("calm"), key=_task_key("train_method", openqa))
+    method = c1.selectbox(
+        "Method",
+        methods,
+        index=methods.index("calm"),
+        key=_task_key("train_method", openqa),
+        format_func=method_name,
+        help="\n\n".join(f"**{method_name(m)}**: {_plain(m)}" for m in methods) + "\n\n" + tooltip("entropy"),
+    )
     rule = "cloze"
     if not openqa:
         rule = c2.selectbox(
@@ -242,16 +265,14 @@ def choose_method(task: str) -> MethodChoice:
             list(RULES),
             index=list(RULES).index("cloze"),
             key="train_scoring",
-            help="cloze: each option's log-likelihood as the answer's continuation; letter: options "
-            "listed as A. B. ..., the answer letter's logit (the paper's format)",
+            help=tooltip("scoring rule", "cloze", "letter scoring"),
         )
     scope = c3.selectbox(
         "Head scope",
         list(scopes_for(rule, task)),
         index=0,
         key="train_scope_open" if openqa else f"train_scope_{rule}",
-        help="vocab: (l, tau) per vocabulary id (the paper's, at the answer letter); options: per "
-        "option letter; scalar: one tau. " + scope_note(rule, task),
+        help=tooltip("head scope", "vocab", "options", "scalar") + "\n\n" + scope_note(rule, task),
     )
     preset = c4.selectbox(
         "Preset",
@@ -259,10 +280,19 @@ def choose_method(task: str) -> MethodChoice:
         index=sorted(PRESETS).index("quick"),
         key="train_preset",
         help="quick: minutes on a laptop CPU (LoRA on the top 4 layers); paper: letter answers, "
-        "QLoRA r64, batch 16, T = 10",
+        "QLoRA r64, batch 16, T = 10 inner steps\n\n" + tooltip("preset", "LoRA"),
     )
-    st.caption(METHODS[method].DESCRIPTION + " " + scope_note(rule, task))
+    st.caption(
+        f"**{method_name(method)}**: {_plain(method)}",
+        help=f"**Precisely**: {METHODS[method].DESCRIPTION}\n\n{scope_note(rule, task)}",
+    )
     return MethodChoice(method, rule, scope, preset)
+
+
+def _plain(method: str) -> str:
+    """The method in plain words (the glossary), else its own DESCRIPTION: a method added
+    without a glossary entry still says something (tests/test_glossary.py asks for one)."""
+    return define(method) if helps(method) else METHODS[method].DESCRIPTION
 
 
 def choose_generation(task: str, preset: str) -> GenerationConfig:

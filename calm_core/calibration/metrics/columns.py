@@ -37,6 +37,7 @@ import numpy as np
 from calm_core.calibration.metrics.calibration import adaptive_ece, classwise_ece, ece, mce
 from calm_core.calibration.metrics.scores import accuracy, aurc, auroc, brier, mean_confidence, mean_entropy, nll
 from calm_core.calibration.metrics.smooth import smooth_ece
+from calm_core.glossary import lookup
 
 Compute = Callable[..., float]  # (probs (N, K), labels (N,)[, n_bins]) -> float
 
@@ -137,7 +138,7 @@ COLUMNS: tuple[Column, ...] = (
         True,
         ALL,
         compute=auroc,
-        curve="AUROC (confidence vs correct)",
+        curve="AUROC (confidence against correctness)",
         interval=True,
     ),
     Column("aurc", "area under the risk-coverage curve", False, ("mcqa",), compute=aurc, curve="AURC (risk-coverage)"),
@@ -199,9 +200,16 @@ def task_table(rows: list[dict[str, Any]]) -> str:
 
 
 def help_texts(names: tuple[str, ...] | list[str]) -> dict[str, str]:
-    """{column: its label and direction} for the declared ones among `names` (tooltips)."""
+    """{column: its tooltip} for the declared ones among `names`: the plain definition from
+    the glossary (calm_core.glossary), then the column's own label and direction, so a
+    table's header and docs/glossary.md say the same thing."""
     declared = by_name()
-    return {n: declared[n].help for n in names if n in declared}
+    out = {}
+    for n in names:
+        if n in declared:
+            term = lookup(n)
+            out[n] = f"{term.definition}\n\n`{n}`: {declared[n].help}" if term else declared[n].help
+    return out
 
 
 def cell(name: str, value: Any) -> str:
