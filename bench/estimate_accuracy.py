@@ -8,9 +8,10 @@ at its load now, then `launch_training` with that estimate's launch record (a ba
 `calm train` job), waited for until it finishes. All runs share one scratch workspace, so
 each estimate learns from the runs before it (rates, then the error) as a user's would; the
 first runs use the defaults (`--fresh`: every run has a workspace of its own, so every
-estimate is made from the defaults, as on a machine's first run). The runs are short on purpose: the embedded model, built-in
-chemical symbols, a few steps, small limits, and configurations that differ (method, steps,
-evaluation sets, the calibrated stop) so that a learned rate is not simply the last run's.
+estimate is made from the defaults, as on a machine's first run). The runs are short on
+purpose: the embedded model, built-in chemical symbols, a few steps, small limits, and
+configurations that differ (method, steps, evaluation sets, the calibrated stop) so that a
+learned rate is not simply the last run's.
 
 `idle`: nothing added by the bench (other processes on the machine still count, and the
 load average at each launch is recorded). `busy`: a process that keeps one core busy
@@ -168,8 +169,11 @@ def table(rows: list[dict[str, Any]], totals: dict[str, Any]) -> str:
             f"| {minutes(r['likely_s'])} | {minutes(r['low_s'])}-{minutes(r['high_s'])} | {r['width']:.1f}x "
             f"| {minutes(r['actual_s'])} | {r['ratio']:.2f} | {'yes' if r['in_range'] else 'no'} |"
         )
-    lines += ["", "| runs | n | within 0.5x-2x | inside the range | median actual / likely | median width | max width |"]
-    lines.append("|---|---|---|---|---|---|---|")
+    lines += [
+        "",
+        "| runs | n | within 0.5x-2x | inside the range | median actual / likely | median width | max width |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, s in totals.items():
         if s:
             lines.append(
