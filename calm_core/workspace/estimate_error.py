@@ -50,9 +50,12 @@ class ErrorPrior:
     sigma: float
 
 
-# Set from bench/estimate_accuracy.py's runs (bench/results/estimate_accuracy.json): idle,
-# and beside a process that keeps one core busy. A model that is not one of the two measured
-# ones (another size, another task's evaluation) starts from the widest range allowed.
+# Busy: bench/estimate_accuracy.py's runs (bench/results/estimate_accuracy*.json), whose
+# ratios had a log standard deviation of 0.31 while learning and 0.37 from the defaults.
+# Idle: narrower, an assumption (the machine was never idle while the bench ran) that the
+# idle runs of bench/quick_run.py agree with: 1.2-1.3x the default figure. A model that is
+# not one of the two measured ones (another size, another task's evaluation) starts from
+# the widest range allowed.
 PRIORS = {
     (False, True): ErrorPrior(1.0, 0.25),
     (True, True): ErrorPrior(1.0, 0.35),
