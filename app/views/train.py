@@ -29,8 +29,9 @@ from calm_core.training.config import PRESETS, TrainConfig, train_settings
 from calm_core.training.methods import METHODS
 from calm_core.training.tasks import get_task
 from calm_core.training.timings import RunSizes
+from calm_core.workspace import estimate_text
 from calm_core.workspace.access import Access, PathRefused, confine_model_name, launch_refusal
-from calm_core.workspace.estimate import estimate_for, minutes, planned_sizes, span
+from calm_core.workspace.estimate import estimate_for, planned_sizes
 from calm_core.workspace.launch import launch_training, session_active_runs
 
 # The studio's multiple-choice demo: one domain to train on, two more to show what happens out of
@@ -424,8 +425,9 @@ def build_config(
 
 
 def cost(cfg: TrainConfig) -> None:
-    """Section 4's figures: the steps and the time the run will take, part by part, before
-    anything is launched (no estimate, and why, when a dataset cannot be read)."""
+    """Section 4's figures: the steps and the time the run will take, before anything is
+    launched: one likely duration and the range runs like it fall into, the breakdown in
+    an expander (no estimate, and why, when a dataset cannot be read)."""
     st.subheader("4. Cost and launch")
     try:
         estimate = estimate_for(cfg, sizes=_planned_sizes(json.dumps(cfg.to_dict(), sort_keys=True)))
@@ -438,17 +440,17 @@ def cost(cfg: TrainConfig) -> None:
         return
     c2.metric(
         "Estimated time",
-        span(estimate.low, estimate.high),
-        help=f"Every part of the run: model load, frozen-layer fill, steps, evaluations and the final "
-        f"evaluation. Rates: {estimate.source}.",
+        estimate_text.headline(estimate),
+        help="The likely wall time from the job's start to its final evaluation, on this machine at its load now.",
     )
-    if estimate.machine.note():
-        st.warning(estimate.machine.note(), icon=":material/speed:")
-    st.caption(
-        f"Likely about {minutes(estimate.likely)} with every step. "
-        + " · ".join(f"{p.name} {minutes(p.low)}-{minutes(p.high)} ({p.detail})" for p in estimate.parts)
-        + f". Steps: {estimate.steps_note()}. Rates: {estimate.source}."
-    )
+    st.markdown(estimate_text.range_sentence(estimate))
+    if estimate.machine.note(estimate.threads):
+        st.warning(estimate.machine.note(estimate.threads), icon=":material/speed:")
+    st.caption(estimate_text.basis_sentence(estimate))
+    with st.expander("Where the time goes"):
+        st.dataframe(pd.DataFrame(estimate_text.part_rows(estimate)), hide_index=True, width="stretch")
+        early = estimate_text.early_sentence(estimate)
+        st.caption((f"{early} " if early else "") + estimate_text.parts_note(estimate))
 
 
 def launch(cfg: TrainConfig, evals: list[str], access: Access) -> None:

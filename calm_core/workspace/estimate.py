@@ -1,28 +1,25 @@
-"""How long a training run will take, part by part, with a range: the Train page's estimate.
+"""How long a training run will take: one likely duration, a range, and the parts behind them.
 
-    estimate = estimate_for(cfg)          # rates learned on this machine, else the defaults
-    estimate.low, estimate.high           # seconds, every part included
-    [(p.name, p.low, p.high, p.detail) for p in estimate.parts]
-    estimate.machine.note()               # None on an idle machine
+    estimate = estimate_for(cfg)          # rates and error learned on this machine, else the defaults
+    estimate.likely                       # seconds: what the Train page leads with
+    estimate.low, estimate.high           # the range that COVER of runs should fall into
+    [(p.name, p.seconds, p.detail) for p in estimate.parts]
+    estimate.machine.note(estimate.threads)   # None on an idle machine
 
 Why: the first estimate counted training steps only and said nothing of the machine; on
-a busy machine it was 12x short (issue 23). A run is model load, the frozen-layer fill,
-the steps, the evaluations (step 0, the dense early ones on S_V, every `eval_every`
-steps, the last) and the final evaluation. Each part is a recorded rate (status.json
-`timings`, training/timings.py) times the count that drives it, so the estimate learns
-from this machine's finished runs of the same model, task and scoring rule, and starts
-from measured defaults when there are none.
+a busy machine it was 12x short (issue 23). The next one multiplied every part's worst
+case under contention and gave ranges hundreds of times wide, with the useful figure in
+small print (issue 30). Now the parts give one figure (`figure`): each part is a recorded
+rate (status.json `timings`, training/timings.py) times the count that drives it, at the
+fair share of the CPU the job gets at the load now (workspace/machine_load.py); the rates
+are learned from this machine's finished runs of the same model, task and scoring rule,
+else measured defaults. How far real runs fall from that figure is learned too
+(workspace/estimate_error.py): the likely value is the figure times the runs' typical
+ratio, and the range is where COVER of them fall, limited to MAX_WIDTH from end to end.
 
-Rates are kept as idle-machine seconds: a past run's are divided by the load factor it
-started under, and the estimate multiplies by the factor of the load now. The likely
-figure takes the fair share of the CPU: a run that wants every core, beside other
-processes whose demand is the 1-minute load average, gets cores / (load + cores) of the
-machine, so it takes 1 + load / cores as long; the page then says the estimate assumes
-that load goes on. The range's high end multiplies by CONTENTION too; its low end is an
-idle machine's (the others may pause: under load, one run's evaluations varied 6x).
-
-The step count is an upper bound: the calibrated stop may end the run early, so the low
-end counts the steps and evaluations up to the earliest step the stop can end at.
+The calibrated stop ends a run at a step that is not known in advance: the figure counts
+the steps and evaluations up to `likely_steps` (the geometric mean of the earliest step it
+can stop at and the last step), and `early` says what the run takes if it stops first.
 
 The rates (`Rates`, learned or default) live in workspace/estimate_rates.py and the
 machine's load (`MachineLoad`) in workspace/machine_load.py; this module adds up the parts.
@@ -31,57 +28,82 @@ machine's load (`MachineLoad`) in workspace/machine_load.py; this module adds up
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from calm_core.training.config import TrainConfig
 from calm_core.training.timings import RunSizes
-from calm_core.workspace.estimate_rates import Rates, default_rates, past_timings, rates_from, task_defaults
+from calm_core.workspace.estimate_error import (
+    Spread,
+    TrackRecord,
+    learn_spread,
+    prior_for,
+    spread_for,
+    track_record,
+)
+from calm_core.workspace.estimate_rates import (
+    Rates,
+    default_rates,
+    past_runs,
+    rates_from,
+    same_kind_runs,
+    task_defaults,
+)
 from calm_core.workspace.machine_load import MachineLoad
 
-# A process that has loaded the libraries and read the model files before (the page cache)
-# loads in a fraction of a fresh one's time: the tiny model in 0.34 s, and once 0.14 s,
-# against 2.0 s fresh (tests/test_estimate.py's real run, in a test process that had loaded
-# models already; the 0.14 s fell under a low end of 0.25 x the fast spread).
-WARM_LOAD = 0.1
 EMBEDDED_SHAPE = (134_515_008, 30)  # SmolLM2-135M: parameters and layers (its config.json)
 
 
 @dataclass(frozen=True)
 class Part:
-    """One part of a run (model load, fill, steps, evaluations, final evaluation): the
-    seconds it may take on this machine now, and what it counts."""
+    """One part of a run (start-up, model load, fill, steps, evaluations, final evaluation):
+    its seconds at this machine's load now, before the learned correction, and what it counts."""
 
     name: str
-    low: float  # seconds
-    high: float
+    seconds: float
     detail: str
-    likely: float  # at the fair share of the CPU, every step: what the page calls likely if the load goes on
 
 
 @dataclass(frozen=True)
 class Estimate:
-    """A run's parts; its range is their sum (low: the fewest steps on an idle machine
-    and the low spread; high: every step, contention and the high spread)."""
+    """A run's parts and the error learned for figures like theirs: `likely` leads, `low`
+    and `high` bound it, `early` is the run ended at its earliest calibrated stop."""
 
     parts: tuple[Part, ...]
     machine: MachineLoad
+    threads: int  # the job's torch threads (TrainConfig.job_threads)
     source: str  # where the rates come from
+    rates_learned: bool
     steps: int
     earliest_stop: int  # the first step the calibrated stop can end the run at (= steps: it cannot stop early)
+    likely_steps: int
+    spread: Spread
+    track: TrackRecord | None
+    early_figure: float  # the parts' sum if the run ends at `earliest_stop`
 
     @property
-    def low(self) -> float:
-        return sum(p.low for p in self.parts)
-
-    @property
-    def high(self) -> float:
-        return sum(p.high for p in self.parts)
+    def figure(self) -> float:
+        """The parts' sum: what the learned error is measured against."""
+        return sum(p.seconds for p in self.parts)
 
     @property
     def likely(self) -> float:
-        return sum(p.likely for p in self.parts)
+        return self.figure * self.spread.center
+
+    @property
+    def low(self) -> float:
+        return self.figure * self.spread.low
+
+    @property
+    def high(self) -> float:
+        return self.figure * self.spread.high
+
+    @property
+    def early(self) -> float:
+        """The likely duration if the calibrated stop ends the run at its earliest step."""
+        return self.early_figure * self.spread.center
 
     def part(self, name: str) -> Part:
         return next(p for p in self.parts if p.name == name)
@@ -91,8 +113,8 @@ class Estimate:
         if self.earliest_stop >= self.steps:
             return f"all {self.steps} steps"
         return (
-            f"up to {self.steps} steps: the calibrated stop can end the run from step {self.earliest_stop}, "
-            "so the low end counts steps and evaluations up to there"
+            f"about {self.likely_steps} of up to {self.steps} steps: the calibrated stop ends the run at a step "
+            f"it cannot know in advance, from step {self.earliest_stop} on"
         )
 
 
@@ -117,6 +139,45 @@ def earliest_stop(cfg: TrainConfig, selects: bool) -> int:
     return evaluated[cfg.select_patience - 1] if len(evaluated) >= cfg.select_patience else cfg.steps
 
 
+def likely_steps(cfg: TrainConfig, selects: bool) -> int:
+    """The steps the figure counts: all of them without an early stop, else the geometric
+    mean of the earliest stop and the last step (the stop's step depends on the data; the
+    geometric mean keeps the figure within the same factor of both ends)."""
+    first = earliest_stop(cfg, selects)
+    return cfg.steps if first >= cfg.steps else max(first, round(math.sqrt(first * cfg.steps)))
+
+
+@dataclass(frozen=True)
+class _Costs:
+    """Idle-machine seconds of a run's parts as functions of where it stops."""
+
+    cfg: TrainConfig
+    sizes: RunSizes
+    rates: Rates
+    selects: bool
+
+    def evaluations(self, until: int) -> tuple[int, float]:
+        """(count, idle seconds) of the evaluations up to step `until`, step 0 included."""
+        schedule = self.cfg.eval_schedule
+        kinds = (["full"] if self.selects else []) + [k for s in range(1, until + 1) if (k := schedule.kind(s))]
+        seconds = sum(
+            self.rates.eval_fixed_s + self.rates.eval_per_item * self.sizes.evaluation_items(k) for k in kinds
+        )
+        return len(kinds), seconds
+
+    @property
+    def step_s(self) -> float:
+        return self.rates.step_per_work * self.sizes.step_work
+
+    def fixed(self) -> float:
+        """Start-up, model load, fill and final evaluation: what does not depend on the stop."""
+        r, z = self.rates, self.sizes
+        return r.startup_s + r.load_s + r.fill_per_item * z.fill + r.final_per_item * z.final_items()
+
+    def total(self, until: int) -> float:
+        return self.fixed() + self.step_s * until + self.evaluations(until)[1]
+
+
 def estimate_run(
     cfg: TrainConfig,
     sizes: RunSizes,
@@ -125,67 +186,51 @@ def estimate_run(
     *,
     selects: bool,
     fill_may_be_stored: bool = False,
+    spread: Spread | None = None,
+    track: TrackRecord | None = None,
 ) -> Estimate:
-    """Each part's (low, high) seconds for a fresh run of `cfg` with `sizes`, from idle
-    `rates` at `machine`'s load. `selects`: the task has a calibrated stop (step 0 is
-    evaluated, a probe is read and the run may end early); `fill_may_be_stored`: the
-    frozen layers may already be on disk (frozen_prefix_store), so the fill may cost nothing."""
-    # low: idle (other processes pause too: the same run's evaluations varied 6x under load,
-    # bench/results/run_parts_tiny_loaded.json); high: contention; `likely`: the fair share, all steps
-    lo, hi, likely = rates.spread[0], rates.spread[1] * machine.high_factor, machine.factor
-    stop = earliest_stop(cfg, selects)
-    schedule = cfg.eval_schedule
-
-    def evaluations(until: int) -> tuple[int, float]:
-        kinds = (["full"] if selects else []) + [k for s in range(1, until + 1) if (k := schedule.kind(s))]
-        return len(kinds), sum(rates.eval_fixed_s + rates.eval_per_item * sizes.evaluation_items(k) for k in kinds)
-
-    step_s = rates.step_per_work * sizes.step_work
-    (n_low, eval_low), (n_high, eval_high) = evaluations(stop), evaluations(cfg.steps)
+    """The parts of a fresh run of `cfg` with `sizes`, from idle `rates` at `machine`'s load,
+    and `spread` (the learned error; the prior for the machine's condition when None).
+    `selects`: the task has a calibrated stop (step 0 is evaluated, a probe is read and the
+    run may end early); `fill_may_be_stored`: the frozen layers may already be on disk
+    (frozen_prefix_store), so the fill may cost nothing (the figure still counts it)."""
+    threads = cfg.job_threads(machine.cpus)[0]
+    factor = machine.factor(threads)
+    costs = _Costs(cfg, sizes, rates, selects)
+    first, until = earliest_stop(cfg, selects), likely_steps(cfg, selects)
+    n_evals, eval_s = costs.evaluations(until)
     fill = rates.fill_per_item * sizes.fill
-    final = rates.final_per_item * sizes.final_items()
+    fill_detail = f"{sizes.fill} items" if sizes.fill else "no frozen layers to cache"
+    if fill_may_be_stored and sizes.fill:
+        fill_detail += " (none if a past run stored them)"
+    steps_detail = f"{until} steps at {costs.step_s:.2f} s idle" + (
+        f" (the run may stop from step {first} to step {cfg.steps})" if first < cfg.steps else ""
+    )
     parts = (
-        Part(
-            "model load",
-            rates.load_s * lo * WARM_LOAD,
-            rates.load_s * hi,
-            "data, model and adapter",
-            rates.load_s * likely,
-        ),
-        Part(
-            "frozen-layer fill",
-            0.0 if fill_may_be_stored else fill * lo,
-            fill * hi,
-            f"{sizes.fill} items" + (" (none if a past run stored them)" if fill_may_be_stored and sizes.fill else "")
-            if sizes.fill
-            else "no frozen layers to cache",
-            fill * likely,
-        ),
-        Part(
-            "steps",
-            step_s * stop * lo,
-            step_s * cfg.steps * hi,
-            f"{stop}-{cfg.steps} steps at {step_s:.2f} s idle"
-            if stop < cfg.steps
-            else f"{cfg.steps} steps at {step_s:.2f} s idle",
-            step_s * cfg.steps * likely,
-        ),
-        Part(
-            "evaluations",
-            eval_low * lo,
-            eval_high * hi,
-            f"{n_low}-{n_high} evaluations" if n_low < n_high else f"{n_high} evaluations",
-            eval_high * likely,
-        ),
+        Part("start-up", rates.startup_s * factor, "the job's process: Python and its libraries"),
+        Part("model load", rates.load_s * factor, "data, model and adapter"),
+        Part("frozen-layer fill", fill * factor, fill_detail),
+        Part("steps", costs.step_s * until * factor, steps_detail),
+        Part("evaluations", eval_s * factor, f"{n_evals} evaluations"),
         Part(
             "final evaluation",
-            final * lo,
-            final * hi,
+            rates.final_per_item * sizes.final_items() * factor,
             f"last checkpoint, {sizes.final_items()} item forwards",
-            final * likely,
         ),
     )
-    return Estimate(parts, machine, rates.source, cfg.steps, stop)
+    return Estimate(
+        parts=parts,
+        machine=machine,
+        threads=threads,
+        source=rates.source,
+        rates_learned=rates.learned,
+        steps=cfg.steps,
+        earliest_stop=first,
+        likely_steps=until,
+        spread=spread or learn_spread([], prior_for(machine.busy, rates.measured_model)),
+        track=track,
+        early_figure=costs.total(first) * factor,
+    )
 
 
 def model_shape(name: str) -> tuple[int, int] | None:
@@ -254,17 +299,35 @@ def estimate_for(
     cfg: TrainConfig, root: str | Path | None = None, machine: MachineLoad | None = None, sizes: RunSizes | None = None
 ) -> Estimate:
     """The estimate of a fresh run of `cfg` on this machine now: rates learned from its
-    finished runs of the same model, task and scoring rule, else the measured defaults.
-    `sizes`: `planned_sizes(cfg)`, when the caller keeps it."""
+    finished runs of the same model, task and scoring rule, else the measured defaults; the
+    error learned from every finished run whose launch recorded its estimate, on a machine
+    as busy as this one is now. `sizes`: `planned_sizes(cfg)`, when the caller keeps it."""
     shape = model_shape(cfg.model)
     model = str(cfg.model).replace("`", "'").replace("\n", " ")  # shown as inline code: nothing inside renders
-    learned = rates_from(past_timings(cfg, root), f"your recent finished runs of `{model}` ({cfg.task}, {cfg.scoring})")
+    runs = past_runs(root)
+    learned = rates_from(
+        same_kind_runs(runs, cfg), f"your recent finished runs of `{model}` ({cfg.task}, {cfg.scoring})"
+    )
     rates = learned or task_defaults(cfg, default_rates(shape[0] if shape else None))
+    machine = machine or MachineLoad.now()
     return estimate_run(
         cfg,
         sizes or planned_sizes(cfg),
         rates,
-        machine or MachineLoad.now(),
+        machine,
         selects=task_selects(cfg),
         fill_may_be_stored=cfg.frozen_prefix_store,
+        spread=spread_for(runs, machine.busy, rates.measured_model),
+        track=track_record(runs),
     )
+
+
+def launch_estimate(cfg: TrainConfig, root: str | Path | None = None) -> dict[str, Any] | None:
+    """config.json's `estimate` for a run of `cfg` launched now (estimate_error.launch_record),
+    or None when it cannot be made (a dataset that cannot be read: the run itself says why)."""
+    from calm_core.workspace.estimate_error import launch_record
+
+    try:
+        return launch_record(estimate_for(cfg, root))
+    except (ValueError, OSError, KeyError, TypeError):  # DataError is a ValueError
+        return None

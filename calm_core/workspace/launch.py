@@ -22,13 +22,16 @@ from calm_core.training.config import TrainConfig
 from calm_core.workspace.access import Access, Refused, launch_refusal, resume_refusal
 
 
-def run_config_record(cfg: TrainConfig, launched_by: str | None = None) -> dict[str, Any]:
-    """config.json of a run: the TrainConfig, the scoring rule and the environment, and
-    the opaque tag of the studio session that launched it (access.session_tag; None
-    from the CLI), which a shared studio's quota and cancel rule read."""
+def run_config_record(
+    cfg: TrainConfig, launched_by: str | None = None, estimate: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """config.json of a run: the TrainConfig, the scoring rule and the environment, the
+    opaque tag of the studio session that launched it (access.session_tag; None from the
+    CLI), which a shared studio's quota and cancel rule read, and the time estimate made at
+    its launch (estimate.launch_estimate), from which later estimates learn their error."""
     from calm_core.provenance import environment_record
 
-    return {
+    record: dict[str, Any] = {
         "train": cfg.to_dict(),
         "name": cfg.name,
         "method": cfg.method,
@@ -38,6 +41,9 @@ def run_config_record(cfg: TrainConfig, launched_by: str | None = None) -> dict[
         "environment": environment_record(),
         "launched_by": launched_by,
     }
+    if estimate is not None:
+        record["estimate"] = estimate
+    return record
 
 
 def split_provenance(datasets: list[str]) -> dict[str, dict[str, Any]]:
@@ -54,8 +60,19 @@ def split_provenance(datasets: list[str]) -> dict[str, dict[str, Any]]:
     return found
 
 
-def create_run(cfg: TrainConfig, root: str | Path | None = None, launched_by: str | None = None) -> RunDir:
-    return RunDir.new(run_config_record(cfg, launched_by), name_hint=cfg.name or cfg.method, root=root)
+def create_run(
+    cfg: TrainConfig,
+    root: str | Path | None = None,
+    launched_by: str | None = None,
+    estimate: dict[str, Any] | None = None,
+) -> RunDir:
+    """A new run directory for `cfg`, recording the time estimate made now when the caller
+    did not pass the one it showed (estimate.launch_estimate)."""
+    from calm_core.workspace.estimate import launch_estimate
+
+    if estimate is None:
+        estimate = launch_estimate(cfg, root)
+    return RunDir.new(run_config_record(cfg, launched_by, estimate), name_hint=cfg.name or cfg.method, root=root)
 
 
 def launch_training(
@@ -63,18 +80,20 @@ def launch_training(
     root: str | Path | None = None,
     launched_by: str | None = None,
     access: Access | None = None,
+    estimate: dict[str, Any] | None = None,
 ) -> tuple[RunDir, bool]:
     """Create the run and queue it as a background job; (run, started now?). When every
     job slot is busy the run waits as `queued` and starts when one frees up. With the
     studio's `access`, a launch past the session's quota or the step budget raises Refused
-    before anything is created."""
+    before anything is created. `estimate`: the launch record of the estimate the caller
+    showed (estimate_error.launch_record), else one is made here."""
     from calm_core.runs.jobs import submit, worker_command
 
     if access is not None:
         refusal = launch_refusal(access, cfg.steps, session_active_runs(access, launched_by, root))
         if refusal:
             raise Refused(refusal)
-    run = create_run(cfg, root, launched_by)
+    run = create_run(cfg, root, launched_by, estimate)
     submit(run, worker_command())
     return run, left_the_queue(run)
 
