@@ -86,7 +86,8 @@ def _click_launch_at(page, when_ms: float) -> None:
 def _launch_message(page) -> tuple[str, str]:
     """(run id, 'started' | 'queued') from the Train page's success line."""
     page.get_by_text("Follow it on the Monitor page").wait_for(timeout=180_000)
-    text = page.locator('[data-testid="stAlert"]').filter(has_text="Run ").first.inner_text()
+    launched = re.compile(r"Run\s+\S+\s+(started|queued)")  # not the estimate's load warning, which speaks of runs
+    text = page.locator('[data-testid="stAlert"]').filter(has_text=launched).first.inner_text()
     found = re.search(r"Run\s+(\S+)\s+(started|queued)", text)
     assert found, f"unexpected launch message: {text!r}"
     return found.group(1), found.group(2)
