@@ -131,9 +131,10 @@ def test_an_unmeasured_model_starts_from_the_widest_range() -> None:
     assert prior_for(True, True).sigma >= prior_for(False, True).sigma  # busy runs vary at least as much
 
 
-def _record(figure: float, busy: bool, low: float | None = None, high: float | None = None) -> dict:
+def _record(figure: float, busy: bool, low: float | None = None, high: float | None = None,
+            rates: str = "learned") -> dict:
     return {"version": 1, "figure_s": figure, "likely_s": figure, "low_s": low or figure / 2,
-            "high_s": high or figure * 2, "busy": busy}
+            "high_s": high or figure * 2, "busy": busy, "rates": rates}
 
 
 def _past(wall: float | None, record: dict | None) -> PastRun:
@@ -146,6 +147,7 @@ def test_past_runs_are_judged_against_what_their_launch_showed() -> None:
     assert recorded_ratio(runs[0], busy=False) == pytest.approx(1.5)
     assert recorded_ratio(runs[0], busy=True) is None and recorded_ratio(runs[1], busy=True) == pytest.approx(0.8)
     assert recorded_ratio(runs[2]) is None and recorded_ratio(runs[3]) is None  # no wall time, no record
+    assert recorded_ratio(runs[0], rates="learned") == pytest.approx(1.5) and not recorded_ratio(runs[0], rates="defaults")
     track = track_record(runs)
     assert (track.inside, track.runs) == (1, 2)  # 150 s was outside 60-140 s; 80 s inside 50-200 s
     assert track_record([_past(90.0, None)]) is None
@@ -258,7 +260,9 @@ def test_the_estimate_learns_its_rates_and_its_error_from_this_machines_runs(tmp
     busy = estimate_for(cfg, tmp_path, MachineLoad(3.0, 2))
     assert busy.spread.runs == 1  # a busy machine learns from the busy run only
     other = estimate_for(TrainConfig.preset("quick", method="calm", scoring="letter"), tmp_path, IDLE)
-    assert "defaults" in other.source and other.spread.runs == 6  # other rates; the machine's error is shared
+    assert "defaults" in other.source and other.spread.runs == 0  # estimates from defaults err apart
+    _finished_run(tmp_path, "first-letter", cfg, _record(100.0, False, rates="defaults"), 90.0, 3000.0)
+    assert estimate_for(TrainConfig.preset("quick", method="calm", scoring="letter"), tmp_path, IDLE).spread.runs == 1
 
 
 def test_a_run_records_what_later_estimates_learn_from(tiny_model_dir: Path, tmp_path: Path) -> None:
