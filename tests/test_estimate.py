@@ -49,10 +49,27 @@ def test_the_load_slows_a_job_by_the_fair_share_of_its_threads_and_the_page_says
     assert MachineLoad(3.0, 2).factor(2) == pytest.approx(2.5)
     busy = MachineLoad(3.0, 2).note(1)
     assert "Another process is using the CPU" in busy and "assumes that load continues" in busy
+    lagging = MachineLoad(5.5, 2, running=0.2)  # a busy process stopped a moment ago: the load average still counts it
+    assert not lagging.busy and lagging.factor(1) == 1.0
+    sudden = MachineLoad(0.2, 2, running=3.0)  # one started a moment ago: the load average has not seen it yet
+    assert sudden.busy and sudden.factor(1) == pytest.approx(2.0)
+    assert MachineLoad.from_record(sudden.to_record()) == sudden and MachineLoad.from_record({}) is None
     cfg = TrainConfig.preset("quick", method="calm", threads=1)
     idle, loaded = (estimate_run(cfg, SIZES, RATES, m, selects=True, spread=learn_spread([], FLAT))
                     for m in (IDLE, MachineLoad(3.0, 2)))
     assert loaded.figure == pytest.approx(2 * idle.figure) and loaded.likely == pytest.approx(2 * idle.likely)
+
+
+def test_the_demand_is_sampled_from_the_threads_ready_to_run(tmp_path: Path, monkeypatch) -> None:
+    from calm_core.workspace import machine_load
+
+    fake = tmp_path / "loadavg"
+    fake.write_text("5.50 4.00 3.00 3/120 4242\n")
+    monkeypatch.setattr(machine_load, "LOADAVG", fake)
+    assert machine_load.sample_running(samples=3, gap_s=0.0) == 2.0  # the reader itself left out
+    monkeypatch.setattr(machine_load, "LOADAVG", tmp_path / "none")
+    assert machine_load.sample_running(samples=3, gap_s=0.0) is None
+    assert MachineLoad(1.5, 2, None).demand == 1.5  # unknown: the load average stands in
 
 
 # ---------------------------------------------------------------------------- the parts
@@ -176,6 +193,9 @@ def test_rates_are_learned_as_idle_machine_seconds() -> None:
     assert rates.final_per_item == pytest.approx(20.0 / SIZES.final_items())
     assert rates.startup_s == pytest.approx(4.0)
     assert rates_from([], "none") is None
+    launched_idle = PastRun(train={}, timings=busy.timings, wall_s=108.0, threads=1,
+                            record={"load_average": 3.0, "cpus": 2, "running": 0.0})  # sampled idle at launch
+    assert rates_from([launched_idle], "past").step_per_work == pytest.approx(2.0 / SIZES.step_work)
 
 
 def test_timings_survive_status_json() -> None:
@@ -318,7 +338,13 @@ def test_the_train_page_leads_with_one_likely_figure_and_keeps_the_parts(open_pa
     an expander; with other processes on the CPU, the page says the estimate assumes that load."""
     import os
 
+    import streamlit as st
+
+    from calm_core.workspace import machine_load
+
     monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(machine_load, "sample_running", lambda: 0.0)
+    st.cache_data.clear()
     at = open_page("views/train.py")
     assert not at.exception, at.exception
     metric = next(m for m in at.metric if m.label == "Estimated time")
@@ -332,6 +358,8 @@ def test_the_train_page_leads_with_one_likely_figure_and_keeps_the_parts(open_pa
     assert "up to 40 steps" in " ".join(c.value for c in expander.caption)
     assert not any("Another process" in w.value for w in at.warning)
     monkeypatch.setattr(os, "getloadavg", lambda: (5.0, 5.0, 5.0))
+    monkeypatch.setattr(machine_load, "sample_running", lambda: 5.0)
+    st.cache_data.clear()
     at.run()
     assert any("Another process is using the CPU" in w.value and "assumes that load continues" in w.value
                for w in at.warning)

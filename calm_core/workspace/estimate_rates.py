@@ -154,10 +154,18 @@ class PastRun:
             return None
         return max(0.0, self.wall_s - self.timings.total_s)
 
+    @property
+    def machine(self) -> MachineLoad | None:
+        """The load the run met: as sampled at its launch, else the load average at its start."""
+        recorded = MachineLoad.from_record(self.record) if self.record else None
+        if recorded is not None or self.timings is None:
+            return recorded
+        return MachineLoad(self.timings.load_average, self.timings.cpus)
+
     def idle(self, seconds: float) -> float:
         """`seconds` of this run as an idle machine's: divided by its load's fair share."""
-        t = self.timings
-        return seconds / MachineLoad(t.load_average, t.cpus).factor(self.threads) if t else seconds
+        machine = self.machine
+        return seconds / machine.factor(self.threads) if machine else seconds
 
     def same_kind(self, cfg: TrainConfig) -> bool:
         """Same model, task and scoring rule: the rates depend on those, not on the method
