@@ -84,11 +84,14 @@ def one_busy_core(active: bool, settle_s: float) -> Iterator[None]:
 
 
 def wait_for(run: Any, timeout_s: float) -> str:
-    """Poll the run until it ends; its final state."""
+    """Poll the run until it ends and its process is gone (a job that has written its end
+    is still exiting for a moment, and the next estimate would count it); its final state."""
+    from calm_core.runs.process import process_alive
+
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         state = run.state().state
-        if state in ("finished", "failed", "cancelled", "damaged"):
+        if state in ("finished", "failed", "cancelled", "damaged") and not process_alive(run.status):
             return state
         time.sleep(0.5)
     return "timeout"
