@@ -52,12 +52,11 @@ class ErrorPrior:
     sigma: float
 
 
-# Busy: bench/estimate_accuracy.py's runs (bench/results/estimate_accuracy*.json), whose
-# ratios had a log standard deviation of 0.31 while learning and 0.37 from the defaults.
-# Idle: narrower, an assumption (the machine was never idle while the bench ran) that the
-# idle runs of bench/quick_run.py agree with: 1.2-1.3x the default figure. A model that is
-# not one of the two measured ones (another size, another task's evaluation) starts from
-# the widest range allowed.
+# From bench/estimate_accuracy.py (docs/performance.md). Busy: its runs on a machine shared
+# with other jobs at load average 3-5.5 had ratios with a log standard deviation of 0.31
+# while learning and 0.37 from the defaults. Idle: narrower; its idle runs on the quiet
+# machine fell at 0.94-1.18x their likely figure. A model that is not one of the two
+# measured ones (another size, another task's evaluation) starts from the widest range.
 PRIORS = {
     (False, True): ErrorPrior(1.0, 0.25),
     (True, True): ErrorPrior(1.0, 0.35),

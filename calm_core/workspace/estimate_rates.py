@@ -67,7 +67,7 @@ class Rates:
 # - The embedded model: the fill's and a step's rates from bench/results/train_step.json
 #   (calm, T = 3, frozen prefix cached: 0.061 s per item on ARC-Easy, whose items are
 #   longer than the default run's; 0.90 s per step of batch 4, i.e. 20 SFT-step items).
-#   The model load, the evaluations and the final evaluation from the first four runs of
+#   The model load, the evaluations and the final evaluation from the four idle runs of a
 #   `bench/estimate_accuracy.py --fresh` on the quiet machine (load average 0.7-0.9, no busy
 #   process, a job on one thread; chemical symbols): model load 3.6-4.0 s; evaluations
 #   0.017-0.022 s per item read, final evaluations 0.014-0.022 s per item forward. The
