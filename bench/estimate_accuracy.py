@@ -1,7 +1,7 @@
 """The Train page's time estimate against real runs: actual / likely for each, idle and beside a busy process.
 
-    PYTHONPATH=$PWD .venv/bin/python bench/estimate_accuracy.py [--idle 4] [--busy 4] \
-        [--json bench/results/estimate_accuracy.json]
+    PYTHONPATH=$PWD .venv/bin/python bench/estimate_accuracy.py [--idle 4] [--busy 4] [--after 2] \
+        [--fresh] [--json bench/results/estimate_accuracy.json]
 
 Each run is launched the way the Train page launches one: `estimate_for` on this machine
 at its load now, then `launch_training` with that estimate's launch record (a background
@@ -14,9 +14,11 @@ configurations that differ (method, steps, evaluation sets, the calibrated stop)
 learned rate is not simply the last run's.
 
 `idle`: nothing added by the bench (other processes on the machine still count, and the
-load average at each launch is recorded). `busy`: a process that keeps one core busy
+load at each launch is recorded). `busy`: a process that keeps one core busy
 (`python -c "while True: pass"`) starts `--settle` seconds before the first busy launch, so
 the 1-minute load average has begun to see it, and runs until the last busy run ends.
+`after`: that process runs `--settle` seconds and stops just before each launch, when the
+load average still counts it (the estimate must not assume a slowdown that is over).
 
 Per run: the likely figure and range shown at launch, the actual wall time (status.json:
 the job's start to its end), actual / likely, and each part's estimate against its
@@ -55,6 +57,7 @@ CONFIGS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("sft 12 steps, 2 sets", {"method": "sft", "steps": 12, "eval_data": (CHEM, UNITS), "select": "last"}),
     ("calm 6 steps, 2 sets", {"method": "calm", "steps": 6, "eval_data": (CHEM, UNITS), "select": "last"}),
 )
+CONDITIONS = ("idle", "busy", "after")
 PART_RECORDS = {  # the estimate's part -> how to read its actual seconds from a finished run
     "start-up": lambda run: run.startup_s,
     "model load": lambda run: run.timings.load_s,
@@ -81,11 +84,14 @@ def one_busy_core(active: bool, settle_s: float) -> Iterator[None]:
 
 
 def wait_for(run: Any, timeout_s: float) -> str:
-    """Poll the run until it ends; its final state."""
+    """Poll the run until it ends and its process is gone (a job that has written its end
+    is still exiting for a moment, and the next estimate would count it); its final state."""
+    from calm_core.runs.process import process_alive
+
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         state = run.state().state
-        if state in ("finished", "failed", "cancelled", "damaged"):
+        if state in ("finished", "failed", "cancelled", "damaged") and not process_alive(run.status):
             return state
         time.sleep(0.5)
     return "timeout"
@@ -116,6 +122,7 @@ def one_run(label: str, overrides: dict[str, Any], condition: str, root: Path, t
         "config": label,
         "run": run.run_id,
         "load_average": estimate.machine.load_average,
+        "demand": estimate.machine.demand,
         "estimate_busy": estimate.machine.busy,
         "rates": record["rates"],
         "spread_runs": estimate.spread.runs,
@@ -151,7 +158,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "max_width": max(r["width"] for r in subset),
         }
 
-    return {"all": of(rows), **{c: of([r for r in rows if r["condition"] == c]) for c in ("idle", "busy")}}
+    return {"all": of(rows), **{c: of([r for r in rows if r["condition"] == c]) for c in CONDITIONS}}
 
 
 def table(rows: list[dict[str, Any]], totals: dict[str, Any]) -> str:
@@ -159,13 +166,14 @@ def table(rows: list[dict[str, Any]], totals: dict[str, Any]) -> str:
     from calm_core.workspace.estimate import minutes
 
     lines = [
-        "| # | condition | configuration | load avg | rates | past runs | likely | range | width | actual "
-        "| actual / likely | in range |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| # | condition | configuration | load avg | others' cores | rates | past runs | likely | range | width "
+        "| actual | actual / likely | in range |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for i, r in enumerate(rows, 1):
         lines.append(
-            f"| {i} | {r['condition']} | {r['config']} | {r['load_average']:.1f} | {r['rates']} | {r['spread_runs']} "
+            f"| {i} | {r['condition']} | {r['config']} | {r['load_average']:.1f} | {r['demand']:.1f} | {r['rates']} "
+            f"| {r['spread_runs']} "
             f"| {minutes(r['likely_s'])} | {minutes(r['low_s'])}-{minutes(r['high_s'])} | {r['width']:.1f}x "
             f"| {minutes(r['actual_s'])} | {r['ratio']:.2f} | {'yes' if r['in_range'] else 'no'} |"
         )
@@ -187,6 +195,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--idle", type=int, default=4, help="runs with nothing added by the bench")
     parser.add_argument("--busy", type=int, default=4, help="runs beside a process that keeps one core busy")
+    parser.add_argument("--after", type=int, default=2, help="runs launched just after a busy process stopped")
     parser.add_argument("--settle", type=float, default=45.0, help="seconds the busy process runs before")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds one run may take")
     parser.add_argument("--fresh", action="store_true", help="each run in a workspace of its own: no history")
@@ -196,11 +205,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="calm-estimate-") as scratch:
         os.environ["CALM_WORKSPACE"] = scratch  # the jobs inherit it
         root = Path(scratch) / "runs"
-        plan = [("idle", i) for i in range(args.idle)] + [("busy", i) for i in range(args.busy)]
-        for condition in ("idle", "busy"):
-            mine = [p for p in plan if p[0] == condition]
-            with one_busy_core(condition == "busy" and bool(mine), args.settle):
-                for _ in mine:
+        counts = {"idle": args.idle, "busy": args.busy, "after": args.after}
+        for condition in CONDITIONS:
+            with one_busy_core(condition == "busy" and counts[condition] > 0, args.settle):
+                for _ in range(counts[condition]):
+                    if condition == "after":
+                        with one_busy_core(True, args.settle):
+                            pass  # stops as the block ends: the launch comes right after
                     label, overrides = CONFIGS[len(rows) % len(CONFIGS)]
                     where = root / f"fresh-{len(rows)}" if args.fresh else root
                     rows.append(one_run(label, overrides, condition, where, args.timeout))

@@ -49,10 +49,27 @@ def test_the_load_slows_a_job_by_the_fair_share_of_its_threads_and_the_page_says
     assert MachineLoad(3.0, 2).factor(2) == pytest.approx(2.5)
     busy = MachineLoad(3.0, 2).note(1)
     assert "Another process is using the CPU" in busy and "assumes that load continues" in busy
+    lagging = MachineLoad(5.5, 2, running=0.2)  # a busy process stopped a moment ago: the load average still counts it
+    assert not lagging.busy and lagging.factor(1) == 1.0
+    sudden = MachineLoad(0.2, 2, running=3.0)  # one started a moment ago: the load average has not seen it yet
+    assert sudden.busy and sudden.factor(1) == pytest.approx(2.0)
+    assert MachineLoad.from_record(sudden.to_record()) == sudden and MachineLoad.from_record({}) is None
     cfg = TrainConfig.preset("quick", method="calm", threads=1)
     idle, loaded = (estimate_run(cfg, SIZES, RATES, m, selects=True, spread=learn_spread([], FLAT))
                     for m in (IDLE, MachineLoad(3.0, 2)))
     assert loaded.figure == pytest.approx(2 * idle.figure) and loaded.likely == pytest.approx(2 * idle.likely)
+
+
+def test_the_demand_is_sampled_from_the_threads_ready_to_run(tmp_path: Path, monkeypatch) -> None:
+    from calm_core.workspace import machine_load
+
+    fake = tmp_path / "loadavg"
+    fake.write_text("5.50 4.00 3.00 3/120 4242\n")
+    monkeypatch.setattr(machine_load, "LOADAVG", fake)
+    assert machine_load.sample_running(samples=3, gap_s=0.0) == 2.0  # the reader itself left out
+    monkeypatch.setattr(machine_load, "LOADAVG", tmp_path / "none")
+    assert machine_load.sample_running(samples=3, gap_s=0.0) is None
+    assert MachineLoad(1.5, 2, None).demand == 1.5  # unknown: the load average stands in
 
 
 # ---------------------------------------------------------------------------- the parts
@@ -131,9 +148,10 @@ def test_an_unmeasured_model_starts_from_the_widest_range() -> None:
     assert prior_for(True, True).sigma >= prior_for(False, True).sigma  # busy runs vary at least as much
 
 
-def _record(figure: float, busy: bool, low: float | None = None, high: float | None = None) -> dict:
+def _record(figure: float, busy: bool, low: float | None = None, high: float | None = None,
+            rates: str = "learned") -> dict:
     return {"version": 1, "figure_s": figure, "likely_s": figure, "low_s": low or figure / 2,
-            "high_s": high or figure * 2, "busy": busy}
+            "high_s": high or figure * 2, "busy": busy, "rates": rates}
 
 
 def _past(wall: float | None, record: dict | None) -> PastRun:
@@ -146,6 +164,7 @@ def test_past_runs_are_judged_against_what_their_launch_showed() -> None:
     assert recorded_ratio(runs[0], busy=False) == pytest.approx(1.5)
     assert recorded_ratio(runs[0], busy=True) is None and recorded_ratio(runs[1], busy=True) == pytest.approx(0.8)
     assert recorded_ratio(runs[2]) is None and recorded_ratio(runs[3]) is None  # no wall time, no record
+    assert recorded_ratio(runs[0], rates="learned") == pytest.approx(1.5) and not recorded_ratio(runs[0], rates="defaults")
     track = track_record(runs)
     assert (track.inside, track.runs) == (1, 2)  # 150 s was outside 60-140 s; 80 s inside 50-200 s
     assert track_record([_past(90.0, None)]) is None
@@ -174,6 +193,9 @@ def test_rates_are_learned_as_idle_machine_seconds() -> None:
     assert rates.final_per_item == pytest.approx(20.0 / SIZES.final_items())
     assert rates.startup_s == pytest.approx(4.0)
     assert rates_from([], "none") is None
+    launched_idle = PastRun(train={}, timings=busy.timings, wall_s=108.0, threads=1,
+                            record={"load_average": 3.0, "cpus": 2, "running": 0.0})  # sampled idle at launch
+    assert rates_from([launched_idle], "past").step_per_work == pytest.approx(2.0 / SIZES.step_work)
 
 
 def test_timings_survive_status_json() -> None:
@@ -258,7 +280,9 @@ def test_the_estimate_learns_its_rates_and_its_error_from_this_machines_runs(tmp
     busy = estimate_for(cfg, tmp_path, MachineLoad(3.0, 2))
     assert busy.spread.runs == 1  # a busy machine learns from the busy run only
     other = estimate_for(TrainConfig.preset("quick", method="calm", scoring="letter"), tmp_path, IDLE)
-    assert "defaults" in other.source and other.spread.runs == 6  # other rates; the machine's error is shared
+    assert "defaults" in other.source and other.spread.runs == 0  # estimates from defaults err apart
+    _finished_run(tmp_path, "first-letter", cfg, _record(100.0, False, rates="defaults"), 90.0, 3000.0)
+    assert estimate_for(TrainConfig.preset("quick", method="calm", scoring="letter"), tmp_path, IDLE).spread.runs == 1
 
 
 def test_a_run_records_what_later_estimates_learn_from(tiny_model_dir: Path, tmp_path: Path) -> None:
@@ -314,7 +338,13 @@ def test_the_train_page_leads_with_one_likely_figure_and_keeps_the_parts(open_pa
     an expander; with other processes on the CPU, the page says the estimate assumes that load."""
     import os
 
+    import streamlit as st
+
+    from calm_core.workspace import machine_load
+
     monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(machine_load, "sample_running", lambda: 0.0)
+    st.cache_data.clear()
     at = open_page("views/train.py")
     assert not at.exception, at.exception
     metric = next(m for m in at.metric if m.label == "Estimated time")
@@ -328,6 +358,8 @@ def test_the_train_page_leads_with_one_likely_figure_and_keeps_the_parts(open_pa
     assert "up to 40 steps" in " ".join(c.value for c in expander.caption)
     assert not any("Another process" in w.value for w in at.warning)
     monkeypatch.setattr(os, "getloadavg", lambda: (5.0, 5.0, 5.0))
+    monkeypatch.setattr(machine_load, "sample_running", lambda: 5.0)
+    st.cache_data.clear()
     at.run()
     assert any("Another process is using the CPU" in w.value and "assumes that load continues" in w.value
                for w in at.warning)

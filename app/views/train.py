@@ -33,6 +33,7 @@ from calm_core.workspace import estimate_text
 from calm_core.workspace.access import Access, PathRefused, confine_model_name, launch_refusal
 from calm_core.workspace.estimate import estimate_for, planned_sizes
 from calm_core.workspace.launch import launch_training, session_active_runs
+from calm_core.workspace.machine_load import MachineLoad
 
 # The studio's multiple-choice demo: one domain to train on, two more to show what happens out of
 # domain. Other tasks start from their own DEFAULTS (training/tasks/<task>.py), as `calm train` does.
@@ -108,6 +109,13 @@ def _show_rejections(names: list[str], kind: str) -> None:
         if lines:
             with st.expander(f":material/warning: {lines[0]}"):
                 st.text("\n".join(lines[1:]))
+
+
+@st.cache_data(ttl=10, show_spinner=False)
+def _machine_load() -> MachineLoad:
+    """The machine's load for the time estimate, kept a few seconds: sampling it takes a
+    moment, and the page reruns on each widget change."""
+    return MachineLoad.now()
 
 
 @st.cache_data(ttl=60, show_spinner=False)
@@ -430,7 +438,8 @@ def cost(cfg: TrainConfig) -> None:
     an expander (no estimate, and why, when a dataset cannot be read)."""
     st.subheader("4. Cost and launch")
     try:
-        estimate = estimate_for(cfg, sizes=_planned_sizes(json.dumps(cfg.to_dict(), sort_keys=True)))
+        sizes = _planned_sizes(json.dumps(cfg.to_dict(), sort_keys=True))
+        estimate = estimate_for(cfg, machine=_machine_load(), sizes=sizes)
     except (DataError, ValueError, OSError) as exc:  # a dataset that cannot be read: its warning is shown above
         estimate = None
         st.caption(f"No time estimate: {describe_error(exc)}")

@@ -300,8 +300,9 @@ def estimate_for(
 ) -> Estimate:
     """The estimate of a fresh run of `cfg` on this machine now: rates learned from its
     finished runs of the same model, task and scoring rule, else the measured defaults; the
-    error learned from every finished run whose launch recorded its estimate, on a machine
-    as busy as this one is now. `sizes`: `planned_sizes(cfg)`, when the caller keeps it."""
+    error learned from the finished runs whose launch recorded an estimate like this one (on
+    a machine as busy as this one is now, from rates as learned). `sizes`:
+    `planned_sizes(cfg)`, when the caller keeps it."""
     shape = model_shape(cfg.model)
     model = str(cfg.model).replace("`", "'").replace("\n", " ")  # shown as inline code: nothing inside renders
     runs = past_runs(root)
@@ -317,7 +318,7 @@ def estimate_for(
         machine,
         selects=task_selects(cfg),
         fill_may_be_stored=cfg.frozen_prefix_store,
-        spread=spread_for(runs, machine.busy, rates.measured_model),
+        spread=spread_for(runs, machine.busy, rates.measured_model, rates.learned),
         track=track_record(runs),
     )
 

@@ -13,7 +13,9 @@ times wide and said nothing. So every launch records the figure it showed (`laun
 in config.json), and later estimates learn the ratio of real wall time to that figure
 from this machine's finished runs: its centre corrects a steady bias, its spread sets the
 range. Runs beside other processes are learned apart from idle ones, so the range widens
-for load only as far as such runs have actually varied.
+for load only as far as such runs have actually varied; and estimates made from the
+defaults (a model's first runs) apart from those made from learned rates, which err less:
+a new model's range is not narrowed by the old one's track record.
 
 Before there are enough runs, the ratios start from a prior (PRIORS) set from what
 bench/estimate_accuracy.py measured, worth PRIOR_WEIGHT runs: a few unusual runs move
@@ -50,12 +52,11 @@ class ErrorPrior:
     sigma: float
 
 
-# Busy: bench/estimate_accuracy.py's runs (bench/results/estimate_accuracy*.json), whose
-# ratios had a log standard deviation of 0.31 while learning and 0.37 from the defaults.
-# Idle: narrower, an assumption (the machine was never idle while the bench ran) that the
-# idle runs of bench/quick_run.py agree with: 1.2-1.3x the default figure. A model that is
-# not one of the two measured ones (another size, another task's evaluation) starts from
-# the widest range allowed.
+# From bench/estimate_accuracy.py (docs/performance.md). Busy: its runs on a machine shared
+# with other jobs at load average 3-5.5 had ratios with a log standard deviation of 0.31
+# while learning and 0.37 from the defaults. Idle: narrower; its idle runs on the quiet
+# machine fell at 0.94-1.18x their likely figure. A model that is not one of the two
+# measured ones (another size, another task's evaluation) starts from the widest range.
 PRIORS = {
     (False, True): ErrorPrior(1.0, 0.25),
     (True, True): ErrorPrior(1.0, 0.35),
@@ -99,16 +100,23 @@ def learn_spread(ratios: Sequence[float], prior: ErrorPrior, cover: float = COVE
     return Spread(math.exp(mu), low, high, n, covered, half > limit)
 
 
-def spread_for(runs: Iterable[PastRun], busy: bool, measured_model: bool) -> Spread:
-    """The spread learned from past runs of the same condition (idle or busy) whose launch
-    recorded the estimate, the LEARN_RUNS most recent."""
-    ratios = [ratio for run in runs if (ratio := recorded_ratio(run, busy)) is not None][:LEARN_RUNS]
+def spread_for(runs: Iterable[PastRun], busy: bool, measured_model: bool, learned: bool) -> Spread:
+    """The spread learned from the LEARN_RUNS most recent past runs whose launch recorded an
+    estimate like this one: on a machine as busy (or idle), from rates as learned (or not)."""
+    kind = rates_kind(learned)
+    ratios = [ratio for run in runs if (ratio := recorded_ratio(run, busy, kind)) is not None][:LEARN_RUNS]
     return learn_spread(ratios, prior_for(busy, measured_model))
 
 
-def recorded_ratio(run: PastRun, busy: bool | None = None) -> float | None:
+def rates_kind(learned: bool) -> str:
+    """How a launch record names where its rates came from."""
+    return "learned" if learned else "defaults"
+
+
+def recorded_ratio(run: PastRun, busy: bool | None = None, rates: str | None = None) -> float | None:
     """A past run's real wall time over the figure recorded at its launch (None without
-    both, or when its launch was on a machine of the other condition than `busy`)."""
+    both, or when its launch was on a machine of another condition than `busy`, or its
+    estimate came from other `rates` than asked)."""
     record = run.record
     if run.wall_s is None or not record or record.get("version") != RECORD_VERSION:
         return None
@@ -116,6 +124,8 @@ def recorded_ratio(run: PastRun, busy: bool | None = None) -> float | None:
     if not isinstance(figure, (int, float)) or figure <= 0:
         return None
     if busy is not None and bool(record.get("busy")) != busy:
+        return None
+    if rates is not None and record.get("rates") != rates:
         return None
     return run.wall_s / figure
 
@@ -157,10 +167,9 @@ def launch_record(estimate: Estimate) -> dict[str, object]:
         "likely_s": round(estimate.likely, 3),
         "low_s": round(estimate.low, 3),
         "high_s": round(estimate.high, 3),
-        "load_average": estimate.machine.load_average,
-        "cpus": estimate.machine.cpus,
+        **estimate.machine.to_record(),
         "threads": estimate.threads,
         "busy": estimate.machine.busy,
-        "rates": "learned" if estimate.rates_learned else "defaults",
+        "rates": rates_kind(estimate.rates_learned),
         "spread_runs": estimate.spread.runs,
     }

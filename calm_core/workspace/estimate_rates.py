@@ -64,21 +64,22 @@ class Rates:
 #   average 1.0): bench/results/run_parts_tiny.json. It caches no frozen layers there (LoRA
 #   on the top 4 of its 2 layers), so its fill rate comes from tests/test_estimate.py's real
 #   run (LoRA on its top layer): 40 items filled in 0.04-0.05 s.
-# - The embedded model, from idle measurements: the fill's and a step's rates from
-#   bench/results/train_step.json (calm, T = 3, frozen prefix cached: 0.061 s per item on
-#   ARC-Easy, whose items are longer than the default run's; 0.90 s per step of batch 4,
-#   i.e. 20 SFT-step items); the evaluation's per item from bench/results/quick_run.json,
-#   the default run idle with and without the calibrated stop: 26 more steps (23.4 s) and
-#   302 fewer evaluated items made it 20.4 s longer, so an item costs 3.0 / 302 s.
+# - The embedded model: the fill's and a step's rates from bench/results/train_step.json
+#   (calm, T = 3, frozen prefix cached: 0.061 s per item on ARC-Easy, whose items are
+#   longer than the default run's; 0.90 s per step of batch 4, i.e. 20 SFT-step items).
+#   The model load, the evaluations and the final evaluation from the four idle runs of a
+#   `bench/estimate_accuracy.py --fresh` on the quiet machine (load average 0.7-0.9, no busy
+#   process, a job on one thread; chemical symbols): model load 3.6-4.0 s; evaluations
+#   0.017-0.022 s per item read, final evaluations 0.014-0.022 s per item forward. The
+#   earlier defaults (2.0 s, 0.0101 s per item, from differences of bench/quick_run.py's
+#   runs) made every first run there 1.3-1.5x longer than its likely figure.
 # - Both: the job's start-up (a fresh Python importing torch, transformers and peft), the
-#   wall time of bench/estimate_accuracy.py's runs less their `total_s`: 1.8-2.3 s at load
-#   average 1.9-2.6 with a job on one of the 2 cores, 4.3 s beside a busy process at 4.2-4.8,
-#   i.e. about 1.3-1.7 s at an idle machine's fair share.
+#   wall time of the same runs less their `total_s`: 1.7-2.1 s.
 DEFAULTS: tuple[tuple[int, Rates], ...] = (
     (
         3_219_776,
         Rates(
-            startup_s=1.4,
+            startup_s=1.8,
             load_s=1.34,
             fill_per_item=0.0011,
             step_per_work=0.0049,
@@ -91,13 +92,13 @@ DEFAULTS: tuple[tuple[int, Rates], ...] = (
     (
         134_515_008,
         Rates(
-            startup_s=1.4,
-            load_s=2.0,
+            startup_s=1.8,
+            load_s=3.8,
             fill_per_item=0.061,
             step_per_work=0.045,
             eval_fixed_s=0.0,
-            eval_per_item=0.0101,
-            final_per_item=0.0101,
+            eval_per_item=0.02,
+            final_per_item=0.02,
             source="",
         ),
     ),
@@ -153,10 +154,18 @@ class PastRun:
             return None
         return max(0.0, self.wall_s - self.timings.total_s)
 
+    @property
+    def machine(self) -> MachineLoad | None:
+        """The load the run met: as sampled at its launch, else the load average at its start."""
+        recorded = MachineLoad.from_record(self.record) if self.record else None
+        if recorded is not None or self.timings is None:
+            return recorded
+        return MachineLoad(self.timings.load_average, self.timings.cpus)
+
     def idle(self, seconds: float) -> float:
         """`seconds` of this run as an idle machine's: divided by its load's fair share."""
-        t = self.timings
-        return seconds / MachineLoad(t.load_average, t.cpus).factor(self.threads) if t else seconds
+        machine = self.machine
+        return seconds / machine.factor(self.threads) if machine else seconds
 
     def same_kind(self, cfg: TrainConfig) -> bool:
         """Same model, task and scoring rule: the rates depend on those, not on the method
