@@ -131,7 +131,7 @@ def test_wrong_last_dim_refused(scope: str, size: int, shape: tuple[int, ...], m
 
 
 def test_unknown_scope_lists_valid_scopes() -> None:
-    with pytest.raises(ValueError, match=r"Expected `scope` to be one of \['vocab', 'options', 'scalar'\], but got 'bias'"):
+    with pytest.raises(ValueError, match=r"Expected `scope` to be one of \['vocab', 'options', 'scalar', 'adaptive'\], but got 'bias'"):
         CalibrationHead("bias", 3)
 
 
@@ -239,8 +239,8 @@ def test_the_scalar_head_never_reranks_and_a_per_position_head_does() -> None:
 
 
 @pytest.mark.parametrize(("rule", "task", "allowed"), [
-    ("cloze", "mcqa", ("scalar",)), ("cloze_norm", "mcqa", ("scalar",)),
-    ("letter", "mcqa", ("vocab", "options", "scalar")), ("cloze", "openqa", ("vocab", "scalar")),
+    ("cloze", "mcqa", ("scalar", "adaptive")), ("cloze_norm", "mcqa", ("scalar", "adaptive")),
+    ("letter", "mcqa", ("vocab", "options", "scalar", "adaptive")), ("cloze", "openqa", ("vocab", "scalar")),
 ])
 def test_scopes_fit_the_scoring_rule(rule: str, task: str, allowed: tuple[str, ...]) -> None:
     from calm_core.calibration.head import check_scope_fits, scopes_for

@@ -55,7 +55,9 @@ def test_every_method_moves_trainable_and_keeps_frozen(tiny_model_dir: Path, met
         assert tau is not None and tau != pytest.approx(1.0, abs=1e-7)
 
 
-@pytest.mark.parametrize("scoring, scope", [("letter", "options"), ("letter", "vocab"), ("cloze", "scalar")])
+@pytest.mark.parametrize(
+    "scoring, scope", [("letter", "options"), ("letter", "vocab"), ("cloze", "scalar"), ("cloze", "adaptive")]
+)
 def test_run_directory_is_written(tiny_model_dir: Path, tmp_path: Path, scoring: str, scope: str) -> None:
     cfg = small_config(steps=3, eval_every=2, checkpoint_every=2, heldout_limit=10, scoring=scoring, scope=scope)
     run = RunDir.create(tmp_path, "run-a", cfg.to_dict())

@@ -13,6 +13,9 @@ Scopes (the shape of alpha):
              `as_logits_processor()` applies the head to generation scores.
     options  l, s in R^K_max, one entry per option position (ragged K <= K_max allowed).
     scalar   one s and no l: a learned temperature (the "learned TS" ablation).
+    adaptive a temperature per question read from the model's hidden state,
+             tau(h) = softplus(w . x(h) + b) (calibration.adaptive_head.AdaptiveHead; not
+             this class: `make_head` and `CalibrationHead.load` give the right one).
 
 Where it acts (`acts_on`, saved with the head; callers never ask for the scope):
     tokens   a logits transform inside the forward pass: next-token logits over the
@@ -40,7 +43,8 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers import LogitsProcessor
 
-SCOPES = ("vocab", "options", "scalar")
+SCOPES = ("vocab", "options", "scalar", "adaptive")
+_CONSTANT_SCOPES = ("vocab", "options", "scalar")  # alpha a constant vector: this class
 ACTS_ON = ("tokens", "options")
 HEAD_FILENAME = "calibration_head.safetensors"  # the name inside checkpoint-<step>/
 _FORMAT = "calm_studio.calibration_head"  # metadata tag, so a random safetensors file is refused
@@ -81,17 +85,17 @@ def _calibrate(z: torch.Tensor, log_t: torch.Tensor, shift: torch.Tensor | None,
 # 58% of predictions the shortest one). There only the scalar head, which cannot
 # re-rank, is allowed. Free-form answers (task openqa) have no options: vocab or scalar.
 SCOPES_BY_RULE: dict[str, tuple[str, ...]] = {
-    "letter": ("vocab", "options", "scalar"),
-    "cloze": ("scalar",),
-    "cloze_norm": ("scalar",),
+    "letter": ("vocab", "options", "scalar", "adaptive"),
+    "cloze": ("scalar", "adaptive"),
+    "cloze_norm": ("scalar", "adaptive"),
     "openqa": ("vocab", "scalar"),
 }
 DEFAULT_SCOPE = {"letter": "vocab", "cloze": "scalar", "cloze_norm": "scalar", "openqa": "vocab"}
 _WHY_NOT = {
     "cloze": "under cloze scoring an option's score is a sum over its own tokens and the prompt lists no options, "
-    "so per-position or per-token temperatures re-rank a question's options; use scope scalar, or "
-    "scoring letter for the paper's per-vocabulary head",
-    "openqa": "free-form answers have no options",
+    "so per-position or per-token temperatures re-rank a question's options; use scope scalar or adaptive "
+    "(one temperature per question, which cannot re-rank), or scoring letter for the paper's per-vocabulary head",
+    "openqa": "free-form answers have no options (and the adaptive head reads a question's state before its options)",
 }
 
 
@@ -109,7 +113,7 @@ def scope_note(rule: str, task: str = "mcqa") -> str:
         return f"Open answers: scopes {', '.join(allowed)} (free-form answers have no options)."
     if rule == "letter":
         return "Letter answers: every scope fits (the vocab head acts on the answer letters' logits, as in the paper)."
-    return f"Under {rule} scoring only the scalar scope fits: {_WHY_NOT['cloze']}."
+    return f"Under {rule} scoring the scalar and adaptive scopes fit: {_WHY_NOT['cloze']}."
 
 
 def check_scope_fits(scope: str, rule: str, task: str = "mcqa") -> None:
@@ -142,9 +146,22 @@ def _check_acts_on(scope: str, acts_on: object) -> str:
 
 
 def _check_scope(scope: object) -> str:
-    if scope not in SCOPES:
+    if scope == "adaptive":
+        raise ValueError("Expected a constant scope here: build an adaptive head with `make_head` (AdaptiveHead)")
+    if scope not in _CONSTANT_SCOPES:
         raise ValueError(f"Expected `scope` to be one of {list(SCOPES)}, but got {scope!r}")
     return str(scope)
+
+
+def make_head(scope: str, *, size: int | None, width: int, acts_on: str | None = None) -> Any:
+    """The head of `scope` for a model whose hidden states are `width` wide: a
+    CalibrationHead, or for `adaptive` an AdaptiveHead (its projection is fitted before
+    the first step, `AdaptiveHead.fit_projection`)."""
+    if scope == "adaptive":
+        from calm_core.calibration.adaptive_head import AdaptiveHead
+
+        return AdaptiveHead(width)
+    return CalibrationHead(scope, size=size, acts_on=acts_on)
 
 
 def _check_size(scope: str, size: object) -> int:
@@ -159,6 +176,8 @@ def _check_size(scope: str, size: object) -> int:
 
 class CalibrationHead(torch.nn.Module):
     """alpha = (shift l, log_temperature s), zero-initialised: the identity at init."""
+
+    reads_features = False  # AdaptiveHead reads the question's hidden state; these scopes do not
 
     def __init__(
         self, scope: str, size: int | None = None, acts_on: str | None = None, center: bool | None = None
@@ -238,9 +257,10 @@ class CalibrationHead(torch.nn.Module):
         acts on tokens; z itself otherwise. Call it inside every forward pass."""
         return self(z, index) if self.acts_on == "tokens" else z
 
-    def on_options(self, scores: torch.Tensor) -> torch.Tensor:
+    def on_options(self, scores: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
         """The head on option scores (..., K), -inf padded, if it acts on options; the
-        scores themselves otherwise. Call it on every item's option scores."""
+        scores themselves otherwise. Call it on every item's option scores. `features`
+        (the questions' hidden states) is for heads that read them; this one does not."""
         return self(scores) if self.acts_on == "options" else scores
 
     def probs(self, z: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
@@ -309,7 +329,11 @@ class CalibrationHead(torch.nn.Module):
             tensors = {k: f.get_tensor(k) for k in f.keys()}
         if meta.get("format") != _FORMAT:
             raise ValueError(f"Expected a calibration head file, but {file} has metadata {meta}")
-        if meta.get("scope") not in SCOPES:
+        if meta.get("scope") == "adaptive":
+            from calm_core.calibration.adaptive_head import AdaptiveHead
+
+            return AdaptiveHead.load(file)  # type: ignore[return-value]  # the same interface
+        if meta.get("scope") not in _CONSTANT_SCOPES:
             raise ValueError(f"Expected `scope` in {list(SCOPES)} in {file}, but got {meta.get('scope')!r}")
         size = meta.get("size", "")
         acts_on = meta.get("acts_on", acts_on_for(meta["scope"], task))

@@ -257,16 +257,19 @@ def _letter_scores(
     return rows
 
 
-def apply_option_head(logits: np.ndarray, head: Any) -> np.ndarray:
+def apply_option_head(logits: np.ndarray, head: Any, features: np.ndarray | None = None) -> np.ndarray:
     """`head.on_options` on option scores (N, K_max) already computed, float64 out: the
     same numbers as scoring with a head that acts on options, without another forward
     pass. The identity (a copy) without a head or for one that acts on tokens. The
-    scores go to the head's device and back, so a head on the GPU works too."""
+    scores go to the head's device and back, so a head on the GPU works too. A head
+    that reads hidden states (the adaptive scope) needs the items' `features` (N, d)."""
     if head is None:
         return logits.astype(np.float64)  # a copy, as with a head
+    device = next(head.parameters()).device
     with torch.inference_mode():
-        z = torch.from_numpy(logits).to(head.log_temperature.device)  # (N, K_max)
-        return head.on_options(z).double().cpu().numpy().copy()
+        z = torch.from_numpy(logits).to(device)  # (N, K_max)
+        h = torch.from_numpy(np.asarray(features, dtype=np.float32)).to(device) if features is not None else None
+        return head.on_options(z, features=h).double().cpu().numpy().copy()
 
 
 class _Scorer(NamedTuple):
@@ -350,7 +353,7 @@ def score_with(
         raise ValueError(f"Expected a cloze rule for option features (the {cfg.rule} rule scores no option tokens)")
     lm = _Scorer(model, tokenizer, next(model.parameters()).device)
     limit = context_limit(lm.model, lm.tokenizer)
-    wanted = features or option_features
+    wanted = features or option_features or (head is not None and head.reads_features)
     collector = FeatureCollector([it.n_choices for it in items], option_features) if wanted else None
     if cfg.is_cloze:
         requests, cut = fitted_cloze_requests(items, cfg, lm.tokenizer, limit)
@@ -360,8 +363,8 @@ def score_with(
         prompts, cut = fitted_letter_prompts(items, cfg, lm.tokenizer, limit)
         rows = _letter_scores(lm, items, prompts, cfg, batch_size, progress, head, collector)
     warn_truncated(cut, len(items), limit, dataset)
-    logits = apply_option_head(pad_ragged(rows), head)
     h, per_option = collector.result() if collector is not None else (None, None)
+    logits = apply_option_head(pad_ragged(rows), head, h)
     return OptionScores(
         ids=[it.id for it in items],
         logits=logits,

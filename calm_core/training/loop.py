@@ -26,7 +26,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from calm_core.calibration.head import CalibrationHead, acts_on_for
+from calm_core.calibration.head import CalibrationHead, acts_on_for, make_head
 from calm_core.data.stream import max_choices
 from calm_core.faults import fault_point
 from calm_core.runs.rundir import RunDir
@@ -41,6 +41,7 @@ from calm_core.training.context import StepContext
 from calm_core.training.methods import get_method
 from calm_core.training.stopping import CalibratedStop
 from calm_core.training.tasks import get_task
+from calm_core.training.tasks.mcqa import fit_adaptive_projection
 from calm_core.training.timings import PhaseTimes, RunSizes
 
 
@@ -68,8 +69,9 @@ def build_context(cfg: TrainConfig, lm: Any, k_max: int) -> tuple[StepContext, d
     head = None
     if method.USES_HEAD:
         scope = cfg.effective_scope
-        size = {"vocab": model.config.vocab_size, "options": k_max, "scalar": None}[scope]
-        head = CalibrationHead(scope, size=size, acts_on=acts_on_for(scope, cfg.task)).to(lm.device)
+        size = {"vocab": model.config.vocab_size, "options": k_max}.get(scope)
+        width = _text_config(model.config).hidden_size
+        head = make_head(scope, size=size, width=width, acts_on=acts_on_for(scope, cfg.task)).to(lm.device)
     theta = lora_parameters(model)
     alpha = list(head.parameters()) if head is not None else []
     optimizer = make_optimizer(cfg, theta, alpha)
@@ -93,6 +95,11 @@ def build_context(cfg: TrainConfig, lm: Any, k_max: int) -> tuple[StepContext, d
         "frozen_prefix": prefix_record,
     }
     return ctx, choices
+
+
+def _text_config(config: Any) -> Any:
+    """The language model's config (a multimodal model's LM part)."""
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
 
 
 def restored_context(cfg: TrainConfig, lm: Any, directory: Path, k_max: int) -> StepContext:
@@ -173,7 +180,7 @@ def alpha_values(ctx: StepContext) -> dict[str, Any]:
     if ctx.head is None:
         return {}
     values: dict[str, Any] = {f"alpha/{k}": v for k, v in ctx.head.summary().items()}
-    if ctx.head.scope in ("options", "scalar"):
+    if ctx.head.scope in ("options", "scalar"):  # the adaptive head's tau depends on the question: summary only
         values["alpha/tau"] = ctx.head.tau.detach().cpu().tolist()
         if ctx.head.shift is not None:
             values["alpha/l"] = ctx.head.shift.detach().cpu().tolist()
@@ -227,6 +234,8 @@ def train(
     writer = run if distributed.is_main() else None  # rank 0 alone writes
     fault_point("model_loaded")
     cut = ctx.task.check_items(ctx, data)
+    if ctx.head is not None and ctx.head.reads_features:  # a resumed run's checkpoint then replaces it
+        choices["adaptive_head"] = fit_adaptive_projection(ctx, data)
     if run is not None:
         if writer is not None:
             run.update_status(

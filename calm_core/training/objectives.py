@@ -10,7 +10,10 @@ transforms are applied to every batch and each is the identity unless the head a
   of the letter tokens, each scaled by its own vocabulary row of (l, tau) (`index` = the
   letter ids); under `cloze` every choice token's log-probability is taken from
   softmax(z / tau + l) over the whole vocabulary at its position.
-- `head.on_options`: the K option scores of either rule.
+- `head.on_options`: the K option scores of either rule. A head that reads the
+  question's hidden state (`reads_features`, the adaptive scope) gets h from the same
+  forward pass (letter: the answer position; cloze: the context's last token), detached:
+  the temperature is alpha's to set, not theta's (calibration.adaptive_head).
 These are the same numbers `scoring.score_items` computes at evaluation time (a test
 checks it), with gradients; that includes items longer than the model's context, cut
 from the left the same way (`scoring.truncation.fit_cloze_item`; one that cannot fit raises DataError).
@@ -18,13 +21,14 @@ from the left the same way (`scoring.truncation.fit_cloze_item`; one that cannot
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any, Sequence
 
 import torch
 
 from calm_core.calibration.head import CalibrationHead
 from calm_core.data.schema import MCItem
-from calm_core.scoring.forward import left_pad_batch
+from calm_core.scoring.forward import head_inputs, left_pad_batch
 from calm_core.scoring.logprobs import continuation_inputs, continuation_logprobs, last_logits
 from calm_core.scoring.prompts import ScoringConfig, letter_token_ids
 from calm_core.scoring.truncation import cloze_requests, context_limit, letter_prompt_ids
@@ -40,43 +44,52 @@ def _pad_rows(rows: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.stack(out)  # (B, K_max)
 
 
+def _reads_features(head: CalibrationHead | None) -> bool:
+    return head is not None and head.reads_features
+
+
 def _letter_logits(
     model: Any, tokenizer: Any, items: Sequence[MCItem], cfg: ScoringConfig, head: CalibrationHead | None
-) -> torch.Tensor:
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     device = next(model.parameters()).device
     prompts = letter_prompt_ids(items, cfg, tokenizer, context_limit(model, tokenizer))
     letters = torch.tensor(letter_token_ids(tokenizer, max(it.n_choices for it in items), cfg), device=device)
-    z = last_logits(model, left_pad_batch(prompts, tokenizer.pad_token_id, device), 1)[:, -1]  # (B, V)
+    with head_inputs(model) if _reads_features(head) else nullcontext([]) as seen:
+        z = last_logits(model, left_pad_batch(prompts, tokenizer.pad_token_id, device), 1)[:, -1]  # (B, V)
+    states = seen[-1][:, -1].detach() if seen else None  # (B, d): the answer position's state
     gathered = z[:, letters]  # (B, K_max)
     if head is not None:
         gathered = head.on_tokens(gathered, index=letters)
     k = torch.tensor([it.n_choices for it in items], device=device)
     valid = torch.arange(len(letters), device=device)[None, :] < k[:, None]  # (B, K_max)
-    return torch.where(valid, gathered, torch.full_like(gathered, -torch.inf))
+    return torch.where(valid, gathered, torch.full_like(gathered, -torch.inf)), states
 
 
 def _cloze_logits(
     model: Any, tokenizer: Any, items: Sequence[MCItem], cfg: ScoringConfig, head: CalibrationHead | None
-) -> torch.Tensor:
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     device = next(model.parameters()).device
     requests = cloze_requests(items, cfg, tokenizer, context_limit(model, tokenizer))
     pairs = [pair for reqs in requests for pair in reqs]
     transform = head.on_tokens if head is not None else None
-    logprobs = continuation_logprobs(model, pairs, tokenizer.pad_token_id, device, transform=transform)
+    kept: list[torch.Tensor] | None = [] if _reads_features(head) else None
+    logprobs = continuation_logprobs(model, pairs, tokenizer.pad_token_id, device, transform=transform, states=kept)
     totals = [lp.sum() / (len(lp) if cfg.rule == "cloze_norm" else 1) for lp in logprobs]
-    rows, start = [], 0
+    rows, firsts, start = [], [], 0
     for reqs in requests:
         rows.append(torch.stack(totals[start : start + len(reqs)]))
+        firsts.append(start)  # every option of an item follows the same (cut) context
         start += len(reqs)
-    return _pad_rows(rows)
+    states = torch.stack([kept[i][0] for i in firsts]).detach() if kept is not None else None  # (B, d)
+    return _pad_rows(rows), states
 
 
 def option_logits(
     model: Any, tokenizer: Any, items: Sequence[MCItem], cfg: ScoringConfig, head: CalibrationHead | None = None
 ) -> torch.Tensor:
     """Calibrated option scores (B, K_max) with gradients to the model and the head."""
-    scores = (_cloze_logits if cfg.is_cloze else _letter_logits)(model, tokenizer, items, cfg, head)
-    return head.on_options(scores) if head is not None else scores
+    scores, states = (_cloze_logits if cfg.is_cloze else _letter_logits)(model, tokenizer, items, cfg, head)
+    return head.on_options(scores, features=states) if head is not None else scores
 
 
 def forward_sequences(

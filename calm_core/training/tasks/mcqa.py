@@ -200,6 +200,19 @@ def prefill(ctx: StepContext, data: Data, start_step: int, writer: RunDir | None
     return {"items": len(per_item), "sequences_computed": computed, "seconds": round(time.perf_counter() - started, 1)}
 
 
+def fit_adaptive_projection(ctx: StepContext, data: Data) -> dict[str, Any]:
+    """Fix an adaptive head's feature mean and principal directions from the untouched
+    model's states on S_V, before the first step (calibration.adaptive_head); the record
+    goes to status.json's choices."""
+    base = _variant_scores(ctx, data.heldout, ctx.settings.eval_batch_size, use_head=False, use_adapter=False)
+    directions = ctx.head.fit_projection(base.features)
+    return {
+        "components": directions,
+        "fit_on": "the untouched model's hidden states on S_V",
+        "items": len(data.heldout),
+    }
+
+
 def _variant_scores(ctx: StepContext, items: list[MCItem], batch_size: int, use_head: bool, use_adapter: bool) -> Any:
     """Option scores of the model being trained (adapter on or off, head or none) through
     the same prefix-shared, batched scorer as `calm eval`; no gradients."""
@@ -212,7 +225,8 @@ def _variant_scores(ctx: StepContext, items: list[MCItem], batch_size: int, use_
             batch_size=batch_size,
             progress=False,
             head=ctx.head if use_head else None,
-            features=not use_head and not use_adapter,  # the base model's hidden state: what ats reads
+            # the base model's hidden state: what ats reads; the trained model's: what an adaptive head reads
+            features=not use_adapter or (ctx.head is not None and ctx.head.reads_features),
         )
 
 
@@ -231,7 +245,7 @@ def _scores_for(
     if key not in cache:
         if key[0] and ctx.head.acts_on == "options":
             raw = _scores_for(ctx, items, bs, use_head=False, use_adapter=use_adapter, cache=cache)
-            cache[key] = dataclasses.replace(raw, logits=apply_option_head(raw.logits, ctx.head))
+            cache[key] = dataclasses.replace(raw, logits=apply_option_head(raw.logits, ctx.head, raw.features))
         else:
             cache[key] = _variant_scores(ctx, items, bs, *key)
     return cache[key]
