@@ -365,7 +365,8 @@ TERMS: tuple[Term, ...] = (
     Term(
         "head scope",
         "How many temperatures the head has: vocab (one per vocabulary token, the paper's, acting on the answer "
-        "letters), options (one per option position) or scalar (one for all).",
+        "letters), options (one per option position), scalar (one for all) or adaptive (one per question, read "
+        "from the model's hidden state, so it can cool a question the model knows less than one it does not).",
         SCORING,
         ("scope", "Head scope"),
     ),

@@ -61,7 +61,8 @@ class TrainConfig:
     chat_template: bool = False
     scope: str = setting(
         "auto",
-        "head scope: vocab | options | scalar | auto (letter: vocab, cloze: scalar, openqa: vocab; head.scopes_for)",
+        "head scope: vocab | options | scalar | adaptive | auto "
+        "(letter: vocab, cloze: scalar, openqa: vocab; head.scopes_for)",
         choices=SCOPES + ("auto",),
     )
     steps: int = setting(60, "optimizer steps (one batch each)", min=1, max=100_000)

@@ -128,9 +128,10 @@ def option_probabilities(trained: TrainedModel, item: MCItem) -> dict[str, np.nd
         out["ats"] = trained.adaptive.transform(base, h)
     if trained.run_id is not None:
         head = trained.head
-        theta = _scores(trained, item, adapter=True, head=False)
+        reads = head is not None and head.reads_features  # the adaptive head: the adapted model's state
+        theta, h_theta = _scored(trained, item, adapter=True, head=False, features=reads)
         if head is None or head.acts_on == "options":  # the forward pass is theta's: reuse it
-            out[trained.method] = apply_option_head(theta, head)
+            out[trained.method] = apply_option_head(theta, head, h_theta)
         else:
             out[trained.method] = _scores(trained, item, adapter=True, head=True)
         if head is not None:
