@@ -18,7 +18,13 @@ Verdicts (issue 21; first evaluation set = in domain), per trained variant:
 - (b) in-domain ECE <= TS + 0.02;
 - (c) mean out-of-domain ECE below TS's (the paper's central claim);
 - (d) AUROC not below base's 90% interval on any set;
-- (e) mean confidence > 1/K + 0.05 wherever accuracy > 1/K + 0.1.
+- (e) mean confidence > 1/K + 0.05 wherever accuracy > 1/K + 0.1;
+- (f) no set's ECE worse than base's by more than 0.02 (issue 29: a temperature fitted where
+  the model is right half the time must not cool a set it answers 86% right);
+- (g) mean AUROC over the sets at or above base's.
+Every variant but base and the theta-only ablations is judged, post-hoc calibrators too
+(TS's (b) and (c) compare it with itself). `--below-chance SETS` keeps sets where the model
+is near chance out of the verdicts and reports their mean ECE as a second out-of-domain column.
 Pure reading of run directories; every metric is calm_core.calibration.metrics'.
 """
 
@@ -106,6 +112,9 @@ def summarize(per_seed: list, n_boot: int, seed: int = 0) -> dict:
     return out
 
 
+ECE_SLACK = 0.02  # (f): how much worse than base a set's ECE may be
+
+
 def verdict_checks(rows: dict, datasets: list[str], sizes: dict[str, int]) -> dict[tuple[str, str], list]:
     """The five verdicts of issue 21 for every trained variant: {(run, variant): [(letter,
     met, text)]}: (a) no set loses more than one point of accuracy against base (one item
@@ -117,10 +126,10 @@ def verdict_checks(rows: dict, datasets: list[str], sizes: dict[str, int]) -> di
     from calm_core.calibration.posthoc import calibrators
 
     in_domain, ood = datasets[0], datasets[1:]
-    untrained = {"base", *calibrators()}
+    del calibrators  # every calibrator is judged too
     checks: dict[tuple[str, str], list] = {}
     for key, sets in rows.items():
-        if key[1] in untrained or key[1].endswith("_theta_only"):
+        if key[1] == "base" or key[1].endswith("_theta_only") or any(d not in sets for d in datasets):
             continue
         base, ts = rows.get((key[0], "base"), {}), rows.get((key[0], "ts"), {})  # on the same seeds
         out = checks[key] = []
@@ -142,6 +151,11 @@ def verdict_checks(rows: dict, datasets: list[str], sizes: dict[str, int]) -> di
         flat = [d for d in datasets if sets[d]["acc"]["mean"] > sets[d]["inv_k"] + 0.1
                 and sets[d]["confidence"]["mean"] <= sets[d]["inv_k"] + 0.05]
         out.append(("e", not flat, f"mean confidence <= 1/K + 0.05 where accuracy > 1/K + 0.1 on {flat or 'no set'}"))
+        worse = {d: round(sets[d]["ece"]["mean"] - base[d]["ece"]["mean"], 3) for d in datasets
+                 if sets[d]["ece"]["mean"] > base[d]["ece"]["mean"] + ECE_SLACK}
+        out.append(("f", not worse, f"ECE worse than base + {ECE_SLACK} on {worse or 'no set'}"))
+        auroc, base_auroc = (np.mean([s[d]["auroc"]["mean"] for d in datasets]) for s in (sets, base))
+        out.append(("g", bool(auroc >= base_auroc - 1e-12), f"mean AUROC {auroc:.3f} vs base {base_auroc:.3f}"))
     return checks
 
 
@@ -151,10 +165,10 @@ def verdicts(rows: dict, datasets: list[str], sizes: dict[str, int]) -> list[str
             for key, checks in verdict_checks(rows, datasets, sizes).items() for letter, met, text in checks]
 
 
-def summary_table(rows: dict, datasets: list[str], sizes: dict[str, int]) -> str:
+def summary_table(rows: dict, datasets: list[str], sizes: dict[str, int], below: list[str] = ()) -> str:
     """The headline: per variant, in-domain (the first set) accuracy, ECE, AUROC and mean
-    confidence with intervals, the mean accuracy and ECE over the other sets, and which
-    verdicts it meets."""
+    confidence with intervals, the mean accuracy, ECE and AUROC over the other sets, the
+    mean ECE over the below-chance sets, and which verdicts it meets."""
     in_domain, ood = datasets[0], datasets[1:]
     checks = verdict_checks(rows, datasets, sizes)
 
@@ -162,16 +176,18 @@ def summary_table(rows: dict, datasets: list[str], sizes: dict[str, int]) -> str
         return f"{m['mean']:.3f} [{m['lo']:.3f}, {m['hi']:.3f}]"
 
     lines = ["| run | variant | seeds | ID acc | ID ECE | ID AUROC | ID confidence | OOD acc (mean) | OOD ECE (mean) "
-             "| verdicts met |", "|" + "---|" * 10]
+             "| OOD AUROC (mean) | below-chance ECE (mean) | verdicts met |", "|" + "---|" * 12]
     for key, sets in rows.items():
         if key[1].endswith("_theta_only") or in_domain not in sets:
             continue
         ood_acc = np.mean([sets[d]["acc"]["mean"] for d in ood]) if ood else float("nan")
         ood_ece = np.mean([sets[d]["ece"]["mean"] for d in ood]) if ood else float("nan")
+        ood_auroc = np.mean([sets[d]["auroc"]["mean"] for d in ood]) if ood else float("nan")
+        below_ece = np.mean([sets[d]["ece"]["mean"] for d in below if d in sets]) if below else float("nan")
         met = " ".join(f"{letter}{'✓' if ok else '✗'}" for letter, ok, _ in checks.get(key, [])) or "-"
         m = sets[in_domain]
         lines.append(f"| {key[0]} | {key[1]} | {m['seeds']} | {cell(m['acc'])} | {cell(m['ece'])} | {cell(m['auroc'])} "
-                     f"| {cell(m['confidence'])} | {ood_acc:.3f} | {ood_ece:.3f} | {met} |")
+                     f"| {cell(m['confidence'])} | {ood_acc:.3f} | {ood_ece:.3f} | {ood_auroc:.3f} | {below_ece:.3f} | {met} |")
     return "\n".join(lines)
 
 
@@ -192,17 +208,20 @@ def main() -> None:
     parser.add_argument("--runs-root", type=Path)
     parser.add_argument("--boot", type=int, default=500)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--below-chance", nargs="*", default=[], metavar="DATASET",
+                        help="sets where the model is near chance: out of the verdicts, their mean ECE apart")
     args = parser.parse_args()
     data = collect(args.name_prefix, args.runs_root)
     rows = {key: {d: summarize(v, args.boot) for d, v in sets.items()} for key, sets in data["table"].items()}
     sizes = {d: len(v[0][1]) for (_, _), sets in data["table"].items() for d, v in sets.items()}
-    print(f"\n### Summary (in domain: {data['datasets'][0]}; OOD: the mean over the other sets)\n")
-    print(summary_table(rows, data["datasets"], sizes))
+    judged = [d for d in data["datasets"] if d not in args.below_chance]
+    print(f"\n### Summary (in domain: {judged[0]}; OOD: the mean over the other above-chance sets)\n")
+    print(summary_table(rows, judged, sizes, args.below_chance))
     for metric in METRICS:
         print(f"\n### {metric} (mean over seeds [90% bootstrap interval])\n")
         print(markdown(rows, data["datasets"], metric))
     print("\n### Targets\n")
-    lines = verdicts(rows, data["datasets"], sizes)
+    lines = verdicts(rows, judged, sizes)
     print("\n".join(f"- {line}" for line in lines))
     if args.json:
         args.json.write_text(json.dumps({"datasets": data["datasets"], "verdicts": lines,
