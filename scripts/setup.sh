@@ -4,6 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
+FLOOR="3.11"  # pyproject.toml's requires-python (tests/test_python_floor.py keeps them equal)
+if ! "$PY" -c "import sys; sys.exit(sys.version_info < tuple(map(int, '$FLOOR'.split('.'))))"; then
+    echo "setup: CALM Studio needs Python >= $FLOOR, but $PY is $("$PY" -c 'import sys; print(sys.version.split()[0])'); set PYTHON=python3.11 (or newer)" >&2
+    exit 1
+fi
 if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi

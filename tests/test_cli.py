@@ -490,3 +490,24 @@ def test_degenerate_temperature_is_flagged(env, tiny_model_dir, capsys):
     out = capsys.readouterr().out
     assert float(out.split("ts: T = ")[1].split()[0]) < 100
     assert "near-uniform" not in out
+
+
+def test_a_bug_keeps_its_traceback_and_a_refusal_is_one_line(monkeypatch, capsys):
+    """`main()` turns the project's refusals ("Expected ..., but got ...") into one line; any
+    other ValueError is a bug and propagates with its traceback; --debug shows it for all."""
+    from calm_core.cli import commands
+
+    def refuse(args):
+        raise ValueError("Expected a number, but got 'x'")
+
+    def bug(args):
+        raise ValueError("operands could not be broadcast together")
+
+    monkeypatch.setitem(commands.COMMANDS, "datasets", refuse)
+    assert commands.main(["datasets"]) == 2
+    assert capsys.readouterr().err == "calm: error: Expected a number, but got 'x'\n"
+    with pytest.raises(ValueError, match="Expected a number"):
+        commands.main(["--debug", "datasets"])
+    monkeypatch.setitem(commands.COMMANDS, "datasets", bug)
+    with pytest.raises(ValueError, match="broadcast"):
+        commands.main(["datasets"])

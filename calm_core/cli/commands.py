@@ -53,6 +53,9 @@ def _add_scoring_args(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="calm", description="CALM Studio: calibration of LLMs, headless.")
+    parser.add_argument(
+        "--debug", action="store_true", help="show the traceback of every error, not just of unexpected ones"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     ds = sub.add_parser("datasets", help="list every dataset the studio can name")
@@ -487,6 +490,18 @@ def cmd_data(args: argparse.Namespace) -> int:
 COMMANDS = {"datasets": cmd_datasets, "eval": cmd_eval, "data": cmd_data, **cli_train.COMMANDS}
 
 
+def is_refusal(exc: BaseException) -> bool:
+    """Whether an exception is the project refusing bad input (one line for the user) rather
+    than a bug (a traceback). The project's own error types are refusals, and so is a
+    ValueError in its house style, "Expected ..., but got ..."; any other ValueError
+    (from numpy, torch, a typo in our code) is not."""
+    from calm_core.scoring.models import ModelLoadError
+
+    if isinstance(exc, (DataError, ModelLoadError, UsageError, FileNotFoundError)):
+        return True
+    return isinstance(exc, ValueError) and str(exc).lstrip().startswith("Expected")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from calm_core.scoring.models import ModelLoadError
 
@@ -494,6 +509,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except (DataError, ModelLoadError, UsageError, ValueError, FileNotFoundError) as exc:
+        if args.debug or not is_refusal(exc):
+            raise  # a bug keeps its traceback
         # One line, whatever the exception text holds (row lists come on extra lines).
         print(
             "calm: error: " + "; ".join(line.strip() for line in str(exc).splitlines() if line.strip()), file=sys.stderr

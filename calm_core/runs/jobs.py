@@ -292,12 +292,14 @@ def resume(run_dir: RunDir, fresh: bool = False) -> list[str]:
         _repair(run_dir)
     job = read_job(run_dir)
     if job is None:
-        raise ValueError(f"Run {run_dir.run_id} has no {JOB} (it was never submitted): submit it instead")
+        raise ValueError(f"Expected a submitted run, but run {run_dir.run_id} has no {JOB}: submit it instead")
     if process_alive(run_dir.status):
         kill(run_dir)
     with file_lock(run_dir.path.parent / QUEUE_LOCK):
         if run_dir.state().state not in ("failed", "cancelled"):  # resumed meanwhile by someone else
-            raise ValueError(f"Run {run_dir.run_id} is {run_dir.state().state} now; not resuming it twice")
+            raise ValueError(
+                f"Expected a stopped run to resume, but run {run_dir.run_id} is {run_dir.state().state} now"
+            )
         run_dir.clear_cancel()
         atomic_write_json(run_dir.path / JOB, {**job, "resume": True, "resumes": job.get("resumes", 0) + 1})
         run_dir.update_status(

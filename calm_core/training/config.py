@@ -237,7 +237,7 @@ class TrainConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(nested) - known)
         if unknown:
-            raise ValueError(f"Unknown TrainConfig field(s) {unknown}; expected some of {sorted(known)}")
+            raise ValueError(f"Expected TrainConfig fields among {sorted(known)}, but got unknown field(s) {unknown}")
         return cls(**nested)
 
     @classmethod
@@ -374,7 +374,7 @@ def nest_settings(data: dict[str, Any]) -> dict[str, Any]:
         if owner == method and own is not None:
             own[key] = value
         elif value != spec.default:
-            raise ValueError(f"`{key}` is a setting of method {owner!r}, not of {method!r}")
+            raise ValueError(f"Expected settings of method {method!r}, but `{key}` is a setting of method {owner!r}")
     if own is not None and (own or "method_settings" in data):
         data["method_settings"] = own
     return data
