@@ -223,3 +223,21 @@ def test_resume_stops_a_hung_job_first(root: Path) -> None:
     assert not jobs.is_alive(hung_pid)  # never two processes on one run
     wait_for("the resumed run to finish", lambda: run.state().state == "finished")
     assert steps_logged(run) == list(range(1, 7))
+
+
+def test_the_queue_is_read_from_the_statuses_not_the_listing(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """schedule() finds queued runs with `queued_runs` over one read of each status.json;
+    the display listing (`list_runs`) is not on its path, and the oldest queued run goes first."""
+    from calm_core.runs.listing import queued_runs, run_statuses
+
+    older, newer = new_run(root, "older"), new_run(root, "newer")
+    older.update_status(queued_at=1.0)
+    newer.update_status(queued_at=2.0)
+    assert [run.run_id for run in queued_runs(run_statuses(root))] == [older.run_id, newer.run_id]
+
+    def no_listing(*args, **kwargs):
+        raise AssertionError("schedule() went through the display listing")
+
+    monkeypatch.setattr("calm_core.runs.listing.list_runs", no_listing)
+    monkeypatch.setattr(jobs, "max_jobs", lambda: 0)  # nothing may start: only the walk is tested
+    assert jobs.schedule(root) == []

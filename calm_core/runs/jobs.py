@@ -31,7 +31,7 @@ from calm_core.io import atomic_write_json, file_lock
 from calm_core.paths import PROJECT_ROOT
 from calm_core.runs.damage import RunFileError, read_json_object
 from calm_core.runs.layout import CONFIG, JOB_FILE, RESULTS, STDOUT
-from calm_core.runs.listing import list_runs
+from calm_core.runs.listing import queued_runs, run_statuses
 from calm_core.runs.naming import runs_root
 from calm_core.runs.process import HOST, pid_alive, pids_with_option, process_alive
 from calm_core.runs.rundir import RunDir
@@ -158,15 +158,9 @@ def schedule(root: str | Path | None = None, limit: int | None = None) -> list[s
     if not root.is_dir():
         return started
     with file_lock(root / QUEUE_LOCK):
-        runs = [RunDir(summary.path) for summary in list_runs(root) if summary.state != DAMAGED]
-        statuses = {run.run_id: _status_or_none(run) for run in runs}
-        runs = [run for run in runs if statuses[run.run_id] is not None]  # damaged since the listing
-        busy = sum(_holds_slot(status) for status in statuses.values() if status is not None)
-        queued = sorted(
-            (run for run in runs if statuses[run.run_id].get("state") == "queued"),
-            key=lambda run: (statuses[run.run_id].get("queued_at") or 0.0, run.run_id),
-        )
-        for run in queued:
+        statuses = run_statuses(root)  # each status.json read once
+        busy = sum(_holds_slot(status) for _, status in statuses)
+        for run in queued_runs(statuses):
             if busy >= limit:
                 break
             try:
@@ -186,13 +180,6 @@ def schedule(root: str | Path | None = None, limit: int | None = None) -> list[s
             busy += 1
             started.append(run.run_id)
     return started
-
-
-def _status_or_none(run: RunDir) -> dict | None:
-    try:
-        return run.status
-    except (OSError, RunFileError):
-        return None
 
 
 def submit(run_dir: RunDir, command: list[str], env: dict | None = None) -> list[str]:

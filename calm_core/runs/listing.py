@@ -76,6 +76,31 @@ def run_label(summary: RunSummary) -> str:
     return f"{summary.run_id} · {summary.state} · {method}{on} · {stamp}"
 
 
+def run_statuses(root: str | Path | None = None) -> list[tuple[RunDir, dict]]:
+    """(run, status.json) of every run under `root` whose status reads, each read once:
+    what the scheduler needs (the queue and the slots held), without the display
+    summaries `list_runs` makes. A damaged or vanished run is left out."""
+    root = runs_root(root)
+    if not root.is_dir():
+        return []
+    found = []
+    for child in root.iterdir():
+        if child.name.startswith(".") or not (child / STATUS).is_file():
+            continue
+        run = RunDir(child)
+        try:
+            found.append((run, run.status))
+        except (OSError, ValueError):
+            continue  # removed or damaged meanwhile
+    return found
+
+
+def queued_runs(statuses: list[tuple[RunDir, dict]]) -> list[RunDir]:
+    """The queued runs among `run_statuses`, oldest first (queued_at, then id)."""
+    queued = [(run, status) for run, status in statuses if status.get("state") == "queued"]
+    return [run for run, _ in sorted(queued, key=lambda rs: (rs[1].get("queued_at") or 0.0, rs[0].run_id))]
+
+
 def list_runs(
     root: str | Path | None = None, now: float | None = None, stale_after: float = STALE_AFTER_S
 ) -> list[RunSummary]:
