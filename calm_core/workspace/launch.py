@@ -1,6 +1,6 @@
 """Starting a training run: the one path shared by `calm train` and the studio's Train page.
 
-    run, started_now = launch_training(TrainConfig.preset("quick"), detach=True)
+    run, started_now = launch_training(TrainConfig.preset("quick"))   # queued; started_now: a slot was free
 
 A run directory is created with the resolved config and its provenance; a detached
 run is queued as a background job (`calm train --run-dir DIR` in a new session, see
