@@ -3,11 +3,13 @@ the exact bilevel optimum, and the lower level under minibatches.
 
     python -m calm_core.training.bilevel_toy_tables              # the table in docs/bilevel.md
     python -m calm_core.training.bilevel_toy_tables --minibatch  # the lower level under minibatches
+    python -m calm_core.training.bilevel_toy_tables --adaptive   # a temperature that depends on a feature
 
 The toys and the context that runs the project's method steps on them live in
 calm_core.training.bilevel_toys; this module holds the
 experiments: `lower_level_run` (how far theta ends from theta*(alpha), on the whole of
-S_T), the minibatch table's rows (`MINIBATCH_RUNS`) and the two printed tables.
+S_T), the minibatch table's rows (`MINIBATCH_RUNS`), the adaptive head's runs
+(`ADAPTIVE_RUNS`, `temperature_fit`) and the three printed tables.
 """
 
 from __future__ import annotations
@@ -19,7 +21,15 @@ from typing import Any
 import torch
 
 from calm_core.training.bilevel import BilevelConfig
-from calm_core.training.bilevel_toys import ShiftToy, TemperatureToy, ToyContext, ToySettings, centred, tail_mean
+from calm_core.training.bilevel_toys import (
+    AdaptiveTemperatureToy,
+    ShiftToy,
+    TemperatureToy,
+    ToyContext,
+    ToySettings,
+    centred,
+    tail_mean,
+)
 
 
 def lower_level_run(
@@ -200,6 +210,123 @@ def print_minibatch_table(runs: list[MinibatchRun] = MINIBATCH_RUNS) -> None:
         )
 
 
+def temperature_fit(
+    toy: AdaptiveTemperatureToy, alpha: torch.Tensor, reference: torch.Tensor | None = None
+) -> dict[str, float]:
+    """How well tau_alpha(h) tracks tau*(f) on S_V, with r = log(tau_alpha / tau*) per row:
+
+    corr        Pearson correlation of log tau_alpha and log tau* (the shape's direction;
+                meaningless once tau_alpha is nearly constant, so read it with `ratio`)
+    rel_err     median |tau_alpha - tau*| / tau*
+    shape_err   median |r - mean r|: the relative error left after the best global scale
+    ratio       tau_alpha's high-to-low ratio: its geometric mean over the rows whose tau*
+                is in the top tenth, over the bottom tenth's (`true_ratio` the same for tau*)
+    scale       exp(mean r): the global scale, 1 when right
+    to_ref      median |tau_alpha - tau_ref| / tau_ref against the head at `reference`
+                (the joint optimum: the solver's own error, apart from the sample's)
+    """
+    tau, truth = toy.temperatures(alpha), toy.data.tau_heldout
+    r = tau.log() - truth.log()
+    order, tenth = truth.argsort(), len(truth) // 10
+
+    def spread(v: torch.Tensor) -> float:
+        logs = v.log()
+        return math.exp(float(logs[order[-tenth:]].mean() - logs[order[:tenth]].mean()))
+
+    ref = toy.temperatures(reference) if reference is not None else tau
+    return {
+        "corr": float(torch.corrcoef(torch.stack([tau.log(), truth.log()]))[0, 1]),
+        "rel_err": float(((tau - truth).abs() / truth).median()),
+        "shape_err": float((r - r.mean()).abs().median()),
+        "ratio": spread(tau),
+        "true_ratio": spread(truth),
+        "scale": math.exp(float(r.mean())),
+        "to_ref": float(((tau - ref).abs() / ref).median()),
+    }
+
+
+@dataclass(frozen=True)
+class AdaptiveRun:
+    """One solver of the adaptive table: a method, a constraint, step sizes, and the step
+    counts at which its alpha is measured (one run, read at each)."""
+
+    label: str
+    method: str  # "calm" or "iterate"
+    constraint: str  # BilevelConfig.constraint ("theta": the paper's)
+    lr_alpha: float
+    lr_theta: float
+    at_steps: tuple[int, ...]
+
+
+ADAPTIVE_RUNS = [
+    AdaptiveRun("calm, constraint joint", "calm", "joint", 0.3, 0.1, (100, 500)),
+    AdaptiveRun("calm, constraint joint", "calm", "joint", 0.1, 0.05, (500,)),
+    AdaptiveRun("calm, constraint theta (the paper's)", "calm", "theta", 0.3, 0.1, (100, 500, 2000)),
+    AdaptiveRun("iterate", "iterate", "theta", 0.3, 0.1, (100, 500, 2000)),
+]
+
+
+def adaptive_run(
+    toy: AdaptiveTemperatureToy, run: AdaptiveRun, reference: torch.Tensor | None = None
+) -> list[dict[str, float]]:
+    """Run the project's step from the base model (theta = 0) and the head's start (tau = 1);
+    `temperature_fit` (against `reference` too) and F(alpha, theta) at each of `run.at_steps`."""
+    from calm_core.training.methods import calm, iterate
+
+    method = calm if run.method == "calm" else iterate
+    settings = ToySettings(BilevelConfig(constraint=run.constraint))
+    ctx = ToyContext(toy, lr_alpha=run.lr_alpha, lr_theta=run.lr_theta, settings=settings)
+    rows = []
+    for steps in run.at_steps:
+        ctx.run(method, steps - ctx.steps_done)
+        theta, alpha = ctx.theta[0].detach(), ctx.alpha_value
+        rows.append({"steps": steps, **temperature_fit(toy, alpha, reference), "F": float(toy.upper(theta, alpha))})
+    return rows
+
+
+def _adaptive_line(label: str, steps: str, fit: dict[str, float]) -> str:
+    return (
+        f"| {label} | {steps} | {fit['corr']:.3f} | {fit['rel_err']:.3f} | {fit['shape_err']:.3f} "
+        f"| {fit['ratio']:.2f} | {fit['scale']:.2f} | {fit['to_ref']:.3f} | {fit['F']:.4f} |"
+    )
+
+
+def print_adaptive_table(toy: AdaptiveTemperatureToy | None = None, runs: list[AdaptiveRun] = ADAPTIVE_RUNS) -> None:
+    """The table of docs/bilevel.md's adaptive-head section (markdown), then the paper's
+    bilevel hypergradient at the truth (which way F(alpha, theta*(alpha)) descends from it)."""
+    toy = toy or AdaptiveTemperatureToy()
+    star, start = toy.alpha_star(), toy.alpha_init()
+    theta_joint, alpha_joint = toy.joint_solution()
+    truth = temperature_fit(toy, star, alpha_joint)
+    tau = toy.data.tau_heldout
+    print(
+        f"S_V: {len(tau)} rows; tau* from {float(tau.min()):.2f} to {float(tau.max()):.2f}, "
+        f"high-to-low ratio {truth['true_ratio']:.2f}"
+    )
+    print(
+        "| solver (lr_alpha / lr_theta) | steps | corr(log tau, log tau*) | median rel. error | shape error "
+        "| tau ratio high / low | scale | median rel. diff to joint optimum | F |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    print(_adaptive_line("tau* (alpha*, the truth)", "-", {**truth, "F": toy.value(star)}))
+    joint = {**temperature_fit(toy, alpha_joint, alpha_joint), "F": float(toy.upper(theta_joint, alpha_joint))}
+    print(_adaptive_line("joint lower-level optimum (exact, Newton)", "-", joint))
+    print(
+        _adaptive_line(
+            "tau = 1 (the head's start)", "0", {**temperature_fit(toy, start, alpha_joint), "F": toy.value(start)}
+        )
+    )
+    for run in runs:
+        for row in adaptive_run(toy, run, alpha_joint):
+            label = f"{run.label} ({run.lr_alpha:g} / {run.lr_theta:g})"
+            print(_adaptive_line(label, str(row["steps"]), row), flush=True)
+    grad = toy.hypergradient(star)
+    print(
+        f"theta constraint, dF(alpha, theta*(alpha))/d alpha at alpha*: w {grad[:-1].numpy().round(4).tolist()}, "
+        f"b {float(grad[-1]):.4f} (alpha* = w {star[:-1].numpy().round(3).tolist()}, b {float(star[-1]):.3f})"
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     import argparse
 
@@ -211,10 +338,18 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="the lower level under minibatches of B = 4 (docs/bilevel_minibatch_section.md)",
     )
+    parser.add_argument(
+        "--adaptive",
+        action="store_true",
+        help="the adaptive head on a temperature that depends on a feature (AdaptiveTemperatureToy)",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # a few numbers per tensor: threads only contend
     if args.minibatch:
         print_minibatch_table()
+        return
+    if args.adaptive:
+        print_adaptive_table()
         return
     toy = ShiftToy()
     optimum = centred(toy.bilevel_optimum())

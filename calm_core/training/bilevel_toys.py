@@ -29,6 +29,12 @@ with tau, but the ridge term (in a network: the bounded logit range after the fi
 norm) stops it from growing as fast, so F(s, W*(s)) keeps falling as tau grows.
 `profile` gives that curve.
 
+`AdaptiveTemperatureToy` asks the adaptive head's question: labels drawn at a temperature
+that depends on a feature f, alpha = the AdaptiveHead's (w, b) reading h = (f, noise),
+theta = a change of the base model's weights. With `constraint: joint` the lower level
+alone pins tau(h) down, at tau*(f) up to the sample; with the paper's constraint the
+shape is lost and the scale runs upward, as on TemperatureToy.
+
 Everything here is float64 and full-batch by default; the tests run `calm` and `iterate`
 (the project's own method steps) on ShiftToy through `ToyContext`. `ToyContext(batch_size=B)`
 draws B training points per step for L as the real trainer does, and `lower_level_run`
@@ -306,3 +312,118 @@ def tail_mean(ctx: ToyContext, method: Any, steps: int, tail: int) -> torch.Tens
         if i >= steps - tail:
             seen.append(centred(ctx.alpha_value))
     return torch.stack(seen).mean(0)
+
+
+# --- a temperature that depends on a feature: the adaptive head on a toy ------------------
+
+
+def true_temperature(f: torch.Tensor, slope: float = 0.8, offset: float = 0.5) -> torch.Tensor:
+    """tau*(f) = softplus(slope f + offset) + floor: the temperature the labels are drawn
+    at, in the adaptive head's own family, so that the head can be exactly right and any
+    miss is the solver's or the sample's."""
+    from calm_core.calibration.posthoc.ats import TAU_FLOOR
+
+    return torch.nn.functional.softplus(slope * f + offset) + TAU_FLOOR
+
+
+@dataclass
+class FeatureToyData(ToyData):
+    """ToyData whose rows are (x | h): the input the model reads (D columns) and the state
+    the head reads (H columns: f, then noise the head must learn to ignore). The base
+    model's weights are the generating ones, so the right temperature for its scores is
+    tau*(f) itself: the model ranks well and only its confidence is wrong."""
+
+    w_base: torch.Tensor  # (K, D)
+    tau_train: torch.Tensor  # (N,) tau*(f) of S_T
+    tau_heldout: torch.Tensor  # (M,) tau*(f) of S_V
+
+
+def _feature_rows(g: torch.Generator, n: int, dim: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """n rows (x | h), x ~ N(0, I_D), h ~ N(0, I_H), and tau*(f) with f = h[:, 0]."""
+    rows = torch.randn(n, dim + width, generator=g, dtype=DTYPE)
+    return rows, true_temperature(rows[:, dim])
+
+
+def make_feature_data(
+    seed: int = 0, n: int = 4000, m: int = 1000, dim: int = 2, width: int = 2, k: int = 3, scale: float = 2.0
+) -> FeatureToyData:
+    """Labels y ~ softmax(W* x / tau*(f)). S_V comes from the same distribution: the right
+    temperature is a property of the data, so no shift is needed to make it matter. n is
+    large because the shape of tau is estimated from labels: with a few hundred rows the
+    lower level's own optimum misses it by the sample's noise, which would hide the
+    solver's error (docs/bilevel.md)."""
+    g = torch.Generator().manual_seed(seed)
+    w_true = scale * torch.randn(k, dim, generator=g, dtype=DTYPE)
+    x, tau = _feature_rows(g, n, dim, width)
+    y = torch.multinomial(torch.softmax(x[:, :dim] @ w_true.T / tau[:, None], -1), 1, generator=g)[:, 0]
+    x_val, tau_val = _feature_rows(g, m, dim, width)
+    return FeatureToyData(x, y, x_val, w_base=w_true, tau_train=tau, tau_heldout=tau_val)
+
+
+class AdaptiveTemperatureToy(ShiftToy):
+    """alpha = the AdaptiveHead's (w, b), flat (H + 1,); theta = a change of the base
+    model's weights, W = W_base + theta, ridge on theta (LoRA starts at B = 0 and is held
+    near the base model). The logits are the head's own forward on (W x, h), with the
+    projection fitted on S_V's states as a run fits it.
+
+    Under the joint constraint the lower level alone pins alpha down (the labels' likelihood
+    identifies tau's shape and, through the ridge on theta, its scale); under the paper's
+    it does not, and F(alpha, theta*(alpha)) keeps falling as tau grows, as on TemperatureToy."""
+
+    def __init__(self, data: FeatureToyData | None = None, mu: float = 0.05) -> None:
+        from calm_core.calibration.adaptive_head import AdaptiveHead
+
+        self.data: FeatureToyData = data or make_feature_data()
+        self.mu = mu
+        self.k, self.dim = self.data.w_base.shape
+        self.width = self.data.x_train.shape[1] - self.dim
+        self.head = AdaptiveHead(self.width, components=self.width).double()
+        self.head.fit_projection(self.data.x_heldout[:, self.dim :])
+
+    def _params(self, alpha: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"weights": alpha[: self.width], "bias": alpha[self.width :]}
+
+    def logits(self, w: torch.Tensor, alpha: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        z = x[:, : self.dim] @ (self.data.w_base + w.reshape(self.k, self.dim)).T  # (N, K)
+        return torch.func.functional_call(self.head, self._params(alpha), (z, x[:, self.dim :]))
+
+    def alpha_init(self) -> torch.Tensor:
+        """The head's own start: w = 0, tau = 1 for every row."""
+        return torch.cat([self.head.weights.detach(), self.head.bias.detach()]).to(DTYPE)
+
+    def temperatures(self, alpha: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """tau_alpha(h) of `rows` (default S_V), through the head's forward: 1 / (1 / tau)."""
+        rows = self.data.x_heldout if rows is None else rows
+        ones = torch.ones(len(rows), 1, dtype=DTYPE)
+        with torch.no_grad():
+            scaled = torch.func.functional_call(self.head, self._params(alpha), (ones, rows[:, self.dim :]))
+        return 1.0 / scaled[:, 0]
+
+    def alpha_star(self) -> torch.Tensor:
+        """The head's (w, b) that gives tau*(f) exactly: tau* is in the head's family, so
+        softplus^-1(tau* - floor) is affine in the head's input x(h) (least squares on S_V,
+        residual ~1e-15)."""
+        h = self.data.x_heldout[:, self.dim :].float().to(DTYPE)  # the head reads h in float32
+        x = (h - self.head.feature_mean) @ self.head.projection.T
+        design = torch.cat([x, torch.ones(len(x), 1, dtype=DTYPE)], 1)
+        target = torch.log(torch.expm1(self.data.tau_heldout - self.head.floor))
+        return torch.linalg.lstsq(design, target[:, None]).solution[:, 0]
+
+    def joint_solution(self, tol: float = 1e-10) -> tuple[torch.Tensor, torch.Tensor]:
+        """(theta, alpha) minimising L jointly, by damped Newton: the joint constraint's
+        feasible point, which `calm` with constraint joint should reach."""
+        n = self.k * self.dim
+        loss = lambda u: self.lower(u[:n], u[n:])  # noqa: E731
+        u = torch.cat([self.theta_init(), self.alpha_init()])
+        value = float(loss(u))
+        for _ in range(100):
+            grad = torch.autograd.functional.jacobian(loss, u)
+            if grad.norm() < tol:
+                return u[:n], u[n:]
+            step = torch.linalg.solve(torch.autograd.functional.hessian(loss, u), grad)
+            t = 1.0
+            while float(loss(u - t * step)) > value and t > 1e-8:
+                t /= 2
+            u = u - t * step
+            value = float(loss(u))
+        raise RuntimeError(f"no convergence: ||grad|| = {float(grad.norm()):.2e}")
