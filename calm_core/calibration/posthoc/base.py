@@ -105,6 +105,12 @@ class PosthocCalibrator(ABC):
         calibrator.check(source)
         return calibrator
 
+    def cannot_apply(self, logits: np.ndarray) -> str | None:
+        """Why this fit cannot map these (N, K) scores (None: it can). A calibrator with a
+        parameter per option position cannot map a set with more options than it was
+        fitted on; the evaluation then leaves its row out for that set and says why."""
+        return None
+
     def check(self, source: str) -> None:  # noqa: B027 - a hook with a default, not an abstract method
         """Raise ValueError when a loaded parameter cannot be right; nothing to check by default."""
 

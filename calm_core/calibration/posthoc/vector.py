@@ -40,9 +40,15 @@ class VectorScaler(PosthocCalibrator):
         (w, b), before, after, n = fit_nll(logits, labels, init, lambda z, p: z * p[0][None, :] + p[1][None, :])
         return cls(w.tolist(), b.tolist(), before, after, n)
 
+    def cannot_apply(self, logits: np.ndarray) -> str | None:
+        k = np.shape(logits)[1]
+        if k > len(self.weights):
+            return f"fitted on {len(self.weights)} option positions, this set has {k}"
+        return None
+
     def transform(self, logits: np.ndarray) -> np.ndarray:
         z = np.asarray(logits, dtype=np.float64)
-        if z.shape[1] > len(self.weights):
+        if self.cannot_apply(z):
             raise ValueError(f"Expected at most {len(self.weights)} options (fitted K), but got {z.shape[1]}")
         k = z.shape[1]
         w, b = np.asarray(self.weights[:k]), np.asarray(self.biases[:k])

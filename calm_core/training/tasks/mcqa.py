@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from typing import Any, Callable, Sequence
 
@@ -326,6 +327,10 @@ def _evaluate_sets(
                 use_adapter=variant.use_adapter,
                 cache=cache,
             )
+            why = variant.calibrator.cannot_apply(scores.logits) if variant.calibrator is not None else None
+            if why:  # e.g. vector scaling fitted on 4 options, a set of 5: no row, said once
+                print(f"{name}: no {variant.name} row ({why})", file=sys.stderr)
+                continue
             set_rows.append(result_row(scores, name, variant.name, variant.calibrator))
             per_item[variant.name] = _item_top_label_brier(variant_probs(scores, variant.calibrator), scores.gold)
             write_predictions(root, variant.name, name, predictions_frame(scores, variant.calibrator))
