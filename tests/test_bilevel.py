@@ -26,10 +26,10 @@ from calm_core.training.bilevel import (
     BilevelConfig,
     BilevelState,
     bilevel_step,
-    bilevel_step_naive,
     coupling_inert,
     plain_step_sizes,
 )
+from tests.bilevel_naive import bilevel_step_naive
 
 EPS32 = torch.finfo(torch.float32).eps
 LOG_KEYS = {"lower_loss", "upper_loss", "q", "lambda", "grad_f_norm", "grad_q_norm", "inner_loss_drop", "inner_drop_frac",

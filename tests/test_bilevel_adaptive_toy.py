@@ -15,8 +15,8 @@ import math
 import pytest
 import torch
 
-from calm_core.training.bilevel_toy_tables import AdaptiveRun, adaptive_run, temperature_fit
-from calm_core.training.bilevel_toys import AdaptiveTemperatureToy
+from bench.bilevel_toy_tables import AdaptiveRun, adaptive_run, temperature_fit
+from bench.bilevel_toys import AdaptiveTemperatureToy
 
 # Tolerances (docs/bilevel.md states the same): the solver against the joint optimum, and
 # the joint optimum (or the solver) against tau* on S_V, n = 4000 training rows. The

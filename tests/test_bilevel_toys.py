@@ -1,4 +1,4 @@
-"""The solver on problems with known answers (calm_core.training.bilevel_toys, docs/bilevel.md).
+"""The solver on problems with known answers (bench.bilevel_toys, docs/bilevel.md).
 
 ShiftToy: the bilevel optimum l* (exact inner solves + implicit-function hypergradient)
 is checked against a brute-force grid; the project's own `calm` step reaches it and
@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from calm_core.training.bilevel import BilevelConfig
-from calm_core.training.bilevel_toy_tables import MinibatchRun, minibatch_row
-from calm_core.training.bilevel_toys import DTYPE, ShiftToy, TemperatureToy, ToyContext, centred, tail_mean
+from bench.bilevel_toy_tables import MinibatchRun, minibatch_row
+from bench.bilevel_toys import DTYPE, ShiftToy, TemperatureToy, ToyContext, centred, tail_mean
 from calm_core.training.methods import calm, iterate
 
 

@@ -56,7 +56,7 @@ a run's log shows an inert coupling.
 Gradient reuse: grad_theta L(theta; alpha) is also the first inner step's gradient
 (fresh start), so one backward at theta gives both components; grad_alpha L(theta~; alpha)
 comes from one backward w.r.t. alpha only, with theta~ as tensors that need no gradient,
-so no graph is kept through the model (the head sits after it). `bilevel_step_naive` recomputes
+so no graph is kept through the model (the head sits after it). tests/bilevel_naive.py recomputes
 everything, as the reference for tests. Under data parallelism, and under FSDP (which
 shards the frozen base model and leaves alpha and theta whole on every rank), every
 gradient and loss is averaged across ranks before lambda (calm_core.training.distributed),
@@ -329,30 +329,6 @@ def _gradients(
     return _Gradients(lower, lower_tilde, _value(upper_out), _grad(upper_out, [*alpha, *theta]), grad_q, inner.lr, n)
 
 
-def _gradients_naive(
-    alpha: Sequence[Tensor],
-    theta: Sequence[Tensor],
-    lower_loss: Closure,
-    upper_loss: Closure,
-    cfg: BilevelConfig,
-    state: BilevelState | None,
-) -> _Gradients:
-    """Steps 1-2 with every loss and gradient computed afresh (the reference)."""
-    n = len(alpha)
-    lower = _value(lower_loss())
-    g_alpha = _grad(lower_loss(), alpha)
-    g_theta = _grad(lower_loss(), theta)
-    params = _inner_problem(alpha, theta, cfg)
-    inner = _descend(params, lower_loss, _start(params, cfg, state), None, cfg)
-    grad_of = list(alpha) if cfg.constraint == "theta" else []
-    tilde, lower_tilde, g_alpha_tilde = _settle(params, lower_loss, inner, grad_of, track=True)
-    if state is not None and cfg.inner_start == "persistent":
-        state.tilde = tilde
-    upper_out = upper_loss()
-    grad_q = _constraint(g_alpha + g_theta, g_alpha_tilde, n, cfg)
-    return _Gradients(lower, lower_tilde, _value(upper_out), _grad(upper_out, [*alpha, *theta]), grad_q, inner.lr, n)
-
-
 def bome_lambda(
     grad_f: Sequence[Tensor], grad_q: Sequence[Tensor], q: float, cfg: BilevelConfig, w: Sequence[float] | None = None
 ) -> float:
@@ -483,21 +459,6 @@ def bilevel_step(
     """
     return _step(
         _gradients, alpha_params, theta_params, lower_loss, upper_loss, optimizer, cfg or BilevelConfig(), state
-    )
-
-
-def bilevel_step_naive(
-    alpha_params: list[Tensor],
-    theta_params: list[Tensor],
-    lower_loss: Closure,
-    upper_loss: Closure,
-    optimizer: torch.optim.Optimizer,
-    cfg: BilevelConfig | None = None,
-    state: BilevelState | None = None,
-) -> dict[str, float]:
-    """`bilevel_step` without gradient reuse: the test reference."""
-    return _step(
-        _gradients_naive, alpha_params, theta_params, lower_loss, upper_loss, optimizer, cfg or BilevelConfig(), state
     )
 
 

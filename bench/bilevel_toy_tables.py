@@ -1,12 +1,12 @@
 """The numbers docs/bilevel.md prints from the bilevel toys: each solver's answer against
 the exact bilevel optimum, and the lower level under minibatches.
 
-    python -m calm_core.training.bilevel_toy_tables              # the table in docs/bilevel.md
-    python -m calm_core.training.bilevel_toy_tables --minibatch  # the lower level under minibatches
-    python -m calm_core.training.bilevel_toy_tables --adaptive   # a temperature that depends on a feature
+    python -m bench.bilevel_toy_tables              # the table in docs/bilevel.md
+    python -m bench.bilevel_toy_tables --minibatch  # the lower level under minibatches
+    python -m bench.bilevel_toy_tables --adaptive   # a temperature that depends on a feature
 
 The toys and the context that runs the project's method steps on them live in
-calm_core.training.bilevel_toys; this module holds the
+bench.bilevel_toys; this module holds the
 experiments: `lower_level_run` (how far theta ends from theta*(alpha), on the whole of
 S_T), the minibatch table's rows (`MINIBATCH_RUNS`), the adaptive head's runs
 (`ADAPTIVE_RUNS`, `temperature_fit`) and the three printed tables.
@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from calm_core.training.bilevel import BilevelConfig
-from calm_core.training.bilevel_toys import (
+from bench.bilevel_toys import (
     AdaptiveTemperatureToy,
     ShiftToy,
     TemperatureToy,

@@ -1,10 +1,10 @@
 """Bilevel problems with known answers: trust a solver here before trusting it on a model.
 
-    python -m calm_core.training.bilevel_toy_tables              # the table in docs/bilevel.md
-    python -m calm_core.training.bilevel_toy_tables --minibatch  # the lower level under minibatches
+    python -m bench.bilevel_toy_tables              # the table in docs/bilevel.md
+    python -m bench.bilevel_toy_tables --minibatch  # the lower level under minibatches
 
 The tables and their experiments (`lower_level_run`, the minibatch rows) live in
-calm_core.training.bilevel_toy_tables; this module is the toys and `ToyContext`, which
+bench.bilevel_toy_tables; this module is the toys and `ToyContext`, which
 runs the project's method steps on them.
 
 `ShiftToy` is CALM in miniature. Softmax regression on synthetic data: theta = W (K x D,
