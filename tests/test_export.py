@@ -118,13 +118,18 @@ def fresh_scores(runs: dict[str, RunDir], exports: dict[str, Path], tiny_model_d
                  tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, list[float]]]:
     """Every export scored on its run's evaluation items by a python that has no calm_core.
     The hub is unreachable here, so the base model comes from the tiny model's directory."""
-    scratch = tmp_path_factory.mktemp("fresh")
-    jobs = []
-    for name, folder in exports.items():
-        items = _eval_items(runs[name.split("-")[0]])
-        jobs.append({"name": name, "folder": str(folder), "base": str(tiny_model_dir),
-                     "items": [{"id": it.id, "question": it.question, "choices": list(it.choices)} for it in items]})
-    (scratch / "jobs.json").write_text(json.dumps(jobs))
+    jobs = {name: (folder, _eval_items(runs[name.split("-")[0]])) for name, folder in exports.items()}
+    return score_without_calm_core(jobs, tiny_model_dir, tmp_path_factory.mktemp("fresh"))
+
+
+def score_without_calm_core(jobs: dict[str, tuple[Path, list]], base: Path,
+                            scratch: Path) -> dict[str, dict[str, list[float]]]:
+    """{name: {item id: option probabilities}} of each (export folder, items), computed by
+    the folder's calm_head.py in a python that cannot import calm_core (FRESH)."""
+    records = [{"name": name, "folder": str(folder), "base": str(base),
+                "items": [{"id": it.id, "question": it.question, "choices": list(it.choices)} for it in items]}
+               for name, (folder, items) in jobs.items()]
+    (scratch / "jobs.json").write_text(json.dumps(records))
     done = subprocess.run([sys.executable, "-I", "-S", "-B", "-c", FRESH, sysconfig.get_paths()["purelib"],
                            str(scratch / "jobs.json")], cwd=scratch, capture_output=True, text=True, timeout=600,
                           env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "HOME": str(scratch)})

@@ -125,3 +125,83 @@ def test_the_shipped_thermometer_is_the_embedded_models_and_loads() -> None:
     thermo = load_thermometer(SHIPPED)
     assert thermo.model == "embedded" and len(thermo.trained_on) >= 3
     assert len(thermo.mean) in (0, 576) and thermo.cv_nll  # SmolLM2-135M's hidden size
+
+
+# ----------------------------------------------------------------------------- a file without answers
+
+UNANSWERED = [
+    {"id": "q1", "question": "What is the capital of France?", "choices": ["Paris", "Rome", "Madrid"]},
+    {"id": "q2", "question": "How many legs has a spider?", "choices": ["six", "eight", "ten", "eight"]},
+    {"id": "q3", "question": "Which is a gas at room temperature?", "choices": ["iron", "helium"]},
+    {"id": "q4", "question": "", "choices": ["a", "b"]},  # no question: rejected, as in a labelled file
+    {"id": "q5", "question": "Only one option?", "choices": ["yes", "yes"]},  # one distinct option: rejected
+]
+
+
+def _hand_thermometer(model: str, width: int) -> Thermometer:
+    """A thermometer whose temperature is far from 1 on any set (a set's T need not be right here)."""
+    rng = np.random.default_rng(3)
+    return Thermometer(mean=[0.0] * width, projection=(rng.normal(size=(2, width)) / width).tolist(),
+                       weights=[0.5, -0.3], bias=-1.5, trained_on=["a", "b", "c"], model=model)
+
+
+def test_a_file_without_answers_loads_only_when_asked_and_is_checked_like_any_other(tmp_path) -> None:
+    from calm_core.data.catalog import load_dataset
+    from calm_core.data.loaders import MissingColumns
+    from calm_core.data.schema import UNLABELLED, UNLABELLED_MC
+    from tests.test_cli import write_jsonl
+
+    path = write_jsonl(tmp_path / "new.jsonl", UNANSWERED)
+    with pytest.raises(MissingColumns, match="answer") as missing:
+        load_dataset(str(path))  # detected as multiple choice, and that needs answers
+    assert missing.value.columns == ["answer"]
+    report = load_dataset(str(path), kind=UNLABELLED_MC)
+    assert [it.id for it in report.items] == ["q1", "q2", "q3"] and {it.answer for it in report.items} == {UNLABELLED}
+    assert report.items[1].choices == ("six", "eight", "ten")  # a repeated option dropped
+    assert [(e.field, e.row) for e in report.rejected] == [("question", 4), ("choices", 5)]
+    labelled = write_jsonl(tmp_path / "labelled.jsonl", [{**UNANSWERED[0], "answer": 7}, {**UNANSWERED[2], "answer": 1}])
+    report = load_dataset(str(labelled))  # an answer column: read and checked as always
+    assert [it.answer for it in report.items] == [1] and report.rejected[0].field == "answer"
+
+
+def test_calm_eval_calibrates_a_file_without_answers_with_the_thermometer_alone(tiny_model_dir, tmp_path) -> None:
+    """`calm eval --data NEW --thermometer` on questions and options only: base and the
+    thermometer's probabilities are written, no accuracy or ECE is claimed, TS fitted
+    elsewhere is not applied there, and the output says why."""
+    import json
+
+    import pandas as pd
+
+    from calm_core.runs.layout import predictions_path
+    from tests.test_cli import run_cli, write_jsonl
+
+    data = str(write_jsonl(tmp_path / "new.jsonl", UNANSWERED))
+    _hand_thermometer(str(tiny_model_dir), 64).save(tmp_path / "thermo.json")  # the tiny model's width
+    out, preds = tmp_path / "out.json", tmp_path / "preds"
+    rc, stdout, stderr = run_cli([
+        "eval", "--model", str(tiny_model_dir), "--data", data, "builtin/capitals/test", "--limit", "4",
+        "--fit-ts-on", "builtin/capitals/validation", "--fit-limit", "10",
+        "--thermometer", str(tmp_path / "thermo.json"), "--save-preds", str(preds), "--json", str(out), "--quiet",
+    ])
+    assert rc == 0, stderr
+    assert "has no `answer` column: scored without answers" in stderr
+    assert f"no answers in {data}: accuracy, ECE" in stdout and "thermometer is the only calibrator" in stdout
+    record = json.loads(out.read_text())
+    unlabelled = {r["variant"]: r for r in record["unlabelled"]}
+    assert set(unlabelled) == {"base", "thermometer"}  # no ts on a set whose domain gave no labels
+    assert all(r["dataset"] == data and r["n"] == 3 and "acc" not in r and "ece" not in r for r in unlabelled.values())
+    assert {r["dataset"] for r in record["results"]} == {"builtin/capitals/test"}  # the labelled set as always
+    assert {"base", "ts", "thermometer"} <= {r["variant"] for r in record["results"]}
+    (temperature,) = [e["temperature"] for e in record["thermometer"] if e["dataset"] == data]
+    base = pd.read_parquet(predictions_path(preds, "base", data))
+    thermo = pd.read_parquet(predictions_path(preds, "thermometer", data))
+    assert list(thermo["id"]) == ["q1", "q2", "q3"] and set(thermo["gold"]) == {-1}
+    for logits, probs, plain in zip(thermo["logits"], thermo["probs"], base["probs"], strict=True):
+        expected = metrics.softmax(np.asarray(logits) / temperature)
+        np.testing.assert_allclose(probs, expected, atol=1e-12)
+        assert np.abs(np.asarray(probs) - np.asarray(plain)).max() > 1e-3  # the thermometer moved them
+    assert abs(temperature - 1.0) > 0.1
+    assert unlabelled["thermometer"]["confidence"] == pytest.approx(np.mean([max(p) for p in thermo["probs"]]))
+
+    rc, _, stderr = run_cli(["eval", "--model", str(tiny_model_dir), "--data", data, "--quiet"])
+    assert rc != 0 and "column(s) answer" in stderr and "add --thermometer" in stderr  # without it: the error stands

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from calm_core.cli import train as cli_train
-from calm_core.data.schema import REJECTED_SHOWN, DataError, LoadReport
+from calm_core.data.schema import REJECTED_SHOWN, UNLABELLED_MC, DataError, LoadReport
 from calm_core.data.split import add_split_parser
 from calm_core.paths import ensure_writable
 
@@ -278,6 +278,63 @@ def _thermometer(args: argparse.Namespace) -> Any:
     return thermometer
 
 
+UNLABELLED_COLUMNS = ("dataset", "variant", "n", "confidence", "entropy")  # what a set without answers has
+_UNLABELLED_NOTE = (
+    "no answers in {sets}: accuracy, ECE and every score against the gold cannot be computed there.\n"
+    "The thermometer is the only calibrator that applies (it reads the questions, not their answers);\n"
+    "TS and ATS are fitted on labelled items of the domain they calibrate.\n"
+    "Mean confidence and entropy of each forecast (--save-preds: per-question probabilities, gold -1):"
+)
+
+
+def _eval_reports(names: list[str], args: argparse.Namespace) -> dict[str, LoadReport]:
+    """--data's reports. A file that lacks only its answer column is read unlabelled
+    (answers UNLABELLED) when --thermometer is given, since a thermometer needs no labels;
+    without it the loader's error stands, saying so. Every other problem is the loader's
+    error, as for any labelled file: nothing else is relaxed."""
+    from calm_core.data.catalog import load_dataset
+    from calm_core.data.loaders import MissingColumns
+    from calm_core.data.mapping import ColumnMapping
+    from calm_core.scoring.evaluate import load_report
+
+    answer = ColumnMapping.parse(args.mapping).answer if args.mapping else ColumnMapping().answer
+    reports = {}
+    for name in names:
+        try:
+            reports[name] = load_report(name, "mc", args.limit, args.seed, args.mapping)
+        except MissingColumns as err:
+            if err.columns != [answer]:
+                raise
+            if args.thermometer is None:
+                raise DataError(
+                    f"{err}. A file without answers can only be calibrated by a thermometer: add --thermometer"
+                ) from err
+            reports[name] = load_dataset(name, args.limit, args.seed, args.mapping, kind=UNLABELLED_MC)
+            print(
+                f"calm: note: {name} has no `{answer}` column: scored without answers "
+                f"(if another column holds them, name it with --mapping answer=COLUMN)",
+                file=sys.stderr,
+            )
+        _note_rejected(reports[name])
+    return reports
+
+
+def _unlabelled_row(scores: Any, dataset: str, variant: str, calibrator: Any) -> dict[str, Any]:
+    """What a set without answers can report of a variant: its size and how sure and how
+    spread its forecasts are (no accuracy, no calibration error: they need the gold)."""
+    from calm_core.calibration import metrics
+    from calm_core.scoring.evaluate import variant_probs
+
+    probs = variant_probs(scores, calibrator)
+    return {
+        "dataset": dataset,
+        "variant": variant,
+        "n": len(scores.gold),
+        "confidence": metrics.mean_confidence(probs),
+        "entropy": metrics.mean_entropy(probs),
+    }
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from calm_core.calibration.posthoc import MIN_FIT_ITEMS
     from calm_core.io import atomic_write_json
@@ -298,7 +355,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     # unwritable --json fails in a second, not after a minute of loading and scoring.
     _check_outputs(args)
     _check_features(args, cfg)
-    reports = _load_reports(datasets, "mc", args.limit, args)
+    reports = _eval_reports(datasets, args)
     items = {name: list(report.items) for name, report in reports.items()}
     fit_names = [name for group in (args.fit_ts_on or []) for name in group]
     if fit_names and args.ts_file:
@@ -313,7 +370,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     thermometer = _thermometer(args)
     lm = _load_lm(args)
     fits = _posthoc(args, lm, cfg, fit_items)
-    rows, temperatures = [], []
+    rows, temperatures, unlabelled = [], [], []
     for name in datasets:
         scores = score_items(
             lm,
@@ -325,12 +382,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
             features=True,  # ats reads them; stored with the predictions only with --features
             option_features=args.features == "options",
         )
-        variants = [("base", None)] + [(f.variant, f.calibrator) for f in fits]
+        labelled = reports[name].kind != UNLABELLED_MC
+        variants = [("base", None)] + [(f.variant, f.calibrator) for f in fits if labelled]
         if thermometer is not None:
             variants.append(("thermometer", thermometer))
             temperatures.append({"dataset": name, "temperature": thermometer.temperature(scores.features)})
         for variant, calibrator in variants:
-            rows.append(result_row(scores, name, variant, calibrator, n_bins=args.bins))
+            if labelled:
+                rows.append(result_row(scores, name, variant, calibrator, n_bins=args.bins))
+            else:
+                unlabelled.append(_unlabelled_row(scores, name, variant, calibrator))
             if args.save_preds:
                 frame = predictions_frame(scores, calibrator)
                 if args.features is None:
@@ -343,10 +404,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
     _print_posthoc(fits)
     for entry in temperatures:
         print(f"thermometer on {entry['dataset']}: T = {entry['temperature']:.4f} (from its inputs, no labels)")
-    print(format_table(rows))
+    if rows:
+        print(format_table(rows))
+    if unlabelled:
+        print(_UNLABELLED_NOTE.format(sets=", ".join(dict.fromkeys(r["dataset"] for r in unlabelled))))
+        print(format_table(unlabelled, UNLABELLED_COLUMNS))
     if args.json:
         record = {
             "results": rows,
+            **({"unlabelled": unlabelled} if unlabelled else {}),
             **({"thermometer": temperatures} if thermometer is not None else {}),
             "model": lm.info,
             "scoring": cfg.to_dict(),

@@ -70,8 +70,9 @@ def add_parsers(sub: Any) -> None:
     ex.add_argument("target", type=Path)
     ex.add_argument(
         "--variant",
-        help="the trained model at its selected step (default), base, ts, vs, or recommended "
-        "(the run's recommendation on S_V); every variant loads the same way",
+        help="the trained model at its selected step (default), base, ts, vs, ats (a temperature per "
+        "question, read from its hidden state), or recommended (the run's recommendation on S_V); "
+        "every variant loads the same way",
     )
     ex.add_argument("--runs-root", type=Path)
     for name, text in (

@@ -34,6 +34,7 @@ from calm_core.data.mapping import ColumnMapping, choices_value, has_column, loo
 from calm_core.data.readers import Record, Table, detect_format, guarded, open_table
 from calm_core.data.schema import (
     REJECTED_SHOWN,
+    UNLABELLED_MC,
     DataError,
     LoadReport,
     RowError,
@@ -43,7 +44,7 @@ from calm_core.data.schema import (
 from calm_core.data.sources import JsonlSource, RowSource, open_source
 from calm_core.data.stream import STREAM_FROM_BYTES, Index, build_index
 
-KINDS = ("mc", "open", "auto")
+KINDS = ("mc", "open", "auto", UNLABELLED_MC)
 MAX_ERRORS_SHOWN = REJECTED_SHOWN  # row errors quoted in a DataError message; the report keeps all of them
 
 
@@ -57,7 +58,9 @@ def _normalise(record: Record, mapping: ColumnMapping, kind: str) -> Record:
         "id": lookup(record, mapping.id) if mapping.id else None,
         "subject": lookup(record, mapping.subject) if mapping.subject else None,
     }
-    if kind == "mc":
+    if kind == UNLABELLED_MC:
+        out["choices"] = choices_value(record, mapping)
+    elif kind == "mc":
         out["choices"] = choices_value(record, mapping)
         out["answer"] = lookup(record, mapping.answer)
         if mapping.labels:
@@ -74,6 +77,15 @@ def _source_column(field_name: str, mapping: ColumnMapping) -> str:
     return getattr(mapping, field_name, None) or field_name
 
 
+class MissingColumns(DataError):
+    """A mapped column the file does not have; `columns` names them (`calm eval` tells a
+    file without its answer column from one it cannot read)."""
+
+    def __init__(self, columns: list[str], message: str) -> None:
+        super().__init__(message)
+        self.columns = list(columns)
+
+
 def _resolve_kind(table: Table, kind: str, mapping: ColumnMapping) -> str:
     if kind not in KINDS:
         raise DataError(f"Expected `kind` to be one of {', '.join(KINDS)}, but got {kind!r}")
@@ -84,10 +96,11 @@ def _resolve_kind(table: Table, kind: str, mapping: ColumnMapping) -> str:
         kind = _detect_kind(table, mapping)
     missing = [c for c in mapping.required_columns(kind) if not has_column(table.columns, c)]
     if missing:
-        raise DataError(
+        raise MissingColumns(
+            missing,
             f"Expected column(s) {', '.join(missing)} in {table.where} for {kind} items, but the "
             f"columns are: {', '.join(table.columns)}. Map each field to one of these columns. "
-            f"Mapping used: {mapping.to_text()}"
+            f"Mapping used: {mapping.to_text()}",
         )
     return kind
 
@@ -190,8 +203,8 @@ def _row_to_item(
     if isinstance(raw, RowError):
         return None, raw
     record = _normalise(raw, mapping, kind)
-    if kind == "mc":
-        item, error = validate_mc_record(record, source, number, mapping.answer_form)
+    if kind in ("mc", UNLABELLED_MC):
+        item, error = validate_mc_record(record, source, number, mapping.answer_form, labelled=kind == "mc")
     else:
         item, error = validate_open_record(record, source, number)
     if error is not None and error.field:

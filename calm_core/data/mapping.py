@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from calm_core.data.readers import Record
-from calm_core.data.schema import ANSWER_FORMS, DataError, is_blank
+from calm_core.data.schema import ANSWER_FORMS, UNLABELLED_MC, DataError, is_blank
 
 _MAPPING_KEYS = ("question", "choices", "answer", "id", "subject", "answers", "answer_form", "labels")
 _OPTIONAL_KEYS = ("id", "subject", "labels")  # `key=` (empty) means "no such column"
@@ -127,7 +127,9 @@ class ColumnMapping:
 
     def required_columns(self, kind: str) -> list[str]:
         """Columns that must exist for `kind`, plus any optional column named explicitly."""
-        if kind == "mc":
+        if kind == UNLABELLED_MC:  # questions and options only: `calm eval --thermometer` on a file without answers
+            required = [self.question, *self.choice_columns]
+        elif kind == "mc":
             required = [self.question, *self.choice_columns, self.answer]
             if self.answer_form == "label" and self.labels:
                 required.append(self.labels)

@@ -25,6 +25,8 @@ ANSWER_FORMS = {
     "text": "the text of the correct option",
     "label": "one of the option labels in another column (ARC, CommonsenseQA, OpenBookQA: choices.label)",
 }
+UNLABELLED = -1  # MCItem.answer of a question read without answers (kind UNLABELLED_MC): no gold
+UNLABELLED_MC = "mc-unlabelled"  # the loaders' kind for multiple choice without answers: asked for, never detected
 REJECTED_SHOWN = 5  # reasons quoted in a message or a note; reports keep every rejected row
 _INDEX = re.compile(r"-?[0-9]{1,9}")  # an answer index in text; ASCII digits only ("²" is no index)
 
@@ -202,14 +204,16 @@ def _optional_text(record: dict[str, Any], key: str) -> tuple[str | None, str | 
 
 
 def validate_mc_record(
-    record: dict[str, Any], source: str, row: int, answer_form: str = "auto"
+    record: dict[str, Any], source: str, row: int, answer_form: str = "auto", labelled: bool = True
 ) -> tuple[MCItem | None, RowError | None]:
     """Turn a normalised record {id?, question, choices, answer, labels?, subject?} into an MCItem.
 
     `answer` is read as `answer_form` says (`ANSWER_FORMS`; "auto": an int index, a
     digit string, a letter (A, B, ...) or the text of one choice; "label": one of
     `labels`); an index out of range is rejected (the harness only warns; we refuse,
-    since a wrong gold silently corrupts every metric).
+    since a wrong gold silently corrupts every metric). `labelled=False` (only the
+    unlabelled loading of `calm eval --thermometer`) reads no answer: the item's answer
+    is UNLABELLED, and everything else is checked as for a labelled row.
     """
 
     def err(field_name: str, message: str) -> tuple[None, RowError]:
@@ -230,6 +234,8 @@ def validate_mc_record(
             "choices",
             f"Expected every choice to be a non-empty string, but choice {bad + 1} is {describe(raw_choices[bad])}",
         )
+    if not labelled:
+        return _unlabelled_item(record, source, row, question, choices)  # type: ignore[arg-type]
     labels = record.get("labels")
     if answer_form == "label" and not isinstance(labels, (list, tuple)):
         return err("labels", f"Expected a list of option labels, but got {describe(labels)}")
@@ -254,6 +260,23 @@ def validate_mc_record(
         return err("id" if id_problem else "subject", id_problem or subject_problem)  # type: ignore[arg-type]
     item = MCItem(item_id or f"{source}-{row}", question, tuple(choices), answer, subject)  # type: ignore[arg-type]
     return item, None
+
+
+def _unlabelled_item(
+    record: dict[str, Any], source: str, row: int, question: str, choices: list[str]
+) -> tuple[MCItem | None, RowError | None]:
+    """The MCItem of a row read without answers: repeated options dropped (none is the
+    gold to keep), answer UNLABELLED."""
+    choices = list(dict.fromkeys(choices))
+    if len(choices) < MIN_CHOICES:
+        return None, RowError(
+            source, row, "choices", f"Expected at least {MIN_CHOICES} distinct choices, but got {len(choices)}"
+        )
+    item_id, id_problem = _optional_text(record, "id")
+    subject, subject_problem = _optional_text(record, "subject")
+    if id_problem or subject_problem:
+        return None, RowError(source, row, "id" if id_problem else "subject", id_problem or subject_problem)  # type: ignore[arg-type]
+    return MCItem(item_id or f"{source}-{row}", question, tuple(choices), UNLABELLED, subject), None
 
 
 def resolve_answer(

@@ -7,7 +7,9 @@ The folder (from the step the calibrated stop selected, `selected/`, else the ru
 complete checkpoint):
     adapter_model.safetensors, adapter_config.json   the PEFT adapter; base_model_name_or_path is a
                                                      hub id (`hub_id.portable_base_model`), not a path
-    calibration_head.safetensors                     the head's (l, s), for runs whose method has one
+    calibration_head.safetensors                     the head's (l, s), for runs whose method has one;
+                                                     an adaptive head's (w, b, mean, projection) for
+                                                     `--scope adaptive` runs and `--variant ats`
     calm_head.py                                     stand-alone head + option scoring (export_template/):
                                                      imports torch, safetensors, transformers only
     calm_export.json                                 base model hub id, public name and fingerprint, run,
@@ -38,7 +40,7 @@ import shutil
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from calm_core.io import default_mode
 from calm_core.runs.rundir import RunDir
@@ -48,6 +50,7 @@ from calm_core.workspace.portable import Portable, portable_config
 from calm_core.workspace.verdict import POSTHOC_EXPORTS
 
 if TYPE_CHECKING:
+    from calm_core.calibration.adaptive_head import AdaptiveHead
     from calm_core.calibration.head import CalibrationHead
 
 EXPORT_FILE = "calm_export.json"  # read by calm_head.read_export
@@ -113,7 +116,9 @@ def export_run(run: RunDir, target: Path, variant: str | None = None) -> Path:
     `variant`: the trained model (None or its method name: the selected step), `base`
     (the untouched model: the adapter with its B matrices zeroed, no head), `ts` (the
     same with a scalar head at TS's temperature, which is exactly temperature scaling),
-    `vs` (the same with an uncentred options head, which is exactly vector scaling) or
+    `vs` (the same with an uncentred options head, which is exactly vector scaling), `ats`
+    (the same with an adaptive head holding results.json's ATS fit: a temperature per
+    question from its hidden state; an ATS that chose one temperature is a scalar head) or
     `recommended` (results.json's recommendation). Every variant loads the same way."""
     target = Path(target)
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
@@ -137,17 +142,17 @@ def export_run(run: RunDir, target: Path, variant: str | None = None) -> Path:
 
 def recommended_export(run: RunDir) -> str | None:
     """The recommended variant when it is not the trained model and exports as a folder
-    (`base`, `ts`, `vs`), else None: the studio then offers it beside the trained model."""
+    (`base`, `ts`, `vs`, `ats`), else None: the studio then offers it beside the trained model."""
     try:
         results = run.results() if (run.path / "results.json").is_file() else {}
         method = run.config.get("train", {}).get("method")
     except (OSError, ValueError):
         return None
     variant = (results.get("recommendation") or {}).get("variant")
-    if variant == "vs":
+    if variant in _POSTHOC_HEADS:
         try:
-            _vector_scaling_head(run, results)
-        except ValueError:  # a weight <= 0 has no temperature: nothing to offer (the export says why)
+            _POSTHOC_HEADS[variant](run, results)
+        except ValueError:  # a VS weight <= 0, an ATS recorded without its weights: the export says why
             return None
     return variant if variant in POSTHOC_EXPORTS and variant != method else None
 
@@ -156,8 +161,6 @@ def _variant_source(run: RunDir, variant: str | None, scratch: Path) -> tuple[in
     """(step, directory with the adapter and head to export, variant name)."""
     import torch
     from safetensors.torch import load_file, save_file
-
-    from calm_core.calibration.head import CalibrationHead
 
     method = run.config.get("train", {}).get("method", "calm")
     results = run.results() if (run.path / "results.json").is_file() else {}
@@ -176,17 +179,53 @@ def _variant_source(run: RunDir, variant: str | None, scratch: Path) -> tuple[in
     adapter = load_file(str(checkpoint / "adapter_model.safetensors"))
     zeroed = {k: torch.zeros_like(v) if "lora_B" in k else v for k, v in adapter.items()}  # delta W = B A = 0
     save_file(zeroed, str(scratch / "adapter_model.safetensors"))
-    if variant == "ts":
-        temperature = (results.get("ts") or {}).get("temperature")
-        if not isinstance(temperature, (int, float)):
-            note = (results.get("ts") or {}).get("note", "results.json has no `ts` temperature")
-            raise ValueError(f"Expected a fitted TS temperature in run {run.run_id}, but {note}")
-        head = CalibrationHead("scalar", acts_on="options")
-        head.log_temperature.data.fill_(math.log(temperature))
-        head.save(scratch)
-    if variant == "vs":
-        _vector_scaling_head(run, results).save(scratch)
+    if variant in _POSTHOC_HEADS:
+        _POSTHOC_HEADS[variant](run, results).save(scratch)
     return step, scratch, variant
+
+
+def _scalar_head(temperature: float) -> "CalibrationHead":
+    """softmax(z / T) as a scalar options head: exactly temperature scaling."""
+    from calm_core.calibration.head import CalibrationHead
+
+    head = CalibrationHead("scalar", acts_on="options")
+    head.log_temperature.data.fill_(math.log(temperature))
+    return head
+
+
+def _temperature_scaling_head(run: RunDir, results: dict) -> "CalibrationHead":
+    """TS at results.json's temperature, or the reason it has none."""
+    temperature = (results.get("ts") or {}).get("temperature")
+    if not isinstance(temperature, (int, float)):
+        note = (results.get("ts") or {}).get("note", "results.json has no `ts` temperature")
+        raise ValueError(f"Expected a fitted TS temperature in run {run.run_id}, but {note}")
+    return _scalar_head(temperature)
+
+
+def _adaptive_temperature_head(run: RunDir, results: dict) -> "CalibrationHead | AdaptiveHead":
+    """results.json's ATS fit as the head that computes the same temperatures: an adaptive
+    head (calibration.adaptive_head) reading the question's state, or, when cross-fitting
+    chose no feature (k = 0), a scalar head at its one temperature (an adaptive head needs
+    a width). A record without its weights (written before results.json kept them) is
+    refused: rebuilding it would silently export one temperature."""
+    import numpy as np
+
+    from calm_core.calibration.adaptive_head import AdaptiveHead
+    from calm_core.calibration.posthoc.ats import AdaptiveTemperature
+
+    record = results.get("ats")
+    if not isinstance(record, dict) or "bias" not in record:
+        note = record.get("note") if isinstance(record, dict) else None
+        raise ValueError(f"Expected a fitted ATS in run {run.run_id}, but {note or 'results.json has no `ats` fit'}")
+    if record.get("components") and not record.get("weights"):
+        raise ValueError(
+            f"Expected ATS's weights in results.json of run {run.run_id}, but it records only their number "
+            f"({record['components']} components): the run was evaluated before results.json kept them"
+        )
+    ats = AdaptiveTemperature.from_json(record, f"`ats` in results.json of run {run.run_id}")
+    if not ats.weights:
+        return _scalar_head(float(ats.temperatures(np.zeros((1, 0)))[0]))
+    return AdaptiveHead.from_ats(ats)
 
 
 def _vector_scaling_head(run: RunDir, results: dict) -> "CalibrationHead":
@@ -212,6 +251,13 @@ def _vector_scaling_head(run: RunDir, results: dict) -> "CalibrationHead":
         head.log_temperature.copy_(-torch.log(torch.tensor(weights, dtype=torch.float64)).float())
         head.shift.copy_(torch.tensor(biases, dtype=torch.float32))
     return head
+
+
+_POSTHOC_HEADS: dict[str, Callable[[RunDir, dict], "CalibrationHead | AdaptiveHead"]] = {
+    "ts": _temperature_scaling_head,
+    "vs": _vector_scaling_head,
+    "ats": _adaptive_temperature_head,
+}  # the post-hoc variants that export as a head over the zeroed adapter (`base` has none)
 
 
 def _write_folder(run: RunDir, step: int, checkpoint: Path, folder: Path, variant: str) -> None:

@@ -40,6 +40,10 @@ def export_card(run: RunDir, record: dict[str, Any]) -> str:
         "fitted on S_V, as a scalar head over a zero adapter)",
         "vs": "**vector scaling** of the base model (softmax(z w + b) per option position, fitted on S_V, "
         "as an uncentred options head over a zero adapter: tau = 1 / w, l = b)",
+        "ats": "**adaptive temperature scaling** of the base model (a temperature per question, "
+        "tau(h) = softplus(w . x(h) + b), read from the question's hidden state; fitted on S_V, as an "
+        f"{'adaptive' if record['head_scope'] == 'adaptive' else 'scalar (it chose one temperature)'} "
+        "head over a zero adapter)",
     }.get(variant)
     variant_note = f"\nThis folder holds {what}, not the trained adapter.\n" if what else ""
     return (
@@ -55,6 +59,7 @@ def export_card(run: RunDir, record: dict[str, Any]) -> str:
         f"```python\n{load_snippet(record)}```\n\n"
         "`calm_head.py` holds the head and `option_probabilities`, which scores a question's options under the "
         "run's scoring rule (`scoring` in calm_export.json) and applies the head where the run applied it.\n"
+        + (ADAPTIVE_NOTE if record["head_scope"] == "adaptive" else "")
         + (f"Post-hoc temperature scaling of the base model, for comparison: T = {ts:.4f}.\n" if ts else "")
         + f"\n{harness_note(record)}## Calibration (15-bin ECE, and ece_10 with the paper's 10 bins)\n\n"
         + (
@@ -66,6 +71,15 @@ def export_card(run: RunDir, record: dict[str, Any]) -> str:
     )
 
 
+ADAPTIVE_NOTE = (
+    "The head is adaptive: each question gets its own temperature, tau(h) = softplus(w . x(h) + b) + floor, "
+    "x(h) = (h - feature_mean) @ projection.T, where h is the model's last hidden state after the final norm "
+    "(`output_hidden_states=True`, `hidden_states[-1]`) at the question's last prompt token, read from the "
+    "pass that scores the options (letter: the answer position; cloze: the context's last token). "
+    "`option_probabilities` does this for you; `option_scores_and_state` returns the scores and h, and "
+    "`head(z, h)` the calibrated scores. It never re-ranks a question's options, and it does not act while "
+    "generating.\n"
+)
 CARD_TAGS = (
     "calibration",
     "calm",
@@ -139,6 +153,8 @@ def harness_note(record: dict[str, Any]) -> str:
     measured = {
         "base": "the base model (the adapter is zero)",
         "ts": "the base model: temperature scaling lives in the head, which the harness does not apply",
+        "vs": "the base model: vector scaling lives in the head, which the harness does not apply",
+        "ats": "the base model: adaptive temperature scaling lives in the head, which the harness does not apply",
     }.get(
         record.get("variant", record["method"]),
         f"`{record['method']}_theta_only` (the adapter without the head)"
@@ -215,6 +231,8 @@ def load_snippet(record: dict[str, Any]) -> str:
             "head = CalibrationHead.from_folder(folder)",
             "p = option_probabilities(model, tokenizer, question, options, head)  # calibrated, (K,)",
         ]
+    if scope == "adaptive":
+        lines.append("# the head reads the question's hidden state from the same pass: option_scores_and_state")
     if scope in ("vocab", "scalar"):
         lines.append("# generating: model.generate(**inputs, logits_processor=[head.logits_processor()])")
     return "\n".join(lines) + "\n"

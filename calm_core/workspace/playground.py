@@ -85,11 +85,12 @@ def load_trained(run: RunDir, device: str = "auto") -> TrainedModel:
 
 
 def _adaptive(results: dict[str, Any]) -> Any:
-    """The run's `ats` as results.json records it (None when it fitted none: its note)."""
+    """The run's `ats` as results.json records it (None when it fitted none: its note; or
+    when the record predates results.json keeping the weights: it would be one temperature)."""
     from calm_core.calibration.posthoc.ats import AdaptiveTemperature
 
     record = results.get("ats")
-    if not isinstance(record, dict) or "note" in record:
+    if not isinstance(record, dict) or "note" in record or (record.get("components") and not record.get("weights")):
         return None
     return AdaptiveTemperature.from_json(record, "`ats` in results.json")
 

@@ -28,7 +28,7 @@ from calm_core.training.selection import lower_limit
 
 # The variants of the untouched model that `calm export --variant` writes as a folder of the
 # trained model's shape (workspace/export.py); the verdict offers them as the export to use.
-POSTHOC_EXPORTS = ("base", "ts", "vs")
+POSTHOC_EXPORTS = ("base", "ts", "vs", "ats")
 # A forecast is near-uniform when its mean confidence is within this of chance (1/K) while the
 # model's accuracy is clearly above chance: its small ECE then hides what the model knows.
 NEAR_UNIFORM_CONFIDENCE = 0.05

@@ -105,7 +105,16 @@ class AdaptiveTemperature(PosthocCalibrator):
         return metrics.softmax(self.transform(logits, features))
 
     def params(self) -> dict[str, Any]:
-        return {"components": len(self.weights), "weight_decay": self.weight_decay, "bias": self.bias}
+        """The summary (components, decay) and every number `temperatures` reads: results.json
+        keeps them, so the Playground and `calm export --variant ats` rebuild this fit from it."""
+        return {
+            "components": len(self.weights),
+            "weight_decay": self.weight_decay,
+            "bias": self.bias,
+            "weights": self.weights,
+            "mean": self.mean,
+            "projection": self.projection,
+        }
 
     def describe(self, fmt: str = ".4f") -> str:
         if not self.weights:

@@ -5,6 +5,7 @@
     head = CalibrationHead.from_folder("my-export")          # calibration_head.safetensors + calm_export.json
     p = option_probabilities(model, tokenizer, "What is the capital of France?", ["Paris", "Rome"], head)
     model.generate(**inputs, logits_processor=[head.logits_processor()])  # vocab (or scalar) scope
+    z, h = option_scores_and_state(model, tokenizer, question, options, head.scoring)  # scores and state
 
 The head alpha = (l, s) turns scores z into softmax(z / tau + l), tau = exp(s) > 0:
     vocab    one (l, s) per vocabulary id. Under letter scoring it acts on the answer
@@ -13,6 +14,18 @@ The head alpha = (l, s) turns scores z into softmax(z / tau + l), tau = exp(s) >
     scalar   one s and no l: a learned temperature on the K option scores.
 options and scalar scale deviations from the item's mean score, (z - m) / tau + m + l
 (`center` in calm_export.json): option scores are defined up to a per-item constant.
+
+    adaptive a temperature per question, read from the model's hidden state h
+             (`from_folder` returns an AdaptiveHead): softmax(z / tau(h)),
+             tau(h) = softplus(w . x(h) + b) + floor, x(h) = (h - feature_mean) @ projection.T.
+             A CALM run trained with `--scope adaptive`, or adaptive temperature scaling
+             (`calm export --variant ats`). h is the last layer's state after the final norm
+             (`output_hidden_states=True`, hidden_states[-1]) at the question's last prompt
+             token, from the same forward pass that scores the options: letter, the answer
+             position; cloze, the context's last token (the position that predicts each
+             option's first token). One positive number divides all of a question's scores,
+             so the head never re-ranks its options; it needs the question, so it cannot act
+             while generating (no logits_processor).
 
 Option scores follow the run's scoring rule (`scoring` in calm_export.json): `letter`,
 the logit of each option's letter after a prompt that lists the options; `cloze`, the
@@ -79,18 +92,18 @@ class CalibrationHead(torch.nn.Module):
         self.register_buffer("shift", None if shift is None else shift.float())  # l, (size,); scalar: none
 
     @classmethod
-    def from_folder(cls, folder: str | Path) -> "CalibrationHead":
-        folder = Path(folder)
-        record = read_export(folder)
-        if not (folder / HEAD_FILE).is_file():
-            raise FileNotFoundError(
-                f"Expected {HEAD_FILE} in {folder}, but run {record.get('run_id')} has no "
-                f"calibration head (method {record.get('method')!r}); score with head=None"
-            )
-        with safe_open(str(folder / HEAD_FILE), framework="pt") as f:
-            scope = (f.metadata() or {}).get("scope")
-            tensors = {name: f.get_tensor(name) for name in f.keys()}
-        return cls(scope, tensors["log_temperature"], tensors.get("shift"), record.get("center"), record["scoring"])
+    def from_folder(cls, folder: str | Path) -> "CalibrationHead | AdaptiveHead":
+        """The folder's head; an AdaptiveHead when its scope is `adaptive` (it reads h)."""
+        record, metadata, tensors = _head_tensors(folder)
+        if metadata.get("scope") == AdaptiveHead.scope:
+            return AdaptiveHead.from_tensors(metadata, tensors, record["scoring"])
+        return cls(
+            metadata.get("scope"),
+            tensors["log_temperature"],
+            tensors.get("shift"),
+            record.get("center"),
+            record["scoring"],
+        )
 
     def extra_repr(self) -> str:
         return f"scope={self.scope!r}, size={self.log_temperature.numel()}, center={self.center}"
@@ -119,6 +132,87 @@ class CalibrationHead(torch.nn.Module):
                 "Expected a vocab or scalar head for generation, but an options head acts on option scores"
             )
         return HeadLogitsProcessor(self)
+
+
+def _head_tensors(folder: str | Path) -> tuple[dict, dict, dict]:
+    """(calm_export.json, the head file's metadata, its tensors); a clear error without a head."""
+    folder = Path(folder)
+    record = read_export(folder)
+    if not (folder / HEAD_FILE).is_file():
+        raise FileNotFoundError(
+            f"Expected {HEAD_FILE} in {folder}, but run {record.get('run_id')} has no "
+            f"calibration head (method {record.get('method')!r}); score with head=None"
+        )
+    with safe_open(str(folder / HEAD_FILE), framework="pt") as f:
+        return record, dict(f.metadata() or {}), {name: f.get_tensor(name) for name in f.keys()}
+
+
+class AdaptiveHead(torch.nn.Module):
+    """A temperature per question: `head(z, h)` = z / tau(h) for (..., K) scores and
+    (..., d) states, tau(h) = softplus(w . x(h) + b) + floor (module docstring). Computed
+    in float64: the stored float32 numbers are the only rounding."""
+
+    scope = "adaptive"
+
+    def __init__(
+        self,
+        feature_mean: torch.Tensor,
+        projection: torch.Tensor,
+        weights: torch.Tensor,
+        bias: torch.Tensor,
+        floor: float,
+        scoring: dict | None = None,
+    ) -> None:
+        super().__init__()
+        if projection.shape != (weights.numel(), feature_mean.numel()):
+            raise ValueError(
+                f"Expected a projection of shape ({weights.numel()}, {feature_mean.numel()}), "
+                f"but got {tuple(projection.shape)}"
+            )
+        self.floor = float(floor)
+        self.scoring = dict(scoring or {})
+        self.register_buffer("feature_mean", feature_mean.double())  # (d,)
+        self.register_buffer("projection", projection.double())  # (k, d)
+        self.register_buffer("weights", weights.double())  # w, (k,)
+        self.register_buffer("bias", bias.double().reshape(()))  # b, a scalar: tau(h) has h's batch shape
+
+    @classmethod
+    def from_tensors(cls, metadata: dict, tensors: dict, scoring: dict | None = None) -> "AdaptiveHead":
+        if metadata.get("link", "softplus") != "softplus":
+            raise ValueError(f"Expected the softplus link, but the head's metadata says {metadata.get('link')!r}")
+        return cls(
+            tensors["feature_mean"],
+            tensors["projection"],
+            tensors["weights"],
+            tensors["bias"],
+            float(metadata["floor"]),
+            scoring,
+        )
+
+    @classmethod
+    def from_folder(cls, folder: str | Path) -> "AdaptiveHead":
+        record, metadata, tensors = _head_tensors(folder)
+        if metadata.get("scope") != cls.scope:
+            raise ValueError(f"Expected an adaptive head in {folder}, but its scope is {metadata.get('scope')!r}")
+        return cls.from_tensors(metadata, tensors, record["scoring"])
+
+    def extra_repr(self) -> str:
+        return f"scope='adaptive', width={self.feature_mean.numel()}, components={self.weights.numel()}"
+
+    def temperatures(self, h: torch.Tensor) -> torch.Tensor:
+        """tau(h), (...,) of (..., d) final-norm states."""
+        x = (h.to(self.feature_mean.device, torch.float64) - self.feature_mean) @ self.projection.T  # (..., k)
+        return torch.nn.functional.softplus(x @ self.weights + self.bias) + self.floor
+
+    def forward(self, z: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """z / tau(h) over the last dim of (..., K) float scores; -inf (absent options) stays -inf."""
+        tau = self.temperatures(h).to(z.device)[..., None]  # (..., 1)
+        pad = torch.isneginf(z)
+        out = torch.where(pad, torch.zeros((), dtype=z.dtype, device=z.device), z) / tau
+        return torch.where(pad, torch.full((), -math.inf, dtype=out.dtype, device=out.device), out)
+
+    def logits_processor(self) -> None:
+        raise ValueError("Expected a vocab or scalar head for generation, but an adaptive head reads the question")
 
 
 class HeadLogitsProcessor(LogitsProcessor):
@@ -179,7 +273,18 @@ def option_scores(
     model, tokenizer, question: str, options: list[str], scoring: dict, head: CalibrationHead | None = None
 ) -> torch.Tensor:
     """The K option scores (K,) float64 under `scoring`; a vocab head acts here, on the
-    letters' logits (an options or scalar head acts on these scores afterwards)."""
+    letters' logits (an options, scalar or adaptive head acts on these scores afterwards)."""
+    return option_scores_and_state(model, tokenizer, question, options, scoring, head)[0]
+
+
+@torch.no_grad()
+def option_scores_and_state(
+    model, tokenizer, question: str, options: list[str], scoring: dict, head: CalibrationHead | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the K option scores (K,) float64, h (d,) float32): h is the last layer's state after
+    the final norm at the question's last prompt token, read from the pass that scores the
+    options (letter: the answer position; cloze: the context's last token), what an
+    adaptive head reads. transformers' hidden_states[-1] is that state: its LM head's input."""
     device = next(model.parameters()).device
     limit = _context_limit(model, tokenizer)
     if scoring["rule"] == "letter":
@@ -189,14 +294,15 @@ def option_scores(
         if any(len(t) != 1 for t in letters):
             raise ValueError(f"Expected each option letter to be one token, but the tokenizer gives {letters}")
         letters = torch.tensor([t[0] for t in letters], device=device)  # (K,) vocabulary ids
-        logits = model(input_ids=torch.tensor([ids[-limit:] if limit else ids], device=device)).logits
-        z = logits[0, -1].float()[letters]  # (K,) the answer position's letter logits
+        inputs = torch.tensor([ids[-limit:] if limit else ids], device=device)
+        out = model(input_ids=inputs, output_hidden_states=True)
+        z = out.logits[0, -1].float()[letters]  # (K,) the answer position's letter logits
         if head is not None and head.scope == "vocab":
             where = head.log_temperature.device
             z = head(z.to(where), index=letters.to(where))
-        return z.double().cpu()
+        return z.double().cpu(), out.hidden_states[-1][0, -1].float().cpu()
     if head is not None and head.scope == "vocab":
-        raise ValueError("Expected an options or scalar head under cloze scoring, but got a vocab head")
+        raise ValueError("Expected an options, scalar or adaptive head under cloze scoring, but got a vocab head")
     context = (
         _chat(tokenizer, question)
         if scoring["chat_template"]
@@ -205,14 +311,17 @@ def option_scores(
     delimiter = "" if scoring["chat_template"] else scoring["choice_delimiter"]
     pairs = [_context_and_option(tokenizer, context, delimiter + option) for option in options]
     cut = max(0, max(len(c) + len(o) - 1 for c, o in pairs) - limit) if limit else 0  # every option loses the same
-    scores = []
+    scores, state = [], None
     for context_ids, option_ids in pairs:
         inputs = torch.tensor([(context_ids[cut:] + option_ids)[:-1]], device=device)
-        logits = model(input_ids=inputs).logits[0, -len(option_ids) :].float()  # (c, V): these predict the option
+        out = model(input_ids=inputs, output_hidden_states=state is None)
+        if state is None:  # the first option's pass: its context's last token predicts the option's first
+            state = out.hidden_states[-1][0, len(context_ids[cut:]) - 1].float().cpu()
+        logits = out.logits[0, -len(option_ids) :].float()  # (c, V): these predict the option
         picked = torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(option_ids, device=device)[:, None])
         total = float(picked.double().sum())  # log p(option | question)
         scores.append(total / len(option_ids) if scoring["rule"] == "cloze_norm" else total)
-    return torch.tensor(scores, dtype=torch.float64)
+    return torch.tensor(scores, dtype=torch.float64), state
 
 
 def option_probabilities(
@@ -220,15 +329,18 @@ def option_probabilities(
     tokenizer,
     question: str,
     options: list[str],
-    head: CalibrationHead | None = None,
+    head: CalibrationHead | AdaptiveHead | None = None,
     scoring: dict | None = None,
 ) -> torch.Tensor:
     """p(option | question), (K,) float64, calibrated by `head` under the run's scoring
-    rule (`head.scoring`; pass `scoring=read_export(folder)["scoring"]` with head=None)."""
+    rule (`head.scoring`; pass `scoring=read_export(folder)["scoring"]` with head=None).
+    An adaptive head divides the scores by the temperature of this question's state."""
     scoring = scoring or (head.scoring if head is not None else None)
     if not scoring:
         raise ValueError("Expected a head or a `scoring` dict (read_export(folder)['scoring']), but got neither")
-    z = option_scores(model, tokenizer, question, options, scoring, head)  # (K,)
-    if head is not None and head.scope != "vocab":
+    z, h = option_scores_and_state(model, tokenizer, question, options, scoring, head)  # (K,), (d,)
+    if isinstance(head, AdaptiveHead):
+        z = head(z, h).cpu()
+    elif head is not None and head.scope != "vocab":
         z = head(z.to(head.log_temperature.device)).cpu()  # options / scalar: on the option scores
     return torch.softmax(z, dim=-1)
