@@ -43,6 +43,8 @@ run() {  # train-name label seed
 }
 for seed in $SEEDS; do
     for train in $TRAINS; do
-        for label in $LABELS; do run "$train" "$label" "$seed"; done
+        for label in $LABELS; do  # one failed run is reported, the others still run
+            run "$train" "$label" "$seed" || echo "adaptive_transfer: run $train $label s$seed failed" >&2
+        done
     done
 done
