@@ -26,9 +26,9 @@ from calm_core.training.bilevel import (
     BilevelConfig,
     BilevelState,
     bilevel_step,
-    coupling_inert,
     plain_step_sizes,
 )
+from calm_core.training.bilevel_health import coupling_inert
 from tests.bilevel_naive import bilevel_step_naive
 
 EPS32 = torch.finfo(torch.float32).eps

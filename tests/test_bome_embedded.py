@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from calm_core.training.bilevel import coupling_inert
+from calm_core.training.bilevel_health import coupling_inert
 from calm_core.scoring.models import load_model
 from calm_core.training.config import TrainConfig
 from calm_core.training.loop import train

@@ -50,7 +50,7 @@ points, so noise in it goes straight into lambda.
 Diagnostics (every step): q, lambda, the inner drop L - L~ as a fraction of L
 (`inner_drop_frac`: near 0 means theta~ is theta and the coupling is absent),
 ||grad_alpha q|| / ||grad_alpha F|| (`coupling_ratio`: near 0 means alpha follows plain
-entropy ascent), cos(grad F, grad q)_w and the descent ratio. `coupling_inert` says when
+entropy ascent), cos(grad F, grad q)_w and the descent ratio. `bilevel_health.coupling_inert` says when
 a run's log shows an inert coupling.
 
 Gradient reuse: grad_theta L(theta; alpha) is also the first inner step's gradient
@@ -476,22 +476,3 @@ BOME_LOG_KEYS = (
     "descent_ratio",
     "step_scale",
 )
-INERT_DROP_FRAC = 1e-2  # an inner solve that removes under 1% of L leaves theta~ ~ theta
-INERT_COUPLING = 1e-2  # ||grad_alpha q|| under 1% of ||grad_alpha F||: alpha ignores the constraint
-
-
-def coupling_inert(records: Sequence[dict[str, float]], eta: float) -> bool:
-    """True when a run's BOME log shows no coupling throughout: every step's inner drop
-    under INERT_DROP_FRAC of L and either lambda within 5% of eta (its value when grad F
-    and grad q are orthogonal) or ||grad_alpha q|| under INERT_COUPLING of ||grad_alpha F||.
-    Records: metrics.jsonl lines (keys `bome/...`); runs without them are not judged."""
-    steps = [r for r in records if "bome/inner_drop_frac" in r]
-    if not steps:
-        return False
-
-    def inert(r: dict[str, float]) -> bool:
-        lam_at_eta = abs(r.get("bome/lambda", 0.0) - eta) <= 0.05 * eta
-        weak = r.get("bome/coupling_ratio", 1.0) < INERT_COUPLING
-        return r["bome/inner_drop_frac"] < INERT_DROP_FRAC and (lam_at_eta or weak)
-
-    return all(inert(r) for r in steps)

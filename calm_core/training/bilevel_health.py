@@ -23,7 +23,7 @@ The rules (values: the last WINDOW finite values of `bome/<key>`, at least MIN_V
 - descent ratio: any last value under DESCENT_FLOOR (BOME's promise broken; AdamW voids it).
 
 Fewer than MIN_VALUES values: "too early to tell". The thresholds for inertness are
-bilevel.py's own (INERT_DROP_FRAC, INERT_COUPLING), so this module and `calm runs`' inert
+this module's (INERT_DROP_FRAC, INERT_COUPLING), so this module and `calm runs`' inert
 flag judge alike.
 """
 
@@ -34,7 +34,26 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from calm_core.training.bilevel import INERT_COUPLING, INERT_DROP_FRAC
+INERT_DROP_FRAC = 1e-2  # an inner solve that removes under 1% of L leaves theta~ ~ theta
+INERT_COUPLING = 1e-2  # ||grad_alpha q|| under 1% of ||grad_alpha F||: alpha ignores the constraint
+
+
+def coupling_inert(records: Sequence[dict[str, float]], eta: float) -> bool:
+    """True when a run's BOME log shows no coupling throughout: every step's inner drop
+    under INERT_DROP_FRAC of L and either lambda within 5% of eta (its value when grad F
+    and grad q are orthogonal) or ||grad_alpha q|| under INERT_COUPLING of ||grad_alpha F||.
+    Records: metrics.jsonl lines (keys `bome/...`); runs without them are not judged."""
+    steps = [r for r in records if "bome/inner_drop_frac" in r]
+    if not steps:
+        return False
+
+    def inert(r: dict[str, float]) -> bool:
+        lam_at_eta = abs(r.get("bome/lambda", 0.0) - eta) <= 0.05 * eta
+        weak = r.get("bome/coupling_ratio", 1.0) < INERT_COUPLING
+        return r["bome/inner_drop_frac"] < INERT_DROP_FRAC and (lam_at_eta or weak)
+
+    return all(inert(r) for r in steps)
+
 
 WINDOW = 10  # the last logged values each rule reads (view.bome_summary's window too)
 MIN_VALUES = 3  # fewer logged steps than this: too early to tell

@@ -72,8 +72,8 @@ BOME_MEANINGS: dict[str, str] = {
 
 def bome_summary(records: list[dict[str, Any]], eta: float | None, last: int = 10) -> dict[str, Any]:
     """Means of the BOME diagnostics over the last `last` logged steps, and whether the
-    run's coupling was inert throughout (bilevel.coupling_inert); {} without a BOME log."""
-    from calm_core.training.bilevel import coupling_inert
+    run's coupling was inert throughout (bilevel_health.coupling_inert); {} without a BOME log."""
+    from calm_core.training.bilevel_health import coupling_inert
 
     steps = [r for r in records if "bome/q" in r]
     if not steps:
