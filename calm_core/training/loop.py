@@ -22,7 +22,7 @@ import time
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import torch
@@ -38,12 +38,15 @@ from calm_core.training.batches import Data, batch_indices, load_data
 from calm_core.training.bilevel import BOME_LOG_KEYS
 from calm_core.training.checkpoints import resume_point, save_checkpoint
 from calm_core.training.config import TrainConfig
-from calm_core.training.context import StepContext
+from calm_core.training.context import Method, StepContext
 from calm_core.training.methods import get_method
 from calm_core.training.stopping import CalibratedStop
 from calm_core.training.tasks import get_task
 from calm_core.training.tasks.mcqa import fit_adaptive_projection
 from calm_core.training.timings import PhaseTimes, RunSizes
+
+if TYPE_CHECKING:  # loading models pulls in transformers; the loop imports it when it loads one
+    from calm_core.scoring.models import LoadedModel
 
 
 @dataclass
@@ -61,12 +64,13 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def build_context(cfg: TrainConfig, lm: Any, k_max: int) -> tuple[StepContext, dict[str, Any]]:
+def build_context(
+    cfg: TrainConfig, lm: LoadedModel, k_max: int, method: Method
+) -> tuple[StepContext, dict[str, Any]]:
     """LoRA-wrapped model, head and optimizer; returns the context and the choices it made (status.json `choices`)."""
     use_4bit, why = quantization_choice(cfg.load_in_4bit, lm.device)
     model, lora_record = attach_lora(lm.model, cfg.lora, quantized=use_4bit and lm.spec.load_in_4bit)
     model.train()
-    method = get_method(cfg.method)
     head = None
     if method.USES_HEAD:
         scope = cfg.effective_scope
@@ -103,7 +107,7 @@ def _text_config(config: Any) -> Any:
     return config.get_text_config() if hasattr(config, "get_text_config") else config
 
 
-def restored_context(cfg: TrainConfig, lm: Any, directory: Path, k_max: int) -> StepContext:
+def restored_context(cfg: TrainConfig, lm: LoadedModel, directory: Path, k_max: int) -> StepContext:
     """The context of a finished run's model for evaluation: LoRA and head built as the run
     built them (`build_context`), then the adapter and head of `directory` (its `selected/`
     or a checkpoint) put in, so scores go through the same path as its final evaluation.
@@ -121,7 +125,7 @@ def restored_context(cfg: TrainConfig, lm: Any, directory: Path, k_max: int) -> 
                 f"{saved.size} positions), but got items with {k_max}"
             )
         k_max = saved.size
-    ctx, _ = build_context(cfg, lm, k_max)
+    ctx, _ = build_context(cfg, lm, k_max, get_method(cfg.method))
     loaded = set_peft_model_state_dict(ctx.model, load_file(str(directory / "adapter_model.safetensors")))
     if loaded.unexpected_keys:  # an adapter of another shape would leave this one at its random start
         raise ValueError(
@@ -200,7 +204,7 @@ def _step_row(step: int, elapsed: float, log: dict[str, float]) -> dict[str, Any
 def train(
     cfg: TrainConfig,
     run: RunDir | None = None,
-    lm: Any = None,
+    lm: LoadedModel | None = None,
     progress: Callable[[int, int, dict[str, Any]], None] | None = None,
 ) -> TrainResult:
     """Run (or resume) training; the run directory, if given, receives everything.
@@ -222,7 +226,8 @@ def train(
             lm = load_model(ModelSpec(name=cfg.model, device=cfg.device, load_in_4bit=use_4bit))
     distributed.init_from_env(lm.device)
     k_max = max(max_choices(items) for items in (data.train, data.heldout, *data.evals.values()))  # from the index
-    ctx, choices = build_context(cfg, lm, k_max)
+    method = get_method(cfg.method)
+    ctx, choices = build_context(cfg, lm, k_max, method)
     fsdp = distributed.FsdpSettings.from_env()
     if fsdp.enabled and (cfg.task != "mcqa" or cfg.scoring != "letter" or ctx.runner is not None):
         raise ValueError(
@@ -230,7 +235,6 @@ def train(
             "to run the same forward passes (cloze runs, generation and cache hits differ by batch)"
         )
     choices["fsdp"] = distributed.shard_frozen(ctx.model, [*ctx.theta, *ctx.alpha], fsdp)
-    method = get_method(cfg.method)
     start_step, elapsed_before = 0, 0.0
     writer = run if distributed.is_main() else None  # rank 0 alone writes
     fault_point("model_loaded")
@@ -258,7 +262,7 @@ def train(
         data,
         fills=ctx.runner is not None,
         uses_head=ctx.head is not None,
-        selects=bool(getattr(ctx.task, "SELECTS", False)),
+        selects=ctx.task.SELECTS,
     )
     times.load_s = times.since_start()  # data, model, adapter and checkpoint: everything before the fill
     with autocast_for(cfg.autocast, lm.device):
@@ -266,7 +270,9 @@ def train(
             prefilled = ctx.task.prefill(ctx, data, start_step, writer, show=progress is not None)
         if writer is not None:
             writer.update_status(**({"prefill": prefilled} if prefilled is not None else {}), timings=times.to_dict())
-        result = _loop(cfg, ctx, method, data, writer, start_step, elapsed_before, progress, times)
+        stop = CalibratedStop.start(cfg, ctx, writer, start_step)
+        loop = Loop(cfg, ctx, method, data, writer, stop, times, progress, start_step, elapsed_before)
+        result = _loop(loop)
     return dataclasses.replace(result, prefill=prefilled)
 
 
@@ -287,84 +293,95 @@ def autocast_for(setting: str, device: torch.device) -> AbstractContextManager[A
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
 
-def _loop(
-    cfg: TrainConfig,
-    ctx: StepContext,
-    method: Any,
-    data: Data,
-    writer: RunDir | None,
-    start_step: int,
-    elapsed_before: float,
-    progress: Callable[[int, int, dict[str, Any]], None] | None,
-    times: PhaseTimes,
-) -> TrainResult:
+@dataclass
+class Loop:
+    """What the loop carries from step to step, so its parts take the loop and what varies.
+
+    `writer` is the run directory on rank 0 and None on other ranks (and without a run):
+    only rank 0 writes. `step` is the last step taken, `row` its metrics record."""
+
+    cfg: TrainConfig
+    ctx: StepContext
+    method: Method
+    data: Data
+    writer: RunDir | None
+    stop: CalibratedStop
+    times: PhaseTimes
+    progress: Callable[[int, int, dict[str, Any]], None] | None = None
+    step: int = 0
+    elapsed_before: float = 0.0  # training time of the run's earlier processes (a resumed run)
+    row: dict[str, Any] = field(default_factory=dict)
+
+
+def _loop(loop: Loop) -> TrainResult:
+    cfg, ctx, data, writer = loop.cfg, loop.ctx, loop.data, loop.writer
     started = time.perf_counter()
     schedule = cfg.eval_schedule
-    stop = CalibratedStop.start(cfg, ctx, writer, start_step)
-    step = start_step
-    row: dict[str, Any] = {}
-    if step == 0 and stop.enabled:  # step 0: the untouched model, a candidate of the calibrated stop
-        row = {"step": 0, "elapsed": 0.0, **alpha_values(ctx)}
-        _evaluate(ctx, data, writer, stop, 0, row, "full", times)
+    if loop.step == 0 and loop.stop.enabled:  # step 0: the untouched model, a candidate of the calibrated stop
+        loop.row = {"step": 0, "elapsed": 0.0, **alpha_values(ctx)}
+        _evaluate(loop, "full")
         if writer is not None:
-            writer.append_metrics(row)
-    while step < cfg.steps:  # `writer`: the run directory on rank 0, None on other ranks
+            writer.append_metrics(loop.row)
+    while loop.step < cfg.steps:
         if _cancel_requested(writer):
-            return _stop(ctx, writer, step, "cancelled", row, times, stop=stop)
-        began, evaluated_before = time.perf_counter(), times.evaluation_seconds()
+            return _stop(loop, "cancelled")
+        began, evaluated_before = time.perf_counter(), loop.times.evaluation_seconds()
+        step = loop.step
         train_items = [data.train[i] for i in batch_indices(len(data.train), cfg.batch_size, step, cfg.seed)]
         heldout_items = [
             data.heldout[i] for i in batch_indices(len(data.heldout), cfg.heldout_batch_size, step, cfg.seed + 1)
         ]
-        log = distributed.mean_log(method.step(ctx, distributed.shard(train_items), distributed.shard(heldout_items)))
-        step += 1
-        row = _step_row(step, elapsed_before + time.perf_counter() - started, log)
-        row.update(alpha_values(ctx))
+        log = distributed.mean_log(
+            loop.method.step(ctx, distributed.shard(train_items), distributed.shard(heldout_items))
+        )
+        loop.step = step = step + 1
+        loop.row = _step_row(step, loop.elapsed_before + time.perf_counter() - started, log)
+        loop.row.update(alpha_values(ctx))
         kind = schedule.kind(step)
-        stopping = kind is not None and _evaluate(ctx, data, writer, stop, step, row, kind, times)
+        stopping = kind is not None and _evaluate(loop, kind)
         stopping = distributed.mean_value(1.0 if stopping else 0.0) > 0.0  # rank 0 decides; every rank stops
         if writer is not None:
-            writer.append_metrics(row)
-            fault_point("step_logged")
-            writer.heartbeat(step, cfg.steps)
-            if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and step < cfg.steps and not stopping:
-                save_checkpoint(ctx, writer, step, stop.record())
-                stop.write_selected(ctx, writer)
-        if progress is not None and distributed.is_main():
-            progress(step, cfg.steps, row)
-        times.add_step(time.perf_counter() - began - (times.evaluation_seconds() - evaluated_before))
+            _log_step(loop, stopping)
+        if loop.progress is not None and distributed.is_main():
+            loop.progress(step, cfg.steps, loop.row)
+        loop.times.add_step(time.perf_counter() - began - (loop.times.evaluation_seconds() - evaluated_before))
         if stopping:
             break
-    return _stop(ctx, writer, step, "finished", row, times, data, stop)
+    return _stop(loop, "finished")
 
 
-def _evaluate(
-    ctx: StepContext,
-    data: Data,
-    writer: RunDir | None,
-    stop: CalibratedStop,
-    step: int,
-    row: dict[str, Any],
-    kind: str,
-    times: PhaseTimes,
-) -> bool:
-    """The evaluation of `step` into `row` (then appended to metrics.jsonl): every set
-    (`kind` "full") or S_V alone ("heldout", the dense start; selection.EvalSchedule), fed
-    to the calibrated stop; True when the stop's patience ran out. Rank 0 evaluates alone;
-    its wall time goes into `times` (every rank waits for it)."""
+def _log_step(loop: Loop, stopping: bool) -> None:
+    """Rank 0's writes after a step: the metrics record, the heartbeat, and on schedule a
+    checkpoint with the calibrated stop's selection beside it."""
+    writer, step, cfg = loop.writer, loop.step, loop.cfg
+    assert writer is not None
+    writer.append_metrics(loop.row)
+    fault_point("step_logged")
+    writer.heartbeat(step, cfg.steps)
+    if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and step < cfg.steps and not stopping:
+        save_checkpoint(loop.ctx, writer, step, loop.stop.record())
+        loop.stop.write_selected(loop.ctx, writer)
+
+
+def _evaluate(loop: Loop, kind: str) -> bool:
+    """The evaluation of the current step into `loop.row` (then appended to metrics.jsonl):
+    every set (`kind` "full") or S_V alone ("heldout", the dense start; selection.EvalSchedule),
+    fed to the calibrated stop; True when the stop's patience ran out. Rank 0 evaluates
+    alone; its wall time goes into `loop.times` (every rank waits for it)."""
+    ctx, writer = loop.ctx, loop.writer
     stopping, began = False, time.perf_counter()
     with distributed.gathered(ctx.model):  # FSDP: rank 0 runs forwards alone
         if distributed.is_main():
             with writer.keepalive("evaluating") if writer is not None else nullcontext():
                 caches: dict[str, dict[tuple[bool, bool], Any]] = {}
-                row.update(
+                loop.row.update(
                     ctx.task.evaluate_now(
-                        ctx, data, ctx.settings.eval_batch_size, caches, heldout_only=kind == "heldout"
+                        ctx, loop.data, ctx.settings.eval_batch_size, caches, heldout_only=kind == "heldout"
                     )
                 )
-                stopping = stop.offer(ctx, data, step, row, caches, writer)
-    items = times.sizes.evaluation_items(kind) if times.sizes is not None else 0
-    times.add_evaluation(step, kind, items, time.perf_counter() - began)
+                stopping = loop.stop.offer(ctx, loop.data, loop.step, loop.row, caches, writer)
+    items = loop.times.sizes.evaluation_items(kind) if loop.times.sizes is not None else 0
+    loop.times.add_evaluation(loop.step, kind, items, time.perf_counter() - began)
     return stopping
 
 
@@ -374,42 +391,34 @@ def _cancel_requested(writer: RunDir | None) -> bool:
     return distributed.mean_value(1.0 if asked else 0.0) > 0.0
 
 
-def _stop(
-    ctx: StepContext,
-    run: RunDir | None,
-    step: int,
-    state: str,
-    last_row: dict[str, Any],
-    times: PhaseTimes,
-    data: Data | None = None,
-    stop: CalibratedStop | None = None,
-) -> TrainResult:
+def _stop(loop: Loop, state: str) -> TrainResult:
     """Checkpoint the last step (resume continues from it); when finished, put the
     selected step's adapter and head back and run the final evaluation on them (timed
     together as the `final` part)."""
-    with times.part("final"):
-        _final(ctx, run, step, state, data, stop)
-    times.finish()
-    if run is not None:
-        run.clear_cancel()
-        run.write_status(state, step=step, phase=None, timings=times.to_dict())
-    return TrainResult(state, step, run.path if run else None, last_row)
+    writer = loop.writer
+    with loop.times.part("final"):
+        _final(loop, state)
+    loop.times.finish()
+    if writer is not None:
+        writer.clear_cancel()
+        writer.write_status(state, step=loop.step, phase=None, timings=loop.times.to_dict())
+    return TrainResult(state, loop.step, writer.path if writer else None, loop.row)
 
 
-def _final(
-    ctx: StepContext, run: RunDir | None, step: int, state: str, data: Data | None, stop: CalibratedStop | None
-) -> None:
+def _final(loop: Loop, state: str) -> None:
     """`_stop`'s checkpoint and, for a finished run, its final evaluation."""
-    if run is not None and step > 0:  # outside `gathered`: a state_dict() reshards FSDP's layers
-        save_checkpoint(ctx, run, step, stop.record() if stop is not None else None)
-        if stop is not None:
-            stop.write_selected(ctx, run)
-    evaluates = state == "finished" and data is not None and stop is not None
+    ctx, writer, step, stop = loop.ctx, loop.writer, loop.step, loop.stop
+    if writer is not None and step > 0:  # outside `gathered`: a state_dict() reshards FSDP's layers
+        save_checkpoint(ctx, writer, step, stop.record())
+        stop.write_selected(ctx, writer)
+    evaluates = state == "finished"
     with distributed.gathered(ctx.model) if evaluates else nullcontext():  # FSDP: rank 0 runs forwards alone
         if evaluates and distributed.is_main():
             reuse = stop.restore(ctx, step)
             selection = stop.summary()
-            if run is not None:
-                with run.keepalive("final evaluation"):  # minutes without a step: keep the heartbeat
-                    ctx.task.final_evaluation(ctx, data, run, reuse, {"selection": selection} if selection else {})
+            if writer is not None:
+                with writer.keepalive("final evaluation"):  # minutes without a step: keep the heartbeat
+                    ctx.task.final_evaluation(
+                        ctx, loop.data, writer, reuse, {"selection": selection} if selection else {}
+                    )
                 fault_point("results_written")

@@ -41,7 +41,7 @@ class CalibratedStop:
         after the checkpoint are replayed by the resumed steps). `selected/` is rewritten
         from the checkpoint's snapshot when a later selection, lost with the steps after
         the checkpoint, had replaced it."""
-        enabled = bool(getattr(ctx.task, "SELECTS", False))
+        enabled = ctx.task.SELECTS
         rule = dataclasses.replace(
             cfg.select_rule,
             score=getattr(ctx.task, "SELECTION_SCORE", "NLL"),
