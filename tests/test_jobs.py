@@ -69,16 +69,16 @@ def new_run(root: Path, name: str) -> RunDir:
 def test_is_alive() -> None:
     process = subprocess.Popen([sys.executable, "-c", "pass"])
     process.wait()
-    assert jobs.is_alive(os.getpid())
-    assert not jobs.is_alive(process.pid)
-    assert not jobs.is_alive(None)
+    assert pid_alive(os.getpid())
+    assert not pid_alive(process.pid)
+    assert not pid_alive(None)
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="zombies are seen through /proc")
 def test_unreaped_child_is_not_alive() -> None:
     process = subprocess.Popen([sys.executable, "-c", "pass"])  # exits; nobody waits: a zombie
     wait_for("the child to exit", lambda: (_proc_stat(process.pid) or ("Z",))[0] == "Z")
-    assert not jobs.is_alive(process.pid)
+    assert not pid_alive(process.pid)
     process.wait()
 
 
@@ -126,7 +126,7 @@ def test_start_job_outlives_its_launcher(root: Path) -> None:
     assert run.status["pid"] == pid
     start_step = run.status.get("step") or 0
     wait_for("steps after the launcher exited", lambda: (run.status.get("step") or 0) >= start_step + 3)
-    assert jobs.is_alive(pid) and os.getpgid(pid) == pid  # alive, in its own session
+    assert pid_alive(pid) and os.getpgid(pid) == pid  # alive, in its own session
     assert jobs.cancel(run, grace_s=TIMEOUT_S).state == "cancelled"
     log = (run.path / "stdout.log").read_text()
     assert "fake_train: start after step 0" in log and "fake_train: cancelled" in log
@@ -190,7 +190,7 @@ def test_kill_escalates_to_sigkill(root: Path) -> None:
     pid = run.status["pid"]
     view = jobs.kill(run, grace_s=0.5)
     assert (view.state, view.reason) == ("failed", "killed")
-    assert not jobs.is_alive(pid)
+    assert not pid_alive(pid)
 
 
 def test_sigkill_then_resume_logs_every_step_once(root: Path) -> None:
@@ -220,7 +220,7 @@ def test_resume_stops_a_hung_job_first(root: Path) -> None:
     view = run.state()
     assert view.state == "failed" and view.resumable and "still alive" in view.reason
     assert jobs.resume(run) == [run.run_id]
-    assert not jobs.is_alive(hung_pid)  # never two processes on one run
+    assert not pid_alive(hung_pid)  # never two processes on one run
     wait_for("the resumed run to finish", lambda: run.state().state == "finished")
     assert steps_logged(run) == list(range(1, 7))
 

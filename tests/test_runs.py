@@ -24,7 +24,7 @@ from calm_core.runs.process import HOST
 from calm_core.runs.damage import RunFileError
 from calm_core.runs.naming import new_run_id
 from calm_core.runs.rundir import RunDir
-from calm_core.runs.state import STARTUP_GRACE_S, STATES, effective_state, run_state
+from calm_core.runs.state import STARTUP_GRACE_S, STATES, run_state
 
 CONFIG = {"name": "capitals demo", "train": {"method": "calm", "steps": 10}, "seed": 0}
 
@@ -183,7 +183,7 @@ def test_stale_heartbeat_is_failed_and_resumable() -> None:
     status = {"state": "running", "pid": 12345, "host": "another-machine", "heartbeat": now - 120, "step": 7}
     view = run_state(status, now=now)
     assert view.state == "failed" and view.resumable and "no heartbeat for 120 s" in view.reason
-    assert effective_state(status, now=now, stale_after=300) == "running"  # pid not checkable elsewhere
+    assert run_state(status, now=now, stale_after=300).state == "running"  # pid not checkable elsewhere
 
 
 def test_stale_heartbeat_of_live_process_says_hung() -> None:
@@ -196,8 +196,8 @@ def test_stale_heartbeat_of_live_process_says_hung() -> None:
 def test_startup_grace_before_the_first_heartbeat() -> None:
     now = time.time()
     status = {"state": "running", "pid": 12345, "host": "another-machine", "heartbeat": None, "started": now - 120}
-    assert effective_state(status, now=now) == "running"  # still importing torch, say
-    assert effective_state(status, now=now + STARTUP_GRACE_S) == "failed"
+    assert run_state(status, now=now).state == "running"  # still importing torch, say
+    assert run_state(status, now=now + STARTUP_GRACE_S).state == "failed"
 
 
 def test_keepalive_heartbeats_through_a_blocking_phase(run: RunDir) -> None:
@@ -226,7 +226,7 @@ def test_reused_pid_counts_as_dead() -> None:
               "pid_start": "not-our-start-time"}
     if not os.path.isdir("/proc/self"):
         pytest.skip("needs /proc")
-    assert effective_state(status) == "failed"
+    assert run_state(status).state == "failed"
 
 
 @pytest.mark.parametrize(("status", "state", "resumable"), [

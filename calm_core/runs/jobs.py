@@ -33,7 +33,7 @@ from calm_core.runs.damage import RunFileError, read_json_object
 from calm_core.runs.layout import CONFIG, JOB_FILE, RESULTS, STDOUT
 from calm_core.runs.listing import queued_runs, run_statuses
 from calm_core.runs.naming import runs_root
-from calm_core.runs.process import HOST, pid_alive, pids_with_option, process_alive
+from calm_core.runs.process import HOST, pids_with_option, process_alive
 from calm_core.runs.rundir import RunDir
 from calm_core.runs.state import ACTIVE_STATES, DAMAGED, STATUS, RunState, run_state
 
@@ -66,11 +66,6 @@ def worker_pids(run_dir: RunDir) -> list[int]:
     """Live processes on this machine whose command line trains this run (`--run-dir` its
     path): what a damaged status.json can no longer tell. Linux /proc; [] elsewhere."""
     return pids_with_option(RUN_DIR_OPTION, str(run_dir.path))
-
-
-def is_alive(pid: int | None) -> bool:
-    """True when `pid` is a live (not zombie) process on this machine."""
-    return pid_alive(pid)
 
 
 def max_jobs() -> int:

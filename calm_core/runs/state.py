@@ -74,7 +74,3 @@ def run_state(status: dict, now: float | None = None, stale_after: float = STALE
         return RunState("failed", f"no heartbeat for {age:.0f} s (at {_progress(status)}){hung}", True)
     phase = f" ({status['phase']})" if status.get("phase") else ""
     return RunState(state, f"{state} at {_progress(status)}{phase}, heartbeat {age:.0f} s ago", False)
-
-
-def effective_state(status: dict, now: float | None = None, stale_after: float = STALE_AFTER_S) -> str:
-    return run_state(status, now, stale_after).state
