@@ -338,7 +338,6 @@ def _unlabelled_row(scores: Any, dataset: str, variant: str, calibrator: Any) ->
 def cmd_eval(args: argparse.Namespace) -> int:
     from calm_core.calibration.posthoc import MIN_FIT_ITEMS
     from calm_core.io import atomic_write_json
-    from calm_core.provenance import environment_record
     from calm_core.runs.layout import write_predictions
     from calm_core.scoring.evaluate import format_table, predictions_frame, result_row
     from calm_core.scoring.features import FEATURES
@@ -410,20 +409,40 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(_UNLABELLED_NOTE.format(sets=", ".join(dict.fromkeys(r["dataset"] for r in unlabelled))))
         print(format_table(unlabelled, UNLABELLED_COLUMNS))
     if args.json:
-        record = {
-            "results": rows,
+        extra = {
             **({"unlabelled": unlabelled} if unlabelled else {}),
             **({"thermometer": temperatures} if thermometer is not None else {}),
-            "model": lm.info,
             "scoring": cfg.to_dict(),
-            **_posthoc_record(fits, "mcqa"),
-            "datasets": _data_record(reports, "eval") + _data_record(fit_reports, "fit"),
-            "limit": args.limit,
-            "seed": args.seed,
-            "environment": environment_record(),
         }
-        atomic_write_json(args.json, record)
+        atomic_write_json(args.json, _eval_record(args, rows, lm, fits, "mcqa", reports, fit_reports, extra))
     return 0
+
+
+def _eval_record(
+    args: argparse.Namespace,
+    rows: list[dict[str, Any]],
+    lm: Any,
+    fits: list[Any],
+    task: str,
+    reports: dict[str, Any],
+    fit_reports: dict[str, Any],
+    extra: dict[str, Any],
+) -> dict[str, Any]:
+    """`calm eval --json`'s record, one shape for both tasks: the rows, the model, the
+    post-hoc fits, every dataset read (kept and rejected rows), the limits, the seed and the
+    environment; `extra` holds what only one task has (scoring rule or generation settings)."""
+    from calm_core.provenance import environment_record
+
+    return {
+        "results": rows,
+        "model": lm.info,
+        **extra,
+        **_posthoc_record(fits, task),
+        "datasets": _data_record(reports, "eval") + _data_record(fit_reports, "fit"),
+        "limit": args.limit,
+        "seed": args.seed,
+        "environment": environment_record(),
+    }
 
 
 def _eval_open(args: argparse.Namespace) -> int:
@@ -434,7 +453,6 @@ def _eval_open(args: argparse.Namespace) -> int:
     from calm_core.generative.evaluate import evaluate_open, fit_token_calibrators
     from calm_core.generative.sampling import GenerationConfig
     from calm_core.io import atomic_write_json
-    from calm_core.provenance import environment_record
     from calm_core.runs.layout import write_predictions
     from calm_core.scoring.evaluate import PosthocFit, format_table
 
@@ -479,18 +497,8 @@ def _eval_open(args: argparse.Namespace) -> int:
     _print_posthoc(fits, f" (fit on the gold answer tokens of {fit_names[0]})" if fits else "")
     print(format_table(rows, table_columns("openqa")))
     if args.json:
-        record = {
-            "results": rows,
-            "model": lm.info,
-            "task": "openqa",
-            "generation": cfg.to_dict(),
-            **_posthoc_record(fits, "openqa"),
-            "datasets": _data_record(reports, "eval") + _data_record(fit_reports, "fit"),
-            "limit": args.limit,
-            "seed": args.seed,
-            "environment": environment_record(),
-        }
-        atomic_write_json(args.json, record)
+        extra = {"task": "openqa", "generation": cfg.to_dict()}
+        atomic_write_json(args.json, _eval_record(args, rows, lm, fits, "openqa", reports, fit_reports, extra))
     return 0
 
 

@@ -64,9 +64,7 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def build_context(
-    cfg: TrainConfig, lm: LoadedModel, k_max: int, method: Method
-) -> tuple[StepContext, dict[str, Any]]:
+def build_context(cfg: TrainConfig, lm: LoadedModel, k_max: int, method: Method) -> tuple[StepContext, dict[str, Any]]:
     """LoRA-wrapped model, head and optimizer; returns the context and the choices it made (status.json `choices`)."""
     use_4bit, why = quantization_choice(cfg.load_in_4bit, lm.device)
     model, lora_record = attach_lora(lm.model, cfg.lora, quantized=use_4bit and lm.spec.load_in_4bit)
