@@ -195,14 +195,14 @@ def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shot
     # Issue 23: S_V of 6 items (10%) is refused before saving, with the reason; 12 items (20%) are warned about.
     for part, percent in (("train", "70"), ("heldout", "10")):
         _set_number(page, f"{part} %", percent)
-    refusal = page.locator('[data-testid="stAlert"]').filter(has_text="S_V (heldout) would have 6 items, under 10")
+    refusal = page.locator('[data-testid="stAlert"]').filter(has_text="6 held-out items: too few to fit even one temperature")
     expect(refusal).to_be_visible(timeout=60_000)
     expect(refusal).to_contain_text("TS and the calibrated stop need held-out labels")
     expect(page.get_by_role("button", name="Split", exact=True)).to_be_disabled()
     print(f"refused: {refusal.inner_text()!r}")
     for part, percent in (("heldout", "20"), ("train", "60")):
         _set_number(page, f"{part} %", percent)
-    warning = page.locator('[data-testid="stAlert"]').filter(has_text="S_V (heldout) would have 12 items, under 30")
+    warning = page.locator('[data-testid="stAlert"]').filter(has_text="12 held-out items: enough to fit one temperature, not to choose between methods")
     expect(warning).to_be_visible(timeout=60_000)
     expect(page.get_by_role("button", name="Split", exact=True)).to_be_enabled()
     expect(page.get_by_label("Seed", exact=True)).to_have_value("0")
