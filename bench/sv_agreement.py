@@ -123,7 +123,7 @@ def heldout_choice(pool: Pool, idx: np.ndarray, seed: int) -> tuple[str | None, 
     return picked, list(posthoc)
 
 
-def test_choice(pool: Pool, fit: np.ndarray, test: np.ndarray, names: list[str]) -> tuple[str | None, dict]:
+def choice_on_test(pool: Pool, fit: np.ndarray, test: np.ndarray, names: list[str]) -> tuple[str | None, dict]:
     """What the same rule picks on T among `names`, each fitted on all of S_V; and every
     variant's T NLL."""
     from calm_core.calibration import metrics
@@ -148,7 +148,7 @@ def one_resample(pool: Pool, sizes: list[int], seed: int) -> dict[int, dict[str,
     for n in sizes:
         fit = order[:n]
         picked, names = heldout_choice(pool, fit, seed)
-        truth, nll = test_choice(pool, fit, test, names)
+        truth, nll = choice_on_test(pool, fit, test, names)
         out[n] = {"heldout": picked, "test": truth, "test_nll": nll}
     return out
 
@@ -230,7 +230,9 @@ def main(argv: list[str] | None = None) -> int:
                 for n, rs in per_size.items()
             }
             print(f"{name}: {len(pool.gold)} items, {time.perf_counter() - started:.0f} s", file=sys.stderr)
-    threshold = choose_threshold({name: {int(n): r["agreement"] for n, r in rows.items()} for name, rows in curve.items()})
+    threshold = choose_threshold(
+        {name: {int(n): r["agreement"] for n, r in rows.items()} for name, rows in curve.items()}
+    )
     result = {
         "command": "bench/sv_agreement.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "sizes": sizes,

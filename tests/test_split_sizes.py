@@ -88,3 +88,24 @@ def test_advice_on_a_suggestion_never_warns_again(n: int, requested: tuple[float
     suggested = [p / 100 for p in advice.suggestion]
     again = dict(zip(("train", "heldout", "test"), part_sizes(n, suggested), strict=True))
     assert not advise_split(again, suggested).warned
+
+
+def test_the_agreement_bench_counts_a_clear_gain_found_by_a_large_s_v_and_missed_by_none() -> None:
+    """bench/sv_agreement.py on a synthetic pool that is four times too sharp: the test split
+    picks a calibrator, S_V of 160 items finds it too, and the summary counts agreement and
+    how often S_V's change was worse on T."""
+    import numpy as np
+
+    from bench.sv_agreement import Pool, one_resample, summarise
+
+    rng = np.random.default_rng(0)
+    gold = rng.integers(0, 4, 600)
+    logits = rng.normal(size=(600, 4))
+    logits[np.arange(600), gold] += 1.0
+    pool = Pool(4.0 * logits, gold, np.zeros((600, 2), dtype=np.float32))
+    records = [one_resample(pool, [20, 160], seed) for seed in range(2)]
+    large = summarise([r[160] for r in records])
+    assert large["agreement"] == 1.0 and large["test_changes"] == 1.0 and large["changes_worse_on_test"] == 0.0
+    assert set(large["test_picks"]) <= {"ts", "vs"} and large["resamples"] == 2
+    small = summarise([r[20] for r in records])
+    assert 0.0 <= small["agreement"] <= 1.0 and sum(small["heldout_picks"].values()) == 2
