@@ -252,6 +252,8 @@ def final_evaluation(
     `<method>_theta_only` (theta alone), the design's ablation of the head.
     `reuse`: what the evaluation of the step being evaluated (the selected one) computed
     at these same parameters; `extra`: more fields for results.json (the selection).
+    The post-hoc calibrators are fitted on S_V, or with calibrate_on = all on S_T + S_V
+    (the untouched model's scores of both), which results.json records with each of them.
     """
     heldout_cache: dict[tuple[bool, bool], Any] = (reuse or {}).get("heldout", {})
     train_cache: dict[tuple[bool, bool], Any] = {}  # S_T's base scores, with calibrate_on = all
