@@ -204,6 +204,7 @@ def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shot
         _set_number(page, f"{part} %", percent)
     warning = page.locator('[data-testid="stAlert"]').filter(has_text="12 held-out items: enough to fit one temperature, not to choose between methods")
     expect(warning).to_be_visible(timeout=60_000)
+    expect(page.get_by_role("button", name="Use 40 / 40 / 20 %")).to_be_visible()  # accepted once taken: test_split_sizes
     expect(page.get_by_role("button", name="Split", exact=True)).to_be_enabled()
     expect(page.get_by_label("Seed", exact=True)).to_have_value("0")
     expect(page.get_by_label("Stratify by answer position", exact=True)).to_be_checked()
@@ -231,6 +232,8 @@ def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shot
     assert parts["test"] in evals, evals
     outside = [name for name in OUT_OF_DOMAIN if name in evals]
     assert len(outside) == 1, f"expected one out-of-domain set of {OUT_OF_DOMAIN}: {evals!r}"
+    support = page.locator('[data-testid="stAlert"]').filter(has_text="12 held-out items: enough to fit one temperature")
+    expect(support.first).to_be_visible(timeout=60_000)  # before launch: what S_V supports (issue 30, part 2)
     estimate = page.locator('[data-testid="stMetric"]').filter(has_text="Estimated time")
     estimate.wait_for(timeout=60_000)
     print(f"estimate: {estimate.inner_text()!r}")
