@@ -572,6 +572,14 @@ TERMS: tuple[Term, ...] = (
         ("recommended", "recommendation"),
     ),
     Term(
+        "k-fold on all labelled items",
+        "Fit the post-hoc calibrators on every labelled item (S_T and S_V together), cut in k parts: each item is "
+        "scored by a fit on the other parts, so more items decide whether a calibrator helps. The setting "
+        "calibrate_on = all.",
+        STOP,
+        ("k-fold", "calibrate_on", "all labelled items"),
+    ),
+    Term(
         "cross-fitted",
         "A calibrator scored on S_V items it was not fitted on (S_V cut in folds, each scored by a fit on the "
         "others), so its gain is not flattered.",

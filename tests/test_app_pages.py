@@ -225,7 +225,7 @@ def test_data_page_maps_an_uploaded_csv_with_widgets_saves_and_splits_it(open_pa
     assert list(table["dataset"]) == ["split/quiz/train", "split/quiz/heldout", "split/quiz/test"]
     assert list(table["items"]) == [3, 1, 1]
     # Five items give S_V one: refused before saving, with the reason (issue 23).
-    assert [e.value for e in at.error][0].startswith("S_V (heldout) would have 1 item, under 10 items")
+    assert [e.value for e in at.error][0].startswith("1 held-out item: too few to fit even one temperature")
     assert "TS and the calibrated stop need held-out labels" in at.error[0].value and "too small" in at.error[0].value
     assert at.button(key="data_split_go").disabled
     # A larger dataset: calibrating it goes through.
@@ -246,7 +246,7 @@ def test_data_page_maps_an_uploaded_csv_with_widgets_saves_and_splits_it(open_pa
     assert not at.exception, at.exception
     assert [t.value for t in at.title] == ["Train"]
     assert "(62 / 21 / 20 items)" in at.info[0].value  # the banner gives the sizes, and S_V's warning
-    assert "S_V (heldout) would have 21 items, under 30 items" in at.warning[0].value
+    assert at.warning[0].value.startswith("21 held-out items: enough to fit one temperature, not to choose")
     assert at.selectbox(key="train_data").value == "split/quiz/train"  # the Train page takes the parts
     assert at.selectbox(key="train_heldout").value == "split/quiz/heldout"
     assert at.multiselect(key="train_evals").value[0] == "split/quiz/test"
@@ -262,7 +262,7 @@ def test_data_page_splits_a_catalog_dataset(open_page, tiny_everywhere) -> None:
     at.number_input(key="data_split_seed").set_value(3).run()
     table = at.dataframe[-1].value
     assert list(table["items"]) == [72, 21, 10] and list(table["dataset"])[0] == "split/capitals-train/train"
-    assert [w.value for w in at.warning][0].startswith("S_V (heldout) would have 21 items, under 30 items")
+    assert [w.value for w in at.warning][0].startswith("21 held-out items: enough to fit one temperature, not to")
     per_position = table[[c for c in table.columns if len(c) == 1]]
     assert list(per_position.sum(axis=1)) == [72, 21, 10]  # every item counted under its answer position
     assert at.checkbox(key="data_split_stratify").value is True
@@ -421,14 +421,64 @@ def test_data_page_refuses_a_tiny_heldout_part_and_offers_a_split_that_fits(open
     at.number_input(key="data_split_heldout").set_value(5).run()
     at.number_input(key="data_split_test").set_value(5).run()
     assert list(at.dataframe[-1].value["items"]) == [93, 5, 5]  # the sizes, before saving
-    assert at.error[0].value.startswith("S_V (heldout) would have 5 items, under 10 items, too few to save")
+    assert at.error[0].value.startswith("5 held-out items: too few to fit even one temperature (at least 10 needed)")
     assert at.button(key="data_split_go").disabled
     suggest = at.button(key="data_split_suggest")
-    assert suggest.label == "Use 60 / 30 / 10 %"
+    assert suggest.label == "Use 50 / 40 / 10 %"  # the most held out (40%): 80 items are out of reach
     suggest.click().run()
-    assert [at.number_input(key=f"data_split_{p}").value for p in ("train", "heldout", "test")] == [60, 30, 10]
-    assert list(at.dataframe[-1].value["items"]) == list(part_sizes(103, (0.60, 0.30, 0.10)))
+    assert [at.number_input(key=f"data_split_{p}").value for p in ("train", "heldout", "test")] == [50, 40, 10]
+    assert list(at.dataframe[-1].value["items"]) == list(part_sizes(103, (0.50, 0.40, 0.10)))
     assert not at.error and not at.warning and not at.button(key="data_split_go").disabled
+    assert at.info[-1].value.startswith("41 held-out items: enough to fit one temperature, not to choose")
+
+
+def test_the_practitioners_63_rows_take_the_pages_suggestion_and_hear_what_s_v_supports(open_page, tiny_everywhere,
+                                                                                          tmp_path: Path) -> None:
+    """Issue 30, part 2: 63 rows of one's own questions, 3 broken. The default 60 / 20 / 20
+    is warned about with a larger held-out part; that split is then accepted (no warning,
+    no second suggestion), and the Train page says before launch what its 24 held-out items
+    support, and what k-fold on all labelled items adds."""
+    from calm_core.data.loaders import load_file
+    from calm_core.data.split_sizes import FIXES
+    from calm_core.data.uploads import save_upload
+
+    rows = ["q,A,B,C,D,label"] + [f"question {i}?,a{i},b{i},c{i},d{i},{'ABCD'[i % 4]}" for i in range(60)]
+    rows += [f"broken {i}?,a,b,c,d," for i in range(3)]  # no answer: rejected
+    path = tmp_path / "domain.csv"
+    path.write_text("\n".join(rows) + "\n")
+    report = load_file(path, mapping="question=q, choices=A|B|C|D, answer=label")
+    assert len(report.items) == 60 and len(report.rejected) == 3
+    save_upload("domain", report, "domain.csv")
+    at = open_page("views/data.py")
+    at.selectbox(key="data_split_source").set_value("upload/domain").run()
+    assert list(at.dataframe[-1].value["items"]) == [36, 12, 12]
+    assert at.warning[-1].value.startswith("12 held-out items: enough to fit one temperature, not to choose")
+    suggest = at.button(key="data_split_suggest")
+    assert suggest.label == "Use 40 / 40 / 20 %"
+    suggest.click().run()
+    assert list(at.dataframe[-1].value["items"]) == [24, 24, 12]
+    assert not at.warning and not at.error and not any(b.key == "data_split_suggest" for b in at.button)
+    note = at.info[-1].value
+    assert note.startswith("24 held-out items: enough to fit one temperature, not to choose between methods")
+    assert FIXES in note
+    at.text_input(key="data_split_name").set_value("domain").run()
+    at.button(key="data_split_go").click().run()
+    assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
+    assert "24 held-out items: enough to fit one temperature" in _text(at)  # beside the saved sizes
+    at.button(key="data_calibrate").click().run()
+    assert not at.exception, at.exception
+    assert [t.value for t in at.title] == ["Train"]
+    assert any(i.value.startswith("24 held-out items") and FIXES in i.value for i in at.info)  # the banner: a note
+    before_launch = [w.value for w in at.warning if w.value.startswith("24 held-out items")]
+    assert before_launch == ["24 held-out items: enough to fit one temperature, not to choose between methods "
+                             "(that takes 80)."]
+    train = open_page("views/train.py")  # a rerun here goes back to the router's page: open Train itself
+    train.selectbox(key="train_data").set_value("split/domain/train")
+    train.selectbox(key="train_heldout").set_value("split/domain/heldout").run()
+    train.radio(key="train_calibrate_on").set_value("all").run()
+    assert not train.exception, train.exception
+    pooled = next(w.value for w in train.warning if w.value.startswith("24 held-out items"))
+    assert "With k-fold on all 48 labelled items, the post-hoc choice has enough items to fit one temperature" in pooled
 
 
 def _two_runs(with_ts: bool = False):

@@ -195,15 +195,16 @@ def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shot
     # Issue 23: S_V of 6 items (10%) is refused before saving, with the reason; 12 items (20%) are warned about.
     for part, percent in (("train", "70"), ("heldout", "10")):
         _set_number(page, f"{part} %", percent)
-    refusal = page.locator('[data-testid="stAlert"]').filter(has_text="S_V (heldout) would have 6 items, under 10")
+    refusal = page.locator('[data-testid="stAlert"]').filter(has_text="6 held-out items: too few to fit even one temperature")
     expect(refusal).to_be_visible(timeout=60_000)
     expect(refusal).to_contain_text("TS and the calibrated stop need held-out labels")
     expect(page.get_by_role("button", name="Split", exact=True)).to_be_disabled()
     print(f"refused: {refusal.inner_text()!r}")
     for part, percent in (("heldout", "20"), ("train", "60")):
         _set_number(page, f"{part} %", percent)
-    warning = page.locator('[data-testid="stAlert"]').filter(has_text="S_V (heldout) would have 12 items, under 30")
+    warning = page.locator('[data-testid="stAlert"]').filter(has_text="12 held-out items: enough to fit one temperature, not to choose between methods")
     expect(warning).to_be_visible(timeout=60_000)
+    expect(page.get_by_role("button", name="Use 40 / 40 / 20 %")).to_be_visible()  # accepted once taken: test_split_sizes
     expect(page.get_by_role("button", name="Split", exact=True)).to_be_enabled()
     expect(page.get_by_label("Seed", exact=True)).to_have_value("0")
     expect(page.get_by_label("Stratify by answer position", exact=True)).to_be_checked()
@@ -231,6 +232,8 @@ def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shot
     assert parts["test"] in evals, evals
     outside = [name for name in OUT_OF_DOMAIN if name in evals]
     assert len(outside) == 1, f"expected one out-of-domain set of {OUT_OF_DOMAIN}: {evals!r}"
+    support = page.locator('[data-testid="stAlert"]').filter(has_text="12 held-out items: enough to fit one temperature")
+    expect(support.first).to_be_visible(timeout=60_000)  # before launch: what S_V supports (issue 30, part 2)
     estimate = page.locator('[data-testid="stMetric"]').filter(has_text="Estimated time")
     estimate.wait_for(timeout=60_000)
     print(f"estimate: {estimate.inner_text()!r}")

@@ -223,3 +223,37 @@ def test_train_ends_with_the_selected_step_the_recommendation_and_the_evidence(t
     monkeypatch.setattr(loop, "train", damaging_train)
     assert cli_train.run_in_process(run, show_progress=False) == 0  # a damaged file: said, the run still finished
     assert "could not read the run's verdict" in capsys.readouterr().out
+
+
+def test_calibrate_on_all_fits_post_hoc_calibrators_k_fold_on_every_labelled_item(tiny_model_dir: Path, tmp_path: Path,
+                                                                                   capsys) -> None:
+    """`--calibrate-on all`: 6 S_V items are too few for TS (the test above has no `ts`), but
+    with the 8 S_T items the 14 labelled items are enough. The note before launch says what
+    both support; config.json and results.json record the choice; the recommendation reads
+    out-of-fold predictions on all 14 items for the post-hoc choice and S_V's 6 for CALM."""
+    from calm_core.calibration.recommend import LABELLED_ITEMS
+
+    argv = ["train", "--model", str(tiny_model_dir), "--steps", "1", "--runs-root", str(tmp_path),
+            "--calibrate-on", "all", *TINY]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "calm: note: 6 held-out items: too few to fit even one temperature" in err
+    assert "With k-fold on all 14 labelled items, the post-hoc choice has enough items to fit one temperature" in err
+    run = only_run(tmp_path)
+    assert run.config["train"]["calibrate_on"] == "all"
+    results = run.results()
+    assert {r["variant"] for r in results["results"]} == {"base", "ts", "vs", "calm", "calm_theta_only"}
+    assert results["ts"]["calibrate_on"] == "all"
+    assert results["ts"]["fit_on"] == "builtin/capitals/train + builtin/capitals/validation"
+    rec = results["recommendation"]
+    assert rec["calibrate_on"] == "all" and rec["posthoc_fit"].endswith("cross-fitted on all labelled items (S_T + S_V)")
+    pooled, heldout = rec["stages"]["all labelled"], rec["stages"]["S_V"]
+    assert pooled["comparison"]["n"] == 14 and pooled["comparison"]["items"] == LABELLED_ITEMS
+    assert set(pooled["heldout"]) == {"base", "ts", "vs"}  # the trained model saw S_T: not in the pooled stage
+    assert heldout["comparison"]["n"] == 6 and set(heldout["heldout"]) == {"base", "calm", "ts", "vs"}
+    assert rec["variant"] == (heldout if heldout["variant"] == "calm" else pooled)["variant"]
+
+
+def test_calibrate_on_is_refused_for_open_answers_in_one_line(tmp_path: Path, capsys) -> None:
+    assert main(["train", "--task", "openqa", "--calibrate-on", "all", "--runs-root", str(tmp_path)]) == 2
+    assert "Expected `calibrate_on` heldout for task openqa" in capsys.readouterr().err

@@ -270,24 +270,37 @@ def test_cli_split_of_an_unknown_dataset_exits_2(capsys: pytest.CaptureFixture[s
 # ----------------------------------------------------------------------------- S_V big enough for a comparison (issue 23)
 
 
-def test_a_heldout_part_under_10_items_is_refused_under_30_warned_with_a_split_that_fits() -> None:
-    from calm_core.data.split_sizes import MIN_HELDOUT, REFUSE, WARN, WARN_HELDOUT, advise_split, suggest_percent
+def test_a_heldout_part_under_min_items_is_refused_under_choose_warned_with_a_split_that_fits() -> None:
+    from calm_core.data.split_sizes import (
+        CHOOSE_HELDOUT,
+        MIN_HELDOUT,
+        NOTE,
+        REFUSE,
+        WARN,
+        advise_split,
+        heldout_support,
+        suggest_percent,
+    )
 
-    assert (MIN_HELDOUT, WARN_HELDOUT) == (10, 30)
-    assert advise_split({"train": 90, "heldout": 30, "test": 30}).level == "ok"
+    assert MIN_HELDOUT == 10
+    assert advise_split({"train": 300, "heldout": CHOOSE_HELDOUT, "test": 100}).level == "ok"
     small = advise_split({"train": 36, "heldout": 8, "test": 8}, requested=(0.7, 0.15, 0.15))
-    assert small.level == REFUSE and small.refused
-    assert small.message.startswith("S_V (heldout) would have 8 items, under 10 items")
+    assert small.level == REFUSE and small.refused and small.warned
+    assert small.message.startswith("8 held-out items: too few to fit even one temperature (at least 10 needed)")
     assert "TS and the calibrated stop need held-out labels" in small.message
     assert small.suggestion == (45, 40, 15) and "Try 45 / 40 / 15 %" in small.message
     assert part_sizes(52, [p / 100 for p in small.suggestion])[1] >= MIN_HELDOUT  # the suggestion is savable
     warned = advise_split({"train": 62, "heldout": 21, "test": 20})
-    assert warned.level == WARN and not warned.refused and "under 30 items" in warned.message
-    assert part_sizes(103, [p / 100 for p in warned.suggestion])[1] >= WARN_HELDOUT  # 30 items when n allows
-    # The smallest heldout share that gives 30 items, test as asked, train the rest.
-    assert suggest_percent(103) == (50, 30, 20) and suggest_percent(1000) == (77, 3, 20)
+    assert warned.level == WARN and not warned.refused
+    assert warned.message.startswith(heldout_support(21))
+    assert part_sizes(103, [p / 100 for p in warned.suggestion])[1] > 21
+    # The smallest heldout share that gives CHOOSE_HELDOUT items, test as asked, train the rest.
+    big = suggest_percent(10 * CHOOSE_HELDOUT)
+    assert big == (70, 10, 20) and part_sizes(10 * CHOOSE_HELDOUT, [p / 100 for p in big])[1] == CHOOSE_HELDOUT
     tiny = advise_split({"train": 12, "heldout": 4, "test": 4})
     assert tiny.refused and tiny.suggestion is None and "too small" in tiny.message
+    best = advise_split({"train": 24, "heldout": 24, "test": 12}, (0.4, 0.4, 0.2))  # the most 60 items allow
+    assert best.level == NOTE and not best.warned and best.suggestion is None
 
 
 @pytest.mark.parametrize("n", range(12, 200, 7))
@@ -304,7 +317,7 @@ def test_a_suggestion_always_holds_more_heldout_items_than_the_split_it_replaces
 def test_cli_split_refuses_a_tiny_heldout_part_and_warns_on_a_small_one(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["data", "split", SOURCE, "--sizes", "0.9,0.05,0.05", "--name", "thin"]) == 2
     err = capsys.readouterr().err
-    assert "S_V (heldout) would have 5 items, under 10 items" in err and "Try " in err
+    assert "5 held-out items: too few to fit even one temperature" in err and "Try " in err
     assert not splits_dir().exists()
     assert main(["data", "split", SOURCE, "--sizes", "0.6,0.2,0.2", "--name", "warned"]) == 0
-    assert "warning: S_V (heldout) would have 21 items, under 30 items" in capsys.readouterr().err
+    assert "warning: 21 held-out items: enough to fit one temperature, not to choose" in capsys.readouterr().err

@@ -328,3 +328,21 @@ def test_every_consumer_says_the_same_sentence(tiny_model_dir: Path, tmp_path: P
     assert sentence.startswith(decision + ": ")
     assert {r["recommended on S_V"] for r in verdict.verdict_table(results)} == {decision}
     assert all("paired" in row and row["paired"]["n"] == row["n"] for row in results["results"])
+
+
+def test_a_pooled_recommendation_names_its_items_as_labelled_out_of_fold() -> None:
+    """calibrate_on = all: the comparison ran on every labelled item, out of fold, and the
+    sentence says so instead of "held-out items"."""
+    import numpy as np
+
+    from calm_core.calibration import metrics
+    from calm_core.calibration.recommend import LABELLED_ITEMS, recommend
+
+    rng = np.random.default_rng(0)
+    gold = rng.integers(0, 4, 200)
+    logits = rng.normal(size=(200, 4))
+    logits[np.arange(200), gold] += 1.0
+    sharp, calibrated = metrics.softmax(4 * logits), metrics.softmax(logits)  # base: four times too sharp
+    rec = recommend({"base": sharp, "ts": calibrated}, gold, items=LABELLED_ITEMS).to_dict()
+    sentence = verdict.recommendation_sentence({"recommendation": rec})
+    assert sentence.startswith("Use temperature scaling: on 200 labelled items (S_T + S_V, out of fold) it lowers")

@@ -6,7 +6,8 @@ validated row by row, previewed, and saved under the workspace as `upload/<name>
 Any dataset can then be split, seeded and stratified by answer position, into
 `split/<name>/train|heldout|test`: the S_T, S_V and evaluation sets a run needs. The
 sizes show before saving; an S_V too small for TS and the calibrated stop is refused
-(under 10 items) or warned about (under 30), with a split that fits (data/split_sizes.py).
+(under 10 items) or warned about (too few to choose between methods, when a larger held-out
+part is possible), with a split that fits, and what S_V supports in one sentence (data/split_sizes.py).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from calm_core.data.mapping_form import form_values, mapping_from_form
 from calm_core.data.readers import load_records, peek_records, stage_upload
 from calm_core.data.schema import ANSWER_FORMS, LoadReport
 from calm_core.data.split import default_split_name, plan_split, save_split
-from calm_core.data.split_sizes import SplitAdvice, advise_split
+from calm_core.data.split_sizes import SplitAdvice, advise_split, heldout_support
 from calm_core.data.uploads import save_upload
 from calm_core.glossary import define, tooltip
 from calm_core.paths import safe_name
@@ -220,11 +221,14 @@ def _use_suggestion(percent: tuple[int, int, int]) -> None:
         st.session_state[f"data_split_{part}"] = value
 
 
-def _show_advice(advice: SplitAdvice) -> None:
-    """Why S_V is too small (refused) or small (warned), and a button for the split that fits."""
+def _show_advice(advice: SplitAdvice, heldout: int) -> None:
+    """What S_V supports (heldout_support), why it is too small (refused) or small with a
+    larger split possible (warned, with a button for it), or the best this dataset allows
+    (a note with the fixes that work: the page accepts it)."""
     if not advice.message:
+        st.caption(heldout_support(heldout))
         return
-    (st.error if advice.refused else st.warning)(advice.message)
+    (st.error if advice.refused else st.warning if advice.warned else st.info)(advice.message)
     if advice.suggestion is not None:
         label = "Use {} / {} / {} %".format(*advice.suggestion)
         st.button(label, key="data_split_suggest", on_click=_use_suggestion, args=(advice.suggestion,))
@@ -284,7 +288,7 @@ def split_section() -> None:
     st.caption("Items per part, and per answer position (A = the first option) when stratifying matters:")
     st.dataframe(pd.DataFrame(plan.table(name)), hide_index=True, width="stretch")
     advice = advise_split(plan.sizes, [p / 100 for p in sizes.values()])
-    _show_advice(advice)
+    _show_advice(advice, plan.sizes["heldout"])
     overwrite = st.checkbox("Replace a split with the same name", key="data_split_overwrite")
     if st.button("Split", type="primary", key="data_split_go", disabled=advice.refused):
         try:
@@ -300,7 +304,8 @@ def split_section() -> None:
     if done:
         parts = [done[part] for part in ("train", "heldout", "test") if part in done]
         st.success("Saved: " + ", ".join(f"`{n}`" for n in parts) + ". They are in every dataset picker.")
-        st.caption(_sizes_line(done.get("sizes") or {}))
+        sizes = done.get("sizes") or {}
+        st.caption(_sizes_line(sizes) + (f". {heldout_support(sizes['heldout'])}" if "heldout" in sizes else ""))
         if st.button("Calibrate this dataset", key="data_calibrate"):
             st.session_state["calibrate_split"] = done
             st.switch_page("views/train.py")

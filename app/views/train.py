@@ -17,9 +17,10 @@ from app.settings_form import current_value, setting_input
 from app.state import describe_error
 from app.words import helps, method_name
 from calm_core.calibration.head import scope_note, scopes_for
+from calm_core.calibration.recommend import ALL_LABELLED, HELDOUT_ONLY
 from calm_core.data.entries import list_datasets
 from calm_core.data.schema import DataError
-from calm_core.data.split_sizes import advise_split
+from calm_core.data.split_sizes import CHOOSE_HELDOUT, FIXES, advise_split
 from calm_core.generative.sampling import PROMPTS, GenerationConfig
 from calm_core.glossary import define, tooltip
 from calm_core.runs.listing import list_runs
@@ -34,6 +35,7 @@ from calm_core.workspace.access import Access, PathRefused, confine_model_name, 
 from calm_core.workspace.estimate import estimate_for, planned_sizes
 from calm_core.workspace.launch import launch_training, session_active_runs
 from calm_core.workspace.machine_load import MachineLoad
+from calm_core.workspace.support import labelled_counts, support_sentence
 
 # The studio's multiple-choice demo: one domain to train on, two more to show what happens out of
 # domain. Other tasks start from their own DEFAULTS (training/tasks/<task>.py), as `calm train` does.
@@ -65,11 +67,20 @@ OUT_OF_DOMAIN = ["arc/easy_test", "builtin/capitals/test", "builtin/units/test"]
 
 
 class DataChoice(NamedTuple):
-    """The three data pickers' values: S_T, S_V and the evaluation sets."""
+    """The three data pickers' values: S_T, S_V and the evaluation sets, and where the
+    post-hoc calibrators are fitted (calibrate_on)."""
 
     train: str
     heldout: str
     evals: list[str]
+    calibrate_on: str = HELDOUT_ONLY
+
+
+# calibrate_on's choices as the page names them
+CALIBRATE_ON_WORDS = {
+    HELDOUT_ONLY: "the held-out set S_V",
+    ALL_LABELLED: "all labelled items, k-fold (S_T + S_V)",
+}
 
 
 class MethodChoice(NamedTuple):
@@ -167,8 +178,9 @@ def split_banner(state: Any) -> None:
         f"Calibrating `{split.get('source', split['train'])}`: S_T, S_V and the test part come from its split"
         f"{counts}; one out-of-domain set shows transfer. The estimated time is under **4. Cost and launch**."
     )
-    if sizes and advise_split(sizes).message:
-        st.warning(advise_split(sizes).message)
+    advice = advise_split(sizes) if sizes else None
+    if advice is not None and advice.message:
+        (st.warning if advice.warned else st.info)(advice.message)
 
 
 def choose_task() -> str:
@@ -248,7 +260,20 @@ def choose_data(task: str, names: list[str]) -> DataChoice:
         st.info("Choose a training set S_T and a held-out set S_V: the cost and the launch need both.")
         st.stop()
     _show_rejections([train_data, heldout, *evals], "open" if openqa else "mc")
-    return DataChoice(train_data, heldout, evals)
+    return DataChoice(train_data, heldout, evals, HELDOUT_ONLY if openqa else choose_calibrate_on())
+
+
+def choose_calibrate_on() -> str:
+    """Where the post-hoc calibrators are fitted: S_V, or every labelled item k-fold, the
+    fix for a small S_V that the sentence before launch offers (multiple choice only)."""
+    return st.radio(
+        "Fit post-hoc calibrators on",
+        list(CALIBRATE_ON_WORDS),
+        format_func=CALIBRATE_ON_WORDS.get,
+        horizontal=True,
+        key="train_calibrate_on",
+        help=tooltip("k-fold on all labelled items", "TS", "S_V"),
+    )
 
 
 def choose_method(task: str) -> MethodChoice:
@@ -422,6 +447,7 @@ def build_config(
             train_data=data.train,
             heldout_data=data.heldout,
             eval_data=tuple(data.evals),
+            calibrate_on=data.calibrate_on,
             method=choice.method,
             scope=choice.scope,
             scoring=choice.rule,
@@ -437,6 +463,7 @@ def cost(cfg: TrainConfig) -> None:
     launched: one likely duration and the range runs like it fall into, the breakdown in
     an expander (no estimate, and why, when a dataset cannot be read)."""
     st.subheader("4. Cost and launch")
+    support(cfg)
     try:
         sizes = _planned_sizes(json.dumps(cfg.to_dict(), sort_keys=True))
         estimate = estimate_for(cfg, machine=_machine_load(), sizes=sizes)
@@ -460,6 +487,25 @@ def cost(cfg: TrainConfig) -> None:
         st.dataframe(pd.DataFrame(estimate_text.part_rows(estimate)), hide_index=True, width="stretch")
         early = estimate_text.early_sentence(estimate)
         st.caption((f"{early} " if early else "") + estimate_text.parts_note(estimate))
+
+
+@st.cache_data(ttl=60, show_spinner=False)
+def _labelled_counts(config_json: str) -> tuple[int, int]:
+    """(S_V items, S_T items), kept a minute: counting reads both datasets."""
+    return labelled_counts(TrainConfig.from_dict(json.loads(config_json)))
+
+
+def support(cfg: TrainConfig) -> None:
+    """Before launch, in one sentence, what S_V supports (workspace/support.py, the words
+    `calm train` prints): a warning when it cannot choose between methods."""
+    try:
+        counts = _labelled_counts(json.dumps(cfg.to_dict(), sort_keys=True))
+    except (DataError, ValueError, OSError):  # the pickers above already say why
+        return
+    sentence = support_sentence(cfg, counts)
+    (st.info if counts[0] >= CHOOSE_HELDOUT else st.warning)(sentence, icon=":material/rule:")
+    if counts[0] < CHOOSE_HELDOUT and cfg.calibrate_on == HELDOUT_ONLY:
+        st.caption(f"{FIXES}: the first is the choice *Fit post-hoc calibrators on* in section 2.")
 
 
 def launch(cfg: TrainConfig, evals: list[str], access: Access) -> None:

@@ -47,6 +47,12 @@ RULE = (
     "it is preferred; post-hoc calibrators cross-fitted on S_V, CALM at its selected step"
 )
 KEEP, CHANGE = "keep", "change"  # Recommendation.decision
+# Where a run fits its post-hoc calibrators (TrainConfig.calibrate_on): on S_V alone, or on
+# every labelled item (S_T + S_V: the base model was trained on neither), k-fold cross-fitted
+# so that the recommendation reads out-of-fold predictions on all of them.
+HELDOUT_ONLY, ALL_LABELLED = "heldout", "all"
+CALIBRATE_ON = (HELDOUT_ONLY, ALL_LABELLED)
+HELDOUT_ITEMS, LABELLED_ITEMS = "held-out items", "labelled items (S_T + S_V, out of fold)"  # comparison["items"]
 
 
 IN_SAMPLE = "fitted and scored on the same"  # how `cross_fitted` says its figures are in-sample
@@ -66,6 +72,7 @@ def cross_fitted(
     seed: int = 0,
     min_fit: int = MIN_FIT_ITEMS,
     features: np.ndarray | None = None,
+    where: str = "S_V",
 ) -> tuple[dict[str, np.ndarray], str]:
     """(name -> probabilities (N, K) on the fit set, how they were made). Cross-fitted when
     S_V allows: each fold predicted by the calibrator fitted on the others (`fit_calibrator`,
@@ -74,7 +81,8 @@ def cross_fitted(
     and said so. {} with fewer than `min_fit` items (no calibrator can be fitted).
     A calibrator that reads hidden-state `features` (ats) is a candidate only with them
     and when the folds' training parts reach its own `min_items`: it is never scored
-    in-sample (it chooses its own features by cross-fitting, and would flatter itself)."""
+    in-sample (it chooses its own features by cross-fitting, and would flatter itself).
+    `where` names the fit set in the returned words ("S_V", or all labelled items)."""
     n = len(gold)
     if n < min_fit:
         return {}, f"S_V has {n} items, fewer than {min_fit}: no post-hoc calibrator"
@@ -102,7 +110,7 @@ def cross_fitted(
             fitted = fit_calibrator(cls, logits[rest], gold[rest], h[0])
             probs[part] = calibrated_probs(fitted, logits[part], h[1])
         out[name] = probs
-    return out, f"{k}-fold cross-fitted on S_V"
+    return out, f"{k}-fold cross-fitted on {where}"
 
 
 @dataclass
@@ -142,19 +150,21 @@ def recommend(
     reference: str = "base",
     posthoc_fit: str = "",
     in_sample: Sequence[str] = (),
+    items: str = HELDOUT_ITEMS,
 ) -> Recommendation:
     """What to use, chosen on S_V (see the module docstring): `reference` unless a candidate
     that keeps its S_V accuracy has a lower S_V NLL beyond the noise. `heldout_probs`:
     variant -> (N, K) probabilities on S_V; `in_sample`: the variants whose S_V figures come
     from a fit on the same items (refused when `reference` makes no mistake on S_V:
-    `_unidentifiable`)."""
+    `_unidentifiable`); `items`: what the compared items are, in words (LABELLED_ITEMS when
+    they are all labelled items, out of fold), recorded in the comparison for the sentence."""
     if reference not in heldout_probs:
         return Recommendation(None, f"no `{reference}` variant on S_V to compare accuracy against")
     figures = _figures(heldout_probs, gold, reference, in_sample)
     candidates = [name for name, f in figures.items() if f["kept_accuracy"] and f["evidence"]]
     paired = paired_bootstrap({name: metrics.item_nll(heldout_probs[name], gold) for name in candidates})
     chosen = _choose(candidates, figures, paired, reference)
-    comparison = _comparison(chosen, candidates, figures, paired, reference, len(gold))
+    comparison = {**_comparison(chosen, candidates, figures, paired, reference, len(gold)), "items": items}
     decision = KEEP if chosen == reference else CHANGE
     return Recommendation(
         chosen,

@@ -215,6 +215,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.run_dir:
         return run_in_process(RunDir.open(args.run_dir), show_progress=False)
     cfg = resolve_config(args)
+    _say_support(cfg)
     if _joined_torchrun(args):  # every rank trains the one run that rank 0 creates
         from calm_core.training import distributed
 
@@ -229,6 +230,23 @@ def cmd_train(args: argparse.Namespace) -> int:
             print(f"calm: queued behind running jobs ({run.path})", file=sys.stderr)
         return 0
     return run_in_process(create_run(cfg, root=args.runs_root), show_progress=True)
+
+
+def _say_support(cfg: Any) -> None:
+    """Before launch, what S_V supports (workspace/support.py, the Train page's words), on
+    stderr so that `--detach` still prints only the run id; nothing when a dataset cannot
+    be read (the run says why when it starts)."""
+    from calm_core.data.schema import DataError
+    from calm_core.training import distributed
+    from calm_core.workspace.support import support_sentence
+
+    if not distributed.is_main():
+        return
+    try:
+        sentence = support_sentence(cfg)
+    except (DataError, OSError, ValueError):
+        return
+    print(f"calm: note: {sentence}", file=sys.stderr, flush=True)
 
 
 def _joined_torchrun(args: argparse.Namespace) -> bool:

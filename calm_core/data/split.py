@@ -5,8 +5,9 @@
 
     calm data split upload/quiz --seed 0 --sizes 0.6,0.2,0.2 [--name quiz] [--no-stratify] [--overwrite]
 
-`calm data split` and the Data page refuse a split whose held-out part is under 10 items
-and warn under 30, with a split that fits (calm_core.data.split_sizes).
+`calm data split` and the Data page refuse a split whose held-out part is under MIN_HELDOUT
+items, warn when it cannot choose between methods (CHOOSE_HELDOUT, measured) and a larger
+held-out part fits, and say what it supports (calm_core.data.split_sizes).
 
 Stratified by answer position: the items whose gold is option k are spread over the parts
 in proportion to the part sizes (each part's count per position is within 1 of its share),
@@ -379,7 +380,7 @@ def cmd_split(args: argparse.Namespace) -> int:
     if advice.refused:
         raise DataError(advice.message)
     if advice.message:
-        print(f"warning: {advice.message}", file=sys.stderr)
+        print(f"{'warning' if advice.warned else 'note'}: {advice.message}", file=sys.stderr)
     record = save_split(plan, args.name, args.overwrite)
     how = "stratified by answer position" if record.stratify else "not stratified"
     unused = f", {record.n_unused} left out" if record.n_unused else ""

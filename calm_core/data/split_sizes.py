@@ -1,17 +1,28 @@
-"""How many items each part of a split gets (`part_sizes`), whether its held-out part S_V
-can support a comparison, and a split that can.
+"""How many items each part of a split gets (`part_sizes`), what its held-out part S_V
+supports (`heldout_support`), and a split that supports more.
 
     advice = advise_split({"train": 36, "heldout": 8, "test": 8}, requested=(0.7, 0.15, 0.15))
     advice.level        # "refuse": S_V under MIN_HELDOUT items
     advice.message      # why, in words: TS and the calibrated stop need held-out labels
-    advice.suggestion   # (50, 40, 10): percentages whose S_V has enough items, or None
+    advice.suggestion   # (45, 40, 15): percentages whose S_V has more items, or None
+    heldout_support(24) # "24 held-out items: enough to fit one temperature, not to choose between methods."
 
 S_V's labels are what temperature scaling is fitted on, what the calibrated stop selects
-CALM's step by and what the recommendation is chosen on: under MIN_HELDOUT items no
-post-hoc calibrator is fitted at all (calibration/posthoc's MIN_FIT_ITEMS), and under
-WARN_HELDOUT the fitted temperature and the selected step rest on a handful of labels.
-The Data page shows the advice before saving (and refuses), `calm data split` prints it
-(and refuses); this module only computes it.
+CALM's step by and what the recommendation is chosen on. Two thresholds, declared here
+once for the Data page, the Train page, `calm data split`, `calm train` and the docs:
+under MIN_HELDOUT items no post-hoc calibrator is fitted at all (calibration/posthoc's
+MIN_FIT_ITEMS); under CHOOSE_HELDOUT a temperature can be fitted, but the choice between
+keeping the model and a calibrator is not one to trust. CHOOSE_HELDOUT is measured, not
+chosen: bench/sv_agreement.py resamples S_V from scored sets and counts how often the S_V
+recommendation agrees with the choice a large test split makes (docs/results.md);
+`choose_threshold` turns that curve into the smallest size that agrees often enough on
+every set, and a test checks CHOOSE_HELDOUT against the published curve.
+
+Advice levels: REFUSE under MIN_HELDOUT; WARN under CHOOSE_HELDOUT when a split of the same
+source holds more S_V items (the suggestion); NOTE when none does: then the split is the
+best this source allows, so the page accepts it and says what it supports and which fixes
+work (k-fold cross-fitting on all labelled items, more items, a separate held-out set).
+This module only computes the advice.
 """
 
 from __future__ import annotations
@@ -25,20 +36,68 @@ from calm_core.data.entries import SPLIT_PARTS
 from calm_core.data.schema import DataError
 
 MIN_HELDOUT = MIN_FIT_ITEMS  # fewer S_V items: no TS, no cross-fitting, a calibrated stop on noise
-WARN_HELDOUT = 30  # fewer: each S_V item moves accuracy by more than 3 points
+# How often the S_V recommendation must agree with a large test split's choice for S_V to
+# count as able to choose between methods (bench/sv_agreement.py measures the agreement).
+AGREEMENT_TARGET = 0.8
+CHOOSE_HELDOUT = 80  # choose_threshold of bench/results/sv_agreement.json (tests/test_split_sizes.py)
 MAX_HELDOUT_PERCENT = 40  # a suggestion never holds out more: training and test need their items too
-OK, WARN, REFUSE = "ok", "warn", "refuse"
+OK, NOTE, WARN, REFUSE = "ok", "note", "warn", "refuse"
 WHY = (
     "TS and the calibrated stop need held-out labels: temperature scaling is fitted on S_V, and the step "
     "a CALM run hands back is selected on S_V"
 )
+FIXES = (
+    "To choose between methods: fit the post-hoc calibrators k-fold on all labelled items (S_T + S_V), "
+    "add items, or use a separate, larger held-out set"
+)
+
+
+def choose_threshold(agreement: Mapping[str, Mapping[int, float]], target: float = AGREEMENT_TARGET) -> int | None:
+    """The smallest measured S_V size from which on the agreement reaches `target` on every
+    set (set -> size -> share of resamples whose S_V choice matched the test split's); None
+    when even the largest size misses it on some set. "From which on": a size that reaches
+    it while a larger one misses does not count (it was luck, not enough items)."""
+    sizes = sorted({n for by_size in agreement.values() for n in by_size})
+    passing = [n for n in sizes if all(by_size.get(n, 0.0) >= target for by_size in agreement.values())]
+    for n in passing:
+        if all(m in passing for m in sizes if m >= n):
+            return n
+    return None
+
+
+def heldout_support(heldout: int, labelled: int | None = None) -> str:
+    """One plain sentence: what an S_V of `heldout` items supports (fit one temperature,
+    choose between methods, or neither), by MIN_HELDOUT and CHOOSE_HELDOUT. With `labelled`
+    (S_T + S_V items, when the post-hoc calibrators are k-fold cross-fitted on all of them)
+    a second clause says what that pool supports for the post-hoc choice."""
+    sentence = f"{_items(heldout, 'held-out')}: {_supports(heldout)}."
+    if labelled is not None:
+        sentence += (
+            f" With k-fold on all {_items(labelled, 'labelled')}, the post-hoc choice has "
+            f"{_supports(labelled).replace('enough to', 'enough items to', 1)}; a trained model is still "
+            "compared on S_V alone."
+        )
+    return sentence
+
+
+def _items(n: int, kind: str) -> str:
+    return f"{n} {kind} item{'s' if n != 1 else ''}"
+
+
+def _supports(n: int) -> str:
+    """What n labelled items support, in words."""
+    if n < MIN_HELDOUT:
+        return f"too few to fit even one temperature (at least {MIN_HELDOUT} needed)"
+    if n < CHOOSE_HELDOUT:
+        return f"enough to fit one temperature, not to choose between methods (that takes {CHOOSE_HELDOUT})"
+    return "enough to fit a temperature and to choose between methods"
 
 
 @dataclass(frozen=True)
 class SplitAdvice:
     """What to say about a split before it is saved."""
 
-    level: str  # OK, WARN or REFUSE
+    level: str  # OK, NOTE, WARN or REFUSE
     message: str  # "" when OK
     suggestion: tuple[int, int, int] | None = None  # train, heldout, test in % of the source
 
@@ -46,44 +105,56 @@ class SplitAdvice:
     def refused(self) -> bool:
         return self.level == REFUSE
 
+    @property
+    def warned(self) -> bool:
+        """Refused or warned: a better split of the same source exists (or none can be saved)."""
+        return self.level in (WARN, REFUSE)
+
 
 def advise_split(sizes: Mapping[str, int], requested: Sequence[float] = (0.6, 0.2, 0.2)) -> SplitAdvice:
     """Advice on the part sizes `sizes` (train / heldout / test item counts, as planned);
-    `requested` (the fractions or counts asked for) keeps the suggestion's train:test ratio."""
+    `requested` (the fractions or counts asked for) keeps the suggestion's train:test ratio.
+    The message opens with `heldout_support`'s sentence."""
     heldout, n = int(sizes.get("heldout", 0)), int(sum(sizes.values()))
-    if heldout >= WARN_HELDOUT:
+    if heldout >= CHOOSE_HELDOUT:
         return SplitAdvice(OK, "")
-    level = REFUSE if heldout < MIN_HELDOUT else WARN
-    limit = f"under {MIN_HELDOUT} items, too few to save" if level == REFUSE else f"under {WARN_HELDOUT} items"
-    message = f"S_V (heldout) would have {heldout} item{'s' if heldout != 1 else ''}, {limit}: {WHY}."
+    support = heldout_support(heldout)
     suggestion = suggest_percent(n, requested)
     if suggestion is not None and _heldout_items(n, suggestion) <= heldout:
-        suggestion = None  # nothing better to offer than what is asked: say so below
+        suggestion = None  # nothing better to offer than what is asked
+    if heldout < MIN_HELDOUT:
+        message = f"{support} {WHY}."
+        if suggestion is None:
+            return SplitAdvice(REFUSE, f"{message} This dataset ({n} items) is too small to split: add items.")
+        return SplitAdvice(REFUSE, f"{message} {_try(n, suggestion)}", suggestion)
     if suggestion is not None:
-        message += (
-            f" Try {suggestion[0]} / {suggestion[1]} / {suggestion[2]} % (train / heldout / test): S_V then "
-            f"has {_heldout_items(n, suggestion)} items."
-        )
-    else:
-        message += (
-            f" This dataset ({n} items) is too small for a larger held-out part beside training and "
-            "test parts: add items, or use a separate held-out set."
-        )
-    return SplitAdvice(level, message, suggestion)
+        return SplitAdvice(WARN, f"{support} {_try(n, suggestion)}", suggestion)
+    return SplitAdvice(NOTE, f"{support} This split holds out as much as this dataset ({n} items) allows. {FIXES}.")
+
+
+def _try(n: int, suggestion: tuple[int, int, int]) -> str:
+    """The suggestion in words, with what its S_V supports."""
+    items = _heldout_items(n, suggestion)
+    return (
+        f"Try {suggestion[0]} / {suggestion[1]} / {suggestion[2]} % (train / heldout / test) for "
+        f"{heldout_support(items)}"
+    )
 
 
 def suggest_percent(n: int, requested: Sequence[float] = (0.6, 0.2, 0.2)) -> tuple[int, int, int] | None:
     """Whole percentages (train, heldout, test) of `n` items: the smallest heldout share
-    that holds WARN_HELDOUT items, else the largest allowed (MAX_HELDOUT_PERCENT) when it
+    that holds CHOOSE_HELDOUT items, else the largest allowed (MAX_HELDOUT_PERCENT) when it
     holds MIN_HELDOUT; test keeps the requested share (10-30%), train the rest. None when
-    even that is too few (the dataset is too small to split for a comparison)."""
+    even that is too few (the dataset is too small to split for a comparison). Advising on
+    the suggestion itself never suggests it again (`advise_split` compares S_V's items), so
+    a page that offers it accepts it."""
     total = float(sum(requested)) or 1.0
     test = min(30, max(10, round(100 * float(requested[2]) / total)))
-    start = math.ceil(100 * WARN_HELDOUT / n) if n else MAX_HELDOUT_PERCENT + 1
+    start = math.ceil(100 * CHOOSE_HELDOUT / n) if n else MAX_HELDOUT_PERCENT + 1
     for heldout in [*range(max(1, start), MAX_HELDOUT_PERCENT + 1), MAX_HELDOUT_PERCENT]:
         percent = (100 - heldout - test, heldout, test)
         items = _heldout_items(n, percent)
-        if items >= WARN_HELDOUT or (heldout == MAX_HELDOUT_PERCENT and items >= MIN_HELDOUT):
+        if items >= CHOOSE_HELDOUT or (heldout == MAX_HELDOUT_PERCENT and items >= MIN_HELDOUT):
             return percent
     return None
 

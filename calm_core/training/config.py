@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from calm_core.calibration.head import SCOPES, check_scope_fits, scopes_for
+from calm_core.calibration.recommend import ALL_LABELLED, CALIBRATE_ON, HELDOUT_ONLY
 from calm_core.generative.sampling import GenerationConfig
 from calm_core.scoring.adapters import LoraSettings
 from calm_core.scoring.prompts import RULES
@@ -144,6 +145,14 @@ class TrainConfig:
     )
     checkpoint_every: int = 20  # steps between checkpoints (cancel always checkpoints)
     eval_batch_size: int = 32
+    calibrate_on: str = setting(
+        HELDOUT_ONLY,
+        "where the post-hoc calibrators (TS, vector scaling) are fitted: heldout (S_V) or all (every labelled "
+        "item, S_T + S_V, k-fold cross-fitted: the recommendation reads their out-of-fold predictions, so a "
+        "small S_V can still choose between them; a trained model is compared on S_V alone)",
+        label="Fit post-hoc calibrators on",
+        choices=CALIBRATE_ON,
+    )
     eval_baselines: bool = (
         True  # final evaluation also runs base and ts (off: runs sharing a base model and S_V reuse the first run's)
     )
@@ -171,6 +180,11 @@ class TrainConfig:
         method = get_method(self.method)
         self.method_settings = method_settings(self.method, self.method_settings)
         _one_of("scoring", self.scoring, RULES)
+        _one_of("calibrate_on", self.calibrate_on, CALIBRATE_ON)
+        if self.calibrate_on == ALL_LABELLED and self.task != "mcqa":
+            raise ValueError(
+                f"Expected `calibrate_on` heldout for task {self.task}: k-fold on all labelled items is mcqa's"
+            )
         task = get_task(self.task)
         _one_of("scope", self.scope, SCOPES + ("auto",))
         if task.METHODS is not None and self.method not in task.METHODS:

@@ -22,7 +22,7 @@ from typing import Any
 from calm_core.calibration.metrics.columns import interval_names
 from calm_core.calibration.metrics.paired import MIN_PAIRED_ITEMS, PAIRED_LEVEL, PairedDifference
 from calm_core.calibration.posthoc import calibrators
-from calm_core.calibration.recommend import KEEP, accuracy_slack
+from calm_core.calibration.recommend import HELDOUT_ITEMS, KEEP, accuracy_slack
 from calm_core.training.methods import METHODS
 from calm_core.training.selection import lower_limit
 
@@ -220,12 +220,13 @@ def recommendation_decision(results: dict[str, Any]) -> str | None:
 def _because(chosen: str, comparison: dict[str, Any]) -> str:
     """The sentence after its opening words, from the recommendation's `comparison`."""
     n, reference = int(comparison.get("n", 0)), comparison.get("reference", "base")
+    items = comparison.get("items", HELDOUT_ITEMS)  # recommend.LABELLED_ITEMS with calibrate_on = all
     against = {name: PairedDifference.from_dict(d) for name, d in (comparison.get("against_reference") or {}).items()}
     runner_up = comparison.get("runner_up")
     if chosen == reference:
-        return _keep_because(n, runner_up, against.get(runner_up) if runner_up else None)
+        return _keep_because(n, runner_up, against.get(runner_up) if runner_up else None, items)
     gain = against[chosen]
-    text = f"on {n} held-out items it lowers the NLL ({_interval('NLL change', gain)})"
+    text = f"on {n} {items} it lowers the NLL ({_interval('NLL change', gain)})"
     if not runner_up or runner_up == reference or not comparison.get("against_runner_up"):
         return text
     versus = PairedDifference.from_dict(comparison["against_runner_up"])
@@ -236,17 +237,17 @@ def _because(chosen: str, comparison: dict[str, Any]) -> str:
     return text + f"; it is tied with {variant_label(runner_up)} ({_interval('difference', versus)}), and {which}"
 
 
-def _keep_because(n: int, closest: str | None, gain: PairedDifference | None) -> str:
+def _keep_because(n: int, closest: str | None, gain: PairedDifference | None, items: str = HELDOUT_ITEMS) -> str:
     """Why the model is kept: nothing else to compare, too few items, a gain inside the
-    noise, or no gain at all."""
+    noise, or no gain at all. `items`: what the n items are, in words."""
     if closest is None or gain is None:
-        return f"on {n} held-out items, no other variant keeps its accuracy"
+        return f"on {n} {items}, no other variant keeps its accuracy"
     name = variant_label(closest)
     if gain.n < MIN_PAIRED_ITEMS:
-        return f"{n} held-out items are too few to tell any change from noise ({name}: {_interval('NLL change', gain)})"
+        return f"{n} {items} are too few to tell any change from noise ({name}: {_interval('NLL change', gain)})"
     if gain.mean < 0:
-        return f"on {n} held-out items, {name}'s gain cannot be told from noise ({_interval('NLL change', gain)})"
-    return f"on {n} held-out items, nothing lowers its NLL (the closest, {name}: {_interval('NLL change', gain)})"
+        return f"on {n} {items}, {name}'s gain cannot be told from noise ({_interval('NLL change', gain)})"
+    return f"on {n} {items}, nothing lowers its NLL (the closest, {name}: {_interval('NLL change', gain)})"
 
 
 def _interval(what: str, d: PairedDifference) -> str:

@@ -28,7 +28,7 @@ import torch
 
 from calm_core.calibration import metrics
 from calm_core.calibration.metrics.columns import curve_names
-from calm_core.calibration.recommend import IN_SAMPLE, cross_fitted, recommend
+from calm_core.calibration.recommend import ALL_LABELLED, IN_SAMPLE, LABELLED_ITEMS, cross_fitted, recommend
 from calm_core.data.schema import MCItem
 from calm_core.data.stream import LazyItems, subset
 from calm_core.faults import fault_point
@@ -267,25 +267,65 @@ def final_evaluation(
     `<method>_theta_only` (theta alone), the design's ablation of the head.
     `reuse`: what the evaluation of the step being evaluated (the selected one) computed
     at these same parameters; `extra`: more fields for results.json (the selection).
+    The post-hoc calibrators are fitted on S_V, or with calibrate_on = all on S_T + S_V
+    (the untouched model's scores of both), which results.json records with each of them.
     """
-    bs = ctx.settings.eval_batch_size
     heldout_cache: dict[tuple[bool, bool], Any] = (reuse or {}).get("heldout", {})
+    train_cache: dict[tuple[bool, bool], Any] = {}  # S_T's base scores, with calibrate_on = all
+    pooled = ctx.settings.calibrate_on == ALL_LABELLED
 
-    def heldout_logits() -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        heldout = _scores_for(ctx, data.heldout, bs, use_head=False, use_adapter=False, cache=heldout_cache)
-        return heldout.logits, heldout.gold, heldout.features
+    def fit_data() -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        return (
+            _labelled_base(ctx, data, heldout_cache, train_cache)
+            if pooled
+            else _base_arrays(ctx, data.heldout, heldout_cache)
+        )
 
+    n_fit = len(data.heldout) + (len(data.train) if pooled else 0)
     fitted, notes = fit_baselines(
-        len(data.heldout), heldout_logits, NAME, ctx.settings.eval_baselines, defaults_only=False
+        n_fit, fit_data, NAME, ctx.settings.eval_baselines, defaults_only=False
     )  # a run's table: TS and vector scaling beside the model
     rows = _evaluate_sets(ctx, data.evals, _variants_of(ctx, fitted), run.path, reuse)
-    records = baseline_records(fitted, notes, fit_on=ctx.settings.heldout_data)
-    recommendation = _recommendation(ctx, data, heldout_cache, fitted) if ctx.settings.eval_baselines else None
+    fit_on = f"{ctx.settings.train_data} + {ctx.settings.heldout_data}" if pooled else ctx.settings.heldout_data
+    records = baseline_records(fitted, notes, fit_on=fit_on, calibrate_on=ctx.settings.calibrate_on)
+    recommendation = (
+        _recommendation(ctx, data, (heldout_cache, train_cache), fitted) if ctx.settings.eval_baselines else None
+    )
     atomic_write_json(
         run.path / "results.json",
         {"results": rows, **records, **(extra or {}), **({"recommendation": recommendation} if recommendation else {})},
     )
     return rows
+
+
+def _base_arrays(
+    ctx: StepContext, items: Any, cache: dict[tuple[bool, bool], Any]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The untouched model's (logits, gold, features) on `items`: what post-hoc calibrators fit on."""
+    scores = _scores_for(ctx, items, ctx.settings.eval_batch_size, use_head=False, use_adapter=False, cache=cache)
+    return scores.logits, scores.gold, scores.features
+
+
+def _labelled_base(
+    ctx: StepContext, data: Data, heldout_cache: dict[tuple[bool, bool], Any], train_cache: dict[tuple[bool, bool], Any]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The untouched model's scores on every labelled item, S_T then S_V (calibrate_on =
+    all): the base model was trained on neither, so a post-hoc fit may use both. Option
+    counts may differ between the two: logits are padded with -inf, as within a set."""
+    train = _base_arrays(ctx, data.train, train_cache)
+    heldout = _base_arrays(ctx, data.heldout, heldout_cache)
+    width = max(train[0].shape[1], heldout[0].shape[1])
+    logits = np.concatenate([_pad(train[0], width), _pad(heldout[0], width)])
+    gold = np.concatenate([train[1], heldout[1]])
+    features = None if train[2] is None or heldout[2] is None else np.concatenate([train[2], heldout[2]])
+    return logits, gold, features
+
+
+def _pad(logits: np.ndarray, width: int) -> np.ndarray:
+    """(N, K) logits as (N, width), the new options at -inf (no probability)."""
+    out = np.full((len(logits), width), -np.inf, dtype=np.float64)
+    out[:, : logits.shape[1]] = logits
+    return out
 
 
 def added_evaluation(
@@ -349,18 +389,54 @@ def _item_top_label_brier(probs: np.ndarray, gold: np.ndarray) -> np.ndarray:
 
 
 def _recommendation(
-    ctx: StepContext, data: Data, heldout_cache: dict[tuple[bool, bool], Any], fitted: dict[str, Any]
+    ctx: StepContext, data: Data, caches: tuple[dict[tuple[bool, bool], Any], ...], fitted: dict[str, Any]
 ) -> dict[str, Any] | None:
     """Which variant to use, chosen on S_V (calibration/recommend.py): base, the trained
-    model (at its selected step) and each post-hoc calibrator cross-fitted on S_V."""
+    model (at its selected step) and each post-hoc calibrator cross-fitted on S_V; with
+    calibrate_on = all, `_pooled_recommendation`. `caches`: S_V's scores, then S_T's."""
     if not data.heldout:
         return None
+    heldout_cache = caches[0]
     bs = ctx.settings.eval_batch_size
     base = _scores_for(ctx, data.heldout, bs, use_head=False, use_adapter=False, cache=heldout_cache)
     trained = _scores_for(ctx, data.heldout, bs, use_head=True, use_adapter=True, cache=heldout_cache)
     probs = {"base": metrics.softmax(base.logits), ctx.settings.method: metrics.softmax(trained.logits)}
-    posthoc, how = cross_fitted(
-        base.logits, base.gold, {name: type(c) for name, c in fitted.items()}, features=base.features
-    )
+    classes = {name: type(c) for name, c in fitted.items()}
+    if ctx.settings.calibrate_on == ALL_LABELLED:
+        return _pooled_recommendation(ctx, data, caches, classes, probs)
+    posthoc, how = cross_fitted(base.logits, base.gold, classes, features=base.features)
     in_sample = list(posthoc) if how.startswith(IN_SAMPLE) else []
     return recommend({**probs, **posthoc}, base.gold, posthoc_fit=how, in_sample=in_sample).to_dict()
+
+
+def _pooled_recommendation(
+    ctx: StepContext,
+    data: Data,
+    caches: tuple[dict[tuple[bool, bool], Any], ...],
+    classes: dict[str, Any],
+    heldout_probs: dict[str, np.ndarray],
+) -> dict[str, Any]:
+    """calibrate_on = all: the post-hoc calibrators are k-fold cross-fitted on S_T + S_V, so
+    base against them is decided on every labelled item's out-of-fold prediction (more items,
+    a narrower interval). The trained model saw S_T, so it is compared on S_V alone, against
+    base and the same out-of-fold predictions restricted to S_V: it is recommended only when
+    it wins there; otherwise the pooled decision stands. Both comparisons are recorded."""
+    logits, gold, features = _labelled_base(ctx, data, *caches)
+    posthoc, how = cross_fitted(logits, gold, classes, features=features, where="all labelled items (S_T + S_V)")
+    in_sample = list(posthoc) if how.startswith(IN_SAMPLE) else []
+    pooled = recommend(
+        {"base": metrics.softmax(logits), **posthoc}, gold, posthoc_fit=how, in_sample=in_sample, items=LABELLED_ITEMS
+    )
+    n_train, heldout_gold = len(gold) - len(data.heldout), gold[len(gold) - len(data.heldout) :]
+    on_heldout = recommend(
+        {**heldout_probs, **{name: p[n_train:] for name, p in posthoc.items()}},
+        heldout_gold,
+        posthoc_fit=how,
+        in_sample=in_sample,
+    )
+    chosen = on_heldout if on_heldout.variant == ctx.settings.method else pooled
+    return {
+        **chosen.to_dict(),
+        "calibrate_on": ALL_LABELLED,
+        "stages": {"all labelled": pooled.to_dict(), "S_V": on_heldout.to_dict()},
+    }
