@@ -207,7 +207,7 @@ def diagrams(chosen: Chosen, view: DiagramView, owner: Owners) -> tuple[list[go.
         columns = st.columns(len(curves))
         for column, (variant, table) in zip(columns, tables.items(), strict=True):
             figure = reliability_figure(
-                table, f"{verdict.variant_label(variant)}: ECE {eces[variant]:.3f} ({n_bins} bins)"
+                table, f"{verdict.variant_label(variant)}: ECE {eces[variant]:.3f} ({n_bins} bins)", len(curves)
             )
             figures.append(figure)
             column.plotly_chart(figure, key=f"compare_side_{variant}")
