@@ -21,12 +21,13 @@ BAR_COLOR = "rgba(40, 40, 60, 0.85)"
 # Every figure's frame, in pixels (Plotly positions legends in fractions of the plot area,
 # so a fixed fraction lands on the axis title of one figure and far below another's).
 TITLE_CHARS = {1: 80, 2: 40, 3: 25}  # a title line's characters, by the charts sharing a row at 1280 px
-MODEBAR_PX = 30  # Plotly's mode bar across the figure's top right (on hover): titles start below it
+MODEBAR_PX = 36  # Plotly's mode bar across the figure's top right (on hover): titles start below it
 TITLE_LINE_PX = 22
-AXIS_BELOW_PX = 52  # tick labels and an x-axis title under the plot area
+ANNOTATION_PX = 20  # a label above the plot area (the selected step's)
+AXIS_BELOW_PX = 64  # tick labels and an x-axis title under the plot area
 TICKS_BELOW_PX = 30  # tick labels alone
-LEGEND_ROW_PX = 22
-LEGEND_CHARS = {1: 110, 2: 52, 3: 32}  # a horizontal legend row's characters, entries' symbols counted in
+LEGEND_ROW_PX = 30  # a row of large markers (the trade-off's stars) is this tall
+LEGEND_CHARS = {1: 95, 2: 46, 3: 30}  # a horizontal legend row's characters, entries' symbols counted in
 
 
 def title_lines(title: str, columns: int = 1) -> list[str]:
@@ -51,7 +52,8 @@ def frame(
     """Title, margins and legend in pixels: the title wrapped and below the mode bar, the
     legend under the x-axis title (never on it), the height grown by what they take."""
     lines = title_lines(title, columns)
-    top = MODEBAR_PX + TITLE_LINE_PX * len(lines) + (8 if lines else 0)
+    labels = ANNOTATION_PX if fig.layout.annotations else 0  # e.g. "selected" over its line, above the plot
+    top = MODEBAR_PX + TITLE_LINE_PX * len(lines) + (8 if lines else 0) + labels
     below = AXIS_BELOW_PX if x_title else TICKS_BELOW_PX
     names = [t.name for t in fig.data if t.showlegend is not False and t.name] if legend else []
     shown = len(names) > 1 or any(t.showlegend for t in fig.data)  # Plotly's rule: one trace alone has none
@@ -65,9 +67,11 @@ def frame(
             x=0,
             xref="container",
             xanchor="left",
-            y=1 - MODEBAR_PX / total,
+            # Plotly anchors a wrapped title by its first line ("top" lifts the others into the
+            # mode bar): the first line's bottom goes under the mode bar, the others below it.
+            y=1 - (MODEBAR_PX + TITLE_LINE_PX) / total,
             yref="container",
-            yanchor="top",
+            yanchor="bottom",
             pad=dict(l=8),
         ),
         margin=dict(l=48, r=12, t=top, b=bottom),

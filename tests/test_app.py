@@ -9,7 +9,7 @@ import pytest
 
 import plotly.graph_objects as go
 
-from app.charts import AXIS_BELOW_PX, MODEBAR_PX, accuracy_confidence_figure, reliability_figure
+from app.charts import AXIS_BELOW_PX, LEGEND_ROW_PX, MODEBAR_PX, TITLE_LINE_PX, accuracy_confidence_figure, reliability_figure
 from calm_core.calibration import metrics
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -152,9 +152,11 @@ def _legend_gap_px(fig) -> float:
     return -layout.legend.y * (layout.height - layout.margin.t - layout.margin.b)
 
 
-def _title_top_px(fig) -> float:
-    """How far below the figure's top its title starts, in pixels."""
-    return (1 - fig.layout.title.y) * fig.layout.height
+def _title_first_line_top_px(fig) -> float:
+    """How far below the figure's top the title's first line starts, in pixels (its
+    bottom is the anchor; one line is TITLE_LINE_PX tall)."""
+    assert fig.layout.title.yanchor == "bottom"
+    return (1 - fig.layout.title.y) * fig.layout.height - TITLE_LINE_PX
 
 
 def test_every_chart_is_framed_in_pixels_title_under_the_mode_bar_legend_under_the_axis_title() -> None:
@@ -168,11 +170,11 @@ def test_every_chart_is_framed_in_pixels_title_under_the_mode_bar_legend_under_t
     assert all(len(line) <= 25 for line in title_lines(title, 3))
     narrow = line_figure({"a": ([1, 2], [0.5, 0.4]), "tolerance": ([1, 2], [0.6, 0.6])}, title, columns=3)
     assert narrow.layout.title.text == "<br>".join(title_lines(title, 3))
-    assert _title_top_px(narrow) >= MODEBAR_PX and narrow.layout.title.yanchor == "top"
-    assert narrow.layout.margin.t >= MODEBAR_PX + 2 * 22  # two title lines fit above the plot area
+    assert _title_first_line_top_px(narrow) >= MODEBAR_PX
+    assert narrow.layout.margin.t >= MODEBAR_PX + 2 * TITLE_LINE_PX  # two title lines fit above the plot area
     for fig in (narrow, reliability_figure(_records(), "Reliability diagram at T = 1.00")):
         assert fig.layout.legend.yanchor == "top" and _legend_gap_px(fig) >= AXIS_BELOW_PX - 1e-6
-        assert fig.layout.margin.b >= AXIS_BELOW_PX + 22  # a legend row fits under the axis title
+        assert fig.layout.margin.b >= AXIS_BELOW_PX + LEGEND_ROW_PX  # a legend row fits under the axis title
     tall, short = (frame(go.Figure([go.Scatter(name="a"), go.Scatter(name="b")]), "t", h) for h in (600, 150))
     assert _legend_gap_px(tall) == pytest.approx(_legend_gap_px(short))  # pixels, not a fraction of the height
 

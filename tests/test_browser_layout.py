@@ -5,10 +5,11 @@ tiny model (trained first with `calm train`, so Monitor, Compare and the Playgro
 something to show) and one upload with long answers and rejected rows (the Data page's
 preview). Each page is opened from its URL and waited for with real-time waits (a cold
 server renders blank at first); every expander is opened so the charts behind it are
-drawn; then each Plotly chart is hovered (its toolbars show on hover) and measured:
+drawn, and every tab shown in turn; then each Plotly chart is hovered (its toolbars show on hover) and measured:
 
 - its title's box lies inside the chart (a title longer than the chart is cut at its edge);
-- its title's box meets neither Plotly's mode bar nor Streamlit's element toolbar;
+- its title's box meets neither Plotly's mode bar nor Streamlit's element toolbar, nor
+  the plot area or a label above it (the selected step's);
 - its legend's box meets no axis title.
 
 A screenshot of each page goes to $CALM_SCREENSHOTS (default: a temporary folder):
@@ -45,7 +46,7 @@ TRAIN = ["--method", "calm", "--name", "layout", "--steps", "6", "--set", "eval_
 
 # Per Plotly chart on the page: the boxes the checks compare (null where the chart has none).
 CHART_BOXES_JS = """
-() => [...document.querySelectorAll('[data-testid="stPlotlyChart"]')].filter(c => c.offsetParent).map(c => {
+() => [...document.querySelectorAll('[data-testid="stPlotlyChart"]')].map(c => {
   const box = e => { if (!e) return null; const r = e.getBoundingClientRect();
                      return r.width && r.height ? {x: r.x, y: r.y, w: r.width, h: r.height} : null; };
   const holder = c.closest('[data-testid="stElementContainer"]') || c.parentElement;
@@ -55,6 +56,8 @@ CHART_BOXES_JS = """
     chart: box(c.querySelector('svg.main-svg')),
     modebar: box(c.querySelector('.modebar')),
     toolbar: box(holder.querySelector('[data-testid="stElementToolbar"]')),
+    plot: box(c.querySelector('.draglayer .nsewdrag')),
+    labels: [...c.querySelectorAll('.annotation')].map(box).filter(b => b),
     legend: box(c.querySelector('.legend .bg')),
     axisTitles: [...c.querySelectorAll('.g-xtitle text, .g-x2title text, .g-ytitle text, .g-y2title text')]
                 .map(box).filter(b => b),
@@ -88,6 +91,10 @@ def layout_problems(charts: list[dict]) -> list[str]:
         for bar in ("modebar", "toolbar"):
             if overlap(chart["titleBox"], chart[bar]):
                 problems.append(f"{name}: the title is under the {bar}")
+        if overlap(chart["titleBox"], chart["plot"]):
+            problems.append(f"{name}: the title runs into the plot area")
+        if any(overlap(chart["titleBox"], label) for label in chart["labels"]):
+            problems.append(f"{name}: a label is written over the title")
         if any(overlap(chart["legend"], axis) for axis in chart["axisTitles"]):
             problems.append(f"{name}: the legend covers an axis title")
     return problems
@@ -97,8 +104,8 @@ def test_overlap_and_inside_read_boxes_as_meant() -> None:
     a = {"x": 0, "y": 0, "w": 100, "h": 20}
     assert overlap(a, {"x": 90, "y": 10, "w": 50, "h": 50}) and not overlap(a, {"x": 100, "y": 0, "w": 5, "h": 5})
     assert inside({"x": 5, "y": 0, "w": 90, "h": 5}, a) and not inside({"x": 5, "y": 0, "w": 120, "h": 5}, a)
-    assert layout_problems([{"title": "t", "titleBox": a, "chart": a, "modebar": a, "toolbar": None,
-                             "legend": None, "axisTitles": []}]) == ["'t': the title is under the modebar"]
+    assert layout_problems([{"title": "t", "titleBox": a, "chart": a, "modebar": a, "toolbar": None, "plot": None,
+                             "labels": [], "legend": None, "axisTitles": []}]) == ["'t': the title is under the modebar"]
 
 
 @pytest.fixture()
@@ -129,14 +136,18 @@ def _open(page, url: str, name: str) -> None:
     _wait_idle(page)
 
 
+IDLE_JS = ("() => { const w = document.querySelector('[data-testid=\"stStatusWidget\"]');"
+           " return (!w || !w.innerText.includes('Running'))"
+           " && !document.querySelector('[data-testid=\"stSpinner\"]'); }")
+
+
 def _wait_idle(page) -> None:
-    """Until no script run is going and no spinner shows."""
-    page.wait_for_timeout(1500)
-    page.wait_for_function(
-        "() => { const w = document.querySelector('[data-testid=\"stStatusWidget\"]');"
-        " return (!w || !w.innerText.includes('Running'))"
-        " && !document.querySelector('[data-testid=\"stSpinner\"]'); }", timeout=240_000)
-    page.wait_for_timeout(1000)
+    """Until no script run is going and no spinner shows, twice a second apart (a run
+    that has just been asked for shows its status a moment later)."""
+    for _ in range(2):
+        page.wait_for_timeout(1000)
+        page.wait_for_function(IDLE_JS, timeout=240_000)
+    page.wait_for_timeout(500)
 
 
 def _open_expanders(page) -> None:
@@ -148,6 +159,19 @@ def _open_expanders(page) -> None:
         closed.first.click()
         page.wait_for_timeout(400)
     _wait_idle(page)
+
+
+def _each_tab(page):
+    """Yields "" for a page without tabs, else each tab's name once it is shown (the
+    charts of a hidden tab are not drawn)."""
+    tabs = page.get_by_role("tab")
+    if not tabs.count():
+        yield ""
+        return
+    for i in range(tabs.count()):
+        tabs.nth(i).click()
+        _wait_idle(page)
+        yield "".join(c if c.isalnum() else "_" for c in tabs.nth(i).inner_text().strip().lower())
 
 
 def _measure(page) -> list[dict]:
@@ -192,12 +216,14 @@ def test_every_page_at_1280_px_has_whole_chart_titles(workspace: Path, tmp_path:
                     page.locator('input[type="file"]').set_input_files(str(_upload_file(tmp_path)))
                     page.get_by_text("Why 2 rows were rejected").first.wait_for(timeout=60_000)
                     _wait_idle(page)
-                _open_expanders(page)
-                assert not _exceptions(page), (name, _exceptions(page))
-                found = layout_problems(_measure(page))
+                found = []
+                for tab in _each_tab(page):
+                    _open_expanders(page)
+                    assert not _exceptions(page), (name, tab, _exceptions(page))
+                    found += layout_problems(_measure(page))
+                    _screenshot(page, shots / f"page-{name}{'-' + tab if tab else ''}.png")
                 if found:
-                    problems[name] = found
-                _screenshot(page, shots / f"page-{name}.png")
+                    problems[name] = sorted(set(found))
         except Exception:
             page.screenshot(path=str(shots / "failure-layout.png"), full_page=True)
             raise
