@@ -124,8 +124,11 @@ def temperature_section(scored: Scored, base: dict[str, float]) -> None:
         help=tooltip("temperature", "TS"),
     )
     fitted = TemperatureScaler.fit(scores.logits, scores.gold) if len(scores) >= 10 else None
+    # The slider's value lives in session state only: Fit T writes it there, and a slider
+    # given a default as well makes Streamlit log a warning with a stack trace.
+    st.session_state.setdefault("learn_temperature", 1.0)
     temperature = st.slider(
-        "Temperature T", T_MIN, T_MAX, 1.0, T_STEP, key="learn_temperature", help=define("temperature")
+        "Temperature T", T_MIN, T_MAX, step=T_STEP, key="learn_temperature", help=define("temperature")
     )
     if fitted is not None:
         left, right = st.columns([3, 1])
