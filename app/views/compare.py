@@ -436,7 +436,7 @@ def share(chosen: Chosen) -> None:
         on_click="ignore",
     )
     recommended = recommended_export(RunDir.at(run_id))
-    if recommended is not None:
+    if recommended is not None and not verdict.keeps_model(chosen.results[run_id]):  # "keep": nothing to download
         st.download_button(
             f"Recommended model: {verdict.variant_label(recommended)} (zip)",
             lambda: export_zip(RunDir.at(run_id), "recommended"),
