@@ -3,6 +3,7 @@ dataset is scored once per (model, dataset, rule, limit), kept on disk across re
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Sequence
 
@@ -64,6 +65,18 @@ def code(text: object) -> str:
     """User-given text (a model path, a dataset name) as inline code in Markdown: inside
     backticks nothing renders, so only the backticks themselves need taking out."""
     return "`" + str(text).replace("`", "'").replace("\n", " ") + "`"
+
+
+_MARKDOWN_SIGNS = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:=])")
+
+
+def plain(text: object) -> str:
+    """User-given text (a file's question, a rejection's reason) for a Markdown cell of
+    st.table, shown as written: every sign Markdown, LaTeX or a Streamlit directive could
+    read is escaped, and a line break is a space (None is an empty cell)."""
+    if text is None:
+        return ""
+    return _MARKDOWN_SIGNS.sub(r"\\\1", str(text)).replace("\r", " ").replace("\n", " ")
 
 
 def describe_error(exc: Exception) -> str:

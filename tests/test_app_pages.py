@@ -192,6 +192,24 @@ def _page_text(at) -> str:
     return _text(at) + "\n" + "\n".join(str(c.value) for c in at.code)
 
 
+def test_data_preview_and_rejections_are_whole_cells_of_the_files_own_text(open_page, tiny_everywhere) -> None:
+    """Issue 30: the preview and the rejected rows are static tables (cells wrap, none is
+    cut at a column's edge), and a cell's Markdown signs are escaped so it reads as written."""
+    from app.state import plain
+
+    long = "an answer * that runs _on_ and [on](x) past any column width, $5 :red[no] <b>bold</b>"
+    data = f'question,A,B,label\nQ?,"{long}",short,A\nBad row,,,A\n'.encode()
+    at = open_page("views/data.py")
+    at.get("file_uploader")[0].set_value(("long.csv", data, "text/csv")).run()
+    assert not at.exception, at.exception
+    preview = at.table[0].value
+    assert list(preview["correct option"]) == [plain(long)] and plain(long).replace("\\", "") == long
+    assert "options" in preview.columns and "answer" in preview.columns
+    reasons = list(at.table[1].value["row"])
+    assert len(reasons) == 1 and reasons[0].startswith(plain("long.csv, row 2"))
+    assert plain(None) == "" and plain("two\nlines") == "two lines"
+
+
 def test_data_page_maps_an_uploaded_csv_with_widgets_saves_and_splits_it(open_page, tiny_everywhere) -> None:
     """Issue 14: `prompt, opt1..opt4, label` needs no typed mapping; one file gives a run's three sets."""
     at = open_page("views/data.py")
@@ -203,11 +221,11 @@ def test_data_page_maps_an_uploaded_csv_with_widgets_saves_and_splits_it(open_pa
     assert at.selectbox(key="data_map_answer_form").value == "index1"
     assert [c.value for c in at.code] == ["question=prompt, choices=opt1|opt2|opt3|opt4, answer=label, answer_form=index1"]
     assert [(m.label, m.value) for m in at.metric] == [("Rows", "6"), ("Kept", "5"), ("Rejected", "1")]
-    preview = at.dataframe[1].value
+    preview = at.table[0].value  # a static table: whole cells, wrapped (issue 30)
     assert list(preview["correct option"]) == ["4", "Lima", "Mars", "Pacific", "Ice"]
     # A person changes the answer form: every answer moves by one, and the rejects say why.
     at.selectbox(key="data_map_answer_form").set_value("index0").run()
-    assert list(at.dataframe[1].value["correct option"])[:2] == ["5", "Cusco"]
+    assert list(at.table[0].value["correct option"])[:2] == ["5", "Cusco"]
     assert "answer_form=index0" in at.code[0].value
     at.selectbox(key="data_map_answer_form").set_value("index1").run()
     # Fewer than two option columns: one sentence naming the widget, no class name, no temporary path.

@@ -10,7 +10,9 @@ drawn, and every tab shown in turn; then each Plotly chart is hovered (its toolb
 - its title's box lies inside the chart (a title longer than the chart is cut at its edge);
 - its title's box meets neither Plotly's mode bar nor Streamlit's element toolbar, nor
   the plot area or a label above it (the selected step's);
-- its legend's box meets no axis title.
+- its legend's box meets no axis title;
+
+and no static table's cell (st.table) is narrower than its text.
 
 A screenshot of each page goes to $CALM_SCREENSHOTS (default: a temporary folder):
 
@@ -63,6 +65,13 @@ CHART_BOXES_JS = """
                 .map(box).filter(b => b),
   };
 })
+"""
+
+
+# Table cells (st.table: static, wrapping) whose text is wider than the cell: cut off.
+CUT_CELLS_JS = """
+() => [...document.querySelectorAll('[data-testid="stTable"] td, [data-testid="stTable"] th')]
+  .filter(c => c.offsetParent && c.scrollWidth > c.clientWidth + 1).map(c => c.innerText.slice(0, 80))
 """
 
 
@@ -221,6 +230,7 @@ def test_every_page_at_1280_px_has_whole_chart_titles(workspace: Path, tmp_path:
                     _open_expanders(page)
                     assert not _exceptions(page), (name, tab, _exceptions(page))
                     found += layout_problems(_measure(page))
+                    found += [f"table cell cut off: {text!r}" for text in page.evaluate(CUT_CELLS_JS)]
                     _screenshot(page, shots / f"page-{name}{'-' + tab if tab else ''}.png")
                 if found:
                     problems[name] = sorted(set(found))
