@@ -78,7 +78,10 @@ def frame(
         showlegend=bool(rows),
     )
     if rows:
-        fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", yanchor="top", y=-below / height))
+        # From the figure's bottom edge up: rows a Plotly "top" anchor would lift into the axis title stay below it.
+        fig.update_layout(
+            legend=dict(orientation="h", x=0, xanchor="left", yref="container", yanchor="bottom", y=4 / total)
+        )
     return fig
 
 

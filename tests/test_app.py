@@ -147,9 +147,14 @@ def test_figure_png_renders_or_says_why() -> None:
 
 
 def _legend_gap_px(fig) -> float:
-    """How far below the plot area a figure's legend starts, in pixels."""
+    """The room between the plot area's bottom and the legend's top, in pixels: the legend
+    stands on the figure's bottom edge and is as tall as its rows (app.charts.legend_rows)."""
+    from app.charts import legend_rows
+
     layout = fig.layout
-    return -layout.legend.y * (layout.height - layout.margin.t - layout.margin.b)
+    assert layout.legend.yref == "container" and layout.legend.yanchor == "bottom"
+    names = [t.name for t in fig.data if t.showlegend is not False and t.name]
+    return layout.margin.b - layout.legend.y * layout.height - LEGEND_ROW_PX * legend_rows(names)
 
 
 def _title_first_line_top_px(fig) -> float:
@@ -173,7 +178,7 @@ def test_every_chart_is_framed_in_pixels_title_under_the_mode_bar_legend_under_t
     assert _title_first_line_top_px(narrow) >= MODEBAR_PX
     assert narrow.layout.margin.t >= MODEBAR_PX + 2 * TITLE_LINE_PX  # two title lines fit above the plot area
     for fig in (narrow, reliability_figure(_records(), "Reliability diagram at T = 1.00")):
-        assert fig.layout.legend.yanchor == "top" and _legend_gap_px(fig) >= AXIS_BELOW_PX - 1e-6
+        assert _legend_gap_px(fig) >= AXIS_BELOW_PX - 1e-6
         assert fig.layout.margin.b >= AXIS_BELOW_PX + LEGEND_ROW_PX  # a legend row fits under the axis title
     tall, short = (frame(go.Figure([go.Scatter(name="a"), go.Scatter(name="b")]), "t", h) for h in (600, 150))
     assert _legend_gap_px(tall) == pytest.approx(_legend_gap_px(short))  # pixels, not a fraction of the height
@@ -189,7 +194,7 @@ def test_charts_say_what_their_marks_mean_and_skip_float_noise() -> None:
     path = tradeoff_figure({"id": ([10, 20], [0.5, 0.5], [0.3, 0.2])})
     keys = {t.name: t.marker.symbol for t in path.data if t.legendgroup == "key"}
     assert keys == {"first evaluation (open)": "circle-open", "last evaluation (filled, larger)": "circle"}
-    assert path.layout.legend.yanchor == "top" and _legend_gap_px(path) >= AXIS_BELOW_PX - 1e-6  # under the axis title
+    assert _legend_gap_px(path) >= AXIS_BELOW_PX - 1e-6  # under the x-axis title
     records = _records()
     lower, upper = metrics.bin_accuracy_intervals([0.95, 0.92, 0.91, 0.55, 0.52], [1, 0, 0, 1, 1], n_bins=5)
     over = reliability_overlay({"base": (records, lower, upper)})
