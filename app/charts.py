@@ -53,7 +53,7 @@ def frame(
     legend under the x-axis title (never on it), the height grown by what they take."""
     lines = title_lines(title, columns)
     labels = ANNOTATION_PX if fig.layout.annotations else 0  # e.g. "selected" over its line, above the plot
-    top = MODEBAR_PX + TITLE_LINE_PX * len(lines) + (8 if lines else 0) + labels
+    top = MODEBAR_PX + TITLE_LINE_PX * len(lines) + (14 if lines else 0) + labels
     below = AXIS_BELOW_PX if x_title else TICKS_BELOW_PX
     names = [t.name for t in fig.data if t.showlegend is not False and t.name] if legend else []
     shown = len(names) > 1 or any(t.showlegend for t in fig.data)  # Plotly's rule: one trace alone has none
