@@ -8,9 +8,11 @@ Each repeat starts its own `streamlit run app/main.py` (tests/test_browser.py
 what is on disk (the converted embedded model, the quiz scores `python -m
 calm_core.workspace.prepare` writes) is kept, as on a user's machine after set-up. Once
 the server answers its health check, one Chromium page opens the page and the bench
-notes two moments: the first spinner or progress bar (something says it is working;
-none when the chart comes first), and the first Plotly chart drawn (an `svg.main-svg` inside
-a `stPlotlyChart`). Prints one line per repeat and writes `--json`.
+notes the first spinner or progress bar (something says it is working; none when the
+chart comes first), the first Plotly chart drawn (an `svg.main-svg` inside a
+`stPlotlyChart`), and the longest stretch before it in which the page showed neither (a
+silent wait; it counts from the navigation, so a blank page at first counts too). Prints
+one line per repeat and writes `--json`.
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ POLL_S = 0.2
 
 
 def measure_once(page_title: str, timeout_s: float) -> dict[str, float | None]:
-    """One fresh server, one page: seconds from navigation to the first sign of work and
-    to the first chart (None: never within `timeout_s`)."""
+    """One fresh server, one page: seconds from navigation to the first sign of work, to
+    the first chart (None: never within `timeout_s`), and the longest silent stretch."""
     from playwright.sync_api import sync_playwright
 
     from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, running_studio
@@ -46,23 +48,27 @@ def measure_once(page_title: str, timeout_s: float) -> dict[str, float | None]:
                 page.goto(url)
                 if page_title != "Learn":
                     page.get_by_role("link", name=page_title).first.click()
-                working, chart = _watch(page, start, timeout_s)
+                seen = _watch(page, start, timeout_s)
                 browser.close()
-    return {"first_spinner_s": working, "first_chart_s": chart}
+    return seen
 
 
-def _watch(page, start: float, timeout_s: float) -> tuple[float | None, float | None]:
-    """Seconds since `start` at which a spinner or progress bar and a chart were first
-    seen, polled every POLL_S (None: not seen by the time the chart came, or by `timeout_s`)."""
+def _watch(page, start: float, timeout_s: float) -> dict[str, float | None]:
+    """Polled every POLL_S until the first chart: when a spinner or progress bar was first
+    seen, when the chart came, and the longest stretch in between with neither (a wait
+    that says nothing). None: not seen."""
     working = chart = None
+    silent_since, longest = 0.0, 0.0
     while chart is None and time.monotonic() - start < timeout_s:
-        now = round(time.monotonic() - start, 1)
-        if working is None and page.locator(WORKING).count():
-            working = now
+        now = time.monotonic() - start
         if page.locator(CHART).count():
-            chart = now
+            chart = round(now, 1)
+        elif page.locator(WORKING).count():
+            working = round(now, 1) if working is None else working
+            silent_since = now
+        longest = max(longest, now - silent_since)
         time.sleep(POLL_S)
-    return working, chart
+    return {"first_spinner_s": working, "first_chart_s": chart, "longest_silent_s": round(longest, 1)}
 
 
 def main() -> None:
