@@ -19,6 +19,12 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGES = page_paths()  # app/navigation.py: every page the router has
 
 
+def _unwrapped(spec: str) -> str:
+    """A chart's JSON with its titles' line breaks (app/charts.py wraps a long title to its
+    chart's width) read as spaces."""
+    return spec.replace("\\u003cbr\\u003e", " ").replace("<br>", " ")
+
+
 def _text(at) -> str:
     parts = [*at.markdown, *at.caption, *at.info, *at.error, *at.warning, *at.success, *at.title, *at.subheader]
     return "\n".join(str(p.value) for p in parts)
@@ -337,7 +343,7 @@ def test_monitor_and_compare_show_the_selected_step_and_the_recommendation(open_
     text = _text(monitor)
     assert "Selected step 4 (rule `best`): S_V NLL 0.8123, ECE 0.0712, accuracy 0.625; stopped early at step 12." in text
     assert "The model is from step 4, selected on S_V" in text
-    figures = [c.proto.spec for c in monitor.get("plotly_chart")]
+    figures = [_unwrapped(c.proto.spec) for c in monitor.get("plotly_chart")]
     assert sum('"text":"selected"' in spec for spec in figures) >= 6  # losses, lower level, evaluation curves
     assert any(f'"symbol":"{SELECTED_SYMBOL}"' in spec for spec in figures)  # the trade-off path
     assert any("S_T cross-entropy of theta (lower level)" in spec and '"name":"tolerance"' in spec for spec in figures)
@@ -483,7 +489,7 @@ def test_compare_opens_with_the_verdict_row_says_why_ts_is_missing_and_fits_its_
     assert list(metrics_table.columns) == ["variant", "acc", "brier"]
     assert any("side by side" in e.label for e in compare.expander)  # the long table, folded away
     compare.radio(key="compare_layout").set_value("side by side").run()
-    titles = [c.proto.spec for c in compare.get("plotly_chart")]
+    titles = [_unwrapped(c.proto.spec) for c in compare.get("plotly_chart")]
     assert titles and all('ECE 0.' in spec and "(15 bins)" in spec for spec in titles)
 
 
