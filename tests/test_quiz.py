@@ -152,3 +152,16 @@ def test_the_learn_page_opens_on_stored_scores_without_loading_the_model(open_pa
     assert not at.exception, at.exception
     assert len(at.get("plotly_chart")) == 2
     assert not at.get("progress")
+
+
+def test_setup_says_a_failed_quiz_and_still_lets_the_studio_start(tiny_model_dir: Path, tmp_path: Path, monkeypatch,
+                                                                   capsys) -> None:
+    monkeypatch.setattr(quiz_mod, "scores_root", lambda: tmp_path / "scores")
+    monkeypatch.setattr(quiz_mod, "embedded_model_dir", lambda: tiny_model_dir)
+
+    def broken(name):
+        raise RuntimeError("no memory left")
+
+    monkeypatch.setattr(quiz_mod, "load_model", broken)
+    assert quiz_mod.main() == 0
+    assert "Learn's quiz not scored (RuntimeError: no memory left)" in capsys.readouterr().out
