@@ -4,6 +4,8 @@ check every figure without a browser (relplot's habit: compute apart from drawin
 from __future__ import annotations
 
 import html
+import math
+import textwrap
 from collections import Counter
 from typing import Any, Mapping, Sequence
 
@@ -16,12 +18,82 @@ UNDER_COLOR = "rgba(52, 120, 198, 0.45)"  # accuracy above confidence
 BAR_COLOR = "rgba(40, 40, 60, 0.85)"
 
 
+# Every figure's frame, in pixels (Plotly positions legends in fractions of the plot area,
+# so a fixed fraction lands on the axis title of one figure and far below another's).
+TITLE_CHARS = {1: 80, 2: 40, 3: 25}  # a title line's characters, by the charts sharing a row at 1280 px
+MODEBAR_PX = 36  # Plotly's mode bar across the figure's top right (on hover): titles start below it
+TITLE_LINE_PX = 22
+ANNOTATION_PX = 20  # a label above the plot area (the selected step's)
+AXIS_BELOW_PX = 64  # tick labels and an x-axis title under the plot area
+TICKS_BELOW_PX = 30  # tick labels alone
+LEGEND_ROW_PX = 30  # a row of large markers (the trade-off's stars) is this tall
+LEGEND_CHARS = {1: 95, 2: 46, 3: 30}  # a horizontal legend row's characters, entries' symbols counted in
+
+
+def title_lines(title: str, columns: int = 1) -> list[str]:
+    """The title wrapped at word boundaries to fit a chart that shares its row with
+    `columns - 1` others: Plotly never wraps a title, it cuts it at the figure's edge."""
+    return textwrap.wrap(title, TITLE_CHARS.get(columns, TITLE_CHARS[3]), break_on_hyphens=False) if title else []
+
+
+def legend_rows(names: Sequence[str], columns: int = 1) -> int:
+    """How many rows a horizontal legend of `names` takes (about: each entry is its text
+    and a symbol), so the bottom margin can hold it."""
+    shown = [n for n in names if n]
+    if not shown:
+        return 0
+    chars = sum(len(n) + 6 for n in shown)
+    return max(1, math.ceil(chars / LEGEND_CHARS.get(columns, LEGEND_CHARS[3])))
+
+
+def frame(
+    fig: go.Figure, title: str, height: int, columns: int = 1, x_title: bool = True, legend: bool = True
+) -> go.Figure:
+    """Title, margins and legend in pixels: the title wrapped and below the mode bar, the
+    legend under the x-axis title (never on it), the height grown by what they take."""
+    lines = title_lines(title, columns)
+    labels = ANNOTATION_PX if fig.layout.annotations else 0  # e.g. "selected" over its line, above the plot
+    top = MODEBAR_PX + TITLE_LINE_PX * len(lines) + (14 if lines else 0) + labels
+    below = AXIS_BELOW_PX if x_title else TICKS_BELOW_PX
+    names = [t.name for t in fig.data if t.showlegend is not False and t.name] if legend else []
+    shown = len(names) > 1 or any(t.showlegend for t in fig.data)  # Plotly's rule: one trace alone has none
+    rows = legend_rows(names, columns) if legend and shown else 0
+    bottom = below + LEGEND_ROW_PX * rows + (6 if rows else 0)
+    total = height + top + bottom  # `height` is the plot area's: titles and legends add to it
+    fig.update_layout(
+        height=total,
+        title=dict(
+            text="<br>".join(lines),
+            x=0,
+            xref="container",
+            xanchor="left",
+            # Plotly anchors a wrapped title by its first line ("top" lifts the others into the
+            # mode bar): the first line's bottom goes under the mode bar, the others below it.
+            y=1 - (MODEBAR_PX + TITLE_LINE_PX) / total,
+            yref="container",
+            yanchor="bottom",
+            pad=dict(l=8),
+        ),
+        margin=dict(l=48, r=12, t=top, b=bottom),
+        showlegend=bool(rows),
+    )
+    if rows:
+        # From the figure's bottom edge up: rows a Plotly "top" anchor would lift into the axis title stay below it.
+        fig.update_layout(
+            legend=dict(orientation="h", x=0, xanchor="left", yref="container", yanchor="bottom", y=4 / total)
+        )
+    return fig
+
+
 def _centers(records: Sequence[dict[str, Any]]) -> list[float]:
     return [(r["lower"] + r["upper"]) / 2 for r in records]
 
 
-def reliability_figure(records: Sequence[dict[str, Any]], title: str = "Reliability diagram") -> go.Figure:
-    """Accuracy per confidence bin (bars), the gap to the diagonal, and a histogram.
+def reliability_figure(
+    records: Sequence[dict[str, Any]], title: str = "Reliability diagram", columns: int = 1
+) -> go.Figure:
+    """Accuracy per confidence bin (bars), the gap to the diagonal, and a histogram;
+    `columns`: how many charts share its row (its title wraps to fit).
 
     `records` are `BinTable.to_records()` rows. Empty bins get no bar and an 'x' on the
     axis, so a reader can tell "no items here" from "accuracy 0". Top panel: accuracy
@@ -84,19 +156,16 @@ def reliability_figure(records: Sequence[dict[str, Any]], title: str = "Reliabil
         col=1,
         showlegend=False,
     )
-    return _reliability_layout(fig, title, barmode="overlay", height=460, y_max=1.0)
+    return _reliability_layout(fig, title, barmode="overlay", height=340, y_max=1.0, columns=columns)
 
 
-def _reliability_layout(fig: go.Figure, title: str, barmode: str, height: int, y_max: float) -> go.Figure:
+def _reliability_layout(
+    fig: go.Figure, title: str, barmode: str, height: int, y_max: float, columns: int = 1
+) -> go.Figure:
     """The two-panel frame shared by the reliability figures: accuracy over confidence
     above, item counts below, legend underneath."""
-    fig.update_layout(
-        title=title,
-        barmode=barmode,
-        height=height,
-        margin=dict(l=40, r=10, t=50, b=40),
-        legend=dict(orientation="h", y=-0.15),
-    )
+    frame(fig, title, height, columns)
+    fig.update_layout(barmode=barmode)
     fig.update_yaxes(range=[0, y_max], title_text="accuracy", row=1, col=1)
     fig.update_yaxes(title_text="items", row=2, col=1)
     fig.update_xaxes(range=[0, 1], title_text="confidence", row=2, col=1)
@@ -114,7 +183,8 @@ def accuracy_confidence_figure(accuracy: float, confidence: float, title: str = 
             textposition="outside",
         )
     )
-    fig.update_layout(title=title, yaxis_range=[0, 1.1], height=300, margin=dict(l=40, r=10, t=40, b=30))
+    frame(fig, title, 230, columns=2, x_title=False, legend=False)
+    fig.update_layout(yaxis_range=[0, 1.1])
     return fig
 
 
@@ -142,8 +212,10 @@ def line_figure(
     x_title: str = "step",
     selected_step: int | None = None,
     threshold: tuple[float, str] | None = None,
+    columns: int = 1,
 ) -> go.Figure:
-    """One line per named (x, y) curve, e.g. ECE per evaluation set over training steps.
+    """One line per named (x, y) curve, e.g. ECE per evaluation set over training steps;
+    `columns`: how many charts share its row (its title and legend wrap to fit).
     `selected_step`: a vertical dashed line labelled "selected" at the step the run's
     model is from; `threshold` (value, label): a dotted horizontal line across the curves
     (a trace, so the legend names it), e.g. the lower level's tolerance."""
@@ -175,9 +247,7 @@ def line_figure(
             annotation_text=SELECTED_LABEL,
             annotation_position="top",
         )
-    fig.update_layout(
-        title=title, height=300, margin=dict(l=40, r=10, t=40, b=30), legend=dict(orientation="h", y=-0.25)
-    )
+    frame(fig, title, 200, columns, x_title=bool(x_title))
     fig.update_xaxes(title_text=x_title)
     fig.update_yaxes(title_text=y_title, type="log" if log_y else "linear")
     ys = [float(v) for _, y in curves.values() for v in y if np.isfinite(v)]
@@ -206,7 +276,7 @@ def alpha_heatmap(
             hovertemplate="%{x}, step %{y}: %{z:.3f}<extra></extra>",
         )
     )
-    fig.update_layout(title=title, height=320, margin=dict(l=40, r=10, t=40, b=30))
+    frame(fig, title, 250, x_title=False, legend=False)
     fig.update_yaxes(title_text="step", autorange="reversed")
     return fig
 
@@ -215,8 +285,7 @@ def alpha_bars(values: Sequence[float], labels: Sequence[str], step: int, name: 
     """alpha at one step (the heatmap's row under the step slider)."""
     fig = go.Figure(go.Bar(x=list(labels), y=[float(v) for v in values], marker_color=ACCENT))
     fig.add_hline(y=1.0 if name == "tau" else 0.0, line_dash="dash", line_color="gray")
-    fig.update_layout(title=f"{name} at step {step}", height=280, margin=dict(l=40, r=10, t=40, b=30))
-    return fig
+    return frame(fig, f"{name} at step {step}", 210, columns=2, x_title=False, legend=False)
 
 
 REFERENCE_SYMBOLS = {"base": "x", "ts": "diamond"}
@@ -282,12 +351,7 @@ def tradeoff_figure(
             legendgroup="key",  # a legend key, no data
             marker=dict(color="gray", size=9, symbol=symbol),
         )
-    fig.update_layout(
-        title="Trade-off over training",
-        height=460,
-        margin=dict(l=40, r=10, t=40, b=40),
-        legend=dict(orientation="h", yanchor="top", y=-0.22),
-    )  # below the x-axis title, not on it
+    frame(fig, "Trade-off over training", 360)  # the legend below the x-axis title, not on it
     fig.update_xaxes(title_text="ECE (lower is better)")
     fig.update_yaxes(title_text="accuracy")
     return fig
@@ -343,7 +407,7 @@ def reliability_overlay(
             row=2,
             col=1,
         )
-    return _reliability_layout(fig, title, barmode="group", height=500, y_max=1.02)
+    return _reliability_layout(fig, title, barmode="group", height=380, y_max=1.02)
 
 
 def option_probability_figure(
@@ -363,13 +427,8 @@ def option_probability_figure(
             text=[f"{float(v):.0%}" for v in p],
             textposition="outside",
         )
-    fig.update_layout(
-        barmode="group",
-        yaxis_range=[0, 1.1],
-        height=340,
-        margin=dict(l=40, r=10, t=30, b=30),
-        legend=dict(orientation="h", y=-0.2),
-    )
+    frame(fig, "", 280, x_title=False)
+    fig.update_layout(barmode="group", yaxis_range=[0, 1.1])
     return fig
 
 
@@ -403,13 +462,8 @@ def confidence_histogram(
             customdata=[[f"{lo:.2f}-{hi:.2f}"] for lo, hi in zip(edges[:-1], edges[1:], strict=True)],
             hovertemplate=label + ": %{y} items at confidence %{customdata[0]}<extra></extra>",
         )
-    fig.update_layout(
-        title=html.escape(title),
-        barmode="group",
-        height=320,
-        margin=dict(l=40, r=10, t=50, b=30),
-        legend=dict(orientation="h", y=-0.25),
-    )
+    frame(fig, html.escape(title), 240)
+    fig.update_layout(barmode="group")
     fig.update_xaxes(range=[0, 1], title_text="confidence")
     fig.update_yaxes(title_text="items")
     return fig

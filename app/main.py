@@ -19,6 +19,7 @@ if str(ROOT) not in sys.path:
 import streamlit as st  # noqa: E402
 from starlette.middleware import Middleware  # noqa: E402
 
+from app import warmup  # noqa: E402
 from app.front import DoorRules, FrontDoor  # noqa: E402
 from app.gate import studio_access  # noqa: E402
 from calm_core.workspace.hosts import allowed_hosts  # noqa: E402
@@ -31,4 +32,5 @@ def door_rules() -> DoorRules:
     return DoorRules(access=access, hosts=allowed_hosts(os.environ, access.shared), base=base.rstrip("/"))
 
 
+warmup.start_in_background()  # PyTorch and the scoring code load while the server waits for a browser
 app = st.App(str(Path(__file__).with_name("studio.py")), middleware=[Middleware(FrontDoor, rules=door_rules)])

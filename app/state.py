@@ -1,14 +1,18 @@
 """Process-wide caches for the pages: a model is loaded once per process, and a
-dataset is scored once per (model, dataset, rule, limit)."""
+dataset is scored once per (model, dataset, rule, limit), kept on disk across restarts."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+from typing import Sequence
+
 import streamlit as st
 
-from calm_core.scoring.evaluate import score_dataset
-from calm_core.scoring.models import LoadedModel, load_model
+from calm_core.data.schema import MCItem
+from calm_core.scoring.models import LoadedModel, embedded_model_dir, load_model
 from calm_core.scoring.options import OptionScores
-from calm_core.scoring.prompts import ScoringConfig
+from calm_core.scoring.quiz import Quiz, cached_scores, quiz_items, score_quiz
 from calm_core.workspace.playground import TrainedModel
 
 
@@ -23,26 +27,56 @@ def _score_store() -> dict[tuple, OptionScores]:
     return {}
 
 
+@st.cache_resource(show_spinner="Preparing the embedded model (the first time converts it: about a minute)...")
+def model_dir(name: str = "embedded") -> Path:
+    """The directory whose files name the model in the scores' disk cache."""
+    return embedded_model_dir() if name == "embedded" else Path(name)
+
+
 def get_scores(model_name: str, dataset: str, rule: str, limit: int, seed: int = 0) -> OptionScores:
-    """Scores for a page, computed once per process with a progress bar while they run."""
+    """Scores for a page: from this process's memory, else from the disk cache that set-up
+    fills for Learn's default quiz (calm_core/scoring/quiz.py), else scored with a
+    progress bar and written there for the next start."""
     key = (model_name, dataset, rule, limit, seed)
     store = _score_store()
     if key not in store:
-        lm = get_model(model_name)
-        bar = st.progress(0.0, text=f"Scoring {dataset} with {model_name} ({rule})...")
-
-        def report(done: int, total: int) -> None:
-            bar.progress(done / total, text=f"Scoring {dataset}: {done}/{total} questions")
-
-        store[key] = score_dataset(lm, dataset, ScoringConfig(rule=rule), limit=limit, seed=seed, progress=report)
-        bar.empty()
+        quiz = Quiz(dataset, rule, limit, seed)
+        with st.spinner(f"Reading the questions of {dataset}..."):
+            items = quiz_items(quiz)
+        store[key], _ = cached_scores(model_dir(model_name), quiz, items, lambda todo: _score(model_name, quiz, todo))
     return store[key]
+
+
+def _score(model_name: str, quiz: Quiz, items: Sequence[MCItem]) -> OptionScores:
+    """The model loaded (a spinner) and the items scored under a progress bar."""
+    lm = get_model(model_name)
+    bar = st.progress(0.0, text=f"Scoring {quiz.dataset} with {model_name} ({quiz.rule})...")
+
+    def report(done: int, total: int) -> None:
+        bar.progress(done / total, text=f"Scoring {quiz.dataset}: {done}/{total} questions")
+
+    try:
+        return score_quiz(lm, quiz, items, progress=report)
+    finally:
+        bar.empty()
 
 
 def code(text: object) -> str:
     """User-given text (a model path, a dataset name) as inline code in Markdown: inside
     backticks nothing renders, so only the backticks themselves need taking out."""
     return "`" + str(text).replace("`", "'").replace("\n", " ") + "`"
+
+
+_MARKDOWN_SIGNS = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:=])")
+
+
+def plain(text: object) -> str:
+    """User-given text (a file's question, a rejection's reason) for a Markdown cell of
+    st.table, shown as written: every sign Markdown, LaTeX or a Streamlit directive could
+    read is escaped, and a line break is a space (None is an empty cell)."""
+    if text is None:
+        return ""
+    return _MARKDOWN_SIGNS.sub(r"\\\1", str(text)).replace("\r", " ").replace("\n", " ")
 
 
 def describe_error(exc: Exception) -> str:

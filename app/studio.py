@@ -15,7 +15,7 @@ if str(ROOT) not in sys.path:
 
 import streamlit as st  # noqa: E402
 
-from app import navigation  # noqa: E402
+from app import navigation, warmup  # noqa: E402
 from app.gate import passes_gate, studio_access  # noqa: E402
 
 st.set_page_config(page_title="CALM Studio", page_icon=str(ROOT / "assets" / "logo.svg"), layout="wide")
@@ -33,4 +33,5 @@ if gated:
     st.stop()
 st.sidebar.markdown("### CALM Studio")
 st.sidebar.caption("Calibrate aligned LLMs during fine-tuning, and see the difference.")
+warmup.ready()  # a fresh server's first page: a spinner while PyTorch loads, not a blank page
 page.run()

@@ -440,8 +440,8 @@ TERMS: tuple[Term, ...] = (
     ),
     Term(
         "q",
-        "How much better theta~ fits the training batch than theta does. BOME keeps it from growing, so calibrating "
-        "does not cost the training fit.",
+        "How much better the adapter could fit the current training batch after a few extra steps (theta~) than "
+        "it fits it now (theta). BOME keeps it from growing, so calibrating does not cost the training fit.",
         BOME,
     ),
     Term(
@@ -479,8 +479,8 @@ TERMS: tuple[Term, ...] = (
     ),
     Term(
         "inner drop",
-        "The share of the training loss the inner solve removes. Near 0, theta~ is theta and nothing ties the head "
-        "to the training fit.",
+        "The share of the batch's training loss that the few extra steps (the inner solve) remove. Near 0, theta~ "
+        "is theta and nothing ties the head to the training fit.",
         BOME,
         ("inner_drop_frac", "inner drop frac", "inner drop fraction"),
     ),
@@ -500,8 +500,8 @@ TERMS: tuple[Term, ...] = (
     ),
     Term(
         "descent ratio",
-        "How much of BOME's promised decrease of q the step delivered: 1 or more keeps the promise. Only plain "
-        "steps make it; AdamW voids it.",
+        "Whether the step kept BOME's promise to shrink q by at least a set amount (xi times phi): 1 or more means "
+        "it did. Only plain gradient steps make the promise; AdamW voids it.",
         BOME,
         ("descent_ratio",),
     ),

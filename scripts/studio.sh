@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up (or refresh) .venv, convert the embedded model once, and start the studio.
+# Set up (or refresh) .venv, convert the embedded model and score Learn's quiz once, and start the studio.
 #   bash scripts/studio.sh                 # private: listens on 127.0.0.1 only (.streamlit/config.toml)
 #   CALM_STUDIO_PASSWORD=... bash scripts/studio.sh --share   # every interface, behind the password
 #       --host NAME              a name the studio answers besides localhost and IP addresses (repeatable)
@@ -37,5 +37,7 @@ bash scripts/setup.sh
 if [ "$share" = 1 ]; then
     .venv/bin/python -m calm_core.workspace.access || exit 2   # a password too short: says why
 fi
-.venv/bin/python -c "from calm_core.scoring.models import embedded_model_dir; print('embedded model:', embedded_model_dir())"
+# Convert the embedded model and score the Learn page's quiz into the model cache, once
+# (calm_core/scoring/quiz.py): the page then opens on stored scores, not a minute of scoring.
+.venv/bin/python -m calm_core.scoring.quiz
 exec .venv/bin/streamlit run app/main.py "${args[@]}"

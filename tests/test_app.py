@@ -7,7 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.charts import accuracy_confidence_figure, reliability_figure
+import plotly.graph_objects as go
+
+from app.charts import AXIS_BELOW_PX, LEGEND_ROW_PX, MODEBAR_PX, TITLE_LINE_PX, accuracy_confidence_figure, reliability_figure
 from calm_core.calibration import metrics
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -144,6 +146,44 @@ def test_figure_png_renders_or_says_why() -> None:
     assert (png is not None and png.startswith(b"\x89PNG") and why == "") or (png is None and "HTML" in why)
 
 
+def _legend_gap_px(fig) -> float:
+    """The room between the plot area's bottom and the legend's top, in pixels: the legend
+    stands on the figure's bottom edge and is as tall as its rows (app.charts.legend_rows)."""
+    from app.charts import legend_rows
+
+    layout = fig.layout
+    assert layout.legend.yref == "container" and layout.legend.yanchor == "bottom"
+    names = [t.name for t in fig.data if t.showlegend is not False and t.name]
+    return layout.margin.b - layout.legend.y * layout.height - LEGEND_ROW_PX * legend_rows(names)
+
+
+def _title_first_line_top_px(fig) -> float:
+    """How far below the figure's top the title's first line starts, in pixels (its
+    bottom is the anchor; one line is TITLE_LINE_PX tall)."""
+    assert fig.layout.title.yanchor == "bottom"
+    return (1 - fig.layout.title.y) * fig.layout.height - TITLE_LINE_PX
+
+
+def test_every_chart_is_framed_in_pixels_title_under_the_mode_bar_legend_under_the_axis_title() -> None:
+    """Issue 30: a title is wrapped to its chart's width and starts below Plotly's mode bar;
+    the legend starts below the x-axis title whatever the figure's height; the top and
+    bottom margins hold them, so the plot area keeps its height."""
+    from app.charts import frame, line_figure, reliability_figure, title_lines
+
+    title = "S_T cross-entropy of theta (lower level)"
+    assert len(title_lines(title, 1)) == 1 and len(title_lines(title, 3)) == 2
+    assert all(len(line) <= 25 for line in title_lines(title, 3))
+    narrow = line_figure({"a": ([1, 2], [0.5, 0.4]), "tolerance": ([1, 2], [0.6, 0.6])}, title, columns=3)
+    assert narrow.layout.title.text == "<br>".join(title_lines(title, 3))
+    assert _title_first_line_top_px(narrow) >= MODEBAR_PX
+    assert narrow.layout.margin.t >= MODEBAR_PX + 2 * TITLE_LINE_PX  # two title lines fit above the plot area
+    for fig in (narrow, reliability_figure(_records(), "Reliability diagram at T = 1.00")):
+        assert _legend_gap_px(fig) >= AXIS_BELOW_PX - 1e-6
+        assert fig.layout.margin.b >= AXIS_BELOW_PX + LEGEND_ROW_PX  # a legend row fits under the axis title
+    tall, short = (frame(go.Figure([go.Scatter(name="a"), go.Scatter(name="b")]), "t", h) for h in (600, 150))
+    assert _legend_gap_px(tall) == pytest.approx(_legend_gap_px(short))  # pixels, not a fraction of the height
+
+
 def test_charts_say_what_their_marks_mean_and_skip_float_noise() -> None:
     """Issue 23's smaller items: the trade-off legend explains open and filled markers and
     sits below the x-axis title; the overlay draws no lines across empty bins; both gap
@@ -154,7 +194,7 @@ def test_charts_say_what_their_marks_mean_and_skip_float_noise() -> None:
     path = tradeoff_figure({"id": ([10, 20], [0.5, 0.5], [0.3, 0.2])})
     keys = {t.name: t.marker.symbol for t in path.data if t.legendgroup == "key"}
     assert keys == {"first evaluation (open)": "circle-open", "last evaluation (filled, larger)": "circle"}
-    assert path.layout.legend.yanchor == "top" and path.layout.legend.y < -0.15
+    assert _legend_gap_px(path) >= AXIS_BELOW_PX - 1e-6  # under the x-axis title
     records = _records()
     lower, upper = metrics.bin_accuracy_intervals([0.95, 0.92, 0.91, 0.55, 0.52], [1, 0, 0, 1, 1], n_bins=5)
     over = reliability_overlay({"base": (records, lower, upper)})

@@ -19,6 +19,12 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGES = page_paths()  # app/navigation.py: every page the router has
 
 
+def _unwrapped(spec: str) -> str:
+    """A chart's JSON with its titles' line breaks (app/charts.py wraps a long title to its
+    chart's width) read as spaces."""
+    return spec.replace("\\u003cbr\\u003e", " ").replace("<br>", " ")
+
+
 def _text(at) -> str:
     parts = [*at.markdown, *at.caption, *at.info, *at.error, *at.warning, *at.success, *at.title, *at.subheader]
     return "\n".join(str(p.value) for p in parts)
@@ -192,6 +198,24 @@ def _page_text(at) -> str:
     return _text(at) + "\n" + "\n".join(str(c.value) for c in at.code)
 
 
+def test_data_preview_and_rejections_are_whole_cells_of_the_files_own_text(open_page, tiny_everywhere) -> None:
+    """Issue 30: the preview and the rejected rows are static tables (cells wrap, none is
+    cut at a column's edge), and a cell's Markdown signs are escaped so it reads as written."""
+    from app.state import plain
+
+    long = "an answer * that runs _on_ and [on](x) past any column width, $5 :red[no] <b>bold</b>"
+    data = f'question,A,B,label\nQ?,"{long}",short,A\nBad row,,,A\n'.encode()
+    at = open_page("views/data.py")
+    at.get("file_uploader")[0].set_value(("long.csv", data, "text/csv")).run()
+    assert not at.exception, at.exception
+    preview = at.table[0].value
+    assert list(preview["correct option"]) == [plain(long)] and plain(long).replace("\\", "") == long
+    assert "options" in preview.columns and "answer" in preview.columns
+    reasons = list(at.table[1].value["row"])
+    assert len(reasons) == 1 and reasons[0].startswith(plain("long.csv, row 2"))
+    assert plain(None) == "" and plain("two\nlines") == "two lines"
+
+
 def test_data_page_maps_an_uploaded_csv_with_widgets_saves_and_splits_it(open_page, tiny_everywhere) -> None:
     """Issue 14: `prompt, opt1..opt4, label` needs no typed mapping; one file gives a run's three sets."""
     at = open_page("views/data.py")
@@ -203,11 +227,11 @@ def test_data_page_maps_an_uploaded_csv_with_widgets_saves_and_splits_it(open_pa
     assert at.selectbox(key="data_map_answer_form").value == "index1"
     assert [c.value for c in at.code] == ["question=prompt, choices=opt1|opt2|opt3|opt4, answer=label, answer_form=index1"]
     assert [(m.label, m.value) for m in at.metric] == [("Rows", "6"), ("Kept", "5"), ("Rejected", "1")]
-    preview = at.dataframe[1].value
+    preview = at.table[0].value  # a static table: whole cells, wrapped (issue 30)
     assert list(preview["correct option"]) == ["4", "Lima", "Mars", "Pacific", "Ice"]
     # A person changes the answer form: every answer moves by one, and the rejects say why.
     at.selectbox(key="data_map_answer_form").set_value("index0").run()
-    assert list(at.dataframe[1].value["correct option"])[:2] == ["5", "Cusco"]
+    assert list(at.table[0].value["correct option"])[:2] == ["5", "Cusco"]
     assert "answer_form=index0" in at.code[0].value
     at.selectbox(key="data_map_answer_form").set_value("index1").run()
     # Fewer than two option columns: one sentence naming the widget, no class name, no temporary path.
@@ -319,7 +343,7 @@ def test_monitor_and_compare_show_the_selected_step_and_the_recommendation(open_
     text = _text(monitor)
     assert "Selected step 4 (rule `best`): S_V NLL 0.8123, ECE 0.0712, accuracy 0.625; stopped early at step 12." in text
     assert "The model is from step 4, selected on S_V" in text
-    figures = [c.proto.spec for c in monitor.get("plotly_chart")]
+    figures = [_unwrapped(c.proto.spec) for c in monitor.get("plotly_chart")]
     assert sum('"text":"selected"' in spec for spec in figures) >= 6  # losses, lower level, evaluation curves
     assert any(f'"symbol":"{SELECTED_SYMBOL}"' in spec for spec in figures)  # the trade-off path
     assert any("S_T cross-entropy of theta (lower level)" in spec and '"name":"tolerance"' in spec for spec in figures)
@@ -515,7 +539,7 @@ def test_compare_opens_with_the_verdict_row_says_why_ts_is_missing_and_fits_its_
     assert list(metrics_table.columns) == ["variant", "acc", "brier"]
     assert any("side by side" in e.label for e in compare.expander)  # the long table, folded away
     compare.radio(key="compare_layout").set_value("side by side").run()
-    titles = [c.proto.spec for c in compare.get("plotly_chart")]
+    titles = [_unwrapped(c.proto.spec) for c in compare.get("plotly_chart")]
     assert titles and all('ECE 0.' in spec and "(15 bins)" in spec for spec in titles)
 
 

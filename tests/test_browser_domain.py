@@ -180,7 +180,8 @@ def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shot
                for m in page.locator('[data-testid="stMetric"]').all()}
     assert metrics == {"Rows": "60", "Kept": "60", "Rejected": "0"}, metrics
     frames = page.locator('[data-testid="stDataFrame"]')
-    expect(frames).to_have_count(3)  # the catalog, the preview, and the split form's plan (of the first dataset)
+    expect(frames).to_have_count(2)  # the catalog and the split form's plan (of the first dataset)
+    expect(page.locator('[data-testid="stTable"]')).to_have_count(1)  # the preview: whole cells (issue 30)
     expect(page.get_by_label("Save as", exact=True)).to_have_value(UPLOAD)
     page.get_by_role("button", name="Save to the workspace").click()
     page.get_by_text(f"Saved as upload/{UPLOAD} ({N_ROWS} items)").wait_for(timeout=60_000)

@@ -160,6 +160,24 @@ def test_report_names_settings_alpha_and_bome(finished_run: RunDir, report: str)
     assert "a near-uniform forecast" in report and "AUROC" in report
 
 
+def test_report_describes_bome_diagnostics_in_the_glossarys_plain_words(report: str) -> None:
+    """Issue 30: the BOME table names each diagnostic as the glossary does and describes it
+    with its glossary entry (the Monitor's words), not with a formula."""
+    from html import escape
+
+    from calm_core.glossary import define
+
+    section = report[report.index('<section id="bome">'):]
+    section = section[: section.index("</section>")]
+    rows = {cells[0]: cells[2] for cells in parse(section).rows if len(cells) == 3}
+    assert set(rows) == {"q", "lambda", "inner drop", "coupling ratio", "cos", "descent ratio"}
+    for name, meaning in rows.items():
+        assert meaning == define(name)
+        assert escape(meaning) in section
+    for formula in ("||grad", "L(theta)", "cos(grad", ">= 1", "grad F"):
+        assert formula not in section
+
+
 def test_user_strings_are_escaped(run_copy: RunDir) -> None:
     run_copy.update_status(name=MALICIOUS)
     data = run_copy.results()

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from calm_core.io import atomic_write_json
 from calm_core.runs.layout import write_predictions
@@ -346,3 +347,30 @@ def test_a_pooled_recommendation_names_its_items_as_labelled_out_of_fold() -> No
     rec = recommend({"base": sharp, "ts": calibrated}, gold, items=LABELLED_ITEMS).to_dict()
     sentence = verdict.recommendation_sentence({"recommendation": rec})
     assert sentence.startswith("Use temperature scaling: on 200 labelled items (S_T + S_V, out of fold) it lowers")
+
+
+def test_keep_says_nothing_needs_exporting_and_offers_no_export_of_the_untouched_model() -> None:
+    keep = results(recommended="base")
+    line = verdict.recommendation_line(keep, "calm")
+    assert line.startswith("Keep the model as it is") and verdict.keeps_model(keep)
+    assert "--variant recommended" not in line  # exporting the untouched model would only copy it
+    assert line.endswith(verdict.KEEP_NEXT) and "Nothing needs exporting" in line
+    change = results(recommended="ts")
+    assert not verdict.keeps_model(change) and "--variant recommended" in verdict.recommendation_line(change, "calm")
+    assert not verdict.keeps_model({"results": []})
+
+
+@pytest.mark.parametrize("recommended", ["base", "ts"])
+def test_the_compare_page_offers_no_recommended_download_for_keep(open_page, tmp_path: Path, monkeypatch,
+                                                                   recommended: str) -> None:
+    monkeypatch.setenv("CALM_WORKSPACE", str(tmp_path))
+    finished_run(None, recommended=recommended)
+    at = open_page("views/compare.py")
+    assert not at.exception, at.exception
+    box = " ".join(w.value for w in at.warning)
+    labels = [b.proto.label for b in at.get("download_button")]
+    if recommended == "base":
+        assert "Nothing needs exporting" in box and "--variant recommended" not in box
+        assert not [label for label in labels if label.startswith("Recommended model")], labels
+    else:
+        assert "--variant recommended" in box and "Recommended model: temperature scaling (zip)" in labels

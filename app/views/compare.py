@@ -207,7 +207,7 @@ def diagrams(chosen: Chosen, view: DiagramView, owner: Owners) -> tuple[list[go.
         columns = st.columns(len(curves))
         for column, (variant, table) in zip(columns, tables.items(), strict=True):
             figure = reliability_figure(
-                table, f"{verdict.variant_label(variant)}: ECE {eces[variant]:.3f} ({n_bins} bins)"
+                table, f"{verdict.variant_label(variant)}: ECE {eces[variant]:.3f} ({n_bins} bins)", len(curves)
             )
             figures.append(figure)
             column.plotly_chart(figure, key=f"compare_side_{variant}")
@@ -436,7 +436,7 @@ def share(chosen: Chosen) -> None:
         on_click="ignore",
     )
     recommended = recommended_export(RunDir.at(run_id))
-    if recommended is not None:
+    if recommended is not None and not verdict.keeps_model(chosen.results[run_id]):  # "keep": nothing to download
         st.download_button(
             f"Recommended model: {verdict.variant_label(recommended)} (zip)",
             lambda: export_zip(RunDir.at(run_id), "recommended"),

@@ -21,6 +21,7 @@ import pandas as pd
 import streamlit as st
 
 from app.gate import studio_access, this_session
+from app.state import plain
 from app.words import explained
 from calm_core.data.catalog import load_dataset
 from calm_core.data.entries import SPLIT_PREFIX, DatasetEntry, list_datasets
@@ -192,12 +193,14 @@ def upload_section() -> None:
         help="Rows that do not fit the mapping (a missing option, an answer that names no option): each is "
         "listed with why, below.",
     )
-    st.dataframe(_preview(report), hide_index=True, width="stretch")
+    # Static tables, whose cells wrap: a data grid cuts a long option or a rejection's reason
+    # off at its column's edge. Their cells are Markdown, so the file's text is escaped.
+    st.table(_preview(report).map(plain), hide_index=True)
     if report.n_rejected:
         count = report.n_rejected
         with st.expander(f"Why {count} row{'s were' if count != 1 else ' was'} rejected"):
             st.caption(ROW_NUMBERS)
-            st.dataframe(pd.DataFrame({"row": [str(e) for e in report.rejected[:200]]}), hide_index=True)
+            st.table(pd.DataFrame({"row": [plain(e) for e in report.rejected[:200]]}), hide_index=True)
     name = st.text_input("Save as", value=_default_name(upload.name), key="data_name")
     overwrite = st.checkbox("Replace an upload with the same name", key="data_overwrite")
     if st.button("Save to the workspace", type="primary", key="data_save"):

@@ -19,8 +19,8 @@ from calm_core.calibration.posthoc import TemperatureScaler
 from calm_core.data.entries import list_datasets
 from calm_core.glossary import define, tooltip
 from calm_core.scoring.options import OptionScores
+from calm_core.scoring.quiz import LEARN_QUIZ
 
-LEARN_DEFAULT = "builtin/chemical_symbols/test"  # 46% right at 82% confidence: see docs/results.md
 N_BINS = 15  # the project's ECE bins: the figures and the diagram use the same
 T_MIN, T_MAX, T_STEP = 0.25, 8.0, 0.05  # the temperature slider
 
@@ -70,15 +70,20 @@ def verdict_line(base: dict[str, float], n: int) -> str:
 
 def score_questions() -> Scored:
     """The dataset, how many questions and the scoring rule, and the embedded model's scores
-    on them (computed once per process); a failure is a message that stops the page."""
+    on them (the default quiz was scored at set-up; others once, then kept on disk); a
+    failure is a message that stops the page."""
     names = [e.name for e in list_datasets(kind="mc")]
-    default = names.index(LEARN_DEFAULT) if LEARN_DEFAULT in names else 0
+    default = names.index(LEARN_QUIZ.dataset) if LEARN_QUIZ.dataset in names else 0
+    rules = ["cloze", "cloze_norm", "letter"]
     col1, col2, col3 = st.columns([3, 1, 1])
     dataset = col1.selectbox("Dataset", names, index=default, key="learn_dataset")
-    limit = col2.number_input("Questions", min_value=10, max_value=500, value=40, step=10, key="learn_limit")
+    limit = col2.number_input(
+        "Questions", min_value=10, max_value=500, value=LEARN_QUIZ.limit, step=10, key="learn_limit"
+    )
     rule = col3.selectbox(
         "Scoring rule",
-        ["cloze", "cloze_norm", "letter"],
+        rules,
+        index=rules.index(LEARN_QUIZ.rule),
         key="learn_rule",
         help=tooltip("cloze", "letter scoring"),
     )
@@ -119,8 +124,11 @@ def temperature_section(scored: Scored, base: dict[str, float]) -> None:
         help=tooltip("temperature", "TS"),
     )
     fitted = TemperatureScaler.fit(scores.logits, scores.gold) if len(scores) >= 10 else None
+    # The slider's value lives in session state only: Fit T writes it there, and a slider
+    # given a default as well makes Streamlit log a warning with a stack trace.
+    st.session_state.setdefault("learn_temperature", 1.0)
     temperature = st.slider(
-        "Temperature T", T_MIN, T_MAX, 1.0, T_STEP, key="learn_temperature", help=define("temperature")
+        "Temperature T", T_MIN, T_MAX, step=T_STEP, key="learn_temperature", help=define("temperature")
     )
     if fitted is not None:
         left, right = st.columns([3, 1])

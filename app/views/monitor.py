@@ -221,6 +221,7 @@ def _losses(run: RunDir, records: list[dict], selected: int | None, selection: d
             {"training loss (S_T)": run_view.series(records, "train/lower_loss")},
             "Training loss",
             selected_step=selected,
+            columns=len(c3) + 2,
         ),
         key="monitor_loss",
     )
@@ -235,6 +236,7 @@ def _losses(run: RunDir, records: list[dict], selected: int | None, selection: d
             "Entropy on S_V (nats)",
             selected_step=selected,
             threshold=(ceiling, f"ln K = {ceiling:.3f} (uniform)") if ceiling else None,
+            columns=len(c3) + 2,
         ),
         key="monitor_entropy",
     )
@@ -256,6 +258,7 @@ def _losses(run: RunDir, records: list[dict], selected: int | None, selection: d
                 "S_T cross-entropy of theta (lower level)",
                 selected_step=selected,
                 threshold=(limit, "tolerance") if limit is not None else None,
+                columns=3,
             ),
             key="monitor_lower",
         )
@@ -294,7 +297,7 @@ def _evaluation(records: list[dict], selected: int | None, openqa: bool) -> None
     drawn = [(name, title, curve) for name, title, curve in drawn if any(steps for steps, _ in curve.values())]
     for row in range(0, len(drawn), 3):
         for cell, (name, title, curve) in zip(st.columns(3), drawn[row : row + 3], strict=False):
-            cell.plotly_chart(line_figure(curve, title, selected_step=selected), key=f"monitor_curve_{name}")
+            cell.plotly_chart(line_figure(curve, title, selected_step=selected, columns=3), key=f"monitor_curve_{name}")
 
 
 def _tradeoff(run: RunDir, records: list[dict], selected: int | None, task: str) -> None:
@@ -353,6 +356,7 @@ def _bome(records: list[dict], selected: int | None, train: dict) -> None:
                         title,
                         log_y=log_scale and key in ("q", "lambda"),
                         selected_step=selected,
+                        columns=2,
                     ),
                     key=f"monitor_bome_{key}",
                 )

@@ -30,6 +30,9 @@ from calm_core.workspace.playground import (
 )
 
 NO_RUN = "(none: the embedded model alone)"
+# Scoring one question under every variant is a forward pass each: seconds on a CPU, so
+# the page says so instead of leaving the last answer greyed out.
+SCORING = "Scoring the options under every variant (a few seconds on a CPU)..."
 
 
 def open_answer(trained: TrainedModel) -> None:
@@ -126,7 +129,8 @@ def _dataset_item() -> MCItem:
     dataset = c1.selectbox("Dataset", names, key="play_dataset")
     index = c2.number_input("Item", 0, 10_000, 0, key="play_index")
     try:
-        items = load_mc_items(dataset, limit=int(index) + 1)
+        with st.spinner(f"Reading {dataset}..."):
+            items = load_mc_items(dataset, limit=int(index) + 1)
         item = items[min(int(index), len(items) - 1)]
     except Exception as exc:
         st.error(describe_error(exc))
@@ -159,7 +163,8 @@ def multiple_choice(trained: TrainedModel) -> None:
     source = st.radio("Question", ["type one", "from a dataset"], horizontal=True, key="play_source")
     item = _dataset_item() if source == "from a dataset" else _typed_item()
     try:
-        probs = option_probabilities(trained, item)
+        with st.spinner(SCORING):
+            probs = option_probabilities(trained, item)
     except Exception as exc:
         st.error(describe_error(exc))
         st.stop()

@@ -102,7 +102,7 @@ def _task_key(name: str, openqa: bool) -> str:
     return f"{name}_open" if openqa else name
 
 
-@st.cache_data(ttl=60, show_spinner=False)
+@st.cache_data(ttl=60, show_spinner="Reading the chosen dataset...")
 def _rejections(name: str, kind: str) -> list[str]:
     """Headline and first reasons of the rows `name` rejects, [] when none: training
     silently on part of a file is the surprise this page must not hide. Cached a minute
@@ -129,7 +129,7 @@ def _machine_load() -> MachineLoad:
     return MachineLoad.now()
 
 
-@st.cache_data(ttl=60, show_spinner=False)
+@st.cache_data(ttl=60, show_spinner="Counting the chosen datasets' items for the time estimate...")
 def _planned_sizes(config_json: str) -> RunSizes:
     """The run's item counts for its time estimate, kept a minute: they come from reading
     every chosen dataset, and the page reruns on each widget change."""

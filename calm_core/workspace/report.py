@@ -34,6 +34,7 @@ from calm_core.workspace.view import (
     BOME_MEANINGS,
     added_lines,
     bome_line,
+    bome_name,
     bome_summary,
     compare_rows,
     head_scope,
@@ -354,10 +355,10 @@ def _bome(records: list[dict[str, Any]], train: dict[str, Any]) -> str:
     if not summary:
         return ""
     rows = "".join(
-        f"<tr><th>{escape(k)}</th><td>{summary[k]:.4g}</td><td>{escape(meaning)}</td></tr>"
+        f"<tr><th>{escape(bome_name(k))}</th><td>{summary[k]:.4g}</td><td>{escape(meaning)}</td></tr>"
         for k, meaning in BOME_MEANINGS.items()
         if k in summary
-    )
+    )  # each described by its glossary entry, in plain words, as on the Monitor
     return (
         f'<section id="bome"><h2>BOME diagnostics</h2><p><b>{escape(bome_line(summary))}</b> '
         f"(means over the last {min(10, summary['steps'])} of {summary['steps']} logged steps)</p>"

@@ -184,9 +184,26 @@ def recommendation_line(results: dict[str, Any], method: str) -> str | None:
     rec, text = results["recommendation"], sentence
     if "same" in rec.get("posthoc_fit", ""):  # recommend.cross_fitted: too few S_V items to cross-fit
         text += f" Post-hoc calibrators were {rec['posthoc_fit']}."
-    if rec["variant"] != method and rec["variant"] in POSTHOC_EXPORTS:
+    if keeps_model(results):
+        text += KEEP_NEXT
+    elif rec["variant"] != method and rec["variant"] in POSTHOC_EXPORTS:
         text += " `calm export RUN_ID DIR --variant recommended` writes it as a folder that loads like the trained one."
     return text
+
+
+# What to do next when the answer is "keep": exporting the untouched model would only copy it.
+KEEP_NEXT = (
+    " Nothing needs exporting: go on using the model you started from. The trained model stays in this run "
+    "(`calm export RUN_ID DIR`) if more held-out data later shows that it helps."
+)
+
+
+def keeps_model(results: dict[str, Any]) -> bool:
+    """Whether the recommendation is to keep the model as it is (the reference variant)."""
+    rec = results.get("recommendation") or {}
+    variant = rec.get("variant")
+    reference = (rec.get("comparison") or {}).get("reference", "base")
+    return bool(variant) and (rec.get("decision") == KEEP or variant == reference)
 
 
 def recommendation_sentence(results: dict[str, Any]) -> str | None:
@@ -209,12 +226,10 @@ def recommendation_sentence(results: dict[str, Any]) -> str | None:
 
 def recommendation_decision(results: dict[str, Any]) -> str | None:
     """The sentence's opening words: "Keep the model as it is" or "Use temperature scaling"."""
-    rec = results.get("recommendation") or {}
-    variant = rec.get("variant")
+    variant = (results.get("recommendation") or {}).get("variant")
     if not variant:
         return None
-    keep = rec.get("decision") == KEEP or variant == (rec.get("comparison") or {}).get("reference", "base")
-    return f"Keep {BASE_LABEL}" if keep else f"Use {variant_label(variant)}"
+    return f"Keep {BASE_LABEL}" if keeps_model(results) else f"Use {variant_label(variant)}"
 
 
 def _because(chosen: str, comparison: dict[str, Any]) -> str:

@@ -16,6 +16,7 @@ import numpy as np
 
 from calm_core.calibration.metrics.columns import table_columns, task_table
 from calm_core.calibration.posthoc import calibrators
+from calm_core.glossary import define, lookup
 from calm_core.runs.layout import predictions_path
 from calm_core.runs.rundir import RunDir
 
@@ -59,15 +60,16 @@ def eta_seconds(records: list[dict[str, Any]], total_steps: int | None) -> float
     return max(0.0, pace * (total_steps - done))
 
 
-# The BOME diagnostics a page or `calm runs` shows, with the one line that says what each means.
-BOME_MEANINGS: dict[str, str] = {
-    "q": "L(theta) - L(theta~): how far theta is from the inner solve's optimum on this batch",
-    "lambda": "weight of the constraint in the step; it sits at eta when grad F and grad q are orthogonal",
-    "inner_drop_frac": "inner solve's loss drop as a share of L: near 0 means theta~ = theta and no coupling",
-    "coupling_ratio": "||grad_alpha q|| / ||grad_alpha F||: near 0 means alpha does plain entropy ascent",
-    "cos_fq": "cos(grad F, grad q): below 0 the entropy step would undo the fit, and lambda grows",
-    "descent_ratio": "BOME's guarantee: >= 1 means the step decreased q at first order by at least xi * phi",
-}
+# The BOME diagnostics a page, the report or `calm runs` shows, in the order shown. What each
+# means is its glossary entry (calm_core/glossary.py), in plain words, as on the Monitor.
+BOME_KEYS: tuple[str, ...] = ("q", "lambda", "inner_drop_frac", "coupling_ratio", "cos_fq", "descent_ratio")
+BOME_MEANINGS: dict[str, str] = {key: define(key) for key in BOME_KEYS}
+
+
+def bome_name(key: str) -> str:
+    """A diagnostic's name as the glossary heads it ("coupling ratio" for `coupling_ratio`)."""
+    term = lookup(key)
+    return term.name if term is not None else key
 
 
 def bome_summary(records: list[dict[str, Any]], eta: float | None, last: int = 10) -> dict[str, Any]:
@@ -80,7 +82,7 @@ def bome_summary(records: list[dict[str, Any]], eta: float | None, last: int = 1
         return {}
     tail = steps[-last:]
     out: dict[str, Any] = {}
-    for key in BOME_MEANINGS:
+    for key in BOME_KEYS:
         values = [float(r[f"bome/{key}"]) for r in tail if isinstance(r.get(f"bome/{key}"), (int, float))]
         if values:
             out[key] = sum(values) / len(values)
