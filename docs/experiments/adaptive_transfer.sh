@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# docs/results.md, section 8 (issue 29's transfer table with input-adaptive variants): train
+# docs/results.md, section 9 (issue 29's transfer table with input-adaptive variants): train
 # on chemical symbols and on ARC-Easy, S_V from the same domain, every run with the
 # calibrated stop; evaluate on the above-chance sets (the first is in domain) and on the
 # three below-chance real sets. Base, TS, vector scaling and ATS come with every run (fitted
