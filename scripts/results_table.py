@@ -123,10 +123,8 @@ def verdict_checks(rows: dict, datasets: list[str], sizes: dict[str, int]) -> di
     1/K + 0.05 wherever accuracy > 1/K + 0.1."""
     from calm_core.calibration.recommend import accuracy_slack
 
-    from calm_core.calibration.posthoc import calibrators
 
     in_domain, ood = datasets[0], datasets[1:]
-    del calibrators  # every calibrator is judged too
     checks: dict[tuple[str, str], list] = {}
     for key, sets in rows.items():
         if key[1] == "base" or key[1].endswith("_theta_only") or any(d not in sets for d in datasets):

@@ -39,12 +39,12 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from calm_core.calibration.head import _FORMAT, _calibrate, _head_file
 from calm_core.calibration.posthoc.ats import TAU_FLOOR
 from calm_core.calibration.projection import principal_projection
 
 SCOPE = "adaptive"
 COMPONENTS = 8  # principal directions read; ATS's cross-fitting most often chose 4-8 on S_V of 48-100
-_FORMAT = "calm_studio.calibration_head"  # the same tag as CalibrationHead's files (head._FORMAT)
 
 
 def bias_for(tau: float, floor: float = TAU_FLOOR) -> float:
@@ -109,10 +109,7 @@ class AdaptiveHead(torch.nn.Module):
             raise ValueError(f"Expected one state per row of z ({z.shape[0]}), but got {features.shape[0]}")
         tau = self.temperatures(features)  # (B,)
         self._last_tau = tau.detach()
-        pad = torch.isneginf(z)
-        z_safe = torch.where(pad, torch.zeros((), dtype=z.dtype, device=z.device), z)
-        out = z_safe / tau.to(z.device)[:, None]  # float64 scores stay float64
-        return torch.where(pad, torch.full((), -math.inf, dtype=out.dtype, device=out.device), out)
+        return _calibrate(z, tau.to(z.device).log()[:, None], None)  # (B, K) / (B, 1); padding stays -inf
 
     def on_tokens(self, z: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
         """Identity: this head acts on option scores only."""
@@ -144,8 +141,6 @@ class AdaptiveHead(torch.nn.Module):
     def save(self, path: str | Path) -> Path:
         """calibration_head.safetensors with w, b, the mean and the projection; scope,
         components, width and floor in the metadata."""
-        from calm_core.calibration.head import _head_file
-
         file = _head_file(path)
         file.parent.mkdir(parents=True, exist_ok=True)
         tensors = {name: t.detach().cpu().contiguous().float() for name, t in self.state_dict().items()}
@@ -164,8 +159,6 @@ class AdaptiveHead(torch.nn.Module):
 
     @classmethod
     def load(cls, path: str | Path) -> AdaptiveHead:
-        from calm_core.calibration.head import _head_file
-
         file = _head_file(path)
         with safe_open(str(file), framework="pt") as f:
             meta = f.metadata() or {}
