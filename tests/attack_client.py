@@ -23,6 +23,7 @@ import os
 import socket
 import ssl
 import struct
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -337,6 +338,19 @@ def upload(port: int, size: int, cookie: str | None = None) -> tuple[int, bytes]
         body=payload,
     )
     return status, answer
+
+
+def settled_rss(pid: int, timeout_s: float = 180.0, step_s: float = 1.0, still: int = 3) -> int:
+    """The resident memory once it has stopped growing (`still` samples in a row within
+    1 MB): a fresh studio imports PyTorch in the background (app/warmup.py), and that
+    growth is not what an upload test measures."""
+    deadline, last, calm = time.monotonic() + timeout_s, rss_bytes(pid), 0
+    while time.monotonic() < deadline and calm < still:
+        time.sleep(step_s)
+        now = rss_bytes(pid)
+        calm = calm + 1 if abs(now - last) < 2**20 else 0
+        last = now
+    return last
 
 
 def rss_bytes(pid: int) -> int:

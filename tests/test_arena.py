@@ -136,7 +136,7 @@ def test_records_past_the_data_or_damaged_are_ignored(tmp_path: Path) -> None:
 def test_files_of_something_else_are_refused(tmp_path: Path) -> None:
     (tmp_path / "data.arena").write_bytes(b"not an arena".ljust(100, b"."))
     (tmp_path / "index.arena").write_bytes(b"nor this".ljust(100, b"."))
-    with pytest.raises(ValueError, match="not a CALM arena"):
+    with pytest.raises(ValueError, match="Expected a CALM arena"):
         Arena(tmp_path)
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from calm_core.workspace.guesses import GuessLimiter, fastest_guesses, guesses_within
-from tests.attack_client import request, rss_bytes, send_back_message, sign_in, upload, ws_handshake
+from tests.attack_client import request, rss_bytes, send_back_message, settled_rss, sign_in, upload, ws_handshake
 from tests.test_private import _free_port, wait_until_healthy
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,7 +106,7 @@ def test_nothing_before_the_password_reaches_streamlit(shared_studio) -> None:
     page = request(port, "GET", "/train")
     assert page[0] == 303 and page[1]["location"].startswith("/_calm/signin")
 
-    before = rss_bytes(server.pid)
+    before = settled_rss(server.pid)  # after the background import of PyTorch, not during it
     statuses = [upload(port, 50 * 2**20)[0] for _ in range(3)]
     time.sleep(0.5)
     grown = rss_bytes(server.pid) - before

@@ -569,9 +569,10 @@ def is_refusal(exc: BaseException) -> bool:
     than a bug (a traceback). The project's own error types are refusals, and so is a
     ValueError in its house style, "Expected ..., but got ..."; any other ValueError
     (from numpy, torch, a typo in our code) is not."""
+    from calm_core.runs.damage import RunFileError
     from calm_core.scoring.models import ModelLoadError
 
-    if isinstance(exc, (DataError, ModelLoadError, UsageError, FileNotFoundError)):
+    if isinstance(exc, (DataError, ModelLoadError, RunFileError, UsageError, FileNotFoundError)):
         return True
     return isinstance(exc, ValueError) and str(exc).lstrip().startswith("Expected")
 

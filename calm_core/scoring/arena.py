@@ -249,7 +249,9 @@ class Arena:
     def _check_headers(self, pairs: tuple[tuple[int, bytes], ...]) -> None:
         for fd, magic in pairs:
             if os.pread(fd, len(magic), 0) != magic:
-                raise ValueError(f"{self.path} holds files that are not a CALM arena (or another version of one)")
+                raise ValueError(
+                    f"Expected a CALM arena in {self.path}, but it holds other files (or another version of one)"
+                )
 
     def _refresh(self) -> None:
         """Read the index records other writers appended since the last look. Only whole

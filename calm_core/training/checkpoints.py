@@ -126,10 +126,10 @@ def read_checkpoint(directory: Path, with_head: bool) -> Checkpoint:
 
     rng = read(RNG_FILE, lambda p: torch.load(p, weights_only=True))
     if not isinstance(rng, dict) or not isinstance(rng.get("torch"), torch.Tensor):
-        raise ValueError(f"{RNG_FILE} does not hold a torch RNG state")
+        raise ValueError(f"Expected a torch RNG state in {RNG_FILE}, but it holds something else")
     optimizer = read(OPTIMIZER_FILE, lambda p: torch.load(p, weights_only=True))
     if not isinstance(optimizer, dict) or "state" not in optimizer:
-        raise ValueError(f"{OPTIMIZER_FILE} does not hold an optimizer state")
+        raise ValueError(f"Expected an optimizer state in {OPTIMIZER_FILE}, but it holds something else")
     return Checkpoint(
         adapter=read("adapter_model.safetensors", lambda p: load_file(str(p))),
         head=read(HEAD_FILENAME, CalibrationHead.load) if with_head else None,
@@ -159,7 +159,7 @@ def _read_selection(directory: Path, read: Callable[[str, Callable[[Path], Any]]
 
     state = read(SELECTION_FILE, lambda p: json.loads(p.read_text(encoding="utf-8")))
     if not isinstance(state, dict):
-        raise ValueError(f"{SELECTION_FILE} does not hold the selection's state")
+        raise ValueError(f"Expected the selection's state in {SELECTION_FILE}, but it holds something else")
     snapshot = None
     if (directory / SELECTED_FILE).exists():
 
