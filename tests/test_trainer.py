@@ -270,15 +270,23 @@ def test_qlora_on_cpu_when_asked_trains_and_records_the_choice(tiny_model_dir: P
 def test_a_set_with_more_options_than_s_v_gets_no_vector_scaling_row(tiny_model_dir: Path, tmp_path: Path,
                                                                       capsys) -> None:
     """Vector scaling has a weight per option position fitted on S_V (4 options); an
-    evaluation set of 5 (CommonsenseQA) gets every other row and a line saying why not
-    that one, instead of a failed run."""
+    evaluation set of 5 gets every other row and a line saying why not that one, instead
+    of a failed run."""
+    wide = tmp_path / "five.jsonl"
+    rows = [{"id": f"w{i}", "question": f"Pick the number {i}.", "choices": [str(i + k) for k in range(5)],
+             "answer": 0} for i in range(4)]
+    wide.write_text("".join(json.dumps(row) + "\n" for row in rows))
     cfg = small_config(steps=1, scoring="cloze", scope="scalar", heldout_limit=10,
-                       eval_data=("builtin/capitals/test", "commonsenseqa/dev"), eval_limit=4)
+                       eval_data=("builtin/capitals/test", str(wide)), eval_limit=4)
     run = RunDir.create(tmp_path, "wide", cfg.to_dict())
     result = train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
     assert result.state == "finished"
-    rows = json.loads((run.path / "results.json").read_text())["results"]
-    by_set = {d: {r["variant"] for r in rows if r["dataset"] == d} for d in ("builtin/capitals/test", "commonsenseqa/dev")}
-    assert "vs" in by_set["builtin/capitals/test"] and "vs" not in by_set["commonsenseqa/dev"]
-    assert {"base", "ts", "calm"} <= by_set["commonsenseqa/dev"]
-    assert "commonsenseqa/dev: no vs row (fitted on 4 option positions, this set has 5)" in capsys.readouterr().err
+    results = json.loads((run.path / "results.json").read_text())["results"]
+    sets = sorted({r["dataset"] for r in results})
+    assert len(sets) == 2
+    (narrow,) = [d for d in sets if d == "builtin/capitals/test"]
+    (five,) = [d for d in sets if d != narrow]
+    by_set = {d: {r["variant"] for r in results if r["dataset"] == d} for d in sets}
+    assert "vs" in by_set[narrow] and "vs" not in by_set[five]
+    assert {"base", "ts", "calm"} <= by_set[five]
+    assert f"{five}: no vs row (fitted on 4 option positions, this set has 5)" in capsys.readouterr().err
