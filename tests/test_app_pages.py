@@ -25,6 +25,12 @@ def _unwrapped(spec: str) -> str:
     return spec.replace("\\u003cbr\\u003e", " ").replace("<br>", " ")
 
 
+def _shown(table):
+    """A static table's cells as they read on the page: st.table's cells are Markdown, so
+    app/state.plain escaped every sign; the page shows them without the backslashes."""
+    return table.map(lambda cell: cell.replace("\\", "") if isinstance(cell, str) else cell)
+
+
 def _text(at) -> str:
     parts = [*at.markdown, *at.caption, *at.info, *at.error, *at.warning, *at.success, *at.title, *at.subheader]
     return "\n".join(str(p.value) for p in parts)
@@ -356,7 +362,7 @@ def test_monitor_and_compare_show_the_selected_step_and_the_recommendation(open_
         assert [s.value for s in monitor.success][-1].startswith(sentence) and not monitor.warning
     else:
         assert [w.value for w in monitor.warning][-1].startswith(sentence)
-    assert any(verdict.HELDOUT_COLUMNS[2] in d.value.columns for d in monitor.dataframe)  # the S_V evidence
+    assert any(verdict.HELDOUT_COLUMNS[2] in t.value.columns for t in monitor.table)  # the S_V evidence, whole cells
 
     compare = open_page("views/compare.py")
     assert not compare.exception and not compare.error, (compare.exception, [e.value for e in compare.error])
@@ -525,7 +531,7 @@ def test_compare_opens_with_the_verdict_row_says_why_ts_is_missing_and_fits_its_
     assert compare.multiselect(key="compare_runs").value == [newer.run_id]  # newest first
     assert " · finished · calm on builtin/capitals/train · 1970-01-01 00:33" in \
         compare.multiselect(key="compare_runs").format_func(newer.run_id)
-    verdict_table = compare.dataframe[0].value  # the page opens with it
+    verdict_table = _shown(compare.table[0].value)  # the page opens with it, a static table: whole cells
     assert list(verdict_table.columns) == ["evaluation set", "best calibrated", "flags", "recommended on S_V"]
     assert verdict_table.iloc[0].tolist() == [DATASET, "CALM (ECE 0.060)", "none", "Use CALM"]
     assert [i.value for i in compare.info] == ["no `ts` variant: S_V has 8 items, fewer than 10"]
@@ -552,7 +558,7 @@ def test_monitor_and_playground_start_on_the_newest_run_and_monitor_follows_a_la
     monitor = open_page("views/monitor.py")
     assert run_picker(monitor).value == newer.run_id
     assert not monitor.exception, monitor.exception
-    verdict_table = next(d.value for d in monitor.dataframe if "best calibrated" in d.value.columns)
+    verdict_table = _shown(next(t.value for t in monitor.table if "best calibrated" in t.value.columns))
     assert verdict_table.iloc[0]["best calibrated"] == "CALM (ECE 0.060)"
     run_picker(monitor).set_value(older.run_id).run()
     # What the Train page's launch does: the Monitor then opens that run, in this session.

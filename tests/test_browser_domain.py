@@ -3,15 +3,20 @@
 One `streamlit run app/main.py` server on an empty workspace, one headless Chromium
 page, the path a user takes: write a CSV in the common `prompt, opt1..opt4, label`
 layout (label: the 1-based number of the correct option), upload it on the Data page
-and keep the guessed column mapping untouched, save it, split it (60/20/20, stratified),
-press "Calibrate this dataset" (the Train page arrives prefilled with the split's parts
-and an out-of-domain set), run a short CALM job on the tiny random model, follow it on
+and keep the guessed column mapping untouched, save it, split it (the default 60/20/20 is
+warned about; the page's own suggestion, 40/40/20, is taken and accepted), press "Calibrate
+this dataset" (the Train page arrives prefilled with the split's parts and an out-of-domain
+set, and says what 24 held-out items support), fit the post-hoc calibrators k-fold on all
+48 labelled items (issue 30's fix, which lets ATS fit), choose the head scope `adaptive`
+(issue 29: one temperature per question), run a short CALM job on the tiny random model, follow it on
 the Monitor page until it finishes, open it on Compare and download the calibrated model
 (zip) and the run's report (HTML). Issue 23 on the way: a split whose S_V is too small is
 refused (and a small one warned about) before saving; Monitor opens the launched run and
 opens its final table with the verdict row, as Compare and the report do; Compare's
 metrics table fits at 1280 px; the Playground starts on the newest finished run; Compare
-says why a run without TS has none.
+says why a run without TS has none. Issue 30 at the end: the recommendation carries its
+paired interval and says "keep" unless a change's whole interval is below zero, and a
+verdict the items cannot decide reads as a tie; the verdict is a static table (whole cells).
 
 Screenshots domain-1..5 go to $CALM_SCREENSHOTS (default: a temporary folder). The run
 trains the tiny random model; CALM_BROWSER_MODEL=embedded trains the embedded model
@@ -56,6 +61,7 @@ CAPITALS = [
 TEMPLATES = ["What is the capital of {}?", "Which city is the capital of {}?", "The capital city of {} is"]
 N_ROWS = len(CAPITALS) * len(TEMPLATES)
 OUT_OF_DOMAIN = ("arc/easy_test", "builtin/capitals/test", "builtin/units/test")  # app/views/train.py's, first found
+SUPPORT_24 = "24 held-out items: enough to fit one temperature, not to choose between methods"
 ZIP_FILES = {"calm_head.py", "adapter_model.safetensors", "adapter_config.json", "calm_export.json", "README.md"}
 
 
@@ -205,7 +211,13 @@ def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shot
         _set_number(page, f"{part} %", percent)
     warning = page.locator('[data-testid="stAlert"]').filter(has_text="12 held-out items: enough to fit one temperature, not to choose between methods")
     expect(warning).to_be_visible(timeout=60_000)
-    expect(page.get_by_role("button", name="Use 40 / 40 / 20 %")).to_be_visible()  # accepted once taken: test_split_sizes
+    # Issue 30: the page's own suggestion is one it then accepts: 24 held-out items, no further suggestion.
+    page.get_by_role("button", name="Use 40 / 40 / 20 %").click()
+    _wait_idle(page)
+    for part, percent in (("train", "40"), ("heldout", "40"), ("test", "20")):
+        expect(page.get_by_label(f"{part} %", exact=True)).to_have_value(percent)
+    expect(page.locator('[data-testid="stAlert"]').filter(has_text=SUPPORT_24).first).to_be_visible(timeout=60_000)
+    expect(page.get_by_role("button", name=re.compile(r"^Use [0-9]+ . [0-9]+ . [0-9]+ %$"))).to_have_count(0)
     expect(page.get_by_role("button", name="Split", exact=True)).to_be_enabled()
     expect(page.get_by_label("Seed", exact=True)).to_have_value("0")
     expect(page.get_by_label("Stratify by answer position", exact=True)).to_be_checked()
@@ -215,7 +227,7 @@ def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shot
     record = json.loads(next(workspace.rglob("split.json")).read_text())
     print(f"split.json: { {k: v for k, v in record.items() if k != 'ids'} }")
     assert record["source"] == f"upload/{UPLOAD}" and record["seed"] == 0 and record["stratify"], record
-    assert record["sizes"] == {"train": 36, "heldout": 12, "test": 12}, record["sizes"]
+    assert record["sizes"] == {"train": 24, "heldout": 24, "test": 12}, record["sizes"]
     assert not _exceptions(page), _exceptions(page)
     _shot(page, shots, "2-split", top=page.get_by_role("heading", name="Split a dataset"),
           bottom=page.get_by_role("button", name="Calibrate this dataset"))
@@ -233,8 +245,16 @@ def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shot
     assert parts["test"] in evals, evals
     outside = [name for name in OUT_OF_DOMAIN if name in evals]
     assert len(outside) == 1, f"expected one out-of-domain set of {OUT_OF_DOMAIN}: {evals!r}"
-    support = page.locator('[data-testid="stAlert"]').filter(has_text="12 held-out items: enough to fit one temperature")
+    support = page.locator('[data-testid="stAlert"]').filter(has_text=SUPPORT_24)
     expect(support.first).to_be_visible(timeout=60_000)  # before launch: what S_V supports (issue 30, part 2)
+    print(f"before launch: {support.first.inner_text()!r}")
+    # The fix it offers: the post-hoc calibrators k-fold on all 48 labelled items (enough for ATS's 40).
+    page.locator(_key("train_calibrate_on")).get_by_text("all labelled items, k-fold (S_T + S_V)").click()
+    _wait_idle(page)
+    pooled = page.locator('[data-testid="stAlert"]').filter(has_text="With k-fold on all 48 labelled items")
+    expect(pooled.first).to_be_visible(timeout=60_000)
+    # Issue 29: the CALM head that reads the question, one temperature per question.
+    _choose(page, "train_scope_cloze", "adaptive")
     estimate = page.locator('[data-testid="stMetric"]').filter(has_text="Estimated time")
     estimate.wait_for(timeout=60_000)
     print(f"estimate: {estimate.inner_text()!r}")
@@ -257,6 +277,7 @@ def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shot
     assert (train["model"], train["steps"], train["train_data"], train["heldout_data"]) == (
         str(model_dir) if model_dir else "embedded", STEPS, parts["train"], parts["heldout"]), train
     assert list(train["eval_data"]) == [parts["test"], *outside], train["eval_data"]
+    assert (train["calibrate_on"], train["scope"], train.get("head_scope")) == ("all", "adaptive", "adaptive"), train
     print(f"run {run_id}: splits recorded {config.get('splits')}")
 
     _goto(page, "Monitor")  # it opens the run this session launched: its label starts with the id
@@ -264,16 +285,18 @@ def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shot
         re.compile("^" + re.escape(run_id) + " · "), timeout=120_000)
     print(f"monitor picker: {page.locator('.st-key-monitor_select').get_by_role('combobox').input_value()!r}")
     page.get_by_role("heading", name="Final evaluation").wait_for(timeout=900_000)
-    expect(page.locator(".st-key-monitor_verdict").locator('[data-testid="stDataFrame"]')).to_be_visible(
-        timeout=60_000)  # the verdict row first
+    expect(page.locator(".st-key-monitor_verdict").locator('[data-testid="stTable"]')).to_be_visible(
+        timeout=60_000)  # the verdict row first, a static table: whole cells
     expect(page.locator('[data-testid="stProgress"]').first).to_contain_text("finished", timeout=60_000)
     status = json.loads((workspace / "runs" / run_id / "status.json").read_text())
     assert status["state"] == "finished", status
     print(f"run {run_id} ran {status['ended'] - status['started']:.1f}s")
     results = json.loads((workspace / "runs" / run_id / "results.json").read_text())
-    assert "temperature" in results["ts"], results["ts"]  # S_V (12 items) was enough to fit the TS baseline
+    assert "temperature" in results["ts"], results["ts"]  # fitted on S_T + S_V, k-fold
     variants = {(row["dataset"], row["variant"]) for row in results["results"]}
-    assert {(d, v) for d in train["eval_data"] for v in ("base", "ts", "calm")} <= variants, sorted(variants)
+    # ATS needs 40 items: S_V's 24 alone would not do, all 48 labelled items do (issue 29)
+    assert {(d, v) for d in train["eval_data"] for v in ("base", "ts", "ats", "calm")} <= variants, sorted(variants)
+    _recommendation_says_its_uncertainty(results)
     # The calibrated stop and the recommendation are in view, with the recorded step.
     selected = results["selection"]["selected_step"]
     assert status["selection"]["selected_step"] == selected
@@ -288,12 +311,23 @@ def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shot
     expect(page.locator(_key("compare_runs"))).to_contain_text(run_id, timeout=120_000)
     page.locator('[data-testid="stPlotlyChart"]').first.wait_for(timeout=120_000)
     expect(page.locator(_key("compare_dataset")).get_by_role("combobox")).to_have_value(parts["test"])
-    print(f"variants shown: {page.locator(_key('compare_variants')).inner_text()!r}")
+    shown = page.locator(_key("compare_variants")).inner_text()
+    print(f"variants shown first: {shown!r}")
+    if "adaptive temperature scaling" not in shown:  # issue 29's post-hoc variant, one click away unless recommended
+        page.locator(_key("compare_variants")).locator("input").click()
+        page.get_by_role("option", name="adaptive temperature scaling", exact=True).click()
+        page.keyboard.press("Escape")
+        _wait_idle(page)
+    # its reliability curve in the overlay, named in full in the legend, beside CALM's (scope adaptive)
+    diagram = page.locator('[data-testid="stPlotlyChart"]').first
+    for name in ("adaptive temperature scaling", "CALM"):
+        expect(diagram).to_contain_text(name, timeout=120_000)
     expect(page.get_by_text(f"The model is from step {selected}").first).to_be_visible(timeout=60_000)
     expect(page.get_by_text(recommendation_sentence(results)).first).to_be_visible()  # the one sentence
     verdict_box = page.locator(".st-key-compare_verdict")  # the verdict row, above the diagrams
-    expect(verdict_box.locator('[data-testid="stDataFrame"]')).to_have_count(1)
+    expect(verdict_box.locator('[data-testid="stTable"]')).to_have_count(1)  # a static table: whole cells
     expect(verdict_box).to_contain_text("Best calibrated: the lowest ECE")
+    _ties_shown_as_ties(verdict_box.inner_text(), results)
     assert verdict_box.bounding_box()["y"] < page.locator('[data-testid="stPlotlyChart"]').first.bounding_box()["y"]
     _assert_fits(page, "compare_metrics")
     page.get_by_role("heading", name="Share a run").wait_for(timeout=60_000)
@@ -347,6 +381,48 @@ def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shot
     print(f"why ts is missing: {note.first.inner_text()!r}")
     _assert_fits(page, "compare_metrics")
     assert not _exceptions(page), _exceptions(page)
+
+
+def _recommendation_says_its_uncertainty(results: dict) -> None:
+    """Issue 30: the recommendation rests on a paired interval and says so; a change only
+    when its whole interval is below zero, otherwise "keep", with why (noise, too few items,
+    no gain)."""
+    rec = results["recommendation"]
+    sentence = recommendation_sentence(results)
+    print(f"recommendation: {rec['decision']} {rec['variant']}: {sentence!r}")
+    against = rec["comparison"]["against_reference"]
+    assert "90% interval" in sentence, sentence
+    sure = sorted(name for name, d in against.items() if d["hi"] < 0)
+    if rec["decision"] == "change":
+        assert rec["variant"] in sure and sentence.startswith("Use "), (sure, sentence)
+    else:
+        assert sentence.startswith("Keep the model as it is: "), sentence
+        assert re.search(r"cannot be told from noise|too few to tell|nothing lowers|no other variant", sentence)
+
+
+def _ties_shown_as_ties(shown: str, results: dict) -> None:
+    """Issue 30: each evaluation set's "best calibrated" cell reads as the verdict computes
+    it, a tie with its item count where the paired interval cannot tell two variants apart."""
+    from calm_core.workspace.verdict import verdict_rows
+
+    rows = verdict_rows(results)
+    for row in rows:
+        print(f"best calibrated on {row.dataset}: {row.best_cell()}")
+        assert row.best_cell() in shown, (row.best_cell(), shown)
+    ties = [row for row in rows if row.tied]
+    assert all(f"tie on {row.n} items between" in row.best_cell() for row in ties)
+    print(f"{len(ties)} of {len(rows)} evaluation sets are ties")
+
+
+def _choose(page, key: str, option: str) -> None:
+    """Pick `option` in the selectbox with Streamlit key `key` and wait for the rerun."""
+    from playwright.sync_api import expect
+
+    box = page.locator(_key(key)).get_by_role("combobox")
+    box.click()
+    page.get_by_role("option", name=option, exact=True).click()
+    _wait_idle(page)
+    expect(box).to_have_value(option)
 
 
 def _set_number(page, label: str, value: str) -> None:

@@ -58,10 +58,11 @@ def _visit(node: Any, shown: list[str], helps: list[str]) -> None:
             shown.append(config.get("label", ""))
     if "spec" in fields:  # a plotly chart: its title, its axes' titles, its legend
         shown.extend(_figure_words(json.loads(proto.spec)))
-    if getattr(node, "type", None) == "arrow_data_frame" or type(node).__name__ == "Dataframe":
+    if getattr(node, "type", None) in ("arrow_data_frame", "table") or type(node).__name__ in ("Dataframe", "Table"):
         frame = node.value
         shown.extend(str(c) for c in frame.columns)
-        shown.extend(str(v) for col in frame.columns for v in frame[col] if isinstance(v, str))
+        # a static table's cells are escaped Markdown (app/state.plain): read as the page shows them
+        shown.extend(str(v).replace("\\", "") for col in frame.columns for v in frame[col] if isinstance(v, str))
     children = getattr(node, "children", None)
     for child in children.values() if isinstance(children, dict) else []:
         _visit(child, shown, helps)

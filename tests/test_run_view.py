@@ -59,6 +59,9 @@ def test_compare_shows_base_a_calibrator_and_the_trained_model_first() -> None:
     assert default_variants(["base", "ts", "vs", "calm", "calm_theta_only"]) == ["base", "ts", "calm"]
     assert default_variants(["base", "vs", "calm", "calm_theta_only", "calm@b"]) == ["base", "vs", "calm"]
     assert default_variants(["base", "calm_theta_only"]) == ["base", "calm_theta_only"]  # nothing else to show
+    # what the run recommends is on the page from the start too
+    assert default_variants(["base", "ts", "vs", "ats", "calm"], recommended=["ats"]) == ["base", "ts", "ats", "calm"]
+    assert default_variants(["base", "ts", "calm"], recommended=["ts"]) == ["base", "ts", "calm"]
 
 
 def test_predictions_reads_confidence_and_correctness(tmp_path: Path) -> None:

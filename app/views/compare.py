@@ -14,6 +14,7 @@ import streamlit as st
 
 from app.charts import confidence_histogram, figure_png, open_answers_table, reliability_figure, reliability_overlay
 from app.state import code, describe_error
+from app.verdict_view import heldout_evidence, verdict_block, verdict_caption
 from app.words import column_help, explained, helps, named, variant_help, variant_names
 from calm_core.calibration import metrics
 from calm_core.calibration.metrics.columns import metric_names, table_columns
@@ -33,16 +34,6 @@ OPEN_MEANING = (
     "common meaning cluster, and **correct** means that cluster's answer matches an accepted alias "
     "(normalised exact match)."
 )
-
-
-def _verdict_config(label: str | None) -> dict:
-    """The verdict table's header tooltips; with several runs, the first column names the run."""
-    config = {name: st.column_config.Column(help=text) for name, text in verdict.VERDICT_HELP.items()}
-    if label:
-        config["evaluation set"] = st.column_config.Column(
-            label=f"evaluation set ({label})", help=verdict.VERDICT_HELP["evaluation set"]
-        )
-    return config
 
 
 class Chosen(NamedTuple):
@@ -119,19 +110,13 @@ def verdicts(chosen: Chosen) -> None:
     """The verdict row, one line per evaluation set and run: the answer before the evidence."""
     with st.container(key="compare_verdict"):
         for run in chosen.runs:
-            table = verdict.verdict_table(chosen.results[run.run_id])
-            if table:
-                st.dataframe(
-                    pd.DataFrame(table),
-                    hide_index=True,
-                    width="stretch",
-                    key=f"compare_verdict_{run.run_id}",
-                    column_config=_verdict_config(label=chosen.labels[run.run_id] if len(chosen.runs) > 1 else None),
-                )
-        st.caption(
-            verdict.VERDICT_CAPTION,
-            help=tooltip("best calibrated", "near-uniform", "under-confident", "accuracy lost", "recommended on S_V"),
-        )
+            verdict_block(chosen.results[run.run_id], chosen.labels[run.run_id] if len(chosen.runs) > 1 else None)
+        verdict_caption()
+
+
+def recommended_variants(chosen: Chosen) -> list[str]:
+    """What each chosen run recommends (its variant name; "base" when it keeps the model)."""
+    return [str((chosen.results[run.run_id].get("recommendation") or {}).get("variant", "")) for run in chosen.runs]
 
 
 def diagram_controls(chosen: Chosen) -> DiagramView:
@@ -139,24 +124,24 @@ def diagram_controls(chosen: Chosen) -> DiagramView:
     answers, what confidence and correctness mean there."""
     datasets = list(dict.fromkeys(r["dataset"] for r in chosen.rows))
     variants = list(dict.fromkeys(r["variant"] for r in chosen.rows))
-    c1, c2, c3, c4 = st.columns([2, 3, 1, 1])
+    c1, c2, c3 = st.columns([4, 1, 1])
     dataset = c1.selectbox("Evaluation set", datasets, key="compare_dataset")
-    shown = c2.multiselect(
+    shown = st.multiselect(  # a row of its own: the chips of four variants named in full fit side by side
         "Variants",
         variants,
-        default=run_view.default_variants(variants),
+        default=run_view.default_variants(variants, recommended_variants(chosen)),
         key="compare_variants",
         format_func=variant_names(variants).get,
         help=variant_help(variants),
     )
-    n_bins = c3.selectbox(
+    n_bins = c2.selectbox(
         "Bins",
         [10, 15],
         index=1,
         key="compare_bins",
         help="Confidence bins of the diagrams and their ECE: 15 is the project's, 10 the paper's.",
     )
-    layout = c4.radio("Layout", ["overlay", "side by side"], key="compare_layout")
+    layout = c3.radio("Layout", ["overlay", "side by side"], key="compare_layout")
     if chosen.any_open:
         st.caption(
             OPEN_MEANING
@@ -274,16 +259,7 @@ def which_model(chosen: Chosen) -> None:
         advice = verdict.recommendation_line(results, method)
         if advice:
             (st.success if verdict.method_recommended(results, method) else st.warning)(advice)
-            heldout_evidence(results, key=f"compare_heldout_{run.run_id}")
-
-
-def heldout_evidence(results: dict, key: str) -> None:
-    """The recommendation's S_V evidence: each variant's NLL and its change against the
-    model as it is, with the paired interval (verdict.heldout_rows)."""
-    rows = verdict.heldout_rows(results)
-    if rows:
-        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", key=key)
-        st.caption(verdict.HELDOUT_CAPTION)
+            heldout_evidence(results)
 
 
 def metrics_table(chosen: Chosen, view: DiagramView) -> pd.DataFrame:

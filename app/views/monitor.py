@@ -13,6 +13,7 @@ import streamlit as st
 from app.charts import alpha_bars, alpha_heatmap, line_figure, tradeoff_figure
 from app.gate import studio_access, this_session
 from app.state import code, describe_error
+from app.verdict_view import heldout_evidence, verdict_block, verdict_caption
 from app.words import column_help, explained, helps, named, variant_names
 from calm_core.calibration.metrics.columns import curves, table_columns
 from calm_core.glossary import define, tooltip
@@ -415,22 +416,9 @@ def _results(run: RunDir, method: str, task: str) -> None:
     if (run.path / "results.json").is_file():
         st.subheader("Final evaluation")
         results = run.results()
-        table = verdict.verdict_table(results)  # one line per evaluation set, before the rest
-        if table:
-            with st.container(key="monitor_verdict"):
-                st.dataframe(
-                    pd.DataFrame(table),
-                    hide_index=True,
-                    width="stretch",
-                    key="monitor_verdict_table",
-                    column_config={k: st.column_config.Column(help=v) for k, v in verdict.VERDICT_HELP.items()},
-                )
-                st.caption(
-                    verdict.VERDICT_CAPTION,
-                    help=tooltip(
-                        "best calibrated", "near-uniform", "under-confident", "accuracy lost", "recommended on S_V"
-                    ),
-                )
+        with st.container(key="monitor_verdict"):  # one line per evaluation set, before the rest
+            verdict_block(results)
+            verdict_caption()
         _verdict(results, method)
         rows = run_view.compare_rows([run])
         for note in run_view.posthoc_lines(results, notes_only=True):
@@ -462,10 +450,7 @@ def _verdict(results: dict, method: str) -> None:
     advice = verdict.recommendation_line(results, method)
     if advice:
         (st.success if verdict.method_recommended(results, method) else st.warning)(advice)
-        heldout = verdict.heldout_rows(results)  # the recommendation's S_V evidence, with paired intervals
-        if heldout:
-            st.dataframe(pd.DataFrame(heldout), hide_index=True, width="stretch", key="monitor_heldout")
-            st.caption(verdict.HELDOUT_CAPTION)
+        heldout_evidence(results)  # the recommendation's S_V evidence, with paired intervals
     rows = verdict.evidence_rows(results, method)
     if rows and (line or advice):
         frame = pd.DataFrame(rows)

@@ -176,7 +176,7 @@ def split_banner(state: Any) -> None:
     counts = f" ({sizes['train']} / {sizes['heldout']} / {sizes['test']} items)" if len(sizes) == 3 else ""
     st.info(
         f"Calibrating `{split.get('source', split['train'])}`: S_T, S_V and the test part come from its split"
-        f"{counts}; one out-of-domain set shows transfer. The estimated time is under **4. Cost and launch**."
+        f"{counts}; one out-of-domain set shows transfer. The time estimate is in section 4, **Cost and launch**."
     )
     advice = advise_split(sizes) if sizes else None
     if advice is not None and advice.message:

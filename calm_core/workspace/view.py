@@ -10,6 +10,7 @@ and Compare pages, so every number a page shows is computed (and tested) here.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -117,15 +118,17 @@ def shared_variants() -> tuple[str, ...]:
     return ("base", *calibrators())
 
 
-def default_variants(variants: list[str]) -> list[str]:
-    """The variants Compare shows first: base, the first post-hoc calibrator present and
-    the first trained model (not a *_theta_only ablation), so the trained model is on the
-    page from the start however many calibrators precede it; the first three otherwise."""
+def default_variants(variants: list[str], recommended: Iterable[str] = ()) -> list[str]:
+    """The variants Compare shows first: base, the first post-hoc calibrator present, a
+    variant the run recommends (`recommended`, as named in `variants`) and the first
+    trained model (not a *_theta_only ablation), so the trained model and the advice are on
+    the page from the start however many calibrators precede them; the first three otherwise."""
     shared = shared_variants()
     posthoc = [v for v in variants if v in shared and v != "base"]
     trained = [v for v in variants if v not in shared and "_theta_only" not in v]
-    picks = [v for v in variants if v == "base"] + posthoc[:1] + trained[:1]
-    return picks if trained else list(variants[:3])
+    advised = [v for v in variants if v in set(recommended)]
+    picks = [v for v in variants if v == "base"] + posthoc[:1] + advised + trained[:1]
+    return list(dict.fromkeys(picks)) if trained else list(variants[:3])
 
 
 ADDED_MARK = " (added)"  # after the set's name in every table: a row measured after training
