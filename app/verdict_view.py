@@ -50,9 +50,9 @@ def verdict_caption() -> None:
 
 
 def heldout_evidence(results: dict[str, Any]) -> None:
-    """The recommendation's S_V evidence: each variant's NLL and its change against the
-    model as it is, with the paired interval (verdict.heldout_rows)."""
+    """The recommendation's evidence (S_V, or every labelled item out of fold): each
+    variant's NLL and its change against the model as it is, with the paired interval."""
     rows = verdict.heldout_rows(results)
     if rows:
         whole_cells(rows)
-        st.caption(verdict.HELDOUT_CAPTION)
+        st.caption(verdict.evidence_caption(results))

@@ -374,3 +374,20 @@ def test_the_compare_page_offers_no_recommended_download_for_keep(open_page, tmp
         assert not [label for label in labels if label.startswith("Recommended model")], labels
     else:
         assert "--variant recommended" in box and "Recommended model: temperature scaling (zip)" in labels
+
+
+def test_evidence_decided_on_all_labelled_items_says_so() -> None:
+    """calibrate_on = all: the evidence's figures are every labelled item's out-of-fold
+    prediction, so the table's columns and caption say that, not "S_V" (issue 30)."""
+    from calm_core.calibration.recommend import LABELLED_ITEMS
+
+    on_sv = results(recommended="base")
+    assert list(verdict.heldout_rows(on_sv)[0]) == list(verdict.HELDOUT_COLUMNS)
+    assert verdict.evidence_caption(on_sv) == verdict.HELDOUT_CAPTION
+    pooled = results(recommended="base")
+    pooled["recommendation"]["comparison"]["items"] = LABELLED_ITEMS
+    rows = verdict.heldout_rows(pooled)
+    assert list(rows[0]) == list(verdict.POOLED_COLUMNS) and "S_T + S_V" in verdict.POOLED_COLUMNS[1]
+    assert [r[verdict.POOLED_COLUMNS[2]] for r in rows] == [r[verdict.HELDOUT_COLUMNS[2]] for r in verdict.heldout_rows(on_sv)]
+    assert verdict.evidence_caption(pooled).endswith(verdict.POOLED_NOTE)
+    assert "NLL (S_T + S_V, out of fold)" in "\n".join(verdict.verdict_lines(pooled, "calm"))

@@ -91,7 +91,7 @@ def _verdict(results: dict[str, Any], method: str) -> str:
     if advice:
         wins = verdict.method_recommended(results, method)
         lines.append(f'<p class="{"win" if wins else "lose"}"><b>{escape(advice)}</b></p>')
-    lines += [_heldout_table(verdict.heldout_rows(results))] if advice else []
+    lines += [_heldout_table(results)] if advice else []
     lines += [f'<p class="note">{escape(note)}</p>' for note in verdict.missing_variant_notes(results).values()]
     rows = verdict.evidence_rows(results, method) if selection or advice else []  # the evidence for a verdict
     if rows:
@@ -112,19 +112,17 @@ def _verdict(results: dict[str, Any], method: str) -> str:
     return f'<section id="verdict"><h2>Which model to use</h2>{"".join(lines)}</section>'
 
 
-def _heldout_table(rows: list[dict[str, str]]) -> str:
-    """The recommendation's S_V evidence (verdict.heldout_rows): each variant's NLL and its
+def _heldout_table(results: dict) -> str:
+    """The recommendation's evidence (verdict.heldout_rows): each variant's NLL and its
     change against the model as it is, with the paired interval ("" without rows)."""
+    rows, columns = verdict.heldout_rows(results), verdict.evidence_columns(results)
     if not rows:
         return ""
-    head = "".join(f"<th>{escape(c)}</th>" for c in verdict.HELDOUT_COLUMNS)
-    body = "".join(
-        "<tr>" + "".join(f'<td class="t">{escape(row[c])}</td>' for c in verdict.HELDOUT_COLUMNS) + "</tr>"
-        for row in rows
-    )
+    head = "".join(f"<th>{escape(c)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f'<td class="t">{escape(row[c])}</td>' for c in columns) + "</tr>" for row in rows)
     return (
         f'<table class="grid" id="heldout"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
-        f'<p class="note">{escape(verdict.HELDOUT_CAPTION)}</p>'
+        f'<p class="note">{escape(verdict.evidence_caption(results))}</p>'
     )
 
 

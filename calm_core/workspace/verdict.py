@@ -22,7 +22,7 @@ from typing import Any
 from calm_core.calibration.metrics.columns import interval_names
 from calm_core.calibration.metrics.paired import MIN_PAIRED_ITEMS, PAIRED_LEVEL, PairedDifference
 from calm_core.calibration.posthoc import calibrators
-from calm_core.calibration.recommend import HELDOUT_ITEMS, KEEP, accuracy_slack
+from calm_core.calibration.recommend import HELDOUT_ITEMS, KEEP, LABELLED_ITEMS, accuracy_slack
 from calm_core.training.methods import METHODS
 from calm_core.training.selection import lower_limit
 
@@ -272,6 +272,13 @@ def _interval(what: str, d: PairedDifference) -> str:
 
 
 HELDOUT_COLUMNS = ("variant", "S_V NLL", f"NLL change [{LEVEL} interval]", "S_V accuracy", "counted")
+# The same evidence when the post-hoc choice was made on every labelled item (calibrate_on = all)
+POOLED_COLUMNS = ("variant", "NLL (S_T + S_V, out of fold)", HELDOUT_COLUMNS[2], "accuracy (S_T + S_V)", "counted")
+POOLED_NOTE = (
+    " Here the post-hoc calibrators were fitted k-fold on all labelled items (S_T + S_V), so the figures are "
+    "every labelled item's out-of-fold prediction; the trained model saw S_T, so it is compared on S_V alone "
+    "and recommended only when it wins there."
+)
 HELDOUT_CAPTION = (
     "The recommendation's evidence on S_V: each variant's NLL, and its change against the model as it is, "
     f"the mean per-item difference with its paired {LEVEL} bootstrap interval (a change is recommended only "
@@ -280,11 +287,28 @@ HELDOUT_CAPTION = (
 )
 
 
+def pooled(results: dict[str, Any]) -> bool:
+    """Whether the recommendation was decided on every labelled item, out of fold."""
+    return ((results.get("recommendation") or {}).get("comparison") or {}).get("items") == LABELLED_ITEMS
+
+
+def evidence_columns(results: dict[str, Any]) -> tuple[str, ...]:
+    """heldout_rows' columns: S_V's, or with the choice made on all labelled items, theirs."""
+    return POOLED_COLUMNS if pooled(results) else HELDOUT_COLUMNS
+
+
+def evidence_caption(results: dict[str, Any]) -> str:
+    """What heldout_rows' table shows, said under it (the page and the report)."""
+    return HELDOUT_CAPTION + (POOLED_NOTE if pooled(results) else "")
+
+
 def heldout_rows(results: dict[str, Any]) -> list[dict[str, str]]:
-    """The recommendation's S_V evidence, one row per variant (HELDOUT_COLUMNS), lowest NLL
-    first: its S_V NLL, its per-item NLL change against base with the paired 90% interval,
-    its S_V accuracy, and whether it counted (or why not). [] without a recommendation."""
+    """The recommendation's evidence, one row per variant (evidence_columns), lowest NLL
+    first: its NLL on S_V (or on every labelled item, out of fold), its per-item NLL change
+    against base with the paired 90% interval, its accuracy, and whether it counted (or
+    why not). [] without a recommendation."""
     rec = results.get("recommendation") or {}
+    columns = evidence_columns(results)
     figures = rec.get("heldout") or {}
     against = (rec.get("comparison") or {}).get("against_reference") or {}
     rows = []
@@ -303,7 +327,7 @@ def heldout_rows(results: dict[str, Any]) -> list[dict[str, str]]:
         rows.append(
             dict(
                 zip(
-                    HELDOUT_COLUMNS,
+                    columns,
                     (
                         variant_label(name),
                         f"{f['nll']:.3f}" if isinstance(f.get("nll"), (int, float)) else "-",
@@ -344,7 +368,7 @@ def verdict_lines(results: dict[str, Any], method: str) -> list[str]:
     lines = [line for line in (selection_line(results), recommendation_line(results, method)) if line]
     lines += [f"No {name}: {note}" for name, note in missing_variant_notes(results).items()]
     lines += verdict_row_lines(results)
-    lines += _text_table(heldout_rows(results), HELDOUT_COLUMNS)
+    lines += _text_table(heldout_rows(results), evidence_columns(results))
     rows = evidence_rows(results, method)
     if rows:
         header = ["dataset", "variant", *interval_names()]
