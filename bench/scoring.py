@@ -2,15 +2,20 @@
 and, with --harness, our scorer against lm-evaluation-harness on the same items.
 
     .venv/bin/python bench/scoring.py [--data arc/easy_test] [--limit 100] [--repeats 2] [--threads 1] [--json ...]
-    .venv/bin/python bench/scoring.py --harness --limit 300 [--batch-size 8]   # needs `pip install lm-eval`
+    .venv/bin/python bench/scoring.py --harness --limit 300 [--batch-size 8] [--repeats 2]   # needs lm-eval
 
 --harness: the harness's `hf` model on the same local model directory and a task
 written for the occasion (a JSONL of exactly our items, ARC's cloze formulation
 "Question: {question}\nAnswer:" + " " + choice, summed log-likelihoods, offline); our
 `score_items` with the `cloze` rule. Each side runs in its own process (model load
-excluded from the time). Prints questions/second for both, the ratio, how many items'
-predictions agree, and the largest log-likelihood difference; JSON to
-bench/results/harness.json.
+excluded from the time). Prints one table row (HARNESS_COLUMNS): questions/second for
+both, the ratio, how many items' predictions agree, the largest log-likelihood
+difference, peak memory; JSON to bench/results/harness.json (or --json).
+The cost of feature capture beside it: after its timed pass (the `calm q/s` and peak),
+the calm process scores the same items with capture on, once in full (`capture q/s`,
+`capture ratio`: that over lm-eval's q/s; this pass runs warm, the first cold), then
+the paired off/on measurement described below (`on/off`, --repeats rounds); `identical`:
+every logit and prediction bit-identical with capture on and off.
 
 Each configuration (rule x batch size x prefix sharing) runs in a fresh subprocess so
 its peak resident memory (ru_maxrss) is its own; the model load is excluded from the
@@ -35,6 +40,7 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,24 +69,15 @@ def run_one(
         torch.set_num_threads(threads)
     from calm_core.scoring.evaluate import load_mc_items
     from calm_core.scoring.models import load_model
-    from calm_core.scoring.options import score_items
     from calm_core.scoring.prompts import ScoringConfig
 
     items = load_mc_items(data, limit=limit)
     lm = load_model("embedded")
     cfg = ScoringConfig(rule=rule)
-    capture = {"features": True, "option_features": cfg.is_cloze}
-
-    def timed(subset: list, **kwargs: bool) -> tuple[float, Any]:
-        start = time.perf_counter()
-        scores = score_items(lm, subset, cfg, batch_size=batch_size, progress=False, share_prefix=share, **kwargs)
-        return time.perf_counter() - start, scores
-
-    timed(items[:2], **capture)  # warm-up
+    timed = scorer_timer(lm, cfg, batch_size=batch_size, share_prefix=share)
+    timed(items[:2], **capture_kwargs(cfg))  # warm-up
     seconds, scores = timed(items)
-    captured = timed(items, **capture)[1]
-    off, on, identical = paired_capture_times(timed, items, capture, repeats)
-    identical = identical and np.array_equal(scores.logits, captured.logits)
+    cost = capture_cost(timed, items, cfg, scores, repeats)
     return {
         "rule": rule,
         "batch_size": batch_size,
@@ -90,18 +87,58 @@ def run_one(
         "questions_per_s": len(items) / seconds,
         "acc": float((scores.predictions == scores.gold).mean()),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "capture": capture,
-        "capture_off_seconds": sum(off),
-        "capture_on_seconds": sum(on),
-        "capture_ratio": sum(on) / sum(off),
-        "capture_ratio_median": float(np.median(np.divide(on, off))),
-        "capture_identical": bool(identical and np.array_equal(scores.predictions, captured.predictions)),
+        **cost,
         "threads": torch.get_num_threads(),
     }
 
 
+Timed = Callable[..., tuple[float, Any]]  # (items, **capture flags) -> (seconds, OptionScores)
+
+
+def scorer_timer(lm: Any, cfg: Any, *, batch_size: int, share_prefix: bool = True) -> Timed:
+    """`score_items` on `lm` with fixed settings, timed: the one call both benches measure."""
+    from calm_core.scoring.options import score_items
+
+    def timed(subset: list, **kwargs: bool) -> tuple[float, Any]:
+        start = time.perf_counter()
+        scores = score_items(
+            lm, subset, cfg, batch_size=batch_size, progress=False, share_prefix=share_prefix, **kwargs
+        )
+        return time.perf_counter() - start, scores
+
+    return timed
+
+
+def capture_kwargs(cfg: Any) -> dict[str, bool]:
+    """Feature capture on: hidden states, and per-option ones where the rule has options (cloze)."""
+    return {"features": True, "option_features": cfg.is_cloze}
+
+
+def capture_cost(timed: Timed, items: list, cfg: Any, scores: Any, repeats: int) -> dict[str, Any]:
+    """The same items again with capture on: one full pass (`capture_seconds`), then the
+    paired off/on measurement (`paired_capture_times`) whose ratio is the cost; identical
+    means every logit and prediction matched the capture-off `scores`, chunks included."""
+    capture = capture_kwargs(cfg)
+    capture_seconds, captured = timed(items, **capture)
+    off, on, identical = paired_capture_times(timed, items, capture, repeats)
+    return {
+        "capture": capture,
+        "capture_seconds": capture_seconds,
+        "capture_questions_per_s": len(items) / capture_seconds,
+        "capture_off_seconds": sum(off),
+        "capture_on_seconds": sum(on),
+        "capture_ratio": sum(on) / sum(off),
+        "capture_ratio_median": float(np.median(np.divide(on, off))),
+        "capture_identical": bool(
+            identical
+            and np.array_equal(scores.logits, captured.logits)
+            and np.array_equal(scores.predictions, captured.predictions)
+        ),
+    }
+
+
 def paired_capture_times(
-    timed: Any, items: list, capture: dict[str, bool], repeats: int
+    timed: Timed, items: list, capture: dict[str, bool], repeats: int
 ) -> tuple[list[float], list[float], bool]:
     """Seconds with capture off and on, chunk by chunk of CAPTURE_CHUNK items, the two
     back to back in alternating order (ABBA), `repeats` rounds: on a machine that others
@@ -167,18 +204,21 @@ def harness_side(data: str, limit: int, batch_size: int) -> dict:
     }
 
 
-def our_side(data: str, limit: int, batch_size: int) -> dict:
+def our_side(data: str, limit: int, batch_size: int, repeats: int) -> dict:
+    """Our cloze scorer on the same items: one pass (as before capture was measured), then
+    the capture cost in the same process (`capture_cost`; the peak before it is our peak)."""
     sys.path.insert(0, str(ROOT))
     from calm_core.scoring.evaluate import load_mc_items
     from calm_core.scoring.models import load_model
-    from calm_core.scoring.options import score_items
     from calm_core.scoring.prompts import ScoringConfig
 
     items = load_mc_items(data, limit=limit)
     lm = load_model("embedded")
-    start = time.perf_counter()
-    scores = score_items(lm, items, ScoringConfig(rule="cloze"), batch_size=batch_size, progress=False)
-    seconds = time.perf_counter() - start
+    cfg = ScoringConfig(rule="cloze")
+    timed = scorer_timer(lm, cfg, batch_size=batch_size)
+    seconds, scores = timed(items)
+    peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    cost = capture_cost(timed, items, cfg, scores, repeats)
     loglik = [row[np.isfinite(row)].tolist() for row in scores.logits]
     return {
         "side": "calm",
@@ -186,7 +226,49 @@ def our_side(data: str, limit: int, batch_size: int) -> dict:
         "seconds": seconds,
         "questions_per_s": len(items) / seconds,
         "loglikelihoods": loglik,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mb": peak_rss_mb,
+        **cost,
+        "capture_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+HARNESS_COLUMNS = [  # (header, template over the JSON summary): the printed table is derived from the JSON
+    ("batch", "{batch_size}"),
+    ("calm q/s", "{calm_questions_per_s:.2f}"),
+    ("capture q/s", "{capture_questions_per_s:.2f}"),
+    ("lm-eval q/s", "{lm_eval_questions_per_s:.2f}"),
+    ("ratio", "{ratio:.2f}"),
+    ("capture ratio", "{ratio_with_capture:.2f}"),
+    ("on/off", "{capture_ratio:.3f}"),
+    ("identical", "{capture_identical}"),
+    ("agree", "{agree}/{n}"),
+    ("max |loglik diff|", "{max_abs_loglik_diff:.2e}"),
+    ("calm peak MB", "{calm_peak_rss_mb:.0f}"),
+    ("lm-eval peak MB", "{lm_eval_peak_rss_mb:.0f}"),
+]
+
+
+def harness_summary(calm: dict, harness: dict) -> dict[str, Any]:
+    """The comparison's numbers from the two sides' rows: ratios are calm over lm-eval in
+    questions/s (`ratio_with_capture`: calm's pass with capture on); `capture_ratio` is
+    calm's own paired on/off time ratio; agreement is on the argmax over options."""
+    ours, theirs = calm["loglikelihoods"], harness["loglikelihoods"]
+    pairs = list(zip(ours, theirs, strict=True))
+    agree = sum(int(np.argmax(a) == np.argmax(b)) for a, b in pairs)
+    return {
+        "calm_questions_per_s": calm["questions_per_s"],
+        "capture_questions_per_s": calm["capture_questions_per_s"],
+        "lm_eval_questions_per_s": harness["questions_per_s"],
+        "ratio": calm["questions_per_s"] / harness["questions_per_s"],
+        "ratio_with_capture": calm["capture_questions_per_s"] / harness["questions_per_s"],
+        "capture_ratio": calm["capture_ratio"],
+        "capture_ratio_median": calm["capture_ratio_median"],
+        "capture_identical": calm["capture_identical"],
+        "agree": agree,
+        "n": len(pairs),
+        "max_abs_loglik_diff": max(float(np.max(np.abs(np.array(a) - np.array(b)))) for a, b in pairs),
+        "calm_peak_rss_mb": calm["peak_rss_mb"],
+        "lm_eval_peak_rss_mb": harness["peak_rss_mb"],
     }
 
 
@@ -202,6 +284,8 @@ def compare_with_harness(args: argparse.Namespace) -> None:
             str(args.limit),
             "--batch-size",
             str(args.batch_size),
+            "--repeats",
+            str(args.repeats),
             "--one-side",
             side,
         ]
@@ -209,27 +293,17 @@ def compare_with_harness(args: argparse.Namespace) -> None:
         if done.returncode != 0:
             raise SystemExit(f"{side} failed:\n{done.stderr[-3000:]}")
         sides[side] = json.loads(done.stdout.strip().splitlines()[-1])
-    ours, theirs = sides["calm"]["loglikelihoods"], sides["lm-eval"]["loglikelihoods"]
-    agree = sum(int(np.argmax(a) == np.argmax(b)) for a, b in zip(ours, theirs, strict=True))
-    worst = max(float(np.max(np.abs(np.array(a) - np.array(b)))) for a, b in zip(ours, theirs, strict=True))
-    ratio = sides["calm"]["questions_per_s"] / sides["lm-eval"]["questions_per_s"]
-    print(f"{'scorer':8} {'q/s':>7} {'peak MB':>8}")
-    for side, row in sides.items():
-        print(f"{side:8} {row['questions_per_s']:7.2f} {row['peak_rss_mb']:8.0f}")
-    print(
-        f"ratio calm / lm-eval: {ratio:.2f}x; predictions agree on {agree}/{len(ours)} items; "
-        f"largest log-likelihood difference {worst:.2e}"
-    )
+    numbers = harness_summary(sides["calm"], sides["lm-eval"])
     summary = {
         "data": args.data,
         "limit": args.limit,
         "batch_size": args.batch_size,
-        "ratio": ratio,
-        "agree": agree,
-        "n": len(ours),
-        "max_abs_loglik_diff": worst,
+        "repeats": args.repeats,
+        **numbers,
         "rows": [{k: v for k, v in row.items() if k != "loglikelihoods"} for row in sides.values()],
     }
+    print("  ".join(header for header, _ in HARNESS_COLUMNS))
+    print("  ".join(template.format(**summary).rjust(len(header)) for header, template in HARNESS_COLUMNS))
     target = args.json.with_name("harness.json") if args.json.name == "scoring.json" else args.json
     target.write_text(json.dumps(summary, indent=2))
     print(f"wrote {target}")
@@ -252,8 +326,11 @@ def main() -> None:
     parser.add_argument("--one-side", choices=["calm", "lm-eval"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one_side:
-        side = our_side if args.one_side == "calm" else harness_side
-        print(json.dumps(side(args.data, args.limit, args.batch_size)))
+        if args.one_side == "calm":
+            row = our_side(args.data, args.limit, args.batch_size, args.repeats)
+        else:
+            row = harness_side(args.data, args.limit, args.batch_size)
+        print(json.dumps(row))
         return
     if args.harness:
         compare_with_harness(args)
