@@ -353,7 +353,7 @@ def test_monitor_and_compare_show_the_selected_step_and_the_recommendation(open_
     assert sum('"text":"selected"' in spec for spec in figures) >= 6  # losses, lower level, evaluation curves
     assert any(f'"symbol":"{SELECTED_SYMBOL}"' in spec for spec in figures)  # the trade-off path
     assert any("S_T cross-entropy of theta (lower level)" in spec and '"name":"tolerance"' in spec for spec in figures)
-    evidence = next(d.value for d in monitor.dataframe if "recommended" in d.value.columns)
+    evidence = _shown(next(t.value for t in monitor.table if "recommended" in t.value.columns))  # whole cells
     named = ["the model as it is", "temperature scaling", "vector scaling", "CALM"]  # the variants in full
     assert list(evidence["variant"]) == (named if recommended == "calm" else [named[0], *named[2:]])
     assert evidence["ece"].str.contains(r"\[").all()  # 90% intervals

@@ -304,6 +304,8 @@ def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shot
     expect(page.get_by_text(recommendation_sentence(results)).first).to_be_visible()  # the one sentence
     print(f"selected step {selected}; recommended {results['recommendation']['variant']}")
     assert not _exceptions(page), _exceptions(page)
+    _assert_fits(page, "monitor_results")  # issue 30: no table cut at the page's edge
+    expect(page.locator('[data-testid="stTable"]')).to_have_count(3)  # verdict, S_V evidence, evaluation evidence
     _shot(page, shots, "4-monitor", bottom=page.get_by_text("Compare reliability diagrams"))
 
     # Compare: the run's reliability diagram, its metrics, "Share a run".

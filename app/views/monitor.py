@@ -13,9 +13,9 @@ import streamlit as st
 from app.charts import alpha_bars, alpha_heatmap, line_figure, tradeoff_figure
 from app.gate import studio_access, this_session
 from app.state import code, describe_error
-from app.verdict_view import heldout_evidence, verdict_block, verdict_caption
+from app.verdict_view import column_meanings, heldout_evidence, verdict_block, verdict_caption, whole_cells
 from app.words import column_help, explained, helps, named, variant_names
-from calm_core.calibration.metrics.columns import curves, table_columns
+from calm_core.calibration.metrics.columns import curves, help_texts, table_columns
 from calm_core.glossary import define, tooltip
 from calm_core.runs.jobs import cancel
 from calm_core.runs.listing import list_runs, run_label
@@ -423,15 +423,16 @@ def _results(run: RunDir, method: str, task: str) -> None:
         rows = run_view.compare_rows([run])
         for note in run_view.posthoc_lines(results, notes_only=True):
             st.caption(note)  # e.g. too few S_V items to fit a temperature: say why the TS row is missing
-        columns = table_columns(task)
+        columns = _fitting_columns(table_columns(task))
         frame = pd.DataFrame([{k: r.get(k) for k in columns} for r in rows])
-        st.dataframe(
-            named(frame),
-            hide_index=True,
-            width="stretch",
-            column_config=column_help(columns, frame["variant"] if len(frame) else ()),
-            key="monitor_results",
-        )
+        with st.container(key="monitor_results"):  # a keyed box: the browser test measures the table's width in it
+            st.dataframe(
+                named(frame),
+                hide_index=True,
+                width="stretch",
+                column_config=column_help(columns, frame["variant"] if len(frame) else ()),
+                key="monitor_results_table",
+            )
         if task == "mcqa":
             st.caption(
                 "auroc: how well confidence separates right from wrong answers (0.5: not at all); aurc: "
@@ -439,6 +440,13 @@ def _results(run: RunDir, method: str, task: str) -> None:
                 "confident questions (lower is better). ECE alone rewards a near-uniform forecast."
             )
         st.page_link("views/compare.py", label="Compare reliability diagrams", icon=":material/compare:")
+
+
+def _fitting_columns(columns: list[str]) -> list[str]:
+    """The metrics table's columns that fit at 1280 px (Compare's first choice); every
+    column is on Compare, in its CSV and in its wide table."""
+    keys = [c for c in columns if c in ("dataset", "variant")]
+    return keys + run_view.default_columns([c for c in columns if c not in keys])
 
 
 def _verdict(results: dict, method: str) -> None:
@@ -454,16 +462,12 @@ def _verdict(results: dict, method: str) -> None:
     rows = verdict.evidence_rows(results, method)
     if rows and (line or advice):
         frame = pd.DataFrame(rows)
-        st.dataframe(
-            named(frame),
-            hide_index=True,
-            width="stretch",
-            key="monitor_evidence",
-            column_config=column_help(list(frame.columns), frame["variant"]),
-        )
+        frame["recommended"] = frame["recommended"].map({True: "yes", False: ""})
+        whole_cells(named(frame).to_dict("records"))  # "0.800 [0.600, 1.000]" cells: whole, not cut
         st.caption(
             "Evidence on the evaluation sets: each figure with its 90% bootstrap interval; `recommended` "
-            "is the variant chosen on S_V."
+            "is the variant chosen on S_V.",
+            help=column_meanings(help_texts(list(frame.columns))),
         )
 
 
