@@ -299,7 +299,7 @@ def evidence_columns(results: dict[str, Any]) -> tuple[str, ...]:
 
 def evidence_caption(results: dict[str, Any]) -> str:
     """What heldout_rows' table shows, said under it (the page and the report)."""
-    return HELDOUT_CAPTION + (POOLED_NOTE if pooled(results) else "")
+    return HELDOUT_CAPTION.replace(" on S_V:", ":", 1) + POOLED_NOTE if pooled(results) else HELDOUT_CAPTION
 
 
 def heldout_rows(results: dict[str, Any]) -> list[dict[str, str]]:
