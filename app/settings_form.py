@@ -42,3 +42,17 @@ def setting_input(container: Any, spec: SettingSpec, value: Any, key: str) -> An
             **extra,
         )
     return container.text_input(label, value="" if value is None else str(value), key=key, help=help_text)
+
+
+def optional_count_input(container: Any, spec: SettingSpec, value: int | None, key: str) -> int | None:
+    """An optional count (None: all) as a number input where 0 stands for None, bounded
+    above by the declaration; its label says so ("Training items (0: all)")."""
+    number = container.number_input(
+        f"{spec.label} (0: all)",
+        min_value=0,
+        max_value=int(spec.meta("max")),
+        value=int(value or 0),
+        key=key,
+        help=spec.help,
+    )
+    return int(number) or None

@@ -273,17 +273,18 @@ def test_theta_restored_when_a_closure_raises_at_theta_tilde(inner_steps: int) -
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"inner_steps": 0}, "Expected `inner_steps` to be a positive int, but got 0"),
-    ({"inner_steps": 1.5}, "Expected `inner_steps` to be a positive int, but got 1.5"),
-    ({"inner_steps": True}, "Expected `inner_steps` to be a positive int, but got True"),
-    ({"inner_lr": 0.0}, "Expected `inner_lr` to be a positive finite float, but got 0.0"),
-    ({"inner_lr": math.inf}, "Expected `inner_lr` to be a positive finite float, but got inf"),
-    ({"eta": -0.5}, "Expected `eta` to be a positive finite float, but got -0.5"),
-    ({"eta": math.nan}, "Expected `eta` to be a positive finite float, but got nan"),
+    ({"inner_steps": 0}, "Expected `inner_steps` to be an integer between 1 and 100, but got 0"),
+    ({"inner_steps": 1.5}, "Expected `inner_steps` to be an integer between 1 and 100, but got 1.5"),
+    ({"inner_steps": True}, "Expected `inner_steps` to be an integer between 1 and 100, but got True"),
+    ({"inner_lr": 0.0}, "Expected `inner_lr` to be a number between 0.0001 and 100, but got 0.0"),
+    ({"inner_lr": math.inf}, "Expected `inner_lr` to be a number between 0.0001 and 100, but got inf"),
+    ({"eta": -0.5}, "Expected `eta` to be a number between 0.01 and 10, but got -0.5"),
+    ({"eta": math.nan}, "Expected `eta` to be a number between 0.01 and 10, but got nan"),
     ({"phi": "norm"}, "Expected `phi` to be one of ['grad', 'value'], but got 'norm'"),
     ({"inner_rule": "adam"}, "Expected `inner_rule` to be one of ['fixed', 'polyak'], but got 'adam'"),
     ({"inner_start": "last"}, "Expected `inner_start` to be one of ['theta', 'persistent'], but got 'last'"),
-    ({"max_update_norm": -1.0}, "Expected `max_update_norm` to be a finite float >= 0, but got -1.0"),
+    ({"inner_steps": 101}, "Expected `inner_steps` to be an integer between 1 and 100, but got 101"),  # max: enforced
+    ({"max_update_norm": -1.0}, "Expected `max_update_norm` to be a number between 0 and 1000000, but got -1.0"),
 ])
 def test_config_validation_names_the_field(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError) as err:

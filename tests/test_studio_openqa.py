@@ -255,5 +255,5 @@ def test_monitor_page_shows_an_open_answer_run(open_page, tiny_everywhere, open_
     assert run_picker(at).value == open_workspace
     assert "greedy answer's sequence probability" in _text(at)  # what its periodic ECE is
     results = at.dataframe[-1].value
-    assert {"sem_acc", "sem2_ece_10", "seq_ece_10"} <= set(results.columns)
+    assert {"sem_acc", "ece", "auroc"} <= set(results.columns)  # the columns that fit; all of them on Compare
     assert set(NAMED) == set(results["variant"])

@@ -13,7 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from app.gate import studio_access, this_session
-from app.settings_form import current_value, setting_input
+from app.settings_form import current_value, optional_count_input, setting_input
 from app.state import describe_error
 from app.words import helps, method_name
 from calm_core.calibration.head import scope_note, scopes_for
@@ -21,11 +21,13 @@ from calm_core.calibration.recommend import ALL_LABELLED, HELDOUT_ONLY
 from calm_core.data.entries import list_datasets
 from calm_core.data.schema import DataError
 from calm_core.data.split_sizes import CHOOSE_HELDOUT, FIXES, advise_split
-from calm_core.generative.sampling import PROMPTS, GenerationConfig
+from calm_core.generative.sampling import GenerationConfig
 from calm_core.glossary import define, tooltip
 from calm_core.runs.listing import list_runs
+from calm_core.scoring.adapters import LoraSettings
 from calm_core.scoring.evaluate import load_report
 from calm_core.scoring.prompts import RULES
+from calm_core.settings import declared_settings
 from calm_core.training.config import PRESETS, TrainConfig, train_settings
 from calm_core.training.methods import METHODS
 from calm_core.training.tasks import get_task
@@ -334,34 +336,16 @@ def choose_generation(task: str, preset: str) -> GenerationConfig:
     prompt; an invalid combination is said and stops the page."""
     st.subheader("Answer generation")
     g1, g2, g3, g4 = st.columns(4)
-    samples = g1.number_input(
-        "Sampled answers per question",
-        2,
-        50,
-        TrainConfig.preset(preset, task=task).generation.n_samples,
-        key="train_samples",
-        help="Sem1 confidence: the most common meaning's share of these samples",
-    )
-    max_new = g2.number_input(
-        "Max new tokens",
-        1,
-        128,
-        GenerationConfig.max_new_tokens,
-        key="train_max_new",
-        help="an answer ends at a newline or the end-of-sequence token",
-    )
-    grouping = g3.selectbox(
-        "Group answers by",
-        ["embedding", "string"],
-        key="train_grouping",
-        help="string: equal after normalising (case, punctuation, articles); embedding: also "
-        "MiniLM cosine >= 0.8 (paraphrases)",
-    )
-    prompt = g4.selectbox(
-        "Prompt",
-        list(PROMPTS),
-        key="train_prompt",
-        help="fewshot: three fixed demonstrations, then the question; plain: the question alone; chat: a chat turn",
+    spec_of = {spec.name: spec for spec in declared_settings(GenerationConfig)}
+    preset_generation = TrainConfig.preset(preset, task=task).generation
+    samples, max_new, grouping, prompt = (
+        setting_input(cell, spec_of[name], getattr(preset_generation, name), key=key)
+        for cell, name, key in (
+            (g1, "n_samples", "train_samples"),
+            (g2, "max_new_tokens", "train_max_new"),
+            (g3, "grouping", "train_grouping"),
+            (g4, "prompt", "train_prompt"),
+        )
     )
     try:
         generation = GenerationConfig(
@@ -399,10 +383,9 @@ def advanced_settings(task: str, choice: MethodChoice) -> dict[str, Any]:
                 key = f"train_{name}"
             chosen[name] = setting_input(column, spec_of[name], current_value(base, spec_of[name]), key)
         lora_rank_cell, lora_layers_cell = cells[len(ADVANCED)], cells[len(ADVANCED) + 1]
-        rank = lora_rank_cell.number_input("LoRA rank", 1, 256, base.lora.r, key="train_rank")
-        layers = lora_layers_cell.number_input(
-            "LoRA on top N layers (0: all)", 0, 200, base.lora.layers or 0, key="train_layers"
-        )
+        lora_spec = {spec.name: spec for spec in declared_settings(LoraSettings)}
+        rank = setting_input(lora_rank_cell, lora_spec["r"], base.lora.r, key="train_rank")
+        layers = optional_count_input(lora_layers_cell, lora_spec["layers"], base.lora.layers, key="train_layers")
         d1, d2, d3 = st.columns(3)
         four_bit = d1.selectbox(
             "4-bit (QLoRA)",
@@ -410,22 +393,19 @@ def advanced_settings(task: str, choice: MethodChoice) -> dict[str, Any]:
             key="train_4bit",
             help="auto: QLoRA on a GPU, LoRA on a CPU (recorded with the reason)",
         )
-        train_limit = d2.number_input("Training items (0: all)", 0, 1_000_000, 0, key="train_limit")
-        eval_limit = d3.number_input(
-            "Items per evaluation set", 10, 100_000, base.eval_limit or 200, key="train_eval_limit"
-        )
+        train_limit = optional_count_input(d2, spec_of["train_limit"], None, key="train_limit")
+        eval_limit = setting_input(d3, spec_of["eval_limit"], base.eval_limit or 200, key="train_eval_limit")
         name = st.text_input(
             "Run name", value="", key="train_name", help="letters, digits, - and _ ; used in the run id"
         )
     return {
         "optimizer": optimizer,
         **chosen,
-        "heldout_batch_size": chosen["batch_size"],
-        "train_limit": int(train_limit) or None,
+        "train_limit": train_limit,
         "eval_limit": int(eval_limit),
         "name": name or None,
         "load_in_4bit": {"auto": None, "on": True, "off": False}[four_bit],
-        "lora": {**base.to_dict()["lora"], "r": int(rank), "layers": int(layers) or None},
+        "lora": {**base.to_dict()["lora"], "r": int(rank), "layers": layers},
     }
 
 

@@ -37,6 +37,7 @@ from calm_core.data.schema import OpenItem
 from calm_core.scoring.forward import left_pad_batch
 from calm_core.scoring.progress import ProgressFn, progress_callback
 from calm_core.scoring.prompts import chat_prompt
+from calm_core.settings import check_settings, setting
 
 PLAIN_TEMPLATE = "Question: {question}\nAnswer:"
 FEWSHOT_TEMPLATE = (
@@ -53,33 +54,37 @@ PROMPTS = ("fewshot", "plain", "chat")
 class GenerationConfig:
     """How answers are generated; recorded with every open-QA result."""
 
-    n_samples: int = 10  # sampled answers per question (semantic confidence); 0: greedy only
-    temperature: float = 1.0  # sampling temperature (after any calibration transform)
-    top_p: float = 1.0  # nucleus sampling mass
-    max_new_tokens: int = 16
-    prompt: str = "fewshot"  # fewshot | plain | chat (see the module docstring)
-    batch_size: int = 16  # questions per generate() call
-    seed: int = 0
-    grouping: str = "embedding"  # how sampled answers are grouped: string | embedding (generative.semantic)
-    grouping_threshold: float = 0.8  # embedding cosine at which two answers mean the same
+    n_samples: int = setting(
+        10,
+        "sampled answers per question (semantic confidence); 0: greedy only",
+        label="Sampled answers per question",
+        min=0,
+        max=100,
+    )
+    temperature: float = setting(1.0, "sampling temperature (after any calibration transform)", min=0.01, max=100.0)
+    top_p: float = setting(1.0, "nucleus sampling mass", min=0.01, max=1.0)
+    max_new_tokens: int = setting(
+        16, "an answer ends at a newline or the end-of-sequence token", label="Max new tokens", min=1, max=512
+    )
+    prompt: str = setting(
+        "fewshot",
+        "fewshot: three fixed demonstrations, then the question; plain: the question alone; chat: a chat turn",
+        label="Prompt",
+        choices=tuple(PROMPTS),
+    )
+    batch_size: int = setting(16, "questions per generate() call", min=1, max=512)
+    seed: int = setting(0, "seeds the sampled answers", min=0, max=2**32 - 1)
+    grouping: str = setting(
+        "embedding",
+        "string: equal after normalising (case, punctuation, articles); embedding: also MiniLM cosine >= the "
+        "threshold (paraphrases)",
+        label="Group answers by",
+        choices=("string", "embedding"),
+    )
+    grouping_threshold: float = setting(0.8, "embedding cosine at which two answers mean the same", min=0.01, max=1.0)
 
     def __post_init__(self) -> None:
-        if isinstance(self.n_samples, bool) or not isinstance(self.n_samples, int) or self.n_samples < 0:
-            raise ValueError(f"Expected `n_samples` to be an int >= 0, but got {self.n_samples!r}")
-        for name in ("max_new_tokens", "batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"Expected `{name}` to be a positive int, but got {value!r}")
-        if self.prompt not in PROMPTS:
-            raise ValueError(f"Expected `prompt` to be one of {list(PROMPTS)}, but got {self.prompt!r}")
-        if self.grouping not in ("string", "embedding"):
-            raise ValueError(f"Expected `grouping` to be 'string' or 'embedding', but got {self.grouping!r}")
-        if not 0 < self.grouping_threshold <= 1:
-            raise ValueError(f"Expected `grouping_threshold` in (0, 1], but got {self.grouping_threshold!r}")
-        if not self.temperature > 0:
-            raise ValueError(f"Expected `temperature` > 0, but got {self.temperature!r}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"Expected `top_p` in (0, 1], but got {self.top_p!r}")
+        check_settings(self)  # each setting's declared kind, choices and bounds
 
     def to_dict(self) -> dict[str, Any]:
         template = {"fewshot": FEWSHOT_TEMPLATE, "plain": PLAIN_TEMPLATE, "chat": CHAT_INSTRUCTION}[self.prompt]

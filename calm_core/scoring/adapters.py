@@ -16,22 +16,21 @@ from typing import Any
 
 import torch
 
+from calm_core.settings import check_settings, setting
+
 
 @dataclass(frozen=True)
 class LoraSettings:
-    r: int = 8  # adapter rank
-    alpha: int = 16  # LoRA scaling numerator (scale = alpha / r)
-    dropout: float = 0.0  # 0 keeps training deterministic on the CPU
+    r: int = setting(8, "adapter rank", label="LoRA rank", min=1, max=256)
+    alpha: int = setting(16, "LoRA scaling numerator (scale = alpha / r)", label="LoRA alpha", min=1, max=1024)
+    dropout: float = setting(0.0, "LoRA dropout (0 keeps training deterministic on the CPU)", min=0.0, max=0.9)
     target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
-    layers: int | None = None  # adapt only the top N decoder layers (None: all)
+    layers: int | None = setting(
+        None, "adapt only the top N decoder layers (None: all)", label="LoRA on top N layers", min=1, max=1000
+    )
 
     def __post_init__(self) -> None:
-        if self.r < 1:
-            raise ValueError(f"Expected `r` to be a positive int, but got {self.r}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"Expected `dropout` in [0, 1), but got {self.dropout}")
-        if self.layers is not None and self.layers < 1:
-            raise ValueError(f"Expected `layers` to be None or a positive int, but got {self.layers}")
+        check_settings(self)  # each setting's declared kind and bounds
 
 
 def quantization_choice(want_4bit: bool | None, device: torch.device) -> tuple[bool, str]:

@@ -77,7 +77,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from calm_core.settings import setting
+from calm_core.settings import check_settings, setting
 from calm_core.training import distributed
 from calm_core.training.substitution import at
 
@@ -124,27 +124,11 @@ class BilevelConfig:
         choices=CONSTRAINTS,
     )
     max_update_norm: float = setting(
-        1.0, "a plain step's ||delta u|| is cut to this length, direction kept (0: no limit)", min=0.0
+        1.0, "a plain step's ||delta u|| is cut to this length, direction kept (0: no limit)", min=0.0, max=1e6
     )
 
     def __post_init__(self) -> None:
-        if isinstance(self.inner_steps, bool) or not isinstance(self.inner_steps, int) or self.inner_steps < 1:
-            raise ValueError(f"Expected `inner_steps` to be a positive int, but got {self.inner_steps!r}")
-        for name in ("inner_lr", "eta"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-                raise ValueError(f"Expected `{name}` to be a positive finite float, but got {value!r}")
-        value = self.max_update_norm
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
-            raise ValueError(f"Expected `max_update_norm` to be a finite float >= 0, but got {value!r}")
-        for name, valid in (
-            ("phi", PHI_CHOICES),
-            ("inner_rule", INNER_RULES),
-            ("inner_start", INNER_STARTS),
-            ("constraint", CONSTRAINTS),
-        ):
-            if getattr(self, name) not in valid:
-                raise ValueError(f"Expected `{name}` to be one of {list(valid)}, but got {getattr(self, name)!r}")
+        check_settings(self)  # each setting's declared kind, choices and bounds
 
 
 @dataclass

@@ -25,11 +25,12 @@ from calm_core.calibration.recommend import ALL_LABELLED, CALIBRATE_ON, HELDOUT_
 from calm_core.generative.sampling import GenerationConfig
 from calm_core.scoring.adapters import LoraSettings
 from calm_core.scoring.prompts import RULES
-from calm_core.settings import SettingSpec, declared_settings, section, setting
+from calm_core.settings import SettingSpec, check_settings, declared_settings, section, setting
 from calm_core.training.bilevel import BilevelConfig
+from calm_core.training.context import Method
 from calm_core.training.methods import METHODS, get_method
 from calm_core.training.selection import SELECT_RULES, EvalSchedule, SelectRule
-from calm_core.training.tasks import get_task
+from calm_core.training.tasks import TASKS, get_task
 
 OPTIMIZERS = ("sgd", "adamw")
 AUTOCASTS = ("bf16", "none")  # torch.autocast around the prefill, the steps and evaluation (loop.autocast_for)
@@ -42,10 +43,12 @@ class TrainConfig:
     method: str = setting(
         "calm",
         "training method: a module of calm_core/training/methods (calm, sft, scalar, ...)",
-        choices=tuple(METHODS),
+        choices=lambda: METHODS,
     )
     task: str = setting(
-        "mcqa", "mcqa (option scores) | openqa (free-form answers): a module of calm_core/training/tasks"
+        "mcqa",
+        "mcqa (option scores) | openqa (free-form answers): a module of calm_core/training/tasks",
+        choices=lambda: TASKS,
     )
     model: str = setting("embedded", "'embedded', a local dir or a hub id")
     train_data: str = setting("builtin/capitals/train", "S_T: labelled training questions")
@@ -53,10 +56,14 @@ class TrainConfig:
         "builtin/capitals/validation", "S_V: inputs for the entropy objective (labels only for eval / TS)"
     )
     eval_data: tuple[str, ...] = ("builtin/capitals/test",)  # periodic and final evaluation sets (ID and OOD)
-    train_limit: int | None = setting(None, "first N training items (None: all)")
-    heldout_limit: int | None = setting(200, "first N held-out items after removing training questions (None: all)")
+    train_limit: int | None = setting(
+        None, "first N training items (None: all)", label="Training items", min=1, max=10_000_000
+    )
+    heldout_limit: int | None = setting(
+        200, "first N held-out items after removing training questions (None: all)", min=1, max=10_000_000
+    )
     eval_limit: int | None = setting(
-        200, "first N items of each evaluation set (None: all)", label="Items per evaluation set"
+        200, "first N items of each evaluation set (None: all)", label="Items per evaluation set", min=1, max=10_000_000
     )
     scoring: str = setting("cloze", "cloze | cloze_norm | letter", choices=RULES)
     chat_template: bool = False
@@ -68,7 +75,9 @@ class TrainConfig:
     )
     steps: int = setting(60, "optimizer steps (one batch each)", min=1, max=100_000)
     batch_size: int = setting(4, "training questions per step", min=1, max=512)
-    heldout_batch_size: int = 4  # S_V questions per step (upper level)
+    heldout_batch_size: int | None = setting(
+        None, "S_V questions per step, the upper level (None: the same as batch_size)", min=1, max=512
+    )
     optimizer: str = setting(
         "auto",
         "auto: the method's own. sgd: a plain step, which keeps BOME's guarantee that "
@@ -92,7 +101,7 @@ class TrainConfig:
         max=100.0,
         format="%.0e",
     )
-    weight_decay: float = 0.0  # on theta only (adamw)
+    weight_decay: float = setting(0.0, "weight decay on theta only (adamw)", min=0.0, max=1.0)
     bilevel: BilevelConfig = section(BilevelConfig, "the first-order (BOME) step: calm, scalar, iterate")
     method_settings: Any = None  # the method's own Settings (None: its defaults; a dict is read into them)
     lora: LoraSettings = field(default_factory=LoraSettings)
@@ -116,17 +125,18 @@ class TrainConfig:
         min=0,
         max=4096,
     )
-    seed: int = setting(0, "seeds the batch schedule, the adapters' init and dropout")
+    seed: int = setting(0, "seeds the batch schedule, the adapters' init and dropout", min=0, max=2**32 - 1)
     eval_every: int = setting(
-        20, "steps between evaluations after the dense start (0: only the dense start and the end)", min=0
+        20, "steps between evaluations after the dense start (0: only the dense start and the end)", min=0, max=100_000
     )
     eval_dense_until: int = setting(
         20,
         "evaluate S_V every `eval_dense_every` steps up to this step (and at steps 0 "
         "and 1): the calibrated point comes early (training/selection.py)",
         min=0,
+        max=100_000,
     )
-    eval_dense_every: int = setting(2, "steps between the dense early evaluations", min=1)
+    eval_dense_every: int = setting(2, "steps between the dense early evaluations", min=1, max=100_000)
     select: str = setting(
         "best",
         "which step the run hands back: best (lowest S_V NLL, ties by S_V ECE, among steps "
@@ -134,7 +144,10 @@ class TrainConfig:
         choices=SELECT_RULES,
     )
     select_patience: int = setting(
-        4, "select best: stop after this many evaluations without a better step (0: run every step)", min=0
+        4,
+        "select best: stop after this many evaluations without a better step (0: run every step)",
+        min=0,
+        max=100_000,
     )
     lower_tolerance: float = setting(
         0.1,
@@ -143,8 +156,10 @@ class TrainConfig:
         min=0.0,
         max=10.0,
     )
-    checkpoint_every: int = 20  # steps between checkpoints (cancel always checkpoints)
-    eval_batch_size: int = 32
+    checkpoint_every: int = setting(
+        20, "steps between checkpoints (0: none but the last; cancel always checkpoints)", min=0, max=100_000
+    )
+    eval_batch_size: int = setting(32, "questions per forward in evaluation", min=1, max=4096)
     calibrate_on: str = setting(
         HELDOUT_ONLY,
         "where the post-hoc calibrators (TS, vector scaling) are fitted: heldout (S_V) or all (every labelled "
@@ -169,6 +184,22 @@ class TrainConfig:
         return max(1, cores - 1), f"every core but one of {cores}, at least 1 (threads = 0)"
 
     def __post_init__(self) -> None:
+        self._read_parts()
+        check_settings(self)  # every declared kind, choice and bound (calm_core.settings)
+        method = get_method(self.method)
+        self.method_settings = method_settings(self.method, self.method_settings)
+        if self.optimizer == "auto":
+            self.optimizer = method.OPTIMIZER
+        for name in ("lr_theta", "lr_alpha"):
+            if getattr(self, name) is None:
+                setattr(self, name, DEFAULT_LR[self.optimizer][name])
+        if self.heldout_batch_size is None:
+            self.heldout_batch_size = self.batch_size  # both front ends: decided here, recorded in config.json
+        self._check_fits(method)
+        _ = self.select_rule  # validates select, select_patience, lower_tolerance
+
+    def _read_parts(self) -> None:
+        """The nested parts given as dicts (a config file, config.json) as their classes."""
         if isinstance(self.lora, dict):
             self.lora = LoraSettings(**{k: tuple(v) if k == "target_modules" else v for k, v in self.lora.items()})
         if isinstance(self.generation, dict):
@@ -177,16 +208,15 @@ class TrainConfig:
             self.bilevel = BilevelConfig(**self.bilevel)
         if isinstance(self.eval_data, (list, str)):
             self.eval_data = (self.eval_data,) if isinstance(self.eval_data, str) else tuple(self.eval_data)
-        method = get_method(self.method)
-        self.method_settings = method_settings(self.method, self.method_settings)
-        _one_of("scoring", self.scoring, RULES)
-        _one_of("calibrate_on", self.calibrate_on, CALIBRATE_ON)
+
+    def _check_fits(self, method: Method) -> None:
+        """The rules between settings: the method fits the task, the head's scope the
+        scoring rule, k-fold calibration multiple choice."""
         if self.calibrate_on == ALL_LABELLED and self.task != "mcqa":
             raise ValueError(
                 f"Expected `calibrate_on` heldout for task {self.task}: k-fold on all labelled items is mcqa's"
             )
         task = get_task(self.task)
-        _one_of("scope", self.scope, SCOPES + ("auto",))
         if task.METHODS is not None and self.method not in task.METHODS:
             raise ValueError(
                 f"Expected `method` to be one of {list(task.METHODS)} for task {self.task}, but got "
@@ -194,24 +224,6 @@ class TrainConfig:
             )
         if method.USES_HEAD:
             check_scope_fits(self.effective_scope, self.scoring, self.task)
-        _one_of("optimizer", self.optimizer, OPTIMIZERS + ("auto",))
-        _one_of("autocast", self.autocast, AUTOCASTS + ("auto",))
-        if self.optimizer == "auto":
-            self.optimizer = method.OPTIMIZER
-        for name in ("lr_theta", "lr_alpha"):
-            if getattr(self, name) is None:
-                setattr(self, name, DEFAULT_LR[self.optimizer][name])
-        for name in ("steps", "batch_size", "heldout_batch_size", "eval_batch_size"):
-            _positive_int(name, getattr(self, name))
-        for name in ("lr_theta", "lr_alpha"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"Expected `{name}` to be > 0, but got {getattr(self, name)}")
-        if self.eval_every < 0 or self.checkpoint_every < 0 or self.eval_dense_until < 0:
-            raise ValueError("Expected `eval_every`, `eval_dense_until` and `checkpoint_every` to be >= 0")
-        _positive_int("eval_dense_every", self.eval_dense_every)
-        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 0:
-            raise ValueError(f"Expected `threads` to be an int >= 0 (0: every core but one), but got {self.threads!r}")
-        _ = self.select_rule  # validates select, select_patience, lower_tolerance
 
     @property
     def select_rule(self) -> SelectRule:
@@ -297,16 +309,6 @@ DEFAULT_LR: dict[str, dict[str, float]] = {
 QUICK_EVALUATIONS = 10  # periodic evaluations of a long `quick` run (see preset_settings)
 
 
-def _one_of(name: str, value: Any, valid: tuple[str, ...]) -> None:
-    if value not in valid:
-        raise ValueError(f"Expected `{name}` to be one of {list(valid)}, but got {value!r}")
-
-
-def _positive_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"Expected `{name}` to be a positive int, but got {value!r}")
-
-
 PRESETS: dict[str, dict[str, Any]] = {
     # Minutes on 2 CPU cores with the embedded model: few steps, small batches, LoRA on the
     # attention projections of the top layers only; eval_batch_size 64 because larger
@@ -315,7 +317,6 @@ PRESETS: dict[str, dict[str, Any]] = {
     "quick": {
         "steps": 40,
         "batch_size": 4,
-        "heldout_batch_size": 4,
         "eval_every": 20,
         "checkpoint_every": 20,
         "eval_batch_size": 64,
@@ -329,7 +330,6 @@ PRESETS: dict[str, dict[str, Any]] = {
     # steps = 5 * len(train) / 16, set by the caller from the training set size.
     "paper": {
         "batch_size": 16,
-        "heldout_batch_size": 16,
         "scoring": "letter",
         "bilevel": {"inner_steps": 10},
         "load_in_4bit": True,
@@ -351,15 +351,16 @@ def method_settings(method: str, given: Any) -> Any:
         if given:
             raise ValueError(f"Expected no method_settings for method {method!r} (it has none), but got {given!r}")
         return None
-    if isinstance(given, kind):
-        return given
-    values = dict(given or {})
-    names = {f.name for f in dataclasses.fields(kind)}
-    if set(values) - names:
-        raise ValueError(
-            f"Expected method_settings of {method!r} among {sorted(names)}, but got {sorted(set(values) - names)}"
-        )
-    return kind(**values)
+    if not isinstance(given, kind):
+        values = dict(given or {})
+        names = {f.name for f in dataclasses.fields(kind)}
+        if set(values) - names:
+            raise ValueError(
+                f"Expected method_settings of {method!r} among {sorted(names)}, but got {sorted(set(values) - names)}"
+            )
+        given = kind(**values)
+    check_settings(given)  # a method's Settings are declared settings too
+    return given
 
 
 def nest_settings(data: dict[str, Any]) -> dict[str, Any]:

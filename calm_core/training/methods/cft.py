@@ -23,7 +23,7 @@ DESCRIPTION = "SFT + a binned ECE-style penalty on the max probability (calibrat
 
 @dataclass
 class Settings:
-    cft_gamma: float = setting(1.0, "weight of the binned calibration penalty", min=0.0)
+    cft_gamma: float = setting(1.0, "weight of the binned calibration penalty", min=0.0, max=100.0)
 
 
 N_BINS = 10

@@ -18,7 +18,7 @@ DESCRIPTION = "LoRA cross-entropy with label smoothing over the item's own optio
 
 @dataclass
 class Settings:
-    label_smoothing: float = setting(0.1, "share of the target spread evenly over the item's options", min=0.0)
+    label_smoothing: float = setting(0.1, "share of the target spread evenly over the item's options", min=0.0, max=1.0)
 
 
 def smoothed_cross_entropy(z: torch.Tensor, gold: torch.Tensor, eps: float) -> torch.Tensor:

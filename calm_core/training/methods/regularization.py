@@ -20,7 +20,7 @@ DESCRIPTION = "Single-level ablation: cross-entropy minus beta x entropy, fixed 
 
 @dataclass
 class Settings:
-    beta: float = setting(0.5, "weight of the entropy bonus: CE - beta * entropy", min=0.0)
+    beta: float = setting(0.5, "weight of the entropy bonus: CE - beta * entropy", min=0.0, max=100.0)
 
 
 def step(ctx: StepContext, train_items: list, heldout_items: list) -> dict[str, float]:
