@@ -131,7 +131,7 @@ def no_model(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(args):
         raise ModelLoaded(args.model)
 
-    monkeypatch.setattr("calm_core.cli.commands._load_lm", refuse)
+    monkeypatch.setattr("calm_core.cli.eval_io.load_lm", refuse)
 
 
 # ----------------------------------------------------------------------------- calm eval: output

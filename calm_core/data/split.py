@@ -22,12 +22,10 @@ seed, sizes and the item ids of each part, and a run that trains on a part names
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import random
 import shutil
-import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -46,7 +44,7 @@ from calm_core.data.entries import (
 from calm_core.data.owners import owner_files
 from calm_core.data.readers import FORMATS
 from calm_core.data.schema import DataError, Item, MCItem
-from calm_core.data.split_sizes import advise_split, part_sizes
+from calm_core.data.split_sizes import part_sizes
 from calm_core.io import write_folder_atomically
 from calm_core.paths import safe_name
 
@@ -340,53 +338,3 @@ def default_split_name(source: str) -> str:
 
 def _letter(position: int) -> str:
     return chr(ord("A") + position) if position < 26 else str(position)
-
-
-# ----------------------------------------------------------------------------- `calm data split`
-
-
-def add_split_parser(sub: Any) -> None:
-    """`calm data split NAME ...` under the `calm` subcommands `sub`."""
-    data = sub.add_parser("data", help="work on datasets: split one into train / held-out / test")
-    commands = data.add_subparsers(dest="data_command", required=True)
-    sp = commands.add_parser("split", help="split a dataset into train / heldout / test parts (split/<name>/<part>)")
-    sp.add_argument("dataset", metavar="NAME", help="a catalog name (upload/quiz, builtin/capitals/train) or a file")
-    sp.add_argument(
-        "--sizes",
-        default=",".join(str(s) for s in DEFAULT_SIZES),
-        help="train,heldout,test: fractions adding up to 1 (0.6,0.2,0.2) or item counts (300,100,100)",
-    )
-    sp.add_argument("--seed", type=int, default=0, help="the same seed gives the same parts")
-    sp.add_argument("--name", help="the split's name: parts are split/NAME/train|heldout|test (default: from NAME)")
-    sp.add_argument(
-        "--no-stratify",
-        dest="stratify",
-        action="store_false",
-        help="do not spread each answer position over the parts in proportion",
-    )
-    sp.add_argument("--overwrite", action="store_true", help="replace a different split saved under the same name")
-    sp.add_argument(
-        "--mapping", help="column mapping when NAME is a file, e.g. 'question=q, choices=A|B|C|D, answer=label'"
-    )
-    sp.set_defaults(data_func=cmd_split)
-
-
-def cmd_split(args: argparse.Namespace) -> int:
-
-    sizes = parse_sizes(args.sizes)  # before loading anything: a typo fails at once
-    report = load_dataset(args.dataset, mapping=args.mapping)
-    plan = plan_split(report.items, sizes, args.seed, args.stratify, source=args.dataset.strip())
-    advice = advise_split(plan.sizes, sizes)  # as the Data page: S_V too small for TS and the calibrated stop
-    if advice.refused:
-        raise DataError(advice.message)
-    if advice.message:
-        print(f"{'warning' if advice.warned else 'note'}: {advice.message}", file=sys.stderr)
-    record = save_split(plan, args.name, args.overwrite)
-    how = "stratified by answer position" if record.stratify else "not stratified"
-    unused = f", {record.n_unused} left out" if record.n_unused else ""
-    print(f"split of {record.source}: {record.n_source} items{unused}, seed {record.seed}, {how}")
-    width = max(len(n) for n in record.names.values())
-    for part, dataset in record.names.items():
-        print(f"  {dataset.ljust(width)}  {record.sizes[part]:>6} items")
-    print(f"record: {record.path}")
-    return 0

@@ -59,10 +59,10 @@ class GenerationConfig:
         "sampled answers per question (semantic confidence); 0: greedy only",
         label="Sampled answers per question",
         min=0,
-        max=100,
+        max=10_000,
     )
-    temperature: float = setting(1.0, "sampling temperature (after any calibration transform)", min=0.01, max=100.0)
-    top_p: float = setting(1.0, "nucleus sampling mass", min=0.01, max=1.0)
+    temperature: float = setting(1.0, "sampling temperature (after any calibration transform)", min=1e-6, max=100.0)
+    top_p: float = setting(1.0, "nucleus sampling mass", min=1e-9, max=1.0)
     max_new_tokens: int = setting(
         16, "an answer ends at a newline or the end-of-sequence token", label="Max new tokens", min=1, max=512
     )
@@ -81,7 +81,7 @@ class GenerationConfig:
         label="Group answers by",
         choices=("string", "embedding"),
     )
-    grouping_threshold: float = setting(0.8, "embedding cosine at which two answers mean the same", min=0.01, max=1.0)
+    grouping_threshold: float = setting(0.8, "embedding cosine at which two answers mean the same", min=1e-6, max=1.0)
 
     def __post_init__(self) -> None:
         check_settings(self)  # each setting's declared kind, choices and bounds

@@ -1,0 +1,424 @@
+"""`calm eval`: score datasets with a model, base beside post-hoc calibrators; open
+answers with --task openqa; a finished run on more data with --run.
+
+    calm eval --model embedded --data arc/easy_test --scoring cloze --limit 300 \\
+              [--fit-ts-on commonsenseqa/dev] [--json out.json] [--save-preds DIR]
+    calm eval --data my_questions.csv --thermometer       # a file without answers
+    calm eval --run RUN_ID --data arc/easy_test           # a finished run on more data (workspace/added.py)
+
+Every dataset is read and every output path checked before the model loads: a typo fails
+in a second. Rows a dataset rejected are named on stderr and counted in `--json`, whose
+record is built in one place (`eval_io.eval_record`) for both tasks. The flags' choices come from
+their registries (scoring rules, tasks) and the answer-generation flags from
+GenerationConfig's declarations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from calm_core.cli import eval_io
+from calm_core.cli.usage import UsageError
+from calm_core.data.schema import UNLABELLED_MC, DataError, LoadReport
+from calm_core.generative.sampling import GenerationConfig
+from calm_core.paths import ensure_writable
+from calm_core.settings import declared_settings
+from calm_core.training.tasks import TASKS
+
+# `calm eval --task openqa`'s flag -> GenerationConfig's setting (the flags kept their short names)
+GENERATION_FLAGS = {
+    "samples": "n_samples",
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "max_new_tokens": "max_new_tokens",
+    "prompt": "prompt",
+    "grouping": "grouping",
+    "threshold": "grouping_threshold",
+}
+
+
+def add_parsers(sub: Any) -> None:
+    """`calm eval` under the `calm` subcommands `sub`."""
+    ev = sub.add_parser("eval", help="score datasets with a model: base and post-hoc calibration (TS)")
+    eval_io.add_model_args(ev)
+    eval_io.add_scoring_args(ev)
+    ev.add_argument(
+        "--data",
+        action="append",
+        nargs="+",
+        required=True,
+        metavar="NAME",
+        help="catalog names (arc/easy_test, builtin/capitals/test, upload/x) or files; repeatable",
+    )
+    ev.add_argument(
+        "--run",
+        metavar="RUN_ID",
+        help="a finished run instead of --model: its base, ts (its own S_V fit) and trained model at its "
+        "selected step, scored as its final evaluation scores; rows stored with the run as added",
+    )
+    ev.add_argument("--runs-root", type=Path, help="with --run: where runs live (default: workspace/runs)")
+    ev.add_argument(
+        "--limit",
+        type=int,
+        help="first N items of each dataset, in file order (with --run: default the "
+        "run's eval_limit, after removing its training questions)",
+    )
+    ev.add_argument("--mapping", help="column mapping for files, e.g. 'question=q, choices=A|B|C|D, answer=label'")
+    ev.add_argument("--seed", type=int, default=0, help="seed for built-in datasets")
+    ev.add_argument(
+        "--fit-ts-on",
+        action="append",
+        nargs="+",
+        metavar="NAME",
+        help="fit the post-hoc calibrators (temperature scaling) on this dataset: variant `ts` "
+        "(several: `ts:<name>` each)",
+    )
+    ev.add_argument("--fit-limit", type=int, help="first N items of the --fit-ts-on dataset")
+    ev.add_argument("--ts-file", type=Path, help="apply a saved calibrator (JSON from --save-ts) as its variant (`ts`)")
+    ev.add_argument("--save-ts", type=Path, help="write the fitted temperature to this JSON file")
+    ev.add_argument("--json", type=Path, help="write results as JSON")
+    ev.add_argument(
+        "--save-preds", type=Path, metavar="DIR", help="per-item predictions: DIR/eval/<variant>/<dataset>.parquet"
+    )
+    ev.add_argument(
+        "--features",
+        nargs="?",
+        const="prompt",
+        choices=["prompt", "options"],
+        help="with --save-preds: store each item's final hidden state at its last prompt token (`options`, "
+        "cloze: also each option's mean state) in the predictions, float16, captured in the scoring pass",
+    )
+    ev.add_argument(
+        "--thermometer",
+        nargs="?",
+        type=Path,
+        const=Path("shipped"),
+        metavar="FILE",
+        help="add the `thermometer` variant: one temperature per evaluated set, predicted from its inputs' "
+        "mean hidden state, no labels needed (default: the embedded model's, built by "
+        "`python -m calm_core.workspace.thermometer_build`)",
+    )
+    ev.add_argument("--quiet", action="store_true", help="no progress bars")
+    ev.add_argument(
+        "--task",
+        choices=list(TASKS),
+        default="mcqa",
+        help="mcqa: option scores; openqa: generated answers, Semantic ECE (calm_core.generative)",
+    )
+    op = ev.add_argument_group("openqa (with --task openqa)")
+    generation = {spec.name: spec for spec in declared_settings(GenerationConfig)}
+    for flag, name in GENERATION_FLAGS.items():  # default, help and choices: GenerationConfig's declarations
+        spec = generation[name]
+        choices = spec.meta("choices")
+        op.add_argument(
+            f"--{flag.replace('_', '-')}",
+            dest=flag,
+            type=spec.kind,
+            default=spec.field.default,
+            choices=list(choices) if choices else None,
+            help=spec.help.replace("%", "%%"),
+        )
+
+
+def _check_features(args: argparse.Namespace, cfg: Any) -> None:
+    """--features is stored with the predictions, so it needs --save-preds; option
+    features need option tokens (a cloze rule)."""
+    if args.features is None:
+        return
+    if args.save_preds is None:
+        raise UsageError("--features stores hidden states with the per-item predictions: give --save-preds DIR too")
+    if args.features == "options" and not cfg.is_cloze:
+        raise UsageError(f"--features options needs a cloze rule: the {cfg.rule} rule scores no option tokens")
+
+
+def _posthoc(args: argparse.Namespace, lm: Any, cfg: Any, fit_items: dict[str, list]) -> list[Any]:
+    """The post-hoc variants (scoring.evaluate.PosthocFit): the saved one of --ts-file, or
+    every default calibrator fitted on each --fit-ts-on set (`ts`, `ts:<dataset>` for several)."""
+    from calm_core.calibration.posthoc import load_calibrator
+    from calm_core.scoring.evaluate import PosthocFit, fit_posthoc
+    from calm_core.scoring.options import score_items
+
+    if args.ts_file:
+        calibrator = load_calibrator(args.ts_file)
+        return [PosthocFit(calibrator.name, calibrator, {"file": str(args.ts_file)})]
+    fit_sets = {  # with features: adaptive temperature scaling reads them
+        name: score_items(
+            lm, items, cfg, batch_size=args.batch_size, progress=not args.quiet, dataset=name, features=True
+        )
+        for name, items in fit_items.items()
+    }
+    fits = fit_posthoc(fit_sets)
+    if args.save_ts:  # exactly one set fitted: checked in cmd_eval before the model loaded
+        next(f for f in fits if f.calibrator.name == "ts").calibrator.save(args.save_ts)
+    return fits
+
+
+def _thermometer(args: argparse.Namespace) -> Any:
+    """The thermometer of --thermometer (None without it), checked before the model loads:
+    its file must exist and it must have been trained on this model's hidden states."""
+    from calm_core.calibration.thermometer import load_thermometer
+    from calm_core.workspace.thermometer_build import SHIPPED
+
+    if args.thermometer is None:
+        return None
+    path = SHIPPED if args.thermometer == Path("shipped") else args.thermometer
+    if not path.is_file():
+        build = "python -m calm_core.workspace.thermometer_build"
+        raise UsageError(f"no thermometer at {path}: build the embedded model's with `{build}`")
+    thermometer = load_thermometer(path)
+    model = args.model or "embedded"
+    if thermometer.model and thermometer.model != model:
+        raise UsageError(f"the thermometer at {path} reads {thermometer.model}'s hidden states, not {model}'s")
+    return thermometer
+
+
+UNLABELLED_COLUMNS = ("dataset", "variant", "n", "confidence", "entropy")  # what a set without answers has
+
+
+_UNLABELLED_NOTE = (
+    "no answers in {sets}: accuracy, ECE and every score against the gold cannot be computed there.\n"
+    "The thermometer is the only calibrator that applies (it reads the questions, not their answers);\n"
+    "TS and ATS are fitted on labelled items of the domain they calibrate.\n"
+    "Mean confidence and entropy of each forecast (--save-preds: per-question probabilities, gold -1):"
+)
+
+
+def _eval_reports(names: list[str], args: argparse.Namespace) -> dict[str, LoadReport]:
+    """--data's reports. A file that lacks only its answer column is read unlabelled
+    (answers UNLABELLED) when --thermometer is given, since a thermometer needs no labels;
+    without it the loader's error stands, saying so. Every other problem is the loader's
+    error, as for any labelled file: nothing else is relaxed."""
+    from calm_core.data.catalog import load_dataset
+    from calm_core.data.loaders import MissingColumns
+    from calm_core.data.mapping import ColumnMapping
+    from calm_core.scoring.evaluate import load_report
+
+    answer = ColumnMapping.parse(args.mapping).answer if args.mapping else ColumnMapping().answer
+    reports = {}
+    for name in names:
+        try:
+            reports[name] = load_report(name, "mc", args.limit, args.seed, args.mapping)
+        except MissingColumns as err:
+            if err.columns != [answer]:
+                raise
+            if args.thermometer is None:
+                raise DataError(
+                    f"{err}. A file without answers can only be calibrated by a thermometer: add --thermometer"
+                ) from err
+            reports[name] = load_dataset(name, args.limit, args.seed, args.mapping, kind=UNLABELLED_MC)
+            print(
+                f"calm: note: {name} has no `{answer}` column: scored without answers "
+                f"(if another column holds them, name it with --mapping answer=COLUMN)",
+                file=sys.stderr,
+            )
+        eval_io.note_rejected(reports[name])
+    return reports
+
+
+def _unlabelled_row(scores: Any, dataset: str, variant: str, calibrator: Any) -> dict[str, Any]:
+    """What a set without answers can report of a variant: its size and how sure and how
+    spread its forecasts are (no accuracy, no calibration error: they need the gold)."""
+    from calm_core.calibration import metrics
+    from calm_core.scoring.evaluate import variant_probs
+
+    probs = variant_probs(scores, calibrator)
+    return {
+        "dataset": dataset,
+        "variant": variant,
+        "n": len(scores.gold),
+        "confidence": metrics.mean_confidence(probs),
+        "entropy": metrics.mean_entropy(probs),
+    }
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from calm_core.calibration.posthoc import MIN_FIT_ITEMS
+    from calm_core.io import atomic_write_json
+    from calm_core.runs.layout import write_predictions
+    from calm_core.scoring.evaluate import format_table, predictions_frame, result_row
+    from calm_core.scoring.features import FEATURES
+    from calm_core.scoring.options import score_items
+    from calm_core.scoring.prompts import ScoringConfig
+
+    if args.run:
+        return _eval_run(args)
+    if args.task == "openqa":
+        return _eval_open(args)
+    datasets = [name for group in args.data for name in group]
+    cfg = ScoringConfig(rule=args.scoring or "cloze", chat_template=args.chat)
+    # Check outputs and read every dataset before loading the model: a typo or an
+    # unwritable --json fails in a second, not after a minute of loading and scoring.
+    eval_io.check_outputs(args)
+    _check_features(args, cfg)
+    reports = _eval_reports(datasets, args)
+    items = {name: list(report.items) for name, report in reports.items()}
+    fit_names = [name for group in (args.fit_ts_on or []) for name in group]
+    if fit_names and args.ts_file:
+        raise UsageError("use either --fit-ts-on or --ts-file, not both")
+    if args.save_ts and len(fit_names) != 1:
+        raise UsageError("--save-ts needs exactly one --fit-ts-on dataset")
+    fit_reports = eval_io.load_reports(fit_names, "mc", args.fit_limit, args)
+    fit_items = {name: list(report.items) for name, report in fit_reports.items()}
+    for name, fit in fit_items.items():
+        if len(fit) < MIN_FIT_ITEMS:
+            raise UsageError(f"Expected at least {MIN_FIT_ITEMS} items to fit TS on `{name}`, but it has {len(fit)}")
+    thermometer = _thermometer(args)
+    lm = eval_io.load_lm(args)
+    fits = _posthoc(args, lm, cfg, fit_items)
+    rows, temperatures, unlabelled = [], [], []
+    for name in datasets:
+        scores = score_items(
+            lm,
+            items[name],
+            cfg,
+            batch_size=args.batch_size,
+            progress=not args.quiet,
+            dataset=name,
+            features=True,  # ats reads them; stored with the predictions only with --features
+            option_features=args.features == "options",
+        )
+        labelled = reports[name].kind != UNLABELLED_MC
+        variants = [("base", None)] + [(f.variant, f.calibrator) for f in fits if labelled]
+        if thermometer is not None:
+            variants.append(("thermometer", thermometer))
+            temperatures.append({"dataset": name, "temperature": thermometer.temperature(scores.features)})
+        for variant, calibrator in variants:
+            if labelled:
+                rows.append(result_row(scores, name, variant, calibrator, n_bins=args.bins))
+            else:
+                unlabelled.append(_unlabelled_row(scores, name, variant, calibrator))
+            if args.save_preds:
+                frame = predictions_frame(scores, calibrator)
+                if args.features is None:
+                    frame = frame.drop(columns=[FEATURES], errors="ignore")
+                write_predictions(args.save_preds, variant, name, frame)
+    print(
+        f"model: {lm.info.get('label', lm.info['name'])} ({lm.info['device']}, {lm.info['dtype']})  "
+        f"scoring: {cfg.name}  bins: {args.bins}"
+    )
+    eval_io.print_posthoc(fits)
+    for entry in temperatures:
+        print(f"thermometer on {entry['dataset']}: T = {entry['temperature']:.4f} (from its inputs, no labels)")
+    if rows:
+        print(format_table(rows))
+    if unlabelled:
+        print(_UNLABELLED_NOTE.format(sets=", ".join(dict.fromkeys(r["dataset"] for r in unlabelled))))
+        print(format_table(unlabelled, UNLABELLED_COLUMNS))
+    if args.json:
+        extra = {
+            **({"unlabelled": unlabelled} if unlabelled else {}),
+            **({"thermometer": temperatures} if thermometer is not None else {}),
+            "scoring": cfg.to_dict(),
+        }
+        atomic_write_json(args.json, eval_io.eval_record(args, rows, lm, fits, "mcqa", reports, fit_reports, extra))
+    return 0
+
+
+def _eval_open(args: argparse.Namespace) -> int:
+    """`calm eval --task openqa`: generated answers, judged; base and (optionally) the
+    post-hoc calibrators that apply to generation (TS)."""
+    from calm_core.calibration.metrics.columns import table_columns
+    from calm_core.calibration.posthoc import MIN_FIT_ITEMS
+    from calm_core.generative.evaluate import evaluate_open, fit_token_calibrators
+    from calm_core.io import atomic_write_json
+    from calm_core.runs.layout import write_predictions
+    from calm_core.scoring.evaluate import PosthocFit, format_table
+
+    if args.ts_file or args.save_ts:
+        raise UsageError("--ts-file / --save-ts are for --task mcqa; with openqa use --fit-ts-on")
+    if args.features:
+        raise UsageError("--features is for --task mcqa: open answers are generated, not scored as options")
+    cfg = GenerationConfig(
+        **{name: getattr(args, flag) for flag, name in GENERATION_FLAGS.items()},
+        batch_size=args.batch_size,
+        seed=args.seed,
+    )
+    eval_io.check_outputs(args)
+    reports = eval_io.load_reports([name for group in args.data for name in group], "open", args.limit, args)
+    datasets = {name: list(report.items) for name, report in reports.items()}
+    fit_names = [name for group in (args.fit_ts_on or []) for name in group]
+    if len(fit_names) > 1:
+        raise UsageError("--task openqa fits one temperature: give one --fit-ts-on dataset")
+    fit_reports = eval_io.load_reports(fit_names, "open", args.fit_limit, args)
+    fit_items = list(fit_reports[fit_names[0]].items) if fit_names else []
+    if fit_names and len(fit_items) < MIN_FIT_ITEMS:
+        raise UsageError(
+            f"Expected at least {MIN_FIT_ITEMS} items to fit TS on `{fit_names[0]}`, but it has {len(fit_items)}"
+        )
+    lm = eval_io.load_lm(args)
+    scalers = fit_token_calibrators(lm.model, lm.tokenizer, fit_items, cfg.prompt, args.batch_size) if fit_items else {}
+    fits = [PosthocFit(name, s, {"dataset": fit_names[0], **s.params()}) for name, s in scalers.items()]
+    rows, frames = evaluate_open(lm.model, lm.tokenizer, datasets, cfg, scalers, progress=not args.quiet)
+    if args.save_preds:
+        for (variant, name), frame in frames.items():
+            write_predictions(args.save_preds, variant, name, frame)
+    print(
+        f"model: {lm.info.get('label', lm.info['name'])} ({lm.info['device']}, {lm.info['dtype']})  task: openqa  "
+        f"prompt: {cfg.prompt}  samples: {cfg.n_samples}  grouping: {cfg.grouping}"
+    )
+    eval_io.print_posthoc(fits, f" (fit on the gold answer tokens of {fit_names[0]})" if fits else "")
+    print(format_table(rows, table_columns("openqa")))
+    if args.json:
+        extra = {"task": "openqa", "generation": cfg.to_dict()}
+        atomic_write_json(args.json, eval_io.eval_record(args, rows, lm, fits, "openqa", reports, fit_reports, extra))
+    return 0
+
+
+RUN_OWNS = {
+    "model": "--model",
+    "scoring": "--scoring",
+    "chat": "--chat",
+    "fit_ts_on": "--fit-ts-on",
+    "fit_limit": "--fit-limit",
+    "ts_file": "--ts-file",
+    "save_ts": "--save-ts",
+    "mapping": "--mapping",
+    "save_preds": "--save-preds",
+    "features": "--features",
+}  # what a run fixed itself (its model, rule, S_V fit) or stores itself
+
+
+def _eval_run(args: argparse.Namespace) -> int:
+    """`calm eval --run RUN --data ...`: the run's table on more sets (workspace/added.py),
+    stored with the run and printed; its model, scoring rule, task and calibrators are its own."""
+    from calm_core.io import atomic_write_json
+    from calm_core.provenance import environment_record
+    from calm_core.runs.layout import ADDED_RESULTS
+    from calm_core.runs.rundir import RunDir
+    from calm_core.scoring.evaluate import format_table
+    from calm_core.workspace.added import check_finished, evaluate_run, run_eval_limit
+    from calm_core.workspace.view import result_columns
+
+    given = [flag for name, flag in RUN_OWNS.items() if getattr(args, name)]
+    if given:
+        raise UsageError(
+            f"{', '.join(given)} cannot go with --run: a run's model, scoring rule and calibrators are "
+            "its own (data files load as training loads them), and its predictions are stored with it"
+        )
+    if args.json:
+        args.json = ensure_writable(args.json, "file")
+    run = RunDir.at(args.run, args.runs_root)
+    check_finished(run)  # before any data or model is loaded
+    limit = args.limit if args.limit is not None else run_eval_limit(run)
+    datasets = [name for group in args.data for name in group]
+    rows = evaluate_run(run, datasets, limit, device=args.device)
+    print(
+        f"run: {run.run_id} (step {rows[0]['step']})  added after training: {', '.join(dict.fromkeys(datasets))}"
+        f"  limit: {limit}"
+    )
+    print(format_table(rows, result_columns(rows)))
+    print(
+        f"stored with the run ({run.path / ADDED_RESULTS}): Compare, `calm compare` and `calm report` "
+        "show these rows as `<set> (added)`"
+    )
+    if args.json:
+        atomic_write_json(
+            args.json, {"results": rows, "run": run.run_id, "limit": limit, "environment": environment_record()}
+        )
+    return 0
+
+
+COMMANDS = {"eval": cmd_eval}
