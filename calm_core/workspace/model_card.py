@@ -97,7 +97,7 @@ def thermometer_note(thermometer: dict[str, Any]) -> str:
     )
     rule = f"`{thermometer['scoring']}` scoring" if thermometer["scoring"] else "a scoring rule it does not record"
     return (
-        "The thermometer calibrates a **set** of questions, not one: it needs a batch of the target domain's "
+        "\nThe thermometer calibrates a **set** of questions, not one: it needs a batch of the target domain's "
         "inputs (questions and options, **no answers**), averages their hidden states (the state an adaptive "
         "head reads: after the final norm at each question's last prompt token) and predicts one temperature "
         "T = softplus(w . x(mean h) + b) + floor for the set; every question's option scores are divided by "
