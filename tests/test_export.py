@@ -122,16 +122,18 @@ def fresh_scores(runs: dict[str, RunDir], exports: dict[str, Path], tiny_model_d
     return score_without_calm_core(jobs, tiny_model_dir, tmp_path_factory.mktemp("fresh"))
 
 
-def score_without_calm_core(jobs: dict[str, tuple[Path, list]], base: Path,
-                            scratch: Path) -> dict[str, dict[str, list[float]]]:
+def score_without_calm_core(jobs: dict[str, tuple[Path, list]], base: Path, scratch: Path,
+                            script: str | None = None) -> dict[str, dict[str, list[float]]]:
     """{name: {item id: option probabilities}} of each (export folder, items), computed by
-    the folder's calm_head.py in a python that cannot import calm_core (FRESH)."""
+    the folder's calm_head.py in a python that cannot import calm_core (`script`, FRESH
+    unless given: it reads the jobs file and prints that JSON as its last line)."""
     records = [{"name": name, "folder": str(folder), "base": str(base),
                 "items": [{"id": it.id, "question": it.question, "choices": list(it.choices)} for it in items]}
                for name, (folder, items) in jobs.items()]
     (scratch / "jobs.json").write_text(json.dumps(records))
-    done = subprocess.run([sys.executable, "-I", "-S", "-B", "-c", FRESH, sysconfig.get_paths()["purelib"],
-                           str(scratch / "jobs.json")], cwd=scratch, capture_output=True, text=True, timeout=600,
+    argv = [sys.executable, "-I", "-S", "-B", "-c", script or FRESH, sysconfig.get_paths()["purelib"],
+            str(scratch / "jobs.json")]
+    done = subprocess.run(argv, cwd=scratch, capture_output=True, text=True, timeout=600,
                           env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "HOME": str(scratch)})
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])

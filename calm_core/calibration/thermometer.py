@@ -80,6 +80,7 @@ class Thermometer:
     trained_on: list[str] = field(default_factory=list)
     cv_nll: dict[str, float] = field(default_factory=dict)
     model: str = ""  # the model whose hidden states it reads ("embedded", a hub id): another's mean nothing
+    scoring: str = ""  # the rule its logits and states came from (ScoringConfig.name: "cloze"); "": not recorded
     kind: str = KIND
 
     reads_features: ClassVar[bool] = True  # scoring.evaluate applies it like a feature-reading calibrator

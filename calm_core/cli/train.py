@@ -71,8 +71,16 @@ def add_parsers(sub: Any) -> None:
     ex.add_argument(
         "--variant",
         help="the trained model at its selected step (default), base, ts, vs, ats (a temperature per "
-        "question, read from its hidden state), or recommended (the run's recommendation on S_V); "
-        "every variant loads the same way",
+        "question, read from its hidden state), thermometer (one temperature per set of questions, read "
+        "from their mean hidden state: needs a batch of the target domain's inputs, no answers), or "
+        "recommended (the run's recommendation on S_V); every variant loads the same way",
+    )
+    ex.add_argument(
+        "--thermometer",
+        type=Path,
+        metavar="FILE",
+        help="with --variant thermometer: the thermometer to export (default: the embedded model's, "
+        "calm_core/calibration/thermometer_embedded.json); one of another model or scoring rule is refused",
     )
     ex.add_argument("--runs-root", type=Path)
     for name, text in (
@@ -352,7 +360,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     """A folder that loads with transformers + peft alone (calm_core.workspace.export)."""
     from calm_core.workspace.export import export_run
 
-    folder = export_run(RunDir.at(args.run_id, args.runs_root), args.target, args.variant)
+    folder = export_run(RunDir.at(args.run_id, args.runs_root), args.target, args.variant, args.thermometer)
     record = json.loads((folder / "calm_export.json").read_text())
     print(
         f"exported {args.run_id} ({record['variant']}, step {record['step']}) to {folder}; "

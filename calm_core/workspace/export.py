@@ -10,11 +10,14 @@ complete checkpoint):
     calibration_head.safetensors                     the head's (l, s), for runs whose method has one;
                                                      an adaptive head's (w, b, mean, projection) for
                                                      `--scope adaptive` runs and `--variant ats`
+    thermometer.safetensors                          `--variant thermometer` instead of a head: the
+                                                     thermometer's (w, b, mean, projection), float64
     calm_head.py                                     stand-alone head + option scoring (export_template/):
                                                      imports torch, safetensors, transformers only
     calm_export.json                                 base model hub id, public name and fingerprint, run,
                                                      step, method, scoring rule, head scope and centring,
-                                                     TS temperature, calm_core version and commit
+                                                     TS temperature, the thermometer's model, rule and
+                                                     training sets, calm_core version and commit
     calm_config.json                                 the run's config.json, the model and datasets by name
     README.md                                        Hugging Face model card: YAML front matter (base_model,
                                                      library_name: peft, tags, a model-index of the calibration
@@ -27,7 +30,8 @@ knows of becomes a name or a placeholder (`~`, `$CALM_WORKSPACE`).
 
 It is written into a hidden sibling of the target and renamed into place, so a failure
 leaves no half-written export. This module picks the step or variant and writes the folder;
-the base model's hub id (`hub_id`) and the model card (`model_card`) have their own modules.
+the base model's hub id (`hub_id`), the model card (`model_card`) and the thermometer's
+checks and file (`export_thermometer`) have their own modules.
 """
 
 from __future__ import annotations
@@ -44,6 +48,13 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from calm_core.io import default_mode
 from calm_core.runs.rundir import RunDir
+from calm_core.workspace.export_thermometer import (
+    THERMOMETER,
+    THERMOMETER_FILE,
+    run_thermometer,
+    save_thermometer,
+    thermometer_record,
+)
 from calm_core.workspace.hub_id import portable_base_model
 from calm_core.workspace.model_card import export_card
 from calm_core.workspace.portable import Portable, portable_config
@@ -52,6 +63,7 @@ from calm_core.workspace.verdict import POSTHOC_EXPORTS
 if TYPE_CHECKING:
     from calm_core.calibration.adaptive_head import AdaptiveHead
     from calm_core.calibration.head import CalibrationHead
+    from calm_core.calibration.thermometer import Thermometer
 
 EXPORT_FILE = "calm_export.json"  # read by calm_head.read_export
 HEAD_MODULE = Path(__file__).resolve().parent / "export_template" / "calm_head.py"
@@ -93,6 +105,7 @@ def export_record(run: RunDir, step: int, checkpoint: Path) -> dict[str, Any]:
         "scoring": ScoringConfig(rule=train["scoring"], chat_template=bool(train.get("chat_template"))).to_dict(),
         "ts_temperature": ts.get("temperature"),
         "ts_fit_on": portable.data(ts.get("fit_on")),
+        "thermometer": thermometer_record(checkpoint / THERMOMETER_FILE),
         "calm_core": {"version": calm_core.__version__, "git": git_commit()},
         "trained_with": {"git": environment.get("git"), "versions": environment.get("versions")},
     }
@@ -110,7 +123,7 @@ def exported_step(run: RunDir) -> tuple[int, Path]:
     return latest
 
 
-def export_run(run: RunDir, target: Path, variant: str | None = None) -> Path:
+def export_run(run: RunDir, target: Path, variant: str | None = None, thermometer: Path | None = None) -> Path:
     """Write the export folder of `run` at `target` (new, or an empty folder); returns it.
 
     `variant`: the trained model (None or its method name: the selected step), `base`
@@ -118,20 +131,26 @@ def export_run(run: RunDir, target: Path, variant: str | None = None) -> Path:
     same with a scalar head at TS's temperature, which is exactly temperature scaling),
     `vs` (the same with an uncentred options head, which is exactly vector scaling), `ats`
     (the same with an adaptive head holding results.json's ATS fit: a temperature per
-    question from its hidden state; an ATS that chose one temperature is a scalar head) or
-    `recommended` (results.json's recommendation). Every variant loads the same way."""
+    question from its hidden state; an ATS that chose one temperature is a scalar head),
+    `thermometer` (the same with `thermometer`, a file of calibration.thermometer, by
+    default the embedded model's shipped one: one temperature per set of questions, from
+    their mean hidden state) or `recommended` (results.json's recommendation). Every
+    variant loads the same way."""
     target = Path(target)
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise ValueError(
             f"Expected `target` to be a new or empty folder, but {target} "
             f"{'has files' if target.is_dir() else 'is a file'}"
         )
+    if thermometer is not None and variant != THERMOMETER:
+        raise ValueError(f"Expected `thermometer` only with the {THERMOMETER} variant, but the variant is {variant!r}")
+    thermo = run_thermometer(run, thermometer) if variant == THERMOMETER else None  # refused before any write
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".export", dir=target.parent))
     try:
         os.chmod(staging, default_mode(directory=True))
         with tempfile.TemporaryDirectory(prefix="calm-variant-") as scratch:
-            step, source, name = _variant_source(run, variant, Path(scratch))
+            step, source, name = _variant_source(run, variant, Path(scratch), thermo)
             _write_folder(run, step, source, staging, name)
         os.replace(staging, target)  # an empty target directory is replaced whole
     except BaseException:
@@ -157,8 +176,10 @@ def recommended_export(run: RunDir) -> str | None:
     return variant if variant in POSTHOC_EXPORTS and variant != method else None
 
 
-def _variant_source(run: RunDir, variant: str | None, scratch: Path) -> tuple[int, Path, str]:
-    """(step, directory with the adapter and head to export, variant name)."""
+def _variant_source(
+    run: RunDir, variant: str | None, scratch: Path, thermometer: "Thermometer | None" = None
+) -> tuple[int, Path, str]:
+    """(step, directory with the adapter and head (or thermometer) to export, variant name)."""
     import torch
     from safetensors.torch import load_file, save_file
 
@@ -171,9 +192,10 @@ def _variant_source(run: RunDir, variant: str | None, scratch: Path) -> tuple[in
     step, checkpoint = exported_step(run)
     if variant in (None, method):
         return step, checkpoint, method
-    if variant not in POSTHOC_EXPORTS:
+    if variant not in (*POSTHOC_EXPORTS, THERMOMETER):
         raise ValueError(
-            f"Expected `variant` to be one of {[method, *POSTHOC_EXPORTS, 'recommended']}, but got {variant!r}"
+            f"Expected `variant` to be one of {[method, *POSTHOC_EXPORTS, THERMOMETER, 'recommended']}, "
+            f"but got {variant!r}"
         )
     shutil.copyfile(checkpoint / "adapter_config.json", scratch / "adapter_config.json")
     adapter = load_file(str(checkpoint / "adapter_model.safetensors"))
@@ -181,6 +203,8 @@ def _variant_source(run: RunDir, variant: str | None, scratch: Path) -> tuple[in
     save_file(zeroed, str(scratch / "adapter_model.safetensors"))
     if variant in _POSTHOC_HEADS:
         _POSTHOC_HEADS[variant](run, results).save(scratch)
+    if variant == THERMOMETER:
+        save_thermometer(run_thermometer(run) if thermometer is None else thermometer, scratch / THERMOMETER_FILE)
     return step, scratch, variant
 
 
@@ -274,6 +298,8 @@ def _write_folder(run: RunDir, step: int, checkpoint: Path, folder: Path, varian
     shutil.copyfile(checkpoint / "adapter_model.safetensors", folder / "adapter_model.safetensors")
     if record["head_scope"] is not None:
         shutil.copyfile(checkpoint / HEAD_FILENAME, folder / HEAD_FILENAME)
+    if record["thermometer"] is not None:
+        shutil.copyfile(checkpoint / THERMOMETER_FILE, folder / THERMOMETER_FILE)
     shutil.copyfile(HEAD_MODULE, folder / "calm_head.py")
     _write_json(folder / "calm_config.json", portable.data(portable_config(run.config)))
     _write_json(folder / EXPORT_FILE, record)
@@ -284,11 +310,11 @@ def _write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
 
-def export_zip(run: RunDir, variant: str | None = None) -> bytes:
+def export_zip(run: RunDir, variant: str | None = None, thermometer: Path | None = None) -> bytes:
     """The export folder as a zip archive in memory; its entries sit under `<run_id>/`."""
     buffer = io.BytesIO()
     with tempfile.TemporaryDirectory(prefix="calm-export-") as scratch:
-        folder = export_run(run, Path(scratch) / run.run_id, variant)
+        folder = export_run(run, Path(scratch) / run.run_id, variant, thermometer)
         with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
             for path in sorted(folder.iterdir()):
                 archive.write(path, f"{run.run_id}/{path.name}")

@@ -44,6 +44,9 @@ def export_card(run: RunDir, record: dict[str, Any]) -> str:
         "tau(h) = softplus(w . x(h) + b), read from the question's hidden state; fitted on S_V, as an "
         f"{'adaptive' if record['head_scope'] == 'adaptive' else 'scalar (it chose one temperature)'} "
         "head over a zero adapter)",
+        "thermometer": "a **thermometer** over the base model (Shen et al., ICML 2024: one temperature for a whole "
+        "set of questions, T = softplus(w . x(mean h) + b), predicted from the mean hidden state of the set's "
+        "inputs; trained on other labelled datasets, not on this run's)",
     }.get(variant)
     variant_note = f"\nThis folder holds {what}, not the trained adapter.\n" if what else ""
     return (
@@ -60,6 +63,7 @@ def export_card(run: RunDir, record: dict[str, Any]) -> str:
         "`calm_head.py` holds the head and `option_probabilities`, which scores a question's options under the "
         "run's scoring rule (`scoring` in calm_export.json) and applies the head where the run applied it.\n"
         + (ADAPTIVE_NOTE if record["head_scope"] == "adaptive" else "")
+        + (thermometer_note(record["thermometer"]) if record.get("thermometer") else "")
         + (f"Post-hoc temperature scaling of the base model, for comparison: T = {ts:.4f}.\n" if ts else "")
         + f"\n{harness_note(record)}## Calibration (15-bin ECE, and ece_10 with the paper's 10 bins)\n\n"
         + (
@@ -80,6 +84,41 @@ ADAPTIVE_NOTE = (
     "`head(z, h)` the calibrated scores. It never re-ranks a question's options, and it does not act while "
     "generating.\n"
 )
+
+
+def thermometer_note(thermometer: dict[str, Any]) -> str:
+    """What the thermometer needs (a batch of the target domain's questions, no answers) and
+    what it was trained on."""
+    sets = ", ".join(f"`{name}`" for name in thermometer["trained_on"])
+    reads = (
+        f"It reads {thermometer['components']} principal components of the mean state"
+        if thermometer["components"]
+        else "It chose one temperature for every set (no direction of the mean state helped on its training sets)"
+    )
+    rule = f"`{thermometer['scoring']}` scoring" if thermometer["scoring"] else "a scoring rule it does not record"
+    return (
+        "\nThe thermometer calibrates a **set** of questions, not one: it needs a batch of the target domain's "
+        "inputs (questions and options, **no answers**), averages their hidden states (the state an adaptive "
+        "head reads: after the final norm at each question's last prompt token) and predicts one temperature "
+        "T = softplus(w . x(mean h) + b) + floor for the set; every question's option scores are divided by "
+        "it, so no answer changes. `set_probabilities` does this for a list of (question, options); "
+        "`Thermometer.temperature` gives T of states you already have (`option_scores_and_state`). Pass the "
+        "whole set at once: a call reads T from the questions it is given, and a handful of questions gives a "
+        f"noisy T. {reads}, of `{thermometer['model']}` under {rule}, and was trained on {sets}.\n"
+    )
+
+
+THERMOMETER_LINES = [
+    "from calm_head import Thermometer, set_probabilities",
+    "thermometer = Thermometer.from_folder(folder)",
+    "questions = [  # the target domain's questions and options, no answers: the more, the steadier T",
+    '    ("What is the capital of France?", ["Paris", "Rome", "Madrid"]),',
+    '    ("What is the capital of Peru?", ["Lima", "Quito", "Bogota"]),',
+    "]",
+    "probs = set_probabilities(model, tokenizer, questions, thermometer)  # one T for the set, (K,) each",
+]  # the card's code for `--variant thermometer`
+
+
 CARD_TAGS = (
     "calibration",
     "calm",
@@ -155,6 +194,7 @@ def harness_note(record: dict[str, Any]) -> str:
         "ts": "the base model: temperature scaling lives in the head, which the harness does not apply",
         "vs": "the base model: vector scaling lives in the head, which the harness does not apply",
         "ats": "the base model: adaptive temperature scaling lives in the head, which the harness does not apply",
+        "thermometer": "the base model: the thermometer lives in calm_head.py, which the harness does not apply",
     }.get(
         record.get("variant", record["method"]),
         f"`{record['method']}_theta_only` (the adapter without the head)"
@@ -218,6 +258,8 @@ def load_snippet(record: dict[str, Any]) -> str:
             )
             + "\n"
         )
+    if record.get("thermometer"):
+        return "\n".join(lines + THERMOMETER_LINES) + "\n"
     lines.append('question, options = "What is the capital of France?", ["Paris", "Rome", "Madrid"]')
     if scope is None:
         lines += [

@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     train = [scored(lm, name, args.limit, cache) for name in _available(TRAIN_SETS)]
     tests = {name: scored(lm, name, args.limit, cache) for name in _available(tuple(TEST_OF.values()))}
     thermo = Thermometer.train(train)
-    thermo.model = "embedded"
+    thermo.model, thermo.scoring = "embedded", "cloze"  # what `scored` reads
     thermo.save(args.out)
     print(f"thermometer: {thermo.describe()} -> {args.out}")
     rows = lodo_rows(train, tests)

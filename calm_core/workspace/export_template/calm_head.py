@@ -27,6 +27,14 @@ options and scalar scale deviations from the item's mean score, (z - m) / tau + 
              so the head never re-ranks its options; it needs the question, so it cannot act
              while generating (no logits_processor).
 
+    thermometer  one temperature for a whole set of questions (Shen et al., ICML 2024),
+             read from the mean of their states: T = softplus(w . x(mean h) + b) + floor,
+             x as above (`calm export --variant thermometer`: thermometer.safetensors,
+             `Thermometer.from_folder`). It needs no answers, only a batch of the target
+             domain's questions; `set_probabilities` scores them and divides every
+             question's scores by the set's one T. Pass the whole set at once: each call
+             reads its own T from the questions it is given.
+
 Option scores follow the run's scoring rule (`scoring` in calm_export.json): `letter`,
 the logit of each option's letter after a prompt that lists the options; `cloze`, the
 summed log-likelihood of each option's text after the question (`cloze_norm`: the mean
@@ -45,6 +53,7 @@ from safetensors import safe_open
 from transformers import LogitsProcessor
 
 HEAD_FILE = "calibration_head.safetensors"
+THERMOMETER_FILE = "thermometer.safetensors"
 EXPORT_FILE = "calm_export.json"
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "n_ctx")
@@ -138,6 +147,10 @@ def _head_tensors(folder: str | Path) -> tuple[dict, dict, dict]:
     """(calm_export.json, the head file's metadata, its tensors); a clear error without a head."""
     folder = Path(folder)
     record = read_export(folder)
+    if (folder / THERMOMETER_FILE).is_file() and not (folder / HEAD_FILE).is_file():
+        raise FileNotFoundError(
+            f"Expected {HEAD_FILE} in {folder}, but it holds a thermometer: Thermometer.from_folder(folder)"
+        )
     if not (folder / HEAD_FILE).is_file():
         raise FileNotFoundError(
             f"Expected {HEAD_FILE} in {folder}, but run {record.get('run_id')} has no "
@@ -206,13 +219,61 @@ class AdaptiveHead(torch.nn.Module):
 
     def forward(self, z: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         """z / tau(h) over the last dim of (..., K) float scores; -inf (absent options) stays -inf."""
-        tau = self.temperatures(h).to(z.device)[..., None]  # (..., 1)
-        pad = torch.isneginf(z)
-        out = torch.where(pad, torch.zeros((), dtype=z.dtype, device=z.device), z) / tau
-        return torch.where(pad, torch.full((), -math.inf, dtype=out.dtype, device=out.device), out)
+        return _divide(z, self.temperatures(h).to(z.device)[..., None])  # (..., K) / (..., 1)
 
     def logits_processor(self) -> None:
         raise ValueError("Expected a vocab or scalar head for generation, but an adaptive head reads the question")
+
+
+def _divide(z: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    """z / tau, broadcast; -inf entries (absent options) stay -inf."""
+    pad = torch.isneginf(z)
+    out = torch.where(pad, torch.zeros((), dtype=z.dtype, device=z.device), z) / tau
+    return torch.where(pad, torch.full((), -math.inf, dtype=out.dtype, device=out.device), out)
+
+
+class Thermometer(torch.nn.Module):
+    """One temperature for a set of questions: T = softplus(w . x(mean h) + b) + floor, the
+    adaptive head's map on the mean of the set's (N, d) states (module docstring). A
+    thermometer that chose one temperature (0 components) gives softplus(b) + floor."""
+
+    def __init__(self, adaptive: AdaptiveHead, scoring: dict | None = None, record: dict | None = None) -> None:
+        super().__init__()
+        self.map = adaptive  # w, b, feature_mean, projection; float64
+        self.scoring = dict(scoring or {})  # the run's scoring rule: the thermometer's states are this rule's
+        self.record = dict(record or {})  # calm_export.json's `thermometer`: model, rule, training sets
+
+    @classmethod
+    def from_folder(cls, folder: str | Path) -> "Thermometer":
+        folder = Path(folder)
+        record = read_export(folder)
+        if not (folder / THERMOMETER_FILE).is_file():
+            raise FileNotFoundError(
+                f"Expected {THERMOMETER_FILE} in {folder}, but it holds variant {record.get('variant')!r}: "
+                "export with `calm export RUN_ID DIR --variant thermometer`"
+            )
+        with safe_open(str(folder / THERMOMETER_FILE), framework="pt") as f:
+            metadata, tensors = dict(f.metadata() or {}), {name: f.get_tensor(name) for name in f.keys()}
+        if metadata.get("format") != "calm_studio.thermometer":
+            raise ValueError(f"Expected a thermometer file, but {folder / THERMOMETER_FILE} has metadata {metadata}")
+        return cls(AdaptiveHead.from_tensors(metadata, tensors), record["scoring"], record.get("thermometer"))
+
+    def extra_repr(self) -> str:
+        return f"components={self.map.weights.numel()}, trained_on={len(self.record.get('trained_on', []))} sets"
+
+    def temperature(self, states: torch.Tensor) -> torch.Tensor:
+        """T, a float64 scalar, of the set whose (N, d) states are given (option_scores_and_state's h)."""
+        mean = states.to(torch.float64).mean(0)  # (d,) in float64, as the studio averages
+        if not self.map.weights.numel():
+            mean = mean[:0]  # no components: x is empty and T = softplus(b) + floor
+        return self.map.temperatures(mean)
+
+    def forward(self, z: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
+        """(..., K) scores of the set's questions / T of the set's (N, d) states."""
+        return _divide(z, self.temperature(states).to(z.device))
+
+    def logits_processor(self) -> None:
+        raise ValueError("Expected a vocab or scalar head for generation, but a thermometer reads a set of questions")
 
 
 class HeadLogitsProcessor(LogitsProcessor):
@@ -335,6 +396,10 @@ def option_probabilities(
     """p(option | question), (K,) float64, calibrated by `head` under the run's scoring
     rule (`head.scoring`; pass `scoring=read_export(folder)["scoring"]` with head=None).
     An adaptive head divides the scores by the temperature of this question's state."""
+    if isinstance(head, Thermometer):
+        raise ValueError(
+            "Expected a head that calibrates one question, but a thermometer reads a set: set_probabilities"
+        )
     scoring = scoring or (head.scoring if head is not None else None)
     if not scoring:
         raise ValueError("Expected a head or a `scoring` dict (read_export(folder)['scoring']), but got neither")
@@ -344,3 +409,16 @@ def option_probabilities(
     elif head is not None and head.scope != "vocab":
         z = head(z.to(head.log_temperature.device)).cpu()  # options / scalar: on the option scores
     return torch.softmax(z, dim=-1)
+
+
+def set_probabilities(
+    model, tokenizer, questions: list[tuple[str, list[str]]], thermometer: Thermometer
+) -> list[torch.Tensor]:
+    """p(option | question) for each (question, options) of one set, (K_i,) float64 each:
+    every question's scores, under the run's scoring rule, divided by the one temperature
+    the thermometer reads from the mean of the set's states (`thermometer.temperature`)."""
+    if not questions:
+        raise ValueError("Expected at least one (question, options) in the set, but got none")
+    scored = [option_scores_and_state(model, tokenizer, q, options, thermometer.scoring) for q, options in questions]
+    tau = thermometer.temperature(torch.stack([h for _, h in scored]))  # (N, d) -> one T
+    return [torch.softmax(_divide(z, tau), dim=-1) for z, _ in scored]
