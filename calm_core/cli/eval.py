@@ -17,27 +17,18 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from calm_core.cli import eval_io
+from calm_core.cli.eval_open import GENERATION_FLAGS, eval_open
+from calm_core.cli.eval_run import eval_run
 from calm_core.cli.usage import UsageError
 from calm_core.data.schema import UNLABELLED_MC, DataError, LoadReport
 from calm_core.generative.sampling import GenerationConfig
-from calm_core.paths import ensure_writable
 from calm_core.settings import declared_settings
 from calm_core.training.tasks import TASKS
-
-# `calm eval --task openqa`'s flag -> GenerationConfig's setting (the flags kept their short names)
-GENERATION_FLAGS = {
-    "samples": "n_samples",
-    "temperature": "temperature",
-    "top_p": "top_p",
-    "max_new_tokens": "max_new_tokens",
-    "prompt": "prompt",
-    "grouping": "grouping",
-    "threshold": "grouping_threshold",
-}
 
 
 def add_parsers(sub: Any) -> None:
@@ -235,18 +226,29 @@ def _unlabelled_row(scores: Any, dataset: str, variant: str, calibrator: Any) ->
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from calm_core.calibration.posthoc import MIN_FIT_ITEMS
+    """`calm eval`: a finished run on more data (--run), open answers (--task openqa), or
+    option scores of a model, base beside its post-hoc calibrators."""
+    if args.run:
+        return eval_run(args)
+    if args.task == "openqa":
+        return eval_open(args)
+    return _eval_mc(args)
+
+
+@dataclass
+class McTable:
+    """What `calm eval` on option scores collects, set by set: labelled rows, rows of sets
+    without answers, and the thermometer's temperature of each set."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    unlabelled: list[dict[str, Any]] = field(default_factory=list)
+    temperatures: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _eval_mc(args: argparse.Namespace) -> int:
     from calm_core.io import atomic_write_json
-    from calm_core.runs.layout import write_predictions
-    from calm_core.scoring.evaluate import format_table, predictions_frame, result_row
-    from calm_core.scoring.features import FEATURES
-    from calm_core.scoring.options import score_items
     from calm_core.scoring.prompts import ScoringConfig
 
-    if args.run:
-        return _eval_run(args)
-    if args.task == "openqa":
-        return _eval_open(args)
     datasets = [name for group in args.data for name in group]
     cfg = ScoringConfig(rule=args.scoring or "cloze", chat_template=args.chat)
     # Check outputs and read every dataset before loading the model: a typo or an
@@ -254,171 +256,102 @@ def cmd_eval(args: argparse.Namespace) -> int:
     eval_io.check_outputs(args)
     _check_features(args, cfg)
     reports = _eval_reports(datasets, args)
-    items = {name: list(report.items) for name, report in reports.items()}
+    fit_reports = _fit_reports(args)
+    thermometer = _thermometer(args)
+    lm = eval_io.load_lm(args)
+    fits = _posthoc(args, lm, cfg, {name: list(report.items) for name, report in fit_reports.items()})
+    table = McTable()
+    for name in datasets:
+        _score_set(args, lm, cfg, reports[name], name, fits, thermometer, table)
+    _print_mc(args, lm, cfg, fits, table)
+    if args.json:
+        extra = {
+            **({"unlabelled": table.unlabelled} if table.unlabelled else {}),
+            **({"thermometer": table.temperatures} if thermometer is not None else {}),
+            "scoring": cfg.to_dict(),
+        }
+        record = eval_io.eval_record(args, table.rows, lm, fits, "mcqa", reports, fit_reports, extra)
+        atomic_write_json(args.json, record)
+    return 0
+
+
+def _fit_reports(args: argparse.Namespace) -> dict[str, LoadReport]:
+    """The --fit-ts-on datasets, read and checked (enough items, flags that go together)."""
+    from calm_core.calibration.posthoc import MIN_FIT_ITEMS
+
     fit_names = [name for group in (args.fit_ts_on or []) for name in group]
     if fit_names and args.ts_file:
         raise UsageError("use either --fit-ts-on or --ts-file, not both")
     if args.save_ts and len(fit_names) != 1:
         raise UsageError("--save-ts needs exactly one --fit-ts-on dataset")
-    fit_reports = eval_io.load_reports(fit_names, "mc", args.fit_limit, args)
-    fit_items = {name: list(report.items) for name, report in fit_reports.items()}
-    for name, fit in fit_items.items():
-        if len(fit) < MIN_FIT_ITEMS:
-            raise UsageError(f"Expected at least {MIN_FIT_ITEMS} items to fit TS on `{name}`, but it has {len(fit)}")
-    thermometer = _thermometer(args)
-    lm = eval_io.load_lm(args)
-    fits = _posthoc(args, lm, cfg, fit_items)
-    rows, temperatures, unlabelled = [], [], []
-    for name in datasets:
-        scores = score_items(
-            lm,
-            items[name],
-            cfg,
-            batch_size=args.batch_size,
-            progress=not args.quiet,
-            dataset=name,
-            features=True,  # ats reads them; stored with the predictions only with --features
-            option_features=args.features == "options",
-        )
-        labelled = reports[name].kind != UNLABELLED_MC
-        variants = [("base", None)] + [(f.variant, f.calibrator) for f in fits if labelled]
-        if thermometer is not None:
-            variants.append(("thermometer", thermometer))
-            temperatures.append({"dataset": name, "temperature": thermometer.temperature(scores.features)})
-        for variant, calibrator in variants:
-            if labelled:
-                rows.append(result_row(scores, name, variant, calibrator, n_bins=args.bins))
-            else:
-                unlabelled.append(_unlabelled_row(scores, name, variant, calibrator))
-            if args.save_preds:
-                frame = predictions_frame(scores, calibrator)
-                if args.features is None:
-                    frame = frame.drop(columns=[FEATURES], errors="ignore")
-                write_predictions(args.save_preds, variant, name, frame)
+    reports = eval_io.load_reports(fit_names, "mc", args.fit_limit, args)
+    for name, report in reports.items():
+        if len(report.items) < MIN_FIT_ITEMS:
+            raise UsageError(
+                f"Expected at least {MIN_FIT_ITEMS} items to fit TS on `{name}`, but it has {len(report.items)}"
+            )
+    return reports
+
+
+def _score_set(
+    args: argparse.Namespace,
+    lm: Any,
+    cfg: Any,
+    report: LoadReport,
+    name: str,
+    fits: list[Any],
+    thermometer: Any,
+    table: McTable,
+) -> None:
+    """One set scored once (features captured), every variant's row into `table` and, with
+    --save-preds, its predictions; a set without answers gets base and the thermometer only."""
+    from calm_core.runs.layout import write_predictions
+    from calm_core.scoring.evaluate import predictions_frame, result_row
+    from calm_core.scoring.features import FEATURES
+    from calm_core.scoring.options import score_items
+
+    scores = score_items(
+        lm,
+        list(report.items),
+        cfg,
+        batch_size=args.batch_size,
+        progress=not args.quiet,
+        dataset=name,
+        features=True,  # ats reads them; stored with the predictions only with --features
+        option_features=args.features == "options",
+    )
+    labelled = report.kind != UNLABELLED_MC
+    variants = [("base", None)] + [(f.variant, f.calibrator) for f in fits if labelled]
+    if thermometer is not None:
+        variants.append(("thermometer", thermometer))
+        table.temperatures.append({"dataset": name, "temperature": thermometer.temperature(scores.features)})
+    for variant, calibrator in variants:
+        if labelled:
+            table.rows.append(result_row(scores, name, variant, calibrator, n_bins=args.bins))
+        else:
+            table.unlabelled.append(_unlabelled_row(scores, name, variant, calibrator))
+        if args.save_preds:
+            frame = predictions_frame(scores, calibrator)
+            if args.features is None:
+                frame = frame.drop(columns=[FEATURES], errors="ignore")
+            write_predictions(args.save_preds, variant, name, frame)
+
+
+def _print_mc(args: argparse.Namespace, lm: Any, cfg: Any, fits: list[Any], table: McTable) -> None:
+    from calm_core.scoring.evaluate import format_table
+
     print(
         f"model: {lm.info.get('label', lm.info['name'])} ({lm.info['device']}, {lm.info['dtype']})  "
         f"scoring: {cfg.name}  bins: {args.bins}"
     )
     eval_io.print_posthoc(fits)
-    for entry in temperatures:
+    for entry in table.temperatures:
         print(f"thermometer on {entry['dataset']}: T = {entry['temperature']:.4f} (from its inputs, no labels)")
-    if rows:
-        print(format_table(rows))
-    if unlabelled:
-        print(_UNLABELLED_NOTE.format(sets=", ".join(dict.fromkeys(r["dataset"] for r in unlabelled))))
-        print(format_table(unlabelled, UNLABELLED_COLUMNS))
-    if args.json:
-        extra = {
-            **({"unlabelled": unlabelled} if unlabelled else {}),
-            **({"thermometer": temperatures} if thermometer is not None else {}),
-            "scoring": cfg.to_dict(),
-        }
-        atomic_write_json(args.json, eval_io.eval_record(args, rows, lm, fits, "mcqa", reports, fit_reports, extra))
-    return 0
-
-
-def _eval_open(args: argparse.Namespace) -> int:
-    """`calm eval --task openqa`: generated answers, judged; base and (optionally) the
-    post-hoc calibrators that apply to generation (TS)."""
-    from calm_core.calibration.metrics.columns import table_columns
-    from calm_core.calibration.posthoc import MIN_FIT_ITEMS
-    from calm_core.generative.evaluate import evaluate_open, fit_token_calibrators
-    from calm_core.io import atomic_write_json
-    from calm_core.runs.layout import write_predictions
-    from calm_core.scoring.evaluate import PosthocFit, format_table
-
-    if args.ts_file or args.save_ts:
-        raise UsageError("--ts-file / --save-ts are for --task mcqa; with openqa use --fit-ts-on")
-    if args.features:
-        raise UsageError("--features is for --task mcqa: open answers are generated, not scored as options")
-    cfg = GenerationConfig(
-        **{name: getattr(args, flag) for flag, name in GENERATION_FLAGS.items()},
-        batch_size=args.batch_size,
-        seed=args.seed,
-    )
-    eval_io.check_outputs(args)
-    reports = eval_io.load_reports([name for group in args.data for name in group], "open", args.limit, args)
-    datasets = {name: list(report.items) for name, report in reports.items()}
-    fit_names = [name for group in (args.fit_ts_on or []) for name in group]
-    if len(fit_names) > 1:
-        raise UsageError("--task openqa fits one temperature: give one --fit-ts-on dataset")
-    fit_reports = eval_io.load_reports(fit_names, "open", args.fit_limit, args)
-    fit_items = list(fit_reports[fit_names[0]].items) if fit_names else []
-    if fit_names and len(fit_items) < MIN_FIT_ITEMS:
-        raise UsageError(
-            f"Expected at least {MIN_FIT_ITEMS} items to fit TS on `{fit_names[0]}`, but it has {len(fit_items)}"
-        )
-    lm = eval_io.load_lm(args)
-    scalers = fit_token_calibrators(lm.model, lm.tokenizer, fit_items, cfg.prompt, args.batch_size) if fit_items else {}
-    fits = [PosthocFit(name, s, {"dataset": fit_names[0], **s.params()}) for name, s in scalers.items()]
-    rows, frames = evaluate_open(lm.model, lm.tokenizer, datasets, cfg, scalers, progress=not args.quiet)
-    if args.save_preds:
-        for (variant, name), frame in frames.items():
-            write_predictions(args.save_preds, variant, name, frame)
-    print(
-        f"model: {lm.info.get('label', lm.info['name'])} ({lm.info['device']}, {lm.info['dtype']})  task: openqa  "
-        f"prompt: {cfg.prompt}  samples: {cfg.n_samples}  grouping: {cfg.grouping}"
-    )
-    eval_io.print_posthoc(fits, f" (fit on the gold answer tokens of {fit_names[0]})" if fits else "")
-    print(format_table(rows, table_columns("openqa")))
-    if args.json:
-        extra = {"task": "openqa", "generation": cfg.to_dict()}
-        atomic_write_json(args.json, eval_io.eval_record(args, rows, lm, fits, "openqa", reports, fit_reports, extra))
-    return 0
-
-
-RUN_OWNS = {
-    "model": "--model",
-    "scoring": "--scoring",
-    "chat": "--chat",
-    "fit_ts_on": "--fit-ts-on",
-    "fit_limit": "--fit-limit",
-    "ts_file": "--ts-file",
-    "save_ts": "--save-ts",
-    "mapping": "--mapping",
-    "save_preds": "--save-preds",
-    "features": "--features",
-}  # what a run fixed itself (its model, rule, S_V fit) or stores itself
-
-
-def _eval_run(args: argparse.Namespace) -> int:
-    """`calm eval --run RUN --data ...`: the run's table on more sets (workspace/added.py),
-    stored with the run and printed; its model, scoring rule, task and calibrators are its own."""
-    from calm_core.io import atomic_write_json
-    from calm_core.provenance import environment_record
-    from calm_core.runs.layout import ADDED_RESULTS
-    from calm_core.runs.rundir import RunDir
-    from calm_core.scoring.evaluate import format_table
-    from calm_core.workspace.added import check_finished, evaluate_run, run_eval_limit
-    from calm_core.workspace.view import result_columns
-
-    given = [flag for name, flag in RUN_OWNS.items() if getattr(args, name)]
-    if given:
-        raise UsageError(
-            f"{', '.join(given)} cannot go with --run: a run's model, scoring rule and calibrators are "
-            "its own (data files load as training loads them), and its predictions are stored with it"
-        )
-    if args.json:
-        args.json = ensure_writable(args.json, "file")
-    run = RunDir.at(args.run, args.runs_root)
-    check_finished(run)  # before any data or model is loaded
-    limit = args.limit if args.limit is not None else run_eval_limit(run)
-    datasets = [name for group in args.data for name in group]
-    rows = evaluate_run(run, datasets, limit, device=args.device)
-    print(
-        f"run: {run.run_id} (step {rows[0]['step']})  added after training: {', '.join(dict.fromkeys(datasets))}"
-        f"  limit: {limit}"
-    )
-    print(format_table(rows, result_columns(rows)))
-    print(
-        f"stored with the run ({run.path / ADDED_RESULTS}): Compare, `calm compare` and `calm report` "
-        "show these rows as `<set> (added)`"
-    )
-    if args.json:
-        atomic_write_json(
-            args.json, {"results": rows, "run": run.run_id, "limit": limit, "environment": environment_record()}
-        )
-    return 0
+    if table.rows:
+        print(format_table(table.rows))
+    if table.unlabelled:
+        print(_UNLABELLED_NOTE.format(sets=", ".join(dict.fromkeys(r["dataset"] for r in table.unlabelled))))
+        print(format_table(table.unlabelled, UNLABELLED_COLUMNS))
 
 
 COMMANDS = {"eval": cmd_eval}
