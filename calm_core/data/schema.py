@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import json
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -222,44 +223,57 @@ def validate_mc_record(
     question = _as_text(record.get("question"))
     if question is None:
         return err("question", f"Expected a non-empty string, but got {describe(record.get('question'))}")
-    raw_choices = record.get("choices")
-    if not isinstance(raw_choices, (list, tuple)):
-        return err("choices", f"Expected a list of at least {MIN_CHOICES} strings, but got {describe(raw_choices)}")
-    if len(raw_choices) < MIN_CHOICES:
-        return err("choices", f"Expected at least {MIN_CHOICES} choices, but got {len(raw_choices)}")
-    choices = [_as_text(c) for c in raw_choices]
-    if None in choices:
-        bad = choices.index(None)
-        return err(
-            "choices",
-            f"Expected every choice to be a non-empty string, but choice {bad + 1} is {describe(raw_choices[bad])}",
-        )
+    choices, problem = _read_choices(record.get("choices"))
+    if problem:
+        return err("choices", problem)
     if not labelled:
-        return _unlabelled_item(record, source, row, question, choices)  # type: ignore[arg-type]
+        return _unlabelled_item(record, source, row, question, choices)
     labels = record.get("labels")
     if answer_form == "label" and not isinstance(labels, (list, tuple)):
         return err("labels", f"Expected a list of option labels, but got {describe(labels)}")
     answer, problem = resolve_answer(record.get("answer"), choices, answer_form, labels)  # type: ignore[arg-type]
     if problem:
         return err("answer", problem)
-    gold_text = choices[answer]
-    if choices.count(gold_text) > 1:
-        return err(
-            "choices",
-            f"Expected the correct choice {gold_text!r} once, but it appears {choices.count(gold_text)} times",
-        )
-    # A repeated distractor (CommonsenseQA has a few) is dropped, not the whole item:
-    # the question stays answerable and the gold index is re-pointed.
-    choices = list(dict.fromkeys(choices))
-    answer = choices.index(gold_text)
-    if len(choices) < MIN_CHOICES:
-        return err("choices", f"Expected at least {MIN_CHOICES} distinct choices, but got {len(choices)}")
+    choices, answer, problem = _without_repeats(choices, answer)
+    if problem:
+        return err("choices", problem)
     item_id, id_problem = _optional_text(record, "id")
     subject, subject_problem = _optional_text(record, "subject")
     if id_problem or subject_problem:
         return err("id" if id_problem else "subject", id_problem or subject_problem)  # type: ignore[arg-type]
     item = MCItem(item_id or f"{source}-{row}", question, tuple(choices), answer, subject)  # type: ignore[arg-type]
     return item, None
+
+
+def _read_choices(raw: Any) -> tuple[list[str], str | None]:
+    """A record's choices as texts, or why they are not: a list of at least MIN_CHOICES
+    non-empty strings (numbers are read as text)."""
+    if not isinstance(raw, (list, tuple)):
+        return [], f"Expected a list of at least {MIN_CHOICES} strings, but got {describe(raw)}"
+    if len(raw) < MIN_CHOICES:
+        return [], f"Expected at least {MIN_CHOICES} choices, but got {len(raw)}"
+    choices = [_as_text(c) for c in raw]
+    if None in choices:
+        bad = choices.index(None)
+        return [], f"Expected every choice to be a non-empty string, but choice {bad + 1} is {describe(raw[bad])}"
+    return choices, None  # type: ignore[return-value]
+
+
+def _without_repeats(choices: list[str], answer: int) -> tuple[list[str], int, str | None]:
+    """The choices with a repeated distractor dropped (CommonsenseQA has a few), the gold
+    re-pointed: the question stays answerable. A repeated gold, or fewer than MIN_CHOICES
+    distinct choices left, is a problem."""
+    gold_text = choices[answer]
+    if choices.count(gold_text) > 1:
+        return (
+            choices,
+            answer,
+            (f"Expected the correct choice {gold_text!r} once, but it appears {choices.count(gold_text)} times"),
+        )
+    distinct = list(dict.fromkeys(choices))
+    if len(distinct) < MIN_CHOICES:
+        return choices, answer, f"Expected at least {MIN_CHOICES} distinct choices, but got {len(distinct)}"
+    return distinct, distinct.index(gold_text), None
 
 
 def _unlabelled_item(
@@ -295,32 +309,50 @@ def resolve_answer(
         value = int(value)
     if form == "auto":
         return _resolve_auto(value, choices)
+    if form not in _FORM_READERS:
+        raise ValueError(f"Expected `form` to be one of {', '.join(ANSWER_FORMS)}, but got {form!r}")
     text = _as_text(value)
-    if text is None:
-        return -1, f"Expected {_answer_wanted(form, choices)}, but got {describe(value)}"
-    k = len(choices)
-    if form in ("index0", "index1"):
-        base = 1 if form == "index1" else 0
-        number = value if isinstance(value, int) else int(text) if _INDEX.fullmatch(text) else None
-        if number is not None and base <= number < k + base:
-            return number - base, None
-        return -1, f"Expected {_answer_wanted(form, choices)}, but got {describe(value)}"
-    if form == "letter":
-        index = ord(text.upper()) - ord("A") if len(text) == 1 and text.isascii() and text.isalpha() else -1
-        if 0 <= index < k:
-            return index, None
-        return -1, f"Expected {_answer_wanted(form, choices)}, but got {describe(value)}"
-    if form == "text":
-        if text in choices:
-            return choices.index(text), None
-        return -1, f"Expected {_answer_wanted(form, choices)}, but got {describe(value)}"
-    if form == "label":
-        texts = [_as_text(label) for label in labels or ()]
-        if text in texts and texts.index(text) < k:
-            return texts.index(text), None
-        shown = ", ".join(t for t in texts if t) or "none"
+    index = None if text is None else _FORM_READERS[form](value, text, choices, labels or ())
+    if index is not None:
+        return index, None
+    if form == "label" and text is not None:
+        shown = ", ".join(t for t in (_as_text(label) for label in labels or ()) if t) or "none"
         return -1, f"Expected one of the option labels ({shown[:60]}), but got {describe(value)}"
-    raise ValueError(f"Expected `form` to be one of {', '.join(ANSWER_FORMS)}, but got {form!r}")
+    return -1, f"Expected {_answer_wanted(form, choices)}, but got {describe(value)}"
+
+
+def _by_index(base: int) -> Callable[[Any, str, list[str], Sequence[Any]], int | None]:
+    """The reader of a `base`-based option number (index0: 0, index1: 1)."""
+
+    def read(value: Any, text: str, choices: list[str], labels: Sequence[Any]) -> int | None:
+        number = value if isinstance(value, int) else int(text) if _INDEX.fullmatch(text) else None
+        return number - base if number is not None and base <= number < len(choices) + base else None
+
+    return read
+
+
+def _by_letter(value: Any, text: str, choices: list[str], labels: Sequence[Any]) -> int | None:
+    index = ord(text.upper()) - ord("A") if len(text) == 1 and text.isascii() and text.isalpha() else -1
+    return index if 0 <= index < len(choices) else None
+
+
+def _by_text(value: Any, text: str, choices: list[str], labels: Sequence[Any]) -> int | None:
+    return choices.index(text) if text in choices else None
+
+
+def _by_label(value: Any, text: str, choices: list[str], labels: Sequence[Any]) -> int | None:
+    texts = [_as_text(label) for label in labels]
+    return texts.index(text) if text in texts and texts.index(text) < len(choices) else None
+
+
+# answer_form -> its reader: (cell, cell as text, choices, labels) -> 0-based index, or None
+_FORM_READERS: dict[str, Callable[[Any, str, list[str], Sequence[Any]], int | None]] = {
+    "index0": _by_index(0),
+    "index1": _by_index(1),
+    "letter": _by_letter,
+    "text": _by_text,
+    "label": _by_label,
+}
 
 
 def _answer_wanted(form: str, choices: list[str]) -> str:

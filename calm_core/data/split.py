@@ -160,32 +160,44 @@ def _allocate(strata: list[int], targets: list[int]) -> list[list[int]]:
     counts = [[size * t // total for t in targets] for size in strata]  # exact integer floors
     fraction = [[size * t % total for t in targets] for size in strata]  # (share - floor) * total
     room = [t - sum(row[p] for row in counts) for p, t in enumerate(targets)]
-    extra: dict[int, set[int]] = {p: set() for p in range(len(targets))}  # part -> strata given one more
-
-    def augment(s: int, seen: set[int]) -> bool:
-        """Give stratum s one more item somewhere, moving other strata's extras if needed."""
-        for p in sorted(range(len(targets)), key=lambda p: (-fraction[s][p], p)):
-            if fraction[s][p] == 0 or s in extra[p] or p in seen:
-                continue
-            seen.add(p)
-            if len(extra[p]) < room[p]:
-                extra[p].add(s)
-                return True
-            for other in sorted(extra[p]):  # p is full: can a stratum with an extra here move it?
-                if augment(other, seen):
-                    extra[p].discard(other)
-                    extra[p].add(s)
-                    return True
-        return False
-
+    flow = _Flow(fraction, room, {p: set() for p in range(len(targets))})  # part -> strata given one more
     for s, row in enumerate(counts):
         for _ in range(strata[s] - sum(row)):
-            if not augment(s, set()):  # cannot happen: the fractional parts are a solution
+            if not flow.augment(s, set()):  # cannot happen: the fractional parts are a solution
                 raise AssertionError(f"no allocation for strata {strata} and parts {targets}")
-    for p, given in extra.items():
+    for p, given in flow.extra.items():
         for s in given:
             counts[s][p] += 1
     return counts
+
+
+@dataclass
+class _Flow:
+    """_allocate's augmenting paths: `extra[p]`, the strata that give part p one item more
+    than their floor, within `room[p]`, only where `fraction[s][p]` says the share allows."""
+
+    fraction: list[list[int]]
+    room: list[int]
+    extra: dict[int, set[int]]
+
+    def augment(self, s: int, seen: set[int]) -> bool:
+        """Give stratum s one more item somewhere, moving other strata's extras if needed."""
+        for p in sorted(range(len(self.room)), key=lambda p: (-self.fraction[s][p], p)):
+            if self.fraction[s][p] == 0 or s in self.extra[p] or p in seen:
+                continue
+            seen.add(p)
+            if len(self.extra[p]) < self.room[p] or self._free_one(p, seen):
+                self.extra[p].add(s)
+                return True
+        return False
+
+    def _free_one(self, p: int, seen: set[int]) -> bool:
+        """Part p is full: move one stratum's extra item from p to another part."""
+        for other in sorted(self.extra[p]):
+            if self.augment(other, seen):
+                self.extra[p].discard(other)
+                return True
+        return False
 
 
 # ----------------------------------------------------------------------------- planning + saving
