@@ -15,7 +15,7 @@ import streamlit as st
 
 from app.state import plain
 from calm_core.glossary import tooltip
-from calm_core.workspace import verdict
+from calm_core.workspace import advice, verdict
 
 VERDICT_TERMS = ("best calibrated", "near-uniform", "under-confident", "accuracy lost", "recommended on S_V")
 
@@ -52,7 +52,7 @@ def verdict_caption() -> None:
 def heldout_evidence(results: dict[str, Any]) -> None:
     """The recommendation's evidence (S_V, or every labelled item out of fold): each
     variant's NLL and its change against the model as it is, with the paired interval."""
-    rows = verdict.heldout_rows(results)
+    rows = advice.heldout_rows(results)
     if rows:
         whole_cells(rows)
-        st.caption(verdict.evidence_caption(results))
+        st.caption(advice.evidence_caption(results))

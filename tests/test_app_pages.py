@@ -341,6 +341,7 @@ def test_monitor_and_compare_show_the_selected_step_and_the_recommendation(open_
     run, plainly when a baseline beats the trained model, and why a baseline is missing."""
     from app.charts import SELECTED_SYMBOL
     from calm_core.workspace import verdict
+    from calm_core.workspace import advice
     from tests.test_verdict import finished_run
 
     run = finished_run(recommended=recommended, with_ts=recommended == "calm")
@@ -357,12 +358,12 @@ def test_monitor_and_compare_show_the_selected_step_and_the_recommendation(open_
     named = ["the model as it is", "temperature scaling", "vector scaling", "CALM"]  # the variants in full
     assert list(evidence["variant"]) == (named if recommended == "calm" else [named[0], *named[2:]])
     assert evidence["ece"].str.contains(r"\[").all()  # 90% intervals
-    sentence = verdict.recommendation_sentence(run.results())  # the same words as `calm train` and the report
+    sentence = advice.recommendation_sentence(run.results())  # the same words as `calm train` and the report
     if recommended == "calm":
         assert [s.value for s in monitor.success][-1].startswith(sentence) and not monitor.warning
     else:
         assert [w.value for w in monitor.warning][-1].startswith(sentence)
-    assert any(verdict.HELDOUT_COLUMNS[2] in t.value.columns for t in monitor.table)  # the S_V evidence, whole cells
+    assert any(advice.HELDOUT_COLUMNS[2] in t.value.columns for t in monitor.table)  # the S_V evidence, whole cells
 
     compare = open_page("views/compare.py")
     assert not compare.exception and not compare.error, (compare.exception, [e.value for e in compare.error])

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import pytest
 
-from calm_core.workspace.verdict import recommendation_sentence
+from calm_core.workspace.advice import recommendation_sentence
 from tests.test_browser import (CHROMIUM, CHROMIUM_ARGS, _goto, _require_browser, _shots, fill_short_tiny_run,
                                 running_studio)
 from tests.test_browser_sessions import _exceptions, _stop_leftover_jobs

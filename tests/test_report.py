@@ -266,6 +266,7 @@ def test_report_opens_with_the_selected_step_the_recommendation_and_the_evidence
     plainly when calm does not win), why a baseline is missing, and the evidence table
     (base, ts, vs, calm on each evaluation set) with 90% intervals."""
     from calm_core.workspace import verdict
+    from calm_core.workspace import advice
     from tests.test_verdict import DATASET, finished_run
 
     run = finished_run(tmp_path, recommended=recommended, with_ts=recommended == "calm")
@@ -274,8 +275,8 @@ def test_report_opens_with_the_selected_step_the_recommendation_and_the_evidence
     assert not doc.errors and doc.stack == []
     results = run.results()
     section = text[text.index('id="verdict"'):text.index('id="settings"')]  # before the settings and the metrics
-    assert escape(verdict.selection_line(results)) in section
-    assert escape(verdict.recommendation_line(results, "calm")) in section
+    assert escape(advice.selection_line(results)) in section
+    assert escape(advice.recommendation_line(results, "calm")) in section
     assert ('class="win"' in section) == (recommended == "calm")
     evidence = [cells for cells in doc.rows if len(cells) == 2 + len(interval_names())]
     assert evidence[0] == ["dataset", "variant", "acc", "ece", "auroc", "confidence"]
@@ -285,7 +286,7 @@ def test_report_opens_with_the_selected_step_the_recommendation_and_the_evidence
     assert calm[0] == DATASET and calm[3] == "0.060 [0.030, 0.120]"
     assert [cells[1] for cells in evidence[1:] if cells[1].endswith(" *")] == [f"{recommended} *"]
     heldout = section[section.index('id="heldout"'):section.index('id="evidence"')]  # the S_V evidence, paired
-    assert escape(verdict.HELDOUT_CAPTION) in heldout and "-0.100 [-0.180, -0.030]" in heldout
+    assert escape(advice.HELDOUT_CAPTION) in heldout and "-0.100 [-0.180, -0.030]" in heldout
     if recommended == "vs":
         assert "Use vector scaling: on 24 held-out items" in section
         assert escape("no `ts` variant: S_V has 8 items, fewer than 10") in section

@@ -18,6 +18,7 @@ from calm_core.io import atomic_write_json
 from calm_core.runs.layout import write_predictions
 from calm_core.runs.rundir import RunDir
 from calm_core.workspace import verdict
+from calm_core.workspace import advice
 
 DATASET = "builtin/capitals/test"
 VARIANTS = {"base": (0.50, 0.20, 0.70, 0.72), "ts": (0.50, 0.08, 0.70, 0.55), "vs": (0.52, 0.07, 0.71, 0.56),
@@ -101,42 +102,42 @@ def finished_run(root: Path | None = None, run_id: str = "20260101-000000-calm-0
 
 def test_selection_and_recommendation_lines_say_which_step_and_which_calibrator() -> None:
     data = results()
-    line = verdict.selection_line(data)
+    line = advice.selection_line(data)
     assert line.startswith("The model is from step 4, selected on S_V: NLL 0.8123, ECE 0.0712, accuracy 0.625")
     assert "stopped early at step 12 (4 evaluations without a better step)" in line
-    assert verdict.recommendation_line(data, "calm") == (
+    assert advice.recommendation_line(data, "calm") == (
         "Use CALM: on 24 held-out items it lowers the NLL (NLL change -0.10, 90% interval -0.18 to -0.03).")
-    assert verdict.method_recommended(data, "calm") is True
+    assert advice.method_recommended(data, "calm") is True
     lost = results(recommended="ts")
-    assert verdict.method_recommended(lost, "calm") is False
-    assert verdict.recommendation_line(lost, "calm").startswith("Use temperature scaling: on 24 held-out items")
-    assert "--variant recommended" in verdict.recommendation_line(lost, "calm")  # it exports as a folder
-    assert verdict.method_recommended({"results": []}, "calm") is None
-    assert verdict.selection_line({"results": []}) is None and verdict.recommendation_line({"results": []}, "calm") is None
+    assert advice.method_recommended(lost, "calm") is False
+    assert advice.recommendation_line(lost, "calm").startswith("Use temperature scaling: on 24 held-out items")
+    assert "--variant recommended" in advice.recommendation_line(lost, "calm")  # it exports as a folder
+    assert advice.method_recommended({"results": []}, "calm") is None
+    assert advice.selection_line({"results": []}) is None and advice.recommendation_line({"results": []}, "calm") is None
 
 
 def test_the_live_selection_line_marks_and_tolerance_come_from_status() -> None:
     chosen = selection()
-    assert verdict.selection_status_line(chosen) == ("Selected step 4 (rule `best`): S_V NLL 0.8123, ECE 0.0712, "
+    assert advice.selection_status_line(chosen) == ("Selected step 4 (rule `best`): S_V NLL 0.8123, ECE 0.0712, "
                                                      "accuracy 0.625; stopped early at step 12.")
-    assert verdict.selection_status_line(selection(stopped_early=None)).endswith("accuracy 0.625.")
-    assert verdict.selection_status_line(None) is None
-    assert verdict.selection_status_line({"rule": "best", "selected_step": None}) is None
-    assert verdict.selected_step(chosen) == 4 and verdict.selected_step(None) is None
-    assert verdict.selected_step({"selected_step": 0}) == 0  # the untouched model is a selection too
-    assert verdict.lower_threshold(chosen) == 1.0 * 1.1
-    assert verdict.lower_threshold({**chosen, "reference": {"lower": None}}) is None
-    assert verdict.lower_threshold(None) is None
+    assert advice.selection_status_line(selection(stopped_early=None)).endswith("accuracy 0.625.")
+    assert advice.selection_status_line(None) is None
+    assert advice.selection_status_line({"rule": "best", "selected_step": None}) is None
+    assert advice.selected_step(chosen) == 4 and advice.selected_step(None) is None
+    assert advice.selected_step({"selected_step": 0}) == 0  # the untouched model is a selection too
+    assert advice.lower_threshold(chosen) == 1.0 * 1.1
+    assert advice.lower_threshold({**chosen, "reference": {"lower": None}}) is None
+    assert advice.lower_threshold(None) is None
 
 
 def test_evidence_rows_and_missing_variant_notes() -> None:
     data = results(with_ts=False)
-    assert verdict.missing_variant_notes(data) == {"ts": "no `ts` variant: S_V has 8 items, fewer than 10"}
-    rows = verdict.evidence_rows(data, "calm")
+    assert advice.missing_variant_notes(data) == {"ts": "no `ts` variant: S_V has 8 items, fewer than 10"}
+    rows = advice.evidence_rows(data, "calm")
     assert [r["variant"] for r in rows] == ["base", "vs", "calm"]  # no theta-only ablation in the evidence
     calm = rows[-1]
     assert calm["recommended"] and calm["ece"] == "0.060 [0.030, 0.120]"
-    lines = verdict.verdict_lines(data, "calm")
+    lines = advice.verdict_lines(data, "calm")
     assert "No ts: no `ts` variant: S_V has 8 items, fewer than 10" in lines
     assert any(line.split()[:2] == [DATASET, "calm"] and line.split()[2] == "*" for line in lines)
 
@@ -153,11 +154,11 @@ def test_an_in_sample_recommendation_says_so() -> None:
     line says so, since that flatters TS against the trained model."""
     how = "fitted and scored on the same 12 S_V items (too few to cross-fit): optimistic"
     results = {"recommendation": {"variant": "ts", "reason": "ts: S_V NLL 0.01 against calm 0.02", "posthoc_fit": how}}
-    line = verdict.recommendation_line(results, "calm")  # a run before the paired evidence: said so
+    line = advice.recommendation_line(results, "calm")  # a run before the paired evidence: said so
     assert line.startswith("Use temperature scaling: it has the lowest S_V NLL (ts: S_V NLL 0.01 against calm 0.02); "
                            "this run recorded no interval.") and how in line
     cross = {"recommendation": {**results["recommendation"], "posthoc_fit": "5-fold cross-fitted on S_V"}}
-    assert "5-fold" not in verdict.recommendation_line(cross, "calm")
+    assert "5-fold" not in advice.recommendation_line(cross, "calm")
 
 
 # ----------------------------------------------------------------------------- the verdict row (issue 23)
@@ -175,7 +176,7 @@ def test_the_verdict_row_names_the_best_calibrated_variant_that_keeps_accuracy_a
     assert row.cells() == {"evaluation set": DATASET, "best calibrated": "CALM (ECE 0.060)", "flags": "none",
                            "recommended on S_V": "Use CALM"}
     assert f"{DATASET}: best calibrated CALM (ECE 0.060); flags none; recommended on S_V: Use CALM" in \
-        verdict.verdict_lines(results(), "calm")
+        advice.verdict_lines(results(), "calm")
 
 
 def test_the_verdict_row_passes_over_lost_accuracy_lost_auroc_and_near_uniform_forecasts() -> None:
@@ -259,7 +260,7 @@ def test_the_under_confident_flag_and_its_threshold() -> None:
 
 
 def _sentence(pick) -> str:
-    return verdict.recommendation_sentence({"recommendation": pick.to_dict()})
+    return advice.recommendation_sentence({"recommendation": pick.to_dict()})
 
 
 def test_the_sentence_says_keep_change_tie_and_too_few_in_plain_words() -> None:
@@ -292,7 +293,7 @@ def test_the_sentence_says_keep_change_tie_and_too_few_in_plain_words() -> None:
     assert _sentence(alone) == "Keep the model as it is: on 200 held-out items, no other variant keeps its accuracy."
     data = {"results": [_row("base", 0.5, 0.2, 0.7, 0.7)], "recommendation": keep.to_dict()}
     assert verdict.verdict_rows(data)[0].cells()["recommended on S_V"] == "Keep the model as it is"
-    assert verdict.recommendation_line(data, "calm").startswith(_sentence(keep))
+    assert advice.recommendation_line(data, "calm").startswith(_sentence(keep))
 
 
 def test_variants_are_named_in_full() -> None:
@@ -318,13 +319,13 @@ def test_every_consumer_says_the_same_sentence(tiny_model_dir: Path, tmp_path: P
     printed = capsys.readouterr().out
     run = only_run(tmp_path / "runs")
     results = run.results()
-    sentence = verdict.recommendation_sentence(results)
+    sentence = advice.recommendation_sentence(results)
     assert sentence and sentence.startswith(("Keep the model as it is: ", "Use "))
     assert results["recommendation"]["comparison"]["n"] == 12  # the item count is recorded
     assert sentence in printed.splitlines()[2]  # `calm train`'s closing lines
     assert escape(sentence) in run_report_html(run)
     assert f"\n{sentence}\n" in (export_run(run, tmp_path / "export") / "README.md").read_text()
-    assert verdict.recommendation_line(results, "calm").startswith(sentence)  # the Compare and Monitor box
+    assert advice.recommendation_line(results, "calm").startswith(sentence)  # the Compare and Monitor box
     decision = verdict.recommendation_decision(results)
     assert sentence.startswith(decision + ": ")
     assert {r["recommended on S_V"] for r in verdict.verdict_table(results)} == {decision}
@@ -345,18 +346,18 @@ def test_a_pooled_recommendation_names_its_items_as_labelled_out_of_fold() -> No
     logits[np.arange(200), gold] += 1.0
     sharp, calibrated = metrics.softmax(4 * logits), metrics.softmax(logits)  # base: four times too sharp
     rec = recommend({"base": sharp, "ts": calibrated}, gold, items=LABELLED_ITEMS).to_dict()
-    sentence = verdict.recommendation_sentence({"recommendation": rec})
+    sentence = advice.recommendation_sentence({"recommendation": rec})
     assert sentence.startswith("Use temperature scaling: on 200 labelled items (S_T + S_V, out of fold) it lowers")
 
 
 def test_keep_says_nothing_needs_exporting_and_offers_no_export_of_the_untouched_model() -> None:
     keep = results(recommended="base")
-    line = verdict.recommendation_line(keep, "calm")
+    line = advice.recommendation_line(keep, "calm")
     assert line.startswith("Keep the model as it is") and verdict.keeps_model(keep)
     assert "--variant recommended" not in line  # exporting the untouched model would only copy it
-    assert line.endswith(verdict.KEEP_NEXT) and "Nothing needs exporting" in line
+    assert line.endswith(advice.KEEP_NEXT) and "Nothing needs exporting" in line
     change = results(recommended="ts")
-    assert not verdict.keeps_model(change) and "--variant recommended" in verdict.recommendation_line(change, "calm")
+    assert not verdict.keeps_model(change) and "--variant recommended" in advice.recommendation_line(change, "calm")
     assert not verdict.keeps_model({"results": []})
 
 
@@ -382,12 +383,12 @@ def test_evidence_decided_on_all_labelled_items_says_so() -> None:
     from calm_core.calibration.recommend import LABELLED_ITEMS
 
     on_sv = results(recommended="base")
-    assert list(verdict.heldout_rows(on_sv)[0]) == list(verdict.HELDOUT_COLUMNS)
-    assert verdict.evidence_caption(on_sv) == verdict.HELDOUT_CAPTION
+    assert list(advice.heldout_rows(on_sv)[0]) == list(advice.HELDOUT_COLUMNS)
+    assert advice.evidence_caption(on_sv) == advice.HELDOUT_CAPTION
     pooled = results(recommended="base")
     pooled["recommendation"]["comparison"]["items"] = LABELLED_ITEMS
-    rows = verdict.heldout_rows(pooled)
-    assert list(rows[0]) == list(verdict.POOLED_COLUMNS) and "S_T + S_V" in verdict.POOLED_COLUMNS[1]
-    assert [r[verdict.POOLED_COLUMNS[2]] for r in rows] == [r[verdict.HELDOUT_COLUMNS[2]] for r in verdict.heldout_rows(on_sv)]
-    assert verdict.evidence_caption(pooled).endswith(verdict.POOLED_NOTE)
-    assert "NLL (S_T + S_V, out of fold)" in "\n".join(verdict.verdict_lines(pooled, "calm"))
+    rows = advice.heldout_rows(pooled)
+    assert list(rows[0]) == list(advice.POOLED_COLUMNS) and "S_T + S_V" in advice.POOLED_COLUMNS[1]
+    assert [r[advice.POOLED_COLUMNS[2]] for r in rows] == [r[advice.HELDOUT_COLUMNS[2]] for r in advice.heldout_rows(on_sv)]
+    assert advice.evidence_caption(pooled).endswith(advice.POOLED_NOTE)
+    assert "NLL (S_T + S_V, out of fold)" in "\n".join(advice.verdict_lines(pooled, "calm"))

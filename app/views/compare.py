@@ -23,7 +23,7 @@ from calm_core.glossary import tooltip
 from calm_core.runs.listing import list_runs, run_label
 from calm_core.runs.rundir import RunDir
 from calm_core.scoring.evaluate import wide_table
-from calm_core.workspace import verdict
+from calm_core.workspace import advice, verdict
 from calm_core.workspace import view as run_view
 from calm_core.workspace.added import evaluate_run, run_eval_limit
 from calm_core.workspace.export import export_zip, recommended_export
@@ -205,7 +205,7 @@ def diagrams(chosen: Chosen, view: DiagramView, owner: Owners) -> tuple[list[go.
             "90% interval",
         )
     for run in chosen.runs:  # a variant the run could not make: why, where its diagram would be
-        for note in verdict.missing_variant_notes(chosen.results[run.run_id]).values():
+        for note in advice.missing_variant_notes(chosen.results[run.run_id]).values():
             st.info(note)
     return figures, confidences
 
@@ -254,11 +254,11 @@ def which_model(chosen: Chosen) -> None:
         results, method = chosen.results[run.run_id], chosen.methods[run.run_id]
         if len(chosen.runs) > 1:
             st.markdown(code(chosen.labels[run.run_id]))
-        line = verdict.selection_line(results)
+        line = advice.selection_line(results)
         st.markdown(line or "This run has no calibrated stop (its model is from its last step).")
-        advice = verdict.recommendation_line(results, method)
-        if advice:
-            (st.success if verdict.method_recommended(results, method) else st.warning)(advice)
+        said = advice.recommendation_line(results, method)
+        if said:
+            (st.success if advice.method_recommended(results, method) else st.warning)(said)
             heldout_evidence(results)
 
 
@@ -298,7 +298,7 @@ def metrics_table(chosen: Chosen, view: DiagramView) -> pd.DataFrame:
         "ECE: 15 equal-width bins; ece_10: the paper's 10. The first evaluation set of a run is its in-domain set."
     )
     for run in chosen.runs:
-        for name, note in verdict.missing_variant_notes(chosen.results[run.run_id]).items():
+        for name, note in advice.missing_variant_notes(chosen.results[run.run_id]).items():
             st.caption(f"No `{name}` row: {note}")  # where the variant's row would be
     if chosen.any_open:
         st.caption(

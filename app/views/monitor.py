@@ -24,7 +24,7 @@ from calm_core.runs.rundir import RunDir
 from calm_core.runs.state import DAMAGED, RunState
 from calm_core.training.bilevel_health import RULES, Health, bome_health, health_summary
 from calm_core.training.config import recorded_bilevel
-from calm_core.workspace import verdict
+from calm_core.workspace import advice, verdict
 from calm_core.workspace import view as run_view
 from calm_core.workspace.access import OWNER_ONLY, may_cancel
 from calm_core.workspace.launch import resume_refusal_for, resume_run
@@ -115,7 +115,7 @@ def _header(records: list[dict], view: RunState, status: dict, config: dict) -> 
     if view.state == "failed" and status.get("error"):
         st.error(status["error"])
     selection = status.get("selection") or {}
-    line = verdict.selection_status_line(selection)
+    line = advice.selection_status_line(selection)
     if line:  # the calibrated stop (training/selection.py): which step the model is from so far
         rule = selection.get("rule_text")
         st.caption(line, help=tooltip("selected step", "calibrated stop") + (f"\n\nThe rule: {rule}" if rule else ""))
@@ -198,7 +198,7 @@ def _charts(run: RunDir, records: list[dict], active: bool, selection: dict, tra
     if not records:
         st.caption("No steps logged yet (loading the model and data, and filling the frozen-layer cache, come first).")
         return
-    selected = verdict.selected_step(selection)
+    selected = advice.selected_step(selection)
     task = run_view.task_in(train)
     losses, evaluation, alpha, tradeoff = st.tabs(["Losses", "Evaluation", "alpha", "Trade-off"])
     with losses:
@@ -252,7 +252,7 @@ def _losses(run: RunDir, records: list[dict], selected: int | None, selection: d
         "selected step",
     )
     if lower[0]:
-        limit = verdict.lower_threshold(selection)
+        limit = advice.lower_threshold(selection)
         c3[0].plotly_chart(
             line_figure(
                 {"S_T cross-entropy": lower},
@@ -452,15 +452,15 @@ def _fitting_columns(columns: list[str]) -> list[str]:
 def _verdict(results: dict, method: str) -> None:
     """Which step the model is from and why, which calibrator to use (chosen on S_V, said
     plainly when the trained model does not win), and the evidence with 90% intervals."""
-    line = verdict.selection_line(results)
+    line = advice.selection_line(results)
     if line:
         st.markdown(line)
-    advice = verdict.recommendation_line(results, method)
-    if advice:
-        (st.success if verdict.method_recommended(results, method) else st.warning)(advice)
+    said = advice.recommendation_line(results, method)
+    if said:
+        (st.success if advice.method_recommended(results, method) else st.warning)(said)
         heldout_evidence(results)  # the recommendation's S_V evidence, with paired intervals
-    rows = verdict.evidence_rows(results, method)
-    if rows and (line or advice):
+    rows = advice.evidence_rows(results, method)
+    if rows and (line or said):
         frame = pd.DataFrame(rows)
         frame["recommended"] = frame["recommended"].map({True: "yes", False: ""})
         whole_cells(named(frame).to_dict("records"))  # "0.800 [0.600, 1.000]" cells: whole, not cut

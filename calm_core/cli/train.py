@@ -207,7 +207,7 @@ def _verdict(run: RunDir) -> list[str]:
     """The run's closing lines (workspace.verdict): the selected step and why, the
     calibrator to use, a missing baseline, the evidence with 90% intervals; [] without
     results.json, or with a damaged one (the run itself has finished either way)."""
-    from calm_core.workspace.verdict import verdict_lines
+    from calm_core.workspace.advice import verdict_lines
 
     if not (run.path / "results.json").is_file():
         return []

@@ -210,7 +210,7 @@ def harness_note(record: dict[str, Any]) -> str:
 
 def _selected_note(run: RunDir) -> str:
     """Why the export holds that step: the calibrated stop's line (workspace/verdict.py)."""
-    from calm_core.workspace.verdict import selection_line
+    from calm_core.workspace.advice import selection_line
 
     try:
         line = selection_line(run.results()) if (run.path / "results.json").is_file() else None
@@ -221,8 +221,8 @@ def _selected_note(run: RunDir) -> str:
 
 def _recommendation_section(run: RunDir) -> str:
     """What the run recommends, in the words every page and `calm train` use
-    (verdict.recommendation_sentence); "" without a recommendation."""
-    from calm_core.workspace.verdict import recommendation_sentence
+    (advice.recommendation_sentence); "" without a recommendation."""
+    from calm_core.workspace.advice import recommendation_sentence
 
     try:
         sentence = recommendation_sentence(run.results()) if (run.path / "results.json").is_file() else None

@@ -26,7 +26,7 @@ from calm_core.calibration import metrics
 from calm_core.calibration.metrics.columns import cell, interval_names, is_missing
 from calm_core.runs.rundir import RunDir
 from calm_core.training.config import recorded_bilevel
-from calm_core.workspace import verdict
+from calm_core.workspace import advice, verdict
 from calm_core.workspace.portable import Portable, portable_config
 from calm_core.workspace.report_svg import line_svg, reliability_svg
 from calm_core.workspace.view import (
@@ -82,18 +82,18 @@ def _verdict(results: dict[str, Any], method: str) -> str:
     """Which step the model is from and why, the calibrator to use (chosen on S_V; said
     plainly when the trained model does not win), why a baseline is missing, and the
     evidence on the evaluation sets with 90% intervals ("" for a run without either)."""
-    selection, advice = verdict.selection_line(results), verdict.recommendation_line(results, method)
+    selection, said = advice.selection_line(results), advice.recommendation_line(results, method)
     table = verdict.verdict_table(results)
-    if not (selection or advice or table):
+    if not (selection or said or table):
         return ""
     lines = [_verdict_table(table)] if table else []
     lines += [f"<p>{escape(selection)}</p>"] if selection else []
-    if advice:
-        wins = verdict.method_recommended(results, method)
-        lines.append(f'<p class="{"win" if wins else "lose"}"><b>{escape(advice)}</b></p>')
-    lines += [_heldout_table(results)] if advice else []
-    lines += [f'<p class="note">{escape(note)}</p>' for note in verdict.missing_variant_notes(results).values()]
-    rows = verdict.evidence_rows(results, method) if selection or advice else []  # the evidence for a verdict
+    if said:
+        wins = advice.method_recommended(results, method)
+        lines.append(f'<p class="{"win" if wins else "lose"}"><b>{escape(said)}</b></p>')
+    lines += [_heldout_table(results)] if said else []
+    lines += [f'<p class="note">{escape(note)}</p>' for note in advice.missing_variant_notes(results).values()]
+    rows = advice.evidence_rows(results, method) if selection or said else []  # the evidence for a verdict
     if rows:
         columns = ["dataset", "variant", *interval_names()]
         head = "".join(f"<th>{escape(c)}</th>" for c in columns)
@@ -113,16 +113,16 @@ def _verdict(results: dict[str, Any], method: str) -> str:
 
 
 def _heldout_table(results: dict) -> str:
-    """The recommendation's evidence (verdict.heldout_rows): each variant's NLL and its
+    """The recommendation's evidence (advice.heldout_rows): each variant's NLL and its
     change against the model as it is, with the paired interval ("" without rows)."""
-    rows, columns = verdict.heldout_rows(results), verdict.evidence_columns(results)
+    rows, columns = advice.heldout_rows(results), advice.evidence_columns(results)
     if not rows:
         return ""
     head = "".join(f"<th>{escape(c)}</th>" for c in columns)
     body = "".join("<tr>" + "".join(f'<td class="t">{escape(row[c])}</td>' for c in columns) + "</tr>" for row in rows)
     return (
         f'<table class="grid" id="heldout"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
-        f'<p class="note">{escape(verdict.evidence_caption(results))}</p>'
+        f'<p class="note">{escape(advice.evidence_caption(results))}</p>'
     )
 
 
@@ -276,7 +276,7 @@ def _diagrams(run: RunDir, rows: list[dict[str, Any]], n_bins: int) -> str:
         )
         + "</p>",
     ]
-    missing = verdict.missing_variant_notes(run.results())
+    missing = advice.missing_variant_notes(run.results())
     for dataset in dict.fromkeys(r["dataset"] for r in rows):
         figures = [_diagram(run, row, n_bins) for row in rows if row["dataset"] == dataset]
         figures += [
