@@ -47,24 +47,11 @@ taken with respect to theta~'s own leaf tensors. Keep the closures deterministic
 (dropout off, or the same masks at theta and theta~): q compares one function at two
 points, so noise in it goes straight into lambda.
 
-Diagnostics (every step): q, lambda, the inner drop L - L~ as a fraction of L
-(`inner_drop_frac`: near 0 means theta~ is theta and the coupling is absent),
-||grad_alpha q|| / ||grad_alpha F|| (`coupling_ratio`: near 0 means alpha follows plain
-entropy ascent), cos(grad F, grad q)_w and the descent ratio. `bilevel_health.coupling_inert` says when
-a run's log shows an inert coupling.
+Diagnostics (every step; read by training/bilevel_health.py): q, lambda, the inner drop
+(L - L~) / L, ||grad_alpha q|| / ||grad_alpha F||, cos(grad F, grad q)_w, the descent ratio.
 
-Gradient reuse: grad_theta L(theta; alpha) is also the first inner step's gradient
-(fresh start), so one backward at theta gives both components; grad_alpha L(theta~; alpha)
-comes from one backward w.r.t. alpha only, with theta~ as tensors that need no gradient,
-so no graph is kept through the model (the head sits after it). tests/bilevel_naive.py recomputes
-everything, as the reference for tests. Under data parallelism, and under FSDP (which
-shards the frozen base model and leaves alpha and theta whole on every rank), every
-gradient and loss is averaged across ranks before lambda (calm_core.training.distributed),
-so ranks take one step.
-
-Why this module passes 400 lines: it is one algorithm, steps 1-4 above, and its settings,
-inner solve, lambda, update and diagnostics read best whole beside this derivation; what
-stands apart from the step (`at`, the toys) lives in its own module.
+Gradient reuse (one backward at theta gives two components) and data parallelism: docs/bilevel.md,
+"Implementation notes". tests/bilevel_naive.py recomputes everything, as the reference for tests.
 """
 
 from __future__ import annotations
