@@ -114,3 +114,32 @@ def test_the_checker_catches_an_upward_import(tmp_path: Path) -> None:
     fake.write_text("from calm_core.training.loop import train\n")
     assert "calm_core.training.loop" in imports_of(fake, top_level_only=False)
     assert layer("calm_core.training.loop") > layer("calm_core.scoring.options")
+
+
+# Folders whose modules are found by the registry (calm_core.registry.discover), not imported by name.
+DISCOVERED = ("calm_core.training.methods.", "calm_core.training.tasks.", "calm_core.calibration.posthoc.")
+
+
+def test_every_library_module_is_used_by_the_product() -> None:
+    """Issue 32: the package holds the product. A module that only tests or docs import
+    (a toy, a reference implementation, an alias) belongs in tests/ or bench/."""
+    users = [*SOURCES, *sorted((PACKAGE.parent / "app").rglob("*.py"))]
+    imported = set().union(*(imports_of(path, top_level_only=False) | _imported_by_name(path) for path in users))
+    unused = [
+        name
+        for name in map(module_name, SOURCES)
+        if name not in imported
+        and not name.endswith("__main__")
+        and not name.startswith(DISCOVERED)
+        and not (PACKAGE.parent.joinpath(*name.split(".")) / "__init__.py").is_file()
+    ]
+    assert unused == [], f"imported by no calm_core or app module: {unused}"
+
+
+def _imported_by_name(path: Path) -> set[str]:
+    """Modules `path` imports through importlib.import_module("calm_core....") (a lazy import)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module":
+            found |= {a.value for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("calm_core")}
+    return found
