@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from calm_core.runs.listing import list_runs
+from app.keys import CALIBRATE_SPLIT, MONITOR_RUN
 from app.navigation import page_paths
+from calm_core.runs.listing import list_runs
 from tests.pages import run_picker
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -264,7 +265,7 @@ def test_data_page_maps_an_uploaded_csv_with_widgets_saves_and_splits_it(open_pa
     at.button(key="data_split_go").click().run()
     assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
     names = {p: f"split/quiz/{p}" for p in ("train", "heldout", "test")}
-    assert at.session_state["calibrate_split"] == {**names, "source": "builtin/capitals/train",
+    assert at.session_state[CALIBRATE_SPLIT] == {**names, "source": "builtin/capitals/train",
                                                    "sizes": {"train": 62, "heldout": 21, "test": 20}}
     assert "S_T (train): 62 items · S_V (heldout): 21 items · test: 20 items" in _text(at)  # before Calibrate
     from calm_core.data.catalog import load_dataset
@@ -299,7 +300,7 @@ def test_data_page_splits_a_catalog_dataset(open_page, tiny_everywhere) -> None:
     at.text_input(key="data_split_name").set_value("caps").run()
     at.button(key="data_split_go").click().run()
     assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
-    assert at.session_state["calibrate_split"]["heldout"] == "split/caps/heldout"
+    assert at.session_state[CALIBRATE_SPLIT]["heldout"] == "split/caps/heldout"
     from calm_core.data.split import read_split
 
     record = read_split("caps")
@@ -340,7 +341,6 @@ def test_monitor_and_compare_show_the_selected_step_and_the_recommendation(open_
     step on its curves and says which step and which calibrator; Compare says both per
     run, plainly when a baseline beats the trained model, and why a baseline is missing."""
     from app.charts import SELECTED_SYMBOL
-    from calm_core.workspace import verdict
     from calm_core.workspace import advice
     from tests.test_verdict import finished_run
 
@@ -564,7 +564,7 @@ def test_monitor_and_playground_start_on_the_newest_run_and_monitor_follows_a_la
     run_picker(monitor).set_value(older.run_id).run()
     # What the Train page's launch does: the Monitor then opens that run, in this session.
     monitor.switch_page("views/train.py").run()
-    monitor.session_state["monitor_run"] = newer.run_id
+    monitor.session_state[MONITOR_RUN] = newer.run_id
     monitor.switch_page("views/monitor.py").run()
     assert run_picker(monitor).value == newer.run_id
 

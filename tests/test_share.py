@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from app.keys import CALIBRATE_SPLIT
 from calm_core.runs.rundir import RunDir
 from tests.test_trainer import DATA, fresh_lm
 
@@ -14,9 +15,9 @@ from tests.test_trainer import DATA, fresh_lm
 @pytest.fixture
 def finished_in_workspace(tiny_model_dir: Path) -> RunDir:
     """A finished calm run in the (isolated) studio workspace, as `calm train` writes it."""
-    from calm_core.workspace.launch import create_run
     from calm_core.training.config import TrainConfig
     from calm_core.training.loop import train
+    from calm_core.workspace.launch import create_run
 
     cfg = TrainConfig(method="calm", steps=2, batch_size=2, heldout_batch_size=2, eval_every=0, checkpoint_every=0,
                       lr_theta=1e-2, lr_alpha=1e-1, scoring="letter", model=str(tiny_model_dir), **DATA)
@@ -42,7 +43,7 @@ def test_train_page_takes_the_split_from_the_data_page(tiny_everywhere) -> None:
     at = AppTest.from_file(str(root / "app" / "studio.py"), default_timeout=180)
     split = {"train": "builtin/capitals/train", "heldout": "builtin/capitals/validation", "test": "builtin/capitals/test",
              "source": "builtin/capitals"}
-    at.session_state["calibrate_split"] = split
+    at.session_state[CALIBRATE_SPLIT] = split
     at.run()
     at.switch_page("views/train.py")
     at.run()

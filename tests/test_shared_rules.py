@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from app.keys import MONITOR_RUN
 from calm_core.data.catalog import load_dataset
 from calm_core.training.config import TrainConfig
 from calm_core.workspace import access
@@ -84,7 +85,7 @@ def test_shared_monitor_disables_resume_at_the_quota(tiny_everywhere, monkeypatc
     first = _queued("this-session", state="cancelled")
     queued = [_queued("this-session") for _ in range(3)]
     at = _signed_in(monkeypatch, "views/monitor.py")
-    at.session_state["monitor_run"] = first.run_id
+    at.session_state[MONITOR_RUN] = first.run_id
     at.run()
     assert not at.exception, at.exception
     assert at.button(key="monitor_resume").disabled

@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from app.charts import confidence_histogram, figure_png, open_answers_table, reliability_figure, reliability_overlay
+from app.keys import COMPARE_MORE_DONE
 from app.state import code, describe_error
 from app.verdict_view import heldout_evidence, verdict_block, verdict_caption
 from app.words import column_help, explained, helps, named, variant_help, variant_names
@@ -376,13 +377,13 @@ def evaluate_more(chosen: Chosen) -> None:
         except Exception as exc:
             st.error(describe_error(exc))
         else:
-            st.session_state["compare_more_done"] = (
+            st.session_state[COMPARE_MORE_DONE] = (
                 f"Added {len(added)} rows on {', '.join(more_sets)} to "
                 f"{more_run}; they are in the table above, marked (added)."
             )
             st.rerun()
-    if st.session_state.get("compare_more_done"):
-        st.success(st.session_state.pop("compare_more_done"))
+    if st.session_state.get(COMPARE_MORE_DONE):
+        st.success(st.session_state.pop(COMPARE_MORE_DONE))
     for line in run_view.added_lines(chosen.rows):
         st.caption(code(line))
 

@@ -21,6 +21,7 @@ import pandas as pd
 import streamlit as st
 
 from app.gate import studio_access, this_session
+from app.keys import CALIBRATE_SPLIT, DATA_LAST_SPLIT, DATA_MAP_FILE, DATA_SPLIT_SOURCE
 from app.state import plain
 from app.words import explained
 from calm_core.data.catalog import load_dataset
@@ -74,9 +75,9 @@ def _no_rows(path: Path, filename: str) -> str:
 
 def _prefill(file_id: str, mapping: ColumnMapping, columns: list[str]) -> None:
     """Set the mapping widgets from the guess once per uploaded file; after that they are the user's."""
-    if st.session_state.get("data_map_file") == file_id:
+    if st.session_state.get(DATA_MAP_FILE) == file_id:
         return
-    st.session_state["data_map_file"] = file_id
+    st.session_state[DATA_MAP_FILE] = file_id
     for field, value in form_values(mapping, columns).items():
         st.session_state[FORM_KEY.format(field)] = value
 
@@ -211,7 +212,7 @@ def upload_section() -> None:
         except Exception as exc:
             st.error(_problem(exc))
         else:
-            st.session_state["data_split_source"] = entry.name  # the split form below starts from it
+            st.session_state[DATA_SPLIT_SOURCE] = entry.name  # the split form below starts from it
             st.success(
                 f"Saved as `{entry.name}` ({entry.n_items} items). It is now in every dataset picker; "
                 "split it below into train / held-out / test."
@@ -255,7 +256,7 @@ def split_section() -> None:
         "test split",
     )
     names = [e.name for e in list_datasets() if e.kind in ("mc", "open")]
-    source = st.selectbox("Dataset", names, key="data_split_source")
+    source = st.selectbox("Dataset", names, key=DATA_SPLIT_SOURCE)
     if source is None:
         return
     sizes = {}
@@ -301,16 +302,16 @@ def split_section() -> None:
         except Exception as exc:
             st.error(_problem(exc))
         else:
-            st.session_state["data_last_split"] = {**record.names, "source": record.source, "sizes": record.sizes}
-            st.session_state["calibrate_split"] = st.session_state["data_last_split"]
-    done = st.session_state.get("data_last_split")
+            st.session_state[DATA_LAST_SPLIT] = {**record.names, "source": record.source, "sizes": record.sizes}
+            st.session_state[CALIBRATE_SPLIT] = st.session_state[DATA_LAST_SPLIT]
+    done = st.session_state.get(DATA_LAST_SPLIT)
     if done:
         parts = [done[part] for part in ("train", "heldout", "test") if part in done]
         st.success("Saved: " + ", ".join(f"`{n}`" for n in parts) + ". They are in every dataset picker.")
         sizes = done.get("sizes") or {}
         st.caption(_sizes_line(sizes) + (f". {heldout_support(sizes['heldout'])}" if "heldout" in sizes else ""))
         if st.button("Calibrate this dataset", key="data_calibrate"):
-            st.session_state["calibrate_split"] = done
+            st.session_state[CALIBRATE_SPLIT] = done
             st.switch_page("views/train.py")
 
 

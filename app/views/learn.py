@@ -12,6 +12,7 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 from app.charts import accuracy_confidence_figure, reliability_figure
+from app.keys import LEARN_TEMPERATURE
 from app.state import describe_error, get_scores
 from app.words import explained
 from calm_core.calibration import metrics
@@ -35,7 +36,7 @@ class Scored(NamedTuple):
 
 def _fit_temperature(value: float) -> None:
     """The slider to the fitted temperature (a callback: it runs before the slider is drawn)."""
-    st.session_state["learn_temperature"] = min(T_MAX, max(T_MIN, round(value / T_STEP) * T_STEP))
+    st.session_state[LEARN_TEMPERATURE] = min(T_MAX, max(T_MIN, round(value / T_STEP) * T_STEP))
 
 
 def intro() -> DeltaGenerator:
@@ -126,9 +127,9 @@ def temperature_section(scored: Scored, base: dict[str, float]) -> None:
     fitted = TemperatureScaler.fit(scores.logits, scores.gold) if len(scores) >= 10 else None
     # The slider's value lives in session state only: Fit T writes it there, and a slider
     # given a default as well makes Streamlit log a warning with a stack trace.
-    st.session_state.setdefault("learn_temperature", 1.0)
+    st.session_state.setdefault(LEARN_TEMPERATURE, 1.0)
     temperature = st.slider(
-        "Temperature T", T_MIN, T_MAX, step=T_STEP, key="learn_temperature", help=define("temperature")
+        "Temperature T", T_MIN, T_MAX, step=T_STEP, key=LEARN_TEMPERATURE, help=define("temperature")
     )
     if fitted is not None:
         left, right = st.columns([3, 1])

@@ -12,6 +12,7 @@ import streamlit as st
 
 from app.charts import alpha_bars, alpha_heatmap, line_figure, tradeoff_figure
 from app.gate import studio_access, this_session
+from app.keys import MONITOR_METRICS_TAILS, MONITOR_RUN
 from app.state import code, describe_error
 from app.verdict_view import column_meanings, heldout_evidence, verdict_block, verdict_caption, whole_cells
 from app.words import column_help, explained, helps, named, variant_names
@@ -73,7 +74,7 @@ def pick_run() -> RunDir:
         st.stop()
     ids = [r.run_id for r in runs]  # newest first
     labels = {r.run_id: run_label(r) for r in runs}
-    wanted = st.session_state.get("monitor_run")  # this session's last launch (Train) or last look; else the newest
+    wanted = st.session_state.get(MONITOR_RUN)  # this session's last launch (Train) or last look; else the newest
     with st.container(key="monitor_select"):  # a stable name for the picker's box (the browser tests find it)
         run_id = st.selectbox(
             "Run",
@@ -82,7 +83,7 @@ def pick_run() -> RunDir:
             key=_picker_key(labels),
             format_func=lambda r: labels.get(r, r),
         )
-    st.session_state["monitor_run"] = run_id
+    st.session_state[MONITOR_RUN] = run_id
     return RunDir.at(run_id)
 
 
@@ -474,7 +475,7 @@ def _verdict(results: dict, method: str) -> None:
 def _records(run: RunDir) -> list[dict]:
     """The run's metrics through this session's MetricsTail: each poll parses only the lines
     appended since the last one (one run's records kept per session)."""
-    tails = st.session_state.setdefault("monitor_metrics_tails", {})
+    tails = st.session_state.setdefault(MONITOR_METRICS_TAILS, {})
     tail = tails.get(run.run_id)
     if tail is None or tail.path != run.metrics_path:  # another run (or workspace): start afresh
         tails.clear()

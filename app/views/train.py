@@ -13,6 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from app.gate import studio_access, this_session
+from app.keys import CALIBRATE_SPLIT, MONITOR_RUN
 from app.settings_form import current_value, optional_count_input, setting_input
 from app.state import describe_error
 from app.words import helps, method_name
@@ -142,7 +143,7 @@ def take_split(state: dict, names: list[str]) -> dict[str, str] | None:
     """Prefill S_T, S_V and the evaluation sets from a split made on the Data page
     (`calibrate_split`: its train / heldout / test parts), plus one out-of-domain set to
     show transfer. Applied once, by setting the widgets' state, so edits stick."""
-    split = state.pop("calibrate_split", None)
+    split = state.pop(CALIBRATE_SPLIT, None)
     if not split or not all(split.get(part) in names for part in ("train", "heldout", "test")):
         return None
     outside = next((n for n in OUT_OF_DOMAIN if n in names and n not in split.values()), None)
@@ -505,7 +506,7 @@ def launch(cfg: TrainConfig, evals: list[str], access: Access) -> None:
     except Exception as exc:
         st.error(describe_error(exc))
         return
-    st.session_state["monitor_run"] = run.run_id
+    st.session_state[MONITOR_RUN] = run.run_id
     st.success(f"Run `{run.run_id}` " + ("started." if started else "queued: it starts when a job slot frees up."))
     st.page_link("views/monitor.py", label="Follow it on the Monitor page", icon=":material/monitoring:")
 
