@@ -143,3 +143,27 @@ def _imported_by_name(path: Path) -> set[str]:
         if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module":
             found |= {a.value for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("calm_core")}
     return found
+
+
+def layer_table() -> str:
+    """The layers as the code has them today, one Markdown row per layer: its folders, its
+    modules and lines, and the lower layers it imports. `python tests/test_architecture.py`
+    prints it (docs/architecture.md, "Checking the structure")."""
+    rows = ["| layer | folders | modules | lines | imports layers |", "|---|---|---|---|---|"]
+    for level, parts in enumerate(LAYERS):
+        paths = [p for p in SOURCES if layer(module_name(p)) == level]
+        lines = sum(len(p.read_text(encoding="utf-8").splitlines()) for p in paths)
+        below = sorted({layer(n) for p in paths for n in imports_of(p, top_level_only=False)} - {None, level})
+        rows.append(f"| {level} | {', '.join(parts)} | {len(paths)} | {lines} | {', '.join(map(str, below)) or '-'} |")
+    return "\n".join(rows)
+
+
+def test_the_layer_table_counts_every_module() -> None:
+    table = layer_table()
+    counted = sum(int(row.split("|")[3]) for row in table.splitlines()[2:])
+    assert counted == sum(1 for p in SOURCES if layer(module_name(p)) is not None)
+    assert len(table.splitlines()) == len(LAYERS) + 2
+
+
+if __name__ == "__main__":
+    print(layer_table())
