@@ -118,6 +118,17 @@ def _range_words(spec: SettingSpec) -> str:
     return f"at most {_words(high)}" if high is not None else ""
 
 
+def allowed_words(spec: SettingSpec) -> str:
+    """What a setting accepts, for a table of settings: "one of: `cloze`, `letter`",
+    "1 to 512", "any", with ", or none" when None is allowed."""
+    choices = spec.meta("choices")
+    if choices:
+        return "one of: " + ", ".join(f"`{c}`" for c in choices)
+    low, high = spec.meta("min"), spec.meta("max")
+    bounds = f"{_words(low)} to {_words(high)}" if low is not None and high is not None else "any"
+    return bounds + (", or none" if spec.optional else "")
+
+
 def _kind_words(spec: SettingSpec) -> str:
     return {int: "an integer", float: "a number", bool: "true or false"}.get(spec.kind, "text")
 

@@ -135,3 +135,14 @@ def test_the_train_page_widgets_carry_the_declared_bounds(open_page, tiny_everyw
     before = shown["Steps"].value
     shown["Steps"].set_value(0).run()  # what a forged message could send: Streamlit drops it server-side
     assert next(n for n in at.number_input if n.label == "Steps").value == before >= 1
+
+
+def test_docs_settings_is_what_calm_settings_prints() -> None:
+    """docs/settings.md is generated from the declarations (`calm settings > docs/settings.md`)."""
+    from pathlib import Path
+
+    from calm_core.cli.train import settings_markdown
+
+    doc = Path(__file__).resolve().parent.parent / "docs" / "settings.md"
+    assert doc.read_text(encoding="utf-8") == settings_markdown(), "run: calm settings > docs/settings.md"
+    assert "| `steps` | `--steps` | `60` | 1 to 100000 |" in settings_markdown()
