@@ -122,9 +122,12 @@ DISCOVERED = ("calm_core.training.methods.", "calm_core.training.tasks.", "calm_
 
 def test_every_library_module_is_used_by_the_product() -> None:
     """Issue 32: the package holds the product. A module that only tests or docs import
-    (a toy, a reference implementation, an alias) belongs in tests/ or bench/."""
+    (a toy, a reference implementation, an alias) belongs in tests/ or bench/; one that the
+    README gives the user as `python -m <module>` is a command of the product."""
     users = [*SOURCES, *sorted((PACKAGE.parent / "app").rglob("*.py"))]
     imported = set().union(*(imports_of(path, top_level_only=False) | _imported_by_name(path) for path in users))
+    readme = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
+    imported |= {name for name in map(module_name, SOURCES) if f"python -m {name}" in readme}  # a user's command
     unused = [
         name
         for name in map(module_name, SOURCES)

@@ -120,7 +120,7 @@ def test_padded_options_train_without_nan() -> None:
 
 
 def test_the_shipped_thermometer_is_the_embedded_models_and_loads() -> None:
-    from calm_core.workspace.thermometer_build import SHIPPED
+    from calm_core.calibration.thermometer import SHIPPED
 
     thermo = load_thermometer(SHIPPED)
     assert thermo.model == "embedded" and len(thermo.trained_on) >= 3
@@ -205,3 +205,54 @@ def test_calm_eval_calibrates_a_file_without_answers_with_the_thermometer_alone(
 
     rc, _, stderr = run_cli(["eval", "--model", str(tiny_model_dir), "--data", data, "--quiet"])
     assert rc != 0 and "column(s) answer" in stderr and "add --thermometer" in stderr  # without it: the error stands
+
+
+def test_a_run_adds_the_thermometer_of_its_model_as_a_variant(tiny_model_dir, tmp_path, monkeypatch) -> None:
+    """Issue 29: the thermometer appears wherever TS does. A run whose model has a
+    thermometer (here a hand-set one for the tiny model, in place of the shipped one)
+    gets a `thermometer` row per evaluation set, one temperature per set from its inputs,
+    a record in results.json, and a place among the S_V candidates; another model's
+    thermometer gives no row and no note."""
+    import json
+
+    import numpy as np
+    import pandas as pd
+
+    import calm_core.calibration.thermometer as thermometer_module
+    from calm_core.calibration.thermometer import Thermometer
+    from calm_core.runs.layout import predictions_path
+    from calm_core.runs.rundir import RunDir
+    from calm_core.training.loop import train
+    from tests.test_trainer import fresh_lm, small_config
+
+    lm = fresh_lm(tiny_model_dir)
+    width = lm.model.config.hidden_size
+    cfg = small_config(steps=1, scoring="cloze", model=str(tiny_model_dir), eval_data=("builtin/capitals/test", "builtin/units/test"))
+    hand_set = Thermometer(mean=[0.0] * width, projection=[[1.0] + [0.0] * (width - 1)], weights=[0.5], bias=1.0,
+                           trained_on=["a", "b", "c"], model=cfg.model, scoring="cloze")
+    hand_set.save(tmp_path / "thermometer.json")
+    monkeypatch.setattr(thermometer_module, "SHIPPED", tmp_path / "thermometer.json")
+    run = RunDir.create(tmp_path, "run-t", cfg.to_dict())
+    train(cfg, run=run, lm=lm)
+    results = json.loads((run.path / "results.json").read_text())
+    assert {r["dataset"] for r in results["results"] if r["variant"] == "thermometer"} == set(cfg.eval_data)
+    assert results["thermometer"]["model"] == cfg.model and results["thermometer"]["components"] == 1
+    assert "thermometer" in results["recommendation"]["heldout"]  # a candidate on S_V, fitted on none of its labels
+    temperatures = []
+    for dataset in cfg.eval_data:
+        base = pd.read_parquet(predictions_path(run.path, "base", dataset))
+        scaled = pd.read_parquet(predictions_path(run.path, "thermometer", dataset))
+        assert base["prediction"].tolist() == scaled["prediction"].tolist()  # one temperature never re-ranks
+        # log p_i - log p_j scales by 1/T: the same T for every item of the set
+        ratios = [(np.log(s[0]) - np.log(s[1])) / (np.log(b[0]) - np.log(b[1]))
+                  for b, s in zip(base["probs"], scaled["probs"], strict=True) if abs(np.log(b[0]) - np.log(b[1])) > 1e-3]
+        assert np.ptp(ratios) < 1e-6 and ratios[0] != pytest.approx(1.0)
+        temperatures.append(1 / ratios[0])
+    assert temperatures[0] != pytest.approx(temperatures[1])  # a temperature per set, from its own inputs
+
+    other = Thermometer(**{**hand_set.__dict__, "model": "someone/else"})
+    other.save(tmp_path / "thermometer.json")
+    run2 = RunDir.create(tmp_path, "run-u", cfg.to_dict())
+    train(cfg, run=run2, lm=fresh_lm(tiny_model_dir))
+    results2 = json.loads((run2.path / "results.json").read_text())
+    assert "thermometer" not in {r["variant"] for r in results2["results"]} and "thermometer" not in results2

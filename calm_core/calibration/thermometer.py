@@ -45,6 +45,8 @@ COMPONENT_GRID = (0, 1, 2, 3)
 DECAY_GRID = (0.001, 0.01, 0.1, 1.0)
 TAU_FLOOR = 0.05
 MIN_DATASETS = 3  # fewer, and leave-one-out has nothing to choose with
+# The embedded model's thermometer, package data: built by `python -m calm_core.workspace.thermometer_build`
+SHIPPED = Path(__file__).resolve().with_name("thermometer_embedded.json")
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,20 @@ class Thermometer:
     def probs(self, logits: np.ndarray, features: np.ndarray) -> np.ndarray:
         """softmax(z / T) with the one T of this set; the argmax never changes."""
         return metrics.softmax(np.asarray(logits, dtype=np.float64) / self.temperature(features))
+
+    def cannot_apply(self, logits: np.ndarray) -> str | None:
+        """Any option count: one temperature divides every logit (the calibrator protocol)."""
+        return None
+
+    def params(self) -> dict[str, Any]:
+        """results.json's record of it: what it reads and what it was trained on."""
+        return {
+            "kind": KIND,
+            "components": len(self.weights),
+            "trained_on": list(self.trained_on),
+            "model": self.model,
+            "scoring": self.scoring,
+        }
 
     def describe(self) -> str:
         parts = f"{len(self.weights)} components of the mean hidden state" if self.weights else "one temperature"
@@ -192,3 +208,26 @@ def leave_one_domain_out(datasets: Sequence[Labelled]) -> list[dict[str, Any]]:
         for held in (d for d in datasets if d.domain == domain):
             rows.append({"dataset": held.name, "temperature": thermo.temperature(held.features), "thermometer": thermo})
     return rows
+
+
+def run_thermometer(
+    model: str, scoring: str, width: int | None = None, path: Path | None = None
+) -> tuple[Thermometer | None, str | None]:
+    """The thermometer a run's final evaluation adds as its `thermometer` variant, or why
+    none: only a thermometer trained on this model's hidden states (`width`: their size),
+    under this scoring rule, means anything (the shipped one reads the embedded model's,
+    under cloze; `path`: another thermometer file)."""
+    path = SHIPPED if path is None else path
+    if not path.is_file():
+        return None, _NO_THERMOMETER + "none is built (python -m calm_core.workspace.thermometer_build)"
+    thermometer = load_thermometer(path)
+    if thermometer.model and thermometer.model != model:
+        return None, _NO_THERMOMETER + f"it reads {thermometer.model}'s hidden states, not {model}'s"
+    if width is not None and thermometer.mean and len(thermometer.mean) != width:  # a model under the same name
+        return None, _NO_THERMOMETER + f"it reads states of width {len(thermometer.mean)}, this model's are {width}"
+    if thermometer.scoring and thermometer.scoring != scoring:
+        return None, _NO_THERMOMETER + f"it was trained under {thermometer.scoring}, not {scoring}"
+    return thermometer, None
+
+
+_NO_THERMOMETER = "no `thermometer` variant: "

@@ -150,8 +150,7 @@ def _posthoc(args: argparse.Namespace, lm: Any, cfg: Any, fit_items: dict[str, l
 def _thermometer(args: argparse.Namespace) -> Any:
     """The thermometer of --thermometer (None without it), checked before the model loads:
     its file must exist and it must have been trained on this model's hidden states."""
-    from calm_core.calibration.thermometer import load_thermometer
-    from calm_core.workspace.thermometer_build import SHIPPED
+    from calm_core.calibration.thermometer import SHIPPED, load_thermometer
 
     if args.thermometer is None:
         return None

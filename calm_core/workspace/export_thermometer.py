@@ -34,9 +34,8 @@ def run_thermometer(run: RunDir, path: Path | None = None) -> "Thermometer":
     name one: an export says whose states it reads) and, where it records one, the scoring
     rule its logits and states came from (the state read is the rule's: cloze, the
     context's last token; letter, the answer position)."""
-    from calm_core.calibration.thermometer import load_thermometer
+    from calm_core.calibration.thermometer import SHIPPED, load_thermometer
     from calm_core.scoring.prompts import ScoringConfig
-    from calm_core.workspace.thermometer_build import SHIPPED
 
     train = run.config.get("train") or {}
     path = SHIPPED if path is None else Path(path)

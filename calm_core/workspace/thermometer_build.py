@@ -28,10 +28,9 @@ import numpy as np
 
 from calm_core.calibration import metrics
 from calm_core.calibration.posthoc import TemperatureScaler
-from calm_core.calibration.thermometer import Labelled, Thermometer, domain_of, leave_one_domain_out
+from calm_core.calibration.thermometer import SHIPPED, Labelled, Thermometer, domain_of, leave_one_domain_out
 from calm_core.paths import PROJECT_ROOT, cache_dir, data_dir
 
-SHIPPED = PROJECT_ROOT / "calm_core" / "calibration" / "thermometer_embedded.json"
 TRAIN_SETS = (
     "builtin/capitals/validation",
     "builtin/chemical_symbols/validation",

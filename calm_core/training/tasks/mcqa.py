@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-import time
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -29,6 +28,7 @@ import torch
 from calm_core.calibration import metrics
 from calm_core.calibration.metrics.columns import curve_names
 from calm_core.calibration.recommend import ALL_LABELLED, IN_SAMPLE, LABELLED_ITEMS, cross_fitted, recommend
+from calm_core.calibration.thermometer import run_thermometer
 from calm_core.data.schema import MCItem
 from calm_core.data.stream import LazyItems, subset
 from calm_core.faults import fault_point
@@ -38,13 +38,14 @@ from calm_core.runs.rundir import RunDir
 from calm_core.scoring.adapters import evaluating
 from calm_core.scoring.evaluate import baseline_records, fit_baselines, predictions_frame, result_row, variant_probs
 from calm_core.scoring.options import apply_option_head, score_with
-from calm_core.scoring.progress import progress_callback
 from calm_core.scoring.truncation import context_limit, truncated_item_ids, warn_truncated
-from calm_core.training import distributed
-from calm_core.training.batches import Data, batch_indices, drawn_positions, lower_probe
+from calm_core.training.batches import Data, drawn_positions, lower_probe
 from calm_core.training.context import StepContext, Variant, final_variants
-from calm_core.training.objectives import forward_sequences, negative_entropy, option_cross_entropy
+from calm_core.training.frozen_fill import fill_frozen_prefix
+from calm_core.training.objectives import negative_entropy, option_cross_entropy
 from calm_core.training.selection import Candidate
+
+prefill = fill_frozen_prefix  # the Task protocol's prefill: training/frozen_fill.py, shared by option scoring
 
 NAME = "mcqa"
 ITEM_KIND = "mc"
@@ -52,7 +53,6 @@ METHODS = None  # every method works on option scores
 SELECTS = True  # the calibrated stop judges S_V's NLL (selection_candidate)
 DEFAULTS: dict = {}  # TrainConfig's own defaults are multiple choice
 PRESETS: dict = {}  # the presets as training/config.py declares them
-PHASE_EVERY_S = 5.0  # seconds between progress writes to status.json during the cache fill
 
 
 def lower(ctx: StepContext, items: Sequence[MCItem]) -> Callable[[], torch.Tensor]:
@@ -144,63 +144,6 @@ def check_items(ctx: StepContext, data: Data) -> dict[str, int]:
     return counts
 
 
-class _FillStopped(Exception):
-    """A cancel asked for during the cache fill: stop filling (every batch so far is kept)."""
-
-
-def scheduled_items(cfg: Any, data: Data, start_step: int) -> list[Any]:
-    """Every item whose frozen layers the rest of the run reads on this rank: its share of
-    the training items that steps start_step.. will draw (batch_indices is deterministic),
-    all of S_V (periodic evaluation and TS read it whole; the upper level draws from it)
-    and, on the rank that evaluates, the evaluation sets."""
-    drawn = {
-        i
-        for step in range(start_step, cfg.steps)
-        for i in distributed.shard(batch_indices(len(data.train), cfg.batch_size, step, cfg.seed))
-    }
-    evals = [it for items in data.evals.values() for it in items] if distributed.is_main() else []
-    return list(subset(data.train, sorted(drawn))) + list(data.heldout) + evals  # LazyItems: one read of those rows
-
-
-def prefill(ctx: StepContext, data: Data, start_step: int, writer: RunDir | None, show: bool) -> dict[str, Any] | None:
-    """Fill the frozen-prefix cache before the first step (FrozenPrefixModel.prefill says
-    why it is cheaper than filling batch by batch); progress goes to the run's status
-    phase and, in the foreground, a progress bar. Returns a record for status.json, or
-    None when the frozen layers are not cached."""
-    if ctx.runner is None:
-        return None
-    per_item = forward_sequences(
-        ctx.tokenizer,
-        scheduled_items(ctx.settings, data, start_step),
-        ctx.scoring,
-        max_length=context_limit(ctx.net, ctx.tokenizer),
-    )  # cut as the steps cut them
-    update_bar, close_bar = progress_callback(show, len(per_item), "caching frozen layers")
-    last_write = [float("-inf")]
-
-    def report(done: int, total: int) -> None:  # status.json at most every PHASE_EVERY_S seconds, and at the end
-        update_bar(done, total)
-        fault_point("cache_fill")
-        if writer is not None and (done == total or time.monotonic() - last_write[0] >= PHASE_EVERY_S):
-            writer.update_status(phase=f"caching frozen layers: {done}/{total} items", heartbeat=time.time())
-            last_write[0] = time.monotonic()
-            if done < total and writer.cancel_requested():
-                raise _FillStopped  # the loop's first check then ends the run as cancelled
-
-    started = time.perf_counter()
-    computed = ctx.runner.computed
-    try:
-        report(0, len(per_item))
-        ctx.runner.prefill(per_item, progress=report)
-    except _FillStopped:
-        pass
-    computed = ctx.runner.computed - computed
-    close_bar()
-    if writer is not None:
-        writer.update_status(phase=None)
-    return {"items": len(per_item), "sequences_computed": computed, "seconds": round(time.perf_counter() - started, 1)}
-
-
 def fit_adaptive_projection(ctx: StepContext, data: Data) -> dict[str, Any]:
     """Fix an adaptive head's feature mean and principal directions from the untouched
     model's states on S_V, before the first step (calibration.adaptive_head); the record
@@ -285,17 +228,37 @@ def final_evaluation(
     fitted, notes = fit_baselines(
         n_fit, fit_data, NAME, ctx.settings.eval_baselines, defaults_only=False
     )  # a run's table: TS and vector scaling beside the model
-    rows = _evaluate_sets(ctx, data.evals, _variants_of(ctx, fitted), run.path, reuse)
     fit_on = f"{ctx.settings.train_data} + {ctx.settings.heldout_data}" if pooled else ctx.settings.heldout_data
     records = baseline_records(fitted, notes, fit_on=fit_on, calibrate_on=ctx.settings.calibrate_on)
+    thermometer = _thermometer(ctx, records)
+    variants = _variants_of(ctx, {**fitted, **({"thermometer": thermometer} if thermometer else {})})
+    rows = _evaluate_sets(ctx, data.evals, variants, run.path, reuse)
     recommendation = (
-        _recommendation(ctx, data, (heldout_cache, train_cache), fitted) if ctx.settings.eval_baselines else None
+        _recommendation(ctx, data, (heldout_cache, train_cache), fitted, thermometer)
+        if ctx.settings.eval_baselines
+        else None
     )
     atomic_write_json(
         run.path / "results.json",
         {"results": rows, **records, **(extra or {}), **({"recommendation": recommendation} if recommendation else {})},
     )
     return rows
+
+
+def _thermometer(ctx: StepContext, records: dict[str, Any]) -> Any:
+    """The `thermometer` variant (one temperature per evaluation set, from its inputs, no
+    labels) when a thermometer was trained on this model's states under this rule; its
+    record, or the note why not, goes into `records`. A model with no thermometer at all
+    (any but the embedded one) gets neither."""
+    if not ctx.settings.eval_baselines:
+        return None
+    width = getattr(getattr(ctx.model, "config", None), "hidden_size", None)
+    thermometer, why = run_thermometer(ctx.settings.model, ctx.settings.scoring, width)
+    if thermometer is not None:
+        records["thermometer"] = {**thermometer.params(), "fit_on": "its own labelled sets (no label of this run)"}
+    elif why and "trained under" in why:  # another model has no thermometer at all: nothing to say
+        records["thermometer"] = {"note": why}
+    return thermometer
 
 
 def _base_arrays(
@@ -334,8 +297,11 @@ def added_evaluation(
     """The final evaluation's variants on more sets, after training (workspace/added.py):
     `ctx` holds the run's model at its selected step (`loop.restored_context`), `calibrators`
     the post-hoc calibrators the run fitted on S_V, as saved (never refitted on these sets).
-    Predictions go under `root`; returns the rows, in `final_evaluation`'s shape."""
-    return _evaluate_sets(ctx, evals, _variants_of(ctx, calibrators), root, None)
+    Predictions go under `root`; returns the rows, in `final_evaluation`'s shape. The
+    thermometer needs no fit: the new sets get their own temperatures from their inputs."""
+    thermometer = _thermometer(ctx, {})
+    fitted = {**calibrators, **({"thermometer": thermometer} if thermometer else {})}
+    return _evaluate_sets(ctx, evals, _variants_of(ctx, fitted), root, None)
 
 
 def _variants_of(ctx: StepContext, fitted: dict[str, Any]) -> list[Variant]:
@@ -389,7 +355,11 @@ def _item_top_label_brier(probs: np.ndarray, gold: np.ndarray) -> np.ndarray:
 
 
 def _recommendation(
-    ctx: StepContext, data: Data, caches: tuple[dict[tuple[bool, bool], Any], ...], fitted: dict[str, Any]
+    ctx: StepContext,
+    data: Data,
+    caches: tuple[dict[tuple[bool, bool], Any], ...],
+    fitted: dict[str, Any],
+    thermometer: Any = None,
 ) -> dict[str, Any] | None:
     """Which variant to use, chosen on S_V (calibration/recommend.py): base, the trained
     model (at its selected step) and each post-hoc calibrator cross-fitted on S_V; with
@@ -401,6 +371,8 @@ def _recommendation(
     base = _scores_for(ctx, data.heldout, bs, use_head=False, use_adapter=False, cache=heldout_cache)
     trained = _scores_for(ctx, data.heldout, bs, use_head=True, use_adapter=True, cache=heldout_cache)
     probs = {"base": metrics.softmax(base.logits), ctx.settings.method: metrics.softmax(trained.logits)}
+    if thermometer is not None and base.features is not None:  # fitted on no S_V label: its S_V forecast is fair
+        probs["thermometer"] = thermometer.probs(base.logits, base.features)
     classes = {name: type(c) for name, c in fitted.items()}
     if ctx.settings.calibrate_on == ALL_LABELLED:
         return _pooled_recommendation(ctx, data, caches, classes, probs)
