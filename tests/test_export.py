@@ -85,7 +85,9 @@ def exports(runs: dict[str, RunDir], tmp_path_factory: pytest.TempPathFactory) -
     return folders
 
 
-FRESH = r"""
+# A Python that cannot import calm_core loads each exported folder with transformers + peft
+# alone: the start of every such script (tests/test_export_*.py add what they score).
+FRESH_LOAD = r"""
 import importlib.util, json, sys
 sys.path.append(sys.argv[1])  # site-packages alone: torch, transformers, peft
 try:
@@ -103,7 +105,8 @@ for job in json.loads(open(sys.argv[2]).read()):
     spec.loader.exec_module(module)
     model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(job["base"]), job["folder"]).eval()
     tokenizer = AutoTokenizer.from_pretrained(job["base"])
-    has_head = __import__("os").path.exists(job["folder"] + "/calibration_head.safetensors")
+"""
+FRESH = FRESH_LOAD + r"""    has_head = __import__("os").path.exists(job["folder"] + "/calibration_head.safetensors")
     head = module.CalibrationHead.from_folder(job["folder"]) if has_head else None
     scoring = module.read_export(job["folder"])["scoring"]
     out[job["name"]] = {item["id"]: module.option_probabilities(model, tokenizer, item["question"], item["choices"],

@@ -35,7 +35,7 @@ from calm_core.workspace.export import export_run
 from calm_core.workspace.export_template import calm_head
 from calm_core.workspace.launch import run_config_record
 from tests.test_cli import run_cli
-from tests.test_export import TOLERANCE, _eval_items, score_without_calm_core
+from tests.test_export import FRESH_LOAD, TOLERANCE, _eval_items, score_without_calm_core
 from tests.test_trainer import fresh_lm, small_config
 
 RULES = ("cloze", "letter")
@@ -45,25 +45,7 @@ CENTRE_SET = "builtin/units/test"  # the thermometer's centre: another domain's 
 FOLDER = {"adapter_model.safetensors", "adapter_config.json", "thermometer.safetensors", "calm_head.py",
           "calm_export.json", "calm_config.json", "README.md"}
 
-THERMO_FRESH = r"""
-import importlib.util, json, sys
-sys.path.append(sys.argv[1])  # site-packages alone: torch, transformers, peft
-try:
-    import calm_core
-except ImportError:
-    pass
-else:
-    raise SystemExit(f"calm_core is importable from {calm_core.__file__}")
-from peft import PeftModel
-from transformers import AutoModelForCausalLM, AutoTokenizer
-out = {}
-for job in json.loads(open(sys.argv[2]).read()):
-    spec = importlib.util.spec_from_file_location("calm_head_" + job["name"], job["folder"] + "/calm_head.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(job["base"]), job["folder"]).eval()
-    tokenizer = AutoTokenizer.from_pretrained(job["base"])
-    thermometer = module.Thermometer.from_folder(job["folder"])
+THERMO_FRESH = FRESH_LOAD + r"""    thermometer = module.Thermometer.from_folder(job["folder"])
     questions = [(item["question"], item["choices"]) for item in job["items"]]
     probs = module.set_probabilities(model, tokenizer, questions, thermometer)  # the items as one set
     out[job["name"]] = {item["id"]: p.tolist() for item, p in zip(job["items"], probs)}
