@@ -136,3 +136,61 @@ def test_gradients_reach_w_and_b_not_theta_through_h(tiny_lm) -> None:
     loss = torch.nn.functional.cross_entropy(z, torch.tensor([it.answer for it in ITEMS]))
     weights_grad, bias_grad = torch.autograd.grad(loss, [head.weights, head.bias], retain_graph=True)
     assert torch.isfinite(weights_grad).all() and weights_grad.abs().sum() > 0 and bias_grad.abs().sum() > 0
+
+
+# ----------------------------------------------------------------------------- l(h) under letter scoring
+
+
+def _shifting_head(width: int = 8, options: int = 4, seed: int = 0) -> AdaptiveHead:
+    """A fitted head with l(h) = U x(h) + c set to non-zero values."""
+    gen = torch.Generator().manual_seed(seed)
+    head = AdaptiveHead(width, 3, options=options)
+    head.fit_projection(torch.randn(40, width, generator=gen, dtype=torch.float64))
+    with torch.no_grad():
+        head.weights.copy_(torch.randn(3, generator=gen))
+        head.shift_weights.copy_(torch.randn(options, 3, generator=gen))
+        head.shift_bias.copy_(torch.randn(options, generator=gen))
+    return head
+
+
+def test_shifts_start_at_zero_and_only_where_the_rule_allows_them() -> None:
+    from calm_core.calibration.head import shifts_allowed
+
+    assert shifts_allowed("letter", "mcqa") and not shifts_allowed("cloze", "mcqa")
+    assert not shifts_allowed("cloze_norm", "mcqa")
+    head = make_head("adaptive", size=None, width=16, shifts=4)
+    assert head.options == 4 and make_head("adaptive", size=None, width=16).options == 0
+    z = torch.tensor([[1.0, -2.0, 0.5, float("-inf")], [0.5, 0.25, 3.0, 1.0]])
+    torch.testing.assert_close(head.on_options(z, features=torch.randn(2, 16)), z)  # the identity at the start
+
+
+def test_shifts_are_per_question_and_keep_padding() -> None:
+    """l(h) = U x(h) + c: each question its own shift per position, added after the
+    temperature; absent options stay -inf; positions past the head's get no shift."""
+    head = _shifting_head()
+    h = torch.randn(3, 8)
+    z = torch.tensor([[1.0, 0.0, -1.0, float("-inf")], [0.0, 0.0, 0.0, 0.0], [2.0, 1.0, 0.0, -1.0]])
+    out = head.on_options(z, features=h)
+    expected = z / head.temperatures(h)[:, None] + head.shifts(h, 4)
+    finite = torch.isfinite(z)
+    torch.testing.assert_close(out[finite], expected[finite])
+    assert torch.isneginf(out[0, 3])
+    assert not torch.allclose(head.shifts(h, 4)[0], head.shifts(h, 4)[1])  # read from each question's state
+    wide = head.shifts(h, 6)
+    assert wide.shape == (3, 6) and torch.equal(wide[:, 4:], torch.zeros(3, 2))
+    flat = head.on_options(torch.zeros(3, 4), features=h)  # equal scores: the shift alone ranks them
+    assert torch.equal(flat.argmax(-1), head.shifts(h, 4).argmax(-1))
+
+
+def test_shifts_get_gradients_and_survive_save_and_load(tmp_path) -> None:
+    head = _shifting_head()
+    h = torch.randn(5, 8)
+    z = torch.randn(5, 4)
+    loss = torch.nn.functional.cross_entropy(head.on_options(z, features=h), torch.tensor([0, 1, 2, 3, 0]))
+    loss.backward()
+    assert head.shift_weights.grad is not None and head.shift_weights.grad.abs().sum() > 0
+    assert head.shift_bias.grad.abs().sum() > 0
+    head.save(tmp_path)
+    loaded = CalibrationHead.load(tmp_path)
+    assert loaded.options == 4
+    torch.testing.assert_close(loaded.on_options(z, features=h), head.on_options(z, features=h))

@@ -102,7 +102,7 @@ def test_inside_the_bounds_is_accepted() -> None:
 def test_a_setting_of_the_wrong_kind_is_refused() -> None:
     assert _api_message({"steps": 2.5}) == "Expected `steps` to be an integer between 1 and 100000, but got 2.5"
     assert _api_message({"steps": True}) == "Expected `steps` to be an integer between 1 and 100000, but got True"
-    assert _api_message({"eta": math.nan}) == "Expected `eta` to be a number between 0.01 and 10, but got nan"
+    assert _api_message({"eta": math.nan}) == "Expected `eta` to be a number between 0.01 and 100, but got nan"
     assert _api_message({"eval_limit": 0}) == (
         "Expected `eval_limit` to be an integer between 1 and 10000000 or None, but got 0"
     )

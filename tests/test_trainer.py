@@ -56,7 +56,8 @@ def test_every_method_moves_trainable_and_keeps_frozen(tiny_model_dir: Path, met
 
 
 @pytest.mark.parametrize(
-    "scoring, scope", [("letter", "options"), ("letter", "vocab"), ("cloze", "scalar"), ("cloze", "adaptive")]
+    "scoring, scope",
+    [("letter", "options"), ("letter", "vocab"), ("cloze", "scalar"), ("cloze", "adaptive"), ("letter", "adaptive")],
 )
 def test_run_directory_is_written(tiny_model_dir: Path, tmp_path: Path, scoring: str, scope: str) -> None:
     cfg = small_config(steps=3, eval_every=2, checkpoint_every=2, heldout_limit=10, scoring=scoring, scope=scope)
@@ -77,6 +78,13 @@ def test_run_directory_is_written(tiny_model_dir: Path, tmp_path: Path, scoring:
     assert step == 3
     assert (checkpoint / "adapter_model.safetensors").is_file()
     assert (checkpoint / "calibration_head.safetensors").is_file()
+    if scope == "adaptive":  # l(h) where the rule allows shifts: letter, one per option position
+        from calm_core.calibration.head import CalibrationHead
+
+        head = CalibrationHead.load(checkpoint)
+        assert head.options == (4 if scoring == "letter" else 0)
+        if scoring == "letter":
+            assert head.shift_weights.abs().sum() > 0  # the bilevel step moved U
     assert run.status["choices"]["quantization"]["four_bit"] is False
     results = json.loads((run.path / "results.json").read_text())["results"]
     variants = {r["variant"] for r in results}

@@ -1,11 +1,13 @@
 """The adaptive CALM head: a temperature per question, read from the model's hidden state.
 
     head = AdaptiveHead(width=576)                 # weights 0: tau = 1 for every question (identity)
+    head = AdaptiveHead(width=576, options=4)      # letter scoring: also l(h), a shift per option position
     head.fit_projection(h_heldout)                 # (N, d) base-model states: mean and top components
     z = head.on_options(scores, features=h)        # (B, K) scores / tau(h) per row; -inf padding stays
     head.temperatures(h)                           # (B,) the tau of each question
 
     tau(h) = softplus(w . x(h) + b) + TAU_FLOOR,   x(h) = (h - mean) @ projection.T
+    l(h) = U x(h) + c                              # (K,) letter scoring only: z / tau(h) + l(h)
 
 The paper's alpha is a constant vector, so after training CALM is one temperature per
 model, and one temperature cannot tell a question the model knows from one it does not.
@@ -20,6 +22,10 @@ stop picks the step.
 Why these choices:
 - One positive number divides all of a question's option scores, so the head never
   re-ranks a question's options: it fits cloze scoring, where only the scalar scope does.
+- Where the scoring rule allows shifts (letter: an option is a position, A, B, ..., as the
+  options scope's l is), `options` > 0 adds l(h) = U x(h) + c, a shift per position read
+  from the same state (U = 0, c = 0 at the start); under cloze an option is its text, and
+  a shift by position would re-rank arbitrarily, so there is none.
 - The state is wide and S_V is small, so the head reads the top `components` principal
   directions of the standardised base-model states on S_V, at unit variance
   (`calibration.projection`), fixed before the first step (`fit_projection`, saved with
@@ -61,21 +67,28 @@ class AdaptiveHead(torch.nn.Module):
     acts_on = "options"  # the per-question temperature divides the K option scores
     reads_features = True
     centred = True  # softmax((z - m) / tau + m) = softmax(z / tau): one tau per row
-    shift = None  # no l: a shift per position would re-rank options under cloze
+    shift = None  # no constant l; with `options`, l(h) is `shifts(h)`
 
-    def __init__(self, width: int, components: int = COMPONENTS, floor: float = TAU_FLOOR) -> None:
+    def __init__(self, width: int, components: int = COMPONENTS, floor: float = TAU_FLOOR, options: int = 0) -> None:
         super().__init__()
-        if width < 1 or components < 1:
-            raise ValueError(f"Expected positive `width` and `components`, but got {width} and {components}")
-        self.width, self.size, self.floor = int(width), int(components), float(floor)
+        if width < 1 or components < 1 or options < 0:
+            raise ValueError(
+                f"Expected positive `width`, `components` and `options` >= 0, but got {width}, {components}, {options}"
+            )
+        self.width, self.size, self.floor, self.options = int(width), int(components), float(floor), int(options)
         self.register_buffer("feature_mean", torch.zeros(self.width))  # (d,)
         self.register_buffer("projection", torch.zeros(self.size, self.width))  # (k, d): zero until fitted
         self.weights = torch.nn.Parameter(torch.zeros(self.size))  # w, (k,)
         self.bias = torch.nn.Parameter(torch.tensor([bias_for(1.0, self.floor)]))  # b, (1,): tau = 1
+        if self.options:  # l(h) = U x(h) + c, zero at the start
+            self.shift_weights = torch.nn.Parameter(torch.zeros(self.options, self.size))  # U, (K, k)
+            self.shift_bias = torch.nn.Parameter(torch.zeros(self.options))  # c, (K,)
         self._last_tau: torch.Tensor | None = None  # the last batch's temperatures, for `summary`
 
     def extra_repr(self) -> str:
-        return f"scope='adaptive', width={self.width}, components={self.size}, floor={self.floor}"
+        return (
+            f"scope='adaptive', width={self.width}, components={self.size}, floor={self.floor}, options={self.options}"
+        )
 
     @torch.no_grad()
     def fit_projection(self, features: np.ndarray | torch.Tensor) -> int:
@@ -90,11 +103,26 @@ class AdaptiveHead(torch.nn.Module):
         self.projection[: len(projection)] = torch.from_numpy(projection)
         return len(projection)
 
+    def _components(self, features: torch.Tensor) -> torch.Tensor:
+        """x(h) of each row of (B, d) states, (B, k), in float32."""
+        h = features.to(self.feature_mean.device, torch.float32)
+        return (h - self.feature_mean) @ self.projection.T
+
     def temperatures(self, features: torch.Tensor) -> torch.Tensor:
         """tau(h) of each row of (B, d) states, (B,), in float32 with the head's gradients."""
-        h = features.to(self.feature_mean.device, torch.float32)
-        x = (h - self.feature_mean) @ self.projection.T  # (B, k)
+        x = self._components(features)  # (B, k)
         return torch.nn.functional.softplus(x @ self.weights + self.bias) + self.floor  # (B,)
+
+    def shifts(self, features: torch.Tensor, k: int) -> torch.Tensor | None:
+        """l(h) of each row for its first `k` option positions, (B, k) (positions past the
+        head's `options` get 0); None for a head without shifts."""
+        if not self.options:
+            return None
+        x = self._components(features)
+        shift = x @ self.shift_weights.T + self.shift_bias  # (B, options)
+        if k > self.options:
+            shift = torch.nn.functional.pad(shift, (0, k - self.options))
+        return shift[:, :k]
 
     @property
     def tau(self) -> torch.Tensor:
@@ -109,7 +137,9 @@ class AdaptiveHead(torch.nn.Module):
             raise ValueError(f"Expected one state per row of z ({z.shape[0]}), but got {features.shape[0]}")
         tau = self.temperatures(features)  # (B,)
         self._last_tau = tau.detach()
-        return _calibrate(z, tau.to(z.device).log()[:, None], None)  # (B, K) / (B, 1); padding stays -inf
+        scaled = _calibrate(z, tau.to(z.device).log()[:, None], None)  # (B, K) / (B, 1); padding stays -inf
+        shift = self.shifts(features, z.shape[-1])
+        return scaled if shift is None else scaled + shift.to(scaled.device, scaled.dtype)  # -inf + l stays -inf
 
     def on_tokens(self, z: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
         """Identity: this head acts on option scores only."""
@@ -125,6 +155,8 @@ class AdaptiveHead(torch.nn.Module):
     def summary(self) -> dict[str, float]:
         """tau at the mean state, the spread of the last batch's temperatures, and |w|."""
         out = {"tau_at_mean": float(self.tau[0]), "w_norm": float(self.weights.norm())}
+        if self.options:
+            out["l_norm"] = float(torch.cat([self.shift_weights.flatten(), self.shift_bias]).norm())
         tau = self._last_tau if self._last_tau is not None else self.tau
         out.update(tau_mean=float(tau.mean()), tau_min=float(tau.min()), tau_max=float(tau.max()))
         return out
@@ -150,6 +182,7 @@ class AdaptiveHead(torch.nn.Module):
             "size": str(self.size),
             "width": str(self.width),
             "floor": repr(self.floor),
+            "options": str(self.options),
             "acts_on": self.acts_on,
             "center": "1",
             "link": "softplus",
@@ -166,7 +199,7 @@ class AdaptiveHead(torch.nn.Module):
         if meta.get("format") != _FORMAT or meta.get("scope") != SCOPE:
             raise ValueError(f"Expected an adaptive calibration head, but {file} has metadata {meta}")
         try:
-            head = cls(int(meta["width"]), int(meta["size"]), float(meta["floor"]))
+            head = cls(int(meta["width"]), int(meta["size"]), float(meta["floor"]), int(meta.get("options", "0")))
         except (KeyError, ValueError) as err:
             raise ValueError(f"Expected width, size and floor in {file}'s metadata, but got {meta}") from err
         expected = {name: tuple(t.shape) for name, t in head.state_dict().items()}

@@ -153,15 +153,22 @@ def _check_scope(scope: object) -> str:
     return str(scope)
 
 
-def make_head(scope: str, *, size: int | None, width: int, acts_on: str | None = None) -> Any:
+def make_head(scope: str, *, size: int | None, width: int, acts_on: str | None = None, shifts: int = 0) -> Any:
     """The head of `scope` for a model whose hidden states are `width` wide: a
     CalibrationHead, or for `adaptive` an AdaptiveHead (its projection is fitted before
-    the first step, `AdaptiveHead.fit_projection`)."""
+    the first step, `AdaptiveHead.fit_projection`), with l(h) over `shifts` option
+    positions where the scoring rule allows shifts (`shifts_allowed`)."""
     if scope == "adaptive":
         from calm_core.calibration.adaptive_head import AdaptiveHead
 
-        return AdaptiveHead(width)
+        return AdaptiveHead(width, options=shifts)
     return CalibrationHead(scope, size=size, acts_on=acts_on)
+
+
+def shifts_allowed(rule: str, task: str) -> bool:
+    """Whether a shift per option position means something under `rule`: where the options
+    scope fits (letter: an option is a position), not where an option is its text (cloze)."""
+    return "options" in scopes_for(rule, task)
 
 
 def _check_size(scope: str, size: object) -> int:

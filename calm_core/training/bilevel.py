@@ -102,7 +102,7 @@ class BilevelConfig:
         "BOME's eta: phi = eta * ||grad q||^2 (or eta * q), the share of the constraint each step must remove",
         label="eta",
         min=0.01,
-        max=10.0,
+        max=100.0,
     )
     phi: str = setting("grad", "grad: phi = eta * ||grad q||^2; value: phi = eta * q", choices=PHI_CHOICES)
     constraint: str = setting(

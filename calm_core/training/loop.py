@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 import torch
 
-from calm_core.calibration.head import CalibrationHead, acts_on_for, make_head
+from calm_core.calibration.head import CalibrationHead, acts_on_for, make_head, shifts_allowed
 from calm_core.data.stream import max_choices
 from calm_core.faults import fault_point
 from calm_core.runs.rundir import RunDir
@@ -74,7 +74,9 @@ def build_context(cfg: TrainConfig, lm: LoadedModel, k_max: int, method: Method)
         scope = cfg.effective_scope
         size = {"vocab": model.config.vocab_size, "options": k_max}.get(scope)
         width = _text_config(model.config).hidden_size
-        head = make_head(scope, size=size, width=width, acts_on=acts_on_for(scope, cfg.task)).to(lm.device)
+        shifts = k_max if scope == "adaptive" and shifts_allowed(cfg.scoring, cfg.task) else 0  # l(h): letter
+        head = make_head(scope, size=size, width=width, acts_on=acts_on_for(scope, cfg.task), shifts=shifts)
+        head = head.to(lm.device)
     theta = lora_parameters(model)
     alpha = list(head.parameters()) if head is not None else []
     optimizer = make_optimizer(cfg, theta, alpha)

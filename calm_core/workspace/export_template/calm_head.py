@@ -162,8 +162,9 @@ def _head_tensors(folder: str | Path) -> tuple[dict, dict, dict]:
 
 class AdaptiveHead(torch.nn.Module):
     """A temperature per question: `head(z, h)` = z / tau(h) for (..., K) scores and
-    (..., d) states, tau(h) = softplus(w . x(h) + b) + floor (module docstring). Computed
-    in float64: the stored float32 numbers are the only rounding."""
+    (..., d) states, tau(h) = softplus(w . x(h) + b) + floor (module docstring); a head
+    trained under letter scoring adds l(h) = U x(h) + c, a shift per option position.
+    Computed in float64: the stored float32 numbers are the only rounding."""
 
     scope = "adaptive"
 
@@ -175,6 +176,8 @@ class AdaptiveHead(torch.nn.Module):
         bias: torch.Tensor,
         floor: float,
         scoring: dict | None = None,
+        shift_weights: torch.Tensor | None = None,
+        shift_bias: torch.Tensor | None = None,
     ) -> None:
         super().__init__()
         if projection.shape != (weights.numel(), feature_mean.numel()):
@@ -188,6 +191,10 @@ class AdaptiveHead(torch.nn.Module):
         self.register_buffer("projection", projection.double())  # (k, d)
         self.register_buffer("weights", weights.double())  # w, (k,)
         self.register_buffer("bias", bias.double().reshape(()))  # b, a scalar: tau(h) has h's batch shape
+        self.options = 0 if shift_weights is None else int(shift_weights.shape[0])
+        if shift_weights is not None:
+            self.register_buffer("shift_weights", shift_weights.double())  # U, (options, k)
+            self.register_buffer("shift_bias", shift_bias.double())  # c, (options,)
 
     @classmethod
     def from_tensors(cls, metadata: dict, tensors: dict, scoring: dict | None = None) -> "AdaptiveHead":
@@ -200,6 +207,8 @@ class AdaptiveHead(torch.nn.Module):
             tensors["bias"],
             float(metadata["floor"]),
             scoring,
+            tensors.get("shift_weights"),
+            tensors.get("shift_bias"),
         )
 
     @classmethod
@@ -212,14 +221,23 @@ class AdaptiveHead(torch.nn.Module):
     def extra_repr(self) -> str:
         return f"scope='adaptive', width={self.feature_mean.numel()}, components={self.weights.numel()}"
 
+    def _components(self, h: torch.Tensor) -> torch.Tensor:
+        return (h.to(self.feature_mean.device, torch.float64) - self.feature_mean) @ self.projection.T  # (..., k)
+
     def temperatures(self, h: torch.Tensor) -> torch.Tensor:
         """tau(h), (...,) of (..., d) final-norm states."""
-        x = (h.to(self.feature_mean.device, torch.float64) - self.feature_mean) @ self.projection.T  # (..., k)
-        return torch.nn.functional.softplus(x @ self.weights + self.bias) + self.floor
+        return torch.nn.functional.softplus(self._components(h) @ self.weights + self.bias) + self.floor
 
     def forward(self, z: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        """z / tau(h) over the last dim of (..., K) float scores; -inf (absent options) stays -inf."""
-        return _divide(z, self.temperatures(h).to(z.device)[..., None])  # (..., K) / (..., 1)
+        """z / tau(h) (+ l(h)) over the last dim of (..., K) float scores; -inf (absent options) stays -inf."""
+        out = _divide(z, self.temperatures(h).to(z.device)[..., None])  # (..., K) / (..., 1)
+        if not self.options:
+            return out
+        shift = self._components(h) @ self.shift_weights.T + self.shift_bias  # (..., options)
+        k = z.shape[-1]
+        if k > self.options:  # positions the head never saw get no shift
+            shift = torch.nn.functional.pad(shift, (0, k - self.options))
+        return out + shift[..., :k].to(out.device, out.dtype)
 
     def logits_processor(self) -> None:
         raise ValueError("Expected a vocab or scalar head for generation, but an adaptive head reads the question")
