@@ -104,6 +104,10 @@ def test_calm_eval_applies_a_thermometer_per_set_and_refuses_another_models(tiny
     thermo.save(tmp_path / "thermo.json")
     rc, _, stderr = run_cli(argv)
     assert rc == 2 and "reads someone/else's hidden states" in stderr
+    thermo.model, thermo.scoring = str(tiny_model_dir), "cloze"  # another rule reads another state: refused too
+    thermo.save(tmp_path / "thermo.json")
+    rc, _, stderr = run_cli([*argv, "--scoring", "letter"])
+    assert rc == 2 and "trained under cloze scoring, not letter" in stderr
 
 
 def test_padded_options_train_without_nan() -> None:

@@ -162,6 +162,9 @@ def _thermometer(args: argparse.Namespace) -> Any:
     model = args.model or "embedded"
     if thermometer.model and thermometer.model != model:
         raise UsageError(f"the thermometer at {path} reads {thermometer.model}'s hidden states, not {model}'s")
+    rule = args.scoring or "cloze"
+    if thermometer.scoring and thermometer.scoring != rule:  # the state it reads depends on the rule
+        raise UsageError(f"the thermometer at {path} was trained under {thermometer.scoring} scoring, not {rule}")
     return thermometer
 
 
