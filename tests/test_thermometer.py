@@ -151,7 +151,7 @@ def _hand_thermometer(model: str, width: int) -> Thermometer:
 
 def test_a_file_without_answers_loads_only_when_asked_and_is_checked_like_any_other(tmp_path) -> None:
     from calm_core.data.catalog import load_dataset
-    from calm_core.data.loaders import MissingColumns
+    from calm_core.data.mapping import MissingColumns
     from calm_core.data.schema import UNLABELLED, UNLABELLED_MC
     from tests.test_cli import write_jsonl
 

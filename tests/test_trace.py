@@ -61,3 +61,46 @@ def test_launch_training_never_calls_back_up_a_layer(tiny_model_dir: Path, tmp_p
         assert upward_calls(record) == []
     finally:
         cancel(run)
+
+
+def _write_quiz(path: Path, rows: int) -> Path:
+    import json
+
+    lines = (
+        json.dumps({"question": f"What is {i} + 1?", "choices": [str(i + k) for k in (1, 2, 3, 4)], "answer": 0})
+        for i in range(rows)
+    )
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+# Measured before the restructure (commit 5b10209, the same file and call): 63 stays in 12
+# modules, data/loaders.py entered 15 times (the issue's walk: 67 stays, loaders 16 times).
+STAYS_BEFORE = 63
+
+
+def test_reading_a_file_for_a_page_walks_half_as_far(tiny_everywhere, tmp_path: Path) -> None:
+    """Issue 32, part 2: `get_scores` on a 12-row file whose scores are cached (the page's
+    read) enters half as many modules as before: each loading stage (read, map, validate)
+    runs once over a chunk of rows instead of the walk going loaders > mapping > schema >
+    readers for every row, and the kind is decided in one place (mapping.resolve_kind)."""
+    import app.state
+
+    path = str(_write_quiz(tmp_path / "quiz.jsonl", 12))
+    app.state.get_scores("embedded", path, "cloze", 8)  # scored once: the disk cache holds it
+    app.state._score_store().clear()
+    _, record = walk(lambda: app.state.get_scores("embedded", path, "cloze", 8))
+    print(" > ".join(m.removeprefix("calm_core.") for m in record.stays))
+    assert len(record.stays) <= STAYS_BEFORE // 2, len(record.stays)
+    assert record.returns_to("calm_core.data.loaders") <= 6
+
+
+def test_a_longer_file_walks_no_further(tmp_path: Path) -> None:
+    """The walk does not grow with the rows (up to a chunk, loaders.CHUNK_ROWS): a stage
+    sees a chunk at a time, so 12 rows and 200 rows enter the same modules as often."""
+    from calm_core.data.loaders import CHUNK_ROWS, load_file
+
+    assert CHUNK_ROWS >= 200
+    short, long = (_write_quiz(tmp_path / f"q{n}.jsonl", n) for n in (12, 200))
+    walks = [walk(lambda path=path: load_file(path))[1] for path in (short, long)]
+    assert len(walks[0].stays) == len(walks[1].stays)

@@ -185,8 +185,7 @@ def _eval_reports(names: list[str], args: argparse.Namespace) -> dict[str, LoadR
     without it the loader's error stands, saying so. Every other problem is the loader's
     error, as for any labelled file: nothing else is relaxed."""
     from calm_core.data.catalog import load_dataset
-    from calm_core.data.loaders import MissingColumns
-    from calm_core.data.mapping import ColumnMapping
+    from calm_core.data.mapping import ColumnMapping, MissingColumns
     from calm_core.scoring.evaluate import load_report
 
     answer = ColumnMapping.parse(args.mapping).answer if args.mapping else ColumnMapping().answer

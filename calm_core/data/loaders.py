@@ -1,11 +1,14 @@
 """Loaders: JSONL, CSV and Parquet files -> validated items (HF datasets: `calm_core.data.hf`).
 
-Every loader runs the same three stages, each exactly once:
+Every loader runs the same three stages, each once over a chunk of rows
+(`CHUNK_ROWS`, `readers.row_chunks`; a streamed file one row at a time), then keeps rows
+in file order until its limit:
 
 1. read raw rows (`calm_core.data.readers`): one dict per row, or a `RowError` for a
    row that cannot even be parsed (bad JSON, undecodable bytes, a CSV row with extra fields);
-2. rename columns (`calm_core.data.mapping.ColumnMapping`) into the normalised record the schema expects;
-3. validate (`validate_mc_record` / `validate_open_record`); bad rows stay data.
+2. rename columns (`calm_core.data.mapping.normalise_rows`) into the normalised record the
+   schema expects; the dataset's kind is decided once, by `mapping.resolve_kind`;
+3. validate (`schema.validate_records`); bad rows stay data.
 
 Whole-file problems (missing, unreadable or empty file, a mapped column that does not
 exist, no valid row at all) raise one `DataError` whose message a person can act on.
@@ -30,44 +33,23 @@ from pathlib import Path
 from typing import Any
 
 from calm_core.data.guess import GUESS_ROWS
-from calm_core.data.mapping import ColumnMapping, choices_value, has_column, lookup, split_list
-from calm_core.data.readers import Record, Table, detect_format, guarded, open_table
+from calm_core.data.mapping import ColumnMapping, normalise_rows, resolve_kind
+from calm_core.data.readers import Record, Table, detect_format, open_table, row_chunks
 from calm_core.data.schema import (
     REJECTED_SHOWN,
-    UNLABELLED_MC,
     DataError,
     LoadReport,
     RowError,
-    validate_mc_record,
-    validate_open_record,
+    validate_records,
 )
 from calm_core.data.sources import JsonlSource, RowSource, open_source
 from calm_core.data.stream import STREAM_FROM_BYTES, Index, build_index
 
-KINDS = ("mc", "open", "auto", UNLABELLED_MC)
+CHUNK_ROWS = 256  # rows mapped and validated per stage call (readers.row_chunks); the limit is checked per row
 MAX_ERRORS_SHOWN = REJECTED_SHOWN  # row errors quoted in a DataError message; the report keeps all of them
 
 
 # ----------------------------------------------------------------------------- mapping + validation
-
-
-def _normalise(record: Record, mapping: ColumnMapping, kind: str) -> Record:
-    """The record the schema validators expect, built from the mapped columns."""
-    out = {
-        "question": lookup(record, mapping.question),
-        "id": lookup(record, mapping.id) if mapping.id else None,
-        "subject": lookup(record, mapping.subject) if mapping.subject else None,
-    }
-    if kind == UNLABELLED_MC:
-        out["choices"] = choices_value(record, mapping)
-    elif kind == "mc":
-        out["choices"] = choices_value(record, mapping)
-        out["answer"] = lookup(record, mapping.answer)
-        if mapping.labels:
-            out["labels"] = split_list(lookup(record, mapping.labels))
-    else:
-        out["answers"] = split_list(lookup(record, mapping.answers))
-    return out
 
 
 def _source_column(field_name: str, mapping: ColumnMapping) -> str:
@@ -77,64 +59,24 @@ def _source_column(field_name: str, mapping: ColumnMapping) -> str:
     return getattr(mapping, field_name, None) or field_name
 
 
-class MissingColumns(DataError):
-    """A mapped column the file does not have; `columns` names them (`calm eval` tells a
-    file without its answer column from one it cannot read)."""
-
-    def __init__(self, columns: list[str], message: str) -> None:
-        super().__init__(message)
-        self.columns = list(columns)
-
-
-def _resolve_kind(table: Table, kind: str, mapping: ColumnMapping) -> str:
-    if kind not in KINDS:
-        raise DataError(f"Expected `kind` to be one of {', '.join(KINDS)}, but got {kind!r}")
-    if not table.columns:
-        # No row could be parsed at all: the no-valid-rows error explains why.
-        return "mc" if kind == "auto" else kind
-    if kind == "auto":
-        kind = _detect_kind(table, mapping)
-    missing = [c for c in mapping.required_columns(kind) if not has_column(table.columns, c)]
-    if missing:
-        raise MissingColumns(
-            missing,
-            f"Expected column(s) {', '.join(missing)} in {table.where} for {kind} items, but the "
-            f"columns are: {', '.join(table.columns)}. Map each field to one of these columns. "
-            f"Mapping used: {mapping.to_text()}",
-        )
-    return kind
-
-
-def _detect_kind(table: Table, mapping: ColumnMapping) -> str:
-    if all(has_column(table.columns, c) for c in mapping.choice_columns):
-        return "mc"
-    if has_column(table.columns, mapping.answers):
-        return "open"
-    raise DataError(
-        f"Expected multiple-choice columns ({'|'.join(mapping.choice_columns)}) or open-answer column "
-        f"({mapping.answers}) in {table.where}, but the columns are: {', '.join(table.columns)}. "
-        f"Choose the option columns in order (choices=opt1|opt2|... or one list column) or the column "
-        f"of accepted answers. Mapping used: {mapping.to_text()}"
-    )
-
-
 def _build_report(table: Table, kind: str, mapping: ColumnMapping, limit: int | None, name: str) -> LoadReport:
     """Validate rows in file order until `limit` valid items; keep every rejected row."""
     check_limit(limit)
-    kind = _resolve_kind(table, kind, mapping)
+    kind = resolve_kind(table.columns, table.where, kind, mapping)
     report = LoadReport(name=name, kind=kind)
     first_row_of: dict[str, int] = {}  # id -> row: duplicate ids would merge per-item results
-    for number, raw in guarded(table):
-        item, error = _row_to_item(raw, number, table.source, mapping, kind)
-        if item is not None and item.id in first_row_of:
-            item, error = None, _duplicate_id(table.source, mapping, item.id, first_row_of[item.id], number)
-        if item is None:
-            report.rejected.append(error)
-            continue
-        first_row_of[item.id] = number
-        report.items.append(item)
-        if limit is not None and len(report.items) >= limit:
-            break
+    for chunk in row_chunks(table, CHUNK_ROWS):
+        for (number, _), (item, error) in zip(chunk, _rows_to_items(chunk, table.source, mapping, kind), strict=True):
+            if item is not None and item.id in first_row_of:
+                item, error = None, _duplicate_id(table.source, mapping, item.id, first_row_of[item.id], number)
+            if item is None:
+                report.rejected.append(error)
+                continue
+            first_row_of[item.id] = number
+            report.items.append(item)
+            if limit is not None and len(report.items) >= limit:
+                _check_not_empty(report, table)
+                return report
     _check_not_empty(report, table)
     return report
 
@@ -153,7 +95,7 @@ def _stream_report(rows: RowSource, kind: str, mapping: ColumnMapping, limit: in
     if rows.columns is None:
         kind, index = _index_headerless(rows, kind, mapping, limit)  # type: ignore[arg-type]
     else:
-        kind = _resolve_kind(place, kind, mapping)
+        kind = resolve_kind(place.columns, place.where, kind, mapping)
         index = _index(rows, kind, mapping, limit)
     report = LoadReport(name=name, kind=kind, items=index.items, rejected=index.rejected)  # type: ignore[arg-type]
     _check_not_empty(report, place)
@@ -173,14 +115,14 @@ def _index_headerless(rows: JsonlSource, kind: str, mapping: ColumnMapping, limi
     first: dict[str, None] = {}
     for _, _, record in itertools.islice(rows.scan(), GUESS_ROWS):
         first.update(dict.fromkeys(record) if isinstance(record, dict) else {})
-    _resolve_kind(Table(rows.source, rows.where, [], ()), kind, mapping)  # an unknown `kind` fails first
+    resolve_kind([], rows.where, kind, mapping)  # an unknown `kind` fails first
     guess = _settled_kind(list(first), kind, mapping) or ("mc" if kind == "auto" else kind)
     index = _index(rows, guess, mapping, limit)
     if index.complete and not index.rejected and not index.items:
         raise DataError(f"Expected data rows in {rows.where}, but the file has only blank lines")
     if not index.complete and _settled_kind(list(rows.seen_columns), kind, mapping) is None:
         rows.read_columns()  # stopped at `limit`: the rest of the file's keys may still decide
-    final = _resolve_kind(Table(rows.source, rows.where, list(rows.seen_columns), ()), kind, mapping)
+    final = resolve_kind(list(rows.seen_columns), rows.where, kind, mapping)
     return final, index if final == guess else _index(rows, final, mapping, limit)
 
 
@@ -190,7 +132,7 @@ def _settled_kind(columns: list[str], kind: str, mapping: ColumnMapping) -> str 
     if not columns:
         return None
     try:
-        resolved = _resolve_kind(Table("", "", columns, ()), kind, mapping)
+        resolved = resolve_kind(columns, "", kind, mapping)
     except DataError:
         return None
     return None if kind == "auto" and resolved == "open" else resolved
@@ -199,17 +141,27 @@ def _settled_kind(columns: list[str], kind: str, mapping: ColumnMapping) -> str 
 def _row_to_item(
     raw: Record | RowError, number: int, source: str, mapping: ColumnMapping, kind: str
 ) -> tuple[Any, Any]:
-    """(item, None) for a valid row, (None, RowError naming the source column) otherwise."""
-    if isinstance(raw, RowError):
-        return None, raw
-    record = _normalise(raw, mapping, kind)
-    if kind in ("mc", UNLABELLED_MC):
-        item, error = validate_mc_record(record, source, number, mapping.answer_form, labelled=kind == "mc")
-    else:
-        item, error = validate_open_record(record, source, number)
-    if error is not None and error.field:
-        error = dataclasses.replace(error, field=_source_column(error.field, mapping))
-    return item, error
+    """(item, None) for a valid row, (None, RowError naming the source column) otherwise
+    (a streamed file's rows, one at a time: `_rows_to_items` of one row)."""
+    return _rows_to_items([(number, raw)], source, mapping, kind)[0]
+
+
+def _rows_to_items(
+    rows: list[tuple[int, Record | RowError]], source: str, mapping: ColumnMapping, kind: str
+) -> list[tuple[Any, Any]]:
+    """(item, None) or (None, RowError naming the source column) per row, in order: the
+    columns mapped for the whole chunk (mapping.normalise_rows), then the whole chunk
+    validated (schema.validate_records), each stage once, as the module docstring says."""
+    parsed = [(number, raw) for number, raw in rows if not isinstance(raw, RowError)]
+    records = normalise_rows([raw for _, raw in parsed], mapping, kind)
+    checked = iter(validate_records(records, [n for n, _ in parsed], source, kind, mapping.answer_form))
+    out = []
+    for _, raw in rows:
+        item, error = (None, raw) if isinstance(raw, RowError) else next(checked)
+        if error is not None and error.field and not isinstance(raw, RowError):
+            error = dataclasses.replace(error, field=_source_column(error.field, mapping))
+        out.append((item, error))
+    return out
 
 
 def check_limit(limit: int | None) -> None:

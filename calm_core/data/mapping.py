@@ -203,3 +203,76 @@ def choices_value(record: Record, mapping: ColumnMapping) -> Any:
     while values and is_blank(values[-1]):
         values.pop()
     return values
+
+
+def normalise(record: Record, mapping: ColumnMapping, kind: str) -> Record:
+    """The record the schema validators expect, built from the mapped columns."""
+    out = {
+        "question": lookup(record, mapping.question),
+        "id": lookup(record, mapping.id) if mapping.id else None,
+        "subject": lookup(record, mapping.subject) if mapping.subject else None,
+    }
+    if kind == UNLABELLED_MC:
+        out["choices"] = choices_value(record, mapping)
+    elif kind == "mc":
+        out["choices"] = choices_value(record, mapping)
+        out["answer"] = lookup(record, mapping.answer)
+        if mapping.labels:
+            out["labels"] = split_list(lookup(record, mapping.labels))
+    else:
+        out["answers"] = split_list(lookup(record, mapping.answers))
+    return out
+
+
+def normalise_rows(records: list[Record], mapping: ColumnMapping, kind: str) -> list[Record]:
+    """`normalise` over a chunk of rows (loaders run each stage over a chunk at once)."""
+    return [normalise(record, mapping, kind) for record in records]
+
+
+# ----------------------------------------------------------------------------- the dataset's kind
+
+KINDS = ("mc", "open", "auto", UNLABELLED_MC)
+
+
+class MissingColumns(DataError):
+    """A mapped column the file does not have; `columns` names them (`calm eval` tells a
+    file without its answer column from one it cannot read)."""
+
+    def __init__(self, columns: list[str], message: str) -> None:
+        super().__init__(message)
+        self.columns = list(columns)
+
+
+def resolve_kind(columns: list[str], where: str, kind: str, mapping: ColumnMapping) -> str:
+    """The one place a dataset's kind is decided: `kind` itself ("mc", "open",
+    UNLABELLED_MC), or with "auto" the columns `mapping` finds in `columns`; a mapped
+    column the file lacks is MissingColumns (`where` names the file)."""
+    if kind not in KINDS:
+        raise DataError(f"Expected `kind` to be one of {', '.join(KINDS)}, but got {kind!r}")
+    if not columns:
+        # No row could be parsed at all: the no-valid-rows error explains why.
+        return "mc" if kind == "auto" else kind
+    if kind == "auto":
+        kind = _detect_kind(columns, where, mapping)
+    missing = [c for c in mapping.required_columns(kind) if not has_column(columns, c)]
+    if missing:
+        raise MissingColumns(
+            missing,
+            f"Expected column(s) {', '.join(missing)} in {where} for {kind} items, but the "
+            f"columns are: {', '.join(columns)}. Map each field to one of these columns. "
+            f"Mapping used: {mapping.to_text()}",
+        )
+    return kind
+
+
+def _detect_kind(columns: list[str], where: str, mapping: ColumnMapping) -> str:
+    if all(has_column(columns, c) for c in mapping.choice_columns):
+        return "mc"
+    if has_column(columns, mapping.answers):
+        return "open"
+    raise DataError(
+        f"Expected multiple-choice columns ({'|'.join(mapping.choice_columns)}) or open-answer column "
+        f"({mapping.answers}) in {where}, but the columns are: {', '.join(columns)}. "
+        f"Choose the option columns in order (choices=opt1|opt2|... or one list column) or the column "
+        f"of accepted answers. Mapping used: {mapping.to_text()}"
+    )

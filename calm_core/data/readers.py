@@ -16,6 +16,7 @@ Nothing here unpickles data: Parquet is read as columns.
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -336,6 +337,14 @@ def guarded(table: Table) -> Iterator[Row]:
             yield number, raw
     except READ_ERRORS as exc:
         raise read_failed(table.where, number, exc) from None
+
+
+def row_chunks(table: Table, size: int) -> Iterator[list[Row]]:
+    """`guarded(table)`'s rows in lists of up to `size`: a loader runs each stage (map the
+    columns, validate) over a chunk at once, in file order, and can stop after any chunk."""
+    rows = guarded(table)
+    while chunk := list(itertools.islice(rows, size)):
+        yield chunk
 
 
 def read_failed(where: str, number: int, exc: BaseException) -> DataError:

@@ -276,6 +276,20 @@ def _without_repeats(choices: list[str], answer: int) -> tuple[list[str], int, s
     return distinct, distinct.index(gold_text), None
 
 
+def validate_records(
+    records: list[dict[str, Any]], rows: list[int], source: str, kind: str, answer_form: str = "auto"
+) -> list[tuple[Item | None, RowError | None]]:
+    """The normalised records of one chunk (row numbers `rows`) validated as `kind` ("mc",
+    UNLABELLED_MC or "open"), in order: (item, None) or (None, RowError) each."""
+    if kind == "open":
+        return [validate_open_record(record, source, row) for record, row in zip(records, rows, strict=True)]
+    labelled = kind != UNLABELLED_MC
+    return [
+        validate_mc_record(record, source, row, answer_form, labelled=labelled)
+        for record, row in zip(records, rows, strict=True)
+    ]
+
+
 def _unlabelled_item(
     record: dict[str, Any], source: str, row: int, question: str, choices: list[str]
 ) -> tuple[MCItem | None, RowError | None]:
