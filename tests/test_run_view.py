@@ -62,6 +62,8 @@ def test_compare_shows_base_a_calibrator_and_the_trained_model_first() -> None:
     # what the run recommends is on the page from the start too
     assert default_variants(["base", "ts", "vs", "ats", "calm"], recommended=["ats"]) == ["base", "ts", "ats", "calm"]
     assert default_variants(["base", "ts", "calm"], recommended=["ts"]) == ["base", "ts", "calm"]
+    # the thermometer is post-hoc (label-free), never the trained model Compare must show
+    assert default_variants(["base", "ts", "thermometer", "calm", "calm_theta_only"]) == ["base", "ts", "calm"]
 
 
 def test_predictions_reads_confidence_and_correctness(tmp_path: Path) -> None:

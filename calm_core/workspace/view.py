@@ -17,6 +17,7 @@ import numpy as np
 
 from calm_core.calibration.metrics.columns import table_columns, task_table
 from calm_core.calibration.posthoc import calibrators
+from calm_core.calibration.thermometer import KIND as THERMOMETER
 from calm_core.glossary import define, lookup
 from calm_core.runs.layout import predictions_path
 from calm_core.runs.rundir import RunDir
@@ -113,9 +114,10 @@ def result_columns(rows: list[dict[str, Any]]) -> tuple[str, ...]:
 
 
 def shared_variants() -> tuple[str, ...]:
-    """`base` and every post-hoc calibrator's variant: the same model and fit for runs
-    over the same base model and S_V, so Compare shows them once."""
-    return ("base", *calibrators())
+    """`base`, every post-hoc calibrator's variant and the thermometer's: the same model
+    and fit for runs over the same base model and S_V (the thermometer: the same base
+    model), so Compare shows them once, and never takes one for a trained model."""
+    return ("base", *calibrators(), THERMOMETER)
 
 
 def default_variants(variants: list[str], recommended: Iterable[str] = ()) -> list[str]:
