@@ -139,3 +139,41 @@ def test_the_documented_metric_is_one_declaration(tiny_model_dir: Path, tiny_eve
     assert not monitor.exception, monitor.exception
     specs = [json.loads(chart.proto.spec) for chart in monitor.get("plotly_chart")]
     assert "Smooth ECE" in [spec["layout"].get("title", {}).get("text") for spec in specs]
+
+
+def _documented_format():
+    """The page's TsvSource, defined where the page puts it (in calm_core/data/sources.py's
+    namespace), and its FILE_FORMATS line."""
+    from calm_core.data import sources
+
+    namespace = dict(vars(sources))
+    exec(compile(example("calm_core/data/sources.py: TsvSource"), "docs/architecture.md", "exec"), namespace)  # noqa: S102
+    line = re.search(r"^        (FileFormat\(\"tsv\".*\)),$", DOC.read_text(encoding="utf-8"), re.M).group(1)
+    return eval(line, namespace)  # noqa: S307 - our own docs
+
+
+def test_the_documented_format_reads_whole_and_streamed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page's reader and line, added to FILE_FORMATS (and to `readers.FORMATS`, which
+    is derived from it when readers is imported): `.tsv` is detected and kept on upload,
+    and a file with a short row loads whole and streamed to the same items and rejected
+    rows; a streamed item refuses the file once it has changed."""
+    from calm_core.data import readers, sources
+    from calm_core.data.loaders import load_file
+    from calm_core.data.schema import DataError
+    from calm_core.data.stream import LazyItems
+
+    monkeypatch.setitem(sources.FILE_FORMATS, "tsv", _documented_format())
+    monkeypatch.setitem(readers.FORMATS, ".tsv", "tsv")
+    path = tmp_path / "quiz.tsv"
+    lines = ["question\tA\tB\tanswer", *(f"q{i}?\tyes\tno\t{'AB'[i % 2]}" for i in range(12)), "short\trow", ""]
+    path.write_text("\r\n".join(lines), encoding="utf-8")
+    assert readers.detect_format(path) == "tsv" and readers.upload_suffix("quiz.tsv", b"question") == ".tsv"
+    eager = load_file(path, mapping="choices=A|B", stream=False)
+    lazy = load_file(path, mapping="choices=A|B", stream=True)
+    assert isinstance(lazy.items, LazyItems) and isinstance(eager.items, list)
+    assert (list(lazy.items), lazy.rejected, lazy.summary()) == (eager.items, eager.rejected, eager.summary())
+    assert len(eager.items) == 12 and [e.row for e in eager.rejected] == [13]
+    assert "Expected 4 fields" in eager.rejected[0].message
+    path.write_text("question\tA\tB\tanswer\nchanged?\tx\ty\tA\n", encoding="utf-8")
+    with pytest.raises(DataError, match="changed"):
+        lazy.items[3]

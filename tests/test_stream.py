@@ -118,6 +118,19 @@ def test_csv_matches_with_quoted_newlines_bom_and_bad_rows(tmp_path: Path) -> No
     assert lazy.items[1].question == 'Quote "inside"'
 
 
+@pytest.mark.parametrize("end", ["\n", "\r\n", "\r"])
+def test_csv_streams_under_every_line_end(tmp_path: Path, end: str) -> None:
+    """A CSV saved with old-Mac line ends (a lone \\r) once failed to stream: the key was a
+    text handle's `tell()` cookie, not a byte offset. Every line end, with a quoted cell
+    that spans lines, now streams to the eager loader's items."""
+    rows = ["id,q,A,B,label", 'r1,"Two' + end + 'lines?",x,y,B', "r2,Short,x,A", "r3,Third,p,q,A"]
+    path = tmp_path / "quiz.csv"
+    path.write_bytes((end.join(rows) + end).encode("utf-8"))
+    eager, lazy = both(path, mapping=ColumnMapping.parse("question=q, choices=A|B, answer=label"))
+    assert_same(eager, lazy)
+    assert [i.id for i in lazy.items] == ["r1", "r3"] and lazy.items[0].question == f"Two{end}lines?"
+
+
 def test_kind_decided_by_columns_that_appear_late(tmp_path: Path) -> None:
     lines = [json.dumps({"id": f"o{n}", "question": "Q?", "answers": ["x"]}) for n in range(30)]
     lines.append(json.dumps(mc_row(1)))  # the choices column appears on row 31: the file is "mc"
@@ -283,16 +296,14 @@ def test_helpers_treat_lists_and_lazy_items_alike(tmp_path: Path) -> None:
     assert [list(c) for c in stream.chunks(lazy.items, 10)] == [list(c) for c in stream.chunks(eager.items, 10)]
 
 
-def test_every_file_format_has_one_entry_in_both_openers_and_an_unknown_one_is_refused_by_both(tmp_path: Path) -> None:
-    """The whole-table reader (readers.open_table) and the streaming opener
-    (sources.open_source) dispatch on one set of formats: a format added to one table only
-    fails here, instead of being read as JSONL once a file is large enough to stream."""
-    from calm_core.data import readers, sources
+def test_an_unknown_format_is_refused_by_both_openers(tmp_path: Path) -> None:
+    """A format missing from `sources.FILE_FORMATS` is refused by the whole read and the
+    streaming read alike, never read as JSONL once a file is large enough to stream."""
+    from calm_core.data import readers
     from calm_core.data.schema import DataError
 
-    assert set(readers.FORMATS.values()) == set(readers.TABLE_READERS) == set(sources.SOURCE_OPENERS)
     path = tmp_path / "rows.xml"
     path.write_text('{"question": "q", "choices": ["a", "b"], "answer": 0}\n')
-    for opener in (readers.open_table, sources.open_source):
+    for opener in (readers.open_table, readers.open_source):
         with pytest.raises(DataError, match=r"Expected a file format among \['csv', 'jsonl', 'parquet'\], but got 'xml'"):
             opener(path, "xml")

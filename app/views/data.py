@@ -30,7 +30,7 @@ from calm_core.data.guess import GUESS_ROWS, column_paths, guess_column_mapping
 from calm_core.data.loaders import load_file
 from calm_core.data.mapping import ColumnMapping
 from calm_core.data.mapping_form import form_values, mapping_from_form
-from calm_core.data.readers import load_records, peek_records, stage_upload
+from calm_core.data.readers import FORMATS, load_records, peek_records, stage_upload
 from calm_core.data.schema import ANSWER_FORMS, LoadReport
 from calm_core.data.split import default_split_name, plan_split, save_split
 from calm_core.data.split_sizes import SplitAdvice, advise_split, heldout_support
@@ -39,7 +39,6 @@ from calm_core.glossary import define, tooltip
 from calm_core.paths import safe_name
 from calm_core.workspace.datasets import check_may_replace, delete_dataset, delete_refusal_for
 
-ACCEPTED = ["jsonl", "csv", "parquet"]
 PREVIEW_ROWS = 8
 FORM_KEY = "data_map_{}"  # widget key of each `form_values` field
 # RowError's numbers (data/schema.py) count data rows; an editor counts lines.
@@ -147,6 +146,11 @@ def _preview(report: LoadReport) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _accepted_suffixes() -> list[str]:
+    """What the uploader takes: every suffix a reader opens (`readers.FORMATS`)."""
+    return sorted(suffix.lstrip(".") for suffix in FORMATS)
+
+
 def upload_section() -> None:
     """Upload a file, map its columns (pre-filled by a guess), preview what the studio will
     use and why rows were rejected, and save it under the workspace as `upload/<name>`."""
@@ -156,7 +160,7 @@ def upload_section() -> None:
         "(index, letter, text or label). Open answer: a question and its accepted answers. "
         "The columns are guessed from the file; change any that are wrong."
     )
-    upload = st.file_uploader("CSV, JSONL or Parquet", type=ACCEPTED, key="data_upload")
+    upload = st.file_uploader("CSV, JSONL or Parquet", type=_accepted_suffixes(), key="data_upload")
     if upload is None:
         return
     with tempfile.TemporaryDirectory() as tmp:

@@ -18,7 +18,6 @@ from urllib.parse import urlparse
 
 from calm_core.data.loaders import _build_report, _stream_report
 from calm_core.data.mapping import ColumnMapping
-from calm_core.data.readers import Table
 from calm_core.data.schema import DataError, LoadReport
 from calm_core.data.sources import HFSource
 from calm_core.data.stream import STREAM_FROM_BYTES
@@ -52,9 +51,7 @@ def load_hf(
     mapping = ColumnMapping.parse(mapping) if isinstance(mapping, str) else mapping
     if stream or (stream is None and dataset.data.nbytes >= STREAM_FROM_BYTES):
         return _stream_report(HFSource(dataset, label), kind, mapping, limit, name or label)
-    rows = ((i + 1, record) for i, record in enumerate(dataset))
-    table = Table(label, label, list(dataset.column_names), rows)
-    return _build_report(table, kind, mapping, limit, name or label)
+    return _build_report(HFSource(dataset, label).table(), kind, mapping, limit, name or label)
 
 
 def _import_datasets() -> Any:

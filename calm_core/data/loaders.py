@@ -1,10 +1,10 @@
 """Loaders: JSONL, CSV and Parquet files -> validated items (HF datasets: `calm_core.data.hf`).
 
 Every loader runs the same three stages, each once over a chunk of rows
-(`CHUNK_ROWS`, `readers.row_chunks`; a streamed file one row at a time), then keeps rows
+(`CHUNK_ROWS`, `sources.row_chunks`; a streamed file one row at a time), then keeps rows
 in file order until its limit:
 
-1. read raw rows (`calm_core.data.readers`): one dict per row, or a `RowError` for a
+1. read raw rows (`calm_core.data.readers`, through the format's one reader): one dict per row, or a `RowError` for a
    row that cannot even be parsed (bad JSON, undecodable bytes, a CSV row with extra fields);
 2. rename columns (`calm_core.data.mapping.normalise_rows`) into the normalised record the
    schema expects; the dataset's kind is decided once, by `mapping.resolve_kind`;
@@ -34,7 +34,7 @@ from typing import Any
 
 from calm_core.data.guess import GUESS_ROWS
 from calm_core.data.mapping import ColumnMapping, normalise_rows, resolve_kind
-from calm_core.data.readers import Record, Table, detect_format, open_table, row_chunks
+from calm_core.data.readers import detect_format, open_source, open_table
 from calm_core.data.schema import (
     REJECTED_SHOWN,
     DataError,
@@ -42,10 +42,10 @@ from calm_core.data.schema import (
     RowError,
     validate_records,
 )
-from calm_core.data.sources import JsonlSource, RowSource, open_source
+from calm_core.data.sources import JsonlSource, Record, RowSource, Table, row_chunks
 from calm_core.data.stream import STREAM_FROM_BYTES, Index, build_index
 
-CHUNK_ROWS = 256  # rows mapped and validated per stage call (readers.row_chunks); the limit is checked per row
+CHUNK_ROWS = 256  # rows mapped and validated per stage call (sources.row_chunks); the limit is checked per row
 MAX_ERRORS_SHOWN = REJECTED_SHOWN  # row errors quoted in a DataError message; the report keeps all of them
 
 

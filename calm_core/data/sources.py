@@ -1,12 +1,17 @@
-"""Row sources: one file or dataset read row by row (`scan`) and again at chosen rows
-(`read`), which is what streaming (`calm_core.data.stream`) indexes and reads back.
+"""Row sources: one reader per file format, which reads a file whole (`table`, what the
+eager loader validates) and row by row (`scan`) and again at chosen rows (`read`), which
+is what streaming (`calm_core.data.stream`) indexes and reads back. Both reads walk the
+same rows through the same parser (below), so they cannot disagree; what is opened once per
+file (a header, a Parquet schema, the held-open file) is `calm_core.data.files`'s.
 
-One source per format, opened through `SOURCE_OPENERS` (format -> opener; its twin for
-the eager readers is `readers.TABLE_READERS`): JSON lines and CSV keyed by the byte
-offset of a row, Parquet by its position (one row group decoded at a time, the last one
-kept); a Hugging Face dataset (`HFSource`) by its index.
+`FILE_FORMATS` is the one table of formats: a format's name, the suffixes that name its
+files, and the reader that opens it. Adding a format is a reader and a line there;
+`calm_core.data.readers` opens every file through it. JSON lines and CSV are keyed by
+the byte offset of a row, Parquet by its position (one row group decoded at a time, the
+last one kept); a `.json` file holding one array is read whole (not a `FileSource`); a
+Hugging Face dataset (`HFSource`) is keyed by its index.
 
-A file source holds the indexed file open (`_OpenFile`), so its rows read from this very
+A file source holds the indexed file open (`OpenFile`), so its rows read from this very
 file even after its name is removed (the studio indexes an upload in a temporary folder);
 a change to it in place (size or modification time) raises DataError rather than being misread.
 """
@@ -14,32 +19,41 @@ a change to it in place (size or modification time) raises DataError rather than
 from __future__ import annotations
 
 import csv
-import io
-import os
-import weakref
+import itertools
+import json
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Iterable, Protocol, Union
 
 import numpy as np
 
-from calm_core.data.readers import (
+from calm_core.data.files import (
+    BOM,
     READ_ERRORS,
-    check_readable,
+    OpenFile,
     csv_header,
-    csv_record,
-    format_entry,
-    is_json_array,
     open_parquet,
-    parquet_rows,
-    parse_json_line,
-    read_csv,
     read_failed,
-    unreadable,
 )
-from calm_core.data.schema import DataError
+from calm_core.data.schema import DataError, RowError, is_utf8
 
+UNDECODABLE = "Expected UTF-8 text, but got undecodable bytes"
+PARQUET_BATCH = 1024  # rows decoded at a time, so `limit` on a large file stays cheap
+
+Record = dict[str, Any]
+Row = tuple[int, Union[Record, RowError]]  # (1-based row number, raw record or why it is unreadable)
 KeyedRow = tuple[int, int, Any]  # (1-based row number, key, raw record or RowError)
+
+
+@dataclass
+class Table:
+    """Raw rows of one source: the column names present and a (lazy) row iterator."""
+
+    source: str  # the name row errors carry (file name or "hf:<name>")
+    where: str  # the full location, for whole-file messages
+    columns: list[str]
+    rows: Iterable[Row]
 
 
 class RowSource(Protocol):
@@ -54,70 +68,173 @@ class RowSource(Protocol):
     def read(self, keys: Sequence[int]) -> list[Any]: ...
 
 
-# ----------------------------------------------------------------------------- sources
+class FileReader(Protocol):
+    """What a format's opener gives: its rows read whole. A reader that also streams is
+    a `FileSource` (below), and a `RowSource`."""
+
+    def rows(self) -> Iterator[Row]: ...
+
+    def table(self) -> Table: ...
 
 
-class _OpenFile:
-    """The indexed file, held open: rows are read from this very file even after its name
-    is gone (the studio indexes an upload in a temporary folder that it then removes), and
-    a change to it (size or modification time) is refused rather than misread.
-
-    Reads go through `os.pread` at an offset, so threads sharing the items never move one
-    another's position. Pickling keeps the path, size and time; unpickling opens the path.
-    """
-
-    def __init__(self, path: Path, where: str, size: int | None = None, mtime_ns: int | None = None) -> None:
-        self.path, self.where = path, where
-        self.fd = os.open(path, os.O_RDONLY)
-        weakref.finalize(self, os.close, self.fd)
-        stat = os.fstat(self.fd)
-        self.size = stat.st_size if size is None else size
-        self.mtime_ns = stat.st_mtime_ns if mtime_ns is None else mtime_ns
-
-    def check(self) -> None:
-        stat = os.fstat(self.fd)
-        if (stat.st_size, stat.st_mtime_ns) != (self.size, self.mtime_ns):
-            raise DataError(
-                f"Expected {self.where} to stay unchanged while its items are used, but it changed: load it again"
-            )
-
-    def binary_at(self, offset: int) -> io.BufferedReader:
-        """A buffered binary reader from byte `offset`, with its own position."""
-        return io.BufferedReader(_PositionalReader(self.fd, offset))
-
-    def text_at(self, offset: int) -> io.TextIOWrapper:
-        """`read_csv`'s text reader (UTF-8, bad bytes kept as surrogates) from byte `offset`."""
-        return io.TextIOWrapper(self.binary_at(offset), encoding="utf-8", errors="surrogateescape", newline="")
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_OpenFile, (self.path, self.where, self.size, self.mtime_ns))
+# ----------------------------------------------------------------------------- one row at a time
 
 
-class _PositionalReader(io.RawIOBase):
-    """A raw reader over a shared file descriptor that reads with `os.pread` from its own position."""
-
-    def __init__(self, fd: int, offset: int) -> None:
-        self.fd, self.position = fd, offset
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        data = os.pread(self.fd, len(buffer), self.position)
-        buffer[: len(data)] = data
-        self.position += len(data)
-        return len(data)
+def some_rows(rows: Iterator[Row], where: str) -> Iterator[Row]:
+    """`rows`, or a DataError once they end when there was none (a file of blank lines)."""
+    empty = True
+    for row in rows:
+        empty = False
+        yield row
+    if empty:
+        raise DataError(f"Expected data rows in {where}, but the file has only blank lines")
 
 
-class JsonlSource:
+def parse_json_line(raw: bytes, source: str, number: int) -> Record | RowError:
+    try:
+        value = json.loads(raw.decode("utf-8-sig"))
+    except UnicodeDecodeError:
+        return RowError(source, number, "", UNDECODABLE)
+    except json.JSONDecodeError as exc:
+        return RowError(source, number, "", f"Expected valid JSON, but got {exc.msg} at column {exc.colno}")
+    except (ValueError, RecursionError):  # a number past 4300 digits, nesting past Python's stack
+        return RowError(source, number, "", "Expected valid JSON, but got a number or nesting too large to read")
+    if not isinstance(value, dict):
+        return RowError(source, number, "", f"Expected a JSON object, but got {_json_type(value)}")
+    return value
+
+
+def _json_type(value: Any) -> str:
+    """JSON's name for a parsed value ("array", not Python's "list")."""
+    names = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number", float: "number"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)
+
+
+def json_array_rows(path: Path, source: str, where: str) -> Iterator[Row]:
+    """A .json file holding one array of objects; rows are 1-based array positions."""
+    try:
+        values = json.loads(path.read_bytes().decode("utf-8-sig"))
+    except UnicodeDecodeError:
+        raise DataError(f"Expected a JSON array of objects in {where}, but it is not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        message = f"Expected a JSON array of objects in {where}, but got {exc.msg} at line {exc.lineno}"
+        raise DataError(message) from None
+    except (ValueError, RecursionError):  # a number past 4300 digits, nesting past Python's stack
+        message = f"Expected a JSON array of objects in {where}, but it holds a number or nesting too large to read"
+        raise DataError(message) from None
+    for number, value in enumerate(values, start=1):
+        if isinstance(value, dict):
+            yield number, value
+        else:
+            yield number, RowError(source, number, "", f"Expected a JSON object, but got {_json_type(value)}")
+
+
+def csv_lines(handle: Any) -> Iterator[tuple[int, str]]:
+    """(byte offset, text) of every line of a binary handle, as `read_csv`'s text handle
+    splits them (at \\n, \\r\\n and a lone \\r) and decodes them (bad bytes kept as
+    surrogates). The offset is where a row can be read again (`sources.CsvSource.read`):
+    a text handle's `tell()` is an opaque cookie, not a position."""
+    offset = 0
+    for chunk in handle:  # split at \n by the binary reader; a lone \r splits below
+        for raw in chunk.splitlines(keepends=True) if b"\r" in chunk else (chunk,):
+            yield offset, raw.decode("utf-8", "surrogateescape")
+            offset += len(raw)
+
+
+def csv_record(number: int, cells: list[str], header: list[str], source: str) -> Record | RowError | None:
+    """One CSV row's record, its RowError (wrong number of fields, undecodable bytes), or
+    None for a blank row (skipped, though it keeps its number)."""
+    if not any(cell.strip() for cell in cells):
+        return None
+    if len(cells) != len(header):
+        return RowError(source, number, "", f"Expected {len(header)} fields as in the header, but got {len(cells)}")
+    bad = next((column for column, cell in zip(header, cells, strict=True) if not is_utf8(cell)), None)
+    if bad is not None:
+        return RowError(source, number, bad, UNDECODABLE)
+    return dict(zip(header, cells, strict=True))
+
+
+def parquet_rows(parquet: Any, where: str) -> Iterator[Row]:
+    import pyarrow as pa
+
+    number = 0
+    try:
+        for batch in parquet.iter_batches(batch_size=PARQUET_BATCH):
+            for record in batch.to_pylist():  # plain Python values: lists stay lists
+                number += 1
+                yield number, record
+    except pa.ArrowException as exc:  # a damaged data page: the rows after it cannot be located
+        raise DataError(f"Expected readable data in {where}, but reading after row {number} failed: {exc}") from None
+
+
+def guarded(table: Table) -> Iterator[Row]:
+    """Rows of `table`, turning a read failure half-way through into one DataError."""
+    number = 0
+    try:
+        for number, raw in table.rows:
+            yield number, raw
+    except READ_ERRORS as exc:
+        raise read_failed(table.where, number, exc) from None
+
+
+def row_chunks(table: Table, size: int) -> Iterator[list[Row]]:
+    """`guarded(table)`'s rows in lists of up to `size`: a loader runs each stage (map the
+    columns, validate) over a chunk at once, in file order, and can stop after any chunk."""
+    rows = guarded(table)
+    while chunk := list(itertools.islice(rows, size)):
+        yield chunk
+
+
+# ----------------------------------------------------------------------------- the readers
+
+
+def _unkeyed(rows: Iterator[KeyedRow]) -> Iterator[Row]:
+    """A scan's rows without their keys: what a whole read yields."""
+    for number, _, record in rows:
+        yield number, record
+
+
+class FileSource:
+    """The base of a streaming file reader, which gives `scan` and `read`. What every one
+    shares: its rows without keys make the whole read (`rows`, `table`), and streaming
+    holds the file open (`hold`, by `readers.open_source` before the index is built) so
+    that `read` finds its rows in this very file. A whole read never holds it."""
+
+    columns: list[str] | None
+
+    def __init__(self, path: Path, source: str, where: str) -> None:
+        self.path, self.source, self.where = path, source, where
+        self.file: OpenFile | None = None
+
+    def scan(self) -> Iterator[KeyedRow]:
+        raise NotImplementedError
+
+    def hold(self) -> None:
+        self.file = OpenFile(self.path, self.where)
+
+    def held(self) -> OpenFile:
+        """The held file, checked unchanged since it was opened."""
+        if self.file is None:
+            raise RuntimeError(f"{type(self).__name__}.read needs the file held: call hold() before the scan")
+        self.file.check()
+        return self.file
+
+    def rows(self) -> Iterator[Row]:
+        return _unkeyed(self.scan())
+
+    def table(self) -> Table:
+        return Table(self.source, self.where, self.columns or [], self.rows())
+
+
+class JsonlSource(FileSource):
     """JSON lines; the key is the byte offset of the line. Columns are the union of the
-    keys of every record, so they are only known after the scan (`scan` collects them)."""
+    keys of every record, so they are only known after the scan (`scan` collects them),
+    and a whole read reads every row before it gives its table."""
 
     columns = None
 
     def __init__(self, path: Path, source: str, where: str) -> None:
-        self.path, self.source, self.where = path, source, where
-        self.file = _OpenFile(path, where)
+        super().__init__(path, source, where)
         self.seen_columns: dict[str, None] = {}
 
     def scan(self) -> Iterator[KeyedRow]:
@@ -131,35 +248,57 @@ class JsonlSource:
                     yield number, offset, record
                 offset += len(raw)
 
+    def rows(self) -> Iterator[Row]:
+        return some_rows(_unkeyed(self.scan()), self.where)
+
+    def table(self) -> Table:
+        rows = list(self.rows())  # the columns are known once every row is read
+        return Table(self.source, self.where, list(self.seen_columns), rows)
+
     def read_columns(self) -> None:
         """Read every row for its keys alone (`seen_columns`), when a pass stopped early."""
         for _ in guarded_scan(self):
             pass
 
     def read(self, keys: Sequence[int]) -> list[Any]:
-        self.file.check()
-        return [parse_json_line(self.file.binary_at(int(key)).readline(), self.source, 0) for key in keys]
+        file = self.held()
+        return [parse_json_line(file.binary_at(int(key)).readline(), self.source, 0) for key in keys]
 
 
-class CsvSource:
-    """CSV with a header; the key is the position of the record's first line (a quoted
-    cell may span lines). Reads through `readers.csv_record`, as the eager reader does."""
+class JsonArrayReader:
+    """A `.json` file holding one array of objects: parsed whole, so it does not stream
+    (there is no row to seek to); rows are 1-based array positions."""
+
+    def __init__(self, path: Path, source: str, where: str) -> None:
+        self.path, self.source, self.where = path, source, where
+
+    def rows(self) -> Iterator[Row]:
+        return some_rows(json_array_rows(self.path, self.source, self.where), self.where)
+
+    def table(self) -> Table:
+        rows = list(self.rows())
+        columns: dict[str, None] = {}
+        for _, record in rows:
+            if isinstance(record, dict):
+                columns.update(dict.fromkeys(record))
+        return Table(self.source, self.where, list(columns), rows)
+
+
+class CsvSource(FileSource):
+    """CSV with a header; the key is the byte offset of the record's first line (a quoted
+    cell may span lines). Every row goes through `csv_record`."""
 
     def __init__(self, path: Path, source: str, where: str, header: list[str]) -> None:
-        self.path, self.source, self.where, self.columns = path, source, where, header
-        self.file = _OpenFile(path, where)
+        super().__init__(path, source, where)
+        self.columns = header
 
     def scan(self) -> Iterator[KeyedRow]:
-        with read_csv(self.path) as handle:
-            starts: list[int] = []  # positions of the lines the reader took for the record it is building
+        with self.path.open("rb") as handle:
+            starts: list[int] = []  # offsets of the lines the reader took for the record it is building
 
             def lines() -> Iterator[str]:
-                while True:
-                    position = handle.tell()  # allowed: readline, not iteration, moves the handle
-                    line = handle.readline()
-                    if not line:
-                        return
-                    starts.append(position)
+                for offset, line in csv_lines(handle):
+                    starts.append(offset)
                     yield line
 
             reader = csv.reader(lines())
@@ -173,20 +312,19 @@ class CsvSource:
                     yield number, key, record
 
     def read(self, keys: Sequence[int]) -> list[Any]:
-        self.file.check()
-        return [csv_record(0, next(csv.reader(self.file.text_at(int(key)))), self.columns, self.source) for key in keys]
+        file = self.held()
+        return [csv_record(0, next(csv.reader(file.text_at(int(key)))), self.columns, self.source) for key in keys]
 
 
-class ParquetSource:
+class ParquetSource(FileSource):
     """Parquet; the key is the row's 0-based position. A read decodes the row groups that
     hold the wanted rows, one at a time, keeping the last one (batches drawn from a
     shuffled file touch a group each; sequential chunks reuse it)."""
 
     def __init__(self, path: Path, source: str, where: str, parquet: Any) -> None:
-        self.path, self.source, self.where = path, source, where
+        super().__init__(path, source, where)
         self.parquet = parquet
         self.columns = list(parquet.schema_arrow.names)
-        self.file = _OpenFile(path, where)
         sizes = [parquet.metadata.row_group(g).num_rows for g in range(parquet.metadata.num_row_groups)]
         self.group_starts = np.cumsum([0] + sizes)
         self._cached: tuple[int, Any] | None = None
@@ -196,7 +334,7 @@ class ParquetSource:
             yield number, number - 1, record
 
     def read(self, keys: Sequence[int]) -> list[Any]:
-        self.file.check()
+        self.held()
         keys = np.asarray(keys, dtype=np.int64)
         groups = np.searchsorted(self.group_starts, keys, side="right") - 1
         out: list[Any] = [None] * len(keys)
@@ -234,30 +372,59 @@ class HFSource:
         for index, record in enumerate(self.dataset):
             yield index + 1, index, record
 
+    def rows(self) -> Iterator[Row]:
+        return _unkeyed(self.scan())
+
+    def table(self) -> Table:
+        return Table(self.source, self.where, self.columns, self.rows())
+
     def read(self, keys: Sequence[int]) -> list[Any]:
         return [self.dataset[int(key)] for key in keys]
 
 
-def open_source(path: Path, fmt: str, source: str | None = None) -> RowSource | None:
-    """The row source of a JSONL, CSV or Parquet file, or None for a `.json` file holding
-    one array (read whole). Whole-file problems raise the DataError `open_table` raises."""
-    where = source or str(path)
-    check_readable(path, where)
-    opener = format_entry(SOURCE_OPENERS, fmt)
-    try:
-        return opener(path, source or path.name, where)
-    except READ_ERRORS as exc:
-        raise unreadable(fmt, where, exc) from None
+# ----------------------------------------------------------------------------- the formats
 
 
-def _jsonl_source(path: Path, name: str, where: str) -> RowSource | None:
-    return None if is_json_array(path) else JsonlSource(path, name, where)
+def is_json_array(path: Path) -> bool:
+    """A `.json` file holding one array of objects rather than JSON lines."""
+    return path.suffix.lower() == ".json" and starts_with(path, b"[")
 
 
-SOURCE_OPENERS: dict[str, Callable[[Path, str, str], RowSource | None]] = {  # format -> streaming opener
-    "jsonl": _jsonl_source,
-    "csv": lambda path, name, where: CsvSource(path, name, where, csv_header(path, where)),
-    "parquet": lambda path, name, where: ParquetSource(path, name, where, open_parquet(path, where)),
+def starts_with(path: Path, prefix: bytes) -> bool:
+    """Whether the file's first non-blank bytes (after a BOM) are `prefix`."""
+    with path.open("rb") as handle:
+        return handle.read(4096).removeprefix(BOM).lstrip().startswith(prefix)
+
+
+@dataclass(frozen=True)
+class FileFormat:
+    """One file format: the suffixes that name its files and the reader that opens one
+    (path, the name row errors use, the name whole-file errors use)."""
+
+    name: str
+    suffixes: tuple[str, ...]
+    open: Callable[[Path, str, str], FileReader]
+
+
+def _open_jsonl(path: Path, source: str, where: str) -> FileReader:
+    return JsonArrayReader(path, source, where) if is_json_array(path) else JsonlSource(path, source, where)
+
+
+def _open_csv(path: Path, source: str, where: str) -> FileReader:
+    return CsvSource(path, source, where, csv_header(path, where))
+
+
+def _open_parquet(path: Path, source: str, where: str) -> FileReader:
+    return ParquetSource(path, source, where, open_parquet(path, where))
+
+
+FILE_FORMATS = {  # the one table of formats: readers.detect_format, open_table and open_source all read it
+    fmt.name: fmt
+    for fmt in (
+        FileFormat("jsonl", (".jsonl", ".json", ".ndjson"), _open_jsonl),
+        FileFormat("csv", (".csv",), _open_csv),
+        FileFormat("parquet", (".parquet", ".pq"), _open_parquet),
+    )
 }
 
 

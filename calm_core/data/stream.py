@@ -31,7 +31,7 @@ validates again only if the whole file decides otherwise (`loaders._index_header
 A `.json` file holding one array is read whole, as before. HF datasets are memory-mapped
 Arrow already: a row is read back by its index.
 
-The file is held open while its items live (`sources._OpenFile`), so they read the indexed
+The file is held open while its items live (`files.OpenFile`), so they read the indexed
 file even after its name is removed (the studio indexes an upload in a temporary folder); it
 must not change in place: each read checks the size and modification time recorded when the
 index was built and raises DataError otherwise. The sources themselves (one per format, and
@@ -47,7 +47,7 @@ from typing import Any, overload
 
 import numpy as np
 
-from calm_core.data.readers import READ_ERRORS
+from calm_core.data.files import READ_ERRORS
 from calm_core.data.schema import DataError, RowError
 from calm_core.data.sources import KeyedRow, RowSource, guarded_scan
 
