@@ -186,14 +186,14 @@ def markdown(tables: dict[str, dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     from calm_core.paths import cache_dir
     from calm_core.scoring.models import ModelSpec, load_model
-    from calm_core.workspace.thermometer_build import TRAIN_SETS, _available, scored
+    from calm_core.workspace.thermometer_build import TRAIN_SETS, available_sets, scored
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--boot", type=int, default=300, help="bootstrap draws (section 9 used 300)")
     parser.add_argument("--json", type=Path, default=RESULTS / "thermometer_transfer.json")
     args = parser.parse_args(argv)
     lm = load_model(ModelSpec(name="embedded", device="cpu"))
-    train = [scored(lm, name, THERMO_LIMIT, cache_dir() / "thermometer") for name in _available(TRAIN_SETS)]
+    train = [scored(lm, name, THERMO_LIMIT, cache_dir() / "thermometer") for name in available_sets(TRAIN_SETS)]
     thermometers = thermometers_by_domain(train)
     cache: dict[tuple, Scored] = {}  # both domains evaluate the same items (unless a training question is dropped)
     tables = {domain: domain_table(lm, domain, thermometers, boot=args.boot, cache=cache) for domain in TRAINING}

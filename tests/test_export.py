@@ -186,9 +186,12 @@ def test_a_posthoc_variant_exports_as_a_folder_that_reproduces_it(runs, exports,
         moved = max(abs(a - b) for i, p in zip(frame["id"], frame["probs"]) for a, b in zip(p, expected[i]))
         assert moved > 100 * TOLERANCE
     folder = exports[f"scalar-{variant}"]
-    assert json.loads((folder / "calm_export.json").read_text())["variant"] == variant
+    record = json.loads((folder / "calm_export.json").read_text())
+    assert record["variant"] == variant
     assert (folder / "calibration_head.safetensors").exists() == (variant != "base")
-    assert "not the trained adapter" in (folder / "README.md").read_text()
+    card = (folder / "README.md").read_text()
+    assert "not the trained adapter" in card
+    assert ("head scope `" in card) == (record["head_scope"] is not None) and "`None`" not in card
 
 
 def test_export_refuses_a_variant_it_cannot_write(runs, tmp_path: Path) -> None:
@@ -241,6 +244,7 @@ def test_export_folder_contents_and_record(runs, exports, tiny_model_dir: Path, 
     assert record["ts_temperature"] == pytest.approx(run.results()["ts"]["temperature"])
     assert record["calm_core"]["version"]
     card = (folder / "README.md").read_text()
+    assert f"head scope `{scope}`" in card
     snippet = card.split("```python\n")[1].split("```")[0]
     compile(snippet, "README.md", "exec")  # the card's code is Python
     assert "PeftModel.from_pretrained(base, folder)" in snippet and "CalibrationHead.from_folder(folder)" in snippet

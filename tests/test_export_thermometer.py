@@ -186,10 +186,10 @@ def _refusals(runs: dict[str, RunDir], thermometers: dict[str, Thermometer]) -> 
         return Thermometer(**{**cloze.__dict__, **change})
     return {
         "another model": (runs["cloze"], named(model="someone/else"), "thermometer",
-                          r"Expected a thermometer of run thermo-cloze's model .*, but .* reads someone/else's"),
+                          r"Expected a thermometer of run thermo-cloze's model .*, but .* reads someone/else's hidden states"),
         "no model": (runs["cloze"], named(model=""), "thermometer", r"to name its model \(`model`\)"),
         "another rule": (runs["letter"], cloze, "thermometer",
-                         "Expected a thermometer trained under run thermo-letter's scoring letter, .* under cloze"),
+                         "Expected a thermometer of run thermo-letter's model .* under letter, but .* was trained under cloze scoring"),
         "not the variant": (runs["cloze"], cloze, "ts", "Expected `thermometer` only with the thermometer variant"),
     }
 

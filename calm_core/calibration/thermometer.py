@@ -221,13 +221,23 @@ def run_thermometer(
     if not path.is_file():
         return None, _NO_THERMOMETER + "none is built (python -m calm_core.workspace.thermometer_build)"
     thermometer = load_thermometer(path)
+    why = mismatch(thermometer, model, scoring, width)
+    return (None, f"{_NO_THERMOMETER}it {why}") if why else (thermometer, None)
+
+
+def mismatch(thermometer: Thermometer, model: str, scoring: str, width: int | None = None) -> str | None:
+    """Why `thermometer` means nothing for `model` under `scoring` (a verb phrase: "reads
+    X's hidden states, not Y's"), or None when it fits. The one check a run, `calm eval
+    --thermometer` and an export make. A thermometer that records no model or rule is not
+    refused for it; `width` (the model's hidden size, when known) catches another model
+    under the same name."""
     if thermometer.model and thermometer.model != model:
-        return None, _NO_THERMOMETER + f"it reads {thermometer.model}'s hidden states, not {model}'s"
-    if width is not None and thermometer.mean and len(thermometer.mean) != width:  # a model under the same name
-        return None, _NO_THERMOMETER + f"it reads states of width {len(thermometer.mean)}, this model's are {width}"
-    if thermometer.scoring and thermometer.scoring != scoring:
-        return None, _NO_THERMOMETER + f"it was trained under {thermometer.scoring}, not {scoring}"
-    return thermometer, None
+        return f"reads {thermometer.model}'s hidden states, not {model}'s"
+    if width is not None and thermometer.mean and len(thermometer.mean) != width:
+        return f"reads states of width {len(thermometer.mean)}, not this model's {width}"
+    if thermometer.scoring and thermometer.scoring != scoring:  # the state it reads is the rule's
+        return f"was trained under {thermometer.scoring} scoring, not {scoring}"
+    return None
 
 
 _NO_THERMOMETER = "no `thermometer` variant: "

@@ -150,7 +150,7 @@ def _posthoc(args: argparse.Namespace, lm: Any, cfg: Any, fit_items: dict[str, l
 def _thermometer(args: argparse.Namespace) -> Any:
     """The thermometer of --thermometer (None without it), checked before the model loads:
     its file must exist and it must have been trained on this model's hidden states."""
-    from calm_core.calibration.thermometer import SHIPPED, load_thermometer
+    from calm_core.calibration.thermometer import SHIPPED, load_thermometer, mismatch
 
     if args.thermometer is None:
         return None
@@ -159,12 +159,9 @@ def _thermometer(args: argparse.Namespace) -> Any:
         build = "python -m calm_core.workspace.thermometer_build"
         raise UsageError(f"no thermometer at {path}: build the embedded model's with `{build}`")
     thermometer = load_thermometer(path)
-    model = args.model or "embedded"
-    if thermometer.model and thermometer.model != model:
-        raise UsageError(f"the thermometer at {path} reads {thermometer.model}'s hidden states, not {model}'s")
-    rule = args.scoring or "cloze"
-    if thermometer.scoring and thermometer.scoring != rule:  # the state it reads depends on the rule
-        raise UsageError(f"the thermometer at {path} was trained under {thermometer.scoring} scoring, not {rule}")
+    why = mismatch(thermometer, args.model or "embedded", args.scoring or "cloze")
+    if why:
+        raise UsageError(f"the thermometer at {path} {why}")
     return thermometer
 
 

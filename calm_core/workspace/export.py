@@ -51,8 +51,8 @@ from calm_core.runs.rundir import RunDir
 from calm_core.workspace.export_thermometer import (
     THERMOMETER,
     THERMOMETER_FILE,
-    run_thermometer,
     save_thermometer,
+    thermometer_for_export,
     thermometer_record,
 )
 from calm_core.workspace.hub_id import portable_base_model
@@ -144,7 +144,7 @@ def export_run(run: RunDir, target: Path, variant: str | None = None, thermomete
         )
     if thermometer is not None and variant != THERMOMETER:
         raise ValueError(f"Expected `thermometer` only with the {THERMOMETER} variant, but the variant is {variant!r}")
-    thermo = run_thermometer(run, thermometer) if variant == THERMOMETER else None  # refused before any write
+    thermo = thermometer_for_export(run, thermometer) if variant == THERMOMETER else None  # refused before any write
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".export", dir=target.parent))
     try:
@@ -204,7 +204,8 @@ def _variant_source(
     if variant in _POSTHOC_HEADS:
         _POSTHOC_HEADS[variant](run, results).save(scratch)
     if variant == THERMOMETER:
-        save_thermometer(run_thermometer(run) if thermometer is None else thermometer, scratch / THERMOMETER_FILE)
+        thermometer = thermometer_for_export(run) if thermometer is None else thermometer
+        save_thermometer(thermometer, scratch / THERMOMETER_FILE)
     return step, scratch, variant
 
 

@@ -1,6 +1,6 @@
 """`calm export RUN_ID DIR --variant thermometer`: the untouched model with a thermometer.
 
-    thermo = run_thermometer(run)                 # the shipped one, refused unless it fits the run
+    thermo = thermometer_for_export(run)          # the shipped one, refused unless it fits the run
     save_thermometer(thermo, folder / THERMOMETER_FILE)
     thermometer_record(folder / THERMOMETER_FILE) # calm_export.json's `thermometer`
 
@@ -28,13 +28,13 @@ THERMOMETER_FILE = "thermometer.safetensors"  # read by calm_head.Thermometer.fr
 _FORMAT = "calm_studio.thermometer"  # metadata tag, so another safetensors file is refused
 
 
-def run_thermometer(run: RunDir, path: Path | None = None) -> "Thermometer":
+def thermometer_for_export(run: RunDir, path: Path | None = None) -> "Thermometer":
     """The thermometer at `path` (default: the embedded model's shipped one), refused unless
     it fits the run: a multiple-choice run, the model whose hidden states it reads (it must
     name one: an export says whose states it reads) and, where it records one, the scoring
     rule its logits and states came from (the state read is the rule's: cloze, the
     context's last token; letter, the answer position)."""
-    from calm_core.calibration.thermometer import SHIPPED, load_thermometer
+    from calm_core.calibration.thermometer import SHIPPED, load_thermometer, mismatch
     from calm_core.scoring.prompts import ScoringConfig
 
     train = run.config.get("train") or {}
@@ -52,17 +52,10 @@ def run_thermometer(run: RunDir, path: Path | None = None) -> "Thermometer":
     model = str(train.get("model") or "embedded")
     if not thermo.model:
         raise ValueError(f"Expected the thermometer at {path} to name its model (`model`), but it names none")
-    if thermo.model != model:
-        raise ValueError(
-            f"Expected a thermometer of run {run.run_id}'s model {model}, "
-            f"but {path} reads {thermo.model}'s hidden states"
-        )
     rule = ScoringConfig(rule=train.get("scoring", "cloze"), chat_template=bool(train.get("chat_template"))).name
-    if thermo.scoring and thermo.scoring != rule:
-        raise ValueError(
-            f"Expected a thermometer trained under run {run.run_id}'s scoring {rule}, but {path} was trained under "
-            f"{thermo.scoring}"
-        )
+    why = mismatch(thermo, model, rule)
+    if why:
+        raise ValueError(f"Expected a thermometer of run {run.run_id}'s model {model} under {rule}, but {path} {why}")
     return thermo
 
 

@@ -53,7 +53,7 @@ def export_card(run: RunDir, record: dict[str, Any]) -> str:
         front_matter(card_metadata(run, record, rows))
         + f"# {run.run_id}\n{variant_note}\nTrained with CALM Studio: task `{record['task']}`, "
         f"method `{record['method']}`, "
-        f"head scope `{record['head_scope']}`, base model `{hub}` (`{train.get('model')}` in the run), scoring "
+        f"{_scope_words(record)}base model `{hub}` (`{train.get('model')}` in the run), scoring "
         f"`{scoring['rule']}`{' with the chat template' if scoring['chat_template'] else ''}, {train.get('steps')} "
         f"steps on `{train.get('train_data')}` (S_V: `{train.get('heldout_data')}`); the adapter and head of step "
         f"{record['step']}{_selected_note(run)}.\n{weights_note}\n"
@@ -84,6 +84,12 @@ ADAPTIVE_NOTE = (
     "`head(z, h)` the calibrated scores. It never re-ranks a question's options, and it does not act while "
     "generating.\n"
 )
+
+
+def _scope_words(record: dict[str, Any]) -> str:
+    """ "head scope `scalar`, " for a folder that holds a head; nothing for one that holds
+    none (the untouched model, a thermometer: the variant note says what it holds)."""
+    return f"head scope `{record['head_scope']}`, " if record["head_scope"] else ""
 
 
 def thermometer_note(thermometer: dict[str, Any]) -> str:

@@ -58,7 +58,9 @@ TEST_OF = {  # a training set -> the split its domain is tested on (a real set w
 }
 
 
-def _available(names: tuple[str, ...]) -> list[str]:
+def available_sets(names: tuple[str, ...]) -> list[str]:
+    """The sets of `names` this machine can load: every built-in one, and a shared one
+    when `CALM_DATA_DIR` holds its folder (so a build without the shared data still runs)."""
     real = data_dir()
     return [n for n in names if n.startswith("builtin/") or (real is not None and (real / n.split("/")[0]).is_dir())]
 
@@ -154,8 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cache = cache_dir() / "thermometer"
     lm = load_model(ModelSpec(name="embedded", device="cpu"))
-    train = [scored(lm, name, args.limit, cache) for name in _available(TRAIN_SETS)]
-    tests = {name: scored(lm, name, args.limit, cache) for name in _available(tuple(TEST_OF.values()))}
+    train = [scored(lm, name, args.limit, cache) for name in available_sets(TRAIN_SETS)]
+    tests = {name: scored(lm, name, args.limit, cache) for name in available_sets(tuple(TEST_OF.values()))}
     thermo = Thermometer.train(train)
     thermo.model, thermo.scoring = "embedded", "cloze"  # what `scored` reads
     thermo.save(args.out)

@@ -231,7 +231,7 @@ def final_evaluation(
     fit_on = f"{ctx.settings.train_data} + {ctx.settings.heldout_data}" if pooled else ctx.settings.heldout_data
     records = baseline_records(fitted, notes, fit_on=fit_on, calibrate_on=ctx.settings.calibrate_on)
     thermometer = _thermometer(ctx, records)
-    variants = _variants_of(ctx, {**fitted, **({"thermometer": thermometer} if thermometer else {})})
+    variants = _variants_of(ctx, _with_thermometer(fitted, thermometer))
     rows = _evaluate_sets(ctx, data.evals, variants, run.path, reuse)
     recommendation = (
         _recommendation(ctx, data, (heldout_cache, train_cache), fitted, thermometer)
@@ -299,9 +299,14 @@ def added_evaluation(
     the post-hoc calibrators the run fitted on S_V, as saved (never refitted on these sets).
     Predictions go under `root`; returns the rows, in `final_evaluation`'s shape. The
     thermometer needs no fit: the new sets get their own temperatures from their inputs."""
-    thermometer = _thermometer(ctx, {})
-    fitted = {**calibrators, **({"thermometer": thermometer} if thermometer else {})}
-    return _evaluate_sets(ctx, evals, _variants_of(ctx, fitted), root, None)
+    variants = _variants_of(ctx, _with_thermometer(calibrators, _thermometer(ctx, {})))
+    return _evaluate_sets(ctx, evals, variants, root, None)
+
+
+def _with_thermometer(calibrators: dict[str, Any], thermometer: Any) -> dict[str, Any]:
+    """The post-hoc variants to evaluate: the fitted calibrators and, when there is one,
+    the thermometer (fitted on no label of the run)."""
+    return {**calibrators, **({"thermometer": thermometer} if thermometer is not None else {})}
 
 
 def _variants_of(ctx: StepContext, fitted: dict[str, Any]) -> list[Variant]:
