@@ -163,17 +163,28 @@ def upload_section() -> None:
     upload = st.file_uploader("CSV, JSONL or Parquet", type=_accepted_suffixes(), key="data_upload")
     if upload is None:
         return
+    read = _read_upload(upload)
+    if read is None:
+        return
+    mapping, report = read
+    _show_upload(mapping, report)
+    _save_upload_form(upload.name, mapping, report)
+
+
+def _read_upload(upload: Any) -> tuple[ColumnMapping, LoadReport] | None:
+    """The upload's mapping (guessed, then as the widgets set it) and what it loads to;
+    None, with the error shown, when the file cannot be read or mapped."""
     with tempfile.TemporaryDirectory() as tmp:
         # The format comes from the original name (or the bytes), never from a cleaned name.
         path = stage_upload(upload.name, upload.getvalue(), Path(tmp))
         try:
             records = peek_records(path, rows=GUESS_ROWS, source=upload.name)
-            if not records:
-                st.error(_no_rows(path, upload.name))
-                return
+            problem = None if records else _no_rows(path, upload.name)
         except Exception as exc:
-            st.error(_problem(exc))
-            return
+            records, problem = [], _problem(exc)
+        if problem:
+            st.error(problem)
+            return None
         columns = list(dict.fromkeys(key for record in records for key in record))
         paths = column_paths(columns, records)
         _prefill(upload.file_id, guess_column_mapping(columns, records), paths)
@@ -184,7 +195,12 @@ def upload_section() -> None:
             report = load_file(path, kind=values["kind"], mapping=mapping, name=upload.name, source=upload.name)
         except Exception as exc:
             st.error(_problem(exc))
-            return
+            return None
+    return mapping, report
+
+
+def _show_upload(mapping: ColumnMapping, report: LoadReport) -> None:
+    """The mapping as text, the counts, a preview of the items and why rows were rejected."""
     st.caption("The same mapping as text, for `calm eval --data FILE --mapping '...'`:")
     st.code(mapping.to_text(), language=None)
     if not mapping.text_round_trips():
@@ -206,13 +222,17 @@ def upload_section() -> None:
         with st.expander(f"Why {count} row{'s were' if count != 1 else ' was'} rejected"):
             st.caption(ROW_NUMBERS)
             st.table(pd.DataFrame({"row": [plain(e) for e in report.rejected[:200]]}), hide_index=True)
-    name = st.text_input("Save as", value=_default_name(upload.name), key="data_name")
+
+
+def _save_upload_form(filename: str, mapping: ColumnMapping, report: LoadReport) -> None:
+    """The name, the replace box and the save button; a saved upload becomes the split form's source."""
+    name = st.text_input("Save as", value=_default_name(filename), key="data_name")
     overwrite = st.checkbox("Replace an upload with the same name", key="data_overwrite")
     if st.button("Save to the workspace", type="primary", key="data_save"):
         try:
             if overwrite:  # replacing deletes what was there: a shared studio's owner rule applies
                 check_may_replace(f"upload/{name}", studio_access(), this_session())
-            entry = save_upload(name, report, upload.name, mapping, overwrite=overwrite, owner=this_session())
+            entry = save_upload(name, report, filename, mapping, overwrite=overwrite, owner=this_session())
         except Exception as exc:
             st.error(_problem(exc))
         else:
@@ -261,8 +281,14 @@ def split_section() -> None:
     )
     names = [e.name for e in list_datasets() if e.kind in ("mc", "open")]
     source = st.selectbox("Dataset", names, key=DATA_SPLIT_SOURCE)
-    if source is None:
-        return
+    if source is not None:
+        _split_form(source)
+    _saved_split()
+
+
+def _split_form(source: str) -> None:
+    """The sizes, seed and name of a split of `source`, its plan per part and the advice on
+    S_V, and the button that saves it (disabled when S_V is refused)."""
     sizes = {}
     for column, (part, percent) in zip(st.columns(3), SPLIT_PERCENT.items(), strict=True):
         sizes[part] = column.number_input(
@@ -297,8 +323,13 @@ def split_section() -> None:
     st.dataframe(pd.DataFrame(plan.table(name)), hide_index=True, width="stretch")
     advice = advise_split(plan.sizes, [p / 100 for p in sizes.values()])
     _show_advice(advice, plan.sizes["heldout"])
+    _save_split_form(plan, name, advice.refused)
+
+
+def _save_split_form(plan: Any, name: str, refused: bool) -> None:
+    """The replace box and the Split button; the saved parts go to Train's calibrate form."""
     overwrite = st.checkbox("Replace a split with the same name", key="data_split_overwrite")
-    if st.button("Split", type="primary", key="data_split_go", disabled=advice.refused):
+    if st.button("Split", type="primary", key="data_split_go", disabled=refused):
         try:
             if overwrite:  # replacing deletes what was there: a shared studio's owner rule applies
                 check_may_replace(f"{SPLIT_PREFIX}{name}", studio_access(), this_session())
@@ -308,6 +339,11 @@ def split_section() -> None:
         else:
             st.session_state[DATA_LAST_SPLIT] = {**record.names, "source": record.source, "sizes": record.sizes}
             st.session_state[CALIBRATE_SPLIT] = st.session_state[DATA_LAST_SPLIT]
+
+
+def _saved_split() -> None:
+    """The last split saved in this session, its sizes and what S_V supports, with a
+    button that opens Train on it."""
     done = st.session_state.get(DATA_LAST_SPLIT)
     if done:
         parts = [done[part] for part in ("train", "heldout", "test") if part in done]
