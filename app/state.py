@@ -10,7 +10,7 @@ from typing import Sequence
 import streamlit as st
 
 from calm_core.data.schema import MCItem
-from calm_core.scoring.models import LoadedModel, embedded_model_dir, load_model
+from calm_core.scoring.models import LoadedModel, load_model, named_model, named_model_dir
 from calm_core.scoring.options import OptionScores
 from calm_core.scoring.quiz import Quiz, cached_scores, quiz_items, score_quiz
 from calm_core.workspace.playground import TrainedModel
@@ -30,7 +30,7 @@ def _score_store() -> dict[tuple, OptionScores]:
 @st.cache_resource(show_spinner="Preparing the embedded model (the first time converts it: about a minute)...")
 def model_dir(name: str = "embedded") -> Path:
     """The directory whose files name the model in the scores' disk cache."""
-    return embedded_model_dir() if name == "embedded" else Path(name)
+    return named_model_dir(name) if named_model(name) else Path(name)
 
 
 def get_scores(model_name: str, dataset: str, rule: str, limit: int, seed: int = 0) -> OptionScores:

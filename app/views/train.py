@@ -27,6 +27,7 @@ from calm_core.glossary import define, tooltip
 from calm_core.runs.listing import list_runs
 from calm_core.scoring.adapters import LoraSettings
 from calm_core.scoring.evaluate import load_report
+from calm_core.scoring.models import installed_models
 from calm_core.scoring.prompts import RULES
 from calm_core.settings import declared_settings
 from calm_core.training.config import PRESETS, TrainConfig, train_settings
@@ -204,15 +205,17 @@ def choose_model(access: Access) -> str:
     """Section 1: the embedded model, a local directory or a hub id; a shared studio
     refuses a path outside its allowed roots and stops the page there."""
     st.subheader("1. Model")
+    named = installed_models()  # embedded, and gemma3-270m when its extra is installed
     model_kind = st.radio(
         "Base model",
-        ["embedded", "local directory", "hub id"],
+        [*named, "local directory", "hub id"],
         horizontal=True,
         key="train_model_kind",
-        help="embedded: SmolLM2-135M-Instruct, shipped with the studio. A hub id needs a connection.",
+        help="embedded: SmolLM2-135M-Instruct, shipped with the studio. gemma3-270m: Gemma 3 270M, pretrained "
+        "(pip install -e '.[gemma]'). A hub id needs a connection.",
     )
-    if model_kind == "embedded":
-        return "embedded"
+    if model_kind in named:
+        return model_kind
     model = st.text_input(
         "Path or hub id",
         key="train_model_name",

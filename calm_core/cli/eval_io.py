@@ -16,7 +16,7 @@ JSON_REJECTED_KEPT = 100  # rejected rows listed per dataset in `--json`; `n_rej
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", help="'embedded' (default), a local model dir / .gguf, or a hub id")
+    parser.add_argument("--model", help="'embedded' (default), 'gemma3-270m', a local model dir / .gguf, or a hub id")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda[:N]")
     parser.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
     parser.add_argument("--trust-remote-code", action="store_true", help="run model code from the hub (off by default)")

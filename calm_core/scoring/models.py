@@ -154,8 +154,24 @@ def named_model(name: str) -> NamedModel | None:
 
 
 def installed_models() -> list[str]:
-    """The named models whose packages are installed here (the Train page offers these)."""
-    return [name for name, model in NAMED_MODELS.items() if importlib.util.find_spec(model.module) is not None]
+    """The named models the Train page offers: the embedded one always (a missing
+    package is reported when it loads), the others when their packages are installed."""
+    return [
+        name
+        for name, model in NAMED_MODELS.items()
+        if name == EMBEDDED_NAME or importlib.util.find_spec(model.module) is not None
+    ]
+
+
+def converted_dir(name: str) -> Path | None:
+    """The named model's converted directory when it exists, without converting it (an
+    estimate reads its config.json; None before its first load or when not installed)."""
+    model = NAMED_MODELS[name]
+    try:
+        target = cache_dir() / "models" / f"{model.slug}-{_cache_key(model)}"
+    except ModelLoadError:
+        return None
+    return target if (target / CONVERSION_MARKER).is_file() else None
 
 
 def _package_dir(model: NamedModel) -> Path:

@@ -50,7 +50,7 @@ class TrainConfig:
         "mcqa (option scores) | openqa (free-form answers): a module of calm_core/training/tasks",
         choices=lambda: TASKS,
     )
-    model: str = setting("embedded", "'embedded', a local dir or a hub id")
+    model: str = setting("embedded", "'embedded', 'gemma3-270m', a local dir or a hub id")
     train_data: str = setting("builtin/capitals/train", "S_T: labelled training questions")
     heldout_data: str = setting(
         "builtin/capitals/validation", "S_V: inputs for the entropy objective (labels only for eval / TS)"

@@ -206,11 +206,13 @@ def confine(text: str, roots: Iterable[Path]) -> Path:
 
 
 def confine_model_name(text: str, access: Access) -> str:
-    """The Train page's model field: as typed in local mode; in shared mode "embedded",
+    """The Train page's model field: as typed in local mode; in shared mode a named model,
     a hub id (`org/name`, not a path on this machine) or a path under an allowed root.
     In both modes text that can name no file is refused (`check_typed_path`)."""
+    from calm_core.scoring.models import named_model
+
     name = check_typed_path(text)
-    if not access.shared or name in ("", "embedded"):
+    if not access.shared or name == "" or named_model(name):
         return name
     if _HUB_ID.match(name) and not _exists(PROJECT_ROOT / name):
         return name

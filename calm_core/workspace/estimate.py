@@ -238,8 +238,9 @@ def model_shape(name: str) -> tuple[int, int] | None:
     model's are known), without loading it; None when they cannot be read."""
     if name == "embedded":
         return EMBEDDED_SHAPE
+    folder = _named_folder(name) or Path(name)
     try:
-        config = json.loads((Path(name) / "config.json").read_text(encoding="utf-8"))
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
         h, layers, vocab = int(config["hidden_size"]), int(config["num_hidden_layers"]), int(config["vocab_size"])
         inter = int(config.get("intermediate_size", 4 * h))
         kv = (
@@ -252,6 +253,13 @@ def model_shape(name: str) -> tuple[int, int] | None:
     per_layer = 2 * h * h + 2 * h * kv + 3 * h * inter + 2 * h  # attention, MLP, norms
     embeddings = vocab * h * (1 if config.get("tie_word_embeddings", True) else 2)
     return layers * per_layer + embeddings + h, layers
+
+
+def _named_folder(name: str) -> Path | None:
+    """A named model's converted folder (gemma3-270m), once it has been converted."""
+    from calm_core.scoring.models import converted_dir, named_model
+
+    return converted_dir(name) if named_model(name) else None
 
 
 def planned_sizes(cfg: TrainConfig) -> RunSizes:

@@ -89,6 +89,26 @@ def _config_name(directory: Path) -> str | None:
     return name if isinstance(name, str) else None
 
 
+def _named_origin(model: str) -> tuple[str, str] | None:
+    """(hub id, how) for a named model other than the embedded one (gemma3-270m)."""
+    from calm_core.scoring.models import named_model
+
+    named = named_model(model)
+    return (named.hub_id, f"the named model {named.name}'s origin ({named.distribution})") if named else None
+
+
+def _converted_origin(path: Path) -> tuple[str, str]:
+    """(hub id, how) of a converted named model's folder: the name its marker records
+    (markers written before there were several name none: the embedded model)."""
+    import json
+
+    try:
+        name = json.loads((path / "calm_conversion.json").read_text(encoding="utf-8")).get("name")
+    except (OSError, ValueError, AttributeError):
+        name = None
+    return (_named_origin(name) if isinstance(name, str) and name != "embedded" else None) or embedded_hub_id()
+
+
 def portable_base_model(model: str) -> tuple[str, str]:
     """(hub id, how it was found) for a run's `model` setting: the embedded model's Hub
     source; a hub id as it is; a local directory's recorded `_name_or_path` when that
@@ -96,13 +116,16 @@ def portable_base_model(model: str) -> tuple[str, str]:
     else its stem."""
     if model == "embedded":
         return embedded_hub_id()
+    named = _named_origin(model)
+    if named:
+        return named
     path = Path(model).expanduser()
     if path.suffix == ".gguf":
         named = gguf_hub_id(gguf_strings(path)) if path.is_file() else None
         return (named, f"general.source.* of {path.name}") if named else (path.stem, "the GGUF file's name")
     if path.is_dir():
-        if (path / "calm_conversion.json").is_file():  # the embedded model's converted copy (models.convert_gguf)
-            return embedded_hub_id()
+        if (path / "calm_conversion.json").is_file():  # a named model's converted copy (models.named_model_dir)
+            return _converted_origin(path)
         name = _config_name(path)
         if name and HUB_ID.match(name) and not Path(name).expanduser().exists():
             return name, f"_name_or_path in {path.name}/config.json"
