@@ -235,7 +235,7 @@ def test_a_run_adds_the_thermometer_of_its_model_as_a_variant(tiny_model_dir, tm
     hand_set = Thermometer(mean=[0.0] * width, projection=[[1.0] + [0.0] * (width - 1)], weights=[0.5], bias=1.0,
                            trained_on=["a", "b", "c"], model=cfg.model, scoring="cloze")
     hand_set.save(tmp_path / "thermometer.json")
-    monkeypatch.setattr(thermometer_module, "SHIPPED", tmp_path / "thermometer.json")
+    monkeypatch.setattr(thermometer_module, "thermometer_path", lambda model: tmp_path / "thermometer.json")
     run = RunDir.create(tmp_path, "run-t", cfg.to_dict())
     train(cfg, run=run, lm=lm)
     results = json.loads((run.path / "results.json").read_text())

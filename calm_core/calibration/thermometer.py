@@ -27,8 +27,10 @@ answers (workspace and CLI code call `load_thermometer`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Sequence
@@ -39,14 +41,18 @@ import torch
 from calm_core.calibration import metrics
 from calm_core.calibration.posthoc.base import lbfgs, one_thread
 from calm_core.calibration.projection import principal_projection
+from calm_core.paths import cache_dir
 
 KIND = "thermometer"
 COMPONENT_GRID = (0, 1, 2, 3)
 DECAY_GRID = (0.001, 0.01, 0.1, 1.0)
 TAU_FLOOR = 0.05
 MIN_DATASETS = 3  # fewer, and leave-one-out has nothing to choose with
-# The embedded model's thermometer, package data: built by `python -m calm_core.workspace.thermometer_build`
-SHIPPED = Path(__file__).resolve().with_name("thermometer_embedded.json")
+# Named models' thermometers are package data (`thermometer_<name>.json`, built by
+# `python -m calm_core.workspace.thermometer_build --model <name>`); any other model's goes to the cache
+SHIPPED_DIR = Path(__file__).resolve().parent
+SHIPPED = SHIPPED_DIR / "thermometer_embedded.json"  # the embedded model's
+_SAFE = re.compile(r"[A-Za-z0-9._-]+")
 
 
 @dataclass(frozen=True)
@@ -210,16 +216,41 @@ def leave_one_domain_out(datasets: Sequence[Labelled]) -> list[dict[str, Any]]:
     return rows
 
 
+def model_key(model: str) -> str:
+    """A model setting as a file name: a name like `embedded` or `gemma3-270m` as it is;
+    a path or a hub id by its last part and 8 hex digits of the whole (two folders named
+    alike keep apart)."""
+    name = model.strip()
+    if _SAFE.fullmatch(name):
+        return name
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(name).name or name)[:40]
+    return f"{stem}-{hashlib.sha256(name.encode('utf-8')).hexdigest()[:8]}"
+
+
+def thermometer_path(model: str) -> Path:
+    """Where `model`'s thermometer is read from and built to: shipped in the package when
+    there is one (the named models), else `<cache>/thermometers/thermometer_<key>.json`."""
+    name = f"thermometer_{model_key(model)}.json"
+    shipped = SHIPPED if model.strip() == "embedded" else SHIPPED_DIR / name
+    return shipped if shipped.is_file() else cache_dir() / "thermometers" / name
+
+
+def build_command(model: str) -> str:
+    """The command that builds `model`'s thermometer (for messages that say none is built)."""
+    flag = "" if model == "embedded" else f" --model {model}"
+    return f"python -m calm_core.workspace.thermometer_build{flag}"
+
+
 def run_thermometer(
     model: str, scoring: str, width: int | None = None, path: Path | None = None
 ) -> tuple[Thermometer | None, str | None]:
     """The thermometer a run's final evaluation adds as its `thermometer` variant, or why
     none: only a thermometer trained on this model's hidden states (`width`: their size),
-    under this scoring rule, means anything (the shipped one reads the embedded model's,
-    under cloze; `path`: another thermometer file)."""
-    path = SHIPPED if path is None else path
+    under this scoring rule, means anything (`thermometer_path`: the model's own, shipped
+    or built into the cache; `path`: another thermometer file)."""
+    path = thermometer_path(model) if path is None else path
     if not path.is_file():
-        return None, _NO_THERMOMETER + "none is built (python -m calm_core.workspace.thermometer_build)"
+        return None, _NO_THERMOMETER + f"none is built for {model} ({build_command(model)})"
     thermometer = load_thermometer(path)
     why = mismatch(thermometer, model, scoring, width)
     return (None, f"{_NO_THERMOMETER}it {why}") if why else (thermometer, None)

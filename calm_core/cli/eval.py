@@ -89,8 +89,8 @@ def add_parsers(sub: Any) -> None:
         const=Path("shipped"),
         metavar="FILE",
         help="add the `thermometer` variant: one temperature per evaluated set, predicted from its inputs' "
-        "mean hidden state, no labels needed (default: the embedded model's, built by "
-        "`python -m calm_core.workspace.thermometer_build`)",
+        "mean hidden state, no labels needed (default: the --model's own, shipped for the named models or "
+        "built into the cache by `python -m calm_core.workspace.thermometer_build --model NAME`)",
     )
     ev.add_argument("--quiet", action="store_true", help="no progress bars")
     ev.add_argument(
@@ -150,16 +150,16 @@ def _posthoc(args: argparse.Namespace, lm: Any, cfg: Any, fit_items: dict[str, l
 def _thermometer(args: argparse.Namespace) -> Any:
     """The thermometer of --thermometer (None without it), checked before the model loads:
     its file must exist and it must have been trained on this model's hidden states."""
-    from calm_core.calibration.thermometer import SHIPPED, load_thermometer, mismatch
+    from calm_core.calibration.thermometer import build_command, load_thermometer, mismatch, thermometer_path
 
     if args.thermometer is None:
         return None
-    path = SHIPPED if args.thermometer == Path("shipped") else args.thermometer
+    model = args.model or "embedded"
+    path = thermometer_path(model) if args.thermometer == Path("shipped") else args.thermometer
     if not path.is_file():
-        build = "python -m calm_core.workspace.thermometer_build"
-        raise UsageError(f"no thermometer at {path}: build the embedded model's with `{build}`")
+        raise UsageError(f"no thermometer at {path}: build {model}'s with `{build_command(model)}`")
     thermometer = load_thermometer(path)
-    why = mismatch(thermometer, args.model or "embedded", args.scoring or "cloze")
+    why = mismatch(thermometer, model, args.scoring or "cloze")
     if why:
         raise UsageError(f"the thermometer at {path} {why}")
     return thermometer

@@ -79,8 +79,8 @@ def add_parsers(sub: Any) -> None:
         "--thermometer",
         type=Path,
         metavar="FILE",
-        help="with --variant thermometer: the thermometer to export (default: the embedded model's, "
-        "calm_core/calibration/thermometer_embedded.json); one of another model or scoring rule is refused",
+        help="with --variant thermometer: the thermometer to export (default: the run's model's own, "
+        "e.g. calm_core/calibration/thermometer_embedded.json); one of another model or scoring rule is refused",
     )
     ex.add_argument("--runs-root", type=Path)
     sub.add_parser("settings", help="every training setting: its flag, default, bounds or choices, and help (Markdown)")

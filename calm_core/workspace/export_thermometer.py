@@ -29,27 +29,26 @@ _FORMAT = "calm_studio.thermometer"  # metadata tag, so another safetensors file
 
 
 def thermometer_for_export(run: RunDir, path: Path | None = None) -> "Thermometer":
-    """The thermometer at `path` (default: the embedded model's shipped one), refused unless
+    """The thermometer at `path` (default: the run's model's own, thermometer_path), refused unless
     it fits the run: a multiple-choice run, the model whose hidden states it reads (it must
     name one: an export says whose states it reads) and, where it records one, the scoring
     rule its logits and states came from (the state read is the rule's: cloze, the
     context's last token; letter, the answer position)."""
-    from calm_core.calibration.thermometer import SHIPPED, load_thermometer, mismatch
+    from calm_core.calibration.thermometer import build_command, load_thermometer, mismatch, thermometer_path
     from calm_core.scoring.prompts import ScoringConfig
 
     train = run.config.get("train") or {}
-    path = SHIPPED if path is None else Path(path)
+    model = str(train.get("model") or "embedded")
+    path = thermometer_path(model) if path is None else Path(path)
     if train.get("task", "mcqa") != "mcqa":
         raise ValueError(
             f"Expected a multiple-choice run for the {THERMOMETER} variant, but run {run.run_id} is {train['task']!r}"
         )
     if not path.is_file():
-        build = "python -m calm_core.workspace.thermometer_build"
         raise ValueError(
-            f"Expected a thermometer file at {path}, but there is none: build the embedded model's with `{build}`"
+            f"Expected a thermometer file at {path}, but there is none: build {model}'s with `{build_command(model)}`"
         )
     thermo = load_thermometer(path)
-    model = str(train.get("model") or "embedded")
     if not thermo.model:
         raise ValueError(f"Expected the thermometer at {path} to name its model (`model`), but it names none")
     rule = ScoringConfig(rule=train.get("scoring", "cloze"), chat_template=bool(train.get("chat_template"))).name

@@ -1,14 +1,18 @@
-"""Build the embedded model's thermometer, and its leave-one-domain-out table.
+"""Build a model's thermometer, and its leave-one-domain-out table.
 
-    python -m calm_core.workspace.thermometer_build                 # score, train, table
-    python -m calm_core.workspace.thermometer_build --limit 60      # fewer items a set
+    python -m calm_core.workspace.thermometer_build                       # the embedded model's
+    python -m calm_core.workspace.thermometer_build --model gemma3-270m   # any model `calm eval` takes
+    python -m calm_core.workspace.thermometer_build --limit 60            # fewer items a set
 
 1. Scores every labelled training set (`TRAIN_SETS`: the built-in domains' validation
-   splits and the real sets' dev splits in CALM_DATA_DIR) with the embedded model under
-   cloze scoring, capturing the hidden state (scoring.features); each set's scores are
-   cached under the model cache (`thermometer/<set>.parquet`), so a second build only trains.
-2. Trains the thermometer on all of them (calibration/thermometer.py) and writes it to
-   SHIPPED, the file `calm eval --thermometer` reads for the embedded model.
+   splits and the real sets' dev splits in CALM_DATA_DIR) with the model under cloze
+   scoring, capturing the hidden state (scoring.features); each set's scores are cached
+   under the model cache (`thermometer/[<model>/]<set>.parquet`: the embedded model's
+   where they always were, another's in a folder of its own), so a second build only trains.
+2. Trains the thermometer on all of them (calibration/thermometer.py), names the model
+   in it, and writes it where runs on that model read it (`thermometer_path`: the shipped
+   file of a named model once it ships one, else the cache); `--out` writes elsewhere
+   (`calm_core/calibration/thermometer_<name>.json` ships it).
 3. For each domain, a thermometer trained on the other domains predicts the temperature
    of that domain's test split from its unlabelled inputs; the table compares its ECE
    with base, with one temperature fitted on the other domains' labels (TS carried over),
@@ -28,7 +32,14 @@ import numpy as np
 
 from calm_core.calibration import metrics
 from calm_core.calibration.posthoc import TemperatureScaler
-from calm_core.calibration.thermometer import SHIPPED, Labelled, Thermometer, domain_of, leave_one_domain_out
+from calm_core.calibration.thermometer import (
+    Labelled,
+    Thermometer,
+    domain_of,
+    leave_one_domain_out,
+    model_key,
+    thermometer_path,
+)
 from calm_core.paths import PROJECT_ROOT, cache_dir, data_dir
 
 TRAIN_SETS = (
@@ -146,25 +157,52 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def score_cache(model: str) -> Path:
+    """Where a build keeps `model`'s scores: the embedded model's where they always were
+    (a rebuild reuses them), another model's in a folder of its own (the same set scored
+    by two models must never be mixed)."""
+    base = cache_dir() / "thermometer"
+    return base if model == "embedded" else base / model_key(model)
+
+
+def default_table(model: str) -> Path:
+    """The leave-one-domain-out table's JSON: docs/results/thermometer_lodo[_<model>].json."""
+    suffix = "" if model == "embedded" else f"_{model_key(model)}"
+    return PROJECT_ROOT / "docs" / "results" / f"thermometer_lodo{suffix}.json"
+
+
+def build(lm: Any, model: str, limit: int, out: Path) -> tuple[Thermometer, list[dict[str, Any]]]:
+    """Score (or read the cached scores of) every available set, train on the training
+    sets, save the thermometer named for `model` at `out`; (it, the held-out rows)."""
+    cache = score_cache(model)
+    train = [scored(lm, name, limit, cache) for name in available_sets(TRAIN_SETS)]
+    tests = {name: scored(lm, name, limit, cache) for name in available_sets(tuple(TEST_OF.values()))}
+    thermo = Thermometer.train(train)
+    thermo.model, thermo.scoring = model, "cloze"  # what `scored` reads
+    out.parent.mkdir(parents=True, exist_ok=True)
+    thermo.save(out)
+    return thermo, lodo_rows(train, tests)
+
+
 def main(argv: list[str] | None = None) -> int:
     from calm_core.scoring.models import ModelSpec, load_model
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="embedded", help="as `calm eval --model`: a name, a folder or a hub id")
+    parser.add_argument("--device", default="cpu", help="cpu (default) | cuda[:N] | auto")
     parser.add_argument("--limit", type=int, default=100, help="items per set (default 100)")
-    parser.add_argument("--out", type=Path, default=SHIPPED, help="where the trained thermometer goes")
-    parser.add_argument("--table", type=Path, default=PROJECT_ROOT / "docs" / "results" / "thermometer_lodo.json")
+    parser.add_argument("--out", type=Path, help="where the thermometer goes (default: where runs on --model read it)")
+    parser.add_argument(
+        "--table", type=Path, help="the held-out table's JSON (default: docs/results/thermometer_lodo*)"
+    )
     args = parser.parse_args(argv)
-    cache = cache_dir() / "thermometer"
-    lm = load_model(ModelSpec(name="embedded", device="cpu"))
-    train = [scored(lm, name, args.limit, cache) for name in available_sets(TRAIN_SETS)]
-    tests = {name: scored(lm, name, args.limit, cache) for name in available_sets(tuple(TEST_OF.values()))}
-    thermo = Thermometer.train(train)
-    thermo.model, thermo.scoring = "embedded", "cloze"  # what `scored` reads
-    thermo.save(args.out)
-    print(f"thermometer: {thermo.describe()} -> {args.out}")
-    rows = lodo_rows(train, tests)
-    args.table.parent.mkdir(parents=True, exist_ok=True)
-    args.table.write_text(json.dumps({"limit": args.limit, "rows": rows}, indent=1))
+    out = args.out or thermometer_path(args.model)
+    lm = load_model(ModelSpec(name=args.model, device=args.device))
+    thermo, rows = build(lm, args.model, args.limit, out)
+    print(f"thermometer: {thermo.describe()} -> {out}")
+    table = args.table or default_table(args.model)
+    table.parent.mkdir(parents=True, exist_ok=True)
+    table.write_text(json.dumps({"model": args.model, "limit": args.limit, "rows": rows}, indent=1))
     print(markdown(rows))
     return 0
 
