@@ -14,7 +14,8 @@ a numpy view per element of every metadata array (gguf_file.py): four reads of a
 262,144-token vocabulary, ~27 s each on 2 cores, most of the conversion. The fast way
 gives the config and the weights a copy of the GGUF without the vocabulary (its size
 written as `<arch>.vocab_size`, which transformers reads first), builds the tokenizer
-once from the original by its model type (no config read), and skips the random
+once from the original by its model type (no config read where transformers registers
+a tokenizer for it, as for Gemma 3), and skips the random
 initialisation of the rebuilt model that the loaded weights overwrite. tests/
 test_gguf_convert.py holds it to the plain way: the same config, tensors and tokenizer.
 """
@@ -116,11 +117,15 @@ def _no_init() -> Any:
 
 
 def _tokenizer(gguf: Path, model_type: str) -> Any:
-    """The tokenizer from the original GGUF, its class picked by `model_type`: without
-    it AutoTokenizer reads the whole config again through GGUFReader to pick the class."""
+    """The tokenizer from the original GGUF. Where transformers registers a tokenizer for
+    the model type (Gemma 3: GemmaTokenizer), that class builds it straight from the file;
+    AutoTokenizer would first read the whole config again through GGUFReader to find the
+    same class. Elsewhere (Llama: no registered class) AutoTokenizer picks it as before."""
     from transformers import AutoTokenizer
+    from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING_NAMES
 
-    return AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, tokenizer_type=model_type)
+    registered = {"tokenizer_type": model_type} if TOKENIZER_MAPPING_NAMES.get(model_type) else {}
+    return AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, **registered)
 
 
 def _marker(gguf: Path, label: str, extra: dict | None, seconds: float) -> dict[str, Any]:
