@@ -27,10 +27,27 @@ def _score_store() -> dict[tuple, OptionScores]:
     return {}
 
 
-@st.cache_resource(show_spinner="Preparing the embedded model (the first time converts it: about a minute)...")
+@st.cache_resource(show_spinner="Preparing the model (the first time converts it: under a minute)...")
 def model_dir(name: str = "embedded") -> Path:
-    """The directory whose files name the model in the scores' disk cache."""
-    return named_model_dir(name) if named_model(name) else Path(name)
+    """The directory whose files name the model in the scores' disk cache; a named
+    model's first use converts it, its steps shown in a progress bar."""
+    return _converted(name) if named_model(name) else Path(name)
+
+
+def _converted(name: str) -> Path:
+    """named_model_dir with its conversion's steps in a bar (shown only while converting)."""
+    bar: list = []
+
+    def step(done: int, total: int, what: str) -> None:
+        if not bar:
+            bar.append(st.progress(0.0))
+        bar[0].progress(done / total, text=f"Converting {name} once ({done}/{total}): {what}")
+
+    try:
+        return named_model_dir(name, step=step)
+    finally:
+        if bar:
+            bar[0].empty()
 
 
 def get_scores(model_name: str, dataset: str, rule: str, limit: int, seed: int = 0) -> OptionScores:

