@@ -88,3 +88,7 @@ def test_the_cli_builds_for_the_model_it_is_given(
     assert load_thermometer(thermometer_path(str(tiny_model_dir))).model == str(tiny_model_dir)
     assert json.loads(table.read_text())["model"] == str(tiny_model_dir)
     assert "thermometer:" in capsys.readouterr().out
+    table.unlink()
+    alone = tmp_path / "alone.json"
+    assert thermometer_build.main([*argv, "--no-table", "--out", str(alone)]) == 0  # the scores are cached now
+    assert load_thermometer(alone).model == str(tiny_model_dir) and not table.exists()

@@ -171,12 +171,15 @@ def default_table(model: str) -> Path:
     return PROJECT_ROOT / "docs" / "results" / f"thermometer_lodo{suffix}.json"
 
 
-def build(lm: Any, model: str, limit: int, out: Path) -> tuple[Thermometer, list[dict[str, Any]]]:
+def build(lm: Any, model: str, limit: int, out: Path, table: bool = True) -> tuple[Thermometer, list[dict[str, Any]]]:
     """Score (or read the cached scores of) every available set, train on the training
-    sets, save the thermometer named for `model` at `out`; (it, the held-out rows)."""
+    sets, save the thermometer named for `model` at `out`; (it, the held-out rows).
+    `table=False` scores no test split and gives no rows: the thermometer alone, in half
+    the scoring (a slow model on a busy machine)."""
     cache = score_cache(model)
     train = [scored(lm, name, limit, cache) for name in available_sets(TRAIN_SETS)]
-    tests = {name: scored(lm, name, limit, cache) for name in available_sets(tuple(TEST_OF.values()))}
+    test_sets = available_sets(tuple(TEST_OF.values())) if table else []
+    tests = {name: scored(lm, name, limit, cache) for name in test_sets}
     thermo = Thermometer.train(train)
     thermo.model, thermo.scoring = model, "cloze"  # what `scored` reads
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -195,11 +198,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--table", type=Path, help="the held-out table's JSON (default: docs/results/thermometer_lodo*)"
     )
+    parser.add_argument("--no-table", action="store_true", help="train and save only: no test split is scored")
     args = parser.parse_args(argv)
     out = args.out or thermometer_path(args.model)
     lm = load_model(ModelSpec(name=args.model, device=args.device))
-    thermo, rows = build(lm, args.model, args.limit, out)
+    thermo, rows = build(lm, args.model, args.limit, out, table=not args.no_table)
     print(f"thermometer: {thermo.describe()} -> {out}")
+    if args.no_table:
+        return 0
     table = args.table or default_table(args.model)
     table.parent.mkdir(parents=True, exist_ok=True)
     table.write_text(json.dumps({"model": args.model, "limit": args.limit, "rows": rows}, indent=1))
