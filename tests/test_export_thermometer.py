@@ -205,11 +205,17 @@ def test_a_thermometer_that_does_not_fit_the_run_is_refused_and_nothing_is_writt
 
 
 def test_calm_export_variant_thermometer_from_the_command_line(runs, thermometers, tmp_path: Path) -> None:
-    """The default is the embedded model's shipped thermometer: a tiny-model run refuses it
-    in one line; with --thermometer FILE of its own model the folder is written."""
+    """The default is the run's model's own thermometer (thermometer_path): a tiny-model run
+    has none built, said in one line with the command that builds it; the embedded model's
+    shipped one is refused for it; with --thermometer FILE of its own model the folder is written."""
     root = str(runs["cloze"].path.parent)
     rc, _, stderr = run_cli(["export", "thermo-cloze", str(tmp_path / "a"), "--variant", "thermometer",
                              "--runs-root", root])
+    assert rc == 2 and "thermometer_build --model" in stderr and len(stderr.strip().splitlines()) == 1
+    from calm_core.calibration.thermometer import SHIPPED
+
+    rc, _, stderr = run_cli(["export", "thermo-cloze", str(tmp_path / "a"), "--variant", "thermometer",
+                             "--thermometer", str(SHIPPED), "--runs-root", root])
     assert rc == 2 and "reads embedded's hidden states" in stderr and len(stderr.strip().splitlines()) == 1
     assert not (tmp_path / "a").exists()
     thermometers["cloze"].save(tmp_path / "thermo.json")
