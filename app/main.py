@@ -12,6 +12,11 @@ import os
 import sys
 from pathlib import Path
 
+# Uvicorn (Streamlit's server) would take X-Forwarded-For from any local process as the
+# client's address; the front door decides whom to believe (CALM_TRUSTED_PROXIES,
+# calm_core/workspace/clients.py), so uvicorn believes nobody.
+os.environ["FORWARDED_ALLOW_IPS"] = ""
+
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # `app.*` imports when imported by streamlit's uvicorn
@@ -22,14 +27,21 @@ from starlette.middleware import Middleware  # noqa: E402
 from app import warmup  # noqa: E402
 from app.front import DoorRules, FrontDoor  # noqa: E402
 from app.gate import studio_access  # noqa: E402
-from calm_core.workspace.hosts import allowed_hosts  # noqa: E402
+from calm_core.workspace.clients import trusted_proxies  # noqa: E402
+from calm_core.workspace.hosts import allowed_hosts, user_hosts  # noqa: E402
 
 
 def door_rules() -> DoorRules:
     """The door's rules from the server's mode, read once Streamlit's config is loaded."""
     access = studio_access()
     base = "/" + st.get_option("server.baseUrlPath").strip("/") if st.get_option("server.baseUrlPath") else ""
-    return DoorRules(access=access, hosts=allowed_hosts(os.environ, access.shared), base=base.rstrip("/"))
+    return DoorRules(
+        access=access,
+        hosts=allowed_hosts(os.environ, access.shared),
+        base=base.rstrip("/"),
+        proxies=trusted_proxies(os.environ),
+        given_names=user_hosts(os.environ),
+    )
 
 
 warmup.start_in_background()  # PyTorch and the scoring code load while the server waits for a browser

@@ -75,9 +75,9 @@ def test_a_token_is_valid_for_its_lifetime_only_and_only_with_its_key() -> None:
     assert signer.valid(token, 1000.0) and signer.valid(token, 1000.0 + signer.lifetime_s - 1)
     assert not signer.valid(token, 1000.0 + signer.lifetime_s)
     assert not other.valid(token, 1000.0)
-    issued, nonce, mac = token.split(".")
-    assert not signer.valid(f"{int(issued) + 999}.{nonce}.{mac}", 1000.0)  # a forged issue time
-    for junk in (None, "", "a.b", "x" * 500, "1.2.3.4"):
+    issued, nonce, device, mac = token.split(".")
+    assert not signer.valid(f"{int(issued) + 999}.{nonce}.{device}.{mac}", 1000.0)  # a forged issue time
+    for junk in (None, "", "a.b", "x" * 500, "1.2.3.4", "1.2.3.4.5"):
         assert not signer.valid(junk, 1000.0)
 
 
@@ -132,7 +132,9 @@ def _call(door, path: str, *, kind: str = "http", method: str = "GET", host: str
     asyncio.run(door(scope, receive, send))
     start = next(m for m in sent if m["type"] in ("http.response.start", "websocket.close", "websocket.accept"))
     status = start.get("status", {"websocket.close": 403, "websocket.accept": 101}.get(start["type"]))
-    headers = {k.decode(): v.decode() for k, v in start.get("headers", [])}
+    headers: dict[str, str] = {}
+    for key, value in start.get("headers", []):  # a repeated header (Set-Cookie) joined by new lines
+        headers[key.decode()] = "\n".join(filter(None, (headers.get(key.decode()), value.decode())))
     text = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
     return status, headers, text
 

@@ -11,7 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from app.charts import alpha_bars, alpha_heatmap, line_figure, tradeoff_figure
-from app.gate import studio_access, this_session
+from app.gate import studio_access, this_browser, this_session
 from app.keys import MONITOR_METRICS_TAILS, MONITOR_RUN
 from app.state import code, describe_error
 from app.verdict_view import column_meanings, heldout_evidence, verdict_block, verdict_caption, whole_cells
@@ -168,9 +168,9 @@ def _controls(run: RunDir, view: RunState, launched_by: str | None) -> None:
     every run, for the admin: CALM_STUDIO_ADMIN=1), and a resume counts toward the
     session's quota as a launch does (workspace/launch.py resume_refusal_for)."""
     c1, c2, c3 = st.columns([1, 1, 4])
-    access, session = studio_access(), this_session()
+    access, session, browser = studio_access(), this_session(), this_browser()
     allowed = may_cancel(access, session, launched_by)
-    no_resume = resume_refusal_for(access, session, launched_by, run.path.parent) if view.resumable else None
+    no_resume = resume_refusal_for(access, session, launched_by, run.path.parent, browser) if view.resumable else None
     if not allowed:
         c3.caption(OWNER_ONLY)
     elif no_resume:
@@ -187,7 +187,7 @@ def _controls(run: RunDir, view: RunState, launched_by: str | None) -> None:
             st.error(describe_error(exc))
     if c2.button("Resume", disabled=not view.resumable or no_resume is not None, key="monitor_resume", help=no_resume):
         try:
-            resume_run(run, access, session)
+            resume_run(run, access, session, browser)
             st.toast(f"{run.run_id}: queued to resume")
         except Exception as exc:
             st.error(describe_error(exc))

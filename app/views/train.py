@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 import pandas as pd
 import streamlit as st
 
-from app.gate import studio_access, this_session
+from app.gate import studio_access, this_browser, this_session
 from app.keys import CALIBRATE_SPLIT, MONITOR_RUN
 from app.settings_form import current_value, optional_count_input, setting_input
 from app.state import describe_error
@@ -36,7 +36,7 @@ from calm_core.training.timings import RunSizes
 from calm_core.workspace import estimate_text
 from calm_core.workspace.access import Access, PathRefused, confine_model_name, launch_refusal
 from calm_core.workspace.estimate import estimate_for, planned_sizes
-from calm_core.workspace.launch import launch_training, session_active_runs
+from calm_core.workspace.launch import active_runs, launch_training
 from calm_core.workspace.machine_load import MachineLoad
 from calm_core.workspace.support import labelled_counts, support_sentence
 
@@ -491,10 +491,10 @@ def support(cfg: TrainConfig) -> None:
 
 def launch(cfg: TrainConfig, evals: list[str], access: Access) -> None:
     """The Launch button, off without evaluation sets, or in a shared studio past this
-    session's queue quota or the per-run step budget (access.launch_refusal, said in one
+    session's, browser's or server's queue quota or the per-run step budget (access.launch_refusal, said in one
     line); a launched run becomes the Monitor's choice, with a link to it."""
-    session = this_session()
-    refusal = launch_refusal(access, cfg.steps, session_active_runs(access, session))
+    session, browser = this_session(), this_browser()
+    refusal = launch_refusal(access, cfg.steps, active_runs(access, session, browser))
     if refusal:
         st.warning(refusal)
     if not st.button(
@@ -502,7 +502,7 @@ def launch(cfg: TrainConfig, evals: list[str], access: Access) -> None:
     ):
         return
     try:
-        run, started = launch_training(cfg, launched_by=session, access=access)
+        run, started = launch_training(cfg, launched_by=session, access=access, launched_from=browser)
     except Exception as exc:
         st.error(describe_error(exc))
         return
