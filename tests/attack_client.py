@@ -110,6 +110,26 @@ def sign_in(port: int, password: str) -> tuple[int, str | None]:
     return status, cookie
 
 
+def sign_in_as(port: int, password: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str]]:
+    """POST the sign-in form with extra headers (a Cookie, an X-Forwarded-For): (status,
+    {cookie name: value} of every Set-Cookie)."""
+    from urllib.parse import urlencode
+
+    status, answer, _ = request(
+        port,
+        "POST",
+        "/_calm/signin",
+        headers={"Content-Type": "application/x-www-form-urlencoded", **(headers or {})},
+        body=urlencode({"password": password, "next": "/"}).encode(),
+    )
+    cookies = {}
+    for line in answer.get("set-cookie", "").split("\n"):
+        name, _, value = line.split(";", 1)[0].partition("=")
+        if name:
+            cookies[name.strip()] = value
+    return status, cookies
+
+
 def _handshake_lines(
     port: int, host: str | None, origin: str | None, cookie: str | None, headers: dict[str, str] | None = None
 ) -> str:

@@ -23,13 +23,14 @@ ADMIN = Access(shared=True, password=PASSWORD, admin=True)
 LOCAL = Access(shared=False)
 
 
-def _queued(tag: str | None, state: str = "queued"):
-    """A run launched by session `tag`, in `state`, with a job.json (so it can be resumed)."""
+def _queued(tag: str | None, state: str = "queued", browser: str | None = None):
+    """A run launched by session `tag` (of the signed-in `browser`), in `state`, with a
+    job.json (so it can be resumed)."""
     from calm_core.io import atomic_write_json
     from calm_core.runs.layout import JOB_FILE
     from calm_core.workspace.launch import create_run
 
-    run = create_run(TrainConfig.preset("quick"), launched_by=tag)
+    run = create_run(TrainConfig.preset("quick"), launched_by=tag, launched_from=browser)
     atomic_write_json(run.path / JOB_FILE, {"command": ["true"], "env": {}, "resume": False, "resumes": 0})
     run.write_status(state)
     return run
