@@ -10,6 +10,7 @@ in status.json), and continues the same curves: batches depend only on (seed, st
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -21,6 +22,8 @@ from calm_core.faults import fault_point
 from calm_core.runs.rundir import RunDir
 from calm_core.training import distributed
 from calm_core.training.context import StepContext
+
+log = logging.getLogger(__name__)
 
 OPTIMIZER_FILE = "optimizer.pt"
 
@@ -233,7 +236,7 @@ def resume_point(ctx: StepContext, run: RunDir, writer: RunDir | None) -> tuple[
             note = f"resuming after step {point.step} from {point.path.name if point.path else 'the start'}"
             if point.skipped:
                 note += " (skipped as damaged: " + "; ".join(point.skipped) + ")"
-            print(f"calm: {note}", flush=True)
+            log.warning("%s", note)
         run.update_status(
             resumed_from=point.path.name if point.path else None,
             skipped_checkpoints=list(point.skipped),
