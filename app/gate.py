@@ -21,14 +21,14 @@ import streamlit as st
 
 from app import front
 from calm_core.workspace.access import (
-    FREE_TRIES,
     SECRETS_KEY,
     Access,
     access_from,
     check_password,
-    retry_delay,
     session_tag,
 )
+from calm_core.workspace.guesses import FREE_TRIES
+from calm_core.workspace.guesses import backoff as retry_delay
 
 PASSED = "gate_passed"
 FAILURES = "gate_failures"

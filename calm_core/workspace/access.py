@@ -56,8 +56,6 @@ MAX_RUNS_ENV = "CALM_SHARED_MAX_RUNS"  # queued or running runs a shared studio 
 DEFAULT_MAX_RUNS = 8  # one job slot by default: 8 quick runs queue about 10 minutes of work
 MAX_STEPS_ENV = "CALM_SHARED_MAX_STEPS"  # the most steps one run may have in a shared studio
 DEFAULT_MAX_STEPS = 1000  # the quick preset's 40 steps take about a minute; 1000, about half an hour
-FREE_TRIES = 5  # wrong passwords before each further try waits
-MAX_DELAY_S = 30.0
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 HOW_TO_SET = (
@@ -218,14 +216,6 @@ def check_password(given: str | None, expected: str | None) -> bool:
     if not given or not expected:
         return False
     return hmac.compare_digest(given.encode("utf-8"), expected.encode("utf-8"))
-
-
-def retry_delay(failures: int) -> float:
-    """Seconds the next try waits after `failures` wrong passwords in one session: none
-    for the first FREE_TRIES, then 1, 2, 4, ... up to MAX_DELAY_S."""
-    if failures < FREE_TRIES:
-        return 0.0
-    return min(MAX_DELAY_S, 2.0 ** (failures - FREE_TRIES))
 
 
 def allowed_roots(environ: Mapping[str, str]) -> tuple[Path, ...]:

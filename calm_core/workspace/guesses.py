@@ -38,6 +38,17 @@ SERVER_PER_HOUR = 60.0
 MAX_TRACKED = 10_000  # keys with failures kept at once: about 1 MB; past it the oldest go first
 
 
+def backoff(
+    failures: int, free_tries: int = FREE_TRIES, base_s: float = BASE_DELAY_S, cap_s: float = MAX_DELAY_S
+) -> float:
+    """Seconds to wait after `failures` wrong passwords: none for the first `free_tries`,
+    then base, 2 x base, 4 x base ... up to `cap_s`. The one back-off of the studio: the
+    door's limiter and the in-app gate's fallback both use it."""
+    if failures < free_tries:
+        return 0.0
+    return min(cap_s, base_s * 2.0 ** (failures - free_tries))
+
+
 @dataclass
 class _Address:
     failures: list[float] = field(default_factory=list)  # times of wrong tries inside the window
@@ -90,9 +101,7 @@ class GuessLimiter:
 
     def delay_after(self, failures: int) -> float:
         """The wait after the `failures`-th wrong try in the window (lockout excluded)."""
-        if failures < self.free_tries:
-            return 0.0
-        return min(self.max_delay_s, self.base_delay_s * 2.0 ** (failures - self.free_tries))
+        return backoff(failures, self.free_tries, self.base_delay_s, self.max_delay_s)
 
     def _recent(self, key: str, now: float) -> list[float]:
         """The key's failures inside the window; an entry whose failures have all aged out is
