@@ -158,7 +158,7 @@ def test_ten_sessions_of_one_browser_cannot_queue_past_its_share(shared_studio, 
     monkeypatch.setenv("CALM_WORKSPACE", str(workspace))
     _, cookie = sign_in(port, PASSWORD)
     assert cookie
-    browser = session_tag(cookie.split("=", 1)[1].split(".")[2])  # the device id the sign-in carries
+    browser = session_tag(cookie.split("=", 1)[1].split(".")[1])  # the device id the sign-in carries
     for i in range(MAX_QUEUED_PER_BROWSER):
         _queued(f"earlier-session-{i}", browser=browser)
     before = len(list_runs())

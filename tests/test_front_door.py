@@ -75,8 +75,10 @@ def test_a_token_is_valid_for_its_lifetime_only_and_only_with_its_key() -> None:
     assert signer.valid(token, 1000.0) and signer.valid(token, 1000.0 + signer.lifetime_s - 1)
     assert not signer.valid(token, 1000.0 + signer.lifetime_s)
     assert not other.valid(token, 1000.0)
-    issued, nonce, device, mac = token.split(".")
-    assert not signer.valid(f"{int(issued) + 999}.{nonce}.{device}.{mac}", 1000.0)  # a forged issue time
+    nonce, device, issued, mac = token.split(".")
+    later = signer.issue(1999.0).split(".")[2]
+    assert not signer.valid(f"{nonce}.{device}.{later}.{mac}", 1999.0)  # a forged issue time
+    assert not signer.valid(token, 999.0)  # issued in the future
     for junk in (None, "", "a.b", "x" * 500, "1.2.3.4", "1.2.3.4.5"):
         assert not signer.valid(junk, 1000.0)
 
@@ -217,7 +219,7 @@ def test_a_known_device_is_not_held_back_by_its_address_or_the_server() -> None:
         limiter.record("203.0.113.5", ok=False, now=float(i))
     assert limiter.wait_before("203.0.113.5", 12.0) > 0 and limiter.wait_before("other", 12.0) > 0
     assert limiter.wait_before("device:abc", 12.0, known_device=True) == 0.0
-    for i in range(5):  # the device's own failures still count against it
+    for _ in range(5):  # the device's own failures still count against it
         limiter.record("device:abc", ok=False, now=12.0, known_device=True)
     assert limiter.wait_before("device:abc", 12.0, known_device=True) > 0
 
@@ -249,12 +251,19 @@ def test_client_keys_ignore_forwarded_headers_unless_the_peer_is_a_trusted_proxy
 
 @pytest.mark.parametrize(
     ("origin", "scheme", "host", "ok"),
-    [(None, "http", "127.0.0.1:8501", True), ("http://127.0.0.1:8501", "http", "127.0.0.1:8501", True),
-     ("http://127.0.0.1:9999", "http", "127.0.0.1:8501", False), ("http://localhost:8501", "http", "127.0.0.1:8501", False),
-     ("null", "http", "127.0.0.1:8501", False), ("https://127.0.0.1:8501", "http", "127.0.0.1:8501", False),
-     ("http://localhost", "http", "localhost:80", True), ("https://studio.example.org", "wss", "studio.example.org", True),
-     ("https://studio.example.org:8443", "https", "studio.example.org", True),
-     ("https://evil.example:8443", "https", "evil.example", False), ("http://a@127.0.0.1:8501", "http", "127.0.0.1:8501", False)],
+    [
+        (None, "http", "127.0.0.1:8501", True),
+        ("http://127.0.0.1:8501", "http", "127.0.0.1:8501", True),
+        ("http://127.0.0.1:9999", "http", "127.0.0.1:8501", False),
+        ("http://localhost:8501", "http", "127.0.0.1:8501", False),
+        ("null", "http", "127.0.0.1:8501", False),
+        ("https://127.0.0.1:8501", "http", "127.0.0.1:8501", False),
+        ("http://localhost", "http", "localhost:80", True),
+        ("https://studio.example.org", "wss", "studio.example.org", True),
+        ("https://studio.example.org:8443", "https", "studio.example.org", True),
+        ("https://evil.example:8443", "https", "evil.example", False),
+        ("http://a@127.0.0.1:8501", "http", "127.0.0.1:8501", False),
+    ],
 )
 def test_origins_must_be_the_studios_own(origin, scheme, host, ok) -> None:
     from calm_core.workspace.hosts import origin_permitted

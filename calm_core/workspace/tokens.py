@@ -1,13 +1,17 @@
 """The shared studio's two cookies: a sign-in that sign-out revokes, and a browser it remembers.
 
     signer = Signer.fresh()                        # a random key per server process
-    token = signer.issue(now, device="d1f3...")    # "<issued>.<nonce>.<device>.<mac>"
+    token = signer.issue(now, device="d1f3...")    # "<nonce>.<device>.<issued>.<mac>" (itsdangerous)
     signer.grant(token, now)                       # Grant(issued, nonce, device), or None
     signer.revoke(token, now)                      # sign-out: the same token is refused from now on
 
     devices = DeviceSigner.at(workspace_dir())     # a key kept on disk (0600)
     cookie = devices.issue(now)                    # "<device id>.<issued>.<mac>", valid DEVICE_DAYS
     devices.device(cookie, now)                    # the id, or None
+
+Both are signed and dated by itsdangerous's TimestampSigner (HMAC-SHA1 over a key
+derived per purpose, constant-time checks), each with its own salt, so a device cookie
+can never pass for a sign-in.
 
 Why a token and not the password: the browser keeps the token in an HttpOnly cookie, so
 the password is typed once, never stored, and every request (page, WebSocket, upload)
@@ -31,13 +35,14 @@ studio; the sign-in token carries the device id, which the run quota counts per 
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import os
 import secrets
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from itsdangerous import BadSignature, TimestampSigner
+from itsdangerous.encoding import base64_decode
 
 TOKEN_HOURS = 12.0
 DEVICE_DAYS = 180.0
@@ -47,6 +52,7 @@ SECURE_PREFIX = "__Host-"  # a Secure cookie bound to this host and path /: no s
 MAX_REVOKED = 100_000
 MAX_TOKEN_CHARS = 200
 DEVICE_KEY_FILE = ".studio-device-key"
+SIGNIN_SALT, DEVICE_SALT = "calm-studio-signin", "calm-studio-device"
 
 
 def cookie_name(base: str, secure: bool) -> str:
@@ -54,18 +60,26 @@ def cookie_name(base: str, secure: bool) -> str:
     return SECURE_PREFIX + base if secure else base
 
 
-def _mac(key: bytes, body: str) -> str:
-    return hmac.new(key, body.encode("utf-8"), hashlib.sha256).hexdigest()
+def _signer(key: bytes, salt: str, now: float) -> TimestampSigner:
+    """itsdangerous's signer for `salt`, whose clock reads `now` (the caller's clock, so the
+    limits can be tested on a clock of their own)."""
+
+    class _At(TimestampSigner):
+        def get_timestamp(self) -> int:
+            return int(now)
+
+    return _At(key, salt=salt, sep=".")
 
 
-def _verified(key: bytes, token: str | None, fields: int) -> list[str] | None:
-    """The fields of `<f1>...<fn>.<mac>` when the MAC is right (constant-time), else None."""
-    if not token or len(token) > MAX_TOKEN_CHARS or token.count(".") != fields:
+def _unsigned(key: bytes, salt: str, token: str | None, now: float, lifetime_s: float) -> list[str] | None:
+    """The dotted fields of a token this key signed for `salt` less than `lifetime_s` ago, else None."""
+    if not token or len(token) > MAX_TOKEN_CHARS:
         return None
-    body, mac = token.rsplit(".", 1)
-    if not hmac.compare_digest(mac.encode("ascii", "replace"), _mac(key, body).encode("ascii")):
+    try:
+        value = _signer(key, salt, now).unsign(token, max_age=lifetime_s - 1)  # whole seconds: age < lifetime
+    except BadSignature:  # a wrong MAC, a damaged token, an expired or future one
         return None
-    return body.split(".")
+    return value.decode("ascii", "replace").split(".")
 
 
 @dataclass(frozen=True)
@@ -89,21 +103,19 @@ class Signer:
         return cls(key=secrets.token_bytes(32))
 
     def issue(self, now: float, device: str = "") -> str:
-        body = f"{int(now)}.{secrets.token_hex(16)}.{device}"
-        return f"{body}.{_mac(self.key, body)}"
+        return _signer(self.key, SIGNIN_SALT, now).sign(f"{secrets.token_hex(16)}.{device}").decode("ascii")
 
     def grant(self, token: str | None, now: float) -> Grant | None:
         """The token's grant when this key issued it less than its lifetime ago and it was not revoked."""
-        fields = _verified(self.key, token, 3)
-        if fields is None:
+        fields = _unsigned(self.key, SIGNIN_SALT, token, now, self.lifetime_s)
+        if fields is None or len(fields) != 2:
             return None
-        issued, nonce, device = fields
-        if not issued.isdigit() or not 0 <= now - int(issued) < self.lifetime_s:
-            return None
+        nonce, device = fields
         with self._lock:
             if nonce in self._revoked:
                 return None
-        return Grant(int(issued), nonce, device)
+        issued = int.from_bytes(base64_decode(token.rsplit(".", 2)[1]), "big") if token else 0
+        return Grant(issued, nonce, device)
 
     def valid(self, token: str | None, now: float) -> bool:
         return self.grant(token, now) is not None
@@ -149,15 +161,11 @@ class DeviceSigner:
         return cls(key=key)
 
     def issue(self, now: float, device: str | None = None) -> str:
-        body = f"{device or secrets.token_hex(16)}.{int(now)}"
-        return f"{body}.{_mac(self.key, body)}"
+        return _signer(self.key, DEVICE_SALT, now).sign(device or secrets.token_hex(16)).decode("ascii")
 
     def device(self, cookie: str | None, now: float) -> str | None:
         """The device id of a cookie this key issued less than its lifetime ago, else None."""
-        fields = _verified(self.key, cookie, 2)
-        if fields is None:
+        fields = _unsigned(self.key, DEVICE_SALT, cookie, now, self.lifetime_s)
+        if fields is None or len(fields) != 1 or not fields[0].isalnum():
             return None
-        device, issued = fields
-        if not issued.isdigit() or not 0 <= now - int(issued) < self.lifetime_s or not device.isalnum():
-            return None
-        return device
+        return fields[0]
