@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 from urllib.parse import parse_qs, quote
 
+from starlette.responses import Response
+
 from calm_core.paths import workspace_dir
 from calm_core.workspace.access import Access, check_password
 from calm_core.workspace.clients import Network, client_key, is_trusted_proxy
@@ -332,12 +334,19 @@ def _safe_next(target: str, base: str) -> str:
 
 
 def _cookie(base_name: str, value: str, secure: bool, base: str, max_age: int | None = None) -> str:
-    """A Set-Cookie value: HttpOnly, SameSite=Strict; over HTTPS Secure and `__Host-`-named
-    (so Path=/: the browser refuses a `__Host-` cookie with any other path)."""
-    age = f"; Max-Age={max_age}" if max_age is not None else ""
-    if secure:
-        return f"{cookie_name(base_name, True)}={value}; Path=/; HttpOnly; SameSite=Strict{age}; Secure"
-    return f"{base_name}={value}; Path={base or '/'}; HttpOnly; SameSite=Strict{age}"
+    """A Set-Cookie value, built by starlette: HttpOnly, SameSite=Strict; over HTTPS Secure
+    and `__Host-`-named (so Path=/: the browser refuses a `__Host-` cookie with any other path)."""
+    response = Response()
+    response.set_cookie(
+        cookie_name(base_name, secure),
+        value,
+        max_age=max_age,
+        path="/" if secure else (base or "/"),
+        secure=secure,
+        httponly=True,
+        samesite="strict",
+    )
+    return next(v.decode("latin-1") for k, v in response.raw_headers if k == b"set-cookie")
 
 
 async def _read_form(receive: Receive, headers: dict[str, str]) -> dict[str, list[str]] | None:
