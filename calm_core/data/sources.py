@@ -162,7 +162,8 @@ def json_array_rows(path: Path, source: str, where: str) -> Iterator[Row]:
         if isinstance(value, dict):
             check_cells(value, number, budget)
             columns.update(value)
-            check_columns(len(columns), where, MAX_COLUMNS)
+            if len(columns) > MAX_COLUMNS:
+                check_columns(len(columns), where, MAX_COLUMNS)
             yield number, value
         else:
             yield number, RowError(source, number, "", f"Expected a JSON object, but got {_json_type(value)}")
@@ -350,7 +351,8 @@ class JsonlSource(FileSource):
                     if isinstance(record, dict):
                         check_cells(record, number, budget)
                         self.seen_columns.update(dict.fromkeys(record))
-                        check_columns(len(self.seen_columns), self.where, MAX_COLUMNS)
+                        if len(self.seen_columns) > MAX_COLUMNS:
+                            check_columns(len(self.seen_columns), self.where, MAX_COLUMNS)
                     yield number, offset, record
                 offset += len(raw)
 
