@@ -246,3 +246,19 @@ def test_cell_bytes_counts_every_arrow_shape() -> None:
     assert sources.cell_bytes(pa.array([{"x": "ab", "y": 1}, {"x": None, "y": 2}])).tolist() == [10, 8]
     assert sources.cell_bytes(pa.array([[("k", "vv")]], pa.map_(pa.string(), pa.string()))).tolist() == [3]
     assert sources.cell_bytes(pa.array([1, 2], pa.int64()).slice(1)).tolist() == [8]
+
+
+def test_a_small_parquet_file_that_decodes_large_is_streamed(tmp_path: Path) -> None:
+    """Within every budget, 40 rows of one value just under 1 MiB: 40 MiB from a file of
+    2 KB. Read whole it would be held (a 32 MB file, 64 times over, would be 2 GiB);
+    `load_file` streams it as it streams a large file: the same items, read on demand."""
+    from calm_core.data.stream import STREAM_FROM_BYTES, LazyItems
+
+    path = bomb(tmp_path / "long.parquet", value_bytes=CELL - 100, rows=40)
+    assert path.stat().st_size < 4096
+    report = load_file(path, mapping=MAPPING)
+    assert isinstance(report.items, LazyItems) and len(report.items) == 40
+    assert report.items[39].question == "a" * (CELL - 100)
+    small = bomb(tmp_path / "short.parquet", value_bytes=100, rows=40)
+    assert isinstance(load_file(small, mapping=MAPPING).items, list)
+    assert STREAM_FROM_BYTES < 40 * (CELL - 100)

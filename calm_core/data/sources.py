@@ -221,6 +221,23 @@ def parquet_rows(parquet: Any, where: str, budget: Budget) -> Iterator[Row]:
         raise DataError(f"Expected readable data in {where}, but reading after row {number} failed: {exc}") from None
 
 
+def parquet_decodes_past(parquet: Any, size: int) -> bool:
+    """Whether a Parquet file's rows decode to `size` bytes or more, counted in Arrow (its
+    text as dictionaries) without making a row: `loaders.load_file` streams such a file
+    however small it is on disk. A damaged file says False: its read says what is wrong."""
+    import pyarrow as pa
+
+    total = 0
+    try:
+        for batch in _batches(parquet):
+            total += sum(int(cell_bytes(array).sum()) for array in batch.columns)
+            if total >= size:
+                return True
+    except pa.ArrowException:
+        return False
+    return False
+
+
 def _batches(parquet: Any) -> Iterator[Any]:
     """`PARQUET_BATCH` rows at a time, one row group after another: a batch across two
     groups would join two dictionaries, which Arrow cannot do for a nested column."""
@@ -563,7 +580,24 @@ def _mib(size: int) -> str:
 class Budget:
     """What one read of one file has spent: each cell and row is checked as it is decoded,
     and the file's total against `MAX_EXPANSION` times its size. Raises one DataError line
-    naming the limit and the way out."""
+    naming the limit and the way out.
+
+    Considered and not done (issue 38): parsing an upload in a worker process under a
+    memory limit (`resource.setrlimit(RLIMIT_AS)`), so that a reader bug could not take the
+    server with it. It is neither simple nor robust here:
+    - a streamed upload's items read the file that the server process holds open
+      (`files.OpenFile`), so a worker could only vet the file and the server would read it
+      again: twice the CPU of every upload, on every rerun of the Data page;
+    - the server runs threads and imports PyTorch, so the worker must be spawned, not
+      forked: about a second of imports (NumPy, Arrow) per upload;
+    - RLIMIT_AS limits address space, not memory: Arrow's allocator, glibc's per-thread
+      arenas and OpenBLAS's per-core buffers reserve address space they never touch, by
+      the machine's core count, so one limit refuses good files on one machine and is too
+      high to protect on another (and macOS does not enforce it).
+    The budgets bound what each reader decodes before it decodes it, in the server. What
+    they cannot see is a hand-made Parquet file whose metadata understates its pages
+    (`declared_bytes`): docs/security.md, "Upload budgets", names it.
+    """
 
     def __init__(self, path: Path, where: str) -> None:
         self.where = where
