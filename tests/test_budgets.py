@@ -24,7 +24,7 @@ pq = pytest.importorskip("pyarrow.parquet")
 
 MAPPING = "choices=A|B"
 # The limits as docs/security.md ("Upload budgets") states them; sources.py declares them.
-COLUMNS, CELL, ROW_BYTES, JSON_ARRAY = 10_000, 2**20, 8 * 2**20, 32 * 2**20
+COLUMNS, CELL, ROW_BYTES, JSON_ARRAY = 10_000, 2**20, 8 * 2**20, 64 * 2**20
 BIG = "a" * (CELL + 1)  # one cell past the limit
 ROW = {"question": "Q?", "A": "x", "B": "y", "answer": 0}
 
@@ -206,12 +206,35 @@ def test_a_parquet_file_whose_metadata_declares_too_much_is_refused_unread(tmp_p
 
 
 def test_a_json_array_past_its_limit_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "big.json"
-    path.write_text(json.dumps([ROW] * (JSON_ARRAY // len(json.dumps(ROW)) + 10)))
-    with pytest.raises(DataError, match=r"^Expected a JSON array of at most 32 MiB in .*big\.json, .*as JSON lines"):
+    """Parsed whole, so bounded by what Python would hold: 1,000,000 empty objects are 3 MB
+    of text and about 100 MB of dicts (`sources.json_cost`); a file past it is not read."""
+    path = tmp_path / "empty.json"
+    path.write_text("[" + ",".join(["{}"] * 1_000_000) + "]")
+    match = r"^Expected a JSON array that decodes to at most 64 MiB in .*empty\.json, but it decodes to 99,"
+    with pytest.raises(DataError, match=match + r".*: save it as JSON lines \(one object a line\)"):
         load_file(path, mapping=MAPPING)
-    with pytest.raises(DataError, match="Expected a JSON array of at most 32 MiB"):
+    with pytest.raises(DataError, match=match):
         list(load_records(path))
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps([ROW] * (JSON_ARRAY // len(json.dumps(ROW)) + 10)))
+    with pytest.raises(DataError, match=r"^Expected a JSON array that decodes to at most 64 MiB in .*big\.json"):
+        load_file(big, mapping=MAPPING)
+
+
+def test_json_lines_are_counted_as_python_holds_them(tmp_path: Path) -> None:
+    """A 30 MiB file of nested empty lists held 720 MB read whole: each line costs 20 times
+    its text, so a line is refused past the row limit, and a file is streamed past 32 MiB."""
+    from calm_core.data.readers import decodes_past
+    from calm_core.data.stream import STREAM_FROM_BYTES
+
+    line = b'{"question": [' + b",".join([b"[]"] * (ROW_BYTES // 40)) + b"]}\n"  # 0.6 MiB of text
+    path = tmp_path / "lists.jsonl"
+    path.write_bytes(line * 3)
+    _refused(path, r"^Expected rows of at most 8 MiB in .*lists\.jsonl, but row 1 holds more")
+    rows = _jsonl(tmp_path / "rows.jsonl", [{**ROW, "question": f"{i}?", "id": str(i)} for i in range(20_000)])
+    assert path.stat().st_size < STREAM_FROM_BYTES and rows.stat().st_size < STREAM_FROM_BYTES
+    assert not decodes_past(rows, "jsonl", STREAM_FROM_BYTES)
+    assert decodes_past(rows, "jsonl", 2 * rows.stat().st_size)
 
 
 def test_the_limits_are_the_documented_ones() -> None:

@@ -28,6 +28,7 @@ from calm_core.data.sources import (
     Row,
     Table,
     guarded,
+    json_decodes_past,
     parquet_decodes_past,
 )
 
@@ -113,14 +114,16 @@ def open_table(path: Path, fmt: str, source: str | None = None) -> Table:
 
 
 def decodes_past(path: Path, fmt: str, size: int) -> bool:
-    """Whether a file's rows decode to `size` bytes or more: a text file's own size says it
-    (it decodes a byte to at most a byte); a Parquet file's is counted in Arrow, as the
-    Parquet bomb of issue 38 is 1 KB on disk. A file that cannot be opened says no: its
-    read says why."""
+    """Whether a file's rows decode to `size` bytes or more: a file that large on disk does;
+    a CSV file decodes a byte to at most a byte; JSON lines are counted as Python holds
+    them (`sources.json_cost`); a Parquet file's rows are counted in Arrow, as the Parquet
+    bomb of issue 38 is 1 KB on disk. A file that cannot be opened says no: its read says why."""
     if not path.is_file():
         return False
     if path.stat().st_size >= size:
         return True
+    if fmt == "jsonl":
+        return json_decodes_past(path, size)
     if fmt != "parquet":
         return False
     try:

@@ -140,15 +140,17 @@ def _json_type(value: Any) -> str:
 
 def json_array_rows(path: Path, source: str, where: str) -> Iterator[Row]:
     """A .json file holding one array of objects; rows are 1-based array positions. It is
-    parsed whole, so it may hold at most `MAX_JSON_ARRAY_BYTES`."""
+    parsed whole, so it may decode to at most `MAX_JSON_ARRAY_BYTES` (`json_cost`)."""
     size = path.stat().st_size
-    if size > MAX_JSON_ARRAY_BYTES:
+    data = path.read_bytes() if size <= MAX_JSON_ARRAY_BYTES else b""  # a larger file is not read
+    cost = json_cost(data) if data else size
+    if cost > MAX_JSON_ARRAY_BYTES:
         raise DataError(
-            f"Expected a JSON array of at most {_mib(MAX_JSON_ARRAY_BYTES)} in {where}, but it holds {size:,} bytes: "
-            "save it as JSON lines (one object a line), which are read a row at a time"
+            f"Expected a JSON array that decodes to at most {_mib(MAX_JSON_ARRAY_BYTES)} in {where}, but it decodes to "
+            f"{cost:,} bytes: save it as JSON lines (one object a line), which are read a row at a time"
         )
     try:
-        values = json.loads(path.read_bytes().decode("utf-8-sig"))
+        values = json.loads(data.decode("utf-8-sig"))
     except UnicodeDecodeError:
         raise DataError(f"Expected a JSON array of objects in {where}, but it is not UTF-8 text") from None
     except json.JSONDecodeError as exc:
@@ -363,7 +365,7 @@ class JsonlSource(FileSource):
             offset = 0
             for number, raw in enumerate(bounded_lines(handle, self.where), start=1):
                 if raw.strip():
-                    budget.row(len(raw), number)
+                    budget.row(json_cost(raw), number)
                     record = parse_json_line(raw, self.source, number)
                     if isinstance(record, dict):
                         check_cells(record, number, budget)
@@ -567,10 +569,30 @@ MAX_BATCH_BYTES = 64 * 2**20
 # their own size, so only Parquet can reach it; save such a file as JSON lines.
 MAX_EXPANSION = 64
 EXPANSION_FREE_BYTES = 64 * 2**20
-# Costs: a `.json` array over 32 MiB, which is parsed whole (JSON lines stream instead).
-MAX_JSON_ARRAY_BYTES = 32 * 2**20
+# Costs: a `.json` array that decodes to more than 64 MiB (`json_cost`: about a 25 MB
+# file of questions), which is parsed whole; JSON lines stream instead.
+MAX_JSON_ARRAY_BYTES = 64 * 2**20
 
 csv.field_size_limit(max(csv.field_size_limit(), MAX_ROW_BYTES))  # cells are held to MAX_CELL_BYTES by `Budget`
+
+
+def json_cost(raw: bytes) -> int:
+    """The decoded bytes of JSON text as Python holds it, from its punctuation (no parse):
+    64 a list or object, 32 an item (its pointer, a number), 25 a quote (half a string's
+    header). Text decodes to about 2.5 times its size; nested empty lists, the worst case,
+    to 20 times, which `MAX_ROW_BYTES` and the streaming of JSON lines then bound."""
+    return len(raw) + 64 * (raw.count(b"[") + raw.count(b"{")) + 32 * raw.count(b",") + 25 * raw.count(b'"')
+
+
+def json_decodes_past(path: Path, size: int) -> bool:
+    """Whether a JSON-lines file decodes to `size` bytes or more (`json_cost`), read 1 MiB at a time."""
+    total = 0
+    with path.open("rb") as handle:
+        while chunk := handle.read(2**20):
+            total += json_cost(chunk)
+            if total >= size:
+                return True
+    return False
 
 
 def _mib(size: int) -> str:
