@@ -235,7 +235,7 @@ def parquet_decodes_past(parquet: Any, size: int) -> bool:
             total += sum(int(cell_bytes(array).sum()) for array in batch.columns)
             if total >= size:
                 return True
-    except pa.ArrowException:
+    except (pa.ArrowException, OSError):
         return False
     return False
 
@@ -550,7 +550,9 @@ def starts_with(path: Path, prefix: bytes) -> bool:
 # a Parquet file's metadata is checked when it is opened, its text columns are decoded as
 # dictionaries (a value used a thousand times is held once) and each batch's decoded size is
 # computed from them before a Python row is made; a CSV record or a JSON line is read at
-# most `MAX_ROW_BYTES` at a time. Every reader, whole and streamed, goes through `Budget`.
+# most `MAX_ROW_BYTES` at a time, and a JSON line is counted as Python will hold it
+# (`json_cost`) before it is parsed. Every reader, whole and streamed, goes through `Budget`;
+# a file that decodes to `stream.STREAM_FROM_BYTES` is streamed (`readers.decodes_past`).
 # A refusal is one DataError line naming the limit and the way out (docs/security.md,
 # "Upload budgets", has the figures tests/test_budgets.py and tests/test_attacks_uploads.py measure).
 
@@ -559,14 +561,16 @@ MAX_COLUMNS = 10_000
 # Costs: one question, option or answer over 1 MiB of text (about 250,000 tokens, past any
 # model's context window). CSV's own stdlib limit (128 KiB) is raised to match (below).
 MAX_CELL_BYTES = 2**20
-# Costs: one row (a CSV record, a JSON line, a Parquet row) over 8 MiB, all its cells together.
+# Costs: one row (a CSV record, a JSON line, a Parquet row) that decodes to over 8 MiB, all
+# its cells together (a JSON line: about 2.5 times its text, `json_cost`).
 MAX_ROW_BYTES = 8 * 2**20
 # Costs nothing: the Python rows made at once from a Parquet batch; a batch over it is made
 # a few rows at a time (`parquet_rows`), so it sets peak memory and refuses no file.
 MAX_BATCH_BYTES = 64 * 2**20
 # Costs: a file that decodes to more than 64 times its own size, past the first 64 MiB (a
-# Parquet file of one long text repeated: the shape of a bomb). Text formats decode to
-# their own size, so only Parquet can reach it; save such a file as JSON lines.
+# Parquet file of one long text repeated: the shape of a bomb). CSV decodes a byte to at
+# most a byte and JSON to about 20 at most, so only Parquet can reach it; save such a file
+# as JSON lines.
 MAX_EXPANSION = 64
 EXPANSION_FREE_BYTES = 64 * 2**20
 # Costs: a `.json` array that decodes to more than 64 MiB (`json_cost`: about a 25 MB
@@ -582,6 +586,9 @@ def json_cost(raw: bytes) -> int:
     header). Text decodes to about 2.5 times its size; nested empty lists, the worst case,
     to 20 times, which `MAX_ROW_BYTES` and the streaming of JSON lines then bound."""
     return len(raw) + 64 * (raw.count(b"[") + raw.count(b"{")) + 32 * raw.count(b",") + 25 * raw.count(b'"')
+
+
+JSON_COST_PER_BYTE = 65  # the most `json_cost` gives a byte (a "["): a smaller file cannot decode past a budget
 
 
 def json_decodes_past(path: Path, size: int) -> bool:
@@ -600,8 +607,9 @@ def _mib(size: int) -> str:
 
 
 class Budget:
-    """What one read of one file has spent: each cell and row is checked as it is decoded,
-    and the file's total against `MAX_EXPANSION` times its size. Raises one DataError line
+    """What one read of one file has spent: each cell and row is checked as it is decoded
+    (before Python objects are made of it), and the file's total against `MAX_EXPANSION`
+    times its size. Raises one DataError line
     naming the limit and the way out.
 
     Considered and not done (issue 38): parsing an upload in a worker process under a
