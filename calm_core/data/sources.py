@@ -569,8 +569,8 @@ MAX_ROW_BYTES = 8 * 2**20
 MAX_BATCH_BYTES = 64 * 2**20
 # Costs: a file that decodes to more than 64 times its own size, past the first 64 MiB (a
 # Parquet file of one long text repeated: the shape of a bomb). CSV decodes a byte to at
-# most a byte and JSON to about 20 at most, so only Parquet can reach it; save such a file
-# as JSON lines.
+# most a byte and JSON to at most about 33 (`json_cost`), so only Parquet can reach it; save
+# such a file as JSON lines.
 MAX_EXPANSION = 64
 EXPANSION_FREE_BYTES = 64 * 2**20
 # Costs: a `.json` array that decodes to more than 64 MiB (`json_cost`: about a 25 MB
@@ -583,8 +583,9 @@ csv.field_size_limit(max(csv.field_size_limit(), MAX_ROW_BYTES))  # cells are he
 def json_cost(raw: bytes) -> int:
     """The decoded bytes of JSON text as Python holds it, from its punctuation (no parse):
     64 a list or object, 32 an item (its pointer, a number), 25 a quote (half a string's
-    header). Text decodes to about 2.5 times its size; nested empty lists, the worst case,
-    to 20 times, which `MAX_ROW_BYTES` and the streaming of JSON lines then bound."""
+    header). Questions decode to about 2.5 times their text; empty lists or objects, the
+    worst a parse allows, to 22 or 33 times, which `MAX_ROW_BYTES` and the streaming of
+    JSON lines then bound."""
     return len(raw) + 64 * (raw.count(b"[") + raw.count(b"{")) + 32 * raw.count(b",") + 25 * raw.count(b'"')
 
 
