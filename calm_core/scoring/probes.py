@@ -1,0 +1,192 @@
+"""The probes behind `scoring.fast_paths`: each fast path against the model's own forward
+on a short batch, with the relative gap measured and any exception turned into a reason.
+
+The probe batch (`probe_sequences`) is what breaks a path that only looks right: rows of
+different lengths, left-padded, so padding and explicit positions matter; two rows that
+share a long prefix, so the shared-prefix KV-cache passes run; and rows longer than the
+model's sliding window (when it has one, up to MAX_PROBE_LENGTH tokens), so a path that
+ignores the window differs. Token ids are drawn from a fixed seed: the probe needs no
+tokenizer and gives the same batch on every machine.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+import torch
+
+from calm_core.scoring.fast_paths import GRAD_FACTOR, FastPathSupport, PathVerdict, _kept
+from calm_core.scoring.forward import (
+    causal_lm,
+    head_input_hook,
+    last_hidden,
+    left_pad_batch,
+    output_head,
+    supports_frozen_prefix,
+)
+
+MIN_PROBE_LENGTH = 24  # tokens of the longest row when the model has no sliding window
+MAX_PROBE_LENGTH = 600  # a window wider than this (4096: Mistral 7B) is not exercised on the CPU
+N_LAST = 3  # positions whose logits are compared (the scorers keep a few, not all)
+
+
+def probe_sequences(config: Any) -> list[list[int]]:
+    """Four token sequences: two sharing all but their last tokens, two shorter ones."""
+    window = getattr(config, "sliding_window", None) or 0
+    length = min(max(MIN_PROBE_LENGTH, window + 8), MAX_PROBE_LENGTH)
+    vocab = int((config.get_text_config() if hasattr(config, "get_text_config") else config).vocab_size)
+    generator = torch.Generator().manual_seed(0)
+    draw = lambda n: torch.randint(0, vocab, (n,), generator=generator).tolist()  # noqa: E731
+    common = draw(length - 3)
+    return [common + draw(3), common + draw(2), draw(length // 2 + 1), draw(max(5, length // 3))]
+
+
+def relative_gap(fast: torch.Tensor, own: torch.Tensor) -> float:
+    """max |fast - own| / max(1, max |own|): the measure every tolerance refers to."""
+    fast, own = fast.detach().double(), own.detach().double()
+    return float((fast - own).abs().max() / max(1.0, float(own.abs().max())))
+
+
+def _verdict(name: str, measure: Callable[[], float], limit: float) -> PathVerdict:
+    """Run one probe: on within `limit`, off (with the gap or the exception) otherwise."""
+    try:
+        gap = measure()
+    except Exception as exc:  # noqa: BLE001 - any failure of a fast path switches it off, with its reason
+        return PathVerdict(False, f"{name} raised {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+    if gap != gap or gap > limit:  # NaN counts as a difference
+        return PathVerdict(False, f"{name} differs from the model's own forward: gap {gap:.2e} > {limit:.0e}", gap)
+    return PathVerdict(True, f"equal to the model's own forward (gap {gap:.1e} <= {limit:.0e})", gap)
+
+
+@contextmanager
+def _eval_mode(model: Any) -> Iterator[None]:
+    """Dropout off for the probe (a LoRA dropout would make two passes differ), restored after."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+def _batch(model: Any) -> dict[str, torch.Tensor]:
+    device = next(causal_lm(model).parameters()).device
+    return left_pad_batch(probe_sequences(causal_lm(model).config), 0, device)  # padding is masked out
+
+
+def probe_scoring_paths(model: Any, limit: float) -> FastPathSupport:
+    """Hidden path, feature capture and prefix sharing of `model`, each against its forward.
+    Prefix sharing is measured with the hidden path as just decided (how scoring runs it)."""
+    lm = causal_lm(model)
+    with _eval_mode(model), torch.no_grad():
+        batch = _batch(model)
+        own = model(**batch, logits_to_keep=N_LAST, use_cache=False).logits
+        hidden = (
+            _verdict("the hidden path", lambda: _hidden_gap(model, batch, own), limit)
+            if supports_frozen_prefix(model)
+            else PathVerdict(False, f"{type(lm).__name__} lacks model.layers, rotary_emb, norm or lm_head")
+        )
+        features = _verdict("feature capture", lambda: _feature_gap(model, batch), limit)
+        _kept(lm)["scoring"] = FastPathSupport(hidden, features, PathVerdict(False, "being measured"))
+        sharing = _verdict("prefix sharing", lambda: _sharing_gap(model, batch), limit)
+    return FastPathSupport(hidden_path=hidden, feature_capture=features, prefix_sharing=sharing)
+
+
+def _hidden_gap(model: Any, batch: dict[str, torch.Tensor], own: torch.Tensor) -> float:
+    """`last_hidden` + `output_head` against the model's logits."""
+    states = last_hidden(model, {**batch, "use_cache": False}, N_LAST)
+    return relative_gap(output_head(model)(states), own)
+
+
+def _feature_gap(model: Any, batch: dict[str, torch.Tensor]) -> float:
+    """What the LM head's input hook (`forward.head_input_hook`) records against
+    `output_hidden_states`' final-norm states."""
+    with head_input_hook(model) as seen:
+        out = model(**batch, logits_to_keep=N_LAST, use_cache=False, output_hidden_states=True)
+    return relative_gap(seen[-1], out.hidden_states[-1][:, -N_LAST:])
+
+
+def _sharing_gap(model: Any, batch: dict[str, torch.Tensor]) -> float:
+    """`shared_prefix_logprobs` (contexts once, continuations on their KV cache) against
+    log-softmax of the model's logits over the whole sequences."""
+    from calm_core.scoring.logprobs import shared_prefix_logprobs
+
+    seqs = probe_sequences(causal_lm(model).config)
+    device = batch["input_ids"].device
+    groups = [(seqs[0][:-3], [seqs[0][-3:], seqs[1][-2:]]), (seqs[2][:-2], [seqs[2][-2:], seqs[3][:4]])]
+    shared = shared_prefix_logprobs(model, groups, 0, device)
+    gaps = []
+    for (context, conts), scored in zip(groups, shared, strict=True):
+        for cont, logprobs in zip(conts, scored, strict=True):
+            gaps.append(relative_gap(logprobs, _own_logprobs(model, context, cont, device)))
+    return max(gaps)
+
+
+def _own_logprobs(model: Any, context: list[int], cont: list[int], device: torch.device) -> torch.Tensor:
+    """log p(cont | context) per token from one plain forward over the whole sequence."""
+    ids = torch.tensor([context + cont], device=device)
+    logits = model(input_ids=ids, use_cache=False).logits[0, len(context) - 1 : -1].float()
+    return torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(cont, device=device)[:, None])[:, 0]
+
+
+def probe_frozen_prefix(model: Any, split: int, limit: float) -> PathVerdict:
+    """A FrozenPrefixModel below `split` against the model: logits (shared-prefix passes
+    and whole rows) and the gradients of a loss w.r.t. the trainable (LoRA) parameters.
+    LoRA's zero-initialised B is given small random values for the probe (restored
+    after), so the adapter changes the output and its gradients reach every matrix."""
+    with _eval_mode(model), torch.inference_mode(False), torch.enable_grad(), _perturbed_adapter(model):
+        return _verdict("the frozen prefix", lambda: _frozen_gap(model, split, limit), limit)
+
+
+def _frozen_gap(model: Any, split: int, limit: float) -> float:
+    """The largest of the logit gap and the gradient gap (scaled to the logit tolerance)."""
+    from calm_core.scoring.frozen_prefix import FrozenPrefixModel
+
+    batch = _batch(model)
+    params = [p for p in model.parameters() if p.requires_grad]
+    own, own_grads = _logits_and_grads(model, batch, params)
+    runner = FrozenPrefixModel(model, split)
+    fast, fast_grads = _logits_and_grads(runner, batch, params)  # fills the cache, shares prefixes
+    runner.share_top = False
+    with torch.no_grad():
+        whole = runner(**batch, logits_to_keep=N_LAST).logits  # from the cache, every row in full
+    logit_gap = max(relative_gap(fast, own), relative_gap(whole, own))
+    grad_gaps = [_grad_gap(f, o) for f, o in zip(fast_grads, own_grads, strict=True)]
+    return max([logit_gap, *(g / GRAD_FACTOR for g in grad_gaps)])
+
+
+def _logits_and_grads(
+    model: Any, batch: dict[str, torch.Tensor], params: list[torch.nn.Parameter]
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Logits at the last N_LAST positions and d(loss)/d(params), loss = NLL of fixed targets."""
+    logits = model(**batch, logits_to_keep=N_LAST, use_cache=False).logits
+    if not params:
+        return logits.detach(), []
+    targets = torch.arange(logits.shape[0] * N_LAST, device=logits.device).reshape(-1, N_LAST) % logits.shape[-1]
+    loss = -torch.log_softmax(logits.float(), dim=-1).gather(-1, targets[..., None]).mean()
+    return logits.detach(), [g.detach() for g in torch.autograd.grad(loss, params, allow_unused=True)]
+
+
+def _grad_gap(fast: torch.Tensor | None, own: torch.Tensor | None) -> float:
+    """Gradient gap relative to the gradient's own size (1e-12 floor for a zero gradient)."""
+    if fast is None or own is None:
+        return 0.0 if fast is None and own is None else float("inf")
+    scale = max(float(own.abs().max()), 1e-12)
+    return float((fast.double() - own.double()).abs().max()) / scale
+
+
+@contextmanager
+def _perturbed_adapter(model: Any) -> Iterator[None]:
+    """Trainable parameters that are all zero get N(0, 0.02) values for the block, then zeros again."""
+    generator = torch.Generator().manual_seed(1)
+    zero = [p for p in model.parameters() if p.requires_grad and not bool(p.detach().any())]
+    with torch.no_grad():
+        for p in zero:
+            p.copy_(torch.randn(p.shape, generator=generator).to(p) * 0.02)
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for p in zero:
+                p.zero_()
