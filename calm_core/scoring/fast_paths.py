@@ -201,10 +201,41 @@ def _read(lm: Any) -> dict[str, Any]:
 
 
 def _write(lm: Any, section: str, value: Any) -> None:
-    """Best effort: a read-only cache costs a second measurement, never a failure."""
+    """Best effort: a read-only cache costs a second measurement, never a failure. The
+    model's files' fingerprint, dtype and device go beside the verdicts, so a page can
+    find them without loading the model (`known_fast_paths`)."""
     path = verdict_path(lm)
+    parameter = next(lm.parameters())
+    about = {
+        "fingerprint": _files_fingerprint(lm),
+        "model_type": getattr(lm.config, "model_type", None),
+        "dtype": str(parameter.dtype).removeprefix("torch."),
+        "device": parameter.device.type,
+    }
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(path, {**_read(lm), section: value, "model_type": getattr(lm.config, "model_type", None)})
+        atomic_write_json(path, {**_read(lm), **about, section: value})
     except OSError:
         pass
+
+
+def _files_fingerprint(lm: Any) -> str | None:
+    source = str(getattr(lm.config, "_name_or_path", "") or "")
+    return model_fingerprint(source) if source else None
+
+
+def known_fast_paths(fingerprint: str | None) -> dict[str, Any] | None:
+    """The newest verdicts measured on this machine for a model whose files have this
+    `provenance.model_fingerprint` (any dtype or device): the JSON `_write` keeps, or None."""
+    if not fingerprint:
+        return None
+    folder = cache_dir() / "fast_paths"
+    found = []
+    for path in folder.glob("*.json") if folder.is_dir() else []:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if data.get("fingerprint") == fingerprint and "scoring" in data:
+            found.append((path.stat().st_mtime, data))
+    return max(found, key=lambda pair: pair[0])[1] if found else None
