@@ -156,9 +156,14 @@ def _kept(lm: Any) -> dict[str, Any]:
     return getattr(lm, _ATTRIBUTE)
 
 
+def verdict_folder() -> Path:
+    """Where verdicts are kept: cache_dir()/fast_paths (a test points it elsewhere)."""
+    return cache_dir() / "fast_paths"
+
+
 def verdict_path(model: Any) -> Path:
-    """The JSON file that holds `model`'s verdicts under cache_dir()."""
-    return cache_dir() / "fast_paths" / f"{probe_key(causal_lm(model))}.json"
+    """The JSON file that holds `model`'s verdicts (`verdict_folder`)."""
+    return verdict_folder() / f"{probe_key(causal_lm(model))}.json"
 
 
 def probe_key(lm: Any) -> str:
@@ -229,7 +234,7 @@ def known_fast_paths(fingerprint: str | None) -> dict[str, Any] | None:
     `provenance.model_fingerprint` (any dtype or device): the JSON `_write` keeps, or None."""
     if not fingerprint:
         return None
-    folder = cache_dir() / "fast_paths"
+    folder = verdict_folder()
     found = []
     for path in folder.glob("*.json") if folder.is_dir() else []:
         try:

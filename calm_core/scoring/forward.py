@@ -16,6 +16,7 @@ from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 import torch
 
 _PARTS = ("embed_tokens", "layers", "rotary_emb", "norm")
+STRUCTURE = "model.layers, model.embed_tokens, model.rotary_emb, model.norm and lm_head"  # what the fast paths call
 
 
 @runtime_checkable

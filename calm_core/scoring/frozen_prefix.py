@@ -47,6 +47,7 @@ import torch
 from calm_core.scoring.arena import Arena, ArenaConfig
 from calm_core.scoring.decoder import run_layers
 from calm_core.scoring.forward import (
+    STRUCTURE,
     cache_kwarg,
     causal_lm,
     left_pad_batch,
@@ -162,7 +163,7 @@ class FrozenPrefixModel:
     def __init__(self, model: Any, split: int, store_root: Path | None = None) -> None:
         if not supports_frozen_prefix(model):
             raise ValueError(
-                f"Frozen-prefix caching needs a Llama-shaped decoder; {type(causal_lm(model)).__name__} is not"
+                f"Frozen-prefix caching needs {STRUCTURE}; {type(causal_lm(model)).__name__} lacks some of them"
             )
         lm = causal_lm(model)
         n_layers = len(lm.model.layers)

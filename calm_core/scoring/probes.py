@@ -18,6 +18,7 @@ import torch
 
 from calm_core.scoring.fast_paths import GRAD_FACTOR, FastPathSupport, PathVerdict, _kept
 from calm_core.scoring.forward import (
+    STRUCTURE,
     causal_lm,
     head_input_hook,
     last_hidden,
@@ -85,12 +86,17 @@ def probe_scoring_paths(model: Any, limit: float) -> FastPathSupport:
         hidden = (
             _verdict("the hidden path", lambda: _hidden_gap(model, batch, own), limit)
             if supports_frozen_prefix(model)
-            else PathVerdict(False, f"{type(lm).__name__} lacks model.layers, rotary_emb, norm or lm_head")
+            else _lacks(lm)
         )
         features = _verdict("feature capture", lambda: _feature_gap(model, batch), limit)
         _kept(lm)["scoring"] = FastPathSupport(hidden, features, PathVerdict(False, "being measured"))
         sharing = _verdict("prefix sharing", lambda: _sharing_gap(model, batch), limit)
     return FastPathSupport(hidden_path=hidden, feature_capture=features, prefix_sharing=sharing)
+
+
+def _lacks(lm: Any) -> PathVerdict:
+    """The verdict for a model without the parts a path calls (GPT-2, GPT-NeoX, OPT)."""
+    return PathVerdict(False, f"{type(lm).__name__} lacks some of {STRUCTURE}, which this path runs")
 
 
 def _hidden_gap(model: Any, batch: dict[str, torch.Tensor], own: torch.Tensor) -> float:
@@ -135,6 +141,8 @@ def probe_frozen_prefix(model: Any, split: int, limit: float) -> PathVerdict:
     and whole rows) and the gradients of a loss w.r.t. the trainable (LoRA) parameters.
     LoRA's zero-initialised B is given small random values for the probe (restored
     after), so the adapter changes the output and its gradients reach every matrix."""
+    if not supports_frozen_prefix(model):
+        return _lacks(causal_lm(model))
     with _eval_mode(model), torch.inference_mode(False), torch.enable_grad(), _perturbed_adapter(model):
         return _verdict("the frozen prefix", lambda: _frozen_gap(model, split, limit), limit)
 
