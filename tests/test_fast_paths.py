@@ -105,24 +105,27 @@ def test_every_scoring_path_has_a_verdict_and_gemma_keeps_the_hidden_path(family
         assert support.hidden_path.on, support.hidden_path.reason
 
 
-def test_gemma_cloze_scores_equal_the_plain_path_whatever_prefix_sharing_measured(family_dirs) -> None:
-    """Gemma's sliding-window KV cache made shared-prefix scoring differ (measured): the
-    probe turns it off, so asking for sharing gives the whole-sequence scores."""
+@pytest.mark.parametrize("family", sorted(MEASURED_ON))
+def test_gemma_shares_prefixes_and_scores_as_whole_sequences(family: str, family_dirs) -> None:
+    """Gemma's sliding-window KV cache keeps only its last window - 1 keys; a cache
+    rebuilt for the continuations (select_cache) must carry how many it has seen, or the
+    mask slides over the wrong keys (8e-3 apart, caught by the probe)."""
     from calm_core.data.schema import MCItem
     from calm_core.scoring.options import score_items
     from calm_core.scoring.prompts import ScoringConfig
 
-    lm = _model("gemma3", family_dirs)
+    lm = _model(family, family_dirs)
     question = "Which of these is the largest city of the country whose capital is far away from here?"
     items = [MCItem("a", question, ("Paris", "Lyon", "Marseille"), 0), MCItem("b", "2 + 2 =", ("4", "five"), 0)]
-    shared = score_items(lm, items, ScoringConfig(rule="cloze"), share_prefix=True, progress=False).logits
-    plain = score_items(lm, items, ScoringConfig(rule="cloze"), share_prefix=False, progress=False).logits
-    assert not fast_paths.fast_paths(lm.model).prefix_sharing.on  # what the probe found; the fix would flip this
+    rule = ScoringConfig(rule="cloze")
+    shared = score_items(lm, items, rule, share_prefix=True, progress=False).logits
+    plain = score_items(lm, items, rule, share_prefix=False, progress=False).logits
+    assert fast_paths.fast_paths(lm.model).prefix_sharing.on
     torch.testing.assert_close(torch.tensor(shared), torch.tensor(plain), atol=1e-5, rtol=0)
 
 
 def _global_rotary_everywhere(rotary, hidden, position_ids, kinds):
-    """A hand-made bug: every layer gets the full-attention rotary embedding (Gemma 3's local layers use another base)."""
+    """A hand-made bug: every layer gets the full-attention rotary (Gemma 3's local layers use another base)."""
     shared = rotary(hidden, position_ids, layer_type=decoder.FULL)
     return {kind: shared for kind in kinds}
 

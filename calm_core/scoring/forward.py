@@ -1,6 +1,8 @@
 """The forward pass that scoring and frozen-prefix caching share: left-padded batches
 with explicit positions (a row computes what it would alone), KV-cache plumbing, runs of
-similar length, and the "hidden path" (final-norm states + LM head on chosen positions).
+similar length, and the "hidden path" (final-norm states + LM head on chosen positions,
+with the model's own final soft-cap). Whether a model gets the hidden path and feature
+capture is measured, never read off its shape (`scoring.fast_paths`).
 
 It sits below both `logprobs` (the log-probabilities option scores are made of) and
 `frozen_prefix` (cached bottom layers): a `HiddenStateRunner` (what FrozenPrefixModel is)
@@ -64,11 +66,18 @@ def cache_kwarg(model: Any) -> str:
 
 def select_cache(cache: Any, index: torch.Tensor, config: Any) -> Any:
     """A new KV cache holding rows `index` of `cache` (a row may repeat): one context's
-    keys and values for each of its continuations. Differentiable: indexing, not copy_."""
+    keys and values for each of its continuations. Differentiable: indexing, not copy_.
+    Sliding-window layers carry their count of tokens seen: rebuilt from the kept keys
+    alone, the count would be the window's, and the mask would slide over the wrong keys
+    (prefix sharing on Gemma 2/3 differed by 8e-3 until the probe caught it)."""
     from transformers import DynamicCache
 
     data = [(k[index], v[index]) if k is not None else (None, None) for k, v, *_ in cache]
-    return DynamicCache(ddp_cache_data=data, config=config)
+    selected = DynamicCache(ddp_cache_data=data, config=config)
+    for source, layer in zip(cache.layers, selected.layers, strict=True):
+        if hasattr(source, "cumulative_length"):  # a sliding-window layer keeps only its last window - 1 keys:
+            layer.cumulative_length = source.cumulative_length  # how many it has seen sizes its mask (Gemma 2/3)
+    return selected
 
 
 RUN_COST = 16  # token rows: what one more batched pass costs beyond its tokens (calls, small matmuls)

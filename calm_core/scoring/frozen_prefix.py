@@ -27,9 +27,12 @@ The `HiddenStateStore` is one append-only arena (`scoring.arena`: a data file, a
 one memory map) under a fingerprint of the frozen weights: memory stays bounded however
 many sequences there are, and runs that share evaluation sets (a method comparison)
 compute those sets' bottom layers once between them.
-Supported: decoder stacks shaped like Llama (`model.model.layers`, `embed_tokens`,
-`rotary_emb`, `norm`, `lm_head`): Llama, Mistral, Qwen2/3, SmolLM. Other models train
-uncached (`supports_frozen_prefix` says which).
+Which models: those with the parts it calls (`model.model.layers`, `embed_tokens`,
+`rotary_emb`, `norm`, `lm_head`), whose layers it calls as their own forward does
+(`scoring.decoder`: a mask per attention type, a rotary embedding per layer type, so
+Gemma 2 and 3 too), and only where it proves equal to that forward, logits and LoRA
+gradients, on a probe batch (`scoring.fast_paths.frozen_prefix_verdict`, measured once
+per model and split). Other models train uncached, with the reason in the run's choices.
 """
 
 from __future__ import annotations
