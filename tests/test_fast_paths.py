@@ -51,11 +51,20 @@ def fresh_verdicts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "verdicts"
 
 
-def _model(family: str, dirs: dict[str, Path]):
+_LOADED: dict[str, object] = {}  # family -> its model, shared by the tests that only read it
+
+
+def _model(family: str, dirs: dict[str, Path], fresh: bool = False):
+    """The family's tiny model; `fresh` for a test that changes it or must measure anew
+    (LoRA attached in place, a mutation: the verdict is kept on the model object)."""
     folder = dirs[family]
     if not (folder / "config.json").is_file():
         build_family(family, folder)
-    return load_model(ModelSpec(name=str(folder), device="cpu"))
+    if fresh:  # never shared: a changed model or a mutated verdict stays in its own test
+        return load_model(ModelSpec(name=str(folder), device="cpu"))
+    if family not in _LOADED:
+        _LOADED[family] = load_model(ModelSpec(name=str(folder), device="cpu"))
+    return _LOADED[family]
 
 
 def _freeze_below(model, split: int) -> None:
@@ -132,7 +141,7 @@ def _global_rotary_everywhere(rotary, hidden, position_ids, kinds):
 
 def test_a_broken_prefix_is_switched_off_by_the_probe(family_dirs, fresh_verdicts, monkeypatch) -> None:
     monkeypatch.setattr(decoder, "position_embeddings", _global_rotary_everywhere)
-    lm = _model("gemma3", family_dirs)
+    lm = _model("gemma3", family_dirs, fresh=True)
     _freeze_below(lm.model, SPLIT)
     verdict = frozen_prefix_verdict(lm.model, SPLIT)
     assert not verdict.on and "differs from the model's own forward" in verdict.reason
@@ -146,7 +155,7 @@ def test_a_model_without_the_embedding_scale_is_switched_off(family_dirs, fresh_
         return self._layers(torch.nn.functional.embedding(ids, embed.weight), mask, positions, cache, 0, self.split)
 
     monkeypatch.setattr(FrozenPrefixModel, "_bottom", unscaled)
-    lm = _model("gemma2", family_dirs)
+    lm = _model("gemma2", family_dirs, fresh=True)
     _freeze_below(lm.model, SPLIT)
     assert not frozen_prefix_verdict(lm.model, SPLIT).on
 
@@ -157,7 +166,7 @@ def test_the_verdict_is_measured_once_per_model(family_dirs, monkeypatch) -> Non
     first = fast_paths.fast_paths(_model("llama", family_dirs).model)
     assert fast_paths.verdict_path(_model("llama", family_dirs).model).is_file()
     monkeypatch.setattr(probes, "probe_scoring_paths", lambda *a: pytest.fail("measured twice"))
-    assert fast_paths.fast_paths(_model("llama", family_dirs).model) == first  # a new load reads the disk
+    assert fast_paths.fast_paths(_model("llama", family_dirs, fresh=True).model) == first  # a new load reads the disk
 
 
 def test_feature_capture_off_reads_the_final_norm_states(family_dirs, monkeypatch) -> None:
@@ -193,13 +202,17 @@ def _train_two_steps(lm, tmp_path: Path, name: str):
     run = RunDir.create(tmp_path, name, cfg.to_dict())
     result = train(cfg, run=run, lm=lm)
     assert result.state == "finished" and result.step == 2
-    return run.status["choices"]
+    return run
 
 
 @pytest.mark.slow
 def test_calm_trains_gemma3_through_the_frozen_prefix(family_dirs, tmp_path) -> None:
     """The issue's failure: Gemma 3 stopped at step 0 caching frozen layers (rotary_emb's layer_type)."""
-    choices = _train_two_steps(_model("gemma3", family_dirs), tmp_path, "gemma3")
+    from calm_core.workspace.report import run_report_html
+
+    run = _train_two_steps(_model("gemma3", family_dirs, fresh=True), tmp_path, "gemma3")
+    choices = run.status["choices"]
+    assert "<th>fast path: frozen prefix</th><td>used: LoRA on the top 2 layers only" in run_report_html(run)
     assert choices["frozen_prefix"]["used"] is True
     assert choices["fast_paths"]["frozen_prefix"]["on"] is True
     assert set(choices["fast_paths"]) == {"frozen_prefix", *fast_paths.SCORING_PATHS}
@@ -208,9 +221,38 @@ def test_calm_trains_gemma3_through_the_frozen_prefix(family_dirs, tmp_path) -> 
 @pytest.mark.slow
 def test_a_run_on_a_broken_prefix_falls_back_and_says_why(family_dirs, tmp_path, fresh_verdicts, monkeypatch) -> None:
     monkeypatch.setattr(decoder, "position_embeddings", _global_rotary_everywhere)
-    choices = _train_two_steps(_model("gemma3", family_dirs), tmp_path, "broken")
+    choices = _train_two_steps(_model("gemma3", family_dirs, fresh=True), tmp_path, "broken").status["choices"]
     assert choices["frozen_prefix"]["used"] is False
     assert "differs from the model's own forward" in choices["fast_paths"]["frozen_prefix"]["reason"]
+
+
+def test_the_train_page_shows_the_chosen_models_fast_paths(open_page, family_dirs, tmp_path) -> None:
+    """Once measured (by any run or evaluation on this machine), the Train page shows which
+    fast paths the chosen model got; before, it says when they will be measured."""
+    folder = family_dirs["gemma3"]
+    fast_paths.fast_paths(_model("gemma3", family_dirs).model)
+    at = open_page("views/train.py")
+    at.radio(key="train_model_kind").set_value("local directory").run()
+    at.text_input(key="train_model_name").set_value(str(folder)).run()
+    assert not at.exception, at.exception
+    labels = [e.label for e in at.expander if e.label.startswith("Fast paths")]
+    assert len(labels) == 1 and labels[0].startswith("Fast paths this model got: hidden path, feature capture")
+    unmeasured = build_family("llama", tmp_path / "unmeasured", pad_token=False)  # another config: another fingerprint
+    at.text_input(key="train_model_name").set_value(str(unmeasured)).run()
+    assert not [e for e in at.expander if e.label.startswith("Fast paths")]
+    assert any("measured against this model's own forward" in c.value for c in at.caption)
+
+
+def test_fast_path_rows_say_used_or_not_and_why() -> None:
+    from calm_core.workspace.fast_path_view import fast_path_items, fast_path_rows
+
+    record = {"hidden_path": {"on": True, "reason": "equal"}, "frozen_prefix": {"on": False, "reason": "differs"}}
+    assert [(r["fast path"], r["used"], r["why"]) for r in fast_path_rows(record)] == [
+        ("hidden path", "yes", "equal"),
+        ("frozen prefix", "no", "differs"),
+    ]
+    assert fast_path_items(record)[1] == ("fast path: frozen prefix", "not used: differs")
+    assert fast_path_rows(None) == []
 
 
 def test_support_table(family_dirs) -> None:
