@@ -53,13 +53,15 @@ class PathVerdict:
     on: bool
     reason: str
     gap: float | None = None
+    share_top: bool = True  # the frozen prefix only: False where sharing a prefix in the top layers failed alone
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PathVerdict:
-        return cls(on=bool(data["on"]), reason=str(data["reason"]), gap=data.get("gap"))
+        share_top = bool(data.get("share_top", True))
+        return cls(on=bool(data["on"]), reason=str(data["reason"]), gap=data.get("gap"), share_top=share_top)
 
 
 @dataclass(frozen=True)

@@ -77,18 +77,21 @@ def _batch(model: Any) -> dict[str, torch.Tensor]:
 
 
 def probe_scoring_paths(model: Any, limit: float) -> FastPathSupport:
-    """Hidden path, feature capture and prefix sharing of `model`, each against its forward.
+    """Hidden path, feature capture and prefix sharing of `model`, each against its forward
+    (one plain pass gives the logits, the head's input and `output_hidden_states`).
     Prefix sharing is measured with the hidden path as just decided (how scoring runs it)."""
     lm = causal_lm(model)
     with _eval_mode(model), torch.no_grad():
         batch = _batch(model)
-        own = model(**batch, logits_to_keep=N_LAST, use_cache=False).logits
+        with head_input_hook(model) as seen:
+            out = model(**batch, logits_to_keep=N_LAST, use_cache=False, output_hidden_states=True)
         hidden = (
-            _verdict("the hidden path", lambda: _hidden_gap(model, batch, own), limit)
+            _verdict("the hidden path", lambda: _hidden_gap(model, batch, out.logits), limit)
             if supports_frozen_prefix(model)
             else _lacks(lm)
         )
-        features = _verdict("feature capture", lambda: _feature_gap(model, batch), limit)
+        final_norm = out.hidden_states[-1][:, -N_LAST:]  # what output_hidden_states calls the last state
+        features = _verdict("feature capture", lambda: relative_gap(seen[-1], final_norm), limit)
         _kept(lm)["scoring"] = FastPathSupport(hidden, features, PathVerdict(False, "being measured"))
         sharing = _verdict("prefix sharing", lambda: _sharing_gap(model, batch), limit)
     return FastPathSupport(hidden_path=hidden, feature_capture=features, prefix_sharing=sharing)
@@ -105,63 +108,70 @@ def _hidden_gap(model: Any, batch: dict[str, torch.Tensor], own: torch.Tensor) -
     return relative_gap(output_head(model)(states), own)
 
 
-def _feature_gap(model: Any, batch: dict[str, torch.Tensor]) -> float:
-    """What the LM head's input hook (`forward.head_input_hook`) records against
-    `output_hidden_states`' final-norm states."""
-    with head_input_hook(model) as seen:
-        out = model(**batch, logits_to_keep=N_LAST, use_cache=False, output_hidden_states=True)
-    return relative_gap(seen[-1], out.hidden_states[-1][:, -N_LAST:])
-
-
 def _sharing_gap(model: Any, batch: dict[str, torch.Tensor]) -> float:
     """`shared_prefix_logprobs` (contexts once, continuations on their KV cache) against
-    log-softmax of the model's logits over the whole sequences."""
+    log-softmax of the model's logits over the whole sequences (one batch)."""
     from calm_core.scoring.logprobs import shared_prefix_logprobs
 
     seqs = probe_sequences(causal_lm(model).config)
     device = batch["input_ids"].device
     groups = [(seqs[0][:-3], [seqs[0][-3:], seqs[1][-2:]]), (seqs[2][:-2], [seqs[2][-2:], seqs[3][:4]])]
-    shared = shared_prefix_logprobs(model, groups, 0, device)
-    gaps = []
-    for (context, conts), scored in zip(groups, shared, strict=True):
-        for cont, logprobs in zip(conts, scored, strict=True):
-            gaps.append(relative_gap(logprobs, _own_logprobs(model, context, cont, device)))
-    return max(gaps)
+    shared = [lp for scored in shared_prefix_logprobs(model, groups, 0, device) for lp in scored]
+    own = _own_logprobs(model, [(context, cont) for context, conts in groups for cont in conts], device)
+    return max(relative_gap(fast, plain) for fast, plain in zip(shared, own, strict=True))
 
 
-def _own_logprobs(model: Any, context: list[int], cont: list[int], device: torch.device) -> torch.Tensor:
-    """log p(cont | context) per token from one plain forward over the whole sequence."""
-    ids = torch.tensor([context + cont], device=device)
-    logits = model(input_ids=ids, use_cache=False).logits[0, len(context) - 1 : -1].float()
-    return torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(cont, device=device)[:, None])[:, 0]
+def _own_logprobs(model: Any, pairs: list[tuple[list[int], list[int]]], device: torch.device) -> list[torch.Tensor]:
+    """log p(cont | context) per token from one plain left-padded pass over the whole
+    sequences, the LM head only on the positions that predict a continuation token."""
+    keep = max(len(cont) for _, cont in pairs) + 1
+    batch = left_pad_batch([context + cont for context, cont in pairs], 0, device)
+    logits = model(**batch, logits_to_keep=keep, use_cache=False).logits.float()  # (B, keep, V)
+    out = []
+    for row, (_, cont) in enumerate(pairs):
+        picked = torch.log_softmax(logits[row, keep - 1 - len(cont) : keep - 1], dim=-1)
+        out.append(picked.gather(-1, torch.tensor(cont, device=device)[:, None])[:, 0])
+    return out
 
 
 def probe_frozen_prefix(model: Any, split: int, limit: float) -> PathVerdict:
     """A FrozenPrefixModel below `split` against the model: logits (shared-prefix passes
     and whole rows) and the gradients of a loss w.r.t. the trainable (LoRA) parameters.
     LoRA's zero-initialised B is given small random values for the probe (restored
-    after), so the adapter changes the output and its gradients reach every matrix."""
+    after), so the adapter changes the output and its gradients reach every matrix.
+    Where only the top layers' prefix sharing differs (its gradients flow through a KV
+    cache), the path stays on with every row's top layers run whole (`share_top`)."""
     if not supports_frozen_prefix(model):
         return _lacks(causal_lm(model))
     with _eval_mode(model), torch.inference_mode(False), torch.enable_grad(), _perturbed_adapter(model):
-        return _verdict("the frozen prefix", lambda: _frozen_gap(model, split, limit), limit)
+        shared = _verdict("the frozen prefix", lambda: _frozen_gap(model, split, True), limit)
+        if shared.on:
+            return shared
+        whole = _verdict("the frozen prefix", lambda: _frozen_gap(model, split, False), limit)
+    if not whole.on:
+        return shared
+    why = f"{whole.reason}, each row's top layers run whole: sharing a prefix there {shared.reason.split(' ', 3)[3]}"
+    return PathVerdict(True, why, whole.gap, share_top=False)
 
 
-def _frozen_gap(model: Any, split: int, limit: float) -> float:
-    """The largest of the logit gap and the gradient gap (scaled to the logit tolerance)."""
+def _frozen_gap(model: Any, split: int, share_top: bool) -> float:
+    """The largest of the logit gap and the gradient gap (over GRAD_FACTOR): the runner
+    sharing prefixes in its top layers as `share_top` says, then (when it does) again
+    from its cache with every row whole."""
     from calm_core.scoring.frozen_prefix import FrozenPrefixModel
 
     batch = _batch(model)
     params = [p for p in model.parameters() if p.requires_grad]
     own, own_grads = _logits_and_grads(model, batch, params)
     runner = FrozenPrefixModel(model, split)
-    fast, fast_grads = _logits_and_grads(runner, batch, params)  # fills the cache, shares prefixes
-    runner.share_top = False
-    with torch.no_grad():
-        whole = runner(**batch, logits_to_keep=N_LAST).logits  # from the cache, every row in full
-    logit_gap = max(relative_gap(fast, own), relative_gap(whole, own))
-    grad_gaps = [_grad_gap(f, o) for f, o in zip(fast_grads, own_grads, strict=True)]
-    return max([logit_gap, *(g / GRAD_FACTOR for g in grad_gaps)])
+    runner.share_top = share_top
+    fast, fast_grads = _logits_and_grads(runner, batch, params)  # fills the cache (sharing prefixes there)
+    logit_gap = relative_gap(fast, own)
+    if share_top:
+        runner.share_top = False
+        with torch.no_grad():
+            logit_gap = max(logit_gap, relative_gap(runner(**batch, logits_to_keep=N_LAST).logits, own))
+    return max(logit_gap, _grad_gap(fast_grads, own_grads) / GRAD_FACTOR)
 
 
 def _logits_and_grads(
@@ -176,12 +186,18 @@ def _logits_and_grads(
     return logits.detach(), [g.detach() for g in torch.autograd.grad(loss, params, allow_unused=True)]
 
 
-def _grad_gap(fast: torch.Tensor | None, own: torch.Tensor | None) -> float:
-    """Gradient gap relative to the gradient's own size (1e-12 floor for a zero gradient)."""
-    if fast is None or own is None:
-        return 0.0 if fast is None and own is None else float("inf")
-    scale = max(float(own.abs().max()), 1e-12)
-    return float((fast.double() - own.double()).abs().max()) / scale
+def _grad_gap(fast: list[torch.Tensor | None], own: list[torch.Tensor | None]) -> float:
+    """||fast - own|| / ||own|| over all trainable parameters together: a relative error
+    of the whole gradient (a tensor whose gradient is tiny does not count as all of it).
+    A gradient one path has and the other lacks is an infinite gap."""
+    num = den = 0.0
+    for f, o in zip(fast, own, strict=True):
+        if (f is None) != (o is None):
+            return float("inf")
+        if f is not None and o is not None:
+            num += float((f.double() - o.double()).pow(2).sum())
+            den += float(o.double().pow(2).sum())
+    return (num**0.5) / max(den**0.5, 1e-30)
 
 
 @contextmanager

@@ -188,9 +188,11 @@ def _frozen_prefix_runner(cfg: TrainConfig, model: Any) -> tuple[Any, dict[str, 
 
     store = cache_dir() / "frozen_prefix" if cfg.frozen_prefix_store else None
     runner = FrozenPrefixModel(model, split, store_root=store)
+    runner.share_top = verdict.share_top  # off where only the top layers' prefix sharing failed the probe
     return runner, {
         "used": True,
         "split_layer": split,
+        "share_top": verdict.share_top,
         "store": str(runner.store.path) if runner.store else None,
         "reason": f"LoRA on the top {cfg.lora.layers} layers only; {verdict.reason}",
         "gap": verdict.gap,
