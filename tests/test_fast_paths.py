@@ -160,6 +160,22 @@ def test_a_model_without_the_embedding_scale_is_switched_off(family_dirs, fresh_
     assert not frozen_prefix_verdict(lm.model, SPLIT).on
 
 
+def test_a_prefix_whose_top_sharing_alone_is_broken_stays_on_without_it(family_dirs, fresh_verdicts, monkeypatch):
+    """Gradients lost in the top layers' shared-prefix pass (logits still equal; what the
+    probe found on the real Gemma 3 270M): the path stays on with every row run whole."""
+    shared = FrozenPrefixModel._top_shared
+
+    def detached(self, keys, groups, width):
+        return {row: states.detach() for row, states in shared(self, keys, groups, width).items()}
+
+    monkeypatch.setattr(FrozenPrefixModel, "_top_shared", detached)
+    lm = _model("llama", family_dirs, fresh=True)
+    _freeze_below(lm.model, SPLIT)
+    verdict = frozen_prefix_verdict(lm.model, SPLIT)
+    assert verdict.on and verdict.share_top is False
+    assert "each row's top layers run whole: sharing a prefix there differs" in verdict.reason
+
+
 def test_the_verdict_is_measured_once_per_model(family_dirs, monkeypatch) -> None:
     import calm_core.scoring.probes as probes
 
