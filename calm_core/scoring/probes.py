@@ -135,43 +135,41 @@ def _own_logprobs(model: Any, pairs: list[tuple[list[int], list[int]]], device: 
 
 
 def probe_frozen_prefix(model: Any, split: int, limit: float) -> PathVerdict:
-    """A FrozenPrefixModel below `split` against the model: logits (shared-prefix passes
-    and whole rows) and the gradients of a loss w.r.t. the trainable (LoRA) parameters.
-    LoRA's zero-initialised B is given small random values for the probe (restored
-    after), so the adapter changes the output and its gradients reach every matrix.
-    Where only the top layers' prefix sharing differs (its gradients flow through a KV
-    cache), the path stays on with every row's top layers run whole (`share_top`)."""
+    """A FrozenPrefixModel below `split` against the model: logits and the gradients of a
+    loss w.r.t. the trainable (LoRA) parameters, with the top layers sharing prefixes and
+    then, from the same cache, every row whole. LoRA's zero-initialised B is given small
+    random values for the probe (restored after), so the adapter changes the output and
+    its gradients reach every matrix. Where only the top layers' prefix sharing differs
+    (its gradients flow through a KV cache), the path stays on without it (`share_top`)."""
     if not supports_frozen_prefix(model):
         return _lacks(causal_lm(model))
+    gaps: list[float] = []
     with _eval_mode(model), torch.inference_mode(False), torch.enable_grad(), _perturbed_adapter(model):
-        shared = _verdict("the frozen prefix", lambda: _frozen_gap(model, split, True), limit)
-        if shared.on:
-            return shared
-        whole = _verdict("the frozen prefix", lambda: _frozen_gap(model, split, False), limit)
+        failed = _verdict("the frozen prefix", lambda: _frozen_gaps(model, split, gaps), limit)
+    if failed.on or len(gaps) < 2:  # both equal, or it raised before the whole-row pass
+        return failed
+    shared, whole = (_verdict("the frozen prefix", lambda gap=gap: gap, limit) for gap in gaps)
     if not whole.on:
-        return shared
+        return whole
     why = f"{whole.reason}, each row's top layers run whole: sharing a prefix there {shared.reason.split(' ', 3)[3]}"
     return PathVerdict(True, why, whole.gap, share_top=False)
 
 
-def _frozen_gap(model: Any, split: int, share_top: bool) -> float:
-    """The largest of the logit gap and the gradient gap (over GRAD_FACTOR): the runner
-    sharing prefixes in its top layers as `share_top` says, then (when it does) again
-    from its cache with every row whole."""
+def _frozen_gaps(model: Any, split: int, gaps: list[float]) -> float:
+    """The runner's gap (the largest of the logit gap and the gradient gap over
+    GRAD_FACTOR) with its top layers sharing prefixes, then from its cache with every row
+    whole; appended to `gaps` as they are measured, the larger returned."""
     from calm_core.scoring.frozen_prefix import FrozenPrefixModel
 
     batch = _batch(model)
     params = [p for p in model.parameters() if p.requires_grad]
     own, own_grads = _logits_and_grads(model, batch, params)
     runner = FrozenPrefixModel(model, split)
-    runner.share_top = share_top
-    fast, fast_grads = _logits_and_grads(runner, batch, params)  # fills the cache (sharing prefixes there)
-    logit_gap = relative_gap(fast, own)
-    if share_top:
-        runner.share_top = False
-        with torch.no_grad():
-            logit_gap = max(logit_gap, relative_gap(runner(**batch, logits_to_keep=N_LAST).logits, own))
-    return max(logit_gap, _grad_gap(fast_grads, own_grads) / GRAD_FACTOR)
+    for share_top in (True, False):  # the first pass also fills the cache (sharing prefixes there)
+        runner.share_top = share_top
+        fast, fast_grads = _logits_and_grads(runner, batch, params)
+        gaps.append(max(relative_gap(fast, own), _grad_gap(fast_grads, own_grads) / GRAD_FACTOR))
+    return max(gaps)
 
 
 def _logits_and_grads(
