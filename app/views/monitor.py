@@ -28,6 +28,7 @@ from calm_core.training.config import recorded_bilevel
 from calm_core.workspace import advice, verdict
 from calm_core.workspace import view as run_view
 from calm_core.workspace.access import OWNER_ONLY, may_cancel
+from calm_core.workspace.fast_path_view import fast_path_rows
 from calm_core.workspace.launch import resume_refusal_for, resume_run
 
 POLL_SECONDS = 3.0  # the progress line, state, selection and controls: cheap to redraw
@@ -121,6 +122,7 @@ def _header(records: list[dict], view: RunState, status: dict, config: dict) -> 
         rule = selection.get("rule_text")
         st.caption(line, help=tooltip("selected step", "calibrated stop") + (f"\n\nThe rule: {rule}" if rule else ""))
     _data_notes(status.get("choices") or {})
+    _fast_paths(status.get("choices") or {})
     for name, n in (status.get("items_cut_to_context") or {}).items():
         st.caption(
             f"{n} items of {name} were longer than the model's context and were cut from the left "
@@ -161,6 +163,15 @@ def _data_notes(choices: dict) -> None:
     for name, record in (choices.get("rejected_rows") or {}).items():
         with st.expander(f"{record.get('n_rejected')} of {record.get('n_rows')} rows of {name} were rejected"):
             st.dataframe(pd.DataFrame(record.get("rejected") or []), hide_index=True)
+
+
+def _fast_paths(choices: dict) -> None:
+    """Which fast paths the run used and why (measured against the model's own forward)."""
+    rows = fast_path_rows(choices.get("fast_paths"))
+    if rows:
+        used = ", ".join(row["fast path"] for row in rows if row["used"] == "yes") or "none"
+        with st.expander(f"Fast paths used: {used}"):
+            st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
 
 
 def _controls(run: RunDir, view: RunState, launched_by: str | None) -> None:

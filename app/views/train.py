@@ -27,6 +27,7 @@ from calm_core.glossary import define, tooltip
 from calm_core.runs.listing import list_runs
 from calm_core.scoring.adapters import LoraSettings
 from calm_core.scoring.evaluate import load_report
+from calm_core.scoring.models import ModelLoadError
 from calm_core.scoring.prompts import RULES
 from calm_core.settings import declared_settings
 from calm_core.training.config import PRESETS, TrainConfig, train_settings
@@ -36,6 +37,7 @@ from calm_core.training.timings import RunSizes
 from calm_core.workspace import estimate_text
 from calm_core.workspace.access import Access, PathRefused, confine_model_name, launch_refusal
 from calm_core.workspace.estimate import estimate_for, planned_sizes
+from calm_core.workspace.fast_path_view import fast_path_rows, model_fast_paths
 from calm_core.workspace.launch import active_runs, launch_training
 from calm_core.workspace.machine_load import MachineLoad
 from calm_core.workspace.support import labelled_counts, support_sentence
@@ -223,6 +225,25 @@ def choose_model(access: Access) -> str:
     except PathRefused as exc:
         st.error(str(exc))
         st.stop()
+
+
+def fast_paths_note(model: str) -> None:
+    """Under section 1: which fast paths the chosen model got on this machine and why
+    (each measured once against the model's own forward, calm_core/scoring/fast_paths.py)."""
+    try:
+        record = model_fast_paths(model)
+    except (ModelLoadError, OSError, ValueError):  # a path being typed, an embedded model not installed
+        record = None
+    if record is None:
+        st.caption(
+            "Fast paths (frozen prefix, hidden path, feature capture, prefix sharing) are measured against "
+            "this model's own forward when a run or an evaluation first loads it; each one it fails is "
+            "switched off, and the run's Monitor page and report say why."
+        )
+        return
+    used = ", ".join(row["fast path"] for row in fast_path_rows(record) if row["used"] == "yes") or "none"
+    with st.expander(f"Fast paths this model got: {used}"):
+        st.dataframe(pd.DataFrame(fast_path_rows(record)), hide_index=True, width="stretch")
 
 
 def _start_at(key: str, value: Any) -> None:
@@ -542,6 +563,7 @@ task = choose_task()
 access = studio_access()
 names = [e.name for e in list_datasets(kind="open" if task == "openqa" else "mc")]
 model = choose_model(access)
+fast_paths_note(model)
 data = choose_data(task, names)
 choice = choose_method(task)
 generation = choose_generation(task, choice.preset) if task == "openqa" else None
