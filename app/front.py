@@ -15,6 +15,13 @@ HTTP request and every WebSocket handshake before Streamlit does:
    body. So an upload, a `clear_cache` message or a page render needs the password
    first. `/_stcore/health` stays open: it only says "ok", and proxies and the tests
    poll it.
+4. **Origin check, both modes** (hosts.origin_permitted): a WebSocket handshake and every
+   state-changing request must come from the studio's own origin (scheme, host, port) or
+   a name given with `--host`, so a page on another port of the same host cannot drive it.
+5. **Who is asking** (calm_core/workspace/clients.py): the limits count a try against the
+   connecting peer, or behind a proxy named in CALM_TRUSTED_PROXIES the address it vouches
+   for; against a browser that signed in before (its device cookie), its own counter only.
+6. **Sign-out revokes** the token server-side and closes that token's open WebSockets.
 
 Why a layer and not app code: the in-app gate (app/gate.py) runs inside a script run,
 after Streamlit has already accepted the WebSocket and every endpoint beside it
@@ -23,6 +30,7 @@ after Streamlit has already accepted the WebSocket and every endpoint beside it
 
 from __future__ import annotations
 
+import asyncio
 import html
 import threading
 import time
@@ -30,10 +38,22 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 from urllib.parse import parse_qs, quote
 
+from starlette.responses import Response
+
+from calm_core.paths import workspace_dir
 from calm_core.workspace.access import Access, check_password
+from calm_core.workspace.clients import Network, client_key, is_trusted_proxy
 from calm_core.workspace.guesses import GuessLimiter
-from calm_core.workspace.hosts import HostRule
-from calm_core.workspace.tokens import COOKIE_NAME, Signer
+from calm_core.workspace.hosts import HostRule, origin_permitted
+from calm_core.workspace.tokens import (
+    COOKIE_NAME,
+    DEVICE_COOKIE,
+    DEVICE_DAYS,
+    DeviceSigner,
+    Grant,
+    Signer,
+    cookie_name,
+)
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -44,12 +64,23 @@ SIGNOUT = "/_calm/signout"
 OPEN_PATHS = ("/_stcore/health",)
 NEVER_SERVED = ("/_stcore/metrics",)
 MAX_FORM_BYTES = 4096
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")  # every other method changes state: its Origin is checked
+REVOKED_CLOSE_CODE = 4001  # the WebSocket close code after a sign-out (the browser shows "disconnected")
 
 # One key and one limiter per server process: the door and the in-app gate share them.
 SIGNER = Signer.fresh()
 LIMITER = GuessLimiter()
 _LIMITER_LOCK = threading.Lock()
+_DEVICES: list[DeviceSigner] = []
+_OPEN_SOCKETS: dict[str, set[asyncio.Event]] = {}  # token nonce -> one event per open WebSocket
 _state = {"door": False}
+
+
+def devices() -> DeviceSigner:
+    """The device cookie's signer, its key under the workspace (read once per process)."""
+    if not _DEVICES:
+        _DEVICES.append(DeviceSigner.at(workspace_dir()))
+    return _DEVICES[0]
 
 
 def door_is_open() -> bool:
@@ -62,6 +93,27 @@ def signed_in(token: str | None) -> bool:
     return SIGNER.valid(token, time.time())
 
 
+def grant_in(cookie_header: str | None) -> Grant | None:
+    """The first valid sign-in among every sign-in cookie a `Cookie` header carries: a bogus
+    cookie of the same name set before the real one does not hide it."""
+    now = time.time()
+    for value in cookie_values(cookie_header or "", COOKIE_NAME):
+        grant = SIGNER.grant(value, now)
+        if grant is not None:
+            return grant
+    return None
+
+
+def known_device(cookie_header: str | None) -> str | None:
+    """The id of a device cookie this server issued (a browser that has signed in before)."""
+    now = time.time()
+    for value in cookie_values(cookie_header or "", DEVICE_COOKIE):
+        device = devices().device(value, now)
+        if device is not None:
+            return device
+    return None
+
+
 @dataclass(frozen=True)
 class Try:
     """One password try: whether it was checked at all, whether it was right, and how long
@@ -72,17 +124,19 @@ class Try:
     wait_s: float
 
 
-def try_password(address: str, typed: str, expected: str | None) -> Try:
-    """A try arriving before its address or the server may try again is not checked at
-    all, so parallel guesses gain nothing."""
+def try_password(address: str, typed: str, expected: str | None, device: str | None = None) -> Try:
+    """A try arriving before its address (or known browser) or the server may try again is
+    not checked at all, so parallel guesses gain nothing. A known browser's tries count
+    against that browser alone (guesses.GuessLimiter)."""
+    key, known = (f"device:{device}", True) if device else (address, False)
     with _LIMITER_LOCK:
         now = time.monotonic()
-        wait = LIMITER.wait_before(address, now)
+        wait = LIMITER.wait_before(key, now, known_device=known)
         if wait > 0:
             return Try(checked=False, right=False, wait_s=wait)
         right = check_password(typed, expected)
-        LIMITER.record(address, right, now)
-        return Try(checked=True, right=right, wait_s=0.0 if right else LIMITER.wait_before(address, now))
+        LIMITER.record(key, right, now, known_device=known)
+        return Try(checked=True, right=right, wait_s=0.0 if right else LIMITER.wait_before(key, now, known))
 
 
 @dataclass(frozen=True)
@@ -92,6 +146,8 @@ class DoorRules:
     access: Access
     hosts: HostRule
     base: str = ""  # server.baseUrlPath, "" or "/prefix"
+    proxies: tuple[Network, ...] = ()  # CALM_TRUSTED_PROXIES: whose X-Forwarded-* headers are read
+    given_names: tuple[str, ...] = ()  # --host / CALM_STUDIO_HOSTS: origins allowed on any port
 
 
 class FrontDoor:
@@ -120,6 +176,8 @@ class FrontDoor:
             await _refuse(scope, send, 403, "This studio does not answer to that host name.")
         elif path in NEVER_SERVED:
             await _refuse(scope, send, 404, "Not found.")
+        elif _changes_state(scope) and not self._same_origin(scope, headers):
+            await _refuse(scope, send, 403, "Refused: this request comes from another web page (Origin).")
         elif not rules.access.shared or path in OPEN_PATHS:
             await self.app(scope, receive, send)
         elif rules.access.refuses_to_serve:
@@ -127,13 +185,51 @@ class FrontDoor:
         elif path == SIGNIN and scope["type"] == "http":
             await self._signin(scope, receive, send, headers)
         elif path == SIGNOUT and scope["type"] == "http":
-            await _redirect(send, rules.base + SIGNIN, cookie=_cookie("", scope, headers, rules.base, max_age=0))
-        elif signed_in(_cookies(headers).get(COOKIE_NAME)):
+            await self._signout(scope, send, headers)
+        else:
+            await self._signed_in_only(scope, receive, send, headers, path)
+
+    async def _signed_in_only(
+        self, scope: Scope, receive: Receive, send: Send, headers: dict[str, str], path: str
+    ) -> None:
+        base = self.rules.base
+        grant = grant_in(headers.get("cookie"))
+        if grant is not None and scope["type"] == "websocket":
+            await _serve_watched(self.app, scope, receive, send, grant.nonce)
+        elif grant is not None:
             await self.app(scope, receive, send)
         elif scope["type"] == "http" and scope.get("method") in ("GET", "HEAD") and _is_page(path):
-            await _redirect(send, f"{rules.base}{SIGNIN}?next={quote(rules.base + path, safe='/')}")
+            await _redirect(send, f"{base}{SIGNIN}?next={quote(base + path, safe='/')}")
         else:
             await _refuse(scope, send, 401, "Sign in first.")
+
+    def _scheme(self, scope: Scope, headers: dict[str, str]) -> str:
+        """http or https as the browser sees it: a trusted proxy's X-Forwarded-Proto, else the connection's."""
+        forwarded = headers.get("x-forwarded-proto", "").strip().lower()
+        peer = (scope.get("client") or ("", 0))[0]
+        if forwarded in ("http", "https") and is_trusted_proxy(peer, self.rules.proxies):
+            return forwarded
+        return "https" if scope.get("scheme") in ("https", "wss") else "http"
+
+    def _same_origin(self, scope: Scope, headers: dict[str, str]) -> bool:
+        scheme, origin = self._scheme(scope, headers), headers.get("origin")
+        return origin_permitted(origin, scheme, headers.get("host"), self.rules.given_names)
+
+    def _client(self, scope: Scope) -> str:
+        peer = (scope.get("client") or ("", 0))[0]
+        forwarded = [v.decode("latin-1") for k, v in scope.get("headers", []) if k.lower() == b"x-forwarded-for"]
+        return client_key(peer, forwarded, self.rules.proxies)
+
+    async def _signout(self, scope: Scope, send: Send, headers: dict[str, str]) -> None:
+        """Revoke every valid sign-in this browser sent and close that sign-in's open WebSockets."""
+        now = time.time()
+        for value in cookie_values(headers.get("cookie", ""), COOKIE_NAME):
+            grant = SIGNER.revoke(value, now)
+            if grant is not None:
+                for event in _OPEN_SOCKETS.get(grant.nonce, set()):
+                    event.set()
+        secure, base = self._scheme(scope, headers) == "https", self.rules.base
+        await _redirect(send, base + SIGNIN, cookies=[_cookie(COOKIE_NAME, "", secure, base, max_age=0)])
 
     async def _signin(self, scope: Scope, receive: Receive, send: Send, headers: dict[str, str]) -> None:
         base = self.rules.base
@@ -146,11 +242,14 @@ class FrontDoor:
             await _page(send, 413, _form(base, base + "/", "That form was too large."))
             return
         target = _safe_next(form.get("next", [""])[0], base)
-        address = (scope.get("client") or ("unknown", 0))[0]
-        attempt = try_password(address, form.get("password", [""])[0], self.rules.access.password)
+        device = known_device(headers.get("cookie"))
+        attempt = try_password(self._client(scope), form.get("password", [""])[0], self.rules.access.password, device)
         if attempt.right:
-            token = SIGNER.issue(time.time())
-            await _redirect(send, target, cookie=_cookie(token, scope, headers, base))
+            now, secure = time.time(), self._scheme(scope, headers) == "https"
+            device_cookie = devices().issue(now, device)
+            signin = _cookie(COOKIE_NAME, SIGNER.issue(now, device_cookie.split(".", 1)[0]), secure, base)
+            remember = _cookie(DEVICE_COOKIE, device_cookie, secure, base, max_age=int(DEVICE_DAYS * 86400))
+            await _redirect(send, target, cookies=[signin, remember])
             return
         wait = attempt.wait_s
         if attempt.checked:  # 401: checked and wrong
@@ -164,13 +263,56 @@ def _headers(scope: Scope) -> dict[str, str]:
     return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
 
 
-def _cookies(headers: dict[str, str]) -> dict[str, str]:
-    found: dict[str, str] = {}
-    for part in headers.get("cookie", "").split(";"):
+def cookie_values(cookie_header: str, base_name: str) -> list[str]:
+    """Every value the header carries for `base_name` or its `__Host-` form, in order."""
+    names = (base_name, cookie_name(base_name, secure=True))
+    found = []
+    for part in cookie_header.split(";"):
         name, _, value = part.strip().partition("=")
-        if name:
-            found.setdefault(name, value)
+        if name in names:
+            found.append(value)
     return found
+
+
+def _changes_state(scope: Scope) -> bool:
+    """A WebSocket (the whole session runs over it) or a request other than GET/HEAD/OPTIONS."""
+    return scope["type"] == "websocket" or scope.get("method", "GET") not in SAFE_METHODS
+
+
+async def _serve_watched(
+    app: Callable[..., Awaitable[None]], scope: Scope, receive: Receive, send: Send, nonce: str
+) -> None:
+    """Serve a signed-in WebSocket until it ends or its sign-in is revoked: then it is
+    closed (REVOKED_CLOSE_CODE) and the app is told the client left."""
+    revoked = asyncio.Event()
+    _OPEN_SOCKETS.setdefault(nonce, set()).add(revoked)
+    closed = False
+
+    async def watched_receive() -> dict[str, Any]:
+        nonlocal closed
+        message = asyncio.ensure_future(receive())
+        stop = asyncio.ensure_future(revoked.wait())
+        done, _ = await asyncio.wait({message, stop}, return_when=asyncio.FIRST_COMPLETED)
+        if message in done:
+            stop.cancel()
+            return message.result()
+        message.cancel()
+        if not closed:
+            closed = True
+            await send({"type": "websocket.close", "code": REVOKED_CLOSE_CODE})
+        return {"type": "websocket.disconnect", "code": REVOKED_CLOSE_CODE}
+
+    async def watched_send(message: dict[str, Any]) -> None:
+        if not closed:
+            await send(message)
+
+    try:
+        await app(scope, watched_receive, watched_send)
+    finally:
+        sockets = _OPEN_SOCKETS.get(nonce, set())
+        sockets.discard(revoked)
+        if not sockets:
+            _OPEN_SOCKETS.pop(nonce, None)
 
 
 def _local_path(path: str, base: str) -> str:
@@ -191,10 +333,20 @@ def _safe_next(target: str, base: str) -> str:
     return target
 
 
-def _cookie(token: str, scope: Scope, headers: dict[str, str], base: str, max_age: int | None = None) -> str:
-    secure = scope.get("scheme") in ("https", "wss") or headers.get("x-forwarded-proto") == "https"
-    age = f"; Max-Age={max_age}" if max_age is not None else ""
-    return f"{COOKIE_NAME}={token}; Path={base or '/'}; HttpOnly; SameSite=Strict{age}" + ("; Secure" if secure else "")
+def _cookie(base_name: str, value: str, secure: bool, base: str, max_age: int | None = None) -> str:
+    """A Set-Cookie value, built by starlette: HttpOnly, SameSite=Strict; over HTTPS Secure
+    and `__Host-`-named (so Path=/: the browser refuses a `__Host-` cookie with any other path)."""
+    response = Response()
+    response.set_cookie(
+        cookie_name(base_name, secure),
+        value,
+        max_age=max_age,
+        path="/" if secure else (base or "/"),
+        secure=secure,
+        httponly=True,
+        samesite="strict",
+    )
+    return next(v.decode("latin-1") for k, v in response.raw_headers if k == b"set-cookie")
 
 
 async def _read_form(receive: Receive, headers: dict[str, str]) -> dict[str, list[str]] | None:
@@ -219,10 +371,9 @@ async def _refuse(scope: Scope, send: Send, status: int, text: str) -> None:
     await _respond(send, status, text.encode("utf-8"), "text/plain; charset=utf-8")
 
 
-async def _redirect(send: Send, location: str, cookie: str | None = None) -> None:
+async def _redirect(send: Send, location: str, cookies: list[str] | None = None) -> None:
     extra = [(b"location", location.encode("latin-1", "replace"))]
-    if cookie is not None:
-        extra.append((b"set-cookie", cookie.encode("latin-1")))
+    extra += [(b"set-cookie", cookie.encode("latin-1")) for cookie in cookies or []]
     await _respond(send, 303, b"", "text/plain", extra)
 
 

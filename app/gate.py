@@ -21,14 +21,14 @@ import streamlit as st
 
 from app import front
 from calm_core.workspace.access import (
-    FREE_TRIES,
     SECRETS_KEY,
     Access,
     access_from,
     check_password,
-    retry_delay,
     session_tag,
 )
+from calm_core.workspace.guesses import FREE_TRIES
+from calm_core.workspace.guesses import backoff as retry_delay
 
 PASSED = "gate_passed"
 FAILURES = "gate_failures"
@@ -54,12 +54,21 @@ NO_DOOR = (
 )
 
 
-def _cookie() -> str | None:
-    """The door's sign-in cookie as this session's WebSocket handshake carried it."""
+def _cookie_header() -> str | None:
+    """The `Cookie` header of this session's WebSocket handshake, whole: every value of the
+    sign-in cookie is read (front.grant_in), so a bogus one set first cannot hide the real one."""
     try:
-        return st.context.cookies.get(front.COOKIE_NAME)
+        return st.context.headers.get("cookie")
     except Exception:  # no request behind this run (AppTest): no cookie
         return None
+
+
+def this_browser() -> str | None:
+    """The opaque tag of this signed-in browser (the device id its sign-in carries), which
+    every session of that browser shares: the per-browser run quota counts it. None in
+    local mode or without a sign-in."""
+    grant = front.grant_in(_cookie_header())
+    return session_tag(grant.device) if grant is not None and grant.device else None
 
 
 def _served_by_a_server() -> bool:
@@ -106,7 +115,7 @@ def passes_gate(access: Access) -> bool:
     if access.refusal:
         st.error(access.refusal)
         return False
-    if st.session_state.get(PASSED) or front.signed_in(_cookie()):
+    if st.session_state.get(PASSED) or front.grant_in(_cookie_header()) is not None:
         return True
     if _served_by_a_server() and not front.door_is_open():
         st.error(NO_DOOR)

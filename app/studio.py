@@ -17,6 +17,9 @@ import streamlit as st  # noqa: E402
 
 from app import navigation, warmup  # noqa: E402
 from app.gate import passes_gate, studio_access  # noqa: E402
+from calm_core.logs import configure as configure_logging  # noqa: E402
+
+configure_logging()  # calm_core's notes to the server's stderr (idempotent per process)
 
 st.set_page_config(page_title="CALM Studio", page_icon=str(ROOT / "assets" / "logo.svg"), layout="wide")
 

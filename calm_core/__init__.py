@@ -9,7 +9,11 @@ tests/test_architecture.py checks them):
     generative/                open-ended QA: sampling, answer matching, semantic confidence
     scoring/                   models and adapters, prompts, the forward pass, option scores, evaluation
     data/ runs/ calibration/   items and datasets; run directories and jobs; the head, post-hoc, metrics
-    io, paths, settings, registry, faults, provenance
+    io, paths, settings, registry, faults, provenance, logs
 """
 
+from calm_core.logs import quiet_third_party
+
 __version__ = "0.1.0"
+
+quiet_third_party()  # before any submodule imports bitsandbytes (calm_core/logs.py says why)

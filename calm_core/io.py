@@ -43,7 +43,10 @@ def default_mode(directory: bool = False) -> int:
 
 def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> None:
     """Call `write(handle)` on a temporary file beside `path`, then rename it to `path`.
-    On any error the temporary file is removed and `path` is untouched."""
+    On any error the temporary file is removed and `path` is untouched. The data is
+    fsynced before the rename and the folder after it: without the first, a power loss
+    can leave `path` renamed but empty (the rename reaches the disk before the data);
+    a killed process alone never could."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -51,10 +54,27 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> None:
         os.fchmod(fd, default_mode())
         with os.fdopen(fd, "wb") as handle:
             write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    _fsync_folder(path.parent)
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make a rename in `folder` durable (POSIX); a file system that cannot is left as it is."""
+    try:
+        descriptor = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

@@ -59,13 +59,16 @@ def environment_record() -> dict[str, Any]:
 
 
 def model_fingerprint(path: str | Path) -> str | None:
-    """`sha256:<16 hex>` naming a model's files without naming where they are, so an export
-    or a report can tell two base models apart and say nothing of this machine. Hashed:
-    config.json and, per weight file (sorted by name), its name, size and header (a
-    safetensors file's JSON header: every tensor's name, dtype, shape and offsets; else
-    its first HEADER_BYTES). Metadata only: milliseconds for any model size, and the same
-    files give the same fingerprint on any machine. `path` is a model directory or one
-    weight file (a .gguf); None when it is neither (a hub id, a folder that is gone)."""
+    """`sha256:<16 hex>` naming a model's files by their content, without naming where they
+    are, so an export or a report can tell two base models apart and say nothing of this
+    machine. Hashed: config.json and, per weight file (sorted by name), its name, size,
+    header (a safetensors file's JSON header, else its first HEADER_BYTES) and content:
+    the Hub's blob name where the file is a link into a Hub cache (the blob is named by
+    its content's sha256), else a sha256 of the whole file, read in chunks once and kept
+    per (file, size, modification time) in the cache folder, so a second load costs
+    milliseconds. Shapes alone are not enough: two fine-tunes of one model share every
+    header. `path` is a model directory or one weight file (a .gguf); None when it is
+    neither (a hub id, a folder that is gone)."""
     path = Path(path).expanduser()
     try:
         if path.is_file():
@@ -78,9 +81,60 @@ def model_fingerprint(path: str | Path) -> str | None:
         for file in files:
             digest.update(f"{file.name}\0{file.stat().st_size}\0".encode())
             digest.update(_file_header(file))
+            if file.name != "config.json":
+                digest.update(content_digest(file).encode())
     except (OSError, ValueError):
         return None
     return "sha256:" + digest.hexdigest()[:16]
+
+
+CHUNK_BYTES = 8 << 20
+_DIGESTS_FILE = "file-digests.json"
+
+
+def content_digest(file: Path) -> str:
+    """The sha256 of a file's bytes: the Hub cache's blob name when `file` links to one
+    (`.../blobs/<sha256>`), else computed once and remembered by path, size and mtime."""
+    target = file.resolve()
+    if target.parent.name == "blobs" and len(target.name) == 64 and all(c in "0123456789abcdef" for c in target.name):
+        return target.name
+    stat = target.stat()
+    key = f"{target}|{stat.st_size}|{stat.st_mtime_ns}"
+    known = _known_digests()
+    if key in known:
+        return known[key]
+    digest = hashlib.sha256()
+    with target.open("rb") as handle:
+        while chunk := handle.read(CHUNK_BYTES):
+            digest.update(chunk)
+    known[key] = digest.hexdigest()
+    _remember_digests(known)
+    return known[key]
+
+
+def _known_digests() -> dict[str, str]:
+    import json
+
+    from calm_core.paths import cache_dir
+
+    try:
+        data = json.loads((cache_dir() / _DIGESTS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return (
+        {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)} if isinstance(data, dict) else {}
+    )
+
+
+def _remember_digests(known: dict[str, str]) -> None:
+    """Keep the newest 1,000 entries; a cache folder that cannot be written only costs a re-read."""
+    from calm_core.io import atomic_write_json
+    from calm_core.paths import cache_dir
+
+    try:
+        atomic_write_json(cache_dir() / _DIGESTS_FILE, dict(list(known.items())[-1000:]))
+    except OSError:
+        pass
 
 
 def _file_header(file: Path) -> bytes:

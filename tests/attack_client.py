@@ -110,6 +110,26 @@ def sign_in(port: int, password: str) -> tuple[int, str | None]:
     return status, cookie
 
 
+def sign_in_as(port: int, password: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str]]:
+    """POST the sign-in form with extra headers (a Cookie, an X-Forwarded-For): (status,
+    {cookie name: value} of every Set-Cookie)."""
+    from urllib.parse import urlencode
+
+    status, answer, _ = request(
+        port,
+        "POST",
+        "/_calm/signin",
+        headers={"Content-Type": "application/x-www-form-urlencoded", **(headers or {})},
+        body=urlencode({"password": password, "next": "/"}).encode(),
+    )
+    cookies = {}
+    for line in answer.get("set-cookie", "").split("\n"):
+        name, _, value = line.split(";", 1)[0].partition("=")
+        if name:
+            cookies[name.strip()] = value
+    return status, cookies
+
+
 def _handshake_lines(
     port: int, host: str | None, origin: str | None, cookie: str | None, headers: dict[str, str] | None = None
 ) -> str:
@@ -239,10 +259,18 @@ class StudioSession:
         """The widget drawn with user key `key` in the last run."""
         return next(e for e in self.elements if e.key == key)
 
-    def rerun(self, page: str, *, click: Iterable[str] = (), typed: dict[str, str] | None = None) -> list[Element]:
+    def rerun(
+        self,
+        page: str,
+        *,
+        click: Iterable[str] = (),
+        typed: dict[str, str] | None = None,
+        files: dict[str, Any] | None = None,
+    ) -> list[Element]:
         """Run `page` (its URL path: "monitor") with a trigger for each key in `click` and the
         string values in `typed` (a text input's text, a radio's option), by the ids the last
-        run drew (a key must have been drawn)."""
+        run drew (a key must have been drawn); `files`: a file uploader's state (a
+        `FileUploaderState`, as `put_upload` gives) by its key, sent with this run only."""
         from streamlit.proto.BackMsg_pb2 import BackMsg
 
         self._typed.update(typed or {})
@@ -254,6 +282,8 @@ class StudioSession:
             state.widget_states.widgets.add(id=self._ids[key], string_value=value)
         for key in click:
             state.widget_states.widgets.add(id=self._ids[key], trigger_value=True)
+        for key, files_state in (files or {}).items():
+            state.widget_states.widgets.add(id=self._ids[key], file_uploader_state_value=files_state)
         self._sock.sendall(_frame(message.SerializeToString()))
         self._page = page
         self.elements = self._until_finished()
@@ -338,6 +368,30 @@ def upload(port: int, size: int, cookie: str | None = None) -> tuple[int, bytes]
         body=payload,
     )
     return status, answer
+
+
+def put_upload(port: int, session_id: str, name: str, data: bytes, cookie: str | None = None) -> Any:
+    """Upload `data` as a browser's file uploader does (issue 38): PUT it to this session's
+    upload URL with an XSRF cookie/header pair, and return the `FileUploaderState` the
+    browser then sends with its rerun (`StudioSession.rerun(files=...)`)."""
+    import uuid
+
+    from streamlit.proto.Common_pb2 import FileUploaderState, FileURLs, UploadedFileInfo
+
+    token, boundary, file_id = uuid.uuid4().hex, "calmprobeboundary", str(uuid.uuid4())  # a V1 (hex) XSRF token
+    url = f"/_stcore/upload_file/{session_id}/{file_id}"
+    payload = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{name}"\r\n'
+        "Content-Type: application/octet-stream\r\n\r\n"
+    ).encode() + data + f"\r\n--{boundary}--\r\n".encode()
+    cookies = f"_streamlit_xsrf={token}" + (f"; {cookie}" if cookie else "")
+    headers = {"Cookie": cookies, "X-Xsrftoken": token, "Content-Type": f"multipart/form-data; boundary={boundary}"}
+    status, _, answer = request(port, "PUT", url, headers=headers, body=payload)
+    if status not in (200, 204):
+        raise ConnectionError(f"the upload PUT got {status}: {answer[:200]!r}")
+    info = UploadedFileInfo(name=name, size=len(data), file_id=file_id)
+    info.file_urls.CopyFrom(FileURLs(file_id=file_id, upload_url=url, delete_url=url))
+    return FileUploaderState(uploaded_file_info=[info])
 
 
 def settled_rss(pid: int, timeout_s: float = 180.0, step_s: float = 1.0, still: int = 3) -> int:

@@ -16,6 +16,15 @@ TINY_CONFIG = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, n
                    num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=True)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _library_notes_on_stderr() -> None:
+    """calm_core's log records printed as the `calm` command prints them ("calm: ..." on
+    stderr), so tests read them where a user sees them (tests/test_logs.py checks the setup)."""
+    from calm_core.logs import configure
+
+    configure()
+
+
 @pytest.fixture(autouse=True)
 def _isolated_workspace(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Never write uploads or runs into the developer's own workspace."""

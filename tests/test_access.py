@@ -41,9 +41,13 @@ def test_check_password_is_exact_and_an_unset_password_matches_nothing() -> None
 
 
 def test_the_retry_delay_starts_after_five_wrong_tries_and_is_capped() -> None:
-    assert [access.retry_delay(n) for n in range(5)] == [0.0] * 5
-    assert [access.retry_delay(n) for n in (5, 6, 7)] == [1.0, 2.0, 4.0]
-    assert access.retry_delay(100) == access.MAX_DELAY_S
+    """One back-off for the door and the gate (guesses.backoff): they once had two, 30 s and 60 s."""
+    from calm_core.workspace import guesses
+
+    assert [guesses.backoff(n) for n in range(5)] == [0.0] * 5
+    assert [guesses.backoff(n) for n in (5, 6, 7)] == [1.0, 2.0, 4.0]
+    assert guesses.backoff(100) == guesses.MAX_DELAY_S == guesses.GuessLimiter().delay_after(100)
+    assert not hasattr(access, "retry_delay")
 
 
 @pytest.fixture

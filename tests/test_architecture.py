@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "calm_core"
 
 # Bottom to top: a module may import its own layer and those listed before it.
 LAYERS: list[tuple[str, ...]] = [
-    ("io", "paths", "faults", "provenance", "registry", "settings", "glossary"),
+    ("io", "paths", "faults", "provenance", "registry", "settings", "glossary", "logs"),
     ("data", "runs", "calibration"),
     ("scoring",),
     ("generative",),

@@ -75,9 +75,11 @@ def test_a_token_is_valid_for_its_lifetime_only_and_only_with_its_key() -> None:
     assert signer.valid(token, 1000.0) and signer.valid(token, 1000.0 + signer.lifetime_s - 1)
     assert not signer.valid(token, 1000.0 + signer.lifetime_s)
     assert not other.valid(token, 1000.0)
-    issued, nonce, mac = token.split(".")
-    assert not signer.valid(f"{int(issued) + 999}.{nonce}.{mac}", 1000.0)  # a forged issue time
-    for junk in (None, "", "a.b", "x" * 500, "1.2.3.4"):
+    nonce, device, issued, mac = token.split(".")
+    later = signer.issue(1999.0).split(".")[2]
+    assert not signer.valid(f"{nonce}.{device}.{later}.{mac}", 1999.0)  # a forged issue time
+    assert not signer.valid(token, 999.0)  # issued in the future
+    for junk in (None, "", "a.b", "x" * 500, "1.2.3.4", "1.2.3.4.5"):
         assert not signer.valid(junk, 1000.0)
 
 
@@ -132,7 +134,9 @@ def _call(door, path: str, *, kind: str = "http", method: str = "GET", host: str
     asyncio.run(door(scope, receive, send))
     start = next(m for m in sent if m["type"] in ("http.response.start", "websocket.close", "websocket.accept"))
     status = start.get("status", {"websocket.close": 403, "websocket.accept": 101}.get(start["type"]))
-    headers = {k.decode(): v.decode() for k, v in start.get("headers", [])}
+    headers: dict[str, str] = {}
+    for key, value in start.get("headers", []):  # a repeated header (Set-Cookie) joined by new lines
+        headers[key.decode()] = "\n".join(filter(None, (headers.get(key.decode()), value.decode())))
     text = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
     return status, headers, text
 
@@ -163,7 +167,7 @@ def test_the_shared_door_lets_nothing_through_before_the_password() -> None:
     assert status == 303 and headers["location"] == "/train"
     cookie = headers["set-cookie"].split(";", 1)[0]
     assert cookie.startswith(COOKIE_NAME + "=") and "HttpOnly" in headers["set-cookie"]
-    assert "SameSite=Strict" in headers["set-cookie"]
+    assert "samesite=strict" in headers["set-cookie"].lower()
     assert _call(door, "/_stcore/stream", kind="websocket", cookie=cookie)[0] == 101
     assert _call(door, "/train", cookie=cookie)[0] == 200
     assert _call(door, "/train", cookie=f"{COOKIE_NAME}=1.2.3")[0] == 303
@@ -191,3 +195,101 @@ def test_wrong_passwords_from_one_address_are_refused_unchecked_after_the_free_t
     status, headers, _ = _call(door, "/_calm/signin", method="POST", body=right, client="203.0.113.5")
     assert status == 429 and int(headers["retry-after"]) >= 1  # held back: not even checked
     assert _call(door, "/_calm/signin", method="POST", body=right, client="203.0.113.6")[0] == 303
+
+
+def test_ten_thousand_addresses_leave_the_table_bounded() -> None:
+    """Asking creates no entry; failures from 10,000 addresses keep at most max_tracked."""
+    limiter = GuessLimiter(server_burst=10**9, max_tracked=1000)
+    for i in range(10_000):
+        assert limiter.wait_before(f"10.0.{i // 256}.{i % 256}", float(i)) == 0.0
+    assert limiter.tracked() == 0
+    for i in range(10_000):
+        limiter.record(f"10.0.{i // 256}.{i % 256}", ok=False, now=float(i))
+    assert limiter.tracked() <= 1000
+    assert limiter.wait_before("10.0.39.15", 9999.0) == 0.0  # the newest are kept, with their count
+    assert len(limiter._addresses["10.0.39.15"].failures) == 1
+    limiter.record("old", ok=False, now=0.0)
+    limiter.wait_before("old", limiter.window_s + 1)
+    assert "old" not in limiter._addresses  # aged out on the next look
+
+
+def test_a_known_device_is_not_held_back_by_its_address_or_the_server() -> None:
+    limiter = GuessLimiter(server_burst=3)
+    for i in range(12):
+        limiter.record("203.0.113.5", ok=False, now=float(i))
+    assert limiter.wait_before("203.0.113.5", 12.0) > 0 and limiter.wait_before("other", 12.0) > 0
+    assert limiter.wait_before("device:abc", 12.0, known_device=True) == 0.0
+    for _ in range(5):  # the device's own failures still count against it
+        limiter.record("device:abc", ok=False, now=12.0, known_device=True)
+    assert limiter.wait_before("device:abc", 12.0, known_device=True) > 0
+
+
+@pytest.mark.parametrize(
+    "header", ["localhost:80@evil.example", "localhost\t", "local host", "localhost:abc", "localhost:", "[::1]x",
+               "x" * 300, "localhost\x00", "::1"],
+)
+def test_the_host_parser_refuses_userinfo_whitespace_and_junk(header: str) -> None:
+    assert host_name(header) == ""
+    assert not allowed_hosts({}, shared=True).permits(header)
+
+
+def test_client_keys_ignore_forwarded_headers_unless_the_peer_is_a_trusted_proxy() -> None:
+    from calm_core.workspace.clients import client_key, trusted_proxies
+
+    none, local = trusted_proxies({}), trusted_proxies({"CALM_TRUSTED_PROXIES": "127.0.0.1, bogus, 10.0.0.0/8"})
+    assert len(local) == 2  # the typo is skipped, not trusted
+    assert client_key("127.0.0.1", ["198.51.100.4"], none) == "127.0.0.1"
+    assert client_key("127.0.0.1", ["198.51.100.4"], local) == "198.51.100.4"
+    # read from the right: the client's own claims to the left of the first untrusted hop are never read
+    assert client_key("127.0.0.1", ["6.6.6.6, 198.51.100.4, 10.1.2.3"], local) == "198.51.100.4"
+    assert client_key("127.0.0.1", ["not-an-ip"], local) == "127.0.0.1"
+    assert client_key("127.0.0.1", ["x" * 5000], local) == "127.0.0.1"
+    assert client_key("2001:db8::1", [], none) == client_key("2001:db8::ffff", [], none) == "2001:db8::/64"
+    assert client_key("::ffff:192.0.2.1", [], none) == "192.0.2.1"
+    assert client_key("garbage", [], none) == "unknown"
+
+
+@pytest.mark.parametrize(
+    ("origin", "scheme", "host", "ok"),
+    [
+        (None, "http", "127.0.0.1:8501", True),
+        ("http://127.0.0.1:8501", "http", "127.0.0.1:8501", True),
+        ("http://127.0.0.1:9999", "http", "127.0.0.1:8501", False),
+        ("http://localhost:8501", "http", "127.0.0.1:8501", False),
+        ("null", "http", "127.0.0.1:8501", False),
+        ("https://127.0.0.1:8501", "http", "127.0.0.1:8501", False),
+        ("http://localhost", "http", "localhost:80", True),
+        ("https://studio.example.org", "wss", "studio.example.org", True),
+        ("https://studio.example.org:8443", "https", "studio.example.org", True),
+        ("https://evil.example:8443", "https", "evil.example", False),
+        ("http://a@127.0.0.1:8501", "http", "127.0.0.1:8501", False),
+    ],
+)
+def test_origins_must_be_the_studios_own(origin, scheme, host, ok) -> None:
+    from calm_core.workspace.hosts import origin_permitted
+
+    assert origin_permitted(origin, scheme, host, ("studio.example.org",)) is ok
+
+
+def test_sign_out_revokes_every_copy_of_the_token() -> None:
+    signer = Signer.fresh()
+    token = signer.issue(1000.0, device="d1")
+    grant = signer.grant(token, 1000.0)
+    assert grant is not None and grant.device == "d1"
+    assert signer.revoke(token, 1001.0) == grant
+    assert not signer.valid(token, 1002.0)
+    assert signer.valid(signer.issue(1003.0), 1003.0)  # a new sign-in is not affected
+    assert signer.revoke("junk", 1004.0) is None
+
+
+def test_a_device_cookie_names_a_device_only_with_its_key(tmp_path) -> None:
+    from calm_core.workspace.tokens import DeviceSigner
+
+    devices = DeviceSigner.at(tmp_path)
+    cookie = devices.issue(1000.0)
+    device = devices.device(cookie, 1000.0)
+    assert device and DeviceSigner.at(tmp_path).device(cookie, 1000.0) == device  # the key outlives a restart
+    assert (tmp_path / ".studio-device-key").stat().st_mode & 0o077 == 0
+    assert DeviceSigner.at(tmp_path / "other").device(cookie, 1000.0) is None
+    assert devices.device(cookie, 1000.0 + devices.lifetime_s) is None
+    assert devices.device("abc.1.def", 1000.0) is None

@@ -17,10 +17,11 @@ import time
 from pathlib import Path
 from typing import Callable, TypeVar
 
+import psutil
 import pytest
 
 from calm_core.runs import jobs
-from calm_core.runs.process import _proc_stat, pid_alive
+from calm_core.runs.process import pid_alive, process_start
 from calm_core.runs.rundir import RunDir
 
 FAKE = Path(__file__).parent / "fixtures" / "jobs" / "fake_train.py"
@@ -74,12 +75,25 @@ def test_is_alive() -> None:
     assert not pid_alive(None)
 
 
-@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="zombies are seen through /proc")
 def test_unreaped_child_is_not_alive() -> None:
     process = subprocess.Popen([sys.executable, "-c", "pass"])  # exits; nobody waits: a zombie
-    wait_for("the child to exit", lambda: (_proc_stat(process.pid) or ("Z",))[0] == "Z")
+    wait_for("the child to exit", lambda: psutil.Process(process.pid).status() == psutil.STATUS_ZOMBIE)
     assert not pid_alive(process.pid)
     process.wait()
+
+
+def test_a_reused_pid_is_not_the_jobs() -> None:
+    """A start stamp from another process (the same pid given again) counts as dead; the
+    process's own stamp, and an old /proc clock-tick stamp of the same process, as alive."""
+    me = os.getpid()
+    stamp = process_start(me)
+    assert stamp is not None and pid_alive(me, stamp)
+    assert not pid_alive(me, f"{float(stamp) - 1000:.2f}")
+    if os.path.isdir("/proc/self"):
+        with open("/proc/self/stat") as handle:
+            text = handle.read()
+        ticks = text[text.rindex(")") + 2 :].split()[19]
+        assert pid_alive(me, ticks) and not pid_alive(me, str(int(ticks) + 1))
 
 
 def test_max_jobs_env(monkeypatch: pytest.MonkeyPatch) -> None:

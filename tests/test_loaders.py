@@ -486,7 +486,7 @@ def test_csv_undecodable_header_is_one_clear_data_error(tmp_path: Path) -> None:
 def test_csv_repeated_column_names_are_refused(tmp_path: Path) -> None:
     """dict(zip(header, cells)) kept the last `q` and dropped the first without a word."""
     path = write_text(tmp_path / "twice.csv", "q,q,choices,answer,,\nA?,B?,a|b,0,,\n")
-    with pytest.raises(DataError, match=r"Expected distinct column names in .*twice\.csv, but q appear"):
+    with pytest.raises(DataError, match=r"Expected distinct column names in .*twice\.csv, but q is at columns 1 and 2: rename them"):
         load_file(path, mapping="question=q")
 
 

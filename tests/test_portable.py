@@ -16,6 +16,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import torch
 
 from calm_core.data.catalog import load_dataset
 from calm_core.provenance import model_fingerprint
@@ -48,6 +49,36 @@ def test_the_fingerprint_names_the_files_not_their_place(tiny_model_dir: Path, t
     )
     (tmp_path / "short.safetensors").write_bytes(b"abc")  # damaged: still a fingerprint, never an exception
     assert model_fingerprint(tmp_path / "short.safetensors")
+
+
+def test_two_same_shape_models_with_other_weights_differ(tmp_path: Path) -> None:
+    """Same config, same tensor names, dtypes and shapes, other weights: the header alone
+    could not tell them apart (it hashed metadata only)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1)
+    folders = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        folders.append(tmp_path / f"seed{seed}")
+        LlamaForCausalLM(config).save_pretrained(folders[-1])
+    assert model_fingerprint(folders[0]) != model_fingerprint(folders[1])
+    assert model_fingerprint(folders[0]) == model_fingerprint(folders[0])  # the remembered digest agrees
+
+
+def test_a_hub_cache_file_is_named_by_its_blob(tmp_path: Path) -> None:
+    """In the Hub's cache a weight file links to blobs/<sha256 of its content>: that name is
+    the content digest, no read needed."""
+    from calm_core.provenance import content_digest
+
+    blob = tmp_path / "blobs" / ("ab" * 32)
+    blob.parent.mkdir()
+    blob.write_bytes(b"weights")
+    link = tmp_path / "snapshots" / "rev" / "model.safetensors"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(blob)
+    assert content_digest(link) == "ab" * 32
 
 
 def test_replacements_end_at_a_path_boundary_and_reach_escaped_and_non_ascii_paths() -> None:

@@ -8,7 +8,9 @@ Probed over TLS with the raw client (tests/attack_client.py):
   sets a cookie that carries `Secure` (the proxy says X-Forwarded-Proto: https);
 - with both, the WebSocket handshake passes the proxy (101) and an upload larger than
   nginx's default 1 MB body limit reaches Streamlit;
-- a foreign Host through the proxy is refused by the studio (403).
+- a foreign Host through the proxy is refused by the studio (403);
+- the address the studio's guessing limits count is the real peer's: wrong passwords
+  sent through the proxy under invented X-Forwarded-For addresses share one allowance.
 
 Skipped without nginx or openssl, unless CALM_REQUIRE_BROWSER=1 (set by .ci/run, which
 installs nginx), where it fails.
@@ -31,6 +33,7 @@ from urllib.parse import urlencode
 
 import pytest
 
+from calm_core.workspace.guesses import FREE_TRIES
 from tests.attack_client import Tls, request, ws_handshake
 from tests.test_attacks import PASSWORD, _start, _stop
 from tests.test_private import _free_port
@@ -126,7 +129,9 @@ def proxy(tmp_path_factory) -> Iterator[Proxy]:
     folder = tmp_path_factory.mktemp("proxy")
     cert, key = _certificate(openssl, folder)
     htpasswd = _htpasswd(openssl, folder)
-    server, studio_port, log, _ = _start(folder, shared=True, extra_env={"CALM_STUDIO_HOSTS": NAME})
+    server, studio_port, log, _ = _start(
+        folder, shared=True, extra_env={"CALM_STUDIO_HOSTS": NAME, "CALM_TRUSTED_PROXIES": "127.0.0.1"}
+    )
     proxy_port = _free_port()
     site = folder / "nginx-studio.conf"
     site.write_text(
@@ -234,3 +239,25 @@ def test_a_foreign_host_through_the_proxy_is_refused_by_the_studio(proxy: Proxy,
     status, _, body = _get(proxy, "/", headers=both, host=FOREIGN)
     assert status == 403 and b"does not answer to that host name" in body
     assert ws_handshake(proxy.port, host=FOREIGN, origin=f"https://{FOREIGN}", headers=both, tls=proxy.tls) == 403
+
+
+def test_the_forwarded_address_is_the_real_peers(proxy: Proxy, cookie: str) -> None:
+    """The studio trusts the proxy (CALM_TRUSTED_PROXIES=127.0.0.1) and so reads
+    X-Forwarded-For: the recipe must put the connecting peer there, not pass on the
+    client's own claim. Seven wrong tries under seven invented addresses: after the free
+    tries, the address they all really share is held back (429). Last in the file: its
+    tries count against this address for the rest of the module."""
+    answers = []
+    for i in range(FREE_TRIES + 2):
+        status, _, _ = request(
+            proxy.port,
+            "POST",
+            "/_calm/signin",
+            host=NAME,
+            headers={**proxy.basic, "Content-Type": "application/x-www-form-urlencoded",
+                     "X-Forwarded-For": f"198.51.100.{i}"},
+            body=urlencode({"password": f"guess {i}", "next": "/"}).encode(),
+            tls=proxy.tls,
+        )
+        answers.append(status)
+    assert answers[:FREE_TRIES] == [401] * FREE_TRIES and answers[-1] == 429, answers

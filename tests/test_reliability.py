@@ -174,7 +174,7 @@ def test_a_damaged_checkpoint_falls_back_to_the_previous_one(tiny_model_dir: Pat
     (run.checkpoint_dir(5) / "optimizer.pt").unlink()
     resumed_lm = fresh_lm(tiny_model_dir)
     assert train(cfg, run=run, lm=resumed_lm).state == "finished"
-    assert "skipped as damaged: checkpoint-5: optimizer.pt is missing" in capsys.readouterr().out
+    assert "skipped as damaged: checkpoint-5: optimizer.pt is missing" in capsys.readouterr().err  # a log note
     assert run.status["resumed_from"] == "checkpoint-4"
     assert [r["step"] for r in run.read_metrics()] == [0, 1, 2, 3, 4, 5, 6]
     straight, resumed = _weights(straight_lm), _weights(resumed_lm)

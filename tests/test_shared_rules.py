@@ -23,13 +23,14 @@ ADMIN = Access(shared=True, password=PASSWORD, admin=True)
 LOCAL = Access(shared=False)
 
 
-def _queued(tag: str | None, state: str = "queued"):
-    """A run launched by session `tag`, in `state`, with a job.json (so it can be resumed)."""
+def _queued(tag: str | None, state: str = "queued", browser: str | None = None):
+    """A run launched by session `tag` (of the signed-in `browser`), in `state`, with a
+    job.json (so it can be resumed)."""
     from calm_core.io import atomic_write_json
     from calm_core.runs.layout import JOB_FILE
     from calm_core.workspace.launch import create_run
 
-    run = create_run(TrainConfig.preset("quick"), launched_by=tag)
+    run = create_run(TrainConfig.preset("quick"), launched_by=tag, launched_from=browser)
     atomic_write_json(run.path / JOB_FILE, {"command": ["true"], "env": {}, "resume": False, "resumes": 0})
     run.write_status(state)
     return run
@@ -261,3 +262,30 @@ def test_train_page_refuses_a_nul_model_path_in_one_line(tiny_everywhere, monkey
     assert not at.exception, at.exception
     assert [e.value for e in at.error] == ["Refused this path: it holds a NUL byte."]
     assert not [b for b in at.button if b.key == "train_launch"]  # the page stopped at the refusal
+
+
+def test_the_server_and_browser_budgets(tmp_path: Path) -> None:
+    """One browser holds MAX_QUEUED_PER_BROWSER runs across its sessions; the server holds
+    CALM_SHARED_MAX_RUNS across every browser, and its refusal says how far the running run is."""
+    from calm_core.workspace.access import MAX_QUEUED_PER_BROWSER, ActiveRuns
+    from calm_core.workspace.launch import active_runs, create_run, launch_training
+
+    shared = Access(shared=True, password=PASSWORD, max_runs=5)
+    for i in range(MAX_QUEUED_PER_BROWSER):
+        create_run(TrainConfig.preset("quick", steps=5), tmp_path, launched_by=f"s{i}", launched_from="b").write_status(
+            "queued"
+        )
+    with pytest.raises(Refused, match="This browser already has 3"):
+        launch_training(TrainConfig.preset("quick", steps=5), root=tmp_path, launched_by="s9", access=shared,
+                        launched_from="b")
+    assert active_runs(shared, "s9", "b", tmp_path) == ActiveRuns(0, 3, 3, active_runs(shared, "s9", "b", tmp_path).frees)
+    for i in range(2):
+        create_run(TrainConfig.preset("quick", steps=5), tmp_path, launched_by=f"o{i}", launched_from="c").write_status(
+            "queued"
+        )
+    line = access.launch_refusal(shared, 5, active_runs(shared, "new", "new-browser", tmp_path))
+    assert line and "5 queued or running runs" in line and access.MAX_RUNS_ENV in line and "\n" not in line
+    assert "ends" in line
+    assert access.launch_refusal(Access(shared=False), 5, ActiveRuns(9, 9, 99)) is None  # local: no budget
+    assert access.access_from({access.MAX_RUNS_ENV: "2"}, "0.0.0.0").max_runs == 2
+    assert access.access_from({access.MAX_RUNS_ENV: "two"}, "0.0.0.0").max_runs == access.DEFAULT_MAX_RUNS

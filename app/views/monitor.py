@@ -11,7 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from app.charts import alpha_bars, alpha_heatmap, line_figure, tradeoff_figure
-from app.gate import studio_access, this_session
+from app.gate import studio_access, this_browser, this_session
 from app.keys import MONITOR_METRICS_TAILS, MONITOR_RUN
 from app.state import code, describe_error
 from app.verdict_view import column_meanings, heldout_evidence, verdict_block, verdict_caption, whole_cells
@@ -28,6 +28,7 @@ from calm_core.training.config import recorded_bilevel
 from calm_core.workspace import advice, verdict
 from calm_core.workspace import view as run_view
 from calm_core.workspace.access import OWNER_ONLY, may_cancel
+from calm_core.workspace.fast_path_view import fast_path_rows
 from calm_core.workspace.launch import resume_refusal_for, resume_run
 
 POLL_SECONDS = 3.0  # the progress line, state, selection and controls: cheap to redraw
@@ -121,6 +122,7 @@ def _header(records: list[dict], view: RunState, status: dict, config: dict) -> 
         rule = selection.get("rule_text")
         st.caption(line, help=tooltip("selected step", "calibrated stop") + (f"\n\nThe rule: {rule}" if rule else ""))
     _data_notes(status.get("choices") or {})
+    _fast_paths(status.get("choices") or {})
     for name, n in (status.get("items_cut_to_context") or {}).items():
         st.caption(
             f"{n} items of {name} were longer than the model's context and were cut from the left "
@@ -163,14 +165,23 @@ def _data_notes(choices: dict) -> None:
             st.dataframe(pd.DataFrame(record.get("rejected") or []), hide_index=True)
 
 
+def _fast_paths(choices: dict) -> None:
+    """Which fast paths the run used and why (measured against the model's own forward)."""
+    rows = fast_path_rows(choices.get("fast_paths"))
+    if rows:
+        used = ", ".join(row["fast path"] for row in rows if row["used"] == "yes") or "none"
+        with st.expander(f"Fast paths used: {used}"):
+            st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+
+
 def _controls(run: RunDir, view: RunState, launched_by: str | None) -> None:
     """Cancel and resume; a shared studio lets a session change only its own runs (or
     every run, for the admin: CALM_STUDIO_ADMIN=1), and a resume counts toward the
     session's quota as a launch does (workspace/launch.py resume_refusal_for)."""
     c1, c2, c3 = st.columns([1, 1, 4])
-    access, session = studio_access(), this_session()
+    access, session, browser = studio_access(), this_session(), this_browser()
     allowed = may_cancel(access, session, launched_by)
-    no_resume = resume_refusal_for(access, session, launched_by, run.path.parent) if view.resumable else None
+    no_resume = resume_refusal_for(access, session, launched_by, run.path.parent, browser) if view.resumable else None
     if not allowed:
         c3.caption(OWNER_ONLY)
     elif no_resume:
@@ -187,7 +198,7 @@ def _controls(run: RunDir, view: RunState, launched_by: str | None) -> None:
             st.error(describe_error(exc))
     if c2.button("Resume", disabled=not view.resumable or no_resume is not None, key="monitor_resume", help=no_resume):
         try:
-            resume_run(run, access, session)
+            resume_run(run, access, session, browser)
             st.toast(f"{run.run_id}: queued to resume")
         except Exception as exc:
             st.error(describe_error(exc))

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 import pandas as pd
 import streamlit as st
 
-from app.gate import studio_access, this_session
+from app.gate import studio_access, this_browser, this_session
 from app.keys import CALIBRATE_SPLIT, MONITOR_RUN
 from app.settings_form import current_value, optional_count_input, setting_input
 from app.state import describe_error
@@ -27,7 +27,7 @@ from calm_core.glossary import define, tooltip
 from calm_core.runs.listing import list_runs
 from calm_core.scoring.adapters import LoraSettings
 from calm_core.scoring.evaluate import load_report
-from calm_core.scoring.models import installed_models
+from calm_core.scoring.models import ModelLoadError, installed_models
 from calm_core.scoring.prompts import RULES
 from calm_core.settings import declared_settings
 from calm_core.training.config import PRESETS, TrainConfig, train_settings
@@ -37,7 +37,8 @@ from calm_core.training.timings import RunSizes
 from calm_core.workspace import estimate_text
 from calm_core.workspace.access import Access, PathRefused, confine_model_name, launch_refusal
 from calm_core.workspace.estimate import estimate_for, planned_sizes
-from calm_core.workspace.launch import launch_training, session_active_runs
+from calm_core.workspace.fast_path_view import fast_path_rows, model_fast_paths
+from calm_core.workspace.launch import active_runs, launch_training
 from calm_core.workspace.machine_load import MachineLoad
 from calm_core.workspace.support import labelled_counts, support_sentence
 
@@ -226,6 +227,25 @@ def choose_model(access: Access) -> str:
     except PathRefused as exc:
         st.error(str(exc))
         st.stop()
+
+
+def fast_paths_note(model: str) -> None:
+    """Under section 1: which fast paths the chosen model got on this machine and why
+    (each measured once against the model's own forward, calm_core/scoring/fast_paths.py)."""
+    try:
+        record = model_fast_paths(model)
+    except (ModelLoadError, OSError, ValueError):  # a path being typed, an embedded model not installed
+        record = None
+    if record is None:
+        st.caption(
+            "Fast paths (frozen prefix, hidden path, feature capture, prefix sharing) are measured against "
+            "this model's own forward when a run or an evaluation first loads it; each one it fails is "
+            "switched off, and the run's Monitor page and report say why."
+        )
+        return
+    used = ", ".join(row["fast path"] for row in fast_path_rows(record) if row["used"] == "yes") or "none"
+    with st.expander(f"Fast paths this model got: {used}"):
+        st.dataframe(pd.DataFrame(fast_path_rows(record)), hide_index=True, width="stretch")
 
 
 def _start_at(key: str, value: Any) -> None:
@@ -494,10 +514,10 @@ def support(cfg: TrainConfig) -> None:
 
 def launch(cfg: TrainConfig, evals: list[str], access: Access) -> None:
     """The Launch button, off without evaluation sets, or in a shared studio past this
-    session's queue quota or the per-run step budget (access.launch_refusal, said in one
+    session's, browser's or server's queue quota or the per-run step budget (access.launch_refusal, said in one
     line); a launched run becomes the Monitor's choice, with a link to it."""
-    session = this_session()
-    refusal = launch_refusal(access, cfg.steps, session_active_runs(access, session))
+    session, browser = this_session(), this_browser()
+    refusal = launch_refusal(access, cfg.steps, active_runs(access, session, browser))
     if refusal:
         st.warning(refusal)
     if not st.button(
@@ -505,7 +525,7 @@ def launch(cfg: TrainConfig, evals: list[str], access: Access) -> None:
     ):
         return
     try:
-        run, started = launch_training(cfg, launched_by=session, access=access)
+        run, started = launch_training(cfg, launched_by=session, access=access, launched_from=browser)
     except Exception as exc:
         st.error(describe_error(exc))
         return
@@ -545,6 +565,7 @@ task = choose_task()
 access = studio_access()
 names = [e.name for e in list_datasets(kind="open" if task == "openqa" else "mc")]
 model = choose_model(access)
+fast_paths_note(model)
 data = choose_data(task, names)
 choice = choose_method(task)
 generation = choose_generation(task, choice.preset) if task == "openqa" else None

@@ -28,6 +28,7 @@ from calm_core.cli import eval as cli_eval
 from calm_core.cli import train as cli_train
 from calm_core.cli.usage import UsageError
 from calm_core.data.schema import DataError
+from calm_core.logs import configure as configure_logging
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,6 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from calm_core.scoring.models import ModelLoadError
 
     args = build_parser().parse_args(argv)
+    configure_logging()
     try:
         return COMMANDS[args.command](args)
     except (DataError, ModelLoadError, UsageError, ValueError, FileNotFoundError) as exc:

@@ -29,28 +29,75 @@ def read_csv(path: Path) -> Any:
     return path.open(newline="", encoding="utf-8-sig", errors="surrogateescape")  # -sig: Excel writes a BOM
 
 
-def csv_header(path: Path, where: str) -> list[str]:
-    """The CSV's column names; DataError when there are none, they are not UTF-8 or repeat."""
+def csv_header(path: Path, where: str, max_columns: int, max_bytes: int) -> list[str]:
+    """The CSV's column names; DataError when there are none, more than `max_columns`,
+    more than `max_bytes` of them, they are not UTF-8 or repeat (`sources` holds the limits).
+    Every check is linear in the number of columns."""
     with read_csv(path) as handle:
-        header = [h.strip() for h in next(csv.reader(handle), [])]
+        header = [h.strip() for h in next(csv.reader(_bounded_lines(handle, max_bytes, where)), [])]
     if not any(header):
         raise DataError(f"Expected a header row in {where}, but the file has none")
+    check_columns(len(header), where, max_columns)
     if not all(is_utf8(h) for h in header):
         raise DataError(f"Expected a UTF-8 header row in {where}, but it holds undecodable bytes (save it as UTF-8)")
-    named = [h for h in header if h]
-    twice = sorted({h for h in named if named.count(h) > 1})
+    positions: dict[str, list[int]] = {}
+    for column, name in enumerate(header, start=1):
+        if name:
+            positions.setdefault(name, []).append(column)
+    twice = [(name, at) for name, at in positions.items() if len(at) > 1]
     if twice:  # dict(zip(header, cells)) would keep the last one silently
-        raise DataError(f"Expected distinct column names in {where}, but {', '.join(twice)} appear more than once")
+        raise DataError(f"Expected distinct column names in {where}, but {_repeats(twice)}: rename them")
     return header
 
 
-def open_parquet(path: Path, where: str) -> Any:
-    """A `pyarrow.parquet.ParquetFile` with at least one row; DataError otherwise."""
+def _repeats(twice: list[tuple[str, list[int]]], shown: int = 3) -> str:
+    """'B is at columns 2 and 5, C at columns 3, 4 and 9 (and 2 more names)': the first repeated names."""
+    said = []
+    for name, at in twice[:shown]:
+        columns = ", ".join(str(c) for c in at[:-1][:9]) + (", ..." if len(at) > 10 else "") + f" and {at[-1]}"
+        said.append(f"{name} {'is ' if not said else ''}at columns {columns}")
+    more = f" (and {len(twice) - shown} more names)" if len(twice) > shown else ""
+    return ", ".join(said) + more
+
+
+def _bounded_lines(handle: Any, max_bytes: int, where: str) -> Any:
+    """The lines of a text handle for the header's csv.reader, refused once they pass `max_bytes`
+    (a header line is never read whole when it is longer)."""
+    read = 0
+    while line := handle.readline(max_bytes + 1):
+        read += len(line)
+        if read > max_bytes:
+            raise DataError(
+                f"Expected a header row of at most {max_bytes / 2**20:g} MiB in {where}, but it is longer: "
+                "keep only the columns the dataset uses"
+            )
+        yield line
+
+
+def check_columns(count: int, where: str, max_columns: int) -> None:
+    """DataError when a file has more than `max_columns` columns (`sources.MAX_COLUMNS`)."""
+    if count > max_columns:
+        raise DataError(
+            f"Expected at most {max_columns:,} columns in {where}, but it has {count:,}: "
+            "keep only the columns the dataset uses (question, options, answer, id, subject)"
+        )
+
+
+def open_parquet(path: Path, where: str, max_columns: int | None = None) -> Any:
+    """A `pyarrow.parquet.ParquetFile` with at least one row (and at most `max_columns`
+    leaf columns); DataError otherwise. Its text columns read as dictionaries: a value a
+    file repeats is held once however many rows use it, and `sources` counts its decoded
+    size before any row is made of it (`sources.parquet_rows`)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
         parquet = pq.ParquetFile(path)
+        if max_columns is not None:
+            check_columns(parquet.metadata.num_columns, where, max_columns)
+        texts = [column.path for column in parquet.schema if column.physical_type == "BYTE_ARRAY"]
+        if texts:
+            parquet = pq.ParquetFile(path, read_dictionary=texts)
     except (pa.ArrowException, OSError) as exc:
         raise DataError(f"Expected a Parquet file at {where}, but could not read it: {reason(exc)}") from None
     if parquet.metadata.num_rows == 0:

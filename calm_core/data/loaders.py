@@ -34,7 +34,7 @@ from typing import Any
 
 from calm_core.data.guess import GUESS_ROWS
 from calm_core.data.mapping import ColumnMapping, normalise_rows, resolve_kind
-from calm_core.data.readers import detect_format, open_source, open_table
+from calm_core.data.readers import decodes_past, detect_format, open_source, open_table
 from calm_core.data.schema import (
     REJECTED_SHOWN,
     DataError,
@@ -42,7 +42,7 @@ from calm_core.data.schema import (
     RowError,
     validate_records,
 )
-from calm_core.data.sources import JsonlSource, Record, RowSource, Table, row_chunks
+from calm_core.data.sources import JSON_COST_PER_BYTE, JsonlSource, Record, RowSource, Table, row_chunks
 from calm_core.data.stream import STREAM_FROM_BYTES, Index, build_index
 
 CHUNK_ROWS = 256  # rows mapped and validated per stage call (sources.row_chunks); the limit is checked per row
@@ -207,14 +207,19 @@ def load_file(
 
     `stream`: True keeps the items as `stream.LazyItems` (an index of the valid rows,
     each parsed again when used: memory does not grow with the file), False reads them
-    into a list; None (the default) streams files of `STREAM_FROM_BYTES` or more. Both
+    into a list; None (the default) streams files that decode to `STREAM_FROM_BYTES` or
+    more (`readers.decodes_past`: a file that large, JSON lines whose Python objects are,
+    a Parquet file whose rows are). Both
     give the same items and the same rejected rows. A `.json` file holding one array is
     always read whole.
     """
     path = Path(path).expanduser()
     mapping = ColumnMapping.parse(mapping) if isinstance(mapping, str) else mapping
     fmt = detect_format(path, fmt)
-    if stream or (stream is None and path.is_file() and path.stat().st_size >= STREAM_FROM_BYTES):
+    # A file that small on disk (a byte of CSV or JSON decodes to at most JSON_COST_PER_BYTE) is not read for it.
+    size = path.stat().st_size if path.is_file() else 0
+    small = fmt != "parquet" and size * JSON_COST_PER_BYTE < STREAM_FROM_BYTES
+    if stream or (stream is None and not small and decodes_past(path, fmt, STREAM_FROM_BYTES)):
         rows = open_source(path, fmt, source)
         if rows is not None:
             return _stream_report(rows, kind, mapping, limit, name or path.name)

@@ -18,9 +18,19 @@ import itertools
 from pathlib import Path
 from typing import Iterator
 
-from calm_core.data.files import BOM, READ_ERRORS, unreadable
+from calm_core.data.files import BOM, READ_ERRORS, open_parquet, unreadable
 from calm_core.data.schema import DataError
-from calm_core.data.sources import FILE_FORMATS, FileReader, FileSource, Record, Row, Table, guarded
+from calm_core.data.sources import (
+    FILE_FORMATS,
+    FileReader,
+    FileSource,
+    Record,
+    Row,
+    Table,
+    guarded,
+    json_decodes_past,
+    parquet_decodes_past,
+)
 
 FORMATS = {suffix: fmt.name for fmt in FILE_FORMATS.values() for suffix in fmt.suffixes}  # ".csv" -> "csv", derived
 
@@ -101,6 +111,25 @@ def open_table(path: Path, fmt: str, source: str | None = None) -> Table:
         return reader.table()
     except READ_ERRORS as exc:
         raise unreadable(fmt, source or str(path), exc) from None
+
+
+def decodes_past(path: Path, fmt: str, size: int) -> bool:
+    """Whether a file's rows decode to `size` bytes or more: a file that large on disk does;
+    a CSV file decodes a byte to at most a byte; JSON lines are counted as Python holds
+    them (`sources.json_cost`); a Parquet file's rows are counted in Arrow, as the Parquet
+    bomb of issue 38 is 1 KB on disk. A file that cannot be opened says no: its read says why."""
+    if not path.is_file():
+        return False
+    if path.stat().st_size >= size:
+        return True
+    if fmt == "jsonl":
+        return json_decodes_past(path, size)
+    if fmt != "parquet":
+        return False
+    try:
+        return parquet_decodes_past(open_parquet(path, str(path)), size)
+    except DataError:
+        return False
 
 
 def open_source(path: Path, fmt: str, source: str | None = None) -> FileSource | None:

@@ -32,6 +32,7 @@ from calm_core.data.files import (
     BOM,
     READ_ERRORS,
     OpenFile,
+    check_columns,
     csv_header,
     open_parquet,
     read_failed,
@@ -39,7 +40,7 @@ from calm_core.data.files import (
 from calm_core.data.schema import DataError, RowError, is_utf8
 
 UNDECODABLE = "Expected UTF-8 text, but got undecodable bytes"
-PARQUET_BATCH = 1024  # rows decoded at a time, so `limit` on a large file stays cheap
+PARQUET_BATCH = 1024  # rows decoded at a time (as dictionaries: `files.open_parquet`), so `limit` stays cheap
 
 Record = dict[str, Any]
 Row = tuple[int, Union[Record, RowError]]  # (1-based row number, raw record or why it is unreadable)
@@ -80,6 +81,33 @@ class FileReader(Protocol):
 # ----------------------------------------------------------------------------- one row at a time
 
 
+def text_bytes(value: Any) -> int:
+    """Decoded bytes of a cell's text: a string, or the strings of a list (a JSON row's
+    `choices`); exact UTF-8 only for a string long enough to matter."""
+    if isinstance(value, str):
+        return len(value) if len(value) <= MAX_CELL_BYTES // 4 else len(value.encode("utf-8", "surrogatepass"))
+    if isinstance(value, list):
+        return sum(text_bytes(v) for v in value if isinstance(v, str))
+    return 0
+
+
+def check_cells(record: Record, number: int, budget: Budget) -> None:
+    """Every cell of a parsed text row (CSV, JSON) within `MAX_CELL_BYTES`."""
+    for column, value in record.items():
+        budget.cell(text_bytes(value), number, column)
+
+
+def bounded_lines(handle: Any, where: str) -> Iterator[bytes]:
+    """The lines of a binary handle (split at \\n), each read at most `MAX_ROW_BYTES` at a
+    time: a longer one is refused before it is held whole."""
+    number = 0
+    while line := handle.readline(MAX_ROW_BYTES + 1):
+        number += 1
+        if len(line) > MAX_ROW_BYTES:
+            raise row_too_long(where, number)
+        yield line
+
+
 def some_rows(rows: Iterator[Row], where: str) -> Iterator[Row]:
     """`rows`, or a DataError once they end when there was none (a file of blank lines)."""
     empty = True
@@ -111,9 +139,18 @@ def _json_type(value: Any) -> str:
 
 
 def json_array_rows(path: Path, source: str, where: str) -> Iterator[Row]:
-    """A .json file holding one array of objects; rows are 1-based array positions."""
+    """A .json file holding one array of objects; rows are 1-based array positions. It is
+    parsed whole, so it may decode to at most `MAX_JSON_ARRAY_BYTES` (`json_cost`)."""
+    size = path.stat().st_size
+    data = path.read_bytes() if size <= MAX_JSON_ARRAY_BYTES else b""  # a larger file is not read
+    cost = json_cost(data) if data else size
+    if cost > MAX_JSON_ARRAY_BYTES:
+        raise DataError(
+            f"Expected a JSON array that decodes to at most {_mib(MAX_JSON_ARRAY_BYTES)} in {where}, but it decodes to "
+            f"{cost:,} bytes: save it as JSON lines (one object a line), which are read a row at a time"
+        )
     try:
-        values = json.loads(path.read_bytes().decode("utf-8-sig"))
+        values = json.loads(data.decode("utf-8-sig"))
     except UnicodeDecodeError:
         raise DataError(f"Expected a JSON array of objects in {where}, but it is not UTF-8 text") from None
     except json.JSONDecodeError as exc:
@@ -122,8 +159,13 @@ def json_array_rows(path: Path, source: str, where: str) -> Iterator[Row]:
     except (ValueError, RecursionError):  # a number past 4300 digits, nesting past Python's stack
         message = f"Expected a JSON array of objects in {where}, but it holds a number or nesting too large to read"
         raise DataError(message) from None
+    budget, columns = Budget(path, where), set()
     for number, value in enumerate(values, start=1):
         if isinstance(value, dict):
+            check_cells(value, number, budget)
+            columns.update(value)
+            if len(columns) > MAX_COLUMNS:
+                check_columns(len(columns), where, MAX_COLUMNS)
             yield number, value
         else:
             yield number, RowError(source, number, "", f"Expected a JSON object, but got {_json_type(value)}")
@@ -135,7 +177,7 @@ def csv_lines(handle: Any) -> Iterator[tuple[int, str]]:
     surrogates). The offset is where a row can be read again (`sources.CsvSource.read`):
     a text handle's `tell()` is an opaque cookie, not a position."""
     offset = 0
-    for chunk in handle:  # split at \n by the binary reader; a lone \r splits below
+    for chunk in iter(lambda: handle.readline(MAX_ROW_BYTES + 1), b""):  # split at \n; a lone \r below
         for raw in chunk.splitlines(keepends=True) if b"\r" in chunk else (chunk,):
             yield offset, raw.decode("utf-8", "surrogateescape")
             offset += len(raw)
@@ -154,17 +196,97 @@ def csv_record(number: int, cells: list[str], header: list[str], source: str) ->
     return dict(zip(header, cells, strict=True))
 
 
-def parquet_rows(parquet: Any, where: str) -> Iterator[Row]:
+def parquet_rows(parquet: Any, where: str, budget: Budget) -> Iterator[Row]:
+    """The rows of a Parquet file, `PARQUET_BATCH` at a time. A batch is decoded with its
+    text as dictionaries (`files.open_parquet`), so its rows' decoded sizes are counted
+    (`cell_bytes`) and checked against the budget before Python rows are made of it, at
+    most `MAX_BATCH_BYTES` of them at once."""
     import pyarrow as pa
 
     number = 0
     try:
-        for batch in parquet.iter_batches(batch_size=PARQUET_BATCH):
-            for record in batch.to_pylist():  # plain Python values: lists stay lists
-                number += 1
-                yield number, record
+        for batch in _batches(parquet):
+            sizes = np.zeros(batch.num_rows, np.int64)
+            for column, array in zip(batch.schema.names, batch.columns, strict=True):
+                cells = cell_bytes(array)
+                if len(cells) and cells.max() > MAX_CELL_BYTES:
+                    first = int(np.argmax(cells > MAX_CELL_BYTES))
+                    budget.cell(int(cells[first]), number + first + 1, column)
+                sizes += cells
+            for row, size in enumerate(sizes.tolist(), start=number + 1):
+                budget.row(size, row)
+            for piece in _pieces(batch, sizes):
+                for record in piece.to_pylist():  # plain Python values: lists stay lists
+                    number += 1
+                    yield number, record
     except pa.ArrowException as exc:  # a damaged data page: the rows after it cannot be located
         raise DataError(f"Expected readable data in {where}, but reading after row {number} failed: {exc}") from None
+
+
+def parquet_decodes_past(parquet: Any, size: int) -> bool:
+    """Whether a Parquet file's rows decode to `size` bytes or more, counted in Arrow (its
+    text as dictionaries) without making a row: `loaders.load_file` streams such a file
+    however small it is on disk. A damaged file says False: its read says what is wrong."""
+    import pyarrow as pa
+
+    total = 0
+    try:
+        for batch in _batches(parquet):
+            total += sum(int(cell_bytes(array).sum()) for array in batch.columns)
+            if total >= size:
+                return True
+    except (pa.ArrowException, OSError):
+        return False
+    return False
+
+
+def _batches(parquet: Any) -> Iterator[Any]:
+    """`PARQUET_BATCH` rows at a time, one row group after another: a batch across two
+    groups would join two dictionaries, which Arrow cannot do for a nested column."""
+    for group in range(parquet.metadata.num_row_groups):
+        yield from parquet.iter_batches(batch_size=PARQUET_BATCH, row_groups=[group])
+
+
+def _pieces(batch: Any, sizes: np.ndarray) -> Iterator[Any]:
+    """`batch` in zero-copy slices of at most `MAX_BATCH_BYTES` decoded bytes (at least a row each)."""
+    start, total = 0, np.cumsum(sizes)
+    while start < len(sizes):
+        before = int(total[start - 1]) if start else 0
+        stop = max(start + 1, int(np.searchsorted(total, before + MAX_BATCH_BYTES, side="right")))
+        yield batch.slice(start, stop - start)
+        start = stop
+
+
+def cell_bytes(array: Any) -> np.ndarray:
+    """The decoded bytes of each cell of an Arrow array, counted without decoding it: a
+    dictionary's values are counted once and looked up by index, a list sums its values,
+    a struct its fields, a fixed-width value its width (a null: 0)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = array.type
+    if pa.types.is_dictionary(kind):
+        values = cell_bytes(array.dictionary)
+        indices = array.indices.fill_null(0).to_numpy()
+        found = values[indices] if len(values) else np.zeros(len(array), np.int64)
+        return np.where(array.is_null().to_numpy(zero_copy_only=False), 0, found) if array.null_count else found
+    if any(test(kind) for test in (pa.types.is_string, pa.types.is_binary, pa.types.is_large_string)):
+        return pc.binary_length(array).fill_null(0).to_numpy().astype(np.int64)
+    if pa.types.is_large_binary(kind):
+        return pc.binary_length(array).fill_null(0).to_numpy().astype(np.int64)
+    if pa.types.is_map(kind):
+        entries = pa.StructArray.from_arrays([array.keys, array.items], ["key", "value"])
+        array, kind = pa.ListArray.from_arrays(array.offsets, entries), pa.list_(entries.type)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        parents = pc.list_parent_indices(array).to_numpy()
+        return np.bincount(parents, weights=cell_bytes(array.flatten()), minlength=len(array)).astype(np.int64)
+    if pa.types.is_struct(kind):
+        return sum((cell_bytes(field) for field in array.flatten()), np.zeros(len(array), np.int64))
+    try:
+        width = max(kind.bit_width // 8, 1)
+    except ValueError:  # any other variable-width type: its buffers, spread over its rows
+        width = array.nbytes // max(len(array), 1) + 1
+    return np.full(len(array), width, np.int64)
 
 
 def guarded(table: Table) -> Iterator[Row]:
@@ -238,13 +360,18 @@ class JsonlSource(FileSource):
         self.seen_columns: dict[str, None] = {}
 
     def scan(self) -> Iterator[KeyedRow]:
+        budget = Budget(self.path, self.where)
         with self.path.open("rb") as handle:  # bytes: one undecodable line must not sink the file
             offset = 0
-            for number, raw in enumerate(handle, start=1):
+            for number, raw in enumerate(bounded_lines(handle, self.where), start=1):
                 if raw.strip():
+                    budget.row(json_cost(raw), number)
                     record = parse_json_line(raw, self.source, number)
                     if isinstance(record, dict):
+                        check_cells(record, number, budget)
                         self.seen_columns.update(dict.fromkeys(record))
+                        if len(self.seen_columns) > MAX_COLUMNS:
+                            check_columns(len(self.seen_columns), self.where, MAX_COLUMNS)
                     yield number, offset, record
                 offset += len(raw)
 
@@ -262,7 +389,7 @@ class JsonlSource(FileSource):
 
     def read(self, keys: Sequence[int]) -> list[Any]:
         file = self.held()
-        return [parse_json_line(file.binary_at(int(key)).readline(), self.source, 0) for key in keys]
+        return [parse_json_line(file.binary_at(int(key)).readline(MAX_ROW_BYTES), self.source, 0) for key in keys]
 
 
 class JsonArrayReader:
@@ -293,21 +420,30 @@ class CsvSource(FileSource):
         self.columns = header
 
     def scan(self) -> Iterator[KeyedRow]:
+        budget = Budget(self.path, self.where)
         with self.path.open("rb") as handle:
             starts: list[int] = []  # offsets of the lines the reader took for the record it is building
+            ends = [0]  # where the last line taken ends
+            number = 0
 
             def lines() -> Iterator[str]:
                 for offset, line in csv_lines(handle):
                     starts.append(offset)
+                    ends[0] = offset + len(line)
+                    if ends[0] - starts[0] > MAX_ROW_BYTES:  # a record is refused before it is held whole
+                        raise row_too_long(self.where, number + 1)
                     yield line
 
             reader = csv.reader(lines())
             next(reader, None)  # the header
             starts.clear()
-            for number, cells in enumerate(reader, start=1):
+            for number, cells in enumerate(reader, start=1):  # `lines` reads `number`
                 key = starts[0]
                 starts.clear()
+                budget.row(ends[0] - key, number)
                 record = csv_record(number, cells, self.columns, self.source)
+                if isinstance(record, dict):
+                    check_cells(record, number, budget)
                 if record is not None:
                     yield number, key, record
 
@@ -330,7 +466,9 @@ class ParquetSource(FileSource):
         self._cached: tuple[int, Any] | None = None
 
     def scan(self) -> Iterator[KeyedRow]:
-        for number, record in parquet_rows(self.parquet, self.where):
+        budget = Budget(self.path, self.where)
+        budget.declared(declared_bytes(self.parquet))
+        for number, record in parquet_rows(self.parquet, self.where, budget):
             yield number, number - 1, record
 
     def read(self, keys: Sequence[int]) -> list[Any]:
@@ -355,10 +493,20 @@ class ParquetSource(FileSource):
         return {**self.__dict__, "parquet": None, "_cached": None}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        import pyarrow.parquet as pq
-
         self.__dict__.update(state)
-        self.parquet = pq.ParquetFile(self.path)
+        self.parquet = open_parquet(self.path, self.where)  # its text as dictionaries, as when indexed
+
+
+def declared_bytes(parquet: Any) -> int:
+    """What a Parquet file's metadata says its decoding takes: every column chunk's
+    uncompressed pages, and 8 bytes for each of its values (the levels, offsets and
+    indices a value decodes to). A page the metadata declares far past the file's size is
+    refused before it is decompressed (`Budget.declared`)."""
+    meta = parquet.metadata
+    return sum(
+        chunk.total_uncompressed_size + 8 * chunk.num_values
+        for chunk in (meta.row_group(g).column(c) for g in range(meta.num_row_groups) for c in range(meta.num_columns))
+    )
 
 
 class HFSource:
@@ -396,6 +544,131 @@ def starts_with(path: Path, prefix: bytes) -> bool:
         return handle.read(4096).removeprefix(BOM).lstrip().startswith(prefix)
 
 
+# ----------------------------------------------------------------------------- what a file may cost
+#
+# A file is read against these budgets WHILE it is read, before the expanded data exists:
+# a Parquet file's metadata is checked when it is opened, its text columns are decoded as
+# dictionaries (a value used a thousand times is held once) and each batch's decoded size is
+# computed from them before a Python row is made; a CSV record or a JSON line is read at
+# most `MAX_ROW_BYTES` at a time, and a JSON line is counted as Python will hold it
+# (`json_cost`) before it is parsed. Every reader, whole and streamed, goes through `Budget`;
+# a file that decodes to `stream.STREAM_FROM_BYTES` is streamed (`readers.decodes_past`).
+# A refusal is one DataError line naming the limit and the way out (docs/security.md,
+# "Upload budgets", has the figures tests/test_budgets.py and tests/test_attacks_uploads.py measure).
+
+# Costs a legitimate user: a spreadsheet wider than 10,000 columns; a dataset uses a handful.
+MAX_COLUMNS = 10_000
+# Costs: one question, option or answer over 1 MiB of text (about 250,000 tokens, past any
+# model's context window). CSV's own stdlib limit (128 KiB) is raised to match (below).
+MAX_CELL_BYTES = 2**20
+# Costs: one row (a CSV record, a JSON line, a Parquet row) that decodes to over 8 MiB, all
+# its cells together (a JSON line: about 2.5 times its text, `json_cost`).
+MAX_ROW_BYTES = 8 * 2**20
+# Costs nothing: the Python rows made at once from a Parquet batch; a batch over it is made
+# a few rows at a time (`parquet_rows`), so it sets peak memory and refuses no file.
+MAX_BATCH_BYTES = 64 * 2**20
+# Costs: a file that decodes to more than 64 times its own size, past the first 64 MiB (a
+# Parquet file of one long text repeated: the shape of a bomb). CSV decodes a byte to at
+# most a byte and JSON to at most about 33 (`json_cost`), so only Parquet can reach it; save
+# such a file as JSON lines.
+MAX_EXPANSION = 64
+EXPANSION_FREE_BYTES = 64 * 2**20
+# Costs: a `.json` array that decodes to more than 64 MiB (`json_cost`: about a 25 MB
+# file of questions), which is parsed whole; JSON lines stream instead.
+MAX_JSON_ARRAY_BYTES = 64 * 2**20
+
+csv.field_size_limit(max(csv.field_size_limit(), MAX_ROW_BYTES))  # cells are held to MAX_CELL_BYTES by `Budget`
+
+
+def json_cost(raw: bytes) -> int:
+    """The decoded bytes of JSON text as Python holds it, from its punctuation (no parse):
+    64 a list or object, 32 an item (its pointer, a number), 25 a quote (half a string's
+    header). Questions decode to about 2.5 times their text; empty lists or objects, the
+    worst a parse allows, to 22 or 33 times, which `MAX_ROW_BYTES` and the streaming of
+    JSON lines then bound."""
+    return len(raw) + 64 * (raw.count(b"[") + raw.count(b"{")) + 32 * raw.count(b",") + 25 * raw.count(b'"')
+
+
+JSON_COST_PER_BYTE = 65  # the most `json_cost` gives a byte (a "["): a smaller file cannot decode past a budget
+
+
+def json_decodes_past(path: Path, size: int) -> bool:
+    """Whether a JSON-lines file decodes to `size` bytes or more (`json_cost`), read 1 MiB at a time."""
+    total = 0
+    with path.open("rb") as handle:
+        while chunk := handle.read(2**20):
+            total += json_cost(chunk)
+            if total >= size:
+                return True
+    return False
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:g} MiB"
+
+
+class Budget:
+    """What one read of one file has spent: each cell and row is checked as it is decoded
+    (before Python objects are made of it), and the file's total against `MAX_EXPANSION`
+    times its size. Raises one DataError line
+    naming the limit and the way out.
+
+    Considered and not done (issue 38): parsing an upload in a worker process under a
+    memory limit (`resource.setrlimit(RLIMIT_AS)`), so that a reader bug could not take the
+    server with it. It is neither simple nor robust here:
+    - a streamed upload's items read the file that the server process holds open
+      (`files.OpenFile`), so a worker could only vet the file and the server would read it
+      again: twice the CPU of every upload, on every rerun of the Data page;
+    - the server runs threads and imports PyTorch, so the worker must be spawned, not
+      forked: about a second of imports (NumPy, Arrow) per upload;
+    - RLIMIT_AS limits address space, not memory: Arrow's allocator, glibc's per-thread
+      arenas and OpenBLAS's per-core buffers reserve address space they never touch, by
+      the machine's core count, so one limit refuses good files on one machine and is too
+      high to protect on another (and macOS does not enforce it).
+    The budgets bound what each reader decodes before it decodes it, in the server. What
+    they cannot see is a hand-made Parquet file whose metadata understates its pages
+    (`declared_bytes`): docs/security.md, "Upload budgets", names it.
+    """
+
+    def __init__(self, path: Path, where: str) -> None:
+        self.where = where
+        self.allowed = max(EXPANSION_FREE_BYTES, MAX_EXPANSION * path.stat().st_size)
+        self.spent = 0
+
+    def cell(self, size: int, number: int, column: str) -> None:
+        if size > MAX_CELL_BYTES:
+            raise DataError(
+                f"Expected cells of at most {_mib(MAX_CELL_BYTES)} in {self.where}, but row {number}'s "
+                f"{column} holds {size:,} bytes: shorten it or leave that column out of the file"
+            )
+
+    def row(self, size: int, number: int) -> None:
+        """A row of `size` decoded bytes: within `MAX_ROW_BYTES`, and within the file's budget."""
+        if size > MAX_ROW_BYTES:
+            raise row_too_long(self.where, number)
+        self.spent += size
+        if self.spent > self.allowed:
+            raise DataError(
+                f"Expected {self.where} to decode to at most {_mib(self.allowed)} ({MAX_EXPANSION} times its size, "
+                f"or {_mib(EXPANSION_FREE_BYTES)}), but it decodes to more by row {number}: save it as JSON lines"
+            )
+
+    def declared(self, size: int) -> None:
+        """A Parquet file whose metadata declares `size` decoded bytes: refused before reading."""
+        if size > self.allowed:
+            raise DataError(
+                f"Expected {self.where} to decode to at most {_mib(self.allowed)} ({MAX_EXPANSION} times its size, "
+                f"or {_mib(EXPANSION_FREE_BYTES)}), but its metadata declares {size:,} bytes: save it as JSON lines"
+            )
+
+
+def row_too_long(where: str, number: int) -> DataError:
+    return DataError(
+        f"Expected rows of at most {_mib(MAX_ROW_BYTES)} in {where}, but row {number} holds more: "
+        "shorten its cells or split the row"
+    )
+
+
 @dataclass(frozen=True)
 class FileFormat:
     """One file format: the suffixes that name its files and the reader that opens one
@@ -411,11 +684,11 @@ def _open_jsonl(path: Path, source: str, where: str) -> FileReader:
 
 
 def _open_csv(path: Path, source: str, where: str) -> FileReader:
-    return CsvSource(path, source, where, csv_header(path, where))
+    return CsvSource(path, source, where, csv_header(path, where, MAX_COLUMNS, MAX_ROW_BYTES))
 
 
 def _open_parquet(path: Path, source: str, where: str) -> FileReader:
-    return ParquetSource(path, source, where, open_parquet(path, where))
+    return ParquetSource(path, source, where, open_parquet(path, where, MAX_COLUMNS))
 
 
 FILE_FORMATS = {  # the one table of formats: readers.detect_format, open_table and open_source all read it

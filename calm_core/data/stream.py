@@ -51,7 +51,7 @@ from calm_core.data.files import READ_ERRORS
 from calm_core.data.schema import DataError, RowError
 from calm_core.data.sources import KeyedRow, RowSource, guarded_scan
 
-STREAM_FROM_BYTES = 32 * 2**20  # files at least this large load as LazyItems (loaders.load_file)
+STREAM_FROM_BYTES = 32 * 2**20  # files that decode to this much load as LazyItems (loaders.load_file)
 CHUNK_ROWS = 4096  # rows parsed per chunk when iterating
 INDEX_BYTES_PER_ROW = 8 + 8 + 2  # row number (int64), key (int64), choices (uint16)
 

@@ -32,6 +32,7 @@ class RunSummary:
     launched_by: str | None = None  # the studio session's opaque tag (config.json), None from the CLI
     data: str | None = None  # the training set S_T (config.json), for the pickers
     started: float | None = None  # when the job began running (status.json), else None
+    launched_from: str | None = None  # the signed-in browser's opaque tag (config.json), shared studio only
 
 
 def summarize(run: RunDir, now: float | None = None, stale_after: float = STALE_AFTER_S) -> RunSummary:
@@ -44,6 +45,7 @@ def summarize(run: RunDir, now: float | None = None, stale_after: float = STALE_
     if name is None and method is None and files.config is not None:
         name, method = config_label(files.config, "name"), config_label(files.config, "method")
     launched_by = files.config.get("launched_by") if isinstance(files.config, dict) else None
+    launched_from = files.config.get("launched_from") if isinstance(files.config, dict) else None
     data = config_label(files.config, "train_data") if files.config is not None else None
     started = status.get("started") if isinstance(status.get("started"), (int, float)) else None
     return RunSummary(
@@ -61,6 +63,7 @@ def summarize(run: RunDir, now: float | None = None, stale_after: float = STALE_
         launched_by if isinstance(launched_by, str) else None,
         data,
         started,
+        launched_from if isinstance(launched_from, str) else None,
     )
 
 

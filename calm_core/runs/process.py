@@ -1,33 +1,27 @@
-"""Is a run's process alive? Checks of processes on this machine, through /proc where it exists.
+"""Is a run's process alive? Checks of processes on this machine, through psutil.
 
 A status.json records `pid`, `host` and `pid_start` (calm_core.runs.rundir writes them), so a
-pid is only ever checked on the machine that recorded it, and a pid the kernel has since
-given to another process does not count as the job's.
+pid is only ever checked on the machine that recorded it, and a pid the system has since
+given to another process does not count as the job's. psutil (installed with peft) gives
+the same answers on Linux, macOS and Windows; reading /proc by hand gave them on Linux only.
 """
 
 from __future__ import annotations
 
-import os
 import socket
-from pathlib import Path
+
+import psutil
 
 HOST = socket.gethostname()  # pids are only checked on the machine that recorded them
-
-
-def _proc_stat(pid: int) -> tuple[str, str] | None:
-    """(state letter, start time in clock ticks) from /proc, or None when unavailable."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2 :].split()  # the command name may hold spaces and ')'
-    return fields[0], fields[19]
+_GONE = (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
 
 
 def process_start(pid: int) -> str | None:
-    """An opaque start stamp for `pid` (Linux), so a reused pid is not taken for our job."""
-    stat = _proc_stat(pid)
-    return stat[1] if stat else None
+    """An opaque start stamp for `pid` (its creation time), so a reused pid is not taken for our job."""
+    try:
+        return f"{psutil.Process(pid).create_time():.2f}"
+    except (psutil.Error, ValueError):
+        return None
 
 
 def pid_alive(pid: int | None, start: str | None = None) -> bool:
@@ -39,17 +33,28 @@ def pid_alive(pid: int | None, start: str | None = None) -> bool:
     if not isinstance(pid, int) or pid <= 0:
         return False
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        process = psutil.Process(pid)
+        if process.status() in _GONE:  # exited and not yet reaped
+            return False
+        return start is None or _same_start(process, start)
+    except psutil.AccessDenied:
+        return True  # exists, owned by someone else
+    except psutil.Error:
         return False
-    except PermissionError:
-        pass  # exists, owned by someone else
-    if not os.path.isdir("/proc/self"):
-        return True  # no procfs: kill(0) is all we can know
-    stat = _proc_stat(pid)
-    if stat is None or stat[0] in ("Z", "X"):  # gone since, or exited and not yet reaped
-        return False
-    return start is None or stat[1] == start
+
+
+def _same_start(process: psutil.Process, start: str) -> bool:
+    """Whether `start` is this process's stamp. A stamp from before psutil (clock ticks of
+    /proc/<pid>/stat, a whole number) is compared the old way, so a job started by an older
+    version is not taken for dead."""
+    if "." in start:
+        return f"{process.create_time():.2f}" == start
+    try:
+        with open(f"/proc/{process.pid}/stat") as handle:
+            text = handle.read()
+    except OSError:
+        return True  # cannot tell: the pid exists
+    return text[text.rindex(")") + 2 :].split()[19] == start
 
 
 def process_alive(status: dict) -> bool | None:
@@ -62,15 +67,11 @@ def process_alive(status: dict) -> bool | None:
 
 def pids_with_option(option: str, value: str) -> list[int]:
     """Live processes on this machine whose command line holds `option value` as two
-    words: how a process is found when no status records its pid. Linux /proc; [] elsewhere."""
+    words: how a process is found when no status records its pid."""
     found = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            args = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        words = [a.decode("utf-8", "replace") for a in args]
+    for process in psutil.process_iter(["pid", "cmdline"]):
+        words = process.info.get("cmdline") or []
         if any(w == option and i + 1 < len(words) and words[i + 1] == value for i, w in enumerate(words)):
-            if pid_alive(int(entry.name)):
-                found.append(int(entry.name))
+            if pid_alive(process.info["pid"]):
+                found.append(process.info["pid"])
     return found

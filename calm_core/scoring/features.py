@@ -30,11 +30,13 @@ far below what a calibrator fitted on tens of items resolves. A file without the
 
 from __future__ import annotations
 
-import sys
+import logging
 from typing import Any, Sequence
 
 import numpy as np
 import torch
+
+log = logging.getLogger(__name__)
 
 FEATURES = "features"  # predictions column: h per row, d float16
 OPTION_FEATURES = "option_features"  # predictions column: n_choices x d float16 per row
@@ -120,10 +122,10 @@ def _half(values: np.ndarray) -> np.ndarray:
     inf feature would make every calibrator fit on it NaN. NaN pads stay NaN."""
     finite = values[np.isfinite(values)]
     if finite.size and float(np.abs(finite).max()) > _FLOAT16_MAX:
-        print(
-            f"calm: warning: hidden-state features beyond float16's range (|x| up to {np.abs(finite).max():.3g}) "
-            f"were clipped to +-{_FLOAT16_MAX:.0f} when stored",
-            file=sys.stderr,
+        log.warning(
+            "warning: hidden-state features beyond float16's range (|x| up to %.3g) were clipped to +-%.0f when stored",
+            np.abs(finite).max(),
+            _FLOAT16_MAX,
         )
         values = np.clip(values, -_FLOAT16_MAX, _FLOAT16_MAX)
     return values.astype(STORED_DTYPE)

@@ -1,6 +1,8 @@
 """The forward pass that scoring and frozen-prefix caching share: left-padded batches
 with explicit positions (a row computes what it would alone), KV-cache plumbing, runs of
-similar length, and the "hidden path" (final-norm states + LM head on chosen positions).
+similar length, and the "hidden path" (final-norm states + LM head on chosen positions,
+with the model's own final soft-cap). Whether a model gets the hidden path and feature
+capture is measured, never read off its shape (`scoring.fast_paths`).
 
 It sits below both `logprobs` (the log-probabilities option scores are made of) and
 `frozen_prefix` (cached bottom layers): a `HiddenStateRunner` (what FrozenPrefixModel is)
@@ -16,6 +18,7 @@ from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 import torch
 
 _PARTS = ("embed_tokens", "layers", "rotary_emb", "norm")
+STRUCTURE = "model.layers, model.embed_tokens, model.rotary_emb, model.norm and lm_head"  # what the fast paths call
 
 
 @runtime_checkable
@@ -63,11 +66,18 @@ def cache_kwarg(model: Any) -> str:
 
 def select_cache(cache: Any, index: torch.Tensor, config: Any) -> Any:
     """A new KV cache holding rows `index` of `cache` (a row may repeat): one context's
-    keys and values for each of its continuations. Differentiable: indexing, not copy_."""
+    keys and values for each of its continuations. Differentiable: indexing, not copy_.
+    Sliding-window layers carry their count of tokens seen: rebuilt from the kept keys
+    alone, the count would be the window's, and the mask would slide over the wrong keys
+    (prefix sharing on Gemma 2/3 differed by 8e-3 until the probe caught it)."""
     from transformers import DynamicCache
 
     data = [(k[index], v[index]) if k is not None else (None, None) for k, v, *_ in cache]
-    return DynamicCache(ddp_cache_data=data, config=config)
+    selected = DynamicCache(ddp_cache_data=data, config=config)
+    for source, layer in zip(cache.layers, selected.layers, strict=True):
+        if hasattr(source, "cumulative_length"):  # a sliding-window layer keeps only its last window - 1 keys:
+            layer.cumulative_length = source.cumulative_length  # how many it has seen sizes its mask (Gemma 2/3)
+    return selected
 
 
 RUN_COST = 16  # token rows: what one more batched pass costs beyond its tokens (calls, small matmuls)
@@ -98,17 +108,25 @@ def causal_lm(model: Any) -> Any:
 
 
 def supports_frozen_prefix(model: Any) -> bool:
+    """Whether the model has the parts a FrozenPrefixModel and the hidden path call
+    (`model.model.layers`, `embed_tokens`, `rotary_emb`, `norm`, `lm_head`): the shape
+    needed to try them, never proof that they compute the model's forward. That is
+    `scoring.fast_paths`' measurement."""
     causal = causal_lm(model)
     inner = getattr(causal, "model", None)
     return inner is not None and hasattr(causal, "lm_head") and all(hasattr(inner, p) for p in _PARTS)
 
 
 def hidden_path(model: Any) -> bool:
-    """True when `last_hidden` + `output_head` reproduce the model's logits: a Llama-shaped
-    decoder (or a FrozenPrefixModel over one) with no final logit soft-capping."""
+    """True when `last_hidden` + `output_head` reproduce the model's logits, as measured
+    once for the model (`scoring.fast_paths`) on a decoder with the parts to try it (or a
+    FrozenPrefixModel over one, whose own equality is the frozen prefix's verdict)."""
     base = model.model if isinstance(model, HiddenStateRunner) else model
-    config = causal_lm(base).config
-    return supports_frozen_prefix(base) and not getattr(config, "final_logit_softcapping", None)
+    if not supports_frozen_prefix(base):
+        return False
+    from calm_core.scoring.fast_paths import fast_paths
+
+    return fast_paths(base).hidden_path.on
 
 
 def last_hidden(model: Any, inputs: dict[str, Any], n_last: int) -> torch.Tensor:
@@ -125,8 +143,25 @@ def last_hidden(model: Any, inputs: dict[str, Any], n_last: int) -> torch.Tensor
 
 
 def output_head(model: Any) -> Any:
+    """What turns final-norm states into the model's logits: the LM head, followed by the
+    model's own final logit soft-cap where its config has one (Gemma 2 and 3), so that a
+    temperature calibrated on these logits is one on the model's own."""
     base = model.model if isinstance(model, HiddenStateRunner) else model
-    return causal_lm(base).lm_head
+    lm = causal_lm(base)
+    cap = getattr(lm.config, "final_logit_softcapping", None)
+    return SoftCappedHead(lm.lm_head, float(cap)) if cap else lm.lm_head
+
+
+class SoftCappedHead(torch.nn.Module):
+    """lm_head, then cap * tanh(logits / cap): the soft-cap of Gemma's CausalLM forward."""
+
+    def __init__(self, head: torch.nn.Module, cap: float) -> None:
+        super().__init__()
+        self.head = head
+        self.cap = cap
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.head(hidden) / self.cap) * self.cap
 
 
 @contextmanager
@@ -134,9 +169,26 @@ def head_inputs(model: Any) -> Iterator[list[torch.Tensor]]:
     """Record what the LM head reads in the forward passes run inside the block: one
     (B, n_last, d) tensor per call, the final-norm hidden states already cut to
     `logits_to_keep`. A forward pre-hook only reads its input, so the logits are those of
-    the same call without it, to the last bit, and it needs nothing of the model's shape
-    (a soft-capped or non-Llama model, a FrozenPrefixModel): feature capture
-    (`logprobs.logits_and_states_at`, `scoring.features`) without a second pass."""
+    the same call without it, to the last bit (`head_input_hook`): feature capture
+    (`logprobs.logits_and_states_at`, `scoring.features`) without a second pass. Where
+    the measurement says the head's input is not the final-norm state
+    (`fast_paths(model).feature_capture`), the base model's `last_hidden_state` is
+    recorded instead, cut the same way (a FrozenPrefixModel computes that state itself
+    and hands it to the head, so it keeps the hook)."""
+    base = model.model if isinstance(model, HiddenStateRunner) else model
+    from calm_core.scoring.fast_paths import fast_paths
+
+    if isinstance(model, HiddenStateRunner) or fast_paths(base).feature_capture.on:
+        with head_input_hook(model) as seen:
+            yield seen
+        return
+    with _final_state_hook(base) as seen:
+        yield seen
+
+
+@contextmanager
+def head_input_hook(model: Any) -> Iterator[list[torch.Tensor]]:
+    """A forward pre-hook on the LM head recording its input, one tensor per call."""
     base = model.model if isinstance(model, HiddenStateRunner) else model
     lm = causal_lm(base)
     head = lm.get_output_embeddings() if hasattr(lm, "get_output_embeddings") else lm.lm_head
@@ -146,3 +198,27 @@ def head_inputs(model: Any) -> Iterator[list[torch.Tensor]]:
         yield seen
     finally:
         handle.remove()
+
+
+@contextmanager
+def _final_state_hook(model: Any) -> Iterator[list[torch.Tensor]]:
+    """The base model's `last_hidden_state` per call, cut to the call's `logits_to_keep`
+    (read from the CausalLM's keywords): feature capture's fallback."""
+    lm = causal_lm(model)
+    keep: list[int] = []
+    seen: list[torch.Tensor] = []
+
+    def read_keep(_module: Any, _args: Any, kwargs: dict[str, Any]) -> None:
+        keep.append(int(kwargs.get("logits_to_keep") or 0))
+
+    def record(_module: Any, _args: Any, output: Any) -> None:
+        states = output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
+        n = keep[-1] if keep else 0
+        seen.append(states[:, -n:] if n else states)
+
+    handles = [lm.register_forward_pre_hook(read_keep, with_kwargs=True), lm.model.register_forward_hook(record)]
+    try:
+        yield seen
+    finally:
+        for handle in handles:
+            handle.remove()

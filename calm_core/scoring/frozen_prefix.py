@@ -27,9 +27,12 @@ The `HiddenStateStore` is one append-only arena (`scoring.arena`: a data file, a
 one memory map) under a fingerprint of the frozen weights: memory stays bounded however
 many sequences there are, and runs that share evaluation sets (a method comparison)
 compute those sets' bottom layers once between them.
-Supported: decoder stacks shaped like Llama (`model.model.layers`, `embed_tokens`,
-`rotary_emb`, `norm`, `lm_head`): Llama, Mistral, Qwen2/3, SmolLM. Other models train
-uncached (`supports_frozen_prefix` says which).
+Which models: those with the parts it calls (`model.model.layers`, `embed_tokens`,
+`rotary_emb`, `norm`, `lm_head`), whose layers it calls as their own forward does
+(`scoring.decoder`: a mask per attention type, a rotary embedding per layer type, so
+Gemma 2 and 3 too), and only where it proves equal to that forward, logits and LoRA
+gradients, on a probe batch (`scoring.fast_paths.frozen_prefix_verdict`, measured once
+per model and split). Other models train uncached, with the reason in the run's choices.
 """
 
 from __future__ import annotations
@@ -45,39 +48,18 @@ import numpy as np
 import torch
 
 from calm_core.scoring.arena import Arena, ArenaConfig
+from calm_core.scoring.decoder import run_layers
 from calm_core.scoring.forward import (
+    STRUCTURE,
     cache_kwarg,
     causal_lm,
     left_pad_batch,
     left_pad_positions,
     length_runs,
+    output_head,
     select_cache,
     supports_frozen_prefix,
 )
-
-
-def _causal_mask(
-    config: Any,
-    hidden: torch.Tensor,
-    attention_mask: torch.Tensor,
-    position_ids: torch.Tensor,
-    cache: Any = None,
-    layer_idx: int = 0,
-) -> Any:
-    """The model's own mask for a left-padded batch (eager, sdpa or flex: its choice);
-    with a KV cache, `attention_mask` covers the cached positions and the new ones, and
-    the cache's layer `layer_idx` (the first one run) tells how many are cached."""
-    from transformers.masking_utils import create_causal_mask
-
-    return create_causal_mask(
-        config=config,
-        inputs_embeds=hidden,
-        attention_mask=attention_mask,
-        cache=cache,
-        position_ids=position_ids,
-        layer_idx=layer_idx if cache is not None else None,
-    )
-
 
 MIN_SHARED_PREFIX = 4  # tokens: below this, a separate prefix pass costs more than it saves
 PREFILL_ITEMS = 16  # items per prefill batch: bench/prefill.py measures 4, 16 and 32
@@ -184,7 +166,7 @@ class FrozenPrefixModel:
     def __init__(self, model: Any, split: int, store_root: Path | None = None) -> None:
         if not supports_frozen_prefix(model):
             raise ValueError(
-                f"Frozen-prefix caching needs a Llama-shaped decoder; {type(causal_lm(model)).__name__} is not"
+                f"Frozen-prefix caching needs {STRUCTURE}; {type(causal_lm(model)).__name__} lacks some of them"
             )
         lm = causal_lm(model)
         n_layers = len(lm.model.layers)
@@ -231,7 +213,7 @@ class FrozenPrefixModel:
                 "FrozenPrefixModel takes no KV cache: it shares prefixes itself (scoring passes it whole sequences)"
             )
         hidden = self.last_hidden(input_ids, attention_mask, position_ids, logits_to_keep)
-        return SimpleNamespace(logits=causal_lm(self.model).lm_head(hidden))
+        return SimpleNamespace(logits=output_head(self.model)(hidden))
 
     def last_hidden(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, n_last: int = 0
@@ -332,12 +314,7 @@ class FrozenPrefixModel:
         """Decoder layers start..stop-1 on (B, W, d) hidden states; with a KV cache, the
         rows continue what those layers cached (mask covers cache + new positions)."""
         inner = causal_lm(self.model).model
-        causal = _causal_mask(self.config, hidden, mask, positions, cache, layer_idx=start)
-        rotary = inner.rotary_emb(hidden, position_ids=positions)
-        extra = {} if cache is None else {cache_kwarg(self.model): cache, "use_cache": True}
-        for layer in inner.layers[start:stop]:
-            hidden = layer(hidden, attention_mask=causal, position_embeddings=rotary, position_ids=positions, **extra)
-        return hidden
+        return run_layers(inner, self.config, hidden, mask, positions, (start, stop), cache, cache_kwarg(self.model))
 
     def _compute_shared(
         self, keys: list[tuple[int, ...]], groups: list[tuple[int, list[int]]], device: torch.device

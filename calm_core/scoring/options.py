@@ -31,6 +31,7 @@ import torch
 
 from calm_core.calibration import metrics
 from calm_core.data.schema import MCItem
+from calm_core.scoring.fast_paths import fast_paths
 from calm_core.scoring.features import FeatureCollector, feature_columns, stored_features
 from calm_core.scoring.forward import HiddenStateRunner, head_inputs, left_pad_batch
 from calm_core.scoring.logprobs import LogitsTransform, continuation_logprobs, last_logits, shared_prefix_logprobs
@@ -159,7 +160,8 @@ def _cloze_scores(
     """Option scores for cloze rules from `cloze_requests`. `batch_size` counts sequences
     (continuations). `collector` receives each option's states (scoring.features)."""
     runner = isinstance(lm.model, HiddenStateRunner)  # no KV cache, but it shares prefixes inside a batch
-    if not share_prefix or runner or any(len({tuple(context) for context, _ in reqs}) > 1 for reqs in requests):
+    kv_sharing = share_prefix and not runner and fast_paths(lm.model).prefix_sharing.on  # measured once per model
+    if not kv_sharing or any(len({tuple(context) for context, _ in reqs}) > 1 for reqs in requests):
         return _cloze_scores_flat(lm, requests, cfg, batch_size, progress, transform, share_prefix, collector)
     order = sorted(range(len(items)), key=lambda i: -len(requests[i][0][0]))
     rows = [np.zeros(item.n_choices) for item in items]

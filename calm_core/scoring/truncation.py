@@ -12,7 +12,7 @@ fit at all raises DataError. `warn_truncated` says so once per dataset and proce
 
 from __future__ import annotations
 
-import sys
+import logging
 from typing import Any, Sequence
 
 from calm_core.data.schema import DataError, MCItem
@@ -23,6 +23,8 @@ from calm_core.scoring.prompts import (
     letter_prompt,
     split_context_continuation,
 )
+
+log = logging.getLogger(__name__)
 
 SANE_MAX_LENGTH = 10_000_000  # tokens: transformers puts 1e30 in model_max_length when a tokenizer does not know
 _CONTEXT_KEYS = (
@@ -157,11 +159,13 @@ def warn_truncated(truncated: Sequence[str], n_items: int, limit: int | None, da
         return
     _WARNED.add(key)
     of = f" of {dataset}" if dataset else ""
-    print(
-        f"calm: warning: {len(truncated)} of {n_items} items{of} were longer than the model's context "
-        f"({limit} tokens) and were cut from the left, as lm-evaluation-harness does",
-        file=sys.stderr,
-        flush=True,
+    log.warning(
+        "warning: %d of %d items%s were longer than the model's context (%d tokens) and were cut from the left, "
+        "as lm-evaluation-harness does",
+        len(truncated),
+        n_items,
+        of,
+        limit,
     )
 
 

@@ -9,7 +9,7 @@ run, every data-parallel rank and the frozen-prefix prefill see the same batches
 from __future__ import annotations
 
 import functools
-import sys
+import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -18,6 +18,8 @@ import numpy as np
 from calm_core.data.schema import DataError
 from calm_core.data.stream import chunks, subset
 from calm_core.scoring.evaluate import load_report
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # the config imports the task registry, whose modules import this one
     from calm_core.training.config import TrainConfig
@@ -107,7 +109,7 @@ def load_data(cfg: TrainConfig, kind: str) -> Data:
         if report.n_rejected:
             rejected[name] = report.rejected_record(20)
             head, *reasons = report.rejection_lines()
-            print(f"calm: note: {head}:", *(f"  {line}" for line in reasons), sep="\n", file=sys.stderr, flush=True)
+            log.warning("note: %s:\n%s", head, "\n".join(f"  {line}" for line in reasons))
         return report.items  # a list, or LazyItems (parsed on demand) for a large file
 
     train_items = load(cfg.train_data, cfg.train_limit)

@@ -10,6 +10,7 @@ in status.json), and continues the same curves: batches depend only on (seed, st
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -21,6 +22,8 @@ from calm_core.faults import fault_point
 from calm_core.runs.rundir import RunDir
 from calm_core.training import distributed
 from calm_core.training.context import StepContext
+
+log = logging.getLogger(__name__)
 
 OPTIMIZER_FILE = "optimizer.pt"
 
@@ -86,8 +89,7 @@ def save_checkpoint(ctx: StepContext, run: RunDir, step: int, selection: Selecti
             save_file(inner.tensors(), str(directory / INNER_FILE))
         if selection is not None:
             _save_selection(directory, selection)
-        # Batches depend only on (seed, step); torch's RNG drives dropout, so it is all we keep.
-        torch.save({"torch": torch.get_rng_state()}, directory / RNG_FILE)
+        torch.save(rng_state(), directory / RNG_FILE)
     fault_point("checkpoint_done")
     run.prune_checkpoints(keep=2)
     return run.checkpoint_dir(step)
@@ -104,6 +106,25 @@ class Checkpoint:
     inner: dict[str, torch.Tensor] | None
     rng: torch.Tensor
     selection: SelectionRecord | None = None  # None: a checkpoint from before the calibrated stop
+    cuda_rng: list[torch.Tensor] | None = None  # one state per CUDA device; None: saved without CUDA
+
+
+def rng_state() -> dict[str, Any]:
+    """What drives dropout: torch's CPU generator and, where CUDA is present, every
+    device's generator (LoRA dropout on a GPU draws from the device's own). Batches depend
+    only on (seed, step), so nothing else is kept."""
+    state: dict[str, Any] = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = list(torch.cuda.get_rng_state_all())
+    return state
+
+
+def restore_rng(checkpoint: Checkpoint) -> None:
+    """Put the saved generators back; CUDA's only where it was saved and is present now
+    (a run resumed on another kind of machine continues with a fresh device generator)."""
+    torch.set_rng_state(checkpoint.rng)
+    if checkpoint.cuda_rng is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(checkpoint.cuda_rng)
 
 
 def read_checkpoint(directory: Path, with_head: bool) -> Checkpoint:
@@ -137,7 +158,16 @@ def read_checkpoint(directory: Path, with_head: bool) -> Checkpoint:
         inner=read(INNER_FILE, lambda p: load_file(str(p))) if (directory / INNER_FILE).exists() else None,
         rng=rng["torch"],
         selection=_read_selection(directory, read) if (directory / SELECTION_FILE).exists() else None,
+        cuda_rng=_cuda_states(rng.get("cuda")),
     )
+
+
+def _cuda_states(saved: Any) -> list[torch.Tensor] | None:
+    if saved is None:
+        return None
+    if not isinstance(saved, list) or not all(isinstance(t, torch.Tensor) for t in saved):
+        raise ValueError(f"Expected CUDA RNG states in {RNG_FILE}, but it holds something else")
+    return saved
 
 
 def _save_selection(directory: Path, selection: SelectionRecord) -> None:
@@ -186,7 +216,7 @@ def apply_checkpoint(ctx: StepContext, checkpoint: Checkpoint) -> None:
         ctx.state.setdefault("bilevel", BilevelState()).load(checkpoint.inner)
     if checkpoint.selection is not None:
         ctx.state["selection"] = checkpoint.selection  # taken by stopping.CalibratedStop.start
-    torch.set_rng_state(checkpoint.rng)
+    restore_rng(checkpoint)
 
 
 def resume_point(ctx: StepContext, run: RunDir, writer: RunDir | None) -> tuple[int, float]:
@@ -206,7 +236,7 @@ def resume_point(ctx: StepContext, run: RunDir, writer: RunDir | None) -> tuple[
             note = f"resuming after step {point.step} from {point.path.name if point.path else 'the start'}"
             if point.skipped:
                 note += " (skipped as damaged: " + "; ".join(point.skipped) + ")"
-            print(f"calm: {note}", flush=True)
+            log.warning("%s", note)
         run.update_status(
             resumed_from=point.path.name if point.path else None,
             skipped_checkpoints=list(point.skipped),

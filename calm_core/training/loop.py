@@ -98,8 +98,18 @@ def build_context(cfg: TrainConfig, lm: LoadedModel, k_max: int, method: Method)
         "quantization": {"four_bit": use_4bit and lm.spec.load_in_4bit, "reason": why},
         "lora": lora_record,
         "frozen_prefix": prefix_record,
+        "fast_paths": _fast_path_record(model, prefix_record),
     }
     return ctx, choices
+
+
+def _fast_path_record(model: Any, prefix_record: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each fast path the run uses or not, and why (`scoring.fast_paths`): the measured
+    scoring paths and the frozen prefix as `_frozen_prefix_runner` decided it."""
+    from calm_core.scoring.fast_paths import fast_path_choices
+
+    frozen = {"on": bool(prefix_record["used"]), "reason": prefix_record["reason"], "gap": prefix_record.get("gap")}
+    return {**fast_path_choices(model), "frozen_prefix": frozen}
 
 
 def _text_config(config: Any) -> Any:
@@ -159,24 +169,33 @@ def make_optimizer(
 
 
 def _frozen_prefix_runner(cfg: TrainConfig, model: Any) -> tuple[Any, dict[str, Any]]:
-    """A FrozenPrefixModel when it applies, and a record of why or why not (config.json)."""
+    """A FrozenPrefixModel when it applies and proves equal to the model's own forward
+    (`fast_paths.frozen_prefix_verdict`, measured once per model and split), and a
+    record of why or why not (config.json)."""
+    from calm_core.scoring.fast_paths import frozen_prefix_verdict
     from calm_core.scoring.frozen_prefix import FrozenPrefixModel, frozen_prefix_split
 
     if not cfg.frozen_prefix:
         return None, {"used": False, "reason": "off (frozen_prefix = false)"}
     split = frozen_prefix_split(model, cfg.lora.layers)
     if split is None:
-        why = "LoRA adapts every layer" if cfg.lora.layers is None else "model is not Llama-shaped or k >= layers"
+        why = "LoRA adapts every layer" if cfg.lora.layers is None else "no decoder layers to cache or k >= layers"
         return None, {"used": False, "reason": why}
+    verdict = frozen_prefix_verdict(model, split)
+    if not verdict.on:
+        return None, {"used": False, "split_layer": split, "reason": verdict.reason, "gap": verdict.gap}
     from calm_core.paths import cache_dir
 
     store = cache_dir() / "frozen_prefix" if cfg.frozen_prefix_store else None
     runner = FrozenPrefixModel(model, split, store_root=store)
+    runner.share_top = verdict.share_top  # off where only the top layers' prefix sharing failed the probe
     return runner, {
         "used": True,
         "split_layer": split,
+        "share_top": verdict.share_top,
         "store": str(runner.store.path) if runner.store else None,
-        "reason": f"LoRA on the top {cfg.lora.layers} layers only",
+        "reason": f"LoRA on the top {cfg.lora.layers} layers only; {verdict.reason}",
+        "gap": verdict.gap,
     }
 
 

@@ -18,7 +18,8 @@ listen on loopback; Gradio's share links take `auth=`):
   refuses to serve), a model path typed into the studio must lie under an allowed root
   (the workspace, the model cache, CALM_ALLOWED_ROOTS), a session may hold at most
   MAX_QUEUED_PER_SESSION queued or running runs (a resume counts, as a launch does), a
-  run may have at most CALM_SHARED_MAX_STEPS steps, and a session may cancel or resume only
+  run may have at most CALM_SHARED_MAX_STEPS steps, one browser (all its sessions) at most
+  MAX_QUEUED_PER_BROWSER runs, the server at most CALM_SHARED_MAX_RUNS, and a session may cancel or resume only
   the runs it launched and delete only the uploads and splits it saved, unless it is the
   admin's (CALM_STUDIO_ADMIN=1 on the server).
 
@@ -50,10 +51,11 @@ SECRETS_KEY = "password"  # .streamlit/secrets.toml: password = "..."
 SHORT_PASSWORD_ENV = "CALM_STUDIO_ALLOW_SHORT_PASSWORD"  # a classroom's override of MIN_PASSWORD_LENGTH
 MIN_PASSWORD_LENGTH = 12  # with the guessing limits (workspace/guesses.py), out of reach of guessing
 MAX_QUEUED_PER_SESSION = 3  # queued or running runs one shared session may hold at once
+MAX_QUEUED_PER_BROWSER = 3  # the same across every session of one signed-in browser (its device id)
+MAX_RUNS_ENV = "CALM_SHARED_MAX_RUNS"  # queued or running runs a shared studio holds at once, all browsers
+DEFAULT_MAX_RUNS = 8  # one job slot by default: 8 quick runs queue about 10 minutes of work
 MAX_STEPS_ENV = "CALM_SHARED_MAX_STEPS"  # the most steps one run may have in a shared studio
 DEFAULT_MAX_STEPS = 1000  # the quick preset's 40 steps take about a minute; 1000, about half an hour
-FREE_TRIES = 5  # wrong passwords before each further try waits
-MAX_DELAY_S = 30.0
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 HOW_TO_SET = (
@@ -82,6 +84,7 @@ class Access:
     roots: tuple[Path, ...] = ()
     short_password_ok: bool = False
     max_steps: int = DEFAULT_MAX_STEPS  # shared only: the most steps one run may have
+    max_runs: int = DEFAULT_MAX_RUNS  # shared only: queued or running runs on the whole server
 
     @property
     def refusal(self) -> str | None:
@@ -128,14 +131,58 @@ def access_from(environ: Mapping[str, str], server_address: str | None, secrets_
         roots=allowed_roots(environ),
         short_password_ok=_flag(environ, SHORT_PASSWORD_ENV),
         max_steps=max_steps_from(environ),
+        max_runs=_positive(environ, MAX_RUNS_ENV, DEFAULT_MAX_RUNS),
     )
 
 
 def max_steps_from(environ: Mapping[str, str]) -> int:
     """CALM_SHARED_MAX_STEPS, a positive whole number; unset or anything else gives
     DEFAULT_MAX_STEPS (a typo must not lift the budget)."""
-    raw = environ.get(MAX_STEPS_ENV, "").strip()
-    return int(raw) if raw.isascii() and raw.isdigit() and int(raw) > 0 else DEFAULT_MAX_STEPS
+    return _positive(environ, MAX_STEPS_ENV, DEFAULT_MAX_STEPS)
+
+
+def _positive(environ: Mapping[str, str], name: str, default: int) -> int:
+    raw = environ.get(name, "").strip()
+    return int(raw) if raw.isascii() and raw.isdigit() and int(raw) > 0 else default
+
+
+@dataclass(frozen=True)
+class ActiveRuns:
+    """Queued or running runs a launch is counted against: this session's, this browser's
+    (every session of one signed-in browser), the whole server's; and, in words, when the
+    soonest slot should free (for the refusal)."""
+
+    session: int = 0
+    browser: int = 0
+    server: int = 0
+    frees: str = ""
+
+
+def _as_active(active: int | ActiveRuns) -> ActiveRuns:
+    return active if isinstance(active, ActiveRuns) else ActiveRuns(session=active)
+
+
+def budget_refusal(access: Access, active: int | ActiveRuns) -> str | None:
+    """Why one more queued run is refused (None: it may queue): the session's quota, then
+    the browser's across its sessions (a new tab is free, so a per-session quota alone is
+    none), then the server's, which says when a slot frees."""
+    counts = _as_active(active)
+    if quota_left(access, counts.session) == 0:
+        return quota_message(counts.session)
+    if not access.shared:
+        return None
+    if counts.browser >= MAX_QUEUED_PER_BROWSER:
+        return (
+            f"This browser already has {counts.browser} queued or running runs across its sessions, the most a shared "
+            f"studio allows ({MAX_QUEUED_PER_BROWSER}). Wait for one to finish or cancel one on the Monitor page."
+        )
+    if counts.server >= access.max_runs:
+        frees = f" {counts.frees}" if counts.frees else ""
+        return (
+            f"The studio already holds {counts.server} queued or running runs, the most it allows at once "
+            f"({access.max_runs}, {MAX_RUNS_ENV} on the server): try again when one ends.{frees}"
+        )
+    return None
 
 
 def main() -> None:
@@ -169,14 +216,6 @@ def check_password(given: str | None, expected: str | None) -> bool:
     if not given or not expected:
         return False
     return hmac.compare_digest(given.encode("utf-8"), expected.encode("utf-8"))
-
-
-def retry_delay(failures: int) -> float:
-    """Seconds the next try waits after `failures` wrong passwords in one session: none
-    for the first FREE_TRIES, then 1, 2, 4, ... up to MAX_DELAY_S."""
-    if failures < FREE_TRIES:
-        return 0.0
-    return min(MAX_DELAY_S, 2.0 ** (failures - FREE_TRIES))
 
 
 def allowed_roots(environ: Mapping[str, str]) -> tuple[Path, ...]:
@@ -252,16 +291,16 @@ def may_cancel(access: Access, session: str | None, launched_by: str | None) -> 
 OWNER_ONLY = "Another session launched this run: only it (or the studio's admin) can cancel or resume it."
 
 
-def resume_refusal(access: Access, session: str | None, launched_by: str | None, active: int) -> str | None:
+def resume_refusal(
+    access: Access, session: str | None, launched_by: str | None, active: int | ActiveRuns
+) -> str | None:
     """Why this session may not resume a run (None: it may). Resuming puts the run back in
     the queue, so it counts toward the quota as a launch does: without this, a session
     could cancel its run, launch three more and resume the first (4 active). `active`:
     the session's queued or running runs (the run to resume, stopped, is not one)."""
     if not may_cancel(access, session, launched_by):
         return OWNER_ONLY
-    if quota_left(access, active) == 0:
-        return quota_message(active)
-    return None
+    return budget_refusal(access, active)
 
 
 def steps_refusal(access: Access, steps: int) -> str | None:
@@ -276,12 +315,10 @@ def steps_refusal(access: Access, steps: int) -> str | None:
     )
 
 
-def launch_refusal(access: Access, steps: int, active: int) -> str | None:
+def launch_refusal(access: Access, steps: int, active: int | ActiveRuns) -> str | None:
     """Why this session may not launch a run of `steps` steps now (None: it may): the
-    quota of queued or running runs, then the step budget."""
-    if quota_left(access, active) == 0:
-        return quota_message(active)
-    return steps_refusal(access, steps)
+    quotas of queued or running runs (session, browser, server), then the step budget."""
+    return budget_refusal(access, active) or steps_refusal(access, steps)
 
 
 def may_delete(access: Access, session: str | None, owner: str | None) -> bool:

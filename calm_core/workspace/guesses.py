@@ -35,6 +35,18 @@ LOCKOUT_AFTER = 10
 WINDOW_S = 3600.0
 SERVER_BURST = 30
 SERVER_PER_HOUR = 60.0
+MAX_TRACKED = 10_000  # keys with failures kept at once: about 1 MB; past it the oldest go first
+
+
+def backoff(
+    failures: int, free_tries: int = FREE_TRIES, base_s: float = BASE_DELAY_S, cap_s: float = MAX_DELAY_S
+) -> float:
+    """Seconds to wait after `failures` wrong passwords: none for the first `free_tries`,
+    then base, 2 x base, 4 x base ... up to `cap_s`. The one back-off of the studio: the
+    door's limiter and the in-app gate's fallback both use it."""
+    if failures < free_tries:
+        return 0.0
+    return min(cap_s, base_s * 2.0 ** (failures - free_tries))
 
 
 @dataclass
@@ -44,7 +56,14 @@ class _Address:
 
 @dataclass
 class GuessLimiter:
-    """The state of one server's limits; every method takes the time (seconds, monotonic)."""
+    """The state of one server's limits; every method takes the time (seconds, monotonic).
+
+    `key` is what a try is counted against: a client address (workspace/clients.py), or a
+    browser that has signed in before (`known_device`), whose tries are counted against
+    that browser alone: the server-wide bucket and failures sent under its address do not
+    hold it back, so nobody can lock the rightful user out. Only keys with failures inside
+    the window have an entry, and at most `max_tracked` are kept (the oldest dropped
+    first), so the table stays bounded however many addresses ask."""
 
     free_tries: int = FREE_TRIES
     base_delay_s: float = BASE_DELAY_S
@@ -53,39 +72,62 @@ class GuessLimiter:
     window_s: float = WINDOW_S
     server_burst: int = SERVER_BURST
     server_per_hour: float = SERVER_PER_HOUR
+    max_tracked: int = MAX_TRACKED
     _addresses: dict[str, _Address] = field(default_factory=dict, repr=False)
     _tokens: float | None = field(default=None, repr=False)
     _tokens_at: float = field(default=0.0, repr=False)
 
-    def wait_before(self, address: str, now: float) -> float:
-        """Seconds until `address` may try a password (0.0: now)."""
-        return max(self._address_wait(address, now), self._server_wait(now))
+    def wait_before(self, key: str, now: float, known_device: bool = False) -> float:
+        """Seconds until `key` may try a password (0.0: now)."""
+        own = self._key_wait(key, now)
+        return own if known_device else max(own, self._server_wait(now))
 
-    def record(self, address: str, ok: bool, now: float) -> None:
-        """Count a checked try: a right one clears the address, a wrong one counts twice."""
+    def record(self, key: str, ok: bool, now: float, known_device: bool = False) -> None:
+        """Count a checked try: a right one clears the key, a wrong one counts against the key
+        and (unless from a known device) the server."""
         if ok:
-            self._addresses.pop(address, None)
+            self._addresses.pop(key, None)
             return
-        self._recent(address, now).append(now)
-        self._refill(now)
-        self._tokens = max(0.0, (self._tokens or 0.0) - 1.0)
+        failures = self._recent(key, now)
+        self._addresses[key] = _Address([*failures, now])
+        self._bound(now)
+        if not known_device:
+            self._refill(now)
+            self._tokens = max(0.0, (self._tokens or 0.0) - 1.0)
+
+    def tracked(self) -> int:
+        """How many keys have an entry now (the table's size)."""
+        return len(self._addresses)
 
     def delay_after(self, failures: int) -> float:
         """The wait after the `failures`-th wrong try in the window (lockout excluded)."""
-        if failures < self.free_tries:
-            return 0.0
-        return min(self.max_delay_s, self.base_delay_s * 2.0 ** (failures - self.free_tries))
+        return backoff(failures, self.free_tries, self.base_delay_s, self.max_delay_s)
 
-    def _recent(self, address: str, now: float) -> list[float]:
-        state = self._addresses.setdefault(address, _Address())
+    def _recent(self, key: str, now: float) -> list[float]:
+        """The key's failures inside the window; an entry whose failures have all aged out is
+        dropped, and asking about a key never creates one."""
+        state = self._addresses.get(key)
+        if state is None:
+            return []
         state.failures = [t for t in state.failures if now - t < self.window_s]
         if not state.failures:
-            self._addresses.pop(address)
-            state = self._addresses.setdefault(address, _Address())
+            del self._addresses[key]
         return state.failures
 
-    def _address_wait(self, address: str, now: float) -> float:
-        failures = self._recent(address, now)
+    def _bound(self, now: float) -> None:
+        """Keep at most max_tracked entries: drop the aged-out ones, then the least recent."""
+        if len(self._addresses) <= self.max_tracked:
+            return
+        for key in list(self._addresses):
+            self._recent(key, now)
+        excess = len(self._addresses) - self.max_tracked
+        if excess > 0:
+            oldest = sorted(self._addresses, key=lambda k: self._addresses[k].failures[-1])[:excess]
+            for key in oldest:
+                del self._addresses[key]
+
+    def _key_wait(self, key: str, now: float) -> float:
+        failures = self._recent(key, now)
         if not failures:
             return 0.0
         if len(failures) >= self.lockout_after:

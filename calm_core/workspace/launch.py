@@ -7,9 +7,10 @@ run is queued as a background job (`calm train --run-dir DIR` in a new session, 
 calm_core.runs.jobs), so it outlives the terminal or the browser tab that started it.
 
 Given the studio's `Access`, a launch and a resume also apply a shared studio's rules
-(access.launch_refusal, access.resume_refusal: the per-session quota, the step budget,
-the owner rule) and raise `access.Refused` with the page's one line: the rules hold
-even for a request that did not come through the page's disabled button.
+(access.launch_refusal, access.resume_refusal: the quotas per session, per signed-in
+browser and per server, the step budget, the owner rule) and raise `access.Refused` with
+the page's one line: the rules hold even for a request that did not come through the
+page's disabled button.
 """
 
 from __future__ import annotations
@@ -19,16 +20,21 @@ from typing import Any
 
 from calm_core.runs.rundir import RunDir
 from calm_core.training.config import TrainConfig
-from calm_core.workspace.access import Access, Refused, launch_refusal, resume_refusal
+from calm_core.workspace.access import Access, ActiveRuns, Refused, launch_refusal, resume_refusal
 
 
 def run_config_record(
-    cfg: TrainConfig, launched_by: str | None = None, estimate: dict[str, Any] | None = None
+    cfg: TrainConfig,
+    launched_by: str | None = None,
+    estimate: dict[str, Any] | None = None,
+    launched_from: str | None = None,
 ) -> dict[str, Any]:
     """config.json of a run: the TrainConfig, the scoring rule and the environment, the
     opaque tag of the studio session that launched it (access.session_tag; None from the
     CLI), which a shared studio's quota and cancel rule read, and the time estimate made at
-    its launch (estimate.launch_estimate), from which later estimates learn their error."""
+    its launch (estimate.launch_estimate), from which later estimates learn their error.
+    `launched_from`: the signed-in browser's opaque tag (all its sessions share it), which
+    the per-browser quota counts."""
     from calm_core.provenance import environment_record
 
     record: dict[str, Any] = {
@@ -40,6 +46,7 @@ def run_config_record(
         "splits": split_provenance([cfg.train_data, cfg.heldout_data, *cfg.eval_data]),
         "environment": environment_record(),
         "launched_by": launched_by,
+        "launched_from": launched_from,
     }
     if estimate is not None:
         record["estimate"] = estimate
@@ -65,6 +72,7 @@ def create_run(
     root: str | Path | None = None,
     launched_by: str | None = None,
     estimate: dict[str, Any] | None = None,
+    launched_from: str | None = None,
 ) -> RunDir:
     """A new run directory for `cfg`, recording the time estimate made now when the caller
     did not pass the one it showed (estimate.launch_estimate)."""
@@ -72,7 +80,8 @@ def create_run(
 
     if estimate is None:
         estimate = launch_estimate(cfg, root)
-    return RunDir.new(run_config_record(cfg, launched_by, estimate), name_hint=cfg.name or cfg.method, root=root)
+    record = run_config_record(cfg, launched_by, estimate, launched_from)
+    return RunDir.new(record, name_hint=cfg.name or cfg.method, root=root)
 
 
 def launch_training(
@@ -81,6 +90,7 @@ def launch_training(
     launched_by: str | None = None,
     access: Access | None = None,
     estimate: dict[str, Any] | None = None,
+    launched_from: str | None = None,
 ) -> tuple[RunDir, bool]:
     """Create the run and queue it as a background job; (run, started now?). When every
     job slot is busy the run waits as `queued` and starts when one frees up. With the
@@ -90,10 +100,10 @@ def launch_training(
     from calm_core.runs.jobs import submit, worker_command
 
     if access is not None:
-        refusal = launch_refusal(access, cfg.steps, session_active_runs(access, launched_by, root))
+        refusal = launch_refusal(access, cfg.steps, active_runs(access, launched_by, launched_from, root))
         if refusal:
             raise Refused(refusal)
-    run = create_run(cfg, root, launched_by, estimate)
+    run = create_run(cfg, root, launched_by, estimate, launched_from)
     submit(run, worker_command())
     return run, left_the_queue(run)
 
@@ -112,20 +122,50 @@ def session_active_runs(access: Access, session: str | None, root: str | Path | 
     return active_runs_of(session, root) if access.shared and session else 0
 
 
+def active_runs(access: Access, session: str | None, browser: str | None, root: str | Path | None = None) -> ActiveRuns:
+    """The queued or running runs of this session, of this browser and of the server, from
+    one listing, where the quotas apply (shared mode); a local studio counts nothing."""
+    from calm_core.runs.listing import list_runs
+    from calm_core.runs.state import ACTIVE_STATES
+
+    if not access.shared:
+        return ActiveRuns()
+    active = [s for s in list_runs(root) if s.state in ("queued", *ACTIVE_STATES)]
+    return ActiveRuns(
+        session=sum(1 for s in active if session and s.launched_by == session),
+        browser=sum(1 for s in active if browser and s.launched_from == browser),
+        server=len(active),
+        frees=_soonest_free(active),
+    )
+
+
+def _soonest_free(active: list[Any]) -> str:
+    """In words, the running run nearest its end (the first slot to free), from its steps."""
+    running = [s for s in active if s.state != "queued" and s.total_steps]
+    if not running:
+        return "The queue moves when the running run ends."
+    nearest = max(running, key=lambda s: (s.step or 0) / s.total_steps)
+    return f"The run nearest its end is at step {nearest.step or 0} of {nearest.total_steps}."
+
+
 def resume_refusal_for(
-    access: Access, session: str | None, launched_by: str | None, root: str | Path | None = None
+    access: Access,
+    session: str | None,
+    launched_by: str | None,
+    root: str | Path | None = None,
+    browser: str | None = None,
 ) -> str | None:
     """Why `session` may not resume a run that the session `launched_by` launched (None: it may): the
-    owner rule and the quota (access.resume_refusal), counted in the runs root `root`."""
-    return resume_refusal(access, session, launched_by, session_active_runs(access, session, root))
+    owner rule and the quotas (access.resume_refusal), counted in the runs root `root`."""
+    return resume_refusal(access, session, launched_by, active_runs(access, session, browser, root))
 
 
-def resume_run(run: RunDir, access: Access, session: str | None) -> list[str]:
+def resume_run(run: RunDir, access: Access, session: str | None, browser: str | None = None) -> list[str]:
     """`runs.jobs.resume` for a studio session: Refused (one line) when the session may not
     resume it, so a resume can never take a session past its quota."""
     from calm_core.runs.jobs import resume
 
-    refusal = resume_refusal_for(access, session, run.config.get("launched_by"), run.path.parent)
+    refusal = resume_refusal_for(access, session, run.config.get("launched_by"), run.path.parent, browser)
     if refusal:
         raise Refused(refusal)
     return resume(run)

@@ -27,6 +27,7 @@ from calm_core.calibration.metrics.columns import cell, interval_names, is_missi
 from calm_core.runs.rundir import RunDir
 from calm_core.training.config import recorded_bilevel
 from calm_core.workspace import advice, verdict
+from calm_core.workspace.fast_path_view import fast_path_items
 from calm_core.workspace.portable import Portable, portable_config
 from calm_core.workspace.report_svg import line_svg, reliability_svg
 from calm_core.workspace.view import (
@@ -147,6 +148,7 @@ def _settings(run: RunDir, portable: Portable, status: dict[str, Any]) -> str:
     env = config.get("environment") or {}
     versions = ", ".join(f"{k} {v}" for k, v in (env.get("versions") or {}).items())
     items = _training_items(config.get("train") or {}, status, task_of(run), portable.fingerprint)
+    items += fast_path_items((status.get("choices") or {}).get("fast_paths"))  # measured, with the reason
     items += [
         ("environment", f"{env.get('machine')}, Python {env.get('python')}; {versions}" if env else None),
         ("git", env.get("git")),

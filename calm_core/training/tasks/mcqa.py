@@ -19,7 +19,7 @@
 from __future__ import annotations
 
 import dataclasses
-import sys
+import logging
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -44,6 +44,8 @@ from calm_core.training.context import StepContext, Variant, final_variants
 from calm_core.training.frozen_fill import fill_frozen_prefix
 from calm_core.training.objectives import negative_entropy, option_cross_entropy
 from calm_core.training.selection import Candidate
+
+log = logging.getLogger(__name__)
 
 prefill = fill_frozen_prefix  # the Task protocol's prefill: training/frozen_fill.py, shared by option scoring
 
@@ -340,7 +342,7 @@ def _evaluate_sets(
             )
             why = variant.calibrator.cannot_apply(scores.logits) if variant.calibrator is not None else None
             if why:  # e.g. vector scaling fitted on 4 options, a set of 5: no row, said once
-                print(f"{name}: no {variant.name} row ({why})", file=sys.stderr)
+                log.warning("%s: no %s row (%s)", name, variant.name, why)
                 continue
             set_rows.append(result_row(scores, name, variant.name, variant.calibrator))
             per_item[variant.name] = _item_top_label_brier(variant_probs(scores, variant.calibrator), scores.gold)

@@ -1,0 +1,79 @@
+"""Which fast paths a model got and why, in words, for the Train page, the Monitor and the
+report: from a run's recorded choices (`choices["fast_paths"]`, training/loop.py) or, before
+any run, from the verdicts measured on this machine (`scoring.fast_paths.known_fast_paths`).
+
+    rows = fast_path_rows(run.status["choices"]["fast_paths"])   # [{"fast path", "used", "why"}]
+    record = model_fast_paths("embedded")                        # None until it was measured
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+LABELS = {
+    "frozen_prefix": "frozen prefix",
+    "hidden_path": "hidden path",
+    "feature_capture": "feature capture",
+    "prefix_sharing": "prefix sharing",
+}
+MEANINGS = {
+    "frozen_prefix": "the layers below LoRA run once per sequence, not every step",
+    "hidden_path": "the LM head runs only on the positions a score needs",
+    "feature_capture": "the calibrator's features come from the scoring pass itself",
+    "prefix_sharing": "a question runs once for all its options (KV cache)",
+}
+
+
+def fast_path_rows(record: dict[str, Any] | None) -> list[dict[str, str]]:
+    """One row per recorded fast path: its name, used or not, and the measured reason."""
+    rows = []
+    for name, verdict in (record or {}).items():
+        if not isinstance(verdict, dict):
+            continue
+        rows.append(
+            {
+                "fast path": LABELS.get(name, name),
+                "used": "yes" if verdict.get("on") else "no",
+                "why": str(verdict.get("reason", "")),
+                "what it does": MEANINGS.get(name, ""),
+            }
+        )
+    return rows
+
+
+def fast_path_items(record: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """(label, "used: why" / "not used: why") pairs: the report's settings table rows."""
+    return [
+        (f"fast path: {row['fast path']}", ("used: " if row["used"] == "yes" else "not used: ") + row["why"])
+        for row in fast_path_rows(record)
+    ]
+
+
+def model_fast_paths(model: str) -> dict[str, Any] | None:
+    """The verdicts measured on this machine for `model` (a name as the Train page takes
+    it: "embedded", a local directory or .gguf file), shaped as a run records them; the
+    frozen prefix's per split ("frozen_prefix (below layer k)"). None for a hub id or a
+    model never loaded here: the probe runs when a run or an evaluation first loads it."""
+    from calm_core.provenance import model_fingerprint
+    from calm_core.scoring.fast_paths import known_fast_paths
+
+    folder = _model_folder(model)
+    known = known_fast_paths(model_fingerprint(folder)) if folder is not None else None
+    if known is None:
+        return None
+    record: dict[str, Any] = dict(known.get("scoring") or {})
+    for split, verdict in sorted((known.get("frozen_prefix") or {}).items()):
+        record[f"frozen prefix (below layer {split})"] = verdict
+    return record
+
+
+def _model_folder(model: str) -> Path | None:
+    from calm_core.scoring.models import converted_dir, embedded_model_dir, named_model
+
+    if model == "embedded":
+        return embedded_model_dir()
+    if named_model(model):  # gemma3-270m: its converted folder, once converted (never converting here)
+        return converted_dir(model.strip())
+    path = Path(model).expanduser()
+    return path if path.exists() else None

@@ -1,0 +1,172 @@
+"""The attacker's suite, part 3 (issue 38): what one user, or a page on the same host, could
+do to everyone else through the front door, probed over the wire (tests/attack_client.py):
+
+- 20 wrong passwords under 20 invented X-Forwarded-For addresses: one address's allowance;
+- 30 hostile failures, some under the victim's own address: the rightful browser (it has
+  signed in before: its device cookie) still signs in;
+- a WebSocket opened by a page on another port of the same host: refused in both modes,
+  as is a state-changing request from it;
+- a sign-in cookie used after sign-out: refused, and the open WebSocket of that sign-in closed;
+- thousands of distinct, long forwarded addresses: the server's memory does not keep them;
+- ten sessions of one browser: no more queued runs than that browser's share.
+Each of these passed on the code before issue 38 (the attacker got what they tried).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from calm_core.workspace.access import MAX_QUEUED_PER_BROWSER, session_tag
+from calm_core.workspace.guesses import FREE_TRIES, GuessLimiter, guesses_within
+from tests.attack_client import (
+    StudioSession,
+    request,
+    rss_bytes,
+    settled_rss,
+    sign_in,
+    sign_in_as,
+    ws_handshake,
+)
+from tests.test_attacks import PASSWORD, _start, _stop
+from tests.test_private import _free_port
+
+SIGNIN_COOKIE, DEVICE_COOKIE = "calm_studio_signin", "calm_studio_device"
+
+
+@pytest.fixture(scope="module")
+def shared_studio(tmp_path_factory):
+    root = tmp_path_factory.mktemp("door")
+    server, port, log, _ = _start(root, shared=True, extra_env={"CALM_SHARED_MAX_RUNS": "5"})
+    yield server, port, root / "workspace"
+    _stop(server, log)
+
+
+@pytest.fixture(scope="module")
+def local_studio(tmp_path_factory):
+    server, port, log, _ = _start(tmp_path_factory.mktemp("door-local"), shared=False)
+    yield port
+    _stop(server, log)
+
+
+def _wrong(port: int, headers: dict[str, str] | None = None) -> int:
+    return sign_in_as(port, "not the password", headers)[0]
+
+
+def test_invented_forwarded_addresses_share_one_allowance(tmp_path: Path) -> None:
+    """Uvicorn trusted X-Forwarded-For from 127.0.0.1, so each try could name its own
+    address: 20 of 20 were checked within a second. Now the peer is the address."""
+    server, port, log, _ = _start(tmp_path, shared=True)
+    try:
+        started = time.monotonic()
+        answers = [_wrong(port, {"X-Forwarded-For": f"198.51.100.{i}"}) for i in range(20)]
+        elapsed = time.monotonic() - started
+    finally:
+        _stop(server, log)
+    allowance = guesses_within(GuessLimiter(), 1, elapsed + 1.0)
+    assert answers.count(401) <= allowance < 20, (answers, elapsed)
+    assert answers[:FREE_TRIES] == [401] * FREE_TRIES and 429 in answers
+
+
+def test_the_rightful_browser_signs_in_after_thirty_hostile_failures(tmp_path: Path) -> None:
+    """The victim signed in once (so their browser holds a device cookie), then 30 wrong
+    tries arrive from the victim's own address: the address is locked and the server's
+    bucket spent, so a new browser waits, but the victim's browser signs in at once."""
+    server, port, log, _ = _start(tmp_path, shared=True)
+    try:
+        status, cookies = sign_in_as(port, PASSWORD)
+        assert status == 303 and DEVICE_COOKIE in cookies and SIGNIN_COOKIE in cookies
+        device = f"{DEVICE_COOKIE}={cookies[DEVICE_COOKIE]}"
+        hostile = [_wrong(port) for _ in range(30)]
+        assert 429 in hostile  # the attack did hold the address back
+        assert sign_in_as(port, PASSWORD)[0] == 429  # a browser never seen before waits (the documented cost)
+        status, again = sign_in_as(port, PASSWORD, {"Cookie": device})
+        assert status == 303 and SIGNIN_COOKIE in again
+        assert ws_handshake(port, cookie=f"{SIGNIN_COOKIE}={again[SIGNIN_COOKIE]}") == 101
+        # a forged device cookie is no device: it waits like any new browser
+        assert sign_in_as(port, PASSWORD, {"Cookie": f"{DEVICE_COOKIE}=abc.1.def"})[0] == 429
+    finally:
+        _stop(server, log)
+
+
+def test_a_page_on_another_port_cannot_open_the_websocket(shared_studio, local_studio) -> None:
+    _, port, _ = shared_studio
+    _, cookie = sign_in(port, PASSWORD)
+    other = _free_port()
+    for studio_port, with_cookie in ((port, cookie), (local_studio, None)):
+        own = f"http://127.0.0.1:{studio_port}"
+        assert ws_handshake(studio_port, origin=own, cookie=with_cookie) == 101
+        for foreign in (f"http://127.0.0.1:{other}", f"http://localhost:{other}", "null", f"https://127.0.0.1:{studio_port}"):
+            assert ws_handshake(studio_port, origin=foreign, cookie=with_cookie) == 403, foreign
+        upload = request(
+            studio_port,
+            "PUT",
+            "/_stcore/upload_file/s/f",
+            headers={"Origin": f"http://127.0.0.1:{other}", **({"Cookie": with_cookie} if with_cookie else {})},
+            body=b"x",
+        )
+        assert upload[0] == 403
+
+
+def test_sign_out_revokes_the_cookie_and_closes_its_websocket(shared_studio) -> None:
+    _, port, _ = shared_studio
+    _, cookie = sign_in(port, PASSWORD)
+    assert cookie
+    with StudioSession(port, cookie) as session:
+        session.rerun("monitor")
+        status, headers, _ = request(port, "GET", "/_calm/signout", headers={"Cookie": cookie})
+        assert status == 303 and "Max-Age=0" in headers["set-cookie"]
+        with pytest.raises(ConnectionError, match="closed"):
+            session.rerun("monitor")  # the open stream of that sign-in is closed
+    assert ws_handshake(port, cookie=cookie) == 403
+    assert request(port, "GET", "/", headers={"Cookie": cookie})[0] == 303
+    _, fresh = sign_in(port, PASSWORD)  # another sign-in is not affected
+    assert ws_handshake(port, cookie=fresh) == 101
+
+
+def test_a_bogus_cookie_set_first_does_not_hide_the_real_one(shared_studio) -> None:
+    _, port, _ = shared_studio
+    _, cookie = sign_in(port, PASSWORD)
+    assert ws_handshake(port, cookie=f"{SIGNIN_COOKIE}=1.2.3.4; {cookie}") == 101
+
+
+def test_many_long_forwarded_addresses_are_not_kept(tmp_path: Path) -> None:
+    """2,700 wrong tries with new 7 KB X-Forwarded-For values added 17.6 MB that stayed: every
+    value was a key of the limiter's table. Now a key is a validated address, and only keys
+    with checked failures have an entry."""
+    server, port, log, _ = _start(tmp_path, shared=True)
+    try:
+        before = settled_rss(server.pid)
+        for i in range(2700):
+            _wrong(port, {"X-Forwarded-For": f"{i}-" + "x" * 7000})
+        grown = rss_bytes(server.pid) - before
+    finally:
+        _stop(server, log)
+    assert grown < 6 * 2**20, f"server memory grew by {grown / 2**20:.1f} MB"
+
+
+def test_ten_sessions_of_one_browser_cannot_queue_past_its_share(shared_studio, monkeypatch) -> None:
+    """The quota was per browser session, and a new session is free. One browser holds
+    MAX_QUEUED_PER_BROWSER runs (launched from three of its sessions); ten more of its
+    sessions each forge a click on Launch: no run is created."""
+    from calm_core.runs.listing import list_runs
+    from tests.test_shared_rules import _queued
+
+    _, port, workspace = shared_studio
+    monkeypatch.setenv("CALM_WORKSPACE", str(workspace))
+    _, cookie = sign_in(port, PASSWORD)
+    assert cookie
+    browser = session_tag(cookie.split("=", 1)[1].split(".")[1])  # the device id the sign-in carries
+    for i in range(MAX_QUEUED_PER_BROWSER):
+        _queued(f"earlier-session-{i}", browser=browser)
+    before = len(list_runs())
+    refusals = 0
+    for _ in range(10):
+        with StudioSession(port, cookie) as session:
+            session.rerun("train")
+            elements = session.rerun("train", click=["train_launch"])
+            refusals += any("This browser already has" in e.text for e in elements)
+    assert len(list_runs()) == before
+    assert refusals == 10
