@@ -12,12 +12,15 @@ Third-party noise that is not the user's business is filtered at its source here
 when calm_core is imported: bitsandbytes, on a CPU without its optional kernels package,
 logs at import that it could not fetch a kernel and suggests `trust_remote_code=True`,
 which invites a user to enable remote code for nothing (it falls back to its plain path).
+peft asks transformers' deprecated `is_gradient_checkpointing` on every training run, a
+FutureWarning addressed to peft's authors, not to ours or our users.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+import warnings
 from typing import Any
 
 PACKAGE_LOGGER = "calm_core"
@@ -26,6 +29,10 @@ FORMAT = "calm: %(message)s"
 THIRD_PARTY_NOISE: dict[str, tuple[str, ...]] = {
     "bitsandbytes.backends.cpu.ops": ("Failed to load CPU gemm_4bit_forward",),
 }
+# warnings (category, the start of the message) raised by a dependency about another one
+THIRD_PARTY_WARNINGS: tuple[tuple[type[Warning], str], ...] = (
+    (FutureWarning, "`is_gradient_checkpointing` is deprecated"),
+)
 _HANDLER_NAME = "calm-stderr"
 
 
@@ -56,6 +63,14 @@ def quiet_third_party() -> None:
         logger = logging.getLogger(name)
         if not any(isinstance(f, _DropNoise) for f in logger.filters):
             logger.addFilter(_DropNoise(starts))
+    for category, start in THIRD_PARTY_WARNINGS:
+        warnings.filterwarnings("ignore", message=f"{_escape(start)}", category=category)
+
+
+def _escape(text: str) -> str:
+    import re
+
+    return re.escape(text)
 
 
 def configure(level: int = logging.INFO) -> None:

@@ -44,3 +44,17 @@ def test_bitsandbytes_kernel_noise_is_filtered_at_its_source() -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "ok"
     assert "gemm_4bit" not in out.stderr and "trust_remote_code" not in out.stderr, out.stderr
+
+
+def test_a_training_run_prints_no_third_party_deprecation(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """`calm train` on a CPU: no bitsandbytes or kernels line and no FutureWarning from peft
+    asking transformers' deprecated is_gradient_checkpointing (both printed on every run)."""
+    import os
+
+    env = {**os.environ, "CALM_WORKSPACE": str(tmp_path)}
+    command = [sys.executable, "-m", "calm_core.cli", "train", "--model", str(tiny_model_dir), "--method", "calm",
+               "--preset", "quick", "--steps", "2", "--train-limit", "8", "--heldout-limit", "8", "--eval-limit", "8"]
+    out = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-2000:]
+    for noise in ("gemm_4bit", "kernels", "trust_remote_code", "FutureWarning", "is_gradient_checkpointing"):
+        assert noise not in out.stderr and noise not in out.stdout, noise
