@@ -337,7 +337,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             "r": 64,
             "alpha": 32,
             "dropout": 0.05,
-            "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+            "target_modules": ["all"],  # every linear layer of the blocks: q, k, v, o, gate, up, down on Llama
         },
     },
 }
