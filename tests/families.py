@@ -111,3 +111,91 @@ def build_family(
     model.save_pretrained(target)
     tokenizer.save_pretrained(target)
     return target
+
+
+# --- the matrix's cases, its known breaks, and the record of what passed ------------------------
+
+# case -> (family, build_family keywords): every family, and the tokenizers other families ship
+CASES: dict[str, tuple[str, dict[str, bool]]] = {
+    **{family: (family, {}) for family in FAMILIES},
+    "llama-nopad": ("llama", {"pad_token": False}),
+    "gpt2-bare": ("gpt2", {"pad_token": False, "chat_template": False}),
+}
+
+# (case, column) -> why it fails today, where the fix belongs to another part of issue 39
+# (the fast-path probe and the Gemma fixes in scoring/forward.py, scoring/frozen_prefix.py).
+# xfail(strict=False): the cell passes again the moment the fix lands, and then says so.
+_PREFIX_SHARING = (
+    "cloze prefix sharing (scoring.logprobs.shared_prefix_logprobs) continues a KV cache of "
+    "left-padded contexts: under sliding-window attention a padded row's window holds pads, "
+    "so its scores differ from the model's own forward (0.02-0.1 here); the fast-path probe "
+    "must switch prefix sharing off for such a model"
+)
+_GEMMA3_PREFIX = (
+    "the frozen prefix calls Gemma 3's rotary embedding without its layer_type "
+    "(scoring/frozen_prefix.py: one rotary per layer type, sliding windows): training stops at "
+    "the cache fill until the probe switches the prefix off or the prefix is made right"
+)
+KNOWN_BREAKS: dict[tuple[str, str], str] = {
+    ("gemma3", "scalar"): _GEMMA3_PREFIX,
+    ("gemma3", "adaptive"): _GEMMA3_PREFIX,
+    ("gemma3", "exports"): _GEMMA3_PREFIX,
+    ("gemma2", "cloze"): _PREFIX_SHARING,
+    ("gemma3", "cloze"): _PREFIX_SHARING,
+}
+
+
+def case_marks(case: str, column: str) -> list[Any]:
+    """pytest marks of one cell: xfail(strict=False) with its reason where KNOWN_BREAKS has it."""
+    import pytest
+
+    reason = KNOWN_BREAKS.get((case, column))
+    return [pytest.mark.xfail(strict=False, reason=reason)] if reason else []
+
+
+def build_case(case: str, target: Path) -> Path:
+    """`build_family` for a case of CASES (a family, or one with a tokenizer variant)."""
+    family, variant = CASES[case]
+    return build_family(family, target, **variant)
+
+
+# test function -> the column it fills in the table (its parameter appended: `scoring cloze`)
+COLUMNS = {
+    "test_lora_targets_are_found_in_the_familys_own_layers": "LoRA targets",
+    "test_scores_equal_a_plain_forward": "scoring",
+    "test_features_equal_output_hidden_states": "features",
+    "test_ts_and_ats_fit_on_the_familys_scores": "TS, ATS",
+    "test_calm_trains_under_the_scope": "CALM",
+    "test_every_export_variant_loads_without_calm_core": "exports",
+}
+
+
+def cell_of(item: Any) -> tuple[str, str] | None:
+    """(case, column) of a collected test item of the matrix, or None for any other test."""
+    name = getattr(item, "originalname", None)
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if name not in COLUMNS or not params:
+        return None
+    case = params.get("case") or params.get("family")
+    extra = params.get("rule") or params.get("scope") or ""
+    return case, f"{COLUMNS[name]} {extra}".strip()
+
+
+def outcome_word(report: Any) -> str:
+    """pass, FAIL, xfail (a known break, with its reason in the table's notes) or skip."""
+    if hasattr(report, "wasxfail"):
+        return "xpass" if report.passed else "xfail"
+    return {"passed": "pass", "failed": "FAIL", "skipped": "skip"}[report.outcome]
+
+
+def matrix_markdown(cells: dict[tuple[str, str], str]) -> str:
+    """The recorded cells as a Markdown table, a row per case, a column per path, and the
+    reasons of the known breaks below it."""
+    cases = [c for c in CASES if any(k[0] == c for k in cells)]
+    order = list(COLUMNS.values())
+    columns = sorted({k[1] for k in cells}, key=lambda c: (next(i for i, o in enumerate(order) if c.startswith(o)), c))
+    lines = ["| case | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    for case in cases:
+        lines.append(f"| {case} | " + " | ".join(cells.get((case, c), "") for c in columns) + " |")
+    notes = sorted({reason for (case, _), reason in KNOWN_BREAKS.items() if case in cases})
+    return "\n".join(lines + [""] + [f"- xfail: {reason}" for reason in notes]) + "\n"
