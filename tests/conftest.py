@@ -133,6 +133,8 @@ def pytest_runtest_makereport(item, call):
     cell = cell_of(item)
     if cell is not None and (report.when == "call" or report.outcome != "passed"):
         item.config.stash.setdefault(_MATRIX, {})[cell] = outcome_word(report)
+        for key, value in item.user_properties:  # what a cell measured beside its outcome (record_property)
+            item.config.stash.setdefault(_NOTES, {})[cell[0]] = f"{key}: {value}"
 
 
 def pytest_terminal_summary(terminalreporter, config) -> None:
@@ -141,16 +143,18 @@ def pytest_terminal_summary(terminalreporter, config) -> None:
     import json
     import os
 
-    cells = config.stash.get(_MATRIX, {})
+    cells, notes = config.stash.get(_MATRIX, {}), config.stash.get(_NOTES, {})
     if not cells:
         return
     from tests.families import matrix_markdown
 
     terminalreporter.write_sep("-", "model-family matrix")
-    terminalreporter.write(matrix_markdown(cells))
+    terminalreporter.write(matrix_markdown(cells, notes))
     target = os.environ.get("CALM_FAMILY_MATRIX")
     if target:
-        Path(target).write_text(json.dumps([[case, column, word] for (case, column), word in sorted(cells.items())]))
+        rows = [[case, column, word] for (case, column), word in sorted(cells.items())]
+        Path(target).write_text(json.dumps({"cells": rows, "notes": notes}, indent=1))
 
 
 _MATRIX = pytest.StashKey[dict]()
+_NOTES = pytest.StashKey[dict]()
