@@ -305,7 +305,7 @@ def _expected(run: Any, variant: str) -> tuple[pd.DataFrame, dict[str, list]]:
     from calm_core.runs.layout import predictions_path
 
     frame = pd.read_parquet(predictions_path(run.path, variant, run.config["train"]["eval_data"][0]))
-    return frame, dict(zip(frame["id"], (list(p) for p in frame["probs"])))
+    return frame, dict(zip(frame["id"], (list(p) for p in frame["probs"]), strict=True))
 
 
 def _exports(run: Any, adaptive: Any, root: Path) -> dict[str, tuple[Path, dict[str, list]]]:
@@ -326,8 +326,8 @@ def _exports(run: Any, adaptive: Any, root: Path) -> dict[str, tuple[Path, dict[
     (copy.path / "results.json").write_text(json.dumps(results))
     frame, _ = _expected(run, "base")
     scaler = VectorScaler(VS_WEIGHTS[:k], results["vs"]["biases"])
-    out["vs"] = (export_run(copy, root / "vs", "vs"),
-                 {i: scaler.probs(np.asarray([z]))[0].tolist() for i, z in zip(frame["id"], frame["logits"])})
+    vs = {i: scaler.probs(np.asarray([z]))[0].tolist() for i, z in zip(frame["id"], frame["logits"], strict=True)}
+    out["vs"] = (export_run(copy, root / "vs", "vs"), vs)
     out["ats"] = _ats_export(run, root)
     return out
 
@@ -353,7 +353,42 @@ def _ats_export(run: Any, root: Path) -> tuple[Path, dict[str, list]]:
     (copy.path / "results.json").write_text(json.dumps(results))
     logits = np.stack([np.asarray(z, dtype=np.float64) for z in frame["logits"]])
     probs = ats.probs(logits, states)
-    return export_run(copy, root / "ats", "ats"), {i: p.tolist() for i, p in zip(frame["id"], probs)}
+    return export_run(copy, root / "ats", "ats"), {i: p.tolist() for i, p in zip(frame["id"], probs, strict=True)}
+
+
+# tests/test_export.FRESH for many exports of few bases: each base model and tokenizer is
+# read once (a 49k-entry tokenizer takes a while to parse) and each export is loaded with
+# PeftModel.from_pretrained on a fresh copy of its base, as the model card says.
+FRESH_MANY = r"""
+import copy, importlib.util, json, os, sys
+sys.path.append(sys.argv[1])  # site-packages alone: torch, transformers, peft
+try:
+    import calm_core
+except ImportError:
+    pass
+else:
+    raise SystemExit(f"calm_core is importable from {calm_core.__file__}")
+from peft import PeftModel
+from transformers import AutoModelForCausalLM, AutoTokenizer
+out, bases = {}, {}
+for job in json.loads(open(sys.argv[2]).read()):
+    spec = importlib.util.spec_from_file_location("calm_head_" + job["name"].replace("/", "_"),
+                                                  job["folder"] + "/calm_head.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if job["base"] not in bases:
+        bases[job["base"]] = (AutoModelForCausalLM.from_pretrained(job["base"]),
+                              AutoTokenizer.from_pretrained(job["base"]))
+    base, tokenizer = bases[job["base"]]
+    model = PeftModel.from_pretrained(copy.deepcopy(base), job["folder"]).eval()
+    has_head = os.path.exists(job["folder"] + "/calibration_head.safetensors")
+    head = module.CalibrationHead.from_folder(job["folder"]) if has_head else None
+    scoring = module.read_export(job["folder"])["scoring"]
+    out[job["name"]] = {item["id"]: module.option_probabilities(model, tokenizer, item["question"], item["choices"],
+                                                                head, scoring=scoring).tolist()
+                        for item in job["items"]}
+print(json.dumps(out))
+"""
 
 
 @pytest.fixture(scope="session")
@@ -362,7 +397,7 @@ def fresh_exports(request: pytest.FixtureRequest, trained, family_dir,
     """{case: {variant: (fresh probabilities, expected)} or the exception}: the exports of
     every case whose export test this session runs, scored by one python that cannot
     import calm_core (tests/test_export.FRESH)."""
-    from tests.test_export import FRESH, _eval_items
+    from tests.test_export import _eval_items
 
     root = tmp_path_factory.mktemp("family-exports")
     out: dict[str, Any] = {}
@@ -382,9 +417,11 @@ def fresh_exports(request: pytest.FixtureRequest, trained, family_dir,
                   "items": [{"id": it.id, "question": it.question, "choices": list(it.choices)} for it in items]}
                  for variant, (folder, _) in made.items()]
     (root / "jobs.json").write_text(json.dumps(jobs))
-    argv = [sys.executable, "-I", "-S", "-B", "-c", FRESH, sysconfig.get_paths()["purelib"], str(root / "jobs.json")]
+    site = sysconfig.get_paths()["purelib"]
+    argv = [sys.executable, "-I", "-S", "-B", "-c", FRESH_MANY, site, str(root / "jobs.json")]
     done = subprocess.run(argv, cwd=root, capture_output=True, text=True, timeout=900,
-                          env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "HOME": str(root)})
+                          env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "HOME": str(root),
+                               "OMP_NUM_THREADS": "1"})  # as _one_thread
     assert done.returncode == 0, done.stderr[-3000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
     for case, per_variant in out.items():
