@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/family_table.py            # runs tests/test_families.py, writes the page
     .venv/bin/python scripts/family_table.py --from x.json   # a recorded run (CALM_FAMILY_MATRIX=x.json pytest ...)
+    .venv/bin/python scripts/family_table.py --durations=15  # other arguments go to pytest
 
 The matrix (tests/test_families.py) records each cell's outcome, and what each CALM run
 decided about its fast paths, through tests/conftest.py into the JSON file that
@@ -44,10 +45,10 @@ neither a pad token nor a chat template, as GPT-2's own tokenizer ships.
 """
 
 
-def record(target: Path) -> int:
+def record(target: Path, pytest_args: list[str]) -> int:
     """Run the matrix with its outcomes recorded in `target`; pytest's exit status."""
     env = {**os.environ, "CALM_FAMILY_MATRIX": str(target)}
-    argv = [sys.executable, "-m", "pytest", "tests/test_families.py", "-q", "-p", "no:cacheprovider"]
+    argv = [sys.executable, "-m", "pytest", "tests/test_families.py", "-q", "-p", "no:cacheprovider", *pytest_args]
     return subprocess.run(argv, cwd=ROOT, env=env).returncode
 
 
@@ -66,13 +67,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--from", dest="source", type=Path, help="a recorded run (CALM_FAMILY_MATRIX) to render")
     parser.add_argument("--out", type=Path, default=PAGE)
-    args = parser.parse_args(argv)
+    args, pytest_args = parser.parse_known_args(argv)
     if args.source is not None:
         args.out.write_text(page(args.source))
         return 0
     with tempfile.TemporaryDirectory() as scratch:
         recorded = Path(scratch) / "matrix.json"
-        status = record(recorded)
+        status = record(recorded, pytest_args)
         if not recorded.is_file():
             print("the matrix recorded nothing", file=sys.stderr)
             return status or 1
