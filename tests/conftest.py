@@ -134,7 +134,7 @@ def pytest_runtest_makereport(item, call):
     if cell is not None and (report.when == "call" or report.outcome != "passed"):
         item.config.stash.setdefault(_MATRIX, {})[cell] = outcome_word(report)
         for key, value in item.user_properties:  # what a cell measured beside its outcome (record_property)
-            item.config.stash.setdefault(_NOTES, {})[cell[0]] = f"{key}: {value}"
+            item.config.stash.setdefault(_NOTES, {}).setdefault(cell[0], {})[key] = value
 
 
 def pytest_terminal_summary(terminalreporter, config) -> None:

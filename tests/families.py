@@ -196,18 +196,19 @@ def outcome_word(report: Any) -> str:
     return {"passed": "pass", "failed": "FAIL", "skipped": "skip"}[report.outcome]
 
 
-def matrix_markdown(cells: dict[tuple[str, str], str], notes: dict[str, str] | None = None) -> str:
-    """The recorded cells as a Markdown table, a row per case, a column per path (and the
-    run's own fast-path choice from `notes`, where recorded), and the reasons of the known
-    breaks below it."""
+def matrix_markdown(cells: dict[tuple[str, str], str], notes: dict[str, dict[str, str]] | None = None) -> str:
+    """The recorded cells as a Markdown table, a row per case, a column per path, then a
+    column per kind of note a cell recorded (record_property: the LoRA targets found, the
+    CALM run's frozen-prefix choice), and the reasons of the known breaks below it."""
     notes = notes or {}
     cases = [c for c in CASES if any(k[0] == c for k in cells)]
     order = list(COLUMNS.values())
     columns = sorted({k[1] for k in cells}, key=lambda c: (next(i for i, o in enumerate(order) if c.startswith(o)), c))
-    extra = ["fast paths (the CALM run's choice)"] if notes else []
+    extra = sorted({key for per_case in notes.values() for key in per_case})
     lines = ["| case | " + " | ".join(columns + extra) + " |", "|---" * (len(columns) + len(extra) + 1) + "|"]
     for case in cases:
-        row = [cells.get((case, c), "") for c in columns] + ([notes.get(case, "").replace("|", "/")] if notes else [])
+        row = [cells.get((case, c), "") for c in columns]
+        row += [notes.get(case, {}).get(key, "").replace("|", "/") for key in extra]
         lines.append(f"| {case} | " + " | ".join(row) + " |")
     reasons = sorted({r for (case, column), r in KNOWN_BREAKS.items() if cells.get((case, _column_label(column)))})
     return "\n".join(lines + [""] + [f"- xfail: {reason}" for reason in reasons]) + "\n"

@@ -75,7 +75,7 @@ def cells(*columns: str, kind: str = "", cases: Any = CASES) -> list[Any]:
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_lora_targets_are_found_in_the_familys_own_layers(family: str) -> None:
+def test_lora_targets_are_found_in_the_familys_own_layers(record_property, family: str) -> None:
     """Attention and MLP groups are found inside the decoder blocks of every family, cover
     peft's own table where it has an entry, and adapt the top k blocks only."""
     from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as PEFT_TABLE
@@ -99,6 +99,7 @@ def test_lora_targets_are_found_in_the_familys_own_layers(family: str) -> None:
     assert depth == {stack.count - 2, stack.count - 1}  # the top 2 blocks, nothing below, no LM head
     assert len(adapted) == 2 * sum(g == "attention" for g in linears.values())
     assert record["targets"] == attention and record["layer_stack"] == stack.path
+    record_property("LoRA targets (attention / mlp)", f"{', '.join(attention)} / {', '.join(mlp)}")
 
 
 def test_a_target_list_that_matches_nothing_is_refused_with_the_candidates() -> None:
@@ -114,6 +115,17 @@ def test_a_target_list_that_matches_nothing_is_refused_with_the_candidates() -> 
     assert resolve_targets(gpt2, ("all",)) == ["c_attn", "c_proj", "c_fc"]
     llama = AutoModelForCausalLM.from_config(CONFIGS["llama"](512))
     assert resolve_targets(llama, ("q_proj", "down_proj")) == ["q_proj", "down_proj"]
+
+
+def test_target_modules_are_groups_by_default_and_parse_from_a_string() -> None:
+    """The default asks for the attention group, the paper preset for every block linear;
+    `--set 'lora={"target_modules": "c_attn,c_proj"}'` gives names, not letters."""
+    from calm_core.training.config import TrainConfig
+
+    assert TrainConfig().lora.target_modules == ("attention",)
+    assert TrainConfig.preset("paper").lora.target_modules == ("all",)
+    assert TrainConfig(lora={"target_modules": "c_attn, c_proj"}).lora.target_modules == ("c_attn", "c_proj")
+    assert TrainConfig(lora={"target_modules": ["mlp"]}).to_dict()["lora"]["target_modules"] == ["mlp"]
 
 
 # --- scoring and features against the model's own forward ------------------------------------
@@ -273,7 +285,7 @@ def test_calm_trains_under_the_scope(trained, record_property, case: str, scope:
 
     run = finished(trained, case, scope)
     if scope == "scalar":  # the table's fast-paths column: the run's own choice and reason
-        record_property("frozen prefix", _prefix_words(run.status["choices"]))
+        record_property("frozen prefix (the CALM run's choice)", _prefix_words(run.status["choices"]))
     assert run.status["state"] == "finished" and run.status["step"] == 2
     choices = run.status["choices"]
     lora, prefix = choices["lora"], choices["frozen_prefix"]

@@ -201,7 +201,8 @@ class TrainConfig:
     def _read_parts(self) -> None:
         """The nested parts given as dicts (a config file, config.json) as their classes."""
         if isinstance(self.lora, dict):
-            self.lora = LoraSettings(**{k: tuple(v) if k == "target_modules" else v for k, v in self.lora.items()})
+            given = self.lora
+            self.lora = LoraSettings(**{k: module_names(v) if k == "target_modules" else v for k, v in given.items()})
         if isinstance(self.generation, dict):
             self.generation = GenerationConfig(**self.generation)
         if isinstance(self.bilevel, dict):
@@ -270,6 +271,14 @@ class TrainConfig:
     def preset(cls, preset_name: str, /, **overrides: Any) -> "TrainConfig":
         """A preset's fields, then `overrides` (any field, `name` included): `preset_settings`."""
         return cls.from_dict(preset_settings(preset_name, overrides))
+
+
+def module_names(value: Any) -> tuple[str, ...]:
+    """LoRA target modules as given: a list (config.json), or one string of names or groups
+    separated by commas (`--set lora.target_modules=all`, `=c_attn,c_proj`)."""
+    if isinstance(value, str):
+        return tuple(name.strip() for name in value.split(",") if name.strip())
+    return tuple(value)
 
 
 def preset_settings(preset_name: str, overrides: dict[str, Any]) -> dict[str, Any]:
