@@ -126,10 +126,11 @@ CASES: dict[str, tuple[str, dict[str, bool]]] = {
 # (the fast-path probe and the Gemma fixes in scoring/forward.py, scoring/frozen_prefix.py).
 # xfail(strict=False): the cell passes again the moment the fix lands, and then says so.
 _PREFIX_SHARING = (
-    "cloze prefix sharing (scoring.logprobs.shared_prefix_logprobs) continues a KV cache of "
-    "left-padded contexts: under sliding-window attention a padded row's window holds pads, "
-    "so its scores differ from the model's own forward (0.02-0.1 here); the fast-path probe "
-    "must switch prefix sharing off for such a model"
+    "cloze prefix sharing (scoring.logprobs.shared_prefix_logprobs: a KV cache of the "
+    "left-padded contexts, continued by the options) differs from the model's own forward by "
+    "0.02-0.1 nats under sliding-window attention when contexts of different lengths share a "
+    "batch; share_prefix=False and batch size 1 agree with it: the fast-path probe must "
+    "switch prefix sharing off for such a model (or the path be made right)"
 )
 _GEMMA3_PREFIX = (
     "the frozen prefix calls Gemma 3's rotary embedding without its layer_type "
