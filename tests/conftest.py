@@ -99,3 +99,71 @@ def open_page():
         return at
 
     return _open
+
+
+@pytest.fixture(scope="session")
+def family_dir(tmp_path_factory: pytest.TempPathFactory):
+    """family_dir(case) -> a saved tiny model of that case (tests/families.py CASES), built
+    once per session: the family matrix's columns share it."""
+    from tests.families import build_case
+
+    built: dict[str, Path] = {}
+
+    def get(case: str) -> Path:
+        if case not in built:
+            built[case] = build_case(case, tmp_path_factory.mktemp(f"family-{case}"))
+        return built[case]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def family_lm(family_dir):
+    """family_lm(case) -> the case's model loaded by load_model (for scoring; never wrapped)."""
+    from calm_core.scoring.models import ModelSpec, load_model
+
+    loaded: dict[str, object] = {}
+
+    def get(case: str):
+        if case not in loaded:
+            loaded[case] = load_model(ModelSpec(name=str(family_dir(case)), device="cpu"))
+        return loaded[case]
+
+    return get
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Record each family-matrix cell's outcome (tests/families.py) for the session's table."""
+    outcome = yield
+    report = outcome.get_result()
+    from tests.families import cell_of, outcome_word
+
+    cell = cell_of(item)
+    if cell is not None and (report.when == "call" or report.outcome != "passed"):
+        item.config.stash.setdefault(_MATRIX, {})[cell] = outcome_word(report)
+        for key, value in item.user_properties:  # what a cell measured beside its outcome (record_property)
+            item.config.stash.setdefault(_NOTES, {}).setdefault(cell[0], {})[key] = value
+
+
+def pytest_terminal_summary(terminalreporter, config) -> None:
+    """The family matrix as a table after the run, and as JSON where CALM_FAMILY_MATRIX says
+    (scripts/family_table.py writes docs/families.md from it)."""
+    import json
+    import os
+
+    cells, notes = config.stash.get(_MATRIX, {}), config.stash.get(_NOTES, {})
+    if not cells:
+        return
+    from tests.families import matrix_markdown
+
+    terminalreporter.write_sep("-", "model-family matrix")
+    terminalreporter.write(matrix_markdown(cells, notes))
+    target = os.environ.get("CALM_FAMILY_MATRIX")
+    if target:
+        rows = [[case, column, word] for (case, column), word in sorted(cells.items())]
+        Path(target).write_text(json.dumps({"cells": rows, "notes": notes}, indent=1))
+
+
+_MATRIX = pytest.StashKey[dict]()
+_NOTES = pytest.StashKey[dict]()

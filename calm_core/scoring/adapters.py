@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from calm_core.scoring.lora_targets import DEFAULT_TARGETS, layer_stack, resolve_targets, uses_conv1d
 from calm_core.settings import check_settings, setting
 
 
@@ -24,7 +25,8 @@ class LoraSettings:
     r: int = setting(8, "adapter rank", label="LoRA rank", min=1, max=256)
     alpha: int = setting(16, "LoRA scaling numerator (scale = alpha / r)", label="LoRA alpha", min=1, max=1024)
     dropout: float = setting(0.0, "LoRA dropout (0 keeps training deterministic on the CPU)", min=0.0, max=0.9)
-    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    # groups (attention, mlp, all) or the model's own module names: scoring/lora_targets.py
+    target_modules: tuple[str, ...] = DEFAULT_TARGETS
     layers: int | None = setting(
         None, "adapt only the top N decoder layers (None: all)", label="LoRA on top N layers", min=1, max=1000
     )
@@ -48,16 +50,17 @@ def attach_lora(model: Any, settings: LoraSettings, quantized: bool = False) -> 
 
     if quantized:
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
-    n_layers = getattr(model.config, "num_hidden_layers", None)
-    layers = None
-    if settings.layers is not None and n_layers:
-        layers = list(range(max(0, n_layers - settings.layers), n_layers))
+    targets = resolve_targets(model, settings.target_modules)  # refused here, in one line, if nothing fits
+    stack = layer_stack(model)
+    layers = top_layers(stack.count if stack else None, settings.layers)
     config = LoraConfig(
         r=settings.r,
         lora_alpha=settings.alpha,
         lora_dropout=settings.dropout,
-        target_modules=list(settings.target_modules),
+        target_modules=targets,
         layers_to_transform=layers,
+        layers_pattern=stack.pattern if stack and layers is not None else None,
+        fan_in_fan_out=uses_conv1d(model, targets),
         bias="none",
         task_type="CAUSAL_LM",
     )
@@ -65,11 +68,20 @@ def attach_lora(model: Any, settings: LoraSettings, quantized: bool = False) -> 
     trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
     record = {
         **asdict(settings),
+        "targets": targets,  # what `target_modules` resolved to on this model
+        "layer_stack": stack.path if stack else None,
         "layers_to_transform": layers,
         "trainable_parameters": trainable,
         "quantized": quantized,
     }
     return peft_model, record
+
+
+def top_layers(count: int | None, top: int | None) -> list[int] | None:
+    """The indices of the top `top` of `count` decoder layers (None: every layer)."""
+    if top is None or not count:
+        return None
+    return list(range(max(0, count - top), count))
 
 
 def lora_parameters(model: Any) -> list[torch.nn.Parameter]:

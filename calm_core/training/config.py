@@ -201,7 +201,8 @@ class TrainConfig:
     def _read_parts(self) -> None:
         """The nested parts given as dicts (a config file, config.json) as their classes."""
         if isinstance(self.lora, dict):
-            self.lora = LoraSettings(**{k: tuple(v) if k == "target_modules" else v for k, v in self.lora.items()})
+            given = self.lora
+            self.lora = LoraSettings(**{k: module_names(v) if k == "target_modules" else v for k, v in given.items()})
         if isinstance(self.generation, dict):
             self.generation = GenerationConfig(**self.generation)
         if isinstance(self.bilevel, dict):
@@ -272,6 +273,14 @@ class TrainConfig:
         return cls.from_dict(preset_settings(preset_name, overrides))
 
 
+def module_names(value: Any) -> tuple[str, ...]:
+    """LoRA target modules as given: a list (config.json), or one string of names or groups
+    separated by commas (`--set lora.target_modules=all`, `=c_attn,c_proj`)."""
+    if isinstance(value, str):
+        return tuple(name.strip() for name in value.split(",") if name.strip())
+    return tuple(value)
+
+
 def preset_settings(preset_name: str, overrides: dict[str, Any]) -> dict[str, Any]:
     """A preset's fields, then the task's part of it (tasks/<task>.PRESETS), then
     `overrides`, then what the preset derives from them: `quick`
@@ -337,7 +346,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             "r": 64,
             "alpha": 32,
             "dropout": 0.05,
-            "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+            "target_modules": ["all"],  # every linear layer of the blocks: q, k, v, o, gate, up, down on Llama
         },
     },
 }

@@ -162,6 +162,16 @@ def _settings(run: RunDir, portable: Portable, status: dict[str, Any]) -> str:
     )
 
 
+def _lora_targets(lora: dict[str, Any], status: dict[str, Any]) -> str:
+    """The modules LoRA adapted, as the run found them in its model (status.json's
+    choices), and the request they came from when that was a group (`attention`)."""
+    asked = list(lora.get("target_modules") or [])
+    found = ((status.get("choices") or {}).get("lora") or {}).get("targets")
+    if not found or found == asked:
+        return ", ".join(asked)
+    return f"{', '.join(found)} ({', '.join(asked)})"
+
+
 def _training_items(
     train: dict[str, Any], status: dict[str, Any], task: str, fingerprint: str | None
 ) -> list[tuple[str, Any]]:
@@ -186,7 +196,7 @@ def _training_items(
             f"{t('optimizer')}, lr_theta {t('lr_theta')}, lr_alpha {t('lr_alpha')}, weight decay {t('weight_decay')}",
         ),
         ("batch sizes", f"{t('batch_size')} (S_T), {t('heldout_batch_size')} (S_V)"),
-        ("LoRA", f"r {lora.get('r')}, alpha {lora.get('alpha')}, on {', '.join(lora.get('target_modules') or [])}"),
+        ("LoRA", f"r {lora.get('r')}, alpha {lora.get('alpha')}, on {_lora_targets(lora, status)}"),
         ("seed", t("seed")),
     ]
     bome = recorded_bilevel(train)
