@@ -122,36 +122,10 @@ CASES: dict[str, tuple[str, dict[str, bool]]] = {
     "gpt2-bare": ("gpt2", {"pad_token": False, "chat_template": False}),
 }
 
-# (case, column) -> why it fails today, where the fix belongs to another part of issue 39
-# (the fast-path probe and the Gemma fixes in scoring/forward.py, scoring/frozen_prefix.py).
-# xfail(strict=False): the cell passes again the moment the fix lands, and then says so.
-_PREFIX_SHARING = (
-    "cloze prefix sharing (scoring.logprobs.shared_prefix_logprobs: a KV cache of the "
-    "left-padded contexts, continued by the options) differs from the model's own forward by "
-    "0.02-0.1 nats under sliding-window attention when contexts of different lengths share a "
-    "batch; share_prefix=False and batch size 1 agree with it: the fast-path probe must "
-    "switch prefix sharing off for such a model (or the path be made right)"
-)
-_GEMMA3_PREFIX = (
-    "the frozen prefix calls Gemma 3's rotary embedding without its layer_type "
-    "(scoring/frozen_prefix.py: one rotary per layer type, sliding windows): training stops at "
-    "the cache fill until the probe switches the prefix off or the prefix is made right"
-)
-_GEMMA2_PREFIX = (
-    "the frozen prefix's cache fill gives Gemma 2's sliding-window layers a mask of the "
-    "window's width (8) against the sequence's keys (17): 'The size of tensor a (17) must "
-    "match the size of tensor b (8)' in eager attention (scoring/frozen_prefix.py _layers)"
-)
-KNOWN_BREAKS: dict[tuple[str, str], str] = {
-    ("gemma2", "scalar"): _GEMMA2_PREFIX,
-    ("gemma2", "adaptive"): _GEMMA2_PREFIX,
-    ("gemma2", "exports"): _GEMMA2_PREFIX,
-    ("gemma3", "scalar"): _GEMMA3_PREFIX,
-    ("gemma3", "adaptive"): _GEMMA3_PREFIX,
-    ("gemma3", "exports"): _GEMMA3_PREFIX,
-    ("gemma2", "cloze"): _PREFIX_SHARING,
-    ("gemma3", "cloze"): _PREFIX_SHARING,
-}
+# (case, column) -> why it fails today, marked xfail(strict=False) so that the cell says so
+# the moment it passes again. Empty since the Gemma 2 and 3 fixes of the fast-path probe
+# (the frozen prefix's per-layer-type rotary and masks, sliding-window KV caches).
+KNOWN_BREAKS: dict[tuple[str, str], str] = {}  # (case, column) -> why it fails today: none since issue 39
 
 
 def case_marks(case: str, column: str) -> list[Any]:
