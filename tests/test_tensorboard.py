@@ -174,3 +174,17 @@ def test_a_cancelled_then_resumed_run_has_each_step_once(tiny_model_dir: Path, t
     shown = [(e.step, e.value) for e in events.Scalars("train/lower_loss")]
     assert [s for s, _ in shown] == [1, 2, 3, 4]
     assert [v for _, v in shown] == pytest.approx([v for _, v in logged], rel=1e-6)
+
+
+def test_calm_runs_tensorboard_without_the_package_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from calm_core.cli import main
+    from calm_core.runs import events
+
+    run = written_run(tmp_path)
+    monkeypatch.setattr(events, "tensorboard_available", lambda: (False, "the tensorboard package is not installed"))
+    assert main(["runs", "--runs-root", str(tmp_path), "--tensorboard", run.run_id]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("calm: error: Expected the tensorboard package") and "Traceback" not in err
+    assert not (run.path / TENSORBOARD).exists()

@@ -24,6 +24,9 @@ from typing import Any
 TENSORBOARD = "tensorboard"  # the folder in a run directory
 FINAL = "final"  # tag section of the final evaluation's rows: final/<variant>/<dataset>/<metric>
 FLUSH_SECS = 10  # a running run's curves reach TensorBoard within this many seconds
+# The final metrics the hparams table shows as columns (every final/* scalar is written all the
+# same): a column per metric of every variant and set would bury the settings.
+HPARAMS_METRICS = ("acc", "ece", "nll", "auroc")
 
 
 def tensorboard_available() -> tuple[bool, str]:
@@ -142,7 +145,8 @@ class EventLog:
         for tag, value in (final or {}).items():
             self._writer.add_scalar(tag, value, global_step=self.last_step, walltime=walltime)
         if hparams:
-            self._write_hparams(dict(hparams), sorted(final or {}))
+            shown = [tag for tag in sorted(final or {}) if tag.rsplit("/", 1)[-1] in HPARAMS_METRICS]
+            self._write_hparams(dict(hparams), shown or sorted(final or {}))
         self._writer.close()
 
     def _write_hparams(self, hparams: dict[str, float | int | str | bool], metric_tags: list[str]) -> None:
@@ -162,11 +166,11 @@ def convert_run(
 ) -> Path:
     """Rebuild `<run>/tensorboard/` from a run's metrics records, resolved config and
     results.json rows (an older run, or one written without tensorboard installed). The old
-    event files go first: they are a view of metrics.jsonl, which stays. Raises
-    ModuleNotFoundError where tensorboard is not installed."""
+    event files go first: they are a view of metrics.jsonl, which stays. Where tensorboard
+    is not installed, a ValueError in the house style (`calm` prints it as one line)."""
     available, why = tensorboard_available()
     if not available:
-        raise ModuleNotFoundError(f"Expected tensorboard to write event files, but {why}")
+        raise ValueError(f"Expected the tensorboard package to write event files, but {why}")
     folder = Path(run_path) / TENSORBOARD
     shutil.rmtree(folder, ignore_errors=True)
     log = EventLog.open(Path(run_path))
