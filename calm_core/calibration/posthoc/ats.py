@@ -69,7 +69,7 @@ class AdaptiveTemperature(PosthocCalibrator):
     n_fit: int = 0
 
     @classmethod
-    def fit(cls, logits: np.ndarray, labels: np.ndarray, features: np.ndarray | None = None) -> AdaptiveTemperature:
+    def _fit(cls, logits: np.ndarray, labels: np.ndarray, features: np.ndarray | None = None) -> AdaptiveTemperature:
         """Fitted on (N, K) logits, (N,) gold indices and (N, H) features; (k, decay) by cross-fitting."""
         z, y = check_fit_inputs(
             logits,

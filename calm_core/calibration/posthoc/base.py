@@ -16,7 +16,20 @@ is a dataclass whose fields are its fitted parameters (what `save` writes), with
     reads_features  False for most; True for a calibrator that reads each item's hidden
              state (ats): its fit and transform take `features` (N, H) after the logits,
              and callers that have no features skip it (`fit_with`, `apply` in __init__)
-    fit(logits, labels) -> calibrator (a classmethod), transform(logits) -> logits
+    _fit(logits, labels) -> a new fitted calibrator (a classmethod), transform(logits) -> logits
+
+The scikit-learn estimator interface comes with it, from this base (no scikit-learn at
+run time: it is a dev dependency, the tests' reference):
+
+    ts = TemperatureScaler().fit(X, y)     # X: (N, K) logits, y: (N,) gold indices; returns ts
+    ts.predict_proba(X); ts.predict(X)     # probabilities (N, K), argmax (N,)
+    ts.get_params(); ts.set_params()       # the hyperparameters (`hyperparameters`; none so far)
+    sklearn.base.clone(ts)                 # an unfitted calibrator with the same parameters
+
+`TemperatureScaler.fit(X, y)` on the class still returns a new fitted calibrator (every
+caller before the estimator interface; `fit` is both, see `_FitMethod`). The dataclass
+fields are the fitted state, not constructor hyperparameters in scikit-learn's sense:
+they are what `save` writes and `from_json` reads back.
 
 Padding: logits are (N, K_max) with -inf for options an item does not have; a
 calibrator must keep them at -inf (probability 0). `fit_nll` does the fitting for
@@ -26,8 +39,10 @@ calibrators that minimise the NLL of the gold option over a few parameters.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
+import types
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from pathlib import Path
@@ -45,6 +60,23 @@ BOOKKEEPING = (*FIT_STATS, "n_fit")  # fields that are not parameters
 C = TypeVar("C", bound="PosthocCalibrator")
 
 
+class _FitMethod:
+    """`fit` as scikit-learn calls it and as this project always has: on an instance,
+    `calibrator.fit(X, y)` fits it in place and returns it; on the class,
+    `TemperatureScaler.fit(X, y)` is the thin wrapper `TemperatureScaler().fit(X, y)`, a
+    new fitted calibrator, so every earlier caller keeps working unchanged."""
+
+    def __get__(self, obj: PosthocCalibrator | None, owner: type[PosthocCalibrator]) -> Callable[..., Any]:
+        if obj is not None:
+            return types.MethodType(PosthocCalibrator._fit_in_place, obj)
+
+        @functools.wraps(PosthocCalibrator._fit_in_place)
+        def fit_new(X: np.ndarray, y: np.ndarray, *args: Any, **fit_params: Any) -> PosthocCalibrator:
+            return owner._fit(X, y, *args, **fit_params)._fitted_on(X)
+
+        return fit_new
+
+
 class PosthocCalibrator(ABC):
     """Base of the calibrators in this package (see the module docstring)."""
 
@@ -56,11 +88,86 @@ class PosthocCalibrator(ABC):
     order: ClassVar[int] = 100
     reads_features: ClassVar[bool] = False
     min_items: ClassVar[int] = MIN_FIT_ITEMS  # fewer labelled items and `fit` refuses, saying why
+    hyperparameters: ClassVar[tuple[str, ...]] = ()  # get_params / set_params; what `clone` copies
+
+    fit = _FitMethod()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A calibrator written to the earlier contract (a `fit` classmethod returning a new
+        calibrator, as a plug-in module may be) gets the estimator interface too: its
+        classmethod becomes `_fit`, and `fit` the method that serves both calls."""
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("fit")
+        if isinstance(own, classmethod):
+            cls._fit = own  # type: ignore[method-assign]
+            cls.fit = _FitMethod()  # type: ignore[method-assign]
 
     @classmethod
     @abstractmethod
-    def fit(cls: type[C], logits: np.ndarray, labels: np.ndarray) -> C:
-        """Fitted on (N, K) logits and (N,) gold indices."""
+    def _fit(cls: type[C], logits: np.ndarray, labels: np.ndarray) -> C:
+        """A new calibrator fitted on (N, K) logits and (N,) gold indices."""
+
+    def _fit_in_place(self: C, X: np.ndarray, y: np.ndarray, *args: Any, **fit_params: Any) -> C:
+        """scikit-learn's `fit`: this calibrator fitted on X (N, K) logits and y (N,) gold
+        indices (and the features for one that reads them), returned; its hyperparameters
+        are kept, its fitted fields replaced."""
+        fitted = type(self)._fit(X, y, *args, **fit_params)
+        for spec in dataclasses.fields(self):  # type: ignore[arg-type]
+            if spec.name not in self.hyperparameters:
+                setattr(self, spec.name, getattr(fitted, spec.name))
+        return self._fitted_on(X)
+
+    def _fitted_on(self: C, X: np.ndarray) -> C:
+        """The attributes scikit-learn reads after a fit: the option positions as classes."""
+        self.classes_ = np.arange(np.shape(X)[1])
+        self.n_features_in_ = int(np.shape(X)[1])
+        return self
+
+    def predict_proba(self, X: np.ndarray, **params: Any) -> np.ndarray:
+        """scikit-learn's name for `probs`: calibrated probabilities (N, K), rows summing to 1."""
+        return self.probs(X, **params)
+
+    def fit_transform(self, X: np.ndarray, y: np.ndarray, *args: Any, **fit_params: Any) -> np.ndarray:
+        """Fit, then the calibrated logits of X (scikit-learn's transformer shortcut)."""
+        return self._fit_in_place(X, y, *args, **fit_params).transform(X, *args, **fit_params)
+
+    def predict(self, X: np.ndarray, **params: Any) -> np.ndarray:
+        """The most probable option of each row (a temperature never changes it)."""
+        return np.argmax(self.predict_proba(X, **params), axis=1)
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """The hyperparameters by name (scikit-learn's convention); `deep` has nothing to
+        descend into. The fitted state is not among them, so `clone` gives an unfitted copy."""
+        return {name: getattr(self, name) for name in self.hyperparameters}
+
+    def set_params(self: C, **params: Any) -> C:
+        """Set hyperparameters by name; an unknown name is refused, as scikit-learn does."""
+        for name, value in params.items():
+            if name not in self.hyperparameters:
+                raise ValueError(
+                    f"Expected a hyperparameter of {type(self).__name__} ({list(self.hyperparameters)}), "
+                    f"but got {name!r}"
+                )
+            setattr(self, name, value)
+        return self
+
+    def __sklearn_tags__(self) -> Any:
+        """scikit-learn's tags, read only by scikit-learn itself (so it is installed when this
+        runs): a classifier over K option positions (its `transform` gives logits), labels
+        required, no sparse input."""
+        from sklearn.utils import ClassifierTags, InputTags, Tags, TargetTags, TransformerTags
+
+        return Tags(
+            estimator_type="classifier",
+            target_tags=TargetTags(required=True),
+            classifier_tags=ClassifierTags(poor_score=True),
+            transformer_tags=TransformerTags(preserves_dtype=["float64"]),  # `transform`: calibrated logits
+            input_tags=InputTags(two_d_array=True, sparse=False),
+        )
+
+    def __sklearn_is_fitted__(self) -> bool:
+        """Fitted once `fit` ran or a fitted calibrator was loaded (n_fit counts its items)."""
+        return bool(getattr(self, "n_fit", 0))
 
     @abstractmethod
     def transform(self, logits: np.ndarray) -> np.ndarray:

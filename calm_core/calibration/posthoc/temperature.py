@@ -36,7 +36,7 @@ class TemperatureScaler(PosthocCalibrator):
     n_fit: int = 0
 
     @classmethod
-    def fit(cls, logits: np.ndarray, labels: np.ndarray) -> "TemperatureScaler":
+    def _fit(cls, logits: np.ndarray, labels: np.ndarray) -> "TemperatureScaler":
         (log_t,), before, after, n = fit_nll(
             logits, labels, [torch.zeros((), dtype=torch.float64)], lambda z, p: z / p[0].exp()
         )

@@ -7,7 +7,7 @@ is a baseline here, not a recommendation: it is not fitted by default (`default 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -27,14 +27,14 @@ class VectorScaler(PosthocCalibrator):
     default = False
     order = 10
 
-    weights: list[float]
-    biases: list[float]
+    weights: list[float] = field(default_factory=list)  # empty until fitted (VectorScaler().fit(X, y))
+    biases: list[float] = field(default_factory=list)
     nll_before: float | None = None
     nll_after: float | None = None
     n_fit: int = 0
 
     @classmethod
-    def fit(cls, logits: np.ndarray, labels: np.ndarray) -> "VectorScaler":
+    def _fit(cls, logits: np.ndarray, labels: np.ndarray) -> "VectorScaler":
         k = np.shape(logits)[1] if np.ndim(logits) == 2 else 0
         init = [torch.ones(k, dtype=torch.float64), torch.zeros(k, dtype=torch.float64)]
         (w, b), before, after, n = fit_nll(logits, labels, init, lambda z, p: z * p[0][None, :] + p[1][None, :])
