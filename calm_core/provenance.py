@@ -90,6 +90,7 @@ def model_fingerprint(path: str | Path) -> str | None:
 
 CHUNK_BYTES = 8 << 20
 _DIGESTS_FILE = "file-digests.json"
+_SEEN: dict[str, str] = {}  # this process's digests: a page asking again reads no file
 
 
 def content_digest(file: Path) -> str:
@@ -100,14 +101,17 @@ def content_digest(file: Path) -> str:
         return target.name
     stat = target.stat()
     key = f"{target}|{stat.st_size}|{stat.st_mtime_ns}"
+    if key in _SEEN:
+        return _SEEN[key]
     known = _known_digests()
     if key in known:
+        _SEEN[key] = known[key]
         return known[key]
     digest = hashlib.sha256()
     with target.open("rb") as handle:
         while chunk := handle.read(CHUNK_BYTES):
             digest.update(chunk)
-    known[key] = digest.hexdigest()
+    known[key] = _SEEN[key] = digest.hexdigest()
     _remember_digests(known)
     return known[key]
 
