@@ -127,12 +127,6 @@ def _wait_finished(page, run_id: str) -> str:
     return progress.inner_text()
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="regression found at the end of session 16 (passes at 35bdd52): after a local model path is typed, "
-    "the Train page's data pickers show capitals/train twice and no evaluation sets, so Launch stays off; "
-    "to be fixed first next session (see the closing note)",
-)
 def test_two_sessions_launch_at_once(studio_one_slot, tiny_model_dir: Path) -> None:
     _require_browser()
     from playwright.sync_api import sync_playwright

@@ -565,8 +565,8 @@ task = choose_task()
 access = studio_access()
 names = [e.name for e in list_datasets(kind="open" if task == "openqa" else "mc")]
 model = choose_model(access)
-fast_paths_note(model)
 data = choose_data(task, names)
+fast_paths_note(model)  # after the data pickers: drawn above them, its caption-to-expander swap reset them
 choice = choose_method(task)
 generation = choose_generation(task, choice.preset) if task == "openqa" else None
 cfg = build_config(task, model, data, choice, generation, advanced_settings(task, choice))
