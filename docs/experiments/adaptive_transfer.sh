@@ -10,11 +10,15 @@
 #       --below-chance openbookqa/test commonsenseqa/dev truthfulqa_mc/mc1_validation \
 #       --json docs/results/adaptive_transfer_chemical_symbols.json
 #   (the same with adapt-arc_easy- and adaptive_transfer_arc_easy.json)
+# Another model: MODEL=gemma3-270m names its runs adapt-gemma3-270m-<train>-<label>-s<seed>
+# (the Gemma 3 block: MODEL=gemma3-270m TRAINS=chemical_symbols LABELS="calm calm-adaptive").
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SEEDS=${SEEDS:-"0 1 2"}
 LABELS=${LABELS:-"calm calm-adaptive calm-joint calm-adaptive-joint"}
 TRAINS=${TRAINS:-"chemical_symbols arc_easy"}
+MODEL=${MODEL:-embedded}
+PREFIX=adapt-; [ "$MODEL" = embedded ] || PREFIX="adapt-$MODEL-"
 BELOW=(openbookqa/test commonsenseqa/dev truthfulqa_mc/mc1_validation)
 COMMON=(--preset quick --steps 60 --train-limit 1000 --heldout-limit 100 --eval-limit 100
         --set frozen_prefix_store=true)
@@ -37,9 +41,9 @@ run() {  # train-name label seed
         calm-adaptive-joint) extra=(--scope adaptive --constraint joint) ;;
     esac
     read -r -a sets <<< "$(sets_for "$train")"
-    .venv/bin/calm train "${COMMON[@]}" --method calm "${extra[@]}" --seed "$seed" \
+    .venv/bin/calm train --model "$MODEL" "${COMMON[@]}" --method calm "${extra[@]}" --seed "$seed" \
         --train-data "${sets[0]}" --heldout-data "${sets[1]}" --eval-data "${sets[@]:2}" "${BELOW[@]}" \
-        --name "adapt-$train-$label-s$seed"
+        --name "$PREFIX$train-$label-s$seed"
 }
 for seed in $SEEDS; do
     for train in $TRAINS; do
