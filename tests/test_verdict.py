@@ -392,3 +392,55 @@ def test_evidence_decided_on_all_labelled_items_says_so() -> None:
     assert [r[advice.POOLED_COLUMNS[2]] for r in rows] == [r[advice.HELDOUT_COLUMNS[2]] for r in advice.heldout_rows(on_sv)]
     assert advice.evidence_caption(pooled).endswith(advice.POOLED_NOTE)
     assert "NLL (S_T + S_V, out of fold)" in "\n".join(advice.verdict_lines(pooled, "calm"))
+
+
+def test_a_flagged_best_calibrated_variant_carries_its_flag_word() -> None:
+    """Issue 40: Compare named the thermometer "best calibrated" on ARC-Easy while the flags
+    beside it said "thermometer: under-confident"; the best cell now says the flag too."""
+    data = {"results": [_row("base", 0.80, 0.20, 0.70, 0.95),
+                        _row("thermometer", 0.80, 0.134, 0.70, 0.65),  # 0.15 below its accuracy
+                        _row("ts", 0.80, 0.15, 0.70, 0.78)]}
+    row = verdict.verdict_rows(data)[0]
+    assert row.best == "thermometer" and row.flags == {"thermometer": (verdict.UNDER_CONFIDENT,)}
+    cells = row.cells()
+    assert cells["best calibrated"] == "thermometer (ECE 0.134, under-confident)"
+    assert cells["flags"] == "thermometer: under-confident"
+    tied = _tied_rows([-0.01, -0.03, 0.01])
+    tied["results"][1]["confidence"] = 0.35  # TS, tied with CALM, is under-confident
+    assert verdict.verdict_rows(tied)[0].cells()["best calibrated"] == (
+        "tie on 24 items between CALM (ECE 0.060) and temperature scaling (ECE 0.080, under-confident)")
+
+
+def test_ats_is_spelled_out_with_its_abbreviation() -> None:
+    assert verdict.variant_label("ats") == "adaptive temperature scaling (ATS)"
+    assert verdict.variant_label("ts") == "temperature scaling"
+
+
+def _interval(mean: float, lo: float, hi: float, n: int = 70) -> dict[str, float]:
+    return {"mean": mean, "lo": lo, "hi": hi, "n": n, "level": 0.9}
+
+
+def test_the_sentence_says_why_a_simpler_runner_up_was_passed_over() -> None:
+    """Issue 40: "Use ATS ... tied with temperature scaling ..., and temperature scaling is
+    simpler" argued against itself; the unstated reason was that TS's own interval against
+    the model as it is reaches zero. The sentence now says it, after ATS's own gain."""
+    comparison = {"n": 70, "level": 0.9, "reference": "base", "items": "held-out items",
+                  "candidates": ["base", "ts", "ats"],
+                  "against_reference": {"ats": _interval(-0.08, -0.14, -0.03), "ts": _interval(-0.06, -0.12, 0.0)},
+                  "runner_up": "ts", "against_runner_up": _interval(-0.02, -0.05, 0.02), "simpler": "ts"}
+    rec = {"variant": "ats", "decision": "change", "comparison": comparison}
+    sentence = advice.recommendation_sentence({"recommendation": rec})
+    assert sentence == (
+        "Use adaptive temperature scaling (ATS): on 70 held-out items it lowers the NLL (NLL change -0.08, 90% "
+        "interval -0.14 to -0.03); temperature scaling, though simpler, is not shown to lower it: its own NLL "
+        "change -0.06, 90% interval -0.12 to +0.00, reaches zero; the two cannot be told apart (difference "
+        "-0.02, 90% interval -0.05 to +0.02).")
+    assert "is simpler." not in sentence
+    # the order a reader checks: the chosen one's gain, then why the runner-up is out, then the tie
+    assert sentence.index("-0.14 to -0.03") < sentence.index("reaches zero") < sentence.index("told apart")
+    # a runner-up that is shown to help and tied: the old words, the chosen one being the simpler
+    comparison["against_reference"]["ts"] = _interval(-0.06, -0.12, -0.01)
+    rec.update(variant="ts", comparison={**comparison, "runner_up": "ats", "simpler": "ts"})
+    assert advice.recommendation_sentence({"recommendation": rec}).endswith(
+        "; it is tied with adaptive temperature scaling (ATS) (difference -0.02, 90% interval -0.05 to +0.02), "
+        "and it is the simpler of the two.")

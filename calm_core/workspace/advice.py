@@ -181,11 +181,25 @@ def _because(chosen: str, comparison: dict[str, Any]) -> str:
     if not runner_up or runner_up == reference or not comparison.get("against_runner_up"):
         return text
     versus = PairedDifference.from_dict(comparison["against_runner_up"])
+    simpler = comparison.get("simpler", chosen)
+    if runner_up in against and not against[runner_up].lower_for_sure:
+        return text + "; " + _not_shown(runner_up, against[runner_up], versus, simpler == runner_up)
     if versus.lower_for_sure:
         return text + f", also against the runner-up, {variant_label(runner_up)} ({_interval('difference', versus)})"
-    simpler = comparison.get("simpler", chosen)
     which = "it is the simpler of the two" if simpler == chosen else f"{variant_label(simpler)} is simpler"
     return text + f"; it is tied with {variant_label(runner_up)} ({_interval('difference', versus)}), and {which}"
+
+
+def _not_shown(runner_up: str, gain: PairedDifference, versus: PairedDifference, simpler: bool) -> str:
+    """Why the runner-up is not the one recommended although it comes close: its own NLL
+    change against the model as it is is not shown (the interval reaches zero, or too few
+    items), which is checked before how the two compare, so it is said first."""
+    name = variant_label(runner_up) + (", though simpler," if simpler else "")
+    why = "reaches zero" if gain.hi >= 0 else f"rests on too few items (under {MIN_PAIRED_ITEMS})"
+    text = f"{name} is not shown to lower it: its own {_interval('NLL change', gain)}, {why}"
+    if versus.undecided:
+        text += f"; the two cannot be told apart ({_interval('difference', versus)})"
+    return text
 
 
 def _keep_because(n: int, closest: str | None, gain: PairedDifference | None, items: str = HELDOUT_ITEMS) -> str:
