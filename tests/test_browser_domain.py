@@ -39,6 +39,7 @@ from pathlib import Path
 import pytest
 
 from calm_core.workspace.advice import recommendation_sentence
+from calm_core.workspace.verdict import variant_label
 from tests.test_browser import (CHROMIUM, CHROMIUM_ARGS, _goto, _require_browser, _shots, fill_short_tiny_run,
                                 running_studio)
 from tests.test_browser_sessions import _exceptions, _stop_leftover_jobs
@@ -317,7 +318,7 @@ def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shot
     print(f"variants shown first: {shown!r}")
     if "adaptive temperature scaling" not in shown:  # issue 29's post-hoc variant, one click away unless recommended
         page.locator(_key("compare_variants")).locator("input").click()
-        page.get_by_role("option", name="adaptive temperature scaling", exact=True).click()
+        page.get_by_role("option", name=variant_label("ats"), exact=True).click()
         page.keyboard.press("Escape")
         _wait_idle(page)
     # its reliability curve in the overlay, named in full in the legend, beside CALM's (scope adaptive)
