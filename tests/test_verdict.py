@@ -380,18 +380,46 @@ def test_the_compare_page_offers_no_recommended_download_for_keep(open_page, tmp
 def test_evidence_decided_on_all_labelled_items_says_so() -> None:
     """calibrate_on = all: the evidence's figures are every labelled item's out-of-fold
     prediction, so the table's columns and caption say that, not "S_V" (issue 30)."""
-    from calm_core.calibration.recommend import LABELLED_ITEMS
-
     on_sv = results(recommended="base")
     assert list(advice.heldout_rows(on_sv)[0]) == list(advice.HELDOUT_COLUMNS)
     assert advice.evidence_caption(on_sv) == advice.HELDOUT_CAPTION
-    pooled = results(recommended="base")
-    pooled["recommendation"]["comparison"]["items"] = LABELLED_ITEMS
+    pooled = _pooled(results(recommended="base"))
     rows = advice.heldout_rows(pooled)
-    assert list(rows[0]) == list(advice.POOLED_COLUMNS) and "S_T + S_V" in advice.POOLED_COLUMNS[1]
-    assert [r[advice.POOLED_COLUMNS[2]] for r in rows] == [r[advice.HELDOUT_COLUMNS[2]] for r in advice.heldout_rows(on_sv)]
+    assert list(rows[0]) == list(advice.POOLED_COLUMNS)
+    assert rows[0][advice.SCORED_ON] == advice.POOLED_ITEMS == "S_T + S_V, out of fold"
     assert advice.evidence_caption(pooled).endswith(advice.POOLED_NOTE)
-    assert "NLL (S_T + S_V, out of fold)" in "\n".join(advice.verdict_lines(pooled, "calm"))
+    assert "S_T + S_V, out of fold" in "\n".join(advice.verdict_lines(pooled, "calm"))
+
+
+def _pooled(data: dict[str, Any]) -> dict[str, Any]:
+    """`data` as a calibrate_on = all run writes it (training/tasks/mcqa.py
+    _pooled_recommendation): the decision on all labelled items, out of fold, without the
+    trained model (it saw S_T), and the S_V stage with it beside base and the calibrators."""
+    from calm_core.calibration.recommend import LABELLED_ITEMS
+
+    rec = data["recommendation"]
+    on_heldout = {**rec, "comparison": dict(rec["comparison"])}
+    pooled_figures = {v: {**f, "nll": f["nll"] - 0.05} for v, f in rec["heldout"].items() if v != "calm"}
+    against = {v: d for v, d in rec["comparison"]["against_reference"].items() if v != "calm"}
+    rec.update(heldout=pooled_figures, calibrate_on="all", stages={"all labelled": {}, "S_V": on_heldout},
+               comparison={**rec["comparison"], "items": LABELLED_ITEMS, "n": 70, "against_reference": against})
+    return data
+
+
+def test_every_trained_variant_is_in_the_evidence_under_every_calibrate_on() -> None:
+    """Issue 40: with calibrate_on = all the evidence table had no CALM row. The trained
+    model is compared on S_V alone; its row follows the pooled ones, with base on S_V."""
+    for data in (results(recommended="base"), _pooled(results(recommended="base"))):
+        labels = [row["variant"] for row in advice.heldout_rows(data)]
+        assert "CALM" in labels and "the model as it is" in labels, labels
+    rows = advice.heldout_rows(_pooled(results(recommended="base")))
+    scored = [(row["variant"], row[advice.SCORED_ON]) for row in rows]
+    assert scored[-2:] == [("the model as it is", "S_V alone"), ("CALM", "S_V alone")]
+    assert {label for label, on in scored if on == advice.POOLED_ITEMS} == {
+        "the model as it is", "temperature scaling", "vector scaling"}
+    calm = rows[-1]
+    assert calm["NLL"] == "0.900" and calm[advice.HELDOUT_COLUMNS[2]] == "+0.000 [-0.050, +0.050]"
+    assert calm["counted"] == "yes" and rows[0]["counted"] == "recommended"
 
 
 def test_a_flagged_best_calibrated_variant_carries_its_flag_word() -> None:
