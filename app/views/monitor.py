@@ -120,7 +120,8 @@ def _header(records: list[dict], view: RunState, status: dict, config: dict) -> 
     line = advice.selection_status_line(selection)
     if line:  # the calibrated stop (training/selection.py): which step the model is from so far
         rule = selection.get("rule_text")
-        st.caption(line, help=tooltip("selected step", "calibrated stop") + (f"\n\nThe rule: {rule}" if rule else ""))
+        terms = ("selected step", "calibrated stop", f"rule {selection.get('rule', 'best')}")
+        st.caption(line, help=(helps(*terms) or "") + (f"\n\nThe rule: {rule}" if rule else ""))
     _data_notes(status.get("choices") or {})
     _fast_paths(status.get("choices") or {})
     for name, n in (status.get("items_cut_to_context") or {}).items():

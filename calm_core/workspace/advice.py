@@ -229,17 +229,6 @@ HELDOUT_COLUMNS = ("variant", "S_V NLL", f"NLL change [{LEVEL} interval]", "S_V 
 SCORED_ON = "scored on"
 POOLED_COLUMNS = ("variant", SCORED_ON, "NLL", HELDOUT_COLUMNS[2], "accuracy", "counted")
 POOLED_ITEMS, HELDOUT_ONLY_ITEMS = "S_T + S_V, out of fold", "S_V alone"  # the `scored on` cells
-# What each evidence column means (the glossary defines the same words for the pages' tooltips).
-EVIDENCE_HELP = {
-    "variant": "the model as it is, each post-hoc calibrator and the trained model",
-    SCORED_ON: "the items the row's figures come from: every labelled item out of fold, or S_V alone for a "
-    "variant that saw S_T in training",
-    "NLL": "negative log-likelihood of the gold answers on those items (lower is better)",
-    HELDOUT_COLUMNS[2]: f"the mean per-item NLL difference to the model as it is, with its paired {LEVEL} "
-    "bootstrap interval; a change is recommended only when the whole interval is below zero",
-    "counted": "whether the row took part in the choice: recommended, yes, or why not (accuracy lost, or "
-    "fitted on the same items, which is no evidence)",
-}
 
 
 POOLED_NOTE = (
