@@ -472,3 +472,17 @@ def test_the_sentence_says_why_a_simpler_runner_up_was_passed_over() -> None:
     assert advice.recommendation_sentence({"recommendation": rec}).endswith(
         "; it is tied with adaptive temperature scaling (ATS) (difference -0.02, 90% interval -0.05 to +0.02), "
         "and it is the simpler of the two.")
+
+
+def test_the_fitted_ats_line_spells_its_abbreviation_in_capitals() -> None:
+    """Issue 40: "ats" was written as an abbreviation where a user reads it."""
+    import numpy as np
+
+    from calm_core.calibration.posthoc import calibrators
+    from calm_core.workspace.view import posthoc_lines
+
+    rng = np.random.default_rng(0)
+    gold, logits, features = rng.integers(0, 4, 200), rng.normal(size=(200, 4)), rng.normal(size=(200, 8))
+    ats = calibrators()["ats"].fit(logits, gold, features)
+    line = posthoc_lines({"ats": {**ats.to_json(), "fit_on": "S"}})[0]
+    assert line.startswith("Adaptive temperature scaling (ATS): ") and "(ats)" not in line

@@ -21,6 +21,7 @@ from calm_core.calibration.thermometer import KIND as THERMOMETER
 from calm_core.glossary import define, lookup
 from calm_core.runs.layout import predictions_path
 from calm_core.runs.rundir import RunDir
+from calm_core.workspace.verdict import ABBREVIATIONS
 
 EVAL_PREFIX = "eval/"
 
@@ -232,7 +233,8 @@ def posthoc_lines(results: dict[str, Any], notes_only: bool = False) -> list[str
         except (TypeError, ValueError):  # another version's record: nothing to say rather than a wrong line
             continue
         if not notes_only:
-            lines.append(f"{cls.label} ({name}): {fitted.describe('.4g')}, fitted on {record.get('fit_on')}.")
+            short = ABBREVIATIONS.get(name, name)  # "Adaptive temperature scaling (ATS)", never "(ats)"
+            lines.append(f"{cls.label} ({short}): {fitted.describe('.4g')}, fitted on {record.get('fit_on')}.")
     return lines
 
 
