@@ -27,12 +27,6 @@ def test_series_eval_sets_and_alpha_vectors() -> None:
     assert run_view.alpha_vectors(RECORDS, "l")[1].shape == (0, 0)
 
 
-def test_eta_at_the_recent_pace() -> None:
-    assert run_view.eta_seconds(RECORDS, 10) == pytest.approx(2.0 * 7)
-    assert run_view.eta_seconds(RECORDS, 3) == 0.0
-    assert run_view.eta_seconds([], 10) is None
-
-
 def _run(root: Path, run_id: str, name: str, variants: list[str]) -> RunDir:
     run = RunDir.create(root, run_id, {"train": {}, "name": name})
     run.update_status(name=name)

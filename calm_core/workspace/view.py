@@ -51,18 +51,6 @@ def alpha_vectors(records: list[dict[str, Any]], name: str = "tau") -> tuple[lis
     return [s for s, _ in rows], np.array([v for _, v in rows], dtype=np.float64)
 
 
-def eta_seconds(records: list[dict[str, Any]], total_steps: int | None) -> float | None:
-    """Remaining seconds at the recent pace (mean of the last 10 steps' wall time)."""
-    if not records or not total_steps:
-        return None
-    recent = records[-11:]
-    done = records[-1]["step"]
-    if len(recent) < 2 or done >= total_steps:
-        return 0.0 if done >= total_steps else None
-    pace = (recent[-1]["elapsed"] - recent[0]["elapsed"]) / (recent[-1]["step"] - recent[0]["step"])
-    return max(0.0, pace * (total_steps - done))
-
-
 # The BOME diagnostics a page, the report or `calm runs` shows, in the order shown. What each
 # means is its glossary entry (calm_core/glossary.py), in plain words, as on the Monitor.
 BOME_KEYS: tuple[str, ...] = ("q", "lambda", "inner_drop_frac", "coupling_ratio", "cos_fq", "descent_ratio")
