@@ -1,4 +1,4 @@
-"""Reading runs for display: series, alpha vectors, ETA, and comparing several runs."""
+"""Reading runs for display: series, alpha vectors, and comparing several runs."""
 
 from __future__ import annotations
 
