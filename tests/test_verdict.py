@@ -486,3 +486,14 @@ def test_the_fitted_ats_line_spells_its_abbreviation_in_capitals() -> None:
     ats = calibrators()["ats"].fit(logits, gold, features)
     line = posthoc_lines({"ats": {**ats.to_json(), "fit_on": "S"}})[0]
     assert line.startswith("Adaptive temperature scaling (ATS): ") and "(ats)" not in line
+
+
+def test_an_evaluated_calibrator_the_recommendation_could_not_compare_says_why() -> None:
+    """ATS on 48 labelled items: five folds leave 38 to fit on, under its 40, so it has no
+    out-of-fold figure; its row says so instead of the table dropping it in silence."""
+    for data in (results(recommended="base"), _pooled(results(recommended="base"))):
+        data["results"].append({**data["results"][0], "variant": "ats"})
+        rows = {row["variant"]: row for row in advice.heldout_rows(data)}
+        assert rows["adaptive temperature scaling (ATS)"]["counted"] == advice.NOT_COMPARED
+        assert rows["temperature scaling"]["counted"] == "yes"  # compared ones keep their own
+    assert advice.heldout_rows({"results": results()["results"]}) == []  # no recommendation: no table

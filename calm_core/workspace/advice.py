@@ -269,8 +269,11 @@ def heldout_rows(results: dict[str, Any]) -> list[dict[str, str]]:
     on S_V alone (the trained model: it saw S_T) follow, with base on the same S_V items,
     so every trained variant is in the table. [] without a recommendation."""
     rec = results.get("recommendation") or {}
+    if not rec:
+        return []
     if not pooled(results):
-        return _stage_rows(rec, rec.get("variant"), HELDOUT_COLUMNS)
+        rows = _stage_rows(rec, rec.get("variant"), HELDOUT_COLUMNS)
+        return rows + _not_compared(results, set(rec.get("heldout") or {}), HELDOUT_COLUMNS)
     rows = _stage_rows(rec, rec.get("variant"), POOLED_COLUMNS, POOLED_ITEMS)
     on_heldout = (rec.get("stages") or {}).get("S_V") or {}
     shown = set(rec.get("heldout") or {})
@@ -279,7 +282,27 @@ def heldout_rows(results: dict[str, Any]) -> list[dict[str, str]]:
         reference = (on_heldout.get("comparison") or {}).get("reference", "base")
         keep = added | {reference}
         rows += _stage_rows(on_heldout, rec.get("variant"), POOLED_COLUMNS, HELDOUT_ONLY_ITEMS, keep)
-    return rows
+    return rows + _not_compared(results, shown | added, POOLED_COLUMNS)
+
+
+# Why an evaluated post-hoc calibrator has no figures in the evidence: recommend.cross_fitted
+# scores a calibrator only out of fold, and one that reads hidden states (ATS) only when each
+# fold's fitting part holds its own minimum of items.
+NOT_COMPARED = "not compared: too few items to score it out of fold"
+
+
+def _not_compared(results: dict[str, Any], compared: set[str], columns: tuple[str, ...]) -> list[dict[str, str]]:
+    """A row for each post-hoc calibrator the run evaluated but the recommendation could not
+    compare, so the table never drops a variant the tables below show without saying why."""
+    evaluated = dict.fromkeys(str(row.get("variant")) for row in results.get("results", []))
+    missing = [name for name in evaluated if name in calibrators() and name not in compared]
+    return [
+        {
+            column: variant_label(name) if column == "variant" else NOT_COMPARED if column == "counted" else "-"
+            for column in columns
+        }
+        for name in missing
+    ]
 
 
 def _stage_rows(
