@@ -17,7 +17,7 @@ from app.state import plain
 from calm_core.glossary import tooltip
 from calm_core.workspace import advice, verdict
 
-VERDICT_TERMS = ("best calibrated", "near-uniform", "under-confident", "accuracy lost", "recommended on S_V")
+VERDICT_TERMS = ("best calibrated", "flags", "near-uniform", "under-confident", "accuracy lost", "recommended on S_V")
 
 
 def whole_cells(rows: list[dict[str, Any]], first_column: str | None = None) -> None:
@@ -55,4 +55,5 @@ def heldout_evidence(results: dict[str, Any]) -> None:
     rows = advice.heldout_rows(results)
     if rows:
         whole_cells(rows)
-        st.caption(advice.evidence_caption(results))
+        # static tables have no header tooltips: the caption's defines every column (the glossary's words)
+        st.caption(advice.evidence_caption(results), help=tooltip(*advice.evidence_columns(results), advice.SCORED_ON))

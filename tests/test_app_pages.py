@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from app.keys import CALIBRATE_SPLIT, MONITOR_RUN
+from app.train_advice import TRAIN_FIX
 from app.navigation import page_paths
 from calm_core.runs.listing import list_runs
 from tests.pages import run_picker
@@ -460,17 +461,17 @@ def test_data_page_refuses_a_tiny_heldout_part_and_offers_a_split_that_fits(open
     assert [at.number_input(key=f"data_split_{p}").value for p in ("train", "heldout", "test")] == [50, 40, 10]
     assert list(at.dataframe[-1].value["items"]) == list(part_sizes(103, (0.50, 0.40, 0.10)))
     assert not at.error and not at.warning and not at.button(key="data_split_go").disabled
-    assert at.info[-1].value.startswith("41 held-out items: enough to fit one temperature, not to choose")
+    # the best this source allows: the fix for the small S_V is Train's, said there (issue 40)
+    assert any(c.value.endswith(TRAIN_FIX) for c in at.caption) and "41 held-out items" not in _text(at)
 
 
 def test_the_practitioners_63_rows_take_the_pages_suggestion_and_hear_what_s_v_supports(open_page, tiny_everywhere,
                                                                                           tmp_path: Path) -> None:
-    """Issue 30, part 2: 63 rows of one's own questions, 3 broken. The default 60 / 20 / 20
+    """Issues 30 and 40: 63 rows of one's own questions, 3 broken. The default 60 / 20 / 20
     is warned about with a larger held-out part; that split is then accepted (no warning,
-    no second suggestion), and the Train page says before launch what its 24 held-out items
-    support, and what k-fold on all labelled items adds."""
+    no second suggestion). What its 24 held-out items support is said once, on Train, under
+    the choice it concerns, with the fix as one click: k-fold on all 48 labelled items."""
     from calm_core.data.loaders import load_file
-    from calm_core.data.split_sizes import FIXES
     from calm_core.data.uploads import save_upload
 
     rows = ["q,A,B,C,D,label"] + [f"question {i}?,a{i},b{i},c{i},d{i},{'ABCD'[i % 4]}" for i in range(60)]
@@ -489,27 +490,39 @@ def test_the_practitioners_63_rows_take_the_pages_suggestion_and_hear_what_s_v_s
     suggest.click().run()
     assert list(at.dataframe[-1].value["items"]) == [24, 24, 12]
     assert not at.warning and not at.error and not any(b.key == "data_split_suggest" for b in at.button)
-    note = at.info[-1].value
-    assert note.startswith("24 held-out items: enough to fit one temperature, not to choose between methods")
-    assert FIXES in note
+    assert any(c.value.endswith(TRAIN_FIX) for c in at.caption)
     at.text_input(key="data_split_name").set_value("domain").run()
     at.button(key="data_split_go").click().run()
     assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
-    assert "24 held-out items: enough to fit one temperature" in _text(at)  # beside the saved sizes
+    assert _said_small(at) == 0  # Data says the sizes; what S_V supports is Train's to say
     at.button(key="data_calibrate").click().run()
     assert not at.exception, at.exception
     assert [t.value for t in at.title] == ["Train"]
-    assert any(i.value.startswith("24 held-out items") and FIXES in i.value for i in at.info)  # the banner: a note
-    before_launch = [w.value for w in at.warning if w.value.startswith("24 held-out items")]
-    assert before_launch == ["24 held-out items: enough to fit one temperature, not to choose between methods "
-                             "(that takes 80)."]
+    assert at.markdown[0].value.startswith("Fine-tune the model on your own questions, `upload/domain`")
+    assert "chemical-symbols" not in at.markdown[0].value  # the opening matches the prefilled page
+    # one warning, once, under the choice it concerns, with the fix as one click
+    assert _said_small(at) == 1 and at.radio(key="train_calibrate_on").value == "heldout"
+    assert [w.value for w in at.warning if "held-out items" in w.value] == [
+        "24 held-out items: enough to fit one temperature, not to choose between methods (that takes 80). "
+        "With k-fold on all 48 labelled items, the post-hoc choice has enough items to fit one temperature, "
+        "not to choose between methods (that takes 80); a trained model is still compared on S_V alone."]
+    assert at.button(key="train_use_kfold").label == "Use k-fold on all 48 labelled items"
     train = open_page("views/train.py")  # a rerun here goes back to the router's page: open Train itself
     train.selectbox(key="train_data").set_value("split/domain/train")
     train.selectbox(key="train_heldout").set_value("split/domain/heldout").run()
-    train.radio(key="train_calibrate_on").set_value("all").run()
+    assert _said_small(train) == 1 and train.radio(key="train_calibrate_on").value == "heldout"
+    train.button(key="train_use_kfold").click().run()
     assert not train.exception, train.exception
-    pooled = next(w.value for w in train.warning if w.value.startswith("24 held-out items"))
+    assert train.radio(key="train_calibrate_on").value == "all"  # the advice acted
+    assert not any(b.key == "train_use_kfold" for b in train.button) and _said_small(train) == 1
+    assert not [w.value for w in train.warning if "held-out items" in w.value]
+    pooled = next(i.value for i in train.info if i.value.startswith("24 held-out items"))
     assert "With k-fold on all 48 labelled items, the post-hoc choice has enough items to fit one temperature" in pooled
+
+
+def _said_small(at) -> int:
+    """How many times the page says that S_V cannot choose between methods."""
+    return _text(at).count("not to choose between methods (that takes 80).")
 
 
 def _two_runs(with_ts: bool = False):

@@ -39,6 +39,7 @@ from pathlib import Path
 import pytest
 
 from calm_core.workspace.advice import recommendation_sentence
+from calm_core.workspace.verdict import variant_label
 from tests.test_browser import (CHROMIUM, CHROMIUM_ARGS, _goto, _require_browser, _shots, fill_short_tiny_run,
                                 running_studio)
 from tests.test_browser_sessions import _exceptions, _stop_leftover_jobs
@@ -216,7 +217,9 @@ def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shot
     _wait_idle(page)
     for part, percent in (("train", "40"), ("heldout", "40"), ("test", "20")):
         expect(page.get_by_label(f"{part} %", exact=True)).to_have_value(percent)
-    expect(page.locator('[data-testid="stAlert"]').filter(has_text=SUPPORT_24).first).to_be_visible(timeout=60_000)
+    # the best this source allows: what its S_V supports is said once, on Train (issue 40)
+    expect(page.get_by_text("This split holds out as much as this dataset allows.")).to_be_visible(timeout=60_000)
+    expect(page.locator('[data-testid="stAlert"]').filter(has_text=SUPPORT_24)).to_have_count(0)
     expect(page.get_by_role("button", name=re.compile(r"^Use [0-9]+ . [0-9]+ . [0-9]+ %$"))).to_have_count(0)
     expect(page.get_by_role("button", name="Split", exact=True)).to_be_enabled()
     expect(page.get_by_label("Seed", exact=True)).to_have_value("0")
@@ -246,11 +249,12 @@ def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shot
     outside = [name for name in OUT_OF_DOMAIN if name in evals]
     assert len(outside) == 1, f"expected one out-of-domain set of {OUT_OF_DOMAIN}: {evals!r}"
     support = page.locator('[data-testid="stAlert"]').filter(has_text=SUPPORT_24)
-    expect(support.first).to_be_visible(timeout=60_000)  # before launch: what S_V supports (issue 30, part 2)
+    expect(support).to_have_count(1, timeout=60_000)  # once, under the choice it concerns (issues 30 and 40)
     print(f"before launch: {support.first.inner_text()!r}")
-    # The fix it offers: the post-hoc calibrators k-fold on all 48 labelled items (enough for ATS's 40).
-    page.locator(_key("train_calibrate_on")).get_by_text("all labelled items, k-fold (S_T + S_V)").click()
+    # The fix it offers, in one click: the post-hoc calibrators k-fold on all 48 labelled items (enough for ATS's 40).
+    page.get_by_role("button", name="Use k-fold on all 48 labelled items").click()
     _wait_idle(page)
+    expect(page.get_by_role("button", name="Use k-fold on all 48 labelled items")).to_have_count(0)  # it acted
     pooled = page.locator('[data-testid="stAlert"]').filter(has_text="With k-fold on all 48 labelled items")
     expect(pooled.first).to_be_visible(timeout=60_000)
     # Issue 29: the CALM head that reads the question, one temperature per question.
@@ -317,7 +321,7 @@ def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shot
     print(f"variants shown first: {shown!r}")
     if "adaptive temperature scaling" not in shown:  # issue 29's post-hoc variant, one click away unless recommended
         page.locator(_key("compare_variants")).locator("input").click()
-        page.get_by_role("option", name="adaptive temperature scaling", exact=True).click()
+        page.get_by_role("option", name=variant_label("ats"), exact=True).click()
         page.keyboard.press("Escape")
         _wait_idle(page)
     # its reliability curve in the overlay, named in full in the legend, beside CALM's (scope adaptive)

@@ -252,6 +252,11 @@ def test_calibrate_on_all_fits_post_hoc_calibrators_k_fold_on_every_labelled_ite
     assert set(pooled["heldout"]) == {"base", "ts", "vs"}  # the trained model saw S_T: not in the pooled stage
     assert heldout["comparison"]["n"] == 6 and set(heldout["heldout"]) == {"base", "calm", "ts", "vs"}
     assert rec["variant"] == (heldout if heldout["variant"] == "calm" else pooled)["variant"]
+    from calm_core.workspace.advice import heldout_rows
+
+    assert "CALM" in [row["variant"] for row in heldout_rows(results)]  # every trained variant (issue 40)
+    passes = run.status["final"]  # the final evaluation's own progress, which the Monitor shows
+    assert passes["done"] == passes["total"] == len(results["results"])
 
 
 def test_calibrate_on_is_refused_for_open_answers_in_one_line(tmp_path: Path, capsys) -> None:

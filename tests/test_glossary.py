@@ -29,12 +29,19 @@ def vocabulary() -> set[str]:
     from calm_core.calibration.metrics.columns import COLUMNS
     from calm_core.calibration.posthoc import calibrators
     from calm_core.training.methods import METHODS
-    from calm_core.workspace import verdict
+    from calm_core.workspace import advice, verdict
 
     variants = {"base", *calibrators(), *METHODS, *(f"{m}{glossary.THETA_ONLY}" for m in METHODS)}
     words = variants | {verdict.variant_label(v) for v in variants}
     words |= {verdict.NEAR_UNIFORM, verdict.ACCURACY_LOST, verdict.UNDER_CONFIDENT}
+    words |= set(verdict.VERDICT_COLUMNS) | set(advice.HELDOUT_COLUMNS) | set(advice.POOLED_COLUMNS)
+    words |= set(RUN_WORDS)
     return words | {c.name for c in COLUMNS}
+
+
+# Labels the pages show beside the registries' words (issue 40 found them unexplained): the
+# calibrated stop's rule as the Monitor's selection line writes it, and the job's words.
+RUN_WORDS = ("rule `best`", "rule `last`", "heartbeat", "frozen-layer cache")
 
 
 def _visit(node: Any, shown: list[str], helps: list[str]) -> None:
@@ -179,6 +186,25 @@ def test_the_flags_thresholds_are_the_verdicts() -> None:
     from calm_core.workspace import verdict
 
     assert f"more than {verdict.UNDER_CONFIDENT_GAP:.2f} below the accuracy" in glossary.define("under-confident")
+
+
+def test_the_run_words_numbers_are_the_runs() -> None:
+    """The heartbeat's entry states the stale limits of calm_core/runs/state.py in words."""
+    from calm_core.runs.state import STALE_AFTER_S, STARTUP_GRACE_S
+
+    assert (STALE_AFTER_S, STARTUP_GRACE_S) == (60.0, 600.0)
+    assert "silent for a minute (ten before its first heartbeat)" in glossary.define("heartbeat")
+
+
+def test_the_evidence_and_verdict_columns_and_run_words_are_defined() -> None:
+    """Issue 40: "counted" was explained nowhere; every column of the recommendation's
+    evidence and of the verdict row, and the Monitor's run words, have entries."""
+    from calm_core.workspace import advice, verdict
+
+    shown = {*advice.HELDOUT_COLUMNS, *advice.POOLED_COLUMNS, *verdict.VERDICT_COLUMNS, *RUN_WORDS}
+    assert "counted" in shown and "rule `best`" in shown
+    assert sorted(w for w in shown if glossary.lookup(w) is None) == []
+    assert shown <= vocabulary()
 
 
 def test_every_registered_variant_flag_and_metric_is_defined() -> None:

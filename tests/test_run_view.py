@@ -1,4 +1,4 @@
-"""Reading runs for display: series, alpha vectors, ETA, and comparing several runs."""
+"""Reading runs for display: series, alpha vectors, and comparing several runs."""
 
 from __future__ import annotations
 
@@ -25,12 +25,6 @@ def test_series_eval_sets_and_alpha_vectors() -> None:
     steps, taus = run_view.alpha_vectors(RECORDS)
     assert steps == [1, 2] and taus.tolist() == [[1.0, 1.1], [1.2, 1.3]]
     assert run_view.alpha_vectors(RECORDS, "l")[1].shape == (0, 0)
-
-
-def test_eta_at_the_recent_pace() -> None:
-    assert run_view.eta_seconds(RECORDS, 10) == pytest.approx(2.0 * 7)
-    assert run_view.eta_seconds(RECORDS, 3) == 0.0
-    assert run_view.eta_seconds([], 10) is None
 
 
 def _run(root: Path, run_id: str, name: str, variants: list[str]) -> RunDir:

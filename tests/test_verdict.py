@@ -380,15 +380,120 @@ def test_the_compare_page_offers_no_recommended_download_for_keep(open_page, tmp
 def test_evidence_decided_on_all_labelled_items_says_so() -> None:
     """calibrate_on = all: the evidence's figures are every labelled item's out-of-fold
     prediction, so the table's columns and caption say that, not "S_V" (issue 30)."""
-    from calm_core.calibration.recommend import LABELLED_ITEMS
-
     on_sv = results(recommended="base")
     assert list(advice.heldout_rows(on_sv)[0]) == list(advice.HELDOUT_COLUMNS)
     assert advice.evidence_caption(on_sv) == advice.HELDOUT_CAPTION
-    pooled = results(recommended="base")
-    pooled["recommendation"]["comparison"]["items"] = LABELLED_ITEMS
+    pooled = _pooled(results(recommended="base"))
     rows = advice.heldout_rows(pooled)
-    assert list(rows[0]) == list(advice.POOLED_COLUMNS) and "S_T + S_V" in advice.POOLED_COLUMNS[1]
-    assert [r[advice.POOLED_COLUMNS[2]] for r in rows] == [r[advice.HELDOUT_COLUMNS[2]] for r in advice.heldout_rows(on_sv)]
+    assert list(rows[0]) == list(advice.POOLED_COLUMNS)
+    assert rows[0][advice.SCORED_ON] == advice.POOLED_ITEMS == "S_T + S_V, out of fold"
     assert advice.evidence_caption(pooled).endswith(advice.POOLED_NOTE)
-    assert "NLL (S_T + S_V, out of fold)" in "\n".join(advice.verdict_lines(pooled, "calm"))
+    assert "S_T + S_V, out of fold" in "\n".join(advice.verdict_lines(pooled, "calm"))
+
+
+def _pooled(data: dict[str, Any]) -> dict[str, Any]:
+    """`data` as a calibrate_on = all run writes it (training/tasks/mcqa.py
+    _pooled_recommendation): the decision on all labelled items, out of fold, without the
+    trained model (it saw S_T), and the S_V stage with it beside base and the calibrators."""
+    from calm_core.calibration.recommend import LABELLED_ITEMS
+
+    rec = data["recommendation"]
+    on_heldout = {**rec, "comparison": dict(rec["comparison"])}
+    pooled_figures = {v: {**f, "nll": f["nll"] - 0.05} for v, f in rec["heldout"].items() if v != "calm"}
+    against = {v: d for v, d in rec["comparison"]["against_reference"].items() if v != "calm"}
+    rec.update(heldout=pooled_figures, calibrate_on="all", stages={"all labelled": {}, "S_V": on_heldout},
+               comparison={**rec["comparison"], "items": LABELLED_ITEMS, "n": 70, "against_reference": against})
+    return data
+
+
+def test_every_trained_variant_is_in_the_evidence_under_every_calibrate_on() -> None:
+    """Issue 40: with calibrate_on = all the evidence table had no CALM row. The trained
+    model is compared on S_V alone; its row follows the pooled ones, with base on S_V."""
+    for data in (results(recommended="base"), _pooled(results(recommended="base"))):
+        labels = [row["variant"] for row in advice.heldout_rows(data)]
+        assert "CALM" in labels and "the model as it is" in labels, labels
+    rows = advice.heldout_rows(_pooled(results(recommended="base")))
+    scored = [(row["variant"], row[advice.SCORED_ON]) for row in rows]
+    assert scored[-2:] == [("the model as it is", "S_V alone"), ("CALM", "S_V alone")]
+    assert {label for label, on in scored if on == advice.POOLED_ITEMS} == {
+        "the model as it is", "temperature scaling", "vector scaling"}
+    calm = rows[-1]
+    assert calm["NLL"] == "0.900" and calm[advice.HELDOUT_COLUMNS[2]] == "+0.000 [-0.050, +0.050]"
+    assert calm["counted"] == "yes" and rows[0]["counted"] == "recommended"
+
+
+def test_a_flagged_best_calibrated_variant_carries_its_flag_word() -> None:
+    """Issue 40: Compare named the thermometer "best calibrated" on ARC-Easy while the flags
+    beside it said "thermometer: under-confident"; the best cell now says the flag too."""
+    data = {"results": [_row("base", 0.80, 0.20, 0.70, 0.95),
+                        _row("thermometer", 0.80, 0.134, 0.70, 0.65),  # 0.15 below its accuracy
+                        _row("ts", 0.80, 0.15, 0.70, 0.78)]}
+    row = verdict.verdict_rows(data)[0]
+    assert row.best == "thermometer" and row.flags == {"thermometer": (verdict.UNDER_CONFIDENT,)}
+    cells = row.cells()
+    assert cells["best calibrated"] == "thermometer (ECE 0.134, under-confident)"
+    assert cells["flags"] == "thermometer: under-confident"
+    tied = _tied_rows([-0.01, -0.03, 0.01])
+    tied["results"][1]["confidence"] = 0.35  # TS, tied with CALM, is under-confident
+    assert verdict.verdict_rows(tied)[0].cells()["best calibrated"] == (
+        "tie on 24 items between CALM (ECE 0.060) and temperature scaling (ECE 0.080, under-confident)")
+
+
+def test_ats_is_spelled_out_with_its_abbreviation() -> None:
+    assert verdict.variant_label("ats") == "adaptive temperature scaling (ATS)"
+    assert verdict.variant_label("ts") == "temperature scaling"
+
+
+def _interval(mean: float, lo: float, hi: float, n: int = 70) -> dict[str, float]:
+    return {"mean": mean, "lo": lo, "hi": hi, "n": n, "level": 0.9}
+
+
+def test_the_sentence_says_why_a_simpler_runner_up_was_passed_over() -> None:
+    """Issue 40: "Use ATS ... tied with temperature scaling ..., and temperature scaling is
+    simpler" argued against itself; the unstated reason was that TS's own interval against
+    the model as it is reaches zero. The sentence now says it, after ATS's own gain."""
+    comparison = {"n": 70, "level": 0.9, "reference": "base", "items": "held-out items",
+                  "candidates": ["base", "ts", "ats"],
+                  "against_reference": {"ats": _interval(-0.08, -0.14, -0.03), "ts": _interval(-0.06, -0.12, 0.0)},
+                  "runner_up": "ts", "against_runner_up": _interval(-0.02, -0.05, 0.02), "simpler": "ts"}
+    rec = {"variant": "ats", "decision": "change", "comparison": comparison}
+    sentence = advice.recommendation_sentence({"recommendation": rec})
+    assert sentence == (
+        "Use adaptive temperature scaling (ATS): on 70 held-out items it lowers the NLL (NLL change -0.08, 90% "
+        "interval -0.14 to -0.03); temperature scaling, though simpler, is not shown to lower it: its own NLL "
+        "change -0.06, 90% interval -0.12 to +0.00, reaches zero; the two cannot be told apart (difference "
+        "-0.02, 90% interval -0.05 to +0.02).")
+    assert "is simpler." not in sentence
+    # the order a reader checks: the chosen one's gain, then why the runner-up is out, then the tie
+    assert sentence.index("-0.14 to -0.03") < sentence.index("reaches zero") < sentence.index("told apart")
+    # a runner-up that is shown to help and tied: the old words, the chosen one being the simpler
+    comparison["against_reference"]["ts"] = _interval(-0.06, -0.12, -0.01)
+    rec.update(variant="ts", comparison={**comparison, "runner_up": "ats", "simpler": "ts"})
+    assert advice.recommendation_sentence({"recommendation": rec}).endswith(
+        "; it is tied with adaptive temperature scaling (ATS) (difference -0.02, 90% interval -0.05 to +0.02), "
+        "and it is the simpler of the two.")
+
+
+def test_the_fitted_ats_line_spells_its_abbreviation_in_capitals() -> None:
+    """Issue 40: "ats" was written as an abbreviation where a user reads it."""
+    import numpy as np
+
+    from calm_core.calibration.posthoc import calibrators
+    from calm_core.workspace.view import posthoc_lines
+
+    rng = np.random.default_rng(0)
+    gold, logits, features = rng.integers(0, 4, 200), rng.normal(size=(200, 4)), rng.normal(size=(200, 8))
+    ats = calibrators()["ats"].fit(logits, gold, features)
+    line = posthoc_lines({"ats": {**ats.to_json(), "fit_on": "S"}})[0]
+    assert line.startswith("Adaptive temperature scaling (ATS): ") and "(ats)" not in line
+
+
+def test_an_evaluated_calibrator_the_recommendation_could_not_compare_says_why() -> None:
+    """ATS on 48 labelled items: five folds leave 38 to fit on, under its 40, so it has no
+    out-of-fold figure; its row says so instead of the table dropping it in silence."""
+    for data in (results(recommended="base"), _pooled(results(recommended="base"))):
+        data["results"].append({**data["results"][0], "variant": "ats"})
+        rows = {row["variant"]: row for row in advice.heldout_rows(data)}
+        assert rows["adaptive temperature scaling (ATS)"]["counted"] == advice.NOT_COMPARED
+        assert rows["temperature scaling"]["counted"] == "yes"  # compared ones keep their own
+    assert advice.heldout_rows({"results": results()["results"]}) == []  # no recommendation: no table

@@ -23,6 +23,7 @@ import streamlit as st
 from app.gate import studio_access, this_session
 from app.keys import CALIBRATE_SPLIT, DATA_LAST_SPLIT, DATA_MAP_FILE, DATA_SPLIT_SOURCE
 from app.state import plain
+from app.train_advice import TRAIN_FIX
 from app.words import explained
 from calm_core.data.catalog import load_dataset
 from calm_core.data.entries import SPLIT_PREFIX, DatasetEntry, list_datasets
@@ -33,7 +34,7 @@ from calm_core.data.mapping_form import form_values, mapping_from_form
 from calm_core.data.readers import FORMATS, load_records, peek_records, stage_upload
 from calm_core.data.schema import ANSWER_FORMS, LoadReport
 from calm_core.data.split import default_split_name, plan_split, save_split
-from calm_core.data.split_sizes import SplitAdvice, advise_split, heldout_support
+from calm_core.data.split_sizes import NOTE, SplitAdvice, advise_split, heldout_support
 from calm_core.data.uploads import save_upload
 from calm_core.glossary import define, tooltip
 from calm_core.paths import safe_name
@@ -256,6 +257,9 @@ def _show_advice(advice: SplitAdvice, heldout: int) -> None:
     if not advice.message:
         st.caption(heldout_support(heldout))
         return
+    if advice.level == NOTE:  # nothing better to split: the fix is Train's, said there once (issue 40)
+        st.caption(f"This split holds out as much as this dataset allows. {TRAIN_FIX}")
+        return
     (st.error if advice.refused else st.warning if advice.warned else st.info)(advice.message)
     if advice.suggestion is not None:
         label = "Use {} / {} / {} %".format(*advice.suggestion)
@@ -349,7 +353,7 @@ def _saved_split() -> None:
         parts = [done[part] for part in ("train", "heldout", "test") if part in done]
         st.success("Saved: " + ", ".join(f"`{n}`" for n in parts) + ". They are in every dataset picker.")
         sizes = done.get("sizes") or {}
-        st.caption(_sizes_line(sizes) + (f". {heldout_support(sizes['heldout'])}" if "heldout" in sizes else ""))
+        st.caption(_sizes_line(sizes) + ".")  # what S_V supports: Train says it, where its fix is chosen
         if st.button("Calibrate this dataset", key="data_calibrate"):
             st.session_state[CALIBRATE_SPLIT] = done
             st.switch_page("views/train.py")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -30,6 +31,7 @@ from calm_core.workspace import view as run_view
 from calm_core.workspace.access import OWNER_ONLY, may_cancel
 from calm_core.workspace.fast_path_view import fast_path_rows
 from calm_core.workspace.launch import resume_refusal_for, resume_run
+from calm_core.workspace.remaining import FINAL, MEASURED_STEPS, Remaining, remaining, remaining_text
 
 POLL_SECONDS = 3.0  # the progress line, state, selection and controls: cheap to redraw
 # The curves redraw less often: each redraw rebuilds every figure on the server and re-renders
@@ -55,6 +57,9 @@ def chart_seconds() -> float:
 
 
 ACTIVE = ("queued", "running", "stopping")
+# What marks the selected step on the line charts (app/charts.line_figure draws a dashed line
+# labelled "selected"); the trade-off chart marks it with a star and says so in its own caption.
+SELECTED_LINE = "The dashed line marks the selected step."
 
 
 def _picker_key(labels: dict[str, str]) -> str:
@@ -103,6 +108,7 @@ def _header(records: list[dict], view: RunState, status: dict, config: dict) -> 
     """What the run is, its progress and state, the calibrated stop so far and its data
     notes; from the status and config this poll read (passed in, never read again)."""
     total, step = status.get("total_steps"), status.get("step") or 0
+    left = remaining(records, status, config.get("estimate"), time.time())
     config = config.get("train", {})
     method, scope = str(config.get("method", "?")), run_view.head_scope(config) if config else "?"
     st.markdown(
@@ -110,23 +116,38 @@ def _header(records: list[dict], view: RunState, status: dict, config: dict) -> 
         f"(head scope {code(scope)}, model {code(config.get('model', '?'))})",
         help=helps(method, "head scope", scope, "S_T"),
     )
-    eta = run_view.eta_seconds(records, total)
     reason = view.reason if view.reason.startswith(view.state) else f"{view.state}: {view.reason}"
-    text = reason + (f" · about {eta / 60:.1f} min left" if eta and view.state == "running" else "")
-    st.progress(min(1.0, step / total) if total else 0.0, text=text)
+    _progress(view, left, min(1.0, step / total) if total else 0.0, reason)
     if view.state == "failed" and status.get("error"):
         st.error(status["error"])
     selection = status.get("selection") or {}
     line = advice.selection_status_line(selection)
     if line:  # the calibrated stop (training/selection.py): which step the model is from so far
         rule = selection.get("rule_text")
-        st.caption(line, help=tooltip("selected step", "calibrated stop") + (f"\n\nThe rule: {rule}" if rule else ""))
+        terms = ("selected step", "calibrated stop", f"rule {selection.get('rule', 'best')}")
+        st.caption(line, help=(helps(*terms) or "") + (f"\n\nThe rule: {rule}" if rule else ""))
     _data_notes(status.get("choices") or {})
     _fast_paths(status.get("choices") or {})
     for name, n in (status.get("items_cut_to_context") or {}).items():
         st.caption(
             f"{n} items of {name} were longer than the model's context and were cut from the left "
             "(as lm-evaluation-harness does)."
+        )
+
+
+def _progress(view: RunState, left: Remaining, fraction: float, reason: str) -> None:
+    """The progress bar and its line: the steps done, or during the final evaluation its own
+    passes; the time left from the launch estimate until the run's pace is measured
+    (workspace/remaining.py), with what it rests on and the heartbeat in the tooltip."""
+    said = remaining_text(left) if view.state == "running" else ""
+    if left.basis == FINAL and left.total and view.state == "running":
+        fraction = left.done / left.total
+    st.progress(fraction, text=reason + (f" · {said}" if said else ""))
+    if view.state == "running":
+        st.caption(
+            "Time left: the launch estimate until the run's own pace is measured "
+            f"({MEASURED_STEPS} steps after step 1), then that pace; the final evaluation counts its passes.",
+            help=tooltip("heartbeat", "frozen-layer cache"),
         )
 
 
@@ -208,7 +229,10 @@ def _charts(run: RunDir, records: list[dict], active: bool, selection: dict, tra
     """The four tabs of curves. Every curve marks the selected step (status.json's
     `selection`); `train` is config.json's record: both read once per poll, passed in."""
     if not records:
-        st.caption("No steps logged yet (loading the model and data, and filling the frozen-layer cache, come first).")
+        explained(
+            "No steps logged yet (loading the model and data, and filling the frozen-layer cache, come first).",
+            "frozen-layer cache",
+        )
         return
     selected = advice.selected_step(selection)
     task = run_view.task_in(train)
@@ -256,7 +280,7 @@ def _losses(run: RunDir, records: list[dict], selected: int | None, selection: d
     explained(
         "Training loss: how badly the model fits its training batches (lower is better). Entropy on S_V: how "
         "unsure it is on the held-out questions; CALM raises it from overconfident, and ln K is its ceiling. "
-        "The star marks the selected step.",
+        f"{SELECTED_LINE}",
         "S_T",
         "S_V",
         "entropy",
@@ -290,7 +314,7 @@ def _evaluation(records: list[dict], selected: int | None, openqa: bool) -> None
         st.caption("No evaluation yet: it runs every `eval_every` steps and at the end.")
         return
     explained(
-        "One line per evaluation set (S_V is `heldout`), measured every few steps; the star marks the selected step.",
+        f"One line per evaluation set (S_V is `heldout`), measured every few steps. {SELECTED_LINE}",
         "evaluation set",
         "S_V",
         *(("accuracy", "ECE", "Sem1") if openqa else ("accuracy", "ECE", "NLL", "AUROC", "AURC", "entropy")),

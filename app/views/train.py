@@ -6,41 +6,34 @@ when this tab closes. The Monitor page follows it.
 
 from __future__ import annotations
 
-import json
 from typing import Any, NamedTuple
 
 import pandas as pd
 import streamlit as st
 
 from app.gate import studio_access, this_browser, this_session
-from app.keys import CALIBRATE_SPLIT, MONITOR_RUN
+from app.keys import MONITOR_RUN
 from app.settings_form import current_value, optional_count_input, setting_input
 from app.state import describe_error
+from app.train_advice import CALIBRATE_ON_KEY, heldout_advice, intro_text, prefilled_split, split_banner
+from app.train_cost import cost
+from app.train_notes import fast_paths_note, show_rejections
 from app.words import helps, method_name
 from calm_core.calibration.head import scope_note, scopes_for
 from calm_core.calibration.recommend import ALL_LABELLED, HELDOUT_ONLY
 from calm_core.data.entries import list_datasets
-from calm_core.data.schema import DataError
-from calm_core.data.split_sizes import CHOOSE_HELDOUT, FIXES, advise_split
 from calm_core.generative.sampling import GenerationConfig
 from calm_core.glossary import define, tooltip
 from calm_core.runs.listing import list_runs
 from calm_core.scoring.adapters import LoraSettings
-from calm_core.scoring.evaluate import load_report
-from calm_core.scoring.models import ModelLoadError, installed_models
+from calm_core.scoring.models import installed_models
 from calm_core.scoring.prompts import RULES
 from calm_core.settings import declared_settings
 from calm_core.training.config import PRESETS, TrainConfig, train_settings
 from calm_core.training.methods import METHODS
 from calm_core.training.tasks import get_task
-from calm_core.training.timings import RunSizes
-from calm_core.workspace import estimate_text
 from calm_core.workspace.access import Access, PathRefused, confine_model_name, launch_refusal
-from calm_core.workspace.estimate import estimate_for, planned_sizes
-from calm_core.workspace.fast_path_view import fast_path_rows, model_fast_paths
 from calm_core.workspace.launch import active_runs, launch_training
-from calm_core.workspace.machine_load import MachineLoad
-from calm_core.workspace.support import labelled_counts, support_sentence
 
 # The studio's multiple-choice demo: one domain to train on, two more to show what happens out of
 # domain. Other tasks start from their own DEFAULTS (training/tasks/<task>.py), as `calm train` does.
@@ -68,7 +61,6 @@ ADVANCED = (
     "threads",
 )
 OPTIMIZER_DEPENDENT = ("lr_theta", "lr_alpha")  # their defaults follow the optimizer: one widget per optimizer
-OUT_OF_DOMAIN = ["arc/easy_test", "builtin/capitals/test", "builtin/units/test"]  # a transfer check, first found
 
 
 class DataChoice(NamedTuple):
@@ -107,85 +99,12 @@ def _task_key(name: str, openqa: bool) -> str:
     return f"{name}_open" if openqa else name
 
 
-@st.cache_data(ttl=60, show_spinner="Reading the chosen dataset...")
-def _rejections(name: str, kind: str) -> list[str]:
-    """Headline and first reasons of the rows `name` rejects, [] when none: training
-    silently on part of a file is the surprise this page must not hide. Cached a minute
-    (a shared file is re-read at most that often while the page reruns)."""
-    try:
-        return load_report(name, kind).rejection_lines()
-    except DataError as exc:
-        return [f"{name} cannot be loaded", str(exc)]
-
-
-def _show_rejections(names: list[str], kind: str) -> None:
-    """One expander per chosen dataset that rejects rows, headed by what it rejected."""
-    for name in dict.fromkeys(n for n in names if n):
-        lines = _rejections(name, kind)
-        if lines:
-            with st.expander(f":material/warning: {lines[0]}"):
-                st.text("\n".join(lines[1:]))
-
-
-@st.cache_data(ttl=10, show_spinner=False)
-def _machine_load() -> MachineLoad:
-    """The machine's load for the time estimate, kept a few seconds: sampling it takes a
-    moment, and the page reruns on each widget change."""
-    return MachineLoad.now()
-
-
-@st.cache_data(ttl=60, show_spinner="Counting the chosen datasets' items for the time estimate...")
-def _planned_sizes(config_json: str) -> RunSizes:
-    """The run's item counts for its time estimate, kept a minute: they come from reading
-    every chosen dataset, and the page reruns on each widget change."""
-    return planned_sizes(TrainConfig.from_dict(json.loads(config_json)))
-
-
-def take_split(state: dict, names: list[str]) -> dict[str, str] | None:
-    """Prefill S_T, S_V and the evaluation sets from a split made on the Data page
-    (`calibrate_split`: its train / heldout / test parts), plus one out-of-domain set to
-    show transfer. Applied once, by setting the widgets' state, so edits stick."""
-    split = state.pop(CALIBRATE_SPLIT, None)
-    if not split or not all(split.get(part) in names for part in ("train", "heldout", "test")):
-        return None
-    outside = next((n for n in OUT_OF_DOMAIN if n in names and n not in split.values()), None)
-    state["train_task"] = "multiple choice"
-    state["train_data"], state["train_heldout"] = split["train"], split["heldout"]
-    state["train_evals"] = [split["test"]] + ([outside] if outside else [])
-    return split
-
-
-def intro() -> None:
-    """The title and what the page does, what to choose and how to know it went well: a run
-    outlives the tab, the Monitor follows it."""
+def intro(split: dict[str, Any] | None) -> None:
+    """The title and what the page does, in words that match the pickers (the user's split
+    when it prefilled them, else the default run), and the split's sizes when there is one."""
     st.title("Train")
-    st.markdown(
-        "Fine-tune the model so that it is as sure as it is right. The defaults are a good first run: **CALM** on "
-        "the built-in chemical-symbols questions, checked on two other domains, a few minutes on a laptop. "
-        "**Launch training** starts a background job (closing the tab does not stop it); the **Monitor** page "
-        "says whether it is going well and, at the end, which model to use.",
-        help=tooltip("CALM", "S_T", "S_V", "evaluation set"),
-    )
-
-
-def split_banner(state: Any) -> None:
-    """A split sent from the Data page fills the pickers once (take_split); the banner says
-    so on every rerun after, with the parts' sizes and a warning when S_V is too small."""
-    prefilled = take_split(state, [e.name for e in list_datasets(kind="mc")])
-    if prefilled:
-        state["train_prefilled"] = prefilled
-    split = state.get("train_prefilled")
-    if not split:
-        return
-    sizes = split.get("sizes") or {}
-    counts = f" ({sizes['train']} / {sizes['heldout']} / {sizes['test']} items)" if len(sizes) == 3 else ""
-    st.info(
-        f"Calibrating `{split.get('source', split['train'])}`: S_T, S_V and the test part come from its split"
-        f"{counts}; one out-of-domain set shows transfer. The time estimate is in section 4, **Cost and launch**."
-    )
-    advice = advise_split(sizes) if sizes else None
-    if advice is not None and advice.message:
-        (st.warning if advice.warned else st.info)(advice.message)
+    st.markdown(intro_text(split, st.session_state), help=tooltip("CALM", "S_T", "S_V", "evaluation set"))
+    split_banner(split)
 
 
 def choose_task() -> str:
@@ -229,25 +148,6 @@ def choose_model(access: Access) -> str:
         st.stop()
 
 
-def fast_paths_note(model: str) -> None:
-    """Under section 1: which fast paths the chosen model got on this machine and why
-    (each measured once against the model's own forward, calm_core/scoring/fast_paths.py)."""
-    try:
-        record = model_fast_paths(model)
-    except (ModelLoadError, OSError, ValueError):  # a path being typed, an embedded model not installed
-        record = None
-    if record is None:
-        st.caption(
-            "Fast paths (frozen prefix, hidden path, feature capture, prefix sharing) are measured against "
-            "this model's own forward when a run or an evaluation first loads it; each one it fails is "
-            "switched off, and the run's Monitor page and report say why."
-        )
-        return
-    used = ", ".join(row["fast path"] for row in fast_path_rows(record) if row["used"] == "yes") or "none"
-    with st.expander(f"Fast paths this model got: {used}"):
-        st.dataframe(pd.DataFrame(fast_path_rows(record)), hide_index=True, width="stretch")
-
-
 def _start_at(key: str, value: Any) -> None:
     """A data widget starts at `value` unless the session already holds one (a split taken
     from the Data page). The value goes into the session, never as the widget's default:
@@ -285,19 +185,20 @@ def choose_data(task: str, names: list[str]) -> DataChoice:
     if train_data is None or heldout is None:
         st.info("Choose a training set S_T and a held-out set S_V: the cost and the launch need both.")
         st.stop()
-    _show_rejections([train_data, heldout, *evals], "open" if openqa else "mc")
+    show_rejections([train_data, heldout, *evals], "open" if openqa else "mc")
     return DataChoice(train_data, heldout, evals, HELDOUT_ONLY if openqa else choose_calibrate_on())
 
 
 def choose_calibrate_on() -> str:
     """Where the post-hoc calibrators are fitted: S_V, or every labelled item k-fold, the
-    fix for a small S_V that the sentence before launch offers (multiple choice only)."""
+    fix for a small S_V that the advice under it offers as one click (multiple choice only;
+    app/train_advice.py)."""
     return st.radio(
         "Fit post-hoc calibrators on",
         list(CALIBRATE_ON_WORDS),
         format_func=CALIBRATE_ON_WORDS.get,
         horizontal=True,
-        key="train_calibrate_on",
+        key=CALIBRATE_ON_KEY,
         help=tooltip("k-fold on all labelled items", "TS", "S_V"),
     )
 
@@ -462,56 +363,6 @@ def build_config(
         st.stop()
 
 
-def cost(cfg: TrainConfig) -> None:
-    """Section 4's figures: the steps and the time the run will take, before anything is
-    launched: one likely duration and the range runs like it fall into, the breakdown in
-    an expander (no estimate, and why, when a dataset cannot be read)."""
-    st.subheader("4. Cost and launch")
-    support(cfg)
-    try:
-        sizes = _planned_sizes(json.dumps(cfg.to_dict(), sort_keys=True))
-        estimate = estimate_for(cfg, machine=_machine_load(), sizes=sizes)
-    except (DataError, ValueError, OSError) as exc:  # a dataset that cannot be read: its warning is shown above
-        estimate = None
-        st.caption(f"No time estimate: {describe_error(exc)}")
-    c1, c2 = st.columns(2)
-    c1.metric("Steps", cfg.steps)
-    if estimate is None:
-        return
-    c2.metric(
-        "Estimated time",
-        estimate_text.headline(estimate),
-        help="The likely wall time from the job's start to its final evaluation, on this machine at its load now.",
-    )
-    st.markdown(estimate_text.range_sentence(estimate))
-    if estimate.machine.note(estimate.threads):
-        st.warning(estimate.machine.note(estimate.threads), icon=":material/speed:")
-    st.caption(estimate_text.basis_sentence(estimate))
-    with st.expander("Where the time goes"):
-        st.dataframe(pd.DataFrame(estimate_text.part_rows(estimate)), hide_index=True, width="stretch")
-        early = estimate_text.early_sentence(estimate)
-        st.caption((f"{early} " if early else "") + estimate_text.parts_note(estimate))
-
-
-@st.cache_data(ttl=60, show_spinner=False)
-def _labelled_counts(config_json: str) -> tuple[int, int]:
-    """(S_V items, S_T items), kept a minute: counting reads both datasets."""
-    return labelled_counts(TrainConfig.from_dict(json.loads(config_json)))
-
-
-def support(cfg: TrainConfig) -> None:
-    """Before launch, in one sentence, what S_V supports (workspace/support.py, the words
-    `calm train` prints): a warning when it cannot choose between methods."""
-    try:
-        counts = _labelled_counts(json.dumps(cfg.to_dict(), sort_keys=True))
-    except (DataError, ValueError, OSError):  # the pickers above already say why
-        return
-    sentence = support_sentence(cfg, counts)
-    (st.info if counts[0] >= CHOOSE_HELDOUT else st.warning)(sentence, icon=":material/rule:")
-    if counts[0] < CHOOSE_HELDOUT and cfg.calibrate_on == HELDOUT_ONLY:
-        st.caption(f"{FIXES}: the first is the choice *Fit post-hoc calibrators on* in section 2.")
-
-
 def launch(cfg: TrainConfig, evals: list[str], access: Access) -> None:
     """The Launch button, off without evaluation sets, or in a shared studio past this
     session's, browser's or server's queue quota or the per-run step budget (access.launch_refusal, said in one
@@ -559,17 +410,18 @@ def queue() -> None:
     )
 
 
-intro()
-split_banner(st.session_state)
+intro(prefilled_split(st.session_state, [e.name for e in list_datasets(kind="mc")]))
 task = choose_task()
 access = studio_access()
 names = [e.name for e in list_datasets(kind="open" if task == "openqa" else "mc")]
 model = choose_model(access)
 data = choose_data(task, names)
+advice_slot = st.container()  # under the calibrate_on choice; filled once the config exists
 fast_paths_note(model)  # after the data pickers: drawn above them, its caption-to-expander swap reset them
 choice = choose_method(task)
 generation = choose_generation(task, choice.preset) if task == "openqa" else None
 cfg = build_config(task, model, data, choice, generation, advanced_settings(task, choice))
+heldout_advice(advice_slot, cfg, offer_kfold=task != "openqa")
 cost(cfg)
 launch(cfg, data.evals, access)
 queue()

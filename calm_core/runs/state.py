@@ -23,6 +23,7 @@ ACTIVE_STATES = ("running", "stopping")  # a process is expected to be alive and
 TERMINAL_STATES = ("finished", "failed", "cancelled")
 STALE_AFTER_S = 60.0  # a running job that has not heartbeat for this long counts as failed
 STARTUP_GRACE_S = 600.0  # before its first heartbeat a job may be importing torch / converting a model
+FINAL_PHASE = "final evaluation"  # status.json `phase` while it runs (training/loop.py; its passes: `final`)
 DAMAGED = "damaged"  # shown, never written: a file the run needs cannot be read (RunFileError says which)
 
 

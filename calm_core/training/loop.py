@@ -33,6 +33,7 @@ from calm_core.faults import fault_point
 from calm_core.runs.events import TENSORBOARD, EventLog, final_scalars, hparams_of, tensorboard_choice
 from calm_core.runs.layout import RESULTS
 from calm_core.runs.rundir import RunDir
+from calm_core.runs.state import FINAL_PHASE
 from calm_core.scoring.adapters import attach_lora, lora_parameters, quantization_choice
 from calm_core.scoring.prompts import ScoringConfig
 from calm_core.training import distributed
@@ -483,7 +484,7 @@ def _final(loop: Loop, state: str) -> None:
             reuse = stop.restore(ctx, step)
             selection = stop.summary()
             if writer is not None:
-                with writer.keepalive("final evaluation"):  # minutes without a step: keep the heartbeat
+                with writer.keepalive(FINAL_PHASE):  # minutes without a step: keep the heartbeat
                     ctx.task.final_evaluation(
                         ctx, loop.data, writer, reuse, {"selection": selection} if selection else {}
                     )

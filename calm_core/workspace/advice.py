@@ -181,11 +181,25 @@ def _because(chosen: str, comparison: dict[str, Any]) -> str:
     if not runner_up or runner_up == reference or not comparison.get("against_runner_up"):
         return text
     versus = PairedDifference.from_dict(comparison["against_runner_up"])
+    simpler = comparison.get("simpler", chosen)
+    if runner_up in against and not against[runner_up].lower_for_sure:
+        return text + "; " + _not_shown(runner_up, against[runner_up], versus, simpler == runner_up)
     if versus.lower_for_sure:
         return text + f", also against the runner-up, {variant_label(runner_up)} ({_interval('difference', versus)})"
-    simpler = comparison.get("simpler", chosen)
     which = "it is the simpler of the two" if simpler == chosen else f"{variant_label(simpler)} is simpler"
     return text + f"; it is tied with {variant_label(runner_up)} ({_interval('difference', versus)}), and {which}"
+
+
+def _not_shown(runner_up: str, gain: PairedDifference, versus: PairedDifference, simpler: bool) -> str:
+    """Why the runner-up is not the one recommended although it comes close: its own NLL
+    change against the model as it is is not shown (the interval reaches zero, or too few
+    items), which is checked before how the two compare, so it is said first."""
+    name = variant_label(runner_up) + (", though simpler," if simpler else "")
+    why = "reaches zero" if gain.hi >= 0 else f"rests on too few items (under {MIN_PAIRED_ITEMS})"
+    text = f"{name} is not shown to lower it: its own {_interval('NLL change', gain)}, {why}"
+    if versus.undecided:
+        text += f"; the two cannot be told apart ({_interval('difference', versus)})"
+    return text
 
 
 def _keep_because(n: int, closest: str | None, gain: PairedDifference | None, items: str = HELDOUT_ITEMS) -> str:
@@ -210,14 +224,17 @@ def _interval(what: str, d: PairedDifference) -> str:
 HELDOUT_COLUMNS = ("variant", "S_V NLL", f"NLL change [{LEVEL} interval]", "S_V accuracy", "counted")
 
 
-# The same evidence when the post-hoc choice was made on every labelled item (calibrate_on = all)
-POOLED_COLUMNS = ("variant", "NLL (S_T + S_V, out of fold)", HELDOUT_COLUMNS[2], "accuracy (S_T + S_V)", "counted")
+# The same evidence when the post-hoc choice was made on every labelled item (calibrate_on = all):
+# each row says which items scored it, since the trained model is scored on S_V alone beside them.
+SCORED_ON = "scored on"
+POOLED_COLUMNS = ("variant", SCORED_ON, "NLL", HELDOUT_COLUMNS[2], "accuracy", "counted")
+POOLED_ITEMS, HELDOUT_ONLY_ITEMS = "S_T + S_V, out of fold", "S_V alone"  # the `scored on` cells
 
 
 POOLED_NOTE = (
-    " Here the post-hoc calibrators were fitted k-fold on all labelled items (S_T + S_V), so the figures are "
-    "every labelled item's out-of-fold prediction; the trained model saw S_T, so it is compared on S_V alone "
-    "and recommended only when it wins there."
+    " Here the post-hoc calibrators were fitted k-fold on all labelled items (S_T + S_V), so their figures are "
+    "every labelled item's out-of-fold prediction; the trained model saw S_T, so its rows are scored on S_V "
+    "alone, beside the model as it is on the same items, and it is recommended only when it wins there."
 )
 
 
@@ -225,7 +242,7 @@ HELDOUT_CAPTION = (
     "The recommendation's evidence on S_V: each variant's NLL, and its change against the model as it is, "
     f"the mean per-item difference with its paired {LEVEL} bootstrap interval (a change is recommended only "
     "when the whole interval is below zero). Post-hoc calibrators are scored on S_V items they were not fitted "
-    "on where S_V allows (cross-fitted)."
+    "on where S_V allows (cross-fitted). Counted: whether a variant took part in the choice, or why not."
 )
 
 
@@ -248,40 +265,85 @@ def heldout_rows(results: dict[str, Any]) -> list[dict[str, str]]:
     """The recommendation's evidence, one row per variant (evidence_columns), lowest NLL
     first: its NLL on S_V (or on every labelled item, out of fold), its per-item NLL change
     against base with the paired 90% interval, its accuracy, and whether it counted (or
-    why not). [] without a recommendation."""
+    why not). With the choice made on all labelled items, the variants that were compared
+    on S_V alone (the trained model: it saw S_T) follow, with base on the same S_V items,
+    so every trained variant is in the table. [] without a recommendation."""
     rec = results.get("recommendation") or {}
-    columns = evidence_columns(results)
-    figures = rec.get("heldout") or {}
-    against = (rec.get("comparison") or {}).get("against_reference") or {}
+    if not rec:
+        return []
+    if not pooled(results):
+        rows = _stage_rows(rec, rec.get("variant"), HELDOUT_COLUMNS)
+        return rows + _not_compared(results, set(rec.get("heldout") or {}), HELDOUT_COLUMNS)
+    rows = _stage_rows(rec, rec.get("variant"), POOLED_COLUMNS, POOLED_ITEMS)
+    on_heldout = (rec.get("stages") or {}).get("S_V") or {}
+    shown = set(rec.get("heldout") or {})
+    added = {name for name in on_heldout.get("heldout") or {} if name not in shown}
+    if added:
+        reference = (on_heldout.get("comparison") or {}).get("reference", "base")
+        keep = added | {reference}
+        rows += _stage_rows(on_heldout, rec.get("variant"), POOLED_COLUMNS, HELDOUT_ONLY_ITEMS, keep)
+    return rows + _not_compared(results, shown | added, POOLED_COLUMNS)
+
+
+# Why an evaluated post-hoc calibrator has no figures in the evidence: recommend.cross_fitted
+# scores a calibrator only out of fold, and one that reads hidden states (ATS) only when each
+# fold's fitting part holds its own minimum of items.
+NOT_COMPARED = "not compared: too few items to score it out of fold"
+
+
+def _not_compared(results: dict[str, Any], compared: set[str], columns: tuple[str, ...]) -> list[dict[str, str]]:
+    """A row for each post-hoc calibrator the run evaluated but the recommendation could not
+    compare, so the table never drops a variant the tables below show without saying why."""
+    evaluated = dict.fromkeys(str(row.get("variant")) for row in results.get("results", []))
+    missing = [name for name in evaluated if name in calibrators() and name not in compared]
+    return [
+        {
+            column: variant_label(name) if column == "variant" else NOT_COMPARED if column == "counted" else "-"
+            for column in columns
+        }
+        for name in missing
+    ]
+
+
+def _stage_rows(
+    stage: dict[str, Any],
+    chosen: str | None,
+    columns: tuple[str, ...],
+    scored_on: str | None = None,
+    only: set[str] | None = None,
+) -> list[dict[str, str]]:
+    """One recommendation stage's rows (its `heldout` figures and `comparison`), lowest NLL
+    first, limited to `only`; `scored_on` fills that column where `columns` has it."""
+    figures = stage.get("heldout") or {}
+    against = (stage.get("comparison") or {}).get("against_reference") or {}
+    names = [name for name in figures if only is None or name in only]
     rows = []
-    for name in sorted(figures, key=lambda v: figures[v].get("nll", math.inf)):
+    for name in sorted(names, key=lambda v: figures[v].get("nll", math.inf)):
         f = figures[name]
         change = PairedDifference.from_dict(against[name]) if name in against else None
-        counted = (
-            "recommended"
-            if name == rec.get("variant")
-            else "accuracy lost"
-            if not f.get("kept_accuracy", True)
-            else "no evidence (fitted on these items)"
-            if not f.get("evidence", True)
-            else "yes"
-        )
-        rows.append(
-            dict(
-                zip(
-                    columns,
-                    (
-                        variant_label(name),
-                        f"{f['nll']:.3f}" if isinstance(f.get("nll"), (int, float)) else "-",
-                        f"{change.mean:+.3f} [{change.lo:+.3f}, {change.hi:+.3f}]" if change else "-",
-                        f"{f['acc']:.3f}" if isinstance(f.get("acc"), (int, float)) else "-",
-                        counted,
-                    ),
-                    strict=True,
-                )
-            )
-        )
+        cells = {
+            "variant": variant_label(name),
+            SCORED_ON: scored_on or "",
+            "NLL": f"{f['nll']:.3f}" if isinstance(f.get("nll"), (int, float)) else "-",
+            "change": f"{change.mean:+.3f} [{change.lo:+.3f}, {change.hi:+.3f}]" if change else "-",
+            "accuracy": f"{f['acc']:.3f}" if isinstance(f.get("acc"), (int, float)) else "-",
+            "counted": _counted(name, f, chosen),
+        }
+        order = ("variant", SCORED_ON, "NLL", "change", "accuracy", "counted")
+        values = [cells[key] for key in order if key != SCORED_ON or SCORED_ON in columns]
+        rows.append(dict(zip(columns, values, strict=True)))
     return rows
+
+
+def _counted(name: str, figures: dict[str, Any], chosen: str | None) -> str:
+    """The `counted` cell: recommended, yes, or why the variant took no part in the choice."""
+    if name == chosen:
+        return "recommended"
+    if not figures.get("kept_accuracy", True):
+        return "accuracy lost"
+    if not figures.get("evidence", True):
+        return "no evidence (fitted on these items)"
+    return "yes"
 
 
 def _text_table(rows: list[dict[str, str]], columns: tuple[str, ...]) -> list[str]:

@@ -36,13 +36,17 @@ NEAR_UNIFORM_ACCURACY = 0.10
 UNDER_CONFIDENT_GAP = 0.10
 NEAR_UNIFORM, ACCURACY_LOST, UNDER_CONFIDENT = "near-uniform", "accuracy lost", "under-confident"
 BASE_LABEL = "the model as it is"  # how a person reads `base`
+# Variants whose short name a reader meets elsewhere (tables' keys, the docs): their label
+# carries it, "adaptive temperature scaling (ATS)", so the short form is never unexplained.
+ABBREVIATIONS = {"ats": "ATS"}
 LEVEL = f"{PAIRED_LEVEL:.0%}"  # "90%": every interval the verdict states
 VERDICT_COLUMNS = ("evaluation set", "best calibrated", "flags", "recommended on S_V")
 VERDICT_HELP = {
     "evaluation set": "one row per evaluation set of the run (the first is in domain)",
     "best calibrated": "lowest ECE among the variants that keep base's accuracy (within one point, or one item "
     "under 100 items) and AUROC (not below base's 90% interval); a tie, with the item count, when the paired "
-    f"{LEVEL} interval of the per-item top-label Brier difference cannot tell it from another",
+    f"{LEVEL} interval of the per-item top-label Brier difference cannot tell it from another; a flagged "
+    "variant carries its flag's word there too",
     "flags": f"{NEAR_UNIFORM}: mean confidence within {NEAR_UNIFORM_CONFIDENCE} of 1/K while accuracy is more than "
     f"{NEAR_UNIFORM_ACCURACY} above it (a small ECE that says nothing); {UNDER_CONFIDENT}: mean confidence more "
     f"than {UNDER_CONFIDENT_GAP} below accuracy; {ACCURACY_LOST}: accuracy fell past that slack",
@@ -50,7 +54,8 @@ VERDICT_HELP = {
     f"is unless a change lowers the S_V NLL beyond the noise (paired {LEVEL} interval below zero)",
 }
 VERDICT_CAPTION = (
-    "Best calibrated: the lowest ECE among variants that keep base's accuracy and AUROC on that set; a tie when "
+    "Best calibrated: the lowest ECE among variants that keep base's accuracy and AUROC on that set, with its "
+    "flag's word when it has one; a tie when "
     f"the items cannot tell it from another (paired {LEVEL} bootstrap interval of the per-item top-label Brier "
     f"difference includes zero). Flags: {NEAR_UNIFORM} (confidence near 1/K while accuracy is well above it), "
     f"{UNDER_CONFIDENT} (confidence more than {UNDER_CONFIDENT_GAP} below accuracy) and {ACCURACY_LOST}. "
@@ -66,7 +71,8 @@ def variant_label(variant: str) -> str:
         return BASE_LABEL
     found = calibrators().get(variant)
     if found is not None:
-        return found.label[:1].lower() + found.label[1:]
+        label = found.label[:1].lower() + found.label[1:]
+        return f"{label} ({ABBREVIATIONS[variant]})" if variant in ABBREVIATIONS else label
     method = variant.removesuffix("_theta_only")
     if method not in METHODS:
         return variant
@@ -116,10 +122,15 @@ class VerdictRow:
 
     def best_cell(self) -> str:
         """ "CALM (ECE 0.060)", or with a tie "tie on 24 items between CALM (ECE 0.060) and
-        temperature scaling (ECE 0.080)" (labels may hold commas: "CALM, adapter only")."""
+        temperature scaling (ECE 0.080)" (labels may hold commas: "CALM, adapter only"). A
+        flagged variant carries its flag's word: "thermometer (ECE 0.134, under-confident)",
+        so the best cell never contradicts the flags cell beside it."""
         if not self.best or self.best_ece is None:
             return "-"
-        named = [f"{variant_label(v)} (ECE {ece:.3f})" for v, ece in ((self.best, self.best_ece), *self.tied)]
+        named = [
+            f"{variant_label(v)} (ECE {ece:.3f}{''.join(f', {why}' for why in self.flags.get(v, ()))})"
+            for v, ece in ((self.best, self.best_ece), *self.tied)
+        ]
         if not self.tied:
             return named[0]
         return f"tie on {self.n} items between {', '.join(named[:-1])} and {named[-1]}"

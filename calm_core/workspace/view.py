@@ -21,6 +21,7 @@ from calm_core.calibration.thermometer import KIND as THERMOMETER
 from calm_core.glossary import define, lookup
 from calm_core.runs.layout import predictions_path
 from calm_core.runs.rundir import RunDir
+from calm_core.workspace.verdict import ABBREVIATIONS
 
 EVAL_PREFIX = "eval/"
 
@@ -48,18 +49,6 @@ def alpha_vectors(records: list[dict[str, Any]], name: str = "tau") -> tuple[lis
     if not rows:
         return [], np.zeros((0, 0))
     return [s for s, _ in rows], np.array([v for _, v in rows], dtype=np.float64)
-
-
-def eta_seconds(records: list[dict[str, Any]], total_steps: int | None) -> float | None:
-    """Remaining seconds at the recent pace (mean of the last 10 steps' wall time)."""
-    if not records or not total_steps:
-        return None
-    recent = records[-11:]
-    done = records[-1]["step"]
-    if len(recent) < 2 or done >= total_steps:
-        return 0.0 if done >= total_steps else None
-    pace = (recent[-1]["elapsed"] - recent[0]["elapsed"]) / (recent[-1]["step"] - recent[0]["step"])
-    return max(0.0, pace * (total_steps - done))
 
 
 # The BOME diagnostics a page, the report or `calm runs` shows, in the order shown. What each
@@ -232,7 +221,8 @@ def posthoc_lines(results: dict[str, Any], notes_only: bool = False) -> list[str
         except (TypeError, ValueError):  # another version's record: nothing to say rather than a wrong line
             continue
         if not notes_only:
-            lines.append(f"{cls.label} ({name}): {fitted.describe('.4g')}, fitted on {record.get('fit_on')}.")
+            short = ABBREVIATIONS.get(name, name)  # "Adaptive temperature scaling (ATS)", never "(ats)"
+            lines.append(f"{cls.label} ({short}): {fitted.describe('.4g')}, fitted on {record.get('fit_on')}.")
     return lines
 
 

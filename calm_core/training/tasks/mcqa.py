@@ -234,7 +234,7 @@ def final_evaluation(
     records = baseline_records(fitted, notes, fit_on=fit_on, calibrate_on=ctx.settings.calibrate_on)
     thermometer = _thermometer(ctx, records)
     variants = _variants_of(ctx, _with_thermometer(fitted, thermometer))
-    rows = _evaluate_sets(ctx, data.evals, variants, run.path, reuse)
+    rows = _evaluate_sets(ctx, data.evals, variants, run.path, reuse, progress=_final_progress(run))
     recommendation = (
         _recommendation(ctx, data, (heldout_cache, train_cache), fitted, thermometer)
         if ctx.settings.eval_baselines
@@ -322,16 +322,20 @@ def _evaluate_sets(
     variants: list[Variant],
     root: Any,
     reuse: dict[str, dict[tuple[bool, bool], Any]] | None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per (set, variant) and its predictions at <root>/eval/<variant>/<set>.parquet;
     `reuse`: scores already computed at these parameters, per set. Each row's `paired`
     holds its per-item top-label Brier difference to every other variant of the set, with
-    the paired interval (metrics.paired_records), so the verdict row can tell a tie."""
-    rows = []
-    for name, items in evals.items():
+    the paired interval (metrics.paired_records), so the verdict row can tell a tie.
+    `progress(done, total)` is told before each (set, variant) pass and after the last."""
+    rows, total = [], len(evals) * len(variants)
+    for index, (name, items) in enumerate(evals.items()):
         cache: dict[tuple[bool, bool], Any] = (reuse or {}).get(name, {})
         set_rows, per_item = [], {}
-        for variant in variants:
+        for offset, variant in enumerate(variants):
+            if progress is not None:
+                progress(index * len(variants) + offset, total)
             scores = _scores_for(
                 ctx,
                 items,
@@ -350,7 +354,19 @@ def _evaluate_sets(
             fault_point("eval_written")
         records = metrics.paired_records(per_item, TIE_SCORE) if per_item else {}
         rows += [{**row, "paired": records[row["variant"]]} for row in set_rows]
+    if progress is not None:
+        progress(total, total)
     return rows
+
+
+def _final_progress(run: RunDir) -> Callable[[int, int], None]:
+    """status.json's `final`: the final evaluation's (set, variant) passes done and in all,
+    which the Monitor shows instead of a time left (workspace/remaining.py)."""
+
+    def told(done: int, total: int) -> None:
+        run.update_status(final={"done": done, "total": total})
+
+    return told
 
 
 TIE_SCORE = "top-label Brier"  # what a result row's `paired` compares (workspace/verdict.py says why)

@@ -1,0 +1,126 @@
+"""The Train page's words about its data: the split a Data page sends, the page's opening
+sentence, and the one piece of advice on a small S_V, with its fix as one click.
+
+Why a module: the advice is said once, under the choice it concerns (section 2's *Fit
+post-hoc calibrators on*); it was said four times across Data and Train (issue 40). And
+app/views/train.py stays a short script (issue 42).
+
+    split = prefilled_split(st.session_state, names)   # the Data page's split, once taken
+    st.markdown(intro_text(split, st.session_state))
+    slot = st.container()                               # under the calibrate_on radio
+    heldout_advice(slot, cfg)                           # filled once the run's config exists
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, MutableMapping
+
+import streamlit as st
+
+from app.keys import CALIBRATE_SPLIT
+from calm_core.calibration.recommend import ALL_LABELLED
+from calm_core.data.schema import DataError
+from calm_core.data.split_sizes import CHOOSE_HELDOUT, heldout_support
+from calm_core.training.config import TrainConfig
+from calm_core.workspace.support import labelled_counts, support_sentence
+
+CALIBRATE_ON_KEY = "train_calibrate_on"  # the radio the one click sets
+PREFILLED_KEY = "train_prefilled"  # the split taken from the Data page, kept for the page's words
+OUT_OF_DOMAIN = ["arc/easy_test", "builtin/capitals/test", "builtin/units/test"]  # a transfer check, first found
+DEFAULT_INTRO = (
+    "Fine-tune the model so that it is as sure as it is right. The defaults are a good first run: **CALM** on "
+    "the built-in chemical-symbols questions, checked on two other domains, a few minutes on a laptop. "
+)
+# What the Data page says of a small S_V it cannot split better: the fix is here, as one click.
+TRAIN_FIX = (
+    "Its S_V is small: **Calibrate this dataset** opens Train, which says what S_V supports and offers the "
+    "fix, k-fold on all labelled items, in one click."
+)
+CLOSING = (
+    "**Launch training** starts a background job (closing the tab does not stop it); the **Monitor** page "
+    "says whether it is going well and, at the end, which model to use."
+)
+
+
+def take_split(state: MutableMapping[str, Any], names: list[str]) -> dict[str, Any] | None:
+    """Prefill S_T, S_V and the evaluation sets from a split made on the Data page
+    (`calibrate_split`: its train / heldout / test parts), plus one out-of-domain set to
+    show transfer. Applied once, by setting the widgets' state, so edits stick."""
+    split = state.pop(CALIBRATE_SPLIT, None)
+    if not split or not all(split.get(part) in names for part in ("train", "heldout", "test")):
+        return None
+    outside = next((n for n in OUT_OF_DOMAIN if n in names and n not in split.values()), None)
+    state["train_task"] = "multiple choice"
+    state["train_data"], state["train_heldout"] = split["train"], split["heldout"]
+    state["train_evals"] = [split["test"]] + ([outside] if outside else [])
+    return split
+
+
+def prefilled_split(state: MutableMapping[str, Any], names: list[str]) -> dict[str, Any] | None:
+    """The split this session took from the Data page (taking a newly sent one first), or None."""
+    taken = take_split(state, names)
+    if taken:
+        state[PREFILLED_KEY] = taken
+    return state.get(PREFILLED_KEY)
+
+
+def intro_text(split: dict[str, Any] | None, state: MutableMapping[str, Any]) -> str:
+    """The page's opening paragraph: the user's own split while the pickers still hold it,
+    else the default run's description (the page's defaults are then what it describes)."""
+    if not split or (state.get("train_data"), state.get("train_heldout")) != (split["train"], split["heldout"]):
+        return DEFAULT_INTRO + CLOSING
+    source = split.get("source", split["train"])
+    return (
+        f"Fine-tune the model on your own questions, `{source}`, so that it is as sure as it is right: its "
+        "training, held-out and test parts are filled in below, with one out-of-domain set to show transfer. " + CLOSING
+    )
+
+
+def split_banner(split: dict[str, Any] | None) -> None:
+    """Where the pickers' values came from, with the parts' sizes (what S_V supports is said
+    once, under the calibrate_on choice: `heldout_advice`)."""
+    if not split:
+        return
+    sizes = split.get("sizes") or {}
+    counts = f" ({sizes['train']} / {sizes['heldout']} / {sizes['test']} items)" if len(sizes) == 3 else ""
+    st.info(
+        f"Calibrating `{split.get('source', split['train'])}`: S_T, S_V and the test part come from its split"
+        f"{counts}; one out-of-domain set shows transfer. The time estimate is in section 4, **Cost and launch**."
+    )
+
+
+@st.cache_data(ttl=60, show_spinner=False)
+def _labelled_counts(config_json: str) -> tuple[int, int]:
+    """(S_V items, S_T items), kept a minute: counting reads both datasets."""
+    return labelled_counts(TrainConfig.from_dict(json.loads(config_json)))
+
+
+def _use_kfold() -> None:
+    """The one click: fit the post-hoc calibrators k-fold on all labelled items."""
+    st.session_state[CALIBRATE_ON_KEY] = ALL_LABELLED
+
+
+def heldout_advice(slot: Any, cfg: TrainConfig, offer_kfold: bool) -> None:
+    """What S_V supports, said once into `slot` (under the calibrate_on choice) in the words
+    `calm train` prints (workspace/support.py): a caption when S_V can choose between methods;
+    a warning when it cannot, with k-fold on all labelled items as one click where the task
+    offers it (`offer_kfold`); a note once k-fold is chosen."""
+    try:
+        heldout, train = _labelled_counts(json.dumps(cfg.to_dict(), sort_keys=True))
+    except (DataError, ValueError, OSError):  # the pickers above already say why
+        return
+    if heldout >= CHOOSE_HELDOUT:
+        slot.caption(support_sentence(cfg, (heldout, train)))
+    elif cfg.calibrate_on == ALL_LABELLED:
+        slot.info(support_sentence(cfg, (heldout, train)), icon=":material/rule:")
+    elif not offer_kfold:
+        slot.warning(support_sentence(cfg, (heldout, train)), icon=":material/rule:")
+    else:
+        slot.warning(heldout_support(heldout, heldout + train), icon=":material/rule:")
+        slot.button(
+            f"Use k-fold on all {heldout + train} labelled items",
+            key="train_use_kfold",
+            on_click=_use_kfold,
+            help="Sets *Fit post-hoc calibrators on* above to all labelled items, k-fold (S_T + S_V).",
+        )

@@ -1,0 +1,65 @@
+"""Section 4 of the Train page, Cost and launch: the steps and the time a run will take,
+before anything is launched.
+
+Why a module: app/views/train.py stays a short script (issue 42). What S_V supports is not
+said here: it is said once, under the calibrate_on choice (app/train_advice.py).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import streamlit as st
+
+from app.state import describe_error
+from calm_core.data.schema import DataError
+from calm_core.training.config import TrainConfig
+from calm_core.training.timings import RunSizes
+from calm_core.workspace import estimate_text
+from calm_core.workspace.estimate import estimate_for, planned_sizes
+from calm_core.workspace.machine_load import MachineLoad
+
+
+@st.cache_data(ttl=10, show_spinner=False)
+def _machine_load() -> MachineLoad:
+    """The machine's load for the time estimate, kept a few seconds: sampling it takes a
+    moment, and the page reruns on each widget change."""
+    return MachineLoad.now()
+
+
+@st.cache_data(ttl=60, show_spinner="Counting the chosen datasets' items for the time estimate...")
+def _planned_sizes(config_json: str) -> RunSizes:
+    """The run's item counts for its time estimate, kept a minute: they come from reading
+    every chosen dataset, and the page reruns on each widget change."""
+    return planned_sizes(TrainConfig.from_dict(json.loads(config_json)))
+
+
+def cost(cfg: TrainConfig) -> None:
+    """Section 4's figures: the steps and the time the run will take, before anything is
+    launched: one likely duration and the range runs like it fall into, the breakdown in
+    an expander (no estimate, and why, when a dataset cannot be read)."""
+    st.subheader("4. Cost and launch")
+    try:
+        sizes = _planned_sizes(json.dumps(cfg.to_dict(), sort_keys=True))
+        estimate = estimate_for(cfg, machine=_machine_load(), sizes=sizes)
+    except (DataError, ValueError, OSError) as exc:  # a dataset that cannot be read: its warning is shown above
+        estimate = None
+        st.caption(f"No time estimate: {describe_error(exc)}")
+    c1, c2 = st.columns(2)
+    c1.metric("Steps", cfg.steps)
+    if estimate is None:
+        return
+    c2.metric(
+        "Estimated time",
+        estimate_text.headline(estimate),
+        help="The likely wall time from the job's start to its final evaluation, on this machine at its load now.",
+    )
+    st.markdown(estimate_text.range_sentence(estimate))
+    if estimate.machine.note(estimate.threads):
+        st.warning(estimate.machine.note(estimate.threads), icon=":material/speed:")
+    st.caption(estimate_text.basis_sentence(estimate))
+    with st.expander("Where the time goes"):
+        st.dataframe(pd.DataFrame(estimate_text.part_rows(estimate)), hide_index=True, width="stretch")
+        early = estimate_text.early_sentence(estimate)
+        st.caption((f"{early} " if early else "") + estimate_text.parts_note(estimate))
