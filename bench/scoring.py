@@ -71,7 +71,6 @@ def run_one(
 ) -> dict:
     sys.path.insert(0, str(ROOT))
     import torch
-
     from flops import counted_flops, matmul_peak_gflops, peak_fraction
 
     if threads:
