@@ -1,0 +1,178 @@
+"""Issue 40, item 4 ("small samples are drawn as if they were certain"): reliability diagrams
+choose their bins from the item count, draw a Wilson interval per bin and one-item bins
+hollow, and say the ECE that noise alone gives at the same size
+(calm_core/calibration/metrics/reliability.py; the charts in app/charts.py and
+calm_core/workspace/report_svg.py).
+
+Run: .venv/bin/python -m pytest tests/test_reliability_diagram.py -q
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from calm_core.calibration import metrics
+from calm_core.calibration.metrics import auto_bins, noise_ece, prepare_reliability, wilson_interval
+from calm_core.calibration.metrics.reliability import LEVEL, _noise_ece_cached
+
+Z90 = 1.6448536269514722  # the standard normal's 0.95 quantile
+
+
+def fourteen(seed: int = 4) -> tuple[np.ndarray, np.ndarray]:
+    """Issue 40's test split: 14 items with distinct confidences, right with probability c."""
+    rng = np.random.default_rng(seed)
+    c = np.sort(rng.uniform(0.3, 1.0, 14))
+    return c, (rng.random(14) < c).astype(float)
+
+
+def wilson_by_hand(k: int, n: int, z: float = Z90) -> tuple[float, float]:
+    """The closed formula, written out independently (Wilson 1927; Brown, Cai & DasGupta 2001, eq. 4)."""
+    p = k / n
+    centre = (k + z * z / 2) / (n + z * z)
+    half = z * math.sqrt(n) / (n + z * z) * math.sqrt(p * (1 - p) + z * z / (4 * n))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+# ----------------------------------------------------------------------------- the bins
+
+
+@pytest.mark.parametrize(("n", "bins"), [(1, 1), (2, 2), (5, 3), (14, 4), (40, 6), (99, 10), (100, 10), (500, 15)])
+def test_bins_follow_the_item_count(n: int, bins: int) -> None:
+    assert auto_bins(n) == bins == min(n, max(3, min(15, round(math.sqrt(n)))))
+
+
+def test_fourteen_items_get_equal_mass_bins_without_one_item_bins() -> None:
+    c, a = fourteen()
+    data = prepare_reliability(c, a)
+    assert data.strategy == "quantile" and data.n_bins == auto_bins(14) == 4
+    assert data.n_items == 14 and data.count.max() - data.count.min() <= 1
+    assert not data.hollow.any()
+    for b in range(data.n_bins):  # each bin's numbers are its own items' means
+        inside = (c >= data.lower[b]) & (c <= data.upper[b]) & ((c > data.lower[b]) | (b == 0))
+        assert inside.sum() == data.count[b]
+        assert data.mean_confidence[b] == pytest.approx(c[inside].mean())
+        assert data.accuracy[b] == pytest.approx(a[inside].mean())
+
+
+def test_fifteen_equal_width_bins_on_fourteen_items_flag_one_item_bins_hollow() -> None:
+    c, a = fourteen()
+    data = prepare_reliability(c, a, n_bins=15, strategy="uniform")
+    table = metrics.bin_confidences(c, a, n_bins=15)
+    assert data.count.tolist() == table.counts.tolist()  # the ECE's own bins, empty ones kept
+    assert data.hollow.tolist() == (table.counts == 1).tolist() and data.hollow.sum() >= 3
+    records = data.to_records()
+    assert [r["hollow"] for r in records] == data.hollow.tolist()
+    assert all(r["accuracy"] is None and r["acc_low"] is None for r in records if r["count"] == 0)
+
+
+def test_tied_confidences_leave_no_empty_equal_mass_bin() -> None:
+    c = np.array([0.5] * 8 + [0.9, 0.95])
+    data = prepare_reliability(c, np.ones(10), n_bins=5)
+    assert (data.count > 0).all() and data.n_items == 10
+
+
+# ----------------------------------------------------------------------------- Wilson
+
+
+@pytest.mark.parametrize(("k", "n"), [(0, 1), (1, 1), (0, 5), (3, 10), (7, 7), (12, 40), (250, 500)])
+def test_wilson_interval_matches_the_closed_formula_and_a_library(k: int, n: int) -> None:
+    low, high = wilson_interval(k, n, 0.9)
+    assert (float(low), float(high)) == pytest.approx(wilson_by_hand(k, n), abs=1e-12)
+    try:  # statsmodels where installed, else scipy (the test extra's scikit-learn brings it)
+        from statsmodels.stats.proportion import proportion_confint
+
+        ref = proportion_confint(k, n, alpha=0.1, method="wilson")
+    except ImportError:
+        import scipy.stats
+
+        ci = scipy.stats.binomtest(k, n).proportion_ci(confidence_level=0.9, method="wilson")
+        ref = (ci.low, ci.high)
+    assert (float(low), float(high)) == pytest.approx(ref, abs=1e-9)
+
+
+def test_wilson_interval_known_values() -> None:
+    # n = 1: the ends are 1 / (1 + z^2) and z^2 / (1 + z^2), whatever the item's answer
+    z2 = Z90 * Z90
+    assert [float(v) for v in wilson_interval(1, 1)] == pytest.approx([1 / (1 + z2), 1.0])
+    assert [float(v) for v in wilson_interval(0, 1)] == pytest.approx([0.0, z2 / (1 + z2)])
+    low, high = wilson_interval([5, 50], [10, 100])  # same proportion, 10x the items: narrower
+    assert high[1] - low[1] < high[0] - low[0] and low[0] < 0.5 < high[0]
+    assert np.isnan(wilson_interval(0, 0)[0])
+    with pytest.raises(ValueError, match="Expected `level` in"):
+        wilson_interval(1, 2, level=1.5)
+
+
+def test_every_bin_carries_its_wilson_interval() -> None:
+    c, a = fourteen()
+    data = prepare_reliability(c, a)
+    k = np.round(data.accuracy * data.count)
+    low, high = wilson_interval(k, data.count, LEVEL)
+    assert np.allclose(data.acc_low, low) and np.allclose(data.acc_high, high)
+    assert (data.acc_low <= data.accuracy).all() and (data.accuracy <= data.acc_high).all()
+
+
+# ----------------------------------------------------------------------------- noise ECE
+
+
+def test_noise_ece_draws_the_reported_ece() -> None:
+    """Each draw's ECE is metrics.confidence_ece on the same bins (checked on a few draws)."""
+    from calm_core.calibration.metrics.reliability import _noise_draws
+
+    c, _ = fourteen()
+    eces = _noise_draws(c, 15, "uniform", 5, seed=3)
+    rng = np.random.default_rng(3)
+    for value in eces:
+        draw = (rng.random((1, len(c))) < c).astype(float)[0]
+        assert value == pytest.approx(metrics.confidence_ece(c, draw, n_bins=15), abs=1e-12)
+
+
+def test_noise_ece_shrinks_with_the_item_count_and_is_cached() -> None:
+    rng = np.random.default_rng(0)
+    small = noise_ece(rng.uniform(0.3, 1.0, 40))
+    large = noise_ece(rng.uniform(0.3, 1.0, 2000))
+    assert 0.0 < small.median <= small.upper and small.n_items == 40 and small.n_bins == 15
+    assert large.upper < small.median  # 50x the items: far less noise
+    before = _noise_ece_cached.cache_info().hits
+    c = rng.uniform(0.3, 1.0, 40)
+    assert noise_ece(c) == noise_ece(c.copy())  # the same inputs: the cached answer
+    assert _noise_ece_cached.cache_info().hits == before + 1
+    assert noise_ece(c, seed=1) != noise_ece(c, seed=2)
+
+
+def test_noise_ece_is_the_binomial_deviation_at_one_confidence() -> None:
+    """40 items all at 0.8 in one bin: ECE = |k/40 - 0.8|, k ~ Binomial(40, 0.8), so its
+    median and 0.9 quantile are those of that distribution, up to the draws' noise."""
+    import scipy.stats
+
+    k = np.arange(41)
+    dev, weight = np.abs(k / 40 - 0.8), scipy.stats.binom.pmf(k, 40, 0.8)
+    order = np.argsort(dev)
+    cdf = np.cumsum(weight[order])
+    exact = {q: dev[order][np.searchsorted(cdf, q)] for q in (0.5, 0.9)}
+    noise = noise_ece(np.full(40, 0.8), n_draws=4000)
+    assert noise.median == pytest.approx(exact[0.5], abs=0.026) and noise.upper == pytest.approx(exact[0.9], abs=0.026)
+    assert noise.within(exact[0.5]) and not noise.within(noise.upper + 0.01)
+
+
+def test_a_calibrated_forecast_lands_within_the_noise_line() -> None:
+    """The property the line claims: a calibrated forecaster's own ECE is at or under
+    `upper` about `level` of the time (checked over 200 fresh forecasts)."""
+    rng = np.random.default_rng(11)
+    c = rng.uniform(0.3, 1.0, 40)
+    noise = noise_ece(c)
+    inside = [noise.within(metrics.confidence_ece(c, (rng.random(40) < c).astype(float))) for _ in range(200)]
+    assert 0.8 <= np.mean(inside) <= 0.98
+
+
+def test_noise_line_reads_as_the_issue_asks() -> None:
+    noise = noise_ece(np.full(40, 0.8))
+    assert noise.line() == (
+        f"ECE from noise alone at 40 items: median {noise.median:.3f} (90% of draws up to {noise.upper:.3f})"
+    )
+    with pytest.raises(ValueError, match="Expected `n_draws` to be a positive int"):
+        noise_ece([0.5], n_draws=0)
+    with pytest.raises(ValueError, match="Expected `confidence` values in"):
+        noise_ece([1.5])
