@@ -176,3 +176,109 @@ def test_noise_line_reads_as_the_issue_asks() -> None:
         noise_ece([0.5], n_draws=0)
     with pytest.raises(ValueError, match="Expected `confidence` values in"):
         noise_ece([1.5])
+
+
+# ----------------------------------------------------------------------------- the charts read back
+
+
+def test_a_fourteen_item_diagram_in_fifteen_bins_draws_intervals_and_hollow_one_item_bins() -> None:
+    """Issue 40's case: 14 test items in the ECE's 15 bins. The figure's own data holds a
+    whisker per bin (its Wilson interval) and the one-item bins as an outlined trace."""
+    from app.reliability_charts import CLEAR, HOLLOW, reliability_figure
+
+    c, a = fourteen()
+    records = prepare_reliability(c, a, n_bins=15, strategy="uniform").to_records()
+    traces = {t.name: t for t in reliability_figure(records).data}
+    ones = [r for r in records if r["count"] == 1]
+    many = [r for r in records if r["count"] > 1]
+    hollow, solid = traces[HOLLOW], traces["accuracy"]
+    assert list(hollow.x) == pytest.approx([(r["lower"] + r["upper"]) / 2 for r in ones])
+    assert list(hollow.y) == [r["accuracy"] for r in ones] and set(hollow.y) <= {0.0, 1.0}
+    assert hollow.marker.color == CLEAR and hollow.marker.line.width > 0  # an outline, not a bar
+    assert solid.marker.color != CLEAR and len(solid.x) == len(many)
+    for trace, rows in ((hollow, ones), (solid, many)):
+        assert trace.error_y.visible is not False
+        assert list(trace.error_y.array) == pytest.approx([r["acc_high"] - r["accuracy"] for r in rows])
+        assert list(trace.error_y.arrayminus) == pytest.approx([r["accuracy"] - r["acc_low"] for r in rows])
+        assert all(h > 0.2 for h in np.add(trace.error_y.array, trace.error_y.arrayminus))  # few items: wide
+
+
+def test_the_default_diagram_of_fourteen_items_has_four_bins_and_nothing_hollow() -> None:
+    from app.reliability_charts import HOLLOW, reliability_figure, reliability_overlay
+
+    records = prepare_reliability(*fourteen()).to_records()
+    traces = {t.name: t for t in reliability_figure(records).data}
+    assert HOLLOW not in traces and len(traces["accuracy"].x) == 4
+    assert list(traces["items"].width) == pytest.approx([(r["upper"] - r["lower"]) * 0.95 for r in records])
+    overlay = reliability_overlay({"base": records})
+    assert HOLLOW not in {t.name for t in overlay.data}
+
+
+def test_the_overlay_marks_one_item_bins_hollow_and_keys_them_in_the_legend() -> None:
+    from app.reliability_charts import HOLLOW, reliability_overlay
+
+    c, a = fourteen()
+    records = prepare_reliability(c, a, n_bins=15, strategy="uniform").to_records()
+    figure = reliability_overlay({"base": records, "ts": prepare_reliability(c, a).to_records()})
+    base = next(t for t in figure.data if t.name == "base")
+    kept = [r for r in records if r["count"]]
+    assert list(base.marker.symbol) == ["circle-open" if r["count"] == 1 else "circle" for r in kept]
+    assert list(base.error_y.array) == pytest.approx([r["acc_high"] - r["accuracy"] for r in kept])
+    ts = next(t for t in figure.data if t.name == "ts")
+    assert set(ts.marker.symbol) == {"circle"}
+    assert [t.marker.symbol for t in figure.data if t.name == HOLLOW] == ["circle-open"]
+
+
+# ----------------------------------------------------------------------------- the pages
+
+
+def _caption_text(at) -> str:
+    return "\n".join(c.value for c in at.caption)
+
+
+def test_compare_says_the_noise_line_and_draws_hollow_bins_in_fifteen_bins(open_page) -> None:
+    """A finished run's 24 test items: equal-mass bins by default, each variant's noise
+    line under the diagram; with the ECE's 15 bins, the side-by-side charts draw the
+    one-item bins hollow (read from the chart specs the page sends)."""
+    import json
+
+    from app.reliability_charts import HOLLOW
+    from tests.test_verdict import finished_run
+
+    finished_run()
+    at = open_page("views/compare.py")
+    text = _caption_text(at)
+    assert "ECE from noise alone at 24 items: median " in text and "90% of draws up to" in text
+    assert f"{auto_bins(24)} equal-mass bins of" in text
+    at.selectbox(key="compare_bins").set_value(15).run()
+    at.radio(key="compare_layout").set_value("side by side").run()
+    assert not at.exception, at.exception
+    specs = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+    hollow = [t for spec in specs for t in spec["data"] if t.get("name") == HOLLOW]
+    assert hollow and all(t["error_y"]["array"] for t in hollow)
+    assert "15 equal-width bins, as the ECE" in _caption_text(at)
+
+
+def test_learn_says_the_noise_line_and_fit_t_agrees_with_the_slider(
+    open_page, tiny_everywhere, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 40: "Fit T reports T = 3.84 while the slider shows 3.85". The caption reports
+    the temperature as the slider will show it; after Fit T the noise line is there too."""
+    from app.learn_temperature import T_STEP, on_slider
+    from calm_core.calibration.posthoc import TemperatureScaler
+
+    monkeypatch.setattr(TemperatureScaler, "fit", classmethod(lambda cls, logits, labels: cls(temperature=3.842)))
+    at = open_page("views/learn.py")
+    assert "ECE from noise alone at 40 items" in _caption_text(at)
+    fitted = next(c.value for c in at.caption if "temperature with the lowest NLL" in c.value)
+    assert "T = 3.85 " in fitted and "3.84" not in fitted
+    at.button(key="learn_fit").click().run()
+    assert not at.exception, at.exception
+    assert at.slider(key="learn_temperature").value == 3.85 == on_slider(3.842)
+    assert "Reliability diagram at T = 3.85" in at.get("plotly_chart")[-1].proto.spec
+    assert "ECE from noise alone at 40 items" in _caption_text(at)
+    for t in (0.1, 0.25, 1.0, 1.024, 3.825, 7.99, 9.0):
+        value = on_slider(t)
+        assert 0.25 <= value <= 8.0 and round(value / T_STEP, 6) == round(value / T_STEP)
+        assert abs(value - min(8.0, max(0.25, t))) <= T_STEP / 2 + 1e-9
+        assert value == round(value, 2)  # no float tail (3.8500000000000005) for a display to round two ways

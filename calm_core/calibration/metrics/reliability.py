@@ -189,6 +189,10 @@ class NoiseECE:
             f"({self.level:.0%} of draws up to {self.upper:.3f})"
         )
 
+    def sentence(self, ece: float) -> str:
+        """The line and where an observed ECE stands against it (the pages' and the report's words)."""
+        return f"{self.line()}; this ECE, {ece:.3f}, is {'within' if self.within(ece) else 'beyond'} that"
+
     def within(self, ece: float) -> bool:
         """Whether an observed ECE is one that noise alone gives `level` of the time."""
         return ece <= self.upper
