@@ -16,6 +16,8 @@ from plotly.subplots import make_subplots
 from app.charts import BAR_COLOR, OVER_COLOR, UNDER_COLOR, frame, variant_colors
 
 HOLLOW = "one-item bin (hollow)"  # the legend's word for a bin whose accuracy is one answer, 0 or 1
+INTERVAL = "90% Wilson interval"  # the whiskers' legend entry (glossary: "Wilson interval")
+WHISKER_COLOR = "rgb(230, 150, 40)"  # amber: seen on the dark accuracy bars, the red and blue gaps and the page
 CLEAR = "rgba(0, 0, 0, 0)"
 MIN_BIN_WIDTH = 0.012  # an equal-mass bin of tied confidences has no width: drawn this wide
 
@@ -36,13 +38,13 @@ def _whiskers(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         symmetric=False,
         array=[r["acc_high"] - r["accuracy"] for r in records],
         arrayminus=[r["accuracy"] - r["acc_low"] for r in records],
-        thickness=1.2,
-        color="rgb(90, 90, 90)",
+        thickness=1.6,
+        color=WHISKER_COLOR,
     )
 
 
 def _accuracy_bars(fig: go.Figure, records: Sequence[dict[str, Any]], hollow: bool) -> None:
-    """The accuracy bars with their interval whiskers: filled, or (one-item bins) an outline."""
+    """The accuracy bars: filled, or (one-item bins) an outline."""
     if not records:
         return
     fig.add_bar(
@@ -50,7 +52,6 @@ def _accuracy_bars(fig: go.Figure, records: Sequence[dict[str, Any]], hollow: bo
         y=[r["accuracy"] for r in records],
         width=_widths(records),
         marker=dict(color=CLEAR if hollow else BAR_COLOR, line=dict(color=BAR_COLOR, width=1.5 if hollow else 0)),
-        error_y=_whiskers(records),
         name=HOLLOW if hollow else "accuracy",
         row=1,
         col=1,
@@ -67,7 +68,8 @@ def reliability_figure(
     the items per bin; `columns`: how many charts share its row (its title wraps to fit).
 
     `records` are `ReliabilityData.to_records()` rows (calibration/metrics/reliability.py):
-    each bar spans its bin's edges. Whiskers: the Wilson interval of the bin's accuracy. A
+    each bar spans its bin's edges. Whiskers (a trace of their own, drawn last): the Wilson
+    interval of the bin's accuracy. A
     one-item bin is drawn hollow (an outline): its accuracy is one answer, 0 or 1. Empty
     bins (equal-width bins only) get no bar and an 'x' on the axis, so a reader can tell
     "no items here" from "accuracy 0". Red/blue segments reach up or down from the
@@ -96,6 +98,18 @@ def reliability_figure(
                 line=dict(color=color, width=[1.5 if r["hollow"] else 0 for r in part]),
             ),
             hoverinfo="skip",
+        )
+    if filled:  # drawn over the bars and gaps, so no whisker hides behind them
+        fig.add_scatter(
+            x=_centers(filled),
+            y=[r["accuracy"] for r in filled],
+            mode="markers",
+            marker=dict(color=WHISKER_COLOR, size=5),
+            error_y=_whiskers(filled),
+            name=INTERVAL,
+            hoverinfo="skip",
+            row=1,
+            col=1,
         )
     fig.add_scatter(
         x=[0, 1], y=[0, 1], mode="lines", line=dict(dash="dash", color="gray"), name="perfect calibration", row=1, col=1
@@ -163,7 +177,10 @@ def reliability_overlay(
             mode="markers",
             name=name,
             marker=dict(
-                color=color, size=9, symbol=["circle-open" if r["hollow"] else "circle" for r in kept], line_width=2
+                color=color,
+                size=9,
+                symbol=["circle-open" if r["hollow"] else "circle" for r in kept],
+                line=dict(color=color, width=2),  # an open circle's ring, in the variant's colour
             ),
             legendgroup=name,
             error_y=_whiskers(kept) | dict(color=color, thickness=1),

@@ -94,7 +94,8 @@ def compare_diagrams(given: Mapping[str, Scores], dataset: str, choice: int, lay
     data = {v: prepare(scores, choice) for v, scores in curves.items()}
     records = {v: d.to_records() for v, d in data.items()}
     if layout == "overlay":
-        title = f"{dataset}: reliability ({bins_label(choice)} bins, 90% Wilson intervals)"
+        bins = "equal-mass bins" if choice == AUTO else f"{choice} equal-width bins"
+        title = f"{dataset}: reliability ({bins}, 90% Wilson intervals)"
         figures = [reliability_overlay(records, title, names={v: variant_label(v) for v in records})]
         st.plotly_chart(figures[0], key="compare_overlay")
     else:
@@ -105,7 +106,11 @@ def compare_diagrams(given: Mapping[str, Scores], dataset: str, choice: int, lay
             figures.append(reliability_figure(rows, title, len(records)))
             column.plotly_chart(figures[-1], key=f"compare_side_{variant}")
     said = "; ".join(dict.fromkeys(bins_sentence(d) for d in data.values()))
-    caption([*noise_lines(curves, n_bins), f"ECE: {n_bins} equal-width bins."], said)
+    reading = (
+        "A calibrated variant's points lie on the diagonal: below it the model is more sure than right "
+        "(overconfident), above it less. Bars below: how many items fall in each confidence bin."
+    )
+    caption([reading, *noise_lines(curves, n_bins)], f"{said}; ECE: {n_bins} equal-width bins", "confidence")
     return figures
 
 

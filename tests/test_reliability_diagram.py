@@ -184,23 +184,23 @@ def test_noise_line_reads_as_the_issue_asks() -> None:
 def test_a_fourteen_item_diagram_in_fifteen_bins_draws_intervals_and_hollow_one_item_bins() -> None:
     """Issue 40's case: 14 test items in the ECE's 15 bins. The figure's own data holds a
     whisker per bin (its Wilson interval) and the one-item bins as an outlined trace."""
-    from app.reliability_charts import CLEAR, HOLLOW, reliability_figure
+    from app.reliability_charts import CLEAR, HOLLOW, INTERVAL, reliability_figure
 
     c, a = fourteen()
     records = prepare_reliability(c, a, n_bins=15, strategy="uniform").to_records()
     traces = {t.name: t for t in reliability_figure(records).data}
     ones = [r for r in records if r["count"] == 1]
-    many = [r for r in records if r["count"] > 1]
-    hollow, solid = traces[HOLLOW], traces["accuracy"]
+    filled = [r for r in records if r["count"] > 0]
+    hollow, solid, whiskers = traces[HOLLOW], traces["accuracy"], traces[INTERVAL]
     assert list(hollow.x) == pytest.approx([(r["lower"] + r["upper"]) / 2 for r in ones])
     assert list(hollow.y) == [r["accuracy"] for r in ones] and set(hollow.y) <= {0.0, 1.0}
     assert hollow.marker.color == CLEAR and hollow.marker.line.width > 0  # an outline, not a bar
-    assert solid.marker.color != CLEAR and len(solid.x) == len(many)
-    for trace, rows in ((hollow, ones), (solid, many)):
-        assert trace.error_y.visible is not False
-        assert list(trace.error_y.array) == pytest.approx([r["acc_high"] - r["accuracy"] for r in rows])
-        assert list(trace.error_y.arrayminus) == pytest.approx([r["accuracy"] - r["acc_low"] for r in rows])
-        assert all(h > 0.2 for h in np.add(trace.error_y.array, trace.error_y.arrayminus))  # few items: wide
+    assert solid.marker.color != CLEAR and len(solid.x) + len(hollow.x) == len(filled)
+    assert list(whiskers.x) == pytest.approx([(r["lower"] + r["upper"]) / 2 for r in filled])  # every filled bin
+    assert list(whiskers.error_y.array) == pytest.approx([r["acc_high"] - r["accuracy"] for r in filled])
+    assert list(whiskers.error_y.arrayminus) == pytest.approx([r["accuracy"] - r["acc_low"] for r in filled])
+    assert all(h > 0.2 for h in np.add(whiskers.error_y.array, whiskers.error_y.arrayminus))  # few items: wide
+    assert [t.name for t in reliability_figure(records).data].index(INTERVAL) > 3  # over the bars and gaps
 
 
 def test_the_default_diagram_of_fourteen_items_has_four_bins_and_nothing_hollow() -> None:
@@ -242,7 +242,7 @@ def test_compare_says_the_noise_line_and_draws_hollow_bins_in_fifteen_bins(open_
     one-item bins hollow (read from the chart specs the page sends)."""
     import json
 
-    from app.reliability_charts import HOLLOW
+    from app.reliability_charts import HOLLOW, INTERVAL
     from tests.test_verdict import finished_run
 
     finished_run()
@@ -254,8 +254,8 @@ def test_compare_says_the_noise_line_and_draws_hollow_bins_in_fifteen_bins(open_
     at.radio(key="compare_layout").set_value("side by side").run()
     assert not at.exception, at.exception
     specs = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
-    hollow = [t for spec in specs for t in spec["data"] if t.get("name") == HOLLOW]
-    assert hollow and all(t["error_y"]["array"] for t in hollow)
+    names = [t.get("name") for spec in specs for t in spec["data"]]
+    assert HOLLOW in names and INTERVAL in names
     assert "15 equal-width bins, as the ECE" in _caption_text(at)
 
 

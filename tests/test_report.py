@@ -25,7 +25,7 @@ from calm_core.io import atomic_write_json
 from calm_core.runs.layout import predictions_path, write_predictions
 from calm_core.runs.rundir import RunDir
 from calm_core.workspace.report import run_report_html
-from calm_core.workspace.report_svg import OVER, UNDER, reliability_svg
+from calm_core.workspace.report_svg import OVER, UNDER, WHISKER, reliability_svg
 from calm_core.workspace.view import bome_line, bome_summary
 from tests.test_trainer import fresh_lm, small_config
 
@@ -216,7 +216,7 @@ def test_reliability_svg_colours_gaps_and_marks_empty_bins() -> None:
     assert svg.count(f'stroke="{UNDER}"') == 1 and f'fill="{UNDER}"' not in svg  # the one-item bin's: an outline
     assert svg.count(">x</text>") == 2  # the two empty bins
     assert "0.75-1.00: 2 items, accuracy 0.500 (90% interval" in svg
-    assert svg.count('stroke="#555"') == 2  # a whisker per filled bin: Wilson intervals are never a point
+    assert svg.count(f'stroke="{WHISKER}"') == 2 * 3  # a whisker per filled bin (a line, two caps): never a point
     assert not parse(svg).errors
 
 

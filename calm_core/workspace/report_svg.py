@@ -11,6 +11,7 @@ from html import escape
 from typing import Any, Sequence
 
 OVER, UNDER, BAR, ACCENT = "#d64541", "#3478c6", "#28283c", "#d64541"  # app/charts.py's colours
+WHISKER = "#e6962a"  # app/reliability_charts.py's interval colour: seen on the dark bars and on the page
 PLOT_W, TOP_H, HIST_H, LEFT, TOP = 200, 170, 40, 38, 8  # px: plot width, panel heights, margins
 
 
@@ -45,9 +46,16 @@ def reliability_svg(records: Sequence[dict[str, Any]]) -> str:
             continue
         out.append(_bin_marks(r, x0, width, y))
         if r["acc_high"] > r["acc_low"]:
-            out.append(_tag("line", x1=mid, y1=y(r["acc_high"]), x2=mid, y2=y(r["acc_low"]), stroke="#555"))
+            out.append(_whisker(mid, y(r["acc_high"]), y(r["acc_low"])))
     out.append(_tag("text", "items", x=4, y=base + HIST_H / 2, font_size=9, fill="#555"))
     return _svg(LEFT + PLOT_W + 10, base + HIST_H + 20, out, "confidence", "accuracy", base + HIST_H + 14)
+
+
+def _whisker(mid: float, top: float, bottom: float) -> str:
+    """A bin's interval: a vertical line with short caps, over its bar."""
+    pen = {"stroke": WHISKER, "stroke_width": 1.5}
+    caps = "".join(_tag("line", x1=mid - 3, y1=v, x2=mid + 3, y2=v, **pen) for v in (top, bottom))
+    return f"<g>{_tag('line', x1=mid, y1=top, x2=mid, y2=bottom, **pen)}{caps}</g>"
 
 
 def _bin_marks(r: dict[str, Any], x0: float, width: float, y: Any) -> str:
