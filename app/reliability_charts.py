@@ -20,6 +20,7 @@ INTERVAL = "90% Wilson interval"  # the whiskers' legend entry (glossary: "Wilso
 WHISKER_COLOR = "rgb(230, 150, 40)"  # amber: seen on the dark accuracy bars, the red and blue gaps and the page
 CLEAR = "rgba(0, 0, 0, 0)"
 MIN_BIN_WIDTH = 0.012  # an equal-mass bin of tied confidences has no width: drawn this wide
+STEM_WIDTH = 0.008  # the overlay's item counts: a thin bar per bin at its mean confidence
 
 
 def _centers(records: Sequence[dict[str, Any]]) -> list[float]:
@@ -159,9 +160,9 @@ def reliability_overlay(
     """Several variants on one diagram: per-bin accuracy (markers at the bin's mean
     confidence, the Wilson interval as error bars, hollow for a one-item bin; no line,
     which would jump across empty bins) against the diagonal, and below, each variant's
-    items per bin. `variants` maps a name to its `ReliabilityData.to_records()` rows;
-    `names` gives a name in full for the legend ("temperature scaling"), the colours stay
-    keyed by the variant."""
+    items per bin as a thin stem at the bin's mean confidence. `variants` maps a name to
+    its `ReliabilityData.to_records()` rows; `names` gives a name in full for the legend
+    ("temperature scaling"), the colours stay keyed by the variant."""
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.72, 0.28], vertical_spacing=0.05)
     fig.add_scatter(
         x=[0, 1], y=[0, 1], mode="lines", line=dict(dash="dash", color="gray"), name="perfect calibration", row=1, col=1
@@ -189,15 +190,17 @@ def reliability_overlay(
             row=1,
             col=1,
         )
-        fig.add_bar(
-            x=_centers(records),
-            y=[r["count"] for r in records],
-            width=_widths(records),
+        fig.add_bar(  # a stem per bin at its mean confidence: variants' bins differ, wide bars would pile up
+            x=[r["mean_confidence"] for r in kept],
+            y=[r["count"] for r in kept],
+            width=STEM_WIDTH,
             name=f"{name} items",
             legendgroup=name,
             marker_color=color,
-            opacity=0.4,
+            opacity=0.8,
             showlegend=False,
+            customdata=[[r["lower"], r["upper"]] for r in kept],
+            hovertemplate=name + ": %{y} items in %{customdata[0]:.2f} to %{customdata[1]:.2f}<extra></extra>",
             row=2,
             col=1,
         )

@@ -29,7 +29,7 @@ Scores = tuple[np.ndarray, np.ndarray]  # (confidence (N,), correct (N,))
 
 def bins_label(choice: int) -> str:
     """The Bins selector's words for a choice."""
-    return "equal-mass, from the item count" if choice == AUTO else f"{choice} equal-width, as the ECE"
+    return "equal-mass" if choice == AUTO else f"{choice} equal-width"
 
 
 def ece_bins(choice: int) -> int:

@@ -126,7 +126,7 @@ def diagram_controls(chosen: Chosen) -> DiagramView:
     answers, what confidence and correctness mean there."""
     datasets = list(dict.fromkeys(r["dataset"] for r in chosen.rows))
     variants = list(dict.fromkeys(r["variant"] for r in chosen.rows))
-    c1, c2, c3 = st.columns([4, 1, 1])
+    c1, c2, c3 = st.columns([6, 2, 2])  # Bins: wide enough for "15 equal-width"
     dataset = c1.selectbox("Evaluation set", datasets, key="compare_dataset")
     shown = st.multiselect(  # a row of its own: the chips of four variants named in full fit side by side
         "Variants",
@@ -141,8 +141,8 @@ def diagram_controls(chosen: Chosen) -> DiagramView:
         BIN_CHOICES,
         key="compare_bins",
         format_func=bins_label,
-        help="The diagrams' confidence bins: equal-mass bins, as many as the item count supports (about its "
-        "square root), or the ECE's own equal-width bins (15 the project's, 10 the paper's).",
+        help="The diagrams' confidence bins: equal-mass, as many as the item count supports (about its square "
+        "root, 3 to 15), or the ECE's own equal-width bins (15 the project's, 10 the paper's).",
     )
     layout = c3.radio("Layout", ["overlay", "side by side"], key="compare_layout")
     if chosen.any_open:
