@@ -157,6 +157,14 @@ def test_noise_ece_is_the_binomial_deviation_at_one_confidence() -> None:
     assert noise.within(exact[0.5]) and not noise.within(noise.upper + 0.01)
 
 
+def test_the_noise_line_hardly_moves_with_the_seed() -> None:
+    """NOISE_DRAWS is enough that two seeds write the same line to about 0.01 (the line
+    shows three decimals; a page redrawn with a new seed should not look different)."""
+    c = np.random.default_rng(5).uniform(0.3, 1.0, 40)
+    lines = [noise_ece(c, seed=seed) for seed in range(5)]
+    assert np.ptp([n.upper for n in lines]) < 0.015 and np.ptp([n.median for n in lines]) < 0.01
+
+
 def test_a_calibrated_forecast_lands_within_the_noise_line() -> None:
     """The property the line claims: a calibrated forecaster's own ECE is at or under
     `upper` about `level` of the time (checked over 200 fresh forecasts)."""
