@@ -107,25 +107,34 @@ def _saved_mapping(name: str, kind: str, err: Any) -> Any:
         choices = "; ".join(f"{upload}'s --mapping '{text}'" for text, upload in distinct.items())
         way_out = f"Uploads with these columns were saved with different mappings, so name one: {choices}"
     else:
+        guess = _guessed_mapping(name, err.found)
+        unknown = " (a guess: put a column's name for each ?)" if "?" in guess else " (a guess: check it)"
         way_out = (
-            f"Name the columns with --mapping '{_guessed_mapping(name, err.found)}' (a guess from the "
-            "file's columns: check it), or upload the file on the Data page, which shows its mapping as text"
+            f"Name the columns with --mapping '{guess}'{unknown}, or upload the file on the Data page, "
+            "which guesses the mapping with you and shows it as text"
         )
     raise MissingColumns(err.columns, f"{err}. {way_out}", err.found) from None
 
 
 def _guessed_mapping(name: str, columns: list[str]) -> str:
     """`--mapping`'s text for the file's columns as the Data page would first guess them
-    (from its first readable rows; from the names alone when none can be read)."""
+    (from its first readable rows; from the names alone when none can be read), with `?`
+    where the guess names a column the file does not have."""
     from calm_core.data.catalog import split_slice
-    from calm_core.data.guess import GUESS_ROWS, guess_mapping
+    from calm_core.data.guess import GUESS_ROWS, guess_column_mapping
+    from calm_core.data.mapping import has_column
     from calm_core.data.readers import peek_records
 
     try:
         records = peek_records(Path(split_slice(name.strip())[0]).expanduser(), rows=GUESS_ROWS)
     except (DataError, OSError):
         records = []
-    return guess_mapping(columns, records)
+    parts = []
+    for part in guess_column_mapping(columns, records).to_text().split(", "):
+        key, _, value = part.partition("=")
+        named = [v for v in value.split("|") if v] if key in ("question", "choices", "answer", "labels") else []
+        parts.append(f"{key}=?" if any(not has_column(columns, v) for v in named) else part)
+    return ", ".join(parts)
 
 
 def note_rejected(report: LoadReport) -> None:
