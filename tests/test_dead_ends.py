@@ -133,3 +133,47 @@ def test_calm_data_split_reads_a_latin1_file_with_encoding(tmp_path: Path, capsy
     from calm_core.data.catalog import load_dataset
 
     assert load_dataset("split/villes/heldout").items[0].choices == ("Genève", "Zürich", "Nîmes")
+
+
+# ----------------------------------------------------------------------------- the Data page
+
+
+def _shown(at) -> str:
+    return "\n".join(str(e.value) for e in [*at.markdown, *at.caption, *at.warning, *at.error, *at.success])
+
+
+def test_a_latin1_csv_uploads_after_one_click(open_page, tiny_everywhere) -> None:
+    """Every row holds an accent: read as UTF-8 none can be read, the page names the file's
+    encoding and its button; one click, and the mapping is guessed and every row kept."""
+    rows = [(f"Où est {town} ?", "Genève", "Zürich", "Nîmes", "ABC"[i % 3]) for i, town in
+            enumerate(["Molière", "Gruyère", "Besançon", "Köln", "Málaga", "Hôtel-Dieu"])]
+    lines = ["question,A,B,C,answer"] + [",".join(row) for row in rows]
+    at = open_page("views/data.py")
+    at.get("file_uploader")[0].set_value(("villes.csv", ("\n".join(lines) + "\n").encode("latin-1"), "text/csv")).run()
+    assert not at.exception, at.exception
+    assert [w.value for w in at.warning][0].startswith("villes\\.csv is not UTF\\-8 text: it looks like **cp1252")
+    assert at.error and "Expected UTF-8 text, but got undecodable bytes" in at.error[0].value  # what UTF-8 gives
+    at.button(key="data_encoding_use").click().run()
+    assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
+    assert "Read in cp1252 (Windows Western European" in _shown(at) and not at.warning
+    assert [(m.label, m.value) for m in at.metric] == [("Rows", "6"), ("Kept", "6"), ("Rejected", "0")]
+    assert list(at.table[0].value["question"])[0] == "Où est Molière ?"
+    assert "--encoding cp1252" in _shown(at)  # the mapping's caption gives the flag for `calm eval`
+    at.text_input(key="data_name").set_value("villes").run()
+    at.button(key="data_save").click().run()
+    assert "Saved as `upload/villes` (6 items)" in _shown(at)
+    from calm_core.data.catalog import load_dataset
+    from calm_core.data.entries import META_FILE, upload_folder
+
+    assert load_dataset("upload/villes").items[3].question == "Où est Köln ?"
+    assert json.loads((upload_folder("villes")[1] / META_FILE).read_text())["encoding"] == "cp1252"
+    at.button(key="data_encoding_utf8").click().run()  # the way back: UTF-8 again, and the offer again
+    assert at.button(key="data_encoding_use").label == "Read it as cp1252"
+
+
+def test_a_utf8_upload_gets_no_encoding_offer(open_page, tiny_everywhere) -> None:
+    lines = ["question,A,B,C,answer"] + [",".join(row) for row in QUESTIONS]
+    at = open_page("views/data.py")
+    at.get("file_uploader")[0].set_value(("ok.csv", ("\n".join(lines) + "\n").encode("utf-8"), "text/csv")).run()
+    assert not at.exception and not at.warning and not at.error
+    assert not any(b.key in ("data_encoding_use", "data_encoding_utf8") for b in at.button)
