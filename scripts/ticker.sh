@@ -1,22 +1,34 @@
 # shellcheck shell=bash
 # Sourced by scripts/setup.sh and scripts/studio.sh: a long step says what it does, and that it still does.
-#   ticking "installing torch" pip install torch     # "setup: installing torch", then every CALM_TICK_S
-#                                                    # seconds (15) "setup: still installing torch (45 s)"
-# The command runs in the foreground and its exit status is ticking's. The ticker's own `sleep` holds no
-# output open, so a reader of the script's output sees its end as soon as the script ends.
-# tests/test_ticker.py runs a stubbed long step and checks the gaps between the lines.
+#   ticking "installing torch" pip install torch
+# prints "setup: installing torch", passes the command's output (stdout and stderr, as one stream) through
+# line by line, and whenever CALM_TICK_S seconds (15) pass without a line, prints
+# "setup: still installing torch (45 s)". A step that speaks for itself (the model conversion's own
+# Ticker, calm_core/scoring/progress.py) is therefore never doubled, and its silent start (Python's
+# imports) is covered. TICK_PREFIX replaces "setup". The command's exit status is ticking's.
+# tests/test_ticker.py runs stubbed long steps and checks the gaps between the lines.
 ticking() {
-    local what="$1" every="${CALM_TICK_S:-15}" prefix="${TICK_PREFIX:-setup}" start=$SECONDS ticker status=0
+    local what="$1" every="${CALM_TICK_S:-15}" prefix="${TICK_PREFIX:-setup}" start=$SECONDS
+    local -a status
     shift
     echo "$prefix: $what"
-    (
-        while sleep "$every" </dev/null >/dev/null 2>&1; do
-            echo "$prefix: still $what ($((SECONDS - start)) s)"
-        done
-    ) &
-    ticker=$!
-    "$@" || status=$?
-    kill "$ticker" 2>/dev/null
-    wait "$ticker" 2>/dev/null || true
-    return "$status"
+    "$@" 2>&1 | _tick_through "$prefix: still $what" "$every" "$start"
+    status=("${PIPESTATUS[@]}")
+    return "${status[0]}"
+}
+
+# Lines from stdin to stdout; "$1 (N s)" after each $2 seconds without one (N: seconds since $3).
+_tick_through() {
+    local line code
+    while true; do
+        code=0
+        IFS= read -r -t "$2" line || code=$?
+        if [ "$code" -eq 0 ]; then
+            printf '%s\n' "$line"
+            continue
+        fi
+        [ -z "$line" ] || printf '%s\n' "$line"  # a partial line (timed out) or a last one without its newline
+        [ "$code" -gt 128 ] || return 0  # the end of the output
+        echo "$1 ($((SECONDS - $3)) s)"
+    done
 }

@@ -32,7 +32,7 @@ def _timed_lines(command: list[str], env: dict[str, str] | None = None) -> tuple
 
 
 def _gaps(times: list[float]) -> list[float]:
-    return [b - a for a, b in zip(times, times[1:])]
+    return [b - a for a, b in zip(times[:-1], times[1:], strict=True)]
 
 
 def test_the_tick_is_within_the_promise() -> None:
@@ -49,7 +49,20 @@ def test_a_long_shell_step_says_a_line_every_tick_and_keeps_its_status() -> None
     assert texts[0] == "setup: a stub step" and texts[-2] == "studio: a failing step"
     assert sum(t.startswith("setup: still a stub step (") for t in texts) >= 3
     assert max(_gaps([0.0] + [t for t, _ in lines])) < 0.5 + 0.4  # the tick, and scheduling slack
-    assert lingered < 0.4  # the ticker's sleep holds no output open: the script's end is seen at once
+    assert lingered < 0.4  # the script's end is seen at once: nothing of the ticker holds its output open
+
+
+def test_a_step_that_speaks_for_itself_is_passed_through_not_doubled() -> None:
+    """The model conversion prints its own lines (and its own ticks): while they come more
+    often than the tick, the shell's ticker adds nothing; when they stop, it speaks."""
+    chatty = "for i in 1 2 3 4 5 6; do sleep 0.2; echo step \\$i >&2; done; sleep 1.3; printf last"
+    script = f'source scripts/ticker.sh; CALM_TICK_S=0.5 ticking "chat" bash -c "{chatty}"'
+    lines, status, _ = _timed_lines(["bash", "-c", script])
+    texts = [text for _, text in lines]
+    assert status == 0
+    assert texts[:7] == ["setup: chat", *(f"step {i}" for i in range(1, 7))]  # stderr too, in order
+    assert texts[-1] == "last" and 2 <= sum(t.startswith("setup: still chat (") for t in texts) <= 3
+    assert max(_gaps([0.0] + [t for t, _ in lines])) < 0.5 + 0.4
 
 
 def test_setup_runs_every_install_under_the_ticker() -> None:
