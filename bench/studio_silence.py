@@ -1,15 +1,16 @@
 """The first `bash scripts/studio.sh` on a fresh clone: the longest silence between two lines.
 
-    .venv/bin/python bench/studio_silence.py [--keep DIR] [--no-pip-cache] [--timeout 1800]
+    .venv/bin/python bench/studio_silence.py [--log FILE] [--keep DIR] [--no-pip-cache] [--timeout 1800]
 
 Clones this repository's HEAD into a temporary folder (a fresh clone: no .venv), gives it an
 empty model cache (CALM_CACHE_DIR: the embedded model is converted and Learn's quiz scored,
 as on a new machine) and an empty workspace, runs `bash scripts/studio.sh` on a free port and
 reads what it prints (stdout and stderr, a line ending at \\n or \\r) until Streamlit gives
 its address. Prints the time to that line, the number of lines and the five longest gaps
-with the line that ended each; exits 1 when a gap is longer than the promised 20 s (issue
-40: the first run printed nothing for about 4 minutes). pip's own cache (~/.cache/pip)
-is used unless --no-pip-cache: with it, the packages download again (as on a new machine).
+with the line that ended each (--log: every line with its time); exits 1 when a gap is
+longer than the promised 20 s (issue 40: the first run printed nothing for about 4 minutes).
+pip's own cache (~/.cache/pip) is used unless --no-pip-cache: with it, the packages
+download again (as on a new machine).
 Minutes of CPU and network: a bench, not a test (tests/test_ticker.py checks the tickers).
 """
 
@@ -70,6 +71,7 @@ def _read_lines(process: subprocess.Popen, timeout_s: float) -> list[tuple[float
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--log", type=Path, help="write every line with its time (seconds since the start) here")
     parser.add_argument("--keep", type=Path, help="clone into DIR and keep it (default: a temporary folder)")
     parser.add_argument("--no-pip-cache", action="store_true", help="download every package again")
     parser.add_argument("--timeout", type=float, default=1800, help="give up after this many seconds")
@@ -89,7 +91,9 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             os.killpg(process.pid, signal.SIGTERM)
             process.wait(timeout=60)
-    return _report(lines)
+        if args.log:
+            args.log.write_text("".join(f"{t:7.1f}  {text}\n" for t, text in lines), encoding="utf-8")
+        return _report(lines)  # before the clone's folder is removed: that takes a while
 
 
 def _report(lines: list[tuple[float, str]]) -> int:
