@@ -40,7 +40,7 @@ if [ "$share" = 1 ]; then
 fi
 # Convert the embedded model and score the Learn page's quiz into the model cache, once
 # (calm_core/scoring/quiz.py): the page then opens on stored scores, not a minute of scoring.
-# It says each step, and a line every 15 s while one runs (scoring/progress.py, Ticker; the
+# It says each step, and a line every 12 s while one runs (scoring/progress.py, Ticker; the
 # ticker of scripts/ticker.sh covers Python's imports before its first line).
 TICK_PREFIX=studio ticking "preparing the embedded model and Learn's quiz" .venv/bin/python -m calm_core.scoring.quiz
 echo "studio: starting Streamlit (it prints the address to open)"

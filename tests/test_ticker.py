@@ -35,9 +35,17 @@ def _gaps(times: list[float]) -> list[float]:
     return [b - a for a, b in zip(times[:-1], times[1:], strict=True)]
 
 
-def test_the_tick_is_within_the_promise() -> None:
-    assert 0 < TICK_S < PROMISED_GAP_S
-    assert re.search(rf'CALM_TICK_S:-{TICK_S:g}\}}', (ROOT / "scripts" / "ticker.sh").read_text())  # one figure
+def test_the_ticks_are_within_the_promise_and_the_shells_waits_for_pythons() -> None:
+    shell = float(re.search(r"CALM_TICK_S:-(\d+)\}", (ROOT / "scripts" / "ticker.sh").read_text())[1])
+    assert 0 < TICK_S < shell < PROMISED_GAP_S  # a step that ticks itself is not doubled by the shell
+
+
+def test_a_line_arriving_when_the_shells_tick_is_due_is_kept_whole() -> None:
+    """The first bench run cut Python's tick in two ("c", then the shell's tick, then "alm: still ...")."""
+    slow_line = "sleep 0.3; printf 'calm: still'; sleep 0.6; echo ' converting'; sleep 0.2"
+    script = f'source scripts/ticker.sh; CALM_TICK_S=0.5 ticking "x" bash -c "{slow_line}"'
+    lines, status, _ = _timed_lines(["bash", "-c", script])
+    assert status == 0 and [text for _, text in lines] == ["setup: x", "calm: still converting"]
 
 
 def test_a_long_shell_step_says_a_line_every_tick_and_keeps_its_status() -> None:

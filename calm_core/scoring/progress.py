@@ -33,7 +33,9 @@ def progress_callback(progress: bool | ProgressFn, total: int, desc: str) -> tup
     return update, bar.close
 
 
-TICK_S = 15.0  # the longest silence of a long set-up step (scripts/studio.sh promises a line every 20 s)
+# The longest silence of a long set-up step (scripts/studio.sh promises a line every 20 s); a
+# little under scripts/ticker.sh's 15 s, so the shell's ticker around a step that ticks stays quiet.
+TICK_S = 12.0
 
 
 def say_on_stderr(line: str) -> None:
@@ -45,7 +47,7 @@ class Ticker:
 
         with Ticker() as ticker:
             ticker.stage("converting the embedded model")   # printed at once
-            ...                                             # "still converting ... (15 s)" every 15 s
+            ...                                             # "still converting ... (12 s)" every 12 s
             score_items(..., progress=ticker.progress("scoring Learn's quiz"))
 
     `stage` prints its line at once; a thread prints "still <stage> (N s)" whenever
