@@ -135,6 +135,20 @@ def test_calm_data_split_reads_a_latin1_file_with_encoding(tmp_path: Path, capsy
     assert load_dataset("split/villes/heldout").items[0].choices == ("Genève", "Zürich", "Nîmes")
 
 
+def test_calm_eval_names_the_encoding_before_loading_a_model(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every --data set is read before the model loads: the refusal comes in a second."""
+    import calm_core.cli.eval_io as eval_io
+
+    monkeypatch.setattr(eval_io, "load_lm", lambda args: pytest.fail("the model loaded before the data were read"))
+    path = _csv(tmp_path / "quiz.csv", "latin-1", QUESTIONS[:-1])
+    assert main(["eval", "--data", str(path), "--mapping", MAPPING]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "looks like cp1252" in err and "`--encoding cp1252`" in err
+    assert main(["eval", "--data", str(path)]) == 2  # no mapping either: the columns' refusal gives one to pass
+    assert "--mapping 'question=?, choices=a|b|c, answer=?'" in capsys.readouterr().err
+
+
 # ----------------------------------------------------------------------------- the Data page
 
 
