@@ -88,6 +88,19 @@ def add_parsers(sub: Any) -> None:
         help="with --variant thermometer: the thermometer to export (default: the run's model's own, "
         "e.g. calm_core/calibration/thermometer_embedded.json); one of another model or scoring rule is refused",
     )
+    ex.add_argument(
+        "--merged",
+        action="store_true",
+        help="a plain transformers folder (vLLM, TGI): the adapter merged, the head's temperature folded into the "
+        "LM head where it acts on token logits, else the card's formula; refused for a temperature read from the input",
+    )
+    ex.add_argument(
+        "--push-to-hub",
+        metavar="REPO",
+        help="also upload the folder to this Hugging Face model repo (private unless --public; the token from "
+        "HF_TOKEN or `hf auth login`)",
+    )
+    ex.add_argument("--public", action="store_true", help="with --push-to-hub: create the repo public")
     ex.add_argument("--runs-root", type=Path)
     sub.add_parser("settings", help="every training setting: its flag, default, bounds or choices, and help (Markdown)")
     for name, text in (
@@ -395,12 +408,21 @@ def cmd_export(args: argparse.Namespace) -> int:
     """A folder that loads with transformers + peft alone (calm_core.workspace.export)."""
     from calm_core.workspace.export import export_run
 
-    folder = export_run(RunDir.at(args.run_id, args.runs_root), args.target, args.variant, args.thermometer)
+    if args.public and not args.push_to_hub:
+        raise ValueError("Expected --public only with --push-to-hub, but no repo was given")
+    run = RunDir.at(args.run_id, args.runs_root)
+    folder = export_run(run, args.target, args.variant, args.thermometer, merged=args.merged)
     record = json.loads((folder / "calm_export.json").read_text())
+    fold = f", merged: fold {record['merged']['fold']}" if args.merged else ""
     print(
-        f"exported {args.run_id} ({record['variant']}, step {record['step']}) to {folder}; "
+        f"exported {args.run_id} ({record['variant']}, step {record['step']}{fold}) to {folder}; "
         f"base model {record['base_model_hub_id']}"
     )
+    if args.push_to_hub:
+        from calm_core.workspace.hub_push import push_folder
+
+        url = push_folder(folder, args.push_to_hub, private=not args.public)
+        print(f"pushed to {url} ({'public' if args.public else 'private'})")
     return 0
 
 
