@@ -255,10 +255,11 @@ def test_a_vocab_heads_shifts_fold_into_a_bias_where_the_lm_head_has_one(phi_dir
     ids = tokenizer("Question: Which planet is red?\nAnswer:", return_tensors="pt").input_ids
     with torch.no_grad():
         adapted = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(phi_dir), str(run.latest_checkpoint()[1]))
-        expected = torch.softmax(head.double()(adapted(input_ids=ids).logits[0, -1].double()), -1)
-        got = torch.softmax(AutoModelForCausalLM.from_pretrained(folder)(input_ids=ids).logits[0, -1].double(), -1)
-    assert (got - expected).abs().max() <= TOLERANCE
-    assert (expected - torch.softmax(adapted(input_ids=ids).logits[0, -1].double(), -1)).abs().max() > 100 * TOLERANCE
+        plain = torch.log_softmax(adapted(input_ids=ids).logits[0, -1].double(), -1)  # (V,)
+        expected = torch.log_softmax(head.double()(adapted(input_ids=ids).logits[0, -1].double()), -1)
+        got = torch.log_softmax(AutoModelForCausalLM.from_pretrained(folder)(input_ids=ids).logits[0, -1].double(), -1)
+    assert (got - expected).abs().max() <= TOLERANCE  # log-probabilities over the whole vocabulary
+    assert (expected - plain).abs().max() > 1000 * TOLERANCE  # not vacuous: the head moves them
 
 
 def test_an_input_adaptive_temperature_is_refused_with_the_reason(tiny_model_dir: Path, tmp_path: Path) -> None:

@@ -201,7 +201,7 @@ def check_fold(model: Any, tokenizer: Any, fold: Fold, scoring: ScoringConfig, r
         served = _token_logprobs(model, tokenizer)
         if fold.kind == "temperature":
             served = torch.log_softmax(served + fold.shift, -1)
-        out["max_abs_diff_vocab"] = float((served.exp() - reference["tokens"].exp()).abs().max())
+        out["max_abs_diff_vocab"] = float((served - reference["tokens"]).abs().max())  # log-probabilities
     return out
 
 

@@ -92,7 +92,7 @@ def check_words(merged: dict[str, Any]) -> str:
         )
     if "max_abs_diff_vocab" in check:
         vocab = check["max_abs_diff_vocab"]
-        parts.append(f"over the whole vocabulary, the served probabilities are the studio's to {vocab:.1e}")
+        parts.append(f"over the whole vocabulary, the served log-probabilities are the studio's to {vocab:.1e}")
     return f"Checked when the folder was written (tolerance {check['tolerance']}): " + "; ".join(parts) + "."
 
 
