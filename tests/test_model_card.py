@@ -112,8 +112,8 @@ def test_the_snippet_loads_the_studios_local_copy_offline(embedded_dir: Path, ti
     shutil.rmtree(cache)
     started = time.monotonic()
     gone = _run_snippet(snippet, tmp_path, {"CALM_CACHE_DIR": str(cache)})
-    assert gone.returncode != 0 and time.monotonic() - started < 60  # measured: a few seconds, no network wait
-    assert "SmolLM2-135M-Instruct" in gone.stderr  # it says what it looked for
+    assert gone.returncode != 0 and time.monotonic() - started < 60  # no network wait: it fails, and says why
+    assert "offline mode" in gone.stderr.splitlines()[-1]
 
 
 def test_a_model_without_a_local_copy_is_named_with_the_offline_switch() -> None:
