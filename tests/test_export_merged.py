@@ -32,13 +32,15 @@ from calm_core.training.loop import train
 from calm_core.workspace.export import export_run, exported_step
 from calm_core.workspace.export_merged import CHECK_TOLERANCE
 from calm_core.workspace.launch import run_config_record
-from tests.test_export import _eval_items
+from calm_core.calibration.posthoc.vector import VectorScaler
+from tests.test_export import VS_WEIGHTS, _eval_items, _positive_vs_copy
 from tests.test_trainer import fresh_lm, small_config
 
 RUNS = {"letter-scalar": ("letter", "scalar"), "letter-vocab": ("letter", "vocab"),
         "letter-options": ("letter", "options"), "cloze-scalar": ("cloze", "scalar")}
 FOLDS = {"letter-scalar": "exact", "letter-vocab": "temperature", "letter-options": "formula",
-         "cloze-scalar": "formula"}
+         "cloze-scalar": "formula", "letter-ts": "exact", "cloze-vs": "formula"}
+VARIANTS = {"letter-ts": ("letter-options", "ts"), "cloze-vs": ("cloze-scalar", "vs")}  # post-hoc, over the base
 TOLERANCE = 1e-4  # abs, on probabilities: the issue's bound (float32 merged weights vs the run's adapter + head)
 
 
@@ -59,7 +61,11 @@ def runs(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
 @pytest.fixture(scope="module")
 def merged(runs: dict[str, RunDir], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("merged")
-    return {name: export_run(run, root / name, merged=True) for name, run in runs.items()}
+    out = {name: export_run(run, root / name, merged=True) for name, run in runs.items()}
+    for name, (source, variant) in VARIANTS.items():
+        run = _positive_vs_copy(runs[source], root) if variant == "vs" else runs[source]
+        out[name] = export_run(run, root / name, variant, merged=True)
+    return out
 
 
 # A Python that cannot import calm_core: the folder alone, through transformers. Per job,
@@ -116,9 +122,9 @@ def fresh(runs, merged, tmp_path_factory: pytest.TempPathFactory) -> dict[str, d
     scratch = tmp_path_factory.mktemp("fresh")
     jobs = []
     for name, folder in merged.items():
-        items = _eval_items(runs[name])
+        items = _eval_items(runs[VARIANTS.get(name, (name,))[0]])
         jobs.append({"name": name, "folder": str(folder), "snippet": _snippet(folder),
-                     "letter": _letter_jobs(runs[name], folder, items),
+                     "letter": _letter_jobs(runs[VARIANTS.get(name, (name,))[0]], folder, items),
                      "items": [{"id": it.id, "question": it.question, "choices": list(it.choices)} for it in items]})
     (scratch / "jobs.json").write_text(json.dumps(jobs))
     argv = [sys.executable, "-I", "-S", "-B", "-c", FRESH, sysconfig.get_paths()["purelib"], str(scratch / "jobs.json")]
@@ -139,18 +145,34 @@ def _worst(got: dict, expected: dict) -> float:
     return max(abs(a - b) for key in got for a, b in zip(got[key], expected[key], strict=True))
 
 
-@pytest.mark.parametrize("name", sorted(RUNS))
+def _expected(runs: dict[str, RunDir], name: str) -> dict[str, list[float]]:
+    """The run's own probabilities of what `name` exports: its method, or a post-hoc variant
+    (vector scaling: VectorScaler with the copy's weights on the run's base scores)."""
+    if name not in VARIANTS:
+        return _run_probs(runs[name])
+    run, variant = runs[VARIANTS[name][0]], VARIANTS[name][1]
+    if variant != "vs":
+        return _run_probs(run, variant)
+    train_cfg = run.config["train"]
+    frame = pd.read_parquet(predictions_path(run.path, "base", train_cfg["eval_data"][0]))
+    fitted = run.results()["vs"]
+    scaler = VectorScaler(VS_WEIGHTS[: len(fitted["weights"])], fitted["biases"])
+    return {i: scaler.probs(np.asarray([z]))[0].tolist() for i, z in zip(frame["id"], frame["logits"], strict=True)}
+
+
+@pytest.mark.parametrize("name", sorted(FOLDS))
 def test_the_cards_code_gives_the_runs_calibrated_probabilities_and_answers(runs, merged, fresh, name) -> None:
-    expected, got = _run_probs(runs[name]), fresh[name]["card"]
+    expected, got = _expected(runs, name), fresh[name]["card"]
     worst = _worst(got, expected)
     assert worst <= TOLERANCE, f"{name}: max |p_merged - p_run| = {worst:.2e}"
     assert all(np.argmax(got[key]) == np.argmax(expected[key]) for key in got)  # the studio's top answers
     record = json.loads((merged[name] / "calm_export.json").read_text())
     assert record["merged"]["fold"] == FOLDS[name]
     assert record["merged"]["check"]["max_abs_diff"] <= CHECK_TOLERANCE  # the export's own check
-    # Not vacuous: the head moves these probabilities far more than the tolerance.
-    moved = _worst(expected, _run_probs(runs[name], f"{runs[name].config['train']['method']}_theta_only"))
-    assert moved > 10 * TOLERANCE
+    # Not vacuous: the head (or calibrator) moves these probabilities far more than the tolerance.
+    run = runs[VARIANTS.get(name, (name,))[0]]
+    untouched = "base" if name in VARIANTS else f"{run.config['train']['method']}_theta_only"
+    assert _worst(expected, _run_probs(run, untouched)) > 10 * TOLERANCE
 
 
 def test_a_folded_letter_run_is_calibrated_by_its_plain_softmax(runs, fresh) -> None:
@@ -159,6 +181,7 @@ def test_a_folded_letter_run_is_calibrated_by_its_plain_softmax(runs, fresh) -> 
     expected = _run_probs(runs["letter-scalar"])
     worst = _worst(fresh["letter-scalar"]["plain"], expected)
     assert worst <= TOLERANCE, f"max |softmax(letters) - p_run| = {worst:.2e}"
+    assert _worst(fresh["letter-ts"]["plain"], _expected(runs, "letter-ts")) <= TOLERANCE  # TS folds the same way
     # The vocab head's shifts are not in a Llama's weights: its plain softmax is not the run's.
     assert _worst(fresh["letter-vocab"]["plain"], _run_probs(runs["letter-vocab"])) > TOLERANCE
 

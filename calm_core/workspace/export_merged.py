@@ -47,6 +47,7 @@ from calm_core.runs.rundir import RunDir
 if TYPE_CHECKING:
     from calm_core.scoring.prompts import ScoringConfig
 
+SETTINGS_FILES = ("config.json", "generation_config.json", "tokenizer_config.json")  # may record a local path
 SHIFT_FILE = "calibration_shift.safetensors"  # kind `temperature`: l per vocabulary id, key `shift`
 FOLD_KINDS = ("exact", "temperature", "formula", "none")
 CHECK_TOLERANCE = 1e-4  # abs, on option probabilities: the merged folder must give the studio's numbers
@@ -272,8 +273,9 @@ def write_merged_folder(run: RunDir, step: int, source: Path, folder: Path, vari
 
     portable = Portable.of(run)
     merged = write_merged(run, step, source, folder, variant)
-    for path in folder.glob("*.json"):  # config.json, the tokenizer's: a recorded path becomes a name
-        _write_json(path, portable.data(json.loads(path.read_text(encoding="utf-8"))))
+    for name in SETTINGS_FILES:  # a recorded path becomes a name (never the vocabulary: a token may look like one)
+        if (folder / name).is_file():
+            _write_json(folder / name, portable.data(json.loads((folder / name).read_text(encoding="utf-8"))))
     record = portable.data({**export_record(run, step, source), "variant": variant, "merged": merged})
     _write_json(folder / "calm_config.json", portable.data(portable_config(run.config)))
     _write_json(folder / EXPORT_FILE, record)

@@ -49,10 +49,15 @@ def fold_words(record: dict[str, Any]) -> str:
         return f"The run has no calibration head: the weights are the adapted model (`{method}`), nothing to fold."
     if kind == "exact":
         bias = " and the shifts l added to its bias" if merged["bias_folded"] else ""
+        served = (
+            "under the run's letter rule the softmax of the answer position's logits at the option letters is the "
+            "run's calibrated probability"
+            if record["task"] == "mcqa"
+            else "sampling from them samples the calibrated model"
+        )
         return (
             f"The head's temperature is folded into the LM head: its rows are divided by {which}{bias}{untied}. "
-            "The served log-probabilities are the calibrated ones, with no extra code: under the run's letter rule "
-            "the softmax of the answer position's logits at the option letters is the run's calibrated probability."
+            f"The served log-probabilities are the calibrated ones, with no extra code: {served}."
         )
     if kind == "temperature":
         return (
@@ -67,9 +72,9 @@ def fold_words(record: dict[str, Any]) -> str:
         return (
             "The calibration acts on option scores, so it is not folded: no row of the LM head holds a temperature "
             "on a sum of log-likelihoods. The weights are the adapted model's, and the served log-probabilities "
-            f"are uncalibrated. The calibrated probability of option k is\n\n    p_k = softmax_k(S_k / T),   "
-            f"T = {merged['temperature']!r}\n\nwhere S_k is the {score} log-likelihood of option k's tokens after "
-            "the question, under the run's scoring rule (`scoring` in calm_export.json)."
+            f"are uncalibrated. The calibrated probability of option k is\n\n    {cloze_formula(merged)}\n\n"
+            f"where S_k is the {score} log-likelihood of option k's tokens after the question, under the run's "
+            "scoring rule (`scoring` in calm_export.json)."
         )
     return (
         "The head scales each option position about the question's mean letter logit, which no row can hold: "
@@ -78,6 +83,14 @@ def fold_words(record: dict[str, Any]) -> str:
         f"answer position and m the mean of z over the question's options; tau = {_numbers(merged['tau'])}, "
         f"l = {_numbers(merged['shift'] or [])}."
     )
+
+
+def cloze_formula(merged: dict[str, Any]) -> str:
+    """The one line: one T (a scalar head, TS), or a temperature and shift per option
+    position (vector scaling, an uncentred head)."""
+    if merged["temperature"] is not None:
+        return f"p_k = softmax_k(S_k / T),   T = {merged['temperature']!r}"
+    return f"p_k = softmax_k(S_k / tau_k + l_k),   tau = {merged['tau']!r}, l = {merged['shift']!r}"
 
 
 def check_words(merged: dict[str, Any]) -> str:
@@ -189,8 +202,18 @@ def _cloze_lines(cfg: ScoringConfig, merged: dict[str, Any]) -> list[str]:
         "def calibrated(question, options):",
         f"    context = {context}",
         f"    scores = torch.stack([option_score(context, {delimiter} + option) for option in options])",
-        f"    return torch.softmax(scores / {merged['temperature']!r}, -1)  # p_k = softmax_k(S_k / T)",
+        *_cloze_return(merged),
         "",
+    ]
+
+
+def _cloze_return(merged: dict[str, Any]) -> list[str]:
+    if merged["temperature"] is not None:
+        return [f"    return torch.softmax(scores / {merged['temperature']!r}, -1)  # p_k = softmax_k(S_k / T)"]
+    return [
+        f"    tau = torch.tensor({merged['tau']!r}, dtype=torch.float64)[: len(options)]",
+        f"    l = torch.tensor({merged['shift']!r}, dtype=torch.float64)[: len(options)]",
+        "    return torch.softmax(scores / tau + l, -1)  # p_k = softmax_k(S_k / tau_k + l_k)",
     ]
 
 
