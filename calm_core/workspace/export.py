@@ -24,6 +24,11 @@ complete checkpoint):
                                                      table from results.json), how to load it, the table
                                                      (model_card.py)
 
+With `merged=True` (`calm export --merged`) the folder is a plain transformers model
+instead: the adapter merged, the head folded into the LM head where it can be, the card's
+formula where it cannot (workspace/export_merged.py; its card merged_card.py). It is
+staged and renamed into place the same way.
+
 No file of the folder holds a local path (workspace/portable.py): the model is named by its
 hub id, else its directory's name, with a fingerprint of its files; every other path the run
 knows of becomes a name or a placeholder (`~`, `$CALM_WORKSPACE`).

@@ -44,7 +44,13 @@ def fold_words(record: dict[str, Any]) -> str:
     merged, method = record["merged"], record.get("variant", record["method"])
     kind, tau = merged["fold"], merged.get("temperature")
     untied = " (the input embeddings are untied first: `tie_word_embeddings: false`)" if merged["tied_untied"] else ""
-    which = f"T = {tau!r}" if tau is not None else "each row v its own tau_v (the head's vocabulary temperatures)"
+    which = (
+        f"T = {tau!r}"
+        if tau is not None
+        else "their own temperatures tau_v (the head's, one per vocabulary id)"
+        if record["head_scope"] == "vocab"
+        else "the option letters' temperatures tau_k (the rows of A, B, ...; the other rows are unchanged)"
+    )
     if kind == "none":
         return f"The run has no calibration head: the weights are the adapted model (`{method}`), nothing to fold."
     if kind == "exact":
