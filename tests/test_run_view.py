@@ -136,3 +136,18 @@ def test_uniform_entropy_is_mean_ln_k_of_the_heldout_set(tmp_path) -> None:
     assert uniform_entropy(run) == pytest.approx(sum(math.log(len(i.choices)) for i in items) / len(items))
     assert uniform_entropy(RunDir.create(tmp_path, "r-open", {"train": {"task": "openqa", "heldout_data": name}})) is None
     assert uniform_entropy(RunDir.create(tmp_path, "r-gone", {"train": {"heldout_data": "upload/none"}})) is None
+
+
+def test_sets_read_from_files_are_shown_by_name_never_by_path(tmp_path: Path) -> None:
+    run = _run(tmp_path, "a", "calm", ["base", "calm"])
+    added = [
+        {"dataset": "/home/me/private.csv", "variant": "calm", "acc": 0.6, "added_after_training": True},
+        {"dataset": "/home/me/other/private.csv", "variant": "calm", "acc": 0.7, "added_after_training": True},
+        {"dataset": "arc/easy_test", "variant": "calm", "acc": 0.4, "added_after_training": True},
+    ]
+    (run.path / "added_results.json").write_text(json.dumps({"results": added}))
+    rows = run_view.compare_rows([run])
+    shown = [r["dataset"] for r in rows if r.get("added_after_training")]
+    # a file by its name; a second file of the same name keeps its path, so two sets never merge
+    assert shown == ["private.csv (added)", "/home/me/other/private.csv (added)", "arc/easy_test (added)"]
+    assert rows[2]["dataset_raw"] == "/home/me/private.csv"  # the files' own name, for reading predictions

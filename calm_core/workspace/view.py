@@ -139,16 +139,18 @@ def compare_rows(runs: list[RunDir]) -> list[dict[str, Any]]:
     `<set> (added)` so they are never taken for the run's own rows. `base` / post-hoc
     (`ts`) rows shared by runs appear once (the first run's); a trained variant whose name
     an earlier run already used (two `calm` runs with different scopes) is labelled
-    `<variant>@<run name or id>`. Each row keeps `variant_raw` and `dataset_raw` (the
-    names in its run's files) and `run`."""
-    rows, seen, shared = [], set(), shared_variants()
+    `<variant>@<run name or id>`. A set read from a file is shown by the file's name, never
+    its path on this machine (`portable.public_dataset_name`), unless two files share one.
+    Each row keeps `variant_raw` and `dataset_raw` (the names in its run's files) and `run`."""
+    rows, seen, shared, shown = [], set(), shared_variants(), {}
+
     for run in runs:
         if not (run.path / "results.json").is_file():
             raise ValueError(f"Expected results.json in run {run.run_id} (a finished run), but found none")
         label = _name(run)
         for row in [*run.results()["results"], *run.added_results()]:
             variant = row["variant"]
-            dataset = row["dataset"] + (ADDED_MARK if row.get("added_after_training") else "")
+            dataset = _shown_name(row["dataset"], shown) + (ADDED_MARK if row.get("added_after_training") else "")
             if (dataset, variant) in seen:
                 if variant in shared:
                     continue
@@ -165,6 +167,17 @@ def compare_rows(runs: list[RunDir]) -> list[dict[str, Any]]:
                 }
             )
     return rows
+
+
+def _shown_name(raw: str, shown: dict[str, str]) -> str:
+    """The name a table shows for the dataset `raw`: a file's base name, or `raw` itself
+    when another dataset of the same listing already shows that base name."""
+    from calm_core.workspace.portable import public_dataset_name
+
+    public = public_dataset_name(raw)
+    if shown.setdefault(public, raw) != raw:
+        return raw
+    return public
 
 
 def added_lines(rows: list[dict[str, Any]]) -> list[str]:
