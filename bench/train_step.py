@@ -37,6 +37,13 @@ CONFIGS = [("sft", 1, "theta"), ("calm", 3, "theta"), ("calm", 10, "theta"), ("c
 MODES = ("uncached", "cached")
 
 
+def config_name(method: str, inner_steps: int, start: str) -> str:
+    """A configuration's name for --configs: sft, calm-T3, calm-T10, calm-T2-persistent."""
+    if method == "sft":
+        return "sft"
+    return f"calm-T{inner_steps}" + ("" if start == "theta" else f"-{start}")
+
+
 def time_config(
     model: str, method: str, inner_steps: int, start: str, mode: str, args: argparse.Namespace
 ) -> dict:
@@ -94,6 +101,13 @@ def default_models() -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=default_models())
+    parser.add_argument(
+        "--configs",
+        nargs="+",
+        default=[config_name(*c) for c in CONFIGS],
+        choices=[config_name(*c) for c in CONFIGS],
+        help="configurations to time (sft is needed for the x sft columns)",
+    )
     parser.add_argument("--steps", type=int, default=8, help="timed steps (the loop runs two more: warm-up, counted)")
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--scoring", default="cloze")
@@ -107,6 +121,7 @@ def main() -> None:
         for model in args.models
         for mode in MODES
         for method, t, start in CONFIGS
+        if config_name(method, t, start) in args.configs
     ]
     by_key = {(r["model"], r["method"], r["inner_steps"], r["inner_start"], r["mode"]): r for r in rows}
     print(f"{'model':12} {'method':8} {'T':>2} {'start':>10} {'mode':>8} {'s/step':>7} {'x sft':>6} {'x uncached':>10} "
