@@ -158,7 +158,12 @@ def ltt_threshold(confidence: object, correct: object, target_error: float, delt
     """Learn then Test on the error among answered items: walk GRID from 1 down, rejecting
     "error among answered > alpha" while the binomial p-value P(Bin(n_t, alpha) <= k_t) is at
     most delta (n_t answered held-out items, k_t of them wrong); the last rejected t is
-    chosen, inf when the first cannot be rejected."""
+    chosen, inf when the first cannot be rejected.
+
+    The sequence starts at the first t where n_t reaches `ltt_min_items` (fewer answered
+    items could not reject even with no error, and would end it at once). n_t only grows as
+    t falls, so this is fixed-sequence testing from a start set by the held-out confidences,
+    never by their labels; tests/test_selective.py checks the guarantee by simulation."""
     c, a = _check_scores(confidence, correct)
     alpha, d = _check_rate(target_error, "target_error"), _check_rate(delta, "delta")
     _refuse_if_few(len(c), ltt_min_items(alpha, d), alpha, f"(delta {d:.0%}) an error among answered of")
@@ -166,10 +171,10 @@ def ltt_threshold(confidence: object, correct: object, target_error: float, delt
     wrong = np.sort(c[a == 0.0])
     answered = len(order) - np.searchsorted(order, GRID, side="left")  # (G,) items with c >= t
     errors = len(wrong) - np.searchsorted(wrong, GRID, side="left")  # (G,)
-    threshold = NEVER
+    threshold, least = NEVER, ltt_min_items(alpha, d)
     for t, n_t, k_t in zip(GRID, answered, errors, strict=True):
-        if n_t == 0:
-            continue  # nothing answered: no error to test, and the sequence goes on
+        if n_t < least:
+            continue  # too few answered to reject anything: the sequence starts below (see the docstring)
         if binomial_cdf(int(k_t), int(n_t), alpha) > d:
             break
         threshold = float(t)
