@@ -127,3 +127,30 @@ def test_cells_and_threshold_words() -> None:
     assert sel.cell(Estimate(0.4231, 0.35, 0.49, 10)) == "42% (35%-49%)"
     assert sel.cell(Estimate(1.8, 1.6, 2.0, 10), percent=False) == "1.80 (1.60-2.00)"
     assert sel.cell(Estimate(math.nan, math.nan, math.nan, 0)) == "-"
+
+
+@pytest.mark.parametrize("calibrate_on", ["heldout", "all"])
+def test_a_trained_run_stores_heldout_probabilities_and_calm_selective_reads_them(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture, calibrate_on: str
+) -> None:
+    """A tiny run's final evaluation writes every compared variant's S_V probabilities (the
+    post-hoc ones out of fold); `calm selective` chooses on its 6 S_V items at 20% (4 needed)
+    and refuses 10% (9 needed) with the count."""
+    from tests.test_cli_train import TINY, only_run
+
+    argv = ["train", "--model", str(tiny_model_dir), "--steps", "1", "--runs-root", str(tmp_path)]
+    assert main([*argv, "--calibrate-on", calibrate_on, *TINY]) == 0
+    run = only_run(tmp_path)
+    stored = sel.heldout_variants(run)
+    assert {"base", "calm"} <= set(stored)
+    for variant in stored:
+        probs, gold, fit = sel.heldout_probs(run, variant)
+        assert probs.shape[0] == len(gold) == 6 and np.allclose(np.nansum(probs, axis=1), 1.0)
+        expected = {"calm": "step selected on S_V", "base": "no S_V label"}
+        assert fit == expected[variant] if variant in expected else fit not in expected.values()
+    capsys.readouterr()
+    root = ["--runs-root", str(tmp_path)]
+    assert main(["selective", run.run_id, "--variant", "calm", "--target-error", "0.2", *root]) == 0
+    assert "builtin/capitals/test" in capsys.readouterr().out
+    assert main(["selective", run.run_id, "--variant", "calm", "--target-error", "0.1", *root]) == 0
+    assert "at least 9 held-out items for a target error of 10%, but got 6" in capsys.readouterr().out
