@@ -57,6 +57,26 @@ def make_run(root: Path | None, n_heldout: int = 60, n_test: int = 80) -> RunDir
     return run
 
 
+def add_selective_files(run: RunDir, n_heldout: int = 60) -> RunDir:
+    """Give a hand-written finished run (tests/test_verdict.py) what selective answering
+    reads: S_V probabilities per variant and option probabilities in its predictions."""
+    rng = np.random.default_rng(1)
+    for row in run.results()["results"]:
+        p, y = _probs(n_heldout, rng, 2.0)
+        write_heldout(run.path, row["variant"], p, y, (p > 0).sum(axis=1), "out of fold")
+        p, y = _probs(row.get("n", 24), rng, 2.0)
+        frame = pd.DataFrame(
+            {
+                "probs": [r[r > 0].tolist() for r in p],
+                "gold": y,
+                "prediction": p.argmax(axis=1),
+                "confidence": p.max(axis=1),
+            }
+        )
+        write_predictions(run.path, row["variant"], row["dataset"], frame)
+    return run
+
+
 def test_the_threshold_is_chosen_on_heldout_probabilities_alone(tmp_path: Path) -> None:
     run = make_run(tmp_path)
     report = sel.selective_report(run, sel.SelectiveRequest("calm", target_error=0.2))
@@ -154,3 +174,29 @@ def test_a_trained_run_stores_heldout_probabilities_and_calm_selective_reads_the
     assert "builtin/capitals/test" in capsys.readouterr().out
     assert main(["selective", run.run_id, "--variant", "calm", "--target-error", "0.1", *root]) == 0
     assert "at least 9 held-out items for a target error of 10%, but got 6" in capsys.readouterr().out
+
+
+def test_compare_shows_the_threshold_its_guarantee_and_a_refusal(open_page) -> None:
+    """Compare's section: a target error of 10% gives the threshold, the answered fraction and
+    the error among answered with intervals beside the model as it is, the guarantee and its
+    assumption; 5% on 14 S_V items is refused with the reason; the threshold saves for export."""
+    from tests.test_verdict import finished_run
+
+    run = add_selective_files(finished_run(), n_heldout=14)
+    compare = open_page("views/compare.py")
+    assert not compare.exception and not compare.error, (compare.exception, [e.value for e in compare.error])
+    assert compare.number_input(key="selective_target").value == 10
+    text = "\n".join(m.value for m in compare.markdown)
+    assert "at most 10%" in text and "threshold" in text
+    assert any("exchangeable" in c.value for c in compare.caption)
+    table = next(t.value for t in compare.table if "error among answered" in t.value.columns)
+    assert {"threshold", "answered", "error among all", "coverage", "set size"} <= set(table.columns)
+    assert "the model as it is" in set(table["variant"]) and table["answered"].str.contains("%").all()
+    compare.number_input(key="selective_target").set_value(5).run()
+    assert not compare.exception
+    warned = [w.value.replace("\\", "") for w in compare.warning]  # escaped Markdown, as the page shows it
+    assert any("at least 19 held-out items" in w and "got 14" in w for w in warned), warned
+    compare.number_input(key="selective_target").set_value(20).run()
+    compare.button(key="selective_save").click().run()
+    assert not compare.exception and run.selective()["target_error"] == 0.2
+    assert any("Saved with the run" in s.value for s in compare.success)

@@ -32,6 +32,8 @@ DEFAULT_RULE = CRC  # the rule the issue's story asks for: it also works on a sm
 DEFAULT_TARGET = 0.1
 # The summary's columns, as every table (CLI, Compare) heads them; each is in the glossary.
 COLUMNS = ("answered", "error among answered", "error among all", "coverage", "set size")
+# The section's other words a page shows (tests/test_glossary.py reads both lists).
+WORDS = ("threshold", "answers nothing", "target error", "conformal risk control", "Learn then Test", "LAC")
 KEYS = dict(zip(COLUMNS, ("answered", "error_answered", "error_all", "coverage", "set_size"), strict=True))
 ASSUMPTION = (
     "It assumes the held-out items and the new questions are exchangeable: drawn from the same source, "
