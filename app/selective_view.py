@@ -16,7 +16,7 @@ import streamlit as st
 
 from app.state import describe_error, plain
 from app.verdict_view import whole_cells
-from calm_core.calibration.selective import CRC, LTT
+from calm_core.calibration.selective import CRC, LTT, LTT_ANSWERED
 from calm_core.glossary import tooltip
 from calm_core.runs.rundir import RunDir
 from calm_core.workspace import selective as sel
@@ -24,7 +24,12 @@ from calm_core.workspace.verdict import variant_label
 
 TERMS = ("selective answering", "threshold", "target error", "exchangeable", "conformal risk control", "LAC")
 RULE_TERMS = ("conformal risk control", "Learn then Test", "error among all", "error among answered")
-RULE_NAMES = {CRC: "error among all questions (conformal risk control)", LTT: "error among answered (Learn then Test)"}
+SURE = f"{1 - sel.DEFAULT_DELTA:.0%}"  # the ltt rules' probability; `calm selective --delta` changes it
+RULE_NAMES = {
+    LTT: f"error among all, with {SURE} probability (Learn then Test)",
+    CRC: "error among all, on average (conformal risk control)",
+    LTT_ANSWERED: f"error among answered, with {SURE} probability (Learn then Test)",
+}
 
 
 def request_form(run: RunDir, stored: list[str]) -> sel.SelectiveRequest:

@@ -46,13 +46,15 @@ def binomial_reference(k: int, n: int, p: float) -> float:
     return sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k + 1))
 
 
-def ltt_reference(c: np.ndarray, a: np.ndarray, alpha: float, delta: float) -> float:
+def ltt_reference(c: np.ndarray, a: np.ndarray, alpha: float, delta: float, answered: bool = False) -> float:
+    """The fixed sequence written out: each grid threshold from 1 down, its binomial test."""
     chosen, least = math.inf, math.ceil(math.log(delta) / math.log(1 - alpha) - 1e-9)
     for t in np.linspace(1.0, 0.0, 1001):
-        answered = [ai for ci, ai in zip(c, a, strict=True) if ci >= t]
-        if len(answered) < least:
+        above = [ai for ci, ai in zip(c, a, strict=True) if ci >= t]
+        tested = len(above) if answered else len(c)
+        if tested < least:
             continue
-        if binomial_reference(sum(1 for x in answered if x == 0), len(answered), alpha) > delta:
+        if binomial_reference(sum(1 for x in above if x == 0), tested, alpha) > delta:
             break
         chosen = float(t)
     return chosen
@@ -93,7 +95,7 @@ def test_crc_matches_the_literal_rule(alpha: float, seed: int) -> None:
 
 def test_crc_refuses_too_few_items_with_the_count_it_needs() -> None:
     c, a = calibrated(18, np.random.default_rng(0))
-    with pytest.raises(TooFewItems, match="at least 19 held-out items .* 5%, but got 18") as caught:
+    with pytest.raises(TooFewItems, match="at least 19 held-out items for a target error of 5% on average, but got 18") as caught:
         crc_threshold(c, a, 0.05)
     assert caught.value.needed == 19
     c, a = calibrated(19, np.random.default_rng(0))
@@ -125,9 +127,12 @@ def test_binomial_cdf_matches_the_sum_of_terms(k: int, n: int, p: float) -> None
 
 @pytest.mark.parametrize(("alpha", "delta"), [(0.1, 0.1), (0.2, 0.05), (0.3, 0.2)])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_ltt_matches_the_fixed_sequence_written_out(alpha: float, delta: float, seed: int) -> None:
+@pytest.mark.parametrize("answered", [False, True])
+def test_ltt_matches_the_fixed_sequence_written_out(alpha: float, delta: float, seed: int, answered: bool) -> None:
     c, a = calibrated(80, np.random.default_rng(seed))
-    assert ltt_threshold(c, a, alpha, delta).threshold == ltt_reference(c, a, alpha, delta)
+    got = ltt_threshold(c, a, alpha, delta, answered=answered)
+    assert got.threshold == ltt_reference(c, a, alpha, delta, answered)
+    assert got.rule == ("ltt-answered" if answered else "ltt")
 
 
 def test_ltt_refuses_too_few_items() -> None:
@@ -139,13 +144,24 @@ def test_ltt_refuses_too_few_items() -> None:
     assert ltt_threshold(np.ones(22), np.r_[0.0, np.ones(21)], 0.1, 0.1).threshold == NEVER
 
 
+def test_ltt_bounds_the_error_among_all_with_probability_one_minus_delta() -> None:
+    """P(answered and wrong) of a calibrated U(0.25, 1) forecaster above t is (1 - t)^2 / 1.5."""
+    rng, alpha, delta = np.random.default_rng(2), 0.1, 0.1
+    over, trials = 0, 1000
+    for _ in range(trials):
+        t = min(ltt_threshold(*calibrated(100, rng), alpha, delta).threshold, 1.0)
+        over += (1 - t) ** 2 / 1.5 > alpha
+    assert over / trials <= delta + 3 * math.sqrt(delta * (1 - delta) / trials)
+    assert over > 0  # it spends its delta: the bound is not met by a needlessly high threshold
+
+
 def test_ltt_bounds_the_error_among_answered_with_probability_one_minus_delta() -> None:
     """The selective error of a calibrated U(0.25, 1) forecaster above t is (1 - t) / 2."""
     rng, alpha, delta = np.random.default_rng(1), 0.1, 0.1
     over = answering = 0
     trials = 1000
     for _ in range(trials):
-        t = ltt_threshold(*calibrated(400, rng), alpha, delta).threshold
+        t = ltt_threshold(*calibrated(400, rng), alpha, delta, answered=True).threshold
         over += (not math.isinf(t)) and (1 - t) / 2 > alpha
         answering += not math.isinf(t)
     assert over / trials <= delta + 3 * math.sqrt(delta * (1 - delta) / trials)
@@ -156,7 +172,9 @@ def test_risk_controlled_threshold_dispatches_on_delta() -> None:
     c, a = calibrated(50, np.random.default_rng(3))
     assert risk_controlled_threshold(c, a, 0.2).rule == "crc"
     assert risk_controlled_threshold(c, a, 0.2, delta=0.1) == ltt_threshold(c, a, 0.2, 0.1)
-    with pytest.raises(ValueError, match="Expected `rule` to be one of crc, ltt"):
+    answered = selective.choose_threshold(c, a, 0.2, "ltt-answered", 0.1)
+    assert answered == ltt_threshold(c, a, 0.2, 0.1, answered=True)
+    with pytest.raises(ValueError, match="Expected `rule` to be one of crc, ltt, ltt-answered"):
         selective.choose_threshold(c, a, 0.2, "magic", 0.1)
     with pytest.raises(ValueError, match=r"Expected `target_error` to be in \(0, 1\), but got 1.5"):
         crc_threshold(c, a, 1.5)

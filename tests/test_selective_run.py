@@ -79,7 +79,7 @@ def add_selective_files(run: RunDir, n_heldout: int = 60) -> RunDir:
 
 def test_the_threshold_is_chosen_on_heldout_probabilities_alone(tmp_path: Path) -> None:
     run = make_run(tmp_path)
-    report = sel.selective_report(run, sel.SelectiveRequest("calm", target_error=0.2))
+    report = sel.selective_report(run, sel.SelectiveRequest("calm", target_error=0.2, rule="crc"))
     probs, gold, fit = sel.heldout_probs(run, "calm")
     conf, correct = np.nanmax(probs, axis=1), (np.nanargmax(probs, axis=1) == gold).astype(float)
     assert report.choices["calm"].threshold == crc_threshold(conf, correct, 0.2)
@@ -92,17 +92,20 @@ def test_the_threshold_is_chosen_on_heldout_probabilities_alone(tmp_path: Path) 
         frame = pd.read_parquet(path)
         frame["gold"] = frame["gold"].sample(frac=1.0, random_state=1).to_numpy()
         frame.to_parquet(path)
-    again = sel.selective_report(run, sel.SelectiveRequest("calm", target_error=0.2))
+    again = sel.selective_report(run, sel.SelectiveRequest("calm", target_error=0.2, rule="crc"))
     assert again.choices == report.choices
 
 
 def test_a_small_heldout_set_is_refused_with_the_count_needed(tmp_path: Path) -> None:
     run = make_run(tmp_path, n_heldout=14)
-    report = sel.selective_report(run, sel.SelectiveRequest("calm", target_error=0.05))
+    report = sel.selective_report(run, sel.SelectiveRequest("calm", target_error=0.05, rule="crc"))
     choice = report.choices["calm"]
     assert choice.threshold is None and "at least 19 held-out items" in choice.refusal and "got 14" in choice.refusal
     assert report.rows == [] and "no threshold" in sel.choice_line(choice)
-    assert sel.selective_report(run, sel.SelectiveRequest("calm", target_error=0.1)).choices["calm"].threshold
+    assert sel.selective_report(run, sel.SelectiveRequest("calm", 0.1, rule="crc")).choices["calm"].threshold
+    default = sel.selective_report(run, sel.SelectiveRequest("calm", 0.1)).choices["calm"]  # ltt: 22 at 10%
+    assert "at least 22 held-out items for an error among all of 10% with 90% probability" in default.refusal
+    assert "on average (conformal risk control: 9 items)" in default.refusal  # the way out
 
 
 def test_a_run_without_heldout_probabilities_says_why(tmp_path: Path) -> None:
@@ -130,7 +133,7 @@ def test_calm_selective_prints_saves_and_writes_json(tmp_path: Path, capsys: pyt
     data = json.loads(out.read_text())
     assert data["request"]["variant"] == "ts"  # the run's recommendation by default
     saved = run.selective()
-    assert saved["variant"] == "ts" and saved["rule"] == "crc" and saved["target_error"] == 0.1
+    assert saved["variant"] == "ts" and saved["rule"] == "ltt" and saved["target_error"] == 0.1
     threshold = data["choices"]["ts"]["threshold"]["threshold"]
     assert saved["threshold"] == threshold and (threshold is None or 0.0 <= threshold <= 1.0)
 
@@ -170,19 +173,20 @@ def test_a_trained_run_stores_heldout_probabilities_and_calm_selective_reads_the
         assert fit == expected[variant] if variant in expected else fit not in expected.values()
     capsys.readouterr()
     root = ["--runs-root", str(tmp_path)]
-    assert main(["selective", run.run_id, "--variant", "calm", "--target-error", "0.2", *root]) == 0
+    root += ["--variant", "calm", "--rule", "crc"]
+    assert main(["selective", run.run_id, "--target-error", "0.2", *root]) == 0
     assert "builtin/capitals/test" in capsys.readouterr().out
-    assert main(["selective", run.run_id, "--variant", "calm", "--target-error", "0.1", *root]) == 0
-    assert "at least 9 held-out items for a target error of 10%, but got 6" in capsys.readouterr().out
+    assert main(["selective", run.run_id, "--target-error", "0.1", *root]) == 0
+    assert "at least 9 held-out items for a target error of 10% on average, but got 6" in capsys.readouterr().out
 
 
 def test_compare_shows_the_threshold_its_guarantee_and_a_refusal(open_page) -> None:
     """Compare's section: a target error of 10% gives the threshold, the answered fraction and
     the error among answered with intervals beside the model as it is, the guarantee and its
-    assumption; 5% on 14 S_V items is refused with the reason; the threshold saves for export."""
+    assumption; 5% on 30 S_V items is refused with the reason; the threshold saves for export."""
     from tests.test_verdict import finished_run
 
-    run = add_selective_files(finished_run(), n_heldout=14)
+    run = add_selective_files(finished_run(), n_heldout=30)
     compare = open_page("views/compare.py")
     assert not compare.exception and not compare.error, (compare.exception, [e.value for e in compare.error])
     assert compare.number_input(key="selective_target").value == 10
@@ -195,7 +199,7 @@ def test_compare_shows_the_threshold_its_guarantee_and_a_refusal(open_page) -> N
     compare.number_input(key="selective_target").set_value(5).run()
     assert not compare.exception
     warned = [w.value.replace("\\", "") for w in compare.warning]  # escaped Markdown, as the page shows it
-    assert any("at least 19 held-out items" in w and "got 14" in w for w in warned), warned
+    assert any("at least 45 held-out items" in w and "got 30" in w for w in warned), warned
     compare.number_input(key="selective_target").set_value(20).run()
     compare.button(key="selective_save").click().run()
     assert not compare.exception and run.selective()["target_error"] == 0.2

@@ -2,21 +2,26 @@
 the model answers alone, and sets of options that hold the right one, both chosen on
 held-out items (S_V) and then applied unchanged to new ones.
 
-Two rules pick the threshold t (the model answers an item when its top-label confidence
+Three rules pick the threshold t (the model answers an item when its top-label confidence
 is at least t, and abstains otherwise), one rule picks the sets:
 
 - `crc`, conformal risk control (Angelopoulos et al. 2022, "Conformal Risk Control"):
   the loss of an item is 1[answered and wrong] (bounded by B = 1, nonincreasing in t);
   t is the smallest held-out confidence with (n / (n + 1)) * Rhat(t) + 1 / (n + 1) <= alpha.
   Guarantee: P(answered and wrong) <= alpha for a new item, in expectation over the
-  held-out draw. The risk is the error among ALL items, not among the answered ones.
-- `ltt`, Learn then Test (Angelopoulos, Bates et al. 2021) on the selective error: for each
-  t of a fixed grid, from 1 down, the null "error among answered items > alpha" is tested
-  with the exact binomial p-value of the held-out errors among the answered; the sequence
-  stops at the first null it cannot reject (fixed-sequence testing, no multiplicity cost).
-  Guarantee: with probability at least 1 - delta over the held-out draw, the error among
-  answered items of a new item is at most alpha. This is the error a person asking "how
-  often is it wrong when it answers?" means; it costs more answered items than `crc`.
+  held-out draw. The risk is the error among ALL items, not among the answered ones. An
+  expectation: a given test split exceeds alpha often (bench/selective_guarantee.py).
+- `ltt`, the same risk with probability 1 - delta (Learn then Test, Angelopoulos, Bates et
+  al. 2021): for each t of a fixed grid, from 1 down, the null "P(answered and wrong) >
+  alpha" is tested with the exact binomial p-value P(Bin(n, alpha) <= k_t) of the k_t
+  held-out items answered and wrong; the sequence stops at the first null it cannot reject
+  (fixed-sequence testing: no multiplicity cost). Guarantee: with probability at least
+  1 - delta over the held-out draw, P(answered and wrong) <= alpha.
+- `ltt-answered`, Learn then Test on the selective error: the same walk, the null "error
+  among answered items > alpha", the p-value P(Bin(n_t, alpha) <= k_t) over the n_t answered
+  held-out items. Guarantee: with probability at least 1 - delta, the error among answered
+  items is at most alpha: what a person asking "how often is it wrong when it answers?"
+  means; it answers far fewer items than the other two.
 - LAC prediction sets (Sadinle et al. 2019; Kumar et al. 2023 for MCQA with LLMs): with
   scores s_i = 1 - p_i(gold), qhat is the ceil((n + 1)(1 - alpha))-th smallest score, and
   a new item's set is {options k : 1 - p_k <= qhat} (= p_k >= 1 - qhat). Guarantee:
@@ -26,8 +31,8 @@ Every guarantee assumes the held-out items and the new ones are exchangeable (dr
 the same source, in no particular order): none holds across a shift of domain.
 
 Each rule refuses, with the count it needs, when the held-out items are too few for its
-target (`TooFewItems`): `crc` and LAC need n >= 1 / alpha - 1 (19 for 5%), `ltt` needs
-n >= ln(delta) / ln(1 - alpha) (22 for alpha = delta = 10%).
+target (`TooFewItems`): `crc` and LAC need n >= 1 / alpha - 1 (19 for 5%), `ltt` and
+`ltt-answered` n >= ln(delta) / ln(1 - alpha) (22 for alpha = delta = 10%, 45 for 5%).
 
 Example (checkable by hand): confidences [0.9, 0.8, 0.7, 0.6] x 5, right except the 0.6s,
 n = 20, alpha = 0.3: at t = 0.6 Rhat = 5/20 and (20/21)(0.25) + 1/21 = 0.286 <= 0.3, so
@@ -42,10 +47,11 @@ from functools import lru_cache
 
 import numpy as np
 
-CRC, LTT = "crc", "ltt"
+CRC, LTT, LTT_ANSWERED = "crc", "ltt", "ltt-answered"
 RULES = {
-    CRC: "conformal risk control: P(answered and wrong) <= target, in expectation",
-    LTT: "Learn then Test: error among answered <= target, with probability >= 1 - delta",
+    CRC: "error among all questions <= target, on average over held-out draws (conformal risk control)",
+    LTT: "error among all questions <= target, with probability >= 1 - delta (Learn then Test)",
+    LTT_ANSWERED: "error among answered questions <= target, with probability >= 1 - delta (Learn then Test)",
 }
 DEFAULT_DELTA = 0.1  # ltt: the chance the held-out draw misleads; the project's intervals are 90% too
 GRID = np.linspace(1.0, 0.0, 1001)  # ltt's fixed sequence of thresholds, most cautious first
@@ -66,7 +72,7 @@ class Threshold:
 
     rule: str
     target_error: float
-    delta: float | None  # ltt's delta; None for crc (a guarantee in expectation)
+    delta: float | None  # the ltt rules' delta; None for crc (a guarantee in expectation)
     threshold: float
     n_heldout: int
     heldout_answered: int  # held-out items at or above the threshold
@@ -107,17 +113,18 @@ def crc_min_items(target_error: float) -> int:
 
 
 def ltt_min_items(target_error: float, delta: float) -> int:
-    """The fewest answered held-out items for which `ltt` can reject its first null: with
-    no error among n answered, the p-value (1 - alpha)^n must reach delta."""
+    """The fewest held-out items (for `ltt-answered`, answered ones) with which the ltt rules
+    can reject their first null: with no error among n, the p-value (1 - alpha)^n must reach delta."""
     alpha, d = _check_rate(target_error, "target_error"), _check_rate(delta, "delta")
     return math.ceil(math.log(d) / math.log1p(-alpha) - 1e-9)
 
 
-def _refuse_if_few(n: int, needed: int, target_error: float, what: str) -> None:
+def _refuse_if_few(n: int, needed: int, what: str, way_out: str = "") -> None:
+    """TooFewItems naming the count `what` needs and the ways out (more items, a larger target)."""
     if n < needed:
         raise TooFewItems(
-            f"Expected at least {needed} held-out items for {what} {target_error:.0%}, but got {n}: "
-            f"hold out more items, or ask for a larger target",
+            f"Expected at least {needed} held-out items for {what}, but got {n}: hold out more items, "
+            f"or ask for a larger target{way_out}",
             needed,
         )
 
@@ -131,7 +138,7 @@ def crc_threshold(confidence: object, correct: object, target_error: float) -> T
     passing t is exchangeable with the new item's loss (the paper's proof)."""
     c, a = _check_scores(confidence, correct)
     alpha = _check_rate(target_error, "target_error")
-    _refuse_if_few(len(c), crc_min_items(alpha), alpha, "a target error of")
+    _refuse_if_few(len(c), crc_min_items(alpha), f"a target error of {alpha:.0%} on average")
     candidates = np.unique(c)  # ascending
     wrong = np.sort(c[a == 0.0])
     errors = len(wrong) - np.searchsorted(wrong, candidates, side="left")  # wrong items with c >= t
@@ -154,31 +161,43 @@ def binomial_cdf(k: int, n: int, p: float) -> float:
     return min(1.0, math.exp(top) * sum(math.exp(t - top) for t in terms))
 
 
-def ltt_threshold(confidence: object, correct: object, target_error: float, delta: float = DEFAULT_DELTA) -> Threshold:
-    """Learn then Test on the error among answered items: walk GRID from 1 down, rejecting
-    "error among answered > alpha" while the binomial p-value P(Bin(n_t, alpha) <= k_t) is at
-    most delta (n_t answered held-out items, k_t of them wrong); the last rejected t is
-    chosen, inf when the first cannot be rejected.
+def ltt_threshold(
+    confidence: object, correct: object, target_error: float, delta: float = DEFAULT_DELTA, answered: bool = False
+) -> Threshold:
+    """Learn then Test: walk GRID from 1 down, rejecting "risk(t) > alpha" while the binomial
+    p-value P(Bin(m_t, alpha) <= k_t) is at most delta; the last rejected t is chosen, inf
+    when the first cannot be rejected. The risk is P(answered and wrong) (m_t = n, k_t the
+    held-out items answered and wrong), or with `answered` the error among answered items
+    (m_t = n_t answered held-out items, k_t of them wrong).
 
-    The sequence starts at the first t where n_t reaches `ltt_min_items` (fewer answered
-    items could not reject even with no error, and would end it at once). n_t only grows as
-    t falls, so this is fixed-sequence testing from a start set by the held-out confidences,
-    never by their labels; tests/test_selective.py checks the guarantee by simulation."""
+    With `answered`, the sequence starts at the first t where n_t reaches `ltt_min_items`
+    (fewer answered items could not reject even with no error, and would end it at once).
+    n_t only grows as t falls, so this is fixed-sequence testing from a start set by the
+    held-out confidences, never by their labels; tests/test_selective.py checks the
+    guarantee by simulation."""
     c, a = _check_scores(confidence, correct)
     alpha, d = _check_rate(target_error, "target_error"), _check_rate(delta, "delta")
-    _refuse_if_few(len(c), ltt_min_items(alpha, d), alpha, f"(delta {d:.0%}) an error among answered of")
-    order = np.sort(c)
-    wrong = np.sort(c[a == 0.0])
-    answered = len(order) - np.searchsorted(order, GRID, side="left")  # (G,) items with c >= t
-    errors = len(wrong) - np.searchsorted(wrong, GRID, side="left")  # (G,)
-    threshold, least = NEVER, ltt_min_items(alpha, d)
-    for t, n_t, k_t in zip(GRID, answered, errors, strict=True):
-        if n_t < least:
-            continue  # too few answered to reject anything: the sequence starts below (see the docstring)
-        if binomial_cdf(int(k_t), int(n_t), alpha) > d:
+    what = f"an error among {'answered' if answered else 'all'} of {alpha:.0%} with {1 - d:.0%} probability"
+    way_out = f", or for it on average (conformal risk control: {crc_min_items(alpha)} items)"
+    _refuse_if_few(len(c), ltt_min_items(alpha, d), what, way_out)
+    order, wrong = np.sort(c), np.sort(c[a == 0.0])
+    errors = len(wrong) - np.searchsorted(wrong, GRID, side="left")  # (G,) wrong items with c >= t
+    tested = len(order) - np.searchsorted(order, GRID, side="left") if answered else np.full(len(GRID), len(c))
+    threshold = _fixed_sequence(tested, errors, alpha, d)
+    return _record(LTT_ANSWERED if answered else LTT, alpha, d, threshold, c, a)
+
+
+def _fixed_sequence(tested: np.ndarray, errors: np.ndarray, alpha: float, delta: float) -> float:
+    """The lowest GRID threshold of the run of rejections from the top (inf: none); a
+    threshold with too few tested items to reject is passed over (see `ltt_threshold`)."""
+    threshold, least = NEVER, ltt_min_items(alpha, delta)
+    for t, m_t, k_t in zip(GRID, tested, errors, strict=True):
+        if m_t < least:
+            continue
+        if binomial_cdf(int(k_t), int(m_t), alpha) > delta:
             break
         threshold = float(t)
-    return _record(LTT, alpha, d, threshold, c, a)
+    return threshold
 
 
 def _record(rule: str, alpha: float, delta: float | None, t: float, c: np.ndarray, a: np.ndarray) -> Threshold:
@@ -189,17 +208,19 @@ def _record(rule: str, alpha: float, delta: float | None, t: float, c: np.ndarra
 def risk_controlled_threshold(
     confidence: object, correct: object, target_error: float, delta: float | None = None
 ) -> Threshold:
-    """`crc_threshold` (no delta: the error among all items, in expectation) or, with a
-    delta, `ltt_threshold` (the error among answered items, with probability 1 - delta)."""
+    """A threshold bounding P(answered and wrong) by `target_error`: `crc_threshold` without
+    delta (in expectation), `ltt_threshold` with it (with probability 1 - delta)."""
     if delta is None:
         return crc_threshold(confidence, correct, target_error)
     return ltt_threshold(confidence, correct, target_error, delta)
 
 
 def choose_threshold(confidence: object, correct: object, target_error: float, rule: str, delta: float) -> Threshold:
-    """The threshold of the rule named `rule` (RULES); `delta` is read by `ltt` only."""
+    """The threshold of the rule named `rule` (RULES); `delta` is read by the ltt rules only."""
     if rule not in RULES:
         raise _fail("rule", f"to be one of {', '.join(RULES)}", repr(rule))
+    if rule == LTT_ANSWERED:
+        return ltt_threshold(confidence, correct, target_error, delta, answered=True)
     return risk_controlled_threshold(confidence, correct, target_error, None if rule == CRC else delta)
 
 
@@ -222,7 +243,7 @@ def lac_quantile(probs: object, labels: object, coverage: float) -> float:
         raise _fail("labels_heldout", f"to be {p.shape[0]} option indices in [0, {p.shape[1]})", y[:5])
     alpha = 1.0 - _check_rate(coverage, "coverage")
     n = len(y)
-    _refuse_if_few(n, crc_min_items(alpha), alpha, "prediction sets missing the answer at most")
+    _refuse_if_few(n, crc_min_items(alpha), f"option sets that hold the answer {1 - alpha:.0%} of the time")
     scores = np.sort(1.0 - p[np.arange(n), y])  # (n,) ascending
     if np.isnan(scores).any():
         raise _fail("probs_heldout", "to give every gold option a probability", "NaN at a gold option")
