@@ -37,7 +37,11 @@ def request_form(run: RunDir, stored: list[str]) -> sel.SelectiveRequest:
     c1, c2, c3, c4 = st.columns(4)
     first = sel.default_variant(run)
     variant = c1.selectbox(
-        "Variant", stored, index=stored.index(first), format_func=variant_label, key="selective_variant"
+        "Variant",
+        stored,
+        index=stored.index(first) if first in stored else 0,
+        format_func=variant_label,
+        key="selective_variant",
     )
     target = c2.number_input(
         "Target error (%)",

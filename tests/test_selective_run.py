@@ -130,7 +130,7 @@ def test_calm_selective_prints_saves_and_writes_json(tmp_path: Path, capsys: pyt
     assert code == 0
     assert "variant" in printed and "error among answered" in printed and "temperature scaling" in printed
     assert "exchangeable" in printed and "at most 10%" in printed  # the guarantee and its assumption
-    data = json.loads(out.read_text())
+    data = json.loads(out.read_text(), parse_constant=lambda word: pytest.fail(f"{word} is not JSON"))
     assert data["request"]["variant"] == "ts"  # the run's recommendation by default
     saved = run.selective()
     assert saved["variant"] == "ts" and saved["rule"] == "ltt" and saved["target_error"] == 0.1

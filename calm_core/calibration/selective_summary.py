@@ -34,8 +34,9 @@ class Estimate:
     high: float
     n: int
 
-    def to_dict(self) -> dict[str, float | int]:
-        return dict(self.__dict__)
+    def to_dict(self) -> dict[str, float | int | None]:
+        """JSON-ready: nothing measured (nan) is None."""
+        return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in self.__dict__.items()}
 
 
 def wilson(successes: int, n: int, level: float = LEVEL) -> Estimate:

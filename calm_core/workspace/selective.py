@@ -201,7 +201,7 @@ def summary_rows(run: RunDir, choice: Choice) -> list[dict[str, Any]]:
 def selective_report(run: RunDir, request: SelectiveRequest) -> SelectiveReport:
     """The request's variant and the untouched model, each under its own S_V choice, on
     every evaluation set (rows grouped by set: the variant, then base)."""
-    names = list(dict.fromkeys([request.variant, "base"]))
+    names = list(dict.fromkeys([request.variant, *(["base"] if "base" in heldout_variants(run) else [])]))
     choices = {name: choose(run, request, name) for name in names}
     rows = [row for name in names for row in summary_rows(run, choices[name])]
     order = list(dict.fromkeys(row["dataset"] for row in rows))
