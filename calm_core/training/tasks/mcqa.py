@@ -11,7 +11,7 @@
   cross-entropy of theta alone) for the calibrated stop (training/selection.py);
 - `final_evaluation`: base, the post-hoc calibrators (ts), the trained model and its
   theta-only ablation on every evaluation set -> eval/<variant>/<dataset>.parquet +
-  results.json;
+  results.json, and each compared variant's S_V probabilities -> heldout/ (selective answering);
 - `added_evaluation`: the same variants on more sets after training, with the run's saved
   calibrators (`calm eval --run`, workspace/added.py).
 """
