@@ -59,12 +59,14 @@ def request_form(run: RunDir, stored: list[str]) -> sel.SelectiveRequest:
         "Sets' coverage (%)",
         min_value=50,
         max_value=99,
-        value=100 - int(target),
+        value=None,  # empty: 1 - target error, the library's default (SelectiveRequest.set_coverage)
+        placeholder=f"{100 - int(target)} (100 - target)",
         step=1,
         key="selective_coverage",
         help=tooltip("LAC", "coverage"),
     )
-    return sel.SelectiveRequest(variant, target / 100.0, rule, sel.DEFAULT_DELTA, coverage / 100.0)
+    share = None if coverage is None else coverage / 100.0
+    return sel.SelectiveRequest(variant, target / 100.0, rule, sel.DEFAULT_DELTA, share)
 
 
 def show_report(report: sel.SelectiveReport) -> None:

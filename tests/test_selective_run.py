@@ -200,7 +200,9 @@ def test_compare_shows_the_threshold_its_guarantee_and_a_refusal(open_page) -> N
     assert not compare.exception
     warned = [w.value.replace("\\", "") for w in compare.warning]  # escaped Markdown, as the page shows it
     assert any("at least 45 held-out items" in w and "got 30" in w for w in warned), warned
+    assert compare.number_input(key="selective_coverage").value is None  # 1 - target, as `calm selective`
     compare.number_input(key="selective_target").set_value(20).run()
     compare.button(key="selective_save").click().run()
-    assert not compare.exception and run.selective()["target_error"] == 0.2
+    saved = run.selective()
+    assert not compare.exception and saved["target_error"] == 0.2 and saved["coverage"] == 0.8
     assert any("Saved with the run" in s.value for s in compare.success)
