@@ -96,6 +96,17 @@ def test_the_threshold_is_chosen_on_heldout_probabilities_alone(tmp_path: Path) 
     assert again.choices == report.choices
 
 
+def test_sets_added_after_training_get_rows_too(tmp_path: Path) -> None:
+    run = make_run(tmp_path)
+    frame = pd.read_parquet(run.path / "eval" / "calm" / "builtin__units__test.parquet")
+    for variant in ("calm", "base"):
+        write_predictions(run.added_dir, variant, "arc/easy_test", frame)
+    run.add_results([{"dataset": "arc/easy_test", "variant": v, "added_after_training": True} for v in ("calm", "base")])
+    report = sel.selective_report(run, sel.SelectiveRequest("calm", rule="crc"))
+    added = [row for row in report.rows if row["dataset"] == "arc/easy_test (added)"]
+    assert [row["variant"] for row in added] == ["calm", "base"] and added[0]["summary"].n == len(frame)
+
+
 def test_a_small_heldout_set_is_refused_with_the_count_needed(tmp_path: Path) -> None:
     run = make_run(tmp_path, n_heldout=14)
     report = sel.selective_report(run, sel.SelectiveRequest("calm", target_error=0.05, rule="crc"))
