@@ -37,8 +37,8 @@ def test_the_high_probability_rules_hold_on_most_splits_of_a_calibrated_forecast
 
 def test_held_out_and_test_sizes() -> None:
     assert bench.sizes("arc/easy_test", 600) == (100, 500)
-    assert bench.sizes("builtin/arithmetic", 240) == (100, 140)
-    assert bench.sizes("builtin/capitals", 69) == (34, 35)
+    assert bench.sizes("builtin/arithmetic", 600) == (100, 500)
+    assert bench.sizes("builtin/capitals", 172) == (86, 86)
 
 
 def test_the_docs_table_is_the_published_benchmark() -> None:
