@@ -17,7 +17,7 @@ Per (set, rule) it prints how often the realised test error is at or below the t
 fraction and how often the rule answers nothing; for LAC, how often the test coverage
 reaches 1 - target and the mean set size. The rules (calm_core/calibration/selective.py):
 `crc` bounds the error among all test items (answered and wrong) in expectation, `ltt` the
-same with probability 1 - delta (delta = 0.1), `ltt-answered` the error among answered items
+same with probability 1 - delta (the library's DEFAULT_DELTA, 0.05), `ltt-answered` the error among answered items
 with probability 1 - delta; a split whose threshold answers no test item counts as within
 the target for `ltt-answered` (no answer, no wrong answer) and is counted apart.
 
@@ -58,8 +58,8 @@ DEFAULT_PREDS = Path("/tmp/calm_selective_preds")
 RULES = ("crc", "ltt", "ltt-answered")  # calm_core/calibration/selective.py RULES
 RULE_WORDS = {
     "crc": "error among all, on average",
-    "ltt": "error among all, 90%",
-    "ltt-answered": "error among answered, 90%",
+    "ltt": "error among all, 1 - delta",
+    "ltt-answered": "error among answered, 1 - delta",
 }
 
 
@@ -102,9 +102,11 @@ def sizes(name: str, pool: int) -> tuple[int, int]:
     return held, pool - held
 
 
-def one_split(probs: np.ndarray, gold: np.ndarray, n_held: int, n_test: int, target: float, seed: int) -> dict:
-    """Each rule's realised test figures for one random held-out/test split."""
-    from calm_core.calibration.selective import DEFAULT_DELTA, choose_threshold, lac_quantile
+def one_split(
+    probs: np.ndarray, gold: np.ndarray, n_held: int, n_test: int, target: float, seed: int, delta: float = 0.05
+) -> dict:
+    """Each rule's realised test figures for one random held-out/test split (`delta`: the ltt rules')."""
+    from calm_core.calibration.selective import choose_threshold, lac_quantile
     from calm_core.calibration.selective_summary import summarize_selective, top_label
 
     order = np.random.default_rng(seed).permutation(len(gold))
@@ -112,7 +114,7 @@ def one_split(probs: np.ndarray, gold: np.ndarray, n_held: int, n_test: int, tar
     confidence, correct = top_label(probs[held], gold[held])
     out: dict[str, Any] = {}
     for rule in RULES:
-        t = choose_threshold(confidence, correct, target, rule, DEFAULT_DELTA).threshold
+        t = choose_threshold(confidence, correct, target, rule, delta).threshold
         s = summarize_selective(probs[test], gold[test], t)
         pool = summarize_selective(probs, gold, t)
         out[rule] = {
@@ -189,18 +191,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", type=float, default=0.1, help="the target error (LAC: coverage 1 - target)")
     parser.add_argument("--splits", type=int, default=200)
+    parser.add_argument("--delta", type=float, default=None, help="the ltt rules' delta (default: the library's, 0.05)")
     parser.add_argument("--sets", nargs="+", default=list(SETS), choices=list(SETS))
     parser.add_argument("--preds", type=Path, default=DEFAULT_PREDS, help="where the scored predictions are kept")
     parser.add_argument("--json", type=Path, default=ROOT / "bench/results/selective_guarantee.json")
     args = parser.parse_args(argv)
     from calm_core.calibration.selective import DEFAULT_DELTA
 
+    delta = DEFAULT_DELTA if args.delta is None else args.delta
     score_once(args.preds, [d for name in args.sets for d in SETS[name]])
     started, results = time.perf_counter(), {}
     for name in args.sets:
         probs, gold = load_pool(args.preds, SETS[name])
         n_held, n_test = sizes(name, len(gold))
-        records = [one_split(probs, gold, n_held, n_test, args.target, seed) for seed in range(args.splits)]
+        records = [one_split(probs, gold, n_held, n_test, args.target, seed, delta) for seed in range(args.splits)]
         accuracy = float(np.mean(np.nanargmax(probs, axis=1) == gold))
         results[name] = {"pool": len(gold), "held_out": n_held, "test": n_test, "accuracy": accuracy}
         results[name].update(summarise(records, args.target))
@@ -208,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "bench/selective_guarantee.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "target": args.target,
         "splits": args.splits,
-        "delta": DEFAULT_DELTA,
+        "delta": delta,
         "model": "embedded (SmolLM2-135M-Instruct), untouched, cloze",
         "results": results,
         "seconds": round(time.perf_counter() - started, 1),

@@ -28,8 +28,9 @@ from calm_core.runs.layout import HELDOUT, heldout_path, predictions_path
 from calm_core.runs.rundir import RunDir
 from calm_core.workspace.verdict import variant_label
 
-# The error among all questions, with 90% probability: a guarantee that holds on the reader's own test
-# split 9 times in 10 (crc's holds on average only; bench/selective_guarantee.py measures both).
+# The error among all questions, with 95% probability: a guarantee that held on the reader's own test
+# split in at least 9 of 10 splits on every benchmark set (crc's holds on average only;
+# bench/selective_guarantee.py measures both).
 DEFAULT_RULE = LTT
 DEFAULT_TARGET = 0.1
 # The summary's columns, as every table (CLI, Compare) heads them; each is in the glossary.
