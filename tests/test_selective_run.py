@@ -217,3 +217,13 @@ def test_compare_shows_the_threshold_its_guarantee_and_a_refusal(open_page) -> N
     saved = run.selective()
     assert not compare.exception and saved["target_error"] == 0.2 and saved["coverage"] == 0.8
     assert any("Saved with the run" in s.value for s in compare.success)
+
+
+def test_the_glossary_states_the_default_delta() -> None:
+    """The glossary cannot import the rules (it is layer 1): its probability is checked here."""
+    from calm_core import glossary
+    from calm_core.calibration.selective import DEFAULT_DELTA
+
+    assert sel.DEFAULT_RULE == "ltt"
+    assert f"{1 - DEFAULT_DELTA:.0%} probability" in glossary.define("Learn then Test")
+    assert f"{1 - DEFAULT_DELTA:.0%} probability" in glossary.define("target error")
