@@ -11,7 +11,6 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 OVER_COLOR = "rgba(214, 69, 65, 0.55)"  # confidence above accuracy
 UNDER_COLOR = "rgba(52, 120, 198, 0.45)"  # accuracy above confidence
@@ -82,93 +81,6 @@ def frame(
         fig.update_layout(
             legend=dict(orientation="h", x=0, xanchor="left", yref="container", yanchor="bottom", y=4 / total)
         )
-    return fig
-
-
-def _centers(records: Sequence[dict[str, Any]]) -> list[float]:
-    return [(r["lower"] + r["upper"]) / 2 for r in records]
-
-
-def reliability_figure(
-    records: Sequence[dict[str, Any]], title: str = "Reliability diagram", columns: int = 1
-) -> go.Figure:
-    """Accuracy per confidence bin (bars), the gap to the diagonal, and a histogram;
-    `columns`: how many charts share its row (its title wraps to fit).
-
-    `records` are `BinTable.to_records()` rows. Empty bins get no bar and an 'x' on the
-    axis, so a reader can tell "no items here" from "accuracy 0". Top panel: accuracy
-    bars and red/blue gap segments up or down to the bin's mean confidence; bottom
-    panel: how many items fell into each bin.
-    """
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.75, 0.25], vertical_spacing=0.04)
-    width = records[0]["upper"] - records[0]["lower"] if records else 0.1
-    filled = [r for r in records if r["count"] > 0]
-    empty = [r for r in records if r["count"] == 0]
-    fig.add_bar(
-        x=_centers(filled),
-        y=[r["accuracy"] for r in filled],
-        width=width * 0.95,
-        marker_color=BAR_COLOR,
-        name="accuracy",
-        row=1,
-        col=1,
-        customdata=[[r["count"], r["mean_confidence"]] for r in filled],
-        hovertemplate="accuracy %{y:.3f}<br>mean confidence %{customdata[1]:.3f}<br>"
-        "%{customdata[0]} items<extra></extra>",
-    )
-    for label, color, side in (
-        ("over-confident (confidence above accuracy)", OVER_COLOR, True),
-        ("under-confident (accuracy above confidence)", UNDER_COLOR, False),
-    ):
-        part = [r for r in filled if (r["gap"] > 0) == side]  # one trace each, so the legend names both colours
-        fig.add_bar(
-            x=_centers(part),
-            y=[r["gap"] for r in part],
-            base=[r["accuracy"] for r in part],
-            width=width * 0.95,
-            name=label,
-            row=1,
-            col=1,
-            marker_color=color,
-            hoverinfo="skip",
-        )
-    fig.add_scatter(
-        x=[0, 1], y=[0, 1], mode="lines", line=dict(dash="dash", color="gray"), name="perfect calibration", row=1, col=1
-    )
-    if empty:
-        fig.add_scatter(
-            x=_centers(empty),
-            y=[0.0] * len(empty),
-            mode="markers",
-            marker_symbol="x",
-            marker_color="gray",
-            name="empty bin",
-            row=1,
-            col=1,
-        )
-    fig.add_bar(
-        x=_centers(records),
-        y=[r["count"] for r in records],
-        width=width * 0.95,
-        marker_color="rgba(120,120,140,0.7)",
-        name="items",
-        row=2,
-        col=1,
-        showlegend=False,
-    )
-    return _reliability_layout(fig, title, barmode="overlay", height=340, y_max=1.0, columns=columns)
-
-
-def _reliability_layout(
-    fig: go.Figure, title: str, barmode: str, height: int, y_max: float, columns: int = 1
-) -> go.Figure:
-    """The two-panel frame shared by the reliability figures: accuracy over confidence
-    above, item counts below, legend underneath."""
-    frame(fig, title, height, columns)
-    fig.update_layout(barmode=barmode)
-    fig.update_yaxes(range=[0, y_max], title_text="accuracy", row=1, col=1)
-    fig.update_yaxes(title_text="items", row=2, col=1)
-    fig.update_xaxes(range=[0, 1], title_text="confidence", row=2, col=1)
     return fig
 
 
@@ -355,59 +267,6 @@ def tradeoff_figure(
     fig.update_xaxes(title_text="ECE (lower is better)")
     fig.update_yaxes(title_text="accuracy")
     return fig
-
-
-def reliability_overlay(
-    variants: dict[str, tuple[Sequence[dict[str, Any]], Sequence[float], Sequence[float]]],
-    title: str = "Reliability diagram",
-    names: Mapping[str, str] | None = None,
-) -> go.Figure:
-    """Several variants on one diagram: per-bin accuracy (markers at the bin's mean
-    confidence, bootstrap interval as error bars; no line, which would jump across empty
-    bins) against the diagonal, and below, each variant's confidence histogram. `variants` maps a name
-    to (BinTable records, interval lower, interval upper); `names` gives a name in full for the
-    legend ("temperature scaling"), the colours stay keyed by the variant."""
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.72, 0.28], vertical_spacing=0.05)
-    fig.add_scatter(
-        x=[0, 1], y=[0, 1], mode="lines", line=dict(dash="dash", color="gray"), name="perfect calibration", row=1, col=1
-    )
-    colors = variant_colors(list(variants))
-    for key, (records, lower, upper) in variants.items():
-        color, name = colors[key], (names or {}).get(key, key)
-        keep = [j for j, r in enumerate(records) if r["count"] > 0]
-        acc = [records[j]["accuracy"] for j in keep]
-        # Markers only: a line would jump across empty bins and tangle with 8 items a set.
-        fig.add_scatter(
-            x=[records[j]["mean_confidence"] for j in keep],
-            y=acc,
-            mode="markers",
-            name=name,
-            marker=dict(color=color, size=9),
-            legendgroup=name,
-            error_y=dict(
-                type="data",
-                symmetric=False,
-                array=[upper[j] - records[j]["accuracy"] for j in keep],
-                arrayminus=[records[j]["accuracy"] - lower[j] for j in keep],
-                thickness=1,
-            ),
-            customdata=[records[j]["count"] for j in keep],
-            hovertemplate=name + ": accuracy %{y:.3f} at confidence %{x:.3f}, %{customdata} items<extra></extra>",
-            row=1,
-            col=1,
-        )
-        fig.add_bar(
-            x=_centers(records),
-            y=[r["count"] for r in records],
-            name=f"{name} items",
-            legendgroup=name,
-            marker_color=color,
-            opacity=0.55,
-            showlegend=False,
-            row=2,
-            col=1,
-        )
-    return _reliability_layout(fig, title, barmode="group", height=380, y_max=1.02)
 
 
 def option_probability_figure(

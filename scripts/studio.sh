@@ -34,10 +34,14 @@ if [ "$share" = 1 ]; then
     echo "calm studio: shared on every interface, behind the password (docs/security.md)." >&2
 fi
 bash scripts/setup.sh
+source scripts/ticker.sh
 if [ "$share" = 1 ]; then
     .venv/bin/python -m calm_core.workspace.access || exit 2   # a password too short: says why
 fi
 # Convert the embedded model and score the Learn page's quiz into the model cache, once
 # (calm_core/scoring/quiz.py): the page then opens on stored scores, not a minute of scoring.
-.venv/bin/python -m calm_core.scoring.quiz
+# It says each step, and a line every 12 s while one runs (scoring/progress.py, Ticker; the
+# ticker of scripts/ticker.sh covers Python's imports before its first line).
+TICK_PREFIX=studio ticking "preparing the embedded model and Learn's quiz" .venv/bin/python -m calm_core.scoring.quiz
+echo "studio: starting Streamlit (it prints the address to open)"
 exec .venv/bin/streamlit run app/main.py "${args[@]}"

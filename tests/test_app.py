@@ -9,7 +9,8 @@ import pytest
 
 import plotly.graph_objects as go
 
-from app.charts import AXIS_BELOW_PX, LEGEND_ROW_PX, MODEBAR_PX, TITLE_LINE_PX, accuracy_confidence_figure, reliability_figure
+from app.charts import AXIS_BELOW_PX, LEGEND_ROW_PX, MODEBAR_PX, TITLE_LINE_PX, accuracy_confidence_figure
+from app.reliability_charts import reliability_figure
 from calm_core.calibration import metrics
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -18,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def _records(n_bins: int = 5):
     conf = np.array([0.95, 0.92, 0.91, 0.55, 0.52])
     correct = np.array([1.0, 0.0, 0.0, 1.0, 1.0])
-    return metrics.bin_confidences(conf, correct, n_bins=n_bins).to_records()
+    return metrics.prepare_reliability(conf, correct, n_bins=n_bins, strategy="uniform").to_records()
 
 
 def test_reliability_figure_draws_accuracy_gaps_and_counts() -> None:
@@ -33,7 +34,7 @@ def test_reliability_figure_draws_accuracy_gaps_and_counts() -> None:
 
 
 def test_reliability_figure_without_empty_bins_has_no_marker() -> None:
-    records = metrics.bin_confidences(np.array([0.3, 0.8]), np.array([1.0, 0.0]), n_bins=1).to_records()
+    records = metrics.prepare_reliability(np.array([0.3, 0.8]), np.array([1.0, 0.0]), n_bins=1).to_records()
     assert "empty bin" not in {t.name for t in reliability_figure(records).data}
 
 
@@ -60,8 +61,8 @@ def test_learn_page_renders_on_a_tiny_model(tiny_lm, monkeypatch: pytest.MonkeyP
     assert not at.exception
     ece_after = next(m.value for m in at.metric if m.label == "ECE")
     assert ece_after != ece_before
-    # Issue 23: one number of bins for the ECE label and the diagram; "Fit T" jumps to the optimum.
-    assert "ECE (15 bins)" in labels and "15 equal-width bins" in "\n".join(c.value for c in at.caption)
+    # Issue 23: the ECE label says its bins, and so does the diagram's caption; "Fit T" jumps to the optimum.
+    assert "ECE (15 bins)" in labels and "the ECE above uses 15 equal-width bins" in "\n".join(c.value for c in at.caption)
     at.button(key="learn_fit").click().run()
     assert not at.exception, at.exception
     fitted = next(c.value for c in at.caption if "temperature with the lowest NLL" in c.value)
@@ -71,7 +72,8 @@ def test_learn_page_renders_on_a_tiny_model(tiny_lm, monkeypatch: pytest.MonkeyP
 
 
 def test_chart_builders_for_monitor_and_compare() -> None:
-    from app.charts import alpha_heatmap, line_figure, reliability_overlay, tradeoff_figure, variant_colors
+    from app.charts import alpha_heatmap, line_figure, tradeoff_figure, variant_colors
+    from app.reliability_charts import reliability_overlay
 
     fig = line_figure({"a": ([1, 2], [0.5, 0.4]), "b": ([1, 2], [0.1, 0.2])}, "t", log_y=True)
     assert [t.name for t in fig.data] == ["a", "b"] and fig.layout.yaxis.type == "log"
@@ -84,15 +86,14 @@ def test_chart_builders_for_monitor_and_compare() -> None:
     assert refs == {"base · id": (0.4, 0.55, "x"), "ts · id": (0.15, 0.55, "diamond")}
     assert marked.data[1].marker.color == marked.data[0].line.color  # the set's colour
     records = _records()
-    lower, upper = metrics.bin_accuracy_intervals([0.95, 0.92, 0.91, 0.55, 0.52], [1, 0, 0, 1, 1], n_bins=5)
-    over = reliability_overlay({"base": (records, lower, upper), "calm": (records, lower, upper)})
+    over = reliability_overlay({"base": records, "calm": records})
     lines = [t for t in over.data if t.type == "scatter" and t.name in ("base", "calm")]
     assert [len(t.x) for t in lines] == [2, 2]  # the two non-empty bins
-    assert list(lines[0].error_y.array) == pytest.approx([upper[2] - 1.0, upper[4] - 1 / 3])
+    assert list(lines[0].error_y.array) == pytest.approx([records[2]["acc_high"] - 1.0, records[4]["acc_high"] - 1 / 3])
     assert variant_colors(["base", "ts", "calm", "sft"])["calm"] != variant_colors(["base", "ts", "calm", "sft"])["sft"]
     # Variants named in full in the legends; the colours stay keyed by the variant (base grey, ts blue).
     names = {"base": "the model as it is", "ts": "temperature scaling"}
-    named = reliability_overlay({"base": (records, lower, upper), "ts": (records, lower, upper)}, names=names)
+    named = reliability_overlay({"base": records, "ts": records}, names=names)
     legend = {t.name: t.marker.color for t in named.data if t.type == "scatter" and t.name in names.values()}
     assert legend == {"the model as it is": variant_colors(["base"])["base"], "temperature scaling": variant_colors(["ts"])["ts"]}
     named_refs = tradeoff_figure({"id": ([10], [0.5], [0.3])}, {"id": {"ts": (0.15, 0.55)}}, names=names)
@@ -168,7 +169,8 @@ def test_every_chart_is_framed_in_pixels_title_under_the_mode_bar_legend_under_t
     """Issue 30: a title is wrapped to its chart's width and starts below Plotly's mode bar;
     the legend starts below the x-axis title whatever the figure's height; the top and
     bottom margins hold them, so the plot area keeps its height."""
-    from app.charts import frame, line_figure, reliability_figure, title_lines
+    from app.charts import frame, line_figure, title_lines
+    from app.reliability_charts import reliability_figure
 
     title = "S_T cross-entropy of theta (lower level)"
     assert len(title_lines(title, 1)) == 1 and len(title_lines(title, 3)) == 2
@@ -189,15 +191,15 @@ def test_charts_say_what_their_marks_mean_and_skip_float_noise() -> None:
     sits below the x-axis title; the overlay draws no lines across empty bins; both gap
     colours of a reliability diagram are in its legend; a flat curve (float noise around
     1.0) gets a readable axis instead of ticks at 0.999998 .. 1.000001."""
-    from app.charts import line_figure, reliability_figure, reliability_overlay, tradeoff_figure
+    from app.charts import line_figure, tradeoff_figure
+    from app.reliability_charts import reliability_figure, reliability_overlay
 
     path = tradeoff_figure({"id": ([10, 20], [0.5, 0.5], [0.3, 0.2])})
     keys = {t.name: t.marker.symbol for t in path.data if t.legendgroup == "key"}
     assert keys == {"first evaluation (open)": "circle-open", "last evaluation (filled, larger)": "circle"}
     assert _legend_gap_px(path) >= AXIS_BELOW_PX - 1e-6  # under the x-axis title
     records = _records()
-    lower, upper = metrics.bin_accuracy_intervals([0.95, 0.92, 0.91, 0.55, 0.52], [1, 0, 0, 1, 1], n_bins=5)
-    over = reliability_overlay({"base": (records, lower, upper)})
+    over = reliability_overlay({"base": records})
     assert [t.mode for t in over.data if t.name == "base"] == ["markers"]
     names = [t.name for t in reliability_figure(records).data]
     assert "over-confident (confidence above accuracy)" in names and "under-confident (accuracy above confidence)" in names

@@ -98,17 +98,33 @@ def studio(tmp_path: Path, embedded_dir: Path):
         yield url
 
 
+IDLE_JS = ("() => { const w = document.querySelector('[data-testid=\"stStatusWidget\"]');"
+           " return (!w || !w.innerText.includes('Running'))"
+           " && !document.querySelector('[data-testid=\"stSpinner\"]'); }")
+
+
+def wait_idle(page, rounds: int = 2) -> None:
+    """Until no script run is going and no spinner shows, `rounds` times a second apart (a
+    run that has just been asked for shows its status a moment later). Under a loaded
+    machine a rerun outlasts any fixed sleep, and a click made while one is going can be
+    lost: a walk waits for this before it clicks what matters."""
+    for _ in range(rounds):
+        page.wait_for_timeout(1000)
+        page.wait_for_function(IDLE_JS, timeout=240_000)
+    page.wait_for_timeout(500)
+
+
 def fill_short_tiny_run(page, model_dir: Path | None, steps: int, eval_items: int, name: str) -> None:
     """On the Train page: the tiny model from a local directory (`model_dir`; None keeps
     the embedded model) and a short run named `name` (LoRA on the top layer: the tiny
-    model has two)."""
+    model has two); each entry's rerun over before the next."""
     if model_dir is not None:
         page.get_by_text("local directory", exact=True).click()
         path = page.get_by_label("Path or hub id", exact=True)
         path.wait_for(timeout=60_000)
         path.fill(str(model_dir))
         path.press("Enter")
-        page.wait_for_timeout(1000)
+        wait_idle(page)
     page.get_by_text("Advanced settings").click()
     for label, value in (("Steps", steps), ("Items per evaluation set", eval_items),
                          ("LoRA on top N layers (0: all)", 1), ("Run name", name)):
@@ -116,8 +132,8 @@ def fill_short_tiny_run(page, model_dir: Path | None, steps: int, eval_items: in
         field.wait_for(timeout=60_000)
         field.fill(str(value))
         field.press("Enter")
-        page.wait_for_timeout(500)
-    page.wait_for_timeout(1500)
+        wait_idle(page, rounds=1)
+    wait_idle(page)
 
 
 def _shots() -> Path:

@@ -41,6 +41,7 @@ import pytest
 from calm_core.workspace.advice import recommendation_sentence
 from calm_core.workspace.verdict import variant_label
 from tests.test_browser import (CHROMIUM, CHROMIUM_ARGS, _goto, _require_browser, _shots, fill_short_tiny_run,
+                                wait_idle,
                                 running_studio)
 from tests.test_browser_sessions import _exceptions, _stop_leftover_jobs
 
@@ -147,14 +148,6 @@ def _shot(page, shots: Path, name: str, top=None, bottom=None) -> None:
         page.wait_for_timeout(1000)
 
 
-def _wait_idle(page) -> None:
-    """Until the script run that the last click started is over ("Running..." gone)."""
-    page.wait_for_timeout(1500)
-    page.wait_for_function("() => { const w = document.querySelector('[data-testid=\"stStatusWidget\"]');"
-                           " return !w || !w.innerText.includes('Running'); }", timeout=180_000)
-    page.wait_for_timeout(500)
-
-
 def _key(key: str) -> str:
     """The locator of the widget with Streamlit key `key`."""
     return f".st-key-{key}"
@@ -214,7 +207,7 @@ def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shot
     expect(warning).to_be_visible(timeout=60_000)
     # Issue 30: the page's own suggestion is one it then accepts: 24 held-out items, no further suggestion.
     page.get_by_role("button", name="Use 40 / 40 / 20 %").click()
-    _wait_idle(page)
+    wait_idle(page)
     for part, percent in (("train", "40"), ("heldout", "40"), ("test", "20")):
         expect(page.get_by_label(f"{part} %", exact=True)).to_have_value(percent)
     # the best this source allows: what its S_V supports is said once, on Train (issue 40)
@@ -253,7 +246,7 @@ def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shot
     print(f"before launch: {support.first.inner_text()!r}")
     # The fix it offers, in one click: the post-hoc calibrators k-fold on all 48 labelled items (enough for ATS's 40).
     page.get_by_role("button", name="Use k-fold on all 48 labelled items").click()
-    _wait_idle(page)
+    wait_idle(page)
     expect(page.get_by_role("button", name="Use k-fold on all 48 labelled items")).to_have_count(0)  # it acted
     pooled = page.locator('[data-testid="stAlert"]').filter(has_text="With k-fold on all 48 labelled items")
     expect(pooled.first).to_be_visible(timeout=60_000)
@@ -323,7 +316,7 @@ def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shot
         page.locator(_key("compare_variants")).locator("input").click()
         page.get_by_role("option", name=variant_label("ats"), exact=True).click()
         page.keyboard.press("Escape")
-        _wait_idle(page)
+        wait_idle(page)
     # its reliability curve in the overlay, named in full in the legend, beside CALM's (scope adaptive)
     diagram = page.locator('[data-testid="stPlotlyChart"]').first
     for name in ("adaptive temperature scaling", "CALM"):
@@ -343,7 +336,7 @@ def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shot
     # 4. Export: the calibrated model as a zip, the report as one HTML file.
     downloads = tmp_path / "downloads"
     downloads.mkdir()
-    _wait_idle(page)
+    wait_idle(page)
     with page.expect_download(timeout=300_000) as zipped:
         page.get_by_role("button", name="Calibrated model (zip)").click()
     archive = downloads / zipped.value.suggested_filename
@@ -357,7 +350,7 @@ def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shot
     # The zip's click reran the page, which gives every download button a new file id: a click
     # before the browser has the new ids downloads nothing (streamlit logs "Deferred file ... not
     # found"). Wait for that run to end, as a user sees "Running..." end.
-    _wait_idle(page)
+    wait_idle(page)
     with page.expect_download(timeout=300_000) as reported:
         page.get_by_role("button", name="Report (HTML)").click()
     report = downloads / reported.value.suggested_filename
@@ -427,7 +420,7 @@ def _choose(page, key: str, option: str) -> None:
     box = page.locator(_key(key)).get_by_role("combobox")
     box.click()
     page.get_by_role("option", name=option, exact=True).click()
-    _wait_idle(page)
+    wait_idle(page)
     expect(box).to_have_value(option)
 
 
@@ -436,7 +429,7 @@ def _set_number(page, label: str, value: str) -> None:
     field = page.get_by_label(label, exact=True)
     field.fill(value)
     field.press("Enter")
-    _wait_idle(page)
+    wait_idle(page)
 
 
 def _assert_fits(page, key: str) -> None:

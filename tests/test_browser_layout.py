@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, _require_browser, _shots, running_studio
+from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, _require_browser, _shots, running_studio, wait_idle
 from tests.test_browser_sessions import _exceptions
 
 pytestmark = [pytest.mark.browser]
@@ -142,21 +142,7 @@ def _open(page, url: str, name: str) -> None:
     """The page from its URL, its heading, and the end of its script run (real-time waits)."""
     page.goto(f"{url}/{PAGES[name]}")
     page.get_by_role("heading", name=HEADINGS[name]).first.wait_for(timeout=180_000)
-    _wait_idle(page)
-
-
-IDLE_JS = ("() => { const w = document.querySelector('[data-testid=\"stStatusWidget\"]');"
-           " return (!w || !w.innerText.includes('Running'))"
-           " && !document.querySelector('[data-testid=\"stSpinner\"]'); }")
-
-
-def _wait_idle(page) -> None:
-    """Until no script run is going and no spinner shows, twice a second apart (a run
-    that has just been asked for shows its status a moment later)."""
-    for _ in range(2):
-        page.wait_for_timeout(1000)
-        page.wait_for_function(IDLE_JS, timeout=240_000)
-    page.wait_for_timeout(500)
+    wait_idle(page)
 
 
 def _open_expanders(page) -> None:
@@ -167,7 +153,7 @@ def _open_expanders(page) -> None:
             break
         closed.first.click()
         page.wait_for_timeout(400)
-    _wait_idle(page)
+    wait_idle(page)
 
 
 def _each_tab(page):
@@ -179,7 +165,7 @@ def _each_tab(page):
         return
     for i in range(tabs.count()):
         tabs.nth(i).click()
-        _wait_idle(page)
+        wait_idle(page)
         yield "".join(c if c.isalnum() else "_" for c in tabs.nth(i).inner_text().strip().lower())
 
 
@@ -224,7 +210,7 @@ def test_every_page_at_1280_px_has_whole_chart_titles(workspace: Path, tmp_path:
                 if name == "data":
                     page.locator('input[type="file"]').set_input_files(str(_upload_file(tmp_path)))
                     page.get_by_text("Why 2 rows were rejected").first.wait_for(timeout=60_000)
-                    _wait_idle(page)
+                    wait_idle(page)
                 found = []
                 for tab in _each_tab(page):
                     _open_expanders(page)

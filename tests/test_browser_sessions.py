@@ -93,6 +93,18 @@ def _launch_message(page) -> tuple[str, str]:
     return found.group(1), found.group(2)
 
 
+def _launch_state(page) -> str:
+    """For a failure's report: when the page's timer clicked, the Launch button's state, the
+    alerts on the page and whether a script run is in progress."""
+    return page.evaluate("""() => {
+        const b = [...document.querySelectorAll('button')].find(b => b.innerText.includes('Launch training'));
+        const alerts = [...document.querySelectorAll('[data-testid="stAlert"]')].map(a => a.innerText.slice(0, 160));
+        const running = !!document.querySelector('[data-testid="stStatusWidget"]');
+        return `clicked at ${window.__launched}; button ${b ? (b.disabled ? 'disabled' : 'enabled') : 'absent'}; `
+            + `script running: ${running}; alerts: ${JSON.stringify(alerts)}`;
+    }""")
+
+
 def _status(root: Path, run_id: str) -> dict:
     return json.loads((root / run_id / "status.json").read_text())
 
@@ -143,7 +155,7 @@ def test_two_sessions_launch_at_once(studio_one_slot, tiny_model_dir: Path) -> N
         except Exception:
             for name, page in zip(NAMES, pages):
                 page.screenshot(path=str(shots / f"failure-{name}.png"), full_page=True)
-                print(f"{name}: exceptions on the page: {_exceptions(page)}")
+                print(f"{name}: exceptions on the page: {_exceptions(page)}; {_launch_state(page)}")
             print(f"browser test failed; screenshots in {shots}")
             raise
         finally:

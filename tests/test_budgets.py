@@ -94,7 +94,8 @@ def test_repeated_csv_names_are_named_with_their_positions(tmp_path: Path) -> No
     with pytest.raises(DataError) as info:
         load_file(path)
     assert str(info.value) == (
-        f"Expected distinct column names in {path}, but B is at columns 2 and 5, A at columns 3, 7 and 8: rename them"
+        f"Expected distinct column names in {path}, but B is at columns 2 and 5, A at columns 3, 7 and 8: rename all "
+        "but one of each (say column 5 to B_2) and map the one that holds what you mean"
     )
 
 

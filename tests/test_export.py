@@ -362,7 +362,9 @@ def test_embedded_run_names_the_hub_model(tiny_model_dir: Path, tmp_path: Path) 
     assert "EMBEDDED_HUB_ID" in record["base_model_hub_id_from"]
     assert record["ts_temperature"] is None  # no results.json: an unfinished run still exports
     card = (folder / "README.md").read_text()
-    assert f'from_pretrained("{EMBEDDED_HUB_ID}"' in card and "Q4_1" in card
+    assert f'else "{EMBEDDED_HUB_ID}"' in card and "Q4_1" in card  # the Hub's copy where the studio's is absent
+    if record["base_model_local_copy"]:  # the studio's converted copy, first (tests/test_model_card.py runs it)
+        assert f'"{record["base_model_local_copy"]}"' in card
     assert card_metadata(folder)["base_model"] == EMBEDDED_HUB_ID  # the Hub links the card to its base model
     assert "model-index" not in card_metadata(folder)  # no results.json: no results to index
 

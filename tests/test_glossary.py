@@ -35,13 +35,15 @@ def vocabulary() -> set[str]:
     words = variants | {verdict.variant_label(v) for v in variants}
     words |= {verdict.NEAR_UNIFORM, verdict.ACCURACY_LOST, verdict.UNDER_CONFIDENT}
     words |= set(verdict.VERDICT_COLUMNS) | set(advice.HELDOUT_COLUMNS) | set(advice.POOLED_COLUMNS)
-    words |= set(RUN_WORDS) | set(selective.COLUMNS) | set(selective.WORDS)
+    words |= set(RUN_WORDS) | set(RELIABILITY_WORDS) | set(selective.COLUMNS) | set(selective.WORDS)
     return words | {c.name for c in COLUMNS}
 
 
 # Labels the pages show beside the registries' words (issue 40 found them unexplained): the
 # calibrated stop's rule as the Monitor's selection line writes it, and the job's words.
 RUN_WORDS = ("rule `best`", "rule `last`", "heartbeat", "frozen-layer cache")
+# The reliability diagrams' words (issue 40, item 4): the bins, the whiskers, the hollow marks, the noise line.
+RELIABILITY_WORDS = ("equal-mass", "Wilson interval", "one-item bin", "ECE from noise alone")
 
 
 def _visit(node: Any, shown: list[str], helps: list[str]) -> None:
@@ -186,6 +188,14 @@ def test_the_flags_thresholds_are_the_verdicts() -> None:
     from calm_core.workspace import verdict
 
     assert f"more than {verdict.UNDER_CONFIDENT_GAP:.2f} below the accuracy" in glossary.define("under-confident")
+
+
+def test_the_noise_ece_entry_says_the_draws_noise_ece_makes() -> None:
+    from calm_core.calibration.metrics.reliability import LEVEL, NOISE_DRAWS
+
+    text = glossary.define("ECE from noise alone")
+    assert f"redrawn {NOISE_DRAWS} times" in text and f"its {LEVEL:.0%} line" in text
+    assert f"({LEVEL:.0%}, Wilson" in glossary.define("Wilson interval")
 
 
 def test_the_run_words_numbers_are_the_runs() -> None:

@@ -480,13 +480,15 @@ def test_csv_undecodable_header_is_one_clear_data_error(tmp_path: Path) -> None:
     path.write_bytes(b"qu\xe9stion,choices,answer\nQ?,a|b,0\n")
     with pytest.raises(DataError) as info:
         load_file(path)
-    assert str(info.value) == f"Expected a UTF-8 header row in {path}, but it holds undecodable bytes (save it as UTF-8)"
+    first, way_out = str(info.value).splitlines()
+    assert first == f"Expected a UTF-8 header row in {path}, but it holds undecodable bytes (save it as UTF-8)"
+    assert way_out.startswith("The file is not UTF-8 text") and "--encoding" in way_out  # data/encoding.py
 
 
 def test_csv_repeated_column_names_are_refused(tmp_path: Path) -> None:
     """dict(zip(header, cells)) kept the last `q` and dropped the first without a word."""
     path = write_text(tmp_path / "twice.csv", "q,q,choices,answer,,\nA?,B?,a|b,0,,\n")
-    with pytest.raises(DataError, match=r"Expected distinct column names in .*twice\.csv, but q is at columns 1 and 2: rename them"):
+    with pytest.raises(DataError, match=r"Expected distinct column names in .*twice\.csv, but q is at columns 1 and 2: rename all but one"):
         load_file(path, mapping="question=q")
 
 

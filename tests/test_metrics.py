@@ -695,22 +695,3 @@ def test_summarize_hand_contains_aurc_and_bootstrap_accepts_its_name():
     assert s["aurc"] == pytest.approx((0 + 1 / 2 + 2 / 3 + 2 / 4) / 4)
     lo, hi = bootstrap_ci("aurc", HAND_P, HAND_Y, n_boot=200)
     assert 0.0 <= lo <= hi <= 1.0
-
-
-def test_bin_accuracy_intervals_bracket_the_bin_accuracy_and_narrow_with_n() -> None:
-    from calm_core.calibration.metrics import bin_accuracy_intervals, bin_confidences
-
-    rng = np.random.default_rng(3)
-    conf = np.concatenate([np.full(20, 0.55), np.full(400, 0.85)])
-    correct = np.concatenate([rng.random(20) < 0.5, rng.random(400) < 0.5]).astype(float)
-    lower, upper = bin_accuracy_intervals(conf, correct, n_bins=10)
-    acc = bin_confidences(conf, correct, n_bins=10).accuracy
-    assert np.isnan(lower[0]) and np.isnan(upper[9])  # empty bins
-    for b in (5, 8):
-        assert lower[b] <= acc[b] <= upper[b]
-    assert (upper[8] - lower[8]) < (upper[5] - lower[5]) / 2  # 20x the items: much narrower
-    assert 0.0 <= lower[5] and upper[5] <= 1.0
-    one = bin_accuracy_intervals([0.9, 0.91], [1.0, 1.0], n_bins=10)
-    assert one[0][9] == 1.0 and one[1][9] == 1.0
-    with pytest.raises(ValueError, match="level"):
-        bin_accuracy_intervals([0.5], [1.0], level=1.5)

@@ -25,7 +25,7 @@ from calm_core.io import atomic_write_json
 from calm_core.runs.layout import predictions_path, write_predictions
 from calm_core.runs.rundir import RunDir
 from calm_core.workspace.report import run_report_html
-from calm_core.workspace.report_svg import OVER, UNDER, reliability_svg
+from calm_core.workspace.report_svg import OVER, UNDER, WHISKER, reliability_svg
 from calm_core.workspace.view import bome_line, bome_summary
 from tests.test_trainer import fresh_lm, small_config
 
@@ -139,6 +139,9 @@ def test_report_draws_one_reliability_diagram_per_variant_and_set(finished_run: 
     for row in results:
         assert f"<b>{row['variant']}</b>" in section
     assert "builtin/capitals/test" in section
+    # issue 40: each diagram says the ECE that noise alone gives at its size, and where its own stands
+    assert section.count("ECE from noise alone at ") == len(results)
+    assert section.count(" is within that.") + section.count(" is beyond that.") == len(results)
 
 
 def test_report_names_settings_alpha_and_bome(finished_run: RunDir, report: str) -> None:
@@ -206,13 +209,14 @@ def test_missing_predictions_leave_a_note_in_place_of_the_figure(run_copy: RunDi
 
 
 def test_reliability_svg_colours_gaps_and_marks_empty_bins() -> None:
-    # bin 0: confidence 0.1, accuracy 1 (under-confident, blue); bin 1: 0.9 vs 0.5 (over, red); 2 bins only
-    table = metrics.bin_confidences([0.1, 0.9, 0.9], [1, 0, 1], n_bins=4).to_records()
-    lower, upper = metrics.bin_accuracy_intervals([0.1, 0.9, 0.9], [1, 0, 1], n_bins=4)
-    svg = reliability_svg(table, lower, upper)
-    assert svg.count(f'fill="{OVER}"') == 1 and svg.count(f'fill="{UNDER}"') == 1
+    # bin 0: confidence 0.1, accuracy 1 (under-confident, blue); bin 3: 0.9 vs 0.5 (over, red); 2 bins empty
+    table = metrics.prepare_reliability([0.1, 0.9, 0.9], [1, 0, 1], n_bins=4, strategy="uniform").to_records()
+    svg = reliability_svg(table)
+    assert svg.count(f'fill="{OVER}"') == 1  # the two-item bin's gap, filled
+    assert svg.count(f'stroke="{UNDER}"') == 1 and f'fill="{UNDER}"' not in svg  # the one-item bin's: an outline
     assert svg.count(">x</text>") == 2  # the two empty bins
-    assert "0.75-1.00: 2 items, accuracy 0.500, mean confidence 0.900" in svg
+    assert "0.75-1.00: 2 items, accuracy 0.500 (90% interval" in svg
+    assert svg.count(f'stroke="{WHISKER}"') == 2 * 3  # a whisker per filled bin (a line, two caps): never a point
     assert not parse(svg).errors
 
 

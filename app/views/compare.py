@@ -12,13 +12,13 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from app.charts import confidence_histogram, figure_png, open_answers_table, reliability_figure, reliability_overlay
+from app.charts import confidence_histogram, figure_png, open_answers_table
 from app.keys import COMPARE_MORE_DONE
+from app.reliability_view import BIN_CHOICES, bins_label, compare_diagrams, ece_bins
 from app.selective_view import selective_section
 from app.state import code, describe_error
 from app.verdict_view import heldout_evidence, verdict_block, verdict_caption
-from app.words import column_help, explained, helps, named, variant_help, variant_names
-from calm_core.calibration import metrics
+from app.words import column_help, helps, named, variant_help, variant_names
 from calm_core.calibration.metrics.columns import metric_names, table_columns
 from calm_core.data.entries import list_datasets
 from calm_core.glossary import tooltip
@@ -66,8 +66,9 @@ class DiagramView(NamedTuple):
     datasets: list[str]
     dataset: str
     shown: list[str]
-    n_bins: int
+    n_bins: int  # the ECE's
     layout: str
+    diagram_bins: int  # reliability_view.BIN_CHOICES: AUTO (equal-mass, from the item count), 10 or 15
 
 
 Owners = dict[tuple[str, str], tuple[RunDir, dict[str, Any]]]  # (dataset, variant) -> its run and row
@@ -126,7 +127,7 @@ def diagram_controls(chosen: Chosen) -> DiagramView:
     answers, what confidence and correctness mean there."""
     datasets = list(dict.fromkeys(r["dataset"] for r in chosen.rows))
     variants = list(dict.fromkeys(r["variant"] for r in chosen.rows))
-    c1, c2, c3 = st.columns([4, 1, 1])
+    c1, c2, c3 = st.columns([6, 2, 2])  # Bins: wide enough for "15 equal-width"
     dataset = c1.selectbox("Evaluation set", datasets, key="compare_dataset")
     shown = st.multiselect(  # a row of its own: the chips of four variants named in full fit side by side
         "Variants",
@@ -136,12 +137,13 @@ def diagram_controls(chosen: Chosen) -> DiagramView:
         format_func=variant_names(variants).get,
         help=variant_help(variants),
     )
-    n_bins = c2.selectbox(
+    diagram_bins = c2.selectbox(
         "Bins",
-        [10, 15],
-        index=1,
+        BIN_CHOICES,
         key="compare_bins",
-        help="Confidence bins of the diagrams and their ECE: 15 is the project's, 10 the paper's.",
+        format_func=bins_label,
+        help="The diagrams' confidence bins: equal-mass, as many as the item count supports (about its square "
+        "root, 3 to 15), or the ECE's own equal-width bins (15 the project's, 10 the paper's).",
     )
     layout = c3.radio("Layout", ["overlay", "side by side"], key="compare_layout")
     if chosen.any_open:
@@ -150,7 +152,7 @@ def diagram_controls(chosen: Chosen) -> DiagramView:
             + " The diagrams plot Sem1 confidence against that correctness."
             + ("" if chosen.all_open else " Multiple-choice runs: confidence is the top option's probability.")
         )
-    return DiagramView(datasets, dataset, shown, n_bins, layout)
+    return DiagramView(datasets, dataset, shown, ece_bins(diagram_bins), layout, diagram_bins)
 
 
 def owners(rows: list[dict[str, Any]]) -> Owners:
@@ -162,54 +164,19 @@ def diagrams(chosen: Chosen, view: DiagramView, owner: Owners) -> tuple[list[go.
     """The reliability diagrams of the shown variants on the chosen set (a variant whose
     predictions cannot be read is a warning, not a failure), then why a variant is missing.
     Returns the figures (for the downloads) and each variant's confidences (for open answers)."""
-    dataset, n_bins = view.dataset, view.n_bins
-    curves, tables, confidences, eces = {}, {}, {}, {}
+    curves = {}
     for variant in view.shown:
-        if (dataset, variant) not in owner:
+        if (view.dataset, variant) not in owner:
             continue
         try:
-            run, row = owner[(dataset, variant)]
-            confidence, correct = run_view.row_predictions(run, row)
+            curves[variant] = run_view.row_predictions(*owner[(view.dataset, variant)])
         except Exception as exc:
             st.warning(describe_error(exc))
-            continue
-        table = metrics.bin_confidences(confidence, correct, n_bins=n_bins).to_records()
-        lower, upper = metrics.bin_accuracy_intervals(confidence, correct, n_bins=n_bins)
-        curves[variant] = (table, lower, upper)
-        tables[variant] = table
-        confidences[variant] = confidence
-        eces[variant] = metrics.confidence_ece(confidence, correct, n_bins=n_bins)
-
-    figures = []
-    if curves and view.layout == "overlay":
-        figures = [
-            reliability_overlay(
-                curves,
-                f"{dataset}: reliability ({n_bins} bins, 90% bootstrap intervals)",
-                names=variant_names(curves),
-            )
-        ]
-        st.plotly_chart(figures[0], key="compare_overlay")
-    elif curves:
-        columns = st.columns(len(curves))
-        for column, (variant, table) in zip(columns, tables.items(), strict=True):
-            figure = reliability_figure(
-                table, f"{verdict.variant_label(variant)}: ECE {eces[variant]:.3f} ({n_bins} bins)", len(curves)
-            )
-            figures.append(figure)
-            column.plotly_chart(figure, key=f"compare_side_{variant}")
-    if figures:
-        explained(
-            "A calibrated variant's points lie on the diagonal: below it the model is more sure than right "
-            "(overconfident), above it less. Bars: how many items fall in each confidence bin.",
-            "reliability diagram",
-            "confidence",
-            "90% interval",
-        )
+    figures = compare_diagrams(curves, view.dataset, view.diagram_bins, view.layout) if curves else []
     for run in chosen.runs:  # a variant the run could not make: why, where its diagram would be
         for note in advice.missing_variant_notes(chosen.results[run.run_id]).values():
             st.info(note)
-    return figures, confidences
+    return figures, {variant: confidence for variant, (confidence, _) in curves.items()}
 
 
 def open_answers(chosen: Chosen, view: DiagramView, owner: Owners, confidences: dict[str, Any]) -> None:

@@ -1,7 +1,8 @@
 """Data: the catalog, uploading a dataset by choosing its columns, and splitting one.
 
 An upload is read from a temporary copy (never unpickled: JSONL, CSV and Parquet only).
-Its columns are mapped with widgets pre-filled by a guess (`guess_column_mapping`),
+A file that is not UTF-8 is named with the encoding it looks like and read in it with one
+click (app/upload_encoding.py). Its columns are mapped with widgets pre-filled by a guess (`guess_column_mapping`),
 validated row by row, previewed, and saved under the workspace as `upload/<name>`.
 Any dataset can then be split, seeded and stratified by answer position, into
 `split/<name>/train|heldout|test`: the S_T, S_V and evaluation sets a run needs. The
@@ -24,6 +25,7 @@ from app.gate import studio_access, this_session
 from app.keys import CALIBRATE_SPLIT, DATA_LAST_SPLIT, DATA_MAP_FILE, DATA_SPLIT_SOURCE
 from app.state import plain
 from app.train_advice import TRAIN_FIX
+from app.upload_encoding import upload_text
 from app.words import explained
 from calm_core.data.catalog import load_dataset
 from calm_core.data.entries import SPLIT_PREFIX, DatasetEntry, list_datasets
@@ -167,17 +169,19 @@ def upload_section() -> None:
     read = _read_upload(upload)
     if read is None:
         return
-    mapping, report = read
-    _show_upload(mapping, report)
-    _save_upload_form(upload.name, mapping, report)
+    mapping, report, encoding = read
+    _show_upload(mapping, report, encoding)
+    _save_upload_form(upload.name, mapping, report, encoding)
 
 
-def _read_upload(upload: Any) -> tuple[ColumnMapping, LoadReport] | None:
-    """The upload's mapping (guessed, then as the widgets set it) and what it loads to;
-    None, with the error shown, when the file cannot be read or mapped."""
+def _read_upload(upload: Any) -> tuple[ColumnMapping, LoadReport, str | None] | None:
+    """The upload's mapping (guessed, then as the widgets set it), what it loads to and the
+    text encoding it was read in (None: UTF-8); None, with the error shown, when the file
+    cannot be read or mapped. A file that is not UTF-8 is named first, with its button."""
+    data, encoding = upload_text(upload)
     with tempfile.TemporaryDirectory() as tmp:
         # The format comes from the original name (or the bytes), never from a cleaned name.
-        path = stage_upload(upload.name, upload.getvalue(), Path(tmp))
+        path = stage_upload(upload.name, data, Path(tmp))
         try:
             records = peek_records(path, rows=GUESS_ROWS, source=upload.name)
             problem = None if records else _no_rows(path, upload.name)
@@ -197,12 +201,13 @@ def _read_upload(upload: Any) -> tuple[ColumnMapping, LoadReport] | None:
         except Exception as exc:
             st.error(_problem(exc))
             return None
-    return mapping, report
+    return mapping, report, encoding
 
 
-def _show_upload(mapping: ColumnMapping, report: LoadReport) -> None:
+def _show_upload(mapping: ColumnMapping, report: LoadReport, encoding: str | None) -> None:
     """The mapping as text, the counts, a preview of the items and why rows were rejected."""
-    st.caption("The same mapping as text, for `calm eval --data FILE --mapping '...'`:")
+    flag = f" --encoding {encoding}" if encoding else ""
+    st.caption(f"The same mapping as text, for `calm eval --data FILE{flag} --mapping '...'`:")
     st.code(mapping.to_text(), language=None)
     if not mapping.text_round_trips():
         st.caption("A column name holds `,` `=` or `|`: rename it in the file to use this mapping on the command line.")
@@ -225,7 +230,7 @@ def _show_upload(mapping: ColumnMapping, report: LoadReport) -> None:
             st.table(pd.DataFrame({"row": [plain(e) for e in report.rejected[:200]]}), hide_index=True)
 
 
-def _save_upload_form(filename: str, mapping: ColumnMapping, report: LoadReport) -> None:
+def _save_upload_form(filename: str, mapping: ColumnMapping, report: LoadReport, encoding: str | None) -> None:
     """The name, the replace box and the save button; a saved upload becomes the split form's source."""
     name = st.text_input("Save as", value=_default_name(filename), key="data_name")
     overwrite = st.checkbox("Replace an upload with the same name", key="data_overwrite")
@@ -233,7 +238,9 @@ def _save_upload_form(filename: str, mapping: ColumnMapping, report: LoadReport)
         try:
             if overwrite:  # replacing deletes what was there: a shared studio's owner rule applies
                 check_may_replace(f"upload/{name}", studio_access(), this_session())
-            entry = save_upload(name, report, filename, mapping, overwrite=overwrite, owner=this_session())
+            entry = save_upload(
+                name, report, filename, mapping, overwrite=overwrite, owner=this_session(), encoding=encoding
+            )
         except Exception as exc:
             st.error(_problem(exc))
         else:

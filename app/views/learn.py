@@ -11,10 +11,11 @@ from typing import NamedTuple
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-from app.charts import accuracy_confidence_figure, reliability_figure
+from app.charts import accuracy_confidence_figure
 from app.keys import LEARN_TEMPERATURE
+from app.learn_temperature import T_MAX, T_MIN, T_STEP, fitted_sentence, on_slider
+from app.reliability_view import learn_diagram
 from app.state import describe_error, get_scores
-from app.words import explained
 from calm_core.calibration import metrics
 from calm_core.calibration.posthoc import TemperatureScaler
 from calm_core.data.entries import list_datasets
@@ -22,8 +23,7 @@ from calm_core.glossary import define, tooltip
 from calm_core.scoring.options import OptionScores
 from calm_core.scoring.quiz import LEARN_QUIZ
 
-N_BINS = 15  # the project's ECE bins: the figures and the diagram use the same
-T_MIN, T_MAX, T_STEP = 0.25, 8.0, 0.05  # the temperature slider
+N_BINS = 15  # the project's ECE bins (the diagram's bins come from the item count)
 
 
 class Scored(NamedTuple):
@@ -36,7 +36,7 @@ class Scored(NamedTuple):
 
 def _fit_temperature(value: float) -> None:
     """The slider to the fitted temperature (a callback: it runs before the slider is drawn)."""
-    st.session_state[LEARN_TEMPERATURE] = min(T_MAX, max(T_MIN, round(value / T_STEP) * T_STEP))
+    st.session_state[LEARN_TEMPERATURE] = on_slider(value)
 
 
 def intro() -> DeltaGenerator:
@@ -133,17 +133,7 @@ def temperature_section(scored: Scored, base: dict[str, float]) -> None:
     )
     if fitted is not None:
         left, right = st.columns([3, 1])
-        beyond = (
-            f" (beyond the slider: Fit T goes to {T_MAX:g})"
-            if fitted.temperature > T_MAX
-            else f" (beyond the slider: Fit T goes to {T_MIN:g})"
-            if fitted.temperature < T_MIN
-            else ""
-        )
-        left.caption(
-            f"The temperature with the lowest NLL on these questions is T = {fitted.temperature:.2f}{beyond}.",
-            help=tooltip("NLL"),
-        )
+        left.caption(fitted_sentence(fitted.temperature), help=tooltip("NLL"))
         right.button(
             "Fit T",
             key="learn_fit",
@@ -164,15 +154,11 @@ def temperature_section(scored: Scored, base: dict[str, float]) -> None:
     )
     c2.metric("Mean confidence", f"{now['confidence']:.1%}", help=define("confidence"))
     c3.metric("Accuracy (unchanged)", f"{now['acc']:.1%}", help="A temperature never changes which option is picked.")
-    confidence, correct = metrics.top_label(probs, scores.gold)
-    table = metrics.bin_confidences(confidence, correct, n_bins=N_BINS)
-    st.plotly_chart(
-        reliability_figure(table.to_records(), f"Reliability diagram at T = {temperature:.2f}"), key="learn_reliability"
-    )
-    explained(
-        f"Bars below the diagonal: more sure than right. Scoring rule: {scored.rule}; {len(scores)} questions from "
-        f"{scored.dataset}; {N_BINS} equal-width bins, as the ECE above.",
-        "reliability diagram",
+    learn_diagram(
+        metrics.top_label(probs, scores.gold),
+        f"Reliability diagram at T = {temperature:.2f}",
+        f"Bars below the diagonal: more sure than right. Scoring rule: {scored.rule}; {len(scores)} questions "
+        f"from {scored.dataset}.",
         "under-confident",
         "scoring rule",
         scored.rule,

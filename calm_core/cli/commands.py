@@ -15,7 +15,8 @@ stderr (`calm: note: ...`, file, row and field) and counts them in `--json`.
 
 Each group of subcommands has its module, with its flags and its functions: cli/data.py
 (datasets, data split), cli/eval.py (eval), cli/train.py (train, runs, compare, report,
-export, cancel, resume); this one parses, dispatches and turns refusals into one line.
+cancel, resume), cli/export.py (export: a folder, merged, pushed); this one parses,
+dispatches and turns refusals into one line.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Sequence
 
 from calm_core.cli import data as cli_data
 from calm_core.cli import eval as cli_eval
+from calm_core.cli import export as cli_export
 from calm_core.cli import selective as cli_selective
 from calm_core.cli import train as cli_train
 from calm_core.cli.usage import UsageError
@@ -42,11 +44,18 @@ def build_parser() -> argparse.ArgumentParser:
     cli_data.add_parsers(sub)
     cli_eval.add_parsers(sub)
     cli_train.add_parsers(sub)
+    cli_export.add_parsers(sub)
     cli_selective.add_parsers(sub)
     return parser
 
 
-COMMANDS = {**cli_data.COMMANDS, **cli_eval.COMMANDS, **cli_train.COMMANDS, **cli_selective.COMMANDS}
+COMMANDS = {
+    **cli_data.COMMANDS,
+    **cli_eval.COMMANDS,
+    **cli_train.COMMANDS,
+    **cli_export.COMMANDS,
+    **cli_selective.COMMANDS,
+}
 
 
 def is_refusal(exc: BaseException) -> bool:

@@ -2,6 +2,7 @@
 
     calm datasets [--kind mc|open] [--json FILE]
     calm data split upload/quiz --seed 0 --sizes 0.6,0.2,0.2 [--name quiz] [--no-stratify] [--overwrite]
+    calm data split quiz.csv --mapping 'question=q, choices=A|B|C|D, answer=label' --encoding cp1252
 
 The work is the library's (data/entries.py lists, data/split.py plans and saves a split);
 this module only reads flags and prints.
@@ -47,6 +48,9 @@ def add_parsers(sub: Any) -> None:
     sp.add_argument(
         "--mapping", help="column mapping when NAME is a file, e.g. 'question=q, choices=A|B|C|D, answer=label'"
     )
+    sp.add_argument(
+        "--encoding", help="text encoding when NAME is a CSV / JSON file (default utf-8), e.g. cp1252 or latin-1"
+    )
     sp.set_defaults(data_func=cmd_split)
 
 
@@ -79,7 +83,7 @@ def cmd_split(args: argparse.Namespace) -> int:
     from calm_core.data.split_sizes import advise_split
 
     sizes = parse_sizes(args.sizes)  # before loading anything: a typo fails at once
-    report = load_dataset(args.dataset, mapping=args.mapping)
+    report = load_dataset(args.dataset, mapping=args.mapping, encoding=args.encoding)
     plan = plan_split(report.items, sizes, args.seed, args.stratify, source=args.dataset.strip())
     advice = advise_split(plan.sizes, sizes)  # as the Data page: S_V too small for TS and the calibrated stop
     if advice.refused:

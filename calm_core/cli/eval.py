@@ -5,6 +5,7 @@ answers with --task openqa; a finished run on more data with --run.
               [--fit-ts-on commonsenseqa/dev] [--json out.json] [--save-preds DIR]
     calm eval --data my_questions.csv --thermometer       # a file without answers
     calm eval --run RUN_ID --data arc/easy_test           # a finished run on more data (workspace/added.py)
+    calm eval --run RUN_ID --data private.csv --mapping 'question=q, choices=A|B|C|D, answer=label' --encoding cp1252
 
 Every dataset is read and every output path checked before the model loads: a typo fails
 in a second. Rows a dataset rejected are named on stderr and counted in `--json`, whose
@@ -57,7 +58,16 @@ def add_parsers(sub: Any) -> None:
         help="first N items of each dataset, in file order (with --run: default the "
         "run's eval_limit, after removing its training questions)",
     )
-    ev.add_argument("--mapping", help="column mapping for files, e.g. 'question=q, choices=A|B|C|D, answer=label'")
+    ev.add_argument(
+        "--mapping",
+        help="column mapping for files, e.g. 'question=q, choices=A|B|C|D, answer=label' (default: the names "
+        "question, choices, answer, or the mapping saved with an upload of the same columns)",
+    )
+    ev.add_argument(
+        "--encoding",
+        help="text encoding of CSV / JSON files (default utf-8), e.g. cp1252 or latin-1 for a file a Windows "
+        "spreadsheet saved; a file that is not UTF-8 is refused with the encoding it looks like",
+    )
     ev.add_argument("--seed", type=int, default=0, help="seed for built-in datasets")
     ev.add_argument(
         "--fit-ts-on",
@@ -183,13 +193,12 @@ def _eval_reports(names: list[str], args: argparse.Namespace) -> dict[str, LoadR
     error, as for any labelled file: nothing else is relaxed."""
     from calm_core.data.catalog import load_dataset
     from calm_core.data.mapping import ColumnMapping, MissingColumns
-    from calm_core.scoring.evaluate import load_report
 
     answer = ColumnMapping.parse(args.mapping).answer if args.mapping else ColumnMapping().answer
     reports = {}
     for name in names:
         try:
-            reports[name] = load_report(name, "mc", args.limit, args.seed, args.mapping)
+            reports[name] = eval_io.read_set(name, "mc", args.limit, args)[0]
         except MissingColumns as err:
             if err.columns != [answer]:
                 raise
@@ -197,7 +206,9 @@ def _eval_reports(names: list[str], args: argparse.Namespace) -> dict[str, LoadR
                 raise DataError(
                     f"{err}. A file without answers can only be calibrated by a thermometer: add --thermometer"
                 ) from err
-            reports[name] = load_dataset(name, args.limit, args.seed, args.mapping, kind=UNLABELLED_MC)
+            reports[name] = load_dataset(
+                name, args.limit, args.seed, args.mapping, kind=UNLABELLED_MC, encoding=args.encoding
+            )
             print(
                 f"calm: note: {name} has no `{answer}` column: scored without answers "
                 f"(if another column holds them, name it with --mapping answer=COLUMN)",

@@ -1,14 +1,17 @@
 """What `calm eval`'s paths share: the model and scoring flags, loading the model and the
-datasets (rejected rows named on stderr), checking output paths before any work, and the
-`--json` record, built here once for both tasks."""
+datasets (rejected rows named on stderr; a file whose columns the default names miss read
+with the mapping saved with an upload of the same columns, or refused with the
+`--mapping` to give), checking output paths before any work, and the `--json` record,
+built here once for both tasks."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
-from calm_core.data.schema import REJECTED_SHOWN, LoadReport
+from calm_core.data.schema import REJECTED_SHOWN, DataError, LoadReport
 from calm_core.paths import ensure_writable
 from calm_core.scoring.prompts import RULES
 
@@ -52,12 +55,86 @@ def check_outputs(args: argparse.Namespace) -> None:
 def load_reports(names: list[str], kind: str, limit: int | None, args: argparse.Namespace) -> dict[str, LoadReport]:
     """Reports of `names` (items + rejected rows); each rejection is noted on stderr now,
     before the model loads, so a person sees at once that part of a file was left out."""
-    from calm_core.scoring.evaluate import load_report
-
-    reports = {name: load_report(name, kind, limit, args.seed, args.mapping) for name in names}
+    reports = {name: read_set(name, kind, limit, args)[0] for name in names}
     for report in reports.values():
         note_rejected(report)
     return reports
+
+
+def read_set(name: str, kind: str, limit: int | None, args: argparse.Namespace) -> tuple[LoadReport, Any]:
+    """(report, the mapping it was read with) of one dataset: `--mapping` when given. A
+    file whose columns the default names miss is read with the mapping saved with an
+    upload that reads its columns (said on stderr); without one, or with several that
+    differ, MissingColumns says which `--mapping` to give."""
+    from calm_core.data.mapping import MissingColumns
+    from calm_core.scoring.evaluate import load_report
+
+    encoding = getattr(args, "encoding", None)
+    try:
+        return load_report(name, kind, limit, args.seed, args.mapping, encoding), args.mapping
+    except MissingColumns as err:
+        if args.mapping is not None or not _is_file(name):
+            raise
+        mapping = _saved_mapping(name, kind, err)
+    return load_report(name, kind, limit, args.seed, mapping, encoding), mapping
+
+
+def _is_file(name: str) -> bool:
+    """Whether `name` is a file path (the catalog's own sets use the default column names)."""
+    from calm_core.data.catalog import split_slice
+    from calm_core.data.readers import FORMATS
+
+    return Path(split_slice(name.strip())[0]).suffix.lower() in FORMATS
+
+
+def _saved_mapping(name: str, kind: str, err: Any) -> Any:
+    """The one mapping saved with uploads that read this file's columns (`err.found`),
+    said on stderr; MissingColumns naming the `--mapping` to give otherwise."""
+    from calm_core.data.mapping import MissingColumns
+    from calm_core.data.uploads import saved_mappings
+
+    found = saved_mappings(err.found, kind)
+    distinct = {mapping.to_text(): upload for upload, mapping in reversed(found)}  # the newest upload of each
+    if len(distinct) == 1:
+        (text, upload), mapping = next(iter(distinct.items())), found[0][1]
+        print(
+            f"calm: note: {name}: reading its columns with the mapping saved with {upload} ({text}); "
+            "--mapping replaces it",
+            file=sys.stderr,
+        )
+        return mapping
+    if distinct:
+        choices = "; ".join(f"{upload}'s --mapping '{text}'" for text, upload in distinct.items())
+        way_out = f"Uploads with these columns were saved with different mappings, so name one: {choices}"
+    else:
+        guess = _guessed_mapping(name, err.found)
+        unknown = " (a guess: put a column's name for each ?)" if "?" in guess else " (a guess: check it)"
+        way_out = (
+            f"Name the columns with --mapping '{guess}'{unknown}, or upload the file on the Data page, "
+            "which guesses the mapping with you and shows it as text"
+        )
+    raise MissingColumns(err.columns, f"{err}. {way_out}", err.found) from None
+
+
+def _guessed_mapping(name: str, columns: list[str]) -> str:
+    """`--mapping`'s text for the file's columns as the Data page would first guess them
+    (from its first readable rows; from the names alone when none can be read), with `?`
+    where the guess names a column the file does not have."""
+    from calm_core.data.catalog import split_slice
+    from calm_core.data.guess import GUESS_ROWS, guess_column_mapping
+    from calm_core.data.mapping import has_column
+    from calm_core.data.readers import peek_records
+
+    try:
+        records = peek_records(Path(split_slice(name.strip())[0]).expanduser(), rows=GUESS_ROWS)
+    except (DataError, OSError):
+        records = []
+    parts = []
+    for part in guess_column_mapping(columns, records).to_text().split(", "):
+        key, _, value = part.partition("=")
+        named = [v for v in value.split("|") if v] if key in ("question", "choices", "answer", "labels") else []
+        parts.append(f"{key}=?" if any(not has_column(columns, v) for v in named) else part)
+    return ", ".join(parts)
 
 
 def note_rejected(report: LoadReport) -> None:

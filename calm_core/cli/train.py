@@ -69,26 +69,6 @@ def add_parsers(sub: Any) -> None:
     rp.add_argument("run_id")
     rp.add_argument("--out", type=Path, help="the HTML file to write (default: <run id>.html here)")
     rp.add_argument("--runs-root", type=Path)
-    ex = sub.add_parser(
-        "export", help="a folder that loads with transformers + peft alone: adapter, head (calm_head.py), model card"
-    )
-    ex.add_argument("run_id")
-    ex.add_argument("target", type=Path)
-    ex.add_argument(
-        "--variant",
-        help="the trained model at its selected step (default), base, ts, vs, ats (a temperature per "
-        "question, read from its hidden state), thermometer (one temperature per set of questions, read "
-        "from their mean hidden state: needs a batch of the target domain's inputs, no answers), or "
-        "recommended (the run's recommendation on S_V); every variant loads the same way",
-    )
-    ex.add_argument(
-        "--thermometer",
-        type=Path,
-        metavar="FILE",
-        help="with --variant thermometer: the thermometer to export (default: the run's model's own, "
-        "e.g. calm_core/calibration/thermometer_embedded.json); one of another model or scoring rule is refused",
-    )
-    ex.add_argument("--runs-root", type=Path)
     sub.add_parser("settings", help="every training setting: its flag, default, bounds or choices, and help (Markdown)")
     for name, text in (
         ("cancel", "stop a run gracefully (checkpoint, then cancelled)"),
@@ -391,19 +371,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_export(args: argparse.Namespace) -> int:
-    """A folder that loads with transformers + peft alone (calm_core.workspace.export)."""
-    from calm_core.workspace.export import export_run
-
-    folder = export_run(RunDir.at(args.run_id, args.runs_root), args.target, args.variant, args.thermometer)
-    record = json.loads((folder / "calm_export.json").read_text())
-    print(
-        f"exported {args.run_id} ({record['variant']}, step {record['step']}) to {folder}; "
-        f"base model {record['base_model_hub_id']}"
-    )
-    return 0
-
-
 def cmd_report(args: argparse.Namespace) -> int:
     from calm_core.io import atomic_write_text
     from calm_core.paths import ensure_writable
@@ -462,5 +429,4 @@ COMMANDS = {
     "cancel": cmd_cancel,
     "resume": cmd_resume,
     "compare": cmd_compare,
-    "export": cmd_export,
 }

@@ -41,18 +41,22 @@ def load_dataset(
     seed: int = 0,
     mapping: ColumnMapping | str | None = None,
     kind: str = "auto",
+    encoding: str | None = None,
 ) -> LoadReport:
     """Load any nameable dataset (see the module docstring) into a LoadReport.
 
     `seed` only matters for built-in sets (they are generated); `limit` keeps the first
     N valid items in file order; `mapping` renames columns (shared sets and uploads use
-    the default names already, but e.g. "subject=prop" still applies to them).
+    the default names already, but e.g. "subject=prop" still applies to them);
+    `encoding` is a file's text encoding (`loaders.load_file`; UTF-8 by default). The
+    catalog's own files are UTF-8 (an upload was converted when it was read), so it
+    applies to a file named by its path only.
     """
     name = name.strip()
     check_limit(limit)
     base, part = split_slice(name)
     if part is not None:
-        report = load_dataset(base, seed=seed, mapping=mapping, kind=kind)
+        report = load_dataset(base, seed=seed, mapping=mapping, kind=kind, encoding=encoding)
         return dataclasses.replace(report, name=name, items=report.items[part][:limit])  # LazyItems: a view
     mapping = mapping or ColumnMapping()
     if name.startswith(HF_PREFIX):
@@ -64,7 +68,8 @@ def load_dataset(
         return load_hf(entry.path, mapping=mapping, kind=kind, limit=limit, name=entry.name)
     path = entry.path / ITEMS_FILE if entry.source == "upload" else entry.path
     kind = entry.kind if kind == "auto" and entry.kind in ("mc", "open") else kind
-    report = load_file(path, kind=kind, mapping=mapping, limit=limit, name=entry.name)  # type: ignore[arg-type]
+    encoding = encoding if entry.source == "file" else None
+    report = load_file(path, kind=kind, mapping=mapping, limit=limit, name=entry.name, encoding=encoding)  # type: ignore[arg-type]
     return _with_upload_rejects(report, entry.path) if entry.source == "upload" else report  # type: ignore[arg-type]
 
 

@@ -40,14 +40,25 @@ def csv_header(path: Path, where: str, max_columns: int, max_bytes: int) -> list
     check_columns(len(header), where, max_columns)
     if not all(is_utf8(h) for h in header):
         raise DataError(f"Expected a UTF-8 header row in {where}, but it holds undecodable bytes (save it as UTF-8)")
+    check_distinct(header, where)  # dict(zip(header, cells)) would keep the last one silently
+    return header
+
+
+def check_distinct(names: list[str], where: str) -> None:
+    """DataError naming each repeated column name's positions (1-based, as a spreadsheet
+    counts them) and the fix: a record keeps one value per name, so the others would be
+    lost without a word."""
     positions: dict[str, list[int]] = {}
-    for column, name in enumerate(header, start=1):
+    for column, name in enumerate(names, start=1):
         if name:
             positions.setdefault(name, []).append(column)
     twice = [(name, at) for name, at in positions.items() if len(at) > 1]
-    if twice:  # dict(zip(header, cells)) would keep the last one silently
-        raise DataError(f"Expected distinct column names in {where}, but {_repeats(twice)}: rename them")
-    return header
+    if twice:
+        name, at = twice[0]
+        raise DataError(
+            f"Expected distinct column names in {where}, but {_repeats(twice)}: rename all but one of each "
+            f"(say column {at[-1]} to {name}_{len(at)}) and map the one that holds what you mean"
+        )
 
 
 def _repeats(twice: list[tuple[str, list[int]]], shown: int = 3) -> str:
@@ -95,6 +106,7 @@ def open_parquet(path: Path, where: str, max_columns: int | None = None) -> Any:
         parquet = pq.ParquetFile(path)
         if max_columns is not None:
             check_columns(parquet.metadata.num_columns, where, max_columns)
+        check_distinct(list(parquet.schema_arrow.names), where)  # a record would keep the last one silently
         texts = [column.path for column in parquet.schema if column.physical_type == "BYTE_ARRAY"]
         if texts:
             parquet = pq.ParquetFile(path, read_dictionary=texts)

@@ -29,12 +29,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
+from calm_core.data.encoding import encoding_hint, file_encoding, is_utf8_name, utf8_copy
 from calm_core.data.guess import GUESS_ROWS
 from calm_core.data.mapping import ColumnMapping, normalise_rows, resolve_kind
-from calm_core.data.readers import decodes_past, detect_format, open_source, open_table
+from calm_core.data.readers import check_readable, decodes_past, detect_format, open_source, open_table
 from calm_core.data.schema import (
     REJECTED_SHOWN,
     DataError,
@@ -42,7 +45,15 @@ from calm_core.data.schema import (
     RowError,
     validate_records,
 )
-from calm_core.data.sources import JSON_COST_PER_BYTE, JsonlSource, Record, RowSource, Table, row_chunks
+from calm_core.data.sources import (
+    JSON_COST_PER_BYTE,
+    UNDECODABLE,
+    JsonlSource,
+    Record,
+    RowSource,
+    Table,
+    row_chunks,
+)
 from calm_core.data.stream import STREAM_FROM_BYTES, Index, build_index
 
 CHUNK_ROWS = 256  # rows mapped and validated per stage call (sources.row_chunks); the limit is checked per row
@@ -195,6 +206,7 @@ def load_file(
     fmt: str | None = None,
     source: str | None = None,
     stream: bool | None = None,
+    encoding: str | None = None,
 ) -> LoadReport:
     """Load a JSONL / CSV / Parquet file into a LoadReport of MCItems or OpenItems.
 
@@ -212,10 +224,40 @@ def load_file(
     a Parquet file whose rows are). Both
     give the same items and the same rejected rows. A `.json` file holding one array is
     always read whole.
+
+    `encoding`: the text encoding of a CSV or JSON file (default UTF-8); another one is
+    converted to UTF-8 once, in a temporary copy, before any reader sees it
+    (`encoding.utf8_copy`). Read as UTF-8, a file that is not gets its likely encoding and
+    the way to read it in it named: in the DataError, or as the report's `note` above
+    the rows it rejected as undecodable.
     """
     path = Path(path).expanduser()
     mapping = ColumnMapping.parse(mapping) if isinstance(mapping, str) else mapping
     fmt = detect_format(path, fmt)
+    if not is_utf8_name(encoding) and fmt != "parquet":  # Parquet stores UTF-8 by definition
+        return _load_converted(path, encoding, kind, mapping, limit, name, fmt, source, stream)  # type: ignore[arg-type]
+    try:
+        report = _load_utf8(path, kind, mapping, limit, name, fmt, source, stream)
+    except DataError as exc:
+        if fmt == "parquet" or "UTF-8" not in str(exc) or not path.is_file():
+            raise
+        raise DataError(f"{exc}\n{encoding_hint(file_encoding(path))}") from None
+    if fmt != "parquet" and any(error.message == UNDECODABLE for error in report.rejected):
+        report.note = encoding_hint(file_encoding(path))
+    return report
+
+
+def _load_utf8(
+    path: Path,
+    kind: str,
+    mapping: ColumnMapping,
+    limit: int | None,
+    name: str | None,
+    fmt: str,
+    source: str | None,
+    stream: bool | None,
+) -> LoadReport:
+    """`load_file` of a UTF-8 file: read whole, or streamed when it decodes past `STREAM_FROM_BYTES`."""
     # A file that small on disk (a byte of CSV or JSON decodes to at most JSON_COST_PER_BYTE) is not read for it.
     size = path.stat().st_size if path.is_file() else 0
     small = fmt != "parquet" and size * JSON_COST_PER_BYTE < STREAM_FROM_BYTES
@@ -225,3 +267,26 @@ def load_file(
             return _stream_report(rows, kind, mapping, limit, name or path.name)
     table = open_table(path, fmt, source)
     return _build_report(table, kind, mapping, limit, name or path.name)
+
+
+def _load_converted(
+    path: Path,
+    encoding: str,
+    kind: str,
+    mapping: ColumnMapping,
+    limit: int | None,
+    name: str | None,
+    fmt: str,
+    source: str | None,
+    stream: bool | None,
+) -> LoadReport:
+    """`load_file` of a file in another encoding: its UTF-8 copy read, with every message
+    naming the original. The copy's name goes at once; a streamed report holds the file
+    open (`files.OpenFile`), so its rows still read."""
+    check_readable(path, source or str(path))
+    folder = Path(tempfile.mkdtemp(prefix="calm-utf8-"))
+    try:
+        copy = utf8_copy(path, encoding, folder)
+        return _load_utf8(copy, kind, mapping, limit, name or path.name, fmt, source or path.name, stream)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

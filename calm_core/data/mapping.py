@@ -236,11 +236,13 @@ KINDS = ("mc", "open", "auto", UNLABELLED_MC)
 
 class MissingColumns(DataError):
     """A mapped column the file does not have; `columns` names them (`calm eval` tells a
-    file without its answer column from one it cannot read)."""
+    file without its answer column from one it cannot read) and `found` the columns the
+    file has (`calm eval` looks for a mapping saved with an upload that reads them)."""
 
-    def __init__(self, columns: list[str], message: str) -> None:
+    def __init__(self, columns: list[str], message: str, found: list[str] | None = None) -> None:
         super().__init__(message)
         self.columns = list(columns)
+        self.found = list(found or [])
 
 
 def resolve_kind(columns: list[str], where: str, kind: str, mapping: ColumnMapping) -> str:
@@ -261,6 +263,7 @@ def resolve_kind(columns: list[str], where: str, kind: str, mapping: ColumnMappi
             f"Expected column(s) {', '.join(missing)} in {where} for {kind} items, but the "
             f"columns are: {', '.join(columns)}. Map each field to one of these columns. "
             f"Mapping used: {mapping.to_text()}",
+            columns,
         )
     return kind
 
@@ -270,9 +273,11 @@ def _detect_kind(columns: list[str], where: str, mapping: ColumnMapping) -> str:
         return "mc"
     if has_column(columns, mapping.answers):
         return "open"
-    raise DataError(
+    raise MissingColumns(
+        [c for c in mapping.choice_columns if not has_column(columns, c)],
         f"Expected multiple-choice columns ({'|'.join(mapping.choice_columns)}) or open-answer column "
         f"({mapping.answers}) in {where}, but the columns are: {', '.join(columns)}. "
         f"Choose the option columns in order (choices=opt1|opt2|... or one list column) or the column "
-        f"of accepted answers. Mapping used: {mapping.to_text()}"
+        f"of accepted answers. Mapping used: {mapping.to_text()}",
+        columns,
     )

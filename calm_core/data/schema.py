@@ -103,6 +103,9 @@ class LoadReport:
     # Rejected rows counted but not listed: an upload's meta.json keeps only the first
     # 1000 reasons, and its exact count must survive reloading.
     unlisted_rejected: int = 0
+    # What to do about the rejected rows as a whole, said once above them (a file that is
+    # not UTF-8: its likely encoding and how to read it in it, data/encoding.py).
+    note: str = ""
 
     @property
     def n_rejected(self) -> int:
@@ -125,6 +128,7 @@ class LoadReport:
         if not self.n_rejected:
             return []
         lines = [f"{self.n_rejected} of {self.n_rows} rows read from {self.name} were rejected"]
+        lines += [self.note] if self.note else []
         lines += [str(e) for e in self.rejected[:shown]]
         more = self.n_rejected - min(shown, len(self.rejected))
         if more > 0:

@@ -118,14 +118,16 @@ def baseline_records(fitted: dict[str, PosthocCalibrator], notes: dict[str, str]
     }
 
 
-def load_report(name: str, kind: str, limit: int | None = None, seed: int = 0, mapping: Any = None) -> LoadReport:
+def load_report(
+    name: str, kind: str, limit: int | None = None, seed: int = 0, mapping: Any = None, encoding: str | None = None
+) -> LoadReport:
     """The LoadReport of a dataset of `kind` ("mc" or "open") by catalog name or file path:
     its items and its rejected rows, which every caller should show (`rejection_lines`).
 
-    `mapping` (a ColumnMapping or its string form) applies to files; a dataset of the
-    other kind raises DataError.
+    `mapping` (a ColumnMapping or its string form) and `encoding` (a file's text encoding,
+    UTF-8 by default) apply to files; a dataset of the other kind raises DataError.
     """
-    report = load_dataset(name, limit=limit, seed=seed, mapping=mapping)
+    report = load_dataset(name, limit=limit, seed=seed, mapping=mapping, encoding=encoding)
     if report.kind != kind:
         wanted = {"mc": "a multiple-choice", "open": "an open-answer"}[kind]
         raise DataError(f"Expected {wanted} dataset for `{name}`, but it holds {report.kind!r} items")

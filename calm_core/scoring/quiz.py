@@ -33,9 +33,9 @@ from calm_core.io import atomic_write_json
 from calm_core.paths import cache_dir, safe_name
 from calm_core.provenance import model_fingerprint
 from calm_core.scoring.evaluate import load_mc_items
-from calm_core.scoring.models import EMBEDDED_NAME, embedded_model_dir, load_model
+from calm_core.scoring.models import EMBEDDED_NAME, embedded_model_dir, load_model, named_model_dir
 from calm_core.scoring.options import OptionScores, pad_ragged, score_items
-from calm_core.scoring.progress import ProgressFn
+from calm_core.scoring.progress import ProgressFn, Ticker
 from calm_core.scoring.prompts import ScoringConfig
 
 FORMAT = 1  # bump when OptionScores' meaning or this file's layout changes: old files then miss
@@ -165,24 +165,39 @@ def score_quiz(lm: Any, quiz: Quiz, items: Sequence[MCItem], progress: bool | Pr
     return score_items(lm, list(items), quiz.scoring, progress=progress, dataset=quiz.dataset)
 
 
-def prepare_learn_quiz(quiz: Quiz = LEARN_QUIZ, model_dir: Path | None = None) -> tuple[Path, bool]:
+def prepare_learn_quiz(
+    quiz: Quiz = LEARN_QUIZ, model_dir: Path | None = None, ticker: Ticker | None = None
+) -> tuple[Path, bool]:
     """Set-up: `quiz` scored by the embedded model into the cache. Returns the cache file and
-    whether it was already there (then the model is not even loaded)."""
+    whether it was already there (then the model is not even loaded). `ticker`: says
+    what it does and, while it scores, how far it got (else a progress bar)."""
     model_dir = model_dir or embedded_model_dir()
     items = quiz_items(quiz)
-    _, hit = cached_scores(model_dir, quiz, items, lambda todo: score_quiz(load_model(EMBEDDED_NAME), quiz, todo))
+
+    def score(todo: Sequence[MCItem]) -> OptionScores:
+        if ticker is None:
+            return score_quiz(load_model(EMBEDDED_NAME), quiz, todo)
+        ticker.stage(f"loading the embedded model to score Learn's quiz once ({len(todo)} questions)")
+        lm = load_model(EMBEDDED_NAME)
+        ticker.stage("scoring Learn's quiz")
+        return score_quiz(lm, quiz, todo, progress=ticker.progress("scoring Learn's quiz"))
+
+    _, hit = cached_scores(model_dir, quiz, items, score)
     return cache_path(model_dir, quiz), hit
 
 
 def main() -> int:
     """Convert the embedded model (a failure stops the set-up, as the studio needs it), then
-    score Learn's quiz (a failure is only said: the page then scores it on its first visit)."""
-    model_dir = embedded_model_dir()
-    try:
-        path, hit = prepare_learn_quiz(model_dir=model_dir)
-    except Exception as exc:  # the studio still starts: the page scores the quiz itself
-        print(f"embedded model: {model_dir.name}; Learn's quiz not scored ({type(exc).__name__}: {exc})")
-        return 0
+    score Learn's quiz (a failure is only said: the page then scores it on its first visit).
+    Both say what they do, and a line at least every `TICK_S` seconds while they do it."""
+    with Ticker() as ticker:
+        ticker.stage("checking the embedded model (converted from its GGUF once, about a minute the first time)")
+        model_dir = named_model_dir(EMBEDDED_NAME, step=ticker.step)
+        try:
+            path, hit = prepare_learn_quiz(model_dir=model_dir, ticker=ticker)
+        except Exception as exc:  # the studio still starts: the page scores the quiz itself
+            print(f"embedded model: {model_dir.name}; Learn's quiz not scored ({type(exc).__name__}: {exc})")
+            return 0
     print(f"embedded model: {model_dir.name}; Learn's quiz: {'already scored' if hit else 'scored'} ({path.name})")
     return 0
 

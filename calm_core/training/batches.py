@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
@@ -96,16 +96,17 @@ def training_questions_among(train: Sequence[Any], others: list[Sequence[Any]]) 
     return {key for chunk in chunks(train) for key in (question_key(it.question) for it in chunk) if key in wanted}
 
 
-def load_data(cfg: TrainConfig, kind: str) -> Data:
+def load_data(cfg: TrainConfig, kind: str, eval_reading: Mapping[str, dict[str, Any]] | None = None) -> Data:
     """S_T, S_V and the evaluation sets, loaded as `kind` items (the task's ITEM_KIND); S_V
     and evaluation items that repeat a training question are dropped before `limit`
-    counts, and how many is recorded."""
+    counts, and how many is recorded. `eval_reading`: per evaluation set, how to read its
+    file (`mapping`, `encoding`: `calm eval --run` on a person's own file)."""
     rejected: dict[str, dict[str, Any]] = {}
 
-    def load(name: str, limit: int | None) -> Sequence[Any]:
+    def load(name: str, limit: int | None, **reading: Any) -> Sequence[Any]:
         """The set's items; its rejected rows are said on stderr (stdout.log for a job)
         and kept for status.json, never dropped without a word."""
-        report = load_report(name, kind, limit, cfg.seed)
+        report = load_report(name, kind, limit, cfg.seed, **reading)
         if report.n_rejected:
             rejected[name] = report.rejected_record(20)
             head, *reasons = report.rejection_lines()
@@ -113,7 +114,7 @@ def load_data(cfg: TrainConfig, kind: str) -> Data:
         return report.items  # a list, or LazyItems (parsed on demand) for a large file
 
     train_items = load(cfg.train_data, cfg.train_limit)
-    loaded_evals = {name: load(name, None) for name in cfg.eval_data}
+    loaded_evals = {name: load(name, None, **(eval_reading or {}).get(name, {})) for name in cfg.eval_data}
     loaded_heldout = load(cfg.heldout_data, None)
     keys = training_questions_among(train_items, [loaded_heldout, *loaded_evals.values()])
     dropped: dict[str, int] = {}

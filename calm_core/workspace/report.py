@@ -4,7 +4,7 @@ summary and the BOME line. `calm report RUN_ID` and the Compare page write it.
 
     text = run_report_html(RunDir.at("20261201-031814-calm-3bf5"))   # -> "<!DOCTYPE html>..."
 
-Figures are inline SVG, drawn by workspace/report_svg.py from `metrics.bin_confidences`
+Figures are inline SVG, drawn by workspace/report_svg.py from `metrics.prepare_reliability`
 tables: no script, no plotly, no network, so the file opens offline anywhere, prints, and
 stays ~50 KB (inline plotly.js alone is ~4.8 MB). Hovering a bar shows its numbers (SVG
 <title>). Every string that comes from a user or a file (names, datasets, paths) goes
@@ -278,9 +278,12 @@ def _diagrams(run: RunDir, rows: list[dict[str, Any]], n_bins: int) -> str:
     """Per evaluation set, one reliability diagram per variant, side by side."""
     parts = [
         '<section id="reliability"><h2>Reliability diagrams</h2>',
-        f'<p class="note">{n_bins} equal-width bins. Bars: accuracy per bin; the red (blue) segment reaches '
-        "up (down) to the bin's mean confidence, so red is over-confidence; whiskers: 90% bootstrap interval "
-        "of the bin's accuracy; an x marks an empty bin; below, how many items fell into each bin."
+        '<p class="note">Equal-mass bins, as many as the item count supports (about its square root, 3 to 15). '
+        "Bars: accuracy per bin; the red (blue) segment reaches up (down) to the bin's mean confidence, so red "
+        "is over-confidence; whiskers: 90% Wilson interval of the bin's accuracy; an outlined bar is a bin of "
+        "one item, whose accuracy is that one answer; below, how many items fell into each bin. Under each "
+        f"diagram: the ECE ({n_bins} equal-width bins) that a perfectly calibrated model would show at the same "
+        "confidences and size, from chance alone."
         + (
             " Open answers: confidence is Sem1 and correct means the modal answer matches."
             if task_of(run) == "openqa"
@@ -311,15 +314,16 @@ def _diagram(run: RunDir, row: dict[str, Any], n_bins: int) -> str:
     if not keep.any():
         return f"<figure><figcaption><b>{variant}</b>: no item has a confidence</figcaption></figure>"
     c, a = confidence[keep], correct[keep]
-    table = metrics.bin_confidences(c, a, n_bins=n_bins).to_records()
-    lower, upper = metrics.bin_accuracy_intervals(c, a, n_bins=n_bins)
+    data = metrics.prepare_reliability(c, a)  # equal-mass bins from the item count
+    noise = metrics.noise_ece(c, n_bins=n_bins)
     left_out = f", {int((~keep).sum())} without confidence" if not keep.all() else ""
     acc_name = "sem_acc" if row.get("task") == "openqa" else "acc"  # open QA: the modal answer's accuracy
     caption = (
         f"<b>{variant}</b>: {acc_name} {a.mean():.3f}, mean confidence {c.mean():.3f}, "
         f"ECE {_cell(row.get('ece'), 'ece')}, n {int(keep.sum())}{left_out}"
     )
-    return f"<figure>{reliability_svg(table, lower, upper)}<figcaption>{caption}</figcaption></figure>"
+    caption += f"<br>{escape(noise.sentence(metrics.confidence_ece(c, a, n_bins=n_bins)))}."
+    return f"<figure>{reliability_svg(data.to_records())}<figcaption>{caption}</figcaption></figure>"
 
 
 def _alpha(records: list[dict[str, Any]], train: dict[str, Any]) -> str:

@@ -10,9 +10,8 @@ from __future__ import annotations
 from html import escape
 from typing import Any, Sequence
 
-import numpy as np
-
 OVER, UNDER, BAR, ACCENT = "#d64541", "#3478c6", "#28283c", "#d64541"  # app/charts.py's colours
+WHISKER = "#e6962a"  # app/reliability_charts.py's interval colour: seen on the dark bars and on the page
 PLOT_W, TOP_H, HIST_H, LEFT, TOP = 200, 170, 40, 38, 8  # px: plot width, panel heights, margins
 
 
@@ -22,10 +21,11 @@ def _tag(name: str, text: str = "", **attrs: Any) -> str:
     return f"<{name}{attr}>{escape(text)}</{name}>" if text else f"<{name}{attr}/>"
 
 
-def reliability_svg(records: Sequence[dict[str, Any]], lower: Sequence[float], upper: Sequence[float]) -> str:
-    """A reliability diagram of `BinTable.to_records()` rows, drawn as app/charts.py's
-    reliability_figure is (accuracy bars, red/blue gap to the mean confidence, diagonal,
-    x for an empty bin, counts below) plus the bootstrap interval (lower, upper) (B,)."""
+def reliability_svg(records: Sequence[dict[str, Any]]) -> str:
+    """A reliability diagram of `ReliabilityData.to_records()` rows, drawn as app/reliability_charts.py's
+    reliability_figure is: accuracy bars over each bin's edges with the Wilson interval as a
+    whisker, red/blue gap to the mean confidence, the diagonal, a hollow (outlined) bar for a
+    one-item bin, x for an empty bin, counts below."""
 
     def x(v: float) -> float:
         return round(LEFT + v * PLOT_W, 1)
@@ -36,45 +36,48 @@ def reliability_svg(records: Sequence[dict[str, Any]], lower: Sequence[float], u
     base = TOP + TOP_H + 12  # top of the histogram panel
     peak = max((r["count"] for r in records), default=0) or 1
     out = [_frame(x, y), _tag("line", x1=x(0), y1=y(0), x2=x(1), y2=y(1), stroke="#888", stroke_dasharray="4 3")]
-    for i, r in enumerate(records):
-        x0, width = x(r["lower"]) + 0.5, max(x(r["upper"]) - x(r["lower"]) - 1.0, 0.5)
-        tip = f"{r['lower']:.2f}-{r['upper']:.2f}: {r['count']} items"
+    for r in records:
+        x0, width = x(r["lower"]) + 0.5, max(x(r["upper"]) - x(r["lower"]) - 1.0, 1.5)
         height = round(r["count"] / peak * HIST_H, 1)
         out.append(_tag("rect", x=x0, y=base + HIST_H - height, width=width, height=height, fill="#9a9aaa"))
+        mid = x((r["lower"] + r["upper"]) / 2)
         if r["count"] == 0:
-            out.append(
-                _tag(
-                    "text",
-                    "x",
-                    x=x((r["lower"] + r["upper"]) / 2),
-                    y=y(0) - 2,
-                    fill="#999",
-                    font_size=9,
-                    text_anchor="middle",
-                )
-            )
+            out.append(_tag("text", "x", x=mid, y=y(0) - 2, fill="#999", font_size=9, text_anchor="middle"))
             continue
-        acc, conf = r["accuracy"], r["mean_confidence"]
-        tip += f", accuracy {acc:.3f}, mean confidence {conf:.3f}"
-        out.append(
-            f"<g>{_tag('title', tip)}"
-            + _tag("rect", x=x0, y=y(acc), width=width, height=round(y(0) - y(acc), 1), fill=BAR)
-            + _tag(
-                "rect",
-                x=x0,
-                y=y(max(acc, conf)),
-                width=width,
-                height=round(abs(y(acc) - y(conf)), 1),
-                fill=OVER if conf > acc else UNDER,
-                fill_opacity=0.6,
-            )
-            + "</g>"
-        )
-        if np.isfinite(lower[i]) and np.isfinite(upper[i]) and upper[i] > lower[i]:
-            mid = x((r["lower"] + r["upper"]) / 2)
-            out.append(_tag("line", x1=mid, y1=y(upper[i]), x2=mid, y2=y(lower[i]), stroke="#8a8a8a", stroke_width=1.2))
+        out.append(_bin_marks(r, x0, width, y))
+        if r["acc_high"] > r["acc_low"]:
+            out.append(_whisker(mid, y(r["acc_high"]), y(r["acc_low"])))
     out.append(_tag("text", "items", x=4, y=base + HIST_H / 2, font_size=9, fill="#555"))
     return _svg(LEFT + PLOT_W + 10, base + HIST_H + 20, out, "confidence", "accuracy", base + HIST_H + 14)
+
+
+def _whisker(mid: float, top: float, bottom: float) -> str:
+    """A bin's interval: a vertical line with short caps, over its bar."""
+    pen = {"stroke": WHISKER, "stroke_width": 1.5}
+    caps = "".join(_tag("line", x1=mid - 3, y1=v, x2=mid + 3, y2=v, **pen) for v in (top, bottom))
+    return f"<g>{_tag('line', x1=mid, y1=top, x2=mid, y2=bottom, **pen)}{caps}</g>"
+
+
+def _bin_marks(r: dict[str, Any], x0: float, width: float, y: Any) -> str:
+    """One bin's accuracy bar and gap segment, filled, or outlined for a one-item bin, with
+    its numbers on hover."""
+    acc, conf = r["accuracy"], r["mean_confidence"]
+    tip = (
+        f"{r['lower']:.2f}-{r['upper']:.2f}: {r['count']} items, accuracy {acc:.3f} "
+        f"(90% interval {r['acc_low']:.2f}-{r['acc_high']:.2f}), mean confidence {conf:.3f}"
+    )
+    gap = OVER if conf > acc else UNDER
+    if r["hollow"]:  # one answer, 0 or 1: an outline, not a solid bar
+        bar = {"fill": "none", "stroke": BAR, "stroke_width": 1.2}
+        segment = {"fill": "none", "stroke": gap, "stroke_width": 1.2}
+    else:
+        bar, segment = {"fill": BAR}, {"fill": gap, "fill_opacity": 0.6}
+    return (
+        f"<g>{_tag('title', tip)}"
+        + _tag("rect", x=x0, y=y(acc), width=width, height=round(y(0) - y(acc), 1), **bar)
+        + _tag("rect", x=x0, y=y(max(acc, conf)), width=width, height=round(abs(y(acc) - y(conf)), 1), **segment)
+        + "</g>"
+    )
 
 
 def line_svg(curves: dict[str, tuple[Sequence[float], Sequence[float]]], x_title: str, y_title: str) -> str:

@@ -4,7 +4,9 @@ Inputs everywhere: probs (N, K) float, rows summing to 1 (ragged option counts a
 zero-probability padding columns), labels (N,) int gold indices in [0, K). Inputs are
 converted and checked once at the boundary; errors read "Expected `x` ..., but got y".
 
-    bins         top_label, bin_confidences -> BinTable (reliability diagrams), bin_accuracy_intervals
+    bins         top_label, bin_confidences -> BinTable (the bins behind ECE)
+    reliability  prepare_reliability -> ReliabilityData (a diagram's bins, from the item count, with Wilson
+                 intervals), wilson_interval, auto_bins, noise_ece (the ECE of noise alone at this size)
     calibration  ece, mce, adaptive_ece, classwise_ece (binned; 15 equal-width bins),
                  confidence_ece (one confidence per answer: open QA, Sem-ECE)
     smooth       smooth_ece (Błasiok & Nakkiran 2023, matches relplot.smECE)
@@ -23,7 +25,7 @@ Example:
     0.5
 """
 
-from calm_core.calibration.metrics.bins import STRATEGIES, BinTable, bin_accuracy_intervals, bin_confidences, top_label
+from calm_core.calibration.metrics.bins import STRATEGIES, BinTable, bin_confidences, top_label
 from calm_core.calibration.metrics.calibration import adaptive_ece, classwise_ece, confidence_ece, ece, mce
 from calm_core.calibration.metrics.paired import (
     MIN_PAIRED_ITEMS,
@@ -32,6 +34,14 @@ from calm_core.calibration.metrics.paired import (
     paired_bootstrap,
     paired_difference,
     paired_records,
+)
+from calm_core.calibration.metrics.reliability import (
+    NoiseECE,
+    ReliabilityData,
+    auto_bins,
+    noise_ece,
+    prepare_reliability,
+    wilson_interval,
 )
 from calm_core.calibration.metrics.scores import (
     accuracy,
@@ -57,10 +67,12 @@ __all__ = [
     "PairedDifference",
     "STRATEGIES",
     "BinTable",
+    "NoiseECE",
+    "ReliabilityData",
     "accuracy",
-    "bin_accuracy_intervals",
     "adaptive_ece",
     "aurc",
+    "auto_bins",
     "auroc",
     "bin_confidences",
     "bootstrap_ci",
@@ -78,11 +90,14 @@ __all__ = [
     "mean_confidence",
     "mean_entropy",
     "nll",
+    "noise_ece",
     "paired_bootstrap",
     "paired_difference",
     "paired_records",
+    "prepare_reliability",
     "smooth_ece",
     "softmax",
     "summarize",
     "top_label",
+    "wilson_interval",
 ]

@@ -101,44 +101,21 @@ def bin_confidences(confidence: object, correct: object, n_bins: int = 15, strat
     return _bin_table(c, a, n_bins, strategy)
 
 
-def _bin_table(c: np.ndarray, a: np.ndarray, n_bins: int, strategy: str) -> BinTable:
+def _bin_index(c: np.ndarray, n_bins: int, strategy: str) -> tuple[np.ndarray, np.ndarray]:
+    """(edges (B+1,), each confidence's bin (N,)): the binning alone, so a bootstrap that
+    redraws only the correctness (reliability.noise_ece) bins the confidences once."""
     if strategy == "uniform":
         edges = np.arange(n_bins + 1) / n_bins  # i / B correctly rounded: 0.3 is an edge exactly
     else:
         edges = np.quantile(c, np.linspace(0.0, 1.0, n_bins + 1))
     # searchsorted(side="left") returns i+1 for c in (e_i, e_{i+1}]; clip puts e_0 in bin 0
-    idx = np.clip(np.searchsorted(edges, c, side="left") - 1, 0, n_bins - 1)  # (N,)
+    return edges, np.clip(np.searchsorted(edges, c, side="left") - 1, 0, n_bins - 1)
+
+
+def _bin_table(c: np.ndarray, a: np.ndarray, n_bins: int, strategy: str) -> BinTable:
+    edges, idx = _bin_index(c, n_bins, strategy)  # (B+1,), (N,)
     counts = np.bincount(idx, minlength=n_bins)
     with np.errstate(invalid="ignore", divide="ignore"):  # empty bins -> nan
         conf = np.bincount(idx, weights=c, minlength=n_bins) / counts
         acc = np.bincount(idx, weights=a, minlength=n_bins) / counts
     return BinTable(edges, counts, conf, acc, strategy)
-
-
-def bin_accuracy_intervals(
-    confidence: object, correct: object, n_bins: int = 15, n_boot: int = 1000, level: float = 0.9, seed: int = 0
-) -> tuple[np.ndarray, np.ndarray]:
-    """Bootstrap interval of each uniform bin's accuracy: (lower (B,), upper (B,)).
-
-    Items are resampled with replacement inside their bin (the bin's count is fixed),
-    and the interval is the central `level` quantile range of the resampled accuracies.
-    An empty bin gets nan. A bin of n items with k right has its interval inside
-    [0, 1] and around k / n, narrowing as n grows; one item gives the point itself.
-    Example: correct = [1, 1, 1, 1] in one bin -> (1.0, 1.0).
-    """
-    n_bins = check_positive_int(n_bins, "n_bins")
-    c, a = check_scores(confidence, correct)
-    if not 0.0 < level < 1.0:
-        raise fail("level", "in (0, 1)", level)
-    edges = np.arange(n_bins + 1) / n_bins
-    idx = np.clip(np.searchsorted(edges, c, side="left") - 1, 0, n_bins - 1)  # same binning as _bin_table
-    rng = np.random.default_rng(seed)
-    lower, upper = np.full(n_bins, np.nan), np.full(n_bins, np.nan)
-    tail = (1.0 - level) / 2
-    for b in range(n_bins):
-        in_bin = a[idx == b]
-        if len(in_bin) == 0:
-            continue
-        means = rng.choice(in_bin, size=(n_boot, len(in_bin)), replace=True).mean(axis=1)  # (n_boot,)
-        lower[b], upper[b] = np.quantile(means, [tail, 1.0 - tail])
-    return lower, upper
