@@ -112,7 +112,7 @@ def selective_section(ids: list[str], labels: dict[str, Any]) -> None:
     run = RunDir.at(st.selectbox("Run", ids, format_func=labels.get, key="selective_run"))
     stored = sel.heldout_variants(run)
     if not stored:
-        st.info("This run stored no S_V probabilities (it finished before selective answering, or without S_V).")
+        st.caption("This run stored no S_V probabilities (it finished before selective answering, or without S_V).")
         return
     try:
         report = sel.selective_report(run, request_form(run, stored))
