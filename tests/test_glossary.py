@@ -29,13 +29,13 @@ def vocabulary() -> set[str]:
     from calm_core.calibration.metrics.columns import COLUMNS
     from calm_core.calibration.posthoc import calibrators
     from calm_core.training.methods import METHODS
-    from calm_core.workspace import advice, verdict
+    from calm_core.workspace import advice, selective, verdict
 
     variants = {"base", *calibrators(), *METHODS, *(f"{m}{glossary.THETA_ONLY}" for m in METHODS)}
     words = variants | {verdict.variant_label(v) for v in variants}
     words |= {verdict.NEAR_UNIFORM, verdict.ACCURACY_LOST, verdict.UNDER_CONFIDENT}
     words |= set(verdict.VERDICT_COLUMNS) | set(advice.HELDOUT_COLUMNS) | set(advice.POOLED_COLUMNS)
-    words |= set(RUN_WORDS) | set(RELIABILITY_WORDS)
+    words |= set(RUN_WORDS) | set(RELIABILITY_WORDS) | set(selective.COLUMNS) | set(selective.WORDS)
     return words | {c.name for c in COLUMNS}
 
 
@@ -259,7 +259,9 @@ def every_page(open_page, tiny_everywhere, monkeypatch) -> dict[str, tuple[str, 
     from calm_core.workspace.playground import TrainedModel
     from tests.test_verdict import finished_run
 
-    run = finished_run(recommended="vs")
+    from tests.test_selective_run import add_selective_files
+
+    run = add_selective_files(finished_run(recommended="vs"))  # Compare's selective section shows its words
     _bome_log(run)
     dressed = TrainedModel(
         run.run_id, "calm", tiny_everywhere, CalibrationHead("options", size=5), 1.5, ScoringConfig()

@@ -15,6 +15,7 @@ import streamlit as st
 from app.charts import confidence_histogram, figure_png, open_answers_table
 from app.keys import COMPARE_MORE_DONE
 from app.reliability_view import BIN_CHOICES, bins_label, compare_diagrams, ece_bins
+from app.selective_view import selective_section
 from app.state import code, describe_error
 from app.verdict_view import heldout_evidence, verdict_block, verdict_caption
 from app.words import column_help, helps, named, variant_help, variant_names
@@ -413,4 +414,5 @@ which_model(chosen)
 frame = metrics_table(chosen, view)
 downloads(frame, figures, view.dataset)
 evaluate_more(chosen)
+selective_section(chosen.ids, chosen.labels)
 share(chosen)

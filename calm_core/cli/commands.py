@@ -6,6 +6,7 @@
     calm eval --model embedded --data arc/easy_test --scoring cloze --limit 300 \\
               [--fit-ts-on commonsenseqa/dev] [--json out.json] [--save-preds DIR]
     calm eval --run RUN_ID --data arc/easy_test         # a finished run on more data (workspace/added.py)
+    calm selective RUN_ID --target-error 0.1            # a threshold to answer alone, chosen on S_V (cli/selective.py)
 
 Errors a user can fix (unknown dataset, malformed file, model not found, an output
 path that cannot be written) print one line, `calm: error: ...`, and exit with status 2;
@@ -27,6 +28,7 @@ from typing import Sequence
 from calm_core.cli import data as cli_data
 from calm_core.cli import eval as cli_eval
 from calm_core.cli import export as cli_export
+from calm_core.cli import selective as cli_selective
 from calm_core.cli import train as cli_train
 from calm_core.cli.usage import UsageError
 from calm_core.data.schema import DataError
@@ -43,10 +45,17 @@ def build_parser() -> argparse.ArgumentParser:
     cli_eval.add_parsers(sub)
     cli_train.add_parsers(sub)
     cli_export.add_parsers(sub)
+    cli_selective.add_parsers(sub)
     return parser
 
 
-COMMANDS = {**cli_data.COMMANDS, **cli_eval.COMMANDS, **cli_train.COMMANDS, **cli_export.COMMANDS}
+COMMANDS = {
+    **cli_data.COMMANDS,
+    **cli_eval.COMMANDS,
+    **cli_train.COMMANDS,
+    **cli_export.COMMANDS,
+    **cli_selective.COMMANDS,
+}
 
 
 def is_refusal(exc: BaseException) -> bool:

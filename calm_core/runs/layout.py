@@ -19,6 +19,9 @@ RESULTS, JOB_FILE, STDOUT = "results.json", "job.json", "stdout.log"
 # Evaluations added after training (workspace/added.py): their own file and predictions
 # folder, so nothing can mistake them for the final evaluation's rows or overwrite those.
 ADDED_RESULTS, ADDED = "added_results.json", "added"
+# S_V's per-item option probabilities of each variant, as the recommendation saw them (post-hoc
+# calibrators out of fold), and the selective-answering choice made on them (workspace/selective.py).
+HELDOUT, SELECTIVE = "heldout", "selective.json"
 
 
 def predictions_path(root: str | Path, variant: str, dataset: str) -> Path:
@@ -31,3 +34,47 @@ def write_predictions(root: str | Path, variant: str, dataset: str, frame: Any) 
     path = predictions_path(root, variant, dataset)
     atomic_write(path, lambda handle: frame.to_parquet(handle, index=False))
     return path
+
+
+def heldout_path(root: str | Path, variant: str) -> Path:
+    """`<root>/heldout/<variant>.parquet`: one variant's S_V probabilities."""
+    return Path(root) / HELDOUT / f"{safe_name(variant)}.parquet"
+
+
+def write_heldout(root: str | Path, variant: str, probs: Any, gold: Any, n_choices: Any, fit: str) -> Path:
+    """Write one variant's S_V probabilities (N, K) as per-item rows (probs cut to the item's
+    n_choices, gold, prediction, confidence) and how they were fitted (`fit`: e.g. out of fold),
+    atomically; returns the path."""
+    import numpy as np
+    import pandas as pd
+
+    p = np.asarray(probs, dtype=np.float64)
+    frame = pd.DataFrame(
+        {
+            "probs": [row[: int(k)].tolist() for row, k in zip(p, n_choices, strict=True)],
+            "gold": np.asarray(gold, dtype=np.int64),
+            "prediction": p.argmax(axis=1),
+            "confidence": p.max(axis=1),
+            "fit": fit,
+        }
+    )
+    path = heldout_path(root, variant)
+    atomic_write(path, lambda handle: frame.to_parquet(handle, index=False))
+    return path
+
+
+def write_heldout_variants(
+    root: str | Path | None,
+    gold: Any,
+    n_choices: Any,
+    probs: dict[str, Any],
+    posthoc: dict[str, Any],
+    how: str,
+    trained: str,
+) -> None:
+    """Every variant's S_V probabilities as a run's recommendation saw them (`probs`: base,
+    the trained model, the thermometer; `posthoc`: the calibrators, fitted as `how` says),
+    each with how far it depends on S_V's labels; nothing when `root` is None."""
+    for name, p in {**probs, **posthoc}.items() if root is not None else ():
+        fit = how if name in posthoc else "step selected on S_V" if name == trained else "no S_V label"
+        write_heldout(root, name, p, gold, n_choices, fit)

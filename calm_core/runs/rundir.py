@@ -13,6 +13,8 @@ A run lives in `runs/<run_id>/` (root: `workspace_dir()/runs` unless given):
     added_results.json   rows of evaluations added after training (`calm eval --run`), each
                          marked `added_after_training` with its dataset's fingerprint
     added/eval/<variant>/<dataset>.parquet   their per-item predictions, apart from the run's own
+    heldout/<variant>.parquet   each variant's S_V probabilities, as the recommendation saw them
+    selective.json       the selective-answering threshold chosen on them (workspace/selective.py)
 
 Everything a job writes goes through these functions: JSON files are replaced atomically
 (temp file + rename) so a reader polling the directory never sees half a file; status
@@ -52,6 +54,7 @@ from calm_core.runs.layout import (
     LOCK,
     METRICS,
     RESULTS,
+    SELECTIVE,
     STDOUT,
 )
 from calm_core.runs.metrics_lines import parse_metrics_lines
@@ -216,6 +219,17 @@ class RunDir(RunCheckpoints):
             kept = [row for row in self.added_results() if row["dataset"] not in datasets]
             atomic_write_json(self.path / ADDED_RESULTS, {"results": kept + list(rows)})
         return kept + list(rows)
+
+    def write_selective(self, record: dict) -> None:
+        """selective.json: the chosen selective-answering threshold (workspace/selective.py),
+        replaced atomically; an export reads it."""
+        atomic_write_json(self.path / SELECTIVE, record)
+
+    def selective(self) -> dict | None:
+        """selective.json, checked, or None when no threshold was saved."""
+        path = self.path / SELECTIVE
+        advice = f"delete it and choose again with `calm selective {self.run_id}`"
+        return read_json_object(path, advice) if path.is_file() else None
 
     @property
     def added_dir(self) -> Path:

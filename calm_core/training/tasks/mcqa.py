@@ -11,7 +11,7 @@
   cross-entropy of theta alone) for the calibrated stop (training/selection.py);
 - `final_evaluation`: base, the post-hoc calibrators (ts), the trained model and its
   theta-only ablation on every evaluation set -> eval/<variant>/<dataset>.parquet +
-  results.json;
+  results.json, and each compared variant's S_V probabilities -> heldout/ (selective answering);
 - `added_evaluation`: the same variants on more sets after training, with the run's saved
   calibrators (`calm eval --run`, workspace/added.py).
 """
@@ -33,7 +33,7 @@ from calm_core.data.schema import MCItem
 from calm_core.data.stream import LazyItems, subset
 from calm_core.faults import fault_point
 from calm_core.io import atomic_write_json
-from calm_core.runs.layout import write_predictions
+from calm_core.runs.layout import write_heldout_variants, write_predictions
 from calm_core.runs.rundir import RunDir
 from calm_core.scoring.adapters import evaluating
 from calm_core.scoring.evaluate import baseline_records, fit_baselines, predictions_frame, result_row, variant_probs
@@ -236,7 +236,7 @@ def final_evaluation(
     variants = _variants_of(ctx, _with_thermometer(fitted, thermometer))
     rows = _evaluate_sets(ctx, data.evals, variants, run.path, reuse, progress=_final_progress(run))
     recommendation = (
-        _recommendation(ctx, data, (heldout_cache, train_cache), fitted, thermometer)
+        _recommendation(ctx, data, (heldout_cache, train_cache), fitted, thermometer, run.path)
         if ctx.settings.eval_baselines
         else None
     )
@@ -383,10 +383,12 @@ def _recommendation(
     caches: tuple[dict[tuple[bool, bool], Any], ...],
     fitted: dict[str, Any],
     thermometer: Any = None,
+    root: Any = None,
 ) -> dict[str, Any] | None:
     """Which variant to use, chosen on S_V (calibration/recommend.py): base, the trained
     model (at its selected step) and each post-hoc calibrator cross-fitted on S_V; with
-    calibrate_on = all, `_pooled_recommendation`. `caches`: S_V's scores, then S_T's."""
+    calibrate_on = all, `_pooled_recommendation`. `caches`: S_V's scores, then S_T's.
+    With `root`, each variant's S_V probabilities go to <root>/heldout/ (selective answering)."""
     if not data.heldout:
         return None
     heldout_cache = caches[0]
@@ -398,8 +400,9 @@ def _recommendation(
         probs["thermometer"] = thermometer.probs(base.logits, base.features)
     classes = {name: type(c) for name, c in fitted.items()}
     if ctx.settings.calibrate_on == ALL_LABELLED:
-        return _pooled_recommendation(ctx, data, caches, classes, probs)
+        return _pooled_recommendation(ctx, data, caches, classes, probs, root)
     posthoc, how = cross_fitted(base.logits, base.gold, classes, features=base.features)
+    write_heldout_variants(root, base.gold, base.n_choices, probs, posthoc, how, ctx.settings.method)
     in_sample = list(posthoc) if how.startswith(IN_SAMPLE) else []
     return recommend({**probs, **posthoc}, base.gold, posthoc_fit=how, in_sample=in_sample).to_dict()
 
@@ -410,6 +413,7 @@ def _pooled_recommendation(
     caches: tuple[dict[tuple[bool, bool], Any], ...],
     classes: dict[str, Any],
     heldout_probs: dict[str, np.ndarray],
+    root: Any = None,
 ) -> dict[str, Any]:
     """calibrate_on = all: the post-hoc calibrators are k-fold cross-fitted on S_T + S_V, so
     base against them is decided on every labelled item's out-of-fold prediction (more items,
@@ -423,8 +427,12 @@ def _pooled_recommendation(
         {"base": metrics.softmax(logits), **posthoc}, gold, posthoc_fit=how, in_sample=in_sample, items=LABELLED_ITEMS
     )
     n_train, heldout_gold = len(gold) - len(data.heldout), gold[len(gold) - len(data.heldout) :]
+    on_sv = {name: p[n_train:] for name, p in posthoc.items()}
+    bs = ctx.settings.eval_batch_size
+    counts = _scores_for(ctx, data.heldout, bs, use_head=False, use_adapter=False, cache=caches[0]).n_choices  # cached
+    write_heldout_variants(root, heldout_gold, counts, heldout_probs, on_sv, how, ctx.settings.method)
     on_heldout = recommend(
-        {**heldout_probs, **{name: p[n_train:] for name, p in posthoc.items()}},
+        {**heldout_probs, **on_sv},
         heldout_gold,
         posthoc_fit=how,
         in_sample=in_sample,
