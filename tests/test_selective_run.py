@@ -227,3 +227,28 @@ def test_the_glossary_states_the_default_delta() -> None:
     assert sel.DEFAULT_RULE == "ltt"
     assert f"{1 - DEFAULT_DELTA:.0%} probability" in glossary.define("Learn then Test")
     assert f"{1 - DEFAULT_DELTA:.0%} probability" in glossary.define("target error")
+
+
+def test_a_saved_threshold_goes_into_the_export_and_its_card(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """`calm selective --save` for the trained variant: the folder and the merged export
+    carry the threshold, its guarantee and assumption in calm_export.json and the card;
+    exporting another variant (base) carries none, since the threshold was not chosen for it."""
+    import json
+
+    from calm_core.workspace.export import export_run
+    from tests.test_cli_train import TINY, only_run
+
+    assert main(["train", "--model", str(tiny_model_dir), "--steps", "1", "--runs-root", str(tmp_path), *TINY]) == 0
+    run = only_run(tmp_path)
+    args = ["--runs-root", str(tmp_path), "--variant", "calm", "--rule", "crc", "--target-error", "0.3"]
+    assert main(["selective", run.run_id, *args, "--save"]) == 0
+    saved = run.selective()
+    for target, merged in ((tmp_path / "folder", False), (tmp_path / "merged", True)):
+        export_run(run, target, merged=merged)
+        record = json.loads((target / "calm_export.json").read_text())["selective"]
+        assert record["threshold"] == saved["threshold"] and record["guarantee"] == saved["guarantee"]
+        card = (target / "README.md").read_text()
+        assert "## Selective answering" in card and saved["assumption"] in card
+    export_run(run, tmp_path / "base", variant="base")
+    assert json.loads((tmp_path / "base" / "calm_export.json").read_text())["selective"] is None
+    assert "## Selective answering" not in (tmp_path / "base" / "README.md").read_text()

@@ -320,7 +320,9 @@ def _write_folder(run: RunDir, step: int, checkpoint: Path, folder: Path, varian
     from calm_core.calibration.head import HEAD_FILENAME
 
     portable = Portable.of(run)
-    record = portable.data({**export_record(run, step, checkpoint), "variant": variant})
+    record = portable.data(
+        {**export_record(run, step, checkpoint), "variant": variant, "selective": selective_record(run, variant)}
+    )
     adapter = json.loads((checkpoint / "adapter_config.json").read_text(encoding="utf-8"))
     adapter["base_model_name_or_path"] = record["base_model_hub_id"]
     _write_json(folder / "adapter_config.json", portable.data(adapter))
@@ -333,6 +335,17 @@ def _write_folder(run: RunDir, step: int, checkpoint: Path, folder: Path, varian
     _write_json(folder / "calm_config.json", portable.data(portable_config(run.config)))
     _write_json(folder / EXPORT_FILE, record)
     (folder / "README.md").write_text(portable.text(export_card(run, record)), encoding="utf-8")
+
+
+def selective_record(run: RunDir, variant: str) -> dict[str, Any] | None:
+    """The selective-answering threshold saved with the run (`calm selective --save`, or
+    Compare's button: selective.json) when it was chosen for the variant being exported;
+    None otherwise, since another variant's threshold means nothing for these scores."""
+    saved = run.selective()
+    if not saved or saved.get("variant") != variant:
+        return None
+    keys = ("rule", "rule_text", "target_error", "delta", "threshold", "coverage", "qhat", "n_heldout", "guarantee")
+    return {key: saved.get(key) for key in (*keys, "assumption")}
 
 
 def _write_json(path: Path, data: Any) -> None:

@@ -267,7 +267,7 @@ def write_merged_folder(run: RunDir, step: int, source: Path, folder: Path, vari
     """The merged folder: the model and tokenizer (`write_merged`), calm_export.json with
     its `merged` record, calm_config.json and the card; every JSON file passes through the
     run's Portable, so no local path leaves the machine."""
-    from calm_core.workspace.export import EXPORT_FILE, export_record
+    from calm_core.workspace.export import EXPORT_FILE, export_record, selective_record
     from calm_core.workspace.merged_card import merged_card
     from calm_core.workspace.portable import Portable, portable_config
 
@@ -276,7 +276,14 @@ def write_merged_folder(run: RunDir, step: int, source: Path, folder: Path, vari
     for name in SETTINGS_FILES:  # a recorded path becomes a name (never the vocabulary: a token may look like one)
         if (folder / name).is_file():
             _write_json(folder / name, portable.data(json.loads((folder / name).read_text(encoding="utf-8"))))
-    record = portable.data({**export_record(run, step, source), "variant": variant, "merged": merged})
+    record = portable.data(
+        {
+            **export_record(run, step, source),
+            "variant": variant,
+            "merged": merged,
+            "selective": selective_record(run, variant),
+        }
+    )
     _write_json(folder / "calm_config.json", portable.data(portable_config(run.config)))
     _write_json(folder / EXPORT_FILE, record)
     (folder / "README.md").write_text(portable.text(merged_card(run, record)), encoding="utf-8")

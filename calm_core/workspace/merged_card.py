@@ -19,7 +19,13 @@ from calm_core.scoring.prompts import ScoringConfig
 def merged_card(run: RunDir, record: dict[str, Any]) -> str:
     """README.md of a merged folder: metadata (huggingface_hub's ModelCardData, library
     transformers), what the weights hold, the code, the check and the results table."""
-    from calm_core.workspace.model_card import card_body_rows, card_text, results_section, trained_line
+    from calm_core.workspace.model_card import (
+        card_body_rows,
+        card_text,
+        results_section,
+        selective_section,
+        trained_line,
+    )
 
     rows = card_body_rows(run)
     merged = record["merged"]
@@ -34,6 +40,7 @@ def merged_card(run: RunDir, record: dict[str, Any]) -> str:
         + check_words(merged)
         + "\n\n## Load it (transformers alone)\n\n"
         + (f"```python\n{merged_snippet(record)}```\n\n" if record["task"] == "mcqa" else _open_snippet())
+        + selective_section(record)
         + results_section(rows)
     )
     return card_text(run, record, rows, body, library="transformers")

@@ -50,9 +50,36 @@ def export_card(run: RunDir, record: dict[str, Any]) -> str:
         + (thermometer_note(record["thermometer"]) if record.get("thermometer") else "")
         + (f"Post-hoc temperature scaling of the base model, for comparison: T = {ts:.4f}.\n" if ts else "")
         + f"\n{harness_note(record)}"
+        + selective_section(record)
         + results_section(rows)
     )
     return card_text(run, record, rows, body)
+
+
+def selective_section(record: dict[str, Any]) -> str:
+    """The selective-answering threshold chosen on S_V for this variant, with its guarantee
+    and assumption (calm_export.json `selective`), or nothing when none was saved."""
+    chosen = record.get("selective")
+    if not chosen:
+        return ""
+    threshold = chosen["threshold"]
+    rule = (
+        f"answer alone when the top option's calibrated probability is at least {threshold:.4f}; "
+        "defer every other question"
+        if threshold is not None
+        else "defer every question (no threshold on S_V met the target)"
+    )
+    sets = (
+        f" Prediction sets (split conformal, LAC): keep every option with 1 - p <= {chosen['qhat']:.4f} "
+        f"(coverage {chosen['coverage']:.0%} on average)."
+        if chosen.get("qhat") is not None
+        else ""
+    )
+    return (
+        f"\n## Selective answering\n\nChosen on {chosen['n_heldout']} held-out items ({chosen['rule_text']}, "
+        f"target error {chosen['target_error']:.0%}): {rule}. {chosen['guarantee']} {chosen['assumption']}{sets} "
+        "The threshold is in calm_export.json (`selective`).\n"
+    )
 
 
 def card_body_rows(run: RunDir) -> list[dict[str, Any]]:
