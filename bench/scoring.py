@@ -287,23 +287,25 @@ def harness_summary(calm: dict, harness: dict) -> dict[str, Any]:
     }
 
 
+def this_bench(args: argparse.Namespace, *extra: str) -> list[str]:
+    """This script again, on the same items, as one side or one configuration (`extra`)."""
+    return [
+        sys.executable,
+        __file__,
+        "--data",
+        args.data,
+        "--limit",
+        str(args.limit),
+        "--repeats",
+        str(args.repeats),
+        *extra,
+    ]
+
+
 def compare_with_harness(args: argparse.Namespace) -> None:
     sides = {}
     for side in ("calm", "lm-eval"):
-        cmd = [
-            sys.executable,
-            __file__,
-            "--data",
-            args.data,
-            "--limit",
-            str(args.limit),
-            "--batch-size",
-            str(args.batch_size),
-            "--repeats",
-            str(args.repeats),
-            "--one-side",
-            side,
-        ]
+        cmd = this_bench(args, "--batch-size", str(args.batch_size), "--one-side", side)
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             raise SystemExit(f"{side} failed:\n{done.stderr[-3000:]}")
@@ -335,23 +337,8 @@ def default_models() -> list[str]:
 
 def one_configuration(args: argparse.Namespace, model: str, rule: str, batch: int, share: bool) -> dict:
     """One configuration in a fresh subprocess, so its peak memory is its own."""
-    cmd = [
-        sys.executable,
-        __file__,
-        "--data",
-        args.data,
-        "--limit",
-        str(args.limit),
-        "--repeats",
-        str(args.repeats),
-        "--model",
-        model,
-        *(["--threads", str(args.threads)] if args.threads else []),
-        "--one",
-        rule,
-        str(batch),
-        "1" if share else "0",
-    ]
+    threads = ["--threads", str(args.threads)] if args.threads else []
+    cmd = this_bench(args, "--model", model, *threads, "--one", rule, str(batch), "1" if share else "0")
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
     return json.loads(out)
 

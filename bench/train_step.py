@@ -33,7 +33,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-CONFIGS = [("sft", 1, "theta"), ("calm", 3, "theta"), ("calm", 10, "theta"), ("calm", 2, "persistent")]  # (method, T, inner start)
+CONFIGS = [
+    ("sft", 1, "theta"),
+    ("calm", 3, "theta"),
+    ("calm", 10, "theta"),
+    ("calm", 2, "persistent"),
+]  # (method, T, inner start)
 MODES = ("uncached", "cached")
 
 
@@ -44,22 +49,33 @@ def config_name(method: str, inner_steps: int, start: str) -> str:
     return f"calm-T{inner_steps}" + ("" if start == "theta" else f"-{start}")
 
 
-def time_config(
-    model: str, method: str, inner_steps: int, start: str, mode: str, args: argparse.Namespace
-) -> dict:
+def time_config(model: str, method: str, inner_steps: int, start: str, mode: str, args: argparse.Namespace) -> dict:
     from flops import StepCounter, matmul_peak_gflops, peak_fraction
 
     from calm_core.scoring.models import load_model
     from calm_core.training.config import TrainConfig
     from calm_core.training.loop import train
 
-    cfg = TrainConfig(method=method, bilevel={"inner_steps": inner_steps, "inner_start": start}, steps=args.steps + 2,
-                      batch_size=args.batch_size, model=model,
-                      heldout_batch_size=args.batch_size, scoring=args.scoring, train_data=args.train_data,
-                      heldout_data=args.heldout_data, eval_data=(), eval_every=0, eval_dense_until=0, select="last",
-                      checkpoint_every=0,
-                      train_limit=args.batch_size * (args.steps + 2), heldout_limit=64,
-                      frozen_prefix=mode == "cached", lora={"r": 8, "alpha": 16, "layers": args.lora_layers})
+    cfg = TrainConfig(
+        method=method,
+        bilevel={"inner_steps": inner_steps, "inner_start": start},
+        steps=args.steps + 2,
+        batch_size=args.batch_size,
+        model=model,
+        heldout_batch_size=args.batch_size,
+        scoring=args.scoring,
+        train_data=args.train_data,
+        heldout_data=args.heldout_data,
+        eval_data=(),
+        eval_every=0,
+        eval_dense_until=0,
+        select="last",
+        checkpoint_every=0,
+        train_limit=args.batch_size * (args.steps + 2),
+        heldout_limit=64,
+        frozen_prefix=mode == "cached",
+        lora={"r": 8, "alpha": 16, "layers": args.lora_layers},
+    )
     times: list[float] = []
     drops: list[float] = []
     counter = StepCounter()
@@ -82,25 +98,34 @@ def time_config(
     step = statistics.median(times)
     peak = matmul_peak_gflops()
     fill = result.prefill["seconds"] / result.prefill["items"] if result.prefill else None
-    return {"model": model, "vocab": int(lm.model.config.get_text_config().vocab_size),
-            "gflop_per_step": counter.flops / 1e9 if counter.flops else None, "matmul_peak_gflops": peak,
-            "peak_fraction": peak_fraction(counter.flops, step, peak), "method": method, "inner_steps": inner_steps, "inner_start": start, "mode": mode,
-            "inner_drop_frac": statistics.median(drops) if drops else None, "batch_size": args.batch_size,
-            "scoring": args.scoring, "lora_layers": args.lora_layers, "seconds_per_step": step,
-            "steps_timed": len(times), "fill_seconds_per_item": fill,
-            "first_epoch_seconds_per_step": step + args.batch_size * fill if fill else step}
-
-
-def default_models() -> list[str]:
-    """The embedded model, and Gemma 3 270M where its extra is installed."""
-    from calm_core.scoring.models import installed_models
-
-    return [name for name in ("embedded", "gemma3-270m") if name in installed_models()]
+    return {
+        "model": model,
+        "vocab": int(lm.model.config.get_text_config().vocab_size),
+        "gflop_per_step": counter.flops / 1e9 if counter.flops else None,
+        "matmul_peak_gflops": peak,
+        "peak_fraction": peak_fraction(counter.flops, step, peak),
+        "method": method,
+        "inner_steps": inner_steps,
+        "inner_start": start,
+        "mode": mode,
+        "inner_drop_frac": statistics.median(drops) if drops else None,
+        "batch_size": args.batch_size,
+        "scoring": args.scoring,
+        "lora_layers": args.lora_layers,
+        "seconds_per_step": step,
+        "steps_timed": len(times),
+        "fill_seconds_per_item": fill,
+        "first_epoch_seconds_per_step": step + args.batch_size * fill if fill else step,
+    }
 
 
 def main() -> None:
+    from scoring import default_models
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=default_models())
+    parser.add_argument(
+        "--models", nargs="+", default=default_models(), help="default: embedded, and gemma3-270m where installed"
+    )
     parser.add_argument(
         "--configs",
         nargs="+",
@@ -124,8 +149,10 @@ def main() -> None:
         if config_name(method, t, start) in args.configs
     ]
     by_key = {(r["model"], r["method"], r["inner_steps"], r["inner_start"], r["mode"]): r for r in rows}
-    print(f"{'model':12} {'method':8} {'T':>2} {'start':>10} {'mode':>8} {'s/step':>7} {'x sft':>6} {'x uncached':>10} "
-          f"{'fill s/item':>11} {'1st epoch':>9} {'x sft':>6} {'inner drop':>10} {'GFLOP':>7} {'% peak':>6}")
+    print(
+        f"{'model':12} {'method':8} {'T':>2} {'start':>10} {'mode':>8} {'s/step':>7} {'x sft':>6} {'x uncached':>10} "
+        f"{'fill s/item':>11} {'1st epoch':>9} {'x sft':>6} {'inner drop':>10} {'GFLOP':>7} {'% peak':>6}"
+    )
     for row in rows:
         sft = by_key[(row["model"], "sft", 1, "theta", row["mode"])]
         uncached = by_key[(row["model"], row["method"], row["inner_steps"], row["inner_start"], "uncached")]
@@ -136,9 +163,11 @@ def main() -> None:
         drop = f"{row['inner_drop_frac']:10.3f}" if row["inner_drop_frac"] is not None else f"{'-':>10}"
         flop = f"{row['gflop_per_step']:7.1f}" if row["gflop_per_step"] else f"{'-':>7}"
         share = f"{100 * row['peak_fraction']:6.1f}" if row["peak_fraction"] else f"{'-':>6}"
-        print(f"{row['model']:12} {row['method']:8} {row['inner_steps']:>2} {row['inner_start']:>10} {row['mode']:>8} "
-              f"{row['seconds_per_step']:7.2f} {row['ratio_to_sft']:6.2f} {row['speedup_from_cache']:10.2f} {fill} "
-              f"{row['first_epoch_seconds_per_step']:9.2f} {row['first_epoch_ratio_to_sft']:6.2f} {drop} {flop} {share}")
+        print(
+            f"{row['model']:12} {row['method']:8} {row['inner_steps']:>2} {row['inner_start']:>10} {row['mode']:>8} "
+            f"{row['seconds_per_step']:7.2f} {row['ratio_to_sft']:6.2f} {row['speedup_from_cache']:10.2f} {fill} "
+            f"{row['first_epoch_seconds_per_step']:9.2f} {row['first_epoch_ratio_to_sft']:6.2f} {drop} {flop} {share}"
+        )
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"rows": rows, "args": {k: str(v) for k, v in vars(args).items()}}, indent=2))
     print(f"wrote {args.json}")
