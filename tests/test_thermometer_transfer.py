@@ -76,6 +76,10 @@ def test_a_domain_without_a_labelled_set_is_refused(thermometers) -> None:
             "arc_easy",
             {"base": (0.410, 0.253, 1.07, 0.693, 0.145, 0.559), "ts": (0.149, 0.237, 1.00, 0.667, 0.342, 0.204)},
         ),
+        (  # the Gemma 3 270M block
+            "gemma3-270m_chemical_symbols",
+            {"base": (0.554, 0.431, 3.22, 0.555, 0.410, 0.662), "ts": (0.144, 0.134, 1.00, 0.586, 0.222, 0.178)},
+        ),
     ],
 )
 def test_headline_reproduces_section_9s_rows(domain, expected) -> None:
