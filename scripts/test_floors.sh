@@ -26,6 +26,7 @@ TESTS=(
     tests/test_trainer.py::test_qlora_on_cpu_when_asked_trains_and_records_the_choice
     # the GGUF's metadata read by workspace/hub_id.py (gguf's ReaderField), the Hub name (huggingface_hub)
     tests/test_export.py::test_embedded_gguf_metadata_agrees_with_the_constant
+    tests/test_eval_run_files.py  # a Latin-1 file's likely encoding named (charset-normalizer)
     tests/test_runs.py          # the run queue and a run's process (psutil), pyyaml
     tests/test_app_pages.py     # the studio's pages in streamlit's AppTest: streamlit, plotly, a launched run
     tests/test_front_door.py    # the front door: starlette, uvicorn, itsdangerous

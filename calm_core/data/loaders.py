@@ -233,17 +233,21 @@ def load_file(
     """
     path = Path(path).expanduser()
     mapping = ColumnMapping.parse(mapping) if isinstance(mapping, str) else mapping
-    fmt = detect_format(path, fmt)
-    if not is_utf8_name(encoding) and fmt != "parquet":  # Parquet stores UTF-8 by definition
-        return _load_converted(path, encoding, kind, mapping, limit, name, fmt, source, stream)  # type: ignore[arg-type]
+    if encoding is not None and not is_utf8_name(encoding):  # the default (None) never enters encoding.py
+        fmt = detect_format(path, fmt)
+        if fmt != "parquet":  # Parquet is UTF-8 by definition
+            return _load_converted(path, encoding, kind, mapping, limit, name, fmt, source, stream)
     try:
         report = _load_utf8(path, kind, mapping, limit, name, fmt, source, stream)
     except DataError as exc:
-        if fmt == "parquet" or "UTF-8" not in str(exc) or not path.is_file():
+        if detect_format(path, fmt) == "parquet" or "UTF-8" not in str(exc) or not path.is_file():
             raise
         raise DataError(f"{exc}\n{encoding_hint(file_encoding(path))}") from None
-    if fmt != "parquet" and any(error.message == UNDECODABLE for error in report.rejected):
-        report.note = encoding_hint(file_encoding(path))
+    # a plain loop, not any(<generator>): a page's read enters no more frames than it must (tests/test_trace.py)
+    for error in report.rejected:
+        if error.message == UNDECODABLE and detect_format(path, fmt) != "parquet":
+            report.note = encoding_hint(file_encoding(path))
+            break
     return report
 
 
@@ -253,11 +257,12 @@ def _load_utf8(
     mapping: ColumnMapping,
     limit: int | None,
     name: str | None,
-    fmt: str,
+    fmt: str | None,
     source: str | None,
     stream: bool | None,
 ) -> LoadReport:
     """`load_file` of a UTF-8 file: read whole, or streamed when it decodes past `STREAM_FROM_BYTES`."""
+    fmt = detect_format(path, fmt)
     # A file that small on disk (a byte of CSV or JSON decodes to at most JSON_COST_PER_BYTE) is not read for it.
     size = path.stat().st_size if path.is_file() else 0
     small = fmt != "parquet" and size * JSON_COST_PER_BYTE < STREAM_FROM_BYTES
