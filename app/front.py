@@ -3,13 +3,13 @@
 `app/main.py` mounts it with `st.App(..., middleware=[front_door()])`, so it sees every
 HTTP request and every WebSocket handshake before Streamlit does:
 
-1. **Host check, both modes** (calm_core/workspace/hosts.py): a request whose `Host` is
+1. **Host check, both modes** (calm_core/access/hosts.py): a request whose `Host` is
    not a known name is refused with 403. This stops DNS rebinding of the local studio.
 2. **`/_stcore/metrics` is never served** (it tells anyone how many sessions are open).
 3. **Shared mode: nothing but the sign-in page before the password.** The password is
    checked here, on a plain HTML form, under limits per client address and per server
-   (calm_core/workspace/guesses.py); a right one sets a signed HttpOnly cookie
-   (calm_core/workspace/tokens.py). Without that cookie a page request is sent to the
+   (calm_core/access/guesses.py); a right one sets a signed HttpOnly cookie
+   (calm_core/access/tokens.py). Without that cookie a page request is sent to the
    sign-in form, the WebSocket handshake is refused, and every other route (uploads,
    static files, Streamlit's own endpoints) answers 401 without reading the request
    body. So an upload, a `clear_cache` message or a page render needs the password
@@ -18,7 +18,7 @@ HTTP request and every WebSocket handshake before Streamlit does:
 4. **Origin check, both modes** (hosts.origin_permitted): a WebSocket handshake and every
    state-changing request must come from the studio's own origin (scheme, host, port) or
    a name given with `--host`, so a page on another port of the same host cannot drive it.
-5. **Who is asking** (calm_core/workspace/clients.py): the limits count a try against the
+5. **Who is asking** (calm_core/access/clients.py): the limits count a try against the
    connecting peer, or behind a proxy named in CALM_TRUSTED_PROXIES the address it vouches
    for; against a browser that signed in before (its device cookie), its own counter only.
 6. **Sign-out revokes** the token server-side and closes that token's open WebSockets.
@@ -40,12 +40,11 @@ from urllib.parse import parse_qs, quote
 
 from starlette.responses import Response
 
-from calm_core.paths import workspace_dir
-from calm_core.workspace.access import Access, check_password
-from calm_core.workspace.clients import Network, client_key, is_trusted_proxy
-from calm_core.workspace.guesses import GuessLimiter
-from calm_core.workspace.hosts import HostRule, origin_permitted
-from calm_core.workspace.tokens import (
+from calm_core.access.clients import Network, client_key, is_trusted_proxy
+from calm_core.access.guesses import GuessLimiter
+from calm_core.access.hosts import HostRule, origin_permitted
+from calm_core.access.rules import Access, check_password
+from calm_core.access.tokens import (
     COOKIE_NAME,
     DEVICE_COOKIE,
     DEVICE_DAYS,
@@ -54,6 +53,7 @@ from calm_core.workspace.tokens import (
     Signer,
     cookie_name,
 )
+from calm_core.paths import workspace_dir
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]

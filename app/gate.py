@@ -1,4 +1,4 @@
-"""The in-app side of the shared studio's gate, and who this session is (calm_core.workspace.access).
+"""The in-app side of the shared studio's gate, and who this session is (calm_core.access.rules).
 
 app/studio.py calls `passes_gate()` before any page runs: in local mode it returns True
 at once. In shared mode the password is asked by the front door (app/front.py), before
@@ -20,15 +20,15 @@ import time
 import streamlit as st
 
 from app import front
-from calm_core.workspace.access import (
+from calm_core.access.guesses import FREE_TRIES
+from calm_core.access.guesses import backoff as retry_delay
+from calm_core.access.rules import (
     SECRETS_KEY,
     Access,
     access_from,
     check_password,
     session_tag,
 )
-from calm_core.workspace.guesses import FREE_TRIES
-from calm_core.workspace.guesses import backoff as retry_delay
 
 PASSED = "gate_passed"
 FAILURES = "gate_failures"

@@ -17,7 +17,7 @@ from typing import Any
 def _believe_no_forwarded_headers() -> None:
     """Uvicorn (Streamlit's server) takes X-Forwarded-For from any local process as the
     client's address, so a guesser could name a new address per try. The front door
-    decides whom to believe (CALM_TRUSTED_PROXIES, calm_core/workspace/clients.py), so
+    decides whom to believe (CALM_TRUSTED_PROXIES, calm_core/access/clients.py), so
     uvicorn must believe nobody. Streamlit builds uvicorn's Config (which reads
     FORWARDED_ALLOW_IPS) before importing this file, but uvicorn wraps the app in its
     ProxyHeadersMiddleware just after the import, looking the class up by name: a
@@ -51,8 +51,8 @@ from starlette.middleware import Middleware  # noqa: E402
 from app import warmup  # noqa: E402
 from app.front import DoorRules, FrontDoor  # noqa: E402
 from app.gate import studio_access  # noqa: E402
-from calm_core.workspace.clients import trusted_proxies  # noqa: E402
-from calm_core.workspace.hosts import allowed_hosts, user_hosts  # noqa: E402
+from calm_core.access.clients import trusted_proxies  # noqa: E402
+from calm_core.access.hosts import allowed_hosts, user_hosts  # noqa: E402
 
 
 def door_rules() -> DoorRules:

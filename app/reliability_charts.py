@@ -1,6 +1,6 @@
 """Reliability diagrams as plotly figures: data in (`ReliabilityData.to_records()` rows,
 calm_core/calibration/metrics/reliability.py), figure out. No Streamlit here, so tests read
-every mark without a browser; calm_core/workspace/report_svg.py draws the same marks as SVG.
+every mark without a browser; calm_core/results/report_svg.py draws the same marks as SVG.
 
 Small samples are drawn honestly: each bin's accuracy carries its Wilson interval as a
 whisker, and a bin holding one item is hollow, since its accuracy is that one answer.

@@ -18,7 +18,7 @@ from app.reliability_charts import reliability_figure, reliability_overlay
 from app.words import explained
 from calm_core.calibration import metrics
 from calm_core.calibration.metrics.reliability import ECE_BINS, NoiseECE, ReliabilityData
-from calm_core.workspace.verdict import variant_label
+from calm_core.results.verdict import variant_label
 
 AUTO = 0  # the Bins choice "from the item count": equal-mass bins, auto_bins(N) of them
 BIN_CHOICES = (AUTO, 10, 15)  # 10: the paper's ECE bins, 15: the project's

@@ -2,7 +2,7 @@
 alone, how often is it then wrong, and which options must a person still check.
 
 The reader picks a run, a variant, a target error (10% by default), the guarantee and the
-sets' coverage; the threshold and the sets are chosen on S_V (workspace/selective.py, the
+sets' coverage; the threshold and the sets are chosen on S_V (results/selective.py, the
 same call as `calm selective`) and measured on every evaluation set beside the model as it
 is. A held-out set too small for the target is refused with its reason. The threshold can be
 saved with the run (selective.json) for the export.
@@ -18,9 +18,9 @@ from app.state import describe_error, plain
 from app.verdict_view import whole_cells
 from calm_core.calibration.selective import CRC, LTT, LTT_ANSWERED
 from calm_core.glossary import tooltip
+from calm_core.results import selective as sel
+from calm_core.results.verdict import variant_label
 from calm_core.runs.rundir import RunDir
-from calm_core.workspace import selective as sel
-from calm_core.workspace.verdict import variant_label
 
 TERMS = ("selective answering", "threshold", "target error", "exchangeable", "conformal risk control", "LAC")
 RULE_TERMS = ("conformal risk control", "Learn then Test", "error among all", "error among answered")

@@ -10,10 +10,10 @@ from typing import Sequence
 import streamlit as st
 
 from calm_core.data.schema import MCItem
+from calm_core.results.playground import TrainedModel
 from calm_core.scoring.models import LoadedModel, load_model, named_model, named_model_dir
 from calm_core.scoring.options import OptionScores
 from calm_core.scoring.quiz import Quiz, cached_scores, quiz_items, score_quiz
-from calm_core.workspace.playground import TrainedModel
 
 
 @st.cache_resource(show_spinner="Loading the model (the first time converts it: about a minute)...")
@@ -110,7 +110,7 @@ def describe_error(exc: Exception) -> str:
 @st.cache_resource(show_spinner="Loading the run's adapter and calibration head...", max_entries=4)
 def get_trained(run_id: str) -> TrainedModel:
     """A finished run's model, once per process (a fresh base model under its adapter)."""
+    from calm_core.results.playground import load_trained
     from calm_core.runs.rundir import RunDir
-    from calm_core.workspace.playground import load_trained
 
     return load_trained(RunDir.at(run_id))

@@ -28,7 +28,7 @@ PAGES = [
     for i, spec in enumerate(navigation.PAGES)
 ]
 
-# Shared mode: the password first (calm_core/workspace/access.py). The navigation is
+# Shared mode: the password first (calm_core/access/rules.py). The navigation is
 # still declared, hidden, so the page asked for in the URL is the one shown once it passes.
 gated = not passes_gate(studio_access())
 page = st.navigation(PAGES, position="hidden" if gated else "sidebar")

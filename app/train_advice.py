@@ -22,8 +22,8 @@ from app.keys import CALIBRATE_SPLIT
 from calm_core.calibration.recommend import ALL_LABELLED
 from calm_core.data.schema import DataError
 from calm_core.data.split_sizes import CHOOSE_HELDOUT, heldout_support
+from calm_core.results.support import labelled_counts, support_sentence
 from calm_core.training.config import TrainConfig
-from calm_core.workspace.support import labelled_counts, support_sentence
 
 CALIBRATE_ON_KEY = "train_calibrate_on"  # the radio the one click sets
 PREFILLED_KEY = "train_prefilled"  # the split taken from the Data page, kept for the page's words
@@ -103,7 +103,7 @@ def _use_kfold() -> None:
 
 def heldout_advice(slot: Any, cfg: TrainConfig, offer_kfold: bool) -> None:
     """What S_V supports, said once into `slot` (under the calibrate_on choice) in the words
-    `calm train` prints (workspace/support.py): a caption when S_V can choose between methods;
+    `calm train` prints (results/support.py): a caption when S_V can choose between methods;
     a warning when it cannot, with k-fold on all labelled items as one click where the task
     offers it (`offer_kfold`); a note once k-fold is chosen."""
     try:

@@ -14,11 +14,11 @@ import streamlit as st
 
 from app.state import describe_error
 from calm_core.data.schema import DataError
+from calm_core.estimate import text as estimate_text
+from calm_core.estimate.machine_load import MachineLoad
+from calm_core.estimate.predict import estimate_for, planned_sizes
 from calm_core.training.config import TrainConfig
 from calm_core.training.timings import RunSizes
-from calm_core.workspace import estimate_text
-from calm_core.workspace.estimate import estimate_for, planned_sizes
-from calm_core.workspace.machine_load import MachineLoad
 
 
 @st.cache_data(ttl=10, show_spinner=False)

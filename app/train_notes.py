@@ -12,9 +12,9 @@ import pandas as pd
 import streamlit as st
 
 from calm_core.data.schema import DataError
+from calm_core.results.fast_path_view import fast_path_rows, model_fast_paths
 from calm_core.scoring.evaluate import load_report
 from calm_core.scoring.models import ModelLoadError
-from calm_core.workspace.fast_path_view import fast_path_rows, model_fast_paths
 
 
 @st.cache_data(ttl=60, show_spinner="Reading the chosen dataset...")

@@ -15,7 +15,7 @@ import streamlit as st
 
 from app.state import plain
 from calm_core.glossary import tooltip
-from calm_core.workspace import advice, verdict
+from calm_core.results import advice, verdict
 
 VERDICT_TERMS = ("best calibrated", "flags", "near-uniform", "under-confident", "accuracy lost", "recommended on S_V")
 

@@ -27,7 +27,7 @@ HEAVY: tuple[str, ...] = (
     "app.charts",
     "calm_core.scoring.evaluate",
     "calm_core.scoring.quiz",
-    "calm_core.workspace.playground",
+    "calm_core.results.playground",
 )
 SPINNER = "Starting the studio: loading PyTorch and the model code (once per server start)..."
 

@@ -12,8 +12,8 @@ import streamlit as st
 
 from calm_core.calibration.metrics.columns import help_texts
 from calm_core.glossary import define, lookup
+from calm_core.results.verdict import variant_label
 from calm_core.training.methods import METHODS
-from calm_core.workspace.verdict import variant_label
 
 VARIANT = "variant"  # the key column of every results table
 

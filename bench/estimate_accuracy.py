@@ -101,10 +101,10 @@ def one_run(label: str, overrides: dict[str, Any], condition: str, root: Path, t
     """Estimate, launch, wait: the row of one run."""
     from calm_core.runs.rundir import RunDir
     from calm_core.training.config import TrainConfig
-    from calm_core.workspace.estimate import estimate_for
-    from calm_core.workspace.estimate_error import launch_record
-    from calm_core.workspace.estimate_rates import read_past_run
-    from calm_core.workspace.launch import launch_training
+    from calm_core.estimate.predict import estimate_for
+    from calm_core.estimate.record import launch_record
+    from calm_core.estimate.rates import read_past_run
+    from calm_core.launch import launch_training
 
     cfg = TrainConfig.preset("quick", model="embedded", **DATA, **overrides)
     estimate = estimate_for(cfg, root)
@@ -163,7 +163,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def table(rows: list[dict[str, Any]], totals: dict[str, Any]) -> str:
     """The markdown tables: one row per run, then the summary."""
-    from calm_core.workspace.estimate import minutes
+    from calm_core.estimate.record import minutes
 
     lines = [
         "| # | condition | configuration | load avg | others' cores | rates | past runs | likely | range | width "

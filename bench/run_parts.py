@@ -7,7 +7,7 @@
 One in-process `train` of the Train page's default run (quick preset, calm, chemical
 symbols with units and animal classes out of domain) on `--model`; prints and writes its
 status.json `timings` (training/timings.py) and the idle-machine rates the estimate
-learns from it (workspace/estimate_rates.py `rates_from`: each part divided by the fair-share
+learns from it (estimate/rates.py `rates_from`: each part divided by the fair-share
 load factor it started under). Those rates are the estimate's DEFAULTS.
 """
 
@@ -44,7 +44,7 @@ def train_once(model: str, runs: Path) -> Path:
 def report(run_dir: Path) -> dict:
     from calm_core.runs.rundir import RunDir
     from calm_core.training.timings import PhaseTimes
-    from calm_core.workspace.estimate_rates import rates_from
+    from calm_core.estimate.rates import rates_from
 
     run = RunDir(run_dir)
     timings = PhaseTimes.from_dict(run.status["timings"])

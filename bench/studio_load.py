@@ -292,7 +292,7 @@ class Watcher:
 def launch_job(model: str, runs: Path):
     """The measured job, launched as the Train page launches (one path: launch_training)."""
     from calm_core.training.config import TrainConfig
-    from calm_core.workspace.launch import launch_training
+    from calm_core.launch import launch_training
 
     cfg = TrainConfig(model=model, steps=100_000, select="last", eval_every=0, eval_dense_until=0,
                       checkpoint_every=0, eval_limit=20, heldout_limit=20, lora={"layers": 1}, device="cpu",

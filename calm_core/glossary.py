@@ -32,7 +32,7 @@ from importlib import resources
 from pathlib import Path
 
 THETA_ONLY = "_theta_only"  # the suffix of a trained method's adapter-only variant
-ADAPTER_ONLY = ", adapter only"  # and of its name in full (workspace/verdict.py variant_label)
+ADAPTER_ONLY = ", adapter only"  # and of its name in full (results/verdict.py variant_label)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Do the embedded model's hidden states know when it is right? A linear probe, per set.
 
-    .venv/bin/python -m calm_core.workspace.thermometer_build --limit 80   # scores and caches the sets
+    .venv/bin/python -m calm_core.training.thermometer_build --limit 80   # scores and caches the sets
     .venv/bin/python scripts/feature_probe.py                              # docs/results.md section 7
 
 For each set scored by the thermometer build (cached under the model cache), a logistic

@@ -36,7 +36,7 @@ fi
 bash scripts/setup.sh
 source scripts/ticker.sh
 if [ "$share" = 1 ]; then
-    .venv/bin/python -m calm_core.workspace.access || exit 2   # a password too short: says why
+    .venv/bin/python -m calm_core.access.rules || exit 2   # a password too short: says why
 fi
 # Convert the embedded model and score the Learn page's quiz into the model cache, once
 # (calm_core/scoring/quiz.py): the page then opens on stored scores, not a minute of scoring.

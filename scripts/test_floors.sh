@@ -24,7 +24,7 @@ TESTS=(
     # training the tiny model: peft's LoRA, tqdm; QLoRA on the CPU: bitsandbytes
     "tests/test_trainer.py::test_run_directory_is_written[letter-options]"
     tests/test_trainer.py::test_qlora_on_cpu_when_asked_trains_and_records_the_choice
-    # the GGUF's metadata read by workspace/hub_id.py (gguf's ReaderField), the Hub name (huggingface_hub)
+    # the GGUF's metadata read by export/hub_id.py (gguf's ReaderField), the Hub name (huggingface_hub)
     tests/test_export.py::test_embedded_gguf_metadata_agrees_with_the_constant
     tests/test_eval_run_files.py  # a Latin-1 file's likely encoding named (charset-normalizer)
     tests/test_runs.py          # the run queue and a run's process (psutil), pyyaml

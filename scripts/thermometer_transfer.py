@@ -186,7 +186,7 @@ def markdown(tables: dict[str, dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     from calm_core.paths import cache_dir
     from calm_core.scoring.models import ModelSpec, load_model
-    from calm_core.workspace.thermometer_build import TRAIN_SETS, available_sets, scored
+    from calm_core.training.thermometer_build import TRAIN_SETS, available_sets, scored
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--boot", type=int, default=300, help="bootstrap draws (section 9 used 300)")

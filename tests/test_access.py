@@ -1,4 +1,4 @@
-"""The local and the shared studio (issue 22): calm_core/workspace/access.py, the gate
+"""The local and the shared studio (issue 22): calm_core/access/rules.py, the gate
 (app/gate.py through app/studio.py), path confinement and the per-session rules on the
 Train and Monitor pages, and a training job's environment."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from calm_core.workspace import access
-from calm_core.workspace.access import Access, PathRefused
+from calm_core.access import rules as access
+from calm_core.access.rules import Access, PathRefused
 
 
 def test_loopback_addresses_are_local_and_everything_else_is_shared() -> None:
@@ -42,7 +42,7 @@ def test_check_password_is_exact_and_an_unset_password_matches_nothing() -> None
 
 def test_the_retry_delay_starts_after_five_wrong_tries_and_is_capped() -> None:
     """One back-off for the door and the gate (guesses.backoff): they once had two, 30 s and 60 s."""
-    from calm_core.workspace import guesses
+    from calm_core.access import guesses
 
     assert [guesses.backoff(n) for n in range(5)] == [0.0] * 5
     assert [guesses.backoff(n) for n in (5, 6, 7)] == [1.0, 2.0, 4.0]
@@ -131,7 +131,7 @@ def test_a_training_job_never_gets_a_password(tmp_path: Path) -> None:
 def test_launched_runs_record_the_session_and_count_against_its_quota(tmp_path: Path) -> None:
     from calm_core.runs.listing import list_runs
     from calm_core.training.config import TrainConfig
-    from calm_core.workspace.launch import active_runs_of, create_run
+    from calm_core.launch import active_runs_of, create_run
 
     root = tmp_path / "runs"
     cfg = TrainConfig.preset("quick")
@@ -210,7 +210,7 @@ def test_shared_train_page_refuses_a_model_path_outside_the_roots(tiny_everywher
 @pytest.mark.parametrize("admin", [False, True])
 def test_shared_monitor_lets_a_session_change_only_its_own_runs(tiny_everywhere, monkeypatch, admin: bool) -> None:
     from calm_core.training.config import TrainConfig
-    from calm_core.workspace.launch import create_run
+    from calm_core.launch import create_run
 
     run = create_run(TrainConfig.preset("quick"), launched_by="another-session")
     run.write_status("queued")
@@ -228,7 +228,7 @@ def test_shared_monitor_lets_a_session_change_only_its_own_runs(tiny_everywhere,
 def test_shared_train_page_stops_a_session_at_its_quota(tiny_everywhere, monkeypatch) -> None:
     import app.gate
     from calm_core.training.config import TrainConfig
-    from calm_core.workspace.launch import create_run
+    from calm_core.launch import create_run
 
     monkeypatch.setattr(app.gate, "this_session", lambda: "this-session")
     for tag in ("this-session", "this-session", "another-session"):

@@ -20,8 +20,8 @@ from calm_core.data.schema import MCItem, items_fingerprint
 from calm_core.runs.layout import ADDED_RESULTS, predictions_path
 from calm_core.runs.rundir import RunDir
 from calm_core.training.loop import train
-from calm_core.workspace.launch import run_config_record
-from calm_core.workspace.report import run_report_html
+from calm_core.launch import run_config_record
+from calm_core.results.report import run_report_html
 from tests.test_studio_openqa import open_run  # noqa: F401 - the module-scoped open-QA run
 from tests.test_trainer import fresh_lm, small_config
 
@@ -173,7 +173,7 @@ def test_compare_evaluates_a_run_on_more_data(finished: RunDir, evaluated: dict,
 def test_an_open_answer_run_gives_its_own_rows_back_and_adds_a_set(open_run) -> None:
     """Open QA the same way: generation is seeded per batch, so the run's own set (same
     items, same batches) gives its rows back, and a new set is added beside it."""
-    from calm_core.workspace.added import evaluate_run, run_eval_limit
+    from calm_core.results.added import evaluate_run, run_eval_limit
     from tests.test_studio_openqa import EVAL_SET
 
     workspace, run_id = open_run

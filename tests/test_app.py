@@ -212,7 +212,7 @@ def test_charts_say_what_their_marks_mean_and_skip_float_noise() -> None:
 
 def test_generated_text_leaves_special_tokens_out() -> None:
     """Free generation showed a raw `<|im_end|>` (issue 23): the rows keep it, with its probability; the text does not."""
-    from calm_core.workspace.playground import generated_text
+    from calm_core.results.playground import generated_text
 
     rows = [{"token": "Au", "special": False}, {"token": ".", "special": False}, {"token": "<|im_end|>", "special": True}]
     assert generated_text(rows) == "Au."

@@ -342,7 +342,7 @@ def test_monitor_and_compare_show_the_selected_step_and_the_recommendation(open_
     step on its curves and says which step and which calibrator; Compare says both per
     run, plainly when a baseline beats the trained model, and why a baseline is missing."""
     from app.charts import SELECTED_SYMBOL
-    from calm_core.workspace import advice
+    from calm_core.results import advice
     from tests.test_verdict import finished_run
 
     run = finished_run(recommended=recommended, with_ts=recommended == "calm")
@@ -566,7 +566,7 @@ def test_compare_opens_with_the_verdict_row_says_why_ts_is_missing_and_fits_its_
 def test_monitor_and_playground_start_on_the_newest_run_and_monitor_follows_a_launch(open_page, tiny_everywhere,
                                                                                     monkeypatch) -> None:
     import app.state
-    from calm_core.workspace.playground import untrained
+    from calm_core.results.playground import untrained
 
     older, newer = _two_runs(with_ts=True)
     monitor = open_page("views/monitor.py")

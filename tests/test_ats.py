@@ -132,7 +132,7 @@ def test_a_run_fits_ats_on_sv_evaluates_it_and_offers_it_for_recommendation(tiny
     from calm_core.runs.rundir import RunDir
     from calm_core.training.config import TrainConfig
     from calm_core.training.loop import train
-    from calm_core.workspace.launch import create_run
+    from calm_core.launch import create_run
     from tests.test_trainer import fresh_lm
 
     cfg = TrainConfig(
@@ -151,7 +151,7 @@ def test_a_run_fits_ats_on_sv_evaluates_it_and_offers_it_for_recommendation(tiny
     assert "ats" in results["recommendation"]["heldout"]  # 60 S_V items: 5 folds of 48 reach its minimum
 
     from calm_core.data.schema import MCItem
-    from calm_core.workspace.playground import load_trained, option_probabilities
+    from calm_core.results.playground import load_trained, option_probabilities
 
     trained = load_trained(RunDir(run.path), device="cpu")  # the Playground: a typed question gets its own tau
     probs = option_probabilities(trained, MCItem("typed", "Which gas do plants take in?", ("oxygen", "CO2", "neon"), 1))

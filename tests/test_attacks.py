@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from calm_core.workspace.guesses import GuessLimiter, fastest_guesses, guesses_within
+from calm_core.access.guesses import GuessLimiter, fastest_guesses, guesses_within
 from tests.attack_client import request, rss_bytes, send_back_message, settled_rss, sign_in, upload, ws_handshake
 from tests.test_private import _free_port, wait_until_healthy
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from calm_core.workspace.access import MAX_QUEUED_PER_BROWSER, session_tag
-from calm_core.workspace.guesses import FREE_TRIES, GuessLimiter, guesses_within
+from calm_core.access.rules import MAX_QUEUED_PER_BROWSER, session_tag
+from calm_core.access.guesses import FREE_TRIES, GuessLimiter, guesses_within
 from tests.attack_client import (
     StudioSession,
     request,

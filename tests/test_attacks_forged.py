@@ -8,7 +8,7 @@ an attacker signed in with the password sends any widget state. Each test forges
 - a model path with a NUL byte typed into the Train page.
 
 Two layers stand behind each button: the page draws it disabled by the rule of
-calm_core/workspace/access.py (and Streamlit 1.67 itself drops a forged value for a
+calm_core/access/rules.py (and Streamlit 1.67 itself drops a forged value for a
 disabled widget), and the calm_core function the page calls refuses as well
 (`launch.resume_run`, `datasets.delete_dataset`). These tests check what the attacker
 gets, whichever layer stops it: nothing changes on disk, and the page says why in one
@@ -23,7 +23,7 @@ import pytest
 
 from calm_core.data.entries import upload_folder
 from calm_core.runs.state import STATUS
-from calm_core.workspace.access import delete_refusal, quota_message, session_tag
+from calm_core.access.rules import delete_refusal, quota_message, session_tag
 from tests.attack_client import Element, StudioSession, sign_in
 from tests.test_attacks import PASSWORD, _start, _stop
 from tests.test_shared_rules import SHARED, _queued, _upload

@@ -38,8 +38,8 @@ from pathlib import Path
 
 import pytest
 
-from calm_core.workspace.advice import recommendation_sentence
-from calm_core.workspace.verdict import variant_label
+from calm_core.results.advice import recommendation_sentence
+from calm_core.results.verdict import variant_label
 from tests.test_browser import (CHROMIUM, CHROMIUM_ARGS, _goto, _require_browser, _shots, fill_short_tiny_run,
                                 wait_idle,
                                 running_studio)
@@ -402,7 +402,7 @@ def _recommendation_says_its_uncertainty(results: dict) -> None:
 def _ties_shown_as_ties(shown: str, results: dict) -> None:
     """Issue 30: each evaluation set's "best calibrated" cell reads as the verdict computes
     it, a tie with its item count where the paired interval cannot tell two variants apart."""
-    from calm_core.workspace.verdict import verdict_rows
+    from calm_core.results.verdict import verdict_rows
 
     rows = verdict_rows(results)
     for row in rows:

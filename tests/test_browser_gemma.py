@@ -37,7 +37,7 @@ def _measured_verdicts() -> dict:
     """The Gemma verdicts as the Train page reads them, measured first where they are not
     known on this machine (loading the model runs the probe once, as a run's load does)."""
     from calm_core.scoring.fast_paths import fast_paths
-    from calm_core.workspace.fast_path_view import model_fast_paths
+    from calm_core.results.fast_path_view import model_fast_paths
 
     if model_fast_paths("gemma3-270m") is None:
         from calm_core.scoring.models import load_model
@@ -54,7 +54,7 @@ def test_train_page_shows_gemmas_fast_paths_and_why(tmp_path: Path) -> None:
     record = _measured_verdicts()
     from playwright.sync_api import sync_playwright
 
-    from calm_core.workspace.fast_path_view import fast_path_rows
+    from calm_core.results.fast_path_view import fast_path_rows
 
     rows = fast_path_rows(record)
     used = ", ".join(row["fast path"] for row in rows if row["used"] == "yes") or "none"

@@ -22,7 +22,7 @@ from calm_core.runs.rundir import RunDir
 from calm_core.scoring.models import load_model
 from calm_core.training.config import TrainConfig
 from calm_core.training.loop import train
-from calm_core.workspace.launch import run_config_record
+from calm_core.launch import run_config_record
 
 pytestmark = pytest.mark.embedded
 CAPITALS = dict(train_data="builtin/capitals/train", heldout_data="builtin/capitals/validation",
@@ -56,7 +56,7 @@ def test_the_lower_level_stays_solved(finished: RunDir) -> None:
 
 
 def test_the_selected_step_is_the_recorded_one(finished: RunDir, tmp_path: Path) -> None:
-    from calm_core.workspace.export import export_run
+    from calm_core.export.folder import export_run
 
     step = finished.status["selection"]["selected_step"]
     results = finished.results()

@@ -188,7 +188,7 @@ def test_train_ends_with_the_selected_step_the_recommendation_and_the_evidence(t
     import calm_core.training.loop as loop
     from calm_core.io import atomic_write_json
     from calm_core.training.config import TrainConfig
-    from calm_core.workspace.launch import create_run
+    from calm_core.launch import create_run
     from tests.test_verdict import DATASET, results
 
     def fake_train(cfg, run, progress=None):
@@ -252,7 +252,7 @@ def test_calibrate_on_all_fits_post_hoc_calibrators_k_fold_on_every_labelled_ite
     assert set(pooled["heldout"]) == {"base", "ts", "vs"}  # the trained model saw S_T: not in the pooled stage
     assert heldout["comparison"]["n"] == 6 and set(heldout["heldout"]) == {"base", "calm", "ts", "vs"}
     assert rec["variant"] == (heldout if heldout["variant"] == "calm" else pooled)["variant"]
-    from calm_core.workspace.advice import heldout_rows
+    from calm_core.results.advice import heldout_rows
 
     assert "CALM" in [row["variant"] for row in heldout_rows(results)]  # every trained variant (issue 40)
     passes = run.status["final"]  # the final evaluation's own progress, which the Monitor shows

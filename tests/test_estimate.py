@@ -1,4 +1,4 @@
-"""The time estimate (calm_core/workspace/estimate*.py): every part of a run from recorded
+"""The time estimate (calm_core/estimate/): every part of a run from recorded
 rates at the fair share of the machine; one likely figure and a range learned from past
 runs' recorded error; the words the Train page shows; and what a real run records so that
 later estimates can learn from it. No assertion here depends on how fast anything ran."""
@@ -11,13 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from calm_core.io import atomic_write_json
-from calm_core.runs.rundir import RunDir
-from calm_core.training.config import TrainConfig
-from calm_core.training.timings import Evaluation, PhaseTimes, RunSizes
-from calm_core.workspace import estimate_text
-from calm_core.workspace.estimate import earliest_stop, estimate_for, estimate_run, likely_steps
-from calm_core.workspace.estimate_error import (
+from calm_core.estimate import text as estimate_text
+from calm_core.estimate.error import (
     COVER,
     MAX_WIDTH,
     PRIOR_WEIGHT,
@@ -27,8 +22,13 @@ from calm_core.workspace.estimate_error import (
     recorded_ratio,
     track_record,
 )
-from calm_core.workspace.estimate_rates import PastRun, Rates, default_rates, rates_from, read_past_run
-from calm_core.workspace.machine_load import MachineLoad
+from calm_core.estimate.machine_load import MachineLoad
+from calm_core.estimate.predict import earliest_stop, estimate_for, estimate_run, likely_steps
+from calm_core.estimate.rates import PastRun, Rates, default_rates, rates_from, read_past_run
+from calm_core.io import atomic_write_json
+from calm_core.runs.rundir import RunDir
+from calm_core.training.config import TrainConfig
+from calm_core.training.timings import Evaluation, PhaseTimes, RunSizes
 
 SIZES = RunSizes(heldout=100, evals=300, probe=64, fill=500, final_variants=3, step_work=20.0)
 RATES = Rates(startup_s=3.0, load_s=2.0, fill_per_item=0.05, step_per_work=0.05, eval_fixed_s=1.0,
@@ -61,7 +61,7 @@ def test_the_load_slows_a_job_by_the_fair_share_of_its_threads_and_the_page_says
 
 
 def test_the_demand_is_sampled_from_the_threads_ready_to_run(tmp_path: Path, monkeypatch) -> None:
-    from calm_core.workspace import machine_load
+    from calm_core.estimate import machine_load
 
     fake = tmp_path / "loadavg"
     fake.write_text("5.50 4.00 3.00 3/120 4242\n")
@@ -291,7 +291,7 @@ def test_a_run_records_what_later_estimates_learn_from(tiny_model_dir: Path, tmp
     the ratio the error is learned from and the rates. One real tiny-model run, trained
     the way `calm train` trains in its own process."""
     from calm_core.cli.train import run_in_process
-    from calm_core.workspace.launch import create_run
+    from calm_core.launch import create_run
 
     cfg = TrainConfig.preset("quick", method="calm", model=str(tiny_model_dir), steps=4, eval_every=2,
                              train_data="builtin/capitals/train", heldout_data="builtin/capitals/validation",
@@ -340,7 +340,7 @@ def test_the_train_page_leads_with_one_likely_figure_and_keeps_the_parts(open_pa
 
     import streamlit as st
 
-    from calm_core.workspace import machine_load
+    from calm_core.estimate import machine_load
 
     monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     monkeypatch.setattr(machine_load, "sample_running", lambda: 0.0)

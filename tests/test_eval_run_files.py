@@ -18,7 +18,7 @@ import pytest
 from calm_core.cli.commands import main
 from calm_core.runs.rundir import RunDir
 from calm_core.training.loop import train
-from calm_core.workspace.launch import run_config_record
+from calm_core.launch import run_config_record
 from tests.test_dead_ends import MAPPING, _csv
 from tests.test_trainer import fresh_lm, small_config
 

@@ -24,13 +24,14 @@ import pytest
 import torch
 import yaml
 
-from calm_core.workspace import export, hub_id
-from calm_core.workspace.export import export_run, export_zip
-from calm_core.workspace.hub_id import EMBEDDED_HUB_ID, gguf_hub_id, portable_base_model
-from calm_core.workspace.export_template import calm_head
+from calm_core.export import folder as export
+from calm_core.export import hub_id
+from calm_core.export.folder import export_run, export_zip
+from calm_core.export.hub_id import EMBEDDED_HUB_ID, gguf_hub_id, portable_base_model
+from calm_core.export.template import calm_head
 from calm_core.calibration.head import CalibrationHead, HeadLogitsProcessor
 from calm_core.calibration.posthoc.vector import VectorScaler
-from calm_core.workspace.launch import run_config_record
+from calm_core.launch import run_config_record
 from calm_core.provenance import model_fingerprint
 from calm_core.runs.layout import predictions_path
 from calm_core.runs.rundir import RunDir

@@ -31,10 +31,10 @@ from calm_core.calibration.projection import principal_projection
 from calm_core.runs.layout import predictions_path
 from calm_core.runs.rundir import RunDir
 from calm_core.training.loop import train
-from calm_core.workspace import export
-from calm_core.workspace.export import export_run, recommended_export
-from calm_core.workspace.export_template import calm_head
-from calm_core.workspace.launch import run_config_record
+from calm_core.export import folder as export
+from calm_core.export.folder import export_run, recommended_export
+from calm_core.export.template import calm_head
+from calm_core.launch import run_config_record
 from tests.test_export import TOLERANCE, _eval_items, score_without_calm_core
 from tests.test_trainer import fresh_lm, small_config
 
@@ -158,7 +158,7 @@ def test_an_ats_whose_temperature_varies_reproduces_the_studios_probabilities(va
                                                                               rule: str) -> None:
     """The export of a hand-set ATS against the Playground's `ats` for the same run (base
     model, this question's state, ATS from results.json), item by item."""
-    from calm_core.workspace.playground import load_trained, option_probabilities
+    from calm_core.results.playground import load_trained, option_probabilities
 
     run = varying[rule]
     trained = load_trained(run, device="cpu")

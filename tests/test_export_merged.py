@@ -29,9 +29,9 @@ from calm_core.runs.rundir import RunDir
 from calm_core.scoring.prompts import ScoringConfig, letter_token_ids
 from calm_core.scoring.truncation import letter_prompt_ids
 from calm_core.training.loop import train
-from calm_core.workspace.export import export_run, exported_step
-from calm_core.workspace.export_merged import CHECK_TOLERANCE
-from calm_core.workspace.launch import run_config_record
+from calm_core.export.folder import export_run
+from calm_core.export.merged import CHECK_TOLERANCE
+from calm_core.launch import run_config_record
 from calm_core.calibration.posthoc.vector import VectorScaler
 from tests.test_export import VS_WEIGHTS, _eval_items, _positive_vs_copy
 from tests.test_trainer import fresh_lm, small_config
@@ -201,7 +201,7 @@ def test_the_merged_folder_is_plain_transformers_untied_and_portable(runs, merge
     with safe_open(str(folder / "model.safetensors"), framework="pt") as f:
         embed, head = f.get_tensor("model.embed_tokens.weight"), f.get_tensor("lm_head.weight")
     tau = record["merged"]["temperature"]
-    assert tau == pytest.approx(float(CalibrationHead.load(exported_step(runs["letter-scalar"])[1]).tau))
+    assert tau == pytest.approx(float(CalibrationHead.load(runs["letter-scalar"].exported_step()[1]).tau))
     with safe_open(str(tiny_model_dir / "model.safetensors"), framework="pt") as f:
         original = f.get_tensor("model.embed_tokens.weight")
     torch.testing.assert_close(embed, original)  # the inputs are the base model's (no adapter on them)
@@ -219,7 +219,7 @@ def test_the_card_gives_the_formula_with_its_check(runs, merged) -> None:
     assert f"p_k = softmax_k(S_k / T),   T = {tau!r}" in card_text
     assert f"scores / {tau!r}" in card_text  # the code applies the same T
     assert re.search(r"Checked when the folder was written .*to \d\.\de-\d\d", card_text)
-    assert tau == pytest.approx(float(CalibrationHead.load(exported_step(runs["cloze-scalar"])[1]).tau))
+    assert tau == pytest.approx(float(CalibrationHead.load(runs["cloze-scalar"].exported_step()[1]).tau))
     card = ModelCard(card_text)
     assert card.data.library_name == "transformers" and "merged" in card.data.tags
     vocab = (merged["letter-vocab"] / "README.md").read_text()

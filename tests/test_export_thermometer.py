@@ -31,9 +31,9 @@ from calm_core.scoring.evaluate import load_mc_items
 from calm_core.scoring.options import score_items
 from calm_core.scoring.prompts import ScoringConfig
 from calm_core.training.loop import train
-from calm_core.workspace.export import export_run
-from calm_core.workspace.export_template import calm_head
-from calm_core.workspace.launch import run_config_record
+from calm_core.export.folder import export_run
+from calm_core.export.template import calm_head
+from calm_core.launch import run_config_record
 from tests.test_cli import run_cli
 from tests.test_export import FRESH_LOAD, TOLERANCE, _eval_items, score_without_calm_core
 from tests.test_trainer import fresh_lm, small_config

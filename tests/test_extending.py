@@ -118,7 +118,7 @@ def test_the_documented_metric_is_one_declaration(tiny_model_dir: Path, tiny_eve
     from calm_core.calibration.metrics import columns
     from calm_core.runs.rundir import RunDir
     from calm_core.training.loop import train
-    from calm_core.workspace.launch import run_config_record
+    from calm_core.launch import run_config_record
     from tests.pages import run_picker
     from tests.test_trainer import fresh_lm, small_config
 

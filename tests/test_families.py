@@ -257,7 +257,7 @@ def _train(folder: Path, scope: str, where: Path) -> Any:
     from calm_core.runs.rundir import RunDir
     from calm_core.scoring.models import ModelSpec, load_model
     from calm_core.training.loop import train
-    from calm_core.workspace.launch import run_config_record
+    from calm_core.launch import run_config_record
 
     cfg = matrix_config(folder, scope)
     try:
@@ -324,7 +324,7 @@ def _exports(run: Any, adaptive: Any, root: Path) -> dict[str, tuple[Path, dict[
     """{variant: (export folder, {item id: expected probabilities})} of one case's runs."""
     from calm_core.calibration.posthoc.vector import VectorScaler
     from calm_core.runs.rundir import RunDir
-    from calm_core.workspace.export import export_run
+    from calm_core.export.folder import export_run
 
     out: dict[str, tuple[Path, dict[str, list]]] = {"calm": (export_run(run, root / "calm"), _expected(run, "calm")[1])}
     if adaptive is not None:
@@ -352,7 +352,7 @@ def _ats_export(run: Any, root: Path) -> tuple[Path, dict[str, list]]:
     from calm_core.calibration.posthoc.ats import AdaptiveTemperature
     from calm_core.calibration.projection import principal_projection
     from calm_core.runs.rundir import RunDir
-    from calm_core.workspace.export import export_run
+    from calm_core.export.folder import export_run
 
     frame, _ = _expected(run, "base")
     states = np.stack([np.asarray(h, dtype=np.float64) for h in frame["features"]])

@@ -224,7 +224,7 @@ def _train_two_steps(lm, tmp_path: Path, name: str):
 @pytest.mark.slow
 def test_calm_trains_gemma3_through_the_frozen_prefix(family_dirs, tmp_path) -> None:
     """The issue's failure: Gemma 3 stopped at step 0 caching frozen layers (rotary_emb's layer_type)."""
-    from calm_core.workspace.report import run_report_html
+    from calm_core.results.report import run_report_html
 
     run = _train_two_steps(_model("gemma3", family_dirs, fresh=True), tmp_path, "gemma3")
     choices = run.status["choices"]
@@ -260,7 +260,7 @@ def test_the_train_page_shows_the_chosen_models_fast_paths(open_page, family_dir
 
 
 def test_fast_path_rows_say_used_or_not_and_why() -> None:
-    from calm_core.workspace.fast_path_view import fast_path_items, fast_path_rows
+    from calm_core.results.fast_path_view import fast_path_items, fast_path_rows
 
     record = {"hidden_path": {"on": True, "reason": "equal"}, "frozen_prefix": {"on": False, "reason": "differs"}}
     assert [(r["fast path"], r["used"], r["why"]) for r in fast_path_rows(record)] == [

@@ -1,4 +1,4 @@
-"""The front door's rules, without a server: Host names (calm_core/workspace/hosts.py),
+"""The front door's rules, without a server: Host names (calm_core/access/hosts.py),
 guessing limits (guesses.py), sign-in tokens (tokens.py), the short-password refusal
 (access.py) and the ASGI layer itself (app/front.py) over a stand-in app.
 The running server is probed in tests/test_attacks.py."""
@@ -11,10 +11,10 @@ from urllib.parse import urlencode
 import pytest
 
 from app import front
-from calm_core.workspace import access
-from calm_core.workspace.guesses import GuessLimiter, fastest_guesses, guesses_within
-from calm_core.workspace.hosts import allowed_hosts, host_name
-from calm_core.workspace.tokens import COOKIE_NAME, Signer
+from calm_core.access import rules as access
+from calm_core.access.guesses import GuessLimiter, fastest_guesses, guesses_within
+from calm_core.access.hosts import allowed_hosts, host_name
+from calm_core.access.tokens import COOKIE_NAME, Signer
 
 PASSWORD = "tiger lily 4 ever"
 
@@ -234,7 +234,7 @@ def test_the_host_parser_refuses_userinfo_whitespace_and_junk(header: str) -> No
 
 
 def test_client_keys_ignore_forwarded_headers_unless_the_peer_is_a_trusted_proxy() -> None:
-    from calm_core.workspace.clients import client_key, trusted_proxies
+    from calm_core.access.clients import client_key, trusted_proxies
 
     none, local = trusted_proxies({}), trusted_proxies({"CALM_TRUSTED_PROXIES": "127.0.0.1, bogus, 10.0.0.0/8"})
     assert len(local) == 2  # the typo is skipped, not trusted
@@ -266,7 +266,7 @@ def test_client_keys_ignore_forwarded_headers_unless_the_peer_is_a_trusted_proxy
     ],
 )
 def test_origins_must_be_the_studios_own(origin, scheme, host, ok) -> None:
-    from calm_core.workspace.hosts import origin_permitted
+    from calm_core.access.hosts import origin_permitted
 
     assert origin_permitted(origin, scheme, host, ("studio.example.org",)) is ok
 
@@ -283,7 +283,7 @@ def test_sign_out_revokes_every_copy_of_the_token() -> None:
 
 
 def test_a_device_cookie_names_a_device_only_with_its_key(tmp_path) -> None:
-    from calm_core.workspace.tokens import DeviceSigner
+    from calm_core.access.tokens import DeviceSigner
 
     devices = DeviceSigner.at(tmp_path)
     cookie = devices.issue(1000.0)

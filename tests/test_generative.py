@@ -650,7 +650,7 @@ def test_openqa_calm_run(tiny_model_dir: Path, tmp_path: Path) -> None:
     import pandas as pd
 
     from calm_core.calibration.head import CalibrationHead
-    from calm_core.workspace.view import open_answers, predictions
+    from calm_core.results.view import open_answers, predictions
     from calm_core.runs.layout import predictions_path
     from calm_core.runs.rundir import RunDir
     from calm_core.training.loop import train

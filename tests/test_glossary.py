@@ -29,7 +29,9 @@ def vocabulary() -> set[str]:
     from calm_core.calibration.metrics.columns import COLUMNS
     from calm_core.calibration.posthoc import calibrators
     from calm_core.training.methods import METHODS
-    from calm_core.workspace import advice, selective, verdict
+    from calm_core.results import advice
+    from calm_core.results import selective
+    from calm_core.results import verdict
 
     variants = {"base", *calibrators(), *METHODS, *(f"{m}{glossary.THETA_ONLY}" for m in METHODS)}
     words = variants | {verdict.variant_label(v) for v in variants}
@@ -185,7 +187,7 @@ def test_the_brief_words_are_defined() -> None:
 
 def test_the_flags_thresholds_are_the_verdicts() -> None:
     """The glossary cannot import the verdict (it is layer 1): its numbers are checked here."""
-    from calm_core.workspace import verdict
+    from calm_core.results import verdict
 
     assert f"more than {verdict.UNDER_CONFIDENT_GAP:.2f} below the accuracy" in glossary.define("under-confident")
 
@@ -209,7 +211,8 @@ def test_the_run_words_numbers_are_the_runs() -> None:
 def test_the_evidence_and_verdict_columns_and_run_words_are_defined() -> None:
     """Issue 40: "counted" was explained nowhere; every column of the recommendation's
     evidence and of the verdict row, and the Monitor's run words, have entries."""
-    from calm_core.workspace import advice, verdict
+    from calm_core.results import advice
+    from calm_core.results import verdict
 
     shown = {*advice.HELDOUT_COLUMNS, *advice.POOLED_COLUMNS, *verdict.VERDICT_COLUMNS, *RUN_WORDS}
     assert "counted" in shown and "rule `best`" in shown
@@ -256,7 +259,7 @@ def every_page(open_page, tiny_everywhere, monkeypatch) -> dict[str, tuple[str, 
     from app.navigation import page_paths
     from calm_core.calibration.head import CalibrationHead
     from calm_core.scoring.prompts import ScoringConfig
-    from calm_core.workspace.playground import TrainedModel
+    from calm_core.results.playground import TrainedModel
     from tests.test_verdict import finished_run
 
     from tests.test_selective_run import add_selective_files

@@ -11,11 +11,11 @@ from safetensors.torch import save_file
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from calm_core.calibration.head import (
-    HEAD_FILENAME,
     SCOPES,
     CalibrationHead,
     acts_on_for,
 )
+from calm_core.calibration.head_base import HEAD_FILENAME
 
 V, K_MAX = 11, 4
 NEG_INF = -math.inf

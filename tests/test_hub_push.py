@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from calm_core.workspace.hub_push import push_folder
+from calm_core.export.hub_push import push_folder
 
 
 class HubStandIn(BaseHTTPRequestHandler):

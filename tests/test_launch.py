@@ -9,7 +9,7 @@ from calm_core.training.config import TrainConfig
 
 def test_a_run_on_a_split_records_how_the_split_was_made() -> None:
     from calm_core.data.split import split_dataset
-    from calm_core.workspace.launch import create_run
+    from calm_core.launch import create_run
 
     record = split_dataset("builtin/capitals/train", sizes=(0.6, 0.2, 0.2), seed=3, out="caps")
     cfg = TrainConfig(method="calm", train_data=record.names["train"], heldout_data=record.names["heldout"],
@@ -28,7 +28,7 @@ def test_launch_says_started_when_another_caller_started_the_run(tmp_path: Path,
 
     from calm_core.runs import jobs
 
-    from calm_core.workspace import launch
+    from calm_core import launch
 
     real_schedule = jobs.schedule
 

@@ -20,9 +20,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from calm_core.workspace.card_data import card_data, eval_results, hub_dataset
-from calm_core.workspace.export import export_run
-from calm_core.workspace.model_card import base_source_lines, load_snippet
+from calm_core.export.card_data import card_data, eval_results, hub_dataset
+from calm_core.export.folder import export_run
+from calm_core.export.model_card import base_source_lines, load_snippet
 from tests.test_export import _fake_run
 
 

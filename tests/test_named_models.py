@@ -99,7 +99,7 @@ def test_a_chunked_package_is_assembled_converted_once_and_loads(fake_chunked: N
 
 
 def test_a_named_model_exports_under_its_origin(fake_chunked: NamedModel) -> None:
-    from calm_core.workspace.hub_id import portable_base_model
+    from calm_core.export.hub_id import portable_base_model
 
     assert portable_base_model("fake-chunked")[0] == "someone/tiny"
     folder = models.named_model_dir("fake-chunked", step=lambda *s: None)
@@ -108,7 +108,7 @@ def test_a_named_model_exports_under_its_origin(fake_chunked: NamedModel) -> Non
 
 
 def test_a_shared_studio_accepts_a_named_model(tmp_path: Path) -> None:
-    from calm_core.workspace.access import Access, confine_model_name
+    from calm_core.access.rules import Access, confine_model_name
 
     shared = Access(shared=True, roots=(tmp_path,))
     assert confine_model_name("gemma3-270m", shared) == "gemma3-270m"

@@ -1,6 +1,6 @@
 """Exports and reports carry no local path (issue 31, part 5): the model by hub id or name
 and fingerprint, datasets by name, every other local path replaced
-(calm_core/workspace/portable.py, provenance.model_fingerprint).
+(calm_core/runs/portable.py, provenance.model_fingerprint).
 
 The done-when check: a tiny real run whose model lives in the home directory, exported
 (folder and zip) and reported; neither they nor its results.json hold the workspace, the
@@ -21,7 +21,7 @@ import torch
 from calm_core.data.catalog import load_dataset
 from calm_core.provenance import model_fingerprint
 from calm_core.runs.rundir import RunDir
-from calm_core.workspace.portable import Portable, _replacements, public_dataset_name, public_model_name
+from calm_core.runs.portable import Portable, _replacements, public_dataset_name, public_model_name
 from tests.test_trainer import fresh_lm, small_config
 
 
@@ -95,7 +95,7 @@ def test_replacements_end_at_a_path_boundary_and_reach_escaped_and_non_ascii_pat
 
 
 def test_an_embedded_run_names_no_cache_or_home_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from calm_core.workspace.launch import run_config_record
+    from calm_core.launch import run_config_record
 
     home = tmp_path / "home"
     monkeypatch.setenv("HOME", str(home))
@@ -117,9 +117,9 @@ def shared_artefacts(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFact
     last evaluation set is a file outside the workspace; its export folder, export zip,
     report and results.json."""
     from calm_core.training.loop import train
-    from calm_core.workspace.export import export_run, export_zip
-    from calm_core.workspace.launch import create_run
-    from calm_core.workspace.report import run_report_html
+    from calm_core.export.folder import export_run, export_zip
+    from calm_core.launch import create_run
+    from calm_core.results.report import run_report_html
 
     base = tmp_path_factory.mktemp("portable")
     home, workspace, elsewhere = base / "home", base / "workspace", base / "elsewhere"

@@ -33,7 +33,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from calm_core.workspace.guesses import FREE_TRIES
+from calm_core.access.guesses import FREE_TRIES
 from tests.attack_client import Tls, request, ws_handshake
 from tests.test_attacks import PASSWORD, _start, _stop
 from tests.test_private import _free_port

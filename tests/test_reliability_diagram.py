@@ -2,7 +2,7 @@
 choose their bins from the item count, draw a Wilson interval per bin and one-item bins
 hollow, and say the ECE that noise alone gives at the same size
 (calm_core/calibration/metrics/reliability.py; the charts in app/charts.py and
-calm_core/workspace/report_svg.py).
+calm_core/results/report_svg.py).
 
 Run: .venv/bin/python -m pytest tests/test_reliability_diagram.py -q
 """

@@ -1,4 +1,4 @@
-"""The Monitor's time left (calm_core.workspace.remaining): the launch estimate until the
+"""The Monitor's time left (calm_core.estimate.remaining): the launch estimate until the
 run's own pace is measured, then that pace, and the final evaluation's own passes (issue 40:
 the first "about 5.0 min left" at step 1 was 4x too high; the final evaluation sat at "0.8
 min left")."""
@@ -9,7 +9,7 @@ import os
 import re
 import time
 
-from calm_core.workspace.remaining import (
+from calm_core.estimate.remaining import (
     ESTIMATE,
     FINAL,
     MEASURED,

@@ -1,4 +1,4 @@
-"""The shareable HTML report of a run (calm_core.workspace.report): one well-formed, offline
+"""The shareable HTML report of a run (calm_core.results.report): one well-formed, offline
 document (no script, no external URL) holding the run's results table, settings, one
 reliability diagram per variant and set, the alpha and BOME summaries; user strings are
 escaped; a run without results.json is refused.
@@ -24,9 +24,9 @@ from calm_core.calibration.metrics.columns import interval_names
 from calm_core.io import atomic_write_json
 from calm_core.runs.layout import predictions_path, write_predictions
 from calm_core.runs.rundir import RunDir
-from calm_core.workspace.report import run_report_html
-from calm_core.workspace.report_svg import OVER, UNDER, WHISKER, reliability_svg
-from calm_core.workspace.view import bome_line, bome_summary
+from calm_core.results.report import run_report_html
+from calm_core.results.report_svg import OVER, UNDER, WHISKER, reliability_svg
+from calm_core.results.view import bome_line, bome_summary
 from tests.test_trainer import fresh_lm, small_config
 
 MALICIOUS = "<script>alert(1)</script>"
@@ -82,7 +82,7 @@ def parse(text: str) -> Document:
 def finished_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> RunDir:
     """A finished calm run as `calm train` writes it (config.json with train + environment)."""
     from calm_core.training.loop import train
-    from calm_core.workspace.launch import create_run
+    from calm_core.launch import create_run
 
     cfg = small_config(steps=3, eval_every=2, heldout_limit=12, scope="options", name="report run",
                        model=str(tiny_model_dir))  # 12 S_V items: enough for the ts variant (>= 10)
@@ -224,7 +224,7 @@ def test_reliability_svg_colours_gaps_and_marks_empty_bins() -> None:
 def open_run(tmp_path: Path) -> RunDir:
     """A finished open-QA run's files: two variants, one item without samples (nan Sem1)."""
     from calm_core.generative.sampling import GenerationConfig
-    from calm_core.workspace.launch import create_run
+    from calm_core.launch import create_run
 
     cfg = small_config(task="openqa", train_data="builtin/capitals_open/train",
                        heldout_data="builtin/capitals_open/validation", eval_data=("builtin/capitals_open/test",),
@@ -270,8 +270,8 @@ def test_report_opens_with_the_selected_step_the_recommendation_and_the_evidence
     """Near the top: which step the model is from and why, which calibrator to use (said
     plainly when calm does not win), why a baseline is missing, and the evidence table
     (base, ts, vs, calm on each evaluation set) with 90% intervals."""
-    from calm_core.workspace import verdict
-    from calm_core.workspace import advice
+    from calm_core.results import verdict
+    from calm_core.results import advice
     from tests.test_verdict import DATASET, finished_run
 
     run = finished_run(tmp_path, recommended=recommended, with_ts=recommended == "calm")
@@ -305,7 +305,7 @@ def test_report_opens_with_the_selected_step_the_recommendation_and_the_evidence
 
 
 def test_report_of_a_run_without_a_calibrated_stop_has_only_the_verdict_row(open_run: RunDir) -> None:
-    from calm_core.workspace import verdict
+    from calm_core.results import verdict
 
     text = run_report_html(open_run)
     section = text[text.index('id="verdict"'):text.index('id="settings"')]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from calm_core.workspace import view as run_view
+from calm_core.results import view as run_view
 from calm_core.runs.rundir import RunDir
 
 RECORDS = [
@@ -48,7 +48,7 @@ def test_compare_rows_share_base_and_ts_and_label_repeated_methods(tmp_path: Pat
 
 
 def test_compare_shows_base_a_calibrator_and_the_trained_model_first() -> None:
-    from calm_core.workspace.view import default_variants
+    from calm_core.results.view import default_variants
 
     assert default_variants(["base", "ts", "vs", "calm", "calm_theta_only"]) == ["base", "ts", "calm"]
     assert default_variants(["base", "vs", "calm", "calm_theta_only", "calm@b"]) == ["base", "vs", "calm"]
@@ -75,7 +75,7 @@ def test_predictions_reads_confidence_and_correctness(tmp_path: Path) -> None:
 
 
 def test_bome_summary_means_the_last_steps_and_flags_an_inert_coupling() -> None:
-    from calm_core.workspace.view import bome_line, bome_summary
+    from calm_core.results.view import bome_line, bome_summary
 
     acting = [{"step": i, "bome/q": 0.5, "bome/lambda": 1.0 + i, "bome/inner_drop_frac": 0.9,
                "bome/coupling_ratio": 0.5} for i in range(1, 13)]
@@ -91,7 +91,7 @@ def test_bome_summary_means_the_last_steps_and_flags_an_inert_coupling() -> None
 def test_reference_points_come_from_the_final_evaluation(tmp_path) -> None:
     import json
 
-    from calm_core.workspace.view import reference_points
+    from calm_core.results.view import reference_points
     from calm_core.runs.rundir import RunDir
 
     run = RunDir.create(tmp_path, "r", {"method": "calm"})
@@ -102,7 +102,7 @@ def test_reference_points_come_from_the_final_evaluation(tmp_path) -> None:
 
 
 def test_head_scope_resolves_auto_by_the_scoring_rule() -> None:
-    from calm_core.workspace.view import head_scope
+    from calm_core.results.view import head_scope
 
     assert head_scope({"method": "calm", "scope": "auto", "scoring": "cloze"}) == "scalar"
     assert head_scope({"method": "calm", "scope": "auto", "scoring": "letter"}) == "vocab"
@@ -113,7 +113,7 @@ def test_config_json_records_the_scope_the_head_really_has() -> None:
     """`scalar` forces its scope: a run asked for `options` records `head_scope: scalar`,
     and the Monitor / Compare read that, not the asked-for scope."""
     from calm_core.training.config import TrainConfig
-    from calm_core.workspace.view import head_scope
+    from calm_core.results.view import head_scope
 
     train = TrainConfig(method="scalar", scope="options", scoring="letter").to_dict()
     assert (train["scope"], train["head_scope"]) == ("options", "scalar")
@@ -128,7 +128,7 @@ def test_uniform_entropy_is_mean_ln_k_of_the_heldout_set(tmp_path) -> None:
 
     from calm_core.data.catalog import load_dataset
     from calm_core.runs.rundir import RunDir
-    from calm_core.workspace.view import uniform_entropy
+    from calm_core.results.view import uniform_entropy
 
     name = "builtin/capitals/validation"
     run = RunDir.create(tmp_path, "r-mc", {"train": {"task": "mcqa", "heldout_data": name}})

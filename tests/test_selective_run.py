@@ -1,4 +1,4 @@
-"""Selective answering on a run directory (workspace/selective.py, `calm selective`): the
+"""Selective answering on a run directory (results/selective.py, `calm selective`): the
 threshold is chosen on S_V's stored probabilities and never on an evaluation set, refusals
 carry their reason, and the saved choice is what the export will read."""
 
@@ -17,7 +17,7 @@ from calm_core.cli.commands import main
 from calm_core.io import atomic_write_json
 from calm_core.runs.layout import heldout_path, write_heldout, write_predictions
 from calm_core.runs.rundir import RunDir
-from calm_core.workspace import selective as sel
+from calm_core.results import selective as sel
 
 SETS = ("builtin/capitals/test", "builtin/units/test")
 VARIANTS = ("base", "ts", "calm")
@@ -235,7 +235,7 @@ def test_a_saved_threshold_goes_into_the_export_and_its_card(tiny_model_dir: Pat
     exporting another variant (base) carries none, since the threshold was not chosen for it."""
     import json
 
-    from calm_core.workspace.export import export_run
+    from calm_core.export.folder import export_run
     from tests.test_cli_train import TINY, only_run
 
     assert main(["train", "--model", str(tiny_model_dir), "--steps", "1", "--runs-root", str(tmp_path), *TINY]) == 0

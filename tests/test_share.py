@@ -17,7 +17,7 @@ def finished_in_workspace(tiny_model_dir: Path) -> RunDir:
     """A finished calm run in the (isolated) studio workspace, as `calm train` writes it."""
     from calm_core.training.config import TrainConfig
     from calm_core.training.loop import train
-    from calm_core.workspace.launch import create_run
+    from calm_core.launch import create_run
 
     cfg = TrainConfig(method="calm", steps=2, batch_size=2, heldout_batch_size=2, eval_every=0, checkpoint_every=0,
                       lr_theta=1e-2, lr_alpha=1e-1, scoring="letter", model=str(tiny_model_dir), **DATA)
@@ -61,10 +61,9 @@ def test_train_page_takes_the_split_from_the_data_page(tiny_everywhere) -> None:
 def test_the_playground_loads_the_selected_step_like_compare_and_the_export(finished_in_workspace: RunDir) -> None:
     """The model a user tries on a typed question is the one the run hands back: the
     calibrated stop's selected step (selected/), not the latest checkpoint."""
-    from calm_core.workspace.export import exported_step
-    from calm_core.workspace.playground import load_trained
+    from calm_core.results.playground import load_trained
 
     run = finished_in_workspace
     assert run.selected_step() is not None
     trained = load_trained(run, device="cpu")
-    assert trained.lm.info["adapter"] == str(run.selected_dir) == str(exported_step(run)[1])
+    assert trained.lm.info["adapter"] == str(run.selected_dir) == str(run.exported_step()[1])

@@ -13,8 +13,8 @@ import pytest
 from app.keys import MONITOR_RUN
 from calm_core.data.catalog import load_dataset
 from calm_core.training.config import TrainConfig
-from calm_core.workspace import access
-from calm_core.workspace.access import Access, PathRefused, Refused
+from calm_core.access import rules as access
+from calm_core.access.rules import Access, PathRefused, Refused
 from tests.test_access import _main
 
 PASSWORD = "a long pass phrase"  # a shared studio serves nothing with one under 12 characters
@@ -28,7 +28,7 @@ def _queued(tag: str | None, state: str = "queued", browser: str | None = None):
     job.json (so it can be resumed)."""
     from calm_core.io import atomic_write_json
     from calm_core.runs.layout import JOB_FILE
-    from calm_core.workspace.launch import create_run
+    from calm_core.launch import create_run
 
     run = create_run(TrainConfig.preset("quick"), launched_by=tag, launched_from=browser)
     atomic_write_json(run.path / JOB_FILE, {"command": ["true"], "env": {}, "resume": False, "resumes": 0})
@@ -63,7 +63,7 @@ def test_resume_refusal_counts_the_quota_and_the_owner() -> None:
 def test_cancel_launch_resume_cannot_hold_four_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     """The issue's sequence: cancel your run, launch three, resume the first: refused."""
     from calm_core.runs import jobs
-    from calm_core.workspace.launch import active_runs_of, resume_run
+    from calm_core.launch import active_runs_of, resume_run
 
     resumed: list[str] = []
     monkeypatch.setattr(jobs, "resume", lambda run, fresh=False: resumed.append(run.run_id) or [])
@@ -117,7 +117,7 @@ def test_the_step_budget_is_a_setting_and_applies_only_when_shared() -> None:
 
 def test_launch_enforces_the_budget_and_the_quota_when_given_the_access(tmp_path: Path) -> None:
     from calm_core.runs.listing import list_runs
-    from calm_core.workspace.launch import create_run, launch_training
+    from calm_core.launch import create_run, launch_training
 
     budget = Access(shared=True, password=PASSWORD, max_steps=30)
     with pytest.raises(Refused, match="40 steps, more than the 30"):
@@ -160,7 +160,7 @@ def test_uploads_and_splits_record_their_owner_and_only_it_deletes_them() -> Non
     from calm_core.data.entries import upload_folder
     from calm_core.data.owners import OWNER_FILE, dataset_owner
     from calm_core.data.split import plan_split, read_split, save_split
-    from calm_core.workspace.datasets import check_may_replace, delete_dataset
+    from calm_core.access.datasets import check_may_replace, delete_dataset
 
     mine, theirs, old = _upload("mine", "s"), _upload("theirs", "t"), _upload("old", None)
     assert (dataset_owner(mine), dataset_owner(theirs), dataset_owner(old)) == ("s", "t", None)
@@ -267,8 +267,8 @@ def test_train_page_refuses_a_nul_model_path_in_one_line(tiny_everywhere, monkey
 def test_the_server_and_browser_budgets(tmp_path: Path) -> None:
     """One browser holds MAX_QUEUED_PER_BROWSER runs across its sessions; the server holds
     CALM_SHARED_MAX_RUNS across every browser, and its refusal says how far the running run is."""
-    from calm_core.workspace.access import MAX_QUEUED_PER_BROWSER, ActiveRuns
-    from calm_core.workspace.launch import active_runs, create_run, launch_training
+    from calm_core.access.rules import MAX_QUEUED_PER_BROWSER, ActiveRuns
+    from calm_core.launch import active_runs, create_run, launch_training
 
     shared = Access(shared=True, password=PASSWORD, max_runs=5)
     for i in range(MAX_QUEUED_PER_BROWSER):

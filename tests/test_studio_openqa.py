@@ -74,7 +74,7 @@ def test_open_answers_table_from_a_run_frame() -> None:
 @pytest.fixture(scope="module")
 def open_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """(workspace, run id) of a finished open-QA calm run on the tiny model."""
-    from calm_core.workspace import launch
+    from calm_core import launch
     from calm_core.training import loop as trainer
     from calm_core.scoring.models import ModelSpec, load_model
     from calm_core.training.config import TrainConfig
@@ -105,14 +105,14 @@ def open_workspace(open_run: tuple[Path, str], monkeypatch: pytest.MonkeyPatch) 
 
 @pytest.fixture()
 def trained_open(open_workspace: str):
-    from calm_core.workspace.playground import load_trained
+    from calm_core.results.playground import load_trained
     from calm_core.runs.rundir import RunDir
 
     return load_trained(RunDir.at(open_workspace), device="cpu")
 
 
 def test_open_answers_for_every_variant_on_a_typed_question(trained_open, tiny_lm) -> None:
-    from calm_core.workspace.playground import open_answers_for, untrained
+    from calm_core.results.playground import open_answers_for, untrained
 
     assert trained_open.task == "openqa" and trained_open.generation.n_samples == N_SAMPLES
     assert trained_open.temperature is not None  # S_V of 10 items fits a TS temperature
@@ -139,7 +139,7 @@ def test_open_answers_for_every_variant_on_a_typed_question(trained_open, tiny_l
 
 
 def test_free_generation_applies_the_open_run_head(trained_open) -> None:
-    from calm_core.workspace.playground import generate, head_acts_on_tokens
+    from calm_core.results.playground import generate, head_acts_on_tokens
 
     assert head_acts_on_tokens(trained_open)
     rows = generate(trained_open, "Capital of Peru?", max_new_tokens=2)
@@ -154,7 +154,7 @@ def _text(at) -> str:
 
 
 def test_train_page_builds_an_open_answer_config(open_page, tiny_everywhere, tiny_model_dir, monkeypatch) -> None:
-    import calm_core.workspace.launch
+    import calm_core.launch
     from calm_core.data.entries import list_datasets
     from calm_core.training.tasks import get_task
 
@@ -162,9 +162,9 @@ def test_train_page_builds_an_open_answer_config(open_page, tiny_everywhere, tin
 
     def fake_launch(cfg, root=None, launched_by=None, access=None, launched_from=None):  # no job: the config is checked
         launched.append(cfg)
-        return calm_core.workspace.launch.create_run(cfg, root, launched_by), True
+        return calm_core.launch.create_run(cfg, root, launched_by), True
 
-    monkeypatch.setattr(calm_core.workspace.launch, "launch_training", fake_launch)
+    monkeypatch.setattr(calm_core.launch, "launch_training", fake_launch)
     at = open_page("views/train.py")
     at.radio(key="train_task").set_value("open answers").run()
     assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])

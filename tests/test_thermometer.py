@@ -54,7 +54,7 @@ def test_a_thermometer_needs_three_datasets_and_round_trips(tmp_path) -> None:
 
 
 def test_the_build_commands_table_compares_thermometer_with_ts_carried_over_and_the_oracle() -> None:
-    from calm_core.workspace.thermometer_build import TEST_OF, lodo_rows, markdown
+    from calm_core.training.thermometer_build import TEST_OF, lodo_rows, markdown
 
     names = list(TEST_OF)[:5]
     shifts = [-1.0, 0.0, 1.0, 2.0, -0.5]

@@ -1,4 +1,4 @@
-"""The thermometer builder for any model (workspace/thermometer_build.py): a tiny model's
+"""The thermometer builder for any model (training/thermometer_build.py): a tiny model's
 thermometer names it, lands where runs on that model look for it (thermometer_path),
 and a run on that model finds it while a run on another is refused; the shipped files
 are keyed to their models."""
@@ -50,7 +50,7 @@ def test_gemma_ships_its_own_thermometer() -> None:
 def test_the_builder_makes_a_tiny_models_thermometer_that_its_runs_find(
     tiny_lm, tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from calm_core.workspace import thermometer_build
+    from calm_core.training import thermometer_build
 
     monkeypatch.setenv("CALM_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("CALM_DATA_DIR", str(tmp_path / "no-shared-data"))  # the built-in sets only
@@ -76,7 +76,7 @@ def test_the_builder_makes_a_tiny_models_thermometer_that_its_runs_find(
 def test_the_cli_builds_for_the_model_it_is_given(
     tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
-    from calm_core.workspace import thermometer_build
+    from calm_core.training import thermometer_build
 
     monkeypatch.setenv("CALM_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("CALM_DATA_DIR", str(tmp_path / "no-shared-data"))

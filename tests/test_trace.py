@@ -23,11 +23,11 @@ def upward_calls(record: Walk) -> list[tuple[str, str]]:
 def test_a_callback_into_a_higher_layer_is_an_upward_call() -> None:
     record = Walk(
         calls=[
-            ("calm_core.workspace.launch", "calm_core.runs.jobs"),
-            ("calm_core.runs.jobs", "calm_core.workspace.launch"),
+            ("calm_core.launch", "calm_core.runs.jobs"),
+            ("calm_core.runs.jobs", "calm_core.launch"),
         ]
     )
-    assert upward_calls(record) == [("calm_core.runs.jobs", "calm_core.workspace.launch")]
+    assert upward_calls(record) == [("calm_core.runs.jobs", "calm_core.launch")]
 
 
 def test_the_walk_records_stays_and_rooms() -> None:
@@ -41,7 +41,7 @@ def test_the_walk_records_stays_and_rooms() -> None:
 def test_launch_training_never_calls_back_up_a_layer(tiny_model_dir: Path, tmp_path: Path) -> None:
     from calm_core.runs.jobs import cancel
     from calm_core.training.config import TrainConfig
-    from calm_core.workspace.launch import launch_training
+    from calm_core.launch import launch_training
 
     cfg = TrainConfig.preset(
         "quick",

@@ -1,4 +1,4 @@
-"""What a finished run says (calm_core.workspace.verdict): the selected step and why, the
+"""What a finished run says (calm_core.results.verdict): the selected step and why, the
 recommended calibrator, why a baseline is missing, the evidence with 90% intervals.
 
 `selection()`, `results()` and `finished_run()` build a run's files by hand (as the
@@ -17,8 +17,8 @@ import pytest
 from calm_core.io import atomic_write_json
 from calm_core.runs.layout import write_predictions
 from calm_core.runs.rundir import RunDir
-from calm_core.workspace import verdict
-from calm_core.workspace import advice
+from calm_core.results import verdict
+from calm_core.results import advice
 
 DATASET = "builtin/capitals/test"
 VARIANTS = {"base": (0.50, 0.20, 0.70, 0.72), "ts": (0.50, 0.08, 0.70, 0.55), "vs": (0.52, 0.07, 0.71, 0.56),
@@ -309,8 +309,8 @@ def test_every_consumer_says_the_same_sentence(tiny_model_dir: Path, tmp_path: P
     from html import escape
 
     from calm_core.cli import main
-    from calm_core.workspace.export import export_run
-    from calm_core.workspace.report import run_report_html
+    from calm_core.export.folder import export_run
+    from calm_core.results.report import run_report_html
     from tests.test_cli_train import TINY, only_run
 
     argv = ["train", "--model", str(tiny_model_dir), "--method", "calm", "--steps", "2", "--runs-root",
@@ -479,7 +479,7 @@ def test_the_fitted_ats_line_spells_its_abbreviation_in_capitals() -> None:
     import numpy as np
 
     from calm_core.calibration.posthoc import calibrators
-    from calm_core.workspace.view import posthoc_lines
+    from calm_core.results.view import posthoc_lines
 
     rng = np.random.default_rng(0)
     gold, logits, features = rng.integers(0, 4, 200), rng.normal(size=(200, 4)), rng.normal(size=(200, 8))

@@ -59,7 +59,7 @@ def test_the_server_starts_the_background_import_and_the_router_waits_for_it() -
 
 
 def test_the_playground_scores_under_a_spinner(open_page, tiny_everywhere, monkeypatch, spinners) -> None:
-    import calm_core.workspace.playground as playground
+    import calm_core.results.playground as playground
 
     real = playground.option_probabilities
     inside: list[bool] = []

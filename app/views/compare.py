@@ -21,15 +21,15 @@ from app.verdict_view import heldout_evidence, verdict_block, verdict_caption
 from app.words import column_help, helps, named, variant_help, variant_names
 from calm_core.calibration.metrics.columns import metric_names, table_columns
 from calm_core.data.entries import list_datasets
+from calm_core.export.folder import export_zip, recommended_export
 from calm_core.glossary import tooltip
+from calm_core.results import advice, verdict
+from calm_core.results import view as run_view
+from calm_core.results.added import evaluate_run, run_eval_limit
+from calm_core.results.report import run_report_html
 from calm_core.runs.listing import list_runs, run_label
 from calm_core.runs.rundir import RunDir
 from calm_core.scoring.evaluate import wide_table
-from calm_core.workspace import advice, verdict
-from calm_core.workspace import view as run_view
-from calm_core.workspace.added import evaluate_run, run_eval_limit
-from calm_core.workspace.export import export_zip, recommended_export
-from calm_core.workspace.report import run_report_html
 
 OPEN_MEANING = (
     "Open answers: **confidence** is Sem1, the share of the n sampled answers that fall in the most "

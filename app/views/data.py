@@ -27,6 +27,7 @@ from app.state import plain
 from app.train_advice import TRAIN_FIX
 from app.upload_encoding import upload_text
 from app.words import explained
+from calm_core.access.datasets import check_may_replace, delete_dataset, delete_refusal_for
 from calm_core.data.catalog import load_dataset
 from calm_core.data.entries import SPLIT_PREFIX, DatasetEntry, list_datasets
 from calm_core.data.guess import GUESS_ROWS, column_paths, guess_column_mapping
@@ -40,7 +41,6 @@ from calm_core.data.split_sizes import NOTE, SplitAdvice, advise_split, heldout_
 from calm_core.data.uploads import save_upload
 from calm_core.glossary import define, tooltip
 from calm_core.paths import safe_name
-from calm_core.workspace.datasets import check_may_replace, delete_dataset, delete_refusal_for
 
 PREVIEW_ROWS = 8
 FORM_KEY = "data_map_{}"  # widget key of each `form_values` field
@@ -394,7 +394,7 @@ def catalog(entries: list[DatasetEntry]) -> None:
 def delete_section(entries: list[DatasetEntry]) -> None:
     """Delete an upload or a whole split (its three parts); shown only when there is one.
     A shared studio lets a session delete only what it saved (or the admin anything):
-    the button is off with the reason otherwise (workspace/datasets.py)."""
+    the button is off with the reason otherwise (access/datasets.py)."""
     removable = [e.name for e in entries if e.source == "upload"] + sorted(
         {e.name.rsplit("/", 1)[0] for e in entries if e.source == "split"}
     )

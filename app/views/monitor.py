@@ -17,8 +17,14 @@ from app.keys import MONITOR_METRICS_TAILS, MONITOR_RUN
 from app.state import code, describe_error
 from app.verdict_view import column_meanings, heldout_evidence, verdict_block, verdict_caption, whole_cells
 from app.words import column_help, explained, helps, named, variant_names
+from calm_core.access.rules import OWNER_ONLY, may_cancel
 from calm_core.calibration.metrics.columns import curves, help_texts, table_columns
+from calm_core.estimate.remaining import FINAL, MEASURED_STEPS, Remaining, remaining, remaining_text
 from calm_core.glossary import define, tooltip
+from calm_core.launch import resume_refusal_for, resume_run
+from calm_core.results import advice, verdict
+from calm_core.results import view as run_view
+from calm_core.results.fast_path_view import fast_path_rows
 from calm_core.runs.jobs import cancel
 from calm_core.runs.listing import list_runs, run_label
 from calm_core.runs.metrics_lines import MetricsTail
@@ -26,12 +32,6 @@ from calm_core.runs.rundir import RunDir
 from calm_core.runs.state import DAMAGED, RunState
 from calm_core.training.bilevel_health import RULES, Health, bome_health, health_summary
 from calm_core.training.config import recorded_bilevel
-from calm_core.workspace import advice, verdict
-from calm_core.workspace import view as run_view
-from calm_core.workspace.access import OWNER_ONLY, may_cancel
-from calm_core.workspace.fast_path_view import fast_path_rows
-from calm_core.workspace.launch import resume_refusal_for, resume_run
-from calm_core.workspace.remaining import FINAL, MEASURED_STEPS, Remaining, remaining, remaining_text
 
 POLL_SECONDS = 3.0  # the progress line, state, selection and controls: cheap to redraw
 # The curves redraw less often: each redraw rebuilds every figure on the server and re-renders
@@ -138,7 +138,7 @@ def _header(records: list[dict], view: RunState, status: dict, config: dict) -> 
 def _progress(view: RunState, left: Remaining, fraction: float, reason: str) -> None:
     """The progress bar and its line: the steps done, or during the final evaluation its own
     passes; the time left from the launch estimate until the run's pace is measured
-    (workspace/remaining.py), with what it rests on and the heartbeat in the tooltip."""
+    (estimate/remaining.py), with what it rests on and the heartbeat in the tooltip."""
     said = remaining_text(left) if view.state == "running" else ""
     if left.basis == FINAL and left.total and view.state == "running":
         fraction = left.done / left.total
@@ -198,7 +198,7 @@ def _fast_paths(choices: dict) -> None:
 def _controls(run: RunDir, view: RunState, launched_by: str | None) -> None:
     """Cancel and resume; a shared studio lets a session change only its own runs (or
     every run, for the admin: CALM_STUDIO_ADMIN=1), and a resume counts toward the
-    session's quota as a launch does (workspace/launch.py resume_refusal_for)."""
+    session's quota as a launch does (launch.py resume_refusal_for)."""
     c1, c2, c3 = st.columns([1, 1, 4])
     access, session, browser = studio_access(), this_session(), this_browser()
     allowed = may_cancel(access, session, launched_by)

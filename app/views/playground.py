@@ -17,9 +17,7 @@ from calm_core.data.entries import list_datasets
 from calm_core.data.schema import MCItem
 from calm_core.generative.sampling import GenerationConfig
 from calm_core.glossary import define, tooltip
-from calm_core.runs.listing import list_runs, run_label
-from calm_core.scoring.evaluate import load_mc_items
-from calm_core.workspace.playground import (
+from calm_core.results.playground import (
     TrainedModel,
     generate,
     generated_text,
@@ -28,6 +26,8 @@ from calm_core.workspace.playground import (
     option_probabilities,
     untrained,
 )
+from calm_core.runs.listing import list_runs, run_label
+from calm_core.scoring.evaluate import load_mc_items
 
 NO_RUN = "(none: the embedded model alone)"
 # Scoring one question under every variant is a forward pass each: seconds on a CPU, so

@@ -1,6 +1,6 @@
 """Train: choose a model, data and method, see what it will cost, launch a background job.
 
-The job is `calm train --run-dir DIR` in its own session (calm_core.workspace.launch): it goes on
+The job is `calm train --run-dir DIR` in its own session (calm_core.launch): it goes on
 when this tab closes. The Monitor page follows it.
 """
 
@@ -19,11 +19,13 @@ from app.train_advice import CALIBRATE_ON_KEY, heldout_advice, intro_text, prefi
 from app.train_cost import cost
 from app.train_notes import fast_paths_note, show_rejections
 from app.words import helps, method_name
+from calm_core.access.rules import Access, PathRefused, confine_model_name, launch_refusal
 from calm_core.calibration.head import scope_note, scopes_for
 from calm_core.calibration.recommend import ALL_LABELLED, HELDOUT_ONLY
 from calm_core.data.entries import list_datasets
 from calm_core.generative.sampling import GenerationConfig
 from calm_core.glossary import define, tooltip
+from calm_core.launch import active_runs, launch_training
 from calm_core.runs.listing import list_runs
 from calm_core.scoring.adapters import LoraSettings
 from calm_core.scoring.models import installed_models
@@ -32,8 +34,6 @@ from calm_core.settings import declared_settings
 from calm_core.training.config import PRESETS, TrainConfig, train_settings
 from calm_core.training.methods import METHODS
 from calm_core.training.tasks import get_task
-from calm_core.workspace.access import Access, PathRefused, confine_model_name, launch_refusal
-from calm_core.workspace.launch import active_runs, launch_training
 
 # The studio's multiple-choice demo: one domain to train on, two more to show what happens out of
 # domain. Other tasks start from their own DEFAULTS (training/tasks/<task>.py), as `calm train` does.
@@ -141,7 +141,7 @@ def choose_model(access: Access) -> str:
         key="train_model_name",
         placeholder="/models/my-llama" if model_kind == "local directory" else "HuggingFaceTB/SmolLM2-360M-Instruct",
     )
-    try:  # a shared studio opens paths only under its allowed roots (calm_core/workspace/access.py)
+    try:  # a shared studio opens paths only under its allowed roots (calm_core/access/rules.py)
         return confine_model_name(model, access)
     except PathRefused as exc:
         st.error(str(exc))

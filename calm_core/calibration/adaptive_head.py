@@ -45,7 +45,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from calm_core.calibration.head import _FORMAT, _calibrate, _head_file
+from calm_core.calibration.head_base import FORMAT, calibrate, head_file
 from calm_core.calibration.posthoc.ats import TAU_FLOOR
 from calm_core.calibration.projection import principal_projection
 
@@ -137,7 +137,7 @@ class AdaptiveHead(torch.nn.Module):
             raise ValueError(f"Expected one state per row of z ({z.shape[0]}), but got {features.shape[0]}")
         tau = self.temperatures(features)  # (B,)
         self._last_tau = tau.detach()
-        scaled = _calibrate(z, tau.to(z.device).log()[:, None], None)  # (B, K) / (B, 1); padding stays -inf
+        scaled = calibrate(z, tau.to(z.device).log()[:, None], None)  # (B, K) / (B, 1); padding stays -inf
         shift = self.shifts(features, z.shape[-1])
         return scaled if shift is None else scaled + shift.to(scaled.device, scaled.dtype)  # -inf + l stays -inf
 
@@ -173,11 +173,11 @@ class AdaptiveHead(torch.nn.Module):
     def save(self, path: str | Path) -> Path:
         """calibration_head.safetensors with w, b, the mean and the projection; scope,
         components, width and floor in the metadata."""
-        file = _head_file(path)
+        file = head_file(path)
         file.parent.mkdir(parents=True, exist_ok=True)
         tensors = {name: t.detach().cpu().contiguous().float() for name, t in self.state_dict().items()}
         metadata = {
-            "format": _FORMAT,
+            "format": FORMAT,
             "scope": SCOPE,
             "size": str(self.size),
             "width": str(self.width),
@@ -192,11 +192,11 @@ class AdaptiveHead(torch.nn.Module):
 
     @classmethod
     def load(cls, path: str | Path) -> AdaptiveHead:
-        file = _head_file(path)
+        file = head_file(path)
         with safe_open(str(file), framework="pt") as f:
             meta = f.metadata() or {}
             tensors = {k: f.get_tensor(k) for k in f.keys()}
-        if meta.get("format") != _FORMAT or meta.get("scope") != SCOPE:
+        if meta.get("format") != FORMAT or meta.get("scope") != SCOPE:
             raise ValueError(f"Expected an adaptive calibration head, but {file} has metadata {meta}")
         try:
             head = cls(int(meta["width"]), int(meta["size"]), float(meta["floor"]), int(meta.get("options", "0")))

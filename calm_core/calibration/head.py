@@ -33,7 +33,6 @@ upstream gradient of 0 would otherwise be 0 * inf = nan.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -43,36 +42,11 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers import LogitsProcessor
 
+from calm_core.calibration.head_base import FORMAT, calibrate, head_file
+
 SCOPES = ("vocab", "options", "scalar", "adaptive")
 _CONSTANT_SCOPES = ("vocab", "options", "scalar")  # alpha a constant vector: this class
 ACTS_ON = ("tokens", "options")
-HEAD_FILENAME = "calibration_head.safetensors"  # the name inside checkpoint-<step>/
-_FORMAT = "calm_studio.calibration_head"  # metadata tag, so a random safetensors file is refused
-
-
-def _calibrate(z: torch.Tensor, log_t: torch.Tensor, shift: torch.Tensor | None, center: bool = False) -> torch.Tensor:
-    """z / exp(log_t) + shift over the last dim; -inf entries (padding) stay -inf.
-
-    center: scale the deviations from each row's mean finite score instead,
-    (z - m) / tau + m + l. Option scores (summed log-likelihoods, letter logits) are
-    only defined up to a per-item constant; centring makes the head ignore it, so a
-    shared tau is exactly temperature scaling and each option's tau flattens or
-    sharpens instead of favouring long (very negative) answers. Identity at init.
-
-    The result has the promoted dtype of z and the float32 parameters, so bf16 logits
-    come out float32 and float64 logits stay float64 (the identity at init is exact).
-    """
-    pad = torch.isneginf(z)  # (..., K)
-    z_safe = torch.where(pad, torch.zeros((), dtype=z.dtype, device=z.device), z)  # (..., K)
-    if center:
-        valid = (~pad).to(z_safe.dtype)  # (..., K)
-        mean = (z_safe * valid).sum(-1, keepdim=True) / valid.sum(-1, keepdim=True).clamp(min=1)  # (..., 1)
-        out = z_safe + (z_safe - mean) * torch.expm1(-log_t)  # = (z - m) / tau + m, and exactly z at tau = 1
-    else:
-        out = z_safe / log_t.exp()  # (..., K) / (K,) or (1,)
-    if shift is not None:
-        out = out + shift  # (..., K) + (K,)
-    return torch.where(pad, torch.full((), -math.inf, dtype=out.dtype, device=out.device), out)
 
 
 # Where a head may act, by scoring rule. Under `letter` the
@@ -210,7 +184,7 @@ class CalibrationHead(torch.nn.Module):
 
     @property
     def centred(self) -> bool:
-        """Whether the head scales deviations from each row's mean (see `_calibrate`): by
+        """Whether the head scales deviations from each row's mean (see `head_base.calibrate`): by
         default every scope but vocab, whose per-id rows are the paper's z / tau + l."""
         return self._center
 
@@ -244,7 +218,7 @@ class CalibrationHead(torch.nn.Module):
     def forward(self, z: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
         """Calibrated scores z / tau + l over the last dim of z (vocab scope, the paper's
         form); options and scalar scopes scale deviations from the item's mean score,
-        (z - m) / tau + m + l (see `_calibrate`).
+        (z - m) / tau + m + l (see `head_base.calibrate`).
 
         z: (..., V) for vocab, (..., K) with K <= K_max for options (-inf = padded
         option), anything for scalar. index (vocab only): LongTensor of vocab ids whose
@@ -257,7 +231,7 @@ class CalibrationHead(torch.nn.Module):
         `on_tokens` and `on_options`, which apply it only where it acts.
         """
         log_t, shift = self._rows_for(z, index)
-        return _calibrate(z, log_t, shift, center=self.centred)
+        return calibrate(z, log_t, shift, center=self.centred)
 
     def on_tokens(self, z: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
         """The head on next-token logits (..., V), or on rows gathered at `index`, if it
@@ -307,14 +281,14 @@ class CalibrationHead(torch.nn.Module):
     def save(self, path: str | Path) -> Path:
         """Write the head to `path` (a .safetensors file, or a directory that gets
         calibration_head.safetensors); scope, size, acts_on and center go in the metadata. Returns the file."""
-        file = _head_file(path)
+        file = head_file(path)
         file.parent.mkdir(parents=True, exist_ok=True)
         tensors = {name: p.detach().cpu().contiguous() for name, p in self.named_parameters()}
         save_file(
             tensors,
             str(file),
             metadata={
-                "format": _FORMAT,
+                "format": FORMAT,
                 "scope": self.scope,
                 "size": str(self.size),
                 "acts_on": self.acts_on,
@@ -330,11 +304,11 @@ class CalibrationHead(torch.nn.Module):
         A file written before heads said where they act has no `acts_on`: it gets
         `acts_on_for(scope, task)`, so pass the run's task (an open-QA run's scalar head
         acts on tokens)."""
-        file = _head_file(path)
+        file = head_file(path)
         with safe_open(str(file), framework="pt") as f:
             meta = f.metadata() or {}
             tensors = {k: f.get_tensor(k) for k in f.keys()}
-        if meta.get("format") != _FORMAT:
+        if meta.get("format") != FORMAT:
             raise ValueError(f"Expected a calibration head file, but {file} has metadata {meta}")
         if meta.get("scope") == "adaptive":
             from calm_core.calibration.adaptive_head import AdaptiveHead
@@ -352,11 +326,6 @@ class CalibrationHead(torch.nn.Module):
         )
         _load_tensors(head, tensors, file)
         return head
-
-
-def _head_file(path: str | Path) -> Path:
-    path = Path(path)
-    return path if path.suffix == ".safetensors" else path / HEAD_FILENAME
 
 
 def _load_tensors(head: CalibrationHead, tensors: dict[str, torch.Tensor], file: Path) -> None:
@@ -393,4 +362,4 @@ class HeadLogitsProcessor(LogitsProcessor):
         z = scores.to(torch.promote_types(scores.dtype, torch.float32))  # (B, V)
         log_t = self.head.log_temperature.to(scores.device)  # (V,) or (1,)
         shift = None if self.head.shift is None else self.head.shift.to(scores.device)  # (V,) or None
-        return _calibrate(z, log_t, shift, center=self.head.centred).to(scores.dtype)  # (B, V)
+        return calibrate(z, log_t, shift, center=self.head.centred).to(scores.dtype)  # (B, V)

@@ -49,7 +49,7 @@ DECAY_GRID = (0.001, 0.01, 0.1, 1.0)
 TAU_FLOOR = 0.05
 MIN_DATASETS = 3  # fewer, and leave-one-out has nothing to choose with
 # Named models' thermometers are package data (`thermometer_<name>.json`, built by
-# `python -m calm_core.workspace.thermometer_build --model <name>`); any other model's goes to the cache
+# `python -m calm_core.training.thermometer_build --model <name>`); any other model's goes to the cache
 SHIPPED_DIR = Path(__file__).resolve().parent
 SHIPPED = SHIPPED_DIR / "thermometer_embedded.json"  # the embedded model's
 _SAFE = re.compile(r"[A-Za-z0-9._-]+")
@@ -238,7 +238,7 @@ def thermometer_path(model: str) -> Path:
 def build_command(model: str) -> str:
     """The command that builds `model`'s thermometer (for messages that say none is built)."""
     flag = "" if model == "embedded" else f" --model {model}"
-    return f"python -m calm_core.workspace.thermometer_build{flag}"
+    return f"python -m calm_core.training.thermometer_build{flag}"
 
 
 def run_thermometer(

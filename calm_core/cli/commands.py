@@ -5,7 +5,7 @@
     calm train --preset quick [--detach] | calm runs | calm cancel RUN | calm resume RUN
     calm eval --model embedded --data arc/easy_test --scoring cloze --limit 300 \\
               [--fit-ts-on commonsenseqa/dev] [--json out.json] [--save-preds DIR]
-    calm eval --run RUN_ID --data arc/easy_test         # a finished run on more data (workspace/added.py)
+    calm eval --run RUN_ID --data arc/easy_test         # a finished run on more data (results/added.py)
     calm selective RUN_ID --target-error 0.1            # a threshold to answer alone, chosen on S_V (cli/selective.py)
 
 Errors a user can fix (unknown dataset, malformed file, model not found, an output

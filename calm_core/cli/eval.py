@@ -4,7 +4,7 @@ answers with --task openqa; a finished run on more data with --run.
     calm eval --model embedded --data arc/easy_test --scoring cloze --limit 300 \\
               [--fit-ts-on commonsenseqa/dev] [--json out.json] [--save-preds DIR]
     calm eval --data my_questions.csv --thermometer       # a file without answers
-    calm eval --run RUN_ID --data arc/easy_test           # a finished run on more data (workspace/added.py)
+    calm eval --run RUN_ID --data arc/easy_test           # a finished run on more data (results/added.py)
     calm eval --run RUN_ID --data private.csv --mapping 'question=q, choices=A|B|C|D, answer=label' --encoding cp1252
 
 Every dataset is read and every output path checked before the model loads: a typo fails
@@ -100,7 +100,7 @@ def add_parsers(sub: Any) -> None:
         metavar="FILE",
         help="add the `thermometer` variant: one temperature per evaluated set, predicted from its inputs' "
         "mean hidden state, no labels needed (default: the --model's own, shipped for the named models or "
-        "built into the cache by `python -m calm_core.workspace.thermometer_build --model NAME`)",
+        "built into the cache by `python -m calm_core.training.thermometer_build --model NAME`)",
     )
     ev.add_argument("--quiet", action="store_true", help="no progress bars")
     ev.add_argument(

@@ -1,5 +1,5 @@
 """`calm eval --run RUN --data ...`: a finished run scored on more sets, stored with the
-run as added rows (workspace/added.py).
+run as added rows (results/added.py).
 
     calm eval --run RUN --data arc/easy_test
     calm eval --run RUN --data private.csv --mapping 'question=q, choices=A|B|C|D, answer=label' --encoding cp1252
@@ -32,14 +32,14 @@ RUN_OWNS = {
 
 
 def eval_run(args: argparse.Namespace) -> int:
-    """`calm eval --run RUN --data ...`: the run's table on more sets (workspace/added.py),
+    """`calm eval --run RUN --data ...`: the run's table on more sets (results/added.py),
     stored with the run and printed; its model, scoring rule, task and calibrators are its own."""
     from calm_core.io import atomic_write_json
     from calm_core.provenance import environment_record
+    from calm_core.results.added import check_finished, evaluate_run, run_eval_limit
+    from calm_core.results.view import result_columns
     from calm_core.runs.layout import ADDED_RESULTS
     from calm_core.scoring.evaluate import format_table
-    from calm_core.workspace.added import check_finished, evaluate_run, run_eval_limit
-    from calm_core.workspace.view import result_columns
 
     _check_flags(args)
     if args.json:

@@ -5,8 +5,8 @@
     calm export RUN_ID DIR --merged                         # plain transformers weights (vLLM, TGI), the head folded
     calm export RUN_ID DIR --push-to-hub me/model [--public]   # also uploaded, to a private repo by default
 
-The folder is calm_core.workspace.export's (merged: export_merged's); the upload is
-workspace/hub_push.py's.
+The folder is calm_core.export.folder's (merged: export_merged's); the upload is
+export/hub_push.py's.
 """
 
 from __future__ import annotations
@@ -56,8 +56,8 @@ def add_parsers(sub: Any) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    """A folder that loads with transformers + peft alone (calm_core.workspace.export)."""
-    from calm_core.workspace.export import export_run
+    """A folder that loads with transformers + peft alone (calm_core.export.folder)."""
+    from calm_core.export.folder import export_run
 
     if args.public and not args.push_to_hub:
         raise ValueError("Expected --public only with --push-to-hub, but no repo was given")
@@ -70,7 +70,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         f"base model {record['base_model_hub_id']}"
     )
     if args.push_to_hub:
-        from calm_core.workspace.hub_push import push_folder
+        from calm_core.export.hub_push import push_folder
 
         url = push_folder(folder, args.push_to_hub, private=not args.public)
         print(f"pushed to {url} ({'public' if args.public else 'private'})")

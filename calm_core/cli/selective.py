@@ -4,7 +4,7 @@ chosen on S_V with a guarantee, and what that does on every evaluation set.
     calm selective RUN --target-error 0.1 [--variant calm] [--rule crc|ltt] [--delta 0.1]
                        [--coverage 0.9] [--json out.json] [--save]
 
-The work is workspace/selective.py's (the maths: calibration/selective.py); this module
+The work is results/selective.py's (the maths: calibration/selective.py); this module
 reads flags and prints. `--save` stores the threshold in the run's selective.json, which
 `calm export` reads.
 """
@@ -22,7 +22,7 @@ from calm_core.paths import ensure_writable
 def add_parsers(sub: Any) -> None:
     """`calm selective` under the `calm` subcommands `sub`."""
     from calm_core.calibration.selective import DEFAULT_DELTA, RULES
-    from calm_core.workspace.selective import DEFAULT_RULE, DEFAULT_TARGET
+    from calm_core.results.selective import DEFAULT_RULE, DEFAULT_TARGET
 
     sel = sub.add_parser(
         "selective", help="a confidence threshold to answer alone, chosen on S_V with a guarantee, and option sets"
@@ -49,8 +49,8 @@ def add_parsers(sub: Any) -> None:
 
 
 def cmd_selective(args: argparse.Namespace) -> int:
+    from calm_core.results import selective as sel
     from calm_core.runs.rundir import RunDir
-    from calm_core.workspace import selective as sel
 
     if args.json:
         args.json = ensure_writable(args.json, "file")

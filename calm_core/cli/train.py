@@ -194,7 +194,7 @@ def _verdict(run: RunDir) -> list[str]:
     """The run's closing lines (workspace.verdict): the selected step and why, the
     calibrator to use, a missing baseline, the evidence with 90% intervals; [] without
     results.json, or with a damaged one (the run itself has finished either way)."""
-    from calm_core.workspace.advice import verdict_lines
+    from calm_core.results.advice import verdict_lines
 
     if not (run.path / "results.json").is_file():
         return []
@@ -205,7 +205,7 @@ def _verdict(run: RunDir) -> list[str]:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from calm_core.workspace.launch import create_run, launch_training
+    from calm_core.launch import create_run, launch_training
 
     if args.run_dir:
         return run_in_process(RunDir.open(args.run_dir), show_progress=False)
@@ -228,12 +228,12 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _say_support(cfg: Any) -> None:
-    """Before launch, what S_V supports (workspace/support.py, the Train page's words), on
+    """Before launch, what S_V supports (results/support.py, the Train page's words), on
     stderr so that `--detach` still prints only the run id; nothing when a dataset cannot
     be read (the run says why when it starts)."""
     from calm_core.data.schema import DataError
+    from calm_core.results.support import support_sentence
     from calm_core.training import distributed
-    from calm_core.workspace.support import support_sentence
 
     if not distributed.is_main():
         return
@@ -260,8 +260,8 @@ def _joined_torchrun(args: argparse.Namespace) -> bool:
 def _bome(run_path: Path) -> dict[str, Any]:
     """The run's BOME diagnostics (run_view.bome_summary); {} when it has none or its
     files cannot be read (a damaged run still lists)."""
+    from calm_core.results.view import bome_summary
     from calm_core.training.config import recorded_bilevel
-    from calm_core.workspace.view import bome_summary
 
     try:
         run = RunDir.open(run_path)
@@ -298,7 +298,7 @@ def _convert_to_tensorboard(run_id: str, root: Path | None) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from calm_core.workspace.view import bome_line
+    from calm_core.results.view import bome_line
 
     if args.tensorboard:
         return _convert_to_tensorboard(args.tensorboard, args.runs_root)
@@ -326,8 +326,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
+    from calm_core.launch import left_the_queue
     from calm_core.runs.jobs import resume
-    from calm_core.workspace.launch import left_the_queue
 
     run = RunDir.at(args.run_id, args.runs_root)
     resume(run, fresh=args.fresh)
@@ -351,8 +351,8 @@ def runs_named(prefix: str, root: Path | None) -> list[str]:
 def cmd_compare(args: argparse.Namespace) -> int:
     from calm_core.io import atomic_write_json
     from calm_core.paths import ensure_writable
+    from calm_core.results.view import added_lines, compare_rows, result_columns
     from calm_core.scoring.evaluate import format_table, wide_table
-    from calm_core.workspace.view import added_lines, compare_rows, result_columns
 
     if args.json:
         args.json = ensure_writable(args.json, "file")  # before reading any run: fail in a second
@@ -374,7 +374,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from calm_core.io import atomic_write_text
     from calm_core.paths import ensure_writable
-    from calm_core.workspace.report import run_report_html
+    from calm_core.results.report import run_report_html
 
     run = RunDir.at(args.run_id, args.runs_root)
     out = ensure_writable(args.out or Path(f"{run.run_id}.html"), "file")

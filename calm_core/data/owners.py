@@ -1,7 +1,7 @@
 """Who saved an upload or a split, so a shared studio can let only them delete or replace it.
 
 `owner.json` beside the data holds the opaque tag of the studio session that saved it
-(`workspace.access.session_tag`: a hash, never a session token or an address), written in
+(`access.rules.session_tag`: a hash, never a session token or an address), written in
 the same atomic folder write as the data (`io.write_folder_atomically`), so no reader sees
 the data without its owner. Saves from the command line, and those made before owners
 were recorded, have no owner.json: their owner is None, which a shared studio treats as

@@ -117,6 +117,18 @@ class RunCheckpoints:
         complete = [(step, path) for step, path, done in self._checkpoints() if done]
         return complete[-1] if complete else None
 
+    def exported_step(self) -> tuple[int, Path]:
+        """(step, directory) of what an export, an added evaluation or the Playground uses:
+        the step the calibrated stop selected (`selected/`, training/selection.py) when the
+        run has one, else the latest complete checkpoint."""
+        selected = self.selected_step()
+        if selected is not None:
+            return selected, self.selected_dir
+        latest = self.latest_checkpoint()
+        if latest is None:
+            raise ValueError(f"Expected a complete checkpoint in run {self.run_id}, but it has none")
+        return latest
+
     def prune_checkpoints(self, keep: int = 2) -> list[Path]:
         """Delete all but the `keep` newest complete checkpoints, unfinished ones older than
         the newest complete one, and staging directories left by a crash. Returns the

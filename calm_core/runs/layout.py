@@ -16,11 +16,11 @@ from calm_core.paths import safe_name
 CONFIG, METRICS, CANCEL, COMPLETE, LOCK = "config.json", "metrics.jsonl", "CANCEL", "COMPLETE", ".lock"
 SELECTED = "selected"  # the calibrated stop's step: adapter and head (training/selection.py)
 RESULTS, JOB_FILE, STDOUT = "results.json", "job.json", "stdout.log"
-# Evaluations added after training (workspace/added.py): their own file and predictions
+# Evaluations added after training (results/added.py): their own file and predictions
 # folder, so nothing can mistake them for the final evaluation's rows or overwrite those.
 ADDED_RESULTS, ADDED = "added_results.json", "added"
 # S_V's per-item option probabilities of each variant, as the recommendation saw them (post-hoc
-# calibrators out of fold), and the selective-answering choice made on them (workspace/selective.py).
+# calibrators out of fold), and the selective-answering choice made on them (results/selective.py).
 HELDOUT, SELECTIVE = "heldout", "selective.json"
 
 

@@ -14,7 +14,7 @@ A run lives in `runs/<run_id>/` (root: `workspace_dir()/runs` unless given):
                          marked `added_after_training` with its dataset's fingerprint
     added/eval/<variant>/<dataset>.parquet   their per-item predictions, apart from the run's own
     heldout/<variant>.parquet   each variant's S_V probabilities, as the recommendation saw them
-    selective.json       the selective-answering threshold chosen on them (workspace/selective.py)
+    selective.json       the selective-answering threshold chosen on them (results/selective.py)
 
 Everything a job writes goes through these functions: JSON files are replaced atomically
 (temp file + rename) so a reader polling the directory never sees half a file; status
@@ -221,7 +221,7 @@ class RunDir(RunCheckpoints):
         return kept + list(rows)
 
     def write_selective(self, record: dict) -> None:
-        """selective.json: the chosen selective-answering threshold (workspace/selective.py),
+        """selective.json: the chosen selective-answering threshold (results/selective.py),
         replaced atomically; an export reads it."""
         atomic_write_json(self.path / SELECTIVE, record)
 

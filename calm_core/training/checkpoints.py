@@ -143,7 +143,7 @@ def read_checkpoint(directory: Path, with_head: bool) -> Checkpoint:
                 f"{name} is unreadable ({str(error).splitlines()[0][:120] if str(error) else type(error).__name__})"
             ) from error
 
-    from calm_core.calibration.head import HEAD_FILENAME
+    from calm_core.calibration.head_base import HEAD_FILENAME
 
     rng = read(RNG_FILE, lambda p: torch.load(p, weights_only=True))
     if not isinstance(rng, dict) or not isinstance(rng.get("torch"), torch.Tensor):

@@ -128,7 +128,7 @@ def restored_context(cfg: TrainConfig, lm: LoadedModel, directory: Path, k_max: 
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
 
-    from calm_core.calibration.head import HEAD_FILENAME
+    from calm_core.calibration.head_base import HEAD_FILENAME
 
     saved = CalibrationHead.load(directory, cfg.task) if (directory / HEAD_FILENAME).is_file() else None
     if saved is not None and saved.scope == "options":

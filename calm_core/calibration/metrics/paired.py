@@ -14,7 +14,7 @@ consistent: the (b, a) entry is the (a, b) one negated.
 
 The settings are declared here once (PAIRED_LEVEL, PAIRED_RESAMPLES, PAIRED_SEED,
 MIN_PAIRED_ITEMS); the S_V recommendation (calibration/recommend.py) and the verdict
-row's ties (workspace/verdict.py, through each result row's `paired`) read them.
+row's ties (results/verdict.py, through each result row's `paired`) read them.
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ def paired_records(per_item: Mapping[str, Any], score: str) -> dict[str, dict[st
     """variant -> the `paired` record of its result row, from one `paired_bootstrap` of
     every variant of a set: {"score": what was compared, "n", "level", "against": {other:
     [mean, lo, hi]}}, the difference being this variant's per-item score minus the other's.
-    The verdict row reads it to tell a real difference from a tie (workspace/verdict.py)."""
+    The verdict row reads it to tell a real difference from a tie (results/verdict.py)."""
     table = paired_bootstrap(per_item)
     return {
         name: {

@@ -13,7 +13,7 @@
   theta-only ablation on every evaluation set -> eval/<variant>/<dataset>.parquet +
   results.json, and each compared variant's S_V probabilities -> heldout/ (selective answering);
 - `added_evaluation`: the same variants on more sets after training, with the run's saved
-  calibrators (`calm eval --run`, workspace/added.py).
+  calibrators (`calm eval --run`, results/added.py).
 """
 
 from __future__ import annotations
@@ -296,7 +296,7 @@ def _pad(logits: np.ndarray, width: int) -> np.ndarray:
 def added_evaluation(
     ctx: StepContext, evals: dict[str, list[MCItem]], calibrators: dict[str, Any], root: Any
 ) -> list[dict[str, Any]]:
-    """The final evaluation's variants on more sets, after training (workspace/added.py):
+    """The final evaluation's variants on more sets, after training (results/added.py):
     `ctx` holds the run's model at its selected step (`loop.restored_context`), `calibrators`
     the post-hoc calibrators the run fitted on S_V, as saved (never refitted on these sets).
     Predictions go under `root`; returns the rows, in `final_evaluation`'s shape. The
@@ -361,7 +361,7 @@ def _evaluate_sets(
 
 def _final_progress(run: RunDir) -> Callable[[int, int], None]:
     """status.json's `final`: the final evaluation's (set, variant) passes done and in all,
-    which the Monitor shows instead of a time left (workspace/remaining.py)."""
+    which the Monitor shows instead of a time left (estimate/remaining.py)."""
 
     def told(done: int, total: int) -> None:
         run.update_status(final={"done": done, "total": total})
@@ -369,7 +369,7 @@ def _final_progress(run: RunDir) -> Callable[[int, int], None]:
     return told
 
 
-TIE_SCORE = "top-label Brier"  # what a result row's `paired` compares (workspace/verdict.py says why)
+TIE_SCORE = "top-label Brier"  # what a result row's `paired` compares (results/verdict.py says why)
 
 
 def _item_top_label_brier(probs: np.ndarray, gold: np.ndarray) -> np.ndarray:

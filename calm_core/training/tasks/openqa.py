@@ -16,7 +16,7 @@ The loop, run directory and methods are shared with `mcqa`; what differs is here
   generating greedy and sampled answers on every evaluation set, judged and grouped
   (generative.judge), written as eval/<variant>/<dataset>.parquet and results.json;
 - `added_evaluation`: the same on more sets after training, with the run's saved
-  temperature (`calm eval --run`, workspace/added.py).
+  temperature (`calm eval --run`, results/added.py).
 
 Post-hoc TS for generation: one temperature over the vocabulary logits, fitted by
 NLL of the gold answer tokens of S_V (its labels: the baseline is allowed them)
@@ -198,7 +198,7 @@ def added_evaluation(
     ctx: StepContext, evals: dict[str, list[OpenItem]], calibrators: dict[str, Any], root: Any
 ) -> list[dict[str, Any]]:
     """The final evaluation's variants on more open-QA sets, after training
-    (workspace/added.py), with the run's model at its selected step and the calibrators
+    (results/added.py), with the run's model at its selected step and the calibrators
     it fitted on S_V, as saved. Predictions go under `root`; returns the rows."""
     return _evaluate_sets(ctx, evals, calibrators, root)
 

@@ -1,0 +1,104 @@
+"""How busy the machine is now, and how many times an idle machine's time a run takes at that load.
+
+The time estimate (estimate/predict.py) scales idle-machine rates by this load, and
+the rates learned from past runs (estimate/rates.py) are divided by the load
+each run was launched (else started) under; both use this one rule.
+
+Other processes' demand is the number of threads they have ready to run, sampled over a
+moment (`sample_running`, from /proc/loadavg); where that cannot be read, the 1-minute load
+average stands in. The load average alone misleads twice: it lags (a minute after a busy
+process stops it still counts most of it), and the estimate would then assume a slowdown
+that is over. The rule is the fair share of a job's threads: a job with `threads` threads
+beside that demand wants `demand + threads` cores; past the machine's cores every thread
+gets `cores / (demand + threads)` of one, so the job takes `(demand + threads) / cores`
+times as long. A job on one thread of two cores is not slowed by one other busy process
+(bench/threads.py measured the same step time alone and beside one). How far real runs
+fall from this figure, idle and busy, is not assumed here: it is learned from this
+machine's past runs (estimate/error.py), and before there are any, taken from
+what bench/estimate_accuracy.py measured.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+BUSY_LOAD = 0.5  # other processes' demand under this many cores is an idle machine
+SAMPLES, SAMPLE_GAP_S = 12, 0.025  # how the demand is sampled: a moment, not a minute
+LOADAVG = Path("/proc/loadavg")
+
+
+def sample_running(samples: int = SAMPLES, gap_s: float = SAMPLE_GAP_S) -> float | None:
+    """Other processes' threads ready to run, averaged over `samples` readings `gap_s`
+    apart (the reader itself left out); None where /proc/loadavg cannot be read."""
+    counts = []
+    for i in range(samples):
+        try:
+            running = LOADAVG.read_text(encoding="ascii").split()[3].split("/")[0]
+            counts.append(max(0, int(running) - 1))
+        except (OSError, IndexError, ValueError):
+            return None
+        if i + 1 < samples:
+            time.sleep(gap_s)
+    return sum(counts) / len(counts)
+
+
+@dataclass(frozen=True)
+class MachineLoad:
+    """Other processes' demand for the CPU and the cores: how much of it a run would get.
+    `running`: their threads ready to run now (`sample_running`), None where unknown."""
+
+    load_average: float
+    cpus: int
+    running: float | None = None
+
+    @classmethod
+    def now(cls) -> "MachineLoad":
+        return cls(round(os.getloadavg()[0], 2), os.cpu_count() or 1, sample_running())
+
+    @property
+    def demand(self) -> float:
+        """Cores other processes want now: the sampled threads, else the load average."""
+        return self.running if self.running is not None else self.load_average
+
+    @property
+    def busy(self) -> bool:
+        return self.demand >= BUSY_LOAD
+
+    def factor(self, threads: int) -> float:
+        """How many times an idle machine's time a job with `threads` threads takes at
+        this demand (its fair share of the cores; 1 on an idle machine)."""
+        if not self.busy:
+            return 1.0
+        return max(1.0, (self.demand + max(1, threads)) / max(1, self.cpus))
+
+    def note(self, threads: int) -> str | None:
+        """What the page says on a busy machine (None when idle)."""
+        if not self.busy:
+            return None
+        factor = self.factor(threads)
+        share = (
+            f"{factor:.1f}x an idle machine's time for a job on {threads} thread{'s' if threads > 1 else ''}"
+            if factor > 1
+            else "a job on a thread of its own is not slowed by that much, if it goes on as it is"
+        )
+        return (
+            f"Another process is using the CPU (about {self.demand:.1f} of {self.cpus} cores; load average "
+            f"{self.load_average:.1f}): the estimate assumes that load continues ({share}), and its range is the "
+            "one measured for runs beside other processes"
+        )
+
+    def to_record(self) -> dict[str, float | int | None]:
+        """The launch record's fields (estimate_error.launch_record)."""
+        return {"load_average": self.load_average, "cpus": self.cpus, "running": self.running}
+
+    @classmethod
+    def from_record(cls, record: dict) -> "MachineLoad | None":
+        """The load a launch recorded, None when it recorded none."""
+        try:
+            running = record.get("running")
+            return cls(float(record["load_average"]), int(record["cpus"]), None if running is None else float(running))
+        except (KeyError, TypeError, ValueError):
+            return None

@@ -1,0 +1,178 @@
+"""Starting a training run: the one path shared by `calm train` and the studio's Train page.
+
+    run, started_now = launch_training(TrainConfig.preset("quick"))   # queued; started_now: a slot was free
+
+A run directory is created with the resolved config and its provenance; a detached
+run is queued as a background job (`calm train --run-dir DIR` in a new session, see
+calm_core.runs.jobs), so it outlives the terminal or the browser tab that started it.
+
+Given the studio's `Access`, a launch and a resume also apply a shared studio's rules
+(access.launch_refusal, access.resume_refusal: the quotas per session, per signed-in
+browser and per server, the step budget, the owner rule) and raise `access.Refused` with
+the page's one line: the rules hold even for a request that did not come through the
+page's disabled button.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from calm_core.access.rules import Access, ActiveRuns, Refused, launch_refusal, resume_refusal
+from calm_core.runs.rundir import RunDir
+from calm_core.training.config import TrainConfig
+
+
+def run_config_record(
+    cfg: TrainConfig,
+    launched_by: str | None = None,
+    estimate: dict[str, Any] | None = None,
+    launched_from: str | None = None,
+) -> dict[str, Any]:
+    """config.json of a run: the TrainConfig, the scoring rule and the environment, the
+    opaque tag of the studio session that launched it (access.session_tag; None from the
+    CLI), which a shared studio's quota and cancel rule read, and the time estimate made at
+    its launch (estimate.launch_estimate), from which later estimates learn their error.
+    `launched_from`: the signed-in browser's opaque tag (all its sessions share it), which
+    the per-browser quota counts."""
+    from calm_core.provenance import environment_record
+
+    record: dict[str, Any] = {
+        "train": cfg.to_dict(),
+        "name": cfg.name,
+        "method": cfg.method,
+        "seed": cfg.seed,
+        "scoring": {"rule": cfg.scoring, "chat_template": cfg.chat_template},
+        "splits": split_provenance([cfg.train_data, cfg.heldout_data, *cfg.eval_data]),
+        "environment": environment_record(),
+        "launched_by": launched_by,
+        "launched_from": launched_from,
+    }
+    if estimate is not None:
+        record["estimate"] = estimate
+    return record
+
+
+def split_provenance(datasets: list[str]) -> dict[str, dict[str, Any]]:
+    """{split name: how it was made (source, seed, stratify, sizes, parts)} for every
+    dataset that is a part of a saved split (`calm data split`): the run keeps the recipe
+    even if the split is later deleted. The item ids stay in the split's own split.json."""
+    from calm_core.data.split import split_record_of
+
+    found: dict[str, dict[str, Any]] = {}
+    for name in datasets:
+        record = split_record_of(name)
+        if record is not None:
+            found[record.name] = {key: value for key, value in record.to_dict().items() if key != "ids"}
+    return found
+
+
+def create_run(
+    cfg: TrainConfig,
+    root: str | Path | None = None,
+    launched_by: str | None = None,
+    estimate: dict[str, Any] | None = None,
+    launched_from: str | None = None,
+) -> RunDir:
+    """A new run directory for `cfg`, recording the time estimate made now when the caller
+    did not pass the one it showed (estimate.launch_estimate)."""
+    from calm_core.estimate.predict import launch_estimate
+
+    if estimate is None:
+        estimate = launch_estimate(cfg, root)
+    record = run_config_record(cfg, launched_by, estimate, launched_from)
+    return RunDir.new(record, name_hint=cfg.name or cfg.method, root=root)
+
+
+def launch_training(
+    cfg: TrainConfig,
+    root: str | Path | None = None,
+    launched_by: str | None = None,
+    access: Access | None = None,
+    estimate: dict[str, Any] | None = None,
+    launched_from: str | None = None,
+) -> tuple[RunDir, bool]:
+    """Create the run and queue it as a background job; (run, started now?). When every
+    job slot is busy the run waits as `queued` and starts when one frees up. With the
+    studio's `access`, a launch past the session's quota or the step budget raises Refused
+    before anything is created. `estimate`: the launch record of the estimate the caller
+    showed (estimate_error.launch_record), else one is made here."""
+    from calm_core.runs.jobs import submit, worker_command
+
+    if access is not None:
+        refusal = launch_refusal(access, cfg.steps, active_runs(access, launched_by, launched_from, root))
+        if refusal:
+            raise Refused(refusal)
+    run = create_run(cfg, root, launched_by, estimate, launched_from)
+    submit(run, worker_command())
+    return run, left_the_queue(run)
+
+
+def active_runs_of(launched_by: str, root: str | Path | None = None) -> int:
+    """Queued or running runs a studio session launched (a shared studio's quota)."""
+    from calm_core.runs.listing import list_runs
+    from calm_core.runs.state import ACTIVE_STATES
+
+    return sum(1 for s in list_runs(root) if s.launched_by == launched_by and s.state in ("queued", *ACTIVE_STATES))
+
+
+def session_active_runs(access: Access, session: str | None, root: str | Path | None = None) -> int:
+    """The session's queued or running runs where a quota applies (shared mode), else 0:
+    a local studio does not list every run on each poll for a count nobody reads."""
+    return active_runs_of(session, root) if access.shared and session else 0
+
+
+def active_runs(access: Access, session: str | None, browser: str | None, root: str | Path | None = None) -> ActiveRuns:
+    """The queued or running runs of this session, of this browser and of the server, from
+    one listing, where the quotas apply (shared mode); a local studio counts nothing."""
+    from calm_core.runs.listing import list_runs
+    from calm_core.runs.state import ACTIVE_STATES
+
+    if not access.shared:
+        return ActiveRuns()
+    active = [s for s in list_runs(root) if s.state in ("queued", *ACTIVE_STATES)]
+    return ActiveRuns(
+        session=sum(1 for s in active if session and s.launched_by == session),
+        browser=sum(1 for s in active if browser and s.launched_from == browser),
+        server=len(active),
+        frees=_soonest_free(active),
+    )
+
+
+def _soonest_free(active: list[Any]) -> str:
+    """In words, the running run nearest its end (the first slot to free), from its steps."""
+    running = [s for s in active if s.state != "queued" and s.total_steps]
+    if not running:
+        return "The queue moves when the running run ends."
+    nearest = max(running, key=lambda s: (s.step or 0) / s.total_steps)
+    return f"The run nearest its end is at step {nearest.step or 0} of {nearest.total_steps}."
+
+
+def resume_refusal_for(
+    access: Access,
+    session: str | None,
+    launched_by: str | None,
+    root: str | Path | None = None,
+    browser: str | None = None,
+) -> str | None:
+    """Why `session` may not resume a run that the session `launched_by` launched (None: it may): the
+    owner rule and the quotas (access.resume_refusal), counted in the runs root `root`."""
+    return resume_refusal(access, session, launched_by, active_runs(access, session, browser, root))
+
+
+def resume_run(run: RunDir, access: Access, session: str | None, browser: str | None = None) -> list[str]:
+    """`runs.jobs.resume` for a studio session: Refused (one line) when the session may not
+    resume it, so a resume can never take a session past its quota."""
+    from calm_core.runs.jobs import resume
+
+    refusal = resume_refusal_for(access, session, run.config.get("launched_by"), run.path.parent, browser)
+    if refusal:
+        raise Refused(refusal)
+    return resume(run)
+
+
+def left_the_queue(run: RunDir) -> bool:
+    """Whether the run has started, by anyone: another session's or job's `schedule` may
+    start it before this caller's own does, so a caller asks this rather than trusting
+    what its own `schedule` returned."""
+    return run.status.get("state") != "queued"

@@ -1,0 +1,293 @@
+"""Selective answering on a finished run: above which confidence may a variant answer
+alone, how often is it then wrong, and which options must a person still check.
+
+    request = SelectiveRequest("calm", target_error=0.1)          # rule crc, sets at 90% coverage
+    report = selective_report(RunDir.at(run_id), request)          # thresholds on S_V, rows per evaluation set
+    save_choice(RunDir.at(run_id), report)                         # selective.json, for the export
+
+The threshold and the LAC sets are chosen on S_V only (the run's `heldout/<variant>.parquet`,
+written by the final evaluation beside the recommendation: post-hoc calibrators out of
+fold), never on an evaluation set, then measured on every evaluation set with 90% intervals
+(calibration/selective.py, selective_summary.py), beside the untouched model under its own
+threshold. `calm selective` and Compare's section both read this module.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from calm_core.calibration import selective
+from calm_core.calibration.selective import CRC, DEFAULT_DELTA, LTT, LTT_ANSWERED, RULES, Threshold, TooFewItems
+from calm_core.calibration.selective_summary import LEVEL, Estimate, SelectiveSummary, summarize_selective
+from calm_core.results.verdict import variant_label
+from calm_core.runs.layout import HELDOUT, heldout_path, predictions_path
+from calm_core.runs.rundir import RunDir
+
+# The error among all questions, with 95% probability: a guarantee that held on the reader's own test
+# split in at least 9 of 10 splits on every benchmark set (crc's holds on average only;
+# bench/selective_guarantee.py measures both).
+DEFAULT_RULE = LTT
+DEFAULT_TARGET = 0.1
+# The summary's columns, as every table (CLI, Compare) heads them; each is in the glossary.
+COLUMNS = ("answered", "error among answered", "error among all", "coverage", "set size")
+# The section's other words a page shows (tests/test_glossary.py reads both lists).
+WORDS = ("threshold", "answers nothing", "target error", "conformal risk control", "Learn then Test", "LAC")
+KEYS = dict(zip(COLUMNS, ("answered", "error_answered", "error_all", "coverage", "set_size"), strict=True))
+ASSUMPTION = (
+    "It assumes the held-out items and the new questions are exchangeable: drawn from the same source, "
+    "in no particular order. It says nothing about questions from another domain."
+)
+
+
+@dataclass(frozen=True)
+class SelectiveRequest:
+    """What to choose: for `variant`, a threshold under `rule` at `target_error` (`delta`:
+    ltt's chance of a misleading S_V), and LAC sets at `coverage` (None: 1 - target_error)."""
+
+    variant: str
+    target_error: float = DEFAULT_TARGET
+    rule: str = DEFAULT_RULE
+    delta: float = DEFAULT_DELTA
+    coverage: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.rule not in RULES:
+            raise ValueError(f"Expected `rule` to be one of {', '.join(RULES)}, but got {self.rule!r}")
+        for name in ("target_error", "delta", "coverage"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 < float(value) < 1.0:
+                raise ValueError(f"Expected `{name}` to be in (0, 1), but got {value}")
+
+    @property
+    def set_coverage(self) -> float:
+        return 1.0 - self.target_error if self.coverage is None else float(self.coverage)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One variant's threshold and LAC quantile on S_V, or why each was refused."""
+
+    variant: str
+    n_heldout: int
+    fit: str  # how its S_V probabilities depend on S_V's labels (heldout/<variant>.parquet)
+    threshold: Threshold | None
+    qhat: float | None
+    refusal: str | None = None  # the threshold's
+    set_refusal: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "threshold": self.threshold.to_dict() if self.threshold else None}
+
+
+@dataclass(frozen=True)
+class SelectiveReport:
+    """The request, each variant's choice (the asked one, then base) and one row per
+    (evaluation set, variant) with its summary."""
+
+    run_id: str
+    request: SelectiveRequest
+    choices: dict[str, Choice]
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run": self.run_id,
+            "request": dict(self.request.__dict__, coverage=self.request.set_coverage),
+            "guarantee": guarantee_text(self.request),
+            "assumption": ASSUMPTION,
+            "choices": {name: choice.to_dict() for name, choice in self.choices.items()},
+            "rows": [{**row, "summary": row["summary"].to_dict()} for row in self.rows],
+        }
+
+
+def guarantee_text(request: SelectiveRequest) -> str:
+    """The guarantee of the request's rule in plain words, with its target and its set rule."""
+    target, sets, sure = f"{request.target_error:.0%}", f"{request.set_coverage:.0%}", f"{1 - request.delta:.0%}"
+    all_items = "This is the error among all questions, not among the answered ones, which is measured below."
+    said = {
+        CRC: f"On a new question, the chance that the model answers it alone and is wrong is at most {target}, "
+        f"on average over held-out draws (conformal risk control). {all_items}",
+        LTT: f"On a new question, the chance that the model answers it alone and is wrong is at most {target}, "
+        f"with {sure} probability over the held-out draw (Learn then Test). {all_items}",
+        LTT_ANSWERED: f"Among the questions the model answers alone, at most {target} are wrong, with {sure} "
+        "probability over the held-out draw (Learn then Test).",
+    }[request.rule]
+    return f"{said} The option sets hold the right answer for at least {sets} of questions (LAC)."
+
+
+def heldout_variants(run: RunDir) -> list[str]:
+    """The variants whose S_V probabilities the run stored (selective answering can use them)."""
+    folder = run.path / HELDOUT
+    return sorted(p.stem for p in folder.glob("*.parquet")) if folder.is_dir() else []
+
+
+def _probs_matrix(rows: Any) -> np.ndarray:
+    """Ragged per-item probability lists -> (N, K), NaN where an item has fewer options."""
+    width = max(len(row) for row in rows)
+    out = np.full((len(rows), width), np.nan)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = row
+    return out
+
+
+def heldout_probs(run: RunDir, variant: str) -> tuple[np.ndarray, np.ndarray, str]:
+    """(probs (N, K), gold (N,), how they were fitted) of `variant` on S_V; a run without them
+    is refused with the way out."""
+    path = heldout_path(run.path, variant)
+    if not path.is_file():
+        stored = ", ".join(heldout_variants(run)) or "none"
+        raise ValueError(
+            f"Expected S_V probabilities of `{variant}` in run {run.run_id} ({path}), but found none "
+            f"(stored: {stored}); runs finished before selective answering, or with eval_baselines off, lack "
+            "them: a new run of the same settings writes them"
+        )
+    frame = run.read_predictions(path)
+    fit = str(frame["fit"].iloc[0]) if "fit" in frame and len(frame) else "unknown"
+    return _probs_matrix(list(frame["probs"])), frame["gold"].to_numpy(dtype=np.int64), fit
+
+
+def choose(run: RunDir, request: SelectiveRequest, variant: str) -> Choice:
+    """`variant`'s threshold and LAC quantile on S_V; each refusal kept as its reason."""
+    probs, gold, fit = heldout_probs(run, variant)
+    confidence = np.nanmax(probs, axis=1)
+    correct = (np.nanargmax(probs, axis=1) == gold).astype(np.float64)
+    threshold = qhat = refusal = set_refusal = None
+    try:
+        threshold = selective.choose_threshold(confidence, correct, request.target_error, request.rule, request.delta)
+    except TooFewItems as exc:
+        refusal = str(exc)
+    try:
+        qhat = selective.lac_quantile(probs, gold, request.set_coverage)
+    except TooFewItems as exc:
+        set_refusal = str(exc)
+    return Choice(variant, len(gold), fit, threshold, qhat, refusal, set_refusal)
+
+
+def evaluation_sets(run: RunDir, variant: str) -> list[tuple[str, str, bool]]:
+    """(label, dataset as stored, added after training) of every set `variant` was evaluated on."""
+    rows = [*run.results()["results"], *run.added_results()]
+    out = []
+    for row in rows:
+        if row["variant"] == variant:
+            added = bool(row.get("added_after_training"))
+            out.append((row["dataset"] + (" (added)" if added else ""), row["dataset"], added))
+    return list(dict.fromkeys(out))
+
+
+def set_probs(run: RunDir, variant: str, dataset: str, added: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(probs (N, K), gold (N,)) of `variant` on one evaluation set, from its predictions."""
+    frame = run.read_predictions(predictions_path(run.added_dir if added else run.path, variant, dataset))
+    if "probs" not in frame:
+        raise ValueError(f"Expected option probabilities of `{variant}` on {dataset}, but its predictions have none")
+    return _probs_matrix(list(frame["probs"])), frame["gold"].to_numpy(dtype=np.int64)
+
+
+def summary_rows(run: RunDir, choice: Choice) -> list[dict[str, Any]]:
+    """One row per evaluation set of `choice.variant`: its summary under the chosen threshold."""
+    if choice.threshold is None:
+        return []
+    rows = []
+    for label, dataset, added in evaluation_sets(run, choice.variant):
+        probs, gold = set_probs(run, choice.variant, dataset, added)
+        summary = summarize_selective(probs, gold, choice.threshold.threshold, choice.qhat)
+        rows.append({"dataset": label, "variant": choice.variant, "summary": summary})
+    return rows
+
+
+def selective_report(run: RunDir, request: SelectiveRequest) -> SelectiveReport:
+    """The request's variant and the untouched model, each under its own S_V choice, on
+    every evaluation set (rows grouped by set: the variant, then base)."""
+    names = list(dict.fromkeys([request.variant, *(["base"] if "base" in heldout_variants(run) else [])]))
+    choices = {name: choose(run, request, name) for name in names}
+    rows = [row for name in names for row in summary_rows(run, choices[name])]
+    order = list(dict.fromkeys(row["dataset"] for row in rows))
+    rows.sort(key=lambda row: (order.index(row["dataset"]), names.index(row["variant"])))
+    return SelectiveReport(run.run_id, request, choices, rows)
+
+
+def cell(estimate: Estimate | None, percent: bool = True) -> str:
+    """ "42% (35-49%)" or "1.8 (1.6-2.0)"; "-" when nothing was measured."""
+    if estimate is None or math.isnan(estimate.value):
+        return "-"
+    if percent:
+        return f"{estimate.value:.0%} ({estimate.low:.0%}-{estimate.high:.0%})"
+    return f"{estimate.value:.2f} ({estimate.low:.2f}-{estimate.high:.2f})"
+
+
+def table_rows(report: SelectiveReport) -> list[dict[str, str]]:
+    """The report's rows as text cells under COLUMNS (and set, variant, threshold, items)."""
+    out = []
+    for row in report.rows:
+        summary: SelectiveSummary = row["summary"]
+        threshold = report.choices[row["variant"]].threshold
+        cells = {name: cell(getattr(summary, KEYS[name]), name != "set size") for name in COLUMNS}
+        out.append(
+            {
+                "evaluation set": row["dataset"],
+                "variant": variant_label(row["variant"]),
+                "threshold": threshold_text(threshold),
+                "items": str(summary.n),
+                **cells,
+            }
+        )
+    return out
+
+
+def threshold_text(threshold: Threshold | None) -> str:
+    if threshold is None:
+        return "-"
+    return "answers nothing" if math.isinf(threshold.threshold) else f"{threshold.threshold:.3f}"
+
+
+def choice_line(choice: Choice) -> str:
+    """One sentence per variant: its threshold on S_V, or why there is none."""
+    who = variant_label(choice.variant)
+    if choice.threshold is None:
+        return f"{who}: no threshold. {choice.refusal}"
+    t = choice.threshold
+    answered = f"answers {t.heldout_answered} of {t.n_heldout} held-out items ({t.heldout_errors} wrong)"
+    sets = f"option sets: 1 - p <= {choice.qhat:.3f}" if choice.qhat is not None else f"no sets: {choice.set_refusal}"
+    return f"{who}: threshold {threshold_text(t)}, {answered}; {sets}; S_V probabilities: {choice.fit}."
+
+
+def save_choice(run: RunDir, report: SelectiveReport) -> dict[str, Any]:
+    """Write the report's choice for its variant to the run's selective.json (what an export
+    reads: the threshold, its rule and target, the guarantee) and return the record."""
+    choice = report.choices[report.request.variant]
+    if choice.threshold is None:
+        raise ValueError(f"Expected a threshold to save, but {choice.refusal}")
+    record = {
+        "variant": choice.variant,
+        "rule": report.request.rule,
+        "rule_text": RULES[report.request.rule],
+        "target_error": report.request.target_error,
+        "delta": None if report.request.rule == CRC else report.request.delta,
+        "threshold": choice.threshold.to_dict()["threshold"],  # None: answer nothing
+        "coverage": report.request.set_coverage,
+        "qhat": choice.qhat,
+        "n_heldout": choice.n_heldout,
+        "heldout_fit": choice.fit,
+        "guarantee": guarantee_text(report.request),
+        "assumption": ASSUMPTION,
+        "level": LEVEL,
+        "saved_at": time.time(),
+    }
+    run.write_selective(record)
+    return record
+
+
+def default_variant(run: RunDir) -> str:
+    """The variant to start from: the run's recommendation when it stored its S_V
+    probabilities, else its trained method, else base."""
+    stored = heldout_variants(run)
+    recommended = str((run.results().get("recommendation") or {}).get("variant", ""))
+    method = str(run.config.get("train", {}).get("method", ""))
+    for name in (recommended, method):
+        if name in stored:
+            return name
+    return "base"

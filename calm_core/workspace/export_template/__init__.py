@@ -1,3 +1,0 @@
-"""Files copied into every `calm export` folder (calm_core.workspace.export). `calm_head.py` is a
-stand-alone module: it imports torch, safetensors and transformers only, never calm_core,
-so an export loads where CALM Studio is not installed."""
