@@ -333,6 +333,16 @@ def load_builtin(domain: str, split: str, seed: int = 0) -> LoadReport:
     return LoadReport(name=f"builtin/{domain}/{split}", kind="mc", items=items)
 
 
+def split_size(domain: str, split: str) -> int:
+    """The number of items `load_builtin(domain, split)` generates, counted from the
+    questions' split assignment without making the items (the seed changes no count)."""
+    domain = domain.removesuffix(OPEN_SUFFIX)
+    if split not in SPLITS:
+        raise DataError(f"Unknown split {split!r} of built-in dataset {domain!r}; expected one of: {', '.join(SPLITS)}")
+    splits = _domain_splits(domain)
+    return sum(1 for q in domain_questions(domain) if splits[q.key] == split)
+
+
 def builtin_names() -> list[str]:
     """Every built-in dataset name, `builtin/<domain>/<split>` then the `<domain>_open` ones."""
     domains = list(DOMAINS) + [f"{d}{OPEN_SUFFIX}" for d in DOMAINS]
