@@ -16,6 +16,7 @@ class Walk:
 
     stays: list[str] = field(default_factory=list)
     calls: list[tuple[str, str]] = field(default_factory=list)  # (caller module, callee module) per call
+    functions: set[str] = field(default_factory=set)  # "module.qualname" of every function entered
 
     @property
     def rooms(self) -> set[str]:
@@ -38,6 +39,7 @@ def walk(fn: Callable[[], Any], prefix: str = "calm_core") -> tuple[Any, Walk]:
             return None
         caller = frame.f_back.f_globals.get("__name__", "") if frame.f_back is not None else ""
         record.calls.append((caller, module))
+        record.functions.add(f"{module}.{frame.f_code.co_qualname}")
         if not record.stays or record.stays[-1] != module:
             record.stays.append(module)
         return None

@@ -63,6 +63,68 @@ def test_launch_training_never_calls_back_up_a_layer(tiny_model_dir: Path, tmp_p
         cancel(run)
 
 
+# What reading a dataset's rows goes through: the readers and their sources, the
+# streaming index, the mapping and the item checks, the hub loader, and the entry points
+# that generate or load a whole set. Counting a set's items must need none of them.
+DATA_LOADING_MODULES = {
+    "calm_core.data.loaders",
+    "calm_core.data.readers",
+    "calm_core.data.sources",
+    "calm_core.data.files",
+    "calm_core.data.encoding",
+    "calm_core.data.stream",
+    "calm_core.data.mapping",
+    "calm_core.data.hf",
+    "calm_core.scoring.evaluate",
+}
+DATA_LOADING_FUNCTIONS = {
+    "calm_core.data.catalog.load_dataset",
+    "calm_core.data.entries.load_builtin_set",
+    "calm_core.data.entries._builtin_entries",  # generates every built-in set to list it
+    "calm_core.data.builtin.load_builtin",
+}
+
+
+def data_loading(record: Walk) -> set[str]:
+    """The data-loading modules and functions (see above) that `record` entered."""
+    return (record.rooms & DATA_LOADING_MODULES) | (record.functions & DATA_LOADING_FUNCTIONS)
+
+
+def test_the_loading_set_names_what_loading_a_file_enters(tmp_path: Path) -> None:
+    from calm_core.data.catalog import load_dataset
+
+    _, record = walk(lambda: load_dataset(str(_write_quiz(tmp_path / "q.jsonl", 3))))
+    assert {"calm_core.data.loaders", "calm_core.data.catalog.load_dataset"} <= data_loading(record)
+
+
+def test_launching_loads_no_dataset(tiny_model_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    """Launching records what the run needs; its time estimate counts the items from what
+    the data layer knows (calm_core/data/counts.py). The job loads the data, not the launch."""
+    import sys
+
+    from calm_core.launch import launch_training
+    from calm_core.runs import jobs
+    from calm_core.training.config import TrainConfig
+
+    monkeypatch.setattr(jobs, "worker_command", lambda: [sys.executable, "-c", "import time; time.sleep(30)"])
+    quiz = _write_quiz(tmp_path / "quiz.jsonl", 20)
+    cfg = TrainConfig.preset(
+        "quick",
+        model=str(tiny_model_dir),
+        steps=2,
+        train_data="builtin/capitals/train",
+        heldout_data="builtin/capitals/validation",
+        eval_data=("builtin/units/test", f"{quiz}[0:12]"),
+        train_limit=8,
+    )
+    (run, _), record = walk(lambda: launch_training(cfg, root=tmp_path / "runs"))
+    try:
+        assert data_loading(record) == set(), sorted(data_loading(record))
+        assert run.config["estimate"]["figure_s"] > 0  # the estimate was made, from counts
+    finally:
+        jobs.cancel(run)
+
+
 def _write_quiz(path: Path, rows: int) -> Path:
     import json
 

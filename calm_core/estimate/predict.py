@@ -192,22 +192,16 @@ def _named_folder(name: str) -> Path | None:
 
 
 def planned_sizes(cfg: TrainConfig) -> RunSizes:
-    """The item counts a fresh run of `cfg` will have, from the datasets' sizes (before
-    held-out questions that repeat training ones are dropped: an upper bound). It reads
-    every dataset: a page that reruns often keeps it a while."""
-    from calm_core.scoring.evaluate import load_report
+    """The item counts a fresh run of `cfg` will have, from what the data layer knows of each
+    dataset without loading it (data/counts.py; before held-out questions that repeat
+    training ones are dropped: an upper bound). DataError when a count is known only once
+    the set is loaded."""
     from calm_core.training.methods import get_method
-    from calm_core.training.tasks import get_task
-
-    kind = get_task(cfg.task).ITEM_KIND
-
-    def count(name: str, limit: int | None) -> int:
-        return len(load_report(name, kind, limit, cfg.seed).items)
 
     counts = _Counts(
-        train=range(count(cfg.train_data, cfg.train_limit)),
-        heldout=range(count(cfg.heldout_data, cfg.heldout_limit)),
-        evals={name: range(count(name, cfg.eval_limit)) for name in cfg.eval_data},
+        train=range(_count(cfg.train_data, cfg.train_limit)),
+        heldout=range(_count(cfg.heldout_data, cfg.heldout_limit)),
+        evals={name: range(_count(name, cfg.eval_limit)) for name in cfg.eval_data},
     )
     shape = model_shape(cfg.model)
     layers = shape[1] if shape else None
@@ -215,6 +209,16 @@ def planned_sizes(cfg: TrainConfig) -> RunSizes:
     return RunSizes.of(
         cfg, counts, fills=fills, uses_head=bool(get_method(cfg.method).USES_HEAD), selects=task_selects(cfg)
     )
+
+
+def _count(name: str, limit: int | None) -> int:
+    from calm_core.data.counts import item_count
+    from calm_core.data.schema import DataError
+
+    count = item_count(name, limit)
+    if count is None:
+        raise DataError(f"The size of `{name}` is known only once the run loads it: set a limit to estimate")
+    return count
 
 
 def task_selects(cfg: TrainConfig) -> bool:
