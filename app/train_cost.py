@@ -30,8 +30,9 @@ def _machine_load() -> MachineLoad:
 
 @st.cache_data(ttl=60, show_spinner="Counting the chosen datasets' items for the time estimate...")
 def _planned_sizes(config_json: str) -> RunSizes:
-    """The run's item counts for its time estimate, kept a minute: they come from reading
-    every chosen dataset, and the page reruns on each widget change."""
+    """The run's item counts for its time estimate, kept a minute: no dataset is loaded
+    (data/counts.py), but a large file's lines are still read, and the page reruns on each
+    widget change."""
     return planned_sizes(TrainConfig.from_dict(json.loads(config_json)))
 
 

@@ -99,16 +99,15 @@ def wait_for(run: Any, timeout_s: float) -> str:
 
 def one_run(label: str, overrides: dict[str, Any], condition: str, root: Path, timeout_s: float) -> dict[str, Any]:
     """Estimate, launch, wait: the row of one run."""
-    from calm_core.runs.rundir import RunDir
-    from calm_core.training.config import TrainConfig
     from calm_core.estimate.predict import estimate_for
-    from calm_core.estimate.record import launch_record
     from calm_core.estimate.rates import read_past_run
     from calm_core.launch import launch_training
+    from calm_core.runs.rundir import RunDir
+    from calm_core.training.config import TrainConfig
 
     cfg = TrainConfig.preset("quick", model="embedded", **DATA, **overrides)
     estimate = estimate_for(cfg, root)
-    record = launch_record(estimate)
+    record = estimate.to_record()
     run, _ = launch_training(cfg, root=root, estimate=record)
     state = wait_for(run, timeout_s)
     if state != "finished":
@@ -163,7 +162,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def table(rows: list[dict[str, Any]], totals: dict[str, Any]) -> str:
     """The markdown tables: one row per run, then the summary."""
-    from calm_core.estimate.record import minutes
+    from calm_core.estimate.text import minutes
 
     lines = [
         "| # | condition | configuration | load avg | others' cores | rates | past runs | likely | range | width "

@@ -32,7 +32,7 @@ def run_config_record(
     """config.json of a run: the TrainConfig, the scoring rule and the environment, the
     opaque tag of the studio session that launched it (access.session_tag; None from the
     CLI), which a shared studio's quota and cancel rule read, and the time estimate made at
-    its launch (estimate.launch_estimate), from which later estimates learn their error.
+    its launch (estimate.predict.launch_estimate), from which later estimates learn their error.
     `launched_from`: the signed-in browser's opaque tag (all its sessions share it), which
     the per-browser quota counts."""
     from calm_core.provenance import environment_record
@@ -75,7 +75,7 @@ def create_run(
     launched_from: str | None = None,
 ) -> RunDir:
     """A new run directory for `cfg`, recording the time estimate made now when the caller
-    did not pass the one it showed (estimate.launch_estimate)."""
+    did not pass the one it showed (estimate.predict.launch_estimate)."""
     from calm_core.estimate.predict import launch_estimate
 
     if estimate is None:
@@ -96,7 +96,8 @@ def launch_training(
     job slot is busy the run waits as `queued` and starts when one frees up. With the
     studio's `access`, a launch past the session's quota or the step budget raises Refused
     before anything is created. `estimate`: the launch record of the estimate the caller
-    showed (estimate_error.launch_record), else one is made here."""
+    showed (Estimate.to_record), else one is made here from the counts the data layer
+    knows (estimate.predict.launch_estimate): no dataset is loaded to launch."""
     from calm_core.runs.jobs import submit, worker_command
 
     if access is not None:

@@ -23,7 +23,8 @@ from calm_core.estimate.error import (
     track_record,
 )
 from calm_core.estimate.machine_load import MachineLoad
-from calm_core.estimate.predict import earliest_stop, estimate_for, estimate_run, likely_steps
+from calm_core.estimate.arithmetic import earliest_stop, estimate_run, likely_steps
+from calm_core.estimate.predict import estimate_for
 from calm_core.estimate.rates import PastRun, Rates, default_rates, rates_from, read_past_run
 from calm_core.io import atomic_write_json
 from calm_core.runs.rundir import RunDir

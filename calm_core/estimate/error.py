@@ -1,27 +1,17 @@
-"""How far the estimate's own figure falls from real runs on this machine: its likely
-value and range, learned from the runs it was made for.
+"""How far the estimate's figure falls from real runs on this machine, learned from the runs
+it was made for: the likely value is the figure times their typical ratio, the range where
+COVER of them fall.
 
     spread = learn_spread(ratios, prior_for(busy, measured_model))   # ratios: actual / figure
     spread.center, spread.low, spread.high                           # multiply the figure
-    record = launch_record(estimate)                                 # config.json `estimate`
 
-Why: an estimate summed from part rates and a load factor is a model, and its error on a
-shared machine is mostly what the rates cannot see (other processes coming and going,
-how the load average counts them, where the calibrated stop ends the run). A range made
-by multiplying worst cases (every part at its slowest, under contention) was hundreds of
-times wide and said nothing. So every launch records the figure it showed (`launch_record`,
-in config.json), and later estimates learn the ratio of real wall time to that figure
-from this machine's finished runs: its centre corrects a steady bias, its spread sets the
-range. Runs beside other processes are learned apart from idle ones, so the range widens
-for load only as far as such runs have actually varied; and estimates made from the
-defaults (a model's first runs) apart from those made from learned rates, which err less:
-a new model's range is not narrowed by the old one's track record.
-
-Before there are enough runs, the ratios start from a prior (PRIORS) set from what
-bench/estimate_accuracy.py measured, worth PRIOR_WEIGHT runs: a few unusual runs move
-it, and many replace it. The range is the central COVER share of a log-normal fit,
-limited to MAX_WIDTH times from end to end; when the runs have varied more than that,
-the limited range is shown and `covered` says how many of them it would have held.
+Every launch records the figure it showed (config.json `estimate`); a finished run's wall
+time over it is one ratio. Runs beside other processes are learned apart from idle ones,
+and estimates from the defaults apart from those from learned rates, which err less. Before
+there are enough runs the ratios start from a prior (PRIORS, from bench/estimate_accuracy.py;
+docs/performance.md) worth PRIOR_WEIGHT runs. The range is the central COVER share of a
+log-normal fit, at most MAX_WIDTH from end to end; `covered` says how many runs a range
+cut to that width holds.
 """
 
 from __future__ import annotations
@@ -29,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 if TYPE_CHECKING:
     from calm_core.estimate.rates import PastRun
@@ -44,22 +34,16 @@ RECORD_VERSION = 1
 
 @dataclass(frozen=True)
 class ErrorPrior:
-    """What the ratio of real wall time to the estimate's figure is before any past run:
-    its median (`center`) and the standard deviation of its logarithm (`sigma`)."""
+    """The ratio of real wall time to the figure before any past run: its median (`center`)
+    and the standard deviation of its logarithm (`sigma`)."""
 
     center: float
     sigma: float
 
 
-# From bench/estimate_accuracy.py (docs/performance.md). Busy: its runs on a machine shared
-# with other jobs at load average 3-5.5 had ratios with a log standard deviation of 0.31
-# while learning and 0.37 from the defaults. Idle: narrower; its idle runs on the quiet
-# machine fell at 0.94-1.18x their likely figure. A model that is not one of the two
-# measured ones (another size, another task's evaluation) starts from the widest range.
-PRIORS = {
-    (False, True): ErrorPrior(1.0, 0.25),
-    (True, True): ErrorPrior(1.0, 0.35),
-}
+# (busy, measured model) -> prior; busy runs varied more (docs/performance.md, "The Train
+# page's time estimate"). A model that was not measured starts from the widest range.
+PRIORS = {(False, True): ErrorPrior(1.0, 0.25), (True, True): ErrorPrior(1.0, 0.35)}
 UNMEASURED_SIGMA = math.log(MAX_WIDTH) / (2 * NormalDist().inv_cdf(0.5 + COVER / 2))
 
 
@@ -71,9 +55,9 @@ def prior_for(busy: bool, measured_model: bool) -> ErrorPrior:
 
 @dataclass(frozen=True)
 class Spread:
-    """The estimate's figure times `center` is the likely duration, times `low` and `high`
-    its range; `runs`: the past runs it learned from (0: the prior alone); `covered`: how
-    many of them fall inside it; `limited`: the runs varied more than MAX_WIDTH allows."""
+    """The figure times `center` is the likely duration, times `low` and `high` its range;
+    `runs`: the past runs learned from (0: the prior alone); `covered`: how many of them fall
+    inside; `limited`: they varied more than MAX_WIDTH allows."""
 
     center: float
     low: float
@@ -84,9 +68,8 @@ class Spread:
 
 
 def learn_spread(ratios: Sequence[float], prior: ErrorPrior, cover: float = COVER) -> Spread:
-    """The spread of `ratios` (real wall time / the figure made at launch) shrunk toward
-    `prior`: the mean and variance of their logarithms with the prior counted as
-    PRIOR_WEIGHT runs, and a prediction interval for the next run holding `cover` of them."""
+    """The mean and variance of the ratios' logarithms with `prior` counted as PRIOR_WEIGHT
+    runs, and a prediction interval for the next run holding `cover` of them."""
     logs = [max(-CLIP, min(CLIP, math.log(r))) for r in ratios if r > 0 and math.isfinite(r)]
     n, k = len(logs), PRIOR_WEIGHT
     mu = (k * math.log(prior.center) + sum(logs)) / (k + n)
@@ -100,8 +83,8 @@ def learn_spread(ratios: Sequence[float], prior: ErrorPrior, cover: float = COVE
 
 
 def spread_for(runs: Iterable[PastRun], busy: bool, measured_model: bool, learned: bool) -> Spread:
-    """The spread learned from the LEARN_RUNS most recent past runs whose launch recorded an
-    estimate like this one: on a machine as busy (or idle), from rates as learned (or not)."""
+    """The spread of the LEARN_RUNS most recent runs whose launch recorded an estimate like
+    this one: on a machine as busy (or idle), from rates as learned (or not)."""
     kind = rates_kind(learned)
     ratios = [ratio for run in runs if (ratio := recorded_ratio(run, busy, kind)) is not None][:LEARN_RUNS]
     return learn_spread(ratios, prior_for(busy, measured_model))
@@ -112,19 +95,20 @@ def rates_kind(learned: bool) -> str:
     return "learned" if learned else "defaults"
 
 
+def _recorded(run: PastRun) -> dict[str, Any] | None:
+    """The run's launch record when it has one of this version and a wall time to judge."""
+    ok = run.wall_s is not None and run.record and run.record.get("version") == RECORD_VERSION
+    return run.record if ok else None
+
+
 def recorded_ratio(run: PastRun, busy: bool | None = None, rates: str | None = None) -> float | None:
-    """A past run's real wall time over the figure recorded at its launch (None without
-    both, or when its launch was on a machine of another condition than `busy`, or its
-    estimate came from other `rates` than asked)."""
-    record = run.record
-    if run.wall_s is None or not record or record.get("version") != RECORD_VERSION:
+    """A past run's wall time over the figure recorded at its launch; None without both, or
+    when its launch was on a machine of another condition than `busy`, or from other `rates`."""
+    record = _recorded(run)
+    figure = record.get("figure_s") if record else None
+    if record is None or not isinstance(figure, (int, float)) or figure <= 0:
         return None
-    figure = record.get("figure_s")
-    if not isinstance(figure, (int, float)) or figure <= 0:
-        return None
-    if busy is not None and bool(record.get("busy")) != busy:
-        return None
-    if rates is not None and record.get("rates") != rates:
+    if (busy is not None and bool(record.get("busy")) != busy) or (rates is not None and record.get("rates") != rates):
         return None
     return run.wall_s / figure
 
@@ -139,18 +123,13 @@ class TrackRecord:
 
 
 def track_record(runs: Iterable[PastRun], most: int = LEARN_RUNS) -> TrackRecord | None:
-    """The `most` most recent runs' record against the range shown at their launch; None
-    when no run recorded one."""
-    inside = total = 0
-    for run in runs:
-        record = run.record
-        if run.wall_s is None or not record or record.get("version") != RECORD_VERSION:
-            continue
-        low, high = record.get("low_s"), record.get("high_s")
-        if not isinstance(low, (int, float)) or not isinstance(high, (int, float)):
-            continue
-        total += 1
-        inside += low <= run.wall_s <= high
-        if total >= most:
-            break
-    return TrackRecord(inside, total) if total else None
+    """The `most` most recent runs against the range shown at their launch; None when no
+    run recorded one."""
+    judged = [
+        (record["low_s"], run.wall_s, record["high_s"])
+        for run in runs
+        if (record := _recorded(run)) is not None
+        and isinstance(record.get("low_s"), (int, float))
+        and isinstance(record.get("high_s"), (int, float))
+    ][:most]
+    return TrackRecord(sum(low <= wall <= high for low, wall, high in judged), len(judged)) if judged else None

@@ -1,21 +1,12 @@
-"""How busy the machine is now, and how many times an idle machine's time a run takes at that load.
+"""How busy the machine is now, and how many times an idle machine's time a job takes at that load.
 
-The time estimate (estimate/predict.py) scales idle-machine rates by this load, and
-the rates learned from past runs (estimate/rates.py) are divided by the load
-each run was launched (else started) under; both use this one rule.
-
-Other processes' demand is the number of threads they have ready to run, sampled over a
-moment (`sample_running`, from /proc/loadavg); where that cannot be read, the 1-minute load
-average stands in. The load average alone misleads twice: it lags (a minute after a busy
-process stops it still counts most of it), and the estimate would then assume a slowdown
-that is over. The rule is the fair share of a job's threads: a job with `threads` threads
-beside that demand wants `demand + threads` cores; past the machine's cores every thread
-gets `cores / (demand + threads)` of one, so the job takes `(demand + threads) / cores`
-times as long. A job on one thread of two cores is not slowed by one other busy process
-(bench/threads.py measured the same step time alone and beside one). How far real runs
-fall from this figure, idle and busy, is not assumed here: it is learned from this
-machine's past runs (estimate/error.py), and before there are any, taken from
-what bench/estimate_accuracy.py measured.
+Other processes' demand is their threads ready to run, sampled over a moment
+(`sample_running`, /proc/loadavg), else the 1-minute load average, which lags: a minute
+after a busy process stops it still counts most of it. A job on `threads` threads beside
+that demand gets its fair share of the cores, so it takes `(demand + threads) / cores`
+times as long, at least 1: a job on one thread of two cores is not slowed by one other busy
+process (bench/threads.py). The estimate scales idle rates up by this factor, and the rates
+learned from past runs are scaled down by the factor of the load each ran under.
 """
 
 from __future__ import annotations
@@ -91,7 +82,7 @@ class MachineLoad:
         )
 
     def to_record(self) -> dict[str, float | int | None]:
-        """The launch record's fields (estimate_error.launch_record)."""
+        """The launch record's fields (Estimate.to_record)."""
         return {"load_average": self.load_average, "cpus": self.cpus, "running": self.running}
 
     @classmethod

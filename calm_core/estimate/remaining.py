@@ -5,14 +5,12 @@ run's own pace is measured, then that pace; during the final evaluation, its own
     left.seconds, left.basis          # 140.0, "estimate" (or "measured", "final", "none")
     remaining_text(left)              # "about 2.3 min left (launch estimate)"
 
-Why: the pace of the first steps is not the run's. Step 1's record counts step
-0's full evaluation (metrics.jsonl's `elapsed` runs from the loop's start), so a pace taken
-from steps 0 and 1 said "about 5.0 min left" at four times the truth. The launch estimate
-(config.json's `estimate`, estimate/predict.py) already counts the evaluations and the
-final evaluation, so it speaks until MEASURED_STEPS step-to-step intervals from step 1 on
-give the run's own pace. And once the steps are over (the calibrated stop may end a run
-early), the final evaluation is not "0.8 min left" of steps that will never run: its own
-progress is status.json's `final` (training/tasks/mcqa.py writes it per set and variant).
+The first steps' pace is not the run's: step 1's record counts step 0's full evaluation
+(metrics.jsonl's `elapsed` runs from the loop's start). So the launch estimate (config.json's
+`estimate`), which counts the evaluations and the final evaluation, speaks until
+MEASURED_STEPS step-to-step intervals from step 1 on give the run's own pace. Once the
+steps are over (the calibrated stop may end a run early), the final evaluation's own
+progress is status.json's `final` (written per set and variant).
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from calm_core.estimate.record import minutes
+from calm_core.estimate.text import minutes
 from calm_core.runs.state import FINAL_PHASE
 
 MEASURED_STEPS = 3  # step-to-step intervals, from step 1 on, before the run's own pace is trusted

@@ -11,8 +11,17 @@ could print the same lines.
 
 from __future__ import annotations
 
+from calm_core.estimate.arithmetic import Estimate
 from calm_core.estimate.error import COVER, MAX_WIDTH
-from calm_core.estimate.record import Estimate, minutes, span
+
+
+def minutes(seconds: float) -> str:
+    """`41 s` under two minutes, else `7.6 min`."""
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+
+
+def span(low: float, high: float) -> str:
+    return f"{minutes(low)} to {minutes(high)}"
 
 
 def headline(estimate: Estimate) -> str:

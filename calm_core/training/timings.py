@@ -6,12 +6,11 @@
     times.add_evaluation(step=0, kind="full", items=sizes.evaluation_items("full"), seconds=1.2)
     run.update_status(timings=times.to_dict())         # status.json `timings`
 
-Why: a time estimate that counts only training steps fell far short on a busy
-machine: model load, the frozen-layer fill and the evaluations took most of the run.
-So every run records each part's wall seconds with the item counts that drive it, and
-the load average and cores it started under; workspace/estimate(_rates).py learns per-item
-rates from these records and scales them by the load it sees now. The record covers
-the run's last (re)start: a resumed run loads and fills again, and says so here.
+Model load, the frozen-layer fill and the evaluations can take most of a run, so every run
+records each part's wall seconds with the item counts that drive it, and the load average
+and cores it started under; the estimate (calm_core/estimate/rates.py) learns idle-machine
+rates from these records. The record covers the run's last (re)start: a resumed run loads
+and fills again, and says so here.
 """
 
 from __future__ import annotations
@@ -27,8 +26,8 @@ SCALAR_PARTS = ("load", "fill", "final")  # parts timed once per (re)start; step
 
 @dataclass(frozen=True)
 class RunSizes:
-    """The item counts that set a run's cost, known before it starts (from the datasets
-    and the config) and recorded with its timings. `fill`: items whose frozen layers the
+    """The item counts that set a run's cost, known before it starts (from the datasets'
+    counts and the config) and recorded with its timings. `fill`: items whose frozen layers the
     run caches before step 1 (0 when it caches none); `probe`: the calibrated stop's S_T
     items, read at every evaluation (0 when the stop is off); `final_variants`: the
     variants the final evaluation runs forwards for on each evaluation set; `step_work`:
