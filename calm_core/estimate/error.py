@@ -95,22 +95,23 @@ def rates_kind(learned: bool) -> str:
     return "learned" if learned else "defaults"
 
 
-def _recorded(run: PastRun) -> dict[str, Any] | None:
-    """The run's launch record when it has one of this version and a wall time to judge."""
-    ok = run.wall_s is not None and run.record and run.record.get("version") == RECORD_VERSION
-    return run.record if ok else None
+def _recorded(run: PastRun) -> tuple[dict[str, Any], float] | None:
+    """(launch record, wall seconds) when the run has a record of this version and a wall time."""
+    if run.wall_s is None or not run.record or run.record.get("version") != RECORD_VERSION:
+        return None
+    return run.record, run.wall_s
 
 
 def recorded_ratio(run: PastRun, busy: bool | None = None, rates: str | None = None) -> float | None:
     """A past run's wall time over the figure recorded at its launch; None without both, or
     when its launch was on a machine of another condition than `busy`, or from other `rates`."""
-    record = _recorded(run)
-    figure = record.get("figure_s") if record else None
-    if record is None or not isinstance(figure, (int, float)) or figure <= 0:
+    record, wall = _recorded(run) or ({}, 0.0)
+    figure = record.get("figure_s")
+    if not isinstance(figure, (int, float)) or figure <= 0:
         return None
     if (busy is not None and bool(record.get("busy")) != busy) or (rates is not None and record.get("rates") != rates):
         return None
-    return run.wall_s / figure
+    return wall / figure
 
 
 @dataclass(frozen=True)
@@ -126,10 +127,8 @@ def track_record(runs: Iterable[PastRun], most: int = LEARN_RUNS) -> TrackRecord
     """The `most` most recent runs against the range shown at their launch; None when no
     run recorded one."""
     judged = [
-        (record["low_s"], run.wall_s, record["high_s"])
-        for run in runs
-        if (record := _recorded(run)) is not None
-        and isinstance(record.get("low_s"), (int, float))
-        and isinstance(record.get("high_s"), (int, float))
+        (record["low_s"], wall, record["high_s"])
+        for record, wall in filter(None, map(_recorded, runs))
+        if isinstance(record.get("low_s"), (int, float)) and isinstance(record.get("high_s"), (int, float))
     ][:most]
     return TrackRecord(sum(low <= wall <= high for low, wall, high in judged), len(judged)) if judged else None

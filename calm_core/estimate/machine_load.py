@@ -15,6 +15,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 BUSY_LOAD = 0.5  # other processes' demand under this many cores is an idle machine
 SAMPLES, SAMPLE_GAP_S = 12, 0.025  # how the demand is sampled: a moment, not a minute
@@ -86,7 +87,7 @@ class MachineLoad:
         return {"load_average": self.load_average, "cpus": self.cpus, "running": self.running}
 
     @classmethod
-    def from_record(cls, record: dict) -> "MachineLoad | None":
+    def from_record(cls, record: dict[str, Any]) -> "MachineLoad | None":
         """The load a launch recorded, None when it recorded none."""
         try:
             running = record.get("running")

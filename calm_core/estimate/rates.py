@@ -11,13 +11,13 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 from calm_core.estimate.machine_load import MachineLoad
 from calm_core.runs.listing import list_runs
 from calm_core.runs.rundir import RunDir
 from calm_core.training.config import TrainConfig
-from calm_core.training.timings import PhaseTimes
+from calm_core.training.timings import PhaseTimes, RunSizes
 
 LEARN_FROM = 3  # the most recent finished runs of the same model, task and scoring rule
 READ_AT_MOST = 40  # finished runs read per estimate (the rates' and the error's together)
@@ -96,10 +96,10 @@ class PastRun:
     its wall time from the job's start to its end (None when unknown or resumed), the
     estimate recorded at its launch, and its torch threads."""
 
-    train: dict
+    train: dict[str, Any]
     timings: PhaseTimes | None
     wall_s: float | None
-    record: dict | None
+    record: dict[str, Any] | None
     threads: int
 
     @property
@@ -129,7 +129,7 @@ class PastRun:
         return key == (cfg.model, cfg.task, cfg.scoring)
 
 
-def wall_seconds(status: dict) -> float | None:
+def wall_seconds(status: dict[str, Any]) -> float | None:
     """A finished run's job start (else creation) to its end; None for a resumed run (its
     stamps cover the last start only) or a record without the stamps."""
     if status.get("state") != "finished" or status.get("resumed_from"):
@@ -177,17 +177,25 @@ def _median(values: Iterable[float | None], fallback: float) -> float:
     return statistics.median(kept) if kept else fallback
 
 
+def _timed(runs: list[PastRun]) -> list[tuple[PastRun, PhaseTimes, RunSizes]]:
+    """The runs whose timings can teach rates: sizes, a total and at least one step."""
+    return [
+        (r, r.timings, r.timings.sizes)
+        for r in runs
+        if r.timings is not None and r.timings.sizes is not None and r.timings.total_s is not None and r.timings.steps
+    ]
+
+
 def rates_from(runs: list[PastRun], source: str) -> Rates | None:
     """Idle-machine rates from past runs' timings (medians; the evaluations a line through
     their sizes); None without any usable record."""
-    usable = [r for r in runs if r.timings and r.timings.sizes and r.timings.total_s is not None and r.timings.steps]
-    if not usable:
+    times = _timed(runs)
+    if not times:
         return None
     default = DEFAULTS[-1][1]
-    times = [(r, r.timings, r.timings.sizes) for r in usable]
     fixed, per_item = _linear_fit([(e.items, r.idle(e.seconds)) for r, t, _ in times for e in t.evaluations])
     return Rates(
-        startup_s=_median((r.idle(r.startup_s) if r.startup_s else None for r in usable), default.startup_s),
+        startup_s=_median((r.idle(r.startup_s) if r.startup_s else None for r, _, _ in times), default.startup_s),
         load_s=_median((r.idle(t.load_s or 0.0) for r, t, _ in times), default.load_s),
         fill_per_item=_median(
             (r.idle(t.fill_s) / z.fill for r, t, z in times if t.fill_s and z.fill), default.fill_per_item
