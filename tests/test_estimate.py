@@ -5,6 +5,7 @@ later estimates can learn from it. No assertion here depends on how fast anythin
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from pathlib import Path
@@ -24,7 +25,7 @@ from calm_core.estimate.error import (
 )
 from calm_core.estimate.machine_load import MachineLoad
 from calm_core.estimate.arithmetic import earliest_stop, estimate_run, likely_steps
-from calm_core.estimate.predict import estimate_for
+from calm_core.estimate.predict import estimate_for, launch_estimate, planned_sizes
 from calm_core.estimate.rates import PastRun, Rates, default_rates, rates_from, read_past_run
 from calm_core.io import atomic_write_json
 from calm_core.runs.rundir import RunDir
@@ -101,6 +102,21 @@ def test_the_calibrated_stop_counts_a_likely_step_between_the_earliest_and_the_l
     assert estimate.part("steps").seconds == pytest.approx(15 * 20 * 0.05)
     assert estimate.early < estimate.likely
     assert "about 15 of up to 40 steps" in estimate.steps_note() and "from step 6" in estimate.steps_note()
+
+
+def test_the_counts_come_without_loading_and_a_size_only_loading_tells_gives_no_estimate(tmp_path: Path) -> None:
+    """A built-in set is counted by its generator; a hub set has no known size until the run
+    loads it: no estimate then (the launch records none) unless a limit bounds it."""
+    cfg = TrainConfig.preset("quick", method="sft", train_limit=30, eval_data=("builtin/units/test",))
+    from calm_core.data.catalog import load_dataset
+
+    sizes = planned_sizes(cfg)
+    loaded = (len(load_dataset(name, limit=100).items) for name in ("builtin/capitals/validation", "builtin/units/test"))
+    assert (sizes.heldout, sizes.evals) == tuple(loaded)
+    hub = TrainConfig.preset("quick", method="sft", heldout_data="hf:someone/quiz:validation", heldout_limit=None)
+    assert launch_estimate(hub, tmp_path) is None
+    bounded = launch_estimate(dataclasses.replace(hub, heldout_limit=40), tmp_path)
+    assert bounded is not None and bounded["figure_s"] > 0
 
 
 # ---------------------------------------------------------------------------- the learned error
