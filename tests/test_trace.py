@@ -118,6 +118,7 @@ def test_launching_loads_no_dataset(tiny_model_dir: Path, tmp_path: Path, monkey
         train_limit=8,
     )
     (run, _), record = walk(lambda: launch_training(cfg, root=tmp_path / "runs"))
+    print(f"launch_training: {len(record.stays)} stays in {len(record.rooms)} modules")
     try:
         assert data_loading(record) == set(), sorted(data_loading(record))
         assert run.config["estimate"]["figure_s"] > 0  # the estimate was made, from counts
