@@ -15,6 +15,7 @@ import streamlit as st
 from app.state import describe_error
 from calm_core.data.schema import DataError
 from calm_core.estimate import text as estimate_text
+from calm_core.estimate.arithmetic import Estimate
 from calm_core.estimate.machine_load import MachineLoad
 from calm_core.estimate.predict import estimate_for, planned_sizes
 from calm_core.training.config import TrainConfig
@@ -36,10 +37,11 @@ def _planned_sizes(config_json: str) -> RunSizes:
     return planned_sizes(TrainConfig.from_dict(json.loads(config_json)))
 
 
-def cost(cfg: TrainConfig) -> None:
+def cost(cfg: TrainConfig) -> Estimate | None:
     """Section 4's figures: the steps and the time the run will take, before anything is
     launched: one likely duration and the range runs like it fall into, the breakdown in
-    an expander (no estimate, and why, when a dataset cannot be read)."""
+    an expander (no estimate, and why, when a dataset's size cannot be known). Returns the
+    estimate shown, which a launch records."""
     st.subheader("4. Cost and launch")
     try:
         sizes = _planned_sizes(json.dumps(cfg.to_dict(), sort_keys=True))
@@ -50,7 +52,7 @@ def cost(cfg: TrainConfig) -> None:
     c1, c2 = st.columns(2)
     c1.metric("Steps", cfg.steps)
     if estimate is None:
-        return
+        return None
     c2.metric(
         "Estimated time",
         estimate_text.headline(estimate),
@@ -64,3 +66,4 @@ def cost(cfg: TrainConfig) -> None:
         st.dataframe(pd.DataFrame(estimate_text.part_rows(estimate)), hide_index=True, width="stretch")
         early = estimate_text.early_sentence(estimate)
         st.caption((f"{early} " if early else "") + estimate_text.parts_note(estimate))
+    return estimate

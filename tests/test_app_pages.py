@@ -58,7 +58,11 @@ def _wait_finished(timeout_s: float = 240.0) -> str:
     raise AssertionError(f"the job did not finish in {timeout_s} s: {[(r.run_id, r.state, r.reason) for r in list_runs()]}")
 
 
-def test_train_launches_a_job_then_monitor_compare_and_playground_show_it(open_page, tiny_everywhere, tiny_model_dir) -> None:
+def test_train_launches_a_job_then_monitor_compare_and_playground_show_it(open_page, tiny_everywhere, tiny_model_dir,
+                                                                          monkeypatch) -> None:
+    from calm_core.estimate import predict
+
+    monkeypatch.setattr(predict, "launch_estimate", lambda cfg, root=None: None)  # only the page's own can be recorded
     at = open_page("views/train.py")
     at.radio(key="train_model_kind").set_value("local directory").run()
     at.text_input(key="train_model_name").set_value(str(tiny_model_dir)).run()
@@ -76,11 +80,14 @@ def test_train_launches_a_job_then_monitor_compare_and_playground_show_it(open_p
     at.button(key="train_launch").click().run()
     assert not at.exception, at.exception
     assert at.success and "Run `" in at.success[0].value
+    shown = next(m.value for m in at.metric if m.label == "Estimated time")
     run_id = _wait_finished()
+    from calm_core.estimate.text import minutes
     from calm_core.runs.rundir import RunDir
 
     run = RunDir.at(run_id)
     assert run.config["train"]["select_patience"] == 3 and run.config["train"]["threads"] == 1
+    assert minutes(run.config["estimate"]["likely_s"]) == shown  # the run records the estimate the page showed
     assert run.status["threads"] == {"threads": 1, "why": "set (threads)"}
     for page in PAGES:  # every page, now with a finished run in the workspace
         at = open_page(page)

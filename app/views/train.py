@@ -23,6 +23,7 @@ from calm_core.access.rules import Access, PathRefused, confine_model_name, laun
 from calm_core.calibration.head import scope_note, scopes_for
 from calm_core.calibration.recommend import ALL_LABELLED, HELDOUT_ONLY
 from calm_core.data.entries import list_datasets
+from calm_core.estimate.arithmetic import Estimate
 from calm_core.generative.sampling import GenerationConfig
 from calm_core.glossary import define, tooltip
 from calm_core.launch import active_runs, launch_training
@@ -363,10 +364,11 @@ def build_config(
         st.stop()
 
 
-def launch(cfg: TrainConfig, evals: list[str], access: Access) -> None:
+def launch(cfg: TrainConfig, evals: list[str], access: Access, shown: Estimate | None) -> None:
     """The Launch button, off without evaluation sets, or in a shared studio past this
     session's, browser's or server's queue quota or the per-run step budget (access.launch_refusal, said in one
-    line); a launched run becomes the Monitor's choice, with a link to it."""
+    line); a launched run becomes the Monitor's choice, with a link to it. The run records
+    the estimate `shown` above (its error is learned against what the page said)."""
     session, browser = this_session(), this_browser()
     refusal = launch_refusal(access, cfg.steps, active_runs(access, session, browser))
     if refusal:
@@ -376,7 +378,8 @@ def launch(cfg: TrainConfig, evals: list[str], access: Access) -> None:
     ):
         return
     try:
-        run, started = launch_training(cfg, launched_by=session, access=access, launched_from=browser)
+        record = shown.to_record() if shown is not None else None
+        run, started = launch_training(cfg, launched_by=session, access=access, launched_from=browser, estimate=record)
     except Exception as exc:
         st.error(describe_error(exc))
         return
@@ -422,6 +425,6 @@ choice = choose_method(task)
 generation = choose_generation(task, choice.preset) if task == "openqa" else None
 cfg = build_config(task, model, data, choice, generation, advanced_settings(task, choice))
 heldout_advice(advice_slot, cfg, offer_kfold=task != "openqa")
-cost(cfg)
-launch(cfg, data.evals, access)
+shown = cost(cfg)
+launch(cfg, data.evals, access, shown)
 queue()
