@@ -1,3 +1,3 @@
-"""How long a run will take: its parts from measured rates (predict, rates), the error
-learned from past runs (error), the words the pages show (text) and the time left of a
-running job (remaining)."""
+"""How long a run will take, before it exists: predict gathers a config's item counts, rates,
+load and learned error; arithmetic sums the parts; rates and error learn from this machine's
+finished runs; text words it; remaining is a running job's time left."""
