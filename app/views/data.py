@@ -291,8 +291,12 @@ def split_section() -> None:
         "test split",
     )
     names = [e.name for e in list_datasets() if e.kind in ("mc", "open")]
-    source = st.selectbox("Dataset", names, key=DATA_SPLIT_SOURCE)
-    if source is not None:
+    # No dataset until one is chosen or an upload is saved: a first entry picked for the reader
+    # showed a built-in set's plan under a failed upload, as if it were the upload's (issue 40).
+    source = st.selectbox("Dataset", names, index=None, placeholder="Choose a dataset to split", key=DATA_SPLIT_SOURCE)
+    if source is None:
+        st.caption("Save an upload above, or choose a dataset: its parts' sizes and the advice on S_V show here.")
+    else:
         _split_form(source)
     _saved_split()
 
@@ -388,7 +392,8 @@ def catalog(entries: list[DatasetEntry]) -> None:
     )
     families = ["builtin", "shared", "upload", "split"]
     sources = st.multiselect("Show", families, default=families, key="data_sources")
-    st.dataframe(table[table["source"].isin(sources)] if len(table) else table, hide_index=True, width="stretch")
+    with st.container(key="data_catalog"):  # keyed: the browser walk measures the table's width in it
+        st.dataframe(table[table["source"].isin(sources)] if len(table) else table, hide_index=True, width="stretch")
 
 
 def delete_section(entries: list[DatasetEntry]) -> None:
