@@ -51,6 +51,17 @@ ROW_NUMBERS = (
 )
 SPLIT_PERCENT = {"train": 60, "heldout": 20, "test": 20}  # default part sizes, % of the dataset
 PART_TERMS = {"train": "S_T", "heldout": "S_V", "test": "test split"}  # each part's glossary entry
+# The catalog's columns in pixels, together under the page's width at 1280 px: sized by their
+# content, the description ran past the table's right edge (issue 40). Its text wraps instead,
+# which the data grid allows only in rows taller than 4rem (64 px): three lines of text.
+CATALOG_COLUMNS = {
+    "name": st.column_config.TextColumn(width=250),
+    "kind": st.column_config.TextColumn(width=50),
+    "source": st.column_config.TextColumn(width=65),
+    "items": st.column_config.NumberColumn(width=60),
+    "description": st.column_config.TextColumn(width=360),
+}
+CATALOG_ROW_PX = 66
 
 
 def _problem(exc: Exception) -> str:
@@ -393,7 +404,13 @@ def catalog(entries: list[DatasetEntry]) -> None:
     families = ["builtin", "shared", "upload", "split"]
     sources = st.multiselect("Show", families, default=families, key="data_sources")
     with st.container(key="data_catalog"):  # keyed: the browser walk measures the table's width in it
-        st.dataframe(table[table["source"].isin(sources)] if len(table) else table, hide_index=True, width="stretch")
+        st.dataframe(
+            table[table["source"].isin(sources)] if len(table) else table,
+            hide_index=True,
+            width="stretch",
+            column_config=CATALOG_COLUMNS,
+            row_height=CATALOG_ROW_PX,
+        )
 
 
 def delete_section(entries: list[DatasetEntry]) -> None:
