@@ -113,7 +113,7 @@ def variant_colors(names: Sequence[str]) -> dict[str, str]:
 
 
 SELECTED_LABEL = "selected"  # the calibrated stop's step (training/selection.py) on every curve
-SELECTED_SYMBOL = "star"
+SELECTED_SYMBOL = "star-open"  # hollow: a step that kept the base model sits on base's marker, which must show
 
 
 def line_figure(
@@ -257,7 +257,7 @@ def tradeoff_figure(
                 y=[acc[j]],
                 mode="markers",
                 name=f"{SELECTED_LABEL} (step {selected_step}) · {name}",
-                marker=dict(color=color, size=16, symbol=SELECTED_SYMBOL, line=dict(color="black", width=1)),
+                marker=dict(color=color, size=18, symbol=SELECTED_SYMBOL, line=dict(color=color, width=2.5)),
                 hovertemplate=f"selected: step {selected_step}<br>ECE %{{x:.3f}}<br>acc %{{y:.3f}}<extra></extra>",
             )
         for variant, (ref_ece, ref_acc) in (references or {}).get(name, {}).items():

@@ -144,6 +144,11 @@ def test_tradeoff_reference_markers_stay_visible_where_two_variants_meet() -> No
     symbols = [m.symbol for m in markers.values()]
     assert len(set(symbols)) == len(shared), symbols  # distinct shapes
     assert all(s.endswith("-open") and m.line.width >= 1 for s, m in zip(symbols, markers.values())), symbols
+    # A run whose selected step kept the base model: its star sits on base's marker, and both show.
+    kept = tradeoff_figure({"test": ([0, 10], [point[1], 0.5], [point[0], 0.3])}, {"test": {"base": point}},
+                           selected_step=0)
+    there = [t.marker for t in kept.data if t.mode == "markers" and (t.x[0], t.y[0]) == point]
+    assert len(there) == 2 and all(m.symbol.endswith("-open") for m in there), there
     key = reference_key(variant_names(shared))
     for symbol, (name, shown) in zip(symbols, variant_names(shared).items()):
         word = symbol.removesuffix("-open").removeprefix("x-thin").split("-")[0] or "x"
