@@ -270,7 +270,8 @@ def tradeoff_figure(
                 showlegend=True,
                 marker=dict(
                     color=color,
-                    size=12,
+                    # base's x is larger: its arms reach past the star of a run that kept base (step 0)
+                    size=20 if variant == "base" else 12,
                     symbol=REFERENCE_SYMBOLS.get(variant, OTHER_REFERENCE)[0],
                     line=dict(color=color, width=2),
                 ),
