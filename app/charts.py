@@ -113,7 +113,7 @@ def variant_colors(names: Sequence[str]) -> dict[str, str]:
 
 
 SELECTED_LABEL = "selected"  # the calibrated stop's step (training/selection.py) on every curve
-SELECTED_SYMBOL = "star"
+SELECTED_SYMBOL = "star-open"  # hollow: a step that kept the base model sits on base's marker, which must show
 
 
 def line_figure(
@@ -200,7 +200,23 @@ def alpha_bars(values: Sequence[float], labels: Sequence[str], step: int, name: 
     return frame(fig, f"{name} at step {step}", 210, columns=2, x_title=False, legend=False)
 
 
-REFERENCE_SYMBOLS = {"base": "x", "ts": "diamond"}
+# Each reference variant's marker on the trade-off chart and its word in the caption. Hollow and
+# distinct: two variants at one point (vector scaling that barely moves base) both stay visible,
+# where filled markers of one size let the last drawn hide the other (issue 40).
+REFERENCE_SYMBOLS = {
+    "base": ("x-thin-open", "x"),
+    "ts": ("diamond-open", "diamond"),
+    "vs": ("square-open", "square"),
+    "ats": ("triangle-up-open", "triangle"),
+    "thermometer": ("hexagon-open", "hexagon"),
+}
+OTHER_REFERENCE = ("pentagon-open", "pentagon")
+
+
+def reference_key(names: Mapping[str, str]) -> str:
+    """The caption's key to the reference markers: "x: the model as it is, diamond: ..."
+    for the variants in `names` (variant -> the name a person reads), in the chart's words."""
+    return ", ".join(f"{REFERENCE_SYMBOLS.get(v, OTHER_REFERENCE)[1]}: {shown}" for v, shown in names.items())
 
 
 def tradeoff_figure(
@@ -211,10 +227,11 @@ def tradeoff_figure(
 ) -> go.Figure:
     """ECE (x) against accuracy (y) as a path over training, one per evaluation set;
     the first point is hollow, the last filled: left is better calibrated, up is more
-    accurate. `references` ({set: {"base" | "ts": (ece, acc)}}) adds the untouched model
-    (x) and temperature scaling (diamond) in the set's colour: a run that ends left of
-    TS but below base has traded accuracy for its ECE. `selected_step` adds a star on
-    each path at that step (where the run's model is from), when the path has it. Two
+    accurate. `references` ({set: {"base" | "ts" | ...: (ece, acc)}}) adds the untouched
+    model and each post-hoc calibrator as a hollow marker of its own (REFERENCE_SYMBOLS) in
+    the set's colour: a run that ends left of TS but below base has traded accuracy for its ECE.
+    `selected_step` adds a star on each path at that step (where the run's model is from),
+    when the path has it. Two
     data-less legend entries say what the open and the filled markers are. `names` gives
     a variant's name in full for the legend ("temperature scaling")."""
     fig = go.Figure()
@@ -240,7 +257,7 @@ def tradeoff_figure(
                 y=[acc[j]],
                 mode="markers",
                 name=f"{SELECTED_LABEL} (step {selected_step}) · {name}",
-                marker=dict(color=color, size=16, symbol=SELECTED_SYMBOL, line=dict(color="black", width=1)),
+                marker=dict(color=color, size=18, symbol=SELECTED_SYMBOL, line=dict(color=color, width=2.5)),
                 hovertemplate=f"selected: step {selected_step}<br>ECE %{{x:.3f}}<br>acc %{{y:.3f}}<extra></extra>",
             )
         for variant, (ref_ece, ref_acc) in (references or {}).get(name, {}).items():
@@ -251,7 +268,13 @@ def tradeoff_figure(
                 mode="markers",
                 name=f"{shown} · {name}",
                 showlegend=True,
-                marker=dict(color=color, size=11, symbol=REFERENCE_SYMBOLS.get(variant, "square")),
+                marker=dict(
+                    color=color,
+                    # base's x is larger: its arms reach past the star of a run that kept base (step 0)
+                    size=20 if variant == "base" else 12,
+                    symbol=REFERENCE_SYMBOLS.get(variant, OTHER_REFERENCE)[0],
+                    line=dict(color=color, width=2),
+                ),
                 hovertemplate=f"{html.escape(shown)}<br>ECE %{{x:.3f}}<br>acc %{{y:.3f}}<extra></extra>",
             )
     for label, symbol in (("first evaluation (open)", "circle-open"), ("last evaluation (filled, larger)", "circle")):

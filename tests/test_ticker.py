@@ -80,6 +80,17 @@ def test_setup_runs_every_install_under_the_ticker() -> None:
     assert len(installs) >= 6 and all("ticking " in line for line in installs), installs
 
 
+def test_the_floors_job_ticks_through_the_same_ticker() -> None:
+    """scripts/test_floors.sh had its own heartbeat loop, a second copy of the rule: its pip
+    stages and its tests now go through scripts/ticker.sh's `ticking`, with no loop of its own."""
+    text = (ROOT / "scripts" / "test_floors.sh").read_text()
+    assert "source scripts/ticker.sh" in text and "TICK_PREFIX=floors" in text
+    assert not re.search(r"\bsleep\b|kill -0", text), "a heartbeat loop of its own"
+    logical = text.replace("\\\n", " ").splitlines()
+    steps = [line for line in logical if re.search(r"\bquiet_pip install|-m venv|-m pytest", line)]
+    assert len(steps) >= 6 and all("ticking " in line for line in steps), steps
+
+
 def test_a_long_python_step_says_a_line_every_tick_with_its_progress() -> None:
     said: list[tuple[float, str]] = []
     start = time.monotonic()

@@ -414,5 +414,6 @@ which_model(chosen)
 frame = metrics_table(chosen, view)
 downloads(frame, figures, view.dataset)
 evaluate_more(chosen)
-selective_section(chosen.ids, chosen.labels)
+with st.container(key="compare_selective"):  # keyed: the story walk reads its threshold and table
+    selective_section(chosen.ids, chosen.labels)
 share(chosen)

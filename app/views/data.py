@@ -51,6 +51,17 @@ ROW_NUMBERS = (
 )
 SPLIT_PERCENT = {"train": 60, "heldout": 20, "test": 20}  # default part sizes, % of the dataset
 PART_TERMS = {"train": "S_T", "heldout": "S_V", "test": "test split"}  # each part's glossary entry
+# The catalog's columns in pixels, together under the page's width at 1280 px: sized by their
+# content, the description ran past the table's right edge (issue 40). Its text wraps instead,
+# which the data grid allows only in rows taller than 4rem (64 px): three lines of text.
+CATALOG_COLUMNS = {
+    "name": st.column_config.TextColumn(width=250),
+    "kind": st.column_config.TextColumn(width=50),
+    "source": st.column_config.TextColumn(width=65),
+    "items": st.column_config.NumberColumn(width=60),
+    "description": st.column_config.TextColumn(width=360),
+}
+CATALOG_ROW_PX = 66
 
 
 def _problem(exc: Exception) -> str:
@@ -291,8 +302,12 @@ def split_section() -> None:
         "test split",
     )
     names = [e.name for e in list_datasets() if e.kind in ("mc", "open")]
-    source = st.selectbox("Dataset", names, key=DATA_SPLIT_SOURCE)
-    if source is not None:
+    # No dataset until one is chosen or an upload is saved: a first entry picked for the reader
+    # showed a built-in set's plan under a failed upload, as if it were the upload's (issue 40).
+    source = st.selectbox("Dataset", names, index=None, placeholder="Choose a dataset to split", key=DATA_SPLIT_SOURCE)
+    if source is None:
+        st.caption("Save an upload above, or choose a dataset: its parts' sizes and the advice on S_V show here.")
+    else:
         _split_form(source)
     _saved_split()
 
@@ -388,7 +403,14 @@ def catalog(entries: list[DatasetEntry]) -> None:
     )
     families = ["builtin", "shared", "upload", "split"]
     sources = st.multiselect("Show", families, default=families, key="data_sources")
-    st.dataframe(table[table["source"].isin(sources)] if len(table) else table, hide_index=True, width="stretch")
+    with st.container(key="data_catalog"):  # keyed: the browser walk measures the table's width in it
+        st.dataframe(
+            table[table["source"].isin(sources)] if len(table) else table,
+            hide_index=True,
+            width="stretch",
+            column_config=CATALOG_COLUMNS,
+            row_height=CATALOG_ROW_PX,
+        )
 
 
 def delete_section(entries: list[DatasetEntry]) -> None:

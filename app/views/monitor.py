@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from app.charts import alpha_bars, alpha_heatmap, line_figure, tradeoff_figure
+from app.charts import alpha_bars, alpha_heatmap, line_figure, reference_key, tradeoff_figure
 from app.gate import studio_access, this_browser, this_session
 from app.keys import MONITOR_METRICS_TAILS, MONITOR_RUN
 from app.state import code, describe_error
@@ -350,9 +350,9 @@ def _tradeoff(run: RunDir, records: list[dict], selected: int | None, task: str)
     references = run_view.reference_points(run) if task == "mcqa" else {}
     names = variant_names(v for points in references.values() for v in points)
     st.plotly_chart(tradeoff_figure(paths, references, selected_step=selected, names=names), key="monitor_tradeoff")
+    key = f"; {reference_key(names)} (after the final evaluation)" if names else ""
     st.caption(
-        "star: the selected step (where the run's model is from); "
-        "x: the untouched base model, diamond: temperature scaling (after the final evaluation). "
+        f"star: the selected step (where the run's model is from){key}. "
         "A low ECE far below the base model's accuracy, or with AUROC near 0.5 in the table, is "
         "a near-uniform forecast, not a calibrated one."
     )
