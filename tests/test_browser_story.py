@@ -15,7 +15,7 @@ Why the walk meets a refusal first: 70 rows split 40 / 40 / 20 leave 28 held-out
 the default guarantee (Learn then Test, 10% with 95% probability) needs 29. The refusal must
 name its way out (conformal risk control, 9 items at 10%), and choosing it must give a real
 threshold: the walk asserts both, and that the table's cells are the library's own
-(`calm_core.workspace.selective.table_rows`).
+(`calm_core.results.selective.table_rows`).
 
 Screenshots story-1..9 go to $CALM_SCREENSHOTS (default: a temporary folder):
 
@@ -35,8 +35,8 @@ import pytest
 
 from calm_core.calibration.selective import CRC, DEFAULT_DELTA, crc_min_items, ltt_min_items
 from calm_core.data.facts import CAPITALS
-from calm_core.workspace.advice import recommendation_sentence
-from calm_core.workspace.verdict import variant_label
+from calm_core.results.advice import recommendation_sentence
+from calm_core.results.verdict import variant_label
 from tests.test_browser import (CHROMIUM, CHROMIUM_ARGS, _goto, _require_browser, _shots, fill_short_tiny_run,
                                 running_studio, wait_idle)
 from tests.test_browser_domain import _assert_fits, _key, _recommendation_says_its_uncertainty, _shot
@@ -284,7 +284,7 @@ def _selective_table_is_the_librarys(section, workspace: Path, run_id: str) -> N
     """The threshold line and each row of the table as `calm selective` computes them; on the
     test split, the answered fraction and the error among answered with their intervals."""
     from calm_core.runs.rundir import RunDir
-    from calm_core.workspace import selective as sel
+    from calm_core.results import selective as sel
 
     run = RunDir.open(workspace / "runs" / run_id)  # not RunDir.at: this process's workspace is another
     variant = sel.default_variant(run)  # the page's first: the recommended variant
