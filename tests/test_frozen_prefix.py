@@ -193,6 +193,7 @@ def test_store_gives_states_back_in_the_model_dtype_unchanged(tmp_path: Path, dt
 def test_needed_logits_equal_the_full_logits_at_the_kept_positions(four_layer_lora) -> None:
     """The LM head on the positions each row needs only, for the PEFT model, the runner and
     the same model with the adapter off: the same numbers as slicing the full logits."""
+    from calm_core.scoring.fast_paths import fast_paths
     from calm_core.scoring.forward import hidden_path
     from calm_core.scoring.logprobs import last_logits, needed_logits
 
@@ -201,6 +202,8 @@ def test_needed_logits_equal_the_full_logits_at_the_kept_positions(four_layer_lo
     batch = left_pad_batch(seqs, tokenizer.pad_token_id, torch.device("cpu"))
     lengths = [3, 1, 2]
     runner = FrozenPrefixModel(model, split=2)
+    assert not hidden_path(model) and not hidden_path(runner)  # unmeasured: the plain forward
+    fast_paths(model)
     assert hidden_path(model) and hidden_path(runner)
     with torch.no_grad():
         full = last_logits(model, batch, 3)  # (3, 3, V)

@@ -354,6 +354,7 @@ def score_with(
     if option_features and not cfg.is_cloze:
         raise ValueError(f"Expected a cloze rule for option features (the {cfg.rule} rule scores no option tokens)")
     lm = _Scorer(model, tokenizer, next(model.parameters()).device)
+    fast_paths(model.model if isinstance(model, HiddenStateRunner) else model)  # measured once, read by the passes
     limit = context_limit(lm.model, lm.tokenizer)
     wanted = features or option_features or (head is not None and head.reads_features)
     collector = FeatureCollector([it.n_choices for it in items], option_features) if wanted else None
