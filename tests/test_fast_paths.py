@@ -120,15 +120,15 @@ def test_gemma_shares_prefixes_and_scores_as_whole_sequences(family: str, family
     rebuilt for the continuations (select_cache) must carry how many it has seen, or the
     mask slides over the wrong keys (8e-3 apart, caught by the probe)."""
     from calm_core.data.schema import MCItem
-    from calm_core.scoring.options import score_items
+    from calm_core.scoring.scorer import Scorer
     from calm_core.scoring.prompts import ScoringConfig
 
     lm = _model(family, family_dirs)
     question = "Which of these is the largest city of the country whose capital is far away from here?"
     items = [MCItem("a", question, ("Paris", "Lyon", "Marseille"), 0), MCItem("b", "2 + 2 =", ("4", "five"), 0)]
     rule = ScoringConfig(rule="cloze")
-    shared = score_items(lm, items, rule, share_prefix=True, progress=False).logits
-    plain = score_items(lm, items, rule, share_prefix=False, progress=False).logits
+    shared = Scorer.of(lm, progress=False, share_prefix=True).score(items, rule).logits
+    plain = Scorer.of(lm, progress=False, share_prefix=False).score(items, rule).logits
     assert fast_paths.fast_paths(lm.model).prefix_sharing.on
     torch.testing.assert_close(torch.tensor(shared), torch.tensor(plain), atol=1e-5, rtol=0)
 

@@ -16,7 +16,7 @@ from calm_core.calibration.head import CalibrationHead
 from calm_core.training.objectives import negative_entropy, option_cross_entropy, option_logits
 from calm_core.scoring.prompts import ScoringConfig
 from calm_core.scoring.forward import left_pad_batch
-from calm_core.scoring.options import score_items
+from calm_core.scoring.scorer import Scorer
 from tests.numeric import float32_noise
 
 ITEMS = [
@@ -105,15 +105,15 @@ def test_scores_equal_and_adapter_can_be_switched_off(four_layer_lora) -> None:
     plain = SimpleNamespace(model=model, tokenizer=tokenizer, device=torch.device("cpu"), info={})
     cached = SimpleNamespace(model=runner, tokenizer=tokenizer, device=torch.device("cpu"), info={})
     cfg = ScoringConfig(rule="cloze")
-    expected = score_items(plain, ITEMS, cfg, progress=False).logits
-    got = score_items(cached, ITEMS, cfg, progress=False, share_prefix=False).logits
+    expected = Scorer.of(plain, progress=False).score(ITEMS, cfg).logits
+    got = Scorer.of(cached, progress=False, share_prefix=False).score(ITEMS, cfg).logits
     finite = np.isfinite(expected)
     np.testing.assert_allclose(got[finite], expected[finite],
                                atol=float32_noise(np.abs(expected[finite]).max(), model.config.vocab_size))
     with model.disable_adapter():
-        base_expected = score_items(plain, ITEMS, cfg, progress=False).logits
+        base_expected = Scorer.of(plain, progress=False).score(ITEMS, cfg).logits
     with runner.disable_adapter():  # the cache is shared by base and adapted variants
-        base_got = score_items(cached, ITEMS, cfg, progress=False, share_prefix=False).logits
+        base_got = Scorer.of(cached, progress=False, share_prefix=False).score(ITEMS, cfg).logits
     np.testing.assert_allclose(base_got[finite], base_expected[finite],
                                atol=float32_noise(np.abs(base_expected[finite]).max(), model.config.vocab_size))
     assert np.abs(base_expected[finite] - expected[finite]).max() > 1e-3  # the adapter matters here

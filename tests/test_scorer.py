@@ -1,5 +1,6 @@
-"""The scorer object (calm_core/scoring/scorer.py): the same numbers as the entry points
-it replaces, to the last bit, for each rule, with and without a head and a capture."""
+"""The scorer object (calm_core/scoring/scorer.py): for each rule, with and without a head,
+the scores of each sequence run alone through the model's own forward; what it captures
+changes no score by a bit; every head class is a `Head`."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ import torch
 from calm_core.calibration.head import make_head
 from calm_core.calibration.head_base import Head
 from calm_core.data.schema import MCItem
-from calm_core.scoring.options import score_items
-from calm_core.scoring.prompts import ScoringConfig
+from calm_core.scoring.options import pad_ragged
+from calm_core.scoring.prompts import ScoringConfig, letter_token_ids
 from calm_core.scoring.scorer import Capture, Scorer
+from calm_core.scoring.truncation import context_limit, fitted_cloze_requests, fitted_letter_prompts
+from tests.numeric import float32_noise
 
 ITEMS = [
     MCItem("a", "What is the capital of France?", ("Paris", "Lyon", "Marseille", "Nice"), 0),
@@ -37,30 +40,68 @@ def _head(scope: str, lm) -> Head:
     return head
 
 
+def _reference(lm, items, cfg: ScoringConfig, head: Head | None) -> np.ndarray:
+    """The naive path: each sequence alone, unpadded, through the model's own forward (no
+    KV cache, no fast path, no batch), the head applied where it acts. (N, K_max) float64."""
+    model, tokenizer = lm.model, lm.tokenizer
+    limit = context_limit(model, tokenizer)
+    rows, states = [], []
+    with torch.no_grad():
+        if cfg.is_cloze:
+            requests, _ = fitted_cloze_requests(items, cfg, tokenizer, limit)
+            for reqs in requests:
+                rows.append([_cloze_score(model, context, cont, head) for context, cont in reqs])
+                states.append(_state(model, reqs[0][0]))
+        else:
+            prompts, _ = fitted_letter_prompts(items, cfg, tokenizer, limit)
+            letters = letter_token_ids(tokenizer, max(it.n_choices for it in items), cfg)
+            for prompt, item in zip(prompts, items, strict=True):
+                z = model(torch.tensor([prompt])).logits[0, -1].float()[letters]  # (K_max,)
+                z = head.on_tokens(z[None], index=torch.tensor(letters))[0] if head is not None else z
+                rows.append(z[: item.n_choices].double().tolist())
+                states.append(_state(model, prompt))
+        z = torch.from_numpy(pad_ragged([np.array(r) for r in rows]))
+        return (head.on_options(z, features=torch.stack(states)) if head is not None else z).double().numpy()
+
+
+def _cloze_score(model, context: list[int], cont: list[int], head: Head | None) -> float:
+    logits = model(torch.tensor([context + cont[:-1]])).logits[0, -len(cont) :].float()  # (c, V)
+    logprobs = torch.log_softmax(head.on_tokens(logits) if head is not None else logits, dim=-1)
+    return float(logprobs.gather(-1, torch.tensor(cont)[:, None]).double().sum())
+
+
+def _state(model, ids: list[int]) -> torch.Tensor:
+    """h: the final-norm state at the last token (transformers' hidden_states[-1] is normed)."""
+    return model(torch.tensor([ids]), output_hidden_states=True).hidden_states[-1][0, -1]
+
+
 @pytest.mark.parametrize("rule, scope", CASES)
-def test_the_scorer_equals_score_items_to_the_bit(tiny_lm, rule: str, scope: str | None) -> None:
+def test_the_scorer_equals_the_naive_path(tiny_lm, rule: str, scope: str | None) -> None:
+    """Batched, padded, prefix-shared and on the fast paths, the scores are those of each
+    sequence alone through the model's forward, with and without a head."""
     cfg = ScoringConfig(rule=rule)
     head = _head(scope, tiny_lm) if scope else None
-    before = score_items(tiny_lm, ITEMS, cfg, batch_size=4, progress=False, head=head, features=True)
-    after = Scorer.of(tiny_lm, batch_size=4, progress=False).score(ITEMS, cfg, head=head, capture=Capture.FEATURES)
-    np.testing.assert_array_equal(after.logits, before.logits)
-    np.testing.assert_array_equal(after.features, before.features)
-    assert after.model == before.model and after.scoring == before.scoring and after.ids == before.ids
+    scores = Scorer.of(tiny_lm, batch_size=4, progress=False).score(ITEMS, cfg, head=head).logits
+    expected = _reference(tiny_lm, ITEMS, cfg, head)
+    finite = np.isfinite(expected)
+    np.testing.assert_array_equal(np.isfinite(scores), finite)
+    noise = float32_noise(float(np.abs(expected[finite]).max()), tiny_lm.model.config.vocab_size)
+    np.testing.assert_allclose(scores[finite], expected[finite], atol=noise, rtol=0)
     if head is not None:
-        plain = Scorer.of(tiny_lm, progress=False).score(ITEMS, cfg)
-        assert not np.allclose(after.logits, plain.logits, atol=1e-3)  # the head did something
+        plain = Scorer.of(tiny_lm, progress=False).score(ITEMS, cfg).logits
+        assert not np.allclose(scores[finite], plain[finite], atol=1e-3)  # the head did something
 
 
 @pytest.mark.parametrize("share_prefix", [True, False])
-def test_option_features_equal_to_the_bit(tiny_lm, share_prefix: bool) -> None:
+def test_capture_changes_no_score_to_the_bit(tiny_lm, share_prefix: bool) -> None:
     cfg = ScoringConfig(rule="cloze")
-    before = score_items(tiny_lm, ITEMS, cfg, batch_size=5, progress=False, share_prefix=share_prefix,
-                         option_features=True)  # fmt: skip
     scorer = Scorer.of(tiny_lm, batch_size=5, progress=False, share_prefix=share_prefix)
-    after = scorer.score(ITEMS, cfg, capture=Capture.OPTION_FEATURES)
-    np.testing.assert_array_equal(after.logits, before.logits)
-    np.testing.assert_array_equal(after.option_features, before.option_features)
-    assert after.features is not None and after.features.shape == (len(ITEMS), tiny_lm.model.config.hidden_size)
+    plain = scorer.score(ITEMS, cfg)
+    captured = scorer.score(ITEMS, cfg, capture=Capture.FEATURES | Capture.OPTION_FEATURES)
+    np.testing.assert_array_equal(captured.logits, plain.logits)
+    assert plain.features is None and plain.option_features is None
+    assert captured.features is not None and captured.features.shape == (len(ITEMS), tiny_lm.model.config.hidden_size)
+    assert captured.option_features is not None and captured.option_features.shape[:2] == plain.logits.shape
 
 
 def test_option_features_need_a_cloze_rule(tiny_lm) -> None:

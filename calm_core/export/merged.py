@@ -175,11 +175,11 @@ def studio_reference(model: Any, tokenizer: Any, head: Any, scoring: ScoringConf
     """The studio's calibrated numbers of the adapted model, before merging: option
     probabilities of CHECK_ITEMS (multiple choice) and, for a head acting on tokens, the
     probe's log-probabilities over the vocabulary."""
-    from calm_core.scoring.options import score_with
+    from calm_core.scoring.scorer import Scorer
 
     out: dict[str, Any] = {}
     if task == "mcqa":
-        scores = score_with(model, tokenizer, list(CHECK_ITEMS), scoring, head=head, progress=False)
+        scores = Scorer(model, tokenizer, progress=False).score(list(CHECK_ITEMS), scoring, head=head)
         out["options"] = _softmax(scores.logits)
     if head is not None and head.acts_on == "tokens":
         out["tokens"] = _token_logprobs(model, tokenizer, copy.deepcopy(head).double())
@@ -189,11 +189,11 @@ def studio_reference(model: Any, tokenizer: Any, head: Any, scoring: ScoringConf
 def check_fold(model: Any, tokenizer: Any, fold: Fold, scoring: ScoringConfig, reference: dict, letters: list) -> dict:
     """The merged model's numbers through the card's formula against `reference`: the
     worst absolute differences, which `write_merged` holds to CHECK_TOLERANCE."""
-    from calm_core.scoring.options import score_with
+    from calm_core.scoring.scorer import Scorer
 
     out: dict[str, Any] = {"items": [item.question for item in CHECK_ITEMS], "tolerance": CHECK_TOLERANCE}
     if "options" in reference:
-        z = score_with(model, tokenizer, list(CHECK_ITEMS), scoring, progress=False).logits
+        z = Scorer(model, tokenizer, progress=False).score(list(CHECK_ITEMS), scoring).logits
         probs = _softmax(served_scores(z, fold, letters))
         out["max_abs_diff"] = float(np.nanmax(np.abs(probs - reference["options"])))
         shown = zip(probs, CHECK_ITEMS, strict=True)

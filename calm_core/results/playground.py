@@ -29,8 +29,9 @@ from calm_core.generative.semantic import grouping_for, modal_confidence
 from calm_core.runs.rundir import RunDir
 from calm_core.scoring.adapters import evaluating
 from calm_core.scoring.models import LoadedModel, ModelSpec, load_model
-from calm_core.scoring.options import apply_option_head, score_with
+from calm_core.scoring.options import apply_option_head
 from calm_core.scoring.prompts import ScoringConfig, chat_prompt
+from calm_core.scoring.scorer import Capture, Scorer
 
 
 @dataclass
@@ -103,16 +104,10 @@ def _scored(
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """(option scores (1, K), hidden state (1, H) when `features`), from one pass."""
     model = trained.lm.model
+    capture = Capture.FEATURES if features else Capture.NOTHING
     with evaluating(model, adapter):
-        scores = score_with(
-            model,
-            trained.lm.tokenizer,
-            [item],
-            trained.scoring,
-            progress=False,
-            head=trained.head if head else None,
-            features=features,
-        )
+        scorer = Scorer(model, trained.lm.tokenizer, progress=False)
+        scores = scorer.score([item], trained.scoring, head=trained.head if head else None, capture=capture)
     return scores.logits[:, : item.n_choices], scores.features
 
 

@@ -34,9 +34,10 @@ from calm_core.paths import cache_dir, safe_name
 from calm_core.provenance import model_fingerprint
 from calm_core.scoring.evaluate import load_mc_items
 from calm_core.scoring.models import EMBEDDED_NAME, embedded_model_dir, load_model, named_model_dir
-from calm_core.scoring.options import OptionScores, pad_ragged, score_items
+from calm_core.scoring.options import OptionScores, pad_ragged
 from calm_core.scoring.progress import ProgressFn, Ticker
 from calm_core.scoring.prompts import ScoringConfig
+from calm_core.scoring.scorer import Scorer
 
 FORMAT = 1  # bump when OptionScores' meaning or this file's layout changes: old files then miss
 
@@ -162,7 +163,7 @@ def quiz_items(quiz: Quiz) -> list[MCItem]:
 
 def score_quiz(lm: Any, quiz: Quiz, items: Sequence[MCItem], progress: bool | ProgressFn = True) -> OptionScores:
     """The quiz's items scored by a loaded model under the quiz's rule (what the cache stores)."""
-    return score_items(lm, list(items), quiz.scoring, progress=progress, dataset=quiz.dataset)
+    return Scorer.of(lm, progress=progress).score(list(items), quiz.scoring, dataset=quiz.dataset)
 
 
 def prepare_learn_quiz(

@@ -14,7 +14,7 @@ transforms are applied to every batch and each is the identity unless the head a
   question's hidden state (`reads_features`, the adaptive scope) gets h from the same
   forward pass (letter: the answer position; cloze: the context's last token), detached:
   the temperature is alpha's to set, not theta's (calibration.adaptive_head).
-These are the same numbers `scoring.score_items` computes at evaluation time (a test
+These are the same numbers `scoring.scorer.Scorer` computes at evaluation time (a test
 checks it), with gradients; that includes items longer than the model's context, cut
 from the left the same way (`scoring.truncation.fit_cloze_item`; one that cannot fit raises DataError).
 """
