@@ -38,6 +38,12 @@ class Head(Protocol):
     @property
     def centred(self) -> bool: ...
 
+    @property
+    def tau(self) -> torch.Tensor: ...  # the temperatures (one, per option, per token id; at the mean state)
+
+    @property
+    def shift(self) -> torch.Tensor | None: ...  # the constant shift l, None where the head has none
+
     def on_tokens(self, z: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor: ...
 
     def on_options(self, scores: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor: ...

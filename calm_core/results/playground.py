@@ -22,7 +22,7 @@ import torch
 
 from calm_core.calibration import metrics
 from calm_core.calibration.head import CalibrationHead
-from calm_core.calibration.head_base import HEAD_FILENAME
+from calm_core.calibration.head_base import HEAD_FILENAME, Head
 from calm_core.data.schema import MCItem, OpenItem
 from calm_core.generative.sampling import GenerationConfig, generate_answers, temperature_transform
 from calm_core.generative.semantic import grouping_for, modal_confidence
@@ -39,7 +39,7 @@ class TrainedModel:
     run_id: str | None
     method: str | None
     lm: LoadedModel  # model: a PeftModel when a run is loaded
-    head: CalibrationHead | None
+    head: Head | None
     temperature: float | None  # the run's TS temperature (fit on S_V), if it fitted one
     scoring: ScoringConfig
     task: str = "mcqa"  # the run's task: mcqa | openqa
