@@ -114,3 +114,15 @@ def test_every_head_is_a_head(tiny_lm) -> None:
     for scope in ("scalar", "options", "vocab", "adaptive"):
         assert isinstance(_head(scope, tiny_lm), Head), scope
     assert not isinstance(torch.nn.Linear(2, 2), Head)
+
+
+def test_building_a_scorer_measures_the_model(tiny_model_dir) -> None:
+    """The passes read the verdict the scorer's construction kept on the model; before it,
+    a model nobody measured runs the plain forward."""
+    from calm_core.scoring.forward import hidden_path
+    from calm_core.scoring.models import ModelSpec, load_model
+
+    lm = load_model(ModelSpec(name=str(tiny_model_dir), device="cpu"))  # a fresh object: nothing kept on it
+    assert not hidden_path(lm.model)
+    scorer = Scorer.of(lm, progress=False)
+    assert hidden_path(lm.model) and scorer.kv_sharing
