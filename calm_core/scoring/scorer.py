@@ -26,10 +26,10 @@ hidden-state features a calibrator reads come from the same passes (`scoring.fea
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from enum import Flag, auto
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -44,6 +44,9 @@ from calm_core.scoring.options import OptionScores, apply_option_head, pad_ragge
 from calm_core.scoring.progress import ProgressFn, progress_callback
 from calm_core.scoring.prompts import ScoringConfig, letter_token_ids
 from calm_core.scoring.truncation import context_limit, fitted_cloze_requests, fitted_letter_prompts, warn_truncated
+
+if TYPE_CHECKING:  # a type only: scoring.models' import chain (GGUF conversion) is not needed to score
+    from calm_core.scoring.models import LoadedModel
 
 Requests = list[list[tuple[list[int], list[int]]]]  # per item, per option: (context ids, continuation ids)
 
@@ -98,7 +101,7 @@ class Scorer:
         self.kv_sharing = share_prefix and not runner and support.prefix_sharing.on
 
     @classmethod
-    def of(cls, lm: Any, **settings: Any) -> Scorer:
+    def of(cls, lm: LoadedModel, **settings: Any) -> Scorer:
         """The scorer of a LoadedModel (scoring.models), its name, kind, dtype and device
         recorded with the scores; `settings` are the constructor's keywords."""
         info = {k: lm.info[k] for k in ("name", "kind", "dtype", "device") if k in getattr(lm, "info", {})}
@@ -223,7 +226,7 @@ class Scorer:
         with torch.inference_mode():
             for batch in _batches(order, self.batch_size):
                 inputs = left_pad_batch([prompts[i] for i in batch], self.tokenizer.pad_token_id, self.device)
-                with head_inputs(self.model) if collector is not None else nullcontext([]) as seen:
+                with self._recording(collector is not None) as seen:
                     logits = last_logits(self.model, inputs, 1)
                 if collector is not None:
                     collector.add_prompts(batch, seen[-1][:, -1])  # (B, d)
@@ -236,6 +239,10 @@ class Scorer:
                 update(done, len(items))
         close()
         return rows
+
+    def _recording(self, wanted: bool) -> AbstractContextManager[list[torch.Tensor]]:
+        """What the LM head reads in the passes inside (`forward.head_inputs`), or nothing."""
+        return head_inputs(self.model) if wanted else nullcontext([])
 
 
 def _batches(order: Sequence[int], batch_size: int) -> Iterable[list[int]]:
