@@ -13,7 +13,7 @@ from calm_core.data.schema import MCItem
 from calm_core.results.playground import TrainedModel
 from calm_core.scoring.models import LoadedModel, load_model, named_model, named_model_dir
 from calm_core.scoring.options import OptionScores
-from calm_core.scoring.quiz import Quiz, cached_scores, quiz_items, score_quiz
+from calm_core.scoring.score_cache import Quiz, cached_scores, quiz_items, score_quiz
 
 
 @st.cache_resource(show_spinner="Loading the model (the first time converts it: about a minute)...")
@@ -52,7 +52,7 @@ def _converted(name: str) -> Path:
 
 def get_scores(model_name: str, dataset: str, rule: str, limit: int, seed: int = 0) -> OptionScores:
     """Scores for a page: from this process's memory, else from the disk cache that set-up
-    fills for Learn's default quiz (calm_core/scoring/quiz.py), else scored with a
+    fills for Learn's default quiz (calm_core/scoring/score_cache.py), else scored with a
     progress bar and written there for the next start."""
     key = (model_name, dataset, rule, limit, seed)
     store = _score_store()

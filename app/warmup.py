@@ -26,7 +26,7 @@ HEAVY: tuple[str, ...] = (
     "plotly.graph_objects",
     "app.charts",
     "calm_core.scoring.evaluate",
-    "calm_core.scoring.quiz",
+    "calm_core.scoring.score_cache",
     "calm_core.results.playground",
 )
 SPINNER = "Starting the studio: loading PyTorch and the model code (once per server start)..."

@@ -6,7 +6,7 @@
 Each repeat starts its own `streamlit run app/main.py` (tests/test_browser.py
 `running_studio`) over an empty workspace, so nothing is cached in the server's memory;
 what is on disk (the converted embedded model, the quiz scores `python -m
-calm_core.scoring.quiz` writes) is kept, as on a user's machine after set-up. Once
+calm_core.scoring.score_cache` writes) is kept, as on a user's machine after set-up. Once
 the server answers its health check, one Chromium page opens the page and the bench
 notes the first spinner or progress bar (something says it is working; none when the
 chart comes first), the first Plotly chart drawn (an `svg.main-svg` inside a

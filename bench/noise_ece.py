@@ -6,7 +6,7 @@ calibrated model would show at the same confidences and size (metrics.noise_ece)
         [--limit 40] [--rule cloze] [--draws 2000] [--json bench/results/noise_ece.json]
 
 Each set is scored once by the embedded model under Learn's rule (cached as Learn's quiz
-is, calm_core/scoring/quiz.py: the default quiz is read back from set-up's cache). At each
+is, calm_core/scoring/score_cache.py: the default quiz is read back from set-up's cache). At each
 temperature: accuracy, mean confidence, ECE (15 equal-width bins, the project's), the
 noise ECE's median and the value 90% of its draws stay under, whether the ECE is within
 that, the diagram's equal-mass bins for N items and how many one-item bins the 15
@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 def scores_of(dataset: str, rule: str, limit: int, seed: int) -> Any:
     """The embedded model's option scores on the set's first `limit` seeded questions."""
     from calm_core.scoring.models import EMBEDDED_NAME, embedded_model_dir, load_model
-    from calm_core.scoring.quiz import Quiz, cached_scores, quiz_items, score_quiz
+    from calm_core.scoring.score_cache import Quiz, cached_scores, quiz_items, score_quiz
 
     quiz = Quiz(dataset, rule, limit, seed)
     items = quiz_items(quiz)
@@ -78,7 +78,7 @@ def rows_for(dataset: str, rule: str, limit: int, seed: int, draws: int) -> list
 
 
 def main() -> None:
-    from calm_core.scoring.quiz import LEARN_QUIZ
+    from calm_core.scoring.score_cache import LEARN_QUIZ
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sets", nargs="+", default=[LEARN_QUIZ.dataset])

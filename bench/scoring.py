@@ -7,7 +7,7 @@ and, with --harness, our scorer against lm-evaluation-harness on the same items.
 --harness: the harness's `hf` model on the same local model directory and a task
 written for the occasion (a JSONL of exactly our items, ARC's cloze formulation
 "Question: {question}\nAnswer:" + " " + choice, summed log-likelihoods, offline); our
-`score_items` with the `cloze` rule. Each side runs in its own process (model load
+`Scorer.score` with the `cloze` rule. Each side runs in its own process (model load
 excluded from the time). Prints one table row (HARNESS_COLUMNS): questions/second for
 both, the ratio, how many items' predictions agree, the largest log-likelihood
 difference, peak memory; JSON to bench/results/harness.json (or --json).
@@ -107,26 +107,28 @@ def run_one(
     }
 
 
-Timed = Callable[..., tuple[float, Any]]  # (items, **capture flags) -> (seconds, OptionScores)
+Timed = Callable[..., tuple[float, Any]]  # (items, capture=...) -> (seconds, OptionScores)
 
 
 def scorer_timer(lm: Any, cfg: Any, *, batch_size: int, share_prefix: bool = True) -> Timed:
-    """`score_items` on `lm` with fixed settings, timed: the one call both benches measure."""
-    from calm_core.scoring.options import score_items
+    """`Scorer.score` on `lm` with fixed settings, timed: the one call both benches measure."""
+    from calm_core.scoring.scorer import Capture, Scorer
 
-    def timed(subset: list, **kwargs: bool) -> tuple[float, Any]:
+    scorer = Scorer.of(lm, batch_size=batch_size, progress=False, share_prefix=share_prefix)
+
+    def timed(subset: list, capture: Capture = Capture.NOTHING) -> tuple[float, Any]:
         start = time.perf_counter()
-        scores = score_items(
-            lm, subset, cfg, batch_size=batch_size, progress=False, share_prefix=share_prefix, **kwargs
-        )
+        scores = scorer.score(subset, cfg, capture=capture)
         return time.perf_counter() - start, scores
 
     return timed
 
 
-def capture_kwargs(cfg: Any) -> dict[str, bool]:
+def capture_kwargs(cfg: Any) -> dict[str, Any]:
     """Feature capture on: hidden states, and per-option ones where the rule has options (cloze)."""
-    return {"features": True, "option_features": cfg.is_cloze}
+    from calm_core.scoring.scorer import Capture
+
+    return {"capture": Capture.FEATURES | (Capture.OPTION_FEATURES if cfg.is_cloze else Capture.NOTHING)}
 
 
 def capture_cost(timed: Timed, items: list, cfg: Any, scores: Any, repeats: int) -> dict[str, Any]:

@@ -39,9 +39,9 @@ if [ "$share" = 1 ]; then
     .venv/bin/python -m calm_core.access.rules || exit 2   # a password too short: says why
 fi
 # Convert the embedded model and score the Learn page's quiz into the model cache, once
-# (calm_core/scoring/quiz.py): the page then opens on stored scores, not a minute of scoring.
+# (calm_core/scoring/score_cache.py): the page then opens on stored scores, not a minute of scoring.
 # It says each step, and a line every 12 s while one runs (scoring/progress.py, Ticker; the
 # ticker of scripts/ticker.sh covers Python's imports before its first line).
-TICK_PREFIX=studio ticking "preparing the embedded model and Learn's quiz" .venv/bin/python -m calm_core.scoring.quiz
+TICK_PREFIX=studio ticking "preparing the embedded model and Learn's quiz" .venv/bin/python -m calm_core.scoring.score_cache
 echo "studio: starting Streamlit (it prints the address to open)"
 exec .venv/bin/streamlit run app/main.py "${args[@]}"

@@ -112,12 +112,13 @@ def evaluation_items(domain: str, datasets: Sequence[str], seed: int) -> dict[st
 
 def score(lm: Any, name: str, items: list[Any], cache: dict[tuple, Scored]) -> Scored:
     """Cloze option logits with features (the runs' scorer and batch size), each item list once."""
-    from calm_core.scoring.options import score_items
     from calm_core.scoring.prompts import ScoringConfig
+    from calm_core.scoring.scorer import Capture, Scorer
 
     key = (name, tuple((it.question, it.choices, it.answer) for it in items))
     if key not in cache:
-        scores = score_items(lm, items, ScoringConfig(rule="cloze"), batch_size=64, progress=False, features=True)
+        scorer = Scorer.of(lm, batch_size=64, progress=False)
+        scores = scorer.score(items, ScoringConfig(rule="cloze"), capture=Capture.FEATURES)
         cache[key] = Scored(scores.logits, scores.gold, scores.features)
     return cache[key]
 

@@ -73,12 +73,12 @@ def tiny_everywhere(tiny_lm, tiny_model_dir: Path, tmp_path: Path, monkeypatch: 
     """Studio pages that would load the embedded model get the tiny one, and their scores'
     disk cache is a temporary folder keyed by the tiny model's files (never the user's)."""
     import app.state
-    import calm_core.scoring.quiz
+    import calm_core.scoring.score_cache
 
     app.state._score_store().clear()
     monkeypatch.setattr(app.state, "get_model", lambda name="embedded": tiny_lm)
     monkeypatch.setattr(app.state, "model_dir", lambda name="embedded": tiny_model_dir)
-    monkeypatch.setattr(calm_core.scoring.quiz, "scores_root", lambda: tmp_path / "scores")
+    monkeypatch.setattr(calm_core.scoring.score_cache, "scores_root", lambda: tmp_path / "scores")
     return tiny_lm
 
 

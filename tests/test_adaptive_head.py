@@ -14,7 +14,7 @@ from calm_core.calibration.adaptive_head import AdaptiveHead, bias_for
 from calm_core.calibration.head import CalibrationHead, check_scope_fits, make_head
 from calm_core.calibration.posthoc.ats import AdaptiveTemperature
 from calm_core.data.schema import MCItem
-from calm_core.scoring.options import score_items
+from calm_core.scoring.scorer import Capture, Scorer
 from calm_core.scoring.prompts import ScoringConfig
 from calm_core.training.objectives import option_logits
 from tests.numeric import float32_noise
@@ -109,22 +109,22 @@ def test_the_same_temperatures_as_the_ats_fit_it_comes_from() -> None:
 
 @pytest.mark.parametrize("rule", ["cloze", "letter"])
 def test_training_scores_equal_evaluation_scores(tiny_lm, rule: str) -> None:
-    """The training objective reads h from its own forward pass; `score_items` with the
+    """The training objective reads h from its own forward pass; `Scorer.score` with the
     head reads it from the scoring pass: the same calibrated scores."""
     cfg = ScoringConfig(rule=rule)
     width = tiny_lm.model.config.hidden_size
-    states = score_items(tiny_lm, ITEMS, cfg, progress=False, features=True).features
+    states = Scorer.of(tiny_lm, progress=False).score(ITEMS, cfg, capture=Capture.FEATURES).features
     head = AdaptiveHead(width, 2)
     head.fit_projection(np.concatenate([states, states + np.random.default_rng(0).normal(size=states.shape)]))
     with torch.no_grad():
         head.weights.copy_(torch.tensor([0.7, -0.4]))
         z = option_logits(tiny_lm.model, tiny_lm.tokenizer, ITEMS, cfg, head).double().numpy()
-    expected = score_items(tiny_lm, ITEMS, cfg, progress=False, head=head).logits
+    expected = Scorer.of(tiny_lm, progress=False).score(ITEMS, cfg, head=head).logits
     finite = np.isfinite(expected)
     np.testing.assert_array_equal(finite, np.isfinite(z))
     noise = float32_noise(float(np.abs(expected[finite]).max()), tiny_lm.model.config.vocab_size)
     np.testing.assert_allclose(z[finite], expected[finite], atol=10 * noise)
-    plain = score_items(tiny_lm, ITEMS, cfg, progress=False).logits
+    plain = Scorer.of(tiny_lm, progress=False).score(ITEMS, cfg).logits
     assert not np.allclose(plain[finite], expected[finite])  # the head did act
     assert (plain.argmax(-1) == expected.argmax(-1)).all()
 

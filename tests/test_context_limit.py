@@ -19,7 +19,7 @@ from calm_core.scoring.frozen_prefix import FrozenPrefixModel
 from calm_core.training.objectives import forward_sequences, option_logits
 from calm_core.scoring.prompts import ScoringConfig, letter_prompt, letter_token_ids
 from calm_core.scoring.logprobs import continuation_inputs
-from calm_core.scoring.options import score_items, score_with
+from calm_core.scoring.scorer import Scorer
 from calm_core.scoring.truncation import cloze_requests, context_limit, truncated_item_ids
 
 LIMIT = 64
@@ -61,7 +61,7 @@ def test_limit_comes_from_the_config_then_a_sane_tokenizer(short_lm) -> None:
 @pytest.mark.parametrize("rule", ["cloze", "cloze_norm"])
 def test_long_cloze_item_is_cut_from_the_left_and_scored_as_cut(short_lm, rule: str, share_prefix: bool) -> None:
     cfg = ScoringConfig(rule=rule)
-    scores = score_items(short_lm, [LONG, SHORT], cfg, progress=False, share_prefix=share_prefix, dataset="toy-a")
+    scores = Scorer.of(short_lm, progress=False, share_prefix=share_prefix).score([LONG, SHORT], cfg, dataset="toy-a")
     assert scores.truncated == 1 and scores.context_length == LIMIT
     full = cloze_requests([LONG], cfg, short_lm.tokenizer)[0]  # no limit: what the model used to read
     cut = len(full[0][0]) + max(len(cont) for _, cont in full) - 1 - LIMIT
@@ -76,7 +76,7 @@ def test_long_cloze_item_is_cut_from_the_left_and_scored_as_cut(short_lm, rule: 
 
 def test_long_letter_prompt_keeps_its_last_tokens(short_lm) -> None:
     cfg = ScoringConfig(rule="letter")
-    scores = score_items(short_lm, [LONG, SHORT], cfg, progress=False, dataset="toy-b")
+    scores = Scorer.of(short_lm, progress=False).score([LONG, SHORT], cfg, dataset="toy-b")
     assert scores.truncated == 1
     ids = short_lm.tokenizer(letter_prompt(LONG, cfg, short_lm.tokenizer), add_special_tokens=False).input_ids
     assert len(ids) > LIMIT
@@ -88,8 +88,8 @@ def test_long_letter_prompt_keeps_its_last_tokens(short_lm) -> None:
 
 def test_warns_once_per_dataset_on_stderr(short_lm, capsys: pytest.CaptureFixture[str]) -> None:
     for _ in range(2):
-        score_items(short_lm, [LONG, SHORT], ScoringConfig(), progress=False, dataset="toy-c")
-    score_items(short_lm, [LONG, SHORT], ScoringConfig(), progress=False, dataset="toy-d")
+        Scorer.of(short_lm, progress=False).score([LONG, SHORT], ScoringConfig(), dataset="toy-c")
+    Scorer.of(short_lm, progress=False).score([LONG, SHORT], ScoringConfig(), dataset="toy-d")
     lines = [line for line in capsys.readouterr().err.splitlines() if "cut from the left" in line]
     assert lines == [
         f"calm: warning: 1 of 2 items of {name} were longer than the model's context ({LIMIT} tokens) and were "
@@ -98,14 +98,14 @@ def test_warns_once_per_dataset_on_stderr(short_lm, capsys: pytest.CaptureFixtur
 
 
 def test_items_that_fit_are_neither_cut_nor_reported(short_lm, capsys: pytest.CaptureFixture[str]) -> None:
-    scores = score_items(short_lm, [SHORT], ScoringConfig(), progress=False, dataset="toy-e")
+    scores = Scorer.of(short_lm, progress=False).score([SHORT], ScoringConfig(), dataset="toy-e")
     assert scores.truncated == 0 and "cut from the left" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("rule", ["cloze", "letter"])
 def test_an_option_longer_than_the_context_is_refused_by_item_id(short_lm, rule: str) -> None:
     with pytest.raises(DataError, match="item 'wordy'.*context of 64 tokens"):
-        score_items(short_lm, [SHORT, TOO_LONG_OPTION], ScoringConfig(rule=rule), progress=False)
+        Scorer.of(short_lm, progress=False).score([SHORT, TOO_LONG_OPTION], ScoringConfig(rule=rule))
     with pytest.raises(DataError, match="'wordy'"):
         truncated_item_ids([TOO_LONG_OPTION], ScoringConfig(rule=rule), short_lm.tokenizer, LIMIT)
 
@@ -115,7 +115,7 @@ def test_training_scores_long_items_as_evaluation_does(short_lm, rule: str) -> N
     cfg = ScoringConfig(rule=rule)
     with torch.no_grad():
         z = option_logits(short_lm.model, short_lm.tokenizer, [LONG, SHORT], cfg).double().numpy()
-    expected = score_items(short_lm, [LONG, SHORT], cfg, progress=False).logits
+    expected = Scorer.of(short_lm, progress=False).score([LONG, SHORT], cfg).logits
     finite = np.isfinite(expected)
     np.testing.assert_allclose(z[finite], expected[finite], atol=1e-4)
 
@@ -132,8 +132,8 @@ def test_frozen_prefix_model_knows_the_limit_and_scores_the_same(short_lm) -> No
     model = copy.deepcopy(short_lm.model).requires_grad_(False)
     runner = FrozenPrefixModel(model, split=1)
     assert context_limit(runner) == LIMIT
-    via_runner = score_with(runner, short_lm.tokenizer, [LONG, SHORT], ScoringConfig(), progress=False)
-    direct = score_items(short_lm, [LONG, SHORT], ScoringConfig(), progress=False)
+    via_runner = Scorer(runner, short_lm.tokenizer, progress=False).score([LONG, SHORT], ScoringConfig())
+    direct = Scorer.of(short_lm, progress=False).score([LONG, SHORT], ScoringConfig())
     assert via_runner.truncated == 1
     finite = np.isfinite(direct.logits)
     np.testing.assert_allclose(via_runner.logits[finite], direct.logits[finite], atol=1e-4)

@@ -4,7 +4,7 @@ Two tiny runs (cloze and letter) are exported with a thermometer of the tiny mod
 each folder's calm_head.py scores the run's evaluation items as one set in a python that
 cannot import calm_core (test_export.score_without_calm_core, with THERMO_FRESH below): it
 must give the studio's thermometer probabilities (`Thermometer.probs` on the set's logits
-and features from `score_items`, what `calm eval --thermometer` applies) to 1e-5.
+and features from `Scorer.score`, what `calm eval --thermometer` applies) to 1e-5.
 
 The thermometer is set by hand, not trained: a tiny random model's sets give a trained one
 nothing to learn. Its centre is another set's mean state and its components the top
@@ -28,7 +28,7 @@ from calm_core.calibration.projection import principal_projection
 from calm_core.calibration.thermometer import TAU_FLOOR, Thermometer
 from calm_core.runs.rundir import RunDir
 from calm_core.scoring.evaluate import load_mc_items
-from calm_core.scoring.options import score_items
+from calm_core.scoring.scorer import Capture, Scorer
 from calm_core.scoring.prompts import ScoringConfig
 from calm_core.training.loop import train
 from calm_core.export.folder import export_run
@@ -75,7 +75,7 @@ def runs(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
 def studio(runs: dict[str, RunDir], tiny_lm) -> dict[str, object]:
     """Each run's evaluation set scored by the untouched model as `calm eval` scores it:
     float64 logits (N, K_max) and float32 features (N, d)."""
-    return {rule: score_items(tiny_lm, _eval_items(run), _cfg(rule), features=True, progress=False)
+    return {rule: Scorer.of(tiny_lm, progress=False).score(_eval_items(run), _cfg(rule), capture=Capture.FEATURES)
             for rule, run in runs.items()}
 
 
@@ -93,7 +93,7 @@ def _thermometer(model: str, rule: str, states: np.ndarray, centre: np.ndarray) 
 def thermometers(studio, tiny_lm, tiny_model_dir: Path) -> dict[str, Thermometer]:
     out = {}
     for rule, scores in studio.items():
-        other = score_items(tiny_lm, load_mc_items(CENTRE_SET, 6), _cfg(rule), features=True, progress=False)
+        other = Scorer.of(tiny_lm, progress=False).score(load_mc_items(CENTRE_SET, 6), _cfg(rule), capture=Capture.FEATURES)
         centre = np.asarray(other.features, dtype=np.float64).mean(axis=0)
         out[rule] = _thermometer(str(tiny_model_dir), rule, np.asarray(scores.features, dtype=np.float64), centre)
     return out

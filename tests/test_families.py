@@ -139,13 +139,13 @@ def scored(family_lm) -> Any:
     def get(case: str, rule: str) -> Any:
         if (case, rule) not in cache:
             from calm_core.scoring.evaluate import load_mc_items
-            from calm_core.scoring.options import score_items
+            from calm_core.scoring.scorer import Capture, Scorer
             from calm_core.scoring.prompts import ScoringConfig
 
             lm = family_lm(case)
             items = load_mc_items("builtin/capitals/test", limit=N_ITEMS)
             cfg = ScoringConfig(rule=rule)
-            scores = score_items(lm, items, cfg, progress=False, features=True, batch_size=8)
+            scores = Scorer.of(lm, batch_size=8, progress=False).score(items, cfg, capture=Capture.FEATURES)
             cache[case, rule] = (scores, _plain_forward(lm, items, cfg))
         return cache[case, rule]
 
@@ -203,12 +203,12 @@ def test_ts_and_ats_fit_on_the_familys_scores(family_lm, case: str, column: str)
     features (ATS's minimum): TS and ATS both fitted, their probabilities proper."""
     from calm_core.calibration.posthoc.ats import MIN_ITEMS
     from calm_core.scoring.evaluate import fit_posthoc, load_mc_items
-    from calm_core.scoring.options import score_items
+    from calm_core.scoring.scorer import Capture, Scorer
     from calm_core.scoring.prompts import ScoringConfig
 
     items = load_mc_items("builtin/chemical_symbols/validation", limit=MIN_ITEMS)
     rule = ScoringConfig(rule="letter")  # one forward per item: the cheaper rule, the same fit
-    scores = score_items(family_lm(case), items, rule, progress=False, features=True, batch_size=64)
+    scores = Scorer.of(family_lm(case), batch_size=64, progress=False).score(items, rule, capture=Capture.FEATURES)
     fits = {fit.variant: fit.calibrator for fit in fit_posthoc({"sv": scores})}
     assert {"ts", "ats"} <= set(fits)
     assert fits["ts"].temperature > 0

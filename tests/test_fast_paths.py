@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from calm_core.scoring import decoder, fast_paths
+from calm_core.scoring import decoder, fast_paths, verdicts
 from calm_core.scoring.fast_paths import LOGIT_TOLERANCE, frozen_prefix_verdict
 from calm_core.scoring.forward import causal_lm, left_pad_batch, supports_frozen_prefix
 from calm_core.scoring.frozen_prefix import FrozenPrefixModel
@@ -40,14 +40,14 @@ def verdict_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(autouse=True)
 def _verdicts_here(verdict_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Verdicts go to this module's folder, never the user's cache."""
-    monkeypatch.setattr(fast_paths, "verdict_folder", lambda: verdict_cache)
+    monkeypatch.setattr(verdicts, "verdict_folder", lambda: verdict_cache)
 
 
 @pytest.fixture()
 def fresh_verdicts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A folder of its own: a mutation must be measured, not read from an earlier verdict
     (the key hashes the code's files, which a monkeypatch leaves as they are)."""
-    monkeypatch.setattr(fast_paths, "verdict_folder", lambda: tmp_path / "verdicts")
+    monkeypatch.setattr(verdicts, "verdict_folder", lambda: tmp_path / "verdicts")
     return tmp_path / "verdicts"
 
 
@@ -120,15 +120,15 @@ def test_gemma_shares_prefixes_and_scores_as_whole_sequences(family: str, family
     rebuilt for the continuations (select_cache) must carry how many it has seen, or the
     mask slides over the wrong keys (8e-3 apart, caught by the probe)."""
     from calm_core.data.schema import MCItem
-    from calm_core.scoring.options import score_items
+    from calm_core.scoring.scorer import Scorer
     from calm_core.scoring.prompts import ScoringConfig
 
     lm = _model(family, family_dirs)
     question = "Which of these is the largest city of the country whose capital is far away from here?"
     items = [MCItem("a", question, ("Paris", "Lyon", "Marseille"), 0), MCItem("b", "2 + 2 =", ("4", "five"), 0)]
     rule = ScoringConfig(rule="cloze")
-    shared = score_items(lm, items, rule, share_prefix=True, progress=False).logits
-    plain = score_items(lm, items, rule, share_prefix=False, progress=False).logits
+    shared = Scorer.of(lm, progress=False, share_prefix=True).score(items, rule).logits
+    plain = Scorer.of(lm, progress=False, share_prefix=False).score(items, rule).logits
     assert fast_paths.fast_paths(lm.model).prefix_sharing.on
     torch.testing.assert_close(torch.tensor(shared), torch.tensor(plain), atol=1e-5, rtol=0)
 
@@ -177,27 +177,25 @@ def test_a_prefix_whose_top_sharing_alone_is_broken_stays_on_without_it(family_d
 
 
 def test_the_verdict_is_measured_once_per_model(family_dirs, monkeypatch) -> None:
-    import calm_core.scoring.probes as probes
-
     first = fast_paths.fast_paths(_model("llama", family_dirs).model)
-    assert fast_paths.verdict_path(_model("llama", family_dirs).model).is_file()
-    monkeypatch.setattr(probes, "probe_scoring_paths", lambda *a: pytest.fail("measured twice"))
+    assert verdicts.verdict_path(_model("llama", family_dirs).model).is_file()
+    monkeypatch.setattr(fast_paths, "probe_scoring_paths", lambda *a: pytest.fail("measured twice"))
     assert fast_paths.fast_paths(_model("llama", family_dirs, fresh=True).model) == first  # a new load reads the disk
 
 
 def test_feature_capture_off_reads_the_final_norm_states(family_dirs, monkeypatch) -> None:
     """Where the head's input is not the final-norm state, `head_inputs` gives the base
     model's last_hidden_state instead, cut to logits_to_keep: the same numbers here."""
-    from calm_core.scoring.fast_paths import FastPathSupport, PathVerdict
     from calm_core.scoring.forward import head_inputs
+    from calm_core.scoring.verdicts import FastPathSupport, PathVerdict, keep_support
 
-    lm = _model("llama", family_dirs)
+    lm = _model("llama", family_dirs, fresh=True)  # its kept verdict is changed below
     batch = left_pad_batch(probe_sequences(lm.model.config), 0, torch.device("cpu"))
+    support = fast_paths.fast_paths(lm.model)
+    assert support.feature_capture.on, support.feature_capture.reason
     with torch.no_grad(), head_inputs(lm.model) as hooked:
         lm.model(**batch, logits_to_keep=2)
-    support = fast_paths.fast_paths(lm.model)
-    off = FastPathSupport(support.hidden_path, PathVerdict(False, "test"), support.prefix_sharing)
-    monkeypatch.setattr(fast_paths, "fast_paths", lambda model: off)
+    keep_support(lm.model, FastPathSupport(support.hidden_path, PathVerdict(False, "test"), support.prefix_sharing))
     with torch.no_grad(), head_inputs(lm.model) as fallback:
         lm.model(**batch, logits_to_keep=2)
     assert fallback[-1].shape == hooked[-1].shape

@@ -15,7 +15,8 @@ from calm_core.runs.layout import predictions_path, write_predictions
 from calm_core.scoring.evaluate import predictions_frame
 from calm_core.scoring.features import FEATURES, OPTION_FEATURES, feature_columns
 from calm_core.scoring.frozen_prefix import FrozenPrefixModel
-from calm_core.scoring.options import OptionScores, read_scores, score_with
+from calm_core.scoring.options import OptionScores, read_scores
+from calm_core.scoring.scorer import Capture, Scorer
 from calm_core.scoring.prompts import ScoringConfig
 from calm_core.scoring.truncation import fitted_cloze_requests, fitted_letter_prompts
 from tests.conftest import TINY_CONFIG
@@ -50,9 +51,9 @@ def _scorer(tiny_lm, path: str, tmp_path):
     return FrozenPrefixModel(frozen, split=1, store_root=tmp_path if path == "frozen_arena" else None), True
 
 
-def _score(model, tokenizer, rule: str, share: bool, **capture) -> OptionScores:
-    cfg = ScoringConfig(rule=rule)
-    return score_with(model, tokenizer, ITEMS, cfg, batch_size=5, progress=False, share_prefix=share, **capture)
+def _score(model, tokenizer, rule: str, share: bool, capture: Capture = Capture.NOTHING) -> OptionScores:
+    scorer = Scorer(model, tokenizer, batch_size=5, progress=False, share_prefix=share)
+    return scorer.score(ITEMS, ScoringConfig(rule=rule), capture=capture)
 
 
 def _reference_states(tiny_lm, ids: list[int]) -> torch.Tensor:
@@ -77,7 +78,7 @@ def _prompts(tiny_lm, rule: str) -> list[list[int]]:
 @pytest.mark.parametrize("rule", ["cloze", "letter"])
 def test_captured_state_is_a_separate_forward_pass_last_prompt_token(tiny_lm, tmp_path, rule: str, path: str) -> None:
     model, share = _scorer(tiny_lm, path, tmp_path)
-    scores = _score(model, tiny_lm.tokenizer, rule, share, features=True)
+    scores = _score(model, tiny_lm.tokenizer, rule, share, Capture.FEATURES)
     assert scores.features is not None and scores.features.dtype == np.float32
     assert scores.features.shape == (len(ITEMS), tiny_lm.model.config.hidden_size)
     for i, prompt in enumerate(_prompts(tiny_lm, rule)):
@@ -90,7 +91,8 @@ def test_captured_state_is_a_separate_forward_pass_last_prompt_token(tiny_lm, tm
 def test_capture_changes_no_score(tiny_lm, tmp_path, rule: str, path: str) -> None:
     model, share = _scorer(tiny_lm, path, tmp_path)
     off = _score(model, tiny_lm.tokenizer, rule, share)
-    on = _score(model, tiny_lm.tokenizer, rule, share, features=True, option_features=rule == "cloze")
+    both = Capture.FEATURES | (Capture.OPTION_FEATURES if rule == "cloze" else Capture.NOTHING)
+    on = _score(model, tiny_lm.tokenizer, rule, share, both)
     assert off.features is None and off.option_features is None
     np.testing.assert_array_equal(on.logits, off.logits)  # to the last bit
     np.testing.assert_array_equal(on.predictions, off.predictions)
@@ -99,7 +101,7 @@ def test_capture_changes_no_score(tiny_lm, tmp_path, rule: str, path: str) -> No
 @pytest.mark.parametrize("path", PATHS)
 def test_option_features_are_the_mean_state_over_the_positions_that_score_the_option(tiny_lm, tmp_path, path) -> None:
     model, share = _scorer(tiny_lm, path, tmp_path)
-    scores = _score(model, tiny_lm.tokenizer, "cloze", share, option_features=True)
+    scores = _score(model, tiny_lm.tokenizer, "cloze", share, Capture.OPTION_FEATURES)
     requests, _ = fitted_cloze_requests(ITEMS, ScoringConfig(), tiny_lm.tokenizer, None)
     assert scores.option_features is not None and scores.features is not None
     for i, reqs in enumerate(requests):
@@ -115,9 +117,9 @@ def test_the_hook_path_captures_the_same_states(tiny_lm, monkeypatch) -> None:
     a hook on the LM head: the same numbers."""
     import calm_core.scoring.logprobs as logprobs
 
-    direct = _score(tiny_lm.model, tiny_lm.tokenizer, "cloze", False, option_features=True)
+    direct = _score(tiny_lm.model, tiny_lm.tokenizer, "cloze", False, Capture.OPTION_FEATURES)
     monkeypatch.setattr(logprobs, "hidden_path", lambda model: False)
-    hooked = _score(tiny_lm.model, tiny_lm.tokenizer, "cloze", False, option_features=True)
+    hooked = _score(tiny_lm.model, tiny_lm.tokenizer, "cloze", False, Capture.OPTION_FEATURES)
     np.testing.assert_allclose(hooked.features, direct.features, atol=TOL, rtol=0)
     np.testing.assert_allclose(hooked.option_features, direct.option_features, atol=TOL, rtol=0)
     np.testing.assert_allclose(hooked.logits, direct.logits, atol=1e-4)
@@ -125,11 +127,11 @@ def test_the_hook_path_captures_the_same_states(tiny_lm, monkeypatch) -> None:
 
 def test_letter_rule_has_no_option_features(tiny_lm) -> None:
     with pytest.raises(ValueError, match="cloze rule"):
-        _score(tiny_lm.model, tiny_lm.tokenizer, "letter", False, option_features=True)
+        _score(tiny_lm.model, tiny_lm.tokenizer, "letter", False, Capture.OPTION_FEATURES)
 
 
 def test_stored_features_round_trip_in_float16(tiny_lm, tmp_path) -> None:
-    scores = _score(tiny_lm.model, tiny_lm.tokenizer, "cloze", True, option_features=True)
+    scores = _score(tiny_lm.model, tiny_lm.tokenizer, "cloze", True, Capture.OPTION_FEATURES)
     path = write_predictions(tmp_path, "base", "builtin/some set", predictions_frame(scores))
     assert path == predictions_path(tmp_path, "base", "builtin/some set")
     back = read_scores(path)
@@ -153,7 +155,7 @@ def test_a_file_without_features_reads_with_none(tiny_lm, tmp_path) -> None:
 
 
 def test_features_only_file_reads_without_option_features(tiny_lm, tmp_path) -> None:
-    scores = _score(tiny_lm.model, tiny_lm.tokenizer, "letter", False, features=True)
+    scores = _score(tiny_lm.model, tiny_lm.tokenizer, "letter", False, Capture.FEATURES)
     back = read_scores(write_predictions(tmp_path, "base", "set", predictions_frame(scores)))
     assert back.option_features is None
     np.testing.assert_allclose(back.features, scores.features, rtol=1e-3, atol=1e-4)

@@ -16,7 +16,7 @@ from calm_core.calibration.head import CalibrationHead
 from calm_core.training.objectives import negative_entropy, option_cross_entropy, option_logits
 from calm_core.scoring.prompts import ScoringConfig
 from calm_core.scoring.forward import left_pad_batch
-from calm_core.scoring.options import score_items
+from calm_core.scoring.scorer import Scorer
 from tests.numeric import float32_noise
 
 ITEMS = [
@@ -105,15 +105,15 @@ def test_scores_equal_and_adapter_can_be_switched_off(four_layer_lora) -> None:
     plain = SimpleNamespace(model=model, tokenizer=tokenizer, device=torch.device("cpu"), info={})
     cached = SimpleNamespace(model=runner, tokenizer=tokenizer, device=torch.device("cpu"), info={})
     cfg = ScoringConfig(rule="cloze")
-    expected = score_items(plain, ITEMS, cfg, progress=False).logits
-    got = score_items(cached, ITEMS, cfg, progress=False, share_prefix=False).logits
+    expected = Scorer.of(plain, progress=False).score(ITEMS, cfg).logits
+    got = Scorer.of(cached, progress=False, share_prefix=False).score(ITEMS, cfg).logits
     finite = np.isfinite(expected)
     np.testing.assert_allclose(got[finite], expected[finite],
                                atol=float32_noise(np.abs(expected[finite]).max(), model.config.vocab_size))
     with model.disable_adapter():
-        base_expected = score_items(plain, ITEMS, cfg, progress=False).logits
+        base_expected = Scorer.of(plain, progress=False).score(ITEMS, cfg).logits
     with runner.disable_adapter():  # the cache is shared by base and adapted variants
-        base_got = score_items(cached, ITEMS, cfg, progress=False, share_prefix=False).logits
+        base_got = Scorer.of(cached, progress=False, share_prefix=False).score(ITEMS, cfg).logits
     np.testing.assert_allclose(base_got[finite], base_expected[finite],
                                atol=float32_noise(np.abs(base_expected[finite]).max(), model.config.vocab_size))
     assert np.abs(base_expected[finite] - expected[finite]).max() > 1e-3  # the adapter matters here
@@ -193,6 +193,7 @@ def test_store_gives_states_back_in_the_model_dtype_unchanged(tmp_path: Path, dt
 def test_needed_logits_equal_the_full_logits_at_the_kept_positions(four_layer_lora) -> None:
     """The LM head on the positions each row needs only, for the PEFT model, the runner and
     the same model with the adapter off: the same numbers as slicing the full logits."""
+    from calm_core.scoring.fast_paths import fast_paths
     from calm_core.scoring.forward import hidden_path
     from calm_core.scoring.logprobs import last_logits, needed_logits
 
@@ -201,6 +202,8 @@ def test_needed_logits_equal_the_full_logits_at_the_kept_positions(four_layer_lo
     batch = left_pad_batch(seqs, tokenizer.pad_token_id, torch.device("cpu"))
     lengths = [3, 1, 2]
     runner = FrozenPrefixModel(model, split=2)
+    assert not hidden_path(model) and not hidden_path(runner)  # unmeasured: the plain forward
+    fast_paths(model)
     assert hidden_path(model) and hidden_path(runner)
     with torch.no_grad():
         full = last_logits(model, batch, 3)  # (3, 3, V)

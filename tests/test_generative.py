@@ -833,3 +833,16 @@ def test_shared_prompt_prefill_samples_like_num_return_sequences(tiny_lm) -> Non
                                eos_token_id=list(stop_token_ids(tok)), pad_token_id=tok.pad_token_id)
     assert shared.shape == plain.shape == (15, plain.shape[1])
     assert torch.equal(shared, plain)
+
+
+def test_fitting_a_token_calibrator_measures_the_fast_paths_first(tiny_model_dir: Path) -> None:
+    """`answer_logits` only reads a verdict; the openqa fit (`calm eval --fit-ts-on`)
+    measures it first, so the LM head runs on the needed positions only (the hidden path)."""
+    from calm_core.generative.evaluate import token_fit_data
+    from calm_core.scoring.forward import hidden_path
+    from calm_core.scoring.models import ModelSpec, load_model
+
+    lm = load_model(ModelSpec(name=str(tiny_model_dir), device="cpu"))  # a fresh object: nothing kept on it
+    assert not hidden_path(lm.model)
+    logits, targets = token_fit_data(lm.model, lm.tokenizer, HAND_ITEMS[:2], "plain")
+    assert hidden_path(lm.model) and len(logits) == len(targets) > 0

@@ -10,7 +10,7 @@ from calm_core.data.schema import MCItem
 from calm_core.calibration.head import CalibrationHead
 from calm_core.training.objectives import negative_entropy, option_cross_entropy, option_entropy, option_logits
 from calm_core.scoring.prompts import ScoringConfig
-from calm_core.scoring.options import score_items
+from calm_core.scoring.scorer import Scorer
 from tests.numeric import float32_noise
 
 
@@ -31,7 +31,7 @@ def test_identity_head_scores_equal_evaluation_scores(tiny_lm, rule: str) -> Non
     head = CalibrationHead("vocab", size=tiny_lm.model.config.vocab_size)
     with torch.no_grad():
         z = option_logits(tiny_lm.model, tiny_lm.tokenizer, ITEMS, cfg, head).double().numpy()
-    expected = score_items(tiny_lm, ITEMS, cfg, progress=False).logits
+    expected = Scorer.of(tiny_lm, progress=False).score(ITEMS, cfg).logits
     finite = np.isfinite(expected)
     np.testing.assert_array_equal(finite, np.isfinite(z))
     np.testing.assert_allclose(z[finite], expected[finite], atol=score_noise(expected[finite], tiny_lm))
@@ -68,7 +68,7 @@ def test_cross_entropy_at_gold() -> None:
 @pytest.mark.parametrize("scope, rule", [("vocab", "cloze"), ("vocab", "letter"), ("options", "cloze"),
                                          ("scalar", "letter")])
 def test_trained_head_scores_equal_evaluation_scores(tiny_lm, scope: str, rule: str) -> None:
-    """With a non-identity head, training-time scores == `score_items(..., head=head)`."""
+    """With a non-identity head, training-time scores == `Scorer.score(..., head=head)`."""
     size = {"vocab": tiny_lm.model.config.vocab_size, "options": 4, "scalar": None}[scope]
     head = CalibrationHead(scope, size=size)
     generator = torch.Generator().manual_seed(0)
@@ -76,8 +76,8 @@ def test_trained_head_scores_equal_evaluation_scores(tiny_lm, scope: str, rule: 
         for p in head.parameters():
             p.copy_(0.5 * torch.randn(p.shape, generator=generator))
         z = option_logits(tiny_lm.model, tiny_lm.tokenizer, ITEMS, ScoringConfig(rule=rule), head).double().numpy()
-    plain = score_items(tiny_lm, ITEMS, ScoringConfig(rule=rule), progress=False).logits
-    calibrated = score_items(tiny_lm, ITEMS, ScoringConfig(rule=rule), progress=False, head=head).logits
+    plain = Scorer.of(tiny_lm, progress=False).score(ITEMS, ScoringConfig(rule=rule)).logits
+    calibrated = Scorer.of(tiny_lm, progress=False).score(ITEMS, ScoringConfig(rule=rule), head=head).logits
     finite = np.isfinite(calibrated)
     np.testing.assert_allclose(calibrated[finite], z[finite], atol=score_noise(calibrated[finite], tiny_lm))
     assert not np.allclose(calibrated[finite], plain[finite], atol=1e-3)  # the head did something
@@ -96,7 +96,7 @@ def test_a_head_acts_where_it_says_in_training_and_evaluation(tiny_lm, rule: str
         with torch.no_grad():
             head.log_temperature.fill_(0.7)
             z = option_logits(tiny_lm.model, tiny_lm.tokenizer, ITEMS, cfg, head).double().numpy()
-        scores = score_items(tiny_lm, ITEMS, cfg, progress=False, head=head).logits
+        scores = Scorer.of(tiny_lm, progress=False).score(ITEMS, cfg, head=head).logits
         finite = np.isfinite(scores)
         np.testing.assert_array_equal(finite, np.isfinite(z))
         np.testing.assert_allclose(z[finite], scores[finite], atol=score_noise(scores[finite], tiny_lm))

@@ -9,7 +9,8 @@ import torch
 from calm_core.data.schema import MCItem
 from calm_core.scoring.prompts import ScoringConfig, cloze_context, letter_prompt, letter_token_ids
 from calm_core.scoring.forward import left_pad_batch
-from calm_core.scoring.options import OptionScores, pad_ragged, score_items
+from calm_core.scoring.options import OptionScores, pad_ragged
+from calm_core.scoring.scorer import Scorer
 
 ITEMS = [
     MCItem("a", "What is the capital of France?", ("Paris", "Lyon", "Marseille", "Nice"), 0),
@@ -41,15 +42,15 @@ def reference_cloze(lm, item: MCItem, cfg: ScoringConfig) -> np.ndarray:
 @pytest.mark.parametrize("rule", ["cloze", "cloze_norm"])
 def test_cloze_matches_one_at_a_time_reference(tiny_lm, rule: str) -> None:
     cfg = ScoringConfig(rule=rule)
-    scores = score_items(tiny_lm, ITEMS, cfg, batch_size=6, progress=False)
+    scores = Scorer.of(tiny_lm, batch_size=6, progress=False).score(ITEMS, cfg)
     for i, item in enumerate(ITEMS):
         np.testing.assert_allclose(scores.logits[i, : item.n_choices], reference_cloze(tiny_lm, item, cfg), atol=1e-4)
         assert np.all(np.isneginf(scores.logits[i, item.n_choices:]))
 
 
 def test_prefix_sharing_equals_flat_path(tiny_lm) -> None:
-    shared = score_items(tiny_lm, ITEMS, ScoringConfig(), batch_size=8, progress=False, share_prefix=True)
-    flat = score_items(tiny_lm, ITEMS, ScoringConfig(), batch_size=3, progress=False, share_prefix=False)
+    shared = Scorer.of(tiny_lm, batch_size=8, progress=False, share_prefix=True).score(ITEMS, ScoringConfig())
+    flat = Scorer.of(tiny_lm, batch_size=3, progress=False, share_prefix=False).score(ITEMS, ScoringConfig())
     finite = np.isfinite(flat.logits)
     np.testing.assert_array_equal(finite, np.isfinite(shared.logits))
     np.testing.assert_allclose(shared.logits[finite], flat.logits[finite], atol=1e-4)
@@ -57,15 +58,15 @@ def test_prefix_sharing_equals_flat_path(tiny_lm) -> None:
 
 @pytest.mark.parametrize("rule", ["cloze", "letter"])
 def test_scores_do_not_depend_on_batch_size(tiny_lm, rule: str) -> None:
-    one = score_items(tiny_lm, ITEMS, ScoringConfig(rule=rule), batch_size=1, progress=False)
-    many = score_items(tiny_lm, ITEMS, ScoringConfig(rule=rule), batch_size=32, progress=False)
+    one = Scorer.of(tiny_lm, batch_size=1, progress=False).score(ITEMS, ScoringConfig(rule=rule))
+    many = Scorer.of(tiny_lm, batch_size=32, progress=False).score(ITEMS, ScoringConfig(rule=rule))
     finite = np.isfinite(one.logits)
     np.testing.assert_allclose(one.logits[finite], many.logits[finite], atol=1e-4)
 
 
 def test_letter_scores_are_last_position_letter_logits(tiny_lm) -> None:
     cfg = ScoringConfig(rule="letter")
-    scores = score_items(tiny_lm, ITEMS, cfg, batch_size=4, progress=False)
+    scores = Scorer.of(tiny_lm, batch_size=4, progress=False).score(ITEMS, cfg)
     for i, item in enumerate(ITEMS):
         ids = tiny_lm.tokenizer(letter_prompt(item, cfg, tiny_lm.tokenizer), add_special_tokens=False).input_ids
         with torch.no_grad():
@@ -75,14 +76,14 @@ def test_letter_scores_are_last_position_letter_logits(tiny_lm) -> None:
 
 
 def test_chat_template_cloze_runs_and_differs_from_plain(tiny_lm) -> None:
-    plain = score_items(tiny_lm, ITEMS[:2], ScoringConfig(), progress=False)
-    chat = score_items(tiny_lm, ITEMS[:2], ScoringConfig(chat_template=True), progress=False)
+    plain = Scorer.of(tiny_lm, progress=False).score(ITEMS[:2], ScoringConfig())
+    chat = Scorer.of(tiny_lm, progress=False).score(ITEMS[:2], ScoringConfig(chat_template=True))
     assert chat.scoring["chat_template"] is True
     assert not np.allclose(plain.logits[np.isfinite(plain.logits)], chat.logits[np.isfinite(chat.logits)])
 
 
 def test_result_records_rule_gold_and_ids(tiny_lm) -> None:
-    scores = score_items(tiny_lm, ITEMS, ScoringConfig(rule="cloze_norm"), progress=False)
+    scores = Scorer.of(tiny_lm, progress=False).score(ITEMS, ScoringConfig(rule="cloze_norm"))
     assert scores.scoring["rule"] == "cloze_norm"
     assert scores.ids == ["a", "b", "c", "d"]
     np.testing.assert_array_equal(scores.gold, [0, 0, 0, 3])
@@ -92,13 +93,13 @@ def test_result_records_rule_gold_and_ids(tiny_lm) -> None:
 
 def test_progress_callback_reaches_total(tiny_lm) -> None:
     seen: list[tuple[int, int]] = []
-    score_items(tiny_lm, ITEMS, ScoringConfig(), batch_size=5, progress=lambda d, t: seen.append((d, t)))
+    Scorer.of(tiny_lm, batch_size=5, progress=lambda d, t: seen.append((d, t))).score(ITEMS, ScoringConfig())
     assert seen[-1] == (len(ITEMS), len(ITEMS))
     assert [d for d, _ in seen] == sorted(d for d, _ in seen)
 
 
 def test_frame_round_trip_keeps_ragged_logits(tiny_lm) -> None:
-    scores = score_items(tiny_lm, ITEMS, ScoringConfig(), progress=False)
+    scores = Scorer.of(tiny_lm, progress=False).score(ITEMS, ScoringConfig())
     back = OptionScores.from_frame(scores.to_frame(), scores.scoring)
     np.testing.assert_array_equal(back.logits, scores.logits)
     np.testing.assert_array_equal(back.gold, scores.gold)
@@ -115,9 +116,9 @@ def test_pad_ragged_and_empty_input_errors(tiny_lm) -> None:
     padded = pad_ragged([np.array([1.0, 2.0]), np.array([3.0])])
     assert padded.shape == (2, 2) and np.isneginf(padded[1, 1])
     with pytest.raises(ValueError, match="at least one item"):
-        score_items(tiny_lm, [], ScoringConfig(), progress=False)
+        Scorer.of(tiny_lm, progress=False).score([], ScoringConfig())
     with pytest.raises(ValueError, match="batch_size"):
-        score_items(tiny_lm, ITEMS, ScoringConfig(), batch_size=0, progress=False)
+        Scorer.of(tiny_lm, batch_size=0, progress=False).score(ITEMS, ScoringConfig())
 
 
 @pytest.mark.embedded
@@ -126,7 +127,7 @@ def test_embedded_model_beats_chance_on_capitals_with_cloze(embedded_lm) -> None
     from calm_core.scoring.evaluate import load_mc_items
 
     items = load_mc_items("builtin/capitals/test")
-    scores = score_items(embedded_lm, items, ScoringConfig(), progress=False)
+    scores = Scorer.of(embedded_lm, progress=False).score(items, ScoringConfig())
     assert (scores.predictions == scores.gold).mean() > 0.5
 
 
@@ -145,7 +146,7 @@ def test_docs_arc_easy_numbers_reproduce_to_the_item(embedded_lm) -> None:
     reference = Path(__file__).parent / "fixtures" / "reference" / "arc_easy_test_cloze_base.jsonl"
     rows = [json.loads(line) for line in reference.read_text().splitlines()][:12]
     items = load_mc_items("arc/easy_test", limit=12)
-    scores = score_items(embedded_lm, items, ScoringConfig(rule="cloze"), progress=False)
+    scores = Scorer.of(embedded_lm, progress=False).score(items, ScoringConfig(rule="cloze"))
     assert scores.ids == [r["id"] for r in rows]
     assert scores.predictions.tolist() == [r["prediction"] for r in rows]
     for i, row in enumerate(rows):

@@ -78,14 +78,14 @@ def test_calm_eval_applies_a_thermometer_per_set_and_refuses_another_models(tiny
 
     from calm_core.scoring.evaluate import load_mc_items
     from calm_core.scoring.models import ModelSpec, load_model
-    from calm_core.scoring.options import score_items
+    from calm_core.scoring.scorer import Capture, Scorer
     from calm_core.scoring.prompts import ScoringConfig
     from tests.test_cli import run_cli
 
     lm = load_model(ModelSpec(name=str(tiny_model_dir), device="cpu"))
     train = []
     for name in ("builtin/capitals/validation", "builtin/units/validation", "builtin/arithmetic/validation"):
-        s = score_items(lm, load_mc_items(name, 12), ScoringConfig(rule="cloze"), features=True, progress=False)
+        s = Scorer.of(lm, progress=False).score(load_mc_items(name, 12), ScoringConfig(rule="cloze"), capture=Capture.FEATURES)
         train.append(Labelled(name, s.logits, s.gold, s.features))
     thermo = Thermometer.train(train)
     thermo.model = str(tiny_model_dir)

@@ -114,13 +114,13 @@ def test_a_long_python_step_says_a_line_every_tick_with_its_progress() -> None:
 
 
 def test_the_quiz_setup_says_each_stage(tiny_lm, tiny_model_dir: Path, tmp_path: Path, monkeypatch) -> None:
-    import calm_core.scoring.quiz as quiz_mod
+    import calm_core.scoring.score_cache as score_cache
 
-    monkeypatch.setattr(quiz_mod, "scores_root", lambda: tmp_path / "scores")
-    monkeypatch.setattr(quiz_mod, "load_model", lambda name: tiny_lm)
+    monkeypatch.setattr(score_cache, "scores_root", lambda: tmp_path / "scores")
+    monkeypatch.setattr(score_cache, "load_model", lambda name: tiny_lm)
     said: list[str] = []
     with Ticker(every=60, say=said.append) as ticker:
-        quiz_mod.prepare_learn_quiz(quiz_mod.Quiz("builtin/chemical_symbols/test", limit=4), tiny_model_dir, ticker)
+        score_cache.prepare_learn_quiz(score_cache.Quiz("builtin/chemical_symbols/test", limit=4), tiny_model_dir, ticker)
     assert said == ["loading the embedded model to score Learn's quiz once (4 questions)", "scoring Learn's quiz"]
 
 

@@ -21,7 +21,7 @@ from calm_core.calibration.posthoc import TemperatureScaler
 from calm_core.data.entries import list_datasets
 from calm_core.glossary import define, tooltip
 from calm_core.scoring.options import OptionScores
-from calm_core.scoring.quiz import LEARN_QUIZ
+from calm_core.scoring.score_cache import LEARN_QUIZ
 
 N_BINS = 15  # the project's ECE bins (the diagram's bins come from the item count)
 

@@ -42,7 +42,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers import LogitsProcessor
 
-from calm_core.calibration.head_base import FORMAT, calibrate, head_file
+from calm_core.calibration.head_base import FORMAT, Head, calibrate, head_file
 
 SCOPES = ("vocab", "options", "scalar", "adaptive")
 _CONSTANT_SCOPES = ("vocab", "options", "scalar")  # alpha a constant vector: this class
@@ -127,7 +127,7 @@ def _check_scope(scope: object) -> str:
     return str(scope)
 
 
-def make_head(scope: str, *, size: int | None, width: int, acts_on: str | None = None, shifts: int = 0) -> Any:
+def make_head(scope: str, *, size: int | None, width: int, acts_on: str | None = None, shifts: int = 0) -> Head:
     """The head of `scope` for a model whose hidden states are `width` wide: a
     CalibrationHead, or for `adaptive` an AdaptiveHead (its projection is fitted before
     the first step, `AdaptiveHead.fit_projection`), with l(h) over `shifts` option

@@ -1,17 +1,60 @@
 """What both calibration heads share (head.py's constant scopes, adaptive_head.py's
-temperature per question): the file name and format tag they are saved under and the one
-formula that applies a temperature and a shift to scores. A module of its own, so each
-head imports it and neither imports the other's private names."""
+temperature per question): the `Head` protocol the scorer and training type them by, the
+file name and format tag they are saved under and the one formula that applies a
+temperature and a shift to scores. A module of its own, so each head imports it and
+neither imports the other's private names."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any, Iterator, Protocol, runtime_checkable
 
 import torch
 
 HEAD_FILENAME = "calibration_head.safetensors"  # the name inside checkpoint-<step>/
 FORMAT = "calm_studio.calibration_head"  # metadata tag, so a random safetensors file is refused
+
+
+@runtime_checkable
+class Head(Protocol):
+    """What scoring, training and the export call on a calibration head, whichever class
+    it is (`CalibrationHead`'s constant scopes, `AdaptiveHead`): callers apply both
+    transforms and let the head say where it acts, never asking for its class.
+
+    `on_tokens` is the identity unless the head acts inside the forward pass (`acts_on`
+    "tokens"); `on_options` is the identity unless it acts on the option scores, where a
+    head that `reads_features` takes the question's hidden state h, (B, d)."""
+
+    @property
+    def scope(self) -> str: ...  # "scalar", "options", "vocab" or "adaptive"
+
+    @property
+    def acts_on(self) -> str: ...  # "tokens" or "options"
+
+    @property
+    def reads_features(self) -> bool: ...
+
+    @property
+    def centred(self) -> bool: ...
+
+    @property
+    def tau(self) -> torch.Tensor: ...  # the temperatures (one, per option, per token id; at the mean state)
+
+    @property
+    def shift(self) -> torch.Tensor | None: ...  # the constant shift l, None where the head has none
+
+    def on_tokens(self, z: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor: ...
+
+    def on_options(self, scores: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor: ...
+
+    def summary(self) -> dict[str, float]: ...
+
+    def save(self, path: str | Path) -> Path: ...
+
+    def parameters(self, recurse: bool = True) -> Iterator[torch.nn.Parameter]: ...
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any: ...
 
 
 def calibrate(z: torch.Tensor, log_t: torch.Tensor, shift: torch.Tensor | None, center: bool = False) -> torch.Tensor:

@@ -140,16 +140,14 @@ def _posthoc(args: argparse.Namespace, lm: Any, cfg: Any, fit_items: dict[str, l
     every default calibrator fitted on each --fit-ts-on set (`ts`, `ts:<dataset>` for several)."""
     from calm_core.calibration.posthoc import load_calibrator
     from calm_core.scoring.evaluate import PosthocFit, fit_posthoc
-    from calm_core.scoring.options import score_items
+    from calm_core.scoring.scorer import Capture, Scorer
 
     if args.ts_file:
         calibrator = load_calibrator(args.ts_file)
         return [PosthocFit(calibrator.name, calibrator, {"file": str(args.ts_file)})]
+    scorer = Scorer.of(lm, batch_size=args.batch_size, progress=not args.quiet)
     fit_sets = {  # with features: adaptive temperature scaling reads them
-        name: score_items(
-            lm, items, cfg, batch_size=args.batch_size, progress=not args.quiet, dataset=name, features=True
-        )
-        for name, items in fit_items.items()
+        name: scorer.score(items, cfg, capture=Capture.FEATURES, dataset=name) for name, items in fit_items.items()
     }
     fits = fit_posthoc(fit_sets)
     if args.save_ts:  # exactly one set fitted: checked in cmd_eval before the model loaded
@@ -317,18 +315,13 @@ def _score_set(
     from calm_core.runs.layout import write_predictions
     from calm_core.scoring.evaluate import predictions_frame, result_row
     from calm_core.scoring.features import FEATURES
-    from calm_core.scoring.options import score_items
+    from calm_core.scoring.scorer import Capture, Scorer
 
-    scores = score_items(
-        lm,
-        list(report.items),
-        cfg,
-        batch_size=args.batch_size,
-        progress=not args.quiet,
-        dataset=name,
-        features=True,  # ats reads them; stored with the predictions only with --features
-        option_features=args.features == "options",
-    )
+    capture = Capture.FEATURES  # ats reads them; stored with the predictions only with --features
+    if args.features == "options":
+        capture |= Capture.OPTION_FEATURES
+    scorer = Scorer.of(lm, batch_size=args.batch_size, progress=not args.quiet)
+    scores = scorer.score(list(report.items), cfg, capture=capture, dataset=name)
     labelled = report.kind != UNLABELLED_MC
     variants = [("base", None)] + [(f.variant, f.calibrator) for f in fits if labelled]
     if thermometer is not None:

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from calm_core.calibration.head_base import Head
 from calm_core.data.schema import MCItem
 from calm_core.runs.rundir import RunDir
 
@@ -85,7 +86,7 @@ def refuse_adaptive(run: RunDir, what: str) -> None:
     )
 
 
-def fold_plan(head: Any, scoring: ScoringConfig, task: str, letters: list[int], lm_head: Any) -> Fold:
+def fold_plan(head: Head | None, scoring: ScoringConfig, task: str, letters: list[int], lm_head: Any) -> Fold:
     """Decide what folds (module docstring). `letters`: the letter tokens' ids (letter
     rule), `lm_head`: the model's output layer (its rows and whether it has a bias)."""
     if head is None:
@@ -164,22 +165,24 @@ def _softmax(z: np.ndarray) -> np.ndarray:
 
 
 @torch.no_grad()
-def _token_logprobs(model: Any, tokenizer: Any, head: Any = None) -> torch.Tensor:
+def _token_logprobs(model: Any, tokenizer: Any, head: Head | None = None) -> torch.Tensor:
     """log-probabilities (V,) at the probe's last position, through `head` where given."""
     ids = tokenizer(_PROBE, return_tensors="pt", add_special_tokens=False).input_ids.to(model.device)
     z = model(input_ids=ids).logits[0, -1].double()  # (V,)
     return torch.log_softmax(head(z) if head is not None else z, -1).cpu()
 
 
-def studio_reference(model: Any, tokenizer: Any, head: Any, scoring: ScoringConfig, task: str) -> dict[str, Any]:
+def studio_reference(
+    model: Any, tokenizer: Any, head: Head | None, scoring: ScoringConfig, task: str
+) -> dict[str, Any]:
     """The studio's calibrated numbers of the adapted model, before merging: option
     probabilities of CHECK_ITEMS (multiple choice) and, for a head acting on tokens, the
     probe's log-probabilities over the vocabulary."""
-    from calm_core.scoring.options import score_with
+    from calm_core.scoring.scorer import Scorer
 
     out: dict[str, Any] = {}
     if task == "mcqa":
-        scores = score_with(model, tokenizer, list(CHECK_ITEMS), scoring, head=head, progress=False)
+        scores = Scorer(model, tokenizer, progress=False).score(list(CHECK_ITEMS), scoring, head=head)
         out["options"] = _softmax(scores.logits)
     if head is not None and head.acts_on == "tokens":
         out["tokens"] = _token_logprobs(model, tokenizer, copy.deepcopy(head).double())
@@ -189,11 +192,11 @@ def studio_reference(model: Any, tokenizer: Any, head: Any, scoring: ScoringConf
 def check_fold(model: Any, tokenizer: Any, fold: Fold, scoring: ScoringConfig, reference: dict, letters: list) -> dict:
     """The merged model's numbers through the card's formula against `reference`: the
     worst absolute differences, which `write_merged` holds to CHECK_TOLERANCE."""
-    from calm_core.scoring.options import score_with
+    from calm_core.scoring.scorer import Scorer
 
     out: dict[str, Any] = {"items": [item.question for item in CHECK_ITEMS], "tolerance": CHECK_TOLERANCE}
     if "options" in reference:
-        z = score_with(model, tokenizer, list(CHECK_ITEMS), scoring, progress=False).logits
+        z = Scorer(model, tokenizer, progress=False).score(list(CHECK_ITEMS), scoring).logits
         probs = _softmax(served_scores(z, fold, letters))
         out["max_abs_diff"] = float(np.nanmax(np.abs(probs - reference["options"])))
         shown = zip(probs, CHECK_ITEMS, strict=True)
@@ -260,7 +263,7 @@ def write_merged(run: RunDir, step: int, source: Path, folder: Path, variant: st
     return merged_record(fold, check, letters, model, untied)
 
 
-def _per_option(head: Any) -> bool:
+def _per_option(head: Head | None) -> bool:
     return head is not None and head.scope == "options"
 
 

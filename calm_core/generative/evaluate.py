@@ -24,6 +24,7 @@ from calm_core.generative.objectives import answer_logits, gold_requests
 from calm_core.generative.sampling import GenerationConfig, generate_answers
 from calm_core.generative.semantic import grouping_for
 from calm_core.scoring.adapters import evaluating
+from calm_core.scoring.fast_paths import fast_paths
 from calm_core.scoring.progress import ProgressFn
 
 
@@ -36,6 +37,7 @@ def token_fit_data(
     requests = gold_requests(items, tokenizer, prompt)
     logits, targets = [], []
     with torch.no_grad(), evaluating(model, adapter=False):
+        fast_paths(model)  # measured once per model (cached), before `answer_logits` reads the verdict
         for start in range(0, len(requests), batch_size):
             z, t = answer_logits(model, requests[start : start + batch_size], tokenizer.pad_token_id)
             logits.append(z.double().cpu().numpy())

@@ -1,6 +1,6 @@
 """Which fast paths a model got and why, in words, for the Train page, the Monitor and the
 report: from a run's recorded choices (`choices["fast_paths"]`, training/loop.py) or, before
-any run, from the verdicts measured on this machine (`scoring.fast_paths.known_fast_paths`).
+any run, from the verdicts measured on this machine (`scoring.verdicts.known_fast_paths`).
 
     rows = fast_path_rows(run.status["choices"]["fast_paths"])   # [{"fast path", "used", "why"}]
     record = model_fast_paths("embedded")                        # None until it was measured
@@ -56,7 +56,7 @@ def model_fast_paths(model: str) -> dict[str, Any] | None:
     frozen prefix's per split ("frozen_prefix (below layer k)"). None for a hub id or a
     model never loaded here: the probe runs when a run or an evaluation first loads it."""
     from calm_core.provenance import model_fingerprint
-    from calm_core.scoring.fast_paths import known_fast_paths
+    from calm_core.scoring.verdicts import known_fast_paths
 
     folder = _model_folder(model)
     known = known_fast_paths(model_fingerprint(folder)) if folder is not None else None

@@ -22,15 +22,16 @@ import torch
 
 from calm_core.calibration import metrics
 from calm_core.calibration.head import CalibrationHead
-from calm_core.calibration.head_base import HEAD_FILENAME
+from calm_core.calibration.head_base import HEAD_FILENAME, Head
 from calm_core.data.schema import MCItem, OpenItem
 from calm_core.generative.sampling import GenerationConfig, generate_answers, temperature_transform
 from calm_core.generative.semantic import grouping_for, modal_confidence
 from calm_core.runs.rundir import RunDir
 from calm_core.scoring.adapters import evaluating
 from calm_core.scoring.models import LoadedModel, ModelSpec, load_model
-from calm_core.scoring.options import apply_option_head, score_with
+from calm_core.scoring.options import apply_option_head
 from calm_core.scoring.prompts import ScoringConfig, chat_prompt
+from calm_core.scoring.scorer import Capture, Scorer
 
 
 @dataclass
@@ -38,7 +39,7 @@ class TrainedModel:
     run_id: str | None
     method: str | None
     lm: LoadedModel  # model: a PeftModel when a run is loaded
-    head: CalibrationHead | None
+    head: Head | None
     temperature: float | None  # the run's TS temperature (fit on S_V), if it fitted one
     scoring: ScoringConfig
     task: str = "mcqa"  # the run's task: mcqa | openqa
@@ -103,16 +104,10 @@ def _scored(
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """(option scores (1, K), hidden state (1, H) when `features`), from one pass."""
     model = trained.lm.model
+    capture = Capture.FEATURES if features else Capture.NOTHING
     with evaluating(model, adapter):
-        scores = score_with(
-            model,
-            trained.lm.tokenizer,
-            [item],
-            trained.scoring,
-            progress=False,
-            head=trained.head if head else None,
-            features=features,
-        )
+        scorer = Scorer(model, trained.lm.tokenizer, progress=False)
+        scores = scorer.score([item], trained.scoring, head=trained.head if head else None, capture=capture)
     return scores.logits[:, : item.n_choices], scores.features
 
 

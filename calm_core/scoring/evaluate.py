@@ -2,7 +2,7 @@
 
 One pipeline for the CLI, the studio and training-time evaluation:
 
-    scores = score_dataset(lm, "arc/easy_test", ScoringConfig(), limit=300)
+    scores = Scorer.of(lm).score(load_mc_items("arc/easy_test", 300), ScoringConfig())   # scoring.scorer
     fits = fit_posthoc({"commonsenseqa/dev": fit_scores})      # every default calibrator: [ts]
     rows = [result_row(scores, name, "base")] + [result_row(scores, name, f.variant, f.calibrator) for f in fits]
     print(format_table(rows))                                  # `calm eval`'s columns (metrics.columns)
@@ -26,9 +26,7 @@ from calm_core.calibration.metrics.columns import metric_names as table_metrics
 from calm_core.calibration.posthoc import PosthocCalibrator, calibrated_probs, fit_calibrator, for_task
 from calm_core.data.catalog import load_dataset
 from calm_core.data.schema import DataError, LoadReport, MCItem
-from calm_core.scoring.options import OptionScores, score_items
-from calm_core.scoring.progress import ProgressFn
-from calm_core.scoring.prompts import ScoringConfig
+from calm_core.scoring.options import OptionScores
 
 
 class Calibrator(Protocol):
@@ -143,31 +141,6 @@ def load_items(name: str, kind: str, limit: int | None = None, seed: int = 0, ma
 def load_mc_items(name: str, limit: int | None = None, seed: int = 0, mapping: Any = None) -> list[MCItem]:
     """`load_items(name, "mc", ...)`: the multiple-choice items a scorer needs."""
     return load_items(name, "mc", limit, seed, mapping)
-
-
-def score_dataset(
-    lm: Any,
-    name: str,
-    cfg: ScoringConfig,
-    limit: int | None = None,
-    seed: int = 0,
-    batch_size: int = 32,
-    progress: bool | ProgressFn = True,
-    features: bool = False,
-    option_features: bool = False,
-) -> OptionScores:
-    """A catalog dataset scored (`score_items`); `features` / `option_features` capture the
-    hidden states a calibrator reads (scoring.features) in the same pass."""
-    return score_items(
-        lm,
-        load_mc_items(name, limit, seed),
-        cfg,
-        batch_size=batch_size,
-        progress=progress,
-        dataset=name,
-        features=features,
-        option_features=option_features,
-    )
 
 
 def variant_probs(scores: OptionScores, calibrator: Calibrator | None = None) -> np.ndarray:

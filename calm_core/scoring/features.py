@@ -1,8 +1,8 @@
 """Features at scoring time: the hidden state a calibrator reads beside the option scores.
 
-    scores = score_items(lm, items, ScoringConfig(rule="cloze"), features=True)
+    scores = Scorer.of(lm).score(items, ScoringConfig(rule="cloze"), capture=Capture.FEATURES)
     scores.features         # (N, d) float32: per item, h
-    scores.option_features  # (N, K_max, d) float32 with option_features=True (cloze); NaN pads
+    scores.option_features  # (N, K_max, d) float32 with Capture.OPTION_FEATURES (cloze); NaN pads
     write_predictions(root, "base", name, predictions_frame(scores))   # float16, in the rows
     back = read_scores(predictions_path(root, "base", name))           # .features row-aligned
 

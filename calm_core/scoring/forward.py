@@ -2,7 +2,9 @@
 with explicit positions (a row computes what it would alone), KV-cache plumbing, runs of
 similar length, and the "hidden path" (final-norm states + LM head on chosen positions,
 with the model's own final soft-cap). Whether a model gets the hidden path and feature
-capture is measured, never read off its shape (`scoring.fast_paths`).
+capture is measured, never read off its shape: `scoring.fast_paths` measures it before a
+model runs and keeps the verdict on the model (`scoring.verdicts`), which is all this
+module reads; a model nobody measured runs the plain forward.
 
 It sits below both `logprobs` (the log-probabilities option scores are made of) and
 `frozen_prefix` (cached bottom layers): a `HiddenStateRunner` (what FrozenPrefixModel is)
@@ -16,6 +18,8 @@ from contextlib import contextmanager
 from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
 import torch
+
+from calm_core.scoring.verdicts import NOT_MEASURED, FastPathSupport, kept_support
 
 _PARTS = ("embed_tokens", "layers", "rotary_emb", "norm")
 STRUCTURE = "model.layers, model.embed_tokens, model.rotary_emb, model.norm and lm_head"  # what the fast paths call
@@ -122,11 +126,13 @@ def hidden_path(model: Any) -> bool:
     once for the model (`scoring.fast_paths`) on a decoder with the parts to try it (or a
     FrozenPrefixModel over one, whose own equality is the frozen prefix's verdict)."""
     base = model.model if isinstance(model, HiddenStateRunner) else model
-    if not supports_frozen_prefix(base):
-        return False
-    from calm_core.scoring.fast_paths import fast_paths
+    return supports_frozen_prefix(base) and measured(base).hidden_path.on
 
-    return fast_paths(base).hidden_path.on
+
+def measured(model: Any) -> FastPathSupport:
+    """The scoring verdicts kept on `model`'s CausalLM by whatever measured them
+    (`scoring.fast_paths`), every path off where nothing has: unproven, a path is not used."""
+    return kept_support(causal_lm(model)) or NOT_MEASURED
 
 
 def last_hidden(model: Any, inputs: dict[str, Any], n_last: int) -> torch.Tensor:
@@ -171,14 +177,12 @@ def head_inputs(model: Any) -> Iterator[list[torch.Tensor]]:
     `logits_to_keep`. A forward pre-hook only reads its input, so the logits are those of
     the same call without it, to the last bit (`head_input_hook`): feature capture
     (`logprobs.logits_and_states_at`, `scoring.features`) without a second pass. Where
-    the measurement says the head's input is not the final-norm state
-    (`fast_paths(model).feature_capture`), the base model's `last_hidden_state` is
+    the measurement says the head's input is not the final-norm state, or nothing has
+    measured it (`measured(model).feature_capture`), the base model's `last_hidden_state` is
     recorded instead, cut the same way (a FrozenPrefixModel computes that state itself
     and hands it to the head, so it keeps the hook)."""
     base = model.model if isinstance(model, HiddenStateRunner) else model
-    from calm_core.scoring.fast_paths import fast_paths
-
-    if isinstance(model, HiddenStateRunner) or fast_paths(base).feature_capture.on:
+    if isinstance(model, HiddenStateRunner) or measured(base).feature_capture.on:
         with head_input_hook(model) as seen:
             yield seen
         return

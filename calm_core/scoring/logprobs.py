@@ -16,7 +16,7 @@ through these; the batch and cache mechanics are `forward`'s.
 from __future__ import annotations
 
 from contextlib import nullcontext
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
 
@@ -123,7 +123,7 @@ def shared_prefix_logprobs(
     conts = [cont for _, cs in groups for cont in cs]
     context_states = seen[-1][:, -1] if states is not None else None  # (G, d)
     rest_states = None if context_states is None else [context_states[:0]] * len(conts)  # (0, d) until filled
-    rest = _continue_from_cache(model, cache, batch, owners, conts, pad_id, device, transform, rest_states)
+    rest = _continue_from_cache(model, _Contexts(cache, batch, owners), conts, pad_id, transform, rest_states)
     out: list[list[torch.Tensor]] = [[] for _ in groups]
     for row, (owner, cont) in enumerate(zip(owners, conts, strict=True)):
         out[owner].append(torch.cat([first_logprobs[owner, cont[0]].reshape(1), rest[row]]))
@@ -142,14 +142,20 @@ def _states_by_group(
     return per_group
 
 
+class _Contexts(NamedTuple):
+    """The contexts' pass that continuations go on from: its KV cache, its left-padded
+    batch (the mask and the device), and, per continuation, the context it continues."""
+
+    cache: Any
+    batch: dict[str, torch.Tensor]
+    owners: list[int]
+
+
 def _continue_from_cache(
     model: Any,
-    cache: Any,
-    ctx_batch: dict[str, torch.Tensor],
-    owners: list[int],
+    contexts: _Contexts,
     conts: list[list[int]],
     pad_id: int,
-    device: torch.device,
     transform: LogitsTransform | None = None,
     states: list[torch.Tensor] | None = None,
 ) -> list[torch.Tensor]:
@@ -159,6 +165,8 @@ def _continue_from_cache(
 
     Rows go in runs of similar length (`length_runs`), each on its own copy of its
     contexts' cache: answers of 1 to 15 tokens padded to the longest would double the work."""
+    cache, ctx_batch, owners = contexts
+    device = ctx_batch["attention_mask"].device
     out = [torch.zeros(0, device=device) for _ in conts]
     todo = [r for r, cont in enumerate(conts) if len(cont) > 1]
     for run in length_runs([len(conts[r]) - 1 for r in todo]):

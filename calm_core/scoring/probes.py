@@ -16,7 +16,6 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from calm_core.scoring.fast_paths import GRAD_FACTOR, FastPathSupport, PathVerdict, _kept
 from calm_core.scoring.forward import (
     STRUCTURE,
     causal_lm,
@@ -26,10 +25,16 @@ from calm_core.scoring.forward import (
     output_head,
     supports_frozen_prefix,
 )
+from calm_core.scoring.frozen_prefix import FrozenPrefixModel
+from calm_core.scoring.logprobs import shared_prefix_logprobs
+from calm_core.scoring.verdicts import FastPathSupport, PathVerdict, keep_support
 
 MIN_PROBE_LENGTH = 24  # tokens of the longest row when the model has no sliding window
 MAX_PROBE_LENGTH = 600  # a window wider than this (4096: Mistral 7B) is not exercised on the CPU
 N_LAST = 3  # positions whose logits are compared (the scorers keep a few, not all)
+# Gradients sum over more terms than logits (and a shared prefix adds them in another
+# order): their gap may be this many times the logit tolerance.
+GRAD_FACTOR = 10.0
 
 
 def probe_sequences(config: Any) -> list[list[int]]:
@@ -92,7 +97,7 @@ def probe_scoring_paths(model: Any, limit: float) -> FastPathSupport:
         )
         final_norm = out.hidden_states[-1][:, -N_LAST:]  # what output_hidden_states calls the last state
         features = _verdict("feature capture", lambda: relative_gap(seen[-1], final_norm), limit)
-        _kept(lm)["scoring"] = FastPathSupport(hidden, features, PathVerdict(False, "being measured"))
+        keep_support(lm, FastPathSupport(hidden, features, PathVerdict(False, "being measured")))
         sharing = _verdict("prefix sharing", lambda: _sharing_gap(model, batch), limit)
     return FastPathSupport(hidden_path=hidden, feature_capture=features, prefix_sharing=sharing)
 
@@ -111,8 +116,6 @@ def _hidden_gap(model: Any, batch: dict[str, torch.Tensor], own: torch.Tensor) -
 def _sharing_gap(model: Any, batch: dict[str, torch.Tensor]) -> float:
     """`shared_prefix_logprobs` (contexts once, continuations on their KV cache) against
     log-softmax of the model's logits over the whole sequences (one batch)."""
-    from calm_core.scoring.logprobs import shared_prefix_logprobs
-
     seqs = probe_sequences(causal_lm(model).config)
     device = batch["input_ids"].device
     groups = [(seqs[0][:-3], [seqs[0][-3:], seqs[1][-2:]]), (seqs[2][:-2], [seqs[2][-2:], seqs[3][:4]])]
@@ -159,8 +162,6 @@ def _frozen_gaps(model: Any, split: int, gaps: list[float]) -> float:
     """The runner's gap (the largest of the logit gap and the gradient gap over
     GRAD_FACTOR) with its top layers sharing prefixes, then from its cache with every row
     whole; appended to `gaps` as they are measured, the larger returned."""
-    from calm_core.scoring.frozen_prefix import FrozenPrefixModel
-
     batch = _batch(model)
     params = [p for p in model.parameters() if p.requires_grad]
     own, own_grads = _logits_and_grads(model, batch, params)

@@ -48,7 +48,7 @@ class Ticker:
         with Ticker() as ticker:
             ticker.stage("converting the embedded model")   # printed at once
             ...                                             # "still converting ... (12 s)" every 12 s
-            score_items(..., progress=ticker.progress("scoring Learn's quiz"))
+            Scorer.of(lm, progress=ticker.progress("scoring Learn's quiz")).score(...)
 
     `stage` prints its line at once; a thread prints "still <stage> (N s)" whenever
     `every` seconds pass without a line (N counts from the stage's start). `step` is a

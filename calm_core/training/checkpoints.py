@@ -18,6 +18,7 @@ from typing import Any, Callable
 import torch
 
 from calm_core.calibration.head import CalibrationHead
+from calm_core.calibration.head_base import Head
 from calm_core.faults import fault_point
 from calm_core.runs.rundir import RunDir
 from calm_core.training import distributed
@@ -101,7 +102,7 @@ class Checkpoint:
     the trainer or the run directory is touched (`RunDir.prepare_resume`)."""
 
     adapter: dict[str, torch.Tensor]
-    head: CalibrationHead | None
+    head: Head | None  # a CalibrationHead, or an AdaptiveHead (CalibrationHead.load gives the right class)
     optimizer: dict[str, Any]
     inner: dict[str, torch.Tensor] | None
     rng: torch.Tensor

@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import torch
 
-from calm_core.calibration.head import CalibrationHead
+from calm_core.calibration.head_base import Head
 from calm_core.scoring.prompts import ScoringConfig
 from calm_core.training.objectives import option_logits
 
@@ -76,7 +76,7 @@ class StepContext:
     optimizer: torch.optim.Optimizer
     theta: list[torch.nn.Parameter]  # LoRA weights
     alpha: list[torch.nn.Parameter]  # calibration head parameters ([] without a head)
-    head: CalibrationHead | None
+    head: Head | None
     settings: Any  # TrainConfig: beta, label_smoothing, bilevel settings, ...
     task: Task  # the task module (training/tasks/): objectives and evaluation
     state: dict[str, Any] = field(default_factory=dict)  # per-method memory (e.g. iterate's phase)

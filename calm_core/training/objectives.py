@@ -14,7 +14,7 @@ transforms are applied to every batch and each is the identity unless the head a
   question's hidden state (`reads_features`, the adaptive scope) gets h from the same
   forward pass (letter: the answer position; cloze: the context's last token), detached:
   the temperature is alpha's to set, not theta's (calibration.adaptive_head).
-These are the same numbers `scoring.score_items` computes at evaluation time (a test
+These are the same numbers `scoring.scorer.Scorer` computes at evaluation time (a test
 checks it), with gradients; that includes items longer than the model's context, cut
 from the left the same way (`scoring.truncation.fit_cloze_item`; one that cannot fit raises DataError).
 """
@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 import torch
 
-from calm_core.calibration.head import CalibrationHead
+from calm_core.calibration.head_base import Head
 from calm_core.data.schema import MCItem
 from calm_core.scoring.forward import head_inputs, left_pad_batch
 from calm_core.scoring.logprobs import continuation_inputs, continuation_logprobs, last_logits
@@ -44,12 +44,12 @@ def _pad_rows(rows: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.stack(out)  # (B, K_max)
 
 
-def _reads_features(head: CalibrationHead | None) -> bool:
+def _reads_features(head: Head | None) -> bool:
     return head is not None and head.reads_features
 
 
 def _letter_logits(
-    model: Any, tokenizer: Any, items: Sequence[MCItem], cfg: ScoringConfig, head: CalibrationHead | None
+    model: Any, tokenizer: Any, items: Sequence[MCItem], cfg: ScoringConfig, head: Head | None
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     device = next(model.parameters()).device
     prompts = letter_prompt_ids(items, cfg, tokenizer, context_limit(model, tokenizer))
@@ -66,7 +66,7 @@ def _letter_logits(
 
 
 def _cloze_logits(
-    model: Any, tokenizer: Any, items: Sequence[MCItem], cfg: ScoringConfig, head: CalibrationHead | None
+    model: Any, tokenizer: Any, items: Sequence[MCItem], cfg: ScoringConfig, head: Head | None
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     device = next(model.parameters()).device
     requests = cloze_requests(items, cfg, tokenizer, context_limit(model, tokenizer))
@@ -85,7 +85,7 @@ def _cloze_logits(
 
 
 def option_logits(
-    model: Any, tokenizer: Any, items: Sequence[MCItem], cfg: ScoringConfig, head: CalibrationHead | None = None
+    model: Any, tokenizer: Any, items: Sequence[MCItem], cfg: ScoringConfig, head: Head | None = None
 ) -> torch.Tensor:
     """Calibrated option scores (B, K_max) with gradients to the model and the head."""
     scores, states = (_cloze_logits if cfg.is_cloze else _letter_logits)(model, tokenizer, items, cfg, head)

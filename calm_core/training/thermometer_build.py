@@ -79,14 +79,16 @@ def available_sets(names: tuple[str, ...]) -> list[str]:
 def scored(lm: Any, name: str, limit: int, cache: Path) -> Labelled:
     """The set's cloze scores with features, from the cache when this build made them before."""
     from calm_core.scoring.evaluate import load_mc_items
-    from calm_core.scoring.options import read_scores, score_items
+    from calm_core.scoring.options import read_scores
     from calm_core.scoring.prompts import ScoringConfig
+    from calm_core.scoring.scorer import Capture, Scorer
 
     path = cache / f"{name.replace('/', '__')}-{limit}.parquet"
     if path.exists():
         scores = read_scores(path)
     else:
-        scores = score_items(lm, load_mc_items(name, limit), ScoringConfig(rule="cloze"), features=True, dataset=name)
+        items = load_mc_items(name, limit)
+        scores = Scorer.of(lm).score(items, ScoringConfig(rule="cloze"), capture=Capture.FEATURES, dataset=name)
         path.parent.mkdir(parents=True, exist_ok=True)
         scores.to_frame().to_parquet(path)
     assert scores.features is not None

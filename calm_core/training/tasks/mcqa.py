@@ -37,7 +37,8 @@ from calm_core.runs.layout import write_heldout_variants, write_predictions
 from calm_core.runs.rundir import RunDir
 from calm_core.scoring.adapters import evaluating
 from calm_core.scoring.evaluate import baseline_records, fit_baselines, predictions_frame, result_row, variant_probs
-from calm_core.scoring.options import apply_option_head, score_with
+from calm_core.scoring.options import apply_option_head
+from calm_core.scoring.scorer import Capture, Scorer
 from calm_core.scoring.truncation import context_limit, truncated_item_ids, warn_truncated
 from calm_core.training.batches import Data, drawn_positions, lower_probe
 from calm_core.training.context import StepContext, Variant, final_variants
@@ -162,18 +163,12 @@ def fit_adaptive_projection(ctx: StepContext, data: Data) -> dict[str, Any]:
 def _variant_scores(ctx: StepContext, items: list[MCItem], batch_size: int, use_head: bool, use_adapter: bool) -> Any:
     """Option scores of the model being trained (adapter on or off, head or none) through
     the same prefix-shared, batched scorer as `calm eval`; no gradients."""
+    # the base model's hidden state: what ats reads; the trained model's: what an adaptive head reads
+    wanted = not use_adapter or (ctx.head is not None and ctx.head.reads_features)
+    capture = Capture.FEATURES if wanted else Capture.NOTHING
     with evaluating(ctx.model, use_adapter):
-        return score_with(
-            ctx.net,
-            ctx.tokenizer,
-            items,
-            ctx.scoring,
-            batch_size=batch_size,
-            progress=False,
-            head=ctx.head if use_head else None,
-            # the base model's hidden state: what ats reads; the trained model's: what an adaptive head reads
-            features=not use_adapter or (ctx.head is not None and ctx.head.reads_features),
-        )
+        scorer = Scorer(ctx.net, ctx.tokenizer, batch_size=batch_size, progress=False)
+        return scorer.score(items, ctx.scoring, head=ctx.head if use_head else None, capture=capture)
 
 
 def _scores_for(

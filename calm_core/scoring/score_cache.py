@@ -1,14 +1,18 @@
-"""The Learn page's quiz, scored once into the model cache instead of on first visit.
+"""The score cache: a page's questions scored by a model, kept on disk beside the converted
+models, so a page reads them back instead of scoring them again; Learn's quiz is filled
+at set-up.
 
-    from calm_core.scoring.quiz import LEARN_QUIZ, cached_scores, quiz_items, score_quiz
+    from calm_core.scoring.score_cache import LEARN_QUIZ, cached_scores, quiz_items, score_quiz
     items = quiz_items(LEARN_QUIZ)
     scores, hit = cached_scores(model_dir, LEARN_QUIZ, items, lambda todo: score_quiz(lm, LEARN_QUIZ, todo))
-    python -m calm_core.scoring.quiz      # set-up: convert the embedded model, score the quiz
+    python -m calm_core.scoring.score_cache      # set-up: convert the embedded model, score Learn's quiz
 
 Scoring even 40 questions on a laptop CPU takes longer than anyone waits for a page, and
 the scores are a pure function of the model's files, the questions and the scoring rule.
-So `scripts/studio.sh` scores the quiz right after converting the embedded model, and
-the page reads the result back from `<cache>/scores/<model>/<quiz>.json`.
+So every page that shows a model's scores on a set of questions (`app/state.get_scores`)
+reads them from `<cache>/scores/<model>/<questions>.json` when they are there and writes
+them there when it had to score; `scripts/studio.sh` fills Learn's default quiz right
+after converting the embedded model, so the first visit opens on stored scores.
 
 A file holds its key (the model's `provenance.model_fingerprint`, a hash of the quiz's
 items, the scoring rule and `FORMAT`) and is used only when every part matches, so a new
@@ -34,9 +38,10 @@ from calm_core.paths import cache_dir, safe_name
 from calm_core.provenance import model_fingerprint
 from calm_core.scoring.evaluate import load_mc_items
 from calm_core.scoring.models import EMBEDDED_NAME, embedded_model_dir, load_model, named_model_dir
-from calm_core.scoring.options import OptionScores, pad_ragged, score_items
+from calm_core.scoring.options import OptionScores, pad_ragged
 from calm_core.scoring.progress import ProgressFn, Ticker
 from calm_core.scoring.prompts import ScoringConfig
+from calm_core.scoring.scorer import Scorer
 
 FORMAT = 1  # bump when OptionScores' meaning or this file's layout changes: old files then miss
 
@@ -162,7 +167,7 @@ def quiz_items(quiz: Quiz) -> list[MCItem]:
 
 def score_quiz(lm: Any, quiz: Quiz, items: Sequence[MCItem], progress: bool | ProgressFn = True) -> OptionScores:
     """The quiz's items scored by a loaded model under the quiz's rule (what the cache stores)."""
-    return score_items(lm, list(items), quiz.scoring, progress=progress, dataset=quiz.dataset)
+    return Scorer.of(lm, progress=progress).score(list(items), quiz.scoring, dataset=quiz.dataset)
 
 
 def prepare_learn_quiz(

@@ -1,4 +1,4 @@
-"""Learn's quiz scores kept on disk (calm_core/scoring/quiz.py): read back only when the
+"""Learn's quiz scores kept on disk (calm_core/scoring/score_cache.py): read back only when the
 model's files, the questions and the rule all match; never unpickled; filled at set-up."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from calm_core.data.schema import MCItem
-from calm_core.scoring import quiz as quiz_mod
+from calm_core.scoring import score_cache
 from calm_core.scoring.options import OptionScores, pad_ragged
-from calm_core.scoring.quiz import Quiz, cache_path, cached_scores, read_cached
+from calm_core.scoring.score_cache import Quiz, cache_path, cached_scores, read_cached
 
 QUIZ = Quiz("builtin/example/test", rule="cloze", limit=3, seed=0)
 ITEMS = [
@@ -26,7 +26,7 @@ ITEMS = [
 @pytest.fixture()
 def model_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A 'model' whose fingerprint is its config.json, and a private scores cache."""
-    monkeypatch.setattr(quiz_mod, "scores_root", lambda: tmp_path / "scores")
+    monkeypatch.setattr(score_cache, "scores_root", lambda: tmp_path / "scores")
     folder = tmp_path / "model-a"
     folder.mkdir()
     (folder / "config.json").write_text('{"hidden_size": 8}')
@@ -116,7 +116,7 @@ def test_a_file_with_the_right_key_but_bad_logits_is_a_miss(model_dir: Path) -> 
 
 
 def test_a_model_without_a_fingerprint_is_scored_and_nothing_is_written(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(quiz_mod, "scores_root", lambda: tmp_path / "scores")
+    monkeypatch.setattr(score_cache, "scores_root", lambda: tmp_path / "scores")
     scorer = Scorer()
     cached_scores(tmp_path / "gone", QUIZ, ITEMS, scorer)
     cached_scores(tmp_path / "gone", QUIZ, ITEMS, scorer)
@@ -124,14 +124,14 @@ def test_a_model_without_a_fingerprint_is_scored_and_nothing_is_written(tmp_path
 
 
 def test_setup_scores_the_learn_quiz_once(tiny_lm, tiny_model_dir: Path, tmp_path: Path, monkeypatch, capsys) -> None:
-    monkeypatch.setattr(quiz_mod, "scores_root", lambda: tmp_path / "scores")
-    monkeypatch.setattr(quiz_mod, "embedded_model_dir", lambda: tiny_model_dir)
+    monkeypatch.setattr(score_cache, "scores_root", lambda: tmp_path / "scores")
+    monkeypatch.setattr(score_cache, "embedded_model_dir", lambda: tiny_model_dir)
     loads = []
-    monkeypatch.setattr(quiz_mod, "load_model", lambda name: loads.append(name) or tiny_lm)
+    monkeypatch.setattr(score_cache, "load_model", lambda name: loads.append(name) or tiny_lm)
     small = Quiz("builtin/chemical_symbols/test", limit=10)
-    path, hit = quiz_mod.prepare_learn_quiz(small)
+    path, hit = score_cache.prepare_learn_quiz(small)
     assert not hit and path.is_file() and loads == ["embedded"]
-    path, hit = quiz_mod.prepare_learn_quiz(small)
+    path, hit = score_cache.prepare_learn_quiz(small)
     assert hit and loads == ["embedded"]  # the second set-up does not even load the model
     stored = read_cached(path, json.loads(path.read_text())["key"])
     assert stored is not None and len(stored) == 10
@@ -156,12 +156,12 @@ def test_the_learn_page_opens_on_stored_scores_without_loading_the_model(open_pa
 
 def test_setup_says_a_failed_quiz_and_still_lets_the_studio_start(tiny_model_dir: Path, tmp_path: Path, monkeypatch,
                                                                    capsys) -> None:
-    monkeypatch.setattr(quiz_mod, "scores_root", lambda: tmp_path / "scores")
-    monkeypatch.setattr(quiz_mod, "embedded_model_dir", lambda: tiny_model_dir)
+    monkeypatch.setattr(score_cache, "scores_root", lambda: tmp_path / "scores")
+    monkeypatch.setattr(score_cache, "embedded_model_dir", lambda: tiny_model_dir)
 
     def broken(name):
         raise RuntimeError("no memory left")
 
-    monkeypatch.setattr(quiz_mod, "load_model", broken)
-    assert quiz_mod.main() == 0
+    monkeypatch.setattr(score_cache, "load_model", broken)
+    assert score_cache.main() == 0
     assert "Learn's quiz not scored (RuntimeError: no memory left)" in capsys.readouterr().out
