@@ -202,7 +202,7 @@ def alpha_bars(values: Sequence[float], labels: Sequence[str], step: int, name: 
 
 # Each reference variant's marker on the trade-off chart and its word in the caption. Hollow and
 # distinct: two variants at one point (vector scaling that barely moves base) both stay visible,
-# where filled markers of one size let the last drawn hide the other (issue 40).
+# where filled markers of one size let the last drawn hide the other.
 REFERENCE_SYMBOLS = {
     "base": ("x-thin-open", "x"),
     "ts": ("diamond-open", "diamond"),

@@ -52,7 +52,7 @@ ROW_NUMBERS = (
 SPLIT_PERCENT = {"train": 60, "heldout": 20, "test": 20}  # default part sizes, % of the dataset
 PART_TERMS = {"train": "S_T", "heldout": "S_V", "test": "test split"}  # each part's glossary entry
 # The catalog's columns in pixels, together under the page's width at 1280 px: sized by their
-# content, the description ran past the table's right edge (issue 40). Its text wraps instead,
+# content, the description ran past the table's right edge. Its text wraps instead,
 # which the data grid allows only in rows taller than 4rem (64 px): three lines of text.
 CATALOG_COLUMNS = {
     "name": st.column_config.TextColumn(width=250),
@@ -303,7 +303,7 @@ def split_section() -> None:
     )
     names = [e.name for e in list_datasets() if e.kind in ("mc", "open")]
     # No dataset until one is chosen or an upload is saved: a first entry picked for the reader
-    # showed a built-in set's plan under a failed upload, as if it were the upload's (issue 40).
+    # showed a built-in set's plan under a failed upload, as if it were the upload's.
     source = st.selectbox("Dataset", names, index=None, placeholder="Choose a dataset to split", key=DATA_SPLIT_SOURCE)
     if source is None:
         st.caption("Save an upload above, or choose a dataset: its parts' sizes and the advice on S_V show here.")

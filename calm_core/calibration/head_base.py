@@ -56,6 +56,10 @@ class Head(Protocol):
 
     def state_dict(self, *args: Any, **kwargs: Any) -> Any: ...
 
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any: ...
+
+    def to(self, *args: Any, **kwargs: Any) -> Any: ...  # torch.nn.Module.to: a head moves with its model
+
 
 def calibrate(z: torch.Tensor, log_t: torch.Tensor, shift: torch.Tensor | None, center: bool = False) -> torch.Tensor:
     """z / exp(log_t) + shift over the last dim; -inf entries (padding) stay -inf.

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from calm_core.calibration.head import CalibrationHead
 from calm_core.calibration.head_base import Head
 from calm_core.data.schema import MCItem
 from calm_core.runs.rundir import RunDir
@@ -97,6 +98,8 @@ def fold_plan(head: Head | None, scoring: ScoringConfig, task: str, letters: lis
     if head.acts_on == "options" and (scoring.is_cloze or (head.scope == "options" and head.centred)):
         shift_k = None if shift is None else shift.tolist()
         return Fold("formula", centred=head.centred, tau=tau.tolist(), shift_k=shift_k)
+    if not isinstance(head, CalibrationHead):  # a temperature per question has no rows to fold into
+        raise ValueError(f"Expected a constant head to fold into the LM head, but got the {head.scope} head")
     scale = torch.ones(rows, dtype=torch.float64)
     full = torch.zeros(rows, dtype=torch.float64)
     if head.scope == "scalar":
@@ -165,7 +168,7 @@ def _softmax(z: np.ndarray) -> np.ndarray:
 
 
 @torch.no_grad()
-def _token_logprobs(model: Any, tokenizer: Any, head: Head | None = None) -> torch.Tensor:
+def _token_logprobs(model: Any, tokenizer: Any, head: CalibrationHead | None = None) -> torch.Tensor:
     """log-probabilities (V,) at the probe's last position, through `head` where given."""
     ids = tokenizer(_PROBE, return_tensors="pt", add_special_tokens=False).input_ids.to(model.device)
     z = model(input_ids=ids).logits[0, -1].double()  # (V,)
@@ -184,7 +187,7 @@ def studio_reference(
     if task == "mcqa":
         scores = Scorer(model, tokenizer, progress=False).score(list(CHECK_ITEMS), scoring, head=head)
         out["options"] = _softmax(scores.logits)
-    if head is not None and head.acts_on == "tokens":
+    if isinstance(head, CalibrationHead) and head.acts_on == "tokens":
         out["tokens"] = _token_logprobs(model, tokenizer, copy.deepcopy(head).double())
     return out
 

@@ -150,7 +150,8 @@ def generate(trained: TrainedModel, prompt: str, max_new_tokens: int = 24, chat:
     tokenizer, model = trained.lm.tokenizer, trained.lm.model
     text = chat_prompt(tokenizer, prompt) if chat and getattr(tokenizer, "chat_template", None) else prompt
     ids = tokenizer(text, return_tensors="pt", add_special_tokens=False).input_ids.to(trained.lm.device)
-    processors = [trained.head.as_logits_processor()] if head_acts_on_tokens(trained) else []
+    head = trained.head if isinstance(trained.head, CalibrationHead) else None  # only these act on tokens
+    processors = [head.as_logits_processor()] if head is not None and head_acts_on_tokens(trained) else []
     with torch.inference_mode():
         out = model.generate(
             input_ids=ids,

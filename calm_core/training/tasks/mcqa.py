@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from calm_core.calibration import metrics
+from calm_core.calibration.adaptive_head import AdaptiveHead
 from calm_core.calibration.metrics.columns import curve_names
 from calm_core.calibration.recommend import ALL_LABELLED, IN_SAMPLE, LABELLED_ITEMS, cross_fitted, recommend
 from calm_core.calibration.thermometer import run_thermometer
@@ -152,6 +153,8 @@ def fit_adaptive_projection(ctx: StepContext, data: Data) -> dict[str, Any]:
     model's states on S_V, before the first step (calibration.adaptive_head); the record
     goes to status.json's choices."""
     base = _variant_scores(ctx, data.heldout, ctx.settings.eval_batch_size, use_head=False, use_adapter=False)
+    if not isinstance(ctx.head, AdaptiveHead):
+        raise ValueError(f"Expected an adaptive head to fit a projection for, but the run has {ctx.head!r}")
     directions = ctx.head.fit_projection(base.features)
     return {
         "components": directions,
@@ -184,7 +187,7 @@ def _scores_for(
     acts on option scores is applied to the adapter's scores rather than scored again."""
     key = (use_head and ctx.head is not None, use_adapter)
     if key not in cache:
-        if key[0] and ctx.head.acts_on == "options":
+        if key[0] and ctx.head is not None and ctx.head.acts_on == "options":
             raw = _scores_for(ctx, items, bs, use_head=False, use_adapter=use_adapter, cache=cache)
             cache[key] = dataclasses.replace(raw, logits=apply_option_head(raw.logits, ctx.head, raw.features))
         else:
