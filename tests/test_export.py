@@ -177,7 +177,7 @@ def test_a_posthoc_variant_exports_as_a_folder_that_reproduces_it(runs, exports,
                                              run.config["train"]["eval_data"][0]))
     expected, got = dict(zip(frame["id"], frame["probs"])), fresh_scores[f"scalar-{variant}"]
     if variant == "vs":  # VectorScaler itself, with the copy's weights, on the run's base option scores
-        fitted = run.results()["vs"]
+        fitted = run.results().calibrators["vs"]
         scaler = VectorScaler(VS_WEIGHTS[:len(fitted["weights"])], fitted["biases"])
         expected = {i: scaler.probs(np.asarray([z]))[0] for i, z in zip(frame["id"], frame["logits"])}
     assert got.keys() == expected.keys() and len(got) == 6
@@ -242,7 +242,7 @@ def test_export_folder_contents_and_record(runs, exports, tiny_model_dir: Path, 
     assert record["head_scope"] == scope and record["center"] is (scope != "vocab")
     assert record["scoring"]["rule"] == SCOPES[scope] and record["run_id"] == run.run_id
     assert record["step"] == run.latest_checkpoint()[0] == 2 and record["method"] == "calm"
-    assert record["ts_temperature"] == pytest.approx(run.results()["ts"]["temperature"])
+    assert record["ts_temperature"] == pytest.approx(run.results().calibrators["ts"]["temperature"])
     assert record["calm_core"]["version"]
     card = (folder / "README.md").read_text()
     assert f"head scope `{scope}`" in card
@@ -280,7 +280,7 @@ def test_the_card_is_a_hub_model_card_whose_numbers_are_results_json(runs, expor
         "base_model_hub_id"]
     assert metadata["library_name"] == "peft" and {"calibration", "calm", "multiple-choice"} <= set(metadata["tags"])
     exported = json.loads((folder / "calm_export.json").read_text())["variant"]
-    rows = {(r["dataset"], r["variant"]): r for r in run.results()["results"]}
+    rows = {(r["dataset"], r["variant"]): r for r in run.results().rows}
     expected = {(dataset, prefix + kind): rows[(dataset, variant)][key]
                 for dataset, _ in rows for variant, prefix in ((exported, ""), ("base", "base_"))
                 for key, kind in (("acc", "accuracy"), ("ece", "ece"), ("auroc", "auroc"))}
@@ -298,7 +298,7 @@ def test_the_card_lists_sets_added_after_training(runs, tmp_path: Path) -> None:
 
     run = RunDir(shutil.copytree(runs["options"].path, tmp_path / "runs" / "copy"))
     added = [{**row, "dataset": "builtin/units/test", "added_after_training": True, "fingerprint": "sha256:0"}
-             for row in run.results()["results"]]
+             for row in run.results().rows]
     run.add_results(added)
     folder = export_run(run, tmp_path / "out")
     values = model_index_values(card_metadata(folder))

@@ -17,6 +17,7 @@ from typing import Iterable
 
 from calm_core.estimate.machine_load import MachineLoad
 from calm_core.runs.listing import list_runs
+from calm_core.runs.records import RunStatus
 from calm_core.runs.rundir import RunDir
 from calm_core.training.config import TrainConfig
 from calm_core.training.timings import PhaseTimes
@@ -174,13 +175,13 @@ class PastRun:
         return key == (cfg.model, cfg.task, cfg.scoring)
 
 
-def wall_seconds(status: dict) -> float | None:
+def wall_seconds(status: RunStatus) -> float | None:
     """A finished run's wall time from its job's start (else its creation: a run trained in
     the `calm train` process starts there) to its end; None for a run resumed from a
     checkpoint (its stamps cover the last start only) or a record without the stamps."""
-    if status.get("state") != "finished" or status.get("resumed_from"):  # continued from a checkpoint
+    if status.state != "finished" or status.resumed_from:  # continued from a checkpoint
         return None
-    start, end = status.get("started") or status.get("created"), status.get("ended")
+    start, end = status.started or status.created, status.ended
     if not isinstance(start, (int, float)) or not isinstance(end, (int, float)) or end <= start:
         return None
     return float(end - start)
@@ -190,14 +191,14 @@ def read_past_run(run: RunDir) -> PastRun | None:
     """One finished run's record, None when it cannot be read."""
     try:
         config, status = run.config, run.status
-        train = config.get("train", {})
-        timings = PhaseTimes.from_dict(status["timings"]) if isinstance(status.get("timings"), dict) else None
-        recorded = status.get("threads")
-        threads = recorded.get("threads") if isinstance(recorded, dict) else None
-        if not isinstance(threads, int) or threads < 1:
+        train = dict(config.train)
+        timings = PhaseTimes.from_dict(dict(status.timings)) if status.timings is not None else None
+        threads = status.thread_count
+        if threads is None or threads < 1:
             threads = max(1, (timings.cpus if timings else 1) - 1)  # TrainConfig.job_threads' default
-        record = config.get("estimate")
-        return PastRun(train, timings, wall_seconds(status), record if isinstance(record, dict) else None, threads)
+        record = dict(config.estimate) if config.estimate is not None else None
+        return PastRun(train, timings, wall_seconds(status), record, threads)
+
     except (KeyError, TypeError, ValueError, OSError, AttributeError):
         return None  # a run that cannot be read, or one from before timings were recorded
 

@@ -36,6 +36,7 @@ from typing import Any, Iterable
 from calm_core.data.readers import FORMATS
 from calm_core.paths import PROJECT_ROOT, cache_dir, data_dir, workspace_dir
 from calm_core.provenance import model_fingerprint
+from calm_core.runs.records import RunConfig
 from calm_core.runs.rundir import RunDir
 
 DATA_KEYS = ("train_data", "heldout_data", "eval_data")  # config.json's `train` keys that name datasets
@@ -65,10 +66,11 @@ def public_dataset_name(name: str) -> str:
     return name
 
 
-def portable_config(config: dict[str, Any]) -> dict[str, Any]:
+def portable_config(config: RunConfig) -> dict[str, Any]:
     """A copy of a run's config.json with the model and the datasets by their public names
     (the export's calm_config.json, the report's config.json)."""
-    out = copy.deepcopy(config)
+    out = copy.deepcopy(config.to_json())
+
     train = out.get("train")
     if isinstance(train, dict):
         if isinstance(train.get("model"), str):
@@ -96,8 +98,9 @@ class Portable:
     @classmethod
     def of(cls, run: RunDir) -> Portable:
         """The run's model name and fingerprint, and every local path it knows of."""
-        train = run.config.get("train") or {}
-        loaded = run.status_or_empty().get("model") or {}
+        train = run.config.train
+        status = run.status_or_none()
+        loaded = (status.model if status is not None else None) or {}
         model = str(train.get("model") or "embedded")
         pairs = _model_paths(model, loaded) + _dataset_paths(run, train) + [(str(run.path), run.run_id)]
         pairs += _machine_folders()
@@ -145,7 +148,7 @@ def _dataset_paths(run: RunDir, train: dict[str, Any]) -> list[tuple[str, str]]:
     """Datasets named by a path (training, held-out, evaluation, split sources, sets added
     after training) -> their base names."""
     names: list[Any] = [train.get("train_data"), train.get("heldout_data"), *(train.get("eval_data") or [])]
-    names += [record.get("source") for record in (run.config.get("splits") or {}).values() if isinstance(record, dict)]
+    names += [record.get("source") for record in run.config.splits.values() if isinstance(record, dict)]
     names += [row.get("dataset") for row in _result_rows(run)]
     return [(n, public_dataset_name(n)) for n in names if isinstance(n, str) and looks_local(n)]
 
@@ -154,7 +157,7 @@ def _result_rows(run: RunDir) -> list[dict[str, Any]]:
     """results.json's rows and those added after training; [] for a file that is missing or
     damaged (the export and the report say so where they read it)."""
     rows: list[dict[str, Any]] = []
-    for read in (lambda: run.results()["results"], run.added_results):
+    for read in (lambda: list(run.results().rows), run.added_results):
         try:
             rows += read()
         except (OSError, ValueError):  # RunFileError is a ValueError

@@ -111,8 +111,11 @@ def _checked(value: Any, hint: Any, key: str, path: str | Path, advice: str) -> 
 
 def _wrong(value: Any, expected: str, key: str, path: str | Path, advice: str) -> RunFileError:
     found = _JSON_NAMES.get(type(value), type(value).__name__)
-    article = "an" if expected[0] in "aeiou" else "a"
-    return damaged(path, f"`{key}` is a {found} where {article} {expected} belongs", advice)
+    return damaged(path, f"`{key}` is {_a(found)} where {_a(expected)} belongs", advice)
+
+
+def _a(noun: str) -> str:
+    return f"an {noun}" if noun[0] in "aeiou" else f"a {noun}"
 
 
 def _plain(value: Any) -> Any:

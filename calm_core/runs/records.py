@@ -61,6 +61,8 @@ class RunStatus:
     selection: JsonObject | None = None  # the calibrated stop (training/selection.py)
     timings: JsonObject | None = None  # training/timings.py's PhaseTimes
     final: JsonObject | None = None  # the final evaluation's progress: {"done", "total"}
+    items_cut_to_context: Mapping[str, int] = field(default_factory=dict)  # set -> items cut from the left
+
     extra: JsonObject = field(default_factory=dict)
 
     @classmethod
