@@ -1,7 +1,7 @@
 """Learn's temperature slider: its range and step, and where Fit T puts it.
 
 Why a module: the caption that reports the fitted T and the slider that Fit T moves must
-show the same number (issue 40 found "T = 3.84" beside a slider at 3.85), so both read
+show the same number (a caption rounding apart from its slider reads as a bug), so both read
 `on_slider` and the page cannot round one way in one place and another in the other.
 """
 

@@ -1,4 +1,4 @@
-"""The studio's pages, declared once: the router (app/main.py) builds its navigation from
+"""The studio's pages, declared once: the router (app/studio.py, which app/main.py runs) builds its navigation from
 this list and tests/test_app_pages.py renders every page in it, so a page added here is
 routed and tested with no other edit."""
 

@@ -2,8 +2,8 @@
 sentence, and the one piece of advice on a small S_V, with its fix as one click.
 
 Why a module: the advice is said once, under the choice it concerns (section 2's *Fit
-post-hoc calibrators on*); it was said four times across Data and Train (issue 40). And
-app/views/train.py stays a short script (issue 42).
+post-hoc calibrators on*); said in more places it would be read as more warnings. And
+app/views/train.py stays a short script.
 
     split = prefilled_split(st.session_state, names)   # the Data page's split, once taken
     st.markdown(intro_text(split, st.session_state))

@@ -1,7 +1,7 @@
 """Section 4 of the Train page, Cost and launch: the steps and the time a run will take,
 before anything is launched.
 
-Why a module: app/views/train.py stays a short script (issue 42). What S_V supports is not
+Why a module: app/views/train.py stays a short script. What S_V supports is not
 said here: it is said once, under the calibrate_on choice (app/train_advice.py).
 """
 

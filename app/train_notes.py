@@ -1,7 +1,7 @@
 """Notes the Train page shows under its pickers: the rows a chosen dataset rejects, and which
 fast paths the chosen model got on this machine.
 
-Why a module: app/views/train.py stays a short script (issue 42). The fast-path note must
+Why a module: app/views/train.py stays a short script. The fast-path note must
 be drawn after the data pickers: drawn above them, its caption-to-expander swap reset them
 (tests/test_browser_sessions.py::test_two_sessions_launch_at_once guards it).
 """

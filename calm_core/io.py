@@ -41,7 +41,7 @@ def default_mode(directory: bool = False) -> int:
     return (0o777 if directory else 0o666) & ~_umask()
 
 
-def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> None:
+def atomic_write(path: str | Path, write: Callable[[IO[bytes]], object]) -> None:
     """Call `write(handle)` on a temporary file beside `path`, then rename it to `path`.
     On any error the temporary file is removed and `path` is untouched. The data is
     fsynced before the rename and the folder after it: without the first, a power loss
@@ -94,7 +94,7 @@ def staging_directory(parent: Path, prefix: str, suffix: str = "") -> Path:
     return staging
 
 
-def write_folder_atomically(folder: Path, items: dict[str, list], records: dict[str, dict[str, Any]]) -> None:
+def write_folder_atomically(folder: Path, items: dict[str, list[Any]], records: dict[str, dict[str, Any]]) -> None:
     """Write item files (JSONL, one item a line) and JSON records into a hidden staging
     folder, then rename it to `folder`: readers never see half an upload or half a split."""
     staging = staging_directory(folder.parent, prefix=f".tmp-{folder.name}-")

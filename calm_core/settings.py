@@ -61,7 +61,7 @@ class SettingSpec:
     """One declared setting: where it lives (`path`, e.g. ("bilevel", "eta")) and its field."""
 
     path: tuple[str, ...]
-    field: dataclasses.Field
+    field: dataclasses.Field[Any]
 
     @property
     def name(self) -> str:
@@ -69,7 +69,7 @@ class SettingSpec:
 
     @property
     def help(self) -> str:
-        return self.field.metadata.get("help", "")
+        return str(self.field.metadata.get("help", ""))
 
     @property
     def label(self) -> str:

@@ -264,7 +264,7 @@ def _show_advice(advice: SplitAdvice, heldout: int) -> None:
     if not advice.message:
         st.caption(heldout_support(heldout))
         return
-    if advice.level == NOTE:  # nothing better to split: the fix is Train's, said there once (issue 40)
+    if advice.level == NOTE:  # nothing better to split: the fix is Train's, said there once
         st.caption(f"This split holds out as much as this dataset allows. {TRAIN_FIX}")
         return
     (st.error if advice.refused else st.warning if advice.warned else st.info)(advice.message)

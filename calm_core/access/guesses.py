@@ -4,8 +4,8 @@
     wait = limiter.wait_before("203.0.113.7", now)   # 0.0: the password may be checked now
     limiter.record("203.0.113.7", ok=False, now=now)
 
-Why both: a delay per browser session is no limit, since a new session is free (the
-probe of issue 31 found the password `a` on try 60 across 11 fresh sessions). So a try
+Why both: a delay per browser session is no limit, since a new session is free (a probe
+that opened a fresh session per try found a one-letter password within a few dozen tries). So a try
 is counted against the address it came from and against the whole server:
 
 - **per address**: FREE_TRIES wrong passwords, then each further try must wait 1, 2, 4,

@@ -68,6 +68,8 @@ class AdaptiveHead(torch.nn.Module):
     reads_features = True
     centred = True  # softmax((z - m) / tau + m) = softmax(z / tau): one tau per row
     shift = None  # no constant l; with `options`, l(h) is `shifts(h)`
+    feature_mean: torch.Tensor  # buffers (register_buffer): typed here, since Module types attributes loosely
+    projection: torch.Tensor
 
     def __init__(self, width: int, components: int = COMPONENTS, floor: float = TAU_FLOOR, options: int = 0) -> None:
         super().__init__()

@@ -116,8 +116,8 @@ def open_table(path: Path, fmt: str, source: str | None = None) -> Table:
 def decodes_past(path: Path, fmt: str, size: int) -> bool:
     """Whether a file's rows decode to `size` bytes or more: a file that large on disk does;
     a CSV file decodes a byte to at most a byte; JSON lines are counted as Python holds
-    them (`sources.json_cost`); a Parquet file's rows are counted in Arrow, as the Parquet
-    bomb of issue 38 is 1 KB on disk. A file that cannot be opened says no: its read says why."""
+    them (`sources.json_cost`); a Parquet file's rows are counted in Arrow, as a Parquet
+    bomb can be 1 KB on disk. A file that cannot be opened says no: its read says why."""
     if not path.is_file():
         return False
     if path.stat().st_size >= size:

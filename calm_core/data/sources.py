@@ -613,7 +613,7 @@ class Budget:
     times its size. Raises one DataError line
     naming the limit and the way out.
 
-    Considered and not done (issue 38): parsing an upload in a worker process under a
+    Considered and not done: parsing an upload in a worker process under a
     memory limit (`resource.setrlimit(RLIMIT_AS)`), so that a reader bug could not take the
     server with it. It is neither simple nor robust here:
     - a streamed upload's items read the file that the server process holds open

@@ -6,10 +6,9 @@
     [(p.name, p.seconds, p.detail) for p in estimate.parts]
     estimate.machine.note(estimate.threads)   # None on an idle machine
 
-Why: the first estimate counted training steps only and said nothing of the machine; on
-a busy machine it was 12x short (issue 23). The next one multiplied every part's worst
-case under contention and gave ranges hundreds of times wide, with the useful figure in
-small print (issue 30). Now the parts give one figure (`figure`): each part is a recorded
+Why parts: counting training steps alone misses most of a short run (model load, the
+frozen-layer fill, the evaluations), and multiplying worst cases gives ranges too wide to
+use. So the parts give one figure (`figure`): each part is a recorded
 rate (status.json `timings`, training/timings.py) times the count that drives it, at the
 fair share of the CPU the job gets at the load now (estimate/machine_load.py); the rates
 are learned from this machine's finished runs of the same model, task and scoring rule,

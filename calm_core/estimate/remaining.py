@@ -5,7 +5,7 @@ run's own pace is measured, then that pace; during the final evaluation, its own
     left.seconds, left.basis          # 140.0, "estimate" (or "measured", "final", "none")
     remaining_text(left)              # "about 2.3 min left (launch estimate)"
 
-Why: the pace of the first steps is not the run's (issue 40). Step 1's record counts step
+Why: the pace of the first steps is not the run's. Step 1's record counts step
 0's full evaluation (metrics.jsonl's `elapsed` runs from the loop's start), so a pace taken
 from steps 0 and 1 said "about 5.0 min left" at four times the truth. The launch estimate
 (config.json's `estimate`, estimate/predict.py) already counts the evaluations and the

@@ -19,7 +19,8 @@ def export_record(run: RunDir, step: int, checkpoint: Path) -> dict[str, Any]:
     """calm_export.json: what the folder holds and everything needed to use it. The base
     model by hub id, public name and fingerprint (runs/portable.py), never its path."""
     import calm_core
-    from calm_core.calibration.head import HEAD_FILENAME, CalibrationHead
+    from calm_core.calibration.head import CalibrationHead
+    from calm_core.calibration.head_base import HEAD_FILENAME
     from calm_core.provenance import git_commit
     from calm_core.scoring.prompts import ScoringConfig
 

@@ -55,8 +55,8 @@ class Ticker:
     conversion's step function (`gguf_convert.StepFn`) and `progress(what)` a scoring
     loop's callback: both make their words the stage, the callback without a line of
     its own (the ticks then carry its count), so a long step is never silent and a fast
-    loop never floods the terminal. Why: the first `bash scripts/studio.sh` converted the
-    model and scored a quiz for minutes with nothing on the screen (issue 40)."""
+    loop never floods the terminal. Why: a first `bash scripts/studio.sh` converts the
+    model and scores a quiz for minutes, which must not look like a hang."""
 
     def __init__(self, every: float | None = None, say: Callable[[str], None] = say_on_stderr) -> None:
         self.every, self.say = TICK_S if every is None else every, say

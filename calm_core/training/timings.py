@@ -6,8 +6,8 @@
     times.add_evaluation(step=0, kind="full", items=sizes.evaluation_items("full"), seconds=1.2)
     run.update_status(timings=times.to_dict())         # status.json `timings`
 
-Why: a time estimate that counts only training steps was 12x short on a busy machine
-(issue 23): model load, the frozen-layer fill and the evaluations took most of the run.
+Why: a time estimate that counts only training steps fell far short on a busy
+machine: model load, the frozen-layer fill and the evaluations took most of the run.
 So every run records each part's wall seconds with the item counts that drive it, and
 the load average and cores it started under; workspace/estimate(_rates).py learns per-item
 rates from these records and scales them by the load it sees now. The record covers

@@ -8,6 +8,7 @@ the ECE family reduces to a number and the studio draws as a reliability diagram
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -44,9 +45,9 @@ class BinTable:
     @property
     def gap(self) -> np.ndarray:
         """mean_confidence - accuracy (B,): positive = over-confident, nan if empty."""
-        return self.mean_confidence - self.accuracy
+        return np.asarray(self.mean_confidence - self.accuracy)
 
-    def to_records(self) -> list[dict]:
+    def to_records(self) -> list[dict[str, Any]]:
         """One JSON-ready dict per bin: lower, upper, count, mean_confidence, accuracy,
         gap (= mean_confidence - accuracy); the last three are None for an empty bin."""
 

@@ -77,6 +77,12 @@ class Column:
     curve: str | None = None
     interval: bool = False
 
+    def metric(self) -> Compute:
+        """`compute`, for a column `computed()` returned: a key made elsewhere has none."""
+        if self.compute is None:
+            raise ValueError(f"Expected a computed metric, but `{self.name}` is made outside summarize")
+        return self.compute
+
     @property
     def help(self) -> str:
         """The label with its direction: "ECE, 15 equal-width bins (lower is better)"."""

@@ -18,6 +18,7 @@ import functools
 import math
 from dataclasses import dataclass
 from statistics import NormalDist
+from typing import Any
 
 import numpy as np
 
@@ -112,7 +113,7 @@ class ReliabilityData:
         """(B,) bool: the bin holds exactly one item."""
         return self.count == 1
 
-    def to_records(self) -> list[dict]:
+    def to_records(self) -> list[dict[str, Any]]:
         """One JSON-ready dict per bin: lower, upper, count, mean_confidence, accuracy, gap
         (mean_confidence - accuracy), acc_low, acc_high, hollow; None for an empty bin's means."""
 
@@ -216,7 +217,9 @@ def noise_ece(
     confidence: (N,) in [0, 1]. Example: 40 confidences of 0.8 give a median near
     E|k/40 - 0.8| for k ~ Binomial(40, 0.8), about 0.05.
     """
-    c, _ = check_scores(confidence, np.zeros(np.shape(confidence)))  # correctness is what gets drawn
+    c, _ = check_scores(
+        confidence, np.zeros(np.shape(np.asarray(confidence, dtype=object)))
+    )  # correctness is what gets drawn
     n_bins, n_draws = check_positive_int(n_bins, "n_bins"), check_positive_int(n_draws, "n_draws")
     if strategy not in STRATEGIES:
         raise fail("strategy", f"to be one of {STRATEGIES}", repr(strategy))

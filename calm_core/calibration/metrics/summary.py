@@ -27,7 +27,7 @@ def summarize(probs: object, labels: object, n_bins: int = 15) -> dict[str, floa
     n_bins = check_positive_int(n_bins, "n_bins")
     p, y = check_probs_labels(probs, labels)  # convert once; the metrics re-check cheaply
     out: dict[str, float] = {
-        c.name: (c.compute(p, y, n_bins) if c.binned else c.compute(p, y)) for c in columns.computed()
+        c.name: (c.metric()(p, y, n_bins) if c.binned else c.metric()(p, y)) for c in columns.computed()
     }
     out["n"] = int(len(y))
     out["ece_bins"] = n_bins
@@ -81,7 +81,7 @@ def intervals(
 def _resolve_metric(metric: Union[Metric, str]) -> Metric:
     if callable(metric):
         return metric
-    declared = {c.name: c.compute for c in columns.computed()}
+    declared = {c.name: c.metric() for c in columns.computed()}
     if metric not in declared:
         raise fail("metric", f"to be a callable or one of {sorted(declared)}", repr(metric))
     return declared[metric]

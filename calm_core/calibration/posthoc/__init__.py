@@ -81,7 +81,7 @@ def fit_calibrator(
     """`cls.fit`, with the hidden-state features for a calibrator that reads them: the one
     call every fitting site makes, so logits-only calibrators keep their two-argument fit."""
     if cls.reads_features:
-        return cls.fit(logits, labels, features)  # type: ignore[call-arg]
+        return cls.fit(logits, labels, features)
     return cls.fit(logits, labels)
 
 

@@ -89,9 +89,9 @@ class AdaptiveTemperature(PosthocCalibrator):
         """tau(h) of each row of (N, H) features."""
         h = np.asarray(features, dtype=np.float64)
         if not self.weights:
-            return np.full(len(h), _softplus(self.bias) + TAU_FLOOR)
+            return np.full(len(h), float(_softplus(self.bias)) + TAU_FLOOR)
         x = (h - np.asarray(self.mean)) @ np.asarray(self.projection).T
-        return _softplus(x @ np.asarray(self.weights) + self.bias) + TAU_FLOOR
+        return np.asarray(_softplus(x @ np.asarray(self.weights) + self.bias)) + TAU_FLOOR
 
     def transform(self, logits: np.ndarray, features: np.ndarray | None = None) -> np.ndarray:
         if features is None:
