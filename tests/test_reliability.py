@@ -39,7 +39,7 @@ def kill_jobs_after():
     for root in roots:
         for run_path in root.glob("*"):
             try:
-                pid = RunDir(run_path).status.get("pid")
+                pid = RunDir(run_path).status.pid
             except (OSError, ValueError):
                 continue
             if pid and pid_alive(pid) and os.getpgid(pid) == pid:
@@ -175,7 +175,7 @@ def test_a_damaged_checkpoint_falls_back_to_the_previous_one(tiny_model_dir: Pat
     resumed_lm = fresh_lm(tiny_model_dir)
     assert train(cfg, run=run, lm=resumed_lm).state == "finished"
     assert "skipped as damaged: checkpoint-5: optimizer.pt is missing" in capsys.readouterr().err  # a log note
-    assert run.status["resumed_from"] == "checkpoint-4"
+    assert run.status.resumed_from == "checkpoint-4"
     assert [r["step"] for r in run.read_metrics()] == [0, 1, 2, 3, 4, 5, 6]
     straight, resumed = _weights(straight_lm), _weights(resumed_lm)
     for name in straight:
@@ -196,7 +196,7 @@ def test_no_usable_checkpoint_fails_without_cutting_metrics(tiny_model_dir: Path
     run.update_status(fresh_start=True)  # what `calm resume --fresh` asks for
     assert train(cfg, run=run, lm=fresh_lm(tiny_model_dir)).state == "finished"
     assert [r["step"] for r in run.read_metrics()] == [0, 1, 2, 3, 4, 5, 6]
-    assert run.status["resumed_from"] is None and run.status["fresh_start"] is False
+    assert run.status.resumed_from is None and run.status.fresh_start is False
 
 
 # ------------------------------------------------------------------------- file modes
@@ -236,7 +236,7 @@ def test_a_training_run_names_the_rows_its_data_rejected(tiny_model_dir: Path, t
     cfg = small_config(steps=1, train_data=str(data), train_limit=None)
     run = RunDir.create(tmp_path / "runs", "rejects", cfg.to_dict())
     train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
-    record = run.status["choices"]["rejected_rows"][str(data)]  # beside dropped_training_questions
+    record = run.status.choices["rejected_rows"][str(data)]  # beside dropped_training_questions
     assert record["n_rejected"] == 1 and record["n_items"] == 5 and record["rejected"][0]["row"] == 3
     assert f"1 of 6 rows read from {data} were rejected" in capsys.readouterr().err
 

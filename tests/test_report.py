@@ -186,7 +186,6 @@ def test_user_strings_are_escaped(run_copy: RunDir) -> None:
     run_copy.update_status(name=MALICIOUS)
     data = run_copy.results().to_json()
     for row in data["results"]:
-
         row["dataset"] = "<img src=x onerror=alert(2)>"  # no predictions under that name: a note instead
     atomic_write_json(run_copy.path / "results.json", data)
     text = run_report_html(run_copy)

@@ -32,6 +32,7 @@ def _results(data):
 
     return data if isinstance(data, RunResults) else RunResults.from_json({"results": [], **data})
 
+
 def selection(step: int = 4, stopped_early: int | None = 12, rule: str = "best") -> dict[str, Any]:
     """results.json's `selection` (status.json's adds reason and state)."""
     return {"rule": rule, "rule_text": f"{rule}: lowest S_V NLL ...", "selected_step": step,
@@ -336,7 +337,7 @@ def test_every_consumer_says_the_same_sentence(tiny_model_dir: Path, tmp_path: P
     decision = verdict.recommendation_decision(_results(results))
     assert sentence.startswith(decision + ": ")
     assert {r["recommended on S_V"] for r in verdict.verdict_table(_results(results))} == {decision}
-    assert all("paired" in row and row["paired"]["n"] == row["n"] for row in results["results"])
+    assert all("paired" in row and row["paired"]["n"] == row["n"] for row in results.rows)
 
 
 def test_a_pooled_recommendation_names_its_items_as_labelled_out_of_fold() -> None:
