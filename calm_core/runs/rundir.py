@@ -24,9 +24,11 @@ studio can all update fields without losing each other's; a metrics line goes ou
 
 `RunDir` holds only a path: every property reads the disk afresh, nothing stays open.
 
-Its parts live beside it, each with one job: `layout` (the file names, the predictions'
-path), `naming` (the runs root and run ids), `damage` (`RunFileError`, the checked JSON
-reader), `metrics_lines` (reading metrics.jsonl back, `MetricsTail`) and `checkpoint_dirs`
+Its parts live beside it, each with one job: `records` (status.json, config.json and
+results.json as `RunStatus`, `RunConfig`, `RunResults`, which `status`, `config` and
+`results()` return; `record_fields` decodes them), `layout` (the file names, the
+predictions' path), `naming` (the runs root and run ids), `damage` (`RunFileError`, the
+checked JSON reader), `metrics_lines` (reading metrics.jsonl back, `MetricsTail`) and `checkpoint_dirs`
 (`RunCheckpoints`, the checkpoint methods `RunDir` inherits).
 """
 
