@@ -214,9 +214,11 @@ def test_toy_is_a_variant_of_a_runs_final_evaluation(toy, tiny_model_dir, tmp_pa
 
 def test_toy_is_shared_in_compare_and_described_in_reports(toy):
     from calm_core.results.view import posthoc_lines, shared_variants
+    from calm_core.runs.records import RunResults
 
     assert shared_variants() == ("base", "ts", "vs", "ats", "halve", "thermometer")  # every registered one, and the thermometer
-    results = {"ts": {"temperature": 1.23456, "fit_on": "S"}, "halve": {"note": "no `halve` variant: why"}}
+    results = RunResults.from_json({"results": [], "ts": {"temperature": 1.23456, "fit_on": "S"},
+                                    "halve": {"note": "no `halve` variant: why"}})
     assert posthoc_lines(results) == ["Temperature scaling (ts): T = 1.235, fitted on S.", "no `halve` variant: why"]
     assert posthoc_lines(results, notes_only=True) == ["no `halve` variant: why"]
 
