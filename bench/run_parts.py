@@ -36,7 +36,7 @@ def train_once(model: str, runs: Path) -> Path:
     from calm_core.training.loop import train
 
     cfg = TrainConfig.preset("quick", method="calm", model=model, **DATA)
-    run = RunDir.create(runs, f"parts-{int(time.time())}", cfg.to_dict())
+    run = RunDir.create(runs, f"parts-{int(time.time())}", {"train": cfg.to_dict()})
     train(cfg, run=run)
     return run.path
 

@@ -204,7 +204,7 @@ def test_toy_is_a_variant_of_a_runs_final_evaluation(toy, tiny_model_dir, tmp_pa
         method="sft", steps=1, batch_size=2, heldout_batch_size=2, eval_every=0, checkpoint_every=0, scoring="letter",
         train_data="builtin/capitals/train", heldout_data="builtin/capitals/validation",
         eval_data=["builtin/capitals/test"], train_limit=4, heldout_limit=MIN_FIT_ITEMS, eval_limit=4))
-    run = RunDir.create(tmp_path, "toy", cfg.to_dict())
+    run = RunDir.create(tmp_path, "toy", {"train": cfg.to_dict()})
     train(cfg, run=run, lm=load_model(ModelSpec(name=str(tiny_model_dir), device="cpu")))
     results = run.results()
     # a run fits every calibrator, by order: ts, vs (order 10), then the toy

@@ -215,7 +215,7 @@ def _train_two_steps(lm, tmp_path: Path, name: str):
         train_data="builtin/capitals/train", heldout_data="builtin/capitals/validation",
         eval_data=("builtin/capitals/test",), train_limit=4, heldout_limit=4, eval_limit=4,
     )  # fmt: skip
-    run = RunDir.create(tmp_path, name, cfg.to_dict())
+    run = RunDir.create(tmp_path, name, {"train": cfg.to_dict()})
     result = train(cfg, run=run, lm=lm)
     assert result.state == "finished" and result.step == 2
     return run

@@ -67,7 +67,7 @@ def test_final_scalars_name_variant_dataset_metric() -> None:
 
 def test_a_tiny_run_writes_curves_and_hparams(tiny_model_dir: Path, tmp_path: Path) -> None:
     cfg = small_config(steps=3, method="calm", eval_every=3)
-    run = RunDir.create(tmp_path, "tb-run", cfg.to_dict())
+    run = RunDir.create(tmp_path, "tb-run", {"train": cfg.to_dict()})
     result = train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
     assert result.state == "finished"
     assert run.status.choices["tensorboard"]["written"] is True
@@ -87,7 +87,7 @@ def test_a_tiny_run_writes_curves_and_hparams(tiny_model_dir: Path, tmp_path: Pa
 
 def test_the_setting_off_writes_nothing_and_says_so(tiny_model_dir: Path, tmp_path: Path) -> None:
     cfg = small_config(steps=1, tensorboard=False)
-    run = RunDir.create(tmp_path, "tb-off", cfg.to_dict())
+    run = RunDir.create(tmp_path, "tb-off", {"train": cfg.to_dict()})
     train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
     assert not (run.path / TENSORBOARD).exists()
     assert run.status.choices["tensorboard"] == {"written": False, "reason": "off (tensorboard = false)"}
@@ -161,7 +161,7 @@ def test_a_resumed_run_hides_the_cut_steps(tmp_path: Path) -> None:
 
 def test_a_cancelled_then_resumed_run_has_each_step_once(tiny_model_dir: Path, tmp_path: Path) -> None:
     cfg = small_config(steps=4)
-    run = RunDir.create(tmp_path, "tb-resumed", cfg.to_dict())
+    run = RunDir.create(tmp_path, "tb-resumed", {"train": cfg.to_dict()})
 
     def cancel_after_two(step, total, record):
         if step == 2:

@@ -61,7 +61,7 @@ def test_every_method_moves_trainable_and_keeps_frozen(tiny_model_dir: Path, met
 )
 def test_run_directory_is_written(tiny_model_dir: Path, tmp_path: Path, scoring: str, scope: str) -> None:
     cfg = small_config(steps=3, eval_every=2, checkpoint_every=2, heldout_limit=10, scoring=scoring, scope=scope)
-    run = RunDir.create(tmp_path, "run-a", cfg.to_dict())
+    run = RunDir.create(tmp_path, "run-a", {"train": cfg.to_dict()})
     train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
     records = run.read_metrics()
     assert [r["step"] for r in records] == [0, 1, 2, 3]  # step 0: the untouched model, evaluated
@@ -105,9 +105,9 @@ def _final_weights(lm) -> dict[str, torch.Tensor]:
 def test_cancel_then_resume_equals_uninterrupted(tiny_model_dir: Path, tmp_path: Path) -> None:
     cfg = small_config(steps=4)
     straight_lm = fresh_lm(tiny_model_dir)
-    train(cfg, run=RunDir.create(tmp_path, "straight", cfg.to_dict()), lm=straight_lm)
+    train(cfg, run=RunDir.create(tmp_path, "straight", {"train": cfg.to_dict()}), lm=straight_lm)
 
-    run = RunDir.create(tmp_path, "interrupted", cfg.to_dict())
+    run = RunDir.create(tmp_path, "interrupted", {"train": cfg.to_dict()})
 
     def cancel_after_two(step, total, record):
         if step == 2:
@@ -165,7 +165,7 @@ def test_final_evaluation_reuses_the_selected_steps_scores(tiny_model_dir: Path,
     monkeypatch.setattr(trainer_module, "final_evaluation", final_evaluation)
     cfg = small_config(method="calm", scope="scalar", scoring="cloze",
                        eval_data=("builtin/capitals/test", "builtin/units/test"))
-    run = RunDir.create(tmp_path, "reuse", cfg.to_dict())
+    run = RunDir.create(tmp_path, "reuse", {"train": cfg.to_dict()})
     train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
     # the end: both sets and S_V (for the recommendation) without the adapter (base; 6 S_V
     # items fit no TS), while calm and calm_theta_only come from the selected step's scores
@@ -190,7 +190,7 @@ def test_prefill_shows_its_progress_in_the_status(tiny_model_dir: Path, tmp_path
 
     monkeypatch.setattr(RunDir, "update_status", recorded)
     cfg = small_config(method="sft", scoring="cloze", lora={"r": 4, "alpha": 8, "layers": 1})
-    run = RunDir.create(tmp_path, "phase", cfg.to_dict())
+    run = RunDir.create(tmp_path, "phase", {"train": cfg.to_dict()})
     train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
     filling = [p for p in phases if isinstance(p, str) and p.startswith("caching frozen layers")]
     items = run.status.extra["prefill"]["items"]
@@ -204,7 +204,7 @@ def test_cancel_during_the_cache_fill_stops_it(tiny_model_dir: Path, tmp_path: P
     and the run ends `cancelled` at step 0, not a minute later after the whole fill."""
     monkeypatch.setattr(RunDir, "cancel_requested", lambda self: True)
     cfg = small_config(method="sft", scoring="cloze", lora={"r": 4, "alpha": 8, "layers": 1})
-    run = RunDir.create(tmp_path, "cancel-fill", cfg.to_dict())
+    run = RunDir.create(tmp_path, "cancel-fill", {"train": cfg.to_dict()})
     result = train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
     assert result.state == "cancelled" and result.step == 0
     assert run.status.extra["prefill"]["sequences_computed"] == 0 and run.status.state == "cancelled"
@@ -237,7 +237,7 @@ def test_frozen_prefix_cache_trains_to_the_same_weights_and_results(tiny_model_d
         cfg = small_config(method=method, steps=3, scoring="cloze", frozen_prefix=cached, frozen_prefix_store=cached,
                            lora={"r": 4, "alpha": 8, "layers": 1})
         lm = fresh_lm(tiny_model_dir)
-        run = RunDir.create(tmp_path, f"cached-{cached}", cfg.to_dict())
+        run = RunDir.create(tmp_path, f"cached-{cached}", {"train": cfg.to_dict()})
         train(cfg, run=run, lm=lm)
         runs[cached] = (run, _final_weights(lm))
     assert runs[True][0].status.choices["frozen_prefix"]["used"] is True
@@ -267,7 +267,7 @@ def test_qlora_on_cpu_when_asked_trains_and_records_the_choice(tiny_model_dir: P
     lm = load_model(ModelSpec(name=str(tiny_model_dir), device="cpu", load_in_4bit=True))
     assert "4bit" in type(lm.model.model.layers[0].self_attn.q_proj.weight).__name__.lower()
     cfg = small_config(method="calm", steps=2, scoring="cloze", load_in_4bit=True, lora={"r": 4, "alpha": 8, "layers": 1})
-    run = RunDir.create(tmp_path, "qlora", cfg.to_dict())
+    run = RunDir.create(tmp_path, "qlora", {"train": cfg.to_dict()})
     result = train(cfg, run=run, lm=lm)
     choices = run.status.choices
     assert result.state == "finished" and choices["quantization"] == {"four_bit": True, "reason": "requested 4-bit (QLoRA)"}
@@ -286,7 +286,7 @@ def test_a_set_with_more_options_than_s_v_gets_no_vector_scaling_row(tiny_model_
     wide.write_text("".join(json.dumps(row) + "\n" for row in rows))
     cfg = small_config(steps=1, scoring="cloze", scope="scalar", heldout_limit=10,
                        eval_data=("builtin/capitals/test", str(wide)), eval_limit=4)
-    run = RunDir.create(tmp_path, "wide", cfg.to_dict())
+    run = RunDir.create(tmp_path, "wide", {"train": cfg.to_dict()})
     result = train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
     assert result.state == "finished"
     results = json.loads((run.path / "results.json").read_text())["results"]

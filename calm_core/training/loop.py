@@ -1,7 +1,7 @@
 """The one training loop every method and task shares, writing the run directory as it goes.
 
     cfg = TrainConfig.preset("quick")
-    result = train(cfg, run=RunDir.new(cfg.to_dict()))   # in this process; launch_training queues a job
+    result = train(cfg, run=RunDir.new(run_config_record(cfg)))  # launch.py; launch_training queues a job
 
 Per step: a deterministic training batch (and S_V batch), the method's step, a metrics
 record (`train/*`, `bome/*`, `alpha/*`), a heartbeat; every `eval_every` steps the
