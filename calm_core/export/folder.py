@@ -239,7 +239,7 @@ def _vector_scaling_head(run: RunDir, results: RunResults) -> "CalibrationHead":
     return head
 
 
-_POSTHOC_HEADS: dict[str, Callable[[RunDir, dict], "CalibrationHead | AdaptiveHead"]] = {
+_POSTHOC_HEADS: dict[str, Callable[[RunDir, RunResults], "CalibrationHead | AdaptiveHead"]] = {
     "ts": _temperature_scaling_head,
     "vs": _vector_scaling_head,
     "ats": _adaptive_temperature_head,

@@ -11,6 +11,7 @@ verdict row itself (best calibrated, flags, ties) is results/verdict.py's.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from calm_core.calibration.metrics.columns import interval_names
@@ -134,7 +135,7 @@ def recommendation_line(results: RunResults, method: str) -> str | None:
     sentence = recommendation_sentence(results)
     if sentence is None:
         return None
-    rec, text = results.recommendation, sentence
+    rec, text = results.recommendation or {}, sentence  # a sentence means a recommendation
     if "same" in rec.get("posthoc_fit", ""):  # recommend.cross_fitted: too few S_V items to cross-fit
         text += f" Post-hoc calibrators were {rec['posthoc_fit']}."
     if keeps_model(results):
@@ -307,7 +308,7 @@ def _not_compared(results: RunResults, compared: set[str], columns: tuple[str, .
 
 
 def _stage_rows(
-    stage: dict[str, Any],
+    stage: Mapping[str, Any],
     chosen: str | None,
     columns: tuple[str, ...],
     scored_on: str | None = None,

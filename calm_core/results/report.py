@@ -334,7 +334,7 @@ def _diagram(run: RunDir, row: dict[str, Any], n_bins: int) -> str:
     return f"<figure>{reliability_svg(data.to_records())}<figcaption>{caption}</figcaption></figure>"
 
 
-def _alpha(records: list[dict[str, Any]], train: dict[str, Any]) -> str:
+def _alpha(records: list[dict[str, Any]], train: Mapping[str, Any]) -> str:
     """The last logged alpha statistics (and vectors, options scope), and tau_mean over steps."""
     last = records[-1] if records else {}
     stats = {k[6:]: v for k, v in last.items() if k.startswith("alpha/") and isinstance(v, (int, float))}
@@ -370,7 +370,7 @@ def _alpha(records: list[dict[str, Any]], train: dict[str, Any]) -> str:
     )
 
 
-def _bome(records: list[dict[str, Any]], train: dict[str, Any]) -> str:
+def _bome(records: list[dict[str, Any]], train: Mapping[str, Any]) -> str:
     """BOME's diagnostics line and their means over the last 10 steps (calm runs only)."""
     bome = recorded_bilevel(train)
     summary = bome_summary(records, bome.eta if bome else None)

@@ -163,7 +163,7 @@ def verdict_rows(results: RunResults) -> list[VerdictRow]:
     """
     by_set: dict[str, list[dict[str, Any]]] = {}
     for row in results.rows:
-        by_set.setdefault(str(row.get("dataset")), []).append(row)
+        by_set.setdefault(row.dataset, []).append(dict(row))
     chosen = results.recommended
     decision = recommendation_decision(results)
     return [_verdict_row(name, rows, chosen, decision) for name, rows in by_set.items()]

@@ -10,7 +10,7 @@ and Compare pages, so every number a page shows is computed (and tested) here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -317,6 +317,6 @@ def task_of(run: RunDir) -> str:
     return task_in(run.config.train)
 
 
-def task_in(train: dict[str, Any]) -> str:
+def task_in(train: Mapping[str, Any]) -> str:
     """`task_of` on a config.json `train` record already read (the Monitor reads it once a poll)."""
     return train.get("task", "mcqa")

@@ -131,7 +131,7 @@ class ResultRow(Mapping[str, Any]):
 
     dataset: str
     variant: str
-    values: JsonObject  # the whole row, `dataset` and `variant` included
+    data: JsonObject  # the whole row, `dataset` and `variant` included (not `values`: a Mapping method)
 
     @classmethod
     def from_json(cls, data: Any, path: str | Path = "results.json", advice: str = _NO_ADVICE) -> ResultRow:
@@ -144,21 +144,21 @@ class ResultRow(Mapping[str, Any]):
         return cls(dataset, variant, dict(data))
 
     def to_json(self) -> dict[str, Any]:
-        return dict(self.values)
+        return dict(self.data)
 
     @property
     def scoring(self) -> str | None:
-        rule = self.values.get("scoring")
+        rule = self.data.get("scoring")
         return rule if isinstance(rule, str) else None
 
     def __getitem__(self, key: str) -> Any:
-        return self.values[key]
+        return self.data[key]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.values)
+        return iter(self.data)
 
     def __len__(self) -> int:
-        return len(self.values)
+        return len(self.data)
 
 
 _RESULT_KEYS = {"rows": "results"}
