@@ -16,6 +16,7 @@ import streamlit as st
 from app.state import plain
 from calm_core.glossary import tooltip
 from calm_core.results import advice, verdict
+from calm_core.runs.records import RunResults
 
 VERDICT_TERMS = ("best calibrated", "flags", "near-uniform", "under-confident", "accuracy lost", "recommended on S_V")
 
@@ -34,7 +35,7 @@ def column_meanings(columns: dict[str, str]) -> str:
     return "\n".join(f"- **{name}**: {meaning}" for name, meaning in columns.items())
 
 
-def verdict_block(results: dict[str, Any], run_label: str | None = None) -> None:
+def verdict_block(results: RunResults, run_label: str | None = None) -> None:
     """The verdict row, one line per evaluation set: the answer before the evidence."""
     table = verdict.verdict_table(results)
     if table:
@@ -49,7 +50,7 @@ def verdict_caption() -> None:
     )
 
 
-def heldout_evidence(results: dict[str, Any]) -> None:
+def heldout_evidence(results: RunResults) -> None:
     """The recommendation's evidence (S_V, or every labelled item out of fold): each
     variant's NLL and its change against the model as it is, with the paired interval."""
     rows = advice.heldout_rows(results)

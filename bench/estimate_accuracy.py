@@ -111,7 +111,7 @@ def one_run(label: str, overrides: dict[str, Any], condition: str, root: Path, t
     run, _ = launch_training(cfg, root=root, estimate=record)
     state = wait_for(run, timeout_s)
     if state != "finished":
-        raise SystemExit(f"run {run.run_id} ended {state}: {RunDir(run.path).status.get('error')}")
+        raise SystemExit(f"run {run.run_id} ended {state}: {RunDir(run.path).status.error}")
     past = read_past_run(RunDir(run.path))
     actual = past.wall_s
     center = estimate.spread.center

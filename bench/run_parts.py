@@ -36,7 +36,7 @@ def train_once(model: str, runs: Path) -> Path:
     from calm_core.training.loop import train
 
     cfg = TrainConfig.preset("quick", method="calm", model=model, **DATA)
-    run = RunDir.create(runs, f"parts-{int(time.time())}", cfg.to_dict())
+    run = RunDir.create(runs, f"parts-{int(time.time())}", {"train": cfg.to_dict()})
     train(cfg, run=run)
     return run.path
 
@@ -47,9 +47,9 @@ def report(run_dir: Path) -> dict:
     from calm_core.estimate.rates import rates_from
 
     run = RunDir(run_dir)
-    timings = PhaseTimes.from_dict(run.status["timings"])
+    timings = PhaseTimes.from_dict(run.status.timings)
     rates = rates_from([timings], "bench/run_parts.py")
-    return {"model": run.config.get("train", run.config)["model"], "timings": timings.to_dict(), "idle_rates": asdict(rates)}
+    return {"model": run.config.train["model"], "timings": timings.to_dict(), "idle_rates": asdict(rates)}
 
 
 def main() -> None:

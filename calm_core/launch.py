@@ -166,7 +166,7 @@ def resume_run(run: RunDir, access: Access, session: str | None, browser: str | 
     resume it, so a resume can never take a session past its quota."""
     from calm_core.runs.jobs import resume
 
-    refusal = resume_refusal_for(access, session, run.config.get("launched_by"), run.path.parent, browser)
+    refusal = resume_refusal_for(access, session, run.config.launched_by, run.path.parent, browser)
     if refusal:
         raise Refused(refusal)
     return resume(run)
@@ -176,4 +176,4 @@ def left_the_queue(run: RunDir) -> bool:
     """Whether the run has started, by anyone: another session's or job's `schedule` may
     start it before this caller's own does, so a caller asks this rather than trusting
     what its own `schedule` returned."""
-    return run.status.get("state") != "queued"
+    return run.status.state != "queued"

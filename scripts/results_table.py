@@ -84,9 +84,8 @@ def collect(prefix: str, root: Path | None) -> dict:
             continue
         run = RunDir.open(summary.path)
         group, seed = SEED.sub("", summary.name), int((SEED.search(summary.name) or [0, 0])[1])
-        results = json.loads((run.path / "results.json").read_text())["results"]
-        for row in results:
-            variant, dataset = row["variant"], row["dataset"]
+        for row in run.results().rows:
+            variant, dataset = row.variant, row.dataset
             if dataset not in datasets:
                 datasets.append(dataset)
             table[(group, variant)][dataset].append(_predictions(run, variant, dataset))

@@ -46,7 +46,7 @@ def main() -> None:
     args = parser.parse_args()
     run = RunDir.at(args.run_id)
     rows = trace(run.read_metrics())
-    selection = {k: v for k, v in (run.status.get("selection") or {}).items() if k != "state"}
+    selection = {k: v for k, v in (run.status.selection or {}).items() if k != "state"}
     print(markdown(rows))
     print("\nselection:", json.dumps(selection, indent=2))
     if args.json:

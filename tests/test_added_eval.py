@@ -57,7 +57,7 @@ def _numbers(row: dict) -> dict:
 
 
 def test_the_runs_own_set_gives_its_own_rows_back(finished: RunDir, evaluated: dict) -> None:
-    own = {r["variant"]: r for r in finished.results()["results"] if r["dataset"] == OWN}
+    own = {r["variant"]: r for r in finished.results().rows if r["dataset"] == OWN}
     again = {r["variant"]: r for r in evaluated["results"] if r["dataset"] == OWN}
     assert set(again) == set(own) == {"base", "ts", "vs", "calm", "calm_theta_only"}
     for variant, row in own.items():
@@ -82,16 +82,16 @@ def test_a_new_set_is_stored_with_the_run_marked_and_fingerprinted(finished: Run
     stored = json.loads((finished.path / ADDED_RESULTS).read_text())["results"]
     new = [r for r in stored if r["dataset"] == NEW]
     assert {r["variant"] for r in new} == {"base", "ts", "vs", "calm", "calm_theta_only"}
-    cfg = TrainConfig.from_dict({**finished.config["train"], "eval_data": [NEW]})
+    cfg = TrainConfig.from_dict({**finished.config.train, "eval_data": [NEW]})
     items = load_data(cfg, "mc").evals[NEW]
     for row in new:
         assert row["added_after_training"] is True and row["n"] == row["n_items"] == len(items) == 6
         assert row["fingerprint"] == items_fingerprint(items) and row["added_at"]
         frame = pd.read_parquet(predictions_path(finished.added_dir, row["variant"], NEW))
         assert list(frame["id"]) == [it.id for it in items]
-    assert [r["dataset"] for r in finished.results()["results"]] == [OWN] * 5  # the final evaluation untouched
+    assert [r["dataset"] for r in finished.results().rows] == [OWN] * 5  # the final evaluation untouched
     assert not predictions_path(finished.path, "calm", NEW).exists()  # nor its predictions folder
-    ts = finished.results()["ts"]["temperature"]  # TS applied with the run's own S_V temperature, not refitted
+    ts = finished.results().calibrators["ts"]["temperature"]  # TS applied with the run's own S_V temperature, not refitted
     base = pd.read_parquet(predictions_path(finished.added_dir, "base", NEW))
     scaled = pd.read_parquet(predictions_path(finished.added_dir, "ts", NEW))
     import numpy as np
@@ -180,7 +180,7 @@ def test_an_open_answer_run_gives_its_own_rows_back_and_adds_a_set(open_run) -> 
     run = RunDir(workspace / "runs" / run_id)
     new = "builtin/chemical_symbols_open/test"
     rows = evaluate_run(run, [EVAL_SET, new], run_eval_limit(run), device="cpu")
-    own = {r["variant"]: r for r in run.results()["results"]}
+    own = {r["variant"]: r for r in run.results().rows}
     again = {r["variant"]: r for r in rows if r["dataset"] == EVAL_SET}
     assert set(again) == set(own) and "ts" in own and "calm" in own
     for variant, row in own.items():

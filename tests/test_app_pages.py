@@ -86,9 +86,9 @@ def test_train_launches_a_job_then_monitor_compare_and_playground_show_it(open_p
     from calm_core.runs.rundir import RunDir
 
     run = RunDir.at(run_id)
-    assert run.config["train"]["select_patience"] == 3 and run.config["train"]["threads"] == 1
-    assert minutes(run.config["estimate"]["likely_s"]) == shown  # the run records the estimate the page showed
-    assert run.status["threads"] == {"threads": 1, "why": "set (threads)"}
+    assert run.config.train["select_patience"] == 3 and run.config.train["threads"] == 1
+    assert run.config.estimate is not None and minutes(run.config.estimate["likely_s"]) == shown  # the estimate shown
+    assert run.status.threads == {"threads": 1, "why": "set (threads)"}
     for page in PAGES:  # every page, now with a finished run in the workspace
         at = open_page(page)
         assert not at.exception and not at.error, (page, at.exception, [e.value for e in at.error])

@@ -66,7 +66,7 @@ def test_a_forged_resume_over_the_quota_is_refused(attacker: StudioSession) -> N
     attacker.rerun("monitor")  # draws Resume, disabled: a browser cannot click it
     elements = attacker.rerun("monitor", click=["monitor_resume"])
     assert (stopped.path / STATUS).read_bytes() == before  # still cancelled: not queued again
-    assert stopped.status["state"] == "cancelled"
+    assert stopped.status.state == "cancelled"
     assert quota_message(3) in _texts(elements)
     _no_exception(elements)
 

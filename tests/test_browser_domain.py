@@ -39,6 +39,7 @@ from pathlib import Path
 import pytest
 
 from calm_core.results.advice import recommendation_sentence
+from calm_core.runs.records import RunResults
 from calm_core.results.verdict import variant_label
 from tests.test_browser import (CHROMIUM, CHROMIUM_ARGS, _goto, _require_browser, _shots, fill_short_tiny_run,
                                 wait_idle,
@@ -298,7 +299,7 @@ def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shot
     selected = results["selection"]["selected_step"]
     assert status["selection"]["selected_step"] == selected
     expect(page.get_by_text(f"The model is from step {selected}").first).to_be_visible(timeout=60_000)
-    expect(page.get_by_text(recommendation_sentence(results)).first).to_be_visible()  # the one sentence
+    expect(page.get_by_text(recommendation_sentence(RunResults.from_json(results))).first).to_be_visible()  # the one sentence
     print(f"selected step {selected}; recommended {results['recommendation']['variant']}")
     assert not _exceptions(page), _exceptions(page)
     _assert_fits(page, "monitor_results")  # issue 30: no table cut at the page's edge
@@ -322,7 +323,7 @@ def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shot
     for name in ("adaptive temperature scaling", "CALM"):
         expect(diagram).to_contain_text(name, timeout=120_000)
     expect(page.get_by_text(f"The model is from step {selected}").first).to_be_visible(timeout=60_000)
-    expect(page.get_by_text(recommendation_sentence(results)).first).to_be_visible()  # the one sentence
+    expect(page.get_by_text(recommendation_sentence(RunResults.from_json(results))).first).to_be_visible()  # the one sentence
     verdict_box = page.locator(".st-key-compare_verdict")  # the verdict row, above the diagrams
     expect(verdict_box.locator('[data-testid="stTable"]')).to_have_count(1)  # a static table: whole cells
     expect(verdict_box).to_contain_text("Best calibrated: the lowest ECE")
@@ -387,7 +388,7 @@ def _recommendation_says_its_uncertainty(results: dict) -> None:
     when its whole interval is below zero, otherwise "keep", with why (noise, too few items,
     no gain)."""
     rec = results["recommendation"]
-    sentence = recommendation_sentence(results)
+    sentence = recommendation_sentence(RunResults.from_json(results))
     print(f"recommendation: {rec['decision']} {rec['variant']}: {sentence!r}")
     against = rec["comparison"]["against_reference"]
     assert "90% interval" in sentence, sentence
@@ -404,7 +405,7 @@ def _ties_shown_as_ties(shown: str, results: dict) -> None:
     it, a tie with its item count where the paired interval cannot tell two variants apart."""
     from calm_core.results.verdict import verdict_rows
 
-    rows = verdict_rows(results)
+    rows = verdict_rows(RunResults.from_json(results))
     for row in rows:
         print(f"best calibrated on {row.dataset}: {row.best_cell()}")
         assert row.best_cell() in shown, (row.best_cell(), shown)

@@ -39,7 +39,7 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> RunDir:
 
 
 def test_the_lower_level_stays_solved(finished: RunDir) -> None:
-    selection = finished.status["selection"]
+    selection = finished.status.selection
     tolerance = TrainConfig.preset("quick").lower_tolerance
     start = selection["reference"]["lower"]
     probes = [(r["step"], r["lower/st_nll"]) for r in finished.read_metrics() if "lower/st_nll" in r]
@@ -58,16 +58,16 @@ def test_the_lower_level_stays_solved(finished: RunDir) -> None:
 def test_the_selected_step_is_the_recorded_one(finished: RunDir, tmp_path: Path) -> None:
     from calm_core.export.folder import export_run
 
-    step = finished.status["selection"]["selected_step"]
+    step = finished.status.selection["selected_step"]
     results = finished.results()
-    assert results["selection"]["selected_step"] == step == finished.selected_step()
+    assert results.selection["selected_step"] == step == finished.selected_step()
     at_step = next(r for r in finished.read_metrics() if r["step"] == step)
     assert at_step["select/selected_step"] == step
-    chosen = results["selection"]["selected"]
+    chosen = results.selection["selected"]
     assert (chosen["score"], chosen["ece"], chosen["acc"]) == pytest.approx(
         (at_step["eval/heldout/nll"], at_step["eval/heldout/ece"], at_step["eval/heldout/acc"]))
     if "eval/builtin/capitals/test/acc" in at_step:  # a full evaluation (a dense one reads S_V alone)
-        calm = next(r for r in results["results"] if r["variant"] == "calm")
+        calm = next(r for r in results.rows if r.variant == "calm")
         for key in ("acc", "ece", "confidence"):
             assert calm[key] == pytest.approx(at_step[f"eval/builtin/capitals/test/{key}"], abs=1e-6)
     folder = export_run(finished, tmp_path / "export")
@@ -75,9 +75,9 @@ def test_the_selected_step_is_the_recorded_one(finished: RunDir, tmp_path: Path)
 
 
 def test_the_model_handed_back_is_calibrated_and_keeps_accuracy(finished: RunDir) -> None:
-    rows = {r["variant"]: r for r in finished.results()["results"]}
+    rows = {r["variant"]: r for r in finished.results().rows}
     base, ts, calm = rows["base"], rows["ts"], rows["calm"]
     assert calm["acc"] >= base["acc"] - 1 / calm["n"] - 1e-9  # at most one item lost
     assert calm["confidence"] > 1 / K + 0.05  # not the near-uniform forecast
     assert calm["ece"] <= ts["ece"] + 0.02
-    assert finished.results()["recommendation"]["variant"] in rows
+    assert finished.results().recommendation["variant"] in rows

@@ -204,19 +204,21 @@ def test_toy_is_a_variant_of_a_runs_final_evaluation(toy, tiny_model_dir, tmp_pa
         method="sft", steps=1, batch_size=2, heldout_batch_size=2, eval_every=0, checkpoint_every=0, scoring="letter",
         train_data="builtin/capitals/train", heldout_data="builtin/capitals/validation",
         eval_data=["builtin/capitals/test"], train_limit=4, heldout_limit=MIN_FIT_ITEMS, eval_limit=4))
-    run = RunDir.create(tmp_path, "toy", cfg.to_dict())
+    run = RunDir.create(tmp_path, "toy", {"train": cfg.to_dict()})
     train(cfg, run=run, lm=load_model(ModelSpec(name=str(tiny_model_dir), device="cpu")))
     results = run.results()
     # a run fits every calibrator, by order: ts, vs (order 10), then the toy
-    assert [r["variant"] for r in results["results"]][:4] == ["base", "ts", "vs", "halve"]
-    assert results["halve"] == {"factor": 0.5, "fit_on": "builtin/capitals/validation", "calibrate_on": "heldout"}
+    assert [r.variant for r in results.rows][:4] == ["base", "ts", "vs", "halve"]
+    assert results.calibrator("halve") == {"factor": 0.5, "fit_on": "builtin/capitals/validation", "calibrate_on": "heldout"}
 
 
 def test_toy_is_shared_in_compare_and_described_in_reports(toy):
     from calm_core.results.view import posthoc_lines, shared_variants
+    from calm_core.runs.records import RunResults
 
     assert shared_variants() == ("base", "ts", "vs", "ats", "halve", "thermometer")  # every registered one, and the thermometer
-    results = {"ts": {"temperature": 1.23456, "fit_on": "S"}, "halve": {"note": "no `halve` variant: why"}}
+    results = RunResults.from_json({"results": [], "ts": {"temperature": 1.23456, "fit_on": "S"},
+                                    "halve": {"note": "no `halve` variant: why"}})
     assert posthoc_lines(results) == ["Temperature scaling (ts): T = 1.235, fitted on S.", "no `halve` variant: why"]
     assert posthoc_lines(results, notes_only=True) == ["no `halve` variant: why"]
 

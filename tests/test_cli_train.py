@@ -41,10 +41,10 @@ def test_foreground_train_writes_a_finished_run(tiny_model_dir: Path, tmp_path: 
     assert main(argv) == 0
     threads_before = torch.get_num_threads()
     run = only_run(tmp_path)
-    assert run.status["state"] == "finished"
-    assert run.config["train"]["method"] == "calm" and run.config["environment"]["versions"]["torch"]
+    assert run.status.state == "finished"
+    assert run.config.train["method"] == "calm" and run.config.environment["versions"]["torch"]
     cores = os.cpu_count() or 1  # threads = 0: every core but one, recorded, and this process's put back
-    assert run.status["threads"] == {"threads": max(1, cores - 1),
+    assert run.status.threads == {"threads": max(1, cores - 1),
                                      "why": f"every core but one of {cores}, at least 1 (threads = 0)"}
     assert torch.get_num_threads() == threads_before
     assert [r["step"] for r in run.read_metrics()] == [0, 1, 2]
@@ -111,11 +111,11 @@ def test_detached_job_killed_then_resumed_continues_its_curve(tiny_model_dir: Pa
     run = RunDir.at(run_id, tmp_path)
     assert wait_for(lambda: run.latest_checkpoint() is not None and run.latest_checkpoint()[0] >= 4), \
         (run.path / "stdout.log").read_text() if (run.path / "stdout.log").exists() else run.status
-    os.killpg(run.status["pid"], signal.SIGKILL)
+    os.killpg(run.status.pid, signal.SIGKILL)
     assert wait_for(lambda: run.state().state == "failed", timeout=30)
     assert run.state().resumable
     assert main(["resume", run_id, "--runs-root", str(tmp_path)]) == 0
-    assert wait_for(lambda: run.status.get("state") == "finished", timeout=300), run.status
+    assert wait_for(lambda: run.status.state == "finished", timeout=300), run.status
     steps = [r["step"] for r in run.read_metrics()]
     assert steps == list(range(0, 151))  # step 0's evaluation, then no gap, no duplicate across the kill
 
@@ -240,12 +240,12 @@ def test_calibrate_on_all_fits_post_hoc_calibrators_k_fold_on_every_labelled_ite
     assert "calm: note: 6 held-out items: too few to fit even one temperature" in err
     assert "With k-fold on all 14 labelled items, the post-hoc choice has enough items to fit one temperature" in err
     run = only_run(tmp_path)
-    assert run.config["train"]["calibrate_on"] == "all"
+    assert run.config.train["calibrate_on"] == "all"
     results = run.results()
-    assert {r["variant"] for r in results["results"]} == {"base", "ts", "vs", "calm", "calm_theta_only"}
-    assert results["ts"]["calibrate_on"] == "all"
-    assert results["ts"]["fit_on"] == "builtin/capitals/train + builtin/capitals/validation"
-    rec = results["recommendation"]
+    assert {r.variant for r in results.rows} == {"base", "ts", "vs", "calm", "calm_theta_only"}
+    assert results.calibrators["ts"]["calibrate_on"] == "all"
+    assert results.calibrators["ts"]["fit_on"] == "builtin/capitals/train + builtin/capitals/validation"
+    rec = results.recommendation
     assert rec["calibrate_on"] == "all" and rec["posthoc_fit"].endswith("cross-fitted on all labelled items (S_T + S_V)")
     pooled, heldout = rec["stages"]["all labelled"], rec["stages"]["S_V"]
     assert pooled["comparison"]["n"] == 14 and pooled["comparison"]["items"] == LABELLED_ITEMS
@@ -255,8 +255,8 @@ def test_calibrate_on_all_fits_post_hoc_calibrators_k_fold_on_every_labelled_ite
     from calm_core.results.advice import heldout_rows
 
     assert "CALM" in [row["variant"] for row in heldout_rows(results)]  # every trained variant (issue 40)
-    passes = run.status["final"]  # the final evaluation's own progress, which the Monitor shows
-    assert passes["done"] == passes["total"] == len(results["results"])
+    passes = run.status.final  # the final evaluation's own progress, which the Monitor shows
+    assert passes["done"] == passes["total"] == len(results.rows)
 
 
 def test_calibrate_on_is_refused_for_open_answers_in_one_line(tmp_path: Path, capsys) -> None:

@@ -163,9 +163,9 @@ def test_a_training_run_checks_its_sets_before_the_first_step(short_lm, tmp_path
         return SimpleNamespace(model=copy.deepcopy(short_lm.model), tokenizer=short_lm.tokenizer,
                                device=torch.device("cpu"), info={})
 
-    run = RunDir.create(tmp_path / "runs", "long", cfg.to_dict())
+    run = RunDir.create(tmp_path / "runs", "long", {"train": cfg.to_dict()})
     train(cfg, run=run, lm=fresh())
-    assert run.status["items_cut_to_context"] == {"train": 1}
+    assert run.status.items_cut_to_context == {"train": 1}
     bad = TrainConfig.from_dict({**cfg.to_dict(), "train_data": write("bad", short + [TOO_LONG_OPTION])})
     with pytest.raises(DataError, match="wordy"):
-        train(bad, run=RunDir.create(tmp_path / "runs", "bad", bad.to_dict()), lm=fresh())
+        train(bad, run=RunDir.create(tmp_path / "runs", "bad", {"train": bad.to_dict()}), lm=fresh())

@@ -120,7 +120,7 @@ def check_case(pattern: str, kind: str, workspace: Path, capsys, open_page) -> N
         view = target.state()
         status = target.status
         assert view.state == "finished" or (view.state == "failed" and one_line_naming(
-            "calm: error: " + str(status.get("error")) + "\n", pattern)), (view, status.get("error"))
+            "calm: error: " + str(status.error) + "\n", pattern)), (view, status.error)
     else:
         assert rc == 2 and one_line_naming(err, pattern), (rc, err)
 

@@ -315,7 +315,7 @@ def test_a_run_records_what_later_estimates_learn_from(tiny_model_dir: Path, tmp
                              eval_data=("builtin/capitals/test",), train_limit=16, heldout_limit=12, eval_limit=12,
                              lora={"r": 4, "alpha": 8, "layers": 1})
     run = create_run(cfg, tmp_path)
-    record = run.config["estimate"]
+    record = run.config.estimate
     for key in ("figure_s", "likely_s", "low_s", "high_s", "load_average", "cpus", "threads", "busy", "rates"):
         assert key in record, key
     assert record["low_s"] <= record["likely_s"] <= record["high_s"] and record["rates"] == "defaults"
@@ -323,7 +323,7 @@ def test_a_run_records_what_later_estimates_learn_from(tiny_model_dir: Path, tmp
     past = read_past_run(RunDir(run.path))
     assert past.wall_s is not None and past.timings.sizes is not None and past.startup_s is not None
     assert recorded_ratio(past) == pytest.approx(past.wall_s / record["figure_s"])
-    assert past.threads == run.status["threads"]["threads"]
+    assert past.threads == run.status.threads["threads"]
     later = estimate_for(cfg, tmp_path)
     assert later.rates_learned and later.spread.runs + later.track.runs >= 1
 

@@ -51,7 +51,7 @@ def test_a_latin1_file_is_evaluated_with_mapping_and_encoding(finished: RunDir, 
     assert _eval(finished, "--data", str(private), "--mapping", MAPPING, "--encoding", "latin-1",
                  "--limit", "50", "--json", str(out)) == 0
     rows = json.loads(out.read_text())["results"]
-    assert {r["variant"] for r in rows} == {r["variant"] for r in finished.results()["results"]}
+    assert {r["variant"] for r in rows} == {r["variant"] for r in finished.results().rows}
     assert {r["n"] for r in rows} == {len(PRIVATE)} and all(r["added_after_training"] for r in rows)
     assert "rejected" not in capsys.readouterr().err  # every row read, accents and all
 

@@ -34,6 +34,7 @@ from calm_core.calibration.posthoc.vector import VectorScaler
 from calm_core.launch import run_config_record
 from calm_core.provenance import model_fingerprint
 from calm_core.runs.layout import predictions_path
+from calm_core.runs.records import RunResults
 from calm_core.runs.rundir import RunDir
 from calm_core.training.batches import load_data
 from calm_core.training.loop import train
@@ -70,7 +71,7 @@ def _positive_vs_copy(run: RunDir, root: Path) -> RunDir:
     it, and the export refuses: test_vector_scaling_with_a_weight_at_or_below_zero...), so
     the export is checked against VectorScaler with these weights on the run's base logits."""
     copy = RunDir(shutil.copytree(run.path, root / f"{run.path.name}-vs"))
-    results = copy.results()
+    results = copy.results().to_json()
     k = len(results["vs"]["weights"])
     results["vs"] = {**results["vs"], "weights": VS_WEIGHTS[:k]}
     (copy.path / "results.json").write_text(json.dumps(results))
@@ -146,14 +147,14 @@ def score_without_calm_core(jobs: dict[str, tuple[Path, list]], base: Path, scra
 def _eval_items(run: RunDir) -> list:
     from calm_core.training.config import TrainConfig
 
-    cfg = TrainConfig.from_dict(run.config["train"])
+    cfg = TrainConfig.from_dict(run.config.train)
     return load_data(cfg, "mc").evals[cfg.eval_data[0]]
 
 
 @pytest.mark.parametrize("scope", sorted(SCOPES))
 def test_fresh_python_reproduces_the_runs_calibrated_probabilities(runs, fresh_scores, scope: str) -> None:
     run = runs[scope]
-    train_cfg = run.config["train"]
+    train_cfg = run.config.train
     frame = pd.read_parquet(predictions_path(run.path, train_cfg["method"], train_cfg["eval_data"][0]))
     expected = dict(zip(frame["id"], frame["probs"]))
     got = fresh_scores[scope]
@@ -174,10 +175,10 @@ def test_a_posthoc_variant_exports_as_a_folder_that_reproduces_it(runs, exports,
     reproduces the run's own probabilities of that variant."""
     run = runs["scalar"]
     frame = pd.read_parquet(predictions_path(run.path, "base" if variant == "vs" else variant,
-                                             run.config["train"]["eval_data"][0]))
+                                             run.config.train["eval_data"][0]))
     expected, got = dict(zip(frame["id"], frame["probs"])), fresh_scores[f"scalar-{variant}"]
     if variant == "vs":  # VectorScaler itself, with the copy's weights, on the run's base option scores
-        fitted = run.results()["vs"]
+        fitted = run.results().calibrators["vs"]
         scaler = VectorScaler(VS_WEIGHTS[:len(fitted["weights"])], fitted["biases"])
         expected = {i: scaler.probs(np.asarray([z]))[0] for i, z in zip(frame["id"], frame["logits"])}
     assert got.keys() == expected.keys() and len(got) == 6
@@ -205,15 +206,15 @@ def test_vector_scaling_with_a_weight_at_or_below_zero_is_refused_with_the_reaso
     """An uncentred options head has tau = 1 / w > 0: a fit that turned an option's score
     around has no such head, and the export says so instead of writing another model."""
     run = runs["scalar"]
-    results = run.results()
+    results = run.results().to_json()
     k = len(results["vs"]["weights"])
     results["vs"] = {**results["vs"], "weights": VS_WEIGHTS[:k]}
-    assert export._vector_scaling_head(run, results).centred is False  # these export
+    assert export._vector_scaling_head(run, RunResults.from_json(results)).centred is False  # these export
     results["vs"]["weights"] = [-0.5, *VS_WEIGHTS[1:k]]
     with pytest.raises(ValueError, match=r"weights > 0.*\[-0.5"):
-        export._vector_scaling_head(run, results)
+        export._vector_scaling_head(run, RunResults.from_json(results))
     with pytest.raises(ValueError, match="fitted vector scaling.*no `vs`"):
-        export._vector_scaling_head(run, {})
+        export._vector_scaling_head(run, RunResults.from_json({"results": []}))
 
 
 def test_an_uncentred_options_head_is_vector_scaling_and_saves_its_centring(tmp_path: Path) -> None:
@@ -242,7 +243,7 @@ def test_export_folder_contents_and_record(runs, exports, tiny_model_dir: Path, 
     assert record["head_scope"] == scope and record["center"] is (scope != "vocab")
     assert record["scoring"]["rule"] == SCOPES[scope] and record["run_id"] == run.run_id
     assert record["step"] == run.latest_checkpoint()[0] == 2 and record["method"] == "calm"
-    assert record["ts_temperature"] == pytest.approx(run.results()["ts"]["temperature"])
+    assert record["ts_temperature"] == pytest.approx(run.results().calibrators["ts"]["temperature"])
     assert record["calm_core"]["version"]
     card = (folder / "README.md").read_text()
     assert f"head scope `{scope}`" in card
@@ -280,7 +281,7 @@ def test_the_card_is_a_hub_model_card_whose_numbers_are_results_json(runs, expor
         "base_model_hub_id"]
     assert metadata["library_name"] == "peft" and {"calibration", "calm", "multiple-choice"} <= set(metadata["tags"])
     exported = json.loads((folder / "calm_export.json").read_text())["variant"]
-    rows = {(r["dataset"], r["variant"]): r for r in run.results()["results"]}
+    rows = {(r["dataset"], r["variant"]): r for r in run.results().rows}
     expected = {(dataset, prefix + kind): rows[(dataset, variant)][key]
                 for dataset, _ in rows for variant, prefix in ((exported, ""), ("base", "base_"))
                 for key, kind in (("acc", "accuracy"), ("ece", "ece"), ("auroc", "auroc"))}
@@ -298,7 +299,7 @@ def test_the_card_lists_sets_added_after_training(runs, tmp_path: Path) -> None:
 
     run = RunDir(shutil.copytree(runs["options"].path, tmp_path / "runs" / "copy"))
     added = [{**row, "dataset": "builtin/units/test", "added_after_training": True, "fingerprint": "sha256:0"}
-             for row in run.results()["results"]]
+             for row in run.results().rows]
     run.add_results(added)
     folder = export_run(run, tmp_path / "out")
     values = model_index_values(card_metadata(folder))

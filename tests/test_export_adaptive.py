@@ -29,6 +29,7 @@ from calm_core.calibration.head import CalibrationHead
 from calm_core.calibration.posthoc.ats import MIN_ITEMS, AdaptiveTemperature
 from calm_core.calibration.projection import principal_projection
 from calm_core.runs.layout import predictions_path
+from calm_core.runs.records import RunResults
 from calm_core.runs.rundir import RunDir
 from calm_core.training.loop import train
 from calm_core.export import folder as export
@@ -58,7 +59,7 @@ def runs(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
 
 
 def _dataset(run: RunDir) -> str:
-    return run.config["train"]["eval_data"][0]
+    return run.config.train["eval_data"][0]
 
 
 def _predictions(run: RunDir, variant: str) -> pd.DataFrame:
@@ -85,7 +86,7 @@ def varying(runs: dict[str, RunDir], tmp_path_factory: pytest.TempPathFactory) -
     out = {}
     for rule, run in runs.items():
         copy = RunDir(shutil.copytree(run.path, root / run.path.name))
-        results = copy.results()
+        results = copy.results().to_json()
         results["ats"] = {**_varying_ats(run).params(), "fit_on": results["ats"].get("fit_on")}
         (copy.path / "results.json").write_text(json.dumps(results))
         out[rule] = copy
@@ -143,7 +144,7 @@ def test_the_runs_own_ats_exports_as_the_head_of_its_fit(runs, exports, fresh, r
     """`--variant ats`: the zeroed adapter and results.json's ATS as a head; one that chose
     no feature (k = 0) is a scalar head at its temperature. The run's `ats` predictions back."""
     run, folder = runs[rule], exports[f"{rule}-ats"]
-    fitted = AdaptiveTemperature.from_json(run.results()["ats"])
+    fitted = AdaptiveTemperature.from_json(run.results().calibrators["ats"])
     record = json.loads((folder / "calm_export.json").read_text())
     assert record["variant"] == "ats" and record["head_scope"] == ("adaptive" if fitted.weights else "scalar")
     frame = _predictions(run, "ats")
@@ -192,20 +193,25 @@ def test_the_exported_adaptive_head_is_calm_cores(exports) -> None:
         ours.logits_processor()
 
 
+def _results(calibrators: dict) -> RunResults:
+    """A results.json holding only these calibrators' records, as the record export reads."""
+    return RunResults.from_json({"results": [], **calibrators})
+
+
 def test_ats_export_says_why_it_cannot_write_a_head(runs, tmp_path: Path) -> None:
     """No fit (too few S_V items: its note), or a record from before results.json kept the
     weights (it would silently be one temperature): refused with the reason; the studio
     then offers no `ats` export."""
     run = runs["cloze"]
     with pytest.raises(ValueError, match="fitted ATS.*at least 40"):
-        export._adaptive_temperature_head(run, {"ats": {"note": "needs at least 40 S_V items"}})
+        export._adaptive_temperature_head(run, _results({"ats": {"note": "needs at least 40 S_V items"}}))
     with pytest.raises(ValueError, match="results.json has no `ats` fit"):
-        export._adaptive_temperature_head(run, {})
+        export._adaptive_temperature_head(run, _results({}))
     old = {"components": 4, "weight_decay": 0.1, "bias": 0.5, "fit_on": "x"}
     with pytest.raises(ValueError, match="before results.json kept them"):
-        export._adaptive_temperature_head(run, {"ats": old})
+        export._adaptive_temperature_head(run, _results({"ats": old}))
     copy = RunDir(shutil.copytree(run.path, tmp_path / "copy"))
-    results = copy.results()
+    results = copy.results().to_json()
     results["recommendation"] = {**results.get("recommendation", {}), "variant": "ats"}
     (copy.path / "results.json").write_text(json.dumps(results))
     assert recommended_export(copy) == "ats"

@@ -108,7 +108,7 @@ def _letter_jobs(run: RunDir, folder: Path, items: list) -> list[dict]:
     """The studio's own prompt ids and letter ids of each item (letter runs; [] for cloze)."""
     from transformers import AutoTokenizer
 
-    cfg = ScoringConfig(rule=run.config["train"]["scoring"])
+    cfg = ScoringConfig(rule=run.config.train["scoring"])
     if cfg.is_cloze:
         return []
     tokenizer = AutoTokenizer.from_pretrained(folder)
@@ -135,7 +135,7 @@ def fresh(runs, merged, tmp_path_factory: pytest.TempPathFactory) -> dict[str, d
 
 
 def _run_probs(run: RunDir, variant: str | None = None) -> dict[str, list[float]]:
-    train_cfg = run.config["train"]
+    train_cfg = run.config.train
     frame = pd.read_parquet(predictions_path(run.path, variant or train_cfg["method"], train_cfg["eval_data"][0]))
     return dict(zip(frame["id"], frame["probs"], strict=True))
 
@@ -153,9 +153,9 @@ def _expected(runs: dict[str, RunDir], name: str) -> dict[str, list[float]]:
     run, variant = runs[VARIANTS[name][0]], VARIANTS[name][1]
     if variant != "vs":
         return _run_probs(run, variant)
-    train_cfg = run.config["train"]
+    train_cfg = run.config.train
     frame = pd.read_parquet(predictions_path(run.path, "base", train_cfg["eval_data"][0]))
-    fitted = run.results()["vs"]
+    fitted = run.results().calibrators["vs"]
     scaler = VectorScaler(VS_WEIGHTS[: len(fitted["weights"])], fitted["biases"])
     return {i: scaler.probs(np.asarray([z]))[0].tolist() for i, z in zip(frame["id"], frame["logits"], strict=True)}
 
@@ -171,7 +171,7 @@ def test_the_cards_code_gives_the_runs_calibrated_probabilities_and_answers(runs
     assert record["merged"]["check"]["max_abs_diff"] <= CHECK_TOLERANCE  # the export's own check
     # Not vacuous: the head (or calibrator) moves these probabilities far more than the tolerance.
     run = runs[VARIANTS.get(name, (name,))[0]]
-    untouched = "base" if name in VARIANTS else f"{run.config['train']['method']}_theta_only"
+    untouched = "base" if name in VARIANTS else f"{run.config.train['method']}_theta_only"
     assert _worst(expected, _run_probs(run, untouched)) > 10 * TOLERANCE
 
 

@@ -132,7 +132,7 @@ def test_the_documented_metric_is_one_declaration(tiny_model_dir: Path, tiny_eve
     train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
     logged = [r for r in run.read_metrics() if "eval/heldout/acc" in r]
     assert logged and all(0.0 <= r["eval/heldout/smooth_ece"] <= 1.0 for r in logged)
-    assert all("smooth_ece" in row for row in run.results()["results"])
+    assert all("smooth_ece" in row for row in run.results().rows)
 
     monitor = open_page("views/monitor.py")
     run_picker(monitor).set_value(run.run_id).run()

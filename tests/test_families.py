@@ -285,9 +285,9 @@ def test_calm_trains_under_the_scope(trained, record_property, case: str, scope:
 
     run = finished(trained, case, scope)
     if scope == "scalar":  # the table's fast-paths column: the run's own choice and reason
-        record_property("frozen prefix (the CALM run's choice)", _prefix_words(run.status["choices"]))
-    assert run.status["state"] == "finished" and run.status["step"] == 2
-    choices = run.status["choices"]
+        record_property("frozen prefix (the CALM run's choice)", _prefix_words(run.status.choices))
+    assert run.status.state == "finished" and run.status.step == 2
+    choices = run.status.choices
     lora, prefix = choices["lora"], choices["frozen_prefix"]
     assert lora["targets"] and lora["layers_to_transform"] == [2, 3]
     assert "used" in prefix and prefix.get("reason")  # used, or switched off with its reason
@@ -316,7 +316,7 @@ def _expected(run: Any, variant: str) -> tuple[pd.DataFrame, dict[str, list]]:
     """The run's predictions of `variant` on its evaluation set, and {item id: probabilities}."""
     from calm_core.runs.layout import predictions_path
 
-    frame = pd.read_parquet(predictions_path(run.path, variant, run.config["train"]["eval_data"][0]))
+    frame = pd.read_parquet(predictions_path(run.path, variant, run.config.train["eval_data"][0]))
     return frame, dict(zip(frame["id"], (list(p) for p in frame["probs"]), strict=True))
 
 
@@ -332,7 +332,7 @@ def _exports(run: Any, adaptive: Any, root: Path) -> dict[str, tuple[Path, dict[
     for variant in ("ts", "base"):
         out[variant] = (export_run(run, root / variant, variant), _expected(run, variant)[1])
     copy = RunDir(shutil.copytree(run.path, root / "vs-run"))  # positive weights: see VS_WEIGHTS
-    results = copy.results()
+    results = copy.results().to_json()
     k = len(results["vs"]["weights"])
     results["vs"] = {**results["vs"], "weights": VS_WEIGHTS[:k]}
     (copy.path / "results.json").write_text(json.dumps(results))
@@ -360,7 +360,7 @@ def _ats_export(run: Any, root: Path) -> tuple[Path, dict[str, list]]:
     ats = AdaptiveTemperature(mean=mean.tolist(), projection=projection.tolist(),
                               weights=ATS_WEIGHTS[: len(projection)], bias=bias_for(1.0))
     copy = RunDir(shutil.copytree(run.path, root / "ats-run"))
-    results = copy.results()
+    results = copy.results().to_json()
     results["ats"] = {**ats.params(), "fit_on": (results.get("ats") or {}).get("fit_on")}
     (copy.path / "results.json").write_text(json.dumps(results))
     logits = np.stack([np.asarray(z, dtype=np.float64) for z in frame["logits"]])

@@ -213,7 +213,7 @@ def _train_two_steps(lm, tmp_path: Path, name: str):
         train_data="builtin/capitals/train", heldout_data="builtin/capitals/validation",
         eval_data=("builtin/capitals/test",), train_limit=4, heldout_limit=4, eval_limit=4,
     )  # fmt: skip
-    run = RunDir.create(tmp_path, name, cfg.to_dict())
+    run = RunDir.create(tmp_path, name, {"train": cfg.to_dict()})
     result = train(cfg, run=run, lm=lm)
     assert result.state == "finished" and result.step == 2
     return run
@@ -225,7 +225,7 @@ def test_calm_trains_gemma3_through_the_frozen_prefix(family_dirs, tmp_path) -> 
     from calm_core.results.report import run_report_html
 
     run = _train_two_steps(_model("gemma3", family_dirs, fresh=True), tmp_path, "gemma3")
-    choices = run.status["choices"]
+    choices = run.status.choices
     assert "<th>fast path: frozen prefix</th><td>used: LoRA on the top 2 layers only" in run_report_html(run)
     assert choices["frozen_prefix"]["used"] is True
     assert choices["fast_paths"]["frozen_prefix"]["on"] is True
@@ -235,7 +235,7 @@ def test_calm_trains_gemma3_through_the_frozen_prefix(family_dirs, tmp_path) -> 
 @pytest.mark.slow
 def test_a_run_on_a_broken_prefix_falls_back_and_says_why(family_dirs, tmp_path, fresh_verdicts, monkeypatch) -> None:
     monkeypatch.setattr(decoder, "position_embeddings", _global_rotary_everywhere)
-    choices = _train_two_steps(_model("gemma3", family_dirs, fresh=True), tmp_path, "broken").status["choices"]
+    choices = _train_two_steps(_model("gemma3", family_dirs, fresh=True), tmp_path, "broken").status.choices
     assert choices["frozen_prefix"]["used"] is False
     assert "differs from the model's own forward" in choices["fast_paths"]["frozen_prefix"]["reason"]
 

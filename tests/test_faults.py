@@ -77,7 +77,7 @@ def final_adapter(run: RunDir) -> dict[str, torch.Tensor]:
 
 
 def result_rows(run: RunDir) -> dict[tuple[str, str], dict]:
-    return {(r["dataset"], r["variant"]): r for r in run.results()["results"]}
+    return {(r["dataset"], r["variant"]): r for r in run.results().rows}
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +114,7 @@ def assert_truthful(run: RunDir, capsys) -> None:
     assert " failed " in line and "is gone" in line, line
     status, logged = run.status, [r["step"] for r in run.read_metrics()]
     assert logged == list(range(0, len(logged)))  # step 0's evaluation first
-    assert status.get("step", 0) in (len(logged) - 1, max(len(logged) - 2, 0)), (status.get("step"), logged)
+    assert status.step in (len(logged) - 1, max(len(logged) - 2, 0)), (status.step, logged)
 
 
 def kill_then_resume(point: str, count: int, reference: RunDir, tiny_model_dir: Path, tmp_path: Path,
@@ -133,11 +133,11 @@ def kill_then_resume(point: str, count: int, reference: RunDir, tiny_model_dir: 
         jobs.resume(run)
         wait_finished(run)
     finally:
-        pid = run.status.get("pid")
+        pid = run.status.pid
         if pid and pid_alive(pid):
             os.killpg(pid, signal.SIGKILL)
     assert [r["step"] for r in run.read_metrics()] == list(range(0, STEPS + 1))
-    assert run.status["selection"]["selected_step"] == reference.status["selection"]["selected_step"]
+    assert run.status.selection["selected_step"] == reference.status.selection["selected_step"]
     assert run.selected_step() == reference.selected_step()
     assert_nothing_corrupt(run)
     expected, got = result_rows(reference), result_rows(run)

@@ -657,9 +657,9 @@ def test_openqa_calm_run(tiny_model_dir: Path, tmp_path: Path) -> None:
 
     cfg = _open_config(select="last")  # the last step's theta and head are the model evaluated
     lm = _fresh_lm(tiny_model_dir)
-    run = RunDir.create(tmp_path, "open-calm", cfg.to_dict())
+    run = RunDir.create(tmp_path, "open-calm", {"train": cfg.to_dict()})
     result = train(cfg, run=run, lm=lm)
-    assert result.state == "finished" and result.step == 3 and run.status["state"] == "finished"
+    assert result.state == "finished" and result.step == 3 and run.status.state == "finished"
 
     record = json.loads((run.path / "results.json").read_text())
     assert record["task"] == "openqa"
@@ -715,7 +715,7 @@ def test_openqa_calibrated_stop_selects_by_the_semantic_brier_score(tiny_model_d
 
     cfg = _open_config(steps=4, select_patience=0)
     lm = _fresh_lm(tiny_model_dir)
-    run = RunDir.create(tmp_path, "open-stop", cfg.to_dict())
+    run = RunDir.create(tmp_path, "open-stop", {"train": cfg.to_dict()})
     assert train(cfg, run=run, lm=lm).state == "finished"
 
     rows = run.read_metrics()
@@ -725,7 +725,7 @@ def test_openqa_calibrated_stop_selects_by_the_semantic_brier_score(tiny_model_d
         assert 0.0 <= r["eval/heldout/sem_ece"] <= 1.0 and math.isfinite(r["lower/st_nll"]) and r["lower/st_nll"] > 0
     selection = json.loads((run.path / "results.json").read_text())["selection"]
     step = selection["selected_step"]
-    assert step in (0, 1, 2, 4) and step == run.status["selection"]["selected_step"] == rows[-1]["select/selected_step"]
+    assert step in (0, 1, 2, 4) and step == run.status.selection["selected_step"] == rows[-1]["select/selected_step"]
     assert "Brier score of the semantic confidence" in selection["rule_text"] and "Semantic ECE" in selection["rule_text"]
     assert selection["selected"]["lower"] == pytest.approx(evaluated[[r["step"] for r in evaluated].index(step)]["lower/st_nll"])
     assert run.selected_step() == step
@@ -764,10 +764,10 @@ def test_openqa_sft_run_with_frozen_prefix_and_no_ts(tiny_model_dir: Path, tmp_p
     # S_V of 4 < MIN_FIT_ITEMS (10): no ts variant, a note instead; sft has no head
     cfg = _open_config(method="sft", steps=2, heldout_limit=4, lora={"layers": 1}, select="last")
     lm = _fresh_lm(tiny_model_dir)
-    run = RunDir.create(tmp_path, "open-sft", cfg.to_dict())
+    run = RunDir.create(tmp_path, "open-sft", {"train": cfg.to_dict()})
     result = train(cfg, run=run, lm=lm)
     assert result.state == "finished" and result.step == 2
-    assert run.status["choices"]["frozen_prefix"]["used"] is True
+    assert run.status.choices["frozen_prefix"]["used"] is True
     record = json.loads((run.path / "results.json").read_text())
     assert record["task"] == "openqa"
     assert [r["variant"] for r in record["results"]] == ["base", "sft"]

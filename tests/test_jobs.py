@@ -56,7 +56,7 @@ def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     root.mkdir()
     yield root
     for run_path in root.iterdir():
-        pid = RunDir(run_path).status.get("pid") if (run_path / "status.json").is_file() else None
+        pid = RunDir(run_path).status.pid if (run_path / "status.json").is_file() else None
         if pid and pid != os.getpid() and pid_alive(pid) and os.getpgid(pid) == pid:  # only our job sessions
             os.killpg(pid, signal.SIGKILL)
 
@@ -137,9 +137,9 @@ def test_start_job_outlives_its_launcher(root: Path) -> None:
     done = subprocess.run([sys.executable, "-c", launcher, str(run.path), *fake(run)], capture_output=True,
                           text=True, timeout=TIMEOUT_S, check=True)
     pid = int(done.stdout)
-    assert run.status["pid"] == pid
-    start_step = run.status.get("step") or 0
-    wait_for("steps after the launcher exited", lambda: (run.status.get("step") or 0) >= start_step + 3)
+    assert run.status.pid == pid
+    start_step = run.status.step or 0
+    wait_for("steps after the launcher exited", lambda: (run.status.step or 0) >= start_step + 3)
     assert pid_alive(pid) and os.getpgid(pid) == pid  # alive, in its own session
     assert jobs.cancel(run, grace_s=TIMEOUT_S).state == "cancelled"
     log = (run.path / "stdout.log").read_text()
@@ -154,7 +154,7 @@ def test_queue_runs_one_job_at_a_time(root: Path) -> None:
     # no schedule() here: the first job starts the second as it exits
     wait_for("the second run to finish", lambda: second.state().state == "finished")
     assert first.state().state == "finished"
-    assert first.status["ended"] <= second.status["started"]
+    assert first.status.ended <= second.status.started
     assert steps_logged(first) == steps_logged(second) == list(range(1, 11))
 
 
@@ -187,21 +187,21 @@ def test_cancel_queued_and_running(root: Path) -> None:
     jobs.submit(running, fake(running))
     jobs.submit(waiting, fake(waiting))
     assert jobs.cancel(waiting).state == "cancelled"
-    assert waiting.status.get("pid") is None
-    wait_for("a few steps", lambda: (running.status.get("step") or 0) >= 3)
+    assert waiting.status.pid is None
+    wait_for("a few steps", lambda: (running.status.step or 0) >= 3)
     assert jobs.cancel(running, grace_s=TIMEOUT_S).state == "cancelled"
-    step = running.status["step"]
+    step = running.status.step
     assert running.latest_checkpoint() == (step, running.checkpoint_dir(step))
     assert steps_logged(running) == list(range(1, step + 1))
     assert jobs.schedule(root) == []  # the cancelled queued run never starts
-    assert waiting.status.get("pid") is None
+    assert waiting.status.pid is None
 
 
 def test_kill_escalates_to_sigkill(root: Path) -> None:
     run = new_run(root, "stubborn")
     jobs.submit(run, fake(run, "--ignore-term"))
-    wait_for("the first step", lambda: (run.status.get("step") or 0) >= 1)
-    pid = run.status["pid"]
+    wait_for("the first step", lambda: (run.status.step or 0) >= 1)
+    pid = run.status.pid
     view = jobs.kill(run, grace_s=0.5)
     assert (view.state, view.reason) == ("failed", "killed")
     assert not pid_alive(pid)
@@ -210,9 +210,9 @@ def test_kill_escalates_to_sigkill(root: Path) -> None:
 def test_sigkill_then_resume_logs_every_step_once(root: Path) -> None:
     run = new_run(root, "crash")
     jobs.submit(run, fake(run, "--ckpt-every", "5", "--hang-at", "7", steps=20, sleep=0.02))
-    wait_for("the hang at step 7", lambda: run.status.get("step") == 7 and "hanging" in
+    wait_for("the hang at step 7", lambda: run.status.step == 7 and "hanging" in
              (run.path / "stdout.log").read_text())
-    os.kill(run.status["pid"], signal.SIGKILL)
+    os.kill(run.status.pid, signal.SIGKILL)
     view = wait_for("the dead job to show as failed", lambda: run.state().state == "failed" and run.state())
     assert view.resumable and "is gone" in view.reason
     with open(run.metrics_path, "ab") as handle:
@@ -221,7 +221,7 @@ def test_sigkill_then_resume_logs_every_step_once(root: Path) -> None:
     assert jobs.read_job(run)["resume"] is True
     wait_for("the resumed run to finish", lambda: run.state().state == "finished")
     assert steps_logged(run) == list(range(1, 21))  # no gap, no duplicate
-    assert run.status["step"] == 20
+    assert run.status.step == 20
     assert "fake_train: start after step 5" in (run.path / "stdout.log").read_text()
 
 
@@ -229,7 +229,7 @@ def test_resume_stops_a_hung_job_first(root: Path) -> None:
     run = new_run(root, "hung")
     jobs.submit(run, fake(run, "--ckpt-every", "2", "--hang-at", "3", steps=6, sleep=0.02))
     wait_for("the hang at step 3", lambda: "hanging" in (run.path / "stdout.log").read_text())
-    hung_pid = run.status["pid"]
+    hung_pid = run.status.pid
     run.update_status(heartbeat=time.time() - 3600)  # as if it had been silent for an hour
     view = run.state()
     assert view.state == "failed" and view.resumable and "still alive" in view.reason

@@ -15,7 +15,7 @@ def test_a_run_on_a_split_records_how_the_split_was_made() -> None:
     cfg = TrainConfig(method="calm", train_data=record.names["train"], heldout_data=record.names["heldout"],
                       eval_data=(record.names["test"], "builtin/units/test"))
     run = create_run(cfg)
-    recorded = run.config["splits"]["caps"]
+    recorded = run.config.splits["caps"]
     assert recorded["source"] == "builtin/capitals/train" and recorded["seed"] == 3 and recorded["stratify"]
     assert recorded["sizes"] == record.sizes and "ids" not in recorded
 
@@ -40,6 +40,6 @@ def test_launch_says_started_when_another_caller_started_the_run(tmp_path: Path,
     monkeypatch.setattr(jobs, "worker_command", lambda: [sys.executable, "-c", "import time; time.sleep(30)"])
     run, started = launch.launch_training(TrainConfig(method="calm"), root=tmp_path)
     try:
-        assert started and run.status["state"] == "running"
+        assert started and run.status.state == "running"
     finally:
         jobs.kill(run, grace_s=1)

@@ -23,6 +23,7 @@ import pytest
 from calm_core.export.card_data import card_data, eval_results, hub_dataset
 from calm_core.export.folder import export_run
 from calm_core.export.model_card import base_source_lines, load_snippet
+from calm_core.runs.records import RunConfig
 from tests.test_export import _fake_run
 
 
@@ -51,9 +52,9 @@ def test_eval_results_and_datasets_name_the_hub_where_the_data_came_from_it() ->
     arc, capitals = "hf:allenai/ai2_arc:ARC-Easy:test", "builtin/capitals/test"
     rows = [_row(arc, "calm", 0.6), _row(arc, "base", 0.5), _row(capitals, "calm", 0.9), _row(capitals, "base", 0.8)]
     record = {"task": "mcqa", "method": "calm", "variant": "calm", "base_model_hub_id": "org/base"}
-    run = SimpleNamespace(run_id="r1", config={"train": {"train_data": "hf:allenai/ai2_arc:ARC-Easy:train",
-                                                         "heldout_data": "builtin/capitals/validation",
-                                                         "eval_data": [arc, capitals]}})
+    config = RunConfig.from_json({"train": {"train_data": "hf:allenai/ai2_arc:ARC-Easy:train",
+                                            "heldout_data": "builtin/capitals/validation", "eval_data": [arc, capitals]}})
+    run = SimpleNamespace(run_id="r1", config=config)
     data = card_data(run, record, rows)
     assert data.datasets == ["allenai/ai2_arc"]  # the Hub links the card to it; built-in sets name no Hub dataset
     by_set = {(r.dataset_name, r.metric_type): r for r in eval_results(record, rows)}

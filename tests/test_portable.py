@@ -177,7 +177,7 @@ def test_the_export_names_the_model_by_name_and_fingerprint(shared_artefacts: di
     model = shared_artefacts["needles"]["model directory"]
     assert record["base_model_setting"] == record["base_model_hub_id"] == "tiny-llama"
     assert record["base_model_fingerprint"] == model_fingerprint(model)
-    assert record["base_model_fingerprint"] == shared_artefacts["run"].status["model"]["fingerprint"]  # as loaded
+    assert record["base_model_fingerprint"] == shared_artefacts["run"].status.model["fingerprint"]  # as loaded
     config = json.loads(shared_artefacts["files"]["export/calm_config.json"])
     assert config["train"]["model"] == "tiny-llama" and config["train"]["eval_data"][-1] == "units.jsonl"
     report = shared_artefacts["files"]["report.html"].decode()

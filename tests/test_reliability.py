@@ -39,7 +39,7 @@ def kill_jobs_after():
     for root in roots:
         for run_path in root.glob("*"):
             try:
-                pid = RunDir(run_path).status.get("pid")
+                pid = RunDir(run_path).status.pid
             except (OSError, ValueError):
                 continue
             if pid and pid_alive(pid) and os.getpgid(pid) == pid:
@@ -153,7 +153,7 @@ def _interrupted_at_5(tiny_model_dir: Path, root: Path, cfg) -> RunDir:
     """A run cancelled after step 5 of 6, with checkpoints 4 and 5 (checkpoint_every 2)."""
     from calm_core.training.loop import train
 
-    run = RunDir.create(root, "interrupted", cfg.to_dict())
+    run = RunDir.create(root, "interrupted", {"train": cfg.to_dict()})
 
     def cancel_at_5(step, total, record):
         if step == 5:
@@ -169,13 +169,13 @@ def test_a_damaged_checkpoint_falls_back_to_the_previous_one(tiny_model_dir: Pat
 
     cfg = small_config(steps=6, checkpoint_every=2, method="calm")
     straight_lm = fresh_lm(tiny_model_dir)
-    train(cfg, run=RunDir.create(tmp_path, "straight", cfg.to_dict()), lm=straight_lm)
+    train(cfg, run=RunDir.create(tmp_path, "straight", {"train": cfg.to_dict()}), lm=straight_lm)
     run = _interrupted_at_5(tiny_model_dir, tmp_path, cfg)
     (run.checkpoint_dir(5) / "optimizer.pt").unlink()
     resumed_lm = fresh_lm(tiny_model_dir)
     assert train(cfg, run=run, lm=resumed_lm).state == "finished"
     assert "skipped as damaged: checkpoint-5: optimizer.pt is missing" in capsys.readouterr().err  # a log note
-    assert run.status["resumed_from"] == "checkpoint-4"
+    assert run.status.resumed_from == "checkpoint-4"
     assert [r["step"] for r in run.read_metrics()] == [0, 1, 2, 3, 4, 5, 6]
     straight, resumed = _weights(straight_lm), _weights(resumed_lm)
     for name in straight:
@@ -196,7 +196,7 @@ def test_no_usable_checkpoint_fails_without_cutting_metrics(tiny_model_dir: Path
     run.update_status(fresh_start=True)  # what `calm resume --fresh` asks for
     assert train(cfg, run=run, lm=fresh_lm(tiny_model_dir)).state == "finished"
     assert [r["step"] for r in run.read_metrics()] == [0, 1, 2, 3, 4, 5, 6]
-    assert run.status["resumed_from"] is None and run.status["fresh_start"] is False
+    assert run.status.resumed_from is None and run.status.fresh_start is False
 
 
 # ------------------------------------------------------------------------- file modes
@@ -234,9 +234,9 @@ def test_a_training_run_names_the_rows_its_data_rejected(tiny_model_dir: Path, t
     data = tmp_path / "train.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     cfg = small_config(steps=1, train_data=str(data), train_limit=None)
-    run = RunDir.create(tmp_path / "runs", "rejects", cfg.to_dict())
+    run = RunDir.create(tmp_path / "runs", "rejects", {"train": cfg.to_dict()})
     train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
-    record = run.status["choices"]["rejected_rows"][str(data)]  # beside dropped_training_questions
+    record = run.status.choices["rejected_rows"][str(data)]  # beside dropped_training_questions
     assert record["n_rejected"] == 1 and record["n_items"] == 5 and record["rejected"][0]["row"] == 3
     assert f"1 of 6 rows read from {data} were rejected" in capsys.readouterr().err
 

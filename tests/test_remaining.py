@@ -5,6 +5,11 @@ min left")."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from calm_core.runs.records import RunStatus
+
 import os
 import re
 import time
@@ -27,8 +32,11 @@ STEP_ONE = [{"step": 0, "elapsed": 0.0}, {"step": 1, "elapsed": 55.0}]
 ESTIMATE_RECORD = {"likely_s": 300.0}
 
 
-def _status(step: int, **fields) -> dict:
-    return {"state": "running", "step": step, "total_steps": 20, "started": NOW - 100.0, **fields}
+def _status(step: int, **fields) -> RunStatus:
+    from calm_core.runs.records import RunStatus
+
+    return RunStatus.from_json({"state": "running", "step": step, "total_steps": 20, "started": NOW - 100.0, **fields})
+
 
 
 def test_at_step_one_the_launch_estimate_speaks_not_step_zeros_evaluation() -> None:

@@ -114,7 +114,7 @@ def test_report_is_one_well_formed_offline_document(report: str) -> None:
 
 
 def test_report_holds_the_results_table_as_results_json_has_it(finished_run: RunDir, report: str) -> None:
-    results = finished_run.results()["results"]
+    results = finished_run.results().rows
     assert {r["variant"] for r in results} == {"base", "ts", "vs", "calm", "calm_theta_only"}
     from calm_core.calibration.metrics.columns import table_columns
 
@@ -133,7 +133,7 @@ def test_report_holds_the_results_table_as_results_json_has_it(finished_run: Run
 
 
 def test_report_draws_one_reliability_diagram_per_variant_and_set(finished_run: RunDir, report: str) -> None:
-    results = finished_run.results()["results"]
+    results = finished_run.results().rows
     section = report[report.index('id="reliability"'):report.index('id="alpha"')]
     assert section.count("<svg") == len(results)
     for row in results:
@@ -145,7 +145,7 @@ def test_report_draws_one_reliability_diagram_per_variant_and_set(finished_run: 
 
 
 def test_report_names_settings_alpha_and_bome(finished_run: RunDir, report: str) -> None:
-    train = finished_run.config["train"]
+    train = finished_run.config.train
     records = finished_run.read_metrics()
     assert "CALM report: " + finished_run.run_id + " (report run)" in report
     settings = {cells[0]: cells[1] for cells in parse(report).rows if len(cells) == 2}
@@ -155,7 +155,7 @@ def test_report_names_settings_alpha_and_bome(finished_run: RunDir, report: str)
     assert settings["S_V (held-out set)"] == "builtin/capitals/validation (first 12 items)"
     assert settings["BOME step"].startswith(f"eta {train['bilevel']['eta']},")
     assert settings["LoRA"].endswith("on q_proj, k_proj, v_proj, o_proj (attention)")  # found in the model: the group asked
-    assert finished_run.config["environment"]["git"] in report
+    assert (finished_run.config.environment or {})["git"] in report
     last = records[-1]
     assert settings["tau_mean"] == f"{last['alpha/tau_mean']:.6g}"
     assert "option D" in report and f"{last['alpha/tau'][3]:.4f}" in report  # the options scope's vector
@@ -184,7 +184,7 @@ def test_report_describes_bome_diagnostics_in_the_glossarys_plain_words(report: 
 
 def test_user_strings_are_escaped(run_copy: RunDir) -> None:
     run_copy.update_status(name=MALICIOUS)
-    data = run_copy.results()
+    data = run_copy.results().to_json()
     for row in data["results"]:
         row["dataset"] = "<img src=x onerror=alert(2)>"  # no predictions under that name: a note instead
     atomic_write_json(run_copy.path / "results.json", data)
@@ -201,11 +201,11 @@ def test_run_without_results_is_refused(run_copy: RunDir) -> None:
 
 
 def test_missing_predictions_leave_a_note_in_place_of_the_figure(run_copy: RunDir) -> None:
-    row = run_copy.results()["results"][0]
+    row = run_copy.results().rows[0]
     predictions_path(run_copy.path, row["variant"], row["dataset"]).unlink()
     text = run_report_html(run_copy)
     assert f"Expected predictions of `{row['variant']}`" in text
-    assert text.count("<svg") == len(run_copy.results()["results"])  # the other diagrams, and the tau chart
+    assert text.count("<svg") == len(run_copy.results().rows)  # the other diagrams, and the tau chart
 
 
 def test_reliability_svg_colours_gaps_and_marks_empty_bins() -> None:
@@ -311,5 +311,5 @@ def test_report_of_a_run_without_a_calibrated_stop_has_only_the_verdict_row(open
     section = text[text.index('id="verdict"'):text.index('id="settings"')]
     assert 'id="verdict-row"' in section and 'id="evidence"' not in section
     assert "The model is from step" not in section and "held-out items" not in section
-    sets = {r["dataset"] for r in open_run.results()["results"]}
+    sets = {r["dataset"] for r in open_run.results().rows}
     assert section.count("<tr>") == 1 + len(sets) and escape(verdict.VERDICT_CAPTION) in section

@@ -21,6 +21,7 @@ from calm_core.runs import metrics_lines, naming
 from calm_core.runs import rundir as runs
 from calm_core.runs.listing import list_runs
 from calm_core.runs.process import HOST
+from calm_core.runs.records import RunStatus
 from calm_core.runs.damage import RunFileError
 from calm_core.runs.naming import new_run_id
 from calm_core.runs.rundir import RunDir
@@ -66,10 +67,10 @@ def test_unsafe_run_ids_are_rejected(tmp_path: Path, bad: str) -> None:
 
 
 def test_create_writes_config_and_queued_status(run: RunDir, tmp_path: Path) -> None:
-    assert run.config == CONFIG
+    assert run.config.to_json() == CONFIG
     status = run.status
-    assert status["state"] == "queued" and status["run_id"] == run.run_id
-    assert status["name"] == "capitals demo" and status["method"] == "calm"
+    assert status.state == "queued" and status.run_id == run.run_id
+    assert status.name == "capitals demo" and status.method == "calm"
     assert RunDir.at(run.run_id, tmp_path).path == run.path
     with pytest.raises(FileExistsError):
         RunDir.create(tmp_path, run.run_id, CONFIG)
@@ -95,11 +96,11 @@ def test_write_status_merges_and_validates(run: RunDir) -> None:
     run.write_status("running", pid=os.getpid(), step=3, total_steps=10)
     run.heartbeat(4)
     status = run.status
-    assert status["state"] == "running" and status["step"] == 4 and status["total_steps"] == 10
-    assert status["pid"] == os.getpid() and status["host"] == HOST and status["name"] == "capitals demo"
-    assert time.time() - status["heartbeat"] < 60
+    assert status.state == "running" and status.step == 4 and status.total_steps == 10
+    assert status.pid == os.getpid() and status.host == HOST and status.name == "capitals demo"
+    assert time.time() - status.heartbeat < 60
     run.write_status("failed", error="CUDA out of memory")
-    assert run.status["error"] == "CUDA out of memory" and "ended" in run.status
+    assert run.status.error == "CUDA out of memory" and run.status.ended is not None
     with pytest.raises(ValueError) as info:
         run.write_status("done")
     assert all(state in str(info.value) for state in STATES)
@@ -108,7 +109,7 @@ def test_write_status_merges_and_validates(run: RunDir) -> None:
 def test_write_status_only_from_does_not_overwrite_a_newer_state(run: RunDir) -> None:
     run.write_status("finished", step=10)
     assert run.write_status("stopping", only_from=("running",)) is False
-    assert run.status["state"] == "finished"
+    assert run.status.state == "finished"
 
 
 def test_concurrent_reader_never_sees_partial_status(run: RunDir) -> None:
@@ -144,7 +145,7 @@ def test_concurrent_updates_are_not_lost(run: RunDir) -> None:
     def bump(key: str) -> None:
         for i in range(1, 201):
             run.update_status(**{key: i})
-            if run.status[key] != i:  # only this thread writes `key`: anything else is a lost update
+            if run.status.extra[key] != i:  # only this thread writes `key`: anything else is a lost update
                 lost.append((key, i))
 
     threads = [threading.Thread(target=bump, args=(key,)) for key in ("job_field", "studio_field")]
@@ -153,7 +154,7 @@ def test_concurrent_updates_are_not_lost(run: RunDir) -> None:
     for thread in threads:
         thread.join()
     assert not lost
-    assert (run.status["job_field"], run.status["studio_field"]) == (200, 200)
+    assert (run.status.extra["job_field"], run.status.extra["studio_field"]) == (200, 200)
 
 
 def test_failed_write_leaves_old_file_and_no_temp(run: RunDir, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -174,50 +175,50 @@ def test_failed_write_leaves_old_file_and_no_temp(run: RunDir, monkeypatch: pyte
 def test_fresh_heartbeat_of_live_process_is_running() -> None:
     now = time.time()
     status = {"state": "running", "pid": os.getpid(), "host": HOST, "heartbeat": now - 5, "step": 2}
-    view = run_state(status, now=now)
+    view = run_state(RunStatus.from_json(status), now=now)
     assert view.state == "running" and not view.resumable
 
 
 def test_stale_heartbeat_is_failed_and_resumable() -> None:
     now = time.time()
     status = {"state": "running", "pid": 12345, "host": "another-machine", "heartbeat": now - 120, "step": 7}
-    view = run_state(status, now=now)
+    view = run_state(RunStatus.from_json(status), now=now)
     assert view.state == "failed" and view.resumable and "no heartbeat for 120 s" in view.reason
-    assert run_state(status, now=now, stale_after=300).state == "running"  # pid not checkable elsewhere
+    assert run_state(RunStatus.from_json(status), now=now, stale_after=300).state == "running"  # pid not checkable elsewhere
 
 
 def test_stale_heartbeat_of_live_process_says_hung() -> None:
     now = time.time()
     status = {"state": "stopping", "pid": os.getpid(), "host": HOST, "heartbeat": now - 120}
-    view = run_state(status, now=now)
+    view = run_state(RunStatus.from_json(status), now=now)
     assert view.state == "failed" and view.resumable and "still alive" in view.reason
 
 
 def test_startup_grace_before_the_first_heartbeat() -> None:
     now = time.time()
     status = {"state": "running", "pid": 12345, "host": "another-machine", "heartbeat": None, "started": now - 120}
-    assert run_state(status, now=now).state == "running"  # still importing torch, say
-    assert run_state(status, now=now + STARTUP_GRACE_S).state == "failed"
+    assert run_state(RunStatus.from_json(status), now=now).state == "running"  # still importing torch, say
+    assert run_state(RunStatus.from_json(status), now=now + STARTUP_GRACE_S).state == "failed"
 
 
 def test_keepalive_heartbeats_through_a_blocking_phase(run: RunDir) -> None:
     run.write_status("running", pid=os.getpid(), heartbeat=0.0)
     with run.keepalive("loading model", every_s=0.02):
-        assert run.status["phase"] == "loading model"
-        first = run.status["heartbeat"]
+        assert run.status.phase == "loading model"
+        first = run.status.heartbeat
         wait = time.monotonic() + 30
-        while run.status["heartbeat"] == first and time.monotonic() < wait:
+        while run.status.heartbeat == first and time.monotonic() < wait:
             time.sleep(0.01)
-        assert run.status["heartbeat"] > first  # beats from the thread, not only on entry
+        assert run.status.heartbeat > first  # beats from the thread, not only on entry
     status = run.status
-    assert status["phase"] is None and status["state"] == "running"
+    assert status.phase is None and status.state == "running"
     time.sleep(0.1)
-    assert run.status["heartbeat"] == status["heartbeat"]  # the thread has stopped
+    assert run.status.heartbeat == status.heartbeat  # the thread has stopped
 
 
 def test_dead_pid_is_failed_even_with_fresh_heartbeat() -> None:
     status = {"state": "running", "pid": _dead_pid(), "host": HOST, "heartbeat": time.time()}
-    view = run_state(status)
+    view = run_state(RunStatus.from_json(status))
     assert view.state == "failed" and view.resumable and "is gone" in view.reason
 
 
@@ -226,7 +227,7 @@ def test_reused_pid_counts_as_dead() -> None:
               "pid_start": "not-our-start-time"}
     if not os.path.isdir("/proc/self"):
         pytest.skip("needs /proc")
-    assert run_state(status).state == "failed"
+    assert run_state(RunStatus.from_json(status)).state == "failed"
 
 
 @pytest.mark.parametrize(("status", "state", "resumable"), [
@@ -237,7 +238,7 @@ def test_reused_pid_counts_as_dead() -> None:
     ({"state": "exploded"}, "failed", False),
 ])
 def test_settled_states(status: dict, state: str, resumable: bool) -> None:
-    view = run_state(status)
+    view = run_state(RunStatus.from_json(status))
     assert (view.state, view.resumable) == (state, resumable)
 
 
@@ -523,4 +524,4 @@ def test_running_reason_names_the_phase() -> None:
 
     status = {"state": "running", "pid": os.getpid(), "heartbeat": time.time(), "step": 20, "total_steps": 20,
               "phase": "final evaluation"}
-    assert "(final evaluation)" in run_state(status).reason
+    assert "(final evaluation)" in run_state(RunStatus.from_json(status)).reason

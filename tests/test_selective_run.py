@@ -61,7 +61,7 @@ def add_selective_files(run: RunDir, n_heldout: int = 60) -> RunDir:
     """Give a hand-written finished run (tests/test_verdict.py) what selective answering
     reads: S_V probabilities per variant and option probabilities in its predictions."""
     rng = np.random.default_rng(1)
-    for row in run.results()["results"]:
+    for row in run.results().rows:
         p, y = _probs(n_heldout, rng, 2.0)
         write_heldout(run.path, row["variant"], p, y, (p > 0).sum(axis=1), "out of fold")
         p, y = _probs(row.get("n", 24), rng, 2.0)

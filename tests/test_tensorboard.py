@@ -67,10 +67,10 @@ def test_final_scalars_name_variant_dataset_metric() -> None:
 
 def test_a_tiny_run_writes_curves_and_hparams(tiny_model_dir: Path, tmp_path: Path) -> None:
     cfg = small_config(steps=3, method="calm", eval_every=3)
-    run = RunDir.create(tmp_path, "tb-run", cfg.to_dict())
+    run = RunDir.create(tmp_path, "tb-run", {"train": cfg.to_dict()})
     result = train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
     assert result.state == "finished"
-    assert run.status["choices"]["tensorboard"]["written"] is True
+    assert run.status.choices["tensorboard"]["written"] is True
     events = read_events(run.path / TENSORBOARD)
     tags = set(events.Tags()["scalars"])
     assert scalar_steps(events, "train/lower_loss") == [1, 2, 3]
@@ -87,10 +87,10 @@ def test_a_tiny_run_writes_curves_and_hparams(tiny_model_dir: Path, tmp_path: Pa
 
 def test_the_setting_off_writes_nothing_and_says_so(tiny_model_dir: Path, tmp_path: Path) -> None:
     cfg = small_config(steps=1, tensorboard=False)
-    run = RunDir.create(tmp_path, "tb-off", cfg.to_dict())
+    run = RunDir.create(tmp_path, "tb-off", {"train": cfg.to_dict()})
     train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
     assert not (run.path / TENSORBOARD).exists()
-    assert run.status["choices"]["tensorboard"] == {"written": False, "reason": "off (tensorboard = false)"}
+    assert run.status.choices["tensorboard"] == {"written": False, "reason": "off (tensorboard = false)"}
 
 
 def test_without_the_package_no_error_and_the_reason_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -122,14 +122,14 @@ def written_run(root: Path) -> RunDir:
 
 def test_conversion_of_an_older_run(tmp_path: Path) -> None:
     run = written_run(tmp_path)
-    folder = convert_run(run.path, run.read_metrics(), run.config["train"], run.results()["results"],
+    folder = convert_run(run.path, run.read_metrics(), run.config.train, run.results().rows,
                          created=time.time() - 100)
     events = read_events(folder)
     assert scalar_steps(events, "train/lower_loss") == [0, 1, 2, 3]
     assert [e.value for e in events.Scalars("alpha/tau/max")] == [1.0, 2.0, 3.0, 4.0]
     assert events.Scalars("final/calm/test/acc")[0].value == 0.75
     assert hparams_in(events)["lora.r"].number_value == 4
-    again = read_events(convert_run(run.path, run.read_metrics(), run.config["train"], [], created=None))
+    again = read_events(convert_run(run.path, run.read_metrics(), run.config.train, [], created=None))
     assert scalar_steps(again, "train/lower_loss") == [0, 1, 2, 3]  # a second conversion replaces, not appends
 
 
@@ -161,7 +161,7 @@ def test_a_resumed_run_hides_the_cut_steps(tmp_path: Path) -> None:
 
 def test_a_cancelled_then_resumed_run_has_each_step_once(tiny_model_dir: Path, tmp_path: Path) -> None:
     cfg = small_config(steps=4)
-    run = RunDir.create(tmp_path, "tb-resumed", cfg.to_dict())
+    run = RunDir.create(tmp_path, "tb-resumed", {"train": cfg.to_dict()})
 
     def cancel_after_two(step, total, record):
         if step == 2:

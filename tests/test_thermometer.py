@@ -236,7 +236,7 @@ def test_a_run_adds_the_thermometer_of_its_model_as_a_variant(tiny_model_dir, tm
                            trained_on=["a", "b", "c"], model=cfg.model, scoring="cloze")
     hand_set.save(tmp_path / "thermometer.json")
     monkeypatch.setattr(thermometer_module, "thermometer_path", lambda model: tmp_path / "thermometer.json")
-    run = RunDir.create(tmp_path, "run-t", cfg.to_dict())
+    run = RunDir.create(tmp_path, "run-t", {"train": cfg.to_dict()})
     train(cfg, run=run, lm=lm)
     results = json.loads((run.path / "results.json").read_text())
     assert {r["dataset"] for r in results["results"] if r["variant"] == "thermometer"} == set(cfg.eval_data)
@@ -256,7 +256,7 @@ def test_a_run_adds_the_thermometer_of_its_model_as_a_variant(tiny_model_dir, tm
 
     other = Thermometer(**{**hand_set.__dict__, "model": "someone/else"})
     other.save(tmp_path / "thermometer.json")
-    run2 = RunDir.create(tmp_path, "run-u", cfg.to_dict())
+    run2 = RunDir.create(tmp_path, "run-u", {"train": cfg.to_dict()})
     train(cfg, run=run2, lm=fresh_lm(tiny_model_dir))
     results2 = json.loads((run2.path / "results.json").read_text())
     assert "thermometer" not in {r["variant"] for r in results2["results"]} and "thermometer" not in results2

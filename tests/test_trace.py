@@ -121,7 +121,7 @@ def test_launching_loads_no_dataset(tiny_model_dir: Path, tmp_path: Path, monkey
     print(f"launch_training: {len(record.stays)} stays in {len(record.rooms)} modules")
     try:
         assert data_loading(record) == set(), sorted(data_loading(record))
-        assert run.config["estimate"]["figure_s"] > 0  # the estimate was made, from counts
+        assert run.config.estimate is not None and run.config.estimate["figure_s"] > 0  # made from counts
     finally:
         jobs.cancel(run)
 

@@ -61,7 +61,7 @@ def test_every_method_moves_trainable_and_keeps_frozen(tiny_model_dir: Path, met
 )
 def test_run_directory_is_written(tiny_model_dir: Path, tmp_path: Path, scoring: str, scope: str) -> None:
     cfg = small_config(steps=3, eval_every=2, checkpoint_every=2, heldout_limit=10, scoring=scoring, scope=scope)
-    run = RunDir.create(tmp_path, "run-a", cfg.to_dict())
+    run = RunDir.create(tmp_path, "run-a", {"train": cfg.to_dict()})
     train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
     records = run.read_metrics()
     assert [r["step"] for r in records] == [0, 1, 2, 3]  # step 0: the untouched model, evaluated
@@ -71,9 +71,9 @@ def test_run_directory_is_written(tiny_model_dir: Path, tmp_path: Path, scoring:
         assert "alpha/tau" in records[1] and len(records[1]["alpha/tau"]) == 4
     assert "alpha/tau_mean" in records[1]
     assert "lower/st_nll" in records[0]
-    selected = run.status["selection"]["selected_step"]
+    selected = run.status.selection["selected_step"]
     assert selected in (0, 1, 2, 3) and records[3]["select/selected_step"] == selected
-    assert run.status["state"] == "finished" and run.status["step"] == 3
+    assert run.status.state == "finished" and run.status.step == 3
     step, checkpoint = run.latest_checkpoint()
     assert step == 3
     assert (checkpoint / "adapter_model.safetensors").is_file()
@@ -85,7 +85,7 @@ def test_run_directory_is_written(tiny_model_dir: Path, tmp_path: Path, scoring:
         assert head.options == (4 if scoring == "letter" else 0)
         if scoring == "letter":
             assert head.shift_weights.abs().sum() > 0  # the bilevel step moved U
-    assert run.status["choices"]["quantization"]["four_bit"] is False
+    assert run.status.choices["quantization"]["four_bit"] is False
     results = json.loads((run.path / "results.json").read_text())["results"]
     variants = {r["variant"] for r in results}
     assert variants == {"base", "ts", "vs", "calm", "calm_theta_only"}
@@ -105,9 +105,9 @@ def _final_weights(lm) -> dict[str, torch.Tensor]:
 def test_cancel_then_resume_equals_uninterrupted(tiny_model_dir: Path, tmp_path: Path) -> None:
     cfg = small_config(steps=4)
     straight_lm = fresh_lm(tiny_model_dir)
-    train(cfg, run=RunDir.create(tmp_path, "straight", cfg.to_dict()), lm=straight_lm)
+    train(cfg, run=RunDir.create(tmp_path, "straight", {"train": cfg.to_dict()}), lm=straight_lm)
 
-    run = RunDir.create(tmp_path, "interrupted", cfg.to_dict())
+    run = RunDir.create(tmp_path, "interrupted", {"train": cfg.to_dict()})
 
     def cancel_after_two(step, total, record):
         if step == 2:
@@ -115,7 +115,7 @@ def test_cancel_then_resume_equals_uninterrupted(tiny_model_dir: Path, tmp_path:
 
     first = train(cfg, run=run, lm=fresh_lm(tiny_model_dir), progress=cancel_after_two)
     assert first.state == "cancelled" and first.step == 2
-    assert run.status["state"] == "cancelled" and run.latest_checkpoint()[0] == 2
+    assert run.status.state == "cancelled" and run.latest_checkpoint()[0] == 2
 
     resumed_lm = fresh_lm(tiny_model_dir)
     second = train(cfg, run=run, lm=resumed_lm)
@@ -165,12 +165,12 @@ def test_final_evaluation_reuses_the_selected_steps_scores(tiny_model_dir: Path,
     monkeypatch.setattr(trainer_module, "final_evaluation", final_evaluation)
     cfg = small_config(method="calm", scope="scalar", scoring="cloze",
                        eval_data=("builtin/capitals/test", "builtin/units/test"))
-    run = RunDir.create(tmp_path, "reuse", cfg.to_dict())
+    run = RunDir.create(tmp_path, "reuse", {"train": cfg.to_dict()})
     train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
     # the end: both sets and S_V (for the recommendation) without the adapter (base; 6 S_V
     # items fit no TS), while calm and calm_theta_only come from the selected step's scores
     assert sorted(calls) == [(6, False, False)] * 3
-    selected = run.status["selection"]["selected_step"]
+    selected = run.status.selection["selected_step"]
     at_selected = next(r for r in run.read_metrics() if r["step"] == selected)
     calm = next(r for r in json.loads((run.path / "results.json").read_text())["results"] if r["variant"] == "calm")
     assert calm["acc"] == pytest.approx(at_selected["eval/builtin/capitals/test/acc"])
@@ -190,10 +190,10 @@ def test_prefill_shows_its_progress_in_the_status(tiny_model_dir: Path, tmp_path
 
     monkeypatch.setattr(RunDir, "update_status", recorded)
     cfg = small_config(method="sft", scoring="cloze", lora={"r": 4, "alpha": 8, "layers": 1})
-    run = RunDir.create(tmp_path, "phase", cfg.to_dict())
+    run = RunDir.create(tmp_path, "phase", {"train": cfg.to_dict()})
     train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
     filling = [p for p in phases if isinstance(p, str) and p.startswith("caching frozen layers")]
-    items = run.status["prefill"]["items"]
+    items = run.status.extra["prefill"]["items"]
     assert filling[0] == f"caching frozen layers: 0/{items} items"  # shown before the first batch
     assert filling[-1] == f"caching frozen layers: {items}/{items} items"
     assert phases[phases.index(filling[-1]) + 1] is None  # cleared once the fill is done
@@ -204,10 +204,10 @@ def test_cancel_during_the_cache_fill_stops_it(tiny_model_dir: Path, tmp_path: P
     and the run ends `cancelled` at step 0, not a minute later after the whole fill."""
     monkeypatch.setattr(RunDir, "cancel_requested", lambda self: True)
     cfg = small_config(method="sft", scoring="cloze", lora={"r": 4, "alpha": 8, "layers": 1})
-    run = RunDir.create(tmp_path, "cancel-fill", cfg.to_dict())
+    run = RunDir.create(tmp_path, "cancel-fill", {"train": cfg.to_dict()})
     result = train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
     assert result.state == "cancelled" and result.step == 0
-    assert run.status["prefill"]["sequences_computed"] == 0 and run.status["state"] == "cancelled"
+    assert run.status.extra["prefill"]["sequences_computed"] == 0 and run.status.state == "cancelled"
 
 
 def test_quick_preset_evaluates_every_20_steps_or_every_tenth_of_a_long_run() -> None:
@@ -237,16 +237,16 @@ def test_frozen_prefix_cache_trains_to_the_same_weights_and_results(tiny_model_d
         cfg = small_config(method=method, steps=3, scoring="cloze", frozen_prefix=cached, frozen_prefix_store=cached,
                            lora={"r": 4, "alpha": 8, "layers": 1})
         lm = fresh_lm(tiny_model_dir)
-        run = RunDir.create(tmp_path, f"cached-{cached}", cfg.to_dict())
+        run = RunDir.create(tmp_path, f"cached-{cached}", {"train": cfg.to_dict()})
         train(cfg, run=run, lm=lm)
         runs[cached] = (run, _final_weights(lm))
-    assert runs[True][0].status["choices"]["frozen_prefix"]["used"] is True
-    assert runs[False][0].status["choices"]["frozen_prefix"]["used"] is False
+    assert runs[True][0].status.choices["frozen_prefix"]["used"] is True
+    assert runs[False][0].status.choices["frozen_prefix"]["used"] is False
     assert any(path.stat().st_size > 0 for path in (tmp_path / "cache" / "frozen_prefix").rglob("data.arena"))
-    prefill = runs[True][0].status["prefill"]  # drawn training items + all of S_V + the evaluation set
+    prefill = runs[True][0].status.extra["prefill"]  # drawn training items + all of S_V + the evaluation set
     drawn = {i for step in range(3) for i in batch_indices(8, 2, step, cfg.seed)}
     assert prefill["items"] == len(drawn) + 6 + 6 and prefill["sequences_computed"] > 0
-    assert "prefill" not in runs[False][0].status
+    assert "prefill" not in runs[False][0].status.extra
     # The cached path sums in another order (a shared prefix runs once, with a KV cache),
     # so hidden states differ by ~1e-7; Adam divides by sqrt(v), and where a gradient is
     # near 0 that noise becomes a share of a step (seen: 0.6% of one step on 1 of 256
@@ -267,9 +267,9 @@ def test_qlora_on_cpu_when_asked_trains_and_records_the_choice(tiny_model_dir: P
     lm = load_model(ModelSpec(name=str(tiny_model_dir), device="cpu", load_in_4bit=True))
     assert "4bit" in type(lm.model.model.layers[0].self_attn.q_proj.weight).__name__.lower()
     cfg = small_config(method="calm", steps=2, scoring="cloze", load_in_4bit=True, lora={"r": 4, "alpha": 8, "layers": 1})
-    run = RunDir.create(tmp_path, "qlora", cfg.to_dict())
+    run = RunDir.create(tmp_path, "qlora", {"train": cfg.to_dict()})
     result = train(cfg, run=run, lm=lm)
-    choices = run.status["choices"]
+    choices = run.status.choices
     assert result.state == "finished" and choices["quantization"] == {"four_bit": True, "reason": "requested 4-bit (QLoRA)"}
     assert choices["frozen_prefix"]["used"] is True
     assert all(np.isfinite(r["train/lower_loss"]) for r in run.read_metrics() if r["step"] > 0)
@@ -286,7 +286,7 @@ def test_a_set_with_more_options_than_s_v_gets_no_vector_scaling_row(tiny_model_
     wide.write_text("".join(json.dumps(row) + "\n" for row in rows))
     cfg = small_config(steps=1, scoring="cloze", scope="scalar", heldout_limit=10,
                        eval_data=("builtin/capitals/test", str(wide)), eval_limit=4)
-    run = RunDir.create(tmp_path, "wide", cfg.to_dict())
+    run = RunDir.create(tmp_path, "wide", {"train": cfg.to_dict()})
     result = train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
     assert result.state == "finished"
     results = json.loads((run.path / "results.json").read_text())["results"]

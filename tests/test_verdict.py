@@ -25,6 +25,14 @@ VARIANTS = {"base": (0.50, 0.20, 0.70, 0.72), "ts": (0.50, 0.08, 0.70, 0.55), "v
             "calm": (0.50, 0.06, 0.69, 0.52), "calm_theta_only": (0.50, 0.15, 0.68, 0.66)}  # acc, ece, auroc, conf
 
 
+
+def _results(data):
+    """A hand-written results.json as the record the readers take (rows default to none)."""
+    from calm_core.runs.records import RunResults
+
+    return data if isinstance(data, RunResults) else RunResults.from_json({"results": [], **data})
+
+
 def selection(step: int = 4, stopped_early: int | None = 12, rule: str = "best") -> dict[str, Any]:
     """results.json's `selection` (status.json's adds reason and state)."""
     return {"rule": rule, "rule_text": f"{rule}: lowest S_V NLL ...", "selected_step": step,
@@ -102,18 +110,18 @@ def finished_run(root: Path | None = None, run_id: str = "20260101-000000-calm-0
 
 def test_selection_and_recommendation_lines_say_which_step_and_which_calibrator() -> None:
     data = results()
-    line = advice.selection_line(data)
+    line = advice.selection_line(_results(data))
     assert line.startswith("The model is from step 4, selected on S_V: NLL 0.8123, ECE 0.0712, accuracy 0.625")
     assert "stopped early at step 12 (4 evaluations without a better step)" in line
-    assert advice.recommendation_line(data, "calm") == (
+    assert advice.recommendation_line(_results(data), "calm") == (
         "Use CALM: on 24 held-out items it lowers the NLL (NLL change -0.10, 90% interval -0.18 to -0.03).")
-    assert advice.method_recommended(data, "calm") is True
+    assert advice.method_recommended(_results(data), "calm") is True
     lost = results(recommended="ts")
-    assert advice.method_recommended(lost, "calm") is False
-    assert advice.recommendation_line(lost, "calm").startswith("Use temperature scaling: on 24 held-out items")
-    assert "--variant recommended" in advice.recommendation_line(lost, "calm")  # it exports as a folder
-    assert advice.method_recommended({"results": []}, "calm") is None
-    assert advice.selection_line({"results": []}) is None and advice.recommendation_line({"results": []}, "calm") is None
+    assert advice.method_recommended(_results(lost), "calm") is False
+    assert advice.recommendation_line(_results(lost), "calm").startswith("Use temperature scaling: on 24 held-out items")
+    assert "--variant recommended" in advice.recommendation_line(_results(lost), "calm")  # it exports as a folder
+    assert advice.method_recommended(_results({"results": []}), "calm") is None
+    assert advice.selection_line(_results({"results": []})) is None and advice.recommendation_line(_results({"results": []}), "calm") is None
 
 
 def test_the_live_selection_line_marks_and_tolerance_come_from_status() -> None:
@@ -132,12 +140,12 @@ def test_the_live_selection_line_marks_and_tolerance_come_from_status() -> None:
 
 def test_evidence_rows_and_missing_variant_notes() -> None:
     data = results(with_ts=False)
-    assert advice.missing_variant_notes(data) == {"ts": "no `ts` variant: S_V has 8 items, fewer than 10"}
-    rows = advice.evidence_rows(data, "calm")
+    assert advice.missing_variant_notes(_results(data)) == {"ts": "no `ts` variant: S_V has 8 items, fewer than 10"}
+    rows = advice.evidence_rows(_results(data), "calm")
     assert [r["variant"] for r in rows] == ["base", "vs", "calm"]  # no theta-only ablation in the evidence
     calm = rows[-1]
     assert calm["recommended"] and calm["ece"] == "0.060 [0.030, 0.120]"
-    lines = advice.verdict_lines(data, "calm")
+    lines = advice.verdict_lines(_results(data), "calm")
     assert "No ts: no `ts` variant: S_V has 8 items, fewer than 10" in lines
     assert any(line.split()[:2] == [DATASET, "calm"] and line.split()[2] == "*" for line in lines)
 
@@ -145,7 +153,7 @@ def test_evidence_rows_and_missing_variant_notes() -> None:
 def test_a_hand_written_finished_run_reads_back(tmp_path: Path) -> None:
     run = finished_run(tmp_path)
     assert run.state().state == "finished"
-    assert run.results()["recommendation"]["variant"] == "calm"
+    assert run.results().recommended == "calm"
     assert run.read_metrics()[0]["step"] == 0 and "train/lower_loss" not in run.read_metrics()[0]
 
 
@@ -154,11 +162,11 @@ def test_an_in_sample_recommendation_says_so() -> None:
     line says so, since that flatters TS against the trained model."""
     how = "fitted and scored on the same 12 S_V items (too few to cross-fit): optimistic"
     results = {"recommendation": {"variant": "ts", "reason": "ts: S_V NLL 0.01 against calm 0.02", "posthoc_fit": how}}
-    line = advice.recommendation_line(results, "calm")  # a run before the paired evidence: said so
+    line = advice.recommendation_line(_results(results), "calm")  # a run before the paired evidence: said so
     assert line.startswith("Use temperature scaling: it has the lowest S_V NLL (ts: S_V NLL 0.01 against calm 0.02); "
                            "this run recorded no interval.") and how in line
     cross = {"recommendation": {**results["recommendation"], "posthoc_fit": "5-fold cross-fitted on S_V"}}
-    assert "5-fold" not in advice.recommendation_line(cross, "calm")
+    assert "5-fold" not in advice.recommendation_line(_results(cross), "calm")
 
 
 # ----------------------------------------------------------------------------- the verdict row (issue 23)
@@ -169,14 +177,14 @@ def _row(variant: str, acc: float, ece: float, auroc: float, confidence: float, 
 
 
 def test_the_verdict_row_names_the_best_calibrated_variant_that_keeps_accuracy_and_auroc() -> None:
-    rows = verdict.verdict_rows(results())
+    rows = verdict.verdict_rows(_results(results()))
     assert [r.dataset for r in rows] == [DATASET]
     row = rows[0]
     assert (row.best, row.best_ece, row.flags, row.recommended) == ("calm", 0.06, {}, "calm")
     assert row.cells() == {"evaluation set": DATASET, "best calibrated": "CALM (ECE 0.060)", "flags": "none",
                            "recommended on S_V": "Use CALM"}
     assert f"{DATASET}: best calibrated CALM (ECE 0.060); flags none; recommended on S_V: Use CALM" in \
-        advice.verdict_lines(results(), "calm")
+        advice.verdict_lines(_results(results()), "calm")
 
 
 def test_the_verdict_row_passes_over_lost_accuracy_lost_auroc_and_near_uniform_forecasts() -> None:
@@ -187,29 +195,29 @@ def test_the_verdict_row_passes_over_lost_accuracy_lost_auroc_and_near_uniform_f
                         _row("kept", 0.46, 0.07, 0.70, 0.50),  # 0.04 below: one item, within the slack
                         _row("unranked", 0.50, 0.01, 0.55, 0.50),  # AUROC under base's interval
                         _row("flat", 0.50, 0.02, 0.70, 0.29)]}  # confidence ~ 1/K while acc is 0.5
-    row = verdict.verdict_rows(data)[0]
+    row = verdict.verdict_rows(_results(data))[0]
     assert row.best == "kept" and row.best_ece == 0.07
     assert row.flags == {"lost": (verdict.ACCURACY_LOST,), "flat": (verdict.NEAR_UNIFORM,)}
     assert row.cells()["flags"] == "lost: accuracy lost; flat: near-uniform"  # near-uniform says under-confident too
     assert row.recommended is None and row.cells()["recommended on S_V"] == "-"
     # Near chance, a low confidence is honest: no near-uniform flag when accuracy is near 1/K too.
     honest = {"results": [_row("base", 0.30, 0.02, 0.55, 0.28)]}
-    assert verdict.verdict_rows(honest)[0].flags == {} and verdict.verdict_rows(honest)[0].best == "base"
+    assert verdict.verdict_rows(_results(honest))[0].flags == {} and verdict.verdict_rows(_results(honest))[0].best == "base"
     # Without base's interval, base's own AUROC is the floor.
     plain = {"results": [_row("base", 0.5, 0.2, 0.70, 0.7), _row("ts", 0.5, 0.1, 0.69, 0.6)]}
-    assert verdict.verdict_rows(plain)[0].best == "base"
+    assert verdict.verdict_rows(_results(plain))[0].best == "base"
 
 
 def test_the_verdict_row_without_a_base_row_or_chance_says_less_not_wrong() -> None:
     data = {"results": [_row("calm", 0.5, 0.1, 0.7, 0.6, dataset="a")], "recommendation": {"variant": "calm"}}
-    row = verdict.verdict_rows(data)[0]
+    row = verdict.verdict_rows(_results(data))[0]
     assert (row.best, row.recommended) == (None, "calm") and row.cells()["best calibrated"] == "-"
     old = {"results": [{k: v for k, v in _row("base", 0.5, 0.01, 0.7, 0.26).items() if k != "chance"}]}
     # Runs before `chance` was recorded: no near-uniform guess; confidence 0.26 at accuracy 0.5 is under-confident.
-    assert verdict.verdict_rows(old)[0].flags == {"base": (verdict.UNDER_CONFIDENT,)}
+    assert verdict.verdict_rows(_results(old))[0].flags == {"base": (verdict.UNDER_CONFIDENT,)}
     openqa = {"results": [{**_row("base", 0.9, 0.1, 0.7, 0.8), "task": "openqa", "sem_acc": 0.5},
                           {**_row("calm", 0.9, 0.05, 0.7, 0.6), "task": "openqa", "sem_acc": 0.4}]}
-    assert verdict.verdict_rows(openqa)[0].flags == {"calm": (verdict.ACCURACY_LOST,)}  # Sem1's accuracy counts
+    assert verdict.verdict_rows(_results(openqa))[0].flags == {"calm": (verdict.ACCURACY_LOST,)}  # Sem1's accuracy counts
 
 
 def test_result_rows_record_chance_for_the_near_uniform_flag() -> None:
@@ -236,13 +244,13 @@ def _tied_rows(against_ts: list[float], n: int = 24) -> dict[str, Any]:
 
 
 def test_a_best_calibrated_variant_inside_the_noise_is_shown_as_a_tie_with_the_item_count() -> None:
-    row = verdict.verdict_rows(_tied_rows([-0.01, -0.03, 0.01]))[0]
+    row = verdict.verdict_rows(_results(_tied_rows([-0.01, -0.03, 0.01])))[0]
     assert (row.best, row.tied, row.n) == ("calm", (("ts", 0.08),), 24)
     assert row.cells()["best calibrated"] == \
         "tie on 24 items between CALM (ECE 0.060) and temperature scaling (ECE 0.080)"
-    clear = verdict.verdict_rows(_tied_rows([-0.02, -0.04, -0.01]))[0]  # the whole interval below zero
+    clear = verdict.verdict_rows(_results(_tied_rows([-0.02, -0.04, -0.01])))[0]  # the whole interval below zero
     assert clear.tied == () and clear.cells()["best calibrated"] == "CALM (ECE 0.060)"
-    few = verdict.verdict_rows(_tied_rows([-0.02, -0.04, -0.01], n=8))[0]  # too few items to call it
+    few = verdict.verdict_rows(_results(_tied_rows([-0.02, -0.04, -0.01], n=8)))[0]  # too few items to call it
     assert few.cells()["best calibrated"] == ("tie on 8 items between CALM (ECE 0.060), temperature scaling "
                                               "(ECE 0.080) and the model as it is (ECE 0.200)")
 
@@ -252,7 +260,7 @@ def test_the_under_confident_flag_and_its_threshold() -> None:
     data = {"results": [_row("base", 0.667, 0.21, 0.70, 0.80),
                         _row("calm", 0.667, 0.31, 0.70, 0.354),  # the issue's CALM: 0.354 sure at 0.667 right
                         _row("ts", 0.667, 0.10, 0.70, 0.667 - gap + 0.01)]}  # inside the threshold
-    row = verdict.verdict_rows(data)[0]
+    row = verdict.verdict_rows(_results(data))[0]
     assert row.flags == {"calm": (verdict.UNDER_CONFIDENT,)}
     assert row.cells()["flags"] == "CALM: under-confident"
     assert f"more than {gap} below accuracy" in verdict.VERDICT_HELP["flags"]
@@ -260,7 +268,7 @@ def test_the_under_confident_flag_and_its_threshold() -> None:
 
 
 def _sentence(pick) -> str:
-    return advice.recommendation_sentence({"recommendation": pick.to_dict()})
+    return advice.recommendation_sentence(_results({"recommendation": pick.to_dict()}))
 
 
 def test_the_sentence_says_keep_change_tie_and_too_few_in_plain_words() -> None:
@@ -292,8 +300,8 @@ def test_the_sentence_says_keep_change_tie_and_too_few_in_plain_words() -> None:
     alone = recommend({"base": probs["base"], "flat": np.full_like(probs["base"], 0.25)}, gold)
     assert _sentence(alone) == "Keep the model as it is: on 200 held-out items, no other variant keeps its accuracy."
     data = {"results": [_row("base", 0.5, 0.2, 0.7, 0.7)], "recommendation": keep.to_dict()}
-    assert verdict.verdict_rows(data)[0].cells()["recommended on S_V"] == "Keep the model as it is"
-    assert advice.recommendation_line(data, "calm").startswith(_sentence(keep))
+    assert verdict.verdict_rows(_results(data))[0].cells()["recommended on S_V"] == "Keep the model as it is"
+    assert advice.recommendation_line(_results(data), "calm").startswith(_sentence(keep))
 
 
 def test_variants_are_named_in_full() -> None:
@@ -319,17 +327,17 @@ def test_every_consumer_says_the_same_sentence(tiny_model_dir: Path, tmp_path: P
     printed = capsys.readouterr().out
     run = only_run(tmp_path / "runs")
     results = run.results()
-    sentence = advice.recommendation_sentence(results)
+    sentence = advice.recommendation_sentence(_results(results))
     assert sentence and sentence.startswith(("Keep the model as it is: ", "Use "))
-    assert results["recommendation"]["comparison"]["n"] == 12  # the item count is recorded
+    assert (results.recommendation or {})["comparison"]["n"] == 12  # the item count is recorded
     assert sentence in printed.splitlines()[2]  # `calm train`'s closing lines
     assert escape(sentence) in run_report_html(run)
     assert f"\n{sentence}\n" in (export_run(run, tmp_path / "export") / "README.md").read_text()
-    assert advice.recommendation_line(results, "calm").startswith(sentence)  # the Compare and Monitor box
-    decision = verdict.recommendation_decision(results)
+    assert advice.recommendation_line(_results(results), "calm").startswith(sentence)  # the Compare and Monitor box
+    decision = verdict.recommendation_decision(_results(results))
     assert sentence.startswith(decision + ": ")
-    assert {r["recommended on S_V"] for r in verdict.verdict_table(results)} == {decision}
-    assert all("paired" in row and row["paired"]["n"] == row["n"] for row in results["results"])
+    assert {r["recommended on S_V"] for r in verdict.verdict_table(_results(results))} == {decision}
+    assert all("paired" in row and row["paired"]["n"] == row["n"] for row in results.rows)
 
 
 def test_a_pooled_recommendation_names_its_items_as_labelled_out_of_fold() -> None:
@@ -346,19 +354,19 @@ def test_a_pooled_recommendation_names_its_items_as_labelled_out_of_fold() -> No
     logits[np.arange(200), gold] += 1.0
     sharp, calibrated = metrics.softmax(4 * logits), metrics.softmax(logits)  # base: four times too sharp
     rec = recommend({"base": sharp, "ts": calibrated}, gold, items=LABELLED_ITEMS).to_dict()
-    sentence = advice.recommendation_sentence({"recommendation": rec})
+    sentence = advice.recommendation_sentence(_results({"recommendation": rec}))
     assert sentence.startswith("Use temperature scaling: on 200 labelled items (S_T + S_V, out of fold) it lowers")
 
 
 def test_keep_says_nothing_needs_exporting_and_offers_no_export_of_the_untouched_model() -> None:
     keep = results(recommended="base")
-    line = advice.recommendation_line(keep, "calm")
-    assert line.startswith("Keep the model as it is") and verdict.keeps_model(keep)
+    line = advice.recommendation_line(_results(keep), "calm")
+    assert line.startswith("Keep the model as it is") and verdict.keeps_model(_results(keep))
     assert "--variant recommended" not in line  # exporting the untouched model would only copy it
     assert line.endswith(advice.KEEP_NEXT) and "Nothing needs exporting" in line
     change = results(recommended="ts")
-    assert not verdict.keeps_model(change) and "--variant recommended" in advice.recommendation_line(change, "calm")
-    assert not verdict.keeps_model({"results": []})
+    assert not verdict.keeps_model(_results(change)) and "--variant recommended" in advice.recommendation_line(_results(change), "calm")
+    assert not verdict.keeps_model(_results({"results": []}))
 
 
 @pytest.mark.parametrize("recommended", ["base", "ts"])
@@ -381,14 +389,14 @@ def test_evidence_decided_on_all_labelled_items_says_so() -> None:
     """calibrate_on = all: the evidence's figures are every labelled item's out-of-fold
     prediction, so the table's columns and caption say that, not "S_V" (issue 30)."""
     on_sv = results(recommended="base")
-    assert list(advice.heldout_rows(on_sv)[0]) == list(advice.HELDOUT_COLUMNS)
-    assert advice.evidence_caption(on_sv) == advice.HELDOUT_CAPTION
+    assert list(advice.heldout_rows(_results(on_sv))[0]) == list(advice.HELDOUT_COLUMNS)
+    assert advice.evidence_caption(_results(on_sv)) == advice.HELDOUT_CAPTION
     pooled = _pooled(results(recommended="base"))
-    rows = advice.heldout_rows(pooled)
+    rows = advice.heldout_rows(_results(pooled))
     assert list(rows[0]) == list(advice.POOLED_COLUMNS)
     assert rows[0][advice.SCORED_ON] == advice.POOLED_ITEMS == "S_T + S_V, out of fold"
-    assert advice.evidence_caption(pooled).endswith(advice.POOLED_NOTE)
-    assert "S_T + S_V, out of fold" in "\n".join(advice.verdict_lines(pooled, "calm"))
+    assert advice.evidence_caption(_results(pooled)).endswith(advice.POOLED_NOTE)
+    assert "S_T + S_V, out of fold" in "\n".join(advice.verdict_lines(_results(pooled), "calm"))
 
 
 def _pooled(data: dict[str, Any]) -> dict[str, Any]:
@@ -410,9 +418,9 @@ def test_every_trained_variant_is_in_the_evidence_under_every_calibrate_on() -> 
     """Issue 40: with calibrate_on = all the evidence table had no CALM row. The trained
     model is compared on S_V alone; its row follows the pooled ones, with base on S_V."""
     for data in (results(recommended="base"), _pooled(results(recommended="base"))):
-        labels = [row["variant"] for row in advice.heldout_rows(data)]
+        labels = [row["variant"] for row in advice.heldout_rows(_results(data))]
         assert "CALM" in labels and "the model as it is" in labels, labels
-    rows = advice.heldout_rows(_pooled(results(recommended="base")))
+    rows = advice.heldout_rows(_results(_pooled(results(recommended="base"))))
     scored = [(row["variant"], row[advice.SCORED_ON]) for row in rows]
     assert scored[-2:] == [("the model as it is", "S_V alone"), ("CALM", "S_V alone")]
     assert {label for label, on in scored if on == advice.POOLED_ITEMS} == {
@@ -428,14 +436,14 @@ def test_a_flagged_best_calibrated_variant_carries_its_flag_word() -> None:
     data = {"results": [_row("base", 0.80, 0.20, 0.70, 0.95),
                         _row("thermometer", 0.80, 0.134, 0.70, 0.65),  # 0.15 below its accuracy
                         _row("ts", 0.80, 0.15, 0.70, 0.78)]}
-    row = verdict.verdict_rows(data)[0]
+    row = verdict.verdict_rows(_results(data))[0]
     assert row.best == "thermometer" and row.flags == {"thermometer": (verdict.UNDER_CONFIDENT,)}
     cells = row.cells()
     assert cells["best calibrated"] == "thermometer (ECE 0.134, under-confident)"
     assert cells["flags"] == "thermometer: under-confident"
     tied = _tied_rows([-0.01, -0.03, 0.01])
     tied["results"][1]["confidence"] = 0.35  # TS, tied with CALM, is under-confident
-    assert verdict.verdict_rows(tied)[0].cells()["best calibrated"] == (
+    assert verdict.verdict_rows(_results(tied))[0].cells()["best calibrated"] == (
         "tie on 24 items between CALM (ECE 0.060) and temperature scaling (ECE 0.080, under-confident)")
 
 
@@ -457,7 +465,7 @@ def test_the_sentence_says_why_a_simpler_runner_up_was_passed_over() -> None:
                   "against_reference": {"ats": _interval(-0.08, -0.14, -0.03), "ts": _interval(-0.06, -0.12, 0.0)},
                   "runner_up": "ts", "against_runner_up": _interval(-0.02, -0.05, 0.02), "simpler": "ts"}
     rec = {"variant": "ats", "decision": "change", "comparison": comparison}
-    sentence = advice.recommendation_sentence({"recommendation": rec})
+    sentence = advice.recommendation_sentence(_results({"recommendation": rec}))
     assert sentence == (
         "Use adaptive temperature scaling (ATS): on 70 held-out items it lowers the NLL (NLL change -0.08, 90% "
         "interval -0.14 to -0.03); temperature scaling, though simpler, is not shown to lower it: its own NLL "
@@ -469,7 +477,7 @@ def test_the_sentence_says_why_a_simpler_runner_up_was_passed_over() -> None:
     # a runner-up that is shown to help and tied: the old words, the chosen one being the simpler
     comparison["against_reference"]["ts"] = _interval(-0.06, -0.12, -0.01)
     rec.update(variant="ts", comparison={**comparison, "runner_up": "ats", "simpler": "ts"})
-    assert advice.recommendation_sentence({"recommendation": rec}).endswith(
+    assert advice.recommendation_sentence(_results({"recommendation": rec})).endswith(
         "; it is tied with adaptive temperature scaling (ATS) (difference -0.02, 90% interval -0.05 to +0.02), "
         "and it is the simpler of the two.")
 
@@ -484,7 +492,7 @@ def test_the_fitted_ats_line_spells_its_abbreviation_in_capitals() -> None:
     rng = np.random.default_rng(0)
     gold, logits, features = rng.integers(0, 4, 200), rng.normal(size=(200, 4)), rng.normal(size=(200, 8))
     ats = calibrators()["ats"].fit(logits, gold, features)
-    line = posthoc_lines({"ats": {**ats.to_json(), "fit_on": "S"}})[0]
+    line = posthoc_lines(_results({"ats": {**ats.to_json(), "fit_on": "S"}}))[0]
     assert line.startswith("Adaptive temperature scaling (ATS): ") and "(ats)" not in line
 
 
@@ -493,7 +501,7 @@ def test_an_evaluated_calibrator_the_recommendation_could_not_compare_says_why()
     out-of-fold figure; its row says so instead of the table dropping it in silence."""
     for data in (results(recommended="base"), _pooled(results(recommended="base"))):
         data["results"].append({**data["results"][0], "variant": "ats"})
-        rows = {row["variant"]: row for row in advice.heldout_rows(data)}
+        rows = {row["variant"]: row for row in advice.heldout_rows(_results(data))}
         assert rows["adaptive temperature scaling (ATS)"]["counted"] == advice.NOT_COMPARED
         assert rows["temperature scaling"]["counted"] == "yes"  # compared ones keep their own
-    assert advice.heldout_rows({"results": results()["results"]}) == []  # no recommendation: no table
+    assert advice.heldout_rows(_results({"results": results()["results"]})) == []  # no recommendation: no table

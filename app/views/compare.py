@@ -28,6 +28,7 @@ from calm_core.results import view as run_view
 from calm_core.results.added import evaluate_run, run_eval_limit
 from calm_core.results.report import run_report_html
 from calm_core.runs.listing import list_runs, run_label
+from calm_core.runs.records import RunResults
 from calm_core.runs.rundir import RunDir
 from calm_core.scoring.evaluate import wide_table
 
@@ -46,7 +47,7 @@ class Chosen(NamedTuple):
     runs: list[RunDir]
     rows: list[dict[str, Any]]  # run_view.compare_rows: every run's result rows, added sets included
     tasks: dict[str, str]  # run id -> mcqa | openqa
-    results: dict[str, dict]  # run id -> results.json
+    results: dict[str, RunResults]  # run id -> results.json
     methods: dict[str, str]  # run id -> the trained method
 
     @property
@@ -77,7 +78,7 @@ Owners = dict[tuple[str, str], tuple[RunDir, dict[str, Any]]]  # (dataset, varia
 def choose_runs() -> tuple[list[str], dict[str, str]]:
     """The runs to compare, newest finished first; the page stops when there is none, or
     none is chosen. Returns the chosen ids and every finished run's label."""
-    finished = [r for r in list_runs() if r.state == "finished" and (r.path / "results.json").is_file()]
+    finished = [r for r in list_runs() if r.state == "finished" and RunDir(r.path).has_results()]
     if not finished:
         st.info("No finished runs yet. Launch one on the **Train** page; its final evaluation lands here.")
         st.stop()
@@ -102,7 +103,7 @@ def read_chosen(ids: list[str], labels: dict[str, str]) -> Chosen:
         st.stop()
     try:
         results = {run.run_id: run.results() for run in runs}
-        methods = {run.run_id: str(run.config.get("train", {}).get("method", "")) for run in runs}
+        methods = {run.run_id: run.config.train_method for run in runs}
     except Exception as exc:
         st.error(describe_error(exc))
         st.stop()
@@ -119,7 +120,7 @@ def verdicts(chosen: Chosen) -> None:
 
 def recommended_variants(chosen: Chosen) -> list[str]:
     """What each chosen run recommends (its variant name; "base" when it keeps the model)."""
-    return [str((chosen.results[run.run_id].get("recommendation") or {}).get("variant", "")) for run in chosen.runs]
+    return [chosen.results[run.run_id].recommended or "" for run in chosen.runs]
 
 
 def diagram_controls(chosen: Chosen) -> DiagramView:

@@ -28,6 +28,7 @@ from calm_core.results.fast_path_view import fast_path_rows
 from calm_core.runs.jobs import cancel
 from calm_core.runs.listing import list_runs, run_label
 from calm_core.runs.metrics_lines import MetricsTail
+from calm_core.runs.records import RunConfig, RunResults, RunStatus
 from calm_core.runs.rundir import RunDir
 from calm_core.runs.state import DAMAGED, RunState
 from calm_core.training.bilevel_health import RULES, Health, bome_health, health_summary
@@ -104,31 +105,32 @@ def _eval_curves(records: list[dict], metric: str) -> dict:
     return {name: run_view.series(records, f"eval/{name}/{metric}") for name in run_view.eval_sets(records)}
 
 
-def _header(records: list[dict], view: RunState, status: dict, config: dict) -> None:
+def _header(records: list[dict], view: RunState, status: RunStatus, config: RunConfig) -> None:
     """What the run is, its progress and state, the calibrated stop so far and its data
     notes; from the status and config this poll read (passed in, never read again)."""
-    total, step = status.get("total_steps"), status.get("step") or 0
-    left = remaining(records, status, config.get("estimate"), time.time())
-    config = config.get("train", {})
-    method, scope = str(config.get("method", "?")), run_view.head_scope(config) if config else "?"
+    total, step = status.total_steps, status.step
+    left = remaining(records, status, config.estimate, time.time())
+    train = config.train
+    method = config.train_method or "?"
+    scope = run_view.head_scope(train) if train else "?"
     st.markdown(
-        f"**{verdict.variant_label(method)}** on {code(config.get('train_data', '?'))} "
-        f"(head scope {code(scope)}, model {code(config.get('model', '?'))})",
+        f"**{verdict.variant_label(method)}** on {code(config.label('train_data') or '?')} "
+        f"(head scope {code(scope)}, model {code(config.label('model') or '?')})",
         help=helps(method, "head scope", scope, "S_T"),
     )
     reason = view.reason if view.reason.startswith(view.state) else f"{view.state}: {view.reason}"
     _progress(view, left, min(1.0, step / total) if total else 0.0, reason)
-    if view.state == "failed" and status.get("error"):
-        st.error(status["error"])
-    selection = status.get("selection") or {}
+    if view.state == "failed" and status.error:
+        st.error(status.error)
+    selection = status.selection or {}
     line = advice.selection_status_line(selection)
     if line:  # the calibrated stop (training/selection.py): which step the model is from so far
         rule = selection.get("rule_text")
         terms = ("selected step", "calibrated stop", f"rule {selection.get('rule', 'best')}")
         st.caption(line, help=(helps(*terms) or "") + (f"\n\nThe rule: {rule}" if rule else ""))
-    _data_notes(status.get("choices") or {})
-    _fast_paths(status.get("choices") or {})
-    for name, n in (status.get("items_cut_to_context") or {}).items():
+    _data_notes(status.choices)
+    _fast_paths(status.choices)
+    for name, n in status.items_cut_to_context.items():
         st.caption(
             f"{n} items of {name} were longer than the model's context and were cut from the left "
             "(as lm-evaluation-harness does)."
@@ -173,9 +175,9 @@ def _going(view: RunState, step: int, total: int | None, health: dict[str, Healt
     st.markdown(text, help=tooltip("BOME", "healthy") if health else None)
 
 
-def _health(records: list[dict], config: dict) -> dict[str, Health]:
+def _health(records: list[dict], config: RunConfig) -> dict[str, Health]:
     """Each BOME chart's health line from the run's log and its eta ({} for a method without BOME)."""
-    bome = recorded_bilevel(config.get("train", {}))
+    bome = recorded_bilevel(config.train)
     return bome_health(records, bome.eta if bome else None)
 
 
@@ -449,8 +451,9 @@ def _alpha(run_id: str, records: list[dict], active: bool, selected: int | None)
 def _results(run: RunDir, method: str, task: str) -> None:
     """The final evaluation, once results.json is written: the verdict row, which model to
     use and why, the post-hoc notes and every variant's metrics."""
-    if (run.path / "results.json").is_file():
+    if run.has_results():
         st.subheader("Final evaluation")
+
         results = run.results()
         with st.container(key="monitor_verdict"):  # one line per evaluation set, before the rest
             verdict_block(results)
@@ -485,7 +488,7 @@ def _fitting_columns(columns: list[str]) -> list[str]:
     return keys + run_view.default_columns([c for c in columns if c not in keys])
 
 
-def _verdict(results: dict, method: str) -> None:
+def _verdict(results: RunResults, method: str) -> None:
     """Which step the model is from and why, which calibrator to use (chosen on S_V, said
     plainly when the trained model does not win), and the evidence with 90% intervals."""
     line = advice.selection_line(results)
@@ -527,12 +530,14 @@ def live_status(run: RunDir, started_active: bool) -> None:
         st.rerun()  # finished, failed or cancelled: one last full draw, then no more polling
     if view.state == DAMAGED:  # a file the page needs is unreadable: say which, offer what helps
         st.error(view.reason)
-        _controls(run, view, (files.config or {}).get("launched_by"))
+        _controls(run, view, files.config.launched_by if files.config is not None else None)
         return
-    _header(records, view, files.status, files.config or {})
-    status = files.status
-    _going(view, status.get("step") or 0, status.get("total_steps"), _health(records, files.config or {}))
-    _controls(run, view, (files.config or {}).get("launched_by"))
+    status, config = files.status, files.config
+    if status is None or config is None:  # not damaged, so both were read: this is for the type checker
+        return
+    _header(records, view, status, config)
+    _going(view, status.step, status.total_steps, _health(records, config))
+    _controls(run, view, config.launched_by)
 
 
 def live_charts(run: RunDir, started_active: bool, charts_every: float) -> None:
@@ -553,9 +558,11 @@ def live_charts(run: RunDir, started_active: bool, charts_every: float) -> None:
             f"While the run is active the charts redraw every {charts_every:.0f} s, the progress line "
             f"every {POLL_SECONDS:.0f} s."
         )
-    train = (files.config or {}).get("train", {})
-    _charts(run, _records(run), active=state in ACTIVE, selection=files.status.get("selection") or {}, train=train)
-    _results(run, str(train.get("method", "")), run_view.task_in(train))
+    if files.status is None or files.config is None:  # not damaged, so both were read
+        return
+    train = files.config.train
+    _charts(run, _records(run), active=state in ACTIVE, selection=files.status.selection or {}, train=train)
+    _results(run, files.config.train_method, run_view.task_in(train))
 
 
 st.title("Monitor")

@@ -93,5 +93,5 @@ def _mappings(run: Any, datasets: list[str], args: argparse.Namespace) -> dict[s
     from calm_core.training.config import TrainConfig
     from calm_core.training.tasks import get_task
 
-    kind = get_task(TrainConfig.from_dict(run.config["train"]).task).ITEM_KIND
+    kind = get_task(TrainConfig.from_dict(run.config.train).task).ITEM_KIND
     return {name: eval_io.read_set(name, kind, 1, args)[1] for name in datasets}

@@ -170,7 +170,7 @@ def run_in_process(run: RunDir, show_progress: bool) -> int:
 
     threads_before = torch.get_num_threads()
     try:
-        cfg = TrainConfig.from_dict(run.config["train"])
+        cfg = TrainConfig.from_dict(run.config.train)
         _set_threads(run, cfg, main)
         result = train(cfg, run=run, progress=_progress_bar(cfg.steps) if show_progress and main else None)
     except Exception as exc:  # the run records why; the queue moves on
@@ -196,10 +196,10 @@ def _verdict(run: RunDir) -> list[str]:
     results.json, or with a damaged one (the run itself has finished either way)."""
     from calm_core.results.advice import verdict_lines
 
-    if not (run.path / "results.json").is_file():
+    if not run.has_results():
         return []
     try:
-        return verdict_lines(run.results(), str(run.config.get("train", {}).get("method", "")))
+        return verdict_lines(run.results(), run.config.train_method)
     except (OSError, ValueError) as error:  # RunFileError is a ValueError: say it, keep the exit code
         return [f"calm: could not read the run's verdict: {error}"]
 
@@ -265,7 +265,7 @@ def _bome(run_path: Path) -> dict[str, Any]:
 
     try:
         run = RunDir.open(run_path)
-        bilevel = recorded_bilevel(run.config.get("train", {}))
+        bilevel = recorded_bilevel(run.config.train)
         return bome_summary(run.read_metrics(), bilevel.eta if bilevel else None)
     except (OSError, ValueError, TypeError, AttributeError):
         return {}
@@ -278,20 +278,20 @@ def _convert_to_tensorboard(run_id: str, root: Path | None) -> int:
     from calm_core.runs.state import ACTIVE_STATES, run_state
 
     run = RunDir.at(run_id, root)
-    status = run.status_or_empty()
+    status = run.status_or_none()
     state = run_state(status).state if status else "damaged"
     if state in ACTIVE_STATES:
         raise ValueError(f"Expected a run that is not running, but {run_id} is {state}")
     config = run.config
-    rows = run.results()["results"] if (run.path / "results.json").is_file() else []
-    created = status.get("created")
+    results = run.results_or_none()
     folder = convert_run(
         run.path,
         run.read_metrics(),
-        config.get("train", config),
-        rows,
-        created=float(created) if isinstance(created, (int, float)) else None,
+        config.train or config.to_json(),
+        list(results.rows) if results else [],
+        created=status.created if status else None,
     )
+
     print(f"{run_id}: event files in {folder}")
     print(f'open every run with: tensorboard --logdir "{run.path.parent}"')
     return 0

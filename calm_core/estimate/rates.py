@@ -15,6 +15,7 @@ from typing import Any, Iterable
 
 from calm_core.estimate.machine_load import MachineLoad
 from calm_core.runs.listing import list_runs
+from calm_core.runs.records import RunStatus
 from calm_core.runs.rundir import RunDir
 from calm_core.training.config import TrainConfig
 from calm_core.training.timings import PhaseTimes, RunSizes
@@ -129,12 +130,12 @@ class PastRun:
         return key == (cfg.model, cfg.task, cfg.scoring)
 
 
-def wall_seconds(status: dict[str, Any]) -> float | None:
+def wall_seconds(status: RunStatus) -> float | None:
     """A finished run's job start (else creation) to its end; None for a resumed run (its
     stamps cover the last start only) or a record without the stamps."""
-    if status.get("state") != "finished" or status.get("resumed_from"):
+    if status.state != "finished" or status.resumed_from:
         return None
-    start, end = status.get("started") or status.get("created"), status.get("ended")
+    start, end = status.started or status.created, status.ended
     if not isinstance(start, (int, float)) or not isinstance(end, (int, float)) or end <= start:
         return None
     return float(end - start)
@@ -144,14 +145,13 @@ def read_past_run(run: RunDir) -> PastRun | None:
     """One finished run's record, None when it cannot be read."""
     try:
         config, status = run.config, run.status
-        timings = PhaseTimes.from_dict(status["timings"]) if isinstance(status.get("timings"), dict) else None
-        recorded = status.get("threads")
-        threads = recorded.get("threads") if isinstance(recorded, dict) else None
-        if not isinstance(threads, int) or threads < 1:
+        train = dict(config.train)
+        timings = PhaseTimes.from_dict(dict(status.timings)) if status.timings is not None else None
+        threads = status.thread_count
+        if threads is None or threads < 1:
             threads = max(1, (timings.cpus if timings else 1) - 1)  # TrainConfig.job_threads' default
-        record = config.get("estimate")
-        train = config.get("train", {})
-        return PastRun(train, timings, wall_seconds(status), record if isinstance(record, dict) else None, threads)
+        record = dict(config.estimate) if config.estimate is not None else None
+        return PastRun(train, timings, wall_seconds(status), record, threads)
     except (KeyError, TypeError, ValueError, OSError, AttributeError):
         return None
 

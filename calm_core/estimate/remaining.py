@@ -1,7 +1,7 @@
 """How long a running job has left, as the Monitor says it: the launch estimate until the
 run's own pace is measured, then that pace; during the final evaluation, its own progress.
 
-    left = remaining(records, status, config.get("estimate"), now=time.time())
+    left = remaining(records, status, config.estimate, now=time.time())
     left.seconds, left.basis          # 140.0, "estimate" (or "measured", "final", "none")
     remaining_text(left)              # "about 2.3 min left (launch estimate)"
 
@@ -16,9 +16,10 @@ progress is status.json's `final` (written per set and variant).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from calm_core.estimate.text import minutes
+from calm_core.runs.records import RunStatus
 from calm_core.runs.state import FINAL_PHASE
 
 MEASURED_STEPS = 3  # step-to-step intervals, from step 1 on, before the run's own pace is trusted
@@ -51,20 +52,21 @@ def measured_pace(records: list[dict[str, Any]], last: int = RECENT_STEPS) -> fl
 
 
 def remaining(
-    records: list[dict[str, Any]], status: dict[str, Any], estimate: dict[str, Any] | None, now: float
+    records: list[dict[str, Any]], status: RunStatus, estimate: Mapping[str, Any] | None, now: float
 ) -> Remaining:
     """What the Monitor says of the time left (see the module docstring): the final
     evaluation's passes while it runs; the measured pace times the steps left once it is
     measured; before that, the launch estimate's likely seconds less the time since the
     job started (None once the run is past it)."""
-    if str(status.get("phase") or "").startswith(FINAL_PHASE):
-        final = status.get("final") or {}
+    if (status.phase or "").startswith(FINAL_PHASE):
+        final = status.final or {}
         return Remaining(None, FINAL, int(final.get("done") or 0), int(final.get("total") or 0))
-    step, total = int(status.get("step") or 0), status.get("total_steps")
+    step, total = status.step, status.total_steps
     pace = measured_pace(records)
     if pace is not None and _number(total):
         return Remaining(max(0.0, pace * (int(total) - step)), MEASURED)
-    likely, started = (estimate or {}).get("likely_s"), status.get("started")
+    likely, started = (estimate or {}).get("likely_s"), status.started
+
     if not _number(likely) or not _number(started):
         return Remaining(None, NONE)
     left = float(likely) - (now - float(started))

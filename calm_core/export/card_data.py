@@ -50,7 +50,7 @@ def card_data(run: RunDir, record: dict[str, Any], rows: list[dict[str, Any]], l
     tags = [*CARD_TAGS, CARD_TASKS[record["task"]][0], f"method-{record['method']}"]
     if library != "peft":
         tags.append("merged")
-    train = run.config.get("train") or {}
+    train = run.config.train
     named = [train.get("train_data"), train.get("heldout_data"), *(train.get("eval_data") or [])]
     hub_ids = list(dict.fromkeys(found[0] for found in map(hub_dataset, filter(None, named)) if found))
     results = eval_results(record, rows)

@@ -62,6 +62,7 @@ from calm_core.export.thermometer import (
 from calm_core.io import default_mode
 from calm_core.results.verdict import POSTHOC_EXPORTS
 from calm_core.runs.portable import Portable, portable_config
+from calm_core.runs.records import RunResults
 from calm_core.runs.rundir import RunDir
 
 if TYPE_CHECKING:
@@ -122,12 +123,12 @@ def recommended_export(run: RunDir) -> str | None:
     """The recommended variant when it is not the trained model and exports as a folder
     (`base`, `ts`, `vs`, `ats`), else None: the studio then offers it beside the trained model."""
     try:
-        results = run.results() if (run.path / "results.json").is_file() else {}
-        method = run.config.get("train", {}).get("method")
+        results = run.results_or_none()
+        method = run.config.train_method
     except (OSError, ValueError):
         return None
-    variant = (results.get("recommendation") or {}).get("variant")
-    if variant in _POSTHOC_HEADS:
+    variant = results.recommended if results is not None else None
+    if results is not None and variant in _POSTHOC_HEADS:
         try:
             _POSTHOC_HEADS[variant](run, results)
         except ValueError:  # a VS weight <= 0, an ATS recorded without its weights: the export says why
@@ -142,10 +143,11 @@ def _variant_source(
     import torch
     from safetensors.torch import load_file, save_file
 
-    method = run.config.get("train", {}).get("method", "calm")
-    results = run.results() if (run.path / "results.json").is_file() else {}
+    method = run.config.train_method or "calm"
+    results = run.results_or_none() or RunResults(rows=())
     if variant == "recommended":
-        variant = (results.get("recommendation") or {}).get("variant")
+        variant = results.recommended
+
         if variant is None:
             raise ValueError(f"Expected a recommendation in results.json of run {run.run_id}, but it has none")
     step, checkpoint = run.exported_step()
@@ -177,16 +179,16 @@ def _scalar_head(temperature: float) -> "CalibrationHead":
     return head
 
 
-def _temperature_scaling_head(run: RunDir, results: dict) -> "CalibrationHead":
+def _temperature_scaling_head(run: RunDir, results: RunResults) -> "CalibrationHead":
     """TS at results.json's temperature, or the reason it has none."""
-    temperature = (results.get("ts") or {}).get("temperature")
+    temperature = (results.calibrator("ts") or {}).get("temperature")
     if not isinstance(temperature, (int, float)):
-        note = (results.get("ts") or {}).get("note", "results.json has no `ts` temperature")
+        note = (results.calibrator("ts") or {}).get("note", "results.json has no `ts` temperature")
         raise ValueError(f"Expected a fitted TS temperature in run {run.run_id}, but {note}")
     return _scalar_head(temperature)
 
 
-def _adaptive_temperature_head(run: RunDir, results: dict) -> "CalibrationHead | AdaptiveHead":
+def _adaptive_temperature_head(run: RunDir, results: RunResults) -> "CalibrationHead | AdaptiveHead":
     """results.json's ATS fit as the head that computes the same temperatures: an adaptive
     head (calibration.adaptive_head) reading the question's state, or, when cross-fitting
     chose no feature (k = 0), a scalar head at its one temperature (an adaptive head needs
@@ -197,7 +199,7 @@ def _adaptive_temperature_head(run: RunDir, results: dict) -> "CalibrationHead |
     from calm_core.calibration.adaptive_head import AdaptiveHead
     from calm_core.calibration.posthoc.ats import AdaptiveTemperature
 
-    record = results.get("ats")
+    record = results.calibrator("ats")
     if not isinstance(record, dict) or "bias" not in record:
         note = record.get("note") if isinstance(record, dict) else None
         raise ValueError(f"Expected a fitted ATS in run {run.run_id}, but {note or 'results.json has no `ats` fit'}")
@@ -212,7 +214,7 @@ def _adaptive_temperature_head(run: RunDir, results: dict) -> "CalibrationHead |
     return AdaptiveHead.from_ats(ats)
 
 
-def _vector_scaling_head(run: RunDir, results: dict) -> "CalibrationHead":
+def _vector_scaling_head(run: RunDir, results: RunResults) -> "CalibrationHead":
     """Vector scaling softmax(z w + b) as an uncentred options head z / tau + l, with
     tau = 1 / w and l = b: the same probabilities. A weight <= 0 (an option whose score
     the fit turned around) has no temperature, so that export is refused with the reason."""
@@ -220,7 +222,7 @@ def _vector_scaling_head(run: RunDir, results: dict) -> "CalibrationHead":
 
     from calm_core.calibration.head import CalibrationHead
 
-    record = results.get("vs") or {}
+    record = results.calibrator("vs") or {}
     weights, biases = record.get("weights"), record.get("biases")
     if not isinstance(weights, list) or not isinstance(biases, list) or len(weights) != len(biases) or not weights:
         note = record.get("note", "results.json has no `vs` weights and biases")
@@ -237,7 +239,7 @@ def _vector_scaling_head(run: RunDir, results: dict) -> "CalibrationHead":
     return head
 
 
-_POSTHOC_HEADS: dict[str, Callable[[RunDir, dict], "CalibrationHead | AdaptiveHead"]] = {
+_POSTHOC_HEADS: dict[str, Callable[[RunDir, RunResults], "CalibrationHead | AdaptiveHead"]] = {
     "ts": _temperature_scaling_head,
     "vs": _vector_scaling_head,
     "ats": _adaptive_temperature_head,

@@ -221,7 +221,7 @@ def merged_model(run: RunDir, source: Path) -> tuple[Any, Any, Any]:
     from calm_core.calibration.head_base import HEAD_FILENAME
     from calm_core.scoring.models import ModelSpec, load_model
 
-    train = run.config["train"]
+    train = run.config.train
     base = load_model(ModelSpec(name=train["model"], device="cpu", dtype="float32"))
     model = PeftModel.from_pretrained(base.model, str(source)).eval()
     head = CalibrationHead.load(source, train.get("task", "mcqa")) if (source / HEAD_FILENAME).is_file() else None
@@ -239,7 +239,7 @@ def write_merged(run: RunDir, step: int, source: Path, folder: Path, variant: st
         refuse_adaptive(run, "a thermometer")
     if (source / HEAD_FILENAME).is_file() and _head_scope(source / HEAD_FILENAME) == "adaptive":
         refuse_adaptive(run, "an adaptive head" if variant != "ats" else "adaptive temperature scaling")
-    train = run.config["train"]
+    train = run.config.train
     task = train.get("task", "mcqa")
     scoring = ScoringConfig(rule=train["scoring"], chat_template=bool(train.get("chat_template")))
     model, tokenizer, head = merged_model(run, source)

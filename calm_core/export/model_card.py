@@ -86,7 +86,7 @@ def card_body_rows(run: RunDir) -> list[dict[str, Any]]:
     """results.json's rows as the cards show them ([] before the final evaluation)."""
     from calm_core.results.view import compare_rows
 
-    return compare_rows([run]) if (run.path / "results.json").is_file() else []
+    return compare_rows([run]) if run.has_results() else []
 
 
 def trained_line(run: RunDir, record: dict[str, Any]) -> str:
@@ -214,7 +214,7 @@ def _selected_note(run: RunDir) -> str:
     from calm_core.results.advice import selection_line
 
     try:
-        line = selection_line(run.results()) if (run.path / "results.json").is_file() else None
+        line = selection_line(run.results()) if run.has_results() else None
     except (OSError, ValueError):
         line = None
     return f" ({line.rstrip('.')})" if line else ""
@@ -226,7 +226,7 @@ def _recommendation_section(run: RunDir) -> str:
     from calm_core.results.advice import recommendation_sentence
 
     try:
-        sentence = recommendation_sentence(run.results()) if (run.path / "results.json").is_file() else None
+        sentence = recommendation_sentence(run.results()) if run.has_results() else None
     except (OSError, ValueError):
         sentence = None
     return f"## Which model to use\n\n{sentence}\n\n" if sentence else ""

@@ -25,16 +25,17 @@ def export_record(run: RunDir, step: int, checkpoint: Path) -> dict[str, Any]:
     from calm_core.scoring.prompts import ScoringConfig
 
     config = run.config
-    train = config.get("train")
-    if not isinstance(train, dict):
+    train = config.train
+    if not train:
         raise ValueError(f"Expected the training settings (`train`) in config.json of run {run.run_id}, but found none")
     hub_id, how = portable_base_model(str(train.get("model", "embedded")))
     portable = Portable.of(run)
     has_head = (checkpoint / HEAD_FILENAME).is_file()
     head = CalibrationHead.load(checkpoint) if has_head else None
     scope = head.scope if head is not None else None
-    ts = run.results().get("ts", {}) if (run.path / "results.json").is_file() else {}
-    environment = config.get("environment", {})
+    results = run.results_or_none()
+    ts = (results.calibrator("ts") if results is not None else None) or {}
+    environment = config.environment or {}
     return {
         "format": "calm_studio.export",
         "format_version": 1,
@@ -46,7 +47,7 @@ def export_record(run: RunDir, step: int, checkpoint: Path) -> dict[str, Any]:
         "base_model_hub_id_from": portable.text(how),
         "base_model_setting": portable.model_name,  # `embedded`, a hub id, or a local model's base name
         "base_model_fingerprint": portable.fingerprint,  # its files' hash (provenance.model_fingerprint)
-        "base_model_dtype": (run.status_or_empty().get("model") or {}).get("dtype"),  # how the run loaded it
+        "base_model_dtype": _model_dtype(run),  # how the run loaded it
         "base_model_local_copy": local_copy(str(train.get("model", "embedded"))),  # under CALM Studio's cache
         "head_scope": scope,
         "center": None if head is None else head.centred,  # as CalibrationHead.forward applies it
@@ -57,6 +58,12 @@ def export_record(run: RunDir, step: int, checkpoint: Path) -> dict[str, Any]:
         "calm_core": {"version": calm_core.__version__, "git": git_commit()},
         "trained_with": {"git": environment.get("git"), "versions": environment.get("versions")},
     }
+
+
+def _model_dtype(run: RunDir) -> str | None:
+    """The dtype the run loaded its base model in, None when its status cannot tell."""
+    status = run.status_or_none()
+    return status.model_dtype if status is not None else None
 
 
 def local_copy(model: str) -> str | None:

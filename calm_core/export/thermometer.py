@@ -37,7 +37,7 @@ def thermometer_for_export(run: RunDir, path: Path | None = None) -> "Thermomete
     from calm_core.calibration.thermometer import build_command, load_thermometer, mismatch, thermometer_path
     from calm_core.scoring.prompts import ScoringConfig
 
-    train = run.config.get("train") or {}
+    train = run.config.train
     model = str(train.get("model") or "embedded")
     path = thermometer_path(model) if path is None else Path(path)
     if train.get("task", "mcqa") != "mcqa":

@@ -32,14 +32,14 @@ from typing import Any, Mapping, Sequence
 from calm_core.calibration.posthoc import PosthocCalibrator, calibrators
 from calm_core.data.schema import items_fingerprint
 from calm_core.data.stream import max_choices
-from calm_core.runs.layout import RESULTS
+from calm_core.runs.records import RunResults
 from calm_core.runs.rundir import RunDir
 
 
 def check_finished(run: RunDir) -> None:
     """Refuse, in one line, a run that has no final model to measure yet."""
     state = run.state().state
-    if state != "finished" or not (run.path / RESULTS).is_file():
+    if state != "finished" or not run.has_results():
         raise ValueError(
             f"Expected a finished run, but {run.run_id} is {state}: it can be evaluated on more data "
             f"once its final evaluation has written results.json ({_until_finished(run.run_id, state)})"
@@ -55,16 +55,17 @@ def _until_finished(run_id: str, state: str) -> str:
 
 def run_eval_limit(run: RunDir) -> int | None:
     """The run's `eval_limit`: added sets default to as many items as its own sets had."""
-    return run.config.get("train", {}).get("eval_limit")
+    limit = run.config.train.get("eval_limit")  # TrainConfig's key; from_dict would refuse an older config
+    return limit if isinstance(limit, int) and not isinstance(limit, bool) else None
 
 
-def saved_calibrators(results: dict[str, Any]) -> dict[str, PosthocCalibrator]:
+def saved_calibrators(results: RunResults) -> dict[str, PosthocCalibrator]:
     """The post-hoc calibrators whose rows the run's table holds, as the run fitted them on
     S_V (their records in results.json); a calibrator missing there (its note) is left out."""
-    variants = {row["variant"] for row in results["results"]}
+    variants = {row["variant"] for row in results.rows}
     out = {}
     for name, cls in calibrators().items():
-        record = results.get(name)
+        record = results.calibrator(name)
         if name in variants and isinstance(record, dict) and "note" not in record:
             out[name] = cls.from_json(record, f"`{name}` in results.json")
     return out
@@ -96,7 +97,7 @@ def evaluate_run(
     names = list(dict.fromkeys(datasets))
     if not names:
         raise ValueError("Expected at least one dataset to evaluate the run on, but got none")
-    cfg = dataclasses.replace(TrainConfig.from_dict(run.config["train"]), eval_data=tuple(names), eval_limit=limit)
+    cfg = dataclasses.replace(TrainConfig.from_dict(run.config.train), eval_data=tuple(names), eval_limit=limit)
     task = get_task(cfg.task)
     fitted = saved_calibrators(run.results())
     reading = {name: {"mapping": (mappings or {}).get(name), "encoding": encoding} for name in names}

@@ -11,6 +11,7 @@ verdict row itself (best calibrated, flags, ties) is results/verdict.py's.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from calm_core.calibration.metrics.columns import interval_names
@@ -25,6 +26,7 @@ from calm_core.results.verdict import (
     variant_label,
     verdict_row_lines,
 )
+from calm_core.runs.records import RunResults
 from calm_core.training.selection import lower_limit
 
 
@@ -33,13 +35,13 @@ def evidence_variants(method: str) -> list[str]:
     return ["base", *calibrators(), method]
 
 
-def evidence_rows(results: dict[str, Any], method: str) -> list[dict[str, Any]]:
+def evidence_rows(results: RunResults, method: str) -> list[dict[str, Any]]:
     """Per evaluation set and evidence variant: acc, ECE, AUROC and mean confidence, each
     as "value [lo, hi]" (90% bootstrap interval), and whether it is the recommended one."""
     wanted = evidence_variants(method)
-    chosen = (results.get("recommendation") or {}).get("variant")
+    chosen = results.recommended
     rows = []
-    for row in results.get("results", []):
+    for row in results.rows:
         if row.get("variant") not in wanted:
             continue
         ci = row.get("ci90") or {}
@@ -60,9 +62,9 @@ def _with_interval(value: Any, bounds: Any) -> str:
     return f"{value:.3f}"
 
 
-def selection_line(results: dict[str, Any]) -> str | None:
+def selection_line(results: RunResults) -> str | None:
     """Which step the model is from, and why (None for a run without a calibrated stop)."""
-    selection = results.get("selection")
+    selection = results.selection
     if not selection or selection.get("selected_step") is None:
         return None
     step, chosen = selection["selected_step"], selection.get("selected") or {}
@@ -119,21 +121,21 @@ def lower_threshold(selection: dict[str, Any] | None) -> float | None:
     return lower_limit(float(lower), float(tolerance))
 
 
-def method_recommended(results: dict[str, Any], method: str) -> bool | None:
+def method_recommended(results: RunResults, method: str) -> bool | None:
     """Whether the recommendation is the trained model itself (None: no recommendation),
     so a page can say it plainly (success) or warn that a baseline wins."""
-    variant = (results.get("recommendation") or {}).get("variant")
+    variant = results.recommended
     return None if not variant else variant == method
 
 
-def recommendation_line(results: dict[str, Any], method: str) -> str | None:
+def recommendation_line(results: RunResults, method: str) -> str | None:
     """The recommendation sentence (`recommendation_sentence`), then what a reader may need
     next: that post-hoc calibrators were scored in-sample, and how to export a recommended
     variant of the untouched model (None without a recommendation)."""
     sentence = recommendation_sentence(results)
     if sentence is None:
         return None
-    rec, text = results["recommendation"], sentence
+    rec, text = results.recommendation or {}, sentence  # a sentence means a recommendation
     if "same" in rec.get("posthoc_fit", ""):  # recommend.cross_fitted: too few S_V items to cross-fit
         text += f" Post-hoc calibrators were {rec['posthoc_fit']}."
     if keeps_model(results):
@@ -150,7 +152,7 @@ KEEP_NEXT = (
 )
 
 
-def recommendation_sentence(results: dict[str, Any]) -> str | None:
+def recommendation_sentence(results: RunResults) -> str | None:
     """The recommendation in one plain sentence, the same words wherever it is shown (the
     verdict row opens with its first words, `recommendation_decision`): what to do, on how
     many held-out items, and the paired 90% interval it rests on. None without one.
@@ -158,7 +160,7 @@ def recommendation_sentence(results: dict[str, Any]) -> str | None:
         Keep the model as it is: on 24 held-out items, temperature scaling's gain cannot be
         told from noise (NLL change -0.04, 90% interval -0.15 to +0.06).
     """
-    rec = results.get("recommendation") or {}
+    rec = results.recommendation or {}
     if not rec.get("variant"):
         return None
     decision = recommendation_decision(results)
@@ -246,29 +248,29 @@ HELDOUT_CAPTION = (
 )
 
 
-def pooled(results: dict[str, Any]) -> bool:
+def pooled(results: RunResults) -> bool:
     """Whether the recommendation was decided on every labelled item, out of fold."""
-    return ((results.get("recommendation") or {}).get("comparison") or {}).get("items") == LABELLED_ITEMS
+    return ((results.recommendation or {}).get("comparison") or {}).get("items") == LABELLED_ITEMS
 
 
-def evidence_columns(results: dict[str, Any]) -> tuple[str, ...]:
+def evidence_columns(results: RunResults) -> tuple[str, ...]:
     """heldout_rows' columns: S_V's, or with the choice made on all labelled items, theirs."""
     return POOLED_COLUMNS if pooled(results) else HELDOUT_COLUMNS
 
 
-def evidence_caption(results: dict[str, Any]) -> str:
+def evidence_caption(results: RunResults) -> str:
     """What heldout_rows' table shows, said under it (the page and the report)."""
     return HELDOUT_CAPTION.replace(" on S_V:", ":", 1) + POOLED_NOTE if pooled(results) else HELDOUT_CAPTION
 
 
-def heldout_rows(results: dict[str, Any]) -> list[dict[str, str]]:
+def heldout_rows(results: RunResults) -> list[dict[str, str]]:
     """The recommendation's evidence, one row per variant (evidence_columns), lowest NLL
     first: its NLL on S_V (or on every labelled item, out of fold), its per-item NLL change
     against base with the paired 90% interval, its accuracy, and whether it counted (or
     why not). With the choice made on all labelled items, the variants that were compared
     on S_V alone (the trained model: it saw S_T) follow, with base on the same S_V items,
     so every trained variant is in the table. [] without a recommendation."""
-    rec = results.get("recommendation") or {}
+    rec = results.recommendation or {}
     if not rec:
         return []
     if not pooled(results):
@@ -291,10 +293,10 @@ def heldout_rows(results: dict[str, Any]) -> list[dict[str, str]]:
 NOT_COMPARED = "not compared: too few items to score it out of fold"
 
 
-def _not_compared(results: dict[str, Any], compared: set[str], columns: tuple[str, ...]) -> list[dict[str, str]]:
+def _not_compared(results: RunResults, compared: set[str], columns: tuple[str, ...]) -> list[dict[str, str]]:
     """A row for each post-hoc calibrator the run evaluated but the recommendation could not
     compare, so the table never drops a variant the tables below show without saying why."""
-    evaluated = dict.fromkeys(str(row.get("variant")) for row in results.get("results", []))
+    evaluated = dict.fromkeys(str(row.get("variant")) for row in results.rows)
     missing = [name for name in evaluated if name in calibrators() and name not in compared]
     return [
         {
@@ -306,7 +308,7 @@ def _not_compared(results: dict[str, Any], compared: set[str], columns: tuple[st
 
 
 def _stage_rows(
-    stage: dict[str, Any],
+    stage: Mapping[str, Any],
     chosen: str | None,
     columns: tuple[str, ...],
     scored_on: str | None = None,
@@ -356,16 +358,12 @@ def _text_table(rows: list[dict[str, str]], columns: tuple[str, ...]) -> list[st
     ]
 
 
-def missing_variant_notes(results: dict[str, Any]) -> dict[str, str]:
+def missing_variant_notes(results: RunResults) -> dict[str, str]:
     """variant -> why it is missing (e.g. S_V too small for TS), from results.json."""
-    return {
-        name: entry["note"]
-        for name, entry in results.items()
-        if isinstance(entry, dict) and isinstance(entry.get("note"), str)
-    }
+    return results.missing_notes
 
 
-def verdict_lines(results: dict[str, Any], method: str) -> list[str]:
+def verdict_lines(results: RunResults, method: str) -> list[str]:
     """The closing lines of a run: the selected step, the recommendation, why a baseline
     is missing, the verdict row of each evaluation set, and the evidence table on the
     evaluation sets (90% intervals)."""

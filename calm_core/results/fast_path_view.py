@@ -2,7 +2,7 @@
 report: from a run's recorded choices (`choices["fast_paths"]`, training/loop.py) or, before
 any run, from the verdicts measured on this machine (`scoring.verdicts.known_fast_paths`).
 
-    rows = fast_path_rows(run.status["choices"]["fast_paths"])   # [{"fast path", "used", "why"}]
+    rows = fast_path_rows(run.status.choices["fast_paths"])   # [{"fast path", "used", "why"}]
     record = model_fast_paths("embedded")                        # None until it was measured
 """
 

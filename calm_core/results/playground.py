@@ -13,7 +13,6 @@ base scores by the temperature the run fitted on S_V.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +25,7 @@ from calm_core.calibration.head_base import HEAD_FILENAME, Head
 from calm_core.data.schema import MCItem, OpenItem
 from calm_core.generative.sampling import GenerationConfig, generate_answers, temperature_transform
 from calm_core.generative.semantic import grouping_for, modal_confidence
+from calm_core.runs.records import RunResults
 from calm_core.runs.rundir import RunDir
 from calm_core.scoring.adapters import evaluating
 from calm_core.scoring.models import LoadedModel, ModelSpec, load_model
@@ -59,15 +59,15 @@ def load_trained(run: RunDir, device: str = "auto") -> TrainedModel:
     from peft import PeftModel
 
     latest = run.exported_step()  # ValueError with the reason when the run has no checkpoint yet
-    train = run.config["train"]
+    train = run.config.train
     base = load_model(ModelSpec(name=train["model"], device=device))
     model = PeftModel.from_pretrained(base.model, str(latest[1])).eval()
     task = train.get("task", "mcqa")
     # the task gives a head saved before heads said where they act its place (openqa: tokens)
     head = CalibrationHead.load(latest[1], task) if (latest[1] / HEAD_FILENAME).is_file() else None
-    results = run.path / "results.json"
-    recorded = json.loads(results.read_text()) if results.is_file() else {}
-    temperature = recorded.get("ts", {}).get("temperature")
+    recorded = run.results_or_none()
+    temperature = ((recorded.calibrator("ts") if recorded is not None else None) or {}).get("temperature")
+
     lm = LoadedModel(model, base.tokenizer, base.spec, {**base.info, "adapter": str(latest[1])})
     scoring = ScoringConfig(rule=train["scoring"], chat_template=train.get("chat_template", False))
     generation = GenerationConfig(**train["generation"]) if task == "openqa" and train.get("generation") else None
@@ -84,12 +84,12 @@ def load_trained(run: RunDir, device: str = "auto") -> TrainedModel:
     )
 
 
-def _adaptive(results: dict[str, Any]) -> Any:
+def _adaptive(results: RunResults) -> Any:
     """The run's `ats` as results.json records it (None when it fitted none: its note; or
     when the record predates results.json keeping the weights: it would be one temperature)."""
     from calm_core.calibration.posthoc.ats import AdaptiveTemperature
 
-    record = results.get("ats")
+    record = results.calibrator("ats")
     if not isinstance(record, dict) or "note" in record or (record.get("components") and not record.get("weights")):
         return None
     return AdaptiveTemperature.from_json(record, "`ats` in results.json")

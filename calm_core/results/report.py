@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 from html import escape
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -43,6 +43,7 @@ from calm_core.results.view import (
     task_of,
 )
 from calm_core.runs.portable import Portable, portable_config
+from calm_core.runs.records import RunResults, RunStatus
 from calm_core.runs.rundir import RunDir
 from calm_core.training.config import recorded_bilevel
 
@@ -54,18 +55,19 @@ def run_report_html(run: RunDir, n_bins: int = N_BINS) -> str:
     Raises ValueError for a run without results.json (it has not finished its final
     evaluation); a damaged results.json raises RunFileError (a ValueError) naming it."""
     rows = compare_rows([run])  # one run: its rows as written, plus variant_raw / run
-    train = run.config.get("train") or {}
-    status = run.status_or_empty()
+    train, method = run.config.train, run.config.train_method
+    status = run.status_or_none()
+
     records = run.read_metrics()
-    name = status.get("name")
+    name = status.name if status is not None else None
     title = f"CALM report: {run.run_id}" + (f" ({name})" if name else "")
     results = run.results()
     portable = Portable.of(run)
     body = [
         f"<h1>{escape(title)}</h1>",
-        f'<p class="sub">{escape(str(status.get("state", "unknown")))} · generated '
+        f'<p class="sub">{escape(status.state if status is not None else "unknown")} · generated '
         f"{datetime.now(timezone.utc).isoformat(timespec='seconds')} by CALM Studio</p>",
-        _verdict(results, str(train.get("method", ""))),
+        _verdict(results, method),
         _settings(run, portable, status),
         _metrics(rows, results),
         _diagrams(run, rows, n_bins),
@@ -79,7 +81,7 @@ def run_report_html(run: RunDir, n_bins: int = N_BINS) -> str:
 # --- sections ------------------------------------------------------------------------
 
 
-def _verdict(results: dict[str, Any], method: str) -> str:
+def _verdict(results: RunResults, method: str) -> str:
     """Which step the model is from and why, the calibrator to use (chosen on S_V; said
     plainly when the trained model does not win), why a baseline is missing, and the
     evidence on the evaluation sets with 90% intervals ("" for a run without either)."""
@@ -113,7 +115,7 @@ def _verdict(results: dict[str, Any], method: str) -> str:
     return f'<section id="verdict"><h2>Which model to use</h2>{"".join(lines)}</section>'
 
 
-def _heldout_table(results: dict) -> str:
+def _heldout_table(results: RunResults) -> str:
     """The recommendation's evidence (advice.heldout_rows): each variant's NLL and its
     change against the model as it is, with the paired interval ("" without rows)."""
     rows, columns = advice.heldout_rows(results), advice.evidence_columns(results)
@@ -140,7 +142,7 @@ def _verdict_table(table: list[dict[str, str]]) -> str:
     )
 
 
-def _settings(run: RunDir, portable: Portable, status: dict[str, Any]) -> str:
+def _settings(run: RunDir, portable: Portable, status: RunStatus | None) -> str:
     """The training settings and the environment record as one table, then the whole
     config.json folded away; the model and the datasets by name (portable_config), with
     the model's fingerprint."""
@@ -148,7 +150,7 @@ def _settings(run: RunDir, portable: Portable, status: dict[str, Any]) -> str:
     env = config.get("environment") or {}
     versions = ", ".join(f"{k} {v}" for k, v in (env.get("versions") or {}).items())
     items = _training_items(config.get("train") or {}, status, task_of(run), portable.fingerprint)
-    items += fast_path_items((status.get("choices") or {}).get("fast_paths"))  # measured, with the reason
+    items += fast_path_items(_choices(status).get("fast_paths"))  # measured, with the reason
     items += [
         ("environment", f"{env.get('machine')}, Python {env.get('python')}; {versions}" if env else None),
         ("git", env.get("git")),
@@ -162,23 +164,29 @@ def _settings(run: RunDir, portable: Portable, status: dict[str, Any]) -> str:
     )
 
 
-def _lora_targets(lora: dict[str, Any], status: dict[str, Any]) -> str:
+def _choices(status: RunStatus | None) -> Mapping[str, Any]:
+    """status.json's `choices` ({} when the status is lost: the report still shows the results)."""
+    return status.choices if status is not None else {}
+
+
+def _lora_targets(lora: dict[str, Any], status: RunStatus | None) -> str:
     """The modules LoRA adapted, as the run found them in its model (status.json's
     choices), and the request they came from when that was a group (`attention`)."""
     asked = list(lora.get("target_modules") or [])
-    found = ((status.get("choices") or {}).get("lora") or {}).get("targets")
+    found = (_choices(status).get("lora") or {}).get("targets")
     if not found or found == asked:
         return ", ".join(asked)
     return f"{', '.join(found)} ({', '.join(asked)})"
 
 
 def _training_items(
-    train: dict[str, Any], status: dict[str, Any], task: str, fingerprint: str | None
+    train: dict[str, Any], status: RunStatus | None, task: str, fingerprint: str | None
 ) -> list[tuple[str, Any]]:
     """(label, value) of method, scope, model (by name, and its files' `fingerprint`),
     scoring, data, optimizer, and the BOME settings of a calm run or the generation
     settings of an open-QA one."""
-    model, lora, t = status.get("model") or {}, train.get("lora") or {}, train.get
+    model = (status.model if status is not None else None) or {}
+    lora, t = train.get("lora") or {}, train.get
     items = [
         ("method", t("method")),
         ("task", task),
@@ -187,7 +195,7 @@ def _training_items(
         ("model fingerprint", fingerprint),
         ("loaded as", ", ".join(str(model[k]) for k in ("kind", "device", "dtype") if model.get(k)) or None),
         ("scoring rule", f"{t('scoring')}, chat template {'on' if t('chat_template') else 'off'}"),
-        ("steps", f"{status.get('step', '?')} of {t('steps')}"),
+        ("steps", f"{status.step if status is not None else '?'} of {t('steps')}"),
         ("S_T (training set)", _data(train, "train")),
         ("S_V (held-out set)", _data(train, "heldout")),
         ("evaluation sets", _data(train, "eval")),
@@ -233,7 +241,7 @@ def _data(train: dict[str, Any], key: str) -> str | None:
     return text + (f" (first {limit} items{' each' if key == 'eval' else ''})" if limit else "")
 
 
-def _metrics(rows: list[dict[str, Any]], results: dict[str, Any]) -> str:
+def _metrics(rows: list[dict[str, Any]], results: RunResults) -> str:
     """The final results table with the runs' columns (metrics.columns; open-QA ones for
     an open-QA run) and a line per post-hoc calibrator: what it fitted, or why it is missing."""
     columns = result_columns(rows)
@@ -326,7 +334,7 @@ def _diagram(run: RunDir, row: dict[str, Any], n_bins: int) -> str:
     return f"<figure>{reliability_svg(data.to_records())}<figcaption>{caption}</figcaption></figure>"
 
 
-def _alpha(records: list[dict[str, Any]], train: dict[str, Any]) -> str:
+def _alpha(records: list[dict[str, Any]], train: Mapping[str, Any]) -> str:
     """The last logged alpha statistics (and vectors, options scope), and tau_mean over steps."""
     last = records[-1] if records else {}
     stats = {k[6:]: v for k, v in last.items() if k.startswith("alpha/") and isinstance(v, (int, float))}
@@ -362,7 +370,7 @@ def _alpha(records: list[dict[str, Any]], train: dict[str, Any]) -> str:
     )
 
 
-def _bome(records: list[dict[str, Any]], train: dict[str, Any]) -> str:
+def _bome(records: list[dict[str, Any]], train: Mapping[str, Any]) -> str:
     """BOME's diagnostics line and their means over the last 10 steps (calm runs only)."""
     bome = recorded_bilevel(train)
     summary = bome_summary(records, bome.eta if bome else None)

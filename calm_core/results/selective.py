@@ -170,7 +170,7 @@ def choose(run: RunDir, request: SelectiveRequest, variant: str) -> Choice:
 
 def evaluation_sets(run: RunDir, variant: str) -> list[tuple[str, str, bool]]:
     """(label, dataset as stored, added after training) of every set `variant` was evaluated on."""
-    rows = [*run.results()["results"], *run.added_results()]
+    rows = [*run.results().rows, *run.added_results()]
     out = []
     for row in rows:
         if row["variant"] == variant:
@@ -285,8 +285,8 @@ def default_variant(run: RunDir) -> str:
     """The variant to start from: the run's recommendation when it stored its S_V
     probabilities, else its trained method, else base."""
     stored = heldout_variants(run)
-    recommended = str((run.results().get("recommendation") or {}).get("variant", ""))
-    method = str(run.config.get("train", {}).get("method", ""))
+    recommended = run.results().recommended or ""
+    method = run.config.train_method
     for name in (recommended, method):
         if name in stored:
             return name

@@ -22,6 +22,7 @@ from typing import Any
 from calm_core.calibration.metrics.paired import PAIRED_LEVEL, PairedDifference
 from calm_core.calibration.posthoc import calibrators
 from calm_core.calibration.recommend import KEEP, accuracy_slack
+from calm_core.runs.records import RunResults
 from calm_core.training.methods import METHODS
 
 # The variants of the untouched model that `calm export --variant` writes as a folder of the
@@ -80,17 +81,17 @@ def variant_label(variant: str) -> str:
     return f"{label}, adapter only" if method != variant else label
 
 
-def keeps_model(results: dict[str, Any]) -> bool:
+def keeps_model(results: RunResults) -> bool:
     """Whether the recommendation is to keep the model as it is (the reference variant)."""
-    rec = results.get("recommendation") or {}
+    rec = results.recommendation or {}
     variant = rec.get("variant")
     reference = (rec.get("comparison") or {}).get("reference", "base")
     return bool(variant) and (rec.get("decision") == KEEP or variant == reference)
 
 
-def recommendation_decision(results: dict[str, Any]) -> str | None:
+def recommendation_decision(results: RunResults) -> str | None:
     """The sentence's opening words: "Keep the model as it is" or "Use temperature scaling"."""
-    variant = (results.get("recommendation") or {}).get("variant")
+    variant = results.recommended
     if not variant:
         return None
     return f"Keep {BASE_LABEL}" if keeps_model(results) else f"Use {variant_label(variant)}"
@@ -136,7 +137,7 @@ class VerdictRow:
         return f"tie on {self.n} items between {', '.join(named[:-1])} and {named[-1]}"
 
 
-def verdict_rows(results: dict[str, Any]) -> list[VerdictRow]:
+def verdict_rows(results: RunResults) -> list[VerdictRow]:
     """One VerdictRow per evaluation set of results.json, in the run's order.
 
     A variant keeps accuracy when it is within `recommend.accuracy_slack(n)` of base (one
@@ -161,9 +162,9 @@ def verdict_rows(results: dict[str, Any]) -> list[VerdictRow]:
     before it, open answers) show no tie.
     """
     by_set: dict[str, list[dict[str, Any]]] = {}
-    for row in results.get("results", []):
-        by_set.setdefault(str(row.get("dataset")), []).append(row)
-    chosen = (results.get("recommendation") or {}).get("variant")
+    for row in results.rows:
+        by_set.setdefault(row.dataset, []).append(dict(row))
+    chosen = results.recommended
     decision = recommendation_decision(results)
     return [_verdict_row(name, rows, chosen, decision) for name, rows in by_set.items()]
 
@@ -258,13 +259,13 @@ def _near_uniform(row: dict[str, Any], acc: float | None) -> bool:
     return confidence <= chance + NEAR_UNIFORM_CONFIDENCE and acc > chance + NEAR_UNIFORM_ACCURACY
 
 
-def verdict_table(results: dict[str, Any]) -> list[dict[str, str]]:
+def verdict_table(results: RunResults) -> list[dict[str, str]]:
     """The verdict rows as table rows (VERDICT_COLUMNS): what Compare, the Monitor and the
     report open with."""
     return [row.cells() for row in verdict_rows(results)]
 
 
-def verdict_row_lines(results: dict[str, Any]) -> list[str]:
+def verdict_row_lines(results: RunResults) -> list[str]:
     """The verdict rows as text lines (`calm train`'s closing lines, the CLI)."""
     lines = []
     for row in verdict_rows(results):

@@ -10,7 +10,7 @@ and Compare pages, so every number a page shows is computed (and tested) here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -21,6 +21,7 @@ from calm_core.calibration.thermometer import KIND as THERMOMETER
 from calm_core.glossary import define, lookup
 from calm_core.results.verdict import ABBREVIATIONS
 from calm_core.runs.layout import predictions_path
+from calm_core.runs.records import RunResults
 from calm_core.runs.rundir import RunDir
 
 EVAL_PREFIX = "eval/"
@@ -145,10 +146,10 @@ def compare_rows(runs: list[RunDir]) -> list[dict[str, Any]]:
     rows, seen, shared, shown = [], set(), shared_variants(), {}
 
     for run in runs:
-        if not (run.path / "results.json").is_file():
+        if not run.has_results():
             raise ValueError(f"Expected results.json in run {run.run_id} (a finished run), but found none")
         label = _name(run)
-        for row in [*run.results()["results"], *run.added_results()]:
+        for row in [*run.results().rows, *run.added_results()]:
             variant = row["variant"]
             dataset = _shown_name(row["dataset"], shown) + (ADDED_MARK if row.get("added_after_training") else "")
             if (dataset, variant) in seen:
@@ -197,33 +198,38 @@ def added_lines(rows: list[dict[str, Any]]) -> list[str]:
     return list(lines.values())
 
 
+def _status_name(run: RunDir) -> str | None:
+    status = run.status_or_none()
+    return status.name if status is not None else None
+
+
 def _name(run: RunDir) -> str:
     """The run's name for labels: status.json's, else the id (a damaged status must not
     hide results that are intact)."""
-    return run.status_or_empty().get("name") or run.run_id
+    return _status_name(run) or run.run_id
 
 
 def reference_points(run: RunDir) -> dict[str, dict[str, tuple[float, float]]]:
     """{evaluation set: {"base" | "ts" | other post-hoc: (ece, acc)}} from a finished run's
     results.json (the trade-off plot's reference markers); {} before the final evaluation."""
-    if not (run.path / "results.json").is_file():
+    if not run.has_results():
         return {}
     out: dict[str, dict[str, tuple[float, float]]] = {}
     shared = shared_variants()
-    for row in run.results()["results"]:
+    for row in run.results().rows:
         if row["variant"] in shared:
             out.setdefault(row["dataset"], {})[row["variant"]] = (float(row["ece"]), float(row["acc"]))
     return out
 
 
-def posthoc_lines(results: dict[str, Any], notes_only: bool = False) -> list[str]:
+def posthoc_lines(results: RunResults, notes_only: bool = False) -> list[str]:
     """One line per post-hoc calibrator in a run's results.json (its entry under the
     calibrator's name): what was fitted and on which set ("Temperature scaling (ts):
     T = 1.234, fitted on S."), or the note saying why its variant is missing. With
     `notes_only`, only the notes (the Monitor says why a row is missing)."""
     lines = []
     for name, cls in calibrators().items():
-        record = results.get(name)
+        record = results.calibrator(name)
         if not isinstance(record, dict):
             continue
         if "note" in record:
@@ -295,7 +301,7 @@ def uniform_entropy(run: RunDir) -> float | None:
     an open-answer run (its entropy is per token) or when S_V cannot be read."""
     from calm_core.data.catalog import load_dataset
 
-    train = run.config.get("train", {})
+    train = run.config.train
     if task_of(run) != "mcqa" or not train.get("heldout_data"):
         return None
     try:
@@ -308,9 +314,9 @@ def uniform_entropy(run: RunDir) -> float | None:
 
 def task_of(run: RunDir) -> str:
     """`mcqa` or `openqa`, from the run's config (runs before open QA are mcqa)."""
-    return task_in(run.config.get("train", {}))
+    return task_in(run.config.train)
 
 
-def task_in(train: dict[str, Any]) -> str:
+def task_in(train: Mapping[str, Any]) -> str:
     """`task_of` on a config.json `train` record already read (the Monitor reads it once a poll)."""
     return train.get("task", "mcqa")

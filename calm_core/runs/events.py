@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -162,7 +162,11 @@ class EventLog:
 
 
 def convert_run(
-    run_path: Path, records: list[dict], config: Mapping[str, Any], rows: list[dict], created: float | None = None
+    run_path: Path,
+    records: list[dict[str, Any]],
+    config: Mapping[str, Any],
+    rows: Sequence[Mapping[str, Any]],
+    created: float | None = None,
 ) -> Path:
     """Rebuild `<run>/tensorboard/` from a run's metrics records, resolved config and
     results.json rows (an older run, or one written without tensorboard installed). The old

@@ -34,6 +34,7 @@ from calm_core.runs.layout import CONFIG, JOB_FILE, RESULTS, STDOUT
 from calm_core.runs.listing import queued_runs, run_statuses
 from calm_core.runs.naming import runs_root
 from calm_core.runs.process import HOST, pids_with_option, process_alive
+from calm_core.runs.records import RunStatus
 from calm_core.runs.rundir import RunDir
 from calm_core.runs.state import ACTIVE_STATES, DAMAGED, STATUS, RunState, run_state
 
@@ -135,10 +136,10 @@ def start_job(run_dir: RunDir, command: list[str], env: dict | None = None) -> i
     return process.pid
 
 
-def _holds_slot(status: dict) -> bool:
+def _holds_slot(status: RunStatus) -> bool:
     """An active run holds a job slot until its process is known to be gone (a hung
     process still holds one; on another machine, only a fresh heartbeat does)."""
-    if status.get("state") not in ACTIVE_STATES:
+    if status.state not in ACTIVE_STATES:
         return False
     alive = process_alive(status)
     return alive if alive is not None else run_state(status).state in ACTIVE_STATES
@@ -185,7 +186,7 @@ def submit(run_dir: RunDir, command: list[str], env: dict | None = None) -> list
     """
     command = _check_command(command)
     with file_lock(run_dir.path.parent / QUEUE_LOCK):
-        state = run_dir.status.get("state")
+        state = run_dir.status.state
         if state != "queued":
             raise ValueError(
                 f"Expected a new (queued) run to submit, but {run_dir.run_id} is {state}; "
@@ -215,7 +216,7 @@ def cancel(run_dir: RunDir, grace_s: float = 0.0) -> RunState:
     a job still active afterwards is stuck: `kill` it."""
     with file_lock(run_dir.path.parent / QUEUE_LOCK):
         status = run_dir.status
-        state, alive = status.get("state"), process_alive(status)
+        state, alive = status.state, process_alive(status)
         if state == "queued":
             run_dir.write_status("cancelled", only_from=("queued",))
         elif state in ACTIVE_STATES and alive is False:
@@ -226,8 +227,8 @@ def cancel(run_dir: RunDir, grace_s: float = 0.0) -> RunState:
     return _wait_until_stopped(run_dir, grace_s)
 
 
-def _signal_group(status: dict, signum: int) -> None:
-    pid = int(status["pid"])
+def _signal_group(status: RunStatus, signum: int) -> None:
+    pid = int(status.pid or 0)
     try:
         os.killpg(os.getpgid(pid), signum)  # the job's session: its workers go too
     except ProcessLookupError:
@@ -238,10 +239,10 @@ def kill(run_dir: RunDir, grace_s: float = KILL_GRACE_S) -> RunState:
     """Stop a stuck job: SIGTERM to its process group, SIGKILL after `grace_s`; the run
     is left `failed` with error "killed" (unless the job wrote a final state itself)."""
     status = run_dir.status
-    if status.get("state") not in ACTIVE_STATES:
+    if status.state not in ACTIVE_STATES:
         return run_dir.state()
-    if status.get("host", HOST) != HOST:
-        raise RuntimeError(f"Run {run_dir.run_id} runs on {status['host']}; kill it from there")
+    if (status.host or HOST) != HOST:
+        raise RuntimeError(f"Run {run_dir.run_id} runs on {status.host}; kill it from there")
     if process_alive(status):
         _signal_group(status, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
@@ -306,21 +307,19 @@ def _repair(run_dir: RunDir) -> None:
     except (FileNotFoundError, RunFileError):
         _set_aside(run_dir.path / STATUS)
         latest = run_dir.latest_checkpoint()
-        train = config.get("train") if isinstance(config.get("train"), dict) else {}
-        atomic_write_json(
-            run_dir.path / STATUS,
-            {
-                "state": "failed",
-                "run_id": run_dir.run_id,
-                "step": latest[0] if latest else 0,
-                "total_steps": train.get("steps"),
-                "name": config.get("name"),
-                "method": config.get("method"),
-                "created": (run_dir.path / CONFIG).stat().st_mtime,
-                "updated": time.time(),
-                "error": "status.json was damaged and has been rebuilt from config.json and the checkpoints",
-            },
+        steps = config.train.get("steps")
+        rebuilt = RunStatus(
+            "failed",
+            run_id=run_dir.run_id,
+            step=latest[0] if latest else 0,
+            total_steps=steps if isinstance(steps, int) else None,
+            name=config.name,
+            method=config.method,
+            created=(run_dir.path / CONFIG).stat().st_mtime,
+            updated=time.time(),
+            error="status.json was damaged and has been rebuilt from config.json and the checkpoints",
         )
+        atomic_write_json(run_dir.path / STATUS, rebuilt.to_json())
     try:
         read_job(run_dir)
     except RunFileError:
@@ -336,7 +335,7 @@ def _repair(run_dir: RunDir) -> None:
                 "rebuilt": True,
             },
         )
-    if run_dir.status.get("state") == "finished":  # results.json damaged or missing: evaluate again
+    if run_dir.status.state == "finished":  # results.json damaged or missing: evaluate again
         try:
             run_dir.results()
         except (FileNotFoundError, RunFileError):

@@ -11,9 +11,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from calm_core.runs.layout import CONFIG
-from calm_core.runs.naming import config_label, runs_root
+from calm_core.runs.naming import runs_root
+from calm_core.runs.records import RunStatus
 from calm_core.runs.rundir import RunDir
-from calm_core.runs.state import STALE_AFTER_S, STATUS
+from calm_core.runs.state import DAMAGED, STALE_AFTER_S, STATUS
 
 
 @dataclass(frozen=True)
@@ -40,30 +41,26 @@ def summarize(run: RunDir, now: float | None = None, stale_after: float = STALE_
     `damaged` with the file and what to do, never skipped."""
     files = run.read_files()
     view = run.state(now, stale_after, files)
-    status = files.status
-    name, method = status.get("name"), status.get("method")
-    if name is None and method is None and files.config is not None:
-        name, method = config_label(files.config, "name"), config_label(files.config, "method")
-    launched_by = files.config.get("launched_by") if isinstance(files.config, dict) else None
-    launched_from = files.config.get("launched_from") if isinstance(files.config, dict) else None
-    data = config_label(files.config, "train_data") if files.config is not None else None
-    started = status.get("started") if isinstance(status.get("started"), (int, float)) else None
+    status, config = files.status or RunStatus(DAMAGED), files.config
+    name, method = status.name, status.method
+    if name is None and method is None and config is not None:
+        name, method = config.label("name"), config.label("method")
     return RunSummary(
         run.run_id,
         run.path,
         view.state,
         view.reason,
         view.resumable,
-        status.get("step"),
-        status.get("total_steps"),
-        status.get("created"),
+        status.step if files.status is not None else None,
+        status.total_steps,
+        status.created,
         name,
         method,
-        status.get("queued_at"),
-        launched_by if isinstance(launched_by, str) else None,
-        data,
-        started,
-        launched_from if isinstance(launched_from, str) else None,
+        status.queued_at,
+        config.launched_by if config is not None else None,
+        config.label("train_data") if config is not None else None,
+        status.started,
+        config.launched_from if config is not None else None,
     )
 
 
@@ -79,7 +76,7 @@ def run_label(summary: RunSummary) -> str:
     return f"{summary.run_id} · {summary.state} · {method}{on} · {stamp}"
 
 
-def run_statuses(root: str | Path | None = None) -> list[tuple[RunDir, dict]]:
+def run_statuses(root: str | Path | None = None) -> list[tuple[RunDir, RunStatus]]:
     """(run, status.json) of every run under `root` whose status reads, each read once:
     what the scheduler needs (the queue and the slots held), without the display
     summaries `list_runs` makes. A damaged or vanished run is left out."""
@@ -98,10 +95,10 @@ def run_statuses(root: str | Path | None = None) -> list[tuple[RunDir, dict]]:
     return found
 
 
-def queued_runs(statuses: list[tuple[RunDir, dict]]) -> list[RunDir]:
+def queued_runs(statuses: list[tuple[RunDir, RunStatus]]) -> list[RunDir]:
     """The queued runs among `run_statuses`, oldest first (queued_at, then id)."""
-    queued = [(run, status) for run, status in statuses if status.get("state") == "queued"]
-    return [run for run, _ in sorted(queued, key=lambda rs: (rs[1].get("queued_at") or 0.0, rs[0].run_id))]
+    queued = [(run, status) for run, status in statuses if status.state == "queued"]
+    return [run for run, _ in sorted(queued, key=lambda rs: (rs[1].queued_at or 0.0, rs[0].run_id))]
 
 
 def list_runs(

@@ -28,14 +28,16 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from calm_core.data.readers import FORMATS
 from calm_core.paths import PROJECT_ROOT, cache_dir, data_dir, workspace_dir
 from calm_core.provenance import model_fingerprint
+from calm_core.runs.records import ResultRow, RunConfig
 from calm_core.runs.rundir import RunDir
 
 DATA_KEYS = ("train_data", "heldout_data", "eval_data")  # config.json's `train` keys that name datasets
@@ -65,10 +67,11 @@ def public_dataset_name(name: str) -> str:
     return name
 
 
-def portable_config(config: dict[str, Any]) -> dict[str, Any]:
+def portable_config(config: RunConfig) -> dict[str, Any]:
     """A copy of a run's config.json with the model and the datasets by their public names
     (the export's calm_config.json, the report's config.json)."""
-    out = copy.deepcopy(config)
+    out = copy.deepcopy(config.to_json())
+
     train = out.get("train")
     if isinstance(train, dict):
         if isinstance(train.get("model"), str):
@@ -96,8 +99,9 @@ class Portable:
     @classmethod
     def of(cls, run: RunDir) -> Portable:
         """The run's model name and fingerprint, and every local path it knows of."""
-        train = run.config.get("train") or {}
-        loaded = run.status_or_empty().get("model") or {}
+        train = run.config.train
+        status = run.status_or_none()
+        loaded = (status.model if status is not None else None) or {}
         model = str(train.get("model") or "embedded")
         pairs = _model_paths(model, loaded) + _dataset_paths(run, train) + [(str(run.path), run.run_id)]
         pairs += _machine_folders()
@@ -122,7 +126,7 @@ class Portable:
         return value
 
 
-def _fingerprint(model: str, loaded: dict[str, Any]) -> str | None:
+def _fingerprint(model: str, loaded: Mapping[str, Any]) -> str | None:
     """The fingerprint the run's load recorded, else one of the model's files if they are
     still here (a run from before fingerprints were recorded); None for a hub id."""
     if loaded.get("fingerprint"):
@@ -134,27 +138,28 @@ def _fingerprint(model: str, loaded: dict[str, Any]) -> str | None:
     return None
 
 
-def _model_paths(model: str, loaded: dict[str, Any]) -> list[tuple[str, str]]:
+def _model_paths(model: str, loaded: Mapping[str, Any]) -> list[tuple[str, str]]:
     """The model's local spellings (as set, as loaded) -> its base name."""
     spec = loaded.get("spec") or {}
     names = (model, loaded.get("name"), loaded.get("source"), spec.get("name"))
     return [(name, Path(name).name) for name in names if isinstance(name, str) and looks_local(name)]
 
 
-def _dataset_paths(run: RunDir, train: dict[str, Any]) -> list[tuple[str, str]]:
+def _dataset_paths(run: RunDir, train: Mapping[str, Any]) -> list[tuple[str, str]]:
     """Datasets named by a path (training, held-out, evaluation, split sources, sets added
     after training) -> their base names."""
     names: list[Any] = [train.get("train_data"), train.get("heldout_data"), *(train.get("eval_data") or [])]
-    names += [record.get("source") for record in (run.config.get("splits") or {}).values() if isinstance(record, dict)]
-    names += [row.get("dataset") for row in _result_rows(run)]
+    names += [record.get("source") for record in run.config.splits.values() if isinstance(record, dict)]
+    names += [row.dataset for row in _result_rows(run)]
     return [(n, public_dataset_name(n)) for n in names if isinstance(n, str) and looks_local(n)]
 
 
-def _result_rows(run: RunDir) -> list[dict[str, Any]]:
+def _result_rows(run: RunDir) -> list[ResultRow]:
     """results.json's rows and those added after training; [] for a file that is missing or
     damaged (the export and the report say so where they read it)."""
-    rows: list[dict[str, Any]] = []
-    for read in (lambda: run.results()["results"], run.added_results):
+    rows: list[ResultRow] = []
+    reads: tuple[Callable[[], Sequence[ResultRow]], ...] = (lambda: run.results().rows, run.added_results)
+    for read in reads:
         try:
             rows += read()
         except (OSError, ValueError):  # RunFileError is a ValueError

@@ -12,6 +12,8 @@ import socket
 
 import psutil
 
+from calm_core.runs.records import RunStatus
+
 HOST = socket.gethostname()  # pids are only checked on the machine that recorded them
 _GONE = (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
 
@@ -57,12 +59,11 @@ def _same_start(process: psutil.Process, start: str) -> bool:
     return text[text.rindex(")") + 2 :].split()[19] == start
 
 
-def process_alive(status: dict) -> bool | None:
+def process_alive(status: RunStatus) -> bool | None:
     """Whether the run's recorded process is alive; None when it cannot be checked here."""
-    pid = status.get("pid")
-    if not pid or status.get("host", HOST) != HOST:
+    if not status.pid or (status.host or HOST) != HOST:
         return None
-    return pid_alive(int(pid), status.get("pid_start"))
+    return pid_alive(status.pid, status.pid_start)
 
 
 def pids_with_option(option: str, value: str) -> list[int]:

@@ -24,9 +24,11 @@ studio can all update fields without losing each other's; a metrics line goes ou
 
 `RunDir` holds only a path: every property reads the disk afresh, nothing stays open.
 
-Its parts live beside it, each with one job: `layout` (the file names, the predictions'
-path), `naming` (the runs root and run ids), `damage` (`RunFileError`, the checked JSON
-reader), `metrics_lines` (reading metrics.jsonl back, `MetricsTail`) and `checkpoint_dirs`
+Its parts live beside it, each with one job: `records` (status.json, config.json and
+results.json as `RunStatus`, `RunConfig`, `RunResults`, which `status`, `config` and
+`results()` return; `record_fields` decodes them), `layout` (the file names, the
+predictions' path), `naming` (the runs root and run ids), `damage` (`RunFileError`, the
+checked JSON reader), `metrics_lines` (reading metrics.jsonl back, `MetricsTail`) and `checkpoint_dirs`
 (`RunCheckpoints`, the checkpoint methods `RunDir` inherits).
 """
 
@@ -40,7 +42,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, NamedTuple
+from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, TypeVar
 
 from calm_core.io import atomic_write_json, atomic_write_text, file_lock, staging_directory
 from calm_core.runs.checkpoint_dirs import RunCheckpoints
@@ -58,8 +60,9 @@ from calm_core.runs.layout import (
     STDOUT,
 )
 from calm_core.runs.metrics_lines import parse_metrics_lines
-from calm_core.runs.naming import check_run_id, config_label, new_run_id, runs_root
+from calm_core.runs.naming import check_run_id, new_run_id, runs_root
 from calm_core.runs.process import HOST, process_alive, process_start
+from calm_core.runs.records import ResultRow, RunConfig, RunResults, RunStatus
 from calm_core.runs.state import (
     ACTIVE_STATES,
     DAMAGED,
@@ -71,6 +74,19 @@ from calm_core.runs.state import (
     run_state,
 )
 
+T = TypeVar("T")
+
+
+def _status_of(merged: dict[str, Any], fields: dict[str, Any]) -> RunStatus:
+    """The status record the writer is about to store; a field of the wrong type is the
+    writer's bug, said as one (the file on disk is untouched)."""
+    try:
+        return RunStatus.from_json(json.loads(json.dumps(merged, default=_jsonable)), STATUS, "")
+    except RunFileError as error:
+        raise TypeError(
+            f"Expected status fields that status.json can hold, but got {sorted(fields)}: {error}"
+        ) from error
+
 
 def _jsonable(value: Any) -> Any:
     """numpy / torch scalars and arrays become numbers and lists, anything else a string."""
@@ -78,12 +94,12 @@ def _jsonable(value: Any) -> Any:
 
 
 class RunFiles(NamedTuple):
-    """The small files of a run as `RunDir.read_files` read them: status.json ({} when
-    it cannot be read), config.json (None when it cannot be read) and why the run is
-    damaged (None: it is not). Passed on, so a listing reads each file once."""
+    """The small files of a run as `RunDir.read_files` read them: status.json and
+    config.json (None when one cannot be read) and why the run is damaged (None: it is
+    not). Passed on, so a listing reads each file once."""
 
-    status: dict
-    config: dict | None
+    status: RunStatus | None
+    config: RunConfig | None
     damage: str | None
 
 
@@ -95,17 +111,19 @@ class RunDir(RunCheckpoints):
         object.__setattr__(self, "path", Path(self.path))
 
     @classmethod
-    def create(cls, root: str | Path | None, run_id: str, config: dict) -> RunDir:
+    def create(cls, root: str | Path | None, run_id: str, config: RunConfig | Mapping[str, Any]) -> RunDir:
         """Make `<root>/<run_id>/` with `config.json` and a `queued` status (FileExistsError
         if taken). Both are written in a hidden directory renamed into place, so a reader
         never meets a run with one file and not the other."""
+        if not isinstance(config, RunConfig):
+            config = RunConfig.from_json(config, CONFIG, "the caller built it wrong")
         final = runs_root(root) / check_run_id(run_id)
         final.parent.mkdir(parents=True, exist_ok=True)
         if final.exists():
             raise FileExistsError(f"Run {run_id} exists already under {final.parent}")
         staging = cls(staging_directory(final.parent, prefix=f".{run_id}.", suffix=".new"))
         try:
-            atomic_write_json(staging.path / CONFIG, config)
+            atomic_write_json(staging.path / CONFIG, config.to_json())
             now = time.time()
             staging.write_status(
                 "queued",
@@ -113,8 +131,8 @@ class RunDir(RunCheckpoints):
                 created=now,
                 queued_at=now,
                 step=0,
-                name=config_label(config, "name"),
-                method=config_label(config, "method"),
+                name=config.label("name"),
+                method=config.label("method"),
             )
             try:
                 os.rename(staging.path, final)  # fails on an existing non-empty directory: a clash
@@ -126,7 +144,9 @@ class RunDir(RunCheckpoints):
         return cls(final)
 
     @classmethod
-    def new(cls, config: dict, name_hint: str | None = None, root: str | Path | None = None) -> RunDir:
+    def new(
+        cls, config: RunConfig | Mapping[str, Any], name_hint: str | None = None, root: str | Path | None = None
+    ) -> RunDir:
         """`create` with a fresh `new_run_id(name_hint)`, retrying on the rare id clash."""
         for _ in range(100):
             try:
@@ -167,35 +187,40 @@ class RunDir(RunCheckpoints):
         return f"restore it from a copy, or delete run {self.run_id}"
 
     @property
-    def config(self) -> dict:
-        return read_json_object(self.path / CONFIG, self.advice(CONFIG))
+    def config(self) -> RunConfig:
+        """config.json, checked (RunFileError names what is wrong)."""
+        path = self.path / CONFIG
+        return RunConfig.from_json(read_json_object(path, self.advice(CONFIG)), path, self.advice(CONFIG))
 
     @property
-    def status(self) -> dict:
-        return read_json_object(self.path / STATUS, self.advice(STATUS))
+    def status(self) -> RunStatus:
+        """status.json, checked (RunFileError names what is wrong)."""
+        path = self.path / STATUS
+        return RunStatus.from_json(read_json_object(path, self.advice(STATUS)), path, self.advice(STATUS))
 
-    def status_or_empty(self) -> dict:
-        """status.json, or {} when it is lost or damaged: for readers of a finished run (an
+    def status_or_none(self) -> RunStatus | None:
+        """status.json, or None when it is lost or damaged: for readers of a finished run (an
         export, a report) whose subject is the results, not the status."""
         try:
             return self.status
         except (OSError, ValueError):
-            return {}
+            return None
 
-    def results(self) -> dict:
-        """results.json (the final evaluation), checked: an object with a `results` list of
-        rows that each name their `dataset` and `variant`."""
-        data = read_json_object(self.path / RESULTS, self.advice(RESULTS), {"results": list})
-        for i, row in enumerate(data["results"]):
-            if not (
-                isinstance(row, dict) and isinstance(row.get("dataset"), str) and isinstance(row.get("variant"), str)
-            ):
-                raise RunFileError(
-                    f"{self.path / RESULTS} is damaged (row {i} has no `dataset` / `variant`); {self.advice(RESULTS)}"
-                )
-        return data
+    def has_results(self) -> bool:
+        """Whether the final evaluation wrote results.json (it may still be damaged)."""
+        return (self.path / RESULTS).is_file()
 
-    def added_results(self) -> list[dict]:
+    def results(self) -> RunResults:
+        """results.json (the final evaluation), checked: its `results` rows each name their
+        `dataset` and `variant`, and every typed part has its type."""
+        path = self.path / RESULTS
+        return RunResults.from_json(read_json_object(path, self.advice(RESULTS)), path, self.advice(RESULTS))
+
+    def results_or_none(self) -> RunResults | None:
+        """results.json, or None before the final evaluation wrote it (damage still raises)."""
+        return self.results() if self.has_results() else None
+
+    def added_results(self) -> list[ResultRow]:
         """The rows of evaluations added after training (added_results.json), [] when none
         was added; checked as `results()` checks its rows."""
         path = self.path / ADDED_RESULTS
@@ -203,22 +228,21 @@ class RunDir(RunCheckpoints):
             return []
         advice = f"delete it and run `calm eval --run {self.run_id}` again for the sets it held"
         rows = read_json_object(path, advice, {"results": list})["results"]
-        for i, row in enumerate(rows):
-            if not (
-                isinstance(row, dict) and isinstance(row.get("dataset"), str) and isinstance(row.get("variant"), str)
-            ):
-                raise RunFileError(f"{path} is damaged (row {i} has no `dataset` / `variant`); {advice}")
-        return rows
+        return [ResultRow.from_json(row, path, advice) for row in rows]
 
-    def add_results(self, rows: list[dict]) -> list[dict]:
+    def write_results(self, results: RunResults) -> None:
+        """results.json, replaced atomically (the final evaluation writes it once)."""
+        atomic_write_json(self.path / RESULTS, results.to_json())
+
+    def add_results(self, rows: list[Mapping[str, Any]]) -> list[ResultRow]:
         """Store rows of an evaluation added after training: they replace the earlier added
         rows of the same datasets (read-merge-write under the run's lock, written atomically);
         returns every added row. results.json, the final evaluation's, is never touched."""
         datasets = {row["dataset"] for row in rows}
         with self.locked():
-            kept = [row for row in self.added_results() if row["dataset"] not in datasets]
-            atomic_write_json(self.path / ADDED_RESULTS, {"results": kept + list(rows)})
-        return kept + list(rows)
+            kept = [row for row in self.added_results() if row.dataset not in datasets]
+            atomic_write_json(self.path / ADDED_RESULTS, {"results": [dict(row) for row in [*kept, *rows]]})
+        return self.added_results()
 
     def write_selective(self, record: dict) -> None:
         """selective.json: the chosen selective-answering threshold (results/selective.py),
@@ -261,12 +285,12 @@ class RunDir(RunCheckpoints):
         status, status_damage = self._read_checked(lambda: self.status)
         config, config_damage = self._read_checked(lambda: self.config)
         damage = status_damage or config_damage
-        if status is not None and config is not None and status.get("state") == "finished":
-            if (self.path / RESULTS).exists() or "train" in config:  # a training run always writes it; others need not
+        if status is not None and config is not None and status.state == "finished":
+            if self.has_results() or config.train:  # a training run always writes it; others need not
                 _, damage = self._read_checked(self.results)
-        return RunFiles(status or {}, config, damage)
+        return RunFiles(status, config, damage)
 
-    def _read_checked(self, read: Callable[[], dict]) -> tuple[dict | None, str | None]:
+    def _read_checked(self, read: Callable[[], T]) -> tuple[T | None, str | None]:
         """(`read()`, None), or (None, why) when the file it reads is damaged or missing."""
         try:
             return read(), None
@@ -286,8 +310,10 @@ class RunDir(RunCheckpoints):
         if files.damage is not None:
             return RunState(DAMAGED, files.damage, not files.damage.startswith(str(self.path / CONFIG)))
         status = files.status
+        if status is None:  # read_files names the damage whenever status.json cannot be read
+            return RunState(DAMAGED, f"{self.path / STATUS} cannot be read", True)
         view = run_state(status, now, stale_after)
-        if view.state == "failed" and status.get("state") in ACTIVE_STATES and process_alive(status) is False:
+        if view.state == "failed" and status.state in ACTIVE_STATES and process_alive(status) is False:
             last = self.last_output_line()
             if last:
                 view = RunState(view.state, f"{view.reason}; its last output: {last}", view.resumable)
@@ -311,16 +337,17 @@ class RunDir(RunCheckpoints):
         with file_lock(self.path / LOCK):
             yield
 
-    def update_status(self, **fields: Any) -> dict:
-        """Merge `fields` into status.json atomically, keeping the state; returns the new status."""
+    def update_status(self, **fields: Any) -> RunStatus:
+        """Merge `fields` into status.json atomically, keeping the state; returns the new
+        status. A field of the wrong type is refused (TypeError) before anything is written."""
         now = time.time()
         if fields.get("pid"):  # the pid is only meaningful with its machine and start stamp
             fields.setdefault("host", HOST)
             fields.setdefault("pid_start", process_start(int(fields["pid"])))
         with self.locked():
-            status = self.status if (self.path / STATUS).is_file() else {}
-            status.update(fields, updated=now)
-            atomic_write_json(self.path / STATUS, status)
+            before = self.status.to_json() if (self.path / STATUS).is_file() else {}
+            status = _status_of({**before, **fields, "updated": now}, fields)
+            atomic_write_json(self.path / STATUS, status.to_json())
         return status
 
     def write_status(self, state: str, *, only_from: Iterable[str] | None = None, **fields: Any) -> bool:
@@ -338,7 +365,7 @@ class RunDir(RunCheckpoints):
         if state in TERMINAL_STATES:
             fields.setdefault("ended", now)
         with self.locked():
-            if only_from is not None and self.status.get("state") not in set(only_from):
+            if only_from is not None and self.status.state not in set(only_from):
                 return False
             self.update_status(state=state, **fields)
         return True

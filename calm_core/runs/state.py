@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 
 from calm_core.runs.process import process_alive
+from calm_core.runs.records import RunStatus
 
 STATUS = "status.json"  # the file that holds a run's state (calm_core.runs.rundir reads and writes it)
 STATES = ("queued", "running", "stopping", "finished", "failed", "cancelled")
@@ -36,12 +37,12 @@ class RunState:
     resumable: bool
 
 
-def _progress(status: dict) -> str:
-    step, total = status.get("step"), status.get("total_steps")
-    return f"step {step if step is not None else 0}/{total if total is not None else '?'}"
+def _progress(status: RunStatus) -> str:
+    total = status.total_steps
+    return f"step {status.step}/{total if total is not None else '?'}"
 
 
-def run_state(status: dict, now: float | None = None, stale_after: float = STALE_AFTER_S) -> RunState:
+def run_state(status: RunStatus, now: float | None = None, stale_after: float = STALE_AFTER_S) -> RunState:
     """The state to show for `status`: `running`/`stopping` with a dead process or a
     heartbeat older than `stale_after` seconds is `failed` (stale), and resumable. Until
     the job's first heartbeat, `STARTUP_GRACE_S` (if longer) counts from `started`.
@@ -49,7 +50,7 @@ def run_state(status: dict, now: float | None = None, stale_after: float = STALE
     A stale job whose process is still alive (hung) is resumable too: `jobs.resume`
     stops it first, so two processes never write one run.
     """
-    state = status.get("state")
+    state = status.state
     if state not in STATES:
         return RunState("failed", f"unknown state {state!r} in {STATUS}", False)
     if state == "queued":
@@ -57,15 +58,15 @@ def run_state(status: dict, now: float | None = None, stale_after: float = STALE
     if state == "finished":
         return RunState(state, f"finished at {_progress(status)}", False)
     if state == "failed":
-        return RunState(state, status.get("error") or "failed", True)
+        return RunState(state, status.error or "failed", True)
     if state == "cancelled":
         return RunState(state, f"cancelled at {_progress(status)}", True)
     now = time.time() if now is None else now
-    beat = status.get("heartbeat")
+    beat = status.heartbeat
     if beat is None:
         stale_after = max(stale_after, STARTUP_GRACE_S)
-    age = now - float(beat or status.get("started") or status.get("updated") or 0.0)
-    alive, pid = process_alive(status), status.get("pid")
+    age = now - float(beat or status.started or status.updated or 0.0)
+    alive, pid = process_alive(status), status.pid
     if alive is False:
         return RunState(
             "failed", f"process {pid} is gone (last heartbeat {age:.0f} s ago, at {_progress(status)})", True
@@ -73,5 +74,6 @@ def run_state(status: dict, now: float | None = None, stale_after: float = STALE
     if age > stale_after:
         hung = f"; process {pid} is still alive (hung?) and is stopped on resume" if alive else ""
         return RunState("failed", f"no heartbeat for {age:.0f} s (at {_progress(status)}){hung}", True)
-    phase = f" ({status['phase']})" if status.get("phase") else ""
+    phase = f" ({status.phase})" if status.phase else ""
+
     return RunState(state, f"{state} at {_progress(status)}{phase}, heartbeat {age:.0f} s ago", False)

@@ -231,7 +231,7 @@ def resume_point(ctx: StepContext, run: RunDir, writer: RunDir | None) -> tuple[
 
     point = None
     if writer is not None:
-        fresh = bool(run.status.get("fresh_start"))
+        fresh = run.status.fresh_start
         point = run.prepare_resume(read, fresh=fresh)
         if point.skipped or point.path is not None or fresh:
             note = f"resuming after step {point.step} from {point.path.name if point.path else 'the start'}"

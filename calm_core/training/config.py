@@ -17,6 +17,7 @@ scope the head really has), so a run can be reproduced or resumed from its direc
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -262,7 +263,7 @@ class TrainConfig:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "TrainConfig":
+    def from_dict(cls, data: Mapping[str, Any]) -> "TrainConfig":
         """Nested or flat (earlier config.json files, flags, --set): see `nest_settings`; the
         task's DEFAULTS fill what `data` leaves out (`--task openqa` starts on open-answer sets)."""
         task = get_task(data.get("task", cls.task))
@@ -410,7 +411,7 @@ def nest_settings(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def recorded_bilevel(train: dict[str, Any]) -> BilevelConfig | None:
+def recorded_bilevel(train: Mapping[str, Any]) -> BilevelConfig | None:
     """The BOME settings in a run's config.json `train` record: the `bilevel` section, or
     the flat keys of runs made before sections; None when they do not validate."""
     names = {f.name for f in dataclasses.fields(BilevelConfig)}

@@ -1,7 +1,7 @@
 """The one training loop every method and task shares, writing the run directory as it goes.
 
     cfg = TrainConfig.preset("quick")
-    result = train(cfg, run=RunDir.new(cfg.to_dict()))   # in this process; launch_training queues a job
+    result = train(cfg, run=RunDir.new(run_config_record(cfg)))  # launch.py; launch_training queues a job
 
 Per step: a deterministic training batch (and S_V batch), the method's step, a metrics
 record (`train/*`, `bome/*`, `alpha/*`), a heartbeat; every `eval_every` steps the
@@ -31,7 +31,6 @@ from calm_core.calibration.head import CalibrationHead, acts_on_for, make_head, 
 from calm_core.data.stream import max_choices
 from calm_core.faults import fault_point
 from calm_core.runs.events import TENSORBOARD, EventLog, final_scalars, hparams_of, tensorboard_choice
-from calm_core.runs.layout import RESULTS
 from calm_core.runs.rundir import RunDir
 from calm_core.runs.state import FINAL_PHASE
 from calm_core.scoring.adapters import attach_lora, lora_parameters, quantization_choice
@@ -421,9 +420,10 @@ def _close_events(loop: Loop) -> None:
     if loop.events is None or loop.writer is None:
         return
     rows: list[dict[str, Any]] = []
-    if (loop.writer.path / RESULTS).is_file():
+    if loop.writer.has_results():
         try:
-            rows = loop.writer.results()["results"]
+            rows = [dict(row) for row in loop.writer.results().rows]
+
         except (OSError, ValueError):  # a damaged results.json: the curves and settings still go in
             rows = []
     loop.events.close(hparams_of(loop.cfg.to_dict()), final_scalars(rows))

@@ -33,8 +33,8 @@ from calm_core.calibration.thermometer import run_thermometer
 from calm_core.data.schema import MCItem
 from calm_core.data.stream import LazyItems, subset
 from calm_core.faults import fault_point
-from calm_core.io import atomic_write_json
 from calm_core.runs.layout import write_heldout_variants, write_predictions
+from calm_core.runs.records import ResultRow, RunResults
 from calm_core.runs.rundir import RunDir
 from calm_core.scoring.adapters import evaluating
 from calm_core.scoring.evaluate import baseline_records, fit_baselines, predictions_frame, result_row, variant_probs
@@ -238,9 +238,13 @@ def final_evaluation(
         if ctx.settings.eval_baselines
         else None
     )
-    atomic_write_json(
-        run.path / "results.json",
-        {"results": rows, **records, **(extra or {}), **({"recommendation": recommendation} if recommendation else {})},
+    run.write_results(
+        RunResults(
+            rows=tuple(ResultRow.from_json(row) for row in rows),
+            selection=(extra or {}).get("selection"),
+            recommendation=recommendation,
+            calibrators=records,
+        )
     )
     return rows
 

@@ -174,7 +174,7 @@ def final_evaluation(
     ctx: StepContext, data: Any, run: Any, reuse: dict | None = None, extra: dict[str, Any] | None = None
 ) -> list[dict[str, Any]]:
     """Every variant on every open-QA evaluation set -> Parquet per item + results.json."""
-    from calm_core.io import atomic_write_json
+    from calm_core.runs.records import ResultRow, RunResults
     from calm_core.scoring.evaluate import baseline_records, fit_baselines
 
     settings = ctx.settings
@@ -187,9 +187,14 @@ def final_evaluation(
     )
     rows = _evaluate_sets(ctx, data.evals, fitted, run.path)
     records = baseline_records(fitted, notes, fit_on=settings.heldout_data, fit="gold answer tokens")
-    atomic_write_json(
-        run.path / "results.json",
-        {"results": rows, **records, "task": "openqa", "generation": cfg.to_dict(), **(extra or {})},
+    run.write_results(
+        RunResults(
+            rows=tuple(ResultRow.from_json(row) for row in rows),
+            selection=(extra or {}).get("selection"),
+            task="openqa",
+            generation=cfg.to_dict(),
+            calibrators=records,
+        )
     )
     return rows
 

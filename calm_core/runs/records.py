@@ -1,0 +1,212 @@
+"""A run's three JSON files as typed records: `RunStatus` (status.json), `RunConfig`
+(config.json) and `RunResults` (results.json, rows as `ResultRow`).
+
+    status = RunStatus.from_json(json_object, path, advice)   # RunFileError when damaged
+    status.state, status.step, status.total_steps, status.selection
+    status.to_json()                                          # what the writer stores
+
+Each record has one `from_json`, which refuses a damaged file the way `runs/damage.py`
+does (the file, the key that is wrong, what to do), so readers use attributes and never
+guess at a key's presence or type. `RunDir` (runs/rundir.py) is the only code that reads
+or writes the files; everything above runs/ goes through these attributes.
+
+What is typed is what readers use. Deeper parts that only one room reads (the
+recommendation's evidence, the timings, the fast paths' reasons) stay JSON mappings whose
+room reads them; keys a record does not type are kept in `extra` and written back.
+`config.json`'s `train` is TrainConfig's (training/config.py, a layer above): here it is
+the mapping that `TrainConfig.from_dict` reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from calm_core.runs.naming import config_label
+from calm_core.runs.record_fields import damaged, decode, encode
+
+JsonObject = Mapping[str, Any]
+_NO_ADVICE = "it was written by hand or by another program"  # the writer's own checks
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """status.json: the state the run last wrote and what the job recorded as it went."""
+
+    state: str  # queued | running | stopping | finished | failed | cancelled (runs/state.py)
+    run_id: str | None = None
+    name: str | None = None
+    method: str | None = None
+    step: int = 0  # the last step taken
+    total_steps: int | None = None
+    pid: int | None = None  # with `host` and `pid_start`: which process runs it (runs/process.py)
+    host: str | None = None
+    pid_start: str | None = None
+    created: float | None = None  # unix seconds, as every stamp below
+    queued_at: float | None = None
+    started: float | None = None
+    heartbeat: float | None = None
+    updated: float | None = None
+    ended: float | None = None
+    phase: str | None = None  # what a long blocking call is doing ("evaluating", ...)
+    error: str | None = None
+    traceback: str | None = None
+    resumed_from: str | None = None  # the checkpoint directory a resume continued from
+    fresh_start: bool = False
+    threads: JsonObject | None = None  # {"threads": n, "why": ...}
+    choices: JsonObject = field(default_factory=dict)  # what the loop chose: lora, fast_paths, ...
+    model: JsonObject | None = None  # the loaded model's info (scoring/models.py)
+    selection: JsonObject | None = None  # the calibrated stop (training/selection.py)
+    timings: JsonObject | None = None  # training/timings.py's PhaseTimes
+    final: JsonObject | None = None  # the final evaluation's progress: {"done", "total"}
+    items_cut_to_context: Mapping[str, int] = field(default_factory=dict)  # set -> items cut from the left
+
+    extra: JsonObject = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, data: Any, path: str | Path = "status.json", advice: str = _NO_ADVICE) -> RunStatus:
+        """The record of a status.json object; RunFileError names the file and the wrong key."""
+        return decode(cls, data, path, advice)
+
+    def to_json(self) -> dict[str, Any]:
+        return encode(self)
+
+    @property
+    def model_dtype(self) -> str | None:
+        """The dtype the run loaded its model in (an export records it)."""
+        dtype = (self.model or {}).get("dtype")
+        return dtype if isinstance(dtype, str) else None
+
+    @property
+    def thread_count(self) -> int | None:
+        """The torch threads the job ran with, when it recorded them."""
+        threads = (self.threads or {}).get("threads")
+        return threads if isinstance(threads, int) and not isinstance(threads, bool) else None
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """config.json: the resolved training config (`train`) and what was recorded beside it."""
+
+    train: JsonObject = field(default_factory=dict)  # TrainConfig.to_dict(); {} for a run that trains nothing
+
+    name: str | None = None
+    method: str | None = None
+    seed: int | None = None
+    scoring: JsonObject | None = None  # {"rule", "chat_template"}
+    splits: JsonObject = field(default_factory=dict)
+    environment: JsonObject | None = None  # versions, git, python, machine (provenance.py)
+    launched_by: str | None = None  # the studio session's opaque tag; None from the CLI
+    launched_from: str | None = None  # the signed-in browser's opaque tag (shared studio)
+    estimate: JsonObject | None = None  # the launch's time estimate (estimate/arithmetic.py `Estimate.to_record`)
+    extra: JsonObject = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, data: Any, path: str | Path = "config.json", advice: str = _NO_ADVICE) -> RunConfig:
+        """The record of a config.json object; RunFileError names the file and the wrong key."""
+        return decode(cls, data, path, advice)
+
+    def to_json(self) -> dict[str, Any]:
+        return encode(self)
+
+    def label(self, key: str) -> str | None:
+        """`key` ("name", "method", "train_data") at the top or one section down."""
+        return config_label(self.to_json(), key)
+
+    @property
+    def train_method(self) -> str:
+        """The training method's name ("" for a run that trains nothing)."""
+        return self.label("method") or ""
+
+
+@dataclass(frozen=True)
+class ResultRow(Mapping[str, Any]):
+    """One row of results.json: a variant on an evaluation set, and its metrics.
+
+    The metrics are the columns of `calibration/metrics/columns.py` (which every table
+    derives from), so the row is a read-only mapping of them; what every reader needs
+    to pick a row is typed."""
+
+    dataset: str
+    variant: str
+    data: JsonObject  # the whole row, `dataset` and `variant` included (not `values`: a Mapping method)
+
+    @classmethod
+    def from_json(cls, data: Any, path: str | Path = "results.json", advice: str = _NO_ADVICE) -> ResultRow:
+        """A row; RunFileError when it does not name its `dataset` and `variant`."""
+        if not isinstance(data, Mapping):
+            raise damaged(path, f"a result row is a JSON {type(data).__name__} where an object belongs", advice)
+        dataset, variant = data.get("dataset"), data.get("variant")
+        if not isinstance(dataset, str) or not isinstance(variant, str):
+            raise damaged(path, "a result row has no `dataset` / `variant`", advice)
+        return cls(dataset, variant, dict(data))
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.data)
+
+    @property
+    def scoring(self) -> str | None:
+        rule = self.data.get("scoring")
+        return rule if isinstance(rule, str) else None
+
+    def __getitem__(self, key: str) -> Any:
+        return self.data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.data)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+
+_RESULT_KEYS = {"rows": "results"}
+
+
+@dataclass(frozen=True)
+class RunResults:
+    """results.json: the final evaluation's rows and what it decided.
+
+    `calibrators` holds each post-hoc calibrator's record by name (`ts`: its parameters
+    and `fit_on`, or `{"note": why it is missing}`), as scoring/evaluate.py writes them."""
+
+    rows: tuple[ResultRow, ...]
+    selection: JsonObject | None = None  # the calibrated stop's choice (training/selection.py)
+    recommendation: JsonObject | None = None  # the calibrator chosen on S_V (calibration/recommend.py)
+    task: str | None = None  # "openqa" for generated answers; None: option scores
+    generation: JsonObject | None = None  # the sampling settings of an open-QA run
+    calibrators: Mapping[str, JsonObject] = field(default_factory=dict)
+    extra: JsonObject = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, data: Any, path: str | Path = "results.json", advice: str = _NO_ADVICE) -> RunResults:
+        """The record of a results.json object; RunFileError names the file and what is wrong."""
+        record = decode(cls, data, path, advice, _RESULT_KEYS)
+        rest = dict(record.extra)
+        calibrators = {name: rest.pop(name) for name in list(rest) if isinstance(rest[name], dict)}
+        return cls(
+            record.rows, record.selection, record.recommendation, record.task, record.generation, calibrators, rest
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        out = encode(self, _RESULT_KEYS)
+        out.update(out.pop("calibrators", {}))
+        return out
+
+    def calibrator(self, name: str) -> JsonObject | None:
+        """The record of post-hoc calibrator `name` (`ts`, `vs`, ...), None when absent."""
+        return self.calibrators[name] if name in self.calibrators else None
+
+    @property
+    def missing_notes(self) -> dict[str, str]:
+        """calibrator -> why it is missing (e.g. S_V too small for TS)."""
+        return {
+            name: str(entry["note"]) for name, entry in self.calibrators.items() if isinstance(entry.get("note"), str)
+        }
+
+    @property
+    def recommended(self) -> str | None:
+        """The recommended variant's name, None when nothing was recommended."""
+        variant = (self.recommendation or {}).get("variant")
+        return variant if isinstance(variant, str) and variant else None
