@@ -252,3 +252,33 @@ def test_a_saved_threshold_goes_into_the_export_and_its_card(tiny_model_dir: Pat
     export_run(run, tmp_path / "base", variant="base")
     assert json.loads((tmp_path / "base" / "calm_export.json").read_text())["selective"] is None
     assert "## Selective answering" not in (tmp_path / "base" / "README.md").read_text()
+
+
+def _report_with_errors(errors: dict[str, float], rule: str = sel.CRC) -> sel.SelectiveReport:
+    """A report of one variant whose guaranteed error on each set is `errors[set]`."""
+    from calm_core.calibration.selective import Threshold
+    from calm_core.calibration.selective_summary import Estimate, SelectiveSummary
+
+    def rate(value: float) -> Estimate:
+        return Estimate(value, max(0.0, value - 0.1), min(1.0, value + 0.2), 14)
+
+    request = sel.SelectiveRequest("calm", 0.10, rule)
+    threshold = Threshold(rule, 0.10, None, 0.5, 28, 27, 1)
+    choice = sel.Choice("calm", 28, "step selected on S_V", threshold, None)
+    rows = [
+        {"dataset": name, "variant": "calm", "summary": SelectiveSummary(14, rate(0.9), rate(e), rate(e), None, None)}
+        for name, e in errors.items()
+    ]
+    return sel.SelectiveReport("r", request, {"calm": choice}, rows)
+
+
+def test_a_set_above_the_target_is_named_with_why() -> None:
+    note = sel.above_target_note(_report_with_errors({"small/test": 0.21, "big/test": 0.05}))
+    assert note is not None and "small/test (21%" in note and "big/test" not in note
+    assert "10% target" in note and "not on every set" in note
+    assert sel.above_target_note(_report_with_errors({"a": 0.10, "b": 0.02})) is None  # at the target is within it
+
+
+def test_fit_words_read_as_a_clause() -> None:
+    assert sel.fit_words("no S_V label") == "its S_V probabilities used no S_V label"
+    assert sel.fit_words("step selected on S_V") == "its S_V probabilities: step selected on S_V"

@@ -211,7 +211,7 @@ def selective_report(run: RunDir, request: SelectiveRequest) -> SelectiveReport:
 
 
 def cell(estimate: Estimate | None, percent: bool = True) -> str:
-    """ "42% (35-49%)" or "1.8 (1.6-2.0)"; "-" when nothing was measured."""
+    """ "42% (35%-49%)" or "1.80 (1.60-2.00)"; "-" when nothing was measured."""
     if estimate is None or math.isnan(estimate.value):
         return "-"
     if percent:
@@ -252,7 +252,35 @@ def choice_line(choice: Choice) -> str:
     t = choice.threshold
     answered = f"answers {t.heldout_answered} of {t.n_heldout} held-out items ({t.heldout_errors} wrong)"
     sets = f"option sets: 1 - p <= {choice.qhat:.3f}" if choice.qhat is not None else f"no sets: {choice.set_refusal}"
-    return f"{who}: threshold {threshold_text(t)}, {answered}; {sets}; S_V probabilities: {choice.fit}."
+    return f"{who}: threshold {threshold_text(t)}, {answered}; {sets}; {fit_words(choice.fit)}."
+
+
+def fit_words(fit: str) -> str:
+    """How the variant's S_V probabilities depend on S_V's labels (runs/layout.py), as a clause."""
+    return "its S_V probabilities used no S_V label" if fit == "no S_V label" else f"its S_V probabilities: {fit}"
+
+
+def above_target_note(report: SelectiveReport) -> str | None:
+    """The sets where the chosen variant's guaranteed error came out above the target, said
+    with why that can happen: the guarantee holds over draws of held-out and new questions
+    (on average, or with probability 1 - delta), not on every test split, and a small set's
+    interval is wide. None when every set is at or under the target."""
+    request = report.request
+    key = "error among answered" if request.rule == LTT_ANSWERED else "error among all"
+    above = [
+        f"{row['dataset']} ({cell(getattr(row['summary'], KEYS[key]))})"
+        for row in report.rows
+        if row["variant"] == request.variant
+        and report.choices[request.variant].threshold is not None
+        and getattr(row["summary"], KEYS[key]).value > request.target_error
+    ]
+    if not above:
+        return None
+    return (
+        f"Above the {request.target_error:.0%} target here, the {key}: {', '.join(above)}. The guarantee holds over "
+        "draws of held-out and new questions, not on every set: one set can land above it, more often the fewer "
+        "its items (its interval says how far)."
+    )
 
 
 def save_choice(run: RunDir, report: SelectiveReport) -> dict[str, Any]:
