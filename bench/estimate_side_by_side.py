@@ -22,15 +22,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ itself: its sibling's data
+from estimate_accuracy import CHEM, DATA, UNITS  # noqa: E402  the same runs as the accuracy bench
+
 LOADS = {"idle": (0.1, 2, 0.0), "busy": (1.5, 2, 1.0), "loaded": (3.0, 2, 3.0), "lagging": (5.5, 2, 0.2)}
-DATA = {
-    "train_data": "builtin/chemical_symbols/train",
-    "heldout_data": "builtin/chemical_symbols/validation",
-    "train_limit": 32,
-    "heldout_limit": 24,
-    "eval_limit": 24,
-}
-CHEM, UNITS = "builtin/chemical_symbols/test", "builtin/units/test"
 CONFIGS: dict[str, dict[str, Any]] = {  # bench/estimate_accuracy.py's, the studio's default run and others
     "calm 8 steps, stop": {"model": "embedded", **DATA, "method": "calm", "steps": 8, "eval_data": (CHEM,)},
     "sft 12 steps, 2 sets": {"model": "embedded", **DATA, "method": "sft", "steps": 12, "eval_data": (CHEM, UNITS),

@@ -42,9 +42,8 @@ from calm_core.results.advice import recommendation_sentence
 from calm_core.runs.records import RunResults
 from calm_core.results.verdict import variant_label
 from tests.test_browser import (CHROMIUM, CHROMIUM_ARGS, _goto, _require_browser, _shots, fill_short_tiny_run,
-                                wait_idle,
-                                running_studio)
-from tests.test_browser_sessions import _exceptions, _stop_leftover_jobs
+                                wait_idle)
+from tests.test_browser_sessions import _exceptions, empty_workspace_studio
 
 pytestmark = [pytest.mark.browser]
 
@@ -95,13 +94,8 @@ def _write_csv(path: Path) -> list[dict[str, str]]:
 @pytest.fixture()
 def studio_workspace(tmp_path: Path, tiny_model_dir: Path):
     """A studio server on an empty workspace; yields (url, workspace)."""
-    _require_browser()  # before a server starts for nothing
-    workspace = tmp_path / "workspace"
-    try:
-        with running_studio(tmp_path, workspace) as url:
-            yield url, workspace
-    finally:
-        _stop_leftover_jobs(workspace / "runs")
+    with empty_workspace_studio(tmp_path) as pair:
+        yield pair
 
 
 def test_calibrate_your_own_data(studio_workspace, tiny_model_dir: Path, tmp_path: Path) -> None:

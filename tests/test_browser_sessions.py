@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -33,16 +35,24 @@ ACTIVE = ("queued", "running", "stopping")
 LAUNCH_BUTTON_JS = "() => [...document.querySelectorAll('button')].find(b => b.innerText.includes('Launch training'))"
 
 
-@pytest.fixture()
-def studio_one_slot(tmp_path: Path, tiny_model_dir: Path):
-    """A studio server with one job slot on an empty workspace; yields (url, workspace)."""
-    _require_browser()  # before a server starts for nothing
+@contextmanager
+def empty_workspace_studio(tmp_path: Path, **extra_env: str) -> Iterator[tuple[str, Path]]:
+    """A studio server on an empty workspace: (url, workspace). Any job a failed test left
+    behind is stopped afterwards; no server starts without a browser to drive it."""
+    _require_browser()
     workspace = tmp_path / "workspace"
     try:
-        with running_studio(tmp_path, workspace, CALM_MAX_JOBS="1") as url:
+        with running_studio(tmp_path, workspace, **extra_env) as url:
             yield url, workspace
     finally:
         _stop_leftover_jobs(workspace / "runs")
+
+
+@pytest.fixture()
+def studio_one_slot(tmp_path: Path, tiny_model_dir: Path):
+    """A studio server with one job slot on an empty workspace; yields (url, workspace)."""
+    with empty_workspace_studio(tmp_path, CALM_MAX_JOBS="1") as pair:
+        yield pair
 
 
 def _stop_leftover_jobs(root: Path) -> None:

@@ -38,9 +38,9 @@ from calm_core.data.facts import CAPITALS
 from calm_core.results.advice import recommendation_sentence
 from calm_core.results.verdict import variant_label
 from tests.test_browser import (CHROMIUM, CHROMIUM_ARGS, _goto, _require_browser, _shots, fill_short_tiny_run,
-                                running_studio, wait_idle)
+                                wait_idle)
 from tests.test_browser_domain import _assert_fits, _key, _recommendation_says_its_uncertainty, _shot
-from tests.test_browser_sessions import _exceptions, _stop_leftover_jobs
+from tests.test_browser_sessions import _exceptions, empty_workspace_studio
 
 pytestmark = [pytest.mark.browser, pytest.mark.embedded]  # it trains the embedded model
 
@@ -79,13 +79,8 @@ def _write_csv(path: Path) -> None:
 @pytest.fixture()
 def studio_workspace(tmp_path: Path, embedded_dir: Path):
     """A studio server on an empty workspace; yields (url, workspace)."""
-    _require_browser()  # before a server starts for nothing
-    workspace = tmp_path / "workspace"
-    try:
-        with running_studio(tmp_path, workspace) as url:
-            yield url, workspace
-    finally:
-        _stop_leftover_jobs(workspace / "runs")
+    with empty_workspace_studio(tmp_path) as pair:
+        yield pair
 
 
 def test_the_practitioners_second_hour(studio_workspace, tmp_path: Path) -> None:
