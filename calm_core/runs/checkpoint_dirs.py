@@ -37,7 +37,11 @@ class RunCheckpoints:
     `truncate_metrics_after`."""
 
     path: Path
-    run_id: str
+
+    @property
+    def run_id(self) -> str:
+        raise NotImplementedError  # RunDir's property replaces it
+
     truncate_metrics_after: Callable[[int], int]
 
     def checkpoint_dir(self, step: int) -> Path:

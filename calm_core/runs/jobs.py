@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 from calm_core.io import atomic_write_json, file_lock
 from calm_core.paths import PROJECT_ROOT
@@ -80,7 +80,7 @@ def max_jobs() -> int:
     return value
 
 
-def read_job(run_dir: RunDir) -> dict | None:
+def read_job(run_dir: RunDir) -> dict[str, Any] | None:
     """job.json (None for a run never submitted); RunFileError when it is damaged."""
     path = run_dir.path / JOB
     if not path.is_file():
@@ -102,11 +102,11 @@ def job_environment(environ: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in environ.items() if not k.upper().endswith("_PASSWORD")}
 
 
-def _reap(process: subprocess.Popen) -> None:
+def _reap(process: subprocess.Popen[bytes]) -> None:
     process.wait()  # in a daemon thread: no zombie lingers while the launcher lives
 
 
-def start_job(run_dir: RunDir, command: list[str], env: dict | None = None) -> int:
+def start_job(run_dir: RunDir, command: list[str], env: dict[str, str] | None = None) -> int:
     """Launch `command` detached from the caller; record pid and state `running`; return the pid.
 
     The launch and the status write happen under the run's status lock, so the job's own
@@ -178,7 +178,7 @@ def schedule(root: str | Path | None = None, limit: int | None = None) -> list[s
     return started
 
 
-def submit(run_dir: RunDir, command: list[str], env: dict | None = None) -> list[str]:
+def submit(run_dir: RunDir, command: list[str], env: dict[str, str] | None = None) -> list[str]:
     """Queue `command` for the run (job.json + state `queued`) and schedule; returns the ids started.
 
     `env` holds only the overrides the job needs; it is stored in job.json, so keep

@@ -75,6 +75,8 @@ def write_heldout_variants(
     """Every variant's S_V probabilities as a run's recommendation saw them (`probs`: base,
     the trained model, the thermometer; `posthoc`: the calibrators, fitted as `how` says),
     each with how far it depends on S_V's labels; nothing when `root` is None."""
-    for name, p in {**probs, **posthoc}.items() if root is not None else ():
+    if root is None:
+        return
+    for name, p in {**probs, **posthoc}.items():
         fit = how if name in posthoc else "step selected on S_V" if name == trained else "no S_V label"
         write_heldout(root, name, p, gold, n_choices, fit)

@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 
-def parse_metrics_lines(data: bytes) -> list[dict]:
+def parse_metrics_lines(data: bytes) -> list[dict[str, Any]]:
     """The records of the complete lines of metrics.jsonl bytes: the one reading rule.
 
     Whatever follows the last newline is unfinished (a line being written, or cut by a
@@ -47,7 +48,8 @@ class MetricsTail:
         self._reset(None)
 
     def _reset(self, identity: tuple[int, int] | None) -> None:
-        self.identity, self.offset, self.seen_tail, self.records = identity, 0, b"", []
+        self.records: list[dict[str, Any]] = []
+        self.identity, self.offset, self.seen_tail = identity, 0, b""
 
     def _unchanged(self, fd: int, stat: os.stat_result) -> bool:
         """Whether the file is the one read so far, grown or not."""
@@ -55,7 +57,7 @@ class MetricsTail:
             return False
         return os.pread(fd, len(self.seen_tail), self.offset - len(self.seen_tail)) == self.seen_tail
 
-    def read(self) -> list[dict]:
+    def read(self) -> list[dict[str, Any]]:
         """Every complete record so far (a new list; the records themselves are shared)."""
         try:
             fd = os.open(self.path, os.O_RDONLY)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import secrets
 import time
 from pathlib import Path
+from typing import Any
 
 from calm_core.paths import safe_name, workspace_dir
 
@@ -41,7 +42,7 @@ def check_run_id(run_id: str) -> str:
     return run_id
 
 
-def config_label(config: dict, key: str) -> str | None:
+def config_label(config: dict[str, Any], key: str) -> str | None:
     """`config[key]`, or the first `config[section][key]` one level down."""
     if isinstance(config.get(key), str):
         return config[key]

@@ -244,12 +244,12 @@ class RunDir(RunCheckpoints):
             atomic_write_json(self.path / ADDED_RESULTS, {"results": [dict(row) for row in [*kept, *rows]]})
         return self.added_results()
 
-    def write_selective(self, record: dict) -> None:
+    def write_selective(self, record: dict[str, Any]) -> None:
         """selective.json: the chosen selective-answering threshold (results/selective.py),
         replaced atomically; an export reads it."""
         atomic_write_json(self.path / SELECTIVE, record)
 
-    def selective(self) -> dict | None:
+    def selective(self) -> dict[str, Any] | None:
         """selective.json, checked, or None when no threshold was saved."""
         path = self.path / SELECTIVE
         advice = f"delete it and choose again with `calm selective {self.run_id}`"
@@ -403,7 +403,7 @@ class RunDir(RunCheckpoints):
     def metrics_path(self) -> Path:
         return self.path / METRICS
 
-    def append_metrics(self, record: dict) -> None:
+    def append_metrics(self, record: dict[str, Any]) -> None:
         """Append one JSON line in a single `write` call (a reader sees whole lines or none)."""
         if "step" not in record or "elapsed" not in record:
             raise ValueError(f"Expected a metrics record with `step` and `elapsed`, but got keys {sorted(record)}")
@@ -417,7 +417,7 @@ class RunDir(RunCheckpoints):
         finally:
             os.close(fd)
 
-    def read_metrics(self) -> list[dict]:
+    def read_metrics(self) -> list[dict[str, Any]]:
         """All complete records; an unfinished last line (a crash mid-write) is ignored."""
         try:
             data = self.metrics_path.read_bytes()
