@@ -37,6 +37,7 @@ from calm_core.calibration.selective import CRC, DEFAULT_DELTA, crc_min_items, l
 from calm_core.data.facts import CAPITALS
 from calm_core.results.advice import recommendation_sentence
 from calm_core.results.verdict import variant_label
+from calm_core.runs.records import RunResults
 from tests.test_browser import (CHROMIUM, CHROMIUM_ARGS, _goto, _require_browser, _shots, fill_short_tiny_run,
                                 wait_idle)
 from tests.test_browser_domain import _assert_fits, _key, _recommendation_says_its_uncertainty, _shot
@@ -212,7 +213,7 @@ def _monitor(page, workspace: Path, run_id: str, shots: Path) -> dict:
     assert status["state"] == "finished", status
     print(f"run {run_id} ran {status['ended'] - status['started']:.1f}s")
     results = json.loads((workspace / "runs" / run_id / "results.json").read_text())
-    expect(page.get_by_text(recommendation_sentence(results)).first).to_be_visible(timeout=60_000)
+    expect(page.get_by_text(recommendation_sentence(RunResults.from_json(results))).first).to_be_visible(timeout=60_000)
     assert not _exceptions(page), _exceptions(page)
     _shot(page, shots, "5-monitor", bottom=page.get_by_text("Compare reliability diagrams"), prefix="story")
     # The trade-off chart: every reference variant a marker of its own, named in the caption (issue 40).
@@ -234,7 +235,7 @@ def _compare(page, workspace: Path, run_id: str, results: dict, shots: Path) -> 
 
     _goto(page, "Compare")
     expect(page.locator(_key("compare_runs"))).to_contain_text(run_id, timeout=120_000)
-    sentence = recommendation_sentence(results)
+    sentence = recommendation_sentence(RunResults.from_json(results))
     _recommendation_says_its_uncertainty(results)  # the reason words: noise, too few, no gain, or a sure gain
     assert f"on {SIZES['train'] + SIZES['heldout']} labelled items" in sentence or \
         f"on {SIZES['heldout']} held-out items" in sentence, sentence  # on which items, in words

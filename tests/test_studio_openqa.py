@@ -160,7 +160,7 @@ def test_train_page_builds_an_open_answer_config(open_page, tiny_everywhere, tin
 
     launched = []
 
-    def fake_launch(cfg, root=None, launched_by=None, access=None, launched_from=None):  # no job: the config is checked
+    def fake_launch(cfg, root=None, launched_by=None, access=None, launched_from=None, estimate=None):  # no job: the config is checked
         launched.append(cfg)
         return calm_core.launch.create_run(cfg, root, launched_by), True
 
