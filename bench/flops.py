@@ -32,14 +32,16 @@ PEAK_SIZES = (512, 1024, 2048)  # square fp32 matmuls; the best rate of any size
 PEAK_SECONDS = 0.5  # per size: enough repetitions to pass this, after one warm-up
 
 
-def matmul_peak_gflops(sizes: tuple[int, ...] = PEAK_SIZES, seconds: float = PEAK_SECONDS) -> float:
-    """The best fp32 matmul rate this process reaches (GFLOP/s, 2 n^3 per n x n product),
-    with torch's current thread count: the ceiling a model's forward can approach."""
+def matmul_peak_gflops(
+    sizes: tuple[int, ...] = PEAK_SIZES, seconds: float = PEAK_SECONDS, dtype: str = "float32"
+) -> float:
+    """The best matmul rate this process reaches in `dtype` (GFLOP/s, 2 n^3 per n x n
+    product), with torch's current thread count: the ceiling a model's forward can approach."""
     import torch
 
     best = 0.0
     for n in sizes:
-        a, b = torch.randn(n, n), torch.randn(n, n)
+        a, b = torch.randn(n, n).to(getattr(torch, dtype)), torch.randn(n, n).to(getattr(torch, dtype))
         torch.mm(a, b)  # warm-up: allocation and kernel selection
         count, start = 0, time.perf_counter()
         while True:

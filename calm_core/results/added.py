@@ -139,4 +139,4 @@ def _load_base(cfg: Any, device: str) -> Any:
 
     target = torch.device("cuda" if device != "cpu" and torch.cuda.is_available() else "cpu")
     use_4bit, _ = quantization_choice(cfg.load_in_4bit, target)
-    return load_model(ModelSpec(name=cfg.model, device=device, load_in_4bit=use_4bit))
+    return load_model(ModelSpec(name=cfg.model, device=device, dtype=cfg.dtype, load_in_4bit=use_4bit))

@@ -60,7 +60,7 @@ def load_trained(run: RunDir, device: str = "auto") -> TrainedModel:
 
     latest = run.exported_step()  # ValueError with the reason when the run has no checkpoint yet
     train = run.config.train
-    base = load_model(ModelSpec(name=train["model"], device=device))
+    base = load_model(ModelSpec(name=train["model"], device=device, dtype=train.get("dtype", "auto")))
     model = PeftModel.from_pretrained(base.model, str(latest[1])).eval()
     task = train.get("task", "mcqa")
     # the task gives a head saved before heads said where they act its place (openqa: tokens)

@@ -329,6 +329,18 @@ class RunDir(RunCheckpoints):
             return None
         return lines[-1][:300] if lines else None
 
+    def record_resolved_train(self, train: Mapping[str, Any]) -> RunConfig:
+        """Rewrite config.json's `train` section (and its `scoring` summary) with what the job
+        resolved from `auto` settings once the model was loaded, so that config.json stays
+        the config the run really has (a resume, an export and every page read it)."""
+        with self.locked():
+            record = self.config.to_json()
+            record["train"] = dict(train)
+            record["scoring"] = {"rule": train["scoring"], "chat_template": bool(train.get("chat_template"))}
+            config = RunConfig.from_json(record, self.path / CONFIG, "the job resolved it wrong")
+            atomic_write_json(self.path / CONFIG, config.to_json())
+        return config
+
     # -- status ------------------------------------------------------------------------
 
     @contextmanager

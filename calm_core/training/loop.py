@@ -42,6 +42,7 @@ from calm_core.training.checkpoints import resume_point, save_checkpoint
 from calm_core.training.config import TrainConfig
 from calm_core.training.context import Method, StepContext
 from calm_core.training.methods import get_method
+from calm_core.training.scoring_choice import resolve_scoring
 from calm_core.training.stopping import CalibratedStop
 from calm_core.training.tasks import get_task
 from calm_core.training.tasks.mcqa import fit_adaptive_projection
@@ -244,8 +245,12 @@ def train(
             cfg.load_in_4bit, torch.device("cuda" if torch.cuda.is_available() else "cpu")
         )
         with run.keepalive("loading the model") if run is not None and distributed.is_main() else nullcontext():
-            lm = load_model(ModelSpec(name=cfg.model, device=cfg.device, load_in_4bit=use_4bit))
+            lm = load_model(ModelSpec(name=cfg.model, device=cfg.device, dtype=cfg.dtype, load_in_4bit=use_4bit))
     distributed.init_from_env(lm.device)
+    given_scoring = cfg.scoring
+    cfg, scoring_choice = resolve_scoring(cfg, lm, data.heldout)  # `auto`: decided on S_V (scoring_choice.py)
+    if run is not None and distributed.is_main() and given_scoring != cfg.scoring:
+        run.record_resolved_train(cfg.to_dict())
     k_max = max(max_choices(items) for items in (data.train, data.heldout, *data.evals.values()))  # from the index
     method = get_method(cfg.method)
     ctx, choices = build_context(cfg, lm, k_max, method)
@@ -271,6 +276,8 @@ def train(
                     **choices,
                     "world_size": distributed.world_size(),
                     "autocast": resolve_autocast(cfg.autocast, lm.device),
+                    "scoring": scoring_choice.to_dict(),
+                    "precision": lm.info.get("precision"),
                     "dropped_training_questions": data.dropped,
                     "rejected_rows": data.rejected,
                 },
