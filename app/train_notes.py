@@ -1,5 +1,5 @@
-"""Notes the Train page shows under its pickers: the rows a chosen dataset rejects, and which
-fast paths the chosen model got on this machine.
+"""Notes the Train page shows under its pickers: the rows a chosen dataset rejects, which
+fast paths the chosen model got on this machine, and the model's precision and scoring rule.
 
 Why a module: app/views/train.py stays a short script. The fast-path note must
 be drawn after the data pickers: drawn above them, its caption-to-expander swap reset them
@@ -14,7 +14,10 @@ import streamlit as st
 from calm_core.data.schema import DataError
 from calm_core.results.fast_path_view import fast_path_rows, model_fast_paths
 from calm_core.scoring.evaluate import load_report
-from calm_core.scoring.models import ModelLoadError
+from calm_core.scoring.models import ModelLoadError, expected_precision
+from calm_core.scoring.named_models import named_model
+from calm_core.training.config import TrainConfig
+from calm_core.training.scoring_choice import AUTO, AUTO_NOTE
 
 
 @st.cache_data(ttl=60, show_spinner="Reading the chosen dataset...")
@@ -54,3 +57,21 @@ def fast_paths_note(model: str) -> None:
     used = ", ".join(row["fast path"] for row in fast_path_rows(record) if row["used"] == "yes") or "none"
     with st.expander(f"Fast paths this model got: {used}"):
         st.dataframe(pd.DataFrame(fast_path_rows(record)), hide_index=True, width="stretch")
+
+
+def setting_note(cfg: TrainConfig) -> None:
+    """One caption: the model the run loads, the dtype its body will run in and why, and
+    the scoring rule and why (auto: decided on S_V when the run starts)."""
+    named = named_model(cfg.model)
+    label = named.label if named is not None else cfg.model
+    try:
+        precision = expected_precision(cfg.model, cfg.dtype, cfg.device)
+    except (ModelLoadError, ValueError) as exc:
+        precision = f"not known before loading ({exc})"
+    if cfg.task != "mcqa":
+        rule = "open answers (no option rule)"
+    elif cfg.scoring == AUTO:
+        rule = AUTO_NOTE
+    else:
+        rule = f"{cfg.scoring}{' under the chat template' if cfg.chat_template else ''} (set here)"
+    st.caption(f"**Model**: {label}. **Precision**: {precision}. **Scoring**: {rule}")

@@ -129,7 +129,7 @@ def test_the_command_lines_conversion_ticks_and_a_callers_own_step_is_kept(step:
                                                                            monkeypatch, capsys) -> None:
     """`named_model_dir` with the default step (the CLI) runs the conversion under a
     Ticker; a caller's own step function (the studio's progress) is called as it was."""
-    import calm_core.scoring.models as models
+    import calm_core.scoring.named_models as models
     from calm_core.scoring import gguf_convert
 
     monkeypatch.setenv("CALM_CACHE_DIR", str(tmp_path))

@@ -23,7 +23,7 @@ from calm_core.glossary import tooltip
 from calm_core.launch import resume_refusal_for, resume_run
 from calm_core.results import advice, verdict
 from calm_core.results import view as run_view
-from calm_core.results.fast_path_view import fast_path_rows
+from calm_core.results.fast_path_view import fast_path_rows, setting_choice_lines
 from calm_core.runs.jobs import cancel
 from calm_core.runs.listing import list_runs, run_label
 from calm_core.runs.metrics_lines import MetricsTail
@@ -114,6 +114,7 @@ def _header(records: list[dict], view: RunState, status: RunStatus, config: RunC
         terms = ("selected step", "calibrated stop", f"rule {selection.get('rule', 'best')}")
         st.caption(line, help=(helps(*terms) or "") + (f"\n\nThe rule: {rule}" if rule else ""))
     _data_notes(status.choices)
+    _setting_choices(status.choices)
     _fast_paths(status.choices)
     for name, n in status.items_cut_to_context.items():
         st.caption(
@@ -171,6 +172,13 @@ def _data_notes(choices: dict) -> None:
     for name, record in (choices.get("rejected_rows") or {}).items():
         with st.expander(f"{record.get('n_rejected')} of {record.get('n_rows')} rows of {name} were rejected"):
             st.dataframe(pd.DataFrame(record.get("rejected") or []), hide_index=True)
+
+
+def _setting_choices(choices: dict) -> None:
+    """The scoring rule and the model's precision the job settled on, each with its reason."""
+    lines = [f"**{what}**: {text}" for what, text in setting_choice_lines(choices)]
+    if lines:
+        st.caption(" · ".join(lines))
 
 
 def _fast_paths(choices: dict) -> None:

@@ -17,7 +17,7 @@ from app.settings_form import current_value, optional_count_input, setting_input
 from app.state import describe_error
 from app.train_advice import CALIBRATE_ON_KEY, heldout_advice, intro_text, prefilled_split, split_banner
 from app.train_cost import cost
-from app.train_notes import fast_paths_note, show_rejections
+from app.train_notes import fast_paths_note, setting_note, show_rejections
 from app.words import helps, method_name
 from calm_core.access.rules import Access, PathRefused, confine_model_name, launch_refusal
 from calm_core.calibration.head import scope_note, scopes_for
@@ -34,6 +34,8 @@ from calm_core.scoring.prompts import RULES
 from calm_core.settings import declared_settings
 from calm_core.training.config import PRESETS, TrainConfig, train_settings
 from calm_core.training.methods import METHODS
+from calm_core.training.scoring_choice import AUTO as AUTO_SCORING
+from calm_core.training.scoring_choice import AUTO_NOTE as AUTO_SCORING_NOTE
 from calm_core.training.tasks import get_task
 
 # The studio's multiple-choice demo: one domain to train on, two more to show what happens out of
@@ -60,6 +62,7 @@ ADVANCED = (
     "select_patience",
     "lower_tolerance",
     "threads",
+    "dtype",
 )
 OPTIMIZER_DEPENDENT = ("lr_theta", "lr_alpha")  # their defaults follow the optimizer: one widget per optimizer
 
@@ -224,17 +227,19 @@ def choose_method(task: str) -> MethodChoice:
     if not openqa:
         rule = c2.selectbox(
             "Scoring",
-            list(RULES),
-            index=list(RULES).index("cloze"),
+            [AUTO_SCORING, *RULES],
+            index=0,
             key="train_scoring",
-            help=tooltip("scoring rule", "cloze", "letter scoring"),
+            help=tooltip("scoring rule", "cloze", "letter scoring") + "\n\n" + AUTO_SCORING_NOTE,
         )
     scope = c3.selectbox(
         "Head scope",
-        list(scopes_for(rule, task)),
+        [AUTO_SCORING] if rule == AUTO_SCORING else list(scopes_for(rule, task)),
         index=0,
         key="train_scope_open" if openqa else f"train_scope_{rule}",
-        help=tooltip("head scope", "vocab", "options", "scalar") + "\n\n" + scope_note(rule, task),
+        help=tooltip("head scope", "vocab", "options", "scalar")
+        + "\n\n"
+        + (AUTO_SCORING_NOTE if rule == AUTO_SCORING else scope_note(rule, task)),
     )
     preset = c4.selectbox(
         "Preset",
@@ -246,7 +251,8 @@ def choose_method(task: str) -> MethodChoice:
     )
     st.caption(
         f"**{method_name(method)}**: {_plain(method)}",
-        help=f"**Precisely**: {METHODS[method].DESCRIPTION}\n\n{scope_note(rule, task)}",
+        help=f"**Precisely**: {METHODS[method].DESCRIPTION}\n\n"
+        + (AUTO_SCORING_NOTE if rule == AUTO_SCORING else scope_note(rule, task)),
     )
     return MethodChoice(method, rule, scope, preset)
 
@@ -424,6 +430,7 @@ fast_paths_note(model)  # after the data pickers: drawn above them, its caption-
 choice = choose_method(task)
 generation = choose_generation(task, choice.preset) if task == "openqa" else None
 cfg = build_config(task, model, data, choice, generation, advanced_settings(task, choice))
+setting_note(cfg)  # the model, its dtype and scoring rule, and why each
 heldout_advice(advice_slot, cfg, offer_kfold=task != "openqa")
 shown = cost(cfg)
 launch(cfg, data.evals, access, shown)

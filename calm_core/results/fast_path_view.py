@@ -1,5 +1,5 @@
 """Which fast paths a model got and why, in words, for the Train page, the Monitor and the
-report: from a run's recorded choices (`choices["fast_paths"]`, training/loop.py) or, before
+report (and the scoring rule and precision a run settled on, `setting_choice_lines`): from a run's recorded choices (`choices["fast_paths"]`, training/loop.py) or, before
 any run, from the verdicts measured on this machine (`scoring.verdicts.known_fast_paths`).
 
     rows = fast_path_rows(run.status.choices["fast_paths"])   # [{"fast path", "used", "why"}]
@@ -8,6 +8,7 @@ any run, from the verdicts measured on this machine (`scoring.verdicts.known_fas
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,21 @@ def fast_path_items(record: dict[str, Any] | None) -> list[tuple[str, str]]:
         (f"fast path: {row['fast path']}", ("used: " if row["used"] == "yes" else "not used: ") + row["why"])
         for row in fast_path_rows(record)
     ]
+
+
+def setting_choice_lines(choices: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(label, words) for the scoring rule and the precision a run settled on, each with its
+    reason (status.json choices.scoring / choices.precision): the Monitor's caption and the
+    report's settings rows. [] for a run recorded before either was."""
+    lines = []
+    scoring = choices.get("scoring")
+    if isinstance(scoring, Mapping) and scoring.get("rule"):
+        rule = str(scoring["rule"]) + (" under the chat template" if scoring.get("chat_template") else "")
+        lines.append(("scoring", f"{rule}: {scoring.get('reason', '')}"))
+    precision = choices.get("precision")
+    if isinstance(precision, Mapping) and precision.get("dtype"):
+        lines.append(("precision", f"{precision['dtype']}: {precision.get('reason', '')}"))
+    return lines
 
 
 def model_fast_paths(model: str) -> dict[str, Any] | None:

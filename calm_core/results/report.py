@@ -25,7 +25,7 @@ import numpy as np
 from calm_core.calibration import metrics
 from calm_core.calibration.metrics.columns import cell, interval_names, is_missing
 from calm_core.results import advice, verdict
-from calm_core.results.fast_path_view import fast_path_items
+from calm_core.results.fast_path_view import fast_path_items, setting_choice_lines
 from calm_core.results.report_svg import line_svg, reliability_svg
 from calm_core.results.view import (
     ADDED_MARK,
@@ -150,6 +150,7 @@ def _settings(run: RunDir, portable: Portable, status: RunStatus | None) -> str:
     env = config.get("environment") or {}
     versions = ", ".join(f"{k} {v}" for k, v in (env.get("versions") or {}).items())
     items = _training_items(config.get("train") or {}, status, task_of(run), portable.fingerprint)
+    items += setting_choice_lines(_choices(status))  # the scoring rule and precision, with the reason
     items += fast_path_items(_choices(status).get("fast_paths"))  # measured, with the reason
     items += [
         ("environment", f"{env.get('machine')}, Python {env.get('python')}; {versions}" if env else None),

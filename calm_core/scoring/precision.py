@@ -141,7 +141,7 @@ def wanted_cpu_dtype(wanted: str, named_ok: bool | None, flags: tuple[str, ...])
         return PrecisionChoice("float32", "auto: this CPU has no native bf16 (avx512_bf16 / AMX); fp32 is faster")
     if named_ok is None:
         return PrecisionChoice(
-            "float32", "auto: bf16 is the default only for a named model bench/precision.py measured (--dtype bfloat16)"
+            "float32", "auto: bf16 is the default only for a model bench/precision.py measured (--dtype bfloat16)"
         )
     if not named_ok:
         return PrecisionChoice("float32", "auto: bench/precision.py found bf16 changes this model's answers")

@@ -31,6 +31,11 @@ AUTO = "auto"
 CHOICE_ITEMS = 40  # S_V items scored to decide: enough for a Wilson interval to clear 1/4 at 60% accuracy
 PAPER_SETTING = ("letter", True)  # (rule, chat template)
 FALLBACK = ("cloze", False)
+AUTO_NOTE = (
+    f"auto: when the run starts, the first {CHOICE_ITEMS} S_V items are scored under letter answers and the chat "
+    "template; above chance by a 90% interval, the run takes that setting (the paper's, with the head over the "
+    "whole vocabulary), else cloze. The run's Monitor page and status.json say which and why."
+)
 
 
 @dataclass(frozen=True)
