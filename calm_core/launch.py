@@ -20,7 +20,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from calm_core.access.rules import Access, ActiveRuns, Refused, launch_refusal, resume_refusal
+from calm_core.access.rules import (
+    Access,
+    ActiveRuns,
+    Refused,
+    launch_refusal,
+    operator_credentials,
+    resume_refusal,
+)
 from calm_core.io import file_lock
 from calm_core.runs.naming import runs_root
 from calm_core.runs.rundir import RunDir
@@ -115,7 +122,7 @@ def launch_training(
             if refusal:
                 raise Refused(refusal)
         run = create_run(cfg, root, launched_by, estimate, launched_from)  # queued: the next count sees it
-    submit(run, worker_command())
+    submit(run, worker_command(), credentials=access is None or operator_credentials(access, cfg.model))
     return run, left_the_queue(run)
 
 
