@@ -21,7 +21,11 @@ HTTP request and every WebSocket handshake before Streamlit does:
 5. **Who is asking** (calm_core/access/clients.py): the limits count a try against the
    connecting peer, or behind a proxy named in CALM_TRUSTED_PROXIES the address it vouches
    for; against a browser that signed in before (its device cookie), its own counter only.
-6. **Sign-out revokes** the token server-side and closes that token's open WebSockets.
+   With trusted proxies every request must carry the proxy's secret (CALM_PROXY_SECRET), so
+   a local process on the studio's own port cannot pass for the proxy.
+6. **Sign-out revokes** the token server-side and closes that token's open WebSockets. It is a
+   POST, so the Origin check of point 4 applies: a GET (an `<img>` on another port of the same
+   host, which SameSite does not stop) only shows the sign-out button.
 
 Why a layer and not app code: the in-app gate (app/gate.py) runs inside a script run,
 after Streamlit has already accepted the WebSocket and every endpoint beside it
@@ -34,13 +38,20 @@ import asyncio
 import html
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 from urllib.parse import parse_qs, quote
 
 from starlette.responses import Response
 
-from calm_core.access.clients import Network, client_key, is_trusted_proxy
+from calm_core.access.clients import (
+    PROXY_SECRET_HEADER,
+    Network,
+    client_key,
+    from_the_proxy,
+    is_trusted_proxy,
+    proxy_refusal,
+)
 from calm_core.access.guesses import GuessLimiter
 from calm_core.access.hosts import HostRule, origin_permitted
 from calm_core.access.rules import Access, check_password
@@ -148,6 +159,11 @@ class DoorRules:
     base: str = ""  # server.baseUrlPath, "" or "/prefix"
     proxies: tuple[Network, ...] = ()  # CALM_TRUSTED_PROXIES: whose X-Forwarded-* headers are read
     given_names: tuple[str, ...] = ()  # --host / CALM_STUDIO_HOSTS: origins allowed on any port
+    proxy_secret: str | None = field(default=None, repr=False)  # CALM_PROXY_SECRET: what the proxy sends
+
+    def proxy_refusal(self) -> str | None:
+        """Why this studio serves nothing behind its proxies (clients.proxy_refusal), else None."""
+        return proxy_refusal(self.proxies, self.proxy_secret)
 
 
 class FrontDoor:
@@ -172,6 +188,11 @@ class FrontDoor:
             return
         rules, headers = self.rules, _headers(scope)
         path = _local_path(scope.get("path", "/"), rules.base)
+        if rules.proxies and path not in OPEN_PATHS and not self._via_proxy(scope):
+            why = rules.proxy_refusal()
+            await _refuse(scope, send, 503 if why else 403, why or "This studio answers only through its proxy.")
+            return
+        scope = _without_header(scope, PROXY_SECRET_HEADER)  # the secret goes no further than the door
         if not rules.hosts.permits(headers.get("host")):
             await _refuse(scope, send, 403, "This studio does not answer to that host name.")
         elif path in NEVER_SERVED:
@@ -184,8 +205,10 @@ class FrontDoor:
             await _refuse(scope, send, 503, rules.access.refusal or "This studio serves nothing.")
         elif path == SIGNIN and scope["type"] == "http":
             await self._signin(scope, receive, send, headers)
+        elif path == SIGNOUT and scope["type"] == "http" and scope.get("method") == "POST":
+            await self._signout(scope, send, headers)  # a POST: its Origin was checked above
         elif path == SIGNOUT and scope["type"] == "http":
-            await self._signout(scope, send, headers)
+            await _page(send, 200, _signout_form(rules.base))  # a GET signs nobody out (an <img> would)
         else:
             await self._signed_in_only(scope, receive, send, headers, path)
 
@@ -202,6 +225,14 @@ class FrontDoor:
             await _redirect(send, f"{base}{SIGNIN}?next={quote(base + path, safe='/')}")
         else:
             await _refuse(scope, send, 401, "Sign in first.")
+
+    def _via_proxy(self, scope: Scope) -> bool:
+        """Whether the request carries the proxy's secret (required when proxies are trusted:
+        a local process reaching the studio's port directly would otherwise pass for the proxy)."""
+        if self.rules.proxy_refusal():
+            return False
+        sent = [v.decode("latin-1") for k, v in scope.get("headers", []) if k.lower() == PROXY_SECRET_HEADER.encode()]
+        return from_the_proxy(sent, self.rules.proxy_secret)
 
     def _scheme(self, scope: Scope, headers: dict[str, str]) -> str:
         """http or https as the browser sees it: a trusted proxy's X-Forwarded-Proto, else the connection's."""
@@ -272,6 +303,15 @@ def cookie_values(cookie_header: str, base_name: str) -> list[str]:
         if name in names:
             found.append(value)
     return found
+
+
+def _without_header(scope: Scope, name: str) -> Scope:
+    """`scope` less every header called `name` (lower case): what Streamlit and the pages see."""
+    key = name.encode("latin-1")
+    headers = scope.get("headers", [])
+    if not any(k.lower() == key for k, _ in headers):
+        return scope
+    return {**scope, "headers": [(k, v) for k, v in headers if k.lower() != key]}
 
 
 def _changes_state(scope: Scope) -> bool:
@@ -394,6 +434,16 @@ async def _respond(
     ]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+def _signout_form(base: str) -> str:
+    """What a GET of the sign-out address shows: a button that POSTs (sign-out changes state,
+    so it takes the Origin check every state change takes)."""
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>CALM Studio: sign out</title></head>
+<body style="font-family:sans-serif;max-width:26rem;margin:5rem auto"><h1>CALM Studio</h1>
+<form method="post" action="{html.escape(base + SIGNOUT)}"><button type="submit">Sign out</button></form>
+</body></html>"""
 
 
 def _form(base: str, target: str, message: str = "") -> str:
