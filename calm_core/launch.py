@@ -24,9 +24,12 @@ from calm_core.access.rules import (
     Access,
     ActiveRuns,
     Refused,
+    budget_refusal,
+    eval_items_refusal,
     launch_refusal,
     operator_credentials,
     resume_refusal,
+    write_refusal,
 )
 from calm_core.io import file_lock
 from calm_core.runs.naming import runs_root
@@ -124,6 +127,44 @@ def launch_training(
         run = create_run(cfg, root, launched_by, estimate, launched_from)  # queued: the next count sees it
     submit(run, worker_command(), credentials=access is None or operator_credentials(access, cfg.model))
     return run, left_the_queue(run)
+
+
+def launch_evaluation(
+    run: RunDir,
+    datasets: list[str],
+    limit: int | None,
+    access: Access,
+    launched_by: str | None = None,
+    launched_from: str | None = None,
+) -> tuple[RunDir, bool]:
+    """Queue `run` evaluated on more `datasets` as a job of its own (results.added_job);
+    (the job, started now?). It writes into `run`, so only the run's owner (or the admin,
+    or anyone in a local studio) may ask (access.write_refusal); its cost is estimated
+    first and refused past the item budget; and it counts toward the same quotas as a
+    training run, counted and queued under the same lock. Refused: one line."""
+    from calm_core.results.added import check_finished
+    from calm_core.results.added_job import evaluation_cost, evaluation_record, worker_command
+    from calm_core.runs.jobs import submit
+
+    refusal = write_refusal(access, launched_by, run.config.launched_by)
+    if refusal:
+        raise Refused(refusal)
+    check_finished(run)
+    cost = evaluation_cost(run, datasets, limit)
+    refusal = eval_items_refusal(access, cost["items"])
+    if refusal:
+        raise Refused(refusal)
+    tags = {"launched_by": launched_by, "launched_from": launched_from}  # the quotas count these
+    record = {**evaluation_record(run, datasets, limit, cost), **tags}
+    root = run.path.parent
+    with budget_held(root):
+        refusal = budget_refusal(access, active_runs(access, launched_by, launched_from, root))
+        if refusal:
+            raise Refused(refusal)
+        job = RunDir.new(record, name_hint=f"eval-{run.config.name or 'run'}", root=root)
+    model = str(run.config.train.get("model", ""))
+    submit(job, worker_command(), credentials=operator_credentials(access, model))
+    return job, left_the_queue(job)
 
 
 @contextmanager

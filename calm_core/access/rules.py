@@ -57,6 +57,8 @@ MAX_RUNS_ENV = "CALM_SHARED_MAX_RUNS"  # queued or running runs a shared studio 
 DEFAULT_MAX_RUNS = 8  # one job slot by default: 8 quick runs queue about 10 minutes of work
 MAX_STEPS_ENV = "CALM_SHARED_MAX_STEPS"  # the most steps one run may have in a shared studio
 DEFAULT_MAX_STEPS = 1000  # the quick preset's 40 steps take about a minute; 1000, about half an hour
+MAX_EVAL_ITEMS_ENV = "CALM_SHARED_MAX_EVAL_ITEMS"  # the most items one added evaluation may score
+DEFAULT_MAX_EVAL_ITEMS = 2000  # about the final evaluation of a quick run on four sets of 500
 HUB_REPOS_ENV = "CALM_SHARED_HUB_REPOS"  # hub repos a shared user may name, commas; the operator's token goes with them
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -87,6 +89,7 @@ class Access:
     short_password_ok: bool = False
     max_steps: int = DEFAULT_MAX_STEPS  # shared only: the most steps one run may have
     max_runs: int = DEFAULT_MAX_RUNS  # shared only: queued or running runs on the whole server
+    max_eval_items: int = DEFAULT_MAX_EVAL_ITEMS  # shared only: items one added evaluation may score
     hub_repos: tuple[str, ...] = ()  # shared only: the hub repos its users may name (CALM_SHARED_HUB_REPOS)
 
     @property
@@ -135,6 +138,7 @@ def access_from(environ: Mapping[str, str], server_address: str | None, secrets_
         short_password_ok=_flag(environ, SHORT_PASSWORD_ENV),
         max_steps=max_steps_from(environ),
         max_runs=_positive(environ, MAX_RUNS_ENV, DEFAULT_MAX_RUNS),
+        max_eval_items=_positive(environ, MAX_EVAL_ITEMS_ENV, DEFAULT_MAX_EVAL_ITEMS),
         hub_repos=tuple(r.strip() for r in environ.get(HUB_REPOS_ENV, "").split(",") if _HUB_ID.match(r.strip())),
     )
 
@@ -304,6 +308,32 @@ def may_cancel(access: Access, session: str | None, launched_by: str | None) -> 
 
 
 OWNER_ONLY = "Another session launched this run: only it (or the studio's admin) can cancel or resume it."
+OWNER_WRITES = (
+    "Another session launched this run: only it (or the studio's admin) can add results to it or save a "
+    "threshold with it. Reading it stays open."
+)
+
+
+def write_refusal(access: Access, session: str | None, launched_by: str | None) -> str | None:
+    """Why this session may not write into a run (added results, a saved threshold), None if
+    it may: the cancel rule. Otherwise any session could put rows, or a threshold and its
+    guarantee, into another's export and model card."""
+    return None if may_cancel(access, session, launched_by) else OWNER_WRITES
+
+
+def eval_items_refusal(access: Access, items: int | None) -> str | None:
+    """Why an evaluation of `items` items may not be queued in a shared studio (None: it may):
+    an unknown count (a set whose size only loading tells) or more than `max_eval_items`."""
+    if not access.shared:
+        return None
+    if items is None:
+        return "The size of a chosen set is known only once it is loaded: set the items per set."
+    if items > access.max_eval_items:
+        return (
+            f"This evaluation has {items} items, more than the {access.max_eval_items} a shared studio allows at "
+            f"once ({MAX_EVAL_ITEMS_ENV} on the server): lower the items per set."
+        )
+    return None
 
 
 def resume_refusal(

@@ -115,9 +115,7 @@ def _reap(process: subprocess.Popen[bytes]) -> None:
     process.wait()  # in a daemon thread: no zombie lingers while the launcher lives
 
 
-def start_job(
-    run_dir: RunDir, command: list[str], env: dict[str, str] | None = None, credentials: bool = True
-) -> int:
+def start_job(run_dir: RunDir, command: list[str], env: dict[str, str] | None = None, credentials: bool = True) -> int:
     """Launch `command` detached from the caller; record pid and state `running`; return the pid.
     `credentials`: whether it inherits the operator's hub token (job_environment).
 
