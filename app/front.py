@@ -59,6 +59,8 @@ from calm_core.access.tokens import (
     COOKIE_NAME,
     DEVICE_COOKIE,
     DEVICE_DAYS,
+    FORM_COOKIE,
+    FORM_HOURS,
     DeviceSigner,
     Grant,
     Signer,
@@ -115,6 +117,16 @@ def grant_in(cookie_header: str | None) -> Grant | None:
     return None
 
 
+def form_id(cookie_header: str | None) -> str | None:
+    """The id of a form cookie this server issued (a browser that fetched the sign-in form)."""
+    now = time.time()
+    for value in cookie_values(cookie_header or "", FORM_COOKIE):
+        found = SIGNER.form(value, now)
+        if found is not None:
+            return found
+    return None
+
+
 def known_device(cookie_header: str | None) -> str | None:
     """The id of a device cookie this server issued (a browser that has signed in before)."""
     now = time.time()
@@ -135,13 +147,20 @@ class Try:
     wait_s: float
 
 
-def try_password(address: str, typed: str, expected: str | None, device: str | None = None) -> Try:
+def try_password(
+    address: str, typed: str, expected: str | None, device: str | None = None, form: str | None = None
+) -> Try:
     """A try arriving before its address (or known browser) or the server may try again is
     not checked at all, so parallel guesses gain nothing. A known browser's tries count
-    against that browser alone (guesses.GuessLimiter)."""
+    against that browser alone; the first try of a browser new to the studio (`form`: its
+    form cookie's id) against the newcomers' allowance, not the flood's (guesses.GuessLimiter)."""
     key, known = (f"device:{device}", True) if device else (address, False)
     with _LIMITER_LOCK:
         now = time.monotonic()
+        if form and not device and LIMITER.newcomer_wait(f"form:{form}", address, now) == 0.0:
+            right = check_password(typed, expected)
+            LIMITER.record_newcomer(f"form:{form}", address, right, now)
+            return Try(checked=True, right=right, wait_s=0.0 if right else LIMITER.wait_before(address, now))
         wait = LIMITER.wait_before(key, now, known_device=known)
         if wait > 0:
             return Try(checked=False, right=False, wait_s=wait)
@@ -188,9 +207,7 @@ class FrontDoor:
             return
         rules, headers = self.rules, _headers(scope)
         path = _local_path(scope.get("path", "/"), rules.base)
-        if rules.proxies and path not in OPEN_PATHS and not self._via_proxy(scope):
-            why = rules.proxy_refusal()
-            await _refuse(scope, send, 503 if why else 403, why or "This studio answers only through its proxy.")
+        if await self._refused_past_the_proxy(scope, send, path):
             return
         scope = _without_header(scope, PROXY_SECRET_HEADER)  # the secret goes no further than the door
         if not rules.hosts.permits(headers.get("host")):
@@ -205,10 +222,8 @@ class FrontDoor:
             await _refuse(scope, send, 503, rules.access.refusal or "This studio serves nothing.")
         elif path == SIGNIN and scope["type"] == "http":
             await self._signin(scope, receive, send, headers)
-        elif path == SIGNOUT and scope["type"] == "http" and scope.get("method") == "POST":
-            await self._signout(scope, send, headers)  # a POST: its Origin was checked above
         elif path == SIGNOUT and scope["type"] == "http":
-            await _page(send, 200, _signout_form(rules.base))  # a GET signs nobody out (an <img> would)
+            await self._signout(scope, send, headers)
         else:
             await self._signed_in_only(scope, receive, send, headers, path)
 
@@ -225,6 +240,15 @@ class FrontDoor:
             await _redirect(send, f"{base}{SIGNIN}?next={quote(base + path, safe='/')}")
         else:
             await _refuse(scope, send, 401, "Sign in first.")
+
+    async def _refused_past_the_proxy(self, scope: Scope, send: Send, path: str) -> bool:
+        """Refuse (and say True) a request that came past the trusted proxy: 403 without its
+        secret, 503 when the studio has none to compare with. Health checks stay open."""
+        if not self.rules.proxies or path in OPEN_PATHS or self._via_proxy(scope):
+            return False
+        why = self.rules.proxy_refusal()
+        await _refuse(scope, send, 503 if why else 403, why or "This studio answers only through its proxy.")
+        return True
 
     def _via_proxy(self, scope: Scope) -> bool:
         """Whether the request carries the proxy's secret (required when proxies are trusted:
@@ -252,7 +276,12 @@ class FrontDoor:
         return client_key(peer, forwarded, self.rules.proxies)
 
     async def _signout(self, scope: Scope, send: Send, headers: dict[str, str]) -> None:
-        """Revoke every valid sign-in this browser sent and close that sign-in's open WebSockets."""
+        """On a POST (its Origin checked, as every state change's), revoke every valid sign-in this
+        browser sent and close that sign-in's open WebSockets. A GET only shows the button: an
+        `<img>` on another port of the same host sends one, cookie and all (SameSite ignores ports)."""
+        if scope.get("method") != "POST":
+            await _page(send, 200, _signout_form(self.rules.base))
+            return
         now = time.time()
         for value in cookie_values(headers.get("cookie", ""), COOKIE_NAME):
             grant = SIGNER.revoke(value, now)
@@ -262,19 +291,33 @@ class FrontDoor:
         secure, base = self._scheme(scope, headers) == "https", self.rules.base
         await _redirect(send, base + SIGNIN, cookies=[_cookie(COOKIE_NAME, "", secure, base, max_age=0)])
 
+    def _form_cookie(self, scope: Scope, headers: dict[str, str]) -> list[str]:
+        """A new form cookie for a browser without a valid one (none for one that has it)."""
+        if form_id(headers.get("cookie")) is not None:
+            return []
+        secure = self._scheme(scope, headers) == "https"
+        value = SIGNER.issue_form(time.time())
+        return [_cookie(FORM_COOKIE, value, secure, self.rules.base, max_age=int(FORM_HOURS * 3600))]
+
     async def _signin(self, scope: Scope, receive: Receive, send: Send, headers: dict[str, str]) -> None:
         base = self.rules.base
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
         if scope.get("method") != "POST":
-            await _page(send, 200, _form(base, _safe_next(query.get("next", [""])[0], base)))
+            await _page(
+                send,
+                200,
+                _form(base, _safe_next(query.get("next", [""])[0], base)),
+                cookies=self._form_cookie(scope, headers),
+            )
             return
         form = await _read_form(receive, headers)
         if form is None:
             await _page(send, 413, _form(base, base + "/", "That form was too large."))
             return
         target = _safe_next(form.get("next", [""])[0], base)
-        device = known_device(headers.get("cookie"))
-        attempt = try_password(self._client(scope), form.get("password", [""])[0], self.rules.access.password, device)
+        device, newcomer = known_device(headers.get("cookie")), form_id(headers.get("cookie"))
+        typed, expected = form.get("password", [""])[0], self.rules.access.password
+        attempt = try_password(self._client(scope), typed, expected, device, newcomer)
         if attempt.right:
             now, secure = time.time(), self._scheme(scope, headers) == "https"
             device_cookie = devices().issue(now, device)
@@ -417,8 +460,9 @@ async def _redirect(send: Send, location: str, cookies: list[str] | None = None)
     await _respond(send, 303, b"", "text/plain", extra)
 
 
-async def _page(send: Send, status: int, body: str, retry_after: float = 0.0) -> None:
+async def _page(send: Send, status: int, body: str, retry_after: float = 0.0, cookies: list[str] | None = None) -> None:
     extra = [(b"retry-after", str(int(retry_after) + 1).encode())] if retry_after > 0 else []
+    extra += [(b"set-cookie", cookie.encode("latin-1")) for cookie in cookies or []]
     await _respond(send, status, body.encode("utf-8"), "text/html; charset=utf-8", extra)
 
 

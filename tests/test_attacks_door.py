@@ -217,3 +217,42 @@ def test_trusted_proxies_without_a_secret_serve_nothing(tmp_path: Path) -> None:
     finally:
         _stop(server, log)
     assert status == 503 and b"CALM_PROXY_SECRET" in body
+
+
+def test_a_new_browser_signs_in_under_a_flood_from_elsewhere(tmp_path: Path) -> None:
+    """20 wrong tries a second from other addresses empty the server's bucket: a browser that
+    had never signed in got 429 with Retry-After 60 on every try for 240 s. Now the sign-in
+    form gives it a signed form cookie, and its first try is counted under the newcomers'
+    own allowance: it gets in at once. (The addresses are named by a trusted proxy.)"""
+    import threading
+
+    secret = "s3cret-only-the-proxy-knows"
+    env = {"CALM_TRUSTED_PROXIES": "127.0.0.1", "CALM_PROXY_SECRET": secret}
+    server, port, log, _ = _start(tmp_path, shared=True, extra_env=env)
+    stop, flood = threading.Event(), []
+
+    def guess() -> None:
+        i = 0
+        while not stop.is_set():
+            flood.append(_wrong(port, {"X-Forwarded-For": f"198.51.{i // 250}.{i % 250}", "X-Calm-Proxy-Secret": secret}))
+            i += 1
+            time.sleep(0.05)  # 20 a second
+
+    victim = {"X-Forwarded-For": "203.0.113.5", "X-Calm-Proxy-Secret": secret}
+    thread = threading.Thread(target=guess, daemon=True)
+    try:
+        thread.start()
+        time.sleep(3.0)  # past the bucket of 30
+        started = time.monotonic()
+        bare = sign_in_as(port, PASSWORD, victim)[0]  # a POST without the form: the old way, it waits
+        _, headers, _ = request(port, "GET", "/_calm/signin", headers=victim)
+        form = headers["set-cookie"].split(";", 1)[0]
+        status, cookies = sign_in_as(port, PASSWORD, {**victim, "Cookie": form})
+        took = time.monotonic() - started
+    finally:
+        stop.set()
+        thread.join()
+        _stop(server, log)
+    print(f"flood: {len(flood)} tries, {flood.count(429)} refused unchecked; new browser: {status} in {took:.2f} s")
+    assert flood.count(429) > 0 and bare == 429  # the flood did empty the server's bucket
+    assert status == 303 and SIGNIN_COOKIE in cookies and took < 5.0
