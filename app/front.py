@@ -21,7 +21,11 @@ HTTP request and every WebSocket handshake before Streamlit does:
 5. **Who is asking** (calm_core/access/clients.py): the limits count a try against the
    connecting peer, or behind a proxy named in CALM_TRUSTED_PROXIES the address it vouches
    for; against a browser that signed in before (its device cookie), its own counter only.
-6. **Sign-out revokes** the token server-side and closes that token's open WebSockets.
+   With trusted proxies every request must carry the proxy's secret (CALM_PROXY_SECRET), so
+   a local process on the studio's own port cannot pass for the proxy.
+6. **Sign-out revokes** the token server-side and closes that token's open WebSockets. It is a
+   POST, so the Origin check of point 4 applies: a GET (an `<img>` on another port of the same
+   host, which SameSite does not stop) only shows the sign-out button.
 
 Why a layer and not app code: the in-app gate (app/gate.py) runs inside a script run,
 after Streamlit has already accepted the WebSocket and every endpoint beside it
@@ -34,13 +38,20 @@ import asyncio
 import html
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 from urllib.parse import parse_qs, quote
 
 from starlette.responses import Response
 
-from calm_core.access.clients import Network, client_key, is_trusted_proxy
+from calm_core.access.clients import (
+    PROXY_SECRET_HEADER,
+    Network,
+    client_key,
+    from_the_proxy,
+    is_trusted_proxy,
+    proxy_refusal,
+)
 from calm_core.access.guesses import GuessLimiter
 from calm_core.access.hosts import HostRule, origin_permitted
 from calm_core.access.rules import Access, check_password
@@ -48,6 +59,8 @@ from calm_core.access.tokens import (
     COOKIE_NAME,
     DEVICE_COOKIE,
     DEVICE_DAYS,
+    FORM_COOKIE,
+    FORM_HOURS,
     DeviceSigner,
     Grant,
     Signer,
@@ -104,6 +117,16 @@ def grant_in(cookie_header: str | None) -> Grant | None:
     return None
 
 
+def form_id(cookie_header: str | None) -> str | None:
+    """The id of a form cookie this server issued (a browser that fetched the sign-in form)."""
+    now = time.time()
+    for value in cookie_values(cookie_header or "", FORM_COOKIE):
+        found = SIGNER.form(value, now)
+        if found is not None:
+            return found
+    return None
+
+
 def known_device(cookie_header: str | None) -> str | None:
     """The id of a device cookie this server issued (a browser that has signed in before)."""
     now = time.time()
@@ -124,13 +147,20 @@ class Try:
     wait_s: float
 
 
-def try_password(address: str, typed: str, expected: str | None, device: str | None = None) -> Try:
+def try_password(
+    address: str, typed: str, expected: str | None, device: str | None = None, form: str | None = None
+) -> Try:
     """A try arriving before its address (or known browser) or the server may try again is
     not checked at all, so parallel guesses gain nothing. A known browser's tries count
-    against that browser alone (guesses.GuessLimiter)."""
+    against that browser alone; the first try of a browser new to the studio (`form`: its
+    form cookie's id) against the newcomers' allowance, not the flood's (guesses.GuessLimiter)."""
     key, known = (f"device:{device}", True) if device else (address, False)
     with _LIMITER_LOCK:
         now = time.monotonic()
+        if form and not device and LIMITER.newcomer_wait(f"form:{form}", address, now) == 0.0:
+            right = check_password(typed, expected)
+            LIMITER.record_newcomer(f"form:{form}", address, right, now)
+            return Try(checked=True, right=right, wait_s=0.0 if right else LIMITER.wait_before(address, now))
         wait = LIMITER.wait_before(key, now, known_device=known)
         if wait > 0:
             return Try(checked=False, right=False, wait_s=wait)
@@ -148,6 +178,11 @@ class DoorRules:
     base: str = ""  # server.baseUrlPath, "" or "/prefix"
     proxies: tuple[Network, ...] = ()  # CALM_TRUSTED_PROXIES: whose X-Forwarded-* headers are read
     given_names: tuple[str, ...] = ()  # --host / CALM_STUDIO_HOSTS: origins allowed on any port
+    proxy_secret: str | None = field(default=None, repr=False)  # CALM_PROXY_SECRET: what the proxy sends
+
+    def proxy_refusal(self) -> str | None:
+        """Why this studio serves nothing behind its proxies (clients.proxy_refusal), else None."""
+        return proxy_refusal(self.proxies, self.proxy_secret)
 
 
 class FrontDoor:
@@ -172,6 +207,9 @@ class FrontDoor:
             return
         rules, headers = self.rules, _headers(scope)
         path = _local_path(scope.get("path", "/"), rules.base)
+        if await self._refused_past_the_proxy(scope, send, path):
+            return
+        scope = _without_header(scope, PROXY_SECRET_HEADER)  # the secret goes no further than the door
         if not rules.hosts.permits(headers.get("host")):
             await _refuse(scope, send, 403, "This studio does not answer to that host name.")
         elif path in NEVER_SERVED:
@@ -203,6 +241,23 @@ class FrontDoor:
         else:
             await _refuse(scope, send, 401, "Sign in first.")
 
+    async def _refused_past_the_proxy(self, scope: Scope, send: Send, path: str) -> bool:
+        """Refuse (and say True) a request that came past the trusted proxy: 403 without its
+        secret, 503 when the studio has none to compare with. Health checks stay open."""
+        if not self.rules.proxies or path in OPEN_PATHS or self._via_proxy(scope):
+            return False
+        why = self.rules.proxy_refusal()
+        await _refuse(scope, send, 503 if why else 403, why or "This studio answers only through its proxy.")
+        return True
+
+    def _via_proxy(self, scope: Scope) -> bool:
+        """Whether the request carries the proxy's secret (required when proxies are trusted:
+        a local process reaching the studio's port directly would otherwise pass for the proxy)."""
+        if self.rules.proxy_refusal():
+            return False
+        sent = [v.decode("latin-1") for k, v in scope.get("headers", []) if k.lower() == PROXY_SECRET_HEADER.encode()]
+        return from_the_proxy(sent, self.rules.proxy_secret)
+
     def _scheme(self, scope: Scope, headers: dict[str, str]) -> str:
         """http or https as the browser sees it: a trusted proxy's X-Forwarded-Proto, else the connection's."""
         forwarded = headers.get("x-forwarded-proto", "").strip().lower()
@@ -221,7 +276,12 @@ class FrontDoor:
         return client_key(peer, forwarded, self.rules.proxies)
 
     async def _signout(self, scope: Scope, send: Send, headers: dict[str, str]) -> None:
-        """Revoke every valid sign-in this browser sent and close that sign-in's open WebSockets."""
+        """On a POST (its Origin checked, as every state change's), revoke every valid sign-in this
+        browser sent and close that sign-in's open WebSockets. A GET only shows the button: an
+        `<img>` on another port of the same host sends one, cookie and all (SameSite ignores ports)."""
+        if scope.get("method") != "POST":
+            await _page(send, 200, _signout_form(self.rules.base))
+            return
         now = time.time()
         for value in cookie_values(headers.get("cookie", ""), COOKIE_NAME):
             grant = SIGNER.revoke(value, now)
@@ -231,19 +291,33 @@ class FrontDoor:
         secure, base = self._scheme(scope, headers) == "https", self.rules.base
         await _redirect(send, base + SIGNIN, cookies=[_cookie(COOKIE_NAME, "", secure, base, max_age=0)])
 
+    def _form_cookie(self, scope: Scope, headers: dict[str, str]) -> list[str]:
+        """A new form cookie for a browser without a valid one (none for one that has it)."""
+        if form_id(headers.get("cookie")) is not None:
+            return []
+        secure = self._scheme(scope, headers) == "https"
+        value = SIGNER.issue_form(time.time())
+        return [_cookie(FORM_COOKIE, value, secure, self.rules.base, max_age=int(FORM_HOURS * 3600))]
+
     async def _signin(self, scope: Scope, receive: Receive, send: Send, headers: dict[str, str]) -> None:
         base = self.rules.base
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
         if scope.get("method") != "POST":
-            await _page(send, 200, _form(base, _safe_next(query.get("next", [""])[0], base)))
+            await _page(
+                send,
+                200,
+                _form(base, _safe_next(query.get("next", [""])[0], base)),
+                cookies=self._form_cookie(scope, headers),
+            )
             return
         form = await _read_form(receive, headers)
         if form is None:
             await _page(send, 413, _form(base, base + "/", "That form was too large."))
             return
         target = _safe_next(form.get("next", [""])[0], base)
-        device = known_device(headers.get("cookie"))
-        attempt = try_password(self._client(scope), form.get("password", [""])[0], self.rules.access.password, device)
+        device, newcomer = known_device(headers.get("cookie")), form_id(headers.get("cookie"))
+        typed, expected = form.get("password", [""])[0], self.rules.access.password
+        attempt = try_password(self._client(scope), typed, expected, device, newcomer)
         if attempt.right:
             now, secure = time.time(), self._scheme(scope, headers) == "https"
             device_cookie = devices().issue(now, device)
@@ -272,6 +346,15 @@ def cookie_values(cookie_header: str, base_name: str) -> list[str]:
         if name in names:
             found.append(value)
     return found
+
+
+def _without_header(scope: Scope, name: str) -> Scope:
+    """`scope` less every header called `name` (lower case): what Streamlit and the pages see."""
+    key = name.encode("latin-1")
+    headers = scope.get("headers", [])
+    if not any(k.lower() == key for k, _ in headers):
+        return scope
+    return {**scope, "headers": [(k, v) for k, v in headers if k.lower() != key]}
 
 
 def _changes_state(scope: Scope) -> bool:
@@ -377,8 +460,9 @@ async def _redirect(send: Send, location: str, cookies: list[str] | None = None)
     await _respond(send, 303, b"", "text/plain", extra)
 
 
-async def _page(send: Send, status: int, body: str, retry_after: float = 0.0) -> None:
+async def _page(send: Send, status: int, body: str, retry_after: float = 0.0, cookies: list[str] | None = None) -> None:
     extra = [(b"retry-after", str(int(retry_after) + 1).encode())] if retry_after > 0 else []
+    extra += [(b"set-cookie", cookie.encode("latin-1")) for cookie in cookies or []]
     await _respond(send, status, body.encode("utf-8"), "text/html; charset=utf-8", extra)
 
 
@@ -394,6 +478,16 @@ async def _respond(
     ]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+def _signout_form(base: str) -> str:
+    """What a GET of the sign-out address shows: a button that POSTs (sign-out changes state,
+    so it takes the Origin check every state change takes)."""
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>CALM Studio: sign out</title></head>
+<body style="font-family:sans-serif;max-width:26rem;margin:5rem auto"><h1>CALM Studio</h1>
+<form method="post" action="{html.escape(base + SIGNOUT)}"><button type="submit">Sign out</button></form>
+</body></html>"""
 
 
 def _form(base: str, target: str, message: str = "") -> str:

@@ -51,7 +51,7 @@ from starlette.middleware import Middleware  # noqa: E402
 from app import warmup  # noqa: E402
 from app.front import DoorRules, FrontDoor  # noqa: E402
 from app.gate import studio_access  # noqa: E402
-from calm_core.access.clients import trusted_proxies  # noqa: E402
+from calm_core.access.clients import proxy_secret, trusted_proxies  # noqa: E402
 from calm_core.access.hosts import allowed_hosts, user_hosts  # noqa: E402
 
 
@@ -65,6 +65,7 @@ def door_rules() -> DoorRules:
         base=base.rstrip("/"),
         proxies=trusted_proxies(os.environ),
         given_names=user_hosts(os.environ),
+        proxy_secret=proxy_secret(os.environ),
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import streamlit as st
 
+from app.gate import studio_access, this_session
 from app.state import describe_error, plain
 from app.verdict_view import whole_cells
 from calm_core.calibration.selective import CRC, LTT, LTT_ANSWERED
@@ -96,9 +97,18 @@ def show_report(report: sel.SelectiveReport) -> None:
 def save_button(run: RunDir, report: sel.SelectiveReport) -> None:
     """Store the variant's threshold with the run: the export reads selective.json."""
     choice = report.choices[report.request.variant]
-    if st.button("Use this threshold in the export", key="selective_save", disabled=choice.threshold is None):
+    access, session = studio_access(), this_session()
+    refusal = sel.save_refusal(run, access, session)  # another session's run: its export is not ours to change
+    if refusal:
+        st.caption(refusal)
+    if st.button(
+        "Use this threshold in the export",
+        key="selective_save",
+        disabled=choice.threshold is None or refusal is not None,
+        help=refusal,
+    ):
         try:
-            record = sel.save_choice(run, report)
+            record = sel.save_choice(run, report, access, session)
         except Exception as exc:
             st.error(describe_error(exc))
         else:

@@ -10,6 +10,10 @@ an attacker thread sends wrong passwords from the user's own address at `--rate`
 second (bounded in count and time, loopback only). Each try measures the rightful
 browser's sign-in (POST with its device cookie, until the redirect) and its first page
 (the WebSocket handshake and one script run of the Monitor page, until it finishes).
+Then a browser that has never signed in (no device cookie: it fetches the sign-in form,
+which gives it a form cookie, and posts the password) visits `--tries` times while the
+attacker sends the same rate from other addresses. The studio runs as the proxy recipe
+runs it (CALM_TRUSTED_PROXIES, CALM_PROXY_SECRET), so each request names its address.
 Prints a table (median and worst, milliseconds) and writes JSON.
 """
 
@@ -27,32 +31,60 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.attack_client import StudioSession, sign_in_as  # noqa: E402
+from tests.attack_client import StudioSession, request, sign_in_as  # noqa: E402
 from tests.test_attacks import PASSWORD, _start, _stop  # noqa: E402
 
 DEVICE_COOKIE, SIGNIN_COOKIE = "calm_studio_device", "calm_studio_signin"
 MAX_ATTACK_S = 600.0  # the attacker stops by itself after this, whatever happens
+SECRET = "bench-proxy-secret-0123456789"
+USER = {"X-Forwarded-For": "203.0.113.5", "X-Calm-Proxy-Secret": SECRET}  # the rightful user's address
+NEW_USER = {**USER, "X-Forwarded-For": "203.0.113.9"}  # the new browser's: not the one attacked before
 
 
-def rightful_visit(port: int, device: str) -> tuple[float, float, int]:
-    """(sign-in ms, first page ms, sign-in status) for the browser holding `device`."""
+def elsewhere(i: int) -> dict[str, str]:
+    """The headers of the attacker's `i`-th try from addresses other than the user's."""
+    return {"X-Forwarded-For": f"198.51.{i // 250}.{i % 250}", "X-Calm-Proxy-Secret": SECRET}
+
+
+def rightful_visit(port: int, device: str | None) -> tuple[float, float, int]:
+    """(sign-in ms, first page ms, sign-in status) for the browser holding `device`; with
+    None, a browser new to the studio: it fetches the form (its form cookie) first."""
     started = time.perf_counter()
-    status, cookies = sign_in_as(port, PASSWORD, {"Cookie": f"{DEVICE_COOKIE}={device}"})
+    cookie, user = f"{DEVICE_COOKIE}={device}", USER
+    if device is None:
+        user = NEW_USER
+        cookie = request(port, "GET", "/_calm/signin", headers=user)[1]["set-cookie"].split(";", 1)[0]
+    status, cookies = sign_in_as(port, PASSWORD, {**user, "Cookie": cookie})
     signed = time.perf_counter()
     if status != 303:
         return (signed - started) * 1000, float("nan"), status
-    with StudioSession(port, f"{SIGNIN_COOKIE}={cookies[SIGNIN_COOKIE]}") as session:
+    with StudioSession(port, f"{SIGNIN_COOKIE}={cookies[SIGNIN_COOKIE]}", headers=user) as session:
         session.rerun("monitor")
     return (signed - started) * 1000, (time.perf_counter() - signed) * 1000, status
 
 
-def attack(port: int, rate: float, stop: threading.Event, sent: list[int]) -> None:
-    """Wrong passwords at `rate` a second until `stop` (or MAX_ATTACK_S)."""
+def attack(port: int, rate: float, stop: threading.Event, sent: list[int], spread: bool = False) -> None:
+    """Wrong passwords at `rate` a second until `stop` (or MAX_ATTACK_S), from the user's own
+    address, or with `spread` from others."""
     deadline = time.monotonic() + MAX_ATTACK_S
     while not stop.is_set() and time.monotonic() < deadline:
-        sign_in_as(port, "a wrong guess")
+        sign_in_as(port, "a wrong guess", elsewhere(len(sent)) if spread else USER)
         sent.append(1)
         stop.wait(1.0 / rate)
+
+
+def visits_under_attack(
+    port: int, args: argparse.Namespace, device: str | None, spread: bool
+) -> list[tuple[float, float, int]]:
+    """`args.tries` visits of the browser holding `device` (None: a new one) during an attack."""
+    stop, sent = threading.Event(), []
+    attacker = threading.Thread(target=attack, args=(port, args.rate, stop, sent, spread), daemon=True)
+    attacker.start()
+    time.sleep(3.0)  # the attacker has spent the free tries and the server's bucket of 30
+    visits = [rightful_visit(port, device) for _ in range(args.tries)]
+    stop.set()
+    attacker.join(timeout=10)
+    return visits
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -65,29 +97,23 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=20.0, help="the attacker's wrong passwords a second")
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "door_under_attack.json")
     args = parser.parse_args()
-    server, port, log, _ = _start(Path(tempfile.mkdtemp(prefix="door-bench-")), shared=True)
+    proxy = {"CALM_TRUSTED_PROXIES": "127.0.0.1", "CALM_PROXY_SECRET": SECRET}
+    server, port, log, _ = _start(Path(tempfile.mkdtemp(prefix="door-bench-")), shared=True, extra_env=proxy)
     try:
-        status, cookies = sign_in_as(port, PASSWORD)
+        status, cookies = sign_in_as(port, PASSWORD, USER)
         assert status == 303, status
         device = cookies[DEVICE_COOKIE]
         rightful_visit(port, device)  # warm: the first script run imports the pages
-        rows: dict[str, list[tuple[float, float, int]]] = {"quiet": [], "under attack": []}
-        stop, sent = threading.Event(), []
-        attacker = threading.Thread(target=attack, args=(port, args.rate, stop, sent), daemon=True)
-        for i in range(args.tries):
-            rows["quiet"].append(rightful_visit(port, device))
-            if i == 0:
-                attacker.start()
-                time.sleep(2.0)  # the attacker has spent the free tries and the bucket is draining
-            rows["under attack"].append(rightful_visit(port, device))
-        stop.set()
-        attacker.join(timeout=10)
+        rows: dict[str, list[tuple[float, float, int]]] = {
+            "quiet": [rightful_visit(port, device) for _ in range(args.tries)],
+            "under attack": visits_under_attack(port, args, device, spread=False),
+            "new browser, attack from elsewhere": visits_under_attack(port, args, None, spread=True),
+        }
     finally:
         _stop(server, log)
     result = {
         "tries": args.tries,
         "attack_rate_per_s": args.rate,
-        "attacker_wrong_passwords_sent": len(sent),
         "conditions": {
             name: {
                 "sign_in": summary([r[0] for r in visits]),
@@ -97,11 +123,13 @@ def main() -> None:
             for name, visits in rows.items()
         },
     }
-    print(f"rightful browser, {args.tries} visits each; attacker sent {len(sent)} wrong passwords")
-    print(f"{'condition':<14} {'signed in':>9} {'sign-in median':>15} {'worst':>8} {'first page median':>18} {'worst':>8}")
+    print(f"rightful browser, {args.tries} visits each; the attacker: {args.rate:g} wrong passwords a second")
+    print(
+        f"{'condition':<36} {'signed in':>9} {'sign-in median':>15} {'worst':>8} {'first page median':>18} {'worst':>8}"
+    )
     for name, row in result["conditions"].items():
         print(
-            f"{name:<14} {row['signed_in']:>6}/{args.tries:<2} {row['sign_in']['median_ms']:>12.1f} ms "
+            f"{name:<36} {row['signed_in']:>6}/{args.tries:<2} {row['sign_in']['median_ms']:>12.1f} ms "
             f"{row['sign_in']['worst_ms']:>5.0f} ms {row['first_page']['median_ms']:>15.1f} ms "
             f"{row['first_page']['worst_ms']:>5.0f} ms"
         )

@@ -15,12 +15,28 @@ page's disabled button.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from calm_core.access.rules import Access, ActiveRuns, Refused, launch_refusal, resume_refusal
+from calm_core.access.rules import (
+    Access,
+    ActiveRuns,
+    Refused,
+    budget_refusal,
+    eval_items_refusal,
+    launch_refusal,
+    operator_credentials,
+    resume_refusal,
+    write_refusal,
+)
+from calm_core.io import file_lock
+from calm_core.runs.naming import runs_root
 from calm_core.runs.rundir import RunDir
 from calm_core.training.config import TrainConfig
+
+LAUNCH_LOCK = ".launch.lock"  # under the runs root: held while the quotas are counted and a run queued
 
 
 def run_config_record(
@@ -98,15 +114,67 @@ def launch_training(
     before anything is created. `estimate`: the launch record of the estimate the caller
     showed (Estimate.to_record), else one is made here from the counts the data layer
     knows (estimate.predict.launch_estimate): no dataset is loaded to launch."""
+    from calm_core.estimate.predict import launch_estimate
     from calm_core.runs.jobs import submit, worker_command
 
-    if access is not None:
-        refusal = launch_refusal(access, cfg.steps, active_runs(access, launched_by, launched_from, root))
+    if estimate is None:
+        estimate = launch_estimate(cfg, root)  # before the lock: other launches need not wait for it
+    with budget_held(root):
+        if access is not None:
+            refusal = launch_refusal(access, cfg.steps, active_runs(access, launched_by, launched_from, root))
+            if refusal:
+                raise Refused(refusal)
+        run = create_run(cfg, root, launched_by, estimate, launched_from)  # queued: the next count sees it
+    submit(run, worker_command(), credentials=access is None or operator_credentials(access, cfg.model))
+    return run, left_the_queue(run)
+
+
+def launch_evaluation(
+    run: RunDir,
+    datasets: list[str],
+    limit: int | None,
+    access: Access,
+    launched_by: str | None = None,
+    launched_from: str | None = None,
+) -> tuple[RunDir, bool]:
+    """Queue `run` evaluated on more `datasets` as a job of its own (results.added_job);
+    (the job, started now?). It writes into `run`, so only the run's owner (or the admin,
+    or anyone in a local studio) may ask (access.write_refusal); its cost is estimated
+    first and refused past the item budget; and it counts toward the same quotas as a
+    training run, counted and queued under the same lock. Refused: one line."""
+    from calm_core.results.added import check_finished
+    from calm_core.results.added_job import evaluation_cost, evaluation_record, worker_command
+    from calm_core.runs.jobs import submit
+
+    refusal = write_refusal(access, launched_by, run.config.launched_by)
+    if refusal:
+        raise Refused(refusal)
+    check_finished(run)
+    cost = evaluation_cost(run, datasets, limit)
+    refusal = eval_items_refusal(access, cost["items"])
+    if refusal:
+        raise Refused(refusal)
+    tags = {"launched_by": launched_by, "launched_from": launched_from}  # the quotas count these
+    record = {**evaluation_record(run, datasets, limit, cost), **tags}
+    root = run.path.parent
+    with budget_held(root):
+        refusal = budget_refusal(access, active_runs(access, launched_by, launched_from, root))
         if refusal:
             raise Refused(refusal)
-    run = create_run(cfg, root, launched_by, estimate, launched_from)
-    submit(run, worker_command())
-    return run, left_the_queue(run)
+        job = RunDir.new(record, name_hint=f"eval-{run.config.name or 'run'}", root=root)
+    model = str(run.config.train.get("model", ""))
+    submit(job, worker_command(), credentials=operator_credentials(access, model))
+    return job, left_the_queue(job)
+
+
+@contextmanager
+def budget_held(root: str | Path | None = None) -> Iterator[None]:
+    """Hold the runs root's launch lock (an flock: every thread and process of every
+    studio on this workspace) while the quotas are counted and a run is queued. Without
+    it, ten sessions clicking Launch at once each counted the runs before any of them had
+    created one, and all ten passed a quota of 3. Re-entrant within a thread."""
+    with file_lock(runs_root(root) / LAUNCH_LOCK):
+        yield
 
 
 def active_runs_of(launched_by: str, root: str | Path | None = None) -> int:
@@ -166,10 +234,11 @@ def resume_run(run: RunDir, access: Access, session: str | None, browser: str | 
     resume it, so a resume can never take a session past its quota."""
     from calm_core.runs.jobs import resume
 
-    refusal = resume_refusal_for(access, session, run.config.launched_by, run.path.parent, browser)
-    if refusal:
-        raise Refused(refusal)
-    return resume(run)
+    with budget_held(run.path.parent):  # counted and requeued under the lock, as a launch is
+        refusal = resume_refusal_for(access, session, run.config.launched_by, run.path.parent, browser)
+        if refusal:
+            raise Refused(refusal)
+        return resume(run)
 
 
 def left_the_queue(run: RunDir) -> bool:

@@ -183,7 +183,9 @@ def _frame(payload: bytes, opcode: int = BINARY) -> bytes:
     return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
 
 
-def send_back_message(port: int, *, clear_cache: bool = True, host: str | None = None, cookie: str | None = None) -> int:
+def send_back_message(
+    port: int, *, clear_cache: bool = True, host: str | None = None, cookie: str | None = None
+) -> int:
     """Open the stream and send Streamlit's `clear_cache` BackMsg, as the probe of issue 31
     did: returns the handshake's status (the message is sent only after a 101)."""
     from streamlit.proto.BackMsg_pb2 import BackMsg
@@ -231,10 +233,12 @@ class StudioSession:
     (a run that ends in `st.rerun()` is followed to the next): `elements` is what the page
     drew, `session_id` the id the server reported (calm_core's `session_tag` hashes it)."""
 
-    def __init__(self, port: int, cookie: str | None = None, timeout_s: float = 180.0) -> None:
+    def __init__(
+        self, port: int, cookie: str | None = None, timeout_s: float = 180.0, headers: dict[str, str] | None = None
+    ) -> None:
         self._sock = _connect(port)
         self._sock.settimeout(timeout_s)
-        self._sock.sendall(_handshake_lines(port, None, None, cookie).encode("latin-1"))
+        self._sock.sendall(_handshake_lines(port, None, None, cookie, headers).encode("latin-1"))
         status, _, self._buffer = _read_head(self._sock)
         if status != 101:
             self._sock.close()
@@ -244,6 +248,7 @@ class StudioSession:
         self._page, self._page_hash = "", ""
         self._ids: dict[str, str] = {}  # user key -> widget id, as drawn
         self._typed: dict[str, str] = {}  # string values sent, kept as a browser keeps them
+        self._chosen: dict[str, list[str]] = {}  # a multiselect's options, kept the same way
 
     def __enter__(self) -> StudioSession:
         return self
@@ -266,20 +271,25 @@ class StudioSession:
         click: Iterable[str] = (),
         typed: dict[str, str] | None = None,
         files: dict[str, Any] | None = None,
+        chosen: dict[str, list[str]] | None = None,
     ) -> list[Element]:
         """Run `page` (its URL path: "monitor") with a trigger for each key in `click` and the
         string values in `typed` (a text input's text, a radio's option), by the ids the last
         run drew (a key must have been drawn); `files`: a file uploader's state (a
-        `FileUploaderState`, as `put_upload` gives) by its key, sent with this run only."""
+        `FileUploaderState`, as `put_upload` gives) by its key, sent with this run only;
+        `chosen`: a multiselect's chosen options by its key."""
         from streamlit.proto.BackMsg_pb2 import BackMsg
 
         self._typed.update(typed or {})
+        self._chosen.update(chosen or {})
         message = BackMsg()
         state = message.rerun_script
         state.query_string, state.page_name = "", page
         state.page_script_hash = self._page_hash if page == self._page else ""
         for key, value in self._typed.items():
             state.widget_states.widgets.add(id=self._ids[key], string_value=value)
+        for key, options in self._chosen.items():
+            state.widget_states.widgets.add(id=self._ids[key]).string_array_value.data.extend(options)
         for key in click:
             state.widget_states.widgets.add(id=self._ids[key], trigger_value=True)
         for key, files_state in (files or {}).items():
@@ -356,9 +366,13 @@ def upload(port: int, size: int, cookie: str | None = None) -> tuple[int, bytes]
     token = "calm-probe"
     boundary = "calmprobeboundary"
     payload = (
-        f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"x.csv\"\r\n"
-        f"Content-Type: text/csv\r\n\r\n"
-    ).encode() + b"a" * size + f"\r\n--{boundary}--\r\n".encode()
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="x.csv"\r\n'
+            f"Content-Type: text/csv\r\n\r\n"
+        ).encode()
+        + b"a" * size
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
     cookies = f"_streamlit_xsrf={token}" + (f"; {cookie}" if cookie else "")
     status, _, answer = request(
         port,
@@ -381,9 +395,13 @@ def put_upload(port: int, session_id: str, name: str, data: bytes, cookie: str |
     token, boundary, file_id = uuid.uuid4().hex, "calmprobeboundary", str(uuid.uuid4())  # a V1 (hex) XSRF token
     url = f"/_stcore/upload_file/{session_id}/{file_id}"
     payload = (
-        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{name}"\r\n'
-        "Content-Type: application/octet-stream\r\n\r\n"
-    ).encode() + data + f"\r\n--{boundary}--\r\n".encode()
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{name}"\r\n'
+            "Content-Type: application/octet-stream\r\n\r\n"
+        ).encode()
+        + data
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
     cookies = f"_streamlit_xsrf={token}" + (f"; {cookie}" if cookie else "")
     headers = {"Cookie": cookies, "X-Xsrftoken": token, "Content-Type": f"multipart/form-data; boundary={boundary}"}
     status, _, answer = request(port, "PUT", url, headers=headers, body=payload)

@@ -95,9 +95,12 @@ def test_a_symlink_out_of_a_root_is_refused_and_one_inside_is_followed(roots: di
 def test_model_names_are_free_locally_and_confined_when_shared(roots: dict[str, Path]) -> None:
     local = Access(shared=False)
     assert access.confine_model_name(str(roots["outside"]), local) == str(roots["outside"])
-    shared = Access(shared=True, password="x", roots=access.allowed_roots({}))
+    listed = "HuggingFaceTB/SmolLM2-360M-Instruct"
+    shared = Access(shared=True, password="x", roots=access.allowed_roots({}), hub_repos=(listed,))
     assert access.confine_model_name("embedded", shared) == "embedded"
-    assert access.confine_model_name("HuggingFaceTB/SmolLM2-360M-Instruct", shared) == "HuggingFaceTB/SmolLM2-360M-Instruct"
+    assert access.confine_model_name(listed, shared) == listed  # a hub id the operator listed
+    with pytest.raises(PathRefused, match=access.HUB_REPOS_ENV):  # any other: its download would be the operator's
+        access.confine_model_name("someone/private-model", shared)
     for refused in (str(roots["outside"]), "/etc/passwd", "../secrets", "~/.ssh", str(roots["outside"] / "m.gguf")):
         with pytest.raises(PathRefused):
             access.confine_model_name(refused, shared)

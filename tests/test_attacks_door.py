@@ -116,7 +116,8 @@ def test_sign_out_revokes_the_cookie_and_closes_its_websocket(shared_studio) -> 
     assert cookie
     with StudioSession(port, cookie) as session:
         session.rerun("monitor")
-        status, headers, _ = request(port, "GET", "/_calm/signout", headers={"Cookie": cookie})
+        own = f"http://127.0.0.1:{port}"
+        status, headers, _ = request(port, "POST", "/_calm/signout", headers={"Cookie": cookie, "Origin": own})
         assert status == 303 and "Max-Age=0" in headers["set-cookie"]
         with pytest.raises(ConnectionError, match="closed"):
             session.rerun("monitor")  # the open stream of that sign-in is closed
@@ -124,6 +125,24 @@ def test_sign_out_revokes_the_cookie_and_closes_its_websocket(shared_studio) -> 
     assert request(port, "GET", "/", headers={"Cookie": cookie})[0] == 303
     _, fresh = sign_in(port, PASSWORD)  # another sign-in is not affected
     assert ws_handshake(port, cookie=fresh) == 101
+
+
+def test_a_page_on_another_port_cannot_sign_the_user_out(shared_studio) -> None:
+    """`<img src="http://studio/_calm/signout">` on a page on another port of the same host: the
+    browser sends the cookie (SameSite ignores ports) as a GET, and a GET signed the user out.
+    Sign-out is a POST now, with the Origin check; a GET shows the button and does nothing."""
+    _, port, _ = shared_studio
+    _, cookie = sign_in(port, PASSWORD)
+    assert cookie
+    other = f"http://127.0.0.1:{_free_port()}"
+    with StudioSession(port, cookie) as session:
+        session.rerun("monitor")
+        image = request(port, "GET", "/_calm/signout", headers={"Cookie": cookie, "Referer": other + "/"})
+        form = request(port, "POST", "/_calm/signout", headers={"Cookie": cookie, "Origin": other})
+        assert image[0] == 200 and "set-cookie" not in image[1] and b'method="post"' in image[2]
+        assert form[0] == 403
+        session.rerun("monitor")  # the open stream still works: nobody was signed out
+    assert ws_handshake(port, cookie=cookie) == 101
 
 
 def test_a_bogus_cookie_set_first_does_not_hide_the_real_one(shared_studio) -> None:
@@ -170,3 +189,70 @@ def test_ten_sessions_of_one_browser_cannot_queue_past_its_share(shared_studio, 
             refusals += any("This browser already has" in e.text for e in elements)
     assert len(list_runs()) == before
     assert refusals == 10
+
+
+def test_a_local_process_cannot_pass_for_the_trusted_proxy(tmp_path: Path) -> None:
+    """The proxy recipe trusts 127.0.0.1, so any local process on the studio's own port
+    skipped the proxy's password and named any client: 20 wrong tries under 20 invented
+    addresses were all checked. Now a request needs the secret the proxy sends."""
+    secret = "s3cret-only-the-proxy-knows"
+    env = {"CALM_TRUSTED_PROXIES": "127.0.0.1", "CALM_PROXY_SECRET": secret}
+    server, port, log, _ = _start(tmp_path, shared=True, extra_env=env)
+    try:
+        direct = [_wrong(port, {"X-Forwarded-For": f"198.51.100.{i}"}) for i in range(20)]
+        forged = _wrong(port, {"X-Forwarded-For": "198.51.100.77", "X-Calm-Proxy-Secret": "a guess"})
+        handshake = ws_handshake(port)
+        through = _wrong(port, {"X-Forwarded-For": "198.51.100.78", "X-Calm-Proxy-Secret": secret})
+        health = request(port, "GET", "/_stcore/health")[0]
+    finally:
+        _stop(server, log)
+    assert direct == [403] * 20 and forged == 403 and handshake == 403
+    assert through == 401 and health == 200  # the proxy's own request is checked; health stays open
+
+
+def test_trusted_proxies_without_a_secret_serve_nothing(tmp_path: Path) -> None:
+    server, port, log, _ = _start(tmp_path, shared=True, extra_env={"CALM_TRUSTED_PROXIES": "127.0.0.1"})
+    try:
+        status, _, body = request(port, "GET", "/_calm/signin")
+    finally:
+        _stop(server, log)
+    assert status == 503 and b"CALM_PROXY_SECRET" in body
+
+
+def test_a_new_browser_signs_in_under_a_flood_from_elsewhere(tmp_path: Path) -> None:
+    """20 wrong tries a second from other addresses empty the server's bucket: a browser that
+    had never signed in got 429 with Retry-After 60 on every try for 240 s. Now the sign-in
+    form gives it a signed form cookie, and its first try is counted under the newcomers'
+    own allowance: it gets in at once. (The addresses are named by a trusted proxy.)"""
+    import threading
+
+    secret = "s3cret-only-the-proxy-knows"
+    env = {"CALM_TRUSTED_PROXIES": "127.0.0.1", "CALM_PROXY_SECRET": secret}
+    server, port, log, _ = _start(tmp_path, shared=True, extra_env=env)
+    stop, flood = threading.Event(), []
+
+    def guess() -> None:
+        i = 0
+        while not stop.is_set():
+            flood.append(_wrong(port, {"X-Forwarded-For": f"198.51.{i // 250}.{i % 250}", "X-Calm-Proxy-Secret": secret}))
+            i += 1
+            time.sleep(0.05)  # 20 a second
+
+    victim = {"X-Forwarded-For": "203.0.113.5", "X-Calm-Proxy-Secret": secret}
+    thread = threading.Thread(target=guess, daemon=True)
+    try:
+        thread.start()
+        time.sleep(3.0)  # past the bucket of 30
+        started = time.monotonic()
+        bare = sign_in_as(port, PASSWORD, victim)[0]  # a POST without the form: the old way, it waits
+        _, headers, _ = request(port, "GET", "/_calm/signin", headers=victim)
+        form = headers["set-cookie"].split(";", 1)[0]
+        status, cookies = sign_in_as(port, PASSWORD, {**victim, "Cookie": form})
+        took = time.monotonic() - started
+    finally:
+        stop.set()
+        thread.join()
+        _stop(server, log)
+    print(f"flood: {len(flood)} tries, {flood.count(429)} refused unchecked; new browser: {status} in {took:.2f} s")
+    assert flood.count(429) > 0 and bare == 429  # the flood did empty the server's bucket
+    assert status == 303 and SIGNIN_COOKIE in cookies and took < 5.0

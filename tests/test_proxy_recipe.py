@@ -9,6 +9,8 @@ Probed over TLS with the raw client (tests/attack_client.py):
 - with both, the WebSocket handshake passes the proxy (101) and an upload larger than
   nginx's default 1 MB body limit reaches Streamlit;
 - a foreign Host through the proxy is refused by the studio (403);
+- a local process that talks to the studio's own port, past nginx, is refused (403): the
+  studio requires the secret header the recipe adds (CALM_PROXY_SECRET);
 - the address the studio's guessing limits count is the real peer's: wrong passwords
   sent through the proxy under invented X-Forwarded-For addresses share one allowance.
 
@@ -43,6 +45,7 @@ RECIPE = ROOT / "docs" / "proxy" / "nginx-studio.conf"
 NAME = "studio.test"
 BASIC_USER, BASIC_PASSWORD = "reader", "second door 42"
 FOREIGN = "evil.example"
+PROXY_SECRET = "0123456789abcdef-recipe-test-secret"
 
 # What a site file needs around it to run on its own: nginx's main context, with every
 # path it writes under the test's folder, in the foreground, as one process (so it reads
@@ -88,6 +91,7 @@ class Proxy:
     port: int
     tls: Tls
     basic: dict[str, str]  # the Authorization header nginx asks for
+    studio_port: int  # the studio's own port, behind nginx
 
 
 def _certificate(openssl: str, folder: Path) -> tuple[Path, Path]:
@@ -130,7 +134,7 @@ def proxy(tmp_path_factory) -> Iterator[Proxy]:
     cert, key = _certificate(openssl, folder)
     htpasswd = _htpasswd(openssl, folder)
     server, studio_port, log, _ = _start(
-        folder, shared=True, extra_env={"CALM_STUDIO_HOSTS": NAME, "CALM_TRUSTED_PROXIES": "127.0.0.1"}
+        folder, shared=True, extra_env={"CALM_STUDIO_HOSTS": NAME, "CALM_TRUSTED_PROXIES": "127.0.0.1", "CALM_PROXY_SECRET": PROXY_SECRET},
     )
     proxy_port = _free_port()
     site = folder / "nginx-studio.conf"
@@ -143,6 +147,7 @@ def proxy(tmp_path_factory) -> Iterator[Proxy]:
                 "KEY": str(key),
                 "HTPASSWD": str(htpasswd),
                 "STUDIO_PORT": str(studio_port),
+                "PROXY_SECRET": PROXY_SECRET,
             }
         )
     )
@@ -161,7 +166,7 @@ def proxy(tmp_path_factory) -> Iterator[Proxy]:
         _wait_for_port(proxy_port, process, nginx_log)
         credentials = base64.b64encode(f"{BASIC_USER}:{BASIC_PASSWORD}".encode()).decode()
         tls = Tls(ssl.create_default_context(cafile=str(cert)), NAME)
-        yield Proxy(proxy_port, tls, {"Authorization": f"Basic {credentials}"})
+        yield Proxy(proxy_port, tls, {"Authorization": f"Basic {credentials}"}, studio_port)
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         process.wait(timeout=30)
@@ -239,6 +244,19 @@ def test_a_foreign_host_through_the_proxy_is_refused_by_the_studio(proxy: Proxy,
     status, _, body = _get(proxy, "/", headers=both, host=FOREIGN)
     assert status == 403 and b"does not answer to that host name" in body
     assert ws_handshake(proxy.port, host=FOREIGN, origin=f"https://{FOREIGN}", headers=both, tls=proxy.tls) == 403
+
+
+def test_a_local_process_on_the_studios_own_port_is_refused(proxy: Proxy) -> None:
+    """The studio trusts 127.0.0.1, the proxy's address, and so did every local process that
+    skipped nginx: no basic auth, and any X-Forwarded-For believed. Now it needs the secret
+    header only nginx sends."""
+    direct = {"X-Forwarded-For": "198.51.100.9", "Content-Type": "application/x-www-form-urlencoded"}
+    form = urlencode({"password": "a guess", "next": "/"}).encode()
+    assert request(proxy.studio_port, "POST", "/_calm/signin", host=NAME, headers=direct, body=form)[0] == 403
+    assert request(proxy.studio_port, "GET", "/_calm/signin", host=NAME)[0] == 403
+    assert ws_handshake(proxy.studio_port, host=NAME, origin=f"https://{NAME}") == 403
+    forged = {**direct, "X-Calm-Proxy-Secret": "not the secret"}
+    assert request(proxy.studio_port, "POST", "/_calm/signin", host=NAME, headers=forged, body=form)[0] == 403
 
 
 def test_the_forwarded_address_is_the_real_peers(proxy: Proxy, cookie: str) -> None:

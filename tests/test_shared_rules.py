@@ -289,3 +289,15 @@ def test_the_server_and_browser_budgets(tmp_path: Path) -> None:
     assert access.launch_refusal(Access(shared=False), 5, ActiveRuns(9, 9, 99)) is None  # local: no budget
     assert access.access_from({access.MAX_RUNS_ENV: "2"}, "0.0.0.0").max_runs == 2
     assert access.access_from({access.MAX_RUNS_ENV: "two"}, "0.0.0.0").max_runs == access.DEFAULT_MAX_RUNS
+
+
+def test_an_added_evaluation_is_held_to_its_item_budget() -> None:
+    """An added evaluation in a shared studio scores at most CALM_SHARED_MAX_EVAL_ITEMS items
+    ("all" of a large training set was hours of a job slot); an unknown count is refused
+    (say how many items); a local studio is not held."""
+    shared = access.access_from({access.SHARED_ENV: "1", access.MAX_EVAL_ITEMS_ENV: "50"}, "127.0.0.1")
+    assert access.eval_items_refusal(shared, 50) is None
+    assert "more than the 50" in (access.eval_items_refusal(shared, 51) or "")
+    assert "items per set" in (access.eval_items_refusal(shared, None) or "")
+    assert access.eval_items_refusal(Access(), 10**9) is None
+    assert access.access_from({access.SHARED_ENV: "1"}, "x").max_eval_items == access.DEFAULT_MAX_EVAL_ITEMS

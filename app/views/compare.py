@@ -13,16 +13,19 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from app.charts import confidence_histogram, figure_png, open_answers_table
+from app.gate import studio_access, this_browser, this_session
 from app.keys import COMPARE_MORE_DONE
 from app.reliability_view import BIN_CHOICES, bins_label, compare_diagrams, ece_bins
 from app.selective_view import selective_section
 from app.state import code, describe_error
 from app.verdict_view import heldout_evidence, verdict_block, verdict_caption
 from app.words import column_help, helps, named, variant_help, variant_names
+from calm_core.access.rules import Access, write_refusal
 from calm_core.calibration.metrics.columns import metric_names, table_columns
 from calm_core.data.entries import list_datasets
 from calm_core.export.folder import export_zip, recommended_export
 from calm_core.glossary import tooltip
+from calm_core.launch import launch_evaluation
 from calm_core.results import advice, verdict
 from calm_core.results import view as run_view
 from calm_core.results.added import evaluate_run, run_eval_limit
@@ -339,22 +342,37 @@ def evaluate_more(chosen: Chosen) -> None:
         help="the run's own evaluation sets had this many; training questions are left out",
         key="compare_more_limit",
     )
-    if st.button("Evaluate", key="compare_more_go", disabled=not more_sets):
+    access, session = studio_access(), this_session()
+    refusal = write_refusal(access, session, RunDir.at(more_run).config.launched_by)
+    if refusal:
+        st.caption(refusal)
+    if st.button("Evaluate", key="compare_more_go", disabled=not more_sets or refusal is not None, help=refusal):
         try:
-            with st.spinner("Loading the run's model and scoring (minutes for a large model or set)"):
-                added = evaluate_run(RunDir.at(more_run), more_sets, int(more_limit) or None)
+            done = _evaluate(RunDir.at(more_run), more_sets, int(more_limit) or None, access, session)
         except Exception as exc:
             st.error(describe_error(exc))
         else:
-            st.session_state[COMPARE_MORE_DONE] = (
-                f"Added {len(added)} rows on {', '.join(more_sets)} to "
-                f"{more_run}; they are in the table above, marked (added)."
-            )
+            st.session_state[COMPARE_MORE_DONE] = done
             st.rerun()
     if st.session_state.get(COMPARE_MORE_DONE):
         st.success(st.session_state.pop(COMPARE_MORE_DONE))
     for line in run_view.added_lines(chosen.rows):
         st.caption(code(line))
+
+
+def _evaluate(run: RunDir, sets: list[str], limit: int | None, access: Access, session: str | None) -> str:
+    """Evaluate `run` on `sets` and say what happened. A shared studio (not the admin's) queues
+    it as a job under the training quotas (launch.launch_evaluation), so no click runs a
+    model in the server's process for everyone; a local studio scores here, as it waits."""
+    if access.shared and not access.admin:
+        job, started = launch_evaluation(run, sets, limit, access, session, this_browser())
+        return (
+            f"Queued as job {job.run_id} ({'started' if started else 'it starts when a job slot frees up'}); "
+            "its rows show in the table above, marked (added), once it finishes (the Monitor page follows it)."
+        )
+    with st.spinner("Loading the run's model and scoring (minutes for a large model or set)"):
+        added = evaluate_run(run, sets, limit)
+    return f"Added {len(added)} rows on {', '.join(sets)} to {run.run_id}; they are in the table above, marked (added)."
 
 
 def share(chosen: Chosen) -> None:

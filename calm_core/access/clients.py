@@ -19,16 +19,27 @@ front door decides here instead:
   short keys only; an IPv6 client is keyed by its /64, the block one subscriber gets,
   since a single host can use every address in it;
 - anything unparsable falls back to the peer itself, never to the header's text.
+
+Trusting a proxy's address is not enough on a machine others share: any local process
+reaches the studio's own port from 127.0.0.1, the proxy's address, and so could skip the
+proxy's password and name any client. So a studio with CALM_TRUSTED_PROXIES also requires
+CALM_PROXY_SECRET, which the proxy sends in PROXY_SECRET_HEADER on every request
+(docs/proxy/nginx-studio.conf); a request without it is refused before anything is read,
+and a studio with trusted proxies but no usable secret serves nothing (`proxy_refusal`).
 """
 
 from __future__ import annotations
 
+import hmac
 import ipaddress
 from typing import Mapping, Sequence
 
 TRUSTED_PROXIES_ENV = "CALM_TRUSTED_PROXIES"
 MAX_FORWARDED_CHARS = 2048  # a longer X-Forwarded-For is not read (a real chain of proxies is short)
 IPV6_CLIENT_PREFIX = 64
+PROXY_SECRET_ENV = "CALM_PROXY_SECRET"  # the value the proxy sends in PROXY_SECRET_HEADER
+PROXY_SECRET_HEADER = "x-calm-proxy-secret"
+MIN_PROXY_SECRET_CHARS = 16  # `openssl rand -hex 32` gives 64
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -43,6 +54,30 @@ def trusted_proxies(environ: Mapping[str, str]) -> tuple[Network, ...]:
         except ValueError:
             continue
     return tuple(found)
+
+
+def proxy_secret(environ: Mapping[str, str]) -> str | None:
+    """CALM_PROXY_SECRET, stripped; None when unset or empty."""
+    return environ.get(PROXY_SECRET_ENV, "").strip() or None
+
+
+def proxy_refusal(proxies: Sequence[Network], secret: str | None) -> str | None:
+    """Why a studio behind trusted proxies serves nothing (None: it serves, or trusts no
+    proxy): without a secret only the proxy knows, any local process could pass for it."""
+    if not proxies or (secret is not None and len(secret) >= MIN_PROXY_SECRET_CHARS):
+        return None
+    return (
+        f"This studio trusts a proxy ({TRUSTED_PROXIES_ENV}) but has no {PROXY_SECRET_ENV} of at least "
+        f"{MIN_PROXY_SECRET_CHARS} characters, so it serves nothing: set one (`openssl rand -hex 32`) here and "
+        "in the proxy's configuration (docs/proxy/nginx-studio.conf)."
+    )
+
+
+def from_the_proxy(header_values: Sequence[str], secret: str | None) -> bool:
+    """Whether a request carries the proxy's secret (exactly one value, compared in constant time)."""
+    if secret is None or len(header_values) != 1:
+        return False
+    return hmac.compare_digest(header_values[0].strip().encode("utf-8"), secret.encode("utf-8"))
 
 
 def client_key(peer: str | None, forwarded_for: Sequence[str], proxies: Sequence[Network]) -> str:

@@ -35,6 +35,8 @@ LOCKOUT_AFTER = 10
 WINDOW_S = 3600.0
 SERVER_BURST = 30
 SERVER_PER_HOUR = 60.0
+NEWCOMER_BURST = 10  # first tries of browsers new to the studio (a form cookie each), apart from the flood's
+NEWCOMER_PER_HOUR = 30.0
 MAX_TRACKED = 10_000  # keys with failures kept at once: about 1 MB; past it the oldest go first
 
 
@@ -76,6 +78,29 @@ class GuessLimiter:
     _addresses: dict[str, _Address] = field(default_factory=dict, repr=False)
     _tokens: float | None = field(default=None, repr=False)
     _tokens_at: float = field(default=0.0, repr=False)
+    newcomers: Bucket = field(default_factory=lambda: Bucket(NEWCOMER_BURST, NEWCOMER_PER_HOUR))
+
+    def newcomer_wait(self, form: str, address: str, now: float) -> float | None:
+        """Seconds until the first try of the browser holding form cookie `form` may be checked
+        under the newcomers' own allowance, not the server's bucket; None when that form has
+        tried before (its later tries count as any other). Its address's own limits still
+        apply, so a flood from elsewhere, which empties the server's bucket, does not hold it
+        back; a flood that fetches a form per try spends `newcomers` instead, at most
+        NEWCOMER_BURST + NEWCOMER_PER_HOUR guesses an hour on top of the server's."""
+        if self._recent(form, now):
+            return None
+        return max(self._key_wait(address, now), self.newcomers.wait(now))
+
+    def record_newcomer(self, form: str, address: str, ok: bool, now: float) -> None:
+        """Count a newcomer's checked first try: a wrong one against its form, its address and
+        the newcomers' bucket (not the server's)."""
+        if ok:
+            self._addresses.pop(address, None)
+            return
+        for key in (form, address):
+            self._addresses[key] = _Address([*self._recent(key, now), now])
+        self._bound(now)
+        self.newcomers.spend(now)
 
     def wait_before(self, key: str, now: float, known_device: bool = False) -> float:
         """Seconds until `key` may try a password (0.0: now)."""
@@ -148,6 +173,29 @@ class GuessLimiter:
         if self._tokens >= 1.0:
             return 0.0
         return (1.0 - self._tokens) * 3600.0 / self.server_per_hour
+
+
+@dataclass
+class Bucket:
+    """A token bucket: `burst` tries at once, refilled at `per_hour` (times in seconds)."""
+
+    burst: int
+    per_hour: float
+    _level: float | None = field(default=None, repr=False)
+    _at: float = field(default=0.0, repr=False)
+
+    def wait(self, now: float) -> float:
+        """Seconds until one try may be spent (0.0: now)."""
+        level = self._refilled(now)
+        return 0.0 if level >= 1.0 else (1.0 - level) * 3600.0 / self.per_hour
+
+    def spend(self, now: float) -> None:
+        self._level = max(0.0, self._refilled(now) - 1.0)
+
+    def _refilled(self, now: float) -> float:
+        level = float(self.burst) if self._level is None else self._level + (now - self._at) * self.per_hour / 3600.0
+        self._level, self._at = min(float(self.burst), level), now
+        return self._level
 
 
 def fastest_guesses(limiter: GuessLimiter, addresses: int, guesses: int) -> float:

@@ -16,7 +16,8 @@ listen on loopback; Gradio's share links take `auth=`):
   or any `server.address` that is not loopback. Every page sits behind a password
   (CALM_STUDIO_PASSWORD or the `password` of Streamlit secrets; without one the studio
   refuses to serve), a model path typed into the studio must lie under an allowed root
-  (the workspace, the model cache, CALM_ALLOWED_ROOTS), a session may hold at most
+  (the workspace, the model cache, CALM_ALLOWED_ROOTS) and a hub id must be one the
+  operator lists (CALM_SHARED_HUB_REPOS; only those jobs get the operator's hub token), a session may hold at most
   MAX_QUEUED_PER_SESSION queued or running runs (a resume counts, as a launch does), a
   run may have at most CALM_SHARED_MAX_STEPS steps, one browser (all its sessions) at most
   MAX_QUEUED_PER_BROWSER runs, the server at most CALM_SHARED_MAX_RUNS, and a session may cancel or resume only
@@ -56,6 +57,9 @@ MAX_RUNS_ENV = "CALM_SHARED_MAX_RUNS"  # queued or running runs a shared studio 
 DEFAULT_MAX_RUNS = 8  # one job slot by default: 8 quick runs queue about 10 minutes of work
 MAX_STEPS_ENV = "CALM_SHARED_MAX_STEPS"  # the most steps one run may have in a shared studio
 DEFAULT_MAX_STEPS = 1000  # the quick preset's 40 steps take about a minute; 1000, about half an hour
+MAX_EVAL_ITEMS_ENV = "CALM_SHARED_MAX_EVAL_ITEMS"  # the most items one added evaluation may score
+DEFAULT_MAX_EVAL_ITEMS = 2000  # about the final evaluation of a quick run on four sets of 500
+HUB_REPOS_ENV = "CALM_SHARED_HUB_REPOS"  # hub repos a shared user may name, commas; the operator's token goes with them
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 HOW_TO_SET = (
@@ -85,6 +89,8 @@ class Access:
     short_password_ok: bool = False
     max_steps: int = DEFAULT_MAX_STEPS  # shared only: the most steps one run may have
     max_runs: int = DEFAULT_MAX_RUNS  # shared only: queued or running runs on the whole server
+    max_eval_items: int = DEFAULT_MAX_EVAL_ITEMS  # shared only: items one added evaluation may score
+    hub_repos: tuple[str, ...] = ()  # shared only: the hub repos its users may name (CALM_SHARED_HUB_REPOS)
 
     @property
     def refusal(self) -> str | None:
@@ -132,6 +138,8 @@ def access_from(environ: Mapping[str, str], server_address: str | None, secrets_
         short_password_ok=_flag(environ, SHORT_PASSWORD_ENV),
         max_steps=max_steps_from(environ),
         max_runs=_positive(environ, MAX_RUNS_ENV, DEFAULT_MAX_RUNS),
+        max_eval_items=_positive(environ, MAX_EVAL_ITEMS_ENV, DEFAULT_MAX_EVAL_ITEMS),
+        hub_repos=tuple(r.strip() for r in environ.get(HUB_REPOS_ENV, "").split(",") if _HUB_ID.match(r.strip())),
     )
 
 
@@ -254,8 +262,19 @@ def confine_model_name(text: str, access: Access) -> str:
     if not access.shared or name == "" or named_model(name):
         return name
     if _HUB_ID.match(name) and not _exists(PROJECT_ROOT / name):
-        return name
+        if access.admin or name in access.hub_repos:
+            return name
+        raise PathRefused(
+            f"Refused {name!r}: a shared studio downloads only the hub repos its operator lists ({HUB_REPOS_ENV})"
+        )
     return str(confine(name, access.roots))
+
+
+def operator_credentials(access: Access, model: str) -> bool:
+    """Whether a job this session launches may use the operator's hub token (HF_TOKEN, the
+    token file): local, the admin's, or a repo the operator listed. Otherwise a hub id a
+    shared user typed would download private or gated repos as the operator."""
+    return not access.shared or access.admin or model in access.hub_repos
 
 
 def check_typed_path(text: str) -> str:
@@ -289,6 +308,32 @@ def may_cancel(access: Access, session: str | None, launched_by: str | None) -> 
 
 
 OWNER_ONLY = "Another session launched this run: only it (or the studio's admin) can cancel or resume it."
+OWNER_WRITES = (
+    "Another session launched this run: only it (or the studio's admin) can add results to it or save a "
+    "threshold with it. Reading it stays open."
+)
+
+
+def write_refusal(access: Access, session: str | None, launched_by: str | None) -> str | None:
+    """Why this session may not write into a run (added results, a saved threshold), None if
+    it may: the cancel rule. Otherwise any session could put rows, or a threshold and its
+    guarantee, into another's export and model card."""
+    return None if may_cancel(access, session, launched_by) else OWNER_WRITES
+
+
+def eval_items_refusal(access: Access, items: int | None) -> str | None:
+    """Why an evaluation of `items` items may not be queued in a shared studio (None: it may):
+    an unknown count (a set whose size only loading tells) or more than `max_eval_items`."""
+    if not access.shared:
+        return None
+    if items is None:
+        return "The size of a chosen set is known only once it is loaded: set the items per set."
+    if items > access.max_eval_items:
+        return (
+            f"This evaluation has {items} items, more than the {access.max_eval_items} a shared studio allows at "
+            f"once ({MAX_EVAL_ITEMS_ENV} on the server): lower the items per set."
+        )
+    return None
 
 
 def resume_refusal(

@@ -48,11 +48,13 @@ TOKEN_HOURS = 12.0
 DEVICE_DAYS = 180.0
 COOKIE_NAME = "calm_studio_signin"
 DEVICE_COOKIE = "calm_studio_device"
+FORM_COOKIE = "calm_studio_form"  # issued with the sign-in form: a browser new to the studio, as one
+FORM_HOURS = 1.0
 SECURE_PREFIX = "__Host-"  # a Secure cookie bound to this host and path /: no subdomain can set it
 MAX_REVOKED = 100_000
 MAX_TOKEN_CHARS = 200
 DEVICE_KEY_FILE = ".studio-device-key"
-SIGNIN_SALT, DEVICE_SALT = "calm-studio-signin", "calm-studio-device"
+SIGNIN_SALT, DEVICE_SALT, FORM_SALT = "calm-studio-signin", "calm-studio-device", "calm-studio-form"
 
 
 def cookie_name(base: str, secure: bool) -> str:
@@ -119,6 +121,16 @@ class Signer:
 
     def valid(self, token: str | None, now: float) -> bool:
         return self.grant(token, now) is not None
+
+    def issue_form(self, now: float) -> str:
+        """The form cookie: a random id, signed, so a browser that has never signed in is told
+        apart from a flood of bare POSTs (guesses.GuessLimiter.newcomer_wait)."""
+        return _signer(self.key, FORM_SALT, now).sign(secrets.token_hex(16)).decode("ascii")
+
+    def form(self, token: str | None, now: float) -> str | None:
+        """The id of a form cookie this key issued less than FORM_HOURS ago, else None."""
+        fields = _unsigned(self.key, FORM_SALT, token, now, FORM_HOURS * 3600.0)
+        return fields[0] if fields is not None and len(fields) == 1 and fields[0].isalnum() else None
 
     def revoke(self, token: str | None, now: float) -> Grant | None:
         """Refuse this token from now on; returns its grant (None: it was not valid anyway)."""

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from calm_core.access.rules import Access, Refused, write_refusal
 from calm_core.calibration import selective
 from calm_core.calibration.selective import CRC, DEFAULT_DELTA, LTT, LTT_ANSWERED, RULES, Threshold, TooFewItems
 from calm_core.calibration.selective_summary import LEVEL, Estimate, SelectiveSummary, summarize_selective
@@ -283,9 +284,21 @@ def above_target_note(report: SelectiveReport) -> str | None:
     )
 
 
-def save_choice(run: RunDir, report: SelectiveReport) -> dict[str, Any]:
+def save_refusal(run: RunDir, access: Access | None, session: str | None) -> str | None:
+    """Why `session` may not save a threshold with `run` (None: it may, or no `access` given:
+    the command line): a shared studio's owner rule (access.write_refusal)."""
+    return None if access is None else write_refusal(access, session, run.config.launched_by)
+
+
+def save_choice(
+    run: RunDir, report: SelectiveReport, access: Access | None = None, session: str | None = None
+) -> dict[str, Any]:
     """Write the report's choice for its variant to the run's selective.json (what an export
-    reads: the threshold, its rule and target, the guarantee) and return the record."""
+    reads: the threshold, its rule and target, the guarantee) and return the record. With
+    the studio's `access`, Refused unless `session` may write into the run (save_refusal)."""
+    refusal = save_refusal(run, access, session)
+    if refusal:
+        raise Refused(refusal)
     choice = report.choices[report.request.variant]
     if choice.threshold is None:
         raise ValueError(f"Expected a threshold to save, but {choice.refusal}")

@@ -44,6 +44,9 @@ QUEUE_LOCK = ".queue.lock"
 KILL_GRACE_S = 5.0  # SIGTERM -> SIGKILL
 RUN_DIR_ARG = "{run_dir}"  # in a job's command: the run's directory, filled in when the job starts
 RUN_DIR_OPTION = "--run-dir"  # the worker's option naming its run directory
+TOKEN_VARIABLES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_HUB_TOKEN", "HF_API_TOKEN")
+NO_TOKEN_FILE = "/nonexistent/calm-no-operator-token"  # HF_TOKEN_PATH of a job without the operator's token
+CREDENTIALS = "operator_credentials"  # job.json: may the job use the operator's hub token
 
 
 def worker_command() -> list[str]:
@@ -94,26 +97,33 @@ def _check_command(command: list[str]) -> list[str]:
     return list(command)
 
 
-def job_environment(environ: Mapping[str, str]) -> dict[str, str]:
+def job_environment(environ: Mapping[str, str], credentials: bool = True) -> dict[str, str]:
     """A job's environment: its launcher's, less any `*_PASSWORD` variable. A training
     job never needs one, and the shared studio's password (CALM_STUDIO_PASSWORD) must
-    not reach a process that runs user-chosen code paths. Tokens (HF_TOKEN) stay: a job
-    may need them to download a gated model."""
-    return {k: v for k, v in environ.items() if not k.upper().endswith("_PASSWORD")}
+    not reach a process that runs user-chosen code paths. With `credentials` the hub
+    token stays (a job may need it for a gated model); without (a shared user's job, whose
+    model the operator did not list) the token variables go and the token file is pointed
+    at nothing, so huggingface_hub downloads anonymously."""
+    env = {k: v for k, v in environ.items() if not k.upper().endswith("_PASSWORD")}
+    if credentials:
+        return env
+    env = {k: v for k, v in env.items() if k.upper() not in TOKEN_VARIABLES}
+    return {**env, "HF_TOKEN_PATH": NO_TOKEN_FILE, "HF_HUB_DISABLE_IMPLICIT_TOKEN": "1"}
 
 
 def _reap(process: subprocess.Popen[bytes]) -> None:
     process.wait()  # in a daemon thread: no zombie lingers while the launcher lives
 
 
-def start_job(run_dir: RunDir, command: list[str], env: dict[str, str] | None = None) -> int:
+def start_job(run_dir: RunDir, command: list[str], env: dict[str, str] | None = None, credentials: bool = True) -> int:
     """Launch `command` detached from the caller; record pid and state `running`; return the pid.
+    `credentials`: whether it inherits the operator's hub token (job_environment).
 
     The launch and the status write happen under the run's status lock, so the job's own
     first status write always lands after (never under) the launcher's.
     """
     command = bind_run_dir(_check_command(command), run_dir)
-    full_env = {**job_environment(os.environ), "PYTHONUNBUFFERED": "1", **(env or {})}
+    full_env = {**job_environment(os.environ, credentials), "PYTHONUNBUFFERED": "1", **(env or {})}
     with open(run_dir.path / STDOUT, "ab") as log, run_dir.locked():
         log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} start: {shlex.join(command)}\n".encode())
         log.flush()
@@ -170,7 +180,7 @@ def schedule(root: str | Path | None = None, limit: int | None = None) -> list[s
                 run.write_status("cancelled", only_from=("queued",))
                 continue
             try:
-                start_job(run, job["command"], job.get("env"))
+                start_job(run, job["command"], job.get("env"), job.get(CREDENTIALS) is not False)
             except OSError:
                 continue  # marked failed with the reason; try the next one
             busy += 1
@@ -178,11 +188,15 @@ def schedule(root: str | Path | None = None, limit: int | None = None) -> list[s
     return started
 
 
-def submit(run_dir: RunDir, command: list[str], env: dict[str, str] | None = None) -> list[str]:
+def submit(
+    run_dir: RunDir, command: list[str], env: dict[str, str] | None = None, credentials: bool = True
+) -> list[str]:
     """Queue `command` for the run (job.json + state `queued`) and schedule; returns the ids started.
 
     `env` holds only the overrides the job needs; it is stored in job.json, so keep
     secrets out of it (the job inherits the environment of whoever starts it).
+    `credentials` is recorded in job.json: whichever process starts the job (the studio, the
+    operator's CLI, an exiting job), a job without them gets no hub token.
     """
     command = _check_command(command)
     with file_lock(run_dir.path.parent / QUEUE_LOCK):
@@ -194,7 +208,14 @@ def submit(run_dir: RunDir, command: list[str], env: dict[str, str] | None = Non
             )
         atomic_write_json(
             run_dir.path / JOB,
-            {"command": command, "env": env or {}, "resume": False, "resumes": 0, "submitted": time.time()},
+            {
+                "command": command,
+                "env": env or {},
+                "resume": False,
+                "resumes": 0,
+                "submitted": time.time(),
+                CREDENTIALS: credentials,
+            },
         )
         run_dir.write_status("queued", queued_at=time.time())
     return schedule(run_dir.path.parent)
