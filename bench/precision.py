@@ -39,7 +39,19 @@ SETS = (
     "arc/easy_test",
 )
 LETTER_MODELS = ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b")  # aligned models that answer letters
-COLUMNS = ("model", "set", "rule", "n", "q/s fp32", "q/s bf16", "speed-up", "same answers", "max gap", "%peak fp32", "%peak bf16")
+COLUMNS = (
+    "model",
+    "set",
+    "rule",
+    "n",
+    "q/s fp32",
+    "q/s bf16",
+    "speed-up",
+    "same answers",
+    "max gap",
+    "%peak fp32",
+    "%peak bf16",
+)
 
 
 def rule_for(model: str, given: str | None) -> tuple[str, bool]:

@@ -173,7 +173,12 @@ def summary_table(rows: dict, datasets: list[str], sizes: dict[str, int], below:
         return f"{m['mean']:.3f} [{m['lo']:.3f}, {m['hi']:.3f}]"
 
     lines = ["| run | variant | seeds | ID acc | ID ECE | ID AUROC | ID confidence | OOD acc (mean) | OOD ECE (mean) "
-             "| OOD AUROC (mean) | below-chance ECE (mean) | verdicts met |", "|" + "---|" * 12]
+             "| OOD ECE / TS | OOD ECE / base | OOD AUROC (mean) | below-chance ECE (mean) | verdicts met |",
+             "|" + "---|" * 14]
+
+    def ood_mean(variant_sets: dict, metric: str) -> float:
+        return float(np.mean([variant_sets[d][metric]["mean"] for d in ood])) if ood and variant_sets else float("nan")
+
     for key, sets in rows.items():
         if key[1].endswith("_theta_only") or in_domain not in sets:
             continue
@@ -183,8 +188,11 @@ def summary_table(rows: dict, datasets: list[str], sizes: dict[str, int], below:
         below_ece = np.mean([sets[d]["ece"]["mean"] for d in below if d in sets]) if below else float("nan")
         met = " ".join(f"{letter}{'✓' if ok else '✗'}" for letter, ok, _ in checks.get(key, [])) or "-"
         m = sets[in_domain]
+        to_ts = ood_ece / ood_mean(rows.get((key[0], "ts"), {}), "ece")  # the goal: at most 0.75
+        to_base = ood_ece / ood_mean(rows.get((key[0], "base"), {}), "ece")  # and at most 1
         lines.append(f"| {key[0]} | {key[1]} | {m['seeds']} | {cell(m['acc'])} | {cell(m['ece'])} | {cell(m['auroc'])} "
-                     f"| {cell(m['confidence'])} | {ood_acc:.3f} | {ood_ece:.3f} | {ood_auroc:.3f} | {below_ece:.3f} | {met} |")
+                     f"| {cell(m['confidence'])} | {ood_acc:.3f} | {ood_ece:.3f} | {to_ts:.2f} | {to_base:.2f} "
+                     f"| {ood_auroc:.3f} | {below_ece:.3f} | {met} |")
     return "\n".join(lines)
 
 
