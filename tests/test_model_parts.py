@@ -71,7 +71,9 @@ def test_parts_join_convert_once_and_load(parted: tuple[NamedModel, Path]) -> No
     assert lm.info["kind"] == "named" and lm.info["label"] == "a tiny Llama in parts"
 
 
-def test_a_part_with_one_byte_changed_is_refused_naming_the_digest(parted: tuple[NamedModel, Path]) -> None:
+def test_a_part_with_one_byte_changed_is_refused_naming_the_digest(
+    parted: tuple[NamedModel, Path], tmp_path: Path
+) -> None:
     fake, site = parted
     _flip_one_byte(site / f"{STEM}2" / "data" / "part02.bin", at=7)
     with pytest.raises(ModelLoadError) as info:
@@ -80,7 +82,7 @@ def test_a_part_with_one_byte_changed_is_refused_naming_the_digest(parted: tuple
     assert "Refusing 'fake-parted'" in message and fake.parts.sha256 in message  # the pinned digest, named
     assert "\n" not in message
     assert models.converted_dir("fake-parted") is None  # nothing converted, nothing cached
-    assert not list((Path(models.cache_dir()) / "models").rglob("*.gguf"))  # the bad join is deleted
+    assert not list((tmp_path / "cache").rglob("*.gguf"))  # the bad join is deleted
 
 
 def test_a_missing_part_names_it_and_the_install_command(

@@ -127,6 +127,7 @@ NAMED_MODELS: dict[str, NamedModel] = {
         licence="Apache-2.0",
         slug="qwen2.5-coder-1.5b-instruct",
         parts=QWEN_15B_PARTS,
+        cpu_bf16=True,  # bench/precision.py: the same answers as fp32 (performance.md, "bf16 on the CPU")
     ),
     "qwen2.5-coder-0.5b": NamedModel(
         name="qwen2.5-coder-0.5b",

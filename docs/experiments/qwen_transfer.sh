@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# docs/results.md, section 11: the paper's setting on an aligned model that answers letters.
+# Qwen2.5-Coder-1.5B-Instruct (CALM_QWEN=1 bash scripts/setup.sh), letter answers under the chat
+# template with alpha over the whole vocabulary (`--scoring auto` decides it on S_V and records
+# why), trained on one built-in domain chosen on S_V alone (docs/experiments/qwen_domain_choice.py),
+# S_V from the same domain, every run with the calibrated stop; evaluated on the domain's test
+# split, the other built-in sets and five real sets. Base, TS, vector scaling and ATS come with
+# every run (fitted on S_V).
+#   TRAIN=units bash docs/experiments/qwen_transfer.sh                  # SEEDS="0 1 2", LABELS below
+#   .venv/bin/python scripts/results_table.py --name-prefix qwen-units- \
+#       --json docs/results/qwen_transfer_units.json
+# LABELS: calm (the vocabulary-wide head, the paper's), calm-adaptive (a temperature per question),
+# calm-options (alpha restricted to the K option letters: the ablation of the vocabulary-wide alpha).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+SEEDS=${SEEDS:-"0 1 2"}
+LABELS=${LABELS:-"calm calm-adaptive"}
+TRAIN=${TRAIN:?name the training domain chosen on S_V: TRAIN=<domain>}
+MODEL=${MODEL:-qwen2.5-coder-1.5b}
+EVAL_LIMIT=${EVAL_LIMIT:-40}
+REAL=(arc/easy_test arc/challenge_test truthfulqa_mc/mc1_validation commonsenseqa/dev openbookqa/test)
+BUILTIN=(capitals chemical_symbols atomic_numbers units animal_classes)
+COMMON=(--preset quick --train-limit 200 --heldout-limit 100 --eval-limit "$EVAL_LIMIT"
+        --set frozen_prefix_store=true)
+evals=("builtin/$TRAIN/test")
+for other in "${BUILTIN[@]}"; do [ "$other" = "$TRAIN" ] || evals+=("builtin/$other/test"); done
+run() {  # label seed
+    local label=$1 seed=$2 extra=()
+    case "$label" in
+        calm) ;;
+        calm-adaptive) extra=(--scope adaptive) ;;
+        calm-options) extra=(--scope options) ;;
+    esac
+    .venv/bin/calm train --model "$MODEL" "${COMMON[@]}" --method calm "${extra[@]}" --seed "$seed" \
+        --train-data "builtin/$TRAIN/train" --heldout-data "builtin/$TRAIN/validation" \
+        --eval-data "${evals[@]}" "${REAL[@]}" --name "qwen-$TRAIN-$label-s$seed"
+}
+for seed in $SEEDS; do
+    for label in $LABELS; do  # one failed run is reported, the others still run
+        run "$label" "$seed" || echo "qwen_transfer: run $label s$seed failed" >&2
+    done
+done
