@@ -121,7 +121,7 @@ def test_detached_job_killed_then_resumed_continues_its_curve(tiny_model_dir: Pa
 
 
 def test_a_head_that_would_rerank_cloze_options_is_refused_in_one_line(tmp_path: Path, capsys) -> None:
-    argv = ["train", "--scope", "options", "--runs-root", str(tmp_path / "runs")]
+    argv = ["train", "--scoring", "cloze", "--scope", "options", "--runs-root", str(tmp_path / "runs")]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "re-rank" in err and "letter" in err

@@ -10,8 +10,7 @@ A run lives in `runs/<run_id>/` (root: `workspace_dir()/runs` unless given):
     selected/            adapter and head of the step the calibrated stop selected (same marker)
     CANCEL               present while a cancel is requested; the training loop checks it each step
     eval/<variant>/<dataset>.parquet, stdout.log, job.json (calm_core.runs.jobs)
-    added_results.json   rows of evaluations added after training (`calm eval --run`), each
-                         marked `added_after_training` with its dataset's fingerprint
+    added_results.json   rows added after training (`calm eval --run`), with their sets' fingerprints
     added/eval/<variant>/<dataset>.parquet   their per-item predictions, apart from the run's own
     heldout/<variant>.parquet   each variant's S_V probabilities, as the recommendation saw them
     selective.json       the selective-answering threshold chosen on them (results/selective.py)
@@ -23,7 +22,6 @@ studio can all update fields without losing each other's; a metrics line goes ou
 `write` call, and a line cut short by a crash is ignored by the reader.
 
 `RunDir` holds only a path: every property reads the disk afresh, nothing stays open.
-
 Its parts live beside it, each with one job: `records` (status.json, config.json and
 results.json as `RunStatus`, `RunConfig`, `RunResults`, which `status`, `config` and
 `results()` return; `record_fields` decodes them), `layout` (the file names, the
@@ -329,17 +327,12 @@ class RunDir(RunCheckpoints):
             return None
         return lines[-1][:300] if lines else None
 
-    def record_resolved_train(self, train: Mapping[str, Any]) -> RunConfig:
-        """Rewrite config.json's `train` section (and its `scoring` summary) with what the job
-        resolved from `auto` settings once the model was loaded, so that config.json stays
-        the config the run really has (a resume, an export and every page read it)."""
+    def record_resolved_train(self, train: Mapping[str, Any]) -> None:
+        """config.json's `train` (and `scoring`) as the job resolved its `auto` settings."""
+        scoring = {"rule": train["scoring"], "chat_template": bool(train.get("chat_template"))}
         with self.locked():
-            record = self.config.to_json()
-            record["train"] = dict(train)
-            record["scoring"] = {"rule": train["scoring"], "chat_template": bool(train.get("chat_template"))}
-            config = RunConfig.from_json(record, self.path / CONFIG, "the job resolved it wrong")
-            atomic_write_json(self.path / CONFIG, config.to_json())
-        return config
+            record = {**self.config.to_json(), "train": dict(train), "scoring": scoring}
+            atomic_write_json(self.path / CONFIG, RunConfig.from_json(record, self.path / CONFIG).to_json())
 
     # -- status ------------------------------------------------------------------------
 

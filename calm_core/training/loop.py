@@ -76,7 +76,7 @@ def build_context(cfg: TrainConfig, lm: LoadedModel, k_max: int, method: Method)
     if method.USES_HEAD:
         scope = cfg.effective_scope
         size = {"vocab": model.config.vocab_size, "options": k_max}.get(scope)
-        width = _text_config(model.config).hidden_size
+        width = model.config.get_text_config().hidden_size  # a multimodal model's LM part
         shifts = k_max if scope == "adaptive" and shifts_allowed(cfg.scoring, cfg.task) else 0  # l(h): letter
         head = make_head(scope, size=size, width=width, acts_on=acts_on_for(scope, cfg.task), shifts=shifts)
         head = head.to(lm.device)
@@ -102,6 +102,7 @@ def build_context(cfg: TrainConfig, lm: LoadedModel, k_max: int, method: Method)
         "lora": lora_record,
         "frozen_prefix": prefix_record,
         "fast_paths": _fast_path_record(model, prefix_record),
+        "precision": lm.info.get("precision"),  # the body's dtype and why (scoring/precision.py)
     }
     return ctx, choices
 
@@ -113,11 +114,6 @@ def _fast_path_record(model: Any, prefix_record: dict[str, Any]) -> dict[str, di
 
     frozen = {"on": bool(prefix_record["used"]), "reason": prefix_record["reason"], "gap": prefix_record.get("gap")}
     return {**fast_path_choices(model), "frozen_prefix": frozen}
-
-
-def _text_config(config: Any) -> Any:
-    """The language model's config (a multimodal model's LM part)."""
-    return config.get_text_config() if hasattr(config, "get_text_config") else config
 
 
 def restored_context(cfg: TrainConfig, lm: LoadedModel, directory: Path, k_max: int) -> StepContext:
@@ -247,10 +243,7 @@ def train(
         with run.keepalive("loading the model") if run is not None and distributed.is_main() else nullcontext():
             lm = load_model(ModelSpec(name=cfg.model, device=cfg.device, dtype=cfg.dtype, load_in_4bit=use_4bit))
     distributed.init_from_env(lm.device)
-    given_scoring = cfg.scoring
-    cfg, scoring_choice = resolve_scoring(cfg, lm, data.heldout)  # `auto`: decided on S_V (scoring_choice.py)
-    if run is not None and distributed.is_main() and given_scoring != cfg.scoring:
-        run.record_resolved_train(cfg.to_dict())
+    cfg, scoring_choice = resolve_scoring(cfg, lm, data.heldout, run if distributed.is_main() else None)  # `auto`
     k_max = max(max_choices(items) for items in (data.train, data.heldout, *data.evals.values()))  # from the index
     method = get_method(cfg.method)
     ctx, choices = build_context(cfg, lm, k_max, method)
@@ -277,7 +270,6 @@ def train(
                     "world_size": distributed.world_size(),
                     "autocast": resolve_autocast(cfg.autocast, lm.device),
                     "scoring": scoring_choice.to_dict(),
-                    "precision": lm.info.get("precision"),
                     "dropped_training_questions": data.dropped,
                     "rejected_rows": data.rejected,
                 },

@@ -80,12 +80,17 @@ def measure(lm: Any, heldout: Sequence[Any], limit: int = CHOICE_ITEMS) -> Scori
     return decide(correct, [len(item.choices) for item in items])
 
 
-def resolve_scoring(cfg: Any, lm: Any, heldout: Sequence[Any]) -> tuple[Any, ScoringChoice]:
-    """(the config with `scoring` resolved, the choice). A given rule is kept as given."""
+def resolve_scoring(cfg: Any, lm: Any, heldout: Sequence[Any], run: Any = None) -> tuple[Any, ScoringChoice]:
+    """(the config with `scoring` resolved, the choice). A given rule is kept as given; a
+    resolved one is written into `run`'s config.json (RunDir.record_resolved_train), so the
+    run's config is the one it really has."""
     if cfg.scoring != AUTO:
         return cfg, ScoringChoice(cfg.scoring, cfg.chat_template, "set (--scoring)")
     if cfg.task != "mcqa":  # open answers are scored by their own tokens: no option rule to choose
-        rule, chat = FALLBACK
-        return dataclasses.replace(cfg, scoring=rule), ScoringChoice(rule, cfg.chat_template, "open answers: no rule")
-    choice = measure(lm, heldout)
-    return dataclasses.replace(cfg, scoring=choice.rule, chat_template=choice.chat_template), choice
+        choice = ScoringChoice(FALLBACK[0], cfg.chat_template, "open answers: no option rule")
+    else:
+        choice = measure(lm, heldout)
+    resolved = dataclasses.replace(cfg, scoring=choice.rule, chat_template=choice.chat_template)
+    if run is not None:
+        run.record_resolved_train(resolved.to_dict())
+    return resolved, choice
