@@ -8,8 +8,10 @@ under letter answers, with and without the chat template.
 Per domain and prompt format: accuracy, mean confidence, ECE (15 bins), NLL and the
 temperature TS fits there (T < 1 sharpens: the model is under-confident). A domain is a
 candidate where the model is above chance by accuracy's 90% interval (the paper's setting
-needs letters that carry knowledge) and miscalibrated; the script names the candidate with
-the largest ECE under each format and says so. docs/results.md section 11 cites its output.
+needs letters that carry knowledge) and miscalibrated; over-confident ones first, since
+CALM's upper level raises entropy, which can only help a model that is too sure. The
+script names the over-confident candidate with the largest ECE under each format (the
+largest ECE of any candidate when none is over-confident). docs/results.md section 11 cites its output.
 """
 
 from __future__ import annotations
@@ -62,7 +64,13 @@ def main() -> None:
     parser.add_argument("--model", default="qwen2.5-coder-1.5b")
     parser.add_argument("--limit", type=int, default=40)
     parser.add_argument("--json", type=Path, default=ROOT / "docs" / "results" / "qwen_domain_choice.json")
+    parser.add_argument("--rechoose", action="store_true", help="read --json's rows and choose again (no scoring)")
     args = parser.parse_args()
+    if args.rechoose:
+        record = json.loads(args.json.read_text())
+        record["choice"] = choose(record["rows"])
+        args.json.write_text(json.dumps(record, indent=1))
+        return
     from calm_core.scoring.models import load_model
 
     lm = load_model(args.model)
@@ -79,17 +87,24 @@ def main() -> None:
                 f"{row['ts_temperature']:.2f}",
                 flush=True,
             )
-    choice = {}
-    for chat in (True, False):
-        known = [r for r in rows if r["chat"] == chat and r["acc_low"] > r["chance"]]
-        best = max(known, key=lambda r: r["ece"], default=None)
-        fmt = "chat" if chat else "plain"
-        choice[fmt] = best["domain"] if best else None
-        print(f"{fmt}: most miscalibrated domain the model knows: {choice[fmt]}")
+    choice = choose(rows)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(
         json.dumps({"model": args.model, "dtype": lm.info["dtype"], "rows": rows, "choice": choice}, indent=1)
     )
+
+
+def choose(rows: list[dict]) -> dict:
+    """Per prompt format, the domain to train on (see the module's docstring), printed."""
+    choice = {}
+    for chat in (True, False):
+        known = [r for r in rows if r["chat"] == chat and r["acc_low"] > r["chance"]]
+        over = [r for r in known if r["confidence"] > r["acc"]]  # what CALM's entropy objective can fix
+        best = max(over or known, key=lambda r: r["ece"], default=None)
+        fmt = "chat" if chat else "plain"
+        choice[fmt] = best["domain"] if best else None
+        print(f"{fmt}: the most miscalibrated {'over-confident ' if over else ''}domain it knows: {choice[fmt]}")
+    return choice
 
 
 if __name__ == "__main__":

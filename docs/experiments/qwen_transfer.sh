@@ -10,7 +10,8 @@
 #   .venv/bin/python scripts/results_table.py --name-prefix qwen-units- \
 #       --json docs/results/qwen_transfer_units.json
 # LABELS: calm (the vocabulary-wide head, the paper's), calm-adaptive (a temperature per question),
-# calm-options (alpha restricted to the K option letters: the ablation of the vocabulary-wide alpha).
+# calm-options (alpha restricted to the K option letters: the ablation of the vocabulary-wide alpha),
+# calm-small-lr (a tenth of the default step sizes of alpha and theta: the step-size row).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SEEDS=${SEEDS:-"0 1 2"}
@@ -20,7 +21,7 @@ MODEL=${MODEL:-qwen2.5-coder-1.5b}
 EVAL_LIMIT=${EVAL_LIMIT:-40}
 REAL=(arc/easy_test arc/challenge_test truthfulqa_mc/mc1_validation commonsenseqa/dev openbookqa/test)
 BUILTIN=(capitals chemical_symbols atomic_numbers units animal_classes)
-COMMON=(--preset quick --train-limit 200 --heldout-limit 100 --eval-limit "$EVAL_LIMIT"
+COMMON=(--preset quick --train-limit 160 --heldout-limit 100 --eval-limit "$EVAL_LIMIT"
         --set frozen_prefix_store=true)
 evals=("builtin/$TRAIN/test")
 for other in "${BUILTIN[@]}"; do [ "$other" = "$TRAIN" ] || evals+=("builtin/$other/test"); done
@@ -30,6 +31,7 @@ run() {  # label seed
         calm) ;;
         calm-adaptive) extra=(--scope adaptive) ;;
         calm-options) extra=(--scope options) ;;
+        calm-small-lr) extra=(--set lr_alpha=0.05 --set lr_theta=0.01) ;;  # a tenth of both step sizes
     esac
     .venv/bin/calm train --model "$MODEL" "${COMMON[@]}" --method calm "${extra[@]}" --seed "$seed" \
         --train-data "builtin/$TRAIN/train" --heldout-data "builtin/$TRAIN/validation" \
