@@ -85,13 +85,13 @@ def test_auto_loads_an_unnamed_model_in_fp32_and_says_why(tiny_model_dir: Path) 
 def test_auto_that_fails_the_probe_reloads_fp32(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from calm_core.scoring import models
 
-    monkeypatch.setattr(precision, "cpu_bf16_flags", lambda *a: ("avx512_bf16",))
+    monkeypatch.setattr(models, "cpu_bf16_flags", lambda *a: ("avx512_bf16",))
     monkeypatch.setattr(models, "_named_cpu_bf16", lambda name: True)  # as if the bench had allowed it
-    monkeypatch.setattr(precision, "probe_gap", lambda a, b, top_k=10: ProbeGap(False, 3.0, 4))
+    monkeypatch.setattr(models, "probe_gap", lambda a, b, top_k=10: ProbeGap(False, 3.0, 4))
     lm = load_model(ModelSpec(name=str(tiny_model_dir), device="cpu"))
     assert lm.info["dtype"] == "float32" and lm.model.model.layers[0].mlp.up_proj.weight.dtype == torch.float32
     assert "moved the probe too far" in lm.info["precision"]["reason"]
-    monkeypatch.setattr(precision, "probe_gap", lambda a, b, top_k=10: ProbeGap(True, 0.01, 4))
+    monkeypatch.setattr(models, "probe_gap", lambda a, b, top_k=10: ProbeGap(True, 0.01, 4))
     lm = load_model(ModelSpec(name=str(tiny_model_dir), device="cpu"))
     assert lm.info["dtype"] == "bfloat16" and "answers kept on the probe" in lm.info["precision"]["reason"]
 
@@ -99,3 +99,28 @@ def test_auto_that_fails_the_probe_reloads_fp32(tiny_model_dir: Path, monkeypatc
 def test_choice_round_trips_as_json() -> None:
     choice = PrecisionChoice("bfloat16", "why", ProbeGap(True, 0.1, 4))
     assert choice.to_dict()["probe"] == {"same_top_token": True, "max_logprob_gap": 0.1, "prompts": 4}
+
+
+def test_the_fp32_reference_is_kept_and_a_later_load_starts_in_bf16(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from calm_core.scoring import models
+
+    monkeypatch.setenv("CALM_CACHE_DIR", str(tmp_path / "cache"))
+    first = load_model(ModelSpec(name=str(tiny_model_dir), device="cpu", dtype="bfloat16"))
+    assert precision.reference_file(first.info["fingerprint"]).is_file()
+    asked: list[torch.dtype] = []
+    real = models._from_pretrained
+    monkeypatch.setattr(models, "_from_pretrained", lambda *a, **k: asked.append(a[2]) or real(*a, **k))
+    second = load_model(ModelSpec(name=str(tiny_model_dir), device="cpu", dtype="bfloat16"))
+    assert asked == [torch.bfloat16]  # no fp32 copy this time
+    assert second.info["precision"] == first.info["precision"]  # the same probe gap, so the same model
+    ids = first.tokenizer("Question: y\nAnswer:", return_tensors="pt").input_ids
+    assert torch.equal(first.model(input_ids=ids).logits, second.model(input_ids=ids).logits)
+    assert second.info["n_parameters"] == first.info["n_parameters"]
+
+
+def test_a_tied_heads_copy_is_not_counted_twice(tiny_model_dir: Path) -> None:
+    fp32 = load_model(ModelSpec(name=str(tiny_model_dir), device="cpu", dtype="float32"))
+    bf16 = load_model(ModelSpec(name=str(tiny_model_dir), device="cpu", dtype="bfloat16"))
+    assert bf16.info["n_parameters"] == fp32.info["n_parameters"]

@@ -26,8 +26,9 @@ import socket
 import threading
 import urllib.request
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import urlsplit
 
 import torch
@@ -54,8 +55,15 @@ from calm_core.scoring.named_models import (  # noqa: F401  (the named-model cat
 )
 from calm_core.scoring.precision import (
     PrecisionChoice,
+    cast_body,
+    choice_from_gap,
     cpu_bf16_flags,
-    decide_cpu_precision,
+    low_dtype,
+    parameter_count,
+    probe_gap,
+    probe_logprobs,
+    store_reference,
+    stored_reference,
     use_float32_head,
     wanted_cpu_dtype,
 )
@@ -167,19 +175,18 @@ def load_model(spec: ModelSpec | str = EMBEDDED_NAME) -> LoadedModel:
     if unreachable:
         kwargs["local_files_only"] = True  # a cached copy still loads; a missing one fails now, not after 50 s
     quant = _quantization_config(spec, kind, dtype)
-    on_cpu = device.type == "cpu" and quant is None  # the CPU's precision is measured on the loaded model
+    # its files' hash without their place (provenance.model_fingerprint): exports and reports name it
+    fingerprint = None if kind == "hub" else model_fingerprint(Path(source) / (gguf_file or ""))
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
-        first = torch.float32 if on_cpu else dtype
-        model = _from_pretrained(AutoModelForCausalLM, source, first, quant, device, kwargs)
-        n_parameters = sum(p.numel() for p in model.parameters())  # before an fp32 head unties a tied one
         _ensure_pad_token(tokenizer)
-        if on_cpu:
-            precision = decide_cpu_precision(model, tokenizer, spec.dtype, _named_cpu_bf16(spec.name))
-            if precision.dtype == "float32" and next(model.parameters()).dtype != torch.float32:
-                model = _from_pretrained(AutoModelForCausalLM, source, torch.float32, None, device, kwargs)  # refused
+        load = partial(_from_pretrained, AutoModelForCausalLM, source, quant=quant, device=device, kwargs=kwargs)
+        if device.type == "cpu" and quant is None:  # the CPU's precision is measured on the loaded model
+            model, precision = _load_on_cpu(load, spec, tokenizer, fingerprint)
         else:
+            model = load(dtype)
             precision = _device_precision(model, dtype, quant is not None)
+        n_parameters = parameter_count(model)
     except (OSError, ValueError) as exc:
         raise ModelLoadError(_explain_load_failure(spec.name, kind, exc, unreachable)) from exc
     info = {
@@ -192,13 +199,35 @@ def load_model(spec: ModelSpec | str = EMBEDDED_NAME) -> LoadedModel:
         "load_in_4bit": spec.load_in_4bit,
         "n_parameters": n_parameters,
         "model_type": getattr(model.config, "model_type", None),
-        # its files' hash without their place (provenance.model_fingerprint): exports and reports name it
-        "fingerprint": None if kind == "hub" else model_fingerprint(Path(source) / (gguf_file or "")),
+        "fingerprint": fingerprint,
         "spec": asdict(spec),
     }
     if kind in ("embedded", "named"):
         info["label"] = NAMED_MODELS[spec.name.strip()].label
     return LoadedModel(model=model, tokenizer=tokenizer, spec=spec, info=info)
+
+
+def _load_on_cpu(
+    load: Callable[[torch.dtype], Any], spec: ModelSpec, tokenizer: Any, fingerprint: str | None
+) -> tuple[Any, PrecisionChoice]:
+    """(the model, its precision) on a CPU: fp32 unless bf16 is wanted and allowed; then
+    the body in bf16 (the head computing in fp32), probed against the fp32 reference, which
+    the first load measures and keeps; an automatic bf16 that fails the probe reloads fp32."""
+    flags = cpu_bf16_flags()
+    settled = wanted_cpu_dtype(spec.dtype, _named_cpu_bf16(spec.name), flags)
+    if settled is not None:
+        return load(torch.float32), settled
+    low, reference = low_dtype(spec.dtype), stored_reference(fingerprint)
+    if reference is None:
+        model = load(torch.float32)
+        reference = probe_logprobs(model, tokenizer)
+        store_reference(fingerprint, reference)
+        cast_body(model, low)
+    else:
+        model = load(low)
+        use_float32_head(model)
+    choice = choice_from_gap(spec.dtype, low, probe_gap(reference, probe_logprobs(model, tokenizer)), flags)
+    return (load(torch.float32) if choice.dtype == "float32" else model), choice
 
 
 def _from_pretrained(

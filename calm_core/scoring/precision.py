@@ -1,7 +1,7 @@
 """The model body's precision, a measured choice: bf16 where the hardware has it and the
 model's answers survive it, fp32 otherwise; the LM head's logits always in fp32.
 
-    choice = decide_cpu_precision(model, tokenizer, wanted="auto", named_ok=True)
+    choice = choice_from_gap("auto", torch.bfloat16, probe_gap(fp32_probe, bf16_probe), cpu_bf16_flags())
     choice.dtype, choice.reason, choice.probe     # recorded with every result (lm.info)
 
 On a CPU with avx512_bf16 or AMX, bf16 matmuls run about twice as fast as fp32 and the
@@ -9,12 +9,14 @@ weights take half the memory. bf16 keeps 8 bits of mantissa, so a model's log-pr
 move; whether its answers do is a property of the model, not of the dtype. So bf16 becomes
 a model's default only where bench/precision.py has shown the same answers on the built-in
 sets and ARC-Easy (`NamedModel.cpu_bf16`), and each load re-checks it on a short probe
-(`agrees`): the same top token and a bounded log-probability gap on the probe prompts. A
-model that fails the probe is reloaded in fp32, with the figures that refused it recorded.
+(`agrees`): the same top token and a bounded log-probability gap on the probe prompts. The
+fp32 probe result is kept per weights (`reference_file`), so only a model's first load
+needs its fp32 copy; later loads start in bf16. A model that fails the probe is reloaded
+in fp32, with the figures that refused it recorded.
 
-The LM head is replaced by `Float32Head`: an fp32 copy of its weight, fed the hidden state
-cast to fp32, so the logits, the log-softmax and every calibration figure are fp32 whatever
-the body runs in (the head is a few percent of a forward's FLOPs for a 1.5B model).
+The LM head is replaced by `Float32Head`: its weight held in fp32, fed the hidden state cast
+to fp32, so the head's matmul, the logits, the log-softmax and every calibration figure are
+fp32 whatever the body runs in (the head is a few percent of a forward's FLOPs).
 """
 
 from __future__ import annotations
@@ -78,8 +80,9 @@ class Float32Head(nn.Module):
     weight (and bias), the hidden state cast up. Holds a Parameter, not an nn.Linear, so
     LoRA's target discovery never wraps it."""
 
-    def __init__(self, head: nn.Module) -> None:
+    def __init__(self, head: nn.Module, tied: bool = False) -> None:
         super().__init__()
+        self.tied = tied  # a copy of the input embeddings: not a parameter of its own (parameter_count)
         weight = head.weight.detach().to(torch.float32).clone()
         bias = getattr(head, "bias", None)
         self.weight = nn.Parameter(weight, requires_grad=False)  # (V, H)
@@ -96,10 +99,17 @@ def use_float32_head(model: Any) -> None:
     head = model.get_output_embeddings()
     if isinstance(head, Float32Head):
         return
-    model.set_output_embeddings(Float32Head(head))
+    tied = head.weight is model.get_input_embeddings().weight
+    model.set_output_embeddings(Float32Head(head, tied))
     model.config.tie_word_embeddings = False  # a later tie_weights() must not put the bf16 matrix back
     if hasattr(model.config, "get_text_config"):
         model.config.get_text_config().tie_word_embeddings = False
+
+
+def parameter_count(model: Any) -> int:
+    """The model's parameters, a Float32Head copied from tied embeddings not counted twice."""
+    copies = sum(p.numel() for m in model.modules() if isinstance(m, Float32Head) and m.tied for p in m.parameters())
+    return sum(p.numel() for p in model.parameters()) - copies
 
 
 @torch.no_grad()
@@ -125,8 +135,12 @@ def probe_gap(reference: torch.Tensor, candidate: torch.Tensor, top_k: int = PRO
 
 
 def cast_body(model: Any, dtype: torch.dtype) -> None:
-    """The body in `dtype`, its head in fp32."""
-    model.to(dtype)
+    """The body in `dtype`, its head computing in fp32 (from the weight as the body holds it,
+    so a load that starts in `dtype` gives the same logits as one cast to it). Parameters only:
+    buffers such as the rotary embedding's inverse frequencies stay fp32, as a load in
+    `dtype` keeps them (`model.to` would round them and move every position's angle)."""
+    for param in model.parameters():
+        param.data = param.data.to(dtype)
     use_float32_head(model)
 
 
@@ -148,19 +162,49 @@ def wanted_cpu_dtype(wanted: str, named_ok: bool | None, flags: tuple[str, ...])
     return None
 
 
-def decide_cpu_precision(model: Any, tokenizer: Any, wanted: str, named_ok: bool | None) -> PrecisionChoice:
-    """Cast an fp32-loaded model's body to bf16 where that is wanted and allowed, and probe
-    it against fp32. A forced dtype stays whatever the probe says (its gap is recorded); an
-    automatic one that fails the probe gives a choice of fp32, and the caller reloads."""
-    flags = cpu_bf16_flags()
-    settled = wanted_cpu_dtype(wanted, named_ok, flags)
-    if settled is not None:
-        return settled
-    dtype = torch.float16 if wanted == "float16" else torch.bfloat16
+def low_dtype(wanted: str) -> torch.dtype:
+    """The lower precision a probed load tries: fp16 when asked for, else bf16."""
+    return torch.float16 if wanted == "float16" else torch.bfloat16
+
+
+def reference_file(fingerprint: str) -> Path:
+    """Where a model's fp32 probe result is kept: it depends on the weights alone, so a later
+    load can go straight to bf16 (half the memory, no fp32 copy) and still be checked."""
+    from calm_core.paths import cache_dir
+
+    return cache_dir() / "precision" / f"{fingerprint.replace(':', '-')}.safetensors"
+
+
+def stored_reference(fingerprint: str | None) -> torch.Tensor | None:
+    """The fp32 probe result stored for these weights (None: not yet, or unreadable)."""
+    if fingerprint is None or not reference_file(fingerprint).is_file():
+        return None
+    from safetensors.torch import load_file
+
+    try:
+        reference = load_file(str(reference_file(fingerprint)))["logprobs"]
+    except (OSError, KeyError, ValueError):
+        return None
+    return reference if reference.shape[0] == len(PROBE_PROMPTS) else None
+
+
+def store_reference(fingerprint: str | None, reference: torch.Tensor) -> None:
+    """Keep the fp32 probe result for these weights (nothing for a model without a fingerprint)."""
+    if fingerprint is None:
+        return
+    from safetensors.torch import save_file
+
+    path = reference_file(fingerprint)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    save_file({"logprobs": reference.contiguous()}, str(tmp))
+    tmp.replace(path)
+
+
+def choice_from_gap(wanted: str, dtype: torch.dtype, gap: ProbeGap, flags: tuple[str, ...]) -> PrecisionChoice:
+    """The precision a probed load ends with: a forced dtype stays whatever the probe says
+    (its gap is recorded); an automatic one that fails the probe is fp32 (the caller reloads)."""
     name = str(dtype).removeprefix("torch.")
-    reference = probe_logprobs(model, tokenizer)
-    cast_body(model, dtype)
-    gap = probe_gap(reference, probe_logprobs(model, tokenizer))
     how = f"same top token on {gap.prompts} probe prompts: {gap.same_top_token}, largest gap {gap.max_logprob_gap:.3f}"
     if wanted != "auto":
         return PrecisionChoice(name, f"asked for (--dtype {name}); {how}", gap)
