@@ -34,24 +34,58 @@ from urllib.parse import urlsplit
 import torch
 
 from calm_core.provenance import model_fingerprint
-from calm_core.scoring.named_models import (  # noqa: F401  (the named-model catalogue is read through this module too)
-    EMBEDDED_GGUF,
-    EMBEDDED_LABEL,
-    EMBEDDED_NAME,
-    EMBEDDED_PACKAGE,
-    NAMED_MODELS,
-    GgufParts,
-    ModelLoadError,
-    NamedModel,
-    convert_gguf,
-    converted_dir,
-    embedded_gguf_path,
-    embedded_model_dir,
-    installed_models,
-    join_parts,
-    named_model,
-    named_model_dir,
-    part_files,
+
+# the named-model catalogue, re-exported: callers read it through this module too
+from calm_core.scoring.named_models import (
+    EMBEDDED_GGUF as EMBEDDED_GGUF,
+)
+from calm_core.scoring.named_models import (
+    EMBEDDED_LABEL as EMBEDDED_LABEL,
+)
+from calm_core.scoring.named_models import (
+    EMBEDDED_NAME as EMBEDDED_NAME,
+)
+from calm_core.scoring.named_models import (
+    EMBEDDED_PACKAGE as EMBEDDED_PACKAGE,
+)
+from calm_core.scoring.named_models import (
+    NAMED_MODELS as NAMED_MODELS,
+)
+from calm_core.scoring.named_models import (
+    GgufParts as GgufParts,
+)
+from calm_core.scoring.named_models import (
+    ModelLoadError as ModelLoadError,
+)
+from calm_core.scoring.named_models import (
+    NamedModel as NamedModel,
+)
+from calm_core.scoring.named_models import (
+    convert_gguf as convert_gguf,
+)
+from calm_core.scoring.named_models import (
+    converted_dir as converted_dir,
+)
+from calm_core.scoring.named_models import (
+    embedded_gguf_path as embedded_gguf_path,
+)
+from calm_core.scoring.named_models import (
+    embedded_model_dir as embedded_model_dir,
+)
+from calm_core.scoring.named_models import (
+    installed_models as installed_models,
+)
+from calm_core.scoring.named_models import (
+    join_parts as join_parts,
+)
+from calm_core.scoring.named_models import (
+    named_model as named_model,
+)
+from calm_core.scoring.named_models import (
+    named_model_dir as named_model_dir,
+)
+from calm_core.scoring.named_models import (
+    part_files as part_files,
 )
 from calm_core.scoring.precision import (
     PrecisionChoice,

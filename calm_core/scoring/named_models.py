@@ -21,6 +21,7 @@ import importlib.util
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from calm_core.paths import cache_dir
 from calm_core.scoring import gguf_convert
@@ -295,7 +296,11 @@ def join_parts(model: NamedModel, path: Path, chunk_bytes: int = 1 << 22) -> Pat
 
 
 def convert_gguf(
-    gguf: Path, target: Path, label: str = EMBEDDED_LABEL, step: StepFn = print_step, extra: dict | None = None
+    gguf: Path,
+    target: Path,
+    label: str = EMBEDDED_LABEL,
+    step: StepFn = print_step,
+    extra: dict[str, Any] | None = None,
 ) -> None:
     """De-quantize a GGUF once into a safetensors directory (scoring.gguf_convert)."""
     gguf_convert.convert_gguf(gguf, target, label, step, extra)

@@ -83,7 +83,7 @@ class Float32Head(nn.Module):
     def __init__(self, head: nn.Module, tied: bool = False) -> None:
         super().__init__()
         self.tied = tied  # a copy of the input embeddings: not a parameter of its own (parameter_count)
-        weight = head.weight.detach().to(torch.float32).clone()
+        weight = torch.as_tensor(head.weight).detach().to(torch.float32).clone()
         bias = getattr(head, "bias", None)
         self.weight = nn.Parameter(weight, requires_grad=False)  # (V, H)
         self.bias = None if bias is None else nn.Parameter(bias.detach().float().clone(), requires_grad=False)
@@ -109,7 +109,7 @@ def use_float32_head(model: Any) -> None:
 def parameter_count(model: Any) -> int:
     """The model's parameters, a Float32Head copied from tied embeddings not counted twice."""
     copies = sum(p.numel() for m in model.modules() if isinstance(m, Float32Head) and m.tied for p in m.parameters())
-    return sum(p.numel() for p in model.parameters()) - copies
+    return int(sum(p.numel() for p in model.parameters())) - int(copies)
 
 
 @torch.no_grad()
