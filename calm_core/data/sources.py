@@ -28,6 +28,7 @@ from typing import Any, Iterable, Protocol, Union
 
 import numpy as np
 
+from calm_core.data import parquet_sizes
 from calm_core.data.files import (
     BOM,
     READ_ERRORS,
@@ -37,10 +38,11 @@ from calm_core.data.files import (
     open_parquet,
     read_failed,
 )
+from calm_core.data.parquet_sizes import batch_rows, dictionary_text
 from calm_core.data.schema import DataError, RowError, is_utf8
 
 UNDECODABLE = "Expected UTF-8 text, but got undecodable bytes"
-PARQUET_BATCH = 1024  # rows decoded at a time (as dictionaries: `files.open_parquet`), so `limit` stays cheap
+PARQUET_BATCH = 1024  # at most this many rows decoded at a time (fewer when they decode past MAX_BATCH_BYTES)
 
 Record = dict[str, Any]
 Row = tuple[int, Union[Record, RowError]]  # (1-based row number, raw record or why it is unreadable)
@@ -230,6 +232,8 @@ def parquet_decodes_past(parquet: Any, size: int) -> bool:
     import pyarrow as pa
 
     total = 0
+    if declared_bytes(parquet) >= size:  # from the footer: streamed, and its scan checks the budget first
+        return True
     try:
         for batch in _batches(parquet):
             total += sum(int(cell_bytes(array).sum()) for array in batch.columns)
@@ -241,10 +245,15 @@ def parquet_decodes_past(parquet: Any, size: int) -> bool:
 
 
 def _batches(parquet: Any) -> Iterator[Any]:
-    """`PARQUET_BATCH` rows at a time, one row group after another: a batch across two
-    groups would join two dictionaries, which Arrow cannot do for a nested column."""
-    for group in range(parquet.metadata.num_row_groups):
-        yield from parquet.iter_batches(batch_size=PARQUET_BATCH, row_groups=[group])
+    """One row group after another (a batch across two groups would join two dictionaries,
+    which Arrow cannot do for a nested column), each in batches of as many rows as its
+    footer says decode to `MAX_BATCH_BYTES` (`parquet_sizes.batch_rows`), at most
+    `PARQUET_BATCH`: Arrow decodes a whole batch before any row of it can be counted."""
+    meta, schema = parquet.metadata, parquet.schema
+    dictionary = set(dictionary_text(meta, schema))
+    for group in range(meta.num_row_groups):
+        rows = batch_rows(meta, schema, group, dictionary, MAX_BATCH_BYTES, PARQUET_BATCH)
+        yield from parquet.iter_batches(batch_size=rows, row_groups=[group])
 
 
 def _pieces(batch: Any, sizes: np.ndarray) -> Iterator[Any]:
@@ -467,7 +476,7 @@ class ParquetSource(FileSource):
 
     def scan(self) -> Iterator[KeyedRow]:
         budget = Budget(self.path, self.where)
-        budget.declared(declared_bytes(self.parquet))
+        check_parquet(self.parquet, budget)
         for number, record in parquet_rows(self.parquet, self.where, budget):
             yield number, number - 1, record
 
@@ -498,15 +507,21 @@ class ParquetSource(FileSource):
 
 
 def declared_bytes(parquet: Any) -> int:
-    """What a Parquet file's metadata says its decoding takes: every column chunk's
-    uncompressed pages, and 8 bytes for each of its values (the levels, offsets and
-    indices a value decodes to). A page the metadata declares far past the file's size is
-    refused before it is decompressed (`Budget.declared`)."""
-    meta = parquet.metadata
-    return sum(
-        chunk.total_uncompressed_size + 8 * chunk.num_values
-        for chunk in (meta.row_group(g).column(c) for g in range(meta.num_row_groups) for c in range(meta.num_columns))
-    )
+    """What a Parquet file's metadata says its decoding takes (`parquet_sizes.chunk_bytes`:
+    every chunk's uncompressed pages, 8 bytes a value, and a fixed-width column's width
+    for every value). A file that declares far past its size is refused before a page of
+    it is decompressed (`Budget.declared`)."""
+    return parquet_sizes.declared_bytes(parquet.metadata, parquet.schema)
+
+
+def check_parquet(parquet: Any, budget: Budget) -> None:
+    """What a Parquet file's footer alone refuses, before any page is decoded: a fixed-width
+    column wider than a cell may be (every value of it decodes to that width), and a file
+    that declares more than its budget."""
+    for leaf in parquet.schema:
+        if leaf.physical_type == "FIXED_LEN_BYTE_ARRAY":
+            budget.cell(max(leaf.length or 0, 0), 1, leaf.path)
+    budget.declared(declared_bytes(parquet))
 
 
 class HFSource:
@@ -688,7 +703,11 @@ def _open_csv(path: Path, source: str, where: str) -> FileReader:
 
 
 def _open_parquet(path: Path, source: str, where: str) -> FileReader:
-    return ParquetSource(path, source, where, open_parquet(path, where, MAX_COLUMNS))
+    """The Parquet reader, its footer checked first (`check_parquet`): a peek at the first
+    rows decodes a batch, so the refusal must come before it, not at the scan."""
+    parquet = open_parquet(path, where, MAX_COLUMNS)
+    check_parquet(parquet, Budget(path, where))
+    return ParquetSource(path, source, where, parquet)
 
 
 FILE_FORMATS = {  # the one table of formats: readers.detect_format, open_table and open_source all read it
