@@ -16,7 +16,9 @@ so many rows as fit in a byte budget, not a fixed number of rows. Per column chu
 - anything else: 8 bytes a value (the levels, offsets and indices it decodes to).
 
 `declared_bytes` is the file's total (checked against its budget when it is opened,
-`sources.Budget.declared`); `batch_rows` the rows one batch of a row group may hold.
+`sources.Budget.declared`); `batch_rows` the rows one batch of a row group may hold; and
+`cell_bytes` what each cell of a decoded batch holds, counted in Arrow before a Python
+row is made of it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from typing import Any
+
+import numpy as np
 
 DELTA_TEXT = frozenset({"DELTA_BYTE_ARRAY", "DELTA_LENGTH_BYTE_ARRAY"})  # no dictionary decoder in Arrow
 VALUE_BYTES = 8  # what any value decodes to beside its data: a level, an offset, an index
@@ -94,3 +98,35 @@ def batch_rows(meta: Any, schema: Any, group: int, dictionary: set[str], max_byt
     """Rows of row group `group` one batch may hold: as many as decode to `max_bytes` by
     `row_bytes`, at least one and at most `max_rows`."""
     return max(1, min(max_rows, max_bytes // max(row_bytes(meta, schema, group, dictionary), 1)))
+
+
+def cell_bytes(array: Any) -> np.ndarray:
+    """The decoded bytes of each cell of an Arrow array, counted without decoding it: a
+    dictionary's values are counted once and looked up by index, a list sums its values,
+    a struct its fields, a fixed-width value its width (a null: 0)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = array.type
+    if pa.types.is_dictionary(kind):
+        values = cell_bytes(array.dictionary)
+        indices = array.indices.fill_null(0).to_numpy()
+        found = values[indices] if len(values) else np.zeros(len(array), np.int64)
+        return np.where(array.is_null().to_numpy(zero_copy_only=False), 0, found) if array.null_count else found
+    if any(test(kind) for test in (pa.types.is_string, pa.types.is_binary, pa.types.is_large_string)):
+        return pc.binary_length(array).fill_null(0).to_numpy().astype(np.int64)
+    if pa.types.is_large_binary(kind):
+        return pc.binary_length(array).fill_null(0).to_numpy().astype(np.int64)
+    if pa.types.is_map(kind):
+        entries = pa.StructArray.from_arrays([array.keys, array.items], ["key", "value"])
+        array, kind = pa.ListArray.from_arrays(array.offsets, entries), pa.list_(entries.type)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        parents = pc.list_parent_indices(array).to_numpy()
+        return np.bincount(parents, weights=cell_bytes(array.flatten()), minlength=len(array)).astype(np.int64)
+    if pa.types.is_struct(kind):
+        return sum((cell_bytes(field) for field in array.flatten()), np.zeros(len(array), np.int64))
+    try:
+        width = max(kind.bit_width // 8, 1)
+    except ValueError:  # any other variable-width type: its buffers, spread over its rows
+        width = array.nbytes // max(len(array), 1) + 1
+    return np.full(len(array), width, np.int64)

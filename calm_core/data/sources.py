@@ -28,7 +28,6 @@ from typing import Any, Iterable, Protocol, Union
 
 import numpy as np
 
-from calm_core.data import parquet_sizes
 from calm_core.data.files import (
     BOM,
     READ_ERRORS,
@@ -38,7 +37,7 @@ from calm_core.data.files import (
     open_parquet,
     read_failed,
 )
-from calm_core.data.parquet_sizes import batch_rows, dictionary_text
+from calm_core.data.parquet_sizes import batch_rows, cell_bytes, declared_bytes, dictionary_text
 from calm_core.data.schema import DataError, RowError, is_utf8
 
 UNDECODABLE = "Expected UTF-8 text, but got undecodable bytes"
@@ -232,7 +231,7 @@ def parquet_decodes_past(parquet: Any, size: int) -> bool:
     import pyarrow as pa
 
     total = 0
-    if declared_bytes(parquet) >= size:  # from the footer: streamed, and its scan checks the budget first
+    if declared_bytes(parquet.metadata, parquet.schema) >= size:  # streamed: its scan checks the budget first
         return True
     try:
         for batch in _batches(parquet):
@@ -264,38 +263,6 @@ def _pieces(batch: Any, sizes: np.ndarray) -> Iterator[Any]:
         stop = max(start + 1, int(np.searchsorted(total, before + MAX_BATCH_BYTES, side="right")))
         yield batch.slice(start, stop - start)
         start = stop
-
-
-def cell_bytes(array: Any) -> np.ndarray:
-    """The decoded bytes of each cell of an Arrow array, counted without decoding it: a
-    dictionary's values are counted once and looked up by index, a list sums its values,
-    a struct its fields, a fixed-width value its width (a null: 0)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    kind = array.type
-    if pa.types.is_dictionary(kind):
-        values = cell_bytes(array.dictionary)
-        indices = array.indices.fill_null(0).to_numpy()
-        found = values[indices] if len(values) else np.zeros(len(array), np.int64)
-        return np.where(array.is_null().to_numpy(zero_copy_only=False), 0, found) if array.null_count else found
-    if any(test(kind) for test in (pa.types.is_string, pa.types.is_binary, pa.types.is_large_string)):
-        return pc.binary_length(array).fill_null(0).to_numpy().astype(np.int64)
-    if pa.types.is_large_binary(kind):
-        return pc.binary_length(array).fill_null(0).to_numpy().astype(np.int64)
-    if pa.types.is_map(kind):
-        entries = pa.StructArray.from_arrays([array.keys, array.items], ["key", "value"])
-        array, kind = pa.ListArray.from_arrays(array.offsets, entries), pa.list_(entries.type)
-    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
-        parents = pc.list_parent_indices(array).to_numpy()
-        return np.bincount(parents, weights=cell_bytes(array.flatten()), minlength=len(array)).astype(np.int64)
-    if pa.types.is_struct(kind):
-        return sum((cell_bytes(field) for field in array.flatten()), np.zeros(len(array), np.int64))
-    try:
-        width = max(kind.bit_width // 8, 1)
-    except ValueError:  # any other variable-width type: its buffers, spread over its rows
-        width = array.nbytes // max(len(array), 1) + 1
-    return np.full(len(array), width, np.int64)
 
 
 def guarded(table: Table) -> Iterator[Row]:
@@ -506,22 +473,15 @@ class ParquetSource(FileSource):
         self.parquet = open_parquet(self.path, self.where)  # its text as dictionaries, as when indexed
 
 
-def declared_bytes(parquet: Any) -> int:
-    """What a Parquet file's metadata says its decoding takes (`parquet_sizes.chunk_bytes`:
-    every chunk's uncompressed pages, 8 bytes a value, and a fixed-width column's width
-    for every value). A file that declares far past its size is refused before a page of
-    it is decompressed (`Budget.declared`)."""
-    return parquet_sizes.declared_bytes(parquet.metadata, parquet.schema)
-
-
 def check_parquet(parquet: Any, budget: Budget) -> None:
     """What a Parquet file's footer alone refuses, before any page is decoded: a fixed-width
     column wider than a cell may be (every value of it decodes to that width), and a file
-    that declares more than its budget."""
+    that declares more than its budget (`parquet_sizes.declared_bytes`: every chunk's
+    uncompressed pages, 8 bytes a value, a fixed-width column's width for every value)."""
     for leaf in parquet.schema:
         if leaf.physical_type == "FIXED_LEN_BYTE_ARRAY":
             budget.cell(max(leaf.length or 0, 0), 1, leaf.path)
-    budget.declared(declared_bytes(parquet))
+    budget.declared(declared_bytes(parquet.metadata, parquet.schema))
 
 
 class HFSource:
