@@ -24,7 +24,11 @@ pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 TEXT = ("question", "A", "B")
-DELTA = {"column_encoding": dict.fromkeys(TEXT, "DELTA_BYTE_ARRAY"), "use_dictionary": False, "data_page_version": "2.0"}
+DELTA = {
+    "column_encoding": dict.fromkeys(TEXT, "DELTA_BYTE_ARRAY"),
+    "use_dictionary": False,
+    "data_page_version": "2.0",
+}
 
 
 def fixed_width_bomb(columns: int, width: int = 2**20, rows: int = 1024) -> bytes:

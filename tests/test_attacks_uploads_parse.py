@@ -62,7 +62,9 @@ def test_ten_million_bad_rows_are_counted_not_kept(studio) -> None:
             seconds = time.monotonic() - started
     grown = peak.peak - before
     rejected = _metric(elements, "Rejected")
-    print(f"junk.csv ({len(data):,} bytes): RSS +{grown / 2**20:.0f} MB at the peak, {seconds:.1f} s; rejected {rejected}")
+    print(
+        f"junk.csv ({len(data):,} bytes): RSS +{grown / 2**20:.0f} MB at its peak, {seconds:.1f} s; {rejected} rejected"
+    )
     assert [e.text for e in elements if e.is_error] == []
     assert rejected.replace(",", "") == str(BAD_LINES)  # the count stays exact
     assert grown < RSS_BUDGET, f"the server grew by {grown / 2**20:.0f} MB"
