@@ -16,6 +16,7 @@ before Streamlit reads a byte of the body:
 - **a browser holds `BROWSER_FILES` files' worth** (`server.maxUploadSize` each) over all its
   sessions: a signed-in browser by its device id, otherwise its address (a local studio's
   one user); past it the PUT is refused (413) with the reason;
+- **the server holds `SERVER_FILES` files' worth** over every browser (413 past it);
 - **a session that has ended holds nothing**: when a WebSocket ends, the files of every
   session no longer connected are freed (a tab that reconnects after a dropped network
   uploads its file again).
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +38,10 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 UPLOAD_PATH = re.compile(r"^(?:/.*)?/_stcore/upload_file/(?P<session>[^/]+)/(?P<file>[^/]+)$")
 BROWSER_FILES = 2  # files of the largest size one browser may hold over its tabs (two tabs uploading at once)
+# Files of the largest size the whole server may hold: signing in again gives a new
+# browser, so the browsers' budget alone does not bound the server. 8 x 512 MB is what
+# .streamlit/config.toml sizes the machine for; rightful uploads are rarely near 512 MB.
+SERVER_FILES = 8
 MULTIPART_BYTES = 64 * 1024  # the form's framing around the file (Streamlit allows for it too)
 
 
@@ -87,14 +92,32 @@ def admit(manager: Any, session: str, browser: str, size: int, file_id: str) -> 
             if other != file_id:
                 manager.remove_file(session, other)  # the one uploader's file, replaced
         LEDGER.browser_of[session] = browser
-        others = [s for s in _sessions_of(browser) if s != session]
-        held = sum(sum(_held(manager, s).values()) + LEDGER.in_flight.get(s, 0) for s in others)
-        if held + size > BROWSER_FILES * limit:
-            return (
-                f"This browser already holds {held / 2**20:.0f} MB of uploads in other tabs (at most "
-                f"{BROWSER_FILES * limit / 2**20:.0f} MB): close a tab or remove its file, then upload again."
-            )
-        LEDGER.in_flight[session] = size
+        refusal = _over_budget(manager, session, browser, size, limit)
+        if refusal is None:
+            LEDGER.in_flight[session] = size
+    return refusal
+
+
+def _holding(manager: Any, sessions: Iterable[str]) -> int:
+    """Bytes `sessions` hold in the manager and in PUTs still being read."""
+    return sum(sum(_held(manager, s).values()) + LEDGER.in_flight.get(s, 0) for s in sessions)
+
+
+def _over_budget(manager: Any, session: str, browser: str, size: int, limit: int) -> str | None:
+    """Why `size` more bytes for `session` would pass its browser's or the server's budget (None: they fit)."""
+    held = _holding(manager, (s for s in _sessions_of(browser) if s != session))
+    if held + size > BROWSER_FILES * limit:
+        return (
+            f"This browser already holds {held / 2**20:.0f} MB of uploads in other tabs (at most "
+            f"{BROWSER_FILES * limit / 2**20:.0f} MB): close a tab or remove its file, then upload again."
+        )
+    everyone = set(getattr(manager, "file_storage", {})) | set(LEDGER.in_flight)
+    held = _holding(manager, everyone - {session})
+    if held + size > SERVER_FILES * limit:
+        return (
+            f"This studio holds {held / 2**20:.0f} MB of uploads from all its users (at most "
+            f"{SERVER_FILES * limit / 2**20:.0f} MB): try again once others have saved theirs."
+        )
     return None
 
 

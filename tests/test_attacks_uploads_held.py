@@ -7,7 +7,9 @@ are 40 MB a session and 80 MB a browser) over the wire (tests/attack_client.py):
 
 - six 36 MB PUTs to fresh file ids of one session hold one file, not six;
 - the session closed, its file is freed within seconds;
-- a third tab of the same browser is refused while two others hold a file each.
+- a third tab of the same browser is refused while two others hold a file each;
+- in a shared studio, five signed-in browsers of two tabs each: the ninth 36 MB file is
+  refused, since the server holds at most eight files' worth (320 MB here).
 
 docs/security.md ("Upload budgets") quotes the figures these print.
 """
@@ -19,8 +21,8 @@ import uuid
 
 import pytest
 
-from tests.attack_client import StudioSession, put_file, rss_bytes, settled_rss
-from tests.test_attacks import _start, _stop
+from tests.attack_client import StudioSession, put_file, rss_bytes, settled_rss, sign_in_as
+from tests.test_attacks import PASSWORD, _start, _stop
 
 MAX_UPLOAD_MB = 40
 FILE_BYTES = 36 * 2**20
@@ -35,9 +37,9 @@ def studio(tmp_path_factory):
     _stop(server, log)
 
 
-def _put(port: int, session_id: str, data: bytes) -> int:
+def _put(port: int, session_id: str, data: bytes, cookie: str | None = None) -> int:
     """One upload PUT of `data` to a fresh file id of the session: its status."""
-    status, _ = put_file(port, f"/_stcore/upload_file/{session_id}/{uuid.uuid4()}", "data.csv", data)
+    status, _ = put_file(port, f"/_stcore/upload_file/{session_id}/{uuid.uuid4()}", "data.csv", data, cookie)
     return status
 
 
@@ -74,3 +76,33 @@ def test_a_browser_holds_two_files_over_its_tabs(studio) -> None:
         assert statuses[:2] == [204, 204]
         assert statuses[2] == 413
         assert _put(port, first.session_id, data) == 204  # a tab replacing its own file is not held back
+
+
+@pytest.fixture(scope="module")
+def shared_studio(tmp_path_factory):
+    extra = {"STREAMLIT_SERVER_MAX_UPLOAD_SIZE": str(MAX_UPLOAD_MB)}
+    server, port, log, _ = _start(tmp_path_factory.mktemp("held-shared"), shared=True, extra_env=extra)
+    yield server, port
+    _stop(server, log)
+
+
+def test_the_server_holds_eight_files_over_every_browser(shared_studio) -> None:
+    _, port = shared_studio
+    data = b"z" * FILE_BYTES
+    cookies = []
+    for _ in range(5):  # five browsers: each sign-in without a device cookie is a new one
+        status, issued = sign_in_as(port, PASSWORD)
+        assert status == 303, status
+        cookies.append(f"calm_studio_signin={issued['calm_studio_signin']}")
+    sessions = [StudioSession(port, cookie) for cookie in cookies for _ in range(2)]
+    try:
+        statuses = []
+        for session, cookie in zip(sessions, [c for c in cookies for _ in range(2)], strict=True):
+            session.rerun("data")
+            statuses.append(_put(port, session.session_id, data, cookie))
+    finally:
+        for session in sessions:
+            session.__exit__()
+    print(f"five browsers x two tabs PUT {_mb(FILE_BYTES)} each: {statuses}")
+    assert statuses[:8] == [204] * 8
+    assert statuses[8:] == [413, 413]
