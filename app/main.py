@@ -51,6 +51,7 @@ from starlette.middleware import Middleware  # noqa: E402
 from app import warmup  # noqa: E402
 from app.front import DoorRules, FrontDoor  # noqa: E402
 from app.gate import studio_access  # noqa: E402
+from app.upload_quota import UploadQuota  # noqa: E402
 from calm_core.access.clients import proxy_secret, trusted_proxies  # noqa: E402
 from calm_core.access.hosts import allowed_hosts, user_hosts  # noqa: E402
 
@@ -70,4 +71,6 @@ def door_rules() -> DoorRules:
 
 
 warmup.start_in_background()  # PyTorch and the scoring code load while the server waits for a browser
-app = st.App(str(Path(__file__).with_name("studio.py")), middleware=[Middleware(FrontDoor, rules=door_rules)])
+# The door first (nothing before the password), then what an upload may hold (app/upload_quota.py).
+middleware = [Middleware(FrontDoor, rules=door_rules), Middleware(UploadQuota)]
+app = st.App(str(Path(__file__).with_name("studio.py")), middleware=middleware)

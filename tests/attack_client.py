@@ -392,8 +392,22 @@ def put_upload(port: int, session_id: str, name: str, data: bytes, cookie: str |
 
     from streamlit.proto.Common_pb2 import FileUploaderState, FileURLs, UploadedFileInfo
 
-    token, boundary, file_id = uuid.uuid4().hex, "calmprobeboundary", str(uuid.uuid4())  # a V1 (hex) XSRF token
+    file_id = str(uuid.uuid4())
     url = f"/_stcore/upload_file/{session_id}/{file_id}"
+    status, answer = put_file(port, url, name, data, cookie)
+    if status not in (200, 204):
+        raise ConnectionError(f"the upload PUT got {status}: {answer[:200]!r}")
+    info = UploadedFileInfo(name=name, size=len(data), file_id=file_id)
+    info.file_urls.CopyFrom(FileURLs(file_id=file_id, upload_url=url, delete_url=url))
+    return FileUploaderState(uploaded_file_info=[info])
+
+
+def put_file(port: int, url: str, name: str, data: bytes, cookie: str | None = None) -> tuple[int, bytes]:
+    """PUT `data` as the file `name` to an upload URL, as a browser's uploader does (a
+    multipart form, an XSRF cookie/header pair): (status, body of the answer)."""
+    import uuid
+
+    token, boundary = uuid.uuid4().hex, "calmprobeboundary"  # a V1 (hex) XSRF token
     payload = (
         (
             f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{name}"\r\n'
@@ -405,11 +419,7 @@ def put_upload(port: int, session_id: str, name: str, data: bytes, cookie: str |
     cookies = f"_streamlit_xsrf={token}" + (f"; {cookie}" if cookie else "")
     headers = {"Cookie": cookies, "X-Xsrftoken": token, "Content-Type": f"multipart/form-data; boundary={boundary}"}
     status, _, answer = request(port, "PUT", url, headers=headers, body=payload)
-    if status not in (200, 204):
-        raise ConnectionError(f"the upload PUT got {status}: {answer[:200]!r}")
-    info = UploadedFileInfo(name=name, size=len(data), file_id=file_id)
-    info.file_urls.CopyFrom(FileURLs(file_id=file_id, upload_url=url, delete_url=url))
-    return FileUploaderState(uploaded_file_info=[info])
+    return status, answer
 
 
 def settled_rss(pid: int, timeout_s: float = 180.0, step_s: float = 1.0, still: int = 3) -> int:

@@ -258,6 +258,7 @@ def test_a_parquet_batch_is_made_into_rows_a_budget_at_a_time(tmp_path: Path, mo
     monkeypatch.setattr(sources, "MAX_BATCH_BYTES", 25)
     pieces = [piece.column(0).to_pylist() for piece in sources._pieces(batch, sizes)]
     assert pieces == [[0, 1], [2], [3, 4, 5], [6]]
+    monkeypatch.setattr(sources, "MAX_BATCH_BYTES", 100_000)  # batches of 1,024 rows (the footer's sizing), sliced
     rows = [{**ROW, "question": f"Q{i}?" * 100} for i in range(3000)]
     path = _parquet(tmp_path / "many.parquet", pa.Table.from_pylist(rows))
     assert [r for _, r in load_records(path)] == rows
@@ -286,3 +287,56 @@ def test_a_small_parquet_file_that_decodes_large_is_streamed(tmp_path: Path) -> 
     small = bomb(tmp_path / "short.parquet", value_bytes=100, rows=40)
     assert isinstance(load_file(small, mapping=MAPPING).items, list)
     assert STREAM_FROM_BYTES < 40 * (CELL - 100)
+
+
+# ----------------------------------------------------------------------------- issue 47's shapes
+
+
+def fixed_width(path: Path, width: int, rows: int = 1024) -> Path:
+    """A fixed-width binary column, dictionary-encoded: one `width`-byte value used by every row."""
+    value = pa.DictionaryArray.from_arrays(pa.array([0] * rows, pa.int32()), pa.array([b"a" * width], pa.binary(width)))
+    table = pa.table({"question": value, "A": ["x"] * rows, "B": ["y"] * rows, "answer": [0] * rows})
+    return _parquet(path, table, store_schema=False)
+
+
+def test_a_fixed_width_column_counts_its_declared_width(tmp_path: Path) -> None:
+    """1,024 values of 64 KiB are 64 MiB decoded from a file of a few hundred bytes: the
+    footer's declared size counts the width, so it is refused before a page is read; a
+    width past a cell is refused by the cell limit."""
+    _refused(fixed_width(tmp_path / "wide.parquet", 2**16 + 64), "but its metadata declares")
+    _refused(fixed_width(tmp_path / "wider.parquet", CELL + 1, rows=2), "Expected cells of at most 1 MiB")
+
+
+def test_a_batch_holds_the_rows_its_footer_says_fit_the_budget(tmp_path: Path) -> None:
+    """Rows of a 100 KiB fixed-width value: 64 MiB / 100 KiB rows a batch, not 1,024."""
+    from calm_core.data.parquet_sizes import batch_rows, dictionary_text
+
+    parquet = pq.ParquetFile(fixed_width(tmp_path / "fixed.parquet", 100 * 1024, rows=2048))
+    meta, schema = parquet.metadata, parquet.schema
+    rows = batch_rows(meta, schema, 0, set(dictionary_text(meta, schema)), sources.MAX_BATCH_BYTES, 1024)
+    assert rows == sources.MAX_BATCH_BYTES // (100 * 1024 + 8 + 3 * 8)
+
+
+def test_delta_encoded_text_reads_whole_and_streamed(tmp_path: Path) -> None:
+    """Parquet v2's DELTA_BYTE_ARRAY text (Arrow cannot read it as a dictionary) reads as plain text."""
+    rows = [{"question": f"What is {i} + {i}?", "A": str(2 * i), "B": "-1", "answer": 0} for i in range(50)]
+    encodings = dict.fromkeys(["question", "A", "B"], "DELTA_BYTE_ARRAY")
+    path = tmp_path / "delta.parquet"
+    pq.write_table(
+        pa.Table.from_pylist(rows), path, use_dictionary=False, column_encoding=encodings, data_page_version="2.0"
+    )
+    whole, streamed = (load_file(path, mapping=MAPPING, stream=stream) for stream in (False, True))
+    assert [item.question for item in whole.items] == [row["question"] for row in rows]
+    assert list(streamed.items) == whole.items
+
+
+def test_rejected_rows_past_the_kept_ones_are_counted(tmp_path: Path) -> None:
+    """One valid row, then 5,000 bad ones: 1,000 reasons kept, the count exact, whole and streamed."""
+    from calm_core.data.schema import REJECTED_KEPT
+
+    path = tmp_path / "junk.csv"
+    path.write_text("question,A,B,answer\nQ?,x,y,0\n" + "x\n" * 5000, encoding="utf-8")
+    for stream in (False, True):
+        report = load_file(path, mapping=MAPPING, stream=stream)
+        assert len(report.items) == 1 and report.n_rejected == 5000
+        assert len(report.rejected) == REJECTED_KEPT and report.rejected[-1].row == REJECTED_KEPT + 1

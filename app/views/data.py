@@ -13,8 +13,6 @@ part is possible), with a split that fits, and what S_V supports in one sentence
 
 from __future__ import annotations
 
-import itertools
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +23,17 @@ from app.gate import studio_access, this_session
 from app.keys import CALIBRATE_SPLIT, DATA_LAST_SPLIT, DATA_MAP_FILE, DATA_SPLIT_SOURCE
 from app.state import plain
 from app.train_advice import TRAIN_FIX
+from app.upload_cache import LOAD, PEEK, load_upload, once, peek_upload
+from app.upload_cache import problem as _problem
 from app.upload_encoding import upload_text
 from app.words import explained
 from calm_core.access.datasets import check_may_replace, delete_dataset, delete_refusal_for
 from calm_core.data.catalog import load_dataset
 from calm_core.data.entries import SPLIT_PREFIX, DatasetEntry, list_datasets
-from calm_core.data.guess import GUESS_ROWS, column_paths, guess_column_mapping
-from calm_core.data.loaders import load_file
+from calm_core.data.guess import column_paths, guess_column_mapping
 from calm_core.data.mapping import ColumnMapping
 from calm_core.data.mapping_form import form_values, mapping_from_form
-from calm_core.data.readers import FORMATS, load_records, peek_records, stage_upload
+from calm_core.data.readers import FORMATS
 from calm_core.data.schema import ANSWER_FORMS, LoadReport
 from calm_core.data.split import default_split_name, plan_split, save_split
 from calm_core.data.split_sizes import NOTE, SplitAdvice, advise_split, heldout_support
@@ -64,26 +63,12 @@ CATALOG_COLUMNS = {
 CATALOG_ROW_PX = 66
 
 
-def _problem(exc: Exception) -> str:
-    """What went wrong, in the loader's own words: DataError messages name the file, row
-    and field already; a Python class name or a temporary path would only confuse."""
-    return str(exc).strip() or "The file could not be read."
-
-
 def _default_name(filename: str) -> str:
     """A "Save as" suggestion that save_upload accepts: `日本.csv` has no usable letters."""
     try:
         return safe_name(Path(filename).stem)
     except ValueError:
         return "upload"
-
-
-def _no_rows(path: Path, filename: str) -> str:
-    """Why no record could be read from the first rows: none at all, or the rows' own errors."""
-    reasons = [str(row) for _, row in itertools.islice(load_records(path, source=filename), 5)]
-    if not reasons:
-        return f"Expected data rows in {filename}, but it has none"
-    return f"Expected readable rows in {filename}, but the first ones could not be read:\n\n" + "\n\n".join(reasons)
 
 
 def _prefill(file_id: str, mapping: ColumnMapping, columns: list[str]) -> None:
@@ -188,30 +173,29 @@ def upload_section() -> None:
 def _read_upload(upload: Any) -> tuple[ColumnMapping, LoadReport, str | None] | None:
     """The upload's mapping (guessed, then as the widgets set it), what it loads to and the
     text encoding it was read in (None: UTF-8); None, with the error shown, when the file
-    cannot be read or mapped. A file that is not UTF-8 is named first, with its button."""
+    cannot be read or mapped. A file that is not UTF-8 is named first, with its button.
+    Each step parses once per file, encoding and mapping (app/upload_cache.py): a rerun of
+    the page reads what it gave."""
     data, encoding = upload_text(upload)
-    with tempfile.TemporaryDirectory() as tmp:
-        # The format comes from the original name (or the bytes), never from a cleaned name.
-        path = stage_upload(upload.name, data, Path(tmp))
-        try:
-            records = peek_records(path, rows=GUESS_ROWS, source=upload.name)
-            problem = None if records else _no_rows(path, upload.name)
-        except Exception as exc:
-            records, problem = [], _problem(exc)
-        if problem:
-            st.error(problem)
-            return None
-        columns = list(dict.fromkeys(key for record in records for key in record))
-        paths = column_paths(columns, records)
-        _prefill(upload.file_id, guess_column_mapping(columns, records), paths)
-        st.write("Columns found:", ", ".join(f"`{c}`" for c in paths))
-        values = _mapping_widgets(paths)
-        try:
-            mapping = mapping_from_form(values, paths)
-            report = load_file(path, kind=values["kind"], mapping=mapping, name=upload.name, source=upload.name)
-        except Exception as exc:
-            st.error(_problem(exc))
-            return None
+    records, problem = once(PEEK, (upload.file_id, encoding), lambda: peek_upload(upload.name, data))
+    if problem:
+        st.error(problem)
+        return None
+    columns = list(dict.fromkeys(key for record in records for key in record))
+    paths = column_paths(columns, records)
+    _prefill(upload.file_id, guess_column_mapping(columns, records), paths)
+    st.write("Columns found:", ", ".join(f"`{c}`" for c in paths))
+    values = _mapping_widgets(paths)
+    try:
+        mapping = mapping_from_form(values, paths)
+    except Exception as exc:
+        st.error(_problem(exc))
+        return None
+    key = (upload.file_id, encoding, values["kind"], mapping)
+    report, problem = once(LOAD, key, lambda: load_upload(upload.name, data, values["kind"], mapping))
+    if report is None:
+        st.error(problem)
+        return None
     return mapping, report, encoding
 
 

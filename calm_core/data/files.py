@@ -17,6 +17,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+from calm_core.data.parquet_sizes import dictionary_text
 from calm_core.data.schema import DataError, is_utf8
 
 BOM = b"\xef\xbb\xbf"  # Excel and Notepad start UTF-8 files with it
@@ -98,7 +99,9 @@ def open_parquet(path: Path, where: str, max_columns: int | None = None) -> Any:
     """A `pyarrow.parquet.ParquetFile` with at least one row (and at most `max_columns`
     leaf columns); DataError otherwise. Its text columns read as dictionaries: a value a
     file repeats is held once however many rows use it, and `sources` counts its decoded
-    size before any row is made of it (`sources.parquet_rows`)."""
+    size before any row is made of it (`sources.parquet_rows`). Text stored with a DELTA
+    encoding reads as plain text, since Arrow cannot decode it to a dictionary
+    (`parquet_sizes.dictionary_text`); its batches are sized for that."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -107,7 +110,7 @@ def open_parquet(path: Path, where: str, max_columns: int | None = None) -> Any:
         if max_columns is not None:
             check_columns(parquet.metadata.num_columns, where, max_columns)
         check_distinct(list(parquet.schema_arrow.names), where)  # a record would keep the last one silently
-        texts = [column.path for column in parquet.schema if column.physical_type == "BYTE_ARRAY"]
+        texts = dictionary_text(parquet.metadata, parquet.schema)
         if texts:
             parquet = pq.ParquetFile(path, read_dictionary=texts)
     except (pa.ArrowException, OSError) as exc:

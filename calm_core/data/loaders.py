@@ -57,7 +57,7 @@ from calm_core.data.sources import (
 from calm_core.data.stream import STREAM_FROM_BYTES, Index, build_index
 
 CHUNK_ROWS = 256  # rows mapped and validated per stage call (sources.row_chunks); the limit is checked per row
-MAX_ERRORS_SHOWN = REJECTED_SHOWN  # row errors quoted in a DataError message; the report keeps all of them
+MAX_ERRORS_SHOWN = REJECTED_SHOWN  # row errors quoted in a DataError message
 
 
 # ----------------------------------------------------------------------------- mapping + validation
@@ -71,7 +71,8 @@ def _source_column(field_name: str, mapping: ColumnMapping) -> str:
 
 
 def _build_report(table: Table, kind: str, mapping: ColumnMapping, limit: int | None, name: str) -> LoadReport:
-    """Validate rows in file order until `limit` valid items; keep every rejected row."""
+    """Validate rows in file order until `limit` valid items; keep the first rejected rows
+    with their reasons and count the rest (`LoadReport.reject`)."""
     check_limit(limit)
     kind = resolve_kind(table.columns, table.where, kind, mapping)
     report = LoadReport(name=name, kind=kind)
@@ -81,7 +82,7 @@ def _build_report(table: Table, kind: str, mapping: ColumnMapping, limit: int | 
             if item is not None and item.id in first_row_of:
                 item, error = None, _duplicate_id(table.source, mapping, item.id, first_row_of[item.id], number)
             if item is None:
-                report.rejected.append(error)
+                report.reject(error)
                 continue
             first_row_of[item.id] = number
             report.items.append(item)
@@ -108,7 +109,13 @@ def _stream_report(rows: RowSource, kind: str, mapping: ColumnMapping, limit: in
     else:
         kind = resolve_kind(place.columns, place.where, kind, mapping)
         index = _index(rows, kind, mapping, limit)
-    report = LoadReport(name=name, kind=kind, items=index.items, rejected=index.rejected)  # type: ignore[arg-type]
+    report = LoadReport(
+        name=name,
+        kind=kind,
+        items=index.items,  # type: ignore[arg-type]
+        rejected=index.rejected,
+        unlisted_rejected=index.unlisted,
+    )
     _check_not_empty(report, place)
     return report
 
@@ -129,7 +136,7 @@ def _index_headerless(rows: JsonlSource, kind: str, mapping: ColumnMapping, limi
     resolve_kind([], rows.where, kind, mapping)  # an unknown `kind` fails first
     guess = _settled_kind(list(first), kind, mapping) or ("mc" if kind == "auto" else kind)
     index = _index(rows, guess, mapping, limit)
-    if index.complete and not index.rejected and not index.items:
+    if index.complete and not index.rejected and not index.unlisted and not index.items:
         raise DataError(f"Expected data rows in {rows.where}, but the file has only blank lines")
     if not index.complete and _settled_kind(list(rows.seen_columns), kind, mapping) is None:
         rows.read_columns()  # stopped at `limit`: the rest of the file's keys may still decide
@@ -186,11 +193,11 @@ def _check_not_empty(report: LoadReport, table: Table) -> None:
         raise DataError(f"Expected data rows in {table.where}, but it has none")
     if not report.items:
         shown = "\n  ".join(str(e) for e in report.rejected[:MAX_ERRORS_SHOWN])
-        more = len(report.rejected) - MAX_ERRORS_SHOWN
+        more = report.n_rejected - min(MAX_ERRORS_SHOWN, len(report.rejected))
         tail = f"\n  ... and {more} more" if more > 0 else ""
         raise DataError(
             f"Expected at least one valid row in {table.where}, but all "
-            f"{len(report.rejected)} were rejected:\n  {shown}{tail}"
+            f"{report.n_rejected} were rejected:\n  {shown}{tail}"
         )
 
 

@@ -22,6 +22,7 @@ from calm_core.data.files import BOM, READ_ERRORS, open_parquet, unreadable
 from calm_core.data.schema import DataError
 from calm_core.data.sources import (
     FILE_FORMATS,
+    MAX_COLUMNS,
     FileReader,
     FileSource,
     Record,
@@ -127,7 +128,7 @@ def decodes_past(path: Path, fmt: str, size: int) -> bool:
     if fmt != "parquet":
         return False
     try:
-        return parquet_decodes_past(open_parquet(path, str(path)), size)
+        return parquet_decodes_past(open_parquet(path, str(path), MAX_COLUMNS), size)  # a wide file: refused unread
     except DataError:
         return False
 

@@ -28,7 +28,11 @@ ANSWER_FORMS = {
 }
 UNLABELLED = -1  # MCItem.answer of a question read without answers (kind UNLABELLED_MC): no gold
 UNLABELLED_MC = "mc-unlabelled"  # the loaders' kind for multiple choice without answers: asked for, never detected
-REJECTED_SHOWN = 5  # reasons quoted in a message or a note; reports keep every rejected row
+REJECTED_SHOWN = 5  # reasons quoted in a message or a note
+# Rejected rows a load keeps with their reasons; the rest are counted (`LoadReport.reject`).
+# A file of one valid row and ten million bad ones made ten million RowErrors (3.4 GB);
+# nobody reads past the first thousand reasons, and the count stays exact.
+REJECTED_KEPT = 1000
 _INDEX = re.compile(r"-?[0-9]{1,9}")  # an answer index in text; ASCII digits only ("²" is no index)
 
 
@@ -106,6 +110,14 @@ class LoadReport:
     # What to do about the rejected rows as a whole, said once above them (a file that is
     # not UTF-8: its likely encoding and how to read it in it, data/encoding.py).
     note: str = ""
+
+    def reject(self, error: RowError) -> None:
+        """Record a rejected row: its reason while fewer than `REJECTED_KEPT` are listed,
+        else only its count, so a file of bad rows costs no object per row."""
+        if len(self.rejected) < REJECTED_KEPT:
+            self.rejected.append(error)
+        else:
+            self.unlisted_rejected += 1
 
     @property
     def n_rejected(self) -> int:

@@ -37,10 +37,11 @@ from calm_core.data.files import (
     open_parquet,
     read_failed,
 )
+from calm_core.data.parquet_sizes import batch_rows, cell_bytes, declared_bytes, dictionary_text
 from calm_core.data.schema import DataError, RowError, is_utf8
 
 UNDECODABLE = "Expected UTF-8 text, but got undecodable bytes"
-PARQUET_BATCH = 1024  # rows decoded at a time (as dictionaries: `files.open_parquet`), so `limit` stays cheap
+PARQUET_BATCH = 1024  # at most this many rows decoded at a time (fewer when they decode past MAX_BATCH_BYTES)
 
 Record = dict[str, Any]
 Row = tuple[int, Union[Record, RowError]]  # (1-based row number, raw record or why it is unreadable)
@@ -230,6 +231,8 @@ def parquet_decodes_past(parquet: Any, size: int) -> bool:
     import pyarrow as pa
 
     total = 0
+    if declared_bytes(parquet.metadata, parquet.schema) >= size:  # streamed: its scan checks the budget first
+        return True
     try:
         for batch in _batches(parquet):
             total += sum(int(cell_bytes(array).sum()) for array in batch.columns)
@@ -241,10 +244,15 @@ def parquet_decodes_past(parquet: Any, size: int) -> bool:
 
 
 def _batches(parquet: Any) -> Iterator[Any]:
-    """`PARQUET_BATCH` rows at a time, one row group after another: a batch across two
-    groups would join two dictionaries, which Arrow cannot do for a nested column."""
-    for group in range(parquet.metadata.num_row_groups):
-        yield from parquet.iter_batches(batch_size=PARQUET_BATCH, row_groups=[group])
+    """One row group after another (a batch across two groups would join two dictionaries,
+    which Arrow cannot do for a nested column), each in batches of as many rows as its
+    footer says decode to `MAX_BATCH_BYTES` (`parquet_sizes.batch_rows`), at most
+    `PARQUET_BATCH`: Arrow decodes a whole batch before any row of it can be counted."""
+    meta, schema = parquet.metadata, parquet.schema
+    dictionary = set(dictionary_text(meta, schema))
+    for group in range(meta.num_row_groups):
+        rows = batch_rows(meta, schema, group, dictionary, MAX_BATCH_BYTES, PARQUET_BATCH)
+        yield from parquet.iter_batches(batch_size=rows, row_groups=[group])
 
 
 def _pieces(batch: Any, sizes: np.ndarray) -> Iterator[Any]:
@@ -255,38 +263,6 @@ def _pieces(batch: Any, sizes: np.ndarray) -> Iterator[Any]:
         stop = max(start + 1, int(np.searchsorted(total, before + MAX_BATCH_BYTES, side="right")))
         yield batch.slice(start, stop - start)
         start = stop
-
-
-def cell_bytes(array: Any) -> np.ndarray:
-    """The decoded bytes of each cell of an Arrow array, counted without decoding it: a
-    dictionary's values are counted once and looked up by index, a list sums its values,
-    a struct its fields, a fixed-width value its width (a null: 0)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    kind = array.type
-    if pa.types.is_dictionary(kind):
-        values = cell_bytes(array.dictionary)
-        indices = array.indices.fill_null(0).to_numpy()
-        found = values[indices] if len(values) else np.zeros(len(array), np.int64)
-        return np.where(array.is_null().to_numpy(zero_copy_only=False), 0, found) if array.null_count else found
-    if any(test(kind) for test in (pa.types.is_string, pa.types.is_binary, pa.types.is_large_string)):
-        return pc.binary_length(array).fill_null(0).to_numpy().astype(np.int64)
-    if pa.types.is_large_binary(kind):
-        return pc.binary_length(array).fill_null(0).to_numpy().astype(np.int64)
-    if pa.types.is_map(kind):
-        entries = pa.StructArray.from_arrays([array.keys, array.items], ["key", "value"])
-        array, kind = pa.ListArray.from_arrays(array.offsets, entries), pa.list_(entries.type)
-    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
-        parents = pc.list_parent_indices(array).to_numpy()
-        return np.bincount(parents, weights=cell_bytes(array.flatten()), minlength=len(array)).astype(np.int64)
-    if pa.types.is_struct(kind):
-        return sum((cell_bytes(field) for field in array.flatten()), np.zeros(len(array), np.int64))
-    try:
-        width = max(kind.bit_width // 8, 1)
-    except ValueError:  # any other variable-width type: its buffers, spread over its rows
-        width = array.nbytes // max(len(array), 1) + 1
-    return np.full(len(array), width, np.int64)
 
 
 def guarded(table: Table) -> Iterator[Row]:
@@ -467,7 +443,7 @@ class ParquetSource(FileSource):
 
     def scan(self) -> Iterator[KeyedRow]:
         budget = Budget(self.path, self.where)
-        budget.declared(declared_bytes(self.parquet))
+        check_parquet(self.parquet, budget)
         for number, record in parquet_rows(self.parquet, self.where, budget):
             yield number, number - 1, record
 
@@ -497,16 +473,15 @@ class ParquetSource(FileSource):
         self.parquet = open_parquet(self.path, self.where)  # its text as dictionaries, as when indexed
 
 
-def declared_bytes(parquet: Any) -> int:
-    """What a Parquet file's metadata says its decoding takes: every column chunk's
-    uncompressed pages, and 8 bytes for each of its values (the levels, offsets and
-    indices a value decodes to). A page the metadata declares far past the file's size is
-    refused before it is decompressed (`Budget.declared`)."""
-    meta = parquet.metadata
-    return sum(
-        chunk.total_uncompressed_size + 8 * chunk.num_values
-        for chunk in (meta.row_group(g).column(c) for g in range(meta.num_row_groups) for c in range(meta.num_columns))
-    )
+def check_parquet(parquet: Any, budget: Budget) -> None:
+    """What a Parquet file's footer alone refuses, before any page is decoded: a fixed-width
+    column wider than a cell may be (every value of it decodes to that width), and a file
+    that declares more than its budget (`parquet_sizes.declared_bytes`: every chunk's
+    uncompressed pages, 8 bytes a value, a fixed-width column's width for every value)."""
+    for leaf in parquet.schema:
+        if leaf.physical_type == "FIXED_LEN_BYTE_ARRAY":
+            budget.cell(max(leaf.length or 0, 0), 1, leaf.path)
+    budget.declared(declared_bytes(parquet.metadata, parquet.schema))
 
 
 class HFSource:
@@ -688,7 +663,11 @@ def _open_csv(path: Path, source: str, where: str) -> FileReader:
 
 
 def _open_parquet(path: Path, source: str, where: str) -> FileReader:
-    return ParquetSource(path, source, where, open_parquet(path, where, MAX_COLUMNS))
+    """The Parquet reader, its footer checked first (`check_parquet`): a peek at the first
+    rows decodes a batch, so the refusal must come before it, not at the scan."""
+    parquet = open_parquet(path, where, MAX_COLUMNS)
+    check_parquet(parquet, Budget(path, where))
+    return ParquetSource(path, source, where, parquet)
 
 
 FILE_FORMATS = {  # the one table of formats: readers.detect_format, open_table and open_source all read it

@@ -22,8 +22,8 @@ the pass from an 8-byte hash per row (sorted once; rows whose hashes meet are re
 to compare the real ids), so that check costs no per-row Python objects either. What
 does grow with the file: the index (and, during the pass, the hashes and their sort:
 a few dozen bytes a row at the peak, against about a kilobyte a row for eager items;
-tests/test_stream.py counts both), and the list of rejected rows (kept whole, as the
-eager report keeps it).
+tests/test_stream.py counts both). Rejected rows are kept as the eager report keeps
+them: the first `REJECTED_KEPT` with their reasons, the rest counted.
 
 JSONL has no header, so its columns (which decide the kind, "mc" or "open") are known
 only after the pass; the loader validates under the kind the first rows settle and
@@ -48,7 +48,7 @@ from typing import Any, overload
 import numpy as np
 
 from calm_core.data.files import READ_ERRORS
-from calm_core.data.schema import DataError, RowError
+from calm_core.data.schema import REJECTED_KEPT, DataError, RowError
 from calm_core.data.sources import KeyedRow, RowSource, guarded_scan
 
 STREAM_FROM_BYTES = 32 * 2**20  # files that decode to this much load as LazyItems (loaders.load_file)
@@ -67,8 +67,22 @@ class Index:
     """What the indexing pass found: the valid rows (as LazyItems) and the rejected ones."""
 
     items: LazyItems
-    rejected: list[RowError]
+    rejected: list[RowError]  # the first REJECTED_KEPT, in row order
     complete: bool  # False when `limit` stopped the pass before the end of the source
+    unlisted: int = 0  # rejected rows past those listed: counted only
+
+
+class _Rejected:
+    """Rejected rows as the pass meets them: the first `REJECTED_KEPT` kept, the rest counted."""
+
+    def __init__(self) -> None:
+        self.listed: list[RowError] = []
+        self.count = 0
+
+    def add(self, error: RowError) -> None:
+        self.count += 1
+        if len(self.listed) < REJECTED_KEPT:
+            self.listed.append(error)
 
 
 class _Growing:
@@ -76,8 +90,10 @@ class _Growing:
 
     def __init__(self) -> None:
         self.rows, self.keys, self.hashes, self.widths = array("q"), array("q"), array("q"), array("H")
+        self.rejected_before = array("q")  # rows rejected before each valid one: the count up to a limit
 
-    def add(self, number: int, key: int, item: Any) -> None:
+    def add(self, number: int, key: int, item: Any, rejected_before: int) -> None:
+        self.rejected_before.append(rejected_before)
         self.rows.append(number)
         self.keys.append(key)
         self.hashes.append(hash(item.id))
@@ -93,39 +109,42 @@ class _Growing:
 
 def build_index(source: RowSource, convert: Convert, duplicate: Duplicate, limit: int | None = None) -> Index:
     """Validate every row of `source` in order (until `limit` valid items with distinct
-    ids), keeping an index entry per valid row and every rejected row: the same verdicts,
-    in the same order, as the eager loader's `_build_report`."""
+    ids), keeping an index entry per valid row and the first rejected rows (the rest
+    counted): the same verdicts, in the same order, as the eager loader's `_build_report`."""
     rows = guarded_scan(source)
-    grown, unreadable_or_invalid = _Growing(), []
+    grown, invalid = _Growing(), _Rejected()
     kept = np.ones(0, bool)
     while True:  # with `limit`: until that many rows survive the duplicate check
         # Ask for at least as many rows again as read so far: rounds stay few however many ids repeat.
         wanted = None if limit is None else max(limit - int(kept.sum()), len(grown.rows))
-        complete = _consume(rows, convert, grown, unreadable_or_invalid, wanted)
+        complete = _consume(rows, convert, grown, invalid, wanted)
         kept, repeated = _drop_duplicates(source, convert, duplicate, *grown.arrays()[:3])  # over every row so far
         if complete or limit is None or int(kept.sum()) >= limit:
             break
-    rejected = sorted(unreadable_or_invalid + repeated, key=lambda e: e.row) if repeated else unreadable_or_invalid
     numbers, keys, _, widths = grown.arrays()
+    rejected = sorted(invalid.listed + repeated.listed, key=lambda e: e.row) if repeated.count else invalid.listed
+    count = invalid.count + repeated.count
     if limit is not None and int(kept.sum()) > limit:  # read past the limit-th item: forget what came after it
         last = np.flatnonzero(kept)[limit - 1]
         kept[last + 1 :] = False
         rejected = [e for e in rejected if e.row <= numbers[last]]
+        count = grown.rejected_before[last] + int((~kept[:last]).sum())  # invalid, then repeated, up to it
+    rejected = rejected[:REJECTED_KEPT]
     items = LazyItems(source, convert, numbers[kept].copy(), keys[kept].copy(), widths[kept].copy())
-    return Index(items, rejected, complete)
+    return Index(items, rejected, complete, unlisted=count - len(rejected))
 
 
 def _consume(
-    rows: Iterator[KeyedRow], convert: Convert, grown: _Growing, rejected: list[RowError], wanted: int | None
+    rows: Iterator[KeyedRow], convert: Convert, grown: _Growing, rejected: _Rejected, wanted: int | None
 ) -> bool:
     """Read rows until `wanted` more valid ones (None: all); True when the source ended."""
     found = 0
     for number, key, raw in rows:
         item, error = (None, raw) if isinstance(raw, RowError) else convert(raw, number)
         if item is None:
-            rejected.append(error)
+            rejected.add(error)
             continue
-        grown.add(number, key, item)
+        grown.add(number, key, item, rejected.count)
         found += 1
         if wanted is not None and found >= wanted:
             return False
@@ -134,25 +153,24 @@ def _consume(
 
 def _drop_duplicates(
     source: RowSource, convert: Convert, duplicate: Duplicate, numbers: np.ndarray, keys: np.ndarray, hashes: np.ndarray
-) -> tuple[np.ndarray, list[RowError]]:
+) -> tuple[np.ndarray, _Rejected]:
     """(mask of rows kept, rejections of later rows repeating an earlier row's id). Only
-    rows whose id hashes collide are read again, to compare the ids themselves."""
-    kept = np.ones(len(hashes), bool)
+    rows whose id hashes collide are read again, a chunk at a time, to compare the ids."""
+    kept, late = np.ones(len(hashes), bool), _Rejected()
     if len(hashes) < 2:
-        return kept, []
+        return kept, late
     order = np.argsort(hashes, kind="stable")  # stable: equal hashes stay in file order
     ordered = hashes[order]
     repeated = np.flatnonzero(ordered[1:] == ordered[:-1])
     if not len(repeated):
-        return kept, []
+        return kept, late
     suspects = np.unique(np.concatenate([order[repeated], order[repeated + 1]]))  # positions, file order
     items = LazyItems(source, convert, numbers[suspects], keys[suspects], np.ones(len(suspects), np.uint16))
     first_row: dict[str, int] = {}
-    late = []
-    for position, item in zip(suspects, items.take(range(len(suspects))), strict=True):
+    for position, item in zip(suspects, items, strict=True):
         if item.id in first_row:
             kept[position] = False
-            late.append(duplicate(item.id, first_row[item.id], int(numbers[position])))
+            late.add(duplicate(item.id, first_row[item.id], int(numbers[position])))
         else:
             first_row[item.id] = int(numbers[position])
     return kept, late

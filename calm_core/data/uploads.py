@@ -30,11 +30,11 @@ from calm_core.data.entries import (
 )
 from calm_core.data.mapping import ColumnMapping, has_column
 from calm_core.data.owners import owner_files
-from calm_core.data.schema import DataError, LoadReport
+from calm_core.data.schema import REJECTED_KEPT, DataError, LoadReport
 from calm_core.io import write_folder_atomically
 
 META_FORMAT = 1  # bump when meta.json changes shape
-MAX_REJECTED_KEPT = 1000  # rejected rows listed in meta.json; the count is always exact
+MAX_REJECTED_KEPT = REJECTED_KEPT  # rejected rows listed in meta.json; the count is always exact
 
 
 def save_upload(
