@@ -27,6 +27,9 @@ HTTP request and every WebSocket handshake before Streamlit does:
    POST, so the Origin check of point 4 applies: a GET (an `<img>` on another port of the same
    host, which SameSite does not stop) only shows the sign-out button.
 
+The pages and answers the door sends itself are in app/door_pages.py; the sign-in, form and
+device cookies and the limits on password tries, in app/door_keys.py.
+
 Why a layer and not app code: the in-app gate (app/gate.py) runs inside a script run,
 after Streamlit has already accepted the WebSocket and every endpoint beside it
 (docs/security.md).
@@ -35,15 +38,30 @@ after Streamlit has already accepted the WebSocket and every endpoint beside it
 from __future__ import annotations
 
 import asyncio
-import html
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 from urllib.parse import parse_qs, quote
 
-from starlette.responses import Response
-
+from app.door_keys import (
+    SIGNER,
+    cookie_values,
+    devices,
+    form_id,
+    grant_in,
+    known_device,
+    try_password,
+)
+from app.door_pages import (
+    SIGNIN,
+    SIGNOUT,
+    page,
+    redirect,
+    refuse,
+    set_cookie,
+    signin_page,
+    signout_page,
+)
 from calm_core.access.clients import (
     PROXY_SECRET_HEADER,
     Network,
@@ -52,121 +70,27 @@ from calm_core.access.clients import (
     is_trusted_proxy,
     proxy_refusal,
 )
-from calm_core.access.guesses import GuessLimiter
 from calm_core.access.hosts import HostRule, origin_permitted
-from calm_core.access.rules import Access, check_password
-from calm_core.access.tokens import (
-    COOKIE_NAME,
-    DEVICE_COOKIE,
-    DEVICE_DAYS,
-    FORM_COOKIE,
-    FORM_HOURS,
-    DeviceSigner,
-    Grant,
-    Signer,
-    cookie_name,
-)
-from calm_core.paths import workspace_dir
+from calm_core.access.rules import Access
+from calm_core.access.tokens import COOKIE_NAME, DEVICE_COOKIE, DEVICE_DAYS, FORM_COOKIE, FORM_HOURS
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
-SIGNIN = "/_calm/signin"
-SIGNOUT = "/_calm/signout"
 OPEN_PATHS = ("/_stcore/health",)
 NEVER_SERVED = ("/_stcore/metrics",)
 MAX_FORM_BYTES = 4096
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")  # every other method changes state: its Origin is checked
 REVOKED_CLOSE_CODE = 4001  # the WebSocket close code after a sign-out (the browser shows "disconnected")
 
-# One key and one limiter per server process: the door and the in-app gate share them.
-SIGNER = Signer.fresh()
-LIMITER = GuessLimiter()
-_LIMITER_LOCK = threading.Lock()
-_DEVICES: list[DeviceSigner] = []
 _OPEN_SOCKETS: dict[str, set[asyncio.Event]] = {}  # token nonce -> one event per open WebSocket
 _state = {"door": False}
-
-
-def devices() -> DeviceSigner:
-    """The device cookie's signer, its key under the workspace (read once per process)."""
-    if not _DEVICES:
-        _DEVICES.append(DeviceSigner.at(workspace_dir()))
-    return _DEVICES[0]
 
 
 def door_is_open() -> bool:
     """Whether this process serves through the front door (app/main.py), not a bare script."""
     return _state["door"]
-
-
-def signed_in(token: str | None) -> bool:
-    """Whether a cookie value is a valid sign-in of this server (the in-app gate asks)."""
-    return SIGNER.valid(token, time.time())
-
-
-def grant_in(cookie_header: str | None) -> Grant | None:
-    """The first valid sign-in among every sign-in cookie a `Cookie` header carries: a bogus
-    cookie of the same name set before the real one does not hide it."""
-    now = time.time()
-    for value in cookie_values(cookie_header or "", COOKIE_NAME):
-        grant = SIGNER.grant(value, now)
-        if grant is not None:
-            return grant
-    return None
-
-
-def form_id(cookie_header: str | None) -> str | None:
-    """The id of a form cookie this server issued (a browser that fetched the sign-in form)."""
-    now = time.time()
-    for value in cookie_values(cookie_header or "", FORM_COOKIE):
-        found = SIGNER.form(value, now)
-        if found is not None:
-            return found
-    return None
-
-
-def known_device(cookie_header: str | None) -> str | None:
-    """The id of a device cookie this server issued (a browser that has signed in before)."""
-    now = time.time()
-    for value in cookie_values(cookie_header or "", DEVICE_COOKIE):
-        device = devices().device(value, now)
-        if device is not None:
-            return device
-    return None
-
-
-@dataclass(frozen=True)
-class Try:
-    """One password try: whether it was checked at all, whether it was right, and how long
-    the next try from the same address must wait."""
-
-    checked: bool
-    right: bool
-    wait_s: float
-
-
-def try_password(
-    address: str, typed: str, expected: str | None, device: str | None = None, form: str | None = None
-) -> Try:
-    """A try arriving before its address (or known browser) or the server may try again is
-    not checked at all, so parallel guesses gain nothing. A known browser's tries count
-    against that browser alone; the first try of a browser new to the studio (`form`: its
-    form cookie's id) against the newcomers' allowance, not the flood's (guesses.GuessLimiter)."""
-    key, known = (f"device:{device}", True) if device else (address, False)
-    with _LIMITER_LOCK:
-        now = time.monotonic()
-        if form and not device and LIMITER.newcomer_wait(f"form:{form}", address, now) == 0.0:
-            right = check_password(typed, expected)
-            LIMITER.record_newcomer(f"form:{form}", address, right, now)
-            return Try(checked=True, right=right, wait_s=0.0 if right else LIMITER.wait_before(address, now))
-        wait = LIMITER.wait_before(key, now, known_device=known)
-        if wait > 0:
-            return Try(checked=False, right=False, wait_s=wait)
-        right = check_password(typed, expected)
-        LIMITER.record(key, right, now, known_device=known)
-        return Try(checked=True, right=right, wait_s=0.0 if right else LIMITER.wait_before(key, now, known))
 
 
 @dataclass(frozen=True)
@@ -211,15 +135,15 @@ class FrontDoor:
             return
         scope = _without_header(scope, PROXY_SECRET_HEADER)  # the secret goes no further than the door
         if not rules.hosts.permits(headers.get("host")):
-            await _refuse(scope, send, 403, "This studio does not answer to that host name.")
+            await refuse(scope, send, 403, "This studio does not answer to that host name.")
         elif path in NEVER_SERVED:
-            await _refuse(scope, send, 404, "Not found.")
+            await refuse(scope, send, 404, "Not found.")
         elif _changes_state(scope) and not self._same_origin(scope, headers):
-            await _refuse(scope, send, 403, "Refused: this request comes from another web page (Origin).")
+            await refuse(scope, send, 403, "Refused: this request comes from another web page (Origin).")
         elif not rules.access.shared or path in OPEN_PATHS:
             await self.app(scope, receive, send)
         elif rules.access.refuses_to_serve:
-            await _refuse(scope, send, 503, rules.access.refusal or "This studio serves nothing.")
+            await refuse(scope, send, 503, rules.access.refusal or "This studio serves nothing.")
         elif path == SIGNIN and scope["type"] == "http":
             await self._signin(scope, receive, send, headers)
         elif path == SIGNOUT and scope["type"] == "http":
@@ -237,9 +161,9 @@ class FrontDoor:
         elif grant is not None:
             await self.app(scope, receive, send)
         elif scope["type"] == "http" and scope.get("method") in ("GET", "HEAD") and _is_page(path):
-            await _redirect(send, f"{base}{SIGNIN}?next={quote(base + path, safe='/')}")
+            await redirect(send, f"{base}{SIGNIN}?next={quote(base + path, safe='/')}")
         else:
-            await _refuse(scope, send, 401, "Sign in first.")
+            await refuse(scope, send, 401, "Sign in first.")
 
     async def _refused_past_the_proxy(self, scope: Scope, send: Send, path: str) -> bool:
         """Refuse (and say True) a request that came past the trusted proxy: 403 without its
@@ -247,7 +171,7 @@ class FrontDoor:
         if not self.rules.proxies or path in OPEN_PATHS or self._via_proxy(scope):
             return False
         why = self.rules.proxy_refusal()
-        await _refuse(scope, send, 503 if why else 403, why or "This studio answers only through its proxy.")
+        await refuse(scope, send, 503 if why else 403, why or "This studio answers only through its proxy.")
         return True
 
     def _via_proxy(self, scope: Scope) -> bool:
@@ -280,7 +204,7 @@ class FrontDoor:
         browser sent and close that sign-in's open WebSockets. A GET only shows the button: an
         `<img>` on another port of the same host sends one, cookie and all (SameSite ignores ports)."""
         if scope.get("method") != "POST":
-            await _page(send, 200, _signout_form(self.rules.base))
+            await page(send, 200, signout_page(self.rules.base))
             return
         now = time.time()
         for value in cookie_values(headers.get("cookie", ""), COOKIE_NAME):
@@ -289,7 +213,7 @@ class FrontDoor:
                 for event in _OPEN_SOCKETS.get(grant.nonce, set()):
                     event.set()
         secure, base = self._scheme(scope, headers) == "https", self.rules.base
-        await _redirect(send, base + SIGNIN, cookies=[_cookie(COOKIE_NAME, "", secure, base, max_age=0)])
+        await redirect(send, base + SIGNIN, cookies=[set_cookie(COOKIE_NAME, "", secure, base, max_age=0)])
 
     def _form_cookie(self, scope: Scope, headers: dict[str, str]) -> list[str]:
         """A new form cookie for a browser without a valid one (none for one that has it)."""
@@ -297,22 +221,22 @@ class FrontDoor:
             return []
         secure = self._scheme(scope, headers) == "https"
         value = SIGNER.issue_form(time.time())
-        return [_cookie(FORM_COOKIE, value, secure, self.rules.base, max_age=int(FORM_HOURS * 3600))]
+        return [set_cookie(FORM_COOKIE, value, secure, self.rules.base, max_age=int(FORM_HOURS * 3600))]
 
     async def _signin(self, scope: Scope, receive: Receive, send: Send, headers: dict[str, str]) -> None:
         base = self.rules.base
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
         if scope.get("method") != "POST":
-            await _page(
+            await page(
                 send,
                 200,
-                _form(base, _safe_next(query.get("next", [""])[0], base)),
+                signin_page(base, _safe_next(query.get("next", [""])[0], base)),
                 cookies=self._form_cookie(scope, headers),
             )
             return
         form = await _read_form(receive, headers)
         if form is None:
-            await _page(send, 413, _form(base, base + "/", "That form was too large."))
+            await page(send, 413, signin_page(base, base + "/", "That form was too large."))
             return
         target = _safe_next(form.get("next", [""])[0], base)
         device, newcomer = known_device(headers.get("cookie")), form_id(headers.get("cookie"))
@@ -321,31 +245,20 @@ class FrontDoor:
         if attempt.right:
             now, secure = time.time(), self._scheme(scope, headers) == "https"
             device_cookie = devices().issue(now, device)
-            signin = _cookie(COOKIE_NAME, SIGNER.issue(now, device_cookie.split(".", 1)[0]), secure, base)
-            remember = _cookie(DEVICE_COOKIE, device_cookie, secure, base, max_age=int(DEVICE_DAYS * 86400))
-            await _redirect(send, target, cookies=[signin, remember])
+            signin = set_cookie(COOKIE_NAME, SIGNER.issue(now, device_cookie.split(".", 1)[0]), secure, base)
+            remember = set_cookie(DEVICE_COOKIE, device_cookie, secure, base, max_age=int(DEVICE_DAYS * 86400))
+            await redirect(send, target, cookies=[signin, remember])
             return
         wait = attempt.wait_s
         if attempt.checked:  # 401: checked and wrong
             message = "Wrong password." + (f" The next try is possible in {wait:.0f} s." if wait > 0 else "")
         else:  # 429: too early, not checked
             message = f"Too many wrong passwords: the next try is possible in {wait:.0f} s."
-        await _page(send, 401 if attempt.checked else 429, _form(base, target, message), retry_after=wait)
+        await page(send, 401 if attempt.checked else 429, signin_page(base, target, message), retry_after=wait)
 
 
 def _headers(scope: Scope) -> dict[str, str]:
     return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-
-
-def cookie_values(cookie_header: str, base_name: str) -> list[str]:
-    """Every value the header carries for `base_name` or its `__Host-` form, in order."""
-    names = (base_name, cookie_name(base_name, secure=True))
-    found = []
-    for part in cookie_header.split(";"):
-        name, _, value = part.strip().partition("=")
-        if name in names:
-            found.append(value)
-    return found
 
 
 def _without_header(scope: Scope, name: str) -> Scope:
@@ -416,22 +329,6 @@ def _safe_next(target: str, base: str) -> str:
     return target
 
 
-def _cookie(base_name: str, value: str, secure: bool, base: str, max_age: int | None = None) -> str:
-    """A Set-Cookie value, built by starlette: HttpOnly, SameSite=Strict; over HTTPS Secure
-    and `__Host-`-named (so Path=/: the browser refuses a `__Host-` cookie with any other path)."""
-    response = Response()
-    response.set_cookie(
-        cookie_name(base_name, secure),
-        value,
-        max_age=max_age,
-        path="/" if secure else (base or "/"),
-        secure=secure,
-        httponly=True,
-        samesite="strict",
-    )
-    return next(v.decode("latin-1") for k, v in response.raw_headers if k == b"set-cookie")
-
-
 async def _read_form(receive: Receive, headers: dict[str, str]) -> dict[str, list[str]] | None:
     """The posted form, or None when it is larger than MAX_FORM_BYTES (not read further)."""
     if int(headers.get("content-length", "0") or 0) > MAX_FORM_BYTES:
@@ -445,66 +342,3 @@ async def _read_form(receive: Receive, headers: dict[str, str]) -> dict[str, lis
         if not message.get("more_body"):
             break
     return parse_qs(body.decode("utf-8", "replace"))
-
-
-async def _refuse(scope: Scope, send: Send, status: int, text: str) -> None:
-    if scope["type"] == "websocket":
-        await send({"type": "websocket.close", "code": 1008})  # before accept: the server answers 403
-        return
-    await _respond(send, status, text.encode("utf-8"), "text/plain; charset=utf-8")
-
-
-async def _redirect(send: Send, location: str, cookies: list[str] | None = None) -> None:
-    extra = [(b"location", location.encode("latin-1", "replace"))]
-    extra += [(b"set-cookie", cookie.encode("latin-1")) for cookie in cookies or []]
-    await _respond(send, 303, b"", "text/plain", extra)
-
-
-async def _page(send: Send, status: int, body: str, retry_after: float = 0.0, cookies: list[str] | None = None) -> None:
-    extra = [(b"retry-after", str(int(retry_after) + 1).encode())] if retry_after > 0 else []
-    extra += [(b"set-cookie", cookie.encode("latin-1")) for cookie in cookies or []]
-    await _respond(send, status, body.encode("utf-8"), "text/html; charset=utf-8", extra)
-
-
-async def _respond(
-    send: Send, status: int, body: bytes, content_type: str, extra: list[tuple[bytes, bytes]] | None = None
-) -> None:
-    headers = [
-        (b"content-type", content_type.encode()),
-        (b"content-length", str(len(body)).encode()),
-        (b"cache-control", b"no-store"),
-        (b"x-frame-options", b"DENY"),
-        *(extra or []),
-    ]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-def _signout_form(base: str) -> str:
-    """What a GET of the sign-out address shows: a button that POSTs (sign-out changes state,
-    so it takes the Origin check every state change takes)."""
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>CALM Studio: sign out</title></head>
-<body style="font-family:sans-serif;max-width:26rem;margin:5rem auto"><h1>CALM Studio</h1>
-<form method="post" action="{html.escape(base + SIGNOUT)}"><button type="submit">Sign out</button></form>
-</body></html>"""
-
-
-def _form(base: str, target: str, message: str = "") -> str:
-    """The sign-in page: plain HTML, nothing of Streamlit's, every text escaped."""
-    note = f'<p class="error" role="alert">{html.escape(message)}</p>' if message else ""
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>CALM Studio: sign in</title>
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<style>body{{font-family:sans-serif;color:#1f2a44;max-width:26rem;margin:5rem auto;padding:0 1rem}}
-input{{font-size:1rem;padding:.5rem;width:100%;box-sizing:border-box;margin:.4rem 0 1rem}}
-button{{font-size:1rem;padding:.5rem 1.2rem;background:#d64541;color:#fff;border:0;border-radius:.3rem}}
-.error{{color:#b3261e}} .note{{color:#5b6478;font-size:.9rem}}</style></head>
-<body><h1>CALM Studio</h1>{note}
-<form method="post" action="{html.escape(base + SIGNIN)}">
-<label for="password">Password</label>
-<input id="password" name="password" type="password" autocomplete="current-password" autofocus required>
-<input type="hidden" name="next" value="{html.escape(target)}">
-<button type="submit">Sign in</button></form>
-<p class="note">This studio is shared: ask whoever started it for the password. Wrong tries slow down
-further tries from your address and from everyone.</p></body></html>"""

@@ -19,7 +19,7 @@ import time
 
 import streamlit as st
 
-from app import front
+from app import door_keys, front
 from calm_core.access.guesses import FREE_TRIES
 from calm_core.access.guesses import backoff as retry_delay
 from calm_core.access.rules import (
@@ -56,7 +56,7 @@ NO_DOOR = (
 
 def _cookie_header() -> str | None:
     """The `Cookie` header of this session's WebSocket handshake, whole: every value of the
-    sign-in cookie is read (front.grant_in), so a bogus one set first cannot hide the real one."""
+    sign-in cookie is read (door_keys.grant_in), so a bogus one set first cannot hide the real one."""
     try:
         return st.context.headers.get("cookie")
     except Exception:  # no request behind this run (AppTest): no cookie
@@ -67,7 +67,7 @@ def this_browser() -> str | None:
     """The opaque tag of this signed-in browser (the device id its sign-in carries), which
     every session of that browser shares: the per-browser run quota counts it. None in
     local mode or without a sign-in."""
-    grant = front.grant_in(_cookie_header())
+    grant = door_keys.grant_in(_cookie_header())
     return session_tag(grant.device) if grant is not None and grant.device else None
 
 
@@ -115,7 +115,7 @@ def passes_gate(access: Access) -> bool:
     if access.refusal:
         st.error(access.refusal)
         return False
-    if st.session_state.get(PASSED) or front.grant_in(_cookie_header()) is not None:
+    if st.session_state.get(PASSED) or door_keys.grant_in(_cookie_header()) is not None:
         return True
     if _served_by_a_server() and not front.door_is_open():
         st.error(NO_DOOR)

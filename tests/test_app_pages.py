@@ -190,6 +190,39 @@ def test_train_page_keeps_a_sessions_data_choice_and_without_datasets_asks_for_o
     assert not [b for b in empty.button if b.key == "train_launch"]
 
 
+def _drawn(at, kind: str, key: str):
+    """What a browser that mounts this widget from the run's message shows: the value the
+    server sent with it, else the widget's own default (what the browser then sends back)."""
+    proto = getattr(at, kind)(key=key).proto
+    if kind == "multiselect":
+        return list(proto.raw_values) if proto.set_value else [proto.options[i] for i in proto.default]
+    return proto.raw_value if proto.set_value else proto.options[proto.default]
+
+
+def test_train_page_sends_its_data_defaults_to_a_browser_that_missed_them(open_page, tiny_everywhere) -> None:
+    """A first run interrupted before its output reached the browser (a click while the page
+    loads) leaves the seeded data choices on the server only. The next run must still send
+    them with the widgets: sent without, the browser drew the evaluation sets empty (and S_T,
+    S_V at the first option) and sent that back, so Launch stayed disabled."""
+    at = open_page("views/train.py")
+    keys = {"train_evals": "multiselect", "train_data": "selectbox", "train_heldout": "selectbox"}
+    seeded = {key: getattr(at, kind)(key=key).value for key, kind in keys.items()}
+    assert seeded["train_evals"] and seeded["train_heldout"] != at.selectbox(key="train_heldout").options[0]
+    missed = {getattr(at, kind)(key=key).id for key, kind in keys.items()}
+    states = at._tree.get_widget_states()  # the browser never drew these widgets: it sends no state for them
+    kept = [w for w in states.widgets if w.id not in missed]
+    del states.widgets[:]
+    states.widgets.extend(kept)
+    at._run(states)
+    assert {key: _drawn(at, kind, key) for key, kind in keys.items()} == seeded
+    at.run()
+    assert {key: getattr(at, kind)(key=key).value for key, kind in keys.items()} == seeded
+    at.multiselect(key="train_evals").set_value([]).run()  # a person's own choice, empty included, stays
+    at.run()
+    assert at.multiselect(key="train_evals").value == [] and _drawn(at, "multiselect", "train_evals") == []
+    assert not at.exception, at.exception
+
+
 def test_no_pages_folder_so_a_direct_url_goes_through_the_router() -> None:
     """Streamlit treats a `pages/` folder beside the main script as a v1 multipage app:
     a fresh server whose first request is /monitor then runs monitor.py without main.py

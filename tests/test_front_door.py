@@ -10,7 +10,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from app import front
+from app import door_keys, front
 from calm_core.access import rules as access
 from calm_core.access.guesses import GuessLimiter, fastest_guesses, guesses_within
 from calm_core.access.hosts import allowed_hosts, host_name
@@ -152,7 +152,7 @@ def test_the_local_door_checks_the_host_and_nothing_else() -> None:
 
 
 def test_the_shared_door_lets_nothing_through_before_the_password() -> None:
-    front.LIMITER._addresses.clear()
+    door_keys.LIMITER._addresses.clear()
     door, inner = _door(shared=True)
     status, headers, _ = _call(door, "/train")
     assert status == 303 and headers["location"] == "/_calm/signin?next=/train"
@@ -174,7 +174,7 @@ def test_the_shared_door_lets_nothing_through_before_the_password() -> None:
 
 
 def test_the_sign_in_form_escapes_and_keeps_redirects_on_this_server() -> None:
-    front.LIMITER._addresses.clear()
+    door_keys.LIMITER._addresses.clear()
     door, _ = _door(shared=True)
     _, _, page = _call(door, "/_calm/signin", query="next=/train%22%3E%3Cscript%3E")
     assert b"<script>" not in page and b"&quot;&gt;&lt;script&gt;" in page
@@ -186,7 +186,7 @@ def test_the_sign_in_form_escapes_and_keeps_redirects_on_this_server() -> None:
 
 
 def test_wrong_passwords_from_one_address_are_refused_unchecked_after_the_free_tries() -> None:
-    front.LIMITER._addresses.clear()
+    door_keys.LIMITER._addresses.clear()
     door, _ = _door(shared=True)
     wrong = urlencode({"password": "guess", "next": "/"}).encode()
     statuses = [_call(door, "/_calm/signin", method="POST", body=wrong, client="203.0.113.5")[0] for _ in range(7)]

@@ -156,8 +156,20 @@ def _start_at(key: str, value: Any) -> None:
     """A data widget starts at `value` unless the session already holds one (a split taken
     from the Data page). The value goes into the session, never as the widget's default:
     a default of None for "already set" built the picker empty whenever the browser had not
-    sent its value yet, and the estimate then failed on a missing dataset."""
-    st.session_state.setdefault(key, value)
+    sent its value yet, and the estimate then failed on a missing dataset.
+
+    While the widget still holds the value put there (`{key}_seeded`, not a widget's key),
+    it is put there again on every run, since only a value set this run is sent with the
+    widget: Streamlit keeps a value set in a run that was interrupted before its output
+    reached the browser (a click while the page first loads) under the widget's id, and
+    then sends the widget without it, so the browser drew it at its own default (an empty
+    multiselect, the first option) and sent that back as the person's choice."""
+    seeded = f"{key}_seeded"
+    if key not in st.session_state:
+        st.session_state[seeded] = value
+        st.session_state[key] = value
+    elif seeded in st.session_state and st.session_state[key] == st.session_state[seeded]:
+        st.session_state[key] = st.session_state[seeded]
 
 
 def choose_data(task: str, names: list[str]) -> DataChoice:
