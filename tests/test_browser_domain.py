@@ -246,7 +246,7 @@ def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shot
     pooled = page.locator('[data-testid="stAlert"]').filter(has_text="With k-fold on all 48 labelled items")
     expect(pooled.first).to_be_visible(timeout=60_000)
     # Issue 29: the CALM head that reads the question, one temperature per question.
-    _choose(page, "train_scope_cloze", "adaptive")
+    _choose(page, "train_scope_auto", "adaptive")  # fits either rule `auto` may choose
     estimate = page.locator('[data-testid="stMetric"]').filter(has_text="Estimated time")
     estimate.wait_for(timeout=60_000)
     print(f"estimate: {estimate.inner_text()!r}")

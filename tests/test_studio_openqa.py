@@ -198,6 +198,9 @@ def test_train_page_builds_an_open_answer_config(open_page, tiny_everywhere, tin
     at.radio(key="train_task").set_value("multiple choice").run()
     assert not at.exception and not at.error
     assert not at.selectbox(key="train_data").value.endswith("_open/train")
+    assert at.selectbox(key="train_scoring").value == "auto"  # decided on S_V when the run starts
+    assert at.selectbox(key="train_scope_auto").options == ["auto", "scalar", "adaptive"]  # those that fit either rule
+    at.selectbox(key="train_scoring").set_value("cloze").run()
     assert at.selectbox(key="train_scope_cloze").options == ["scalar", "adaptive"]  # cloze: no head that re-ranks
     at.selectbox(key="train_scoring").set_value("letter").run()
     assert at.selectbox(key="train_scope_letter").options == ["vocab", "options", "scalar", "adaptive"]  # paper's first

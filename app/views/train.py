@@ -246,7 +246,7 @@ def choose_method(task: str) -> MethodChoice:
         )
     scope = c3.selectbox(
         "Head scope",
-        [AUTO_SCORING] if rule == AUTO_SCORING else list(scopes_for(rule, task)),
+        [AUTO_SCORING, "scalar", "adaptive"] if rule == AUTO_SCORING else list(scopes_for(rule, task)),
         index=0,
         key="train_scope_open" if openqa else f"train_scope_{rule}",
         help=tooltip("head scope", "vocab", "options", "scalar")

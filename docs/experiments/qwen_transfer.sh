@@ -12,6 +12,7 @@
 # LABELS: calm (the vocabulary-wide head, the paper's), calm-adaptive (a temperature per question),
 # calm-options (alpha restricted to the K option letters: the ablation of the vocabulary-wide alpha),
 # calm-small-lr (a tenth of the default step sizes of alpha and theta: the step-size row).
+# STEP=small gives any label those step sizes (its runs are named <label>-small-lr-s<seed>).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SEEDS=${SEEDS:-"0 1 2"}
@@ -33,6 +34,10 @@ run() {  # label seed
         calm-options) extra=(--scope options) ;;
         calm-small-lr) extra=(--set lr_alpha=0.05 --set lr_theta=0.01) ;;  # a tenth of both step sizes
     esac
+    if [ "${STEP:-default}" = small ] && [ "$label" != calm-small-lr ]; then
+        extra+=(--set lr_alpha=0.05 --set lr_theta=0.01)
+        label="$label-small-lr"
+    fi
     .venv/bin/calm train --model "$MODEL" "${COMMON[@]}" --method calm "${extra[@]}" --seed "$seed" \
         --train-data "builtin/$TRAIN/train" --heldout-data "builtin/$TRAIN/validation" \
         --eval-data "${evals[@]}" "${REAL[@]}" --name "qwen-$TRAIN-$label-s$seed"
