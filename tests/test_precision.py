@@ -117,6 +117,11 @@ def test_the_fp32_reference_is_kept_and_a_later_load_starts_in_bf16(
     assert second.info["precision"] == first.info["precision"]  # the same probe gap, so the same model
     ids = first.tokenizer("Question: y\nAnswer:", return_tensors="pt").input_ids
     assert torch.equal(first.model(input_ids=ids).logits, second.model(input_ids=ids).logits)
+    from calm_core.scoring.forward import left_pad_batch
+
+    seqs = [first.tokenizer(t).input_ids for t in ("Question: a much longer question here\nAnswer:", "Q: y\nA:")]
+    batch = left_pad_batch(seqs, first.tokenizer.pad_token_id, torch.device("cpu"))  # padding: the mask matters
+    assert torch.equal(first.model(**batch).logits, second.model(**batch).logits)
     assert second.info["n_parameters"] == first.info["n_parameters"]
 
 

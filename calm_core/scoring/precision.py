@@ -141,6 +141,7 @@ def cast_body(model: Any, dtype: torch.dtype) -> None:
     `dtype` keeps them (`model.to` would round them and move every position's angle)."""
     for param in model.parameters():
         param.data = param.data.to(dtype)
+    model.config.dtype = dtype  # what a load in `dtype` records: the attention masks are built from it
     use_float32_head(model)
 
 
