@@ -43,3 +43,36 @@ def test_fit_t_moves_the_slider_and_logs_no_warning(open_page, tiny_everywhere, 
     assert at.slider(key="learn_temperature").value == fitted
     warnings = [r.getMessage() for r in streamlit_log if r.levelno >= logging.WARNING]
     assert not [w for w in warnings if "Session State" in w or "default value" in w], warnings
+
+
+def test_a_letter_model_installed_is_offered_with_letter_and_chat(open_page, tiny_everywhere, monkeypatch) -> None:
+    """Where Qwen2.5-Coder is installed, Learn offers it beside the embedded model, scored by
+    default under letter answers and its chat template (the model answers letters; its
+    under-confidence is the other half of the lesson). Scores stand in from the tiny model."""
+    import app.state
+    import calm_core.scoring.named_models as named
+
+    monkeypatch.setattr(named, "installed_models", lambda: ["embedded", "qwen2.5-coder-1.5b"])
+    asked: list[tuple[str, str]] = []
+    real = app.state.get_scores
+
+    def recorded(model: str, dataset: str, rule: str, limit: int, seed: int = 0):
+        asked.append((model, rule))
+        return real("embedded", dataset, rule, limit, seed)
+
+    monkeypatch.setattr(app.state, "get_scores", recorded)
+    at = open_page("views/learn.py")
+    assert not at.exception, at.exception
+    assert at.radio(key="learn_model").options == ["SmolLM2-135M-Instruct", "Qwen2.5-Coder-1.5B-Instruct, SFT + DPO"]
+    assert asked[-1] == ("embedded", "cloze")
+    at.radio(key="learn_model").set_value("qwen2.5-coder-1.5b").run()
+    assert not at.exception, at.exception
+    assert asked[-1] == ("qwen2.5-coder-1.5b", "letter+chat")
+
+
+def test_a_quiz_rule_with_chat_scores_under_the_chat_template() -> None:
+    from calm_core.scoring.score_cache import Quiz
+
+    assert Quiz("builtin/capitals/test", "letter+chat").scoring.chat_template
+    assert Quiz("builtin/capitals/test", "letter+chat").scoring.rule == "letter"
+    assert not Quiz("builtin/capitals/test", "cloze").scoring.chat_template

@@ -1,4 +1,5 @@
-"""Learn: what overconfidence looks like, live on the embedded model.
+"""Learn: what overconfidence looks like, live on the embedded model (or, where it is
+installed, on Qwen2.5-Coder-1.5B-Instruct, which knows many answers and is under-confident).
 
 Score a built-in dataset, compare accuracy with mean confidence, and move a
 temperature slider to watch ECE and the reliability diagram respond.
@@ -20,18 +21,22 @@ from calm_core.calibration import metrics
 from calm_core.calibration.posthoc import TemperatureScaler
 from calm_core.data.entries import list_datasets
 from calm_core.glossary import define, tooltip
+from calm_core.scoring.named_models import EMBEDDED_NAME, NAMED_MODELS, installed_models
 from calm_core.scoring.options import OptionScores
 from calm_core.scoring.score_cache import LEARN_QUIZ
 
 N_BINS = 15  # the project's ECE bins (the diagram's bins come from the item count)
+LETTER_MODELS = ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b")  # aligned models that answer by letter: letter+chat first
+RULES = ["cloze", "cloze_norm", "letter", "letter+chat"]
 
 
 class Scored(NamedTuple):
-    """The embedded model's option scores on the chosen questions, and what they are of."""
+    """A model's option scores on the chosen questions, and what they are of."""
 
     scores: OptionScores
     dataset: str
     rule: str
+    model: str = EMBEDDED_NAME
 
 
 def _fit_temperature(value: float) -> None:
@@ -45,7 +50,9 @@ def intro() -> DeltaGenerator:
     st.title("Overconfidence, live")
     st.markdown(
         "Aligned language models tend to say they are **more sure than they are right**. "
-        "Below, the embedded model (SmolLM2-135M-Instruct, DPO-aligned) answers multiple-choice questions. "
+        "Below, the embedded model (SmolLM2-135M-Instruct, DPO-aligned) answers multiple-choice questions "
+        "(where Qwen2.5-Coder-1.5B-Instruct is installed, it can answer instead: a model that knows many of "
+        "them and is less sure than it is right). "
         "Its *confidence* is the probability it puts on its chosen option; a calibrated model is right "
         "70% of the time when it is 70% sure. Move the temperature to see what one number can fix, then "
         "**Train** to calibrate while fine-tuning.",
@@ -75,7 +82,8 @@ def score_questions() -> Scored:
     failure is a message that stops the page."""
     names = [e.name for e in list_datasets(kind="mc")]
     default = names.index(LEARN_QUIZ.dataset) if LEARN_QUIZ.dataset in names else 0
-    rules = ["cloze", "cloze_norm", "letter"]
+    model = choose_model()
+    rule_default = "letter+chat" if model in LETTER_MODELS else LEARN_QUIZ.rule
     col1, col2, col3 = st.columns([3, 1, 1])
     dataset = col1.selectbox("Dataset", names, index=default, key="learn_dataset")
     limit = col2.number_input(
@@ -83,16 +91,32 @@ def score_questions() -> Scored:
     )
     rule = col3.selectbox(
         "Scoring rule",
-        rules,
-        index=rules.index(LEARN_QUIZ.rule),
-        key="learn_rule",
-        help=tooltip("cloze", "letter scoring"),
+        RULES,
+        index=RULES.index(rule_default),
+        key=f"learn_rule_{model}",
+        help=tooltip("cloze", "letter scoring") + "\n\nletter+chat: letter answers under the model's chat template.",
     )
     try:
-        return Scored(get_scores("embedded", dataset, rule, int(limit)), dataset, rule)
+        return Scored(get_scores(model, dataset, rule, int(limit)), dataset, rule, model)
     except Exception as exc:  # shown as a message, never a stack trace
         st.error(describe_error(exc))
         st.stop()
+
+
+def choose_model() -> str:
+    """The embedded model, or an installed model that answers by letter (the radio appears
+    only when there is a choice): a teacher can show under-confidence beside over-confidence."""
+    offered = [name for name in installed_models() if name == EMBEDDED_NAME or name in LETTER_MODELS]
+    if len(offered) == 1:
+        return EMBEDDED_NAME
+    return st.radio(
+        "Model",
+        offered,
+        horizontal=True,
+        key="learn_model",
+        format_func=lambda name: NAMED_MODELS[name].label.split(" (")[0],
+        help="The first load of a larger model takes a minute; its scores are kept on disk for the next time.",
+    )
 
 
 def accuracy_against_confidence(scores: OptionScores) -> dict[str, float]:

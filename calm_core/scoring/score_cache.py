@@ -57,7 +57,8 @@ class Quiz:
 
     @property
     def scoring(self) -> ScoringConfig:
-        return ScoringConfig(rule=self.rule)
+        """The rule, with `+chat` (e.g. `letter+chat`) for the model's chat template."""
+        return ScoringConfig(rule=self.rule.removesuffix("+chat"), chat_template=self.rule.endswith("+chat"))
 
     def file_name(self) -> str:
         return f"{safe_name(self.dataset)}-{safe_name(self.rule)}-n{self.limit}-s{self.seed}.json"
