@@ -39,9 +39,9 @@ class Tls:
     server_name: str
 
 
-def _connect(port: int, tls: Tls | None = None) -> socket.socket:
-    sock = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S)
-    sock.settimeout(TIMEOUT_S)
+def _connect(port: int, tls: Tls | None = None, timeout_s: float = TIMEOUT_S) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=timeout_s)
+    sock.settimeout(timeout_s)
     return tls.context.wrap_socket(sock, server_hostname=tls.server_name) if tls else sock
 
 
@@ -72,14 +72,16 @@ def request(
     headers: dict[str, str] | None = None,
     body: bytes = b"",
     tls: Tls | None = None,
+    timeout_s: float = TIMEOUT_S,
 ) -> tuple[int, dict[str, str], bytes]:
     """One request on a fresh connection: (status, headers, body). The body is read up to
-    its Content-Length; a server that answers before reading a large upload is fine."""
+    its Content-Length; a server that answers before reading a large upload is fine.
+    `timeout_s` bounds each send and receive on the socket."""
     lines = [f"{method} {path} HTTP/1.1", f"Host: {host or f'127.0.0.1:{port}'}", "Connection: close"]
     lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
     if body or method in ("POST", "PUT"):
         lines.append(f"Content-Length: {len(body)}")
-    with _connect(port, tls) as sock:
+    with _connect(port, tls, timeout_s) as sock:
         sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
         try:
             sock.sendall(body)
@@ -384,17 +386,27 @@ def upload(port: int, size: int, cookie: str | None = None) -> tuple[int, bytes]
     return status, answer
 
 
-def put_upload(port: int, session_id: str, name: str, data: bytes, cookie: str | None = None) -> Any:
+def put_upload(
+    port: int,
+    session_id: str,
+    name: str,
+    data: bytes,
+    cookie: str | None = None,
+    headers: dict[str, str] | None = None,
+    timeout_s: float = TIMEOUT_S,
+) -> Any:
     """Upload `data` as a browser's file uploader does (issue 38): PUT it to this session's
     upload URL with an XSRF cookie/header pair, and return the `FileUploaderState` the
-    browser then sends with its rerun (`StudioSession.rerun(files=...)`)."""
+    browser then sends with its rerun (`StudioSession.rerun(files=...)`). `headers` are
+    added to the PUT (a trusted proxy's X-Forwarded-For and secret); `timeout_s` bounds its
+    socket's waits (a large file on a busy machine)."""
     import uuid
 
     from streamlit.proto.Common_pb2 import FileUploaderState, FileURLs, UploadedFileInfo
 
     file_id = str(uuid.uuid4())
     url = f"/_stcore/upload_file/{session_id}/{file_id}"
-    status, answer = put_file(port, url, name, data, cookie)
+    status, answer = put_file(port, url, name, data, cookie, headers, timeout_s)
     if status not in (200, 204):
         raise ConnectionError(f"the upload PUT got {status}: {answer[:200]!r}")
     info = UploadedFileInfo(name=name, size=len(data), file_id=file_id)
@@ -402,9 +414,18 @@ def put_upload(port: int, session_id: str, name: str, data: bytes, cookie: str |
     return FileUploaderState(uploaded_file_info=[info])
 
 
-def put_file(port: int, url: str, name: str, data: bytes, cookie: str | None = None) -> tuple[int, bytes]:
+def put_file(
+    port: int,
+    url: str,
+    name: str,
+    data: bytes,
+    cookie: str | None = None,
+    headers: dict[str, str] | None = None,
+    timeout_s: float = TIMEOUT_S,
+) -> tuple[int, bytes]:
     """PUT `data` as the file `name` to an upload URL, as a browser's uploader does (a
-    multipart form, an XSRF cookie/header pair): (status, body of the answer)."""
+    multipart form, an XSRF cookie/header pair, and any extra `headers`): (status, body of
+    the answer). `timeout_s` bounds each wait on the socket."""
     import uuid
 
     token, boundary = uuid.uuid4().hex, "calmprobeboundary"  # a V1 (hex) XSRF token
@@ -417,8 +438,10 @@ def put_file(port: int, url: str, name: str, data: bytes, cookie: str | None = N
         + f"\r\n--{boundary}--\r\n".encode()
     )
     cookies = f"_streamlit_xsrf={token}" + (f"; {cookie}" if cookie else "")
-    headers = {"Cookie": cookies, "X-Xsrftoken": token, "Content-Type": f"multipart/form-data; boundary={boundary}"}
-    status, _, answer = request(port, "PUT", url, headers=headers, body=payload)
+    sent = {"Cookie": cookies, "X-Xsrftoken": token, "Content-Type": f"multipart/form-data; boundary={boundary}"}
+    status, _, answer = request(
+        port, "PUT", url, headers={**(headers or {}), **sent}, body=payload, timeout_s=timeout_s
+    )
     return status, answer
 
 

@@ -233,9 +233,16 @@ def test_confine_turns_unresolvable_paths_into_one_line(tmp_path: Path, monkeypa
     with pytest.raises(PathRefused, match="cannot be resolved"):
         access.confine_model_name(str(loop / "model"), shared)
     # A component longer than the file system allows: os.stat raises OSError, not a refusal
-    # or a traceback; as an `org/name` it is a hub id (the Hub refuses it when loading).
-    long_name = "org/" + "x" * 300
-    assert access.confine_model_name(long_name, shared) == long_name
+    # or a traceback; as an `org/name` it is a hub id (the Hub refuses it when loading),
+    # so it meets the operator's list of hub repos (CALM_SHARED_HUB_REPOS): taken when
+    # listed, else refused in one line for not being listed, not for the OSError. The long
+    # component comes first: after a missing `org/` the stat would stop at ENOENT.
+    long_name = "o" * 300 + "/model"
+    listed = Access(shared=True, password=PASSWORD, roots=shared.roots, hub_repos=(long_name,))
+    assert access.confine_model_name(long_name, listed) == long_name
+    with pytest.raises(PathRefused, match="downloads only the hub repos") as refused:
+        access.confine_model_name(long_name, shared)
+    assert "\n" not in str(refused.value)
 
 
 def test_malformed_upload_and_split_names_are_refused_in_one_line() -> None:
