@@ -243,7 +243,7 @@ def env_cli(monkeypatch, tmp_path):
 # must keep every table as it was (a new column changes these on purpose).
 HISTORIC = {
     "mcqa": ("n", "acc", "ece", "ece_10", "brier", "nll", "auroc", "aurc", "confidence"),
-    "mcqa_eval": ("n", "acc", "ece", "mce", "brier", "nll", "auroc", "confidence"),
+    "mcqa_eval": ("n", "acc", "ece", "mce", "rms_ce", "brier", "nll", "auroc", "confidence"),
     "openqa": ("n", "acc", "sem_acc", "ece", "ece_10", "sem2_ece_10", "seq_ece_10", "auroc", "confidence"),
     "paper_mcqa": ("acc", "ece", "ece_10"),
     "paper_openqa": ("acc", "sem_acc", "ece_10"),

@@ -33,8 +33,8 @@ LIMIT = 8  # items per evaluated dataset
 FIT_LIMIT = 10  # = posthoc.MIN_FIT_ITEMS; capitals/train gives the tiny model a moderate T
 CAPITALS = "builtin/capitals/test"
 FIT_SET = "builtin/capitals/train"
-HEADER = ["dataset", "variant", "n", "acc", "ece", "mce", "brier", "nll", "auroc", "confidence"]
-ROW_KEYS = {"dataset", "variant", "scoring", "n", "acc", "ece", "ece_bins", "ece_10", "bins", "mce", "brier",
+HEADER = ["dataset", "variant", "n", "acc", "ece", "mce", "rms_ce", "brier", "nll", "auroc", "confidence"]
+ROW_KEYS = {"dataset", "variant", "scoring", "n", "acc", "ece", "ece_bins", "ece_10", "bins", "mce", "rms_ce", "brier",
             "nll", "auroc", "confidence", "adaptive_ece", "classwise_ece", "entropy", "smooth_ece", "scoring_config"}
 
 # A file with ids out of sorted order, 2-5 choices, answers as index / letter / text, and one
