@@ -85,6 +85,24 @@ class Threshold:
         return {**self.__dict__, "threshold": None if math.isinf(self.threshold) else self.threshold}
 
 
+@dataclass(frozen=True, eq=False)  # eq=False: arrays
+class Search:
+    """What a rule tried on the held-out items: its `candidates` (thresholds, in the order
+    the rule walks them), which of them are `valid` (pass the rule's test: the guarantee
+    holds at each), and the ltt rules' `p_values` (P(Bin(m_t, alpha) <= k_t) of each
+    candidate tested, NaN for one passed over with too few items or after the walk stopped;
+    None for crc, which tests no null). The chosen threshold is the lowest valid one."""
+
+    candidates: np.ndarray
+    valid: np.ndarray
+    p_values: np.ndarray | None
+
+    @property
+    def threshold(self) -> float:
+        """The lowest valid candidate: the one that answers most; NEVER when none is valid."""
+        return float(self.candidates[self.valid].min()) if self.valid.any() else NEVER
+
+
 def _fail(name: str, expected: str, got: object) -> ValueError:
     return ValueError(f"Expected `{name}` {expected}, but got {got}")
 
@@ -141,13 +159,18 @@ def crc_threshold(confidence: object, correct: object, target_error: float) -> T
     passing t is exchangeable with the new item's loss (the paper's proof)."""
     c, a = _check_scores(confidence, correct)
     alpha = _check_rate(target_error, "target_error")
+    return _record(CRC, alpha, None, crc_search(c, a, alpha).threshold, c, a)
+
+
+def crc_search(c: np.ndarray, a: np.ndarray, alpha: float) -> Search:
+    """crc's candidates (the held-out confidences, ascending) and those that pass
+    (errors at or above t + 1) / (n + 1) <= alpha; refused below `crc_min_items`."""
     _refuse_if_few(len(c), crc_min_items(alpha), f"a target error of {alpha:.0%} on average")
     candidates = np.unique(c)  # ascending
     wrong = np.sort(c[a == 0.0])
     errors = len(wrong) - np.searchsorted(wrong, candidates, side="left")  # wrong items with c >= t
     passes = (errors + 1.0) <= alpha * (len(c) + 1.0) + 1e-12  # nonincreasing errors: passes is monotone
-    threshold = float(candidates[np.argmax(passes)]) if passes.any() else NEVER
-    return _record(CRC, alpha, None, threshold, c, a)
+    return Search(candidates, passes, None)
 
 
 @lru_cache(maxsize=65536)
@@ -180,27 +203,41 @@ def ltt_threshold(
     guarantee by simulation."""
     c, a = _check_scores(confidence, correct)
     alpha, d = _check_rate(target_error, "target_error"), _check_rate(delta, "delta")
-    what = f"an error among {'answered' if answered else 'all'} of {alpha:.0%} with {1 - d:.0%} probability"
-    way_out = f", or for it on average (conformal risk control: {crc_min_items(alpha)} items)"
-    _refuse_if_few(len(c), ltt_min_items(alpha, d), what, way_out)
-    order, wrong = np.sort(c), np.sort(c[a == 0.0])
-    errors = len(wrong) - np.searchsorted(wrong, GRID, side="left")  # (G,) wrong items with c >= t
-    tested = len(order) - np.searchsorted(order, GRID, side="left") if answered else np.full(len(GRID), len(c))
-    threshold = _fixed_sequence(tested, errors, alpha, d)
+    threshold = ltt_search(c, a, alpha, d, answered).threshold
     return _record(LTT_ANSWERED if answered else LTT, alpha, d, threshold, c, a)
 
 
-def _fixed_sequence(tested: np.ndarray, errors: np.ndarray, alpha: float, delta: float) -> float:
-    """The lowest GRID threshold of the run of rejections from the top (inf: none); a
-    threshold with too few tested items to reject is passed over (see `ltt_threshold`)."""
-    threshold, least = NEVER, ltt_min_items(alpha, delta)
-    for t, m_t, k_t in zip(GRID, tested, errors, strict=True):
+def ltt_search(c: np.ndarray, a: np.ndarray, alpha: float, delta: float, answered: bool = False) -> Search:
+    """The ltt rules' walk over GRID (see `ltt_threshold`): each candidate's p-value where it
+    was tested, and the valid ones (the run of rejections from the top); refused below
+    `ltt_min_items`."""
+    what = f"an error among {'answered' if answered else 'all'} of {alpha:.0%} with {1 - delta:.0%} probability"
+    way_out = f", or for it on average (conformal risk control: {crc_min_items(alpha)} items)"
+    _refuse_if_few(len(c), ltt_min_items(alpha, delta), what, way_out)
+    order, wrong = np.sort(c), np.sort(c[a == 0.0])
+    errors = len(wrong) - np.searchsorted(wrong, GRID, side="left")  # (G,) wrong items with c >= t
+    tested = len(order) - np.searchsorted(order, GRID, side="left") if answered else np.full(len(GRID), len(c))
+    p_values, valid = _fixed_sequence(tested, errors, alpha, delta)
+    return Search(GRID, valid, p_values)
+
+
+def _fixed_sequence(
+    tested: np.ndarray, errors: np.ndarray, alpha: float, delta: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """(p-values (G,), valid (G,)): GRID walked from the top, each threshold with enough
+    tested items tested, valid while rejected; the first threshold not rejected ends the
+    walk (p-values after it stay NaN). A threshold with too few tested items to reject is
+    passed over (see `ltt_threshold`)."""
+    least = ltt_min_items(alpha, delta)
+    p_values, valid = np.full(len(GRID), np.nan), np.zeros(len(GRID), dtype=bool)
+    for i, (m_t, k_t) in enumerate(zip(tested, errors, strict=True)):
         if m_t < least:
             continue
-        if binomial_cdf(int(k_t), int(m_t), alpha) > delta:
+        p_values[i] = binomial_cdf(int(k_t), int(m_t), alpha)
+        if p_values[i] > delta:
             break
-        threshold = float(t)
-    return threshold
+        valid[i] = True
+    return p_values, valid
 
 
 def _record(rule: str, alpha: float, delta: float | None, t: float, c: np.ndarray, a: np.ndarray) -> Threshold:
