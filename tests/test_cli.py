@@ -206,7 +206,7 @@ def test_ts_variant_applies_the_printed_temperature(main_run):
     assert ts["nll_after"] <= ts["nll_before"]
     t = ts["temperature"]
     assert f"ts: T = {t:.4f}" in main_run["stdout"].splitlines()
-    assert TemperatureScaler.load(main_run["dir"] / "ts.json").temperature == t  # --save-ts
+    assert TemperatureScaler.load(main_run["dir"] / "ts.json").temperature_ == t  # --save-ts
     base = pd.read_parquet(predictions_path(main_run["dir"] / "preds", "base", CAPITALS))
     scaled = pd.read_parquet(predictions_path(main_run["dir"] / "preds", "ts", CAPITALS))
     logits = np.array(base["logits"].tolist())  # built-in sets have 4 options each: (8, 4)

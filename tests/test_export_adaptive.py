@@ -75,7 +75,7 @@ def _varying_ats(run: RunDir) -> AdaptiveTemperature:
     """An ATS whose temperature varies over the run's evaluation items: the top principal
     directions of their base states (unit variance there) with ATS_WEIGHTS."""
     mean, projection = principal_projection(_states(_predictions(run, "base")), len(ATS_WEIGHTS), standardise=True)
-    return AdaptiveTemperature(mean=mean.tolist(), projection=projection.tolist(),
+    return AdaptiveTemperature.fitted(mean=mean.tolist(), projection=projection.tolist(),
                                weights=ATS_WEIGHTS[: len(projection)], bias=bias_for(1.0))
 
 
