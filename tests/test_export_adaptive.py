@@ -146,7 +146,7 @@ def test_the_runs_own_ats_exports_as_the_head_of_its_fit(runs, exports, fresh, r
     run, folder = runs[rule], exports[f"{rule}-ats"]
     fitted = AdaptiveTemperature.from_json(run.results().calibrators["ats"])
     record = json.loads((folder / "calm_export.json").read_text())
-    assert record["variant"] == "ats" and record["head_scope"] == ("adaptive" if fitted.weights else "scalar")
+    assert record["variant"] == "ats" and record["head_scope"] == ("adaptive" if fitted.weights_ else "scalar")
     frame = _predictions(run, "ats")
     worst = _worst(fresh[f"{rule}-ats"], dict(zip(frame["id"], frame["probs"])))
     assert worst <= TOLERANCE, f"{rule}: max |p_export - p_run| = {worst:.2e}"

@@ -228,17 +228,24 @@ def test_score_is_the_mean_log_likelihood_of_the_gold_options(name: str) -> None
     assert fitted.score(logits, labels, sample_weight=w, **extra) == pytest.approx(by_hand, abs=1e-12)
 
 
-@pytest.mark.parametrize("name", LOGIT_CALIBRATORS)
-def test_inputs_are_checked_with_a_clear_message(name: str) -> None:
+@pytest.mark.parametrize("name", NAMES)
+def test_nan_and_inf_are_refused_in_fit_and_predict(name: str) -> None:
     cls = calibrators()[name]
-    logits, labels, _ = fit_data(False)
+    logits, labels, extra = fit_data(cls.reads_features)
+    fitted = cls().fit(logits, labels, **extra)
     for bad, word in ((np.nan, "NaN"), (np.inf, r"\+inf")):
         broken = logits.copy()
         broken[3, 1] = bad
         with pytest.raises(ValueError, match=f"Expected `logits` without {word}"):
-            cls().fit(broken, labels)
+            cls().fit(broken, labels, **extra)
         with pytest.raises(ValueError, match=f"without {word}"):
-            cls().fit(logits, labels).predict_proba(broken)
+            fitted.predict_proba(broken, **extra)
+
+
+@pytest.mark.parametrize("name", LOGIT_CALIBRATORS)
+def test_inputs_are_checked_with_a_clear_message(name: str) -> None:
+    cls = calibrators()[name]
+    logits, labels, _ = fit_data(False)
     with pytest.raises(ValueError, match="Unknown label type"):
         cls().fit(logits, np.array(["a"] * len(labels)))
     with pytest.raises(ValueError, match=r"labels` in \[0, 4\)"):

@@ -32,7 +32,14 @@ import numpy as np
 import torch
 
 from calm_core.calibration import metrics
-from calm_core.calibration.posthoc.base import PosthocCalibrator, check_fit_inputs, lbfgs, masked_nll, one_thread
+from calm_core.calibration.posthoc.base import (
+    PosthocCalibrator,
+    check_fit_inputs,
+    check_logits,
+    lbfgs,
+    masked_nll,
+    one_thread,
+)
 from calm_core.calibration.projection import principal_projection
 
 NAME = "ats"
@@ -109,7 +116,7 @@ class AdaptiveTemperature(PosthocCalibrator):
             raise ValueError(
                 "Expected the hidden-state features of these items: adaptive temperature scaling reads them"
             )
-        z = np.asarray(logits, dtype=np.float64)
+        z = check_logits(logits)
         return z / self.temperatures(features)[:, None]
 
     def probs(self, logits: np.ndarray, features: np.ndarray | None = None) -> np.ndarray:
