@@ -103,40 +103,40 @@ class Search:
         return float(self.candidates[self.valid].min()) if self.valid.any() else NEVER
 
 
-def _fail(name: str, expected: str, got: object) -> ValueError:
+def fail(name: str, expected: str, got: object) -> ValueError:
     return ValueError(f"Expected `{name}` {expected}, but got {got}")
 
 
-def _check_rate(value: float, name: str) -> float:
+def check_rate(value: float, name: str) -> float:
     if not isinstance(value, (int, float)) or not 0.0 < float(value) < 1.0:
-        raise _fail(name, "to be in (0, 1)", value)
+        raise fail(name, "to be in (0, 1)", value)
     return float(value)
 
 
-def _check_scores(confidence: object, correct: object) -> tuple[np.ndarray, np.ndarray]:
+def check_scores(confidence: object, correct: object) -> tuple[np.ndarray, np.ndarray]:
     """(confidence (N,), correct (N,) in {0, 1}), checked once at the boundary."""
     c = np.asarray(confidence, dtype=np.float64).reshape(-1)
     a = np.asarray(correct, dtype=np.float64).reshape(-1)
     if c.shape != a.shape:
-        raise _fail("correct", f"to have the shape of `confidence` {c.shape}", a.shape)
+        raise fail("correct", f"to have the shape of `confidence` {c.shape}", a.shape)
     if not np.all((c >= 0.0) & (c <= 1.0)):
-        raise _fail("confidence", "to lie in [0, 1]", f"values from {np.nanmin(c)} to {np.nanmax(c)}")
+        raise fail("confidence", "to lie in [0, 1]", f"values from {np.nanmin(c)} to {np.nanmax(c)}")
     if not np.all((a == 0.0) | (a == 1.0)):
-        raise _fail("correct", "to hold only 0 and 1", np.unique(a)[:5])
+        raise fail("correct", "to hold only 0 and 1", np.unique(a)[:5])
     return c, a
 
 
 def crc_min_items(target_error: float) -> int:
     """The fewest held-out items for which `crc` (and LAC at coverage 1 - target) can hold:
     answering nothing must pass, 1 / (n + 1) <= alpha, so n >= 1 / alpha - 1."""
-    alpha = _check_rate(target_error, "target_error")
+    alpha = check_rate(target_error, "target_error")
     return max(1, math.ceil(1.0 / alpha - 1.0 - 1e-9))
 
 
 def ltt_min_items(target_error: float, delta: float) -> int:
     """The fewest held-out items (for `ltt-answered`, answered ones) with which the ltt rules
     can reject their first null: with no error among n, the p-value (1 - alpha)^n must reach delta."""
-    alpha, d = _check_rate(target_error, "target_error"), _check_rate(delta, "delta")
+    alpha, d = check_rate(target_error, "target_error"), check_rate(delta, "delta")
     return math.ceil(math.log(d) / math.log1p(-alpha) - 1e-9)
 
 
@@ -157,9 +157,9 @@ def crc_threshold(confidence: object, correct: object, target_error: float) -> T
     Restricting t to held-out confidences keeps the guarantee: the chosen t also passes the
     rule on the n + 1 items with the new one added (its loss is at most 1), whose smallest
     passing t is exchangeable with the new item's loss (the paper's proof)."""
-    c, a = _check_scores(confidence, correct)
-    alpha = _check_rate(target_error, "target_error")
-    return _record(CRC, alpha, None, crc_search(c, a, alpha).threshold, c, a)
+    c, a = check_scores(confidence, correct)
+    alpha = check_rate(target_error, "target_error")
+    return threshold_record(CRC, alpha, None, crc_search(c, a, alpha).threshold, c, a)
 
 
 def crc_search(c: np.ndarray, a: np.ndarray, alpha: float) -> Search:
@@ -201,10 +201,10 @@ def ltt_threshold(
     n_t only grows as t falls, so this is fixed-sequence testing from a start set by the
     held-out confidences, never by their labels; tests/test_selective.py checks the
     guarantee by simulation."""
-    c, a = _check_scores(confidence, correct)
-    alpha, d = _check_rate(target_error, "target_error"), _check_rate(delta, "delta")
+    c, a = check_scores(confidence, correct)
+    alpha, d = check_rate(target_error, "target_error"), check_rate(delta, "delta")
     threshold = ltt_search(c, a, alpha, d, answered).threshold
-    return _record(LTT_ANSWERED if answered else LTT, alpha, d, threshold, c, a)
+    return threshold_record(LTT_ANSWERED if answered else LTT, alpha, d, threshold, c, a)
 
 
 def ltt_search(c: np.ndarray, a: np.ndarray, alpha: float, delta: float, answered: bool = False) -> Search:
@@ -240,7 +240,7 @@ def _fixed_sequence(
     return p_values, valid
 
 
-def _record(rule: str, alpha: float, delta: float | None, t: float, c: np.ndarray, a: np.ndarray) -> Threshold:
+def threshold_record(rule: str, alpha: float, delta: float | None, t: float, c: np.ndarray, a: np.ndarray) -> Threshold:
     answered = c >= t
     return Threshold(rule, alpha, delta, t, len(c), int(answered.sum()), int((answered & (a == 0.0)).sum()))
 
@@ -258,42 +258,42 @@ def risk_controlled_threshold(
 def choose_threshold(confidence: object, correct: object, target_error: float, rule: str, delta: float) -> Threshold:
     """The threshold of the rule named `rule` (RULES); `delta` is read by the ltt rules only."""
     if rule not in RULES:
-        raise _fail("rule", f"to be one of {', '.join(RULES)}", repr(rule))
+        raise fail("rule", f"to be one of {', '.join(RULES)}", repr(rule))
     if rule == LTT_ANSWERED:
         return ltt_threshold(confidence, correct, target_error, delta, answered=True)
     return risk_controlled_threshold(confidence, correct, target_error, None if rule == CRC else delta)
 
 
-def _check_probs(probs: object, name: str) -> np.ndarray:
+def check_probs(probs: object, name: str) -> np.ndarray:
     """(N, K) option probabilities; NaN marks an option an item does not have (ragged K)."""
     p = np.asarray(probs, dtype=np.float64)
     if p.ndim != 2 or p.shape[0] == 0 or p.shape[1] < 2:
-        raise _fail(name, "to have shape (N, K) with N >= 1 and K >= 2", p.shape)
+        raise fail(name, "to have shape (N, K) with N >= 1 and K >= 2", p.shape)
     real = p[~np.isnan(p)]
     if not np.all((real >= 0.0) & (real <= 1.0)):
-        raise _fail(name, "to hold probabilities in [0, 1] (NaN for a missing option)", "values outside")
+        raise fail(name, "to hold probabilities in [0, 1] (NaN for a missing option)", "values outside")
     return p
 
 
 def lac_quantile(probs: object, labels: object, coverage: float) -> float:
     """LAC's qhat on held-out items: the ceil((n + 1) * coverage)-th smallest of 1 - p(gold)."""
-    p = _check_probs(probs, "probs_heldout")
+    p = check_probs(probs, "probs_heldout")
     y = np.asarray(labels).reshape(-1)
     if y.shape != (p.shape[0],) or not np.issubdtype(y.dtype, np.integer) or y.min() < 0 or y.max() >= p.shape[1]:
-        raise _fail("labels_heldout", f"to be {p.shape[0]} option indices in [0, {p.shape[1]})", y[:5])
-    alpha = 1.0 - _check_rate(coverage, "coverage")
+        raise fail("labels_heldout", f"to be {p.shape[0]} option indices in [0, {p.shape[1]})", y[:5])
+    alpha = 1.0 - check_rate(coverage, "coverage")
     n = len(y)
     _refuse_if_few(n, crc_min_items(alpha), f"option sets that hold the answer {1 - alpha:.0%} of the time")
     scores = np.sort(1.0 - p[np.arange(n), y])  # (n,) ascending
     if np.isnan(scores).any():
-        raise _fail("probs_heldout", "to give every gold option a probability", "NaN at a gold option")
+        raise fail("probs_heldout", "to give every gold option a probability", "NaN at a gold option")
     rank = math.ceil((n + 1) * (1.0 - alpha) - 1e-9)  # <= n, as the refusal above checked
     return float(scores[rank - 1])
 
 
 def prediction_sets(probs: object, qhat: float) -> np.ndarray:
     """(M, K) bool: option k is in item i's set when 1 - p_ik <= qhat (NaN options never)."""
-    p = _check_probs(probs, "probs_test")
+    p = check_probs(probs, "probs_test")
     with np.errstate(invalid="ignore"):
         return (1.0 - p) <= qhat
 

@@ -32,13 +32,13 @@ from calm_core.calibration.selective import (
     RULES,
     Search,
     Threshold,
-    _check_probs,
-    _check_rate,
-    _check_scores,
-    _fail,
-    _record,
+    check_probs,
+    check_rate,
+    check_scores,
     crc_search,
+    fail,
     ltt_search,
+    threshold_record,
 )
 
 ABSTAIN = -1  # `predict`'s answer where the confidence is below the threshold
@@ -63,7 +63,7 @@ class SelectiveAnswerer:
         """1 - confidence_level for the ltt rules; None for crc (a guarantee in expectation)."""
         if self.rule == CRC:
             return None
-        return round(1.0 - _check_rate(self.confidence_level, "confidence_level"), DELTA_DECIMALS)
+        return round(1.0 - check_rate(self.confidence_level, "confidence_level"), DELTA_DECIMALS)
 
     def calibrate(self, probs: object, y: object) -> SelectiveAnswerer:
         """Choose the threshold on held-out `probs` (N, K; NaN for an option an item lacks)
@@ -75,11 +75,11 @@ class SelectiveAnswerer:
     def calibrate_scores(self, confidence: object, correct: object) -> SelectiveAnswerer:
         """`calibrate` from each item's top-label confidence (N,) and correctness (N,) in {0, 1}."""
         if self.rule not in RULES:
-            raise _fail("rule", f"to be one of {', '.join(RULES)}", repr(self.rule))
-        c, a = _check_scores(confidence, correct)
-        alpha = _check_rate(self.target_level, "target_level")
+            raise fail("rule", f"to be one of {', '.join(RULES)}", repr(self.rule))
+        c, a = check_scores(confidence, correct)
+        alpha = check_rate(self.target_level, "target_level")
         search = self._search(c, a, alpha)
-        self.record_: Threshold = _record(self.rule, alpha, self.delta, search.threshold, c, a)
+        self.record_: Threshold = threshold_record(self.rule, alpha, self.delta, search.threshold, c, a)
         self.threshold_: float = search.threshold
         self.candidates_: np.ndarray = search.candidates
         self.valid_thresholds_: np.ndarray = search.candidates[search.valid]
@@ -97,7 +97,7 @@ class SelectiveAnswerer:
         """(M,) bool: whether each item's top-label confidence reaches the threshold."""
         if not hasattr(self, "threshold_"):
             raise not_fitted(self, "calibrate")
-        p = _check_probs(probs, "probs")
+        p = check_probs(probs, "probs")
         return np.asarray(np.nanmax(p, axis=1) >= self.threshold_)
 
     def predict(self, probs: object) -> np.ndarray:
@@ -113,10 +113,10 @@ class SelectiveAnswerer:
 def top_label(probs: object, y: object) -> tuple[np.ndarray, np.ndarray]:
     """(confidence (N,), correct (N,)) of option probabilities (N, K; NaN for a missing
     option) and gold indices (N,): max_k p_ik and 1[argmax_k p_ik = y_i]."""
-    p = _check_probs(probs, "probs")
+    p = check_probs(probs, "probs")
     gold = np.asarray(y).reshape(-1)
     if gold.shape != (p.shape[0],):
-        raise _fail("y", f"to hold {p.shape[0]} gold indices", gold.shape)
+        raise fail("y", f"to hold {p.shape[0]} gold indices", gold.shape)
     return np.nanmax(p, axis=1), (np.nanargmax(p, axis=1) == gold).astype(np.float64)
 
 
