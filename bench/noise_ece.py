@@ -70,7 +70,7 @@ def rows_for(dataset: str, rule: str, limit: int, seed: int, draws: int) -> list
     from calm_core.calibration.posthoc import TemperatureScaler
 
     scores = scores_of(dataset, rule, limit, seed)
-    fitted = TemperatureScaler.fit(scores.logits, scores.gold).temperature
+    fitted = TemperatureScaler.fit(scores.logits, scores.gold).temperature_
     rows = []
     for label, temperature in (("T = 1", 1.0), ("fitted T", on_slider(fitted))):
         rows.append({"set": dataset, "rule": rule, "at": label, **row_at(scores, temperature, draws)})

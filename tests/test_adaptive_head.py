@@ -101,7 +101,7 @@ def test_the_same_temperatures_as_the_ats_fit_it_comes_from() -> None:
     z = rng.normal(size=(60, 4)) * 4
     gold = np.array([rng.choice(4, p=np.exp(r - r.max()) / np.exp(r - r.max()).sum()) for r in z / tau_true[:, None]])
     ats = AdaptiveTemperature.fit(z, gold, h)
-    assert ats.weights, "the feature carries the temperature here: cross-fitting should read it"
+    assert ats.weights_, "the feature carries the temperature here: cross-fitting should read it"
     head = AdaptiveHead.from_ats(ats)
     ours = head.temperatures(torch.from_numpy(h)).detach().double().numpy()
     np.testing.assert_allclose(ours, ats.temperatures(h), rtol=1e-5)

@@ -33,7 +33,7 @@ def test_ats_recovers_a_temperature_that_depends_on_a_feature() -> None:
     z, y, h, tau = _synthetic(1500, dim=3)
     ats = AdaptiveTemperature.fit(z, y, h)
     found = ats.temperatures(h)
-    assert len(ats.weights) >= 1  # the features were used
+    assert len(ats.weights_) >= 1  # the features were used
     assert np.corrcoef(np.log(found), np.log(tau))[0, 1] > 0.95
     assert np.median(np.abs(found / tau - 1.0)) < 0.15
     ts = TemperatureScaler.fit(z, y)
@@ -48,8 +48,8 @@ def test_ats_becomes_temperature_scaling_when_features_carry_nothing() -> None:
     noise = rng.normal(size=(300, 20))
     ats = AdaptiveTemperature.fit(z, y, noise)
     ts = TemperatureScaler.fit(z, y)
-    if not ats.weights:  # the cross-fitted choice: k = 0
-        assert ats.temperatures(noise)[0] == pytest.approx(ts.temperature, rel=1e-3)
+    if not ats.weights_:  # the cross-fitted choice: k = 0
+        assert ats.temperatures(noise)[0] == pytest.approx(ts.temperature_, rel=1e-3)
     spread = ats.temperatures(noise)
     assert spread.std() / spread.mean() < 0.1  # whatever k won, the noise barely moves tau
 
@@ -76,7 +76,7 @@ def test_ats_never_changes_a_prediction(seed: int, n: int, k: int, dim: int, sca
     z[rng.random((n, k)) < 0.2] = -math.inf  # padding: options an item does not have
     z[:, 0] = rng.normal(size=n)  # every item has at least one option
     h = rng.normal(scale=scale, size=(n, dim))
-    ats = AdaptiveTemperature(
+    ats = AdaptiveTemperature.fitted(
         mean=rng.normal(size=dim).tolist(),
         projection=rng.normal(size=(2, dim)).tolist(),
         weights=rng.normal(scale=3.0, size=2).tolist(),
@@ -96,7 +96,7 @@ def test_ats_is_in_the_registry_and_round_trips(tmp_path) -> None:
     again = load_calibrator(tmp_path / "ats.json")
     assert isinstance(again, AdaptiveTemperature)
     np.testing.assert_allclose(again.probs(z, h), ats.probs(z, h), atol=1e-12)
-    assert ats.cv_nll and "k=0,decay=0" in ats.cv_nll
+    assert ats.cv_nll_ and "k=0,decay=0" in ats.cv_nll_
     with pytest.raises(ValueError, match="features"):
         ats.transform(z)
 

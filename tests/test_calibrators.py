@@ -113,7 +113,7 @@ def test_fit_defaults_is_the_temperature_fit_itself():
     fitted = fit_defaults(z, y)
     assert list(fitted) == ["ts"]
     assert fitted["ts"] == TemperatureScaler.fit(z, y)  # the same numbers as before the registry
-    assert fitted["ts"].params() == {"temperature": fitted["ts"].temperature}
+    assert fitted["ts"].params() == {"temperature": fitted["ts"].temperature_}
     assert set(fitted["ts"].fit_stats()) == {"nll_before", "nll_after"}
 
 
@@ -182,7 +182,7 @@ def test_toy_is_a_variant_of_the_final_evaluation(toy):
     assert list(fitted) == ["ts", "halve"] and asked == [True]  # S_V scored once for all
     assert notes == {"ats": "no `ats` variant: S_V has 30 items, fewer than 40"}  # its own, larger minimum
     assert baseline_records(fitted, {}, fit_on="S") == {
-        "ts": {"temperature": fitted["ts"].temperature, "fit_on": "S"}, "halve": {"factor": 0.5, "fit_on": "S"}}
+        "ts": {"temperature": fitted["ts"].temperature_, "fit_on": "S"}, "halve": {"factor": 0.5, "fit_on": "S"}}
     fitted, notes = fit_baselines(MIN_FIT_ITEMS - 1, fit_data, "mcqa")
     assert fitted == {} and asked == [True]  # too few labels: nothing scored, nothing fitted
     assert {k: v for k, v in notes.items() if k != "ats"} == {
@@ -226,8 +226,8 @@ def test_toy_is_shared_in_compare_and_described_in_reports(toy):
 def test_fit_posthoc_names_a_variant_per_fit_set_and_calibrator(toy):
     fits = fit_posthoc({"a": _scores(np.random.default_rng(3), 20), "b": _scores(np.random.default_rng(4), 20)})
     assert [f.variant for f in fits] == ["ts:a", "ts:b", "halve:a", "halve:b"]
-    assert fits[0].record == {"dataset": "a", "n": 20, "temperature": fits[0].calibrator.temperature,
-                              "nll_before": fits[0].calibrator.nll_before, "nll_after": fits[0].calibrator.nll_after}
+    assert fits[0].record == {"dataset": "a", "n": 20, "temperature": fits[0].calibrator.temperature_,
+                              "nll_before": fits[0].calibrator.nll_before_, "nll_after": fits[0].calibrator.nll_after_}
     assert [f.variant for f in fit_posthoc({"a": _scores(np.random.default_rng(3), 20)})] == ["ts", "halve"]
 
 
@@ -243,7 +243,7 @@ def env_cli(monkeypatch, tmp_path):
 # must keep every table as it was (a new column changes these on purpose).
 HISTORIC = {
     "mcqa": ("n", "acc", "ece", "ece_10", "brier", "nll", "auroc", "aurc", "confidence"),
-    "mcqa_eval": ("n", "acc", "ece", "mce", "brier", "nll", "auroc", "confidence"),
+    "mcqa_eval": ("n", "acc", "ece", "mce", "rms_ce", "brier", "nll", "auroc", "confidence"),
     "openqa": ("n", "acc", "sem_acc", "ece", "ece_10", "sem2_ece_10", "seq_ece_10", "auroc", "confidence"),
     "paper_mcqa": ("acc", "ece", "ece_10"),
     "paper_openqa": ("acc", "sem_acc", "ece_10"),

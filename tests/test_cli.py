@@ -33,8 +33,8 @@ LIMIT = 8  # items per evaluated dataset
 FIT_LIMIT = 10  # = posthoc.MIN_FIT_ITEMS; capitals/train gives the tiny model a moderate T
 CAPITALS = "builtin/capitals/test"
 FIT_SET = "builtin/capitals/train"
-HEADER = ["dataset", "variant", "n", "acc", "ece", "mce", "brier", "nll", "auroc", "confidence"]
-ROW_KEYS = {"dataset", "variant", "scoring", "n", "acc", "ece", "ece_bins", "ece_10", "bins", "mce", "brier",
+HEADER = ["dataset", "variant", "n", "acc", "ece", "mce", "rms_ce", "brier", "nll", "auroc", "confidence"]
+ROW_KEYS = {"dataset", "variant", "scoring", "n", "acc", "ece", "ece_bins", "ece_10", "bins", "mce", "rms_ce", "brier",
             "nll", "auroc", "confidence", "adaptive_ece", "classwise_ece", "entropy", "smooth_ece", "scoring_config"}
 
 # A file with ids out of sorted order, 2-5 choices, answers as index / letter / text, and one
@@ -206,7 +206,7 @@ def test_ts_variant_applies_the_printed_temperature(main_run):
     assert ts["nll_after"] <= ts["nll_before"]
     t = ts["temperature"]
     assert f"ts: T = {t:.4f}" in main_run["stdout"].splitlines()
-    assert TemperatureScaler.load(main_run["dir"] / "ts.json").temperature == t  # --save-ts
+    assert TemperatureScaler.load(main_run["dir"] / "ts.json").temperature_ == t  # --save-ts
     base = pd.read_parquet(predictions_path(main_run["dir"] / "preds", "base", CAPITALS))
     scaled = pd.read_parquet(predictions_path(main_run["dir"] / "preds", "ts", CAPITALS))
     logits = np.array(base["logits"].tolist())  # built-in sets have 4 options each: (8, 4)

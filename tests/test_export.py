@@ -179,7 +179,7 @@ def test_a_posthoc_variant_exports_as_a_folder_that_reproduces_it(runs, exports,
     expected, got = dict(zip(frame["id"], frame["probs"])), fresh_scores[f"scalar-{variant}"]
     if variant == "vs":  # VectorScaler itself, with the copy's weights, on the run's base option scores
         fitted = run.results().calibrators["vs"]
-        scaler = VectorScaler(VS_WEIGHTS[:len(fitted["weights"])], fitted["biases"])
+        scaler = VectorScaler.fitted(weights=VS_WEIGHTS[:len(fitted["weights"])], biases=fitted["biases"])
         expected = {i: scaler.probs(np.asarray([z]))[0] for i, z in zip(frame["id"], frame["logits"])}
     assert got.keys() == expected.keys() and len(got) == 6
     worst = max(abs(a - b) for key in got for a, b in zip(got[key], expected[key], strict=True))

@@ -75,7 +75,7 @@ def _varying_ats(run: RunDir) -> AdaptiveTemperature:
     """An ATS whose temperature varies over the run's evaluation items: the top principal
     directions of their base states (unit variance there) with ATS_WEIGHTS."""
     mean, projection = principal_projection(_states(_predictions(run, "base")), len(ATS_WEIGHTS), standardise=True)
-    return AdaptiveTemperature(mean=mean.tolist(), projection=projection.tolist(),
+    return AdaptiveTemperature.fitted(mean=mean.tolist(), projection=projection.tolist(),
                                weights=ATS_WEIGHTS[: len(projection)], bias=bias_for(1.0))
 
 
@@ -146,7 +146,7 @@ def test_the_runs_own_ats_exports_as_the_head_of_its_fit(runs, exports, fresh, r
     run, folder = runs[rule], exports[f"{rule}-ats"]
     fitted = AdaptiveTemperature.from_json(run.results().calibrators["ats"])
     record = json.loads((folder / "calm_export.json").read_text())
-    assert record["variant"] == "ats" and record["head_scope"] == ("adaptive" if fitted.weights else "scalar")
+    assert record["variant"] == "ats" and record["head_scope"] == ("adaptive" if fitted.weights_ else "scalar")
     frame = _predictions(run, "ats")
     worst = _worst(fresh[f"{rule}-ats"], dict(zip(frame["id"], frame["probs"])))
     assert worst <= TOLERANCE, f"{rule}: max |p_export - p_run| = {worst:.2e}"

@@ -156,7 +156,7 @@ def _expected(runs: dict[str, RunDir], name: str) -> dict[str, list[float]]:
     train_cfg = run.config.train
     frame = pd.read_parquet(predictions_path(run.path, "base", train_cfg["eval_data"][0]))
     fitted = run.results().calibrators["vs"]
-    scaler = VectorScaler(VS_WEIGHTS[: len(fitted["weights"])], fitted["biases"])
+    scaler = VectorScaler.fitted(weights=VS_WEIGHTS[: len(fitted["weights"])], biases=fitted["biases"])
     return {i: scaler.probs(np.asarray([z]))[0].tolist() for i, z in zip(frame["id"], frame["logits"], strict=True)}
 
 

@@ -211,7 +211,7 @@ def test_ts_and_ats_fit_on_the_familys_scores(family_lm, case: str, column: str)
     scores = Scorer.of(family_lm(case), batch_size=64, progress=False).score(items, rule, capture=Capture.FEATURES)
     fits = {fit.variant: fit.calibrator for fit in fit_posthoc({"sv": scores})}
     assert {"ts", "ats"} <= set(fits)
-    assert fits["ts"].temperature > 0
+    assert fits["ts"].temperature_ > 0
     for name, calibrator in fits.items():
         probs = calibrator.probs(scores.logits, scores.features) if name == "ats" else calibrator.probs(scores.logits)
         assert np.all(np.isfinite(probs)) and np.allclose(probs.sum(axis=1), 1.0), name
@@ -337,7 +337,7 @@ def _exports(run: Any, adaptive: Any, root: Path) -> dict[str, tuple[Path, dict[
     results["vs"] = {**results["vs"], "weights": VS_WEIGHTS[:k]}
     (copy.path / "results.json").write_text(json.dumps(results))
     frame, _ = _expected(run, "base")
-    scaler = VectorScaler(VS_WEIGHTS[:k], results["vs"]["biases"])
+    scaler = VectorScaler.fitted(weights=VS_WEIGHTS[:k], biases=results["vs"]["biases"])
     vs = {i: scaler.probs(np.asarray([z]))[0].tolist() for i, z in zip(frame["id"], frame["logits"], strict=True)}
     out["vs"] = (export_run(copy, root / "vs", "vs"), vs)
     out["ats"] = _ats_export(run, root)
@@ -357,7 +357,7 @@ def _ats_export(run: Any, root: Path) -> tuple[Path, dict[str, list]]:
     frame, _ = _expected(run, "base")
     states = np.stack([np.asarray(h, dtype=np.float64) for h in frame["features"]])
     mean, projection = principal_projection(states, len(ATS_WEIGHTS), standardise=True)
-    ats = AdaptiveTemperature(mean=mean.tolist(), projection=projection.tolist(),
+    ats = AdaptiveTemperature.fitted(mean=mean.tolist(), projection=projection.tolist(),
                               weights=ATS_WEIGHTS[: len(projection)], bias=bias_for(1.0))
     copy = RunDir(shutil.copytree(run.path, root / "ats-run"))
     results = copy.results().to_json()

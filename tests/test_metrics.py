@@ -40,6 +40,7 @@ from calm_core.calibration.metrics import (
     mean_confidence,
     mean_entropy,
     nll,
+    rms_ce,
     smooth_ece,
     softmax,
     summarize,
@@ -177,6 +178,38 @@ def test_ece_and_mce_match_naive_loop(case, n_bins):
     assert mce(p, y, n_bins) == pytest.approx(ref_mce, abs=1e-12)
 
 
+def naive_rms(conf, correct, n_bins):
+    """RMS calibration error by hand: for each equal-width bin (lo, hi] (the first also
+    holding conf == 0), the squared gap between mean confidence and accuracy, weighted
+    by the bin's share of the items; the root of that sum."""
+    n, total = len(conf), 0.0
+    for b in range(n_bins):
+        lo, hi = b / n_bins, (b + 1) / n_bins
+        members = [i for i in range(n) if lo < conf[i] <= hi or (b == 0 and conf[i] == lo)]
+        if members:
+            gap = sum(conf[i] for i in members) / len(members) - sum(correct[i] for i in members) / len(members)
+            total += len(members) / n * gap * gap
+    return math.sqrt(total)
+
+
+def test_rms_ce_matches_naive_loop(case, n_bins):
+    p, y = case
+    assert rms_ce(p, y, n_bins) == pytest.approx(naive_rms(*naive_top_label(p, y), n_bins), abs=1e-12)
+
+
+def test_rms_ce_matches_torchmetrics_l2(case, n_bins):
+    """torchmetrics' norm="l2" is the published definition: sqrt(sum_b (n_b/N) (acc_b - conf_b)^2)."""
+    p, y = case
+    ref = multiclass_calibration_error(torch.tensor(p), torch.tensor(y), num_classes=p.shape[1],
+                                       n_bins=n_bins, norm="l2").item()
+    assert rms_ce(p, y, n_bins) == pytest.approx(ref, abs=float32_sum_noise(len(y)))
+
+
+def test_rms_ce_is_at_least_ece_and_at_most_mce(case, n_bins):
+    p, y = case
+    assert ece(p, y, n_bins) - 1e-12 <= rms_ce(p, y, n_bins) <= mce(p, y, n_bins) + 1e-12
+
+
 def test_adaptive_ece_matches_naive_quantile_loop(case, n_bins):
     p, y = case
     conf, correct = naive_top_label(p, y)
@@ -309,6 +342,14 @@ def test_mce_hand():
     # gaps .15 and .35 (4 bins); 10 bins: gaps .4 .7 .8 .1 -> .8
     assert mce(HAND_P, HAND_Y, n_bins=4) == pytest.approx(0.35)
     assert mce(HAND_P, HAND_Y, n_bins=10) == pytest.approx(0.8)
+
+
+def test_rms_ce_hand():
+    # gaps .15 and .35, half the items each (4 bins) -> sqrt(.5 * .0225 + .5 * .1225);
+    # 10 bins: gaps .4 .7 .8 .1, a quarter each -> sqrt(1.3 / 4); 1 bin: |.75 - .5| = .25
+    assert rms_ce(HAND_P, HAND_Y, n_bins=4) == pytest.approx(math.sqrt(0.0725))
+    assert rms_ce(HAND_P, HAND_Y, n_bins=10) == pytest.approx(math.sqrt(1.3 / 4))
+    assert rms_ce(HAND_P, HAND_Y, n_bins=1) == pytest.approx(0.25)
 
 
 def test_adaptive_ece_hand_2_bins():
@@ -676,11 +717,11 @@ def test_bootstrap_ci_skips_nan_resamples():
 def test_summarize_keys_types_and_values(case):
     p, y = case
     s = summarize(p, y, n_bins=10)
-    assert list(s) == ["acc", "ece", "mce", "adaptive_ece", "classwise_ece", "brier", "nll",
+    assert list(s) == ["acc", "ece", "mce", "rms_ce", "adaptive_ece", "classwise_ece", "brier", "nll",
                        "auroc", "aurc", "entropy", "confidence", "smooth_ece", "n", "ece_bins"]
     assert type(s["n"]) is int and s["n"] == len(y)
     assert type(s["ece_bins"]) is int and s["ece_bins"] == 10
-    assert s["ece"] == ece(p, y, 10) and s["mce"] == mce(p, y, 10)
+    assert s["ece"] == ece(p, y, 10) and s["mce"] == mce(p, y, 10) and s["rms_ce"] == rms_ce(p, y, 10)
     assert s["adaptive_ece"] == adaptive_ece(p, y, 10)
     assert s["classwise_ece"] == classwise_ece(p, y, 10)
     assert s["entropy"] == mean_entropy(p) and s["confidence"] == mean_confidence(p)

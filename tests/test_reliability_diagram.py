@@ -275,7 +275,7 @@ def test_learn_says_the_noise_line_and_fit_t_agrees_with_the_slider(
     from app.learn_temperature import T_STEP, on_slider
     from calm_core.calibration.posthoc import TemperatureScaler
 
-    monkeypatch.setattr(TemperatureScaler, "fit", classmethod(lambda cls, logits, labels: cls(temperature=3.842)))
+    monkeypatch.setattr(TemperatureScaler, "fit", classmethod(lambda cls, logits, labels: cls.fitted(temperature=3.842)))
     at = open_page("views/learn.py")
     assert "ECE from noise alone at 40 items" in _caption_text(at)
     fitted = next(c.value for c in at.caption if "temperature with the lowest NLL" in c.value)

@@ -14,6 +14,7 @@ import pytest
 from calm_core.runs.events import (
     TENSORBOARD,
     convert_run,
+    final_counts,
     final_scalars,
     hparams_of,
     record_scalars,
@@ -51,9 +52,19 @@ def hparams_in(accumulator: EventAccumulator) -> dict:
 def test_record_scalars_numbers_and_vector_summaries() -> None:
     record = {"step": 3, "elapsed": 1.5, "train/lower_loss": 0.7, "alpha/tau": [1.0, 2.0, 3.0],
               "train/note": "text", "bome/flag": True, "eval/x/ece": None}
-    assert record_scalars(record) == {"time/elapsed_s": 1.5, "train/lower_loss": 0.7, "alpha/tau/mean": 2.0,
-                                      "alpha/tau/min": 1.0, "alpha/tau/max": 3.0}
+    assert record_scalars(record) == {"time/elapsed_s": 1.5, "train/lower_loss": 0.7, "alpha/tau_mean": 2.0,
+                                      "alpha/tau_min": 1.0, "alpha/tau_max": 3.0}
 
+
+def test_one_tag_per_quantity_when_the_head_logs_its_summary_beside_the_vector() -> None:
+    """The head logs `alpha/tau_mean` and the options scope the vector `alpha/tau` too: its
+    mean is the same quantity, written once under the head's name."""
+    record = {"step": 1, "alpha/tau_mean": 2.0, "alpha/tau_min": 1.0, "alpha/tau_max": 3.0,
+              "alpha/l_mean": 0.5, "alpha/tau": [1.0, 2.0, 3.0], "alpha/l": [0.0, 1.0]}
+    scalars = record_scalars(record)
+    assert scalars == {"alpha/tau_mean": 2.0, "alpha/tau_min": 1.0, "alpha/tau_max": 3.0,
+                       "alpha/l_mean": 0.5, "alpha/l_min": 0.0, "alpha/l_max": 1.0}
+    assert len({tag.replace("/", "_") for tag in scalars}) == len(scalars)
 
 def test_hparams_flatten_sections_lists_and_leave_none_out() -> None:
     flat = hparams_of({"lr": 0.1, "lora": {"r": 8, "target_modules": ["q", "v"]}, "name": None, "on": True})
@@ -64,6 +75,16 @@ def test_final_scalars_name_variant_dataset_metric() -> None:
     rows = [{"variant": "ts", "dataset": "a/b", "acc": 0.5, "ece": float("nan"), "note": "x"}, {"acc": 1.0}]
     assert final_scalars(rows) == {"final/ts/a/b/acc": 0.5}
 
+
+def test_counts_are_a_text_table_not_curves() -> None:
+    rows = [{"variant": "base", "dataset": "t", "n": 40, "ece_bins": 15, "chance": 0.25, "truncated": 0, "acc": 0.5},
+            {"variant": "ts", "dataset": "t", "n": 40, "ece_bins": 15, "chance": 0.25, "truncated": 0, "acc": 0.6}]
+    assert final_scalars(rows) == {"final/base/t/acc": 0.5, "final/ts/t/acc": 0.6}
+    assert final_counts(rows).splitlines() == ["| variant | dataset | n | ece_bins | chance | truncated |",
+                                               "|---|---|---|---|---|---|",
+                                               "| base | t | 40 | 15 | 0.25 | 0 |",
+                                               "| ts | t | 40 | 15 | 0.25 | 0 |"]
+    assert final_counts([{"variant": "ts", "dataset": "t", "acc": 0.6}]) == ""
 
 def test_a_tiny_run_writes_curves_and_hparams(tiny_model_dir: Path, tmp_path: Path) -> None:
     cfg = small_config(steps=3, method="calm", eval_every=3)
@@ -80,6 +101,9 @@ def test_a_tiny_run_writes_curves_and_hparams(tiny_model_dir: Path, tmp_path: Pa
     assert any(tag.startswith("eval/") for tag in tags) and any(tag.startswith("bome/") for tag in tags)
     assert not any(tag == "alpha/tau" for tag in tags)  # a vector is its summary, never one curve per option
     assert any(tag.startswith("final/") for tag in tags)  # results.json's metrics, for the hparams table
+    assert not [tag for tag in tags if tag.startswith("final/") and tag.rsplit("/", 1)[-1] in ("n", "ece_bins")]
+    assert len({tag.replace("/", "_") for tag in tags}) == len(tags)  # one tag per quantity
+    assert "final/counts/text_summary" in events.Tags()["tensors"]  # the counts, as text
     hparams = hparams_in(events)
     assert hparams["method"].string_value == "calm" and hparams["steps"].number_value == 3
     assert hparams["lora.r"].number_value == cfg.lora.r
@@ -126,7 +150,7 @@ def test_conversion_of_an_older_run(tmp_path: Path) -> None:
                          created=time.time() - 100)
     events = read_events(folder)
     assert scalar_steps(events, "train/lower_loss") == [0, 1, 2, 3]
-    assert [e.value for e in events.Scalars("alpha/tau/max")] == [1.0, 2.0, 3.0, 4.0]
+    assert [e.value for e in events.Scalars("alpha/tau_max")] == [1.0, 2.0, 3.0, 4.0]
     assert events.Scalars("final/calm/test/acc")[0].value == 0.75
     assert hparams_in(events)["lora.r"].number_value == 4
     again = read_events(convert_run(run.path, run.read_metrics(), run.config.train, [], created=None))

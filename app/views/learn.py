@@ -157,12 +157,12 @@ def temperature_section(scored: Scored, base: dict[str, float]) -> None:
     )
     if fitted is not None:
         left, right = st.columns([3, 1])
-        left.caption(fitted_sentence(fitted.temperature), help=tooltip("NLL"))
+        left.caption(fitted_sentence(fitted.temperature_), help=tooltip("NLL"))
         right.button(
             "Fit T",
             key="learn_fit",
             on_click=_fit_temperature,
-            args=(fitted.temperature,),
+            args=(fitted.temperature_,),
             help="Move the slider to the temperature with the lowest NLL (what temperature scaling picks).\n\n"
             + tooltip("NLL"),
         )

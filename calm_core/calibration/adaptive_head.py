@@ -216,12 +216,12 @@ class AdaptiveHead(torch.nn.Module):
         """A fitted post-hoc ATS (`posthoc.ats.AdaptiveTemperature`) as this head: the same
         temperatures, so it exports and applies like a trained one. An ATS that chose k = 0
         is one temperature and has no width: export it as a scalar head (TS) instead."""
-        if not ats.weights or not ats.mean:
+        if not ats.weights_ or not ats.mean_:
             raise ValueError("Expected an ATS fit that reads features, but this one chose one temperature (k = 0)")
-        head = cls(len(ats.mean), len(ats.weights))
+        head = cls(len(ats.mean_), len(ats.weights_))
         with torch.no_grad():
-            head.feature_mean.copy_(torch.tensor(ats.mean, dtype=torch.float64))
-            head.projection.copy_(torch.tensor(ats.projection, dtype=torch.float64))
-            head.weights.copy_(torch.tensor(ats.weights, dtype=torch.float64))
-            head.bias.fill_(float(ats.bias))
+            head.feature_mean.copy_(torch.tensor(ats.mean_, dtype=torch.float64))
+            head.projection.copy_(torch.tensor(ats.projection_, dtype=torch.float64))
+            head.weights.copy_(torch.tensor(ats.weights_, dtype=torch.float64))
+            head.bias.fill_(float(ats.bias_))
         return head

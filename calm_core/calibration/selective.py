@@ -85,40 +85,58 @@ class Threshold:
         return {**self.__dict__, "threshold": None if math.isinf(self.threshold) else self.threshold}
 
 
-def _fail(name: str, expected: str, got: object) -> ValueError:
+@dataclass(frozen=True, eq=False)  # eq=False: arrays
+class Search:
+    """What a rule tried on the held-out items: its `candidates` (thresholds, in the order
+    the rule walks them), which of them are `valid` (pass the rule's test: the guarantee
+    holds at each), and the ltt rules' `p_values` (P(Bin(m_t, alpha) <= k_t) of each
+    candidate tested, NaN for one passed over with too few items or after the walk stopped;
+    None for crc, which tests no null). The chosen threshold is the lowest valid one."""
+
+    candidates: np.ndarray
+    valid: np.ndarray
+    p_values: np.ndarray | None
+
+    @property
+    def threshold(self) -> float:
+        """The lowest valid candidate: the one that answers most; NEVER when none is valid."""
+        return float(self.candidates[self.valid].min()) if self.valid.any() else NEVER
+
+
+def fail(name: str, expected: str, got: object) -> ValueError:
     return ValueError(f"Expected `{name}` {expected}, but got {got}")
 
 
-def _check_rate(value: float, name: str) -> float:
+def check_rate(value: float, name: str) -> float:
     if not isinstance(value, (int, float)) or not 0.0 < float(value) < 1.0:
-        raise _fail(name, "to be in (0, 1)", value)
+        raise fail(name, "to be in (0, 1)", value)
     return float(value)
 
 
-def _check_scores(confidence: object, correct: object) -> tuple[np.ndarray, np.ndarray]:
+def check_scores(confidence: object, correct: object) -> tuple[np.ndarray, np.ndarray]:
     """(confidence (N,), correct (N,) in {0, 1}), checked once at the boundary."""
     c = np.asarray(confidence, dtype=np.float64).reshape(-1)
     a = np.asarray(correct, dtype=np.float64).reshape(-1)
     if c.shape != a.shape:
-        raise _fail("correct", f"to have the shape of `confidence` {c.shape}", a.shape)
+        raise fail("correct", f"to have the shape of `confidence` {c.shape}", a.shape)
     if not np.all((c >= 0.0) & (c <= 1.0)):
-        raise _fail("confidence", "to lie in [0, 1]", f"values from {np.nanmin(c)} to {np.nanmax(c)}")
+        raise fail("confidence", "to lie in [0, 1]", f"values from {np.nanmin(c)} to {np.nanmax(c)}")
     if not np.all((a == 0.0) | (a == 1.0)):
-        raise _fail("correct", "to hold only 0 and 1", np.unique(a)[:5])
+        raise fail("correct", "to hold only 0 and 1", np.unique(a)[:5])
     return c, a
 
 
 def crc_min_items(target_error: float) -> int:
     """The fewest held-out items for which `crc` (and LAC at coverage 1 - target) can hold:
     answering nothing must pass, 1 / (n + 1) <= alpha, so n >= 1 / alpha - 1."""
-    alpha = _check_rate(target_error, "target_error")
+    alpha = check_rate(target_error, "target_error")
     return max(1, math.ceil(1.0 / alpha - 1.0 - 1e-9))
 
 
 def ltt_min_items(target_error: float, delta: float) -> int:
     """The fewest held-out items (for `ltt-answered`, answered ones) with which the ltt rules
     can reject their first null: with no error among n, the p-value (1 - alpha)^n must reach delta."""
-    alpha, d = _check_rate(target_error, "target_error"), _check_rate(delta, "delta")
+    alpha, d = check_rate(target_error, "target_error"), check_rate(delta, "delta")
     return math.ceil(math.log(d) / math.log1p(-alpha) - 1e-9)
 
 
@@ -139,15 +157,20 @@ def crc_threshold(confidence: object, correct: object, target_error: float) -> T
     Restricting t to held-out confidences keeps the guarantee: the chosen t also passes the
     rule on the n + 1 items with the new one added (its loss is at most 1), whose smallest
     passing t is exchangeable with the new item's loss (the paper's proof)."""
-    c, a = _check_scores(confidence, correct)
-    alpha = _check_rate(target_error, "target_error")
+    c, a = check_scores(confidence, correct)
+    alpha = check_rate(target_error, "target_error")
+    return threshold_record(CRC, alpha, None, crc_search(c, a, alpha).threshold, c, a)
+
+
+def crc_search(c: np.ndarray, a: np.ndarray, alpha: float) -> Search:
+    """crc's candidates (the held-out confidences, ascending) and those that pass
+    (errors at or above t + 1) / (n + 1) <= alpha; refused below `crc_min_items`."""
     _refuse_if_few(len(c), crc_min_items(alpha), f"a target error of {alpha:.0%} on average")
     candidates = np.unique(c)  # ascending
     wrong = np.sort(c[a == 0.0])
     errors = len(wrong) - np.searchsorted(wrong, candidates, side="left")  # wrong items with c >= t
     passes = (errors + 1.0) <= alpha * (len(c) + 1.0) + 1e-12  # nonincreasing errors: passes is monotone
-    threshold = float(candidates[np.argmax(passes)]) if passes.any() else NEVER
-    return _record(CRC, alpha, None, threshold, c, a)
+    return Search(candidates, passes, None)
 
 
 @lru_cache(maxsize=65536)
@@ -178,32 +201,46 @@ def ltt_threshold(
     n_t only grows as t falls, so this is fixed-sequence testing from a start set by the
     held-out confidences, never by their labels; tests/test_selective.py checks the
     guarantee by simulation."""
-    c, a = _check_scores(confidence, correct)
-    alpha, d = _check_rate(target_error, "target_error"), _check_rate(delta, "delta")
-    what = f"an error among {'answered' if answered else 'all'} of {alpha:.0%} with {1 - d:.0%} probability"
+    c, a = check_scores(confidence, correct)
+    alpha, d = check_rate(target_error, "target_error"), check_rate(delta, "delta")
+    threshold = ltt_search(c, a, alpha, d, answered).threshold
+    return threshold_record(LTT_ANSWERED if answered else LTT, alpha, d, threshold, c, a)
+
+
+def ltt_search(c: np.ndarray, a: np.ndarray, alpha: float, delta: float, answered: bool = False) -> Search:
+    """The ltt rules' walk over GRID (see `ltt_threshold`): each candidate's p-value where it
+    was tested, and the valid ones (the run of rejections from the top); refused below
+    `ltt_min_items`."""
+    what = f"an error among {'answered' if answered else 'all'} of {alpha:.0%} with {1 - delta:.0%} probability"
     way_out = f", or for it on average (conformal risk control: {crc_min_items(alpha)} items)"
-    _refuse_if_few(len(c), ltt_min_items(alpha, d), what, way_out)
+    _refuse_if_few(len(c), ltt_min_items(alpha, delta), what, way_out)
     order, wrong = np.sort(c), np.sort(c[a == 0.0])
     errors = len(wrong) - np.searchsorted(wrong, GRID, side="left")  # (G,) wrong items with c >= t
     tested = len(order) - np.searchsorted(order, GRID, side="left") if answered else np.full(len(GRID), len(c))
-    threshold = _fixed_sequence(tested, errors, alpha, d)
-    return _record(LTT_ANSWERED if answered else LTT, alpha, d, threshold, c, a)
+    p_values, valid = _fixed_sequence(tested, errors, alpha, delta)
+    return Search(GRID, valid, p_values)
 
 
-def _fixed_sequence(tested: np.ndarray, errors: np.ndarray, alpha: float, delta: float) -> float:
-    """The lowest GRID threshold of the run of rejections from the top (inf: none); a
-    threshold with too few tested items to reject is passed over (see `ltt_threshold`)."""
-    threshold, least = NEVER, ltt_min_items(alpha, delta)
-    for t, m_t, k_t in zip(GRID, tested, errors, strict=True):
+def _fixed_sequence(
+    tested: np.ndarray, errors: np.ndarray, alpha: float, delta: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """(p-values (G,), valid (G,)): GRID walked from the top, each threshold with enough
+    tested items tested, valid while rejected; the first threshold not rejected ends the
+    walk (p-values after it stay NaN). A threshold with too few tested items to reject is
+    passed over (see `ltt_threshold`)."""
+    least = ltt_min_items(alpha, delta)
+    p_values, valid = np.full(len(GRID), np.nan), np.zeros(len(GRID), dtype=bool)
+    for i, (m_t, k_t) in enumerate(zip(tested, errors, strict=True)):
         if m_t < least:
             continue
-        if binomial_cdf(int(k_t), int(m_t), alpha) > delta:
+        p_values[i] = binomial_cdf(int(k_t), int(m_t), alpha)
+        if p_values[i] > delta:
             break
-        threshold = float(t)
-    return threshold
+        valid[i] = True
+    return p_values, valid
 
 
-def _record(rule: str, alpha: float, delta: float | None, t: float, c: np.ndarray, a: np.ndarray) -> Threshold:
+def threshold_record(rule: str, alpha: float, delta: float | None, t: float, c: np.ndarray, a: np.ndarray) -> Threshold:
     answered = c >= t
     return Threshold(rule, alpha, delta, t, len(c), int(answered.sum()), int((answered & (a == 0.0)).sum()))
 
@@ -221,42 +258,42 @@ def risk_controlled_threshold(
 def choose_threshold(confidence: object, correct: object, target_error: float, rule: str, delta: float) -> Threshold:
     """The threshold of the rule named `rule` (RULES); `delta` is read by the ltt rules only."""
     if rule not in RULES:
-        raise _fail("rule", f"to be one of {', '.join(RULES)}", repr(rule))
+        raise fail("rule", f"to be one of {', '.join(RULES)}", repr(rule))
     if rule == LTT_ANSWERED:
         return ltt_threshold(confidence, correct, target_error, delta, answered=True)
     return risk_controlled_threshold(confidence, correct, target_error, None if rule == CRC else delta)
 
 
-def _check_probs(probs: object, name: str) -> np.ndarray:
+def check_probs(probs: object, name: str) -> np.ndarray:
     """(N, K) option probabilities; NaN marks an option an item does not have (ragged K)."""
     p = np.asarray(probs, dtype=np.float64)
     if p.ndim != 2 or p.shape[0] == 0 or p.shape[1] < 2:
-        raise _fail(name, "to have shape (N, K) with N >= 1 and K >= 2", p.shape)
+        raise fail(name, "to have shape (N, K) with N >= 1 and K >= 2", p.shape)
     real = p[~np.isnan(p)]
     if not np.all((real >= 0.0) & (real <= 1.0)):
-        raise _fail(name, "to hold probabilities in [0, 1] (NaN for a missing option)", "values outside")
+        raise fail(name, "to hold probabilities in [0, 1] (NaN for a missing option)", "values outside")
     return p
 
 
 def lac_quantile(probs: object, labels: object, coverage: float) -> float:
     """LAC's qhat on held-out items: the ceil((n + 1) * coverage)-th smallest of 1 - p(gold)."""
-    p = _check_probs(probs, "probs_heldout")
+    p = check_probs(probs, "probs_heldout")
     y = np.asarray(labels).reshape(-1)
     if y.shape != (p.shape[0],) or not np.issubdtype(y.dtype, np.integer) or y.min() < 0 or y.max() >= p.shape[1]:
-        raise _fail("labels_heldout", f"to be {p.shape[0]} option indices in [0, {p.shape[1]})", y[:5])
-    alpha = 1.0 - _check_rate(coverage, "coverage")
+        raise fail("labels_heldout", f"to be {p.shape[0]} option indices in [0, {p.shape[1]})", y[:5])
+    alpha = 1.0 - check_rate(coverage, "coverage")
     n = len(y)
     _refuse_if_few(n, crc_min_items(alpha), f"option sets that hold the answer {1 - alpha:.0%} of the time")
     scores = np.sort(1.0 - p[np.arange(n), y])  # (n,) ascending
     if np.isnan(scores).any():
-        raise _fail("probs_heldout", "to give every gold option a probability", "NaN at a gold option")
+        raise fail("probs_heldout", "to give every gold option a probability", "NaN at a gold option")
     rank = math.ceil((n + 1) * (1.0 - alpha) - 1e-9)  # <= n, as the refusal above checked
     return float(scores[rank - 1])
 
 
 def prediction_sets(probs: object, qhat: float) -> np.ndarray:
     """(M, K) bool: option k is in item i's set when 1 - p_ik <= qhat (NaN options never)."""
-    p = _check_probs(probs, "probs_test")
+    p = check_probs(probs, "probs_test")
     with np.errstate(invalid="ignore"):
         return (1.0 - p) <= qhat
 

@@ -4,7 +4,8 @@ chosen on S_V with a guarantee, and what that does on every evaluation set.
     calm selective RUN --target-error 0.1 [--variant calm] [--rule crc|ltt] [--delta 0.1]
                        [--coverage 0.9] [--json out.json] [--save]
 
-The work is results/selective.py's (the maths: calibration/selective.py); this module
+The work is results/selective.py's (the choice: calibration/selective_answerer.py's
+`SelectiveAnswerer` over calibration/selective.py's maths); this module
 reads flags and prints. `--save` stores the threshold in the run's selective.json, which
 `calm export` reads.
 """

@@ -209,7 +209,7 @@ def _adaptive_temperature_head(run: RunDir, results: RunResults) -> "Calibration
             f"({record['components']} components): the run was evaluated before results.json kept them"
         )
     ats = AdaptiveTemperature.from_json(record, f"`ats` in results.json of run {run.run_id}")
-    if not ats.weights:
+    if not ats.weights_:
         return _scalar_head(float(ats.temperatures(np.zeros((1, 0)))[0]))
     return AdaptiveHead.from_ats(ats)
 

@@ -8,7 +8,8 @@ alone, how often is it then wrong, and which options must a person still check.
 The threshold and the LAC sets are chosen on S_V only (the run's `heldout/<variant>.parquet`,
 written by the final evaluation beside the recommendation: post-hoc calibrators out of
 fold), never on an evaluation set, then measured on every evaluation set with 90% intervals
-(calibration/selective.py, selective_summary.py), beside the untouched model under its own
+(calibration/selective_answerer.py's `SelectiveAnswerer` over calibration/selective.py,
+selective_summary.py), beside the untouched model under its own
 threshold. `calm selective` and Compare's section both read this module.
 """
 
@@ -24,6 +25,7 @@ import numpy as np
 from calm_core.access.rules import Access, Refused, write_refusal
 from calm_core.calibration import selective
 from calm_core.calibration.selective import CRC, DEFAULT_DELTA, LTT, LTT_ANSWERED, RULES, Threshold, TooFewItems
+from calm_core.calibration.selective_answerer import SelectiveAnswerer
 from calm_core.calibration.selective_summary import LEVEL, Estimate, SelectiveSummary, summarize_selective
 from calm_core.results.verdict import variant_label
 from calm_core.runs.layout import HELDOUT, heldout_path, predictions_path
@@ -63,6 +65,11 @@ class SelectiveRequest:
             value = getattr(self, name)
             if value is not None and not 0.0 < float(value) < 1.0:
                 raise ValueError(f"Expected `{name}` to be in (0, 1), but got {value}")
+
+    def answerer(self) -> SelectiveAnswerer:
+        """The unfitted answerer of this request: its rule, the target error as its
+        `target_level`, 1 - delta as its `confidence_level`."""
+        return SelectiveAnswerer(self.rule, target_level=self.target_error, confidence_level=1.0 - self.delta)
 
     @property
     def set_coverage(self) -> float:
@@ -155,11 +162,9 @@ def heldout_probs(run: RunDir, variant: str) -> tuple[np.ndarray, np.ndarray, st
 def choose(run: RunDir, request: SelectiveRequest, variant: str) -> Choice:
     """`variant`'s threshold and LAC quantile on S_V; each refusal kept as its reason."""
     probs, gold, fit = heldout_probs(run, variant)
-    confidence = np.nanmax(probs, axis=1)
-    correct = (np.nanargmax(probs, axis=1) == gold).astype(np.float64)
     threshold = qhat = refusal = set_refusal = None
     try:
-        threshold = selective.choose_threshold(confidence, correct, request.target_error, request.rule, request.delta)
+        threshold = request.answerer().calibrate(probs, gold).record_
     except TooFewItems as exc:
         refusal = str(exc)
     try:

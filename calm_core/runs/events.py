@@ -6,8 +6,12 @@
     log.close(hparams_of(config), final_scalars(results))
 
 metrics.jsonl stays the record a run is judged by; the event files are a view of it, so
-`convert_run` can always rebuild them (`calm runs --tensorboard RUN`). Only numbers become
-scalars: a vector (alpha per option) becomes its mean, min and max. `tensorboard` is an
+`convert_run` can always rebuild them (`calm runs --tensorboard RUN`). One tag per
+quantity, and only quantities become scalars: a vector (alpha per option) becomes its
+`_mean`, `_min` and `_max`, the names the head's own summary logs (so `alpha/tau_mean` is
+written once, never beside an `alpha/tau/mean`); the settings are the hparams, and the
+final rows' counts (`n`, the bin count, chance, truncated items) one text table
+(`final/counts`), not curves. `tensorboard` is an
 optional extra, imported only here and only when a log is opened. The same three calls
 (`open`, `add`, `close`) are the hook another tracker (trackio, MLflow) would implement.
 """
@@ -27,6 +31,11 @@ FLUSH_SECS = 10  # a running run's curves reach TensorBoard within this many sec
 # The final metrics the hparams table shows as columns (every final/* scalar is written all the
 # same): a column per metric of every variant and set would bury the settings.
 HPARAMS_METRICS = ("acc", "ece", "nll", "auroc")
+# Keys of a results row that count or describe the set rather than measure the variant:
+# the `final/counts` text table shows them, once per row; they are no curves.
+COUNT_KEYS = ("n", "ece_bins", "chance", "truncated")
+COUNTS_TAG = f"{FINAL}/counts"
+VECTOR_STATS = ("mean", "min", "max")  # a vector's summary: `<tag>_mean`, `<tag>_min`, `<tag>_max`
 
 
 def tensorboard_available() -> tuple[bool, str]:
@@ -56,24 +65,29 @@ def _number(value: Any) -> float | None:
 
 
 def record_scalars(record: Mapping[str, Any]) -> dict[str, float]:
-    """The scalars of one metrics record: every `section/name` number as it is, every list
-    of numbers as `<tag>/mean`, `/min`, `/max` (a vector per option would be one curve per
-    option otherwise), `elapsed` as `time/elapsed_s`; `step` is the axis, not a scalar."""
+    """The scalars of one metrics record, one tag per quantity: every `section/name`
+    number as it is, `elapsed` as `time/elapsed_s`, and every list of numbers as
+    `<tag>_mean`, `_min`, `_max` (a vector per option would be one curve per option
+    otherwise) unless the record already carries that summary itself (the head logs
+    `alpha/tau_mean` beside the vector `alpha/tau`). `step` is the axis, not a scalar."""
     scalars: dict[str, float] = {}
     for key, value in record.items():
-        if key == "step":
-            continue
-        tag = "time/elapsed_s" if key == "elapsed" else key
         number = _number(value)
-        if number is not None:
-            scalars[tag] = number
-        elif isinstance(value, (list, tuple)):
-            numbers = [n for n in (_number(v) for v in value) if n is not None]
-            if numbers:
-                scalars[f"{tag}/mean"] = sum(numbers) / len(numbers)
-                scalars[f"{tag}/min"] = min(numbers)
-                scalars[f"{tag}/max"] = max(numbers)
+        if key != "step" and number is not None:
+            scalars["time/elapsed_s" if key == "elapsed" else key] = number
+    for key, value in record.items():
+        if isinstance(value, (list, tuple)):
+            for stat, number in _vector_summary(value).items():
+                scalars.setdefault(f"{key}_{stat}", number)
     return scalars
+
+
+def _vector_summary(values: Sequence[Any]) -> dict[str, float]:
+    """{"mean", "min", "max"} of the numbers in `values`; {} when there are none."""
+    numbers = [n for n in (_number(v) for v in values) if n is not None]
+    if not numbers:
+        return {}
+    return dict(zip(VECTOR_STATS, (sum(numbers) / len(numbers), min(numbers), max(numbers)), strict=True))
 
 
 def hparams_of(config: Mapping[str, Any], prefix: str = "") -> dict[str, float | int | str | bool]:
@@ -94,7 +108,7 @@ def hparams_of(config: Mapping[str, Any], prefix: str = "") -> dict[str, float |
 
 def final_scalars(rows: Iterable[Mapping[str, Any]]) -> dict[str, float]:
     """results.json rows as `final/<variant>/<dataset>/<metric>` numbers: the metrics the
-    hparams table shows beside each run's settings."""
+    hparams table shows beside each run's settings (the COUNT_KEYS go to `final_counts`)."""
     scalars: dict[str, float] = {}
     for row in rows:
         variant, dataset = row.get("variant"), row.get("dataset")
@@ -102,9 +116,31 @@ def final_scalars(rows: Iterable[Mapping[str, Any]]) -> dict[str, float]:
             continue
         for key, value in row.items():
             number = _number(value)
-            if number is not None and math.isfinite(number):
+            if key not in COUNT_KEYS and number is not None and math.isfinite(number):
                 scalars[f"{FINAL}/{variant}/{dataset}/{key}"] = number
     return scalars
+
+
+def final_counts(rows: Iterable[Mapping[str, Any]]) -> str:
+    """The counts of the results rows as one Markdown table (variant, dataset, then the
+    COUNT_KEYS a row has); "" when no row has any."""
+    named = [r for r in rows if isinstance(r.get("variant"), str) and isinstance(r.get("dataset"), str)]
+    keys = [k for k in COUNT_KEYS if any(_number(r.get(k)) is not None for r in named)]
+    if not keys:
+        return ""
+    header = ["variant", "dataset", *keys]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in named:
+        cells = [str(row["variant"]), str(row["dataset"]), *(_count_cell(row.get(k)) for k in keys)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _count_cell(value: Any) -> str:
+    number = _number(value)
+    if number is None:
+        return ""
+    return str(int(number)) if number.is_integer() else f"{number:.4g}"
 
 
 class EventLog:
@@ -138,12 +174,16 @@ class EventLog:
         hparams: Mapping[str, float | int | str | bool] | None = None,
         final: Mapping[str, float] | None = None,
         walltime: float | None = None,
+        counts: str = "",
     ) -> None:
-        """Write the final metrics at the last step and the hyperparameters (the hparams
-        plugin's experiment, session start and end, in this same folder so that the table
-        reads this run's scalars), then flush and close."""
+        """Write the final metrics at the last step, the final rows' `counts` as text (from
+        `final_counts`) and the hyperparameters (the hparams plugin's experiment, session
+        start and end, in this same folder so that the table reads this run's scalars),
+        then flush and close."""
         for tag, value in (final or {}).items():
             self._writer.add_scalar(tag, value, global_step=self.last_step, walltime=walltime)
+        if counts:
+            self._writer.add_text(COUNTS_TAG, counts, global_step=self.last_step, walltime=walltime)
         if hparams:
             shown = [tag for tag in sorted(final or {}) if tag.rsplit("/", 1)[-1] in HPARAMS_METRICS]
             self._write_hparams(dict(hparams), shown or sorted(final or {}))
@@ -182,5 +222,5 @@ def convert_run(
     for record in records:
         elapsed = _number(record.get("elapsed"))
         log.add(record, walltime=created + elapsed if created is not None and elapsed is not None else None)
-    log.close(hparams_of(config), final_scalars(rows))
+    log.close(hparams_of(config), final_scalars(rows), counts=final_counts(rows))
     return folder

@@ -123,9 +123,9 @@ def lodo_rows(train: list[Labelled], tests: dict[str, Labelled]) -> list[dict[st
                 "n": len(test.gold),
                 "acc": metrics.accuracy(probs["base"], test.gold),
                 "temperature": {
-                    "ts_other_domains": carried.temperature,
+                    "ts_other_domains": carried.temperature_,
                     "thermometer": t_thermo,
-                    "oracle_ts": oracle.temperature,
+                    "oracle_ts": oracle.temperature_,
                 },
                 "ece": {k: metrics.ece(p, test.gold) for k, p in probs.items()},
                 "auroc": {k: metrics.auroc(p, test.gold) for k, p in probs.items()},

@@ -7,7 +7,7 @@ converted and checked once at the boundary; errors read "Expected `x` ..., but g
     bins         top_label, bin_confidences -> BinTable (the bins behind ECE)
     reliability  prepare_reliability -> ReliabilityData (a diagram's bins, from the item count, with Wilson
                  intervals), wilson_interval, auto_bins, noise_ece (the ECE of noise alone at this size)
-    calibration  ece, mce, adaptive_ece, classwise_ece (binned; 15 equal-width bins),
+    calibration  ece, mce, rms_ce, adaptive_ece, classwise_ece (binned; 15 equal-width bins),
                  confidence_ece (one confidence per answer: open QA, Sem-ECE)
     smooth       smooth_ece (Błasiok & Nakkiran 2023, matches relplot.smECE)
     scores       softmax, entropy, mean_entropy, mean_confidence, accuracy, brier, nll, item_nll, auroc,
@@ -26,7 +26,7 @@ Example:
 """
 
 from calm_core.calibration.metrics.bins import STRATEGIES, BinTable, bin_confidences, top_label
-from calm_core.calibration.metrics.calibration import adaptive_ece, classwise_ece, confidence_ece, ece, mce
+from calm_core.calibration.metrics.calibration import adaptive_ece, classwise_ece, confidence_ece, ece, mce, rms_ce
 from calm_core.calibration.metrics.paired import (
     MIN_PAIRED_ITEMS,
     PAIRED_LEVEL,
@@ -87,6 +87,7 @@ __all__ = [
     "item_confidence_brier",
     "item_nll",
     "mce",
+    "rms_ce",
     "mean_confidence",
     "mean_entropy",
     "nll",

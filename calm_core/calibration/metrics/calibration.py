@@ -1,4 +1,4 @@
-"""Binned calibration errors: ECE, MCE, adaptive (equal-mass) ECE and classwise ECE.
+"""Binned calibration errors: ECE, MCE, RMS calibration error, adaptive (equal-mass) ECE and classwise ECE.
 
 Each public function chains the stages: validate (probs, labels, n_bins) -> update
 (confidences and correctness) -> bin (`BinTable`) -> compute (one number).
@@ -16,6 +16,12 @@ def _ece_compute(table: BinTable) -> float:
     """sum_b (n_b / N) |conf_b - acc_b| over the non-empty bins."""
     weights = table.counts / table.counts.sum()  # (B,)
     return float(np.nansum(weights * np.abs(table.gap)))
+
+
+def _rms_compute(table: BinTable) -> float:
+    """sqrt(sum_b (n_b / N) (conf_b - acc_b)^2) over the non-empty bins."""
+    weights = table.counts / table.counts.sum()  # (B,)
+    return float(np.sqrt(np.nansum(weights * np.square(table.gap))))
 
 
 def _mce_compute(table: BinTable) -> float:
@@ -67,6 +73,20 @@ def mce(probs: object, labels: object, n_bins: int = 15) -> float:
     Example: the B = 4 case in `ece` has gaps .15 and .35 -> MCE = 0.35.
     """
     return _mce_compute(_top_label_table(probs, labels, n_bins, "uniform"))
+
+
+def rms_ce(probs: object, labels: object, n_bins: int = 15) -> float:
+    """RMS calibration error of the top label (Hendrycks et al. 2019, "Using Pre-Training
+    Can Improve Model Robustness and Uncertainty"; the l2 calibration error of Kumar et
+    al. 2019 with the plug-in binned estimate), over the same equal-width bins as `ece`.
+
+    RMS-CE = sqrt(sum_b (n_b / N) (conf_b - acc_b)^2): the root of the bin-weighted mean
+    of squared gaps. Symbols as in `ece`; RMS-CE >= ECE (Jensen), equal when every
+    non-empty bin has the same gap. probs (N, K), labels (N,).
+    Example: the B = 4 case in `ece` has gaps .15 and .35, each bin half the items
+    -> sqrt(.5 * .0225 + .5 * .1225) = sqrt(.0725) = 0.26926.
+    """
+    return _rms_compute(_top_label_table(probs, labels, n_bins, "uniform"))
 
 
 def adaptive_ece(probs: object, labels: object, n_bins: int = 15) -> float:

@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from calm_core.calibration.metrics.calibration import adaptive_ece, classwise_ece, ece, mce
+from calm_core.calibration.metrics.calibration import adaptive_ece, classwise_ece, ece, mce, rms_ce
 from calm_core.calibration.metrics.scores import accuracy, aurc, auroc, brier, mean_confidence, mean_entropy, nll
 from calm_core.calibration.metrics.smooth import smooth_ece
 from calm_core.glossary import lookup
@@ -125,6 +125,14 @@ COLUMNS: tuple[Column, ...] = (
     ),
     Column("ece_10", "ECE, 10 equal-width bins (the paper's)", False, ("mcqa", "openqa", *PAPER)),
     Column("mce", "maximum calibration error, 15 bins", False, ("mcqa_eval",), compute=mce, binned=True),
+    Column(
+        "rms_ce",
+        "RMS calibration error: root of the bin-weighted mean squared gap, the same 15 bins as ECE",
+        False,
+        ("mcqa_eval",),
+        compute=rms_ce,
+        binned=True,
+    ),
     Column("adaptive_ece", "ECE over 15 equal-mass bins", False, compute=adaptive_ece, binned=True),
     Column("classwise_ece", "classwise ECE, 15 bins", False, compute=classwise_ece, binned=True),
     Column("sem2_ece_10", "ECE of the split-half Sem2 confidence, 10 bins", False, ("openqa",)),

@@ -26,14 +26,20 @@ minimum.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
 from calm_core.calibration import metrics
-from calm_core.calibration.posthoc.base import PosthocCalibrator, check_fit_inputs, lbfgs, masked_nll, one_thread
+from calm_core.calibration.posthoc.base import (
+    PosthocCalibrator,
+    check_fit_inputs,
+    check_logits,
+    lbfgs,
+    masked_nll,
+    one_thread,
+)
 from calm_core.calibration.projection import principal_projection
 
 NAME = "ats"
@@ -47,9 +53,10 @@ SEED = 0
 CV_ROUNDS = 3  # LBFGS rounds of a cross-fitting fit: enough to rank the grid, a tenth of the time
 
 
-@dataclass
 class AdaptiveTemperature(PosthocCalibrator):
-    """softmax(z / tau(h)), tau(h) = softplus(w . x(h) + b) + TAU_FLOOR (module docstring)."""
+    """softmax(z / tau(h)), tau(h) = softplus(w . x(h) + b) + TAU_FLOOR (module docstring);
+    after a fit (or `load`): `mean_` (H,), `projection_` (k, H), `weights_` (k,), `bias_`,
+    `weight_decay_` and `cv_nll_` ("k=8,decay=0.1" -> held-out NLL)."""
 
     name = NAME
     label = "Adaptive temperature scaling"
@@ -57,16 +64,27 @@ class AdaptiveTemperature(PosthocCalibrator):
     reads_features: ClassVar[bool] = True  # fitted where the scores carry features (posthoc.for_task)
     min_items: ClassVar[int] = MIN_ITEMS
     order = 20
+    fitted_state = {
+        "mean": [],
+        "projection": [],
+        "weights": [],
+        "bias": 0.5413248546129181,  # softplus^-1(1): tau = 1 + floor
+        "weight_decay": 0.0,
+        "cv_nll": {},
+        "nll_before": None,
+        "nll_after": None,
+        "n_fit": 0,
+    }
 
-    mean: list[float] = field(default_factory=list)
-    projection: list[list[float]] = field(default_factory=list)  # (k, H)
-    weights: list[float] = field(default_factory=list)  # (k,)
-    bias: float = 0.5413248546129181  # softplus^-1(1): tau = 1 + floor before any fit
-    weight_decay: float = 0.0
-    cv_nll: dict[str, float] = field(default_factory=dict)  # "k=8,decay=0.1" -> held-out NLL
-    nll_before: float | None = None
-    nll_after: float | None = None
-    n_fit: int = 0
+    mean_: list[float]
+    projection_: list[list[float]]
+    weights_: list[float]
+    bias_: float
+    weight_decay_: float
+    cv_nll_: dict[str, float]
+    nll_before_: float | None
+    nll_after_: float | None
+    n_fit_: int
 
     @classmethod
     def _fit(cls, logits: np.ndarray, labels: np.ndarray, features: np.ndarray | None = None) -> AdaptiveTemperature:
@@ -82,23 +100,23 @@ class AdaptiveTemperature(PosthocCalibrator):
             scores = cross_fitted_nll(z, y, h)
             k, decay = min(scores, key=lambda key: (scores[key], key[0], -key[1]))
             fitted = _fit_once(z, y, h, k, decay)
-        fitted.cv_nll = {f"k={kk},decay={dd:g}": round(v, 6) for (kk, dd), v in sorted(scores.items())}
+        fitted.cv_nll_ = {f"k={kk},decay={dd:g}": round(v, 6) for (kk, dd), v in sorted(scores.items())}
         return fitted
 
     def temperatures(self, features: np.ndarray) -> np.ndarray:
         """tau(h) of each row of (N, H) features."""
         h = np.asarray(features, dtype=np.float64)
-        if not self.weights:
-            return np.full(len(h), float(_softplus(self.bias)) + TAU_FLOOR)
-        x = (h - np.asarray(self.mean)) @ np.asarray(self.projection).T
-        return np.asarray(_softplus(x @ np.asarray(self.weights) + self.bias)) + TAU_FLOOR
+        if not self.weights_:
+            return np.full(len(h), float(_softplus(self.bias_)) + TAU_FLOOR)
+        x = (h - np.asarray(self.mean_)) @ np.asarray(self.projection_).T
+        return np.asarray(_softplus(x @ np.asarray(self.weights_) + self.bias_)) + TAU_FLOOR
 
     def transform(self, logits: np.ndarray, features: np.ndarray | None = None) -> np.ndarray:
         if features is None:
             raise ValueError(
                 "Expected the hidden-state features of these items: adaptive temperature scaling reads them"
             )
-        z = np.asarray(logits, dtype=np.float64)
+        z = check_logits(logits)
         return z / self.temperatures(features)[:, None]
 
     def probs(self, logits: np.ndarray, features: np.ndarray | None = None) -> np.ndarray:
@@ -108,23 +126,23 @@ class AdaptiveTemperature(PosthocCalibrator):
         """The summary (components, decay) and every number `temperatures` reads: results.json
         keeps them, so the Playground and `calm export --variant ats` rebuild this fit from it."""
         return {
-            "components": len(self.weights),
-            "weight_decay": self.weight_decay,
-            "bias": self.bias,
-            "weights": self.weights,
-            "mean": self.mean,
-            "projection": self.projection,
+            "components": len(self.weights_),
+            "weight_decay": self.weight_decay_,
+            "bias": self.bias_,
+            "weights": self.weights_,
+            "mean": self.mean_,
+            "projection": self.projection_,
         }
 
     def describe(self, fmt: str = ".4f") -> str:
-        if not self.weights:
+        if not self.weights_:
             return (
-                f"one temperature (no feature helped on held-out folds), T = {_softplus(self.bias) + TAU_FLOOR:{fmt}}"
+                f"one temperature (no feature helped on held-out folds), T = {_softplus(self.bias_) + TAU_FLOOR:{fmt}}"
             )
-        return f"{len(self.weights)} feature components, weight decay {self.weight_decay:g}"
+        return f"{len(self.weights_)} feature components, weight decay {self.weight_decay_:g}"
 
     def check(self, source: str) -> None:
-        if len(self.projection) != len(self.weights) or any(len(row) != len(self.mean) for row in self.projection):
+        if len(self.projection_) != len(self.weights_) or any(len(row) != len(self.mean_) for row in self.projection_):
             raise ValueError(f"Expected `projection` of shape (len(weights), len(mean)) in {source}")
 
 
@@ -159,7 +177,7 @@ def _fit_once(
     lbfgs([w, b], loss, max_rounds=rounds, tol=1e-10 if rounds > CV_ROUNDS else 1e-7)
     with torch.no_grad():
         after = float(masked_nll(scaled(w, b), y))
-    return AdaptiveTemperature(
+    return AdaptiveTemperature.fitted(
         mean=mean.tolist() if k else [],
         projection=projection.tolist(),
         weights=w.detach().tolist(),

@@ -4,7 +4,8 @@ A post-hoc calibrator maps a frozen model's logits to calibrated probabilities; 
 fitted on labelled logits (S_V in a run, `--fit-ts-on` in `calm eval`) and then applied
 to every evaluation set as one more *variant* beside `base`. Its module in this package
 defines NAME and CALIBRATOR (the class; the registry in __init__ finds it). The class
-is a dataclass whose fields are its fitted parameters (what `save` writes), with:
+declares its fitted state (`fitted_state`: saved name -> default, what `save` writes),
+held after a fit or a load as `<name>_` attributes, with:
 
     name     NAME: the variant's name and its results.json key ("ts")
     label    what a person reads ("Temperature scaling")
@@ -16,20 +17,30 @@ is a dataclass whose fields are its fitted parameters (what `save` writes), with
     reads_features  False for most; True for a calibrator that reads each item's hidden
              state (ats): its fit and transform take `features` (N, H) after the logits,
              and callers that have no features skip it (`fit_with`, `apply` in __init__)
-    _fit(logits, labels) -> a new fitted calibrator (a classmethod), transform(logits) -> logits
+    takes_sample_weight  `_fit` takes `sample_weight` (N,): a weighted NLL (ts, vs)
+    _fit(logits, labels) -> a new fitted calibrator (a classmethod, building it with
+             `cls.fitted(**state)`), transform(logits) -> logits
 
-The scikit-learn estimator interface comes with it, from this base (no scikit-learn at
-run time: it is a dev dependency, the tests' reference):
+A calibrator written to the earlier contract, a dataclass whose fields are the fitted
+state (as a plug-in may be; `fitted_state` left empty), keeps working: its fields are
+its state under their own names.
 
-    ts = TemperatureScaler().fit(X, y)     # X: (N, K) logits, y: (N,) gold indices; returns ts
-    ts.predict_proba(X); ts.predict(X)     # probabilities (N, K), argmax (N,)
+scikit-learn's estimator conventions come with it, from this base (no scikit-learn at
+run time: it is a dev dependency, the tests' reference; `calibration/fitted.py`):
+
+    ts = TemperatureScaler().fit(X, y, sample_weight=None)  # X: (N, K) logits, y: (N,) gold indices
+    ts.temperature_, ts.n_features_in_, ts.classes_         # fitted state: set by fit or load
+    ts.predict_proba(X); ts.predict(X)     # probabilities (N, K), argmax (N,); NotFittedError before fit
+    ts.score(X, y)                         # mean log-likelihood of the gold options (= -NLL; higher is better)
     ts.get_params(); ts.set_params()       # the hyperparameters (`hyperparameters`; none so far)
     sklearn.base.clone(ts)                 # an unfitted calibrator with the same parameters
 
 `TemperatureScaler.fit(X, y)` on the class still returns a new fitted calibrator (every
-caller before the estimator interface; `fit` is both, see `_FitMethod`). The dataclass
-fields are the fitted state, not constructor hyperparameters in scikit-learn's sense:
-they are what `save` writes and `from_json` reads back.
+caller before the estimator interface; `fit` is both, see `_FitMethod`). Inputs are
+checked once (posthoc/inputs.py): NaN, +inf, text labels and labels outside the columns
+are refused with a message saying so. Logits of another width than the fit's are not
+refused: a temperature applies to any option count (tests/test_sklearn_calibrators.py
+lists the scikit-learn checks this and the labels-are-columns design fail, and why).
 
 Padding: logits are (N, K_max) with -inf for options an item does not have; a
 calibrator must keep them at -inf (probability 0). `fit_nll` does the fitting for
@@ -38,6 +49,7 @@ calibrators that minimise the NLL of the gold option over a few parameters.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import json
@@ -46,18 +58,37 @@ import types
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterator, TypeVar
+from typing import Any, Callable, ClassVar, Iterator, Mapping, TypeVar
 
 import numpy as np
 import torch
 
 from calm_core.calibration import metrics
+from calm_core.calibration.fitted import not_fitted
+from calm_core.calibration.posthoc.inputs import (
+    MIN_FIT_ITEMS,
+    check_fit_inputs,
+    check_labels,
+    check_logits,
+    item_weights,
+)
 
-MIN_FIT_ITEMS = 10  # fewer and the fitted temperature is mostly noise
 FIT_STATS = ("nll_before", "nll_after")  # fields a fit may record beside its parameters
 BOOKKEEPING = (*FIT_STATS, "n_fit")  # fields that are not parameters
 
 C = TypeVar("C", bound="PosthocCalibrator")
+__all__ = [  # the input checks live in inputs.py; calibrators and plug-ins import them from here
+    "MIN_FIT_ITEMS",
+    "PosthocCalibrator",
+    "check_fit_inputs",
+    "check_labels",
+    "check_logits",
+    "fit_nll",
+    "item_weights",
+    "lbfgs",
+    "masked_nll",
+    "one_thread",
+]
 
 
 class _FitMethod:
@@ -71,7 +102,10 @@ class _FitMethod:
             return types.MethodType(PosthocCalibrator._fit_in_place, obj)
 
         @functools.wraps(PosthocCalibrator._fit_in_place)
-        def fit_new(X: np.ndarray, y: np.ndarray, *args: Any, **fit_params: Any) -> PosthocCalibrator:
+        def fit_new(
+            X: np.ndarray, y: np.ndarray, *args: Any, sample_weight: Any = None, **fit_params: Any
+        ) -> PosthocCalibrator:
+            fit_params.update(owner._weight_param(sample_weight))
             return owner._fit(X, y, *args, **fit_params)._fitted_on(X)
 
         return fit_new
@@ -89,6 +123,12 @@ class PosthocCalibrator(ABC):
     reads_features: ClassVar[bool] = False
     min_items: ClassVar[int] = MIN_FIT_ITEMS  # fewer labelled items and `fit` refuses, saying why
     hyperparameters: ClassVar[tuple[str, ...]] = ()  # get_params / set_params; what `clone` copies
+    # The fitted state by its saved name (a key of `save`'s JSON) and its default where a file
+    # lacks it. Non-empty: the state is held as `<name>_` attributes, absent until `fit` or
+    # `load` sets them (scikit-learn's convention). Empty: a dataclass whose fields are the
+    # state (a calibrator written to the earlier contract, as a plug-in may be).
+    fitted_state: ClassVar[Mapping[str, Any]] = {}
+    takes_sample_weight: ClassVar[bool] = False  # `_fit` takes `sample_weight` (N,): a weighted NLL
 
     fit = _FitMethod()
 
@@ -107,33 +147,132 @@ class PosthocCalibrator(ABC):
     def _fit(cls: type[C], logits: np.ndarray, labels: np.ndarray) -> C:
         """A new calibrator fitted on (N, K) logits and (N,) gold indices."""
 
-    def _fit_in_place(self: C, X: np.ndarray, y: np.ndarray, *args: Any, **fit_params: Any) -> C:
+    def _fit_in_place(
+        self: C, X: np.ndarray, y: np.ndarray, *args: Any, sample_weight: Any = None, **fit_params: Any
+    ) -> C:
         """scikit-learn's `fit`: this calibrator fitted on X (N, K) logits and y (N,) gold
-        indices (and the features for one that reads them), returned; its hyperparameters
-        are kept, its fitted fields replaced."""
+        indices (and the features for one that reads them), each item counted
+        `sample_weight[i]` times in the NLL (None: once), returned; its hyperparameters are
+        kept, its fitted state replaced."""
+        fit_params.update(self._weight_param(sample_weight))
         fitted = type(self)._fit(X, y, *args, **fit_params)
-        for spec in dataclasses.fields(self):  # type: ignore[arg-type]
-            if spec.name not in self.hyperparameters:
-                setattr(self, spec.name, getattr(fitted, spec.name))
+        self._set_state(fitted.state())
         return self._fitted_on(X)
+
+    @classmethod
+    def _weight_param(cls, sample_weight: Any) -> dict[str, Any]:
+        """{"sample_weight": w} for `_fit`, {} without weights; a calibrator whose fit takes
+        none refuses them, saying so (scikit-learn's meta-estimators then do not pass them)."""
+        if sample_weight is None:
+            return {}
+        if not cls.takes_sample_weight:
+            raise ValueError(f"Expected no `sample_weight`: {cls.__name__} fits without item weights")
+        return {"sample_weight": sample_weight}
 
     def _fitted_on(self: C, X: np.ndarray) -> C:
         """The attributes scikit-learn reads after a fit: the option positions as classes."""
-        self.classes_ = np.arange(np.shape(X)[1])
-        self.n_features_in_ = int(np.shape(X)[1])
+        k = int(np.asarray(X).shape[1])
+        self.classes_ = np.arange(k)
+        self.n_features_in_ = k
         return self
+
+    # --- the fitted state --------------------------------------------------------------
+
+    @classmethod
+    def _state_names(cls) -> tuple[str, ...]:
+        """The saved names of the fitted state (`fitted_state`, or the dataclass fields)."""
+        if cls.fitted_state:
+            return tuple(cls.fitted_state)
+        return tuple(f.name for f in dataclasses.fields(cls) if f.name not in cls.hyperparameters)  # type: ignore[arg-type]
+
+    @classmethod
+    def _attribute(cls, name: str) -> str:
+        """The attribute that holds the state saved as `name`: `name_`, or `name` on a dataclass."""
+        return f"{name}_" if cls.fitted_state else name
+
+    def state(self) -> dict[str, Any]:
+        """The fitted state by its saved name (what `save` writes, less `kind`); before a
+        fit, NotFittedError."""
+        return {name: getattr(self, self._attribute(name)) for name in self._state_names()}
+
+    def _set_state(self, values: Mapping[str, Any]) -> None:
+        for name, value in values.items():
+            setattr(self, self._attribute(name), value)
+
+    @classmethod
+    def fitted(cls: type[C], **state: Any) -> C:
+        """A calibrator holding `state` (saved names; a name left out takes its default):
+        what `_fit` returns and `from_json` reads, e.g. `TemperatureScaler.fitted(temperature=2.0)`."""
+        if not cls.fitted_state:
+            return cls(**state)
+        unknown = sorted(set(state) - set(cls.fitted_state))
+        if unknown:
+            raise TypeError(f"Expected fitted state among {list(cls.fitted_state)}, but got {unknown}")
+        calibrator = cls()
+        calibrator._set_state({**copy.deepcopy(dict(cls.fitted_state)), **state})
+        return calibrator
+
+    def __getattr__(self, name: str) -> Any:
+        """Only reached for an attribute that is not set: a fitted-state one before `fit`
+        is NotFittedError (an AttributeError, so `hasattr` says False)."""
+        state = type(self).fitted_state
+        if name.endswith("_") and name[:-1] in state:
+            raise not_fitted(self)
+        if name in state:  # the name before the estimator conventions: say where it went
+            raise AttributeError(
+                f"{type(self).__name__!r} object has no attribute {name!r}: its fitted value is `{name}_`"
+            )
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        """Same class, hyperparameters and fitted state (both unfitted counts as the same)."""
+        if type(other) is not type(self):
+            return NotImplemented
+        assert isinstance(other, PosthocCalibrator)
+        if not type(self).fitted_state:
+            return dataclasses.astuple(self) == dataclasses.astuple(other)  # type: ignore[call-overload]
+        mine, theirs = self.__sklearn_is_fitted__(), other.__sklearn_is_fitted__()
+        same_state = mine == theirs and (not mine or self.state() == other.state())
+        return self.get_params() == other.get_params() and same_state
+
+    __hash__ = None  # type: ignore[assignment]  # mutable state: unhashable, as a dataclass with eq
+
+    def __repr__(self) -> str:
+        """scikit-learn's form, the hyperparameters; a fitted one adds its parameters."""
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        fitted = f" [{self.describe()}]" if self.__sklearn_is_fitted__() and type(self).fitted_state else ""
+        return f"{type(self).__name__}({args}){fitted}"
+
+    # --- scikit-learn's prediction methods ----------------------------------------------
 
     def predict_proba(self, X: np.ndarray, **params: Any) -> np.ndarray:
         """scikit-learn's name for `probs`: calibrated probabilities (N, K), rows summing to 1."""
+        self._check_fitted()
         return self.probs(X, **params)
 
     def fit_transform(self, X: np.ndarray, y: np.ndarray, *args: Any, **fit_params: Any) -> np.ndarray:
         """Fit, then the calibrated logits of X (scikit-learn's transformer shortcut)."""
-        return self._fit_in_place(X, y, *args, **fit_params).transform(X, *args, **fit_params)
+        params = {k: v for k, v in fit_params.items() if k != "sample_weight"}  # transform takes no weights
+        return self._fit_in_place(X, y, *args, **fit_params).transform(X, *args, **params)
 
     def predict(self, X: np.ndarray, **params: Any) -> np.ndarray:
         """The most probable option of each row (a temperature never changes it)."""
         return np.argmax(self.predict_proba(X, **params), axis=1)
+
+    def score(self, X: np.ndarray, y: np.ndarray, sample_weight: Any = None, **params: Any) -> float:
+        """The mean log-likelihood of the gold options, log p(y_i | X_i) averaged over items
+        (weighted by `sample_weight`): minus the NLL, so higher is better, as scikit-learn's
+        `score` is everywhere. X (N, K) logits, y (N,) gold indices."""
+        probs = self.predict_proba(X, **params)
+        gold = check_labels(y, len(probs), probs.shape[1])
+        weights = item_weights(sample_weight, len(gold))
+        with np.errstate(divide="ignore"):
+            log_likelihood = np.log(probs[np.arange(len(gold)), gold])  # (N,)
+        return float(np.sum(weights * log_likelihood) / np.sum(weights))
+
+    def _check_fitted(self) -> None:
+        if not self.__sklearn_is_fitted__():
+            raise not_fitted(self)
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
         """The hyperparameters by name (scikit-learn's convention); `deep` has nothing to
@@ -166,7 +305,10 @@ class PosthocCalibrator(ABC):
         )
 
     def __sklearn_is_fitted__(self) -> bool:
-        """Fitted once `fit` ran or a fitted calibrator was loaded (n_fit counts its items)."""
+        """Fitted once `fit` ran or a calibrator was loaded: its state attributes are set
+        (on a dataclass calibrator, `n_fit` counts the items it was fitted on)."""
+        if type(self).fitted_state:
+            return all(self._attribute(name) in vars(self) for name in self._state_names())
         return bool(getattr(self, "n_fit", 0))
 
     @abstractmethod
@@ -197,7 +339,8 @@ class PosthocCalibrator(ABC):
         return None
 
     def to_json(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "kind": self.kind}  # type: ignore[call-overload]
+        """The saved form: the fitted state by its saved name, and `kind`."""
+        return {**copy.deepcopy(self.state()), "kind": self.kind}
 
     @classmethod
     def from_json(cls: type[C], data: Any, source: str = "the record") -> C:
@@ -207,8 +350,7 @@ class PosthocCalibrator(ABC):
             raise ValueError(f"Expected a JSON object in {source}, but got {type(data).__name__}")
         if data.get("kind", cls.kind) != cls.kind:
             raise ValueError(f"Expected a {cls.kind}-scaling file, but {source} holds kind={data.get('kind')!r}")
-        names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
-        calibrator = cls(**{k: data[k] for k in names if k in data})
+        calibrator = cls.fitted(**{k: data[k] for k in cls._state_names() if k in data})
         calibrator.check(source)
         return calibrator
 
@@ -251,44 +393,36 @@ def fit_nll(
     labels: np.ndarray,
     init: list[torch.Tensor],
     scale: Callable[[torch.Tensor, list[torch.Tensor]], torch.Tensor],
+    sample_weight: Any = None,
 ) -> tuple[list[torch.Tensor], float, float, int]:
     """Minimise the mean NLL of softmax(scale(z, params)) at the gold option over `params`
-    (float64 tensors, started at `init`) by LBFGS to convergence. `scale` sees z with its
-    -inf padding zeroed (a -inf in a product makes a nan gradient); the padding is put
-    back after it. Returns (params, NLL before, NLL after, N)."""
+    (float64 tensors, started at `init`) by LBFGS to convergence; with `sample_weight`
+    (N,), the weighted mean sum_i w_i NLL_i / sum_i w_i (an integer weight is that many
+    copies of the item). `scale` sees z with its -inf padding zeroed (a -inf in a product
+    makes a nan gradient); the padding is put back after it. Returns (params, NLL before,
+    NLL after, N)."""
     z, y = check_fit_inputs(logits, labels)
+    w = torch.from_numpy(item_weights(sample_weight, len(y)))
     finite = torch.isfinite(z)
     z_safe = torch.where(finite, z, torch.zeros_like(z))
     params = [p.detach().clone().to(torch.float64).requires_grad_(True) for p in init]
 
     def loss() -> torch.Tensor:
         scaled = scale(z_safe, params)
-        return masked_nll(torch.where(finite, scaled, torch.full_like(scaled, -math.inf)), y)
+        return masked_nll(torch.where(finite, scaled, torch.full_like(scaled, -math.inf)), y, w)
 
-    before = float(masked_nll(z, y))
+    before = float(masked_nll(z, y, w))
     after = lbfgs(params, loss)
     return [p.detach() for p in params], before, after, len(y)
 
 
-def check_fit_inputs(
-    logits: np.ndarray, labels: np.ndarray, min_items: int = MIN_FIT_ITEMS, what: str = "a post-hoc calibrator"
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(logits, labels) as tensors, or ValueError: shapes first, then at least `min_items`
-    items (a calibrator with a larger minimum says so, and why, in `what`)."""
-    logits = np.asarray(logits, dtype=np.float64)
-    labels = np.asarray(labels, dtype=np.int64)
-    if logits.ndim != 2 or len(logits) != len(labels):
-        raise ValueError(
-            f"Expected `logits` of shape (N, K) with N = len(labels), but got {logits.shape} and {labels.shape}"
-        )
-    if len(labels) < min_items:
-        raise ValueError(f"Expected at least {min_items} items to fit {what}, but got {len(labels)}")
-    return torch.from_numpy(logits), torch.from_numpy(labels)
-
-
-def masked_nll(scaled: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean NLL of softmax(scaled) at the gold option; -inf padding stays excluded."""
-    return torch.nn.functional.cross_entropy(scaled, labels)
+def masked_nll(scaled: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean NLL of softmax(scaled) at the gold option (weighted by `weights` (N,) when
+    given: sum w_i NLL_i / sum w_i); -inf padding stays excluded."""
+    if weights is None:
+        return torch.nn.functional.cross_entropy(scaled, labels)
+    losses = torch.nn.functional.cross_entropy(scaled, labels, reduction="none")  # (N,)
+    return (weights * losses).sum() / weights.sum()
 
 
 @contextmanager

@@ -2,57 +2,59 @@
 
 One parameter, and it keeps the argmax: it changes calibration, never accuracy. It
 applies to option logits (MCQA) and, divided into every generation step's vocabulary
-logits, to generated answers (open QA).
+logits, to generated answers (open QA), whatever the number of options it was fitted on.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
-from calm_core.calibration.posthoc.base import PosthocCalibrator, fit_nll
+from calm_core.calibration.posthoc.base import PosthocCalibrator, check_logits, fit_nll
 
 NAME = "ts"  # the variant and its results.json key
 
 DEGENERATE_T = 100.0  # above this, TS has flattened the fit set's predictions to ~uniform
 
 
-@dataclass
 class TemperatureScaler(PosthocCalibrator):
-    """p = softmax(z / T), T = exp(log_t) > 0 fitted by NLL on labelled logits."""
+    """p = softmax(z / T), T = exp(log_t) > 0 fitted by NLL on labelled logits; after a
+    fit (or `load`), `temperature_` is T."""
 
     name = NAME
     label = "Temperature scaling"
     kind = "temperature"
     tasks = ("mcqa", "openqa")
     order = 0
+    fitted_state = {"temperature": 1.0, "nll_before": None, "nll_after": None, "n_fit": 0}
+    takes_sample_weight = True
 
-    temperature: float = 1.0
-    nll_before: float | None = None
-    nll_after: float | None = None
-    n_fit: int = 0
+    temperature_: float
+    nll_before_: float | None
+    nll_after_: float | None
+    n_fit_: int
 
     @classmethod
-    def _fit(cls, logits: np.ndarray, labels: np.ndarray) -> "TemperatureScaler":
+    def _fit(cls, logits: np.ndarray, labels: np.ndarray, sample_weight: Any = None) -> TemperatureScaler:
         (log_t,), before, after, n = fit_nll(
-            logits, labels, [torch.zeros((), dtype=torch.float64)], lambda z, p: z / p[0].exp()
+            logits, labels, [torch.zeros((), dtype=torch.float64)], lambda z, p: z / p[0].exp(), sample_weight
         )
-        return cls(float(log_t.exp()), before, after, n)
+        return cls.fitted(temperature=float(log_t.exp()), nll_before=before, nll_after=after, n_fit=n)
 
     def transform(self, logits: np.ndarray) -> np.ndarray:
-        return np.asarray(logits, dtype=np.float64) / self.temperature
+        return check_logits(logits) / self.temperature_
 
     def token_transform(self) -> Callable[[torch.Tensor], torch.Tensor]:
-        return lambda z: z / self.temperature
+        temperature = self.temperature_
+        return lambda z: z / temperature
 
     def describe(self, fmt: str = ".4f") -> str:
-        return f"T = {self.temperature:{fmt}}"
+        return f"T = {self.temperature_:{fmt}}"
 
     def warning(self) -> str | None:
-        if self.temperature <= DEGENERATE_T:
+        if self.temperature_ <= DEGENERATE_T:
             return None
         return (
             f"T > {DEGENERATE_T:g} makes every answer near-uniform: the fit set carries no usable "
@@ -60,8 +62,8 @@ class TemperatureScaler(PosthocCalibrator):
         )
 
     def check(self, source: str) -> None:
-        if not float(self.temperature) > 0:
-            raise ValueError(f"Expected a positive `temperature` in {source}, but got {self.temperature!r}")
+        if not float(self.temperature_) > 0:
+            raise ValueError(f"Expected a positive `temperature` in {source}, but got {self.temperature_!r}")
 
 
 CALIBRATOR = TemperatureScaler

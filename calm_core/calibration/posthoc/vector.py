@@ -7,51 +7,55 @@ is a baseline here, not a recommendation: it is not fitted by default (`default 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
 
-from calm_core.calibration.posthoc.base import PosthocCalibrator, fit_nll
+from calm_core.calibration.posthoc.base import PosthocCalibrator, check_logits, fit_nll
 
 NAME = "vs"  # the variant and its results.json key
 
 
-@dataclass
 class VectorScaler(PosthocCalibrator):
-    """p = softmax(z * w + b): a temperature w_k and shift b_k per option position."""
+    """p = softmax(z * w + b): a temperature w_k and shift b_k per option position; after a
+    fit (or `load`), `weights_` and `biases_` (K_max each)."""
 
     name = NAME
     label = "Vector scaling"
     kind = "vector"
     default = False
     order = 10
+    fitted_state = {"weights": [], "biases": [], "nll_before": None, "nll_after": None, "n_fit": 0}
+    takes_sample_weight = True
 
-    weights: list[float] = field(default_factory=list)  # empty until fitted (VectorScaler().fit(X, y))
-    biases: list[float] = field(default_factory=list)
-    nll_before: float | None = None
-    nll_after: float | None = None
-    n_fit: int = 0
+    weights_: list[float]
+    biases_: list[float]
+    nll_before_: float | None
+    nll_after_: float | None
+    n_fit_: int
 
     @classmethod
-    def _fit(cls, logits: np.ndarray, labels: np.ndarray) -> "VectorScaler":
-        k = np.shape(logits)[1] if np.ndim(logits) == 2 else 0
+    def _fit(cls, logits: np.ndarray, labels: np.ndarray, sample_weight: Any = None) -> VectorScaler:
+        k = check_logits(logits).shape[1]
         init = [torch.ones(k, dtype=torch.float64), torch.zeros(k, dtype=torch.float64)]
-        (w, b), before, after, n = fit_nll(logits, labels, init, lambda z, p: z * p[0][None, :] + p[1][None, :])
-        return cls(w.tolist(), b.tolist(), before, after, n)
+        (w, b), before, after, n = fit_nll(
+            logits, labels, init, lambda z, p: z * p[0][None, :] + p[1][None, :], sample_weight
+        )
+        return cls.fitted(weights=w.tolist(), biases=b.tolist(), nll_before=before, nll_after=after, n_fit=n)
 
     def cannot_apply(self, logits: np.ndarray) -> str | None:
         k = np.shape(logits)[1]
-        if k > len(self.weights):
-            return f"fitted on {len(self.weights)} option positions, this set has {k}"
+        if k > len(self.weights_):
+            return f"fitted on {len(self.weights_)} option positions, this set has {k}"
         return None
 
     def transform(self, logits: np.ndarray) -> np.ndarray:
-        z = np.asarray(logits, dtype=np.float64)
+        z = check_logits(logits)
         if self.cannot_apply(z):
-            raise ValueError(f"Expected at most {len(self.weights)} options (fitted K), but got {z.shape[1]}")
+            raise ValueError(f"Expected at most {len(self.weights_)} options (fitted K), but got {z.shape[1]}")
         k = z.shape[1]
-        w, b = np.asarray(self.weights[:k]), np.asarray(self.biases[:k])
+        w, b = np.asarray(self.weights_[:k]), np.asarray(self.biases_[:k])
         with np.errstate(invalid="ignore"):
             return np.where(np.isfinite(z), z * w + b, -np.inf)
 
