@@ -125,9 +125,11 @@ class PastRun:
 
     def same_kind(self, cfg: TrainConfig) -> bool:
         """Same model, task and scoring rule (steps are counted in SFT-step items, so the
-        method does not matter)."""
-        key = (self.train.get("model"), self.train.get("task", "mcqa"), self.train.get("scoring"))
-        return key == (cfg.model, cfg.task, cfg.scoring)
+        method does not matter). A rule still `auto` is the one its job will choose, which
+        for the same model on its S_V is the rule its earlier runs took: any of them counts."""
+        if (self.train.get("model"), self.train.get("task", "mcqa")) != (cfg.model, cfg.task):
+            return False
+        return cfg.scoring == "auto" or self.train.get("scoring") == cfg.scoring
 
 
 def wall_seconds(status: RunStatus) -> float | None:
