@@ -187,7 +187,8 @@ def summary_table(rows: dict, datasets: list[str], sizes: dict[str, int], below:
         have = [d for d in ood if d in sets]  # vector scaling has no row on a set with another K
         ood_acc = np.mean([sets[d]["acc"]["mean"] for d in have]) if have else float("nan")
         ood_ece = ood_mean(sets, "ece", have)
-        ood_auroc = np.mean([sets[d]["auroc"]["mean"] for d in have]) if have else float("nan")
+        aurocs = [sets[d]["auroc"]["mean"] for d in have if not np.isnan(sets[d]["auroc"]["mean"])]
+        ood_auroc = float(np.mean(aurocs)) if aurocs else float("nan")  # a set answered all right has none
         below_ece = np.mean([sets[d]["ece"]["mean"] for d in below if d in sets]) if below else float("nan")
         met = " ".join(f"{letter}{'✓' if ok else '✗'}" for letter, ok, _ in checks.get(key, [])) or "-"
         m = sets[in_domain]
