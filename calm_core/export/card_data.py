@@ -57,9 +57,11 @@ def card_data(run: RunDir, record: dict[str, Any], rows: list[dict[str, Any]], l
     named = [train.get("train_data"), train.get("heldout_data"), *(train.get("eval_data") or [])]
     hub_ids = list(dict.fromkeys(found[0] for found in map(hub_dataset, filter(None, named)) if found))
     results = eval_results(record, rows)
+    licence = hub_licence(record.get("base_model_licence"))
     return ModelCardData(
         base_model=record["base_model_hub_id"],
-        **hub_licence(record.get("base_model_licence")),
+        license=licence["license"],
+        license_name=licence.get("license_name"),
         pipeline_tag=PIPELINE_TAG,
         library_name=library,
         tags=tags,
@@ -102,9 +104,17 @@ def eval_results(record: dict[str, Any], rows: list[dict[str, Any]]) -> list[Any
         if hub is None:
             continue
         metrics = _card_metrics(by_variant.get(exported), exported)
-        where = dict(zip(("dataset_type", "dataset_config", "dataset_split"), hub, strict=True))
+        hub_id, config, split = hub
         out += [
-            EvalResult(task_type=task_type, task_name=task_name, dataset_name=dataset, **where, **metric)
+            EvalResult(
+                task_type=task_type,
+                task_name=task_name,
+                dataset_name=dataset,
+                dataset_type=hub_id,
+                dataset_config=config,
+                dataset_split=split,
+                **metric,
+            )
             for metric in metrics
         ]
     return out

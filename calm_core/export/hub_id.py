@@ -12,6 +12,7 @@ import json
 import logging
 import re
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -144,25 +145,25 @@ def base_licence(model: str) -> str | None:
     records, else the `license` of the model's README.md front matter (or config.json),
     read from its local folder or from the Hub's cache without a network; None when nothing
     says (the card then reads `unknown`)."""
-    from calm_core.scoring.models import named_model
+    from calm_core.scoring.named_models import named_model
 
-    named = named_model("embedded" if model == "embedded" else model)
+    named = named_model(model)
     if named is not None:
         return named.licence
     path = Path(model).expanduser()
     if path.is_dir():
         marker = _json_object(path / "calm_conversion.json")
-        if isinstance(marker.get("licence"), str):
-            return marker["licence"]
-        if isinstance(marker.get("name"), str) and named_model(marker["name"]) is not None:
-            return named_model(marker["name"]).licence  # type: ignore[union-attr]
+        recorded = _text(marker.get("licence"))
+        origin = named_model(marker["name"]) if isinstance(marker.get("name"), str) else None
+        if recorded or origin:
+            return recorded or (origin.licence if origin else None)
         return _readme_licence(path / "README.md") or _text(_json_object(path / "config.json").get("license"))
     if HUB_ID.match(model):
         return _readme_licence(_hub_cached(model, "README.md"))
     return None
 
 
-def _json_object(path: Path) -> dict:
+def _json_object(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
