@@ -267,24 +267,37 @@ def model_index_values(metadata: dict) -> dict[tuple[str, str], float]:
             for result in entry["results"] for metric in result["metrics"]}
 
 
-@pytest.mark.parametrize("name", ["options", "scalar-ts"])
-def test_the_card_is_a_hub_model_card_whose_numbers_are_results_json(runs, exports, tiny_model_dir: Path,
-                                                                     name: str) -> None:
+HUB_SET = "hf:allenai/ai2_arc:ARC-Easy:test"  # a set read from the Hub: the model-index names it
+
+
+def _as_hub_set(run: RunDir, root: Path) -> RunDir:
+    """A copy of `run` whose results.json rows are on a Hub set (the tiny runs evaluate on
+    built-in sets, which are no Hub datasets and so have no model-index)."""
+    copy = RunDir(shutil.copytree(run.path, root / f"{run.path.name}-hub"))
+    results = copy.results().to_json()
+    results["results"] = [{**row, "dataset": HUB_SET} for row in results["results"]]
+    (copy.path / "results.json").write_text(json.dumps(results))
+    return copy
+
+
+@pytest.mark.parametrize("name, variant", [("options", None), ("scalar", "ts")])
+def test_the_card_is_a_hub_model_card_whose_numbers_are_results_json(runs, tiny_model_dir: Path, tmp_path: Path,
+                                                                     name: str, variant: str | None) -> None:
     """YAML front matter with base_model, library_name: peft, tags and a model-index that
-    huggingface_hub reads, its acc / ece / auroc per set equal to results.json's rows for
-    the exported variant and for base."""
+    huggingface_hub reads, its accuracy / ece / roc_auc per Hub set equal to results.json's
+    row of the exported variant; base's figures are in the table, not the model-index."""
     from huggingface_hub import ModelCard
 
-    folder, run = exports[name], runs[name.split("-")[0]]
+    run = _as_hub_set(runs[name], tmp_path)
+    folder = export_run(run, tmp_path / "out", variant)
     metadata = card_metadata(folder)
     assert metadata["base_model"] == tiny_model_dir.name == json.loads((folder / "calm_export.json").read_text())[
         "base_model_hub_id"]
     assert metadata["library_name"] == "peft" and {"calibration", "calm", "multiple-choice"} <= set(metadata["tags"])
+    assert metadata["pipeline_tag"] == "text-generation" and metadata["license"] == "unknown"
     exported = json.loads((folder / "calm_export.json").read_text())["variant"]
-    rows = {(r["dataset"], r["variant"]): r for r in run.results().rows}
-    expected = {(dataset, prefix + kind): rows[(dataset, variant)][key]
-                for dataset, _ in rows for variant, prefix in ((exported, ""), ("base", "base_"))
-                for key, kind in (("acc", "accuracy"), ("ece", "ece"), ("auroc", "auroc"))}
+    row = next(r for r in run.results().rows if r["variant"] == exported)
+    expected = {(HUB_SET, kind): row[key] for key, kind in (("acc", "accuracy"), ("ece", "ece"), ("auroc", "roc_auc"))}
     assert model_index_values(metadata) == expected  # exact: the card's numbers are results.json's
     card = ModelCard((folder / "README.md").read_text())  # huggingface_hub's own parser and model-index reader
     results = card.data.eval_results
@@ -294,19 +307,17 @@ def test_the_card_is_a_hub_model_card_whose_numbers_are_results_json(runs, expor
 
 
 def test_the_card_lists_sets_added_after_training(runs, tmp_path: Path) -> None:
-    """Rows of `calm eval --run` (added_results.json) join the card's model-index, marked."""
-    import shutil
-
+    """Rows of `calm eval --run` (added_results.json) join the card, marked; a built-in set
+    is named in the text, not in the model-index."""
     run = RunDir(shutil.copytree(runs["options"].path, tmp_path / "runs" / "copy"))
     added = [{**row, "dataset": "builtin/units/test", "added_after_training": True, "fingerprint": "sha256:0"}
              for row in run.results().rows]
     run.add_results(added)
     folder = export_run(run, tmp_path / "out")
-    values = model_index_values(card_metadata(folder))
-    calm = next(r for r in added if r["variant"] == "calm")
-    assert values[("builtin/units/test (added)", "ece")] == calm["ece"]
-    assert ("builtin/capitals/test", "ece") in values
-    assert "Added after training (`calm eval --run`): builtin/units/test (added)" in (folder / "README.md").read_text()
+    assert "model-index" not in card_metadata(folder)  # built-in sets only: no Hub dataset to index
+    card = (folder / "README.md").read_text()
+    assert "Added after training (`calm eval --run`): builtin/units/test (added)" in card
+    assert "`builtin/units/test` (a CALM Studio built-in set, not on the Hub)" in card
 
 
 @pytest.mark.parametrize("scope", ["vocab", "options", "scalar"])

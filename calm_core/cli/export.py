@@ -27,7 +27,8 @@ def add_parsers(sub: Any) -> None:
     ex.add_argument("target", type=Path)
     ex.add_argument(
         "--variant",
-        help="the trained model at its selected step (default), base, ts, vs, ats (a temperature per "
+        help="the trained model at its selected step (default; the variant of a threshold saved with "
+        "`calm selective --save` when it is another), base, ts, vs, ats (a temperature per "
         "question, read from its hidden state), thermometer (one temperature per set of questions, read "
         "from their mean hidden state: needs a batch of the target domain's inputs, no answers), or "
         "recommended (the run's recommendation on S_V); every variant loads the same way",
@@ -57,12 +58,15 @@ def add_parsers(sub: Any) -> None:
 
 def cmd_export(args: argparse.Namespace) -> int:
     """A folder that loads with transformers + peft alone (calm_core.export.folder)."""
-    from calm_core.export.folder import export_run
+    from calm_core.export.folder import export_run, saved_threshold_variant
 
     if args.public and not args.push_to_hub:
         raise ValueError("Expected --public only with --push-to-hub, but no repo was given")
     run = RunDir.at(args.run_id, args.runs_root)
-    folder = export_run(run, args.target, args.variant, args.thermometer, merged=args.merged)
+    variant, note = saved_threshold_variant(run, args.variant)  # the saved threshold's variant, or a line
+    if note:
+        print(note)
+    folder = export_run(run, args.target, variant, args.thermometer, merged=args.merged)
     record = json.loads((folder / "calm_export.json").read_text())
     fold = f", merged: fold {record['merged']['fold']}" if args.merged else ""
     print(

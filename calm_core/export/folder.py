@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from calm_core.export.model_card import export_card
-from calm_core.export.record import EXPORT_FILE, export_record, selective_record
+from calm_core.export.record import EXPORT_FILE, export_record, variant_record
 from calm_core.export.thermometer import (
     THERMOMETER,
     THERMOMETER_FILE,
@@ -134,6 +134,32 @@ def recommended_export(run: RunDir) -> str | None:
         except ValueError:  # a VS weight <= 0, an ATS recorded without its weights: the export says why
             return None
     return variant if variant in POSTHOC_EXPORTS and variant != method else None
+
+
+def saved_threshold_variant(run: RunDir, variant: str | None) -> tuple[str | None, str | None]:
+    """(the variant to export, a line to show or None) given the `variant` asked for and the
+    run's saved selective threshold (selective.json: `calm selective --save`), which an
+    export carries only for the variant it was chosen for. Nothing asked: the saved
+    threshold's variant where it exports as a folder, else the trained model; a threshold
+    that is not in the export is said in one line, never dropped in silence."""
+    saved = (run.selective() or {}).get("variant")
+    method = run.config.train_method or "calm"
+    if not isinstance(saved, str):
+        return variant, None
+    if variant is None and saved != method and saved in (*POSTHOC_EXPORTS, THERMOMETER):
+        return saved, (
+            f"exporting {saved}: the saved selective threshold is {saved}'s (`calm selective --save`); "
+            f"--variant {method} exports the trained model without it"
+        )
+    results = run.results_or_none()
+    exported = (results.recommended if results is not None else None) if variant == "recommended" else variant
+    exported = exported or method
+    if exported == saved:
+        return variant, None
+    return variant, (
+        f"note: the saved selective threshold belongs to {saved}, not {exported}: this export has none "
+        f"(`--variant {saved}` carries it; `calm selective {run.run_id} --variant {exported} --save` saves one)"
+    )
 
 
 def _variant_source(
@@ -253,9 +279,7 @@ def _write_folder(run: RunDir, step: int, checkpoint: Path, folder: Path, varian
     from calm_core.calibration.head_base import HEAD_FILENAME
 
     portable = Portable.of(run)
-    record = portable.data(
-        {**export_record(run, step, checkpoint), "variant": variant, "selective": selective_record(run, variant)}
-    )
+    record = portable.data({**export_record(run, step, checkpoint), **variant_record(run, variant)})
     adapter = json.loads((checkpoint / "adapter_config.json").read_text(encoding="utf-8"))
     adapter["base_model_name_or_path"] = record["base_model_hub_id"]
     _write_json(folder / "adapter_config.json", portable.data(adapter))

@@ -12,6 +12,7 @@ import json
 import logging
 import re
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -136,3 +137,67 @@ def portable_base_model(model: str) -> tuple[str, str]:
     if HUB_ID.match(model):
         return model, "the run's model setting (a hub id)"
     return path.name, f"the name of {path.name} (a local path that is no longer there)"  # never the path
+
+
+def base_licence(model: str) -> str | None:
+    """The terms the run's base model comes under, as its source states them: a named
+    model's `licence` (scoring/named_models.py), the `licence` a converted copy's marker
+    records, else the `license` of the model's README.md front matter (or config.json),
+    read from its local folder or from the Hub's cache without a network; None when nothing
+    says (the card then reads `unknown`)."""
+    from calm_core.scoring.named_models import named_model
+
+    named = named_model(model)
+    if named is not None:
+        return named.licence
+    path = Path(model).expanduser()
+    if path.is_dir():
+        marker = _json_object(path / "calm_conversion.json")
+        recorded = _text(marker.get("licence"))
+        origin = named_model(marker["name"]) if isinstance(marker.get("name"), str) else None
+        if recorded or origin:
+            return recorded or (origin.licence if origin else None)
+        return _readme_licence(path / "README.md") or _text(_json_object(path / "config.json").get("license"))
+    if HUB_ID.match(model):
+        return _readme_licence(_hub_cached(model, "README.md"))
+    return None
+
+
+def _json_object(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _text(value: object) -> str | None:
+    return value.strip() if isinstance(value, str) and value.strip() else None
+
+
+def _readme_licence(readme: Path | None) -> str | None:
+    """`license` of a model card's YAML front matter, None without one."""
+    import yaml
+
+    try:
+        text = readme.read_text(encoding="utf-8") if readme is not None else ""
+    except OSError:
+        return None
+    if not text.startswith("---"):
+        return None
+    try:
+        front = yaml.safe_load(text.split("---", 2)[1])
+    except (yaml.YAMLError, IndexError):
+        return None
+    return _text(front.get("license")) if isinstance(front, dict) else None
+
+
+def _hub_cached(repo: str, filename: str) -> Path | None:
+    """`filename` of Hub repo `repo` where the Hub's cache has it (no network), else None."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(repo, filename)
+    except (ImportError, ValueError, OSError):
+        return None
+    return Path(found) if isinstance(found, str) else None

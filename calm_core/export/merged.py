@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,6 +45,7 @@ import torch
 from calm_core.calibration.head import CalibrationHead
 from calm_core.calibration.head_base import Head
 from calm_core.data.schema import MCItem
+from calm_core.io import default_mode
 from calm_core.runs.rundir import RunDir
 
 if TYPE_CHECKING:
@@ -263,6 +265,9 @@ def write_merged(run: RunDir, step: int, source: Path, folder: Path, variant: st
         from safetensors.torch import save_file
 
         save_file({"shift": fold.shift.float().contiguous()}, str(folder / SHIFT_FILE), {"format": "calm_studio.shift"})
+    for written in folder.iterdir():  # transformers writes its weights 0600: a serving account could not read them
+        if written.is_file():
+            os.chmod(written, default_mode())
     return merged_record(fold, check, letters, model, untied)
 
 
@@ -273,27 +278,31 @@ def _per_option(head: Head | None) -> bool:
 def write_merged_folder(run: RunDir, step: int, source: Path, folder: Path, variant: str) -> None:
     """The merged folder: the model and tokenizer (`write_merged`), calm_export.json with
     its `merged` record, calm_config.json and the card; every JSON file passes through the
-    run's Portable, so no local path leaves the machine."""
+    run's Portable, so no local path leaves the machine, and config.json names the base
+    model by its hub id (a converted copy records the GGUF's display name there)."""
     from calm_core.export.merged_card import merged_card
-    from calm_core.export.record import EXPORT_FILE, export_record, selective_record
+    from calm_core.export.record import EXPORT_FILE, export_record, variant_record
     from calm_core.runs.portable import Portable, portable_config
 
     portable = Portable.of(run)
     merged = write_merged(run, step, source, folder, variant)
+    record = portable.data({**export_record(run, step, source), **variant_record(run, variant), "merged": merged})
     for name in SETTINGS_FILES:  # a recorded path becomes a name (never the vocabulary: a token may look like one)
         if (folder / name).is_file():
-            _write_json(folder / name, portable.data(json.loads((folder / name).read_text(encoding="utf-8"))))
-    record = portable.data(
-        {
-            **export_record(run, step, source),
-            "variant": variant,
-            "merged": merged,
-            "selective": selective_record(run, variant),
-        }
-    )
+            settings = portable.data(json.loads((folder / name).read_text(encoding="utf-8")))
+            if name == "config.json":
+                settings.update(base_model_names(settings, record["base_model_hub_id"]))
+            _write_json(folder / name, settings)
     _write_json(folder / "calm_config.json", portable.data(portable_config(run.config)))
     _write_json(folder / EXPORT_FILE, record)
     (folder / "README.md").write_text(portable.text(merged_card(run, record)), encoding="utf-8")
+
+
+def base_model_names(config: dict[str, Any], hub_id: str) -> dict[str, str]:
+    """config.json's keys that name the model it came from, set to the base model's hub id:
+    `_name_or_path`, and `_model_name_or_path` where the converted copy wrote one."""
+    keys = ["_name_or_path", *(["_model_name_or_path"] if "_model_name_or_path" in config else [])]
+    return dict.fromkeys(keys, hub_id)
 
 
 def _write_json(path: Path, data: Any) -> None:

@@ -30,9 +30,9 @@ def merged_card(run: RunDir, record: dict[str, Any]) -> str:
     rows = card_body_rows(run)
     merged = record["merged"]
     body = (
-        f"# {run.run_id}\n\nThe run's model with its LoRA adapter merged into the weights (peft `merge_and_unload`): "
-        "a plain transformers model that vLLM (`vllm serve path/to/this/folder`), TGI and "
-        "`AutoModelForCausalLM.from_pretrained` load with no other code.\n\n"
+        f"# {run.run_id}\n\n{merged_words(record)}: a plain transformers model that vLLM "
+        "(`vllm serve path/to/this/folder`), TGI and `AutoModelForCausalLM.from_pretrained` load with no "
+        "other code.\n\n"
         + trained_line(run, record)
         + "\n\n## Calibration in the weights\n\n"
         + fold_words(record)
@@ -44,6 +44,27 @@ def merged_card(run: RunDir, record: dict[str, Any]) -> str:
         + results_section(rows)
     )
     return card_text(run, record, rows, body, library="transformers")
+
+
+def merged_words(record: dict[str, Any]) -> str:
+    """What was merged, from calm_export.json: the trained adapter, or a zero one (`adapter_zero`:
+    a post-hoc variant zeroes the trained adapter; step 0's never moved), whose merge leaves
+    the base model's weights as they were."""
+    variant, step = record.get("variant", record["method"]), record["step"]
+    if not record.get("adapter_zero"):
+        return (
+            f"The run's model (`{variant}`, step {step}) with its LoRA adapter merged into the weights "
+            "(peft `merge_and_unload`)"
+        )
+    why = (
+        f"the `{variant}` variant zeroes the trained adapter's B matrices"
+        if variant != record["method"]
+        else f"step {step}, the selected one, is the untrained start: its B matrices are still zero"
+    )
+    return (
+        f"`{variant}` over the untouched base model. The weights are the base model's own weights: the adapter is "
+        f"zero ({why}), so merging it changed none of them; the calibration is below"
+    )
 
 
 def fold_words(record: dict[str, Any]) -> str:

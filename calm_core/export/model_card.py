@@ -23,15 +23,16 @@ def export_card(run: RunDir, record: dict[str, Any]) -> str:
     ts = record["ts_temperature"]
     rows = card_body_rows(run)
     variant = record.get("variant", record["method"])
+    fitted = fitted_on(record)
     what = {
         "base": "the **untouched base model** (the adapter's B matrices are zero, no head): the run's "
         "recommendation on S_V",
         "ts": f"**temperature scaling** of the base model (T = {ts or 0:.4f}, "
-        "fitted on S_V, as a scalar head over a zero adapter)",
-        "vs": "**vector scaling** of the base model (softmax(z w + b) per option position, fitted on S_V, "
+        f"{fitted}, as a scalar head over a zero adapter)",
+        "vs": f"**vector scaling** of the base model (softmax(z w + b) per option position, {fitted}, "
         "as an uncentred options head over a zero adapter: tau = 1 / w, l = b)",
         "ats": "**adaptive temperature scaling** of the base model (a temperature per question, "
-        "tau(h) = softplus(w . x(h) + b), read from the question's hidden state; fitted on S_V, as an "
+        f"tau(h) = softplus(w . x(h) + b), read from the question's hidden state; {fitted}, as an "
         f"{'adaptive' if record['head_scope'] == 'adaptive' else 'scalar (it chose one temperature)'} "
         "head over a zero adapter)",
         "thermometer": "a **thermometer** over the base model (Shen et al., ICML 2024: one temperature for a whole "
@@ -54,6 +55,32 @@ def export_card(run: RunDir, record: dict[str, Any]) -> str:
         + results_section(rows)
     )
     return card_text(run, record, rows, body)
+
+
+def fitted_on(record: dict[str, Any]) -> str:
+    """What the exported post-hoc calibrator was fitted on, from calm_export.json's `fit`
+    (results.json's `fit_on` and `calibrate_on`)."""
+    fit = record.get("fit") or {}
+    data, where = fit.get("data"), fit.get("calibrate_on")
+    if not data:
+        return "fitted on items results.json does not record"
+    if where == "all":
+        return (
+            f"fitted on S_T + S_V (`{data}`, calibrate_on = all: every labelled item; the recommendation "
+            "compared it k-fold cross-fitted)"
+        )
+    return f"fitted on S_V (`{data}`)" if where == "heldout" else f"fitted on `{data}`"
+
+
+def steps_words(record: dict[str, Any]) -> str:
+    """The steps the run took, from calm_export.json's `steps_run`, `step_limit` and
+    `stopped_early` (status.json and the calibrated stop's record), never the limit alone."""
+    ran, limit, stopped = record.get("steps_run"), record.get("step_limit"), record.get("stopped_early")
+    if ran is None:
+        return f"a limit of {limit} steps (the run records no steps taken)"
+    if stopped is not None:
+        return f"{ran} steps (stopped early; the limit was {limit})"
+    return f"{ran} steps" + (f" (of a limit of {limit})" if limit is not None and ran < limit else "")
 
 
 def selective_section(record: dict[str, Any]) -> str:
@@ -103,12 +130,17 @@ def trained_line(run: RunDir, record: dict[str, Any]) -> str:
             "differ a little from the run's. For the run's own numbers load CALM Studio's embedded copy "
             "(`base_model_fingerprint` in calm_export.json names its files).\n"
         )
+    held = (
+        f"the adapter and head of step {record['step']}"
+        if record.get("variant", record["method"]) == record["method"]
+        else f"the trained model's selected step is {record['step']}, which this folder does not hold"
+    )
     return (
         f"Trained with CALM Studio: task `{record['task']}`, method `{record['method']}`, "
         f"{_scope_words(record)}base model `{hub}` (`{train.get('model')}` in the run), scoring "
-        f"`{scoring['rule']}`{' with the chat template' if scoring['chat_template'] else ''}, {train.get('steps')} "
-        f"steps on `{train.get('train_data')}` (S_V: `{train.get('heldout_data')}`); the adapter and head of step "
-        f"{record['step']}{_selected_note(run)}.\n{weights_note}"
+        f"`{scoring['rule']}`{' with the chat template' if scoring['chat_template'] else ''}, {steps_words(record)} "
+        f"on `{train.get('train_data')}` (S_V: `{train.get('heldout_data')}`); {held}{_selected_note(run)}.\n"
+        f"{weights_note}"
     )
 
 
@@ -125,7 +157,28 @@ def results_section(rows: list[dict[str, Any]]) -> str:
             else "No final evaluation: the run has not finished (no results.json).\n"
         )
         + "".join(f"\nAdded after training (`calm eval --run`): {line}.\n" for line in added_lines(rows))
+        + local_sets_note(rows)
     )
+
+
+def local_sets_note(rows: list[dict[str, Any]]) -> str:
+    """The evaluation sets that are not Hub datasets, named in words: the metadata's
+    `datasets` and model-index hold Hub ids only (card_data.hub_dataset)."""
+    from calm_core.export.card_data import hub_dataset
+
+    local = [raw for raw in dict.fromkeys(row["dataset_raw"] for row in rows) if hub_dataset(raw) is None]
+    if not local:
+        return ""
+    named = ", ".join(f"`{raw}` ({_set_kind(raw)})" for raw in local)
+    return f"\nNot Hub datasets, so not in the metadata's `datasets` and model-index: {named}.\n"
+
+
+def _set_kind(name: str) -> str:
+    if name.startswith("builtin/"):
+        return "a CALM Studio built-in set, not on the Hub"
+    if name.startswith("upload/"):
+        return "a set uploaded to CALM Studio, not on the Hub"
+    return "a local set, not on the Hub"
 
 
 def card_text(run: RunDir, record: dict[str, Any], rows: list[dict[str, Any]], body: str, library: str = "peft") -> str:

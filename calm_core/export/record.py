@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from calm_core.export.hub_id import portable_base_model
+from calm_core.export.hub_id import base_licence, portable_base_model
 from calm_core.export.thermometer import THERMOMETER_FILE, thermometer_record
 from calm_core.runs.portable import Portable
 from calm_core.runs.rundir import RunDir
@@ -36,6 +36,7 @@ def export_record(run: RunDir, step: int, checkpoint: Path) -> dict[str, Any]:
     results = run.results_or_none()
     ts = (results.calibrator("ts") if results is not None else None) or {}
     environment = config.environment or {}
+    model = str(train.get("model", "embedded"))
     return {
         "format": "calm_studio.export",
         "format_version": 1,
@@ -48,7 +49,10 @@ def export_record(run: RunDir, step: int, checkpoint: Path) -> dict[str, Any]:
         "base_model_setting": portable.model_name,  # `embedded`, a hub id, or a local model's base name
         "base_model_fingerprint": portable.fingerprint,  # its files' hash (provenance.model_fingerprint)
         "base_model_dtype": _model_dtype(run),  # how the run loaded it
-        "base_model_local_copy": local_copy(str(train.get("model", "embedded"))),  # under CALM Studio's cache
+        "base_model_local_copy": local_copy(model),  # under CALM Studio's cache
+        "base_model_licence": base_licence(model),  # as the model's source states it; None: nothing says
+        "adapter_zero": adapter_is_zero(checkpoint),  # delta W = B A = 0: the base model's own weights
+        **steps_record(run),
         "head_scope": scope,
         "center": None if head is None else head.centred,  # as CalibrationHead.forward applies it
         "scoring": ScoringConfig(rule=train["scoring"], chat_template=bool(train.get("chat_template"))).to_dict(),
@@ -58,6 +62,48 @@ def export_record(run: RunDir, step: int, checkpoint: Path) -> dict[str, Any]:
         "calm_core": {"version": calm_core.__version__, "git": git_commit()},
         "trained_with": {"git": environment.get("git"), "versions": environment.get("versions")},
     }
+
+
+def steps_record(run: RunDir) -> dict[str, Any]:
+    """How far the run went: `steps_run` (status.json's last step; None when it has no
+    status), `step_limit` (config.json's `steps`) and `stopped_early` (the calibrated stop's
+    step, None when the run went to its limit). The card says these, never the limit alone."""
+    status = run.status_or_none()
+    results = run.results_or_none()
+    selection = (status.selection if status is not None else None) or (results.selection if results else None) or {}
+    stopped = selection.get("stopped_early")
+    limit = run.config.train.get("steps")
+    return {
+        "steps_run": status.step if status is not None else None,
+        "step_limit": limit if isinstance(limit, int) else None,
+        "stopped_early": stopped if isinstance(stopped, int) else None,
+    }
+
+
+def adapter_is_zero(checkpoint: Path) -> bool:
+    """Whether every LoRA B matrix of `checkpoint`'s adapter is zero (a post-hoc variant's
+    zeroed adapter, or step 0's untrained one): merged, it changes no weight."""
+    from safetensors import safe_open
+
+    file = checkpoint / "adapter_model.safetensors"
+    if not file.is_file():
+        return False
+    with safe_open(str(file), framework="pt") as tensors:
+        return all(not tensors.get_tensor(key).any() for key in tensors.keys() if "lora_B" in key)
+
+
+def variant_record(run: RunDir, variant: str) -> dict[str, Any]:
+    """The exported variant's part of calm_export.json: its name, what its post-hoc
+    calibrator was fitted on (`fit`: results.json's `fit_on` and `calibrate_on`, None for
+    the trained model and the untouched one) and its saved selective threshold."""
+    results = run.results_or_none()
+    fitted = (results.calibrator(variant) if results is not None else None) or {}
+    fit = (
+        {"data": fitted["fit_on"], "calibrate_on": fitted.get("calibrate_on")}
+        if isinstance(fitted.get("fit_on"), str)
+        else None
+    )
+    return {"variant": variant, "fit": fit, "selective": selective_record(run, variant)}
 
 
 def _model_dtype(run: RunDir) -> str | None:
