@@ -39,10 +39,20 @@ def busy_studio(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tup
     holder = create_run(TrainConfig.preset("quick"))
     now = time.time()
     holder.write_status("running", pid=sleeper.pid, started=now, heartbeat=now)
+    beating = threading.Event()
+
+    def beat() -> None:  # a live job's heartbeat: drawing 30 sessions can outlast the 60 s that make one stale
+        while not beating.wait(5.0):
+            holder.update_status(heartbeat=time.time())
+
+    heart = threading.Thread(target=beat, daemon=True)
+    heart.start()
     server, port, log, _ = _start(tmp_path, shared=True, extra_env={"CALM_MAX_JOBS": "1"})
     try:
         yield port, holder.path.parent
     finally:
+        beating.set()
+        heart.join(timeout=10)
         _stop(server, log)
         sleeper.kill()
         sleeper.wait()
