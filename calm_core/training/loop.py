@@ -30,14 +30,7 @@ import torch
 from calm_core.calibration.head import CalibrationHead, acts_on_for, make_head, shifts_allowed
 from calm_core.data.stream import max_choices
 from calm_core.faults import fault_point
-from calm_core.runs.events import (
-    TENSORBOARD,
-    EventLog,
-    final_counts,
-    final_scalars,
-    hparams_of,
-    tensorboard_choice,
-)
+from calm_core.runs.events import TENSORBOARD, EventLog, final_counts, final_scalars, hparams_of, tensorboard_choice
 from calm_core.runs.rundir import RunDir
 from calm_core.runs.state import FINAL_PHASE
 from calm_core.scoring.adapters import attach_lora, lora_parameters, quantization_choice
