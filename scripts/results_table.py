@@ -151,7 +151,8 @@ def verdict_checks(rows: dict, datasets: list[str], sizes: dict[str, int]) -> di
         worse = {d: round(sets[d]["ece"]["mean"] - base[d]["ece"]["mean"], 3) for d in datasets
                  if sets[d]["ece"]["mean"] > base[d]["ece"]["mean"] + ECE_SLACK}
         out.append(("f", not worse, f"ECE worse than base + {ECE_SLACK} on {worse or 'no set'}"))
-        auroc, base_auroc = (np.mean([s[d]["auroc"]["mean"] for d in datasets]) for s in (sets, base))
+        auroc, base_auroc = (np.nanmean([s[d]["auroc"]["mean"] for d in datasets]) for s in (sets, base))  # none
+        # on a set answered all right
         out.append(("g", bool(auroc >= base_auroc - 1e-12), f"mean AUROC {auroc:.3f} vs base {base_auroc:.3f}"))
     return checks
 
