@@ -604,7 +604,7 @@ def test_train_config_openqa_validation() -> None:
         TrainConfig(task="openqa", method="regularization")
     assert TrainConfig(task="openqa").effective_scope == "vocab"
     assert TrainConfig(task="openqa", scope="scalar").effective_scope == "scalar"
-    assert TrainConfig().effective_scope == "scalar"  # mcqa under cloze: the only scope that cannot re-rank
+    assert TrainConfig(scoring="cloze").effective_scope == "scalar"  # mcqa under cloze: the only one that cannot re-rank
     assert TrainConfig(scoring="letter").effective_scope == "vocab"  # the paper's head at the answer letter
     assert TrainConfig(task="mcqa", method="regularization").task == "mcqa"  # fine for MCQA
     with pytest.raises(ValueError, match="task"):

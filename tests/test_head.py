@@ -258,11 +258,12 @@ def test_train_config_refuses_a_reranking_head_under_cloze_and_picks_the_papers_
     from calm_core.training.config import TrainConfig
 
     with pytest.raises(ValueError, match="re-rank"):
-        TrainConfig(scope="options")
+        TrainConfig(scope="options", scoring="cloze")
     with pytest.raises(ValueError, match="re-rank"):
         TrainConfig(scope="vocab", scoring="cloze_norm")
-    assert TrainConfig(method="sft", scope="options").method == "sft"  # no head, nothing to refuse
-    assert TrainConfig().effective_scope == "scalar"
+    assert TrainConfig(method="sft", scope="options", scoring="cloze").method == "sft"  # no head, nothing to refuse
+    assert TrainConfig(scoring="cloze").effective_scope == "scalar"
+    assert TrainConfig().effective_scope == "auto"  # scoring auto: the scope follows the rule the job takes
     assert TrainConfig(scoring="letter").effective_scope == "vocab"
 
 

@@ -244,7 +244,7 @@ class TrainConfig:
                 f"Expected `method` to be one of {list(task.METHODS)} for task {self.task}, but got "
                 f"{self.method!r} (it works on option scores)"
             )
-        if method.USES_HEAD and self.scoring != AUTO_SCORING:  # an auto rule is checked once the job resolves it
+        if method.USES_HEAD and not (self.scoring == AUTO_SCORING and self.task == "mcqa"):  # checked once resolved
             check_scope_fits(self.effective_scope, self.scoring, self.task)
 
     @property
