@@ -40,8 +40,7 @@ def measure(lm, name: str, chat: bool, limit: int) -> dict:
     items = load_mc_items(f"builtin/{name}/validation", limit=limit)
     scores = Scorer.of(lm, progress=False).score(items, ScoringConfig(rule="letter", chat_template=chat))
     logits, gold = np.asarray(scores.logits, dtype=np.float64), np.asarray(scores.gold)
-    probs = np.exp(logits - logits.max(1, keepdims=True))
-    probs /= probs.sum(1, keepdims=True)
+    probs = scores.probs()  # the one softmax over options (OptionScores), padding kept at zero
     correct = probs.argmax(1) == gold
     acc = wilson(int(correct.sum()), len(gold))
     ts = TemperatureScaler().fit(logits, gold)
