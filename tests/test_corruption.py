@@ -82,7 +82,7 @@ def workspace(template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("CALM_WORKSPACE", str(copy))
     monkeypatch.setattr(cli_train, "_graceful", lambda run: None)
 
-    def inline(run_dir: RunDir, command: list[str], env: dict | None = None) -> int:
+    def inline(run_dir: RunDir, command: list[str], env: dict | None = None, credentials: bool = True) -> int:
         run_dir.write_status("running", pid=os.getpid(), started=time.time())
         cli_train.run_in_process(RunDir.open(run_dir.path), show_progress=False)
         return os.getpid()
