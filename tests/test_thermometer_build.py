@@ -92,3 +92,29 @@ def test_the_cli_builds_for_the_model_it_is_given(
     alone = tmp_path / "alone.json"
     assert thermometer_build.main([*argv, "--no-table", "--out", str(alone)]) == 0  # the scores are cached now
     assert load_thermometer(alone).model == str(tiny_model_dir) and not table.exists()
+
+
+def test_a_thermometer_built_under_letter_and_chat_serves_only_runs_under_that_rule(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The paper's setting (letter answers in the chat template) reads another hidden state
+    than cloze: the build records the rule with the template, keeps its scores apart from
+    cloze's, and a run under cloze or under plain letters is refused it."""
+    from calm_core.training import thermometer_build
+
+    monkeypatch.setenv("CALM_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("CALM_DATA_DIR", str(tmp_path / "no-shared-data"))
+    monkeypatch.setattr(thermometer_build, "TRAIN_SETS", thermometer_build.TRAIN_SETS[:4])
+    out = tmp_path / "letter.json"
+    argv = ["--model", str(tiny_model_dir), "--limit", "10", "--no-table", "--out", str(out)]
+    assert thermometer_build.main([*argv, "--scoring", "letter", "--chat"]) == 0
+    assert load_thermometer(out).scoring == "letter+chat"
+    cached = sorted(p.name for p in thermometer_build.score_cache(str(tiny_model_dir)).glob("*.parquet"))
+    assert len(cached) == 4 and all(name.endswith("-10-letter_chat.parquet") for name in cached)
+    width = None
+    monkeypatch.setattr(thermometer_module, "thermometer_path", lambda m: out)
+    found, why = run_thermometer(str(tiny_model_dir), "letter+chat", width)
+    assert found is not None and why is None
+    for other in ("cloze", "letter"):
+        found, why = run_thermometer(str(tiny_model_dir), other, width)
+        assert found is None and f"was trained under letter+chat scoring, not {other}" in why

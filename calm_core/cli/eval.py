@@ -159,6 +159,7 @@ def _thermometer(args: argparse.Namespace) -> Any:
     """The thermometer of --thermometer (None without it), checked before the model loads:
     its file must exist and it must have been trained on this model's hidden states."""
     from calm_core.calibration.thermometer import build_command, load_thermometer, mismatch, thermometer_path
+    from calm_core.scoring.prompts import ScoringConfig
 
     if args.thermometer is None:
         return None
@@ -167,7 +168,7 @@ def _thermometer(args: argparse.Namespace) -> Any:
     if not path.is_file():
         raise UsageError(f"no thermometer at {path}: build {model}'s with `{build_command(model)}`")
     thermometer = load_thermometer(path)
-    why = mismatch(thermometer, model, args.scoring or "cloze")
+    why = mismatch(thermometer, model, ScoringConfig(rule=args.scoring or "cloze", chat_template=args.chat).name)
     if why:
         raise UsageError(f"the thermometer at {path} {why}")
     return thermometer

@@ -3,10 +3,13 @@
     python -m calm_core.training.thermometer_build                       # the embedded model's
     python -m calm_core.training.thermometer_build --model gemma3-270m   # any model `calm eval` takes
     python -m calm_core.training.thermometer_build --limit 60            # fewer items a set
+    python -m calm_core.training.thermometer_build --model qwen2.5-coder-1.5b --scoring letter --chat
+                                                                          # the rule the model's runs take
 
 1. Scores every labelled training set (`TRAIN_SETS`: the built-in domains' validation
    splits and the real sets' dev splits in CALM_DATA_DIR) with the model under cloze
-   scoring, capturing the hidden state (scoring.features); each set's scores are cached
+   scoring (or `--scoring`/`--chat`: a thermometer reads the state of one rule, and a run
+   uses it only under that rule), capturing the hidden state (scoring.features); each set's scores are cached
    under the model cache (`thermometer/[<model>/]<set>.parquet`: the embedded model's
    where they always were, another's in a folder of its own), so a second build only trains.
 2. Trains the thermometer on all of them (calibration/thermometer.py), names the model
@@ -76,19 +79,23 @@ def available_sets(names: tuple[str, ...]) -> list[str]:
     return [n for n in names if n.startswith("builtin/") or (real is not None and (real / n.split("/")[0]).is_dir())]
 
 
-def scored(lm: Any, name: str, limit: int, cache: Path) -> Labelled:
-    """The set's cloze scores with features, from the cache when this build made them before."""
+def scored(lm: Any, name: str, limit: int, cache: Path, rule: Any = None) -> Labelled:
+    """The set's scores under `rule` (a ScoringConfig; cloze when None) with features, from
+    the cache when this build made them before (cloze's under their old names, so an
+    existing cache stays valid; another rule's with its name in the file name)."""
     from calm_core.scoring.evaluate import load_mc_items
     from calm_core.scoring.options import read_scores
     from calm_core.scoring.prompts import ScoringConfig
     from calm_core.scoring.scorer import Capture, Scorer
 
-    path = cache / f"{name.replace('/', '__')}-{limit}.parquet"
+    rule = rule or ScoringConfig(rule="cloze")
+    suffix = "" if rule.name == "cloze" else f"-{rule.name.replace('+', '_')}"
+    path = cache / f"{name.replace('/', '__')}-{limit}{suffix}.parquet"
     if path.exists():
         scores = read_scores(path)
     else:
         items = load_mc_items(name, limit)
-        scores = Scorer.of(lm).score(items, ScoringConfig(rule="cloze"), capture=Capture.FEATURES, dataset=name)
+        scores = Scorer.of(lm).score(items, rule, capture=Capture.FEATURES, dataset=name)
         path.parent.mkdir(parents=True, exist_ok=True)
         scores.to_frame().to_parquet(path)
     assert scores.features is not None
@@ -173,17 +180,23 @@ def default_table(model: str) -> Path:
     return PROJECT_ROOT / "docs" / "results" / f"thermometer_lodo{suffix}.json"
 
 
-def build(lm: Any, model: str, limit: int, out: Path, table: bool = True) -> tuple[Thermometer, list[dict[str, Any]]]:
-    """Score (or read the cached scores of) every available set, train on the training
-    sets, save the thermometer named for `model` at `out`; (it, the held-out rows).
+def build(
+    lm: Any, model: str, limit: int, out: Path, table: bool = True, rule: Any = None
+) -> tuple[Thermometer, list[dict[str, Any]]]:
+    """Score (or read the cached scores of) every available set under `rule` (a
+    ScoringConfig; cloze when None), train on the training sets, save the thermometer named
+    for `model` and the rule at `out`; (it, the held-out rows).
     `table=False` scores no test split and gives no rows: the thermometer alone, in half
     the scoring (a slow model on a busy machine)."""
     cache = score_cache(model)
-    train = [scored(lm, name, limit, cache) for name in available_sets(TRAIN_SETS)]
+    from calm_core.scoring.prompts import ScoringConfig
+
+    rule = rule or ScoringConfig(rule="cloze")
+    train = [scored(lm, name, limit, cache, rule) for name in available_sets(TRAIN_SETS)]
     test_sets = available_sets(tuple(TEST_OF.values())) if table else []
-    tests = {name: scored(lm, name, limit, cache) for name in test_sets}
+    tests = {name: scored(lm, name, limit, cache, rule) for name in test_sets}
     thermo = Thermometer.train(train)
-    thermo.model, thermo.scoring = model, "cloze"  # what `scored` reads
+    thermo.model, thermo.scoring = model, rule.name  # what `scored` read: a run checks it (mismatch)
     out.parent.mkdir(parents=True, exist_ok=True)
     thermo.save(out)
     return thermo, lodo_rows(train, tests)
@@ -191,6 +204,7 @@ def build(lm: Any, model: str, limit: int, out: Path, table: bool = True) -> tup
 
 def main(argv: list[str] | None = None) -> int:
     from calm_core.scoring.models import ModelSpec, load_model
+    from calm_core.scoring.prompts import RULES, ScoringConfig
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="embedded", help="as `calm eval --model`: a name, a folder or a hub id")
@@ -201,10 +215,13 @@ def main(argv: list[str] | None = None) -> int:
         "--table", type=Path, help="the held-out table's JSON (default: docs/results/thermometer_lodo*)"
     )
     parser.add_argument("--no-table", action="store_true", help="train and save only: no test split is scored")
+    parser.add_argument("--scoring", choices=RULES, default="cloze", help="the rule of the runs (default cloze)")
+    parser.add_argument("--chat", action="store_true", help="the chat template, as `calm eval --chat`")
     args = parser.parse_args(argv)
     out = args.out or thermometer_path(args.model)
     lm = load_model(ModelSpec(name=args.model, device=args.device))
-    thermo, rows = build(lm, args.model, args.limit, out, table=not args.no_table)
+    rule = ScoringConfig(rule=args.scoring, chat_template=args.chat)
+    thermo, rows = build(lm, args.model, args.limit, out, table=not args.no_table, rule=rule)
     print(f"thermometer: {thermo.describe()} -> {out}")
     if args.no_table:
         return 0

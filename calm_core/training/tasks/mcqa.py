@@ -257,7 +257,7 @@ def _thermometer(ctx: StepContext, records: dict[str, Any]) -> Any:
     if not ctx.settings.eval_baselines:
         return None
     width = getattr(getattr(ctx.model, "config", None), "hidden_size", None)
-    thermometer, why = run_thermometer(ctx.settings.model, ctx.settings.scoring, width)
+    thermometer, why = run_thermometer(ctx.settings.model, ctx.scoring.name, width)  # rule and template
     if thermometer is not None:
         records["thermometer"] = {**thermometer.params(), "fit_on": "its own labelled sets (no label of this run)"}
     elif why and "trained under" in why:  # another model has no thermometer at all: nothing to say
