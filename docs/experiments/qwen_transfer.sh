@@ -11,7 +11,12 @@
 #       --json docs/results/qwen_transfer_units.json
 # LABELS: calm (the vocabulary-wide head, the paper's), calm-adaptive (a temperature per question),
 # calm-options (alpha restricted to the K option letters: the ablation of the vocabulary-wide alpha),
-# calm-small-lr (a tenth of the default step sizes of alpha and theta: the step-size row).
+# calm-small-lr (a tenth of the default step sizes of alpha and theta: the step-size row),
+# calm-scalar (one shift and temperature for every token: CALM's scalar head),
+# calm-sv-split (S_V = 60 items carved from the domain's training split, training on the other
+# 64: a larger S_V, and enough items for ATS), calm-sv-ood (S_V = 40 items of ARC-Easy's dev
+# split: an S_V from another domain), calm-plain (letter answers without the chat template,
+# `--scoring letter`: the plain format; give it the plain format's domain, TRAIN=arithmetic).
 # STEP=small gives any label those step sizes (its runs are named <label>-small-lr-s<seed>).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -27,19 +32,23 @@ COMMON=(--preset quick --train-limit 160 --heldout-limit 100 --eval-limit "$EVAL
 evals=("builtin/$TRAIN/test")
 for other in "${BUILTIN[@]}"; do [ "$other" = "$TRAIN" ] || evals+=("builtin/$other/test"); done
 run() {  # label seed
-    local label=$1 seed=$2 extra=()
+    local label=$1 seed=$2 extra=() train=("builtin/$TRAIN/train") heldout=("builtin/$TRAIN/validation")
     case "$label" in
         calm) ;;
         calm-adaptive) extra=(--scope adaptive) ;;
         calm-options) extra=(--scope options) ;;
+        calm-scalar) extra=(--scope scalar) ;;
         calm-small-lr) extra=(--set lr_alpha=0.05 --set lr_theta=0.01) ;;  # a tenth of both step sizes
+        calm-sv-split) train=("builtin/$TRAIN/train[0:64]") heldout=("builtin/$TRAIN/train[64:]") ;;
+        calm-sv-ood) heldout=(arc/easy_dev) extra=(--heldout-limit 40) ;;
+        calm-plain) extra=(--scoring letter) ;;  # chat_template stays false
     esac
     if [ "${STEP:-default}" = small ] && [ "$label" != calm-small-lr ]; then
         extra+=(--set lr_alpha=0.05 --set lr_theta=0.01)
         label="$label-small-lr"
     fi
     .venv/bin/calm train --model "$MODEL" "${COMMON[@]}" --method calm "${extra[@]}" --seed "$seed" \
-        --train-data "builtin/$TRAIN/train" --heldout-data "builtin/$TRAIN/validation" \
+        --train-data "${train[@]}" --heldout-data "${heldout[@]}" \
         --eval-data "${evals[@]}" "${REAL[@]}" --name "qwen-$TRAIN-$label-s$seed"
 }
 for seed in $SEEDS; do
