@@ -1,5 +1,5 @@
 """The studio's words on a page: variants named in full and terms defined where they are
-shown, from one place each (calm_core.glossary for definitions, workspace.verdict's
+shown, from one place each (calm_core.glossary for definitions, results.verdict's
 `variant_label` for names), so every page says and defines a thing the same way."""
 
 from __future__ import annotations

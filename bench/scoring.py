@@ -139,7 +139,7 @@ def capture_cost(timed: Timed, items: list, cfg: Any, scores: Any, repeats: int)
     capture_seconds, captured = timed(items, **capture)
     off, on, identical = paired_capture_times(timed, items, capture, repeats)
     return {
-        "capture": capture,
+        "capture": str(capture["capture"]),  # the flag's name: the row is printed as JSON (--one-side)
         "capture_seconds": capture_seconds,
         "capture_questions_per_s": len(items) / capture_seconds,
         "capture_off_seconds": sum(off),
@@ -155,7 +155,7 @@ def capture_cost(timed: Timed, items: list, cfg: Any, scores: Any, repeats: int)
 
 
 def paired_capture_times(
-    timed: Timed, items: list, capture: dict[str, bool], repeats: int
+    timed: Timed, items: list, capture: dict[str, Any], repeats: int
 ) -> tuple[list[float], list[float], bool]:
     """Seconds with capture off and on, chunk by chunk of CAPTURE_CHUNK items, the two
     back to back in alternating order (ABBA), `repeats` rounds: on a machine that others

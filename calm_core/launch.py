@@ -8,7 +8,7 @@ calm_core.runs.jobs), so it outlives the terminal or the browser tab that starte
 
 Given the studio's `Access`, a launch and a resume also apply a shared studio's rules
 (access.launch_refusal, access.resume_refusal: the quotas per session, per signed-in
-browser and per server, the step budget, the owner rule) and raise `access.Refused` with
+browser and per server, the step budget, the owner rule) and raise `access.rules.Refused` with
 the page's one line: the rules hold even for a request that did not come through the
 page's disabled button.
 """

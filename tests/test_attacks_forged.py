@@ -14,7 +14,7 @@ disabled widget), and the calm_core function the page calls refuses as well
 gets, whichever layer stops it: nothing changes on disk, and the page says why in one
 line. They fail when the rule is gone (or both layers are); the rule's and each layer's
 own tests are in tests/test_shared_rules.py. The path field has one layer,
-`access.check_typed_path`.
+`access.rules.check_typed_path`.
 """
 
 from __future__ import annotations

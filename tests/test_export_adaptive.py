@@ -10,7 +10,7 @@ The tiny random model is at chance, so the ATS its runs fit is degenerate (one v
 high temperature, near-uniform forecasts that almost any head reproduces). So a copy of
 each run holds a hand-set ATS whose temperature varies from question to question, and
 its export is checked against the studio's own probabilities for that copy (the
-Playground's, workspace.playground, computed here from the same model).
+Playground's, results.playground, computed here from the same model).
 """
 
 from __future__ import annotations

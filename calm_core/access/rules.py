@@ -350,7 +350,7 @@ def resume_refusal(
 
 def steps_refusal(access: Access, steps: int) -> str | None:
     """Why a run of `steps` steps may not be launched (None: it may): a shared studio runs
-    at most `access.max_steps` per run (CALM_SHARED_MAX_STEPS), so one session cannot
+    at most `Access.max_steps` per run (CALM_SHARED_MAX_STEPS), so one session cannot
     hold the only job slot for hours (jobs run one at a time by default)."""
     if not access.shared or steps <= access.max_steps:
         return None

@@ -191,7 +191,7 @@ def run_in_process(run: RunDir, show_progress: bool) -> int:
 
 
 def _verdict(run: RunDir) -> list[str]:
-    """The run's closing lines (workspace.verdict): the selected step and why, the
+    """The run's closing lines (results.advice.verdict_lines): the selected step and why, the
     calibrator to use, a missing baseline, the evidence with 90% intervals; [] without
     results.json, or with a damaged one (the run itself has finished either way)."""
     from calm_core.results.advice import verdict_lines

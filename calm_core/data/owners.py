@@ -5,7 +5,7 @@
 the same atomic folder write as the data (`io.write_folder_atomically`), so no reader sees
 the data without its owner. Saves from the command line, and those made before owners
 were recorded, have no owner.json: their owner is None, which a shared studio treats as
-the admin's (`access.may_delete`).
+the admin's (`access.rules.may_delete`).
 """
 
 from __future__ import annotations

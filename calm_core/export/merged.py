@@ -231,7 +231,7 @@ def merged_model(run: RunDir, source: Path) -> tuple[Any, Any, Any]:
 
 
 def write_merged(run: RunDir, step: int, source: Path, folder: Path, variant: str) -> dict[str, Any]:
-    """Every file of a merged export into `folder` (export.export_run stages it); returns
+    """Every file of a merged export into `folder` (`export.folder.export_run` stages it); returns
     calm_export.json's record. Refuses an input-adaptive temperature before any load."""
     from calm_core.calibration.head_base import HEAD_FILENAME
     from calm_core.export.thermometer import THERMOMETER_FILE

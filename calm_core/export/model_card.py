@@ -4,7 +4,7 @@ Metadata built by huggingface_hub (`card_data.card_data`: base_model, library_na
 the datasets' Hub ids, the model-index of results.json as EvalResult entries), what was
 trained, how to load the folder without CALM Studio (transformers + peft, the base model
 from the Hub or from the studio's local copy; lm-evaluation-harness as a PEFT adapter) and
-the results table. `export.export_run` writes it; nothing here touches the folder's other
+the results table. `export.folder.export_run` writes it; nothing here touches the folder's other
 files. The merged folder's card (`merged_card`) reuses `trained_line`, `results_section`
 and `card_text`.
 """

@@ -8,7 +8,7 @@ A thermometer (calibration.thermometer) is not a head: it gives one temperature 
 set of questions, read from the mean of their hidden states, so the folder holds it in its
 own file and calm_head.py's `Thermometer` reads it (`set_probabilities` scores a set). It
 is never a run's recommendation (it is not fitted on the run's S_V), so the studio does
-not offer it; `export.export_run` writes it on request. Its numbers are stored in float64
+not offer it; `export.folder.export_run` writes it on request. Its numbers are stored in float64
 and its names by their public spelling (runs/portable.py): no local path in the file.
 """
 

@@ -12,7 +12,7 @@ final norm and the LM head. It is a drop-in for the model in `scoring` and
 
 Why per sequence and not per batch: batches are re-drawn every epoch and padded to
 different widths, but a row computes exactly what it would alone (explicit position
-ids, `scoring.left_pad_batch`), so a row's hidden states can be cut out of one batch
+ids, `scoring.forward.left_pad_batch`), so a row's hidden states can be cut out of one batch
 and padded into another. Padded positions get zeros; the attention mask hides them.
 The cache lives in memory (about L x d floats per sequence: 60 x 576 x 4 B = 140 KB for
 the embedded model, 0.6 GB for 1,200 training questions of 4 options), or, given a
@@ -371,7 +371,7 @@ class FrozenPrefixModel:
         self.computed += 1
 
     def _states(self, keys: list[tuple[int, ...]], width: int) -> torch.Tensor:
-        """Cached states of `keys`, left-padded to `width` as in scoring.left_pad_batch: (B, W, d)."""
+        """Cached states of `keys`, left-padded to `width` as in scoring.forward.left_pad_batch: (B, W, d)."""
         return _pad_states([self._cache[k] for k in keys], left=True, width=width)[0]
 
     def _top(
