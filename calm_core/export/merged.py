@@ -1,7 +1,7 @@
 """`calm export RUN DIR --merged`: a plain transformers folder that vLLM, TGI and
 `AutoModelForCausalLM.from_pretrained(DIR)` load with no other code.
 
-    folder = export_run(run, Path("merged"), merged=True)    # export.py stages it; this module fills it
+    folder = export_run(run, Path("merged"), merged=True)    # export/folder.py stages it; this module fills it
 
 The run's adapter is merged into the base weights (peft `merge_and_unload`). Where the
 calibration head acts on token logits, its temperature is folded into the LM head, so the
