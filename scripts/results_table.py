@@ -78,6 +78,7 @@ def collect(prefix: str, root: Path | None) -> dict:
     from calm_core.runs.rundir import RunDir
 
     table: dict = defaultdict(lambda: defaultdict(list))
+    answered: dict = defaultdict(lambda: defaultdict(list))
     datasets: list[str] = []
     for summary in sorted(list_runs(root), key=lambda s: s.name or ""):
         if summary.state != "finished" or not (summary.name or "").startswith(prefix):
@@ -89,7 +90,34 @@ def collect(prefix: str, root: Path | None) -> dict:
             if dataset not in datasets:
                 datasets.append(dataset)
             table[(group, variant)][dataset].append(_predictions(run, variant, dataset))
-    return {"table": table, "datasets": datasets}
+        for variant, sets in _answered(run).items():
+            for dataset, fraction in sets.items():
+                answered[(group, variant)][dataset].append(fraction)
+    return {"table": table, "datasets": datasets, "answered": answered}
+
+
+SELECTIVE_TARGET = 0.1  # the error among answered that the threshold keeps, chosen on S_V
+
+
+def _answered(run) -> dict[str, dict[str, tuple[float, float]]]:
+    """{variant: {dataset: (the fraction answered, the error among answered)}} under the studio's default selective rule
+    at a 10% target error, its threshold chosen on the run's S_V (results/selective.py);
+    variants without S_V probabilities, or whose S_V is too small for the rule, have none."""
+    from calm_core.calibration.selective_summary import summarize_selective
+    from calm_core.results import selective as sel
+
+    out: dict[str, dict[str, tuple[float, float]]] = {}
+    for variant in sel.heldout_variants(run):
+        choice = sel.choose(run, sel.SelectiveRequest(variant, SELECTIVE_TARGET), variant)
+        if choice.threshold is None:
+            continue
+        out[variant] = {}
+        for _, dataset, added in sel.evaluation_sets(run, variant):
+            if not added:
+                probs, gold = sel.set_probs(run, variant, dataset, added)
+                summary = summarize_selective(probs, gold, choice.threshold.threshold)
+                out[variant][dataset] = (summary.answered.value, summary.error_answered.value)
+    return out
 
 
 def summarize(per_seed: list, n_boot: int, seed: int = 0) -> dict:
@@ -163,10 +191,15 @@ def verdicts(rows: dict, datasets: list[str], sizes: dict[str, int]) -> list[str
             for key, checks in verdict_checks(rows, datasets, sizes).items() for letter, met, text in checks]
 
 
-def summary_table(rows: dict, datasets: list[str], sizes: dict[str, int], below: list[str] = ()) -> str:
+def summary_table(rows: dict, datasets: list[str], sizes: dict[str, int], below: list[str] = (),
+                  answered: dict | None = None) -> str:
     """The headline: per variant, in-domain (the first set) accuracy, ECE, AUROC and mean
-    confidence with intervals, the mean accuracy, ECE and AUROC over the other sets, the
-    mean ECE over the below-chance sets, and which verdicts it meets."""
+    confidence with intervals, the mean accuracy, ECE, AUROC and AURC over the other sets,
+    the fraction answered there at a 10% target error and the error among those answered
+    (`answered`: collect's, "-" where a variant has no S_V probabilities or its S_V is too
+    small for the rule), the mean ECE
+    over the below-chance sets, and which verdicts it meets."""
+    answered = answered or {}
     in_domain, ood = datasets[0], datasets[1:]
     checks = verdict_checks(rows, datasets, sizes)
 
@@ -174,8 +207,9 @@ def summary_table(rows: dict, datasets: list[str], sizes: dict[str, int], below:
         return f"{m['mean']:.3f} [{m['lo']:.3f}, {m['hi']:.3f}]"
 
     lines = ["| run | variant | seeds | ID acc | ID ECE | ID AUROC | ID confidence | OOD acc (mean) | OOD ECE (mean) "
-             "| OOD ECE / TS | OOD ECE / base | OOD AUROC (mean) | below-chance ECE (mean) | verdicts met |",
-             "|" + "---|" * 14]
+             "| OOD ECE / TS | OOD ECE / base | OOD AUROC (mean) | OOD AURC (mean) | OOD answered at 10% (error) "
+             "| below-chance ECE (mean) | verdicts met |",
+             "|" + "---|" * 16]
 
     def ood_mean(variant_sets: dict, metric: str, among: list[str]) -> float:
         """The mean of `metric` over `among` (the sets the compared variant has)."""
@@ -190,6 +224,13 @@ def summary_table(rows: dict, datasets: list[str], sizes: dict[str, int], below:
         ood_ece = ood_mean(sets, "ece", have)
         aurocs = [sets[d]["auroc"]["mean"] for d in have if not np.isnan(sets[d]["auroc"]["mean"])]
         ood_auroc = float(np.mean(aurocs)) if aurocs else float("nan")  # a set answered all right has none
+        ood_aurc = float(np.mean([sets[d]["aurc"]["mean"] for d in have])) if have else float("nan")
+        per_set = [answered.get(key, {}).get(d) or [(np.nan, np.nan)] for d in have]  # [(answered, error)] per seed
+        fractions = [np.mean([a for a, _ in seeds]) for seeds in per_set]
+        errors = [np.nanmean([e for _, e in seeds]) if any(not np.isnan(e) for _, e in seeds) else np.nan
+                  for seeds in per_set]  # error among answered: none where nothing was answered
+        ood_answered = (f"{np.mean(fractions):.2f} ({np.nanmean(errors):.2f})"
+                        if fractions and not np.isnan(fractions).any() else "-")
         below_ece = np.mean([sets[d]["ece"]["mean"] for d in below if d in sets]) if below else float("nan")
         met = " ".join(f"{letter}{'✓' if ok else '✗'}" for letter, ok, _ in checks.get(key, [])) or "-"
         m = sets[in_domain]
@@ -197,7 +238,7 @@ def summary_table(rows: dict, datasets: list[str], sizes: dict[str, int], below:
         to_base = ood_ece / ood_mean(rows.get((key[0], "base"), {}), "ece", have)  # and <= 1
         lines.append(f"| {key[0]} | {key[1]} | {m['seeds']} | {cell(m['acc'])} | {cell(m['ece'])} | {cell(m['auroc'])} "
                      f"| {cell(m['confidence'])} | {ood_acc:.3f} | {ood_ece:.3f} | {to_ts:.2f} | {to_base:.2f} "
-                     f"| {ood_auroc:.3f} | {below_ece:.3f} | {met} |")
+                     f"| {ood_auroc:.3f} | {ood_aurc:.3f} | {ood_answered} | {below_ece:.3f} | {met} |")
     return "\n".join(lines)
 
 
@@ -226,7 +267,7 @@ def main() -> None:
     sizes = {d: len(v[0][1]) for (_, _), sets in data["table"].items() for d, v in sets.items()}
     judged = [d for d in data["datasets"] if d not in args.below_chance]
     print(f"\n### Summary (in domain: {judged[0]}; OOD: the mean over the other above-chance sets)\n")
-    print(summary_table(rows, judged, sizes, args.below_chance))
+    print(summary_table(rows, judged, sizes, args.below_chance, data["answered"]))
     for metric in METRICS:
         print(f"\n### {metric} (mean over seeds [90% bootstrap interval])\n")
         print(markdown(rows, data["datasets"], metric))
@@ -234,7 +275,8 @@ def main() -> None:
     lines = verdicts(rows, judged, sizes)
     print("\n".join(f"- {line}" for line in lines))
     if args.json:
-        args.json.write_text(json.dumps({"datasets": data["datasets"], "verdicts": lines,
+        answered = [{"run": k[0], "variant": k[1], "sets": dict(v)} for k, v in data["answered"].items()]
+        args.json.write_text(json.dumps({"datasets": data["datasets"], "verdicts": lines, "answered_at_10": answered,
                                          "rows": [{"run": k[0], "variant": k[1], "sets": v} for k, v in rows.items()]},
                                         indent=2))
 
