@@ -16,7 +16,9 @@
 # calm-sv-split (S_V = 60 items carved from the domain's training split, training on the other
 # 64: a larger S_V, and enough items for ATS), calm-sv-ood (S_V = 40 items of ARC-Easy's dev
 # split: an S_V from another domain), calm-plain (letter answers without the chat template,
-# `--scoring letter`: the plain format; give it the plain format's domain, TRAIN=arithmetic).
+# `--scoring letter`: the plain format; give it the plain format's domain, TRAIN=arithmetic),
+# calm-paper-hp (the paper's T = 10 inner steps and batch 16, 10 steps at most: its LoRA, r64
+# on every linear layer under QLoRA, is a GPU's; here LoRA stays r8 on the top 4 layers).
 # STEP=small gives any label those step sizes (its runs are named <label>-small-lr-s<seed>).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -42,6 +44,7 @@ run() {  # label seed
         calm-sv-split) train=("builtin/$TRAIN/train[0:64]") heldout=("builtin/$TRAIN/train[64:]") ;;
         calm-sv-ood) heldout=(arc/easy_dev) extra=(--heldout-limit 40) ;;
         calm-plain) extra=(--scoring letter) ;;  # chat_template stays false
+        calm-paper-hp) extra=(--inner-steps 10 --batch-size 16 --steps 10) ;;
     esac
     if [ "${STEP:-default}" = small ] && [ "$label" != calm-small-lr ]; then
         extra+=(--set lr_alpha=0.05 --set lr_theta=0.01)
