@@ -5,9 +5,11 @@
 Runs are grouped by name without its `-s<seed>` suffix (`arc-calm-s0`, `arc-calm-s1` ->
 `arc-calm`). For every variant (base, ts, the method, its theta-only ablation) and
 evaluation set the table gives the mean over seeds of accuracy, ECE (15 and 10 bins),
-AUROC, AURC and mean confidence, each with a 90% percentile bootstrap interval: every
-draw resamples the items of every seed's predictions independently and averages the
-seeds, so the interval covers item noise (seeds are few; their spread is printed too).
+AUROC, AURC and mean confidence, each with a 90% bootstrap interval: every draw resamples
+the items of every seed's predictions independently and averages the seeds, so the
+interval covers item noise (seeds are few; their spread is printed too); the percentile
+interval is moved by the draws' median bias, as calm_core's `bootstrap_ci` does, so that a
+binned ECE's interval holds the figure it is shown beside.
 `base` and the post-hoc calibrators (ts, vs) are listed with every group, over that
 group's own seeds, so a method is always compared with base and TS on the same seeds
 (a group whose third seed did not finish is compared on its two).
@@ -133,8 +135,10 @@ def summarize(per_seed: list, n_boot: int, seed: int = 0) -> dict:
                 idx = rng.integers(0, len(a), len(a))
                 draw.append(_metric(name, c[idx], a[idx]))
             draws.append(np.nanmean(draw))
-        lo, hi = np.nanpercentile(draws, [5, 95])
-        out[name] = {"mean": float(np.mean(values)), "lo": float(lo), "hi": float(hi),
+        point = float(np.mean(values))
+        lo, median, hi = np.nanpercentile(draws, [5, 50, 95])
+        lo, hi = point - (median - lo), point + (hi - median)  # moved by the median bias, as bootstrap_ci's
+        out[name] = {"mean": point, "lo": float(lo), "hi": float(hi),
                      "seed_sd": float(np.std(values)) if len(values) > 1 else 0.0}
     return out
 
