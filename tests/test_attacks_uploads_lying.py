@@ -68,10 +68,14 @@ def lying_parquet(told: int | None = TOLD) -> bytes:
 
 
 def _children(pid: int) -> list[int]:
-    try:
-        return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
+    """The processes `pid` started, from any of its threads (a page's script thread starts the worker)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            found += [int(child) for child in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return found
 
 
 def _anon_bytes(pid: int) -> int:
