@@ -33,8 +33,8 @@ from calm_core.data.guess import GUESS_ROWS
 from calm_core.data.loaders import load_file
 from calm_core.data.mapping import ColumnMapping
 from calm_core.data.readers import detect_format, load_records, peek_records, stage_upload
-from calm_core.data.worker import decode_parquet
 from calm_core.data.schema import LoadReport
+from calm_core.data.worker import decode_parquet
 
 T = TypeVar("T")
 PEEK = "data_parsed_peek"  # session state: the first rows of the upload, for the mapping form

@@ -113,7 +113,9 @@ def test_the_limit_is_a_declared_setting_read_from_its_variable() -> None:
     assert worker_limits({}) == WorkerLimits() and WorkerLimits().memory_mib == 1024
     assert worker_limits({LIMIT_ENV: "512"}).memory_mib == 512
     for wrong in ("100", "70000", "lots", "-5"):
-        with pytest.raises(ValueError, match=f"^{LIMIT_ENV}: Expected `memory_mib` to be an integer between 256 and 65536"):
+        with pytest.raises(
+            ValueError, match=f"^{LIMIT_ENV}: Expected `memory_mib` to be an integer between 256 and 65536"
+        ):
             worker_limits({LIMIT_ENV: wrong})
     with pytest.raises(ValueError, match="memory_mib"):
         WorkerLimits(memory_mib=64)

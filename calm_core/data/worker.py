@@ -181,7 +181,9 @@ def copy_parquet(path: Path, out: Path, where: str, rows: int) -> None:
         except MemoryError:
             raise
         except pa.ArrowException as exc:  # as `sources.parquet_rows` says it
-            raise DataError(f"Expected readable data in {where}, but reading after row {written} failed: {exc}") from None
+            raise DataError(
+                f"Expected readable data in {where}, but reading after row {written} failed: {exc}"
+            ) from None
 
 
 def main(argv: list[str]) -> int:
