@@ -55,8 +55,8 @@ class WorkerLimits:
 
     memory_mib: int = setting(
         1024,
-        "writable memory of the process that decodes an uploaded Parquet file, in MiB (RLIMIT_DATA; "
-        f"env {LIMIT_ENV}): a file that needs more is refused. About 80 MiB is the worker itself",
+        "writable memory of the process that decodes an uploaded Parquet file, in MiB (RLIMIT_DATA): "
+        "a file that needs more is refused; the worker itself takes about 80 MiB",
         min=256,
         max=65536,
     )
