@@ -2,18 +2,18 @@
 
 The read budgets (`sources.Budget`) size each Parquet batch from what the file's footer
 declares, because Arrow decodes a whole batch before a row of it can be counted. A
-hand-made file whose footer understates its pages slips past them: one of 1,163 bytes,
-its footer saying a 960 KiB text decodes to 8 KiB, had a batch of 1,024 such rows decoded
-(+960 MB in the server) before the budget refused it at row 69. So the server decodes no
-uploaded Parquet page itself:
+hand-made file whose footer understates its pages slips past them: a batch sized from the
+lie is decoded whole before the budget can refuse a row of it (docs/security.md has the
+file and what it cost). So the server decodes no uploaded Parquet page itself:
 
 1. it checks what is cheap first, in the server: the footer (`files.open_parquet`,
    `sources.check_parquet`), so a file that declares too much is refused at once;
 2. it runs `python -m calm_core.data.worker` on the staged file. The worker limits its
    own writable memory (RLIMIT_DATA, `WorkerLimits.memory_mib`) before it imports Arrow,
-   with one thread and the system allocator (Arrow's mimalloc reserves 1 GB it never
-   touches), reads the file through the same budgets (`sources.counted_batches`) and
-   writes what it read as a new Parquet file beside it: plain encoding, no compression,
+   with one thread and the system allocator (Arrow's own allocator reserves memory it
+   never touches, which the limit would count), reads the file through the same budgets
+   (`sources.counted_batches`) and writes what it read as a new Parquet file beside it:
+   plain encoding, no compression,
    a row group per `sources.MAX_BATCH_BYTES` of rows, written by Arrow, so its metadata
    states the true sizes and the copy is never smaller than its text (the server's own
    budgets, run again on it, refuse nothing the worker read). Its answer is a JSON file
@@ -41,8 +41,8 @@ from calm_core.data.schema import DataError
 from calm_core.settings import SettingSpec, bound_error, check_settings, declared_settings, setting
 
 LIMIT_ENV = "CALM_UPLOAD_WORKER_MIB"
-# Costs a rightful user nothing but time: a legitimate file reads in well under a minute
-# (decoding runs at tens of MB a second); past it the worker is stopped and the file refused.
+# Costs a rightful user a file whose decoding takes longer (the budgets bound a file to
+# what decodes in seconds); past it the worker is stopped and the file refused.
 WORKER_SECONDS = 120
 # What the worker's environment keeps of the server's: no password, token or key reaches it.
 KEPT_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "HOME")
