@@ -21,15 +21,13 @@ from __future__ import annotations
 
 import io
 import struct
-import threading
 import time
-from pathlib import Path
 
 import pytest
 
-from tests.attack_client import StudioSession, put_upload, rss_bytes, settled_rss
+from tests.attack_client import StudioSession, put_upload, settled_rss
 from tests.test_attacks import _start, _stop
-from tests.test_attacks_uploads import UPLOADER
+from tests.test_attacks_uploads import UPLOADER, Peak
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -67,52 +65,6 @@ def lying_parquet(told: int | None = TOLD) -> bytes:
     return data[: -8 - length] + footer.replace(_varint(truth), _varint(told)) + data[-8:]
 
 
-def _children(pid: int) -> list[int]:
-    """The processes `pid` started, from any of its threads (a page's script thread starts the worker)."""
-    found = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            found += [int(child) for child in (task / "children").read_text().split()]
-        except OSError:
-            continue
-    return found
-
-
-def _anon_bytes(pid: int) -> int:
-    """A process's anonymous resident memory (what RLIMIT_DATA holds), 0 once it is gone."""
-    try:
-        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
-    except OSError:
-        return 0
-    return next((int(line.split()[1]) * 1024 for line in lines if line.startswith("RssAnon:")), 0)
-
-
-class TreePeak:
-    """The highest server RSS plus its children's anonymous memory while the block runs,
-    sampled every 10 ms, and the highest child alone (`worker`)."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid, self.peak, self.worker, self.children = pid, rss_bytes(pid), 0, set()
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def _sample(self) -> None:
-        while not self._done.wait(0.01):
-            kids = _children(self.pid)
-            self.children.update(kids)
-            held = [_anon_bytes(kid) for kid in kids]
-            self.worker = max([self.worker, *held])
-            self.peak = max(self.peak, rss_bytes(self.pid) + sum(held))
-
-    def __enter__(self) -> TreePeak:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._done.set()
-        self._thread.join()
-
-
 @pytest.fixture(scope="module")
 def studio(tmp_path_factory):
     extra = {"CALM_UPLOAD_WORKER_MIB": str(LIMIT_MIB)}
@@ -121,7 +73,7 @@ def studio(tmp_path_factory):
     _stop(server, log)
 
 
-def upload(studio, name: str, data: bytes) -> tuple[list, TreePeak, int, float]:
+def upload(studio, name: str, data: bytes) -> tuple[list, Peak, int, float]:
     """`data` given to the Data page as `name`: what it showed, the memory sampled, the
     server's settled RSS before, and the seconds the page's run took."""
     server, port = studio
@@ -129,7 +81,7 @@ def upload(studio, name: str, data: bytes) -> tuple[list, TreePeak, int, float]:
         session.rerun("data")
         files = {UPLOADER: put_upload(port, session.session_id, name, data)}
         before = settled_rss(server.pid)
-        with TreePeak(server.pid) as peak:
+        with Peak(server.pid) as peak:
             started = time.monotonic()
             elements = session.rerun("data", files=files)
             seconds = time.monotonic() - started
