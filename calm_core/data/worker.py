@@ -46,7 +46,14 @@ LIMIT_ENV = "CALM_UPLOAD_WORKER_MIB"
 WORKER_SECONDS = 120
 # What the worker's environment keeps of the server's: no password, token or key reaches it.
 KEPT_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "HOME")
-ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "ARROW_DEFAULT_MEMORY_POOL": "system"}
+# One thread, Arrow on glibc's allocator, and every block of 128 KiB or more mapped apart and
+# returned when freed (glibc's moving threshold would keep them in the heap, still counted).
+WORKER_MEMORY_ENV = {
+    "OMP_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "ARROW_DEFAULT_MEMORY_POOL": "system",
+    "MALLOC_MMAP_THRESHOLD_": str(128 * 2**10),
+}
 
 
 @dataclass(frozen=True)
@@ -114,9 +121,9 @@ def decode_parquet(path: Path, where: str, rows: int = 0, limits: WorkerLimits |
 
 def worker_env() -> dict[str, str]:
     """The worker's environment: the server's locale and paths, this package importable,
-    one thread, Arrow on the system allocator; nothing else (no credential)."""
+    `WORKER_MEMORY_ENV`; nothing else (no credential)."""
     kept = {name: os.environ[name] for name in KEPT_ENV if name in os.environ}
-    return {**kept, **ONE_THREAD, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    return {**kept, **WORKER_MEMORY_ENV, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
 
 
 def _answer(out: Path) -> dict[str, Any]:
