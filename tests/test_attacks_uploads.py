@@ -102,6 +102,7 @@ def upload_through_the_page(studio, name: str, data: bytes) -> dict:
     errors = [e.text for e in elements if e.is_error]
     print(
         f"{name} ({len(data):,} bytes): RSS {before / 2**20:.0f} -> peak {peak.peak / 2**20:.0f} MB "
+        f"(a worker at most {peak.worker / 2**20:.0f} MB of it) "
         f"(after {after / 2**20:.0f} MB), page {seconds:.2f} s (without the file {plain_s:.2f} s); shown: {errors}"
     )
     texts = [e.text for e in elements]
