@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from tests.attack_client import StudioSession, put_upload, rss_bytes, settled_rss
+from tests.attack_client import StudioSession, anon_bytes, children_of, put_upload, rss_bytes, settled_rss
 from tests.test_attacks import _start, _stop
 
 pa = pytest.importorskip("pyarrow")
@@ -45,15 +45,26 @@ def wide_csv(columns: int = 50_000) -> bytes:
 
 
 class Peak:
-    """The highest resident memory of a process while the block runs, sampled every 10 ms."""
+    """The highest resident memory of a process plus the anonymous memory of the processes
+    it started (the upload worker: what its limit holds; its shared libraries are pages the
+    server maps too) while the block runs, sampled every 10 ms; `worker` the highest child
+    alone, `children` every child seen."""
 
     def __init__(self, pid: int) -> None:
-        self.pid, self.peak, self._done = pid, rss_bytes(pid), threading.Event()
+        self.pid, self.peak, self.worker, self.children = pid, rss_bytes(pid), 0, set()
+        self._done = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
     def _sample(self) -> None:
         while not self._done.wait(0.01):
-            self.peak = max(self.peak, rss_bytes(self.pid))
+            self._take()
+
+    def _take(self) -> None:
+        kids = children_of(self.pid)
+        self.children.update(kids)
+        held = [anon_bytes(kid) for kid in kids]
+        self.worker = max([self.worker, *held])
+        self.peak = max(self.peak, rss_bytes(self.pid) + sum(held))
 
     def __enter__(self) -> Peak:
         self._thread.start()
@@ -62,7 +73,7 @@ class Peak:
     def __exit__(self, *_: object) -> None:
         self._done.set()
         self._thread.join()
-        self.peak = max(self.peak, rss_bytes(self.pid))
+        self._take()
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +102,7 @@ def upload_through_the_page(studio, name: str, data: bytes) -> dict:
     errors = [e.text for e in elements if e.is_error]
     print(
         f"{name} ({len(data):,} bytes): RSS {before / 2**20:.0f} -> peak {peak.peak / 2**20:.0f} MB "
+        f"(a worker at most {peak.worker / 2**20:.0f} MB of it) "
         f"(after {after / 2**20:.0f} MB), page {seconds:.2f} s (without the file {plain_s:.2f} s); shown: {errors}"
     )
     texts = [e.text for e in elements]
