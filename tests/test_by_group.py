@@ -50,6 +50,8 @@ def test_group_metrics_equal_the_metrics_on_each_groups_items(n_bins: int) -> No
         mask = groups == row.group
         assert row.n == mask.sum()
         assert row.ece == metrics.ece(p[mask], y[mask], n_bins=n_bins) and row.acc == metrics.accuracy(p[mask], y[mask])
+        # the studio's 90% interval (metrics.intervals), on the group's items alone
+        assert [row.ece_low, row.ece_high] == metrics.intervals(p[mask], y[mask], names=("ece",), level=0.9)["ece"]
 
 
 def test_groups_must_match_the_items() -> None:
