@@ -187,3 +187,28 @@ def test_a_run_without_subjects_in_its_heldout_files_is_refused_with_the_way_out
 
     with pytest.raises(ValueError, match="keep no subjects; a new run of the same settings does"):
         by_group.choose_by_group(run, SelectiveRequest("calm"))
+
+
+@pytest.mark.parametrize("calibrate_on", ["heldout", "all"])
+def test_a_trained_run_keeps_its_heldout_subjects_and_selective_reads_them(
+    tiny_model_dir: Path, tmp_path: Path, capsys, calibrate_on: str
+) -> None:
+    """A tiny run with an MMLU-style S_V: every variant's heldout/ file keeps each S_V item's
+    id and subject in S_V's order, and `calm selective --by subject` fits each subject."""
+    from tests.test_cli_train import only_run
+
+    path, runs = subject_file(tmp_path), tmp_path / "runs"
+    flags = ["--train-data", "builtin/capitals/train", "--heldout-data", str(path), "--eval-data"]
+    flags += ["builtin/capitals/test", "--train-limit", "8", "--eval-limit", "6", "--scoring", "letter"]
+    flags += ["--batch-size", "2", "--set", "heldout_batch_size=2"]  # S_V: the whole subject file
+    argv = ["train", "--model", str(tiny_model_dir), "--steps", "1", "--runs-root", str(runs)]
+    assert main([*argv, "--calibrate-on", calibrate_on, *flags]) == 0
+    run = only_run(runs)
+    for variant in ("base", "calm"):
+        frame = pd.read_parquet(run.path / "heldout" / f"{variant}.parquet")
+        assert list(frame["id"]) == [f"q{i}" for i in range(len(_subjects()))] and list(frame["subject"]) == _subjects()
+    capsys.readouterr()
+    argv = ["selective", run.run_id, "--variant", "calm", "--rule", "crc", "--target-error", "0.2", "--by", "subject"]
+    assert main([*argv, "--runs-root", str(runs)]) == 0
+    out = capsys.readouterr().out
+    assert all(f"  {name}: threshold " in out for name in SUBJECTS), out
