@@ -26,7 +26,7 @@ holds 0.8 (right): accuracy 1.0, ECE 0.2.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -98,7 +98,7 @@ def group_row(variant: str, group: str, probs: np.ndarray, gold: np.ndarray, n_b
 
 
 def group_metrics(
-    probs: dict[str, object], gold: object, groups: Sequence[str | None], n_bins: int = 15
+    probs: Mapping[str, object], gold: object, groups: Sequence[str | None], n_bins: int = 15
 ) -> list[GroupRow]:
     """One GroupRow per (group, variant), groups in `group_order`, variants in `probs`' order.
 

@@ -104,7 +104,8 @@ def subject_table(sources: dict[str, Source], n_bins: int = 15) -> SubjectTable:
     (shown name -> its run and row) on one evaluation set. Variants are compared on the same
     items: one whose item ids differ from the first's, or without option probabilities, is
     left out with a note."""
-    frames, notes = {}, []
+    frames: dict[str, Any] = {}
+    notes: list[str] = []
     for name, (run, row) in sources.items():
         frame = _frame(run, row)
         if "probs" not in frame:
