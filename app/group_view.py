@@ -17,6 +17,31 @@ from app.state import describe_error, plain
 from app.verdict_view import whole_cells
 from calm_core.glossary import tooltip
 from calm_core.results import by_group
+from calm_core.runs.rundir import RunDir
+
+Key = tuple[tuple[str, str, str, str, bool, float], ...]  # per variant: name, run, its names, added, file time
+
+
+@st.cache_data(ttl=600, max_entries=16, show_spinner="Computing ECE per subject...")
+def cached_table(key: Key, n_bins: int) -> by_group.SubjectTable:
+    """The table of `key`'s variants: kept while their prediction files are unchanged (the
+    file times are in the key), since its bootstrap per subject is the page's slowest part."""
+    sources = {
+        name: (RunDir.open(path), {"variant_raw": variant, "dataset_raw": dataset, "added_after_training": added})
+        for name, path, variant, dataset, added, _ in key
+    }
+    return by_group.subject_table(sources, n_bins)
+
+
+def table_key(sources: dict[str, Any]) -> Key:
+    """What the table depends on: each variant's run, names and its predictions' time."""
+    key = []
+    for name, (run, row) in sources.items():
+        file = by_group.prediction_file(run, row)
+        added = bool(row.get("added_after_training"))
+        stamp = file.stat().st_mtime if file.is_file() else 0.0
+        key.append((name, str(run.path), row["variant_raw"], row["dataset_raw"], added, stamp))
+    return tuple(key)
 
 
 def group_section(dataset: str, shown: list[str], owner: dict[tuple[str, str], Any], n_bins: int) -> None:
@@ -26,7 +51,7 @@ def group_section(dataset: str, shown: list[str], owner: dict[tuple[str, str], A
     if not sources:
         return
     try:
-        table = by_group.subject_table(sources, n_bins)
+        table = cached_table(table_key(sources), n_bins)
     except Exception as exc:
         st.error(describe_error(exc))
         return

@@ -110,21 +110,19 @@ def test_a_set_of_one_subject_has_no_table(tmp_path: Path) -> None:
     assert not table.has_subjects and table.rows == []
 
 
-def test_compare_shows_the_per_subject_table_with_the_right_numbers(open_page, tmp_path: Path) -> None:
+def shown_table(compare) -> pd.DataFrame:
+    """The page's table by subject, as it reads (escaped Markdown cells unescaped)."""
     from tests.test_app_pages import _shown
 
-    run, _ = subject_run(tmp_path)
-    compare = open_page("views/compare.py")
-    assert not compare.exception and not compare.error, (compare.exception, [e.value for e in compare.error])
     tables = [t.value for t in compare.table if "ECE [90% interval]" in t.value.columns]
     assert len(tables) == 1, "no table by subject"
     assert "law \\*and\\* order" in set(tables[0]["subject"])  # the data's text escaped for the Markdown cell
-    shown = _shown(tables[0])
-    assert "Calibration by subject" in [s.value for s in compare.subheader]
-    variants = compare.multiselect(key="compare_variants").value
-    assert set(shown["subject"]) == set(SUBJECTS)  # "law *and* order" whole, not read as Markdown
-    data = json.loads((run.path / "results.json").read_text())["results"]
-    for row in data:
+    return _shown(tables[0])
+
+
+def check_numbers(shown: pd.DataFrame, run: RunDir, variants: list[str]) -> None:
+    """Each shown variant's cells equal the metrics on each subject's rows of its predictions."""
+    for row in json.loads((run.path / "results.json").read_text())["results"]:
         if row["variant"] not in variants:
             continue
         frame = pd.read_parquet(predictions_path(run.path, row["variant"], row["dataset"]))  # in id order
@@ -135,6 +133,22 @@ def test_compare_shows_the_per_subject_table_with_the_right_numbers(open_page, t
             assert cells["items"] == str(n) and cells["accuracy"] == f"{acc:.3f}"
             assert cells["ECE [90% interval]"].startswith(f"{ece:.3f} [")
     assert len(shown) == len(SUBJECTS) * len(variants)
+
+
+def test_compare_shows_the_per_subject_table_with_the_right_numbers(open_page, tmp_path: Path) -> None:
+    run, dataset = subject_run(tmp_path)
+    compare = open_page("views/compare.py")
+    assert not compare.exception and not compare.error, (compare.exception, [e.value for e in compare.error])
+    assert "Calibration by subject" in [s.value for s in compare.subheader]
+    variants = compare.multiselect(key="compare_variants").value
+    shown = shown_table(compare)
+    assert set(shown["subject"]) == set(SUBJECTS)  # "law *and* order" whole, not read as Markdown
+    check_numbers(shown, run, variants)
+    # new predictions (a re-evaluation): the table follows them, not a cached copy
+    write_predictions(run.path, "calm", dataset, predictions(len(_subjects()), 4.0, 99))
+    compare.run()
+    assert "calm" in variants
+    check_numbers(shown_table(compare), run, variants)
 
 
 def heldout_run(tmp_path: Path, sizes: dict[str, int]) -> RunDir:

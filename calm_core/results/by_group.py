@@ -16,6 +16,7 @@ before they did is refused with the way out.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -64,10 +65,14 @@ class GroupChoice:
         return [fit for fit in self.fits if fit.too_small]
 
 
-def _frame(run: RunDir, row: dict[str, Any]) -> Any:
+def prediction_file(run: RunDir, row: dict[str, Any]) -> Path:
+    """The predictions file of one compare_rows row (added/ for a set added after training)."""
     added = bool(row.get("added_after_training"))
-    path = predictions_path(run.added_dir if added else run.path, row["variant_raw"], row["dataset_raw"])
-    return run.read_predictions(path)
+    return predictions_path(run.added_dir if added else run.path, row["variant_raw"], row["dataset_raw"])
+
+
+def _frame(run: RunDir, row: dict[str, Any]) -> Any:
+    return run.read_predictions(prediction_file(run, row))
 
 
 def _probs(frame: Any) -> np.ndarray:
