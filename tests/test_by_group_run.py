@@ -226,3 +226,12 @@ def test_a_trained_run_keeps_its_heldout_subjects_and_selective_reads_them(
     assert main([*argv, "--runs-root", str(runs)]) == 0
     out = capsys.readouterr().out
     assert all(f"  {name}: threshold " in out for name in SUBJECTS), out
+
+
+def test_an_s_v_without_subjects_says_so_and_how_to_map_one(tmp_path: Path) -> None:
+    from calm_core.results.selective import SelectiveRequest
+
+    run = heldout_run(tmp_path, {"": 40})  # a blank subject: none
+    choice = by_group.choose_by_group(run, SelectiveRequest("calm", rule="crc"))
+    assert [fit.group for fit in choice.fits] == ["(none)"] and not choice.too_small
+    assert by_group.summary_line(choice).startswith("S_V's items carry no subject: its one group is the threshold")

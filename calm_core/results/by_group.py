@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from calm_core.calibration.by_group import (
+    NO_GROUP,
     GroupRow,
     GroupThreshold,
     group_labels,
@@ -89,7 +90,7 @@ def dataset_subjects(dataset: str) -> dict[str, str | None]:
     a file since moved, a hub set offline); the subject column is the default mapping's."""
     try:
         items = load_dataset(dataset).items
-    except (OSError, ValueError):  # DataError is a ValueError
+    except Exception:  # any reason the set cannot be read again (moved, offline, a loader's own error): no subjects
         return {}
     return {str(item.id): item.subject for item in items}
 
@@ -112,6 +113,9 @@ def subject_table(sources: dict[str, Source], n_bins: int = 15) -> SubjectTable:
     frames: dict[str, Any] = {}
     notes: list[str] = []
     for name, (run, row) in sources.items():
+        if not prediction_file(run, row).is_file():
+            notes.append(f"{name}: no predictions on this set")
+            continue
         frame = _frame(run, row)
         if "probs" not in frame:
             notes.append(f"{name}: its predictions hold no option probabilities")
@@ -176,6 +180,11 @@ def group_line(fit: GroupThreshold) -> str:
 def summary_line(choice: GroupChoice) -> str:
     """Whether every group got its own threshold; else which are too small, never merged."""
     small = choice.too_small
+    if [fit.group for fit in choice.fits] == [NO_GROUP]:
+        return (
+            f"S_V's items carry no {choice.by}: its one group is the threshold for all. Map a column to "
+            f"{choice.by} (the Data page's Subject column, or --mapping subject=COLUMN) and train again."
+        )
     if not small:
         return f"Every {choice.by} has its own threshold ({len(choice.fits)} groups)."
     names = ", ".join(f"{fit.group} ({fit.n} of {fit.needed})" for fit in small)
