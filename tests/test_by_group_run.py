@@ -235,3 +235,12 @@ def test_an_s_v_without_subjects_says_so_and_how_to_map_one(tmp_path: Path) -> N
     choice = by_group.choose_by_group(run, SelectiveRequest("calm", rule="crc"))
     assert [fit.group for fit in choice.fits] == ["(none)"] and not choice.too_small
     assert by_group.summary_line(choice).startswith("S_V's items carry no subject: its one group is the threshold")
+
+
+def test_predictions_that_carry_subjects_are_read_as_they_are(tmp_path: Path) -> None:
+    run, dataset = subject_run(tmp_path)
+    frame = predictions(len(_subjects()), 2.0, 5).drop(columns="id")
+    frame["subject"] = ["one"] * 20 + ["two"] * 12  # not the set's subjects: the frame's own win
+    write_predictions(run.path, "calm", dataset, frame)
+    table = by_group.subject_table({"calm": (run, {"variant_raw": "calm", "dataset_raw": dataset})})
+    assert [(r.group, r.n) for r in table.rows] == [("one", 20), ("two", 12)]
