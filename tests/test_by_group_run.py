@@ -244,3 +244,11 @@ def test_predictions_that_carry_subjects_are_read_as_they_are(tmp_path: Path) ->
     write_predictions(run.path, "calm", dataset, frame)
     table = by_group.subject_table({"calm": (run, {"variant_raw": "calm", "dataset_raw": dataset})})
     assert [(r.group, r.n) for r in table.rows] == [("one", 20), ("two", 12)]
+
+
+def test_a_variant_on_other_items_is_left_out_with_a_note(tmp_path: Path) -> None:
+    run, dataset = subject_run(tmp_path)
+    write_predictions(run.path, "ts", dataset, predictions(20, 1.0, 3).drop(columns="id"))  # 20 of 32, no ids
+    rows = {name: (run, {"variant_raw": name, "dataset_raw": dataset}) for name in ("calm", "ts")}
+    table = by_group.subject_table(rows)
+    assert {r.variant for r in table.rows} == {"calm"} and table.notes == ["ts: evaluated on other items of this set"]

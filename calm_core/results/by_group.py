@@ -105,6 +105,13 @@ def frame_subjects(frame: Any, dataset: str) -> list[str | None]:
     return [known.get(str(item_id)) for item_id in frame["id"]]
 
 
+def _same_items(frame: Any, first: Any) -> bool:
+    """Whether two variants' predictions are of the same items, in the same order."""
+    if len(frame) != len(first):
+        return False
+    return "id" not in frame or "id" not in first or list(frame["id"]) == list(first["id"])
+
+
 def subject_table(sources: dict[str, Source], n_bins: int = 15) -> SubjectTable:
     """ECE with its interval, accuracy and count per subject, for each variant in `sources`
     (shown name -> its run and row) on one evaluation set. Variants are compared on the same
@@ -119,7 +126,7 @@ def subject_table(sources: dict[str, Source], n_bins: int = 15) -> SubjectTable:
         frame = _frame(run, row)
         if "probs" not in frame:
             notes.append(f"{name}: its predictions hold no option probabilities")
-        elif frames and "id" in frame and list(frame["id"]) != list(next(iter(frames.values()))["id"]):
+        elif frames and not _same_items(frame, next(iter(frames.values()))):
             notes.append(f"{name}: evaluated on other items of this set")
         else:
             frames[name] = frame
