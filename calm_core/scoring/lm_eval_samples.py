@@ -84,7 +84,11 @@ class HarnessTask:
         if not self.ids:
             raise DataError(f"Expected multiple-choice samples in {', '.join(self.files)}, but no row could be read")
         n = len(self.ids) if limit is None else min(limit, len(self.ids))
-        rows = self.loglik[:n] if metric == "acc" else [ll / c for ll, c in zip(self.loglik[:n], self.chars[:n])]
+        rows = (
+            self.loglik[:n]
+            if metric == "acc"
+            else [ll / c for ll, c in zip(self.loglik[:n], self.chars[:n], strict=True)]
+        )
         return OptionScores(list(self.ids[:n]), pad_ragged(rows), np.asarray(self.gold[:n]), self.scoring(metric))
 
     def scoring(self, metric: str) -> dict[str, Any]:
