@@ -192,3 +192,51 @@ def test_from_lm_eval_refuses_model_flags_and_unknown_tasks(tmp_path: Path, caps
 def test_a_folder_without_samples_is_refused(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="--log_samples"):
         read_harness_folder(tmp_path)
+
+
+# The Data page's section (app/lm_eval_view.py).
+
+
+def test_summary_rows_give_both_forms_beside_the_harness_accuracy(tmp_path: Path) -> None:
+    from app.lm_eval_view import summary_rows
+
+    tasks = read_harness_folder(_folder(tmp_path))
+    tasks["eval_task"].reported = {"acc": 0.25}
+    rows = summary_rows(tasks)
+    assert [(r["task"], r["form"], r["scoring"]) for r in rows] == [
+        ("eval_task", "acc", "cloze"), ("eval_task", "acc_norm", "cloze_chars"),
+        ("fit_task", "acc", "cloze"), ("fit_task", "acc_norm", "cloze_chars"),
+    ]
+    assert rows[0]["harness acc"] == 0.25 and rows[0]["acc"] == tasks["eval_task"].accuracy("acc")
+    assert rows[1]["acc"] == tasks["eval_task"].accuracy("acc_norm")
+
+
+def _section_table(at) -> pd.DataFrame:
+    return next(frame.value for frame in at.dataframe if "harness acc" in frame.value.columns)
+
+
+def test_data_page_reads_a_local_folder(tmp_path: Path, open_page, tiny_everywhere) -> None:
+    folder = _folder(tmp_path)
+    at = open_page("views/data.py")
+    at.text_input(key="data_lm_eval_dir").input(str(folder)).run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert set(_section_table(at)["task"]) == {"eval_task", "fit_task"}
+    assert any(f"--from-lm-eval {folder} --fit-ts-on" in c.value for c in at.code)
+    at.text_input(key="data_lm_eval_dir").input(str(tmp_path / "nothing")).run()
+    assert any("lm-evaluation-harness output" in e.value for e in at.error)
+
+
+def test_a_shared_data_page_takes_no_path_but_an_upload(
+    tmp_path: Path, open_page, tiny_everywhere, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import app.lm_eval_view
+    from calm_core.access.rules import access_from
+
+    monkeypatch.setattr(app.lm_eval_view, "studio_access", lambda: access_from({"CALM_STUDIO_SHARED": "1"}, "0.0.0.0"))
+    at = open_page("views/data.py")
+    assert not any(t.key == "data_lm_eval_dir" for t in at.text_input)
+    data = _file(_line([-1.0, -2.0, -3.0], 0), _line([-1.0, -2.0, -3.0], 7))
+    at.get("file_uploader")[1].set_value(("samples_geo_2026-01-01T00-00-00.000001.jsonl", data, "application/json")).run()
+    assert not at.exception
+    table = _section_table(at)
+    assert list(table["task"]) == ["geo", "geo"] and list(table["rejected"]) == [1, 1]
