@@ -161,6 +161,15 @@ def test_only_one_filters_lines_are_read() -> None:
     assert len(task) == 1 and task.gold == [0]
 
 
+def test_a_file_of_more_questions_than_the_budget_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    import calm_core.scoring.lm_eval_samples as samples
+
+    monkeypatch.setattr(samples, "MAX_SAMPLES", 2)
+    assert len(read_samples_bytes(_file(*[_line([-1.0, -2.0, -3.0], 0)] * 2), "x.jsonl")) == 2
+    with pytest.raises(DataError, match="at most 2 questions"):
+        read_samples_bytes(_file(*[_line([-1.0, -2.0, -3.0], 0)] * 3), "x.jsonl")
+
+
 def _folder(tmp_path: Path, n: int = 30) -> Path:
     """A harness output folder with two tasks of `n` questions each, gold always 0."""
     rng = np.random.default_rng(0)

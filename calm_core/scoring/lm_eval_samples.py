@@ -41,6 +41,18 @@ SAMPLES_FILE = re.compile(r"^samples_(?P<task>.+)_(?P<date>\d{4}-\d{2}-\d{2}T[\d
 SOURCE = "lm-evaluation-harness"
 DEFAULT_DELIMITER = " "  # the harness's `target_delimiter` when no results file says otherwise
 MAX_CHOICES = 100  # options per question; a row with more is rejected (the studio draws one bar each)
+# Questions per task: the largest multiple-choice tasks of the harness hold tens of thousands
+# (MMLU's 57 subjects together: 14,042). Each read question costs a few hundred bytes, so a
+# file of millions of tiny lines (an upload's worth) is refused rather than held.
+MAX_SAMPLES = 500_000
+
+
+class _Rejected(Exception):
+    """Why one sample line is not read, and the field at fault."""
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message)
+        self.message, self.field = message, field
 
 
 @dataclass(frozen=True)
@@ -89,7 +101,8 @@ class HarnessTask:
             if metric == "acc"
             else [ll / c for ll, c in zip(self.loglik[:n], self.chars[:n], strict=True)]
         )
-        return OptionScores(list(self.ids[:n]), pad_ragged(rows), np.asarray(self.gold[:n]), self.scoring(metric))
+        gold = np.asarray(self.gold[:n], dtype=np.int64)
+        return OptionScores(list(self.ids[:n]), pad_ragged(rows), gold, self.scoring(metric), dict(self.model))
 
     def scoring(self, metric: str) -> dict[str, Any]:
         """The record every result of these scores carries: where they came from and which form."""
@@ -139,6 +152,10 @@ def read_samples(handle: IO[bytes], task: str, source: str, config: dict[str, An
         if str(record.get("filter", "none")) != wanted:
             continue
         _add_row(out, record, delimiter, RowError(source, number, "", ""))
+        if len(out) > MAX_SAMPLES:
+            raise DataError(
+                f"Expected at most {MAX_SAMPLES:,} questions in {source}, but it holds more: split the file"
+            )
     return out
 
 
@@ -156,8 +173,8 @@ def _add_row(out: HarnessTask, record: dict[str, Any], delimiter: str, where: Ro
         contexts, choices = _requests(record.get("arguments"), delimiter)
         loglik = _logliks(record, len(choices))
         gold = _gold(record.get("target"), choices)
-    except ValueError as err:
-        out.rejected.append(RowError(where.source, where.row, str(err.args[1]), str(err.args[0])))
+    except _Rejected as err:
+        out.rejected.append(RowError(where.source, where.row, err.field, err.message))
         return
     doc = record.get("doc") if isinstance(record.get("doc"), dict) else {}
     doc_id = record.get("doc_id", where.row - 1)
@@ -178,14 +195,14 @@ def _requests(arguments: Any, delimiter: str) -> tuple[list[str], list[str]]:
     elif isinstance(arguments, list):
         pairs = arguments
     else:
-        raise ValueError("Expected the requests of a multiple-choice task, but the row has none", "arguments")
+        raise _Rejected("Expected the requests of a multiple-choice task, but the row has none", "arguments")
     if not all(isinstance(p, list) and len(p) >= 2 and all(isinstance(x, str) for x in p[:2]) for p in pairs):
-        raise ValueError("Expected (context, continuation) text pairs: is this a multiple-choice task?", "arguments")
+        raise _Rejected("Expected (context, continuation) text pairs: is this a multiple-choice task?", "arguments")
     contexts = [p[0] for p in pairs]
     if any(c == "" for c in contexts) and any(c != "" for c in contexts):
-        raise ValueError("Expected one request per choice, but got unconditional ones (acc_mutual_info)", "arguments")
+        raise _Rejected("Expected one request per choice, but got unconditional ones (acc_mutual_info)", "arguments")
     if not 2 <= len(pairs) <= MAX_CHOICES:
-        raise ValueError(f"Expected 2 to {MAX_CHOICES} choices, but got {len(pairs)}", "arguments")
+        raise _Rejected(f"Expected 2 to {MAX_CHOICES} choices, but got {len(pairs)}", "arguments")
     return contexts, [p[1][len(delimiter) :] if p[1].startswith(delimiter) else p[1] for p in pairs]
 
 
@@ -198,15 +215,15 @@ def _logliks(record: dict[str, Any], k: int) -> np.ndarray:
             [r[0] for r in resps] if isinstance(resps, list) and all(isinstance(r, list) and r for r in resps) else None
         )
     if not isinstance(values, list) or len(values) != k:
-        raise ValueError(f"Expected {k} responses, one per request, but got {_count(values)}", "filtered_resps")
+        raise _Rejected(f"Expected {k} responses, one per request, but got {_count(values)}", "filtered_resps")
     try:
         out = np.array([float(v[0] if isinstance(v, list) else v) for v in values], dtype=np.float64)
     except (TypeError, ValueError, IndexError):
-        raise ValueError(
+        raise _Rejected(
             "Expected a log-likelihood per choice, but got text: is this a generation task?", "filtered_resps"
         ) from None
     if not np.isfinite(out).all():
-        raise ValueError("Expected finite log-likelihoods, but got inf or NaN", "filtered_resps")
+        raise _Rejected("Expected finite log-likelihoods, but got inf or NaN", "filtered_resps")
     return out
 
 
@@ -218,15 +235,15 @@ def _gold(target: Any, choices: list[str]) -> int:
     """The gold index from the harness's `target` (str of an index, or the gold choice's text)."""
     text = str(target).strip() if target is not None else ""
     if text.startswith("["):
-        raise ValueError("Expected one gold choice, but the row has several", "target")
+        raise _Rejected("Expected one gold choice, but the row has several", "target")
     if re.fullmatch(r"-?\d+", text):
         gold = int(text)
     elif text in [c.strip() for c in choices]:
         gold = [c.strip() for c in choices].index(text)
     else:
-        raise ValueError(f"Expected an option index or an option's text, but got {text[:60]!r}", "target")
+        raise _Rejected(f"Expected an option index or an option's text, but got {text[:60]!r}", "target")
     if not 0 <= gold < len(choices):
-        raise ValueError(f"Expected a gold index in 0..{len(choices) - 1}, but got {gold}", "target")
+        raise _Rejected(f"Expected a gold index in 0..{len(choices) - 1}, but got {gold}", "target")
     return gold
 
 
