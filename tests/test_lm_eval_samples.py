@@ -39,8 +39,9 @@ def _need_lm_eval() -> None:
         pytest.skip("lm-eval is not installed (the `dev` extra installs it)")
 
 
-def run_harness(model_dir: Path, folder: Path, n_items: int) -> tuple[Path, Path]:
-    """lm_eval on `n_items` built-in capitals questions, offline: (the items file, the output folder)."""
+def run_harness(model_dir: Path, folder: Path, n_items: int) -> tuple[Path, Path, int]:
+    """lm_eval on the first `n_items` built-in capitals test questions (the set has 35), offline:
+    (the items file, the output folder, the number of questions)."""
     from calm_core.scoring.evaluate import load_mc_items
 
     _need_lm_eval()
@@ -59,7 +60,7 @@ def run_harness(model_dir: Path, folder: Path, n_items: int) -> tuple[Path, Path
                "--tasks", TASK, "--include_path", str(tasks), "--log_samples", "--output_path", str(out)]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
-    return data, out
+    return data, out, len(items)
 
 
 def _calm_eval(tmp: Path, *args: str) -> tuple[dict[str, Any], pd.DataFrame]:
@@ -74,7 +75,7 @@ def _calm_eval(tmp: Path, *args: str) -> tuple[dict[str, Any], pd.DataFrame]:
 
 def _same_as_calm_eval(model_dir: Path, tmp: Path, n_items: int) -> None:
     """The harness's samples imported = `calm eval` on the same questions, cloze rule."""
-    data, out = run_harness(model_dir, tmp, n_items)
+    data, out, n_items = run_harness(model_dir, tmp, n_items)
     theirs, their_preds = _calm_eval(tmp / "theirs", "--from-lm-eval", str(out))
     ours, our_preds = _calm_eval(tmp / "ours", "--model", str(model_dir), "--dtype", "float32", "--device", "cpu",
                                  "--data", str(data), "--scoring", "cloze")
@@ -96,7 +97,7 @@ def test_tiny_model_harness_samples_equal_calm_eval(tiny_model_dir: Path, tmp_pa
 
 @pytest.mark.embedded
 def test_embedded_model_harness_samples_equal_calm_eval(embedded_dir: Path, tmp_path: Path) -> None:
-    _same_as_calm_eval(embedded_dir, tmp_path, n_items=40)
+    _same_as_calm_eval(embedded_dir, tmp_path, n_items=35)
 
 
 # Hand-written sample lines: the harness's shape (stringified log-likelihoods, gen_args pairs).
