@@ -20,6 +20,7 @@ from app.gate import studio_access
 from app.state import plain
 from app.upload_cache import once
 from app.upload_cache import problem as _problem
+from calm_core.glossary import tooltip
 from calm_core.scoring.evaluate import result_row
 from calm_core.scoring.lm_eval_samples import FORMS, HarnessTask, read_harness_folder, read_samples_bytes
 
@@ -77,6 +78,11 @@ def _safely(read: Any) -> tuple[dict[str, HarnessTask] | None, str | None]:
 def _show(tasks: dict[str, HarnessTask], where: str) -> None:
     """The summary table, rejected rows, and the command that calibrates these samples."""
     table = pd.DataFrame(summary_rows(tasks), columns=list(SUMMARY_COLUMNS))
+    st.caption(
+        "Each task under both forms, the untouched scores: accuracy beside the one the harness wrote, ECE, "
+        "mean confidence.",
+        help=tooltip("acc", "ECE", "confidence", "TS", "vector scaling"),
+    )
     st.dataframe(table, hide_index=True, width="stretch", key="data_lm_eval_table")
     rejected = [error for task in tasks.values() for error in task.rejected]
     if rejected:
@@ -102,7 +108,8 @@ def lm_eval_section() -> None:
     st.caption(
         "A model too large for this machine: run `lm_eval ... --log_samples --output_path DIR` where the model "
         "runs, then bring DIR here. Each multiple-choice question's per-choice log-likelihoods become the "
-        "studio's option scores (acc: their sum, our cloze rule; acc_norm: divided by each choice's characters)."
+        "studio's option scores in both of the harness's forms: their sum (our cloze rule) and the sum divided "
+        "by each choice's length in characters (the harness's acc_norm)."
     )
     shared = studio_access().shared
     tasks, where = None, "DIR"
