@@ -176,7 +176,8 @@ def _add_row(out: HarnessTask, record: dict[str, Any], delimiter: str, where: Ro
     except _Rejected as err:
         out.rejected.append(RowError(where.source, where.row, err.field, err.message))
         return
-    doc = record.get("doc") if isinstance(record.get("doc"), dict) else {}
+    raw_doc = record.get("doc")
+    doc: dict[str, Any] = raw_doc if isinstance(raw_doc, dict) else {}
     doc_id = record.get("doc_id", where.row - 1)
     out.ids.append(str(doc["id"]) if isinstance(doc.get("id"), (str, int)) else f"{out.task}-{doc_id}")
     out.loglik.append(loglik)
