@@ -199,6 +199,11 @@ def test_from_lm_eval_refuses_model_flags_and_unknown_tasks(tmp_path: Path, caps
     assert "not a task of the samples" in capsys.readouterr().err
 
 
+def test_eval_without_data_or_samples_says_what_to_give(capsys: pytest.CaptureFixture) -> None:
+    assert main(["eval", "--model", "embedded"]) != 0
+    assert "--data NAME (or --from-lm-eval DIR)" in capsys.readouterr().err
+
+
 def test_a_folder_without_samples_is_refused(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="--log_samples"):
         read_harness_folder(tmp_path)
