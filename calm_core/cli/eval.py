@@ -6,6 +6,7 @@ answers with --task openqa; a finished run on more data with --run.
     calm eval --data my_questions.csv --thermometer       # a file without answers
     calm eval --run RUN_ID --data arc/easy_test           # a finished run on more data (results/added.py)
     calm eval --run RUN_ID --data private.csv --mapping 'question=q, choices=A|B|C|D, answer=label' --encoding cp1252
+    calm eval --from-lm-eval DIR --fit-ts-on TASK          # lm-evaluation-harness samples (cli/eval_harness.py)
 
 Every dataset is read and every output path checked before the model loads: a typo fails
 in a second. Rows a dataset rejected are named on stderr and counted in `--json`, whose
@@ -23,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from calm_core.cli import eval_io
+from calm_core.cli.eval_harness import add_args as add_harness_args
+from calm_core.cli.eval_harness import eval_from_lm_eval
 from calm_core.cli.eval_open import GENERATION_FLAGS, eval_open
 from calm_core.cli.eval_run import eval_run
 from calm_core.cli.usage import UsageError
@@ -41,10 +44,11 @@ def add_parsers(sub: Any) -> None:
         "--data",
         action="append",
         nargs="+",
-        required=True,
         metavar="NAME",
-        help="catalog names (arc/easy_test, builtin/capitals/test, upload/x) or files; repeatable",
+        help="catalog names (arc/easy_test, builtin/capitals/test, upload/x) or files; repeatable "
+        "(with --from-lm-eval: tasks of its samples)",
     )
+    add_harness_args(ev)
     ev.add_argument(
         "--run",
         metavar="RUN_ID",
@@ -235,7 +239,12 @@ def _unlabelled_row(scores: Any, dataset: str, variant: str, calibrator: Any) ->
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """`calm eval`: a finished run on more data (--run), open answers (--task openqa), or
-    option scores of a model, base beside its post-hoc calibrators."""
+    option scores of a model, base beside its post-hoc calibrators; or the option scores
+    of lm-evaluation-harness samples (--from-lm-eval), no model loaded."""
+    if args.from_lm_eval:
+        return eval_from_lm_eval(args)
+    if not args.data:
+        raise UsageError("give --data NAME (or --from-lm-eval DIR)")
     if args.run:
         return eval_run(args)
     if args.task == "openqa":
