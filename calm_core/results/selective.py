@@ -24,18 +24,23 @@ import numpy as np
 
 from calm_core.access.rules import Access, Refused, write_refusal
 from calm_core.calibration import selective
-from calm_core.calibration.selective import CRC, DEFAULT_DELTA, LTT, LTT_ANSWERED, RULES, Threshold, TooFewItems
+from calm_core.calibration.selective import (
+    CRC,
+    DEFAULT_DELTA,
+    DEFAULT_RULE,
+    DEFAULT_TARGET,
+    LTT,
+    LTT_ANSWERED,
+    RULES,
+    Threshold,
+    TooFewItems,
+)
 from calm_core.calibration.selective_answerer import SelectiveAnswerer
 from calm_core.calibration.selective_summary import LEVEL, Estimate, SelectiveSummary, summarize_selective
 from calm_core.results.verdict import variant_label
 from calm_core.runs.layout import HELDOUT, heldout_path, predictions_path
 from calm_core.runs.rundir import RunDir
 
-# The error among all questions, with 95% probability: a guarantee that held on the reader's own test
-# split in at least 9 of 10 splits on every benchmark set (crc's holds on average only;
-# bench/selective_guarantee.py measures both).
-DEFAULT_RULE = LTT
-DEFAULT_TARGET = 0.1
 # The summary's columns, as every table (CLI, Compare) heads them; each is in the glossary.
 COLUMNS = ("answered", "error among answered", "error among all", "coverage", "set size")
 # The section's other words a page shows (tests/test_glossary.py reads both lists).
