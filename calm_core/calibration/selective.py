@@ -204,6 +204,17 @@ def binomial_cdf(k: int, n: int, p: float) -> float:
     return min(1.0, math.exp(top) * sum(math.exp(t - top) for t in terms))
 
 
+def marginal_low(n: int, level: float, chance: float = 0.1) -> int:
+    """The count k of n new items such that, when each is covered (or right) with probability
+    exactly `level`, one set of n shows k or fewer with probability at least `chance`: the
+    `chance` quantile of Bin(n, level). A marginal guarantee is a promise over many draws, so
+    one small set can land that low while the promise holds (the held-out draw adds spread)."""
+    k = 0
+    while binomial_cdf(k, n, level) < chance:
+        k += 1
+    return k
+
+
 def ltt_threshold(
     confidence: object, correct: object, target_error: float, delta: float = DEFAULT_DELTA, answered: bool = False
 ) -> Threshold:
@@ -230,6 +241,11 @@ def ltt_search(c: np.ndarray, a: np.ndarray, alpha: float, delta: float, answere
     `ltt_min_items`."""
     what = f"an error among {'answered' if answered else 'all'} of {alpha:.0%} with {1 - delta:.0%} probability"
     way_out = f", or for it on average (conformal risk control: {crc_min_items(alpha)} items)"
+    if answered:  # crc bounds another error: say so, or the way out would change the promise unseen
+        way_out = (
+            f", or a guarantee on another error, the error among all questions on average (conformal risk "
+            f"control: {crc_min_items(alpha)} items), where a question left unanswered counts as no error"
+        )
     _refuse_if_few(len(c), ltt_min_items(alpha, delta), what, way_out)
     order, wrong = np.sort(c), np.sort(c[a == 0.0])
     errors = len(wrong) - np.searchsorted(wrong, GRID, side="left")  # (G,) wrong items with c >= t

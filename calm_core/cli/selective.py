@@ -64,9 +64,15 @@ def cmd_selective(args: argparse.Namespace) -> int:
     print(f"assumption: {sel.ASSUMPTION}")
     for choice in report.choices.values():
         print(f"S_V: {sel.choice_line(choice)}")
+    way_out = sel.crc_way_out(report)
+    if way_out:
+        print(f"way out: {way_out}")
     rows = sel.table_rows(report)
     if rows:
         print(text_table(rows))
+    for note in (sel.above_target_note(report), sel.coverage_note(report)):
+        if note:
+            print(f"note: {note}")
     if args.json:
         args.json.write_text(json.dumps(report.to_dict(), indent=2, default=float))
     if args.save:
