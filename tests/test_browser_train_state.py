@@ -78,7 +78,7 @@ def _upload_and_split(page, url: str, workspace: Path, tmp_path: Path) -> dict:
     _write_csv(upload)
     page.locator('input[type="file"]').set_input_files(str(upload))
     page.get_by_text("Columns found:").wait_for(timeout=120_000)
-    expect(page.get_by_label("Save as", exact=True)).to_have_value(UPLOAD)
+    expect(page.get_by_label("Save as", exact=True)).to_have_value(UPLOAD, timeout=60_000)
     page.get_by_role("button", name="Save to the workspace").click()
     page.get_by_text(f"Saved as upload/{UPLOAD}").wait_for(timeout=60_000)
     wait_idle(page)
