@@ -22,8 +22,7 @@ from calm_core.paths import ensure_writable
 
 def add_parsers(sub: Any) -> None:
     """`calm selective` under the `calm` subcommands `sub`."""
-    from calm_core.calibration.selective import DEFAULT_DELTA, RULES
-    from calm_core.results.selective import DEFAULT_RULE, DEFAULT_TARGET
+    from calm_core.calibration.selective import DEFAULT_DELTA, DEFAULT_RULE, DEFAULT_TARGET, RULES
 
     sel = sub.add_parser(
         "selective", help="a confidence threshold to answer alone, chosen on S_V with a guarantee, and option sets"
