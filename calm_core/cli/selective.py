@@ -23,9 +23,8 @@ from calm_core.paths import ensure_writable
 
 def add_parsers(sub: Any) -> None:
     """`calm selective` under the `calm` subcommands `sub`."""
-    from calm_core.calibration.selective import DEFAULT_DELTA, RULES
+    from calm_core.calibration.selective import DEFAULT_DELTA, DEFAULT_RULE, DEFAULT_TARGET, RULES
     from calm_core.results.by_group import GROUP_KEYS
-    from calm_core.results.selective import DEFAULT_RULE, DEFAULT_TARGET
 
     sel = sub.add_parser(
         "selective", help="a confidence threshold to answer alone, chosen on S_V with a guarantee, and option sets"
@@ -69,9 +68,15 @@ def cmd_selective(args: argparse.Namespace) -> int:
     print(f"assumption: {sel.ASSUMPTION}")
     for choice in report.choices.values():
         print(f"S_V: {sel.choice_line(choice)}")
+    way_out = sel.crc_way_out(report)
+    if way_out:
+        print(f"way out: {way_out}")
     rows = sel.table_rows(report)
     if rows:
         print(text_table(rows))
+    for note in (sel.above_target_note(report), sel.coverage_note(report)):
+        if note:
+            print(f"note: {note}")
     if args.by:
         print_by_group(run, request, args.by)
     if args.json:
