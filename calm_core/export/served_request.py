@@ -59,7 +59,7 @@ def letter_bias(fold: Fold, letters: list[int]) -> dict[str, float]:
     shifts = (
         fold.shift[letters].tolist() if fold.kind == "temperature" and fold.shift is not None else [0.0] * len(letters)
     )
-    return {str(token): LIFT + float(l) for token, l in zip(letters, shifts, strict=True)}
+    return {str(token): LIFT + float(shift) for token, shift in zip(letters, shifts, strict=True)}
 
 
 def letter_request(model: str, prompt: list[int], bias: dict[str, float]) -> dict[str, Any]:
