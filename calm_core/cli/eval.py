@@ -141,13 +141,17 @@ def _check_features(args: argparse.Namespace, cfg: Any) -> None:
         raise UsageError(f"--features options needs a cloze rule: the {cfg.rule} rule scores no option tokens")
 
 
-def _check_served(args: argparse.Namespace) -> None:
-    """A served model returns log-probabilities only: nothing that reads hidden states."""
+def _check_served(args: argparse.Namespace, refused: str | None = None) -> None:
+    """A served model gives prompt log-probabilities only: nothing that reads hidden states
+    (or, with `refused`, what that says it needs) goes with it."""
     from calm_core.scoring.served import is_served
 
     wanted = [flag for flag, given in (("--features", args.features), ("--thermometer", args.thermometer)) if given]
-    if is_served(args.model) and wanted:
-        raise UsageError(f"{', '.join(wanted)} read hidden states, which a served model (openai:URL) does not return")
+    if is_served(args.model) and (wanted or refused):
+        what = refused or f"{', '.join(wanted)} read hidden states, which"
+        raise UsageError(
+            f"{what} a served model (openai:URL) does not give: it is scored from prompt log-probabilities"
+        )
 
 
 def _posthoc(args: argparse.Namespace, lm: Any, cfg: Any, fit_items: dict[str, list]) -> list[Any]:
@@ -260,6 +264,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.run:
         return eval_run(args)
     if args.task == "openqa":
+        _check_served(args, "--task openqa generates answers, which")
         return eval_open(args)
     return _eval_mc(args)
 
