@@ -120,7 +120,8 @@ def _letter_lines(cfg: ScoringConfig, merged: dict[str, Any]) -> list[str]:
         '    answer = post({"prompt": ids, "max_tokens": 1, "temperature": 1.0, "logprobs": len(options), '
         '"logit_bias": bias})',
         '    top = answer["choices"][0]["logprobs"]["top_logprobs"][0]',
-        "    z = [top[tokenizer.decode([t])] for t in letters]  # the letters' log-probabilities",
+        "    names = [[tokenizer.decode([t]), tokenizer.convert_ids_to_tokens(t), f'token_id:{t}'] for t in letters]",
+        "    z = [next(top[n] for n in ns if n in top) for ns in names]  # the letters' log-probabilities",
     ]
     if merged["fold"] == "formula":
         lines += [

@@ -79,15 +79,21 @@ def letter_logprobs(served: ServedModel, prompt: list[int], letters: list[int], 
     that says the server's top log-probabilities did not hold them."""
     answer = served.client.complete(letter_request(served.name, prompt, bias))
     tops = ((answer["choices"][0].get("logprobs") or {}).get("top_logprobs") or [None])[0] or {}
-    keys = [served.tokenizer.decode([token]) for token in letters]
-    missing = [key for key in keys if key not in tops]
+    found = [next((key for key in token_keys(served.tokenizer, token) if key in tops), None) for token in letters]
+    missing = [served.tokenizer.decode([token]) for token, key in zip(letters, found, strict=True) if key is None]
     if missing:
         raise ServedModelError(
-            f"Expected the letters {keys} among the answer position's top log-probabilities under logit_bias, but "
+            f"Expected every letter among the answer position's top log-probabilities under logit_bias, but "
             f"{missing} are not: the server ignores `logit_bias` in the log-probabilities it returns "
             "(vLLM: start it with --logprobs-mode processed_logprobs), or caps `logprobs` below K"
         )
-    return np.array([float(tops[key]) for key in keys])
+    return np.array([float(tops[key]) for key in found if key is not None])
+
+
+def token_keys(tokenizer: Any, token: int) -> list[str]:
+    """The names a server may give a token in `top_logprobs`: its decoded text (vLLM,
+    OpenAI), its vocabulary entry (older vLLM: "ĠA"), or vLLM's `token_id:N`."""
+    return [tokenizer.decode([token]), tokenizer.convert_ids_to_tokens(token), f"token_id:{token}"]
 
 
 def served_forms(served: ServedModel, record: dict[str, Any], folder: Path) -> dict[str, np.ndarray | str]:
