@@ -2,7 +2,7 @@
 probabilities from an OpenAI-compatible server serving the folder, with a self-check.
 
 Under the letter rule the request carries the per-letter shifts as `logit_bias` (plus a
-common lift that puts the letters at the top, `served_request.LIFT`); under cloze it asks
+common lift, LIFT, that puts the letters at the top); under cloze it asks
 for the prompt's own log-probabilities (`echo` + `logprobs`) and the reader divides the
 summed scores by the temperature. The code is the standard library and the folder's
 tokenizer; tests run it against a stand-in server, so it cannot drift from the maths.
@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from calm_core.export.merged import CHECK_ITEMS, CHECK_TOLERANCE
-from calm_core.export.served_request import LIFT
 from calm_core.scoring.prompts import ScoringConfig
+
+LIFT = 80.0  # added to every letter's bias: above any other token, within the +-100 servers accept
+CHECK_OPTIONS = ["Paris", "Rome", "Madrid", "Berlin"]  # of the check's first question (merged.CHECK_ITEMS)
 
 SERVERS = (
     "Meant for vLLM (`vllm serve path/to/this/folder`); any server whose `/v1/completions` answers the same "
@@ -25,6 +26,7 @@ SERVERS = (
 def served_section(record: dict[str, Any]) -> str:
     """Markdown: the servers, the request's shape, the code with its self-check, the CLI check."""
     cfg = ScoringConfig(**record["scoring"])
+    tolerance = record["merged"]["check"]["tolerance"]
     if cfg.is_cloze:
         shape = (
             "Under the run's cloze rule each option is one request with `echo: true, logprobs: 1, max_tokens: 1`: "
@@ -47,7 +49,7 @@ def served_section(record: dict[str, Any]) -> str:
         f"{SERVERS}. {shape}\n\n"
         f"```python\n{served_snippet(record)}```\n\n"
         "The last lines are the self-check: the studio's own calibrated probabilities of that question, "
-        f"which the server must give to {CHECK_TOLERANCE}. The same check in every form, from a machine with "
+        f"which the server must give to {tolerance}. The same check in every form, from a machine with "
         "CALM Studio: `calm eval --model openai:http://HOST:PORT/v1 --export path/to/this/folder`.\n\n"
     )
 
@@ -55,8 +57,7 @@ def served_section(record: dict[str, Any]) -> str:
 def served_snippet(record: dict[str, Any]) -> str:
     """`calibrated(question, options)` through the server, then the self-check."""
     cfg = ScoringConfig(**record["scoring"])
-    expected = record["merged"]["check"]["probabilities"][0]
-    item = CHECK_ITEMS[0]
+    check = record["merged"]["check"]
     lines = [
         "import json, math, urllib.request",
         "from transformers import AutoTokenizer",
@@ -76,9 +77,9 @@ def served_snippet(record: dict[str, Any]) -> str:
         "    return [v / sum(e) for v in e]",
         "",
         *(_cloze_lines(cfg, record["merged"]) if cfg.is_cloze else _letter_lines(cfg, record["merged"])),
-        f"EXPECTED = {expected!r}  # the studio's calibrated probabilities",
-        f"got = calibrated({item.question!r}, {list(item.choices)!r})",
-        f"assert max(abs(a - b) for a, b in zip(got, EXPECTED)) < {CHECK_TOLERANCE}, (got, EXPECTED)",
+        f"EXPECTED = {check['probabilities'][0]!r}  # the studio's calibrated probabilities",
+        f"got = calibrated({check['items'][0]!r}, {CHECK_OPTIONS!r})",
+        f"assert max(abs(a - b) for a, b in zip(got, EXPECTED)) < {check['tolerance']}, (got, EXPECTED)",
         'print("served export OK:", got)',
     ]
     return "\n".join(lines) + "\n"

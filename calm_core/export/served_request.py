@@ -7,7 +7,7 @@ server, and the check that a served export gives the studio's figures.
 Two forms, both plain `/v1/completions` requests (the model card prints them, `served_card`):
     logit_bias  letter rule: one request per question at the answer position, `max_tokens: 1`,
                 `logprobs: K`, and `logit_bias` {letter k: LIFT + l_k}: the per-letter shifts the
-                LM head has no bias for ride in the request, and the common LIFT puts the K
+                LM head has no bias for ride in the request, and the common LIFT (`served_card`) puts the K
                 letters at the top, so the returned top log-probabilities are theirs. A
                 constant common to the letters does not change their softmax. Needs a server
                 whose returned log-probabilities include `logit_bias` (vLLM: `--logprobs-mode
@@ -29,12 +29,11 @@ import numpy as np
 import torch
 
 from calm_core.export.merged import CHECK_ITEMS, CHECK_TOLERANCE, SHIFT_FILE, Fold, served_scores
+from calm_core.export.served_card import LIFT
 from calm_core.scoring.prompts import ScoringConfig, letter_token_ids
 from calm_core.scoring.served import ServedModel, ServedScorer
 from calm_core.scoring.served_client import ServedModelError
 from calm_core.scoring.truncation import letter_prompt_ids
-
-LIFT = 80.0  # added to every letter's bias: above any other token, within the +-100 servers accept
 
 
 def record_fold(record: dict[str, Any], folder: Path) -> Fold:
