@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 from calm_core.cli.usage import UsageError
@@ -51,13 +52,13 @@ def check_served_export(args: argparse.Namespace) -> int:
     return 0 if any(result["ok"] for result in report.values()) and not differs else 1
 
 
-def _merged_record(path: Any) -> dict[str, Any]:
+def _merged_record(path: Path) -> dict[str, Any]:
     """calm_export.json of a merged multiple-choice export, or the refusal that says why not."""
     if not path.is_file():
         raise UsageError(
             f"no {path.name} in {path.parent}: --export takes the folder `calm export RUN DIR --merged` wrote"
         )
-    record = json.loads(path.read_text(encoding="utf-8"))
+    record: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     if "merged" not in record or record.get("task", "mcqa") != "mcqa":
         raise UsageError(f"{path.parent} is not a merged multiple-choice export (`calm export RUN DIR --merged`)")
     return record
