@@ -106,6 +106,13 @@ def add_parsers(sub: Any) -> None:
         "mean hidden state, no labels needed (default: the --model's own, shipped for the named models or "
         "built into the cache by `python -m calm_core.training.thermometer_build --model NAME`)",
     )
+    ev.add_argument(
+        "--export",
+        type=Path,
+        metavar="DIR",
+        help="with --model openai:URL: check that the server, serving this merged export (`calm export --merged`), "
+        "gives the studio's calibrated probabilities through the card's request",
+    )
     ev.add_argument("--quiet", action="store_true", help="no progress bars")
     ev.add_argument(
         "--task",
@@ -139,17 +146,31 @@ def _check_features(args: argparse.Namespace, cfg: Any) -> None:
         raise UsageError(f"--features options needs a cloze rule: the {cfg.rule} rule scores no option tokens")
 
 
+def _check_served(args: argparse.Namespace, refused: str | None = None) -> None:
+    """A served model gives prompt log-probabilities only: nothing that reads hidden states
+    (or, with `refused`, what that says it needs) goes with it."""
+    from calm_core.scoring.served import is_served
+
+    wanted = [flag for flag, given in (("--features", args.features), ("--thermometer", args.thermometer)) if given]
+    if is_served(args.model) and (wanted or refused):
+        what = refused or f"{', '.join(wanted)} read hidden states, which"
+        raise UsageError(
+            f"{what} a served model (openai:URL) does not give: it is scored from prompt log-probabilities"
+        )
+
+
 def _posthoc(args: argparse.Namespace, lm: Any, cfg: Any, fit_items: dict[str, list]) -> list[Any]:
     """The post-hoc variants (scoring.evaluate.PosthocFit): the saved one of --ts-file, or
     every default calibrator fitted on each --fit-ts-on set (`ts`, `ts:<dataset>` for several)."""
     from calm_core.calibration.posthoc import load_calibrator
     from calm_core.scoring.evaluate import PosthocFit, fit_posthoc
-    from calm_core.scoring.scorer import Capture, Scorer
+    from calm_core.scoring.scorer import Capture
+    from calm_core.scoring.served import scorer_of
 
     if args.ts_file:
         calibrator = load_calibrator(args.ts_file)
         return [PosthocFit(calibrator.name, calibrator, {"file": str(args.ts_file)})]
-    scorer = Scorer.of(lm, batch_size=args.batch_size, progress=not args.quiet)
+    scorer = scorer_of(lm, batch_size=args.batch_size, progress=not args.quiet)
     fit_sets = {  # with features: adaptive temperature scaling reads them
         name: scorer.score(items, cfg, capture=Capture.FEATURES, dataset=name) for name, items in fit_items.items()
     }
@@ -243,11 +264,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
     of lm-evaluation-harness samples (--from-lm-eval), no model loaded."""
     if args.from_lm_eval:
         return eval_from_lm_eval(args)
+    if args.export is not None:
+        from calm_core.cli.eval_served import check_served_export
+
+        return check_served_export(args)
     if not args.data:
-        raise UsageError("give --data NAME (or --from-lm-eval DIR)")
+        raise UsageError("give --data NAME (or --from-lm-eval DIR; with --model openai:URL, --export DIR alone)")
     if args.run:
         return eval_run(args)
     if args.task == "openqa":
+        _check_served(args, "--task openqa generates answers, which")
         return eval_open(args)
     return _eval_mc(args)
 
@@ -272,6 +298,7 @@ def _eval_mc(args: argparse.Namespace) -> int:
     # unwritable --json fails in a second, not after a minute of loading and scoring.
     eval_io.check_outputs(args)
     _check_features(args, cfg)
+    _check_served(args)
     reports = _eval_reports(datasets, args)
     fit_reports = _fit_reports(args)
     thermometer = _thermometer(args)
@@ -325,12 +352,13 @@ def _score_set(
     from calm_core.runs.layout import write_predictions
     from calm_core.scoring.evaluate import predictions_frame, result_row
     from calm_core.scoring.features import FEATURES
-    from calm_core.scoring.scorer import Capture, Scorer
+    from calm_core.scoring.scorer import Capture
+    from calm_core.scoring.served import scorer_of
 
     capture = Capture.FEATURES  # ats reads them; stored with the predictions only with --features
     if args.features == "options":
         capture |= Capture.OPTION_FEATURES
-    scorer = Scorer.of(lm, batch_size=args.batch_size, progress=not args.quiet)
+    scorer = scorer_of(lm, batch_size=args.batch_size, progress=not args.quiet)
     scores = scorer.score(list(report.items), cfg, capture=capture, dataset=name)
     labelled = report.kind != UNLABELLED_MC
     variants = [("base", None)] + [(f.variant, f.calibrator) for f in fits if labelled]

@@ -19,7 +19,12 @@ JSON_REJECTED_KEPT = 100  # rejected rows listed per dataset in `--json`; `n_rej
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", help="'embedded' (default), 'gemma3-270m', a local model dir / .gguf, or a hub id")
+    parser.add_argument(
+        "--model",
+        help="'embedded' (default), 'gemma3-270m', a local model dir / .gguf, a hub id, or openai:URL[#NAME] "
+        "(a vLLM / llama.cpp server's /v1/completions, scored from its prompt log-probabilities)",
+    )
+    parser.add_argument("--tokenizer", help="with --model openai:URL: the served model's tokenizer (default: its id)")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda[:N]")
     parser.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
     parser.add_argument("--trust-remote-code", action="store_true", help="run model code from the hub (off by default)")
@@ -38,6 +43,10 @@ def add_scoring_args(parser: argparse.ArgumentParser) -> None:
 
 def load_lm(args: argparse.Namespace) -> Any:
     from calm_core.scoring.models import ModelSpec, load_model
+    from calm_core.scoring.served import is_served, load_served
+
+    if is_served(args.model):
+        return load_served(args.model, getattr(args, "tokenizer", None))
 
     spec = ModelSpec(
         name=args.model or "embedded", device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code
