@@ -269,7 +269,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
         return check_served_export(args)
     if not args.data:
-        raise UsageError("give --data NAME (or --from-lm-eval DIR; with --model openai:URL, --export DIR alone)")
+        raise UsageError("give --data NAME (or --from-lm-eval DIR); with --model openai:URL, --export DIR works alone")
     if args.run:
         return eval_run(args)
     if args.task == "openqa":
