@@ -61,7 +61,8 @@ def add_parsers(sub: Any) -> None:
     ev.add_argument(
         "--mapping",
         help="column mapping for files, e.g. 'question=q, choices=A|B|C|D, answer=label' (default: the names "
-        "question, choices, answer, or the mapping saved with an upload of the same columns)",
+        "question, choices, answer, else the mapping saved with an upload of the same columns, else the Data "
+        "page's guess when it names only the file's columns: a note says which)",
     )
     ev.add_argument(
         "--encoding",

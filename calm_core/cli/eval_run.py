@@ -6,7 +6,8 @@ run as added rows (results/added.py).
 
 The run fixes its model, scoring rule and calibrators; the data are the person's own, so
 `--mapping` and `--encoding` read a file as `calm eval` reads one (without `--mapping`, a
-file with an upload's columns is read with the mapping saved with that upload). Every
+file with an upload's columns is read with the mapping saved with that upload, another
+with the Data page's guess when it names only columns the file has). Every
 refusal names the way out: the flag to drop or give, or the command to run first.
 """
 
