@@ -16,6 +16,7 @@ from typing import Any
 
 from calm_core.calibration.metrics.columns import interval_names
 from calm_core.calibration.metrics.paired import MIN_PAIRED_ITEMS, PairedDifference
+from calm_core.calibration.metrics.summary import with_interval
 from calm_core.calibration.posthoc import calibrators
 from calm_core.calibration.recommend import HELDOUT_ITEMS, LABELLED_ITEMS
 from calm_core.results.verdict import (
@@ -48,18 +49,10 @@ def evidence_rows(results: RunResults, method: str) -> list[dict[str, Any]]:
         out = {"dataset": row["dataset"], "variant": row["variant"], "recommended": row["variant"] == chosen}
         for name in interval_names():
             value, bounds = row.get(name), ci.get(name)
-            out[name] = _with_interval(value, bounds)
+            out[name] = with_interval(value, bounds)
         rows.append(out)
     order = {v: i for i, v in enumerate(wanted)}
     return sorted(rows, key=lambda r: (r["dataset"], order[r["variant"]]))
-
-
-def _with_interval(value: Any, bounds: Any) -> str:
-    if not isinstance(value, (int, float)):
-        return "-"
-    if isinstance(bounds, (list, tuple)) and len(bounds) == 2 and all(isinstance(b, (int, float)) for b in bounds):
-        return f"{value:.3f} [{bounds[0]:.3f}, {bounds[1]:.3f}]"
-    return f"{value:.3f}"
 
 
 def selection_line(results: RunResults) -> str | None:
