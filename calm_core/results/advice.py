@@ -19,6 +19,7 @@ from calm_core.calibration.metrics.paired import MIN_PAIRED_ITEMS, PairedDiffere
 from calm_core.calibration.metrics.summary import with_interval
 from calm_core.calibration.posthoc import calibrators
 from calm_core.calibration.recommend import HELDOUT_ITEMS, LABELLED_ITEMS
+from calm_core.results.deciding import deciding_comparison
 from calm_core.results.verdict import (
     LEVEL,
     POSTHOC_EXPORTS,
@@ -122,13 +123,17 @@ def method_recommended(results: RunResults, method: str) -> bool | None:
 
 
 def recommendation_line(results: RunResults, method: str) -> str | None:
-    """The recommendation sentence (`recommendation_sentence`), then what a reader may need
-    next: that post-hoc calibrators were scored in-sample, and how to export a recommended
-    variant of the untouched model (None without a recommendation)."""
+    """The recommendation sentence (`recommendation_sentence`), then the comparison that
+    decided it where the sentence reads other items (`deciding.deciding_comparison`), then
+    what a reader may need next: that post-hoc calibrators were scored in-sample, and how to
+    export a recommended variant of the untouched model (None without a recommendation)."""
     sentence = recommendation_sentence(results)
     if sentence is None:
         return None
     rec, text = results.recommendation or {}, sentence  # a sentence means a recommendation
+    deciding = deciding_comparison(results, method)
+    if deciding:
+        text += " " + deciding[:1].upper() + deciding[1:]
     if "same" in rec.get("posthoc_fit", ""):  # recommend.cross_fitted: too few S_V items to cross-fit
         text += f" Post-hoc calibrators were {rec['posthoc_fit']}."
     if keeps_model(results):
@@ -229,7 +234,8 @@ POOLED_ITEMS, HELDOUT_ONLY_ITEMS = "S_T + S_V, out of fold", "S_V alone"  # the 
 POOLED_NOTE = (
     " Here the post-hoc calibrators were fitted k-fold on all labelled items (S_T + S_V), so their figures are "
     "every labelled item's out-of-fold prediction; the trained model saw S_T, so its rows are scored on S_V "
-    "alone, beside the model as it is on the same items, and it is recommended only when it wins there."
+    "alone, beside the model as it is and the recommended variant on the same items, and it is recommended only "
+    "when it wins there."
 )
 
 
@@ -275,7 +281,7 @@ def heldout_rows(results: RunResults) -> list[dict[str, str]]:
     added = {name for name in on_heldout.get("heldout") or {} if name not in shown}
     if added:
         reference = (on_heldout.get("comparison") or {}).get("reference", "base")
-        keep = added | {reference}
+        keep = added | {reference, rec.get("variant")}  # the recommended one beside them, on the same items
         rows += _stage_rows(on_heldout, rec.get("variant"), POOLED_COLUMNS, HELDOUT_ONLY_ITEMS, keep)
     return rows + _not_compared(results, shown | added, POOLED_COLUMNS)
 
