@@ -9,7 +9,7 @@ decides in two stages (training/tasks/mcqa.py `_pooled_recommendation`): the mod
 is against the calibrators on S_T + S_V out of fold, then the trained model against them
 on S_V alone, which it never trained on. The recommendation sentence reads the first
 stage; when the trained model lost the second, that comparison (on the same S_V items)
-is what decided, and only results.json held it (issue 49). Pure over results.json, shared
+is what decided, and a reader must see it. Pure over results.json, shared
 by Compare, the Monitor, the report and `calm train` through `advice.recommendation_line`.
 """
 
