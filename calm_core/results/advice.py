@@ -20,6 +20,7 @@ from calm_core.calibration.metrics.summary import with_interval
 from calm_core.calibration.posthoc import calibrators
 from calm_core.calibration.recommend import HELDOUT_ITEMS, LABELLED_ITEMS
 from calm_core.results.deciding import deciding_comparison
+from calm_core.results.knowing import chance_note, near_uniform_note
 from calm_core.results.verdict import (
     LEVEL,
     POSTHOC_EXPORTS,
@@ -153,7 +154,9 @@ KEEP_NEXT = (
 def recommendation_sentence(results: RunResults) -> str | None:
     """The recommendation in one plain sentence, the same words wherever it is shown (the
     verdict row opens with its first words, `recommendation_decision`): what to do, on how
-    many held-out items, and the paired 90% interval it rests on. None without one.
+    many held-out items, and the paired 90% interval it rests on; then, where they hold,
+    that the recommended variant is near-uniform and that the model does not know the data
+    (knowing.py), so a flat forecast is never recommended without the word. None without one.
 
         Keep the model as it is: on 24 held-out items, temperature scaling's gain cannot be
         told from noise (NLL change -0.04, 90% interval -0.15 to +0.06).
@@ -164,8 +167,11 @@ def recommendation_sentence(results: RunResults) -> str | None:
     decision = recommendation_decision(results)
     comparison = rec.get("comparison") or {}
     if not comparison.get("against_reference") and not comparison.get("candidates"):
-        return f"{decision}: it has the lowest S_V NLL ({rec.get('reason', '')}); this run recorded no interval."
-    return f"{decision}: {_because(rec['variant'], comparison)}."
+        sentence = f"{decision}: it has the lowest S_V NLL ({rec.get('reason', '')}); this run recorded no interval."
+    else:
+        sentence = f"{decision}: {_because(rec['variant'], comparison)}."
+    caveats = (note for note in (near_uniform_note(results), chance_note(results)) if note)
+    return " ".join((sentence, *caveats))
 
 
 def _because(chosen: str, comparison: dict[str, Any]) -> str:
