@@ -31,7 +31,7 @@ def _base_at(data: dict[str, Any], acc: float, lo: float, hi: float) -> dict[str
 def test_accuracy_not_above_chance_by_its_interval_is_said_in_the_sentence() -> None:
     unknown = _results(_base_at(results(recommended="ts"), 0.20, 0.10, 0.32))
     expected = (
-        f"This model does not know this data: on {SET}, the model as it is answers 0.200 [0.100, 0.320] right, "
+        f"This model does not know this data: on `{SET}`, the model as it is answers 0.200 [0.100, 0.320] right, "
         "not above chance (1/K = 0.250) by its 90% interval."
     )
     assert chance_note(unknown) is not None and chance_note(unknown).startswith(expected)
@@ -59,7 +59,7 @@ def _near_uniform_ts(data: dict[str, Any]) -> dict[str, Any]:
 def test_a_near_uniform_recommended_variant_carries_the_word_in_its_sentence() -> None:
     flat = _results(_near_uniform_ts(results(recommended="ts")))
     note = near_uniform_note(flat)
-    assert note is not None and note.startswith(f"Temperature scaling is near-uniform on {SET}: ")
+    assert note is not None and note.startswith(f"Temperature scaling is near-uniform on `{SET}`: ")
     sentence = advice.recommendation_sentence(flat)
     assert sentence is not None and note in sentence
     assert near_uniform_note(_results(_near_uniform_ts(results(recommended="calm")))) is None  # not the recommended
@@ -77,3 +77,12 @@ def test_the_model_card_carries_the_word(tmp_path: Path) -> None:
     atomic_write_json(run.path / RESULTS, data)
     card = _recommendation_section(run)
     assert "near-uniform" in card and "This model does not know this data" in card
+
+
+def test_a_set_name_is_shown_as_written() -> None:
+    """A set's name is the user's text and the sentence is Markdown on the pages and the card."""
+    data = _base_at(results(recommended="ts"), 0.20, 0.10, 0.32)
+    for row in data["results"]:
+        row["dataset"] = "my_*set*`$x$"
+    note = chance_note(_results(data))
+    assert note is not None and "on `my_*set*'$x$`, the model" in note

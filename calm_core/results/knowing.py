@@ -24,6 +24,12 @@ from calm_core.runs.records import RunResults
 SETS_NAMED = 3  # sets a note names one by one; the rest are counted
 
 
+def _name(dataset: str) -> str:
+    """A set's name as a code span: it is the user's text, and the sentence is shown as
+    Markdown (Compare, the Monitor, the model card), where a code span shows it as written."""
+    return "`" + str(dataset).replace("`", "'") + "`"
+
+
 def not_above_chance(row: dict[str, Any]) -> bool:
     """Whether a result row's accuracy is not above its chance (the row's `chance`, the
     mean 1/K) by the lower end of its 90% interval (the accuracy itself without one).
@@ -44,8 +50,8 @@ def chance_note(results: RunResults) -> str | None:
     if not rows:
         return None
     shown = [
-        f"on {r['dataset']}, the model as it is answers {with_interval(r['acc'], (r.get('ci90') or {}).get('acc'))} "
-        f"right, not above chance (1/K = {r['chance']:.3f}) by its {LEVEL} interval"
+        f"on {_name(r['dataset'])}, the model as it is answers {_accuracy(r)} right, not above chance "
+        f"(1/K = {r['chance']:.3f}) by its {LEVEL} interval"
         for r in rows[:SETS_NAMED]
     ]
     more = f" (and {len(rows) - SETS_NAMED} more sets)" if len(rows) > SETS_NAMED else ""
@@ -53,6 +59,11 @@ def chance_note(results: RunResults) -> str | None:
         f"This model does not know this data: {'; '.join(shown)}{more}. Calibration cannot make its answers right "
         "there, only its confidence honest about them."
     )
+
+
+def _accuracy(row: dict[str, Any]) -> str:
+    """ "0.200 [0.100, 0.320]": a row's accuracy with its interval."""
+    return with_interval(row["acc"], (row.get("ci90") or {}).get("acc"))
 
 
 def near_uniform_note(results: RunResults) -> str | None:
@@ -64,9 +75,8 @@ def near_uniform_note(results: RunResults) -> str | None:
     sets = [row.dataset for row in verdict_rows(results) if NEAR_UNIFORM in row.flags.get(chosen, ())]
     if not sets:
         return None
-    named = ", ".join(sets[:SETS_NAMED]) + (
-        f" and {len(sets) - SETS_NAMED} more sets" if len(sets) > SETS_NAMED else ""
-    )
+    more = f" and {len(sets) - SETS_NAMED} more sets" if len(sets) > SETS_NAMED else ""
+    named = ", ".join(_name(name) for name in sets[:SETS_NAMED]) + more
     label = variant_label(chosen)
     return (
         f"{label[:1].upper() + label[1:]} is {NEAR_UNIFORM} on {named}: its mean confidence is within "
