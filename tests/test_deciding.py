@@ -36,7 +36,7 @@ def test_the_sentence_says_the_deciding_comparison_on_the_same_items() -> None:
     data = _results(_gemma_like(_difference(0.018, -0.039, 0.075)))
     expected = (
         "CALM was trained on S_T, so it was compared on the 28 S_V items alone: NLL 1.362 against temperature "
-        "scaling's 1.380 on the same items; the per-item difference, temperature scaling minus CALM, is +0.018 "
+        "scaling's 1.380 on the same items; the per-item NLL difference, temperature scaling minus CALM, is +0.018 "
         "(90% interval -0.039 to +0.075), which holds 0, so these items cannot tell them apart, and the simpler "
         "one, temperature scaling, is recommended."
     )

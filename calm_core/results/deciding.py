@@ -78,7 +78,7 @@ def _difference(
 def _versus_words(chosen: str, method: str, d: PairedDifference) -> str:
     """The difference chosen - method and why it decided: a tie won by the simpler one, or a
     difference beyond the noise."""
-    what = f"the per-item difference, {variant_label(chosen)} minus {variant_label(method)}, is {_interval(d)}"
+    what = f"the per-item NLL difference, {variant_label(chosen)} minus {variant_label(method)}, is {_interval(d)}"
     if d.lower_for_sure:
         return f"{what}, wholly below 0: {variant_label(chosen)} is better on these items"
     if d.n < MIN_PAIRED_ITEMS:
