@@ -65,7 +65,8 @@ def add_parsers(sub: Any) -> None:
     ev.add_argument(
         "--mapping",
         help="column mapping for files, e.g. 'question=q, choices=A|B|C|D, answer=label' (default: the names "
-        "question, choices, answer, or the mapping saved with an upload of the same columns)",
+        "question, choices, answer, else the mapping saved with an upload of the same columns, else the Data "
+        "page's guess when it names only the file's columns: a note says which)",
     )
     ev.add_argument(
         "--encoding",
@@ -378,7 +379,7 @@ def _score_set(
 
 
 def _print_mc(args: argparse.Namespace, lm: Any, cfg: Any, fits: list[Any], table: McTable) -> None:
-    from calm_core.scoring.evaluate import format_table
+    from calm_core.scoring.evaluate import format_table, interval_table
 
     print(
         f"model: {lm.info.get('label', lm.info['name'])} ({lm.info['device']}, {lm.info['dtype']})  "
@@ -389,6 +390,8 @@ def _print_mc(args: argparse.Namespace, lm: Any, cfg: Any, fits: list[Any], tabl
         print(f"thermometer on {entry['dataset']}: T = {entry['temperature']:.4f} (from its inputs, no labels)")
     if table.rows:
         print(format_table(table.rows))
+        print(f"90% bootstrap intervals (shifted by their bias, so each holds its figure; ECE on {args.bins} bins):")
+        print(interval_table(table.rows))
     if table.unlabelled:
         print(_UNLABELLED_NOTE.format(sets=", ".join(dict.fromkeys(r["dataset"] for r in table.unlabelled))))
         print(format_table(table.unlabelled, UNLABELLED_COLUMNS))
