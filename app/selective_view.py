@@ -89,9 +89,9 @@ def show_report(report: sel.SelectiveReport) -> None:
             "was not chosen on. The model as it is gets its own threshold, chosen the same way.",
             help=tooltip(*sel.COLUMNS, "threshold", "answers nothing", "evaluation set"),
         )
-        note = sel.above_target_note(report)
-        if note is not None:
-            st.caption(plain(note))
+        for note in (sel.above_target_note(report), sel.coverage_note(report)):
+            if note is not None:
+                st.caption(plain(note))
 
 
 def save_button(run: RunDir, report: sel.SelectiveReport) -> None:

@@ -6,9 +6,9 @@ post-hoc calibrators on*); said in more places it would be read as more warnings
 app/views/train.py stays a short script.
 
     split = prefilled_split(st.session_state, names)   # the Data page's split, once taken
-    st.markdown(intro_text(split, st.session_state))
-    slot = st.container()                               # under the calibrate_on radio
-    heldout_advice(slot, cfg)                           # filled once the run's config exists
+    choice = choose_data(task, names)                   # app/train_data.py
+    intro(top_slot, split, choice)                      # the opening, from what the pickers hold
+    heldout_advice(slot, cfg, offer_kfold=True)         # under the calibrate_on radio
 """
 
 from __future__ import annotations
@@ -19,13 +19,15 @@ from typing import Any, MutableMapping
 import streamlit as st
 
 from app.keys import CALIBRATE_SPLIT
+from app.state import code
+from app.train_data import CALIBRATE_ON_KEY, TASK_KEY, TASKS, DataChoice, put
 from calm_core.calibration.recommend import ALL_LABELLED
 from calm_core.data.schema import DataError
 from calm_core.data.split_sizes import CHOOSE_HELDOUT, heldout_support
+from calm_core.glossary import tooltip
 from calm_core.results.support import labelled_counts, support_sentence
 from calm_core.training.config import TrainConfig
 
-CALIBRATE_ON_KEY = "train_calibrate_on"  # the radio the one click sets
 PREFILLED_KEY = "train_prefilled"  # the split taken from the Data page, kept for the page's words
 OUT_OF_DOMAIN = ["arc/easy_test", "builtin/capitals/test", "builtin/units/test"]  # a transfer check, first found
 DEFAULT_INTRO = (
@@ -46,14 +48,15 @@ CLOSING = (
 def take_split(state: MutableMapping[str, Any], names: list[str]) -> dict[str, Any] | None:
     """Prefill S_T, S_V and the evaluation sets from a split made on the Data page
     (`calibrate_split`: its train / heldout / test parts), plus one out-of-domain set to
-    show transfer. Applied once, by setting the widgets' state, so edits stick."""
+    show transfer. Applied once, by setting the pickers' kept values, so edits stick."""
     split = state.pop(CALIBRATE_SPLIT, None)
     if not split or not all(split.get(part) in names for part in ("train", "heldout", "test")):
         return None
     outside = next((n for n in OUT_OF_DOMAIN if n in names and n not in split.values()), None)
-    state["train_task"] = "multiple choice"
-    state["train_data"], state["train_heldout"] = split["train"], split["heldout"]
-    state["train_evals"] = [split["test"]] + ([outside] if outside else [])
+    put(state, TASK_KEY, next(iter(TASKS)))
+    put(state, "train_data", split["train"])
+    put(state, "train_heldout", split["heldout"])
+    put(state, "train_evals", [split["test"]] + ([outside] if outside else []))
     return split
 
 
@@ -65,27 +68,43 @@ def prefilled_split(state: MutableMapping[str, Any], names: list[str]) -> dict[s
     return state.get(PREFILLED_KEY)
 
 
-def intro_text(split: dict[str, Any] | None, state: MutableMapping[str, Any]) -> str:
-    """The page's opening paragraph: the user's own split while the pickers still hold it,
-    else the default run's description (the page's defaults are then what it describes)."""
-    if not split or (state.get("train_data"), state.get("train_heldout")) != (split["train"], split["heldout"]):
+def split_in_use(split: dict[str, Any] | None, choice: DataChoice | None) -> dict[str, Any] | None:
+    """The split, while the pickers still hold its three parts (S_T, S_V and its test part
+    among the evaluation sets); None once the person has chosen other data, so the page
+    never describes a split that Launch would not send."""
+    if not split or not choice or (choice.train, choice.heldout) != (split["train"], split["heldout"]):
+        return None
+    return split if split["test"] in choice.evals else None
+
+
+def intro(slot: Any, split: dict[str, Any] | None, choice: DataChoice | None) -> None:
+    """The page's opening into `slot` (drawn above the pickers), from the pickers' values:
+    the user's split with its sizes while the pickers hold it, else the default run."""
+    in_use = split_in_use(split, choice)
+    slot.markdown(intro_text(in_use), help=tooltip("CALM", "S_T", "S_V", "evaluation set"))
+    if in_use:
+        slot.info(banner_text(in_use))
+
+
+def intro_text(split: dict[str, Any] | None) -> str:
+    """The page's opening paragraph: the user's own split (one the pickers hold), else the
+    default run's description (the page's defaults are then what it describes)."""
+    if not split:
         return DEFAULT_INTRO + CLOSING
     source = split.get("source", split["train"])
     return (
-        f"Fine-tune the model on your own questions, `{source}`, so that it is as sure as it is right: its "
+        f"Fine-tune the model on your own questions, {code(source)}, so that it is as sure as it is right: its "
         "training, held-out and test parts are filled in below, with one out-of-domain set to show transfer. " + CLOSING
     )
 
 
-def split_banner(split: dict[str, Any] | None) -> None:
+def banner_text(split: dict[str, Any]) -> str:
     """Where the pickers' values came from, with the parts' sizes (what S_V supports is said
     once, under the calibrate_on choice: `heldout_advice`)."""
-    if not split:
-        return
     sizes = split.get("sizes") or {}
     counts = f" ({sizes['train']} / {sizes['heldout']} / {sizes['test']} items)" if len(sizes) == 3 else ""
-    st.info(
-        f"Calibrating `{split.get('source', split['train'])}`: S_T, S_V and the test part come from its split"
+    return (
+        f"Calibrating {code(split.get('source', split['train']))}: S_T, S_V and the test part come from its split"
         f"{counts}; one out-of-domain set shows transfer. The time estimate is in section 4, **Cost and launch**."
     )
 

@@ -12,6 +12,10 @@ with the session.
 The load is streamed (`load_file(stream=True)`): what is kept is an index of the valid
 rows (18 bytes a row) and the held-open file on disk, not a Python object per row, so
 keeping it costs the server little memory however large the file.
+
+A Parquet upload is decoded in a worker process under a memory limit, and the server reads
+the honest copy the worker wrote (`calm_core.data.worker`): a file whose footer lies costs
+the worker its limit, not the server.
 """
 
 from __future__ import annotations
@@ -28,8 +32,9 @@ import streamlit as st
 from calm_core.data.guess import GUESS_ROWS
 from calm_core.data.loaders import load_file
 from calm_core.data.mapping import ColumnMapping
-from calm_core.data.readers import load_records, peek_records, stage_upload
+from calm_core.data.readers import detect_format, load_records, peek_records, stage_upload
 from calm_core.data.schema import LoadReport
+from calm_core.data.worker import decode_parquet
 
 T = TypeVar("T")
 PEEK = "data_parsed_peek"  # session state: the first rows of the upload, for the mapping form
@@ -70,13 +75,20 @@ def no_rows(path: Path, filename: str) -> str:
     return f"Expected readable rows in {filename}, but the first ones could not be read:\n\n" + "\n\n".join(reasons)
 
 
+def staged(filename: str, data: bytes, folder: Path, rows: int = 0) -> Path:
+    """The upload written into `folder`, as its readers take it: a Parquet file's first
+    `rows` rows (0: all) decoded in a worker, as the honest copy it wrote."""
+    path = stage_upload(filename, data, folder)
+    return decode_parquet(path, filename, rows) if detect_format(path) == "parquet" else path
+
+
 def peek_upload(filename: str, data: bytes) -> tuple[list[dict[str, Any]], str | None]:
     """The records of the upload's first rows (what its mapping is guessed from), or why
     none can be read."""
     with tempfile.TemporaryDirectory() as tmp:
-        # The format comes from the original name (or the bytes), never from a cleaned name.
-        path = stage_upload(filename, data, Path(tmp))
         try:
+            # The format comes from the original name (or the bytes), never from a cleaned name.
+            path = staged(filename, data, Path(tmp), rows=GUESS_ROWS)
             records = peek_records(path, rows=GUESS_ROWS, source=filename)
             return records, None if records else no_rows(path, filename)
         except Exception as exc:
@@ -87,8 +99,8 @@ def load_upload(filename: str, data: bytes, kind: str, mapping: ColumnMapping) -
     """The upload loaded under `mapping`, streamed (its index and the held-open file are
     what a session keeps), or None and why it cannot be."""
     with tempfile.TemporaryDirectory() as tmp:
-        path = stage_upload(filename, data, Path(tmp))
         try:
+            path = staged(filename, data, Path(tmp))
             return load_file(path, kind=kind, mapping=mapping, name=filename, source=filename, stream=True), ""
         except Exception as exc:
             return None, problem(exc)

@@ -26,6 +26,7 @@ import struct
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 TIMEOUT_S = 20.0
@@ -464,3 +465,24 @@ def rss_bytes(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def children_of(pid: int) -> list[int]:
+    """The processes `pid` started, from any of its threads (a page's script thread starts
+    the upload worker, calm_core/data/worker.py)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            found += [int(child) for child in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return found
+
+
+def anon_bytes(pid: int) -> int:
+    """A process's anonymous resident memory (what RLIMIT_DATA holds), 0 once it is gone."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return 0
+    return next((int(line.split()[1]) * 1024 for line in lines if line.startswith("RssAnon:")), 0)

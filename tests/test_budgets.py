@@ -256,7 +256,7 @@ def test_a_parquet_batch_is_made_into_rows_a_budget_at_a_time(tmp_path: Path, mo
     sizes = np.array([10, 10, 30, 5, 5, 5, 50], np.int64)
     batch = pa.record_batch({"n": list(range(len(sizes)))})
     monkeypatch.setattr(sources, "MAX_BATCH_BYTES", 25)
-    pieces = [piece.column(0).to_pylist() for piece in sources._pieces(batch, sizes)]
+    pieces = [piece.column(0).to_pylist() for piece in sources.pieces(batch, sizes)]
     assert pieces == [[0, 1], [2], [3, 4, 5], [6]]
     monkeypatch.setattr(sources, "MAX_BATCH_BYTES", 100_000)  # batches of 1,024 rows (the footer's sizing), sliced
     rows = [{**ROW, "question": f"Q{i}?" * 100} for i in range(3000)]

@@ -88,10 +88,11 @@ def rows_by_key(record: dict) -> dict[tuple[str, str], dict]:
 
 
 def table_rows(stdout: str) -> tuple[list[str], list[list[str]]]:
-    """(header cells, data rows' cells) of the printed metric table."""
+    """(header cells, data rows' cells) of the printed metric table (the intervals' table follows it)."""
     lines = stdout.splitlines()
     start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["dataset", "variant"])
-    return lines[start].split(), [line.split() for line in lines[start + 1:] if line.strip()]
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("90% ")), len(lines))
+    return lines[start].split(), [line.split() for line in lines[start + 1:end] if line.strip()]
 
 
 @pytest.fixture(scope="module")

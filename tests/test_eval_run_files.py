@@ -73,8 +73,8 @@ def test_without_mapping_the_refusal_gives_a_mapping_to_pass(finished: RunDir, t
     assert "--mapping 'question=?, choices=a|b|c, answer=?' (a guess: put a column's name for each ?)" in err
     assert "upload the file on the Data page" in err
     known = _csv(tmp_path / "known.csv", "utf-8", PRIVATE, header="question,A,B,C,label")
-    assert _eval(finished, "--data", str(known)) == 2
-    assert "--mapping 'question=question, choices=A|B|C, answer=label, answer_form=letter' (a guess: check it)" in (
+    assert _eval(finished, "--data", str(known), "--limit", "4") == 0  # a guess naming only its columns is used
+    assert "as the Data page guesses them (question=question, choices=A|B|C, answer=label, answer_form=letter)" in (
         capsys.readouterr().err
     )
 

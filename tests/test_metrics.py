@@ -702,8 +702,11 @@ def test_bootstrap_ci_matches_naive_loop():
     p, y = make_case(60, 3, seed=6)
     idx = np.random.default_rng(8).integers(0, 60, size=(300, 60))
     stats = [naive_uniform(*naive_top_label(p[i], y[i]), 15)[0] for i in idx]  # ece: 15 bins
-    expected = tuple(np.percentile(stats, [5.0, 95.0]))
+    lo, median, hi = np.percentile(stats, [5.0, 50.0, 95.0])
+    point = naive_uniform(*naive_top_label(p, y), 15)[0]
+    expected = (point - (median - lo), point + (hi - median))  # shifted by the median bias
     assert bootstrap_ci("ece", p, y, n_boot=300, level=0.9, seed=8) == pytest.approx(expected)
+    assert expected[0] <= point <= expected[1]
 
 
 def test_bootstrap_ci_skips_nan_resamples():

@@ -299,7 +299,7 @@ def test_a_heldout_part_under_min_items_is_refused_under_choose_warned_with_a_sp
     assert big == (70, 10, 20) and part_sizes(10 * CHOOSE_HELDOUT, [p / 100 for p in big])[1] == CHOOSE_HELDOUT
     tiny = advise_split({"train": 12, "heldout": 4, "test": 4})
     assert tiny.refused and tiny.suggestion is None and "too small" in tiny.message
-    best = advise_split({"train": 24, "heldout": 24, "test": 12}, (0.4, 0.4, 0.2))  # the most 60 items allow
+    best = advise_split({"train": 19, "heldout": 29, "test": 12}, (0.32, 0.48, 0.2))  # the most 60 items allow
     assert best.level == NOTE and not best.warned and best.suggestion is None
 
 

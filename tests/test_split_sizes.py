@@ -109,3 +109,39 @@ def test_the_agreement_bench_counts_a_clear_gain_found_by_a_large_s_v_and_missed
     assert set(large["test_picks"]) <= {"ts", "vs"} and large["resamples"] == 2
     small = summarise([r[20] for r in records])
     assert 0.0 <= small["agreement"] <= 1.0 and sum(small["heldout_picks"].values()) == 2
+
+
+def test_a_suggested_split_holds_what_the_default_selective_rule_needs() -> None:
+    """The practitioner's 70 rows: 40 / 40 / 20 % gave 28 held-out items, one short of the 29
+    that selective answering's default rule needs at a 10% target, so Compare refused the
+    split the Data page had suggested. The suggestion now counts that rule, and says so."""
+    from calm_core.calibration.selective import DEFAULT_RULE, DEFAULT_TARGET, TooFewItems, choose_threshold, min_items
+    from calm_core.data.split_sizes import MAX_SELECTIVE_PERCENT, SELECTIVE_HELDOUT, suggest_percent
+
+    assert SELECTIVE_HELDOUT == min_items(DEFAULT_RULE, DEFAULT_TARGET) == 29
+    sizes = dict(zip(("train", "heldout", "test"), part_sizes(70, (0.4, 0.4, 0.2)), strict=True))
+    advice = advise_split(sizes, (0.4, 0.4, 0.2))
+    assert sizes["heldout"] == 28 and advice.level == WARN and advice.suggestion == (39, 41, 20)
+    suggested = part_sizes(70, [p / 100 for p in advice.suggestion])
+    assert suggested == (27, 29, 14)
+    assert advice.message.endswith(
+        "That is enough for selective answering's default guarantee at a 10% target error (it needs 29)."
+    )
+    confident, right = [0.99] * suggested[1], [1] * suggested[1]  # the rule's arithmetic, read back
+    assert choose_threshold(confident, right, DEFAULT_TARGET, DEFAULT_RULE, 0.05).heldout_answered == 29
+    with pytest.raises(TooFewItems):
+        choose_threshold(confident[:28], right[:28], DEFAULT_TARGET, DEFAULT_RULE, 0.05)
+    for n in range(40, 160):  # wherever half the items could hold them, the suggestion does
+        percent = suggest_percent(n)
+        reachable = part_sizes(n, (0.3, MAX_SELECTIVE_PERCENT / 100, 0.2))[1] >= SELECTIVE_HELDOUT
+        if reachable:
+            assert percent is not None and part_sizes(n, [p / 100 for p in percent])[1] >= SELECTIVE_HELDOUT, n
+
+
+def test_a_split_short_of_the_default_selective_rule_says_what_still_works() -> None:
+    """The most 52 items allow is 21 held-out items: the note says the default guarantee needs
+    29 and that conformal risk control (9 items) still gives a threshold."""
+    best = advise_split({"train": 21, "heldout": 21, "test": 10}, (0.4, 0.4, 0.2))
+    assert best.level == NOTE and best.suggestion is None
+    assert "Selective answering's default guarantee at a 10% target error needs 29; with fewer, only conformal " \
+        "risk control (9 items, a guarantee on average) gives a threshold." in best.message

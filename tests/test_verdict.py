@@ -245,14 +245,30 @@ def _tied_rows(against_ts: list[float], n: int = 24) -> dict[str, Any]:
 
 def test_a_best_calibrated_variant_inside_the_noise_is_shown_as_a_tie_with_the_item_count() -> None:
     row = verdict.verdict_rows(_results(_tied_rows([-0.01, -0.03, 0.01])))[0]
-    assert (row.best, row.tied, row.n) == ("calm", (("ts", 0.08),), 24)
-    assert row.cells()["best calibrated"] == \
-        "tie on 24 items between CALM (ECE 0.060) and temperature scaling (ECE 0.080)"
+    assert (row.best, [(t.variant, t.ece) for t in row.tied], row.n) == ("calm", [("ts", 0.08)], 24)
+    assert row.cells()["best calibrated"].startswith(
+        "tie on 24 items between CALM (ECE 0.060) and temperature scaling (ECE 0.080): ")
     clear = verdict.verdict_rows(_results(_tied_rows([-0.02, -0.04, -0.01])))[0]  # the whole interval below zero
     assert clear.tied == () and clear.cells()["best calibrated"] == "CALM (ECE 0.060)"
     few = verdict.verdict_rows(_results(_tied_rows([-0.02, -0.04, -0.01], n=8)))[0]  # too few items to call it
-    assert few.cells()["best calibrated"] == ("tie on 8 items between CALM (ECE 0.060), temperature scaling "
-                                              "(ECE 0.080) and the model as it is (ECE 0.200)")
+    assert few.cells()["best calibrated"].startswith("tie on 8 items between CALM (ECE 0.060), temperature scaling "
+                                                     "(ECE 0.080) and the model as it is (ECE 0.200): ")
+
+
+def test_a_tie_names_the_quantity_compared_its_difference_and_why_it_is_a_tie() -> None:
+    """Issue 49: "tie on 38 items between temperature scaling (ECE 0.147) and the model as it
+    is (ECE 0.400)" read as if a 0.25 ECE gap were noise; the cell now says what was tested
+    (the per-item top-label Brier score, paired), the difference with its interval, and why
+    that is a tie: the interval holds 0, or the items are too few to call one."""
+    cell = verdict.verdict_rows(_results(_tied_rows([-0.01, -0.03, 0.01])))[0].cells()["best calibrated"]
+    assert cell.endswith(": compared by per-item top-label Brier score (90% paired intervals), CALM minus "
+                         "temperature scaling -0.010 [-0.030, +0.010], which holds 0; an ECE gap is not tested "
+                         "itself (a binned ECE has no per-item difference)")
+    few = verdict.verdict_rows(_results(_tied_rows([-0.02, -0.04, -0.01], n=8)))[0].cells()["best calibrated"]
+    assert "CALM minus temperature scaling -0.020 [-0.040, -0.010]; CALM minus the model as it is -0.050 " in few
+    assert few.endswith("; 8 items are too few to call any difference (under 10)")
+    closer = verdict.verdict_rows(_results(_tied_rows([0.01, 0.005, 0.02])))[0].cells()["best calibrated"]
+    assert "+0.010 [+0.005, +0.020], wholly above 0: by this score temperature scaling is the closer" in closer
 
 
 def test_the_under_confident_flag_and_its_threshold() -> None:
@@ -443,8 +459,8 @@ def test_a_flagged_best_calibrated_variant_carries_its_flag_word() -> None:
     assert cells["flags"] == "thermometer: under-confident"
     tied = _tied_rows([-0.01, -0.03, 0.01])
     tied["results"][1]["confidence"] = 0.35  # TS, tied with CALM, is under-confident
-    assert verdict.verdict_rows(_results(tied))[0].cells()["best calibrated"] == (
-        "tie on 24 items between CALM (ECE 0.060) and temperature scaling (ECE 0.080, under-confident)")
+    assert verdict.verdict_rows(_results(tied))[0].cells()["best calibrated"].startswith(
+        "tie on 24 items between CALM (ECE 0.060) and temperature scaling (ECE 0.080, under-confident): ")
 
 
 def test_ats_is_spelled_out_with_its_abbreviation() -> None:

@@ -14,6 +14,7 @@ import streamlit as st
 
 from app.charts import confidence_histogram, figure_png, open_answers_table
 from app.gate import studio_access, this_browser, this_session
+from app.group_view import group_section
 from app.keys import COMPARE_MORE_DONE
 from app.reliability_view import BIN_CHOICES, bins_label, compare_diagrams, ece_bins
 from app.selective_view import selective_section
@@ -430,6 +431,7 @@ owner = owners(chosen.rows)
 figures, confidences = diagrams(chosen, view, owner)
 open_answers(chosen, view, owner, confidences)
 which_model(chosen)
+group_section(view.dataset, view.shown, owner, view.n_bins)
 frame = metrics_table(chosen, view)
 downloads(frame, figures, view.dataset)
 evaluate_more(chosen)

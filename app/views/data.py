@@ -9,6 +9,7 @@ Any dataset can then be split, seeded and stratified by answer position, into
 sizes show before saving; an S_V too small for TS and the calibrated stop is refused
 (under 10 items) or warned about (too few to choose between methods, when a larger held-out
 part is possible), with a split that fits, and what S_V supports in one sentence (data/split_sizes.py).
+Last, lm-evaluation-harness samples of a model evaluated elsewhere (app/lm_eval_view.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import streamlit as st
 
 from app.gate import studio_access, this_session
 from app.keys import CALIBRATE_SPLIT, DATA_LAST_SPLIT, DATA_MAP_FILE, DATA_SPLIT_SOURCE
+from app.lm_eval_view import lm_eval_section
 from app.state import plain
 from app.train_advice import TRAIN_FIX
 from app.upload_cache import LOAD, PEEK, load_upload, once, peek_upload
@@ -427,3 +429,4 @@ catalog(entries)
 upload_section()
 split_section()
 delete_section(entries)
+lm_eval_section()  # a model evaluated elsewhere: lm-evaluation-harness samples (app/lm_eval_view.py)

@@ -15,13 +15,13 @@ from app.gate import studio_access, this_browser, this_session
 from app.keys import MONITOR_RUN
 from app.settings_form import current_value, optional_count_input, setting_input
 from app.state import describe_error
-from app.train_advice import CALIBRATE_ON_KEY, heldout_advice, intro_text, prefilled_split, split_banner
+from app.train_advice import heldout_advice, intro, prefilled_split
 from app.train_cost import cost
-from app.train_notes import fast_paths_note, setting_note, show_rejections
+from app.train_data import DataChoice, choose_data, choose_task, data_key, require_data, start_at
+from app.train_notes import fast_paths_note, setting_note
 from app.words import helps, method_name
 from calm_core.access.rules import Access, PathRefused, confine_model_name, launch_refusal
 from calm_core.calibration.head import scope_note, scopes_for
-from calm_core.calibration.recommend import ALL_LABELLED, HELDOUT_ONLY
 from calm_core.data.entries import list_datasets
 from calm_core.estimate.arithmetic import Estimate
 from calm_core.generative.sampling import GenerationConfig
@@ -38,14 +38,6 @@ from calm_core.training.scoring_choice import AUTO as AUTO_SCORING
 from calm_core.training.scoring_choice import AUTO_NOTE as AUTO_SCORING_NOTE
 from calm_core.training.tasks import get_task
 
-# The studio's multiple-choice demo: one domain to train on, two more to show what happens out of
-# domain. Other tasks start from their own DEFAULTS (training/tasks/<task>.py), as `calm train` does.
-STUDIO_MC_DATA = {
-    "train_data": "builtin/chemical_symbols/train",
-    "heldout_data": "builtin/chemical_symbols/validation",
-    "eval_data": ["builtin/chemical_symbols/test", "builtin/units/test", "builtin/animal_classes/test"],
-}
-TASKS = {"multiple choice": "mcqa", "open answers": "openqa"}
 # The advanced settings after the optimizer, in page order: each a declared setting
 # (calm_core.settings), shown with its own label, help and bounds; listing one here shows it.
 ADVANCED = (
@@ -67,23 +59,6 @@ ADVANCED = (
 OPTIMIZER_DEPENDENT = ("lr_theta", "lr_alpha")  # their defaults follow the optimizer: one widget per optimizer
 
 
-class DataChoice(NamedTuple):
-    """The three data pickers' values: S_T, S_V and the evaluation sets, and where the
-    post-hoc calibrators are fitted (calibrate_on)."""
-
-    train: str
-    heldout: str
-    evals: list[str]
-    calibrate_on: str = HELDOUT_ONLY
-
-
-# calibrate_on's choices as the page names them
-CALIBRATE_ON_WORDS = {
-    HELDOUT_ONLY: "the held-out set S_V",
-    ALL_LABELLED: "all labelled items, k-fold (S_T + S_V)",
-}
-
-
 class MethodChoice(NamedTuple):
     """Section 3's values: they pick the preset's base config and the advanced settings' defaults."""
 
@@ -93,46 +68,18 @@ class MethodChoice(NamedTuple):
     preset: str
 
 
-def _index(options: list[str], wanted: str) -> int:
-    """Where a default sits among the options, else the first: a missing demo set never fails the page."""
-    return options.index(wanted) if wanted in options else 0
-
-
-def _task_key(name: str, openqa: bool) -> str:
-    """Widgets whose options or defaults depend on the task get one key per task."""
-    return f"{name}_open" if openqa else name
-
-
-def intro(split: dict[str, Any] | None) -> None:
-    """The title and what the page does, in words that match the pickers (the user's split
-    when it prefilled them, else the default run), and the split's sizes when there is one."""
-    st.title("Train")
-    st.markdown(intro_text(split, st.session_state), help=tooltip("CALM", "S_T", "S_V", "evaluation set"))
-    split_banner(split)
-
-
-def choose_task() -> str:
-    """`mcqa` or `openqa`: it decides the datasets offered, the methods and the widgets' keys."""
-    return TASKS[
-        st.radio(
-            "Task",
-            list(TASKS),
-            horizontal=True,
-            key="train_task",
-            help="multiple choice: the model scores given options. open answers: it writes a short "
-            "answer; confidence comes from how often n sampled answers agree (Sem1).",
-        )
-    ]
-
-
-def choose_model(access: Access) -> str:
-    """Section 1: the embedded model, a local directory or a hub id; a shared studio
-    refuses a path outside its allowed roots and stops the page there."""
+def choose_model(access: Access) -> str | None:
+    """Section 1: the embedded model, a local directory or a hub id, starting from this
+    session's last choice; a shared studio refuses a path outside its allowed roots (said
+    here; None, and the page stops once its opening is drawn)."""
     st.subheader("1. Model")
     named = installed_models()  # embedded, and gemma3-270m when its extra is installed
+    kinds = [*named, "local directory", "hub id"]
+    start_at(st.session_state, "train_model_kind", kinds[0], lambda v: v in kinds)
+    start_at(st.session_state, "train_model_name", "")
     model_kind = st.radio(
         "Base model",
-        [*named, "local directory", "hub id"],
+        kinds,
         horizontal=True,
         key="train_model_kind",
         help="embedded: SmolLM2-135M-Instruct, shipped with the studio. gemma3-270m: Gemma 3 270M, pretrained "
@@ -149,74 +96,7 @@ def choose_model(access: Access) -> str:
         return confine_model_name(model, access)
     except PathRefused as exc:
         st.error(str(exc))
-        st.stop()
-
-
-def _start_at(key: str, value: Any) -> None:
-    """A data widget starts at `value` unless the session already holds one (a split taken
-    from the Data page). The value goes into the session, never as the widget's default:
-    a default of None for "already set" built the picker empty whenever the browser had not
-    sent its value yet, and the estimate then failed on a missing dataset.
-
-    While the widget still holds the value put there (`{key}_seeded`, not a widget's key),
-    it is put there again on every run, since only a value set this run is sent with the
-    widget: Streamlit keeps a value set in a run that was interrupted before its output
-    reached the browser (a click while the page first loads) under the widget's id, and
-    then sends the widget without it, so the browser drew it at its own default (an empty
-    multiselect, the first option) and sent that back as the person's choice."""
-    seeded = f"{key}_seeded"
-    if key not in st.session_state:
-        st.session_state[seeded] = value
-        st.session_state[key] = value
-    elif seeded in st.session_state and st.session_state[key] == st.session_state[seeded]:
-        st.session_state[key] = st.session_state[seeded]
-
-
-def choose_data(task: str, names: list[str]) -> DataChoice:
-    """Section 2: S_T, S_V and the evaluation sets, starting from the task's demo data. The
-    page stops without S_T and S_V (the estimate needs both), and says which rows a chosen
-    set rejects."""
-    openqa = task == "openqa"
-    task_data = get_task(task).DEFAULTS if openqa else STUDIO_MC_DATA
-    st.subheader("2. Data")
-    c1, c2 = st.columns(2)
-    _start_at(_task_key("train_data", openqa), names[_index(names, task_data["train_data"])] if names else None)
-    _start_at(_task_key("train_heldout", openqa), names[_index(names, task_data["heldout_data"])] if names else None)
-    _start_at(_task_key("train_evals", openqa), [n for n in task_data["eval_data"] if n in names])
-    train_data = c1.selectbox(
-        "Training set S_T (labelled)", names, key=_task_key("train_data", openqa), help=tooltip("S_T")
-    )
-    heldout = c2.selectbox(
-        "Held-out set S_V (labelled, not trained on)",
-        names,
-        key=_task_key("train_heldout", openqa),
-        help=tooltip("S_V", "TS"),
-    )
-    evals = st.multiselect(
-        "Evaluation sets (in domain and out of domain)",
-        names,
-        key=_task_key("train_evals", openqa),
-        help=tooltip("evaluation set", "test split", "out of domain"),
-    )
-    if train_data is None or heldout is None:
-        st.info("Choose a training set S_T and a held-out set S_V: the cost and the launch need both.")
-        st.stop()
-    show_rejections([train_data, heldout, *evals], "open" if openqa else "mc")
-    return DataChoice(train_data, heldout, evals, HELDOUT_ONLY if openqa else choose_calibrate_on())
-
-
-def choose_calibrate_on() -> str:
-    """Where the post-hoc calibrators are fitted: S_V, or every labelled item k-fold, the
-    fix for a small S_V that the advice under it offers as one click (multiple choice only;
-    app/train_advice.py)."""
-    return st.radio(
-        "Fit post-hoc calibrators on",
-        list(CALIBRATE_ON_WORDS),
-        format_func=CALIBRATE_ON_WORDS.get,
-        horizontal=True,
-        key=CALIBRATE_ON_KEY,
-        help=tooltip("k-fold on all labelled items", "TS", "S_V"),
-    )
+        return None
 
 
 def choose_method(task: str) -> MethodChoice:
@@ -231,7 +111,7 @@ def choose_method(task: str) -> MethodChoice:
         "Method",
         methods,
         index=methods.index("calm"),
-        key=_task_key("train_method", openqa),
+        key=data_key("train_method", openqa),
         format_func=method_name,
         help="\n\n".join(f"**{method_name(m)}**: {_plain(m)}" for m in methods) + "\n\n" + tooltip("entropy"),
     )
@@ -322,7 +202,7 @@ def advanced_settings(task: str, choice: MethodChoice) -> dict[str, Any]:
         cells = [o2, o3, o4, *(cell for row in rows for cell in row)]
         for column, name in zip(cells[: len(ADVANCED)], ADVANCED, strict=True):
             if name in OPTIMIZER_DEPENDENT:
-                key = _task_key(f"train_{name}_{base.optimizer}", openqa)
+                key = data_key(f"train_{name}_{base.optimizer}", openqa)
             else:
                 key = f"train_{name}"
             chosen[name] = setting_input(column, spec_of[name], current_value(base, spec_of[name]), key)
@@ -431,12 +311,18 @@ def queue() -> None:
     )
 
 
-intro(prefilled_split(st.session_state, [e.name for e in list_datasets(kind="mc")]))
+st.title("Train")
+opening = st.container()  # the page's words, drawn from the same values the pickers below return
+split = prefilled_split(st.session_state, [e.name for e in list_datasets(kind="mc")])
 task = choose_task()
 access = studio_access()
 names = [e.name for e in list_datasets(kind="open" if task == "openqa" else "mc")]
 model = choose_model(access)
-data = choose_data(task, names)
+picked = choose_data(task, names)
+intro(opening, split, picked)
+if model is None:
+    st.stop()
+data = require_data(picked)
 advice_slot = st.container()  # under the calibrate_on choice; filled once the config exists
 fast_paths_note(model)  # after the data pickers: drawn above them, its caption-to-expander swap reset them
 choice = choose_method(task)

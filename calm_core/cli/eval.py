@@ -6,6 +6,7 @@ answers with --task openqa; a finished run on more data with --run.
     calm eval --data my_questions.csv --thermometer       # a file without answers
     calm eval --run RUN_ID --data arc/easy_test           # a finished run on more data (results/added.py)
     calm eval --run RUN_ID --data private.csv --mapping 'question=q, choices=A|B|C|D, answer=label' --encoding cp1252
+    calm eval --from-lm-eval DIR --fit-ts-on TASK          # lm-evaluation-harness samples (cli/eval_harness.py)
 
 Every dataset is read and every output path checked before the model loads: a typo fails
 in a second. Rows a dataset rejected are named on stderr and counted in `--json`, whose
@@ -23,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from calm_core.cli import eval_io
+from calm_core.cli.eval_harness import add_args as add_harness_args
+from calm_core.cli.eval_harness import eval_from_lm_eval
 from calm_core.cli.eval_open import GENERATION_FLAGS, eval_open
 from calm_core.cli.eval_run import eval_run
 from calm_core.cli.usage import UsageError
@@ -41,10 +44,11 @@ def add_parsers(sub: Any) -> None:
         "--data",
         action="append",
         nargs="+",
-        required=True,
         metavar="NAME",
-        help="catalog names (arc/easy_test, builtin/capitals/test, upload/x) or files; repeatable",
+        help="catalog names (arc/easy_test, builtin/capitals/test, upload/x) or files; repeatable "
+        "(with --from-lm-eval: tasks of its samples)",
     )
+    add_harness_args(ev)
     ev.add_argument(
         "--run",
         metavar="RUN_ID",
@@ -61,7 +65,8 @@ def add_parsers(sub: Any) -> None:
     ev.add_argument(
         "--mapping",
         help="column mapping for files, e.g. 'question=q, choices=A|B|C|D, answer=label' (default: the names "
-        "question, choices, answer, or the mapping saved with an upload of the same columns)",
+        "question, choices, answer, else the mapping saved with an upload of the same columns, else the Data "
+        "page's guess when it names only the file's columns: a note says which)",
     )
     ev.add_argument(
         "--encoding",
@@ -102,6 +107,13 @@ def add_parsers(sub: Any) -> None:
         "mean hidden state, no labels needed (default: the --model's own, shipped for the named models or "
         "built into the cache by `python -m calm_core.training.thermometer_build --model NAME`)",
     )
+    ev.add_argument(
+        "--export",
+        type=Path,
+        metavar="DIR",
+        help="with --model openai:URL: check that the server, serving this merged export (`calm export --merged`), "
+        "gives the studio's calibrated probabilities through the card's request",
+    )
     ev.add_argument("--quiet", action="store_true", help="no progress bars")
     ev.add_argument(
         "--task",
@@ -135,17 +147,31 @@ def _check_features(args: argparse.Namespace, cfg: Any) -> None:
         raise UsageError(f"--features options needs a cloze rule: the {cfg.rule} rule scores no option tokens")
 
 
+def _check_served(args: argparse.Namespace, refused: str | None = None) -> None:
+    """A served model gives prompt log-probabilities only: nothing that reads hidden states
+    (or, with `refused`, what that says it needs) goes with it."""
+    from calm_core.scoring.served import is_served
+
+    wanted = [flag for flag, given in (("--features", args.features), ("--thermometer", args.thermometer)) if given]
+    if is_served(args.model) and (wanted or refused):
+        what = refused or f"{', '.join(wanted)} read hidden states, which"
+        raise UsageError(
+            f"{what} a served model (openai:URL) does not give: it is scored from prompt log-probabilities"
+        )
+
+
 def _posthoc(args: argparse.Namespace, lm: Any, cfg: Any, fit_items: dict[str, list]) -> list[Any]:
     """The post-hoc variants (scoring.evaluate.PosthocFit): the saved one of --ts-file, or
     every default calibrator fitted on each --fit-ts-on set (`ts`, `ts:<dataset>` for several)."""
     from calm_core.calibration.posthoc import load_calibrator
     from calm_core.scoring.evaluate import PosthocFit, fit_posthoc
-    from calm_core.scoring.scorer import Capture, Scorer
+    from calm_core.scoring.scorer import Capture
+    from calm_core.scoring.served import scorer_of
 
     if args.ts_file:
         calibrator = load_calibrator(args.ts_file)
         return [PosthocFit(calibrator.name, calibrator, {"file": str(args.ts_file)})]
-    scorer = Scorer.of(lm, batch_size=args.batch_size, progress=not args.quiet)
+    scorer = scorer_of(lm, batch_size=args.batch_size, progress=not args.quiet)
     fit_sets = {  # with features: adaptive temperature scaling reads them
         name: scorer.score(items, cfg, capture=Capture.FEATURES, dataset=name) for name, items in fit_items.items()
     }
@@ -235,10 +261,20 @@ def _unlabelled_row(scores: Any, dataset: str, variant: str, calibrator: Any) ->
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """`calm eval`: a finished run on more data (--run), open answers (--task openqa), or
-    option scores of a model, base beside its post-hoc calibrators."""
+    option scores of a model, base beside its post-hoc calibrators; or the option scores
+    of lm-evaluation-harness samples (--from-lm-eval), no model loaded."""
+    if args.from_lm_eval:
+        return eval_from_lm_eval(args)
+    if args.export is not None:
+        from calm_core.cli.eval_served import check_served_export
+
+        return check_served_export(args)
+    if not args.data:
+        raise UsageError("give --data NAME (or --from-lm-eval DIR); with --model openai:URL, --export DIR works alone")
     if args.run:
         return eval_run(args)
     if args.task == "openqa":
+        _check_served(args, "--task openqa generates answers, which")
         return eval_open(args)
     return _eval_mc(args)
 
@@ -263,6 +299,7 @@ def _eval_mc(args: argparse.Namespace) -> int:
     # unwritable --json fails in a second, not after a minute of loading and scoring.
     eval_io.check_outputs(args)
     _check_features(args, cfg)
+    _check_served(args)
     reports = _eval_reports(datasets, args)
     fit_reports = _fit_reports(args)
     thermometer = _thermometer(args)
@@ -316,12 +353,13 @@ def _score_set(
     from calm_core.runs.layout import write_predictions
     from calm_core.scoring.evaluate import predictions_frame, result_row
     from calm_core.scoring.features import FEATURES
-    from calm_core.scoring.scorer import Capture, Scorer
+    from calm_core.scoring.scorer import Capture
+    from calm_core.scoring.served import scorer_of
 
     capture = Capture.FEATURES  # ats reads them; stored with the predictions only with --features
     if args.features == "options":
         capture |= Capture.OPTION_FEATURES
-    scorer = Scorer.of(lm, batch_size=args.batch_size, progress=not args.quiet)
+    scorer = scorer_of(lm, batch_size=args.batch_size, progress=not args.quiet)
     scores = scorer.score(list(report.items), cfg, capture=capture, dataset=name)
     labelled = report.kind != UNLABELLED_MC
     variants = [("base", None)] + [(f.variant, f.calibrator) for f in fits if labelled]
@@ -341,7 +379,7 @@ def _score_set(
 
 
 def _print_mc(args: argparse.Namespace, lm: Any, cfg: Any, fits: list[Any], table: McTable) -> None:
-    from calm_core.scoring.evaluate import format_table
+    from calm_core.scoring.evaluate import format_table, interval_table
 
     print(
         f"model: {lm.info.get('label', lm.info['name'])} ({lm.info['device']}, {lm.info['dtype']})  "
@@ -352,6 +390,8 @@ def _print_mc(args: argparse.Namespace, lm: Any, cfg: Any, fits: list[Any], tabl
         print(f"thermometer on {entry['dataset']}: T = {entry['temperature']:.4f} (from its inputs, no labels)")
     if table.rows:
         print(format_table(table.rows))
+        print(f"90% bootstrap intervals (shifted by their bias, so each holds its figure; ECE on {args.bins} bins):")
+        print(interval_table(table.rows))
     if table.unlabelled:
         print(_UNLABELLED_NOTE.format(sets=", ".join(dict.fromkeys(r["dataset"] for r in table.unlabelled))))
         print(format_table(table.unlabelled, UNLABELLED_COLUMNS))

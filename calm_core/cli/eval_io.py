@@ -1,7 +1,7 @@
 """What `calm eval`'s paths share: the model and scoring flags, loading the model and the
 datasets (rejected rows named on stderr; a file whose columns the default names miss read
-with the mapping saved with an upload of the same columns, or refused with the
-`--mapping` to give), checking output paths before any work, and the `--json` record,
+with the mapping saved with an upload of the same columns, or with the Data page's guess,
+or refused with the `--mapping` to give), checking output paths before any work, and the `--json` record,
 built here once for both tasks."""
 
 from __future__ import annotations
@@ -19,7 +19,12 @@ JSON_REJECTED_KEPT = 100  # rejected rows listed per dataset in `--json`; `n_rej
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", help="'embedded' (default), 'gemma3-270m', a local model dir / .gguf, or a hub id")
+    parser.add_argument(
+        "--model",
+        help="'embedded' (default), 'gemma3-270m', a local model dir / .gguf, a hub id, or openai:URL[#NAME] "
+        "(a vLLM / llama.cpp server's /v1/completions, scored from its prompt log-probabilities)",
+    )
+    parser.add_argument("--tokenizer", help="with --model openai:URL: the served model's tokenizer (default: its id)")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda[:N]")
     parser.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
     parser.add_argument("--trust-remote-code", action="store_true", help="run model code from the hub (off by default)")
@@ -38,6 +43,10 @@ def add_scoring_args(parser: argparse.ArgumentParser) -> None:
 
 def load_lm(args: argparse.Namespace) -> Any:
     from calm_core.scoring.models import ModelSpec, load_model
+    from calm_core.scoring.served import is_served, load_served
+
+    if is_served(args.model):
+        return load_served(args.model, getattr(args, "tokenizer", None))
 
     spec = ModelSpec(
         name=args.model or "embedded", device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code
@@ -64,8 +73,9 @@ def load_reports(names: list[str], kind: str, limit: int | None, args: argparse.
 def read_set(name: str, kind: str, limit: int | None, args: argparse.Namespace) -> tuple[LoadReport, Any]:
     """(report, the mapping it was read with) of one dataset: `--mapping` when given. A
     file whose columns the default names miss is read with the mapping saved with an
-    upload that reads its columns (said on stderr); without one, or with several that
-    differ, MissingColumns says which `--mapping` to give."""
+    upload that reads its columns, or else with the Data page's guess when it names
+    only columns the file has (either said on stderr); otherwise MissingColumns says
+    which `--mapping` to give."""
     from calm_core.data.mapping import MissingColumns
     from calm_core.scoring.evaluate import load_report
 
@@ -75,7 +85,7 @@ def read_set(name: str, kind: str, limit: int | None, args: argparse.Namespace) 
     except MissingColumns as err:
         if args.mapping is not None or not _is_file(name):
             raise
-        mapping = _saved_mapping(name, kind, err)
+        mapping = _saved_mapping(name, kind, err) or _guessed_mapping(name, kind, err, encoding)
     return load_report(name, kind, limit, args.seed, mapping, encoding), mapping
 
 
@@ -89,12 +99,15 @@ def _is_file(name: str) -> bool:
 
 def _saved_mapping(name: str, kind: str, err: Any) -> Any:
     """The one mapping saved with uploads that read this file's columns (`err.found`),
-    said on stderr; MissingColumns naming the `--mapping` to give otherwise."""
+    said on stderr; None when no upload has them; MissingColumns naming the choice when
+    several were saved with different mappings."""
     from calm_core.data.mapping import MissingColumns
     from calm_core.data.uploads import saved_mappings
 
     found = saved_mappings(err.found, kind)
     distinct = {mapping.to_text(): upload for upload, mapping in reversed(found)}  # the newest upload of each
+    if not distinct:
+        return None
     if len(distinct) == 1:
         (text, upload), mapping = next(iter(distinct.items())), found[0][1]
         print(
@@ -103,38 +116,58 @@ def _saved_mapping(name: str, kind: str, err: Any) -> Any:
             file=sys.stderr,
         )
         return mapping
-    if distinct:
-        choices = "; ".join(f"{upload}'s --mapping '{text}'" for text, upload in distinct.items())
-        way_out = f"Uploads with these columns were saved with different mappings, so name one: {choices}"
-    else:
-        guess = _guessed_mapping(name, err.found)
-        unknown = " (a guess: put a column's name for each ?)" if "?" in guess else " (a guess: check it)"
-        way_out = (
-            f"Name the columns with --mapping '{guess}'{unknown}, or upload the file on the Data page, "
-            "which guesses the mapping with you and shows it as text"
-        )
+    choices = "; ".join(f"{upload}'s --mapping '{text}'" for text, upload in distinct.items())
+    way_out = f"Uploads with these columns were saved with different mappings, so name one: {choices}"
     raise MissingColumns(err.columns, f"{err}. {way_out}", err.found) from None
 
 
-def _guessed_mapping(name: str, columns: list[str]) -> str:
-    """`--mapping`'s text for the file's columns as the Data page would first guess them
-    (from its first readable rows; from the names alone when none can be read), with `?`
-    where the guess names a column the file does not have."""
-    from calm_core.data.catalog import split_slice
-    from calm_core.data.guess import GUESS_ROWS, guess_column_mapping
-    from calm_core.data.mapping import has_column
-    from calm_core.data.readers import peek_records
+def _guessed_mapping(name: str, kind: str, err: Any, encoding: str | None) -> Any:
+    """The Data page's guess for the file's columns (`guess_column_mapping`, from its first
+    readable rows), said on stderr, when every column `kind` needs is one the file has;
+    otherwise MissingColumns with the guess as `--mapping`'s text, `?` where it is unsure."""
+    from calm_core.data.guess import guess_column_mapping
+    from calm_core.data.mapping import MissingColumns, has_column
 
-    try:
-        records = peek_records(Path(split_slice(name.strip())[0]).expanduser(), rows=GUESS_ROWS)
-    except (DataError, OSError):
-        records = []
+    mapping = guess_column_mapping(err.found, _first_records(name, encoding))
+    text = mapping.to_text()
+    if all(has_column(err.found, column) for column in mapping.required_columns(kind)):
+        print(
+            f"calm: note: {name}: no --mapping given, so its columns are read as the Data page guesses them "
+            f"({text}); --mapping replaces it",
+            file=sys.stderr,
+        )
+        return mapping
     parts = []
-    for part in guess_column_mapping(columns, records).to_text().split(", "):
+    for part in text.split(", "):
         key, _, value = part.partition("=")
         named = [v for v in value.split("|") if v] if key in ("question", "choices", "answer", "labels") else []
-        parts.append(f"{key}=?" if any(not has_column(columns, v) for v in named) else part)
-    return ", ".join(parts)
+        parts.append(f"{key}=?" if any(not has_column(err.found, v) for v in named) else part)
+    way_out = (
+        f"Name the columns with --mapping '{', '.join(parts)}' (a guess: put a column's name for each ?), "
+        "or upload the file on the Data page, which guesses the mapping with you and shows it as text"
+    )
+    raise MissingColumns(err.columns, f"{err}. {way_out}", err.found) from None
+
+
+def _first_records(name: str, encoding: str | None) -> list[Any]:
+    """The file's first readable rows, as the Data page reads them for its guess (in
+    `encoding` when one is given); [] when none can be read (the guess then reads names alone)."""
+    import tempfile
+
+    from calm_core.data.catalog import split_slice
+    from calm_core.data.encoding import is_utf8_name, utf8_copy
+    from calm_core.data.guess import GUESS_ROWS
+    from calm_core.data.readers import peek_records
+
+    path = Path(split_slice(name.strip())[0]).expanduser()
+    try:
+        if is_utf8_name(encoding):
+            return peek_records(path, rows=GUESS_ROWS, source=path.name)
+        with tempfile.TemporaryDirectory(prefix="calm-guess-") as folder:
+            copy = utf8_copy(path, str(encoding), Path(folder))
+            return peek_records(copy, rows=GUESS_ROWS, source=path.name)
+    except (DataError, OSError):
+        return []
 
 
 def note_rejected(report: LoadReport) -> None:

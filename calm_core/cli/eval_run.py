@@ -6,7 +6,8 @@ run as added rows (results/added.py).
 
 The run fixes its model, scoring rule and calibrators; the data are the person's own, so
 `--mapping` and `--encoding` read a file as `calm eval` reads one (without `--mapping`, a
-file with an upload's columns is read with the mapping saved with that upload). Every
+file with an upload's columns is read with the mapping saved with that upload, another
+with the Data page's guess when it names only columns the file has). Every
 refusal names the way out: the flag to drop or give, or the command to run first.
 """
 
@@ -39,7 +40,7 @@ def eval_run(args: argparse.Namespace) -> int:
     from calm_core.results.added import check_finished, evaluate_run, run_eval_limit
     from calm_core.results.view import result_columns
     from calm_core.runs.layout import ADDED_RESULTS
-    from calm_core.scoring.evaluate import format_table
+    from calm_core.scoring.evaluate import format_table, interval_table
 
     _check_flags(args)
     if args.json:
@@ -52,6 +53,8 @@ def eval_run(args: argparse.Namespace) -> int:
     rows = evaluate_run(run, datasets, limit, device=args.device, mappings=mappings, encoding=args.encoding)
     print(f"run: {run.run_id} (step {rows[0]['step']})  added after training: {', '.join(datasets)}  limit: {limit}")
     print(format_table(rows, result_columns(rows)))
+    print("90% bootstrap intervals (shifted by their bias, so each holds its figure):")
+    print(interval_table(rows))
     print(
         f"stored with the run ({run.path / ADDED_RESULTS}): Compare, `calm compare` and `calm report` "
         "show these rows as `<set> (added)`"

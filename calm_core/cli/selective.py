@@ -2,11 +2,12 @@
 chosen on S_V with a guarantee, and what that does on every evaluation set.
 
     calm selective RUN --target-error 0.1 [--variant calm] [--rule crc|ltt] [--delta 0.1]
-                       [--coverage 0.9] [--json out.json] [--save]
+                       [--coverage 0.9] [--by subject] [--json out.json] [--save]
 
 The work is results/selective.py's (the choice: calibration/selective_answerer.py's
 `SelectiveAnswerer` over calibration/selective.py's maths); this module
-reads flags and prints. `--save` stores the threshold in the run's selective.json, which
+reads flags and prints. `--by subject` adds a threshold per subject (results/by_group.py).
+`--save` stores the threshold in the run's selective.json, which
 `calm export` reads.
 """
 
@@ -22,8 +23,8 @@ from calm_core.paths import ensure_writable
 
 def add_parsers(sub: Any) -> None:
     """`calm selective` under the `calm` subcommands `sub`."""
-    from calm_core.calibration.selective import DEFAULT_DELTA, RULES
-    from calm_core.results.selective import DEFAULT_RULE, DEFAULT_TARGET
+    from calm_core.calibration.selective import DEFAULT_DELTA, DEFAULT_RULE, DEFAULT_TARGET, RULES
+    from calm_core.results.by_group import GROUP_KEYS
 
     sel = sub.add_parser(
         "selective", help="a confidence threshold to answer alone, chosen on S_V with a guarantee, and option sets"
@@ -43,6 +44,9 @@ def add_parsers(sub: Any) -> None:
     )
     sel.add_argument(
         "--coverage", type=float, help="option sets holding the right answer this often (default 1 - target error)"
+    )
+    sel.add_argument(
+        "--by", choices=GROUP_KEYS, help="also a threshold per group (Mondrian), fitted on each group's S_V items"
     )
     sel.add_argument("--json", type=Path, help="also write the report as JSON")
     sel.add_argument("--save", action="store_true", help="store the threshold with the run (selective.json) for export")
@@ -64,15 +68,34 @@ def cmd_selective(args: argparse.Namespace) -> int:
     print(f"assumption: {sel.ASSUMPTION}")
     for choice in report.choices.values():
         print(f"S_V: {sel.choice_line(choice)}")
+    way_out = sel.crc_way_out(report)
+    if way_out:
+        print(f"way out: {way_out}")
     rows = sel.table_rows(report)
     if rows:
         print(text_table(rows))
+    for note in (sel.above_target_note(report), sel.coverage_note(report)):
+        if note:
+            print(f"note: {note}")
+    if args.by:
+        print_by_group(run, request, args.by)
     if args.json:
         args.json.write_text(json.dumps(report.to_dict(), indent=2, default=float))
     if args.save:
         record = sel.save_choice(run, report)
         print(f"saved: {run.path / 'selective.json'} (threshold {record['threshold']}, read by `calm export`)")
     return 0
+
+
+def print_by_group(run: Any, request: Any, by: str) -> None:
+    """The variant's threshold per group on S_V, and which groups are too small."""
+    from calm_core.results import by_group
+
+    choice = by_group.choose_by_group(run, request, by)
+    print(f"by {by}:")
+    for fit in choice.fits:
+        print(f"  {by_group.group_line(fit)}")
+    print(by_group.summary_line(choice))
 
 
 def text_table(rows: list[dict[str, str]]) -> str:

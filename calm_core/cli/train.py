@@ -386,6 +386,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def settings_markdown() -> str:
     """Every declared training setting as one Markdown table (docs/settings.md is this
     text): the page, the flags and the docs all read the same declarations."""
+    from calm_core.data.worker import LIMIT_ENV, WorkerLimits
     from calm_core.generative.sampling import GenerationConfig
     from calm_core.scoring.adapters import LoraSettings
     from calm_core.settings import allowed_words, declared_settings
@@ -401,17 +402,18 @@ def settings_markdown() -> str:
         "| setting | flag | default | allowed | what it does |",
         "|---|---|---|---|---|",
     ]
-    parts = [("", spec) for spec in train_settings().values()]
-    parts += [
-        (f"{part}.", spec)
+    rows = [(spec.name, f"`--{spec.name.replace('_', '-')}`", spec) for spec in train_settings().values()]
+    rows += [
+        (f"{part}.{spec.name}", f"`--set {part}=...`", spec)
         for part, kind in (("lora", LoraSettings), ("generation", GenerationConfig))
         for spec in declared_settings(kind)
     ]
-    for prefix, spec in parts:
-        flag = f"`--{spec.name.replace('_', '-')}`" if not prefix else f"`--set {prefix.rstrip('.')}=...`"
+    rows += [
+        (f"upload.{spec.name}", f"env `{LIMIT_ENV}` (the studio)", spec) for spec in declared_settings(WorkerLimits)
+    ]
+    for name, flag, spec in rows:
         lines.append(
-            f"| `{prefix}{spec.name}` | {flag} | `{spec.field.default!r}` | {allowed_words(spec)} | "
-            f"{spec.help.replace('|', '/')} |"
+            f"| `{name}` | {flag} | `{spec.field.default!r}` | {allowed_words(spec)} | {spec.help.replace('|', '/')} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -198,30 +198,39 @@ def csv_record(number: int, cells: list[str], header: list[str], source: str) ->
 
 
 def parquet_rows(parquet: Any, where: str, budget: Budget) -> Iterator[Row]:
-    """The rows of a Parquet file, `PARQUET_BATCH` at a time. A batch is decoded with its
-    text as dictionaries (`files.open_parquet`), so its rows' decoded sizes are counted
-    (`cell_bytes`) and checked against the budget before Python rows are made of it, at
-    most `MAX_BATCH_BYTES` of them at once."""
+    """The rows of a Parquet file, from its counted batches (`counted_batches`), made into
+    Python rows at most `MAX_BATCH_BYTES` of them at once."""
     import pyarrow as pa
 
     number = 0
     try:
-        for batch in _batches(parquet):
-            sizes = np.zeros(batch.num_rows, np.int64)
-            for column, array in zip(batch.schema.names, batch.columns, strict=True):
-                cells = cell_bytes(array)
-                if len(cells) and cells.max() > MAX_CELL_BYTES:
-                    first = int(np.argmax(cells > MAX_CELL_BYTES))
-                    budget.cell(int(cells[first]), number + first + 1, column)
-                sizes += cells
-            for row, size in enumerate(sizes.tolist(), start=number + 1):
-                budget.row(size, row)
-            for piece in _pieces(batch, sizes):
+        for batch, sizes in counted_batches(parquet, budget):
+            for piece in pieces(batch, sizes):
                 for record in piece.to_pylist():  # plain Python values: lists stay lists
                     number += 1
                     yield number, record
     except pa.ArrowException as exc:  # a damaged data page: the rows after it cannot be located
         raise DataError(f"Expected readable data in {where}, but reading after row {number} failed: {exc}") from None
+
+
+def counted_batches(parquet: Any, budget: Budget) -> Iterator[tuple[Any, np.ndarray]]:
+    """A Parquet file's batches (`PARQUET_BATCH` rows at most) with each row's decoded
+    bytes. A batch is decoded with its text as dictionaries (`files.open_parquet`), so its
+    rows' sizes are counted (`cell_bytes`) and checked against the budget before anything
+    is made of it (Python rows, or `worker`'s honest copy)."""
+    number = 0
+    for batch in _batches(parquet):
+        sizes = np.zeros(batch.num_rows, np.int64)
+        for column, array in zip(batch.schema.names, batch.columns, strict=True):
+            cells = cell_bytes(array)
+            if len(cells) and cells.max() > MAX_CELL_BYTES:
+                first = int(np.argmax(cells > MAX_CELL_BYTES))
+                budget.cell(int(cells[first]), number + first + 1, column)
+            sizes += cells
+        for row, size in enumerate(sizes.tolist(), start=number + 1):
+            budget.row(size, row)
+        number += batch.num_rows
+        yield batch, sizes
 
 
 def parquet_decodes_past(parquet: Any, size: int) -> bool:
@@ -255,7 +264,7 @@ def _batches(parquet: Any) -> Iterator[Any]:
         yield from parquet.iter_batches(batch_size=rows, row_groups=[group])
 
 
-def _pieces(batch: Any, sizes: np.ndarray) -> Iterator[Any]:
+def pieces(batch: Any, sizes: np.ndarray) -> Iterator[Any]:
     """`batch` in zero-copy slices of at most `MAX_BATCH_BYTES` decoded bytes (at least a row each)."""
     start, total = 0, np.cumsum(sizes)
     while start < len(sizes):
@@ -588,21 +597,9 @@ class Budget:
     times its size. Raises one DataError line
     naming the limit and the way out.
 
-    Considered and not done: parsing an upload in a worker process under a
-    memory limit (`resource.setrlimit(RLIMIT_AS)`), so that a reader bug could not take the
-    server with it. It is neither simple nor robust here:
-    - a streamed upload's items read the file that the server process holds open
-      (`files.OpenFile`), so a worker could only vet the file and the server would read it
-      again: twice the CPU of every upload, on every rerun of the Data page;
-    - the server runs threads and imports PyTorch, so the worker must be spawned, not
-      forked: about a second of imports (NumPy, Arrow) per upload;
-    - RLIMIT_AS limits address space, not memory: Arrow's allocator, glibc's per-thread
-      arenas and OpenBLAS's per-core buffers reserve address space they never touch, by
-      the machine's core count, so one limit refuses good files on one machine and is too
-      high to protect on another (and macOS does not enforce it).
-    The budgets bound what each reader decodes before it decodes it, in the server. What
-    they cannot see is a hand-made Parquet file whose metadata understates its pages
-    (`declared_bytes`): docs/security.md, "Upload budgets", names it.
+    What the budgets cannot see is a hand-made Parquet file whose metadata understates its
+    pages (`declared_bytes`): Arrow decodes a batch sized from it before a row is counted.
+    An upload's Parquet is therefore decoded in `worker`, a process under a memory limit.
     """
 
     def __init__(self, path: Path, where: str) -> None:

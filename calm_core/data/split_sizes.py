@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from calm_core.calibration.posthoc.base import MIN_FIT_ITEMS
+from calm_core.calibration.selective import DEFAULT_TARGET, crc_min_items, default_rule_items
 from calm_core.data.entries import SPLIT_PARTS
 from calm_core.data.schema import DataError
 
@@ -40,7 +41,11 @@ MIN_HELDOUT = MIN_FIT_ITEMS  # fewer S_V items: no TS, no cross-fitting, a calib
 # count as able to choose between methods (bench/sv_agreement.py measures the agreement).
 AGREEMENT_TARGET = 0.8
 CHOOSE_HELDOUT = 80  # choose_threshold of bench/results/sv_agreement.json (tests/test_split_sizes.py)
-MAX_HELDOUT_PERCENT = 40  # a suggestion never holds out more: training and test need their items too
+MAX_HELDOUT_PERCENT = 40  # a suggestion holds out no more: training and test need their items too
+# ... except to reach what selective answering's default rule needs (29 items at a 10% target): a
+# split the studio suggests must not have Compare refuse its first threshold; never past half the items.
+SELECTIVE_HELDOUT = default_rule_items()
+MAX_SELECTIVE_PERCENT = 50
 OK, NOTE, WARN, REFUSE = "ok", "note", "warn", "refuse"
 WHY = (
     "TS and the calibrated stop need held-out labels: temperature scaling is fitted on S_V, and the step "
@@ -129,32 +134,62 @@ def advise_split(sizes: Mapping[str, int], requested: Sequence[float] = (0.6, 0.
         return SplitAdvice(REFUSE, f"{message} {_try(n, suggestion)}", suggestion)
     if suggestion is not None:
         return SplitAdvice(WARN, f"{support} {_try(n, suggestion)}", suggestion)
-    return SplitAdvice(NOTE, f"{support} This split holds out as much as this dataset ({n} items) allows. {FIXES}.")
+    short = f" {selective_support(heldout)}" if heldout < SELECTIVE_HELDOUT else ""
+    return SplitAdvice(
+        NOTE, f"{support}{short} This split holds out as much as this dataset ({n} items) allows. {FIXES}."
+    )
+
+
+def selective_support(heldout: int) -> str:
+    """Whether `heldout` S_V items let selective answering's default rule choose a threshold at
+    the default target, in one sentence (Compare and `calm selective` refuse with fewer)."""
+    target = f"a {DEFAULT_TARGET:.0%} target error"
+    if heldout >= SELECTIVE_HELDOUT:
+        return f"That is enough for selective answering's default guarantee at {target} (it needs {SELECTIVE_HELDOUT})."
+    crc = crc_min_items(DEFAULT_TARGET)
+    return (
+        f"Selective answering's default guarantee at {target} needs {SELECTIVE_HELDOUT}; with fewer, only "
+        f"conformal risk control ({crc} items, a guarantee on average) gives a threshold."
+    )
 
 
 def _try(n: int, suggestion: tuple[int, int, int]) -> str:
     """The suggestion in words, with what its S_V supports."""
     items = _heldout_items(n, suggestion)
-    return (
-        f"Try {suggestion[0]} / {suggestion[1]} / {suggestion[2]} % (train / heldout / test) for "
-        f"{heldout_support(items)}"
-    )
+    percent = " / ".join(str(p) for p in suggestion)
+    said = f"Try {percent} % (train / heldout / test) for {heldout_support(items)}"
+    return said if items >= CHOOSE_HELDOUT else f"{said} {selective_support(items)}"
 
 
 def suggest_percent(n: int, requested: Sequence[float] = (0.6, 0.2, 0.2)) -> tuple[int, int, int] | None:
     """Whole percentages (train, heldout, test) of `n` items: the smallest heldout share
-    that holds CHOOSE_HELDOUT items, else the largest allowed (MAX_HELDOUT_PERCENT) when it
-    holds MIN_HELDOUT; test keeps the requested share (10-30%), train the rest. None when
-    even that is too few (the dataset is too small to split for a comparison). Advising on
-    the suggestion itself never suggests it again (`advise_split` compares S_V's items), so
-    a page that offers it accepts it."""
+    that holds CHOOSE_HELDOUT items, else the largest allowed (MAX_HELDOUT_PERCENT), raised
+    to the smallest share that holds SELECTIVE_HELDOUT when that is at most
+    MAX_SELECTIVE_PERCENT, as long as S_V gets MIN_HELDOUT; test keeps the requested share
+    (10-30%), train the rest. None when even that is too few (the dataset is too small to
+    split for a comparison). Advising on the suggestion itself never suggests it again
+    (`advise_split` compares S_V's items), so a page that offers it accepts it."""
     total = float(sum(requested)) or 1.0
     test = min(30, max(10, round(100 * float(requested[2]) / total)))
     start = math.ceil(100 * CHOOSE_HELDOUT / n) if n else MAX_HELDOUT_PERCENT + 1
-    for heldout in [*range(max(1, start), MAX_HELDOUT_PERCENT + 1), MAX_HELDOUT_PERCENT]:
+    choose = _first_share(n, test, CHOOSE_HELDOUT, range(max(1, start), MAX_HELDOUT_PERCENT + 1))
+    if choose is not None:
+        return choose
+    largest = (100 - MAX_HELDOUT_PERCENT - test, MAX_HELDOUT_PERCENT, test)
+    items = _heldout_items(n, largest)
+    if items < SELECTIVE_HELDOUT:
+        wider = range(MAX_HELDOUT_PERCENT + 1, MAX_SELECTIVE_PERCENT + 1)
+        selective = _first_share(n, test, SELECTIVE_HELDOUT, wider)
+        if selective is not None:
+            return selective
+    return largest if items >= MIN_HELDOUT else None
+
+
+def _first_share(n: int, test: int, goal: int, shares: range) -> tuple[int, int, int] | None:
+    """The first heldout share of `shares` (test at `test` %, train the rest) whose S_V holds `goal` items."""
+    for heldout in shares:
         percent = (100 - heldout - test, heldout, test)
-        items = _heldout_items(n, percent)
-        if items >= CHOOSE_HELDOUT or (heldout == MAX_HELDOUT_PERCENT and items >= MIN_HELDOUT):
+        if _heldout_items(n, percent) >= goal:
             return percent
     return None
 

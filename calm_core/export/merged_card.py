@@ -26,6 +26,7 @@ def merged_card(run: RunDir, record: dict[str, Any]) -> str:
         selective_section,
         trained_line,
     )
+    from calm_core.export.served_card import served_section
 
     rows = card_body_rows(run)
     merged = record["merged"]
@@ -40,6 +41,7 @@ def merged_card(run: RunDir, record: dict[str, Any]) -> str:
         + check_words(merged)
         + "\n\n## Load it (transformers alone)\n\n"
         + (f"```python\n{merged_snippet(record)}```\n\n" if record["task"] == "mcqa" else _open_snippet())
+        + (served_section(record) if record["task"] == "mcqa" else "")
         + selective_section(record)
         + results_section(rows)
     )

@@ -16,8 +16,11 @@ from typing import Any
 
 from calm_core.calibration.metrics.columns import interval_names
 from calm_core.calibration.metrics.paired import MIN_PAIRED_ITEMS, PairedDifference
+from calm_core.calibration.metrics.summary import with_interval
 from calm_core.calibration.posthoc import calibrators
 from calm_core.calibration.recommend import HELDOUT_ITEMS, LABELLED_ITEMS
+from calm_core.results.deciding import deciding_comparison
+from calm_core.results.knowing import chance_note, near_uniform_note
 from calm_core.results.verdict import (
     LEVEL,
     POSTHOC_EXPORTS,
@@ -48,18 +51,10 @@ def evidence_rows(results: RunResults, method: str) -> list[dict[str, Any]]:
         out = {"dataset": row["dataset"], "variant": row["variant"], "recommended": row["variant"] == chosen}
         for name in interval_names():
             value, bounds = row.get(name), ci.get(name)
-            out[name] = _with_interval(value, bounds)
+            out[name] = with_interval(value, bounds)
         rows.append(out)
     order = {v: i for i, v in enumerate(wanted)}
     return sorted(rows, key=lambda r: (r["dataset"], order[r["variant"]]))
-
-
-def _with_interval(value: Any, bounds: Any) -> str:
-    if not isinstance(value, (int, float)):
-        return "-"
-    if isinstance(bounds, (list, tuple)) and len(bounds) == 2 and all(isinstance(b, (int, float)) for b in bounds):
-        return f"{value:.3f} [{bounds[0]:.3f}, {bounds[1]:.3f}]"
-    return f"{value:.3f}"
 
 
 def selection_line(results: RunResults) -> str | None:
@@ -129,13 +124,17 @@ def method_recommended(results: RunResults, method: str) -> bool | None:
 
 
 def recommendation_line(results: RunResults, method: str) -> str | None:
-    """The recommendation sentence (`recommendation_sentence`), then what a reader may need
-    next: that post-hoc calibrators were scored in-sample, and how to export a recommended
-    variant of the untouched model (None without a recommendation)."""
+    """The recommendation sentence (`recommendation_sentence`), then the comparison that
+    decided it where the sentence reads other items (`deciding.deciding_comparison`), then
+    what a reader may need next: that post-hoc calibrators were scored in-sample, and how to
+    export a recommended variant of the untouched model (None without a recommendation)."""
     sentence = recommendation_sentence(results)
     if sentence is None:
         return None
     rec, text = results.recommendation or {}, sentence  # a sentence means a recommendation
+    deciding = deciding_comparison(results, method)
+    if deciding:
+        text += " " + deciding[:1].upper() + deciding[1:]
     if "same" in rec.get("posthoc_fit", ""):  # recommend.cross_fitted: too few S_V items to cross-fit
         text += f" Post-hoc calibrators were {rec['posthoc_fit']}."
     if keeps_model(results):
@@ -155,7 +154,9 @@ KEEP_NEXT = (
 def recommendation_sentence(results: RunResults) -> str | None:
     """The recommendation in one plain sentence, the same words wherever it is shown (the
     verdict row opens with its first words, `recommendation_decision`): what to do, on how
-    many held-out items, and the paired 90% interval it rests on. None without one.
+    many held-out items, and the paired 90% interval it rests on; then, where they hold,
+    that the recommended variant is near-uniform and that the model does not know the data
+    (knowing.py), so a flat forecast is never recommended without the word. None without one.
 
         Keep the model as it is: on 24 held-out items, temperature scaling's gain cannot be
         told from noise (NLL change -0.04, 90% interval -0.15 to +0.06).
@@ -166,8 +167,11 @@ def recommendation_sentence(results: RunResults) -> str | None:
     decision = recommendation_decision(results)
     comparison = rec.get("comparison") or {}
     if not comparison.get("against_reference") and not comparison.get("candidates"):
-        return f"{decision}: it has the lowest S_V NLL ({rec.get('reason', '')}); this run recorded no interval."
-    return f"{decision}: {_because(rec['variant'], comparison)}."
+        sentence = f"{decision}: it has the lowest S_V NLL ({rec.get('reason', '')}); this run recorded no interval."
+    else:
+        sentence = f"{decision}: {_because(rec['variant'], comparison)}."
+    caveats = (note for note in (near_uniform_note(results), chance_note(results)) if note)
+    return " ".join((sentence, *caveats))
 
 
 def _because(chosen: str, comparison: dict[str, Any]) -> str:
@@ -236,7 +240,8 @@ POOLED_ITEMS, HELDOUT_ONLY_ITEMS = "S_T + S_V, out of fold", "S_V alone"  # the 
 POOLED_NOTE = (
     " Here the post-hoc calibrators were fitted k-fold on all labelled items (S_T + S_V), so their figures are "
     "every labelled item's out-of-fold prediction; the trained model saw S_T, so its rows are scored on S_V "
-    "alone, beside the model as it is on the same items, and it is recommended only when it wins there."
+    "alone, beside the model as it is and the recommended variant on the same items, and it is recommended only "
+    "when it wins there."
 )
 
 
@@ -282,7 +287,7 @@ def heldout_rows(results: RunResults) -> list[dict[str, str]]:
     added = {name for name in on_heldout.get("heldout") or {} if name not in shown}
     if added:
         reference = (on_heldout.get("comparison") or {}).get("reference", "base")
-        keep = added | {reference}
+        keep = added | {reference, rec.get("variant")}  # the recommended one beside them, on the same items
         rows += _stage_rows(on_heldout, rec.get("variant"), POOLED_COLUMNS, HELDOUT_ONLY_ITEMS, keep)
     return rows + _not_compared(results, shown | added, POOLED_COLUMNS)
 

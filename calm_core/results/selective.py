@@ -24,22 +24,28 @@ import numpy as np
 
 from calm_core.access.rules import Access, Refused, write_refusal
 from calm_core.calibration import selective
-from calm_core.calibration.selective import CRC, DEFAULT_DELTA, LTT, LTT_ANSWERED, RULES, Threshold, TooFewItems
+from calm_core.calibration.selective import (
+    CRC,
+    DEFAULT_DELTA,
+    DEFAULT_RULE,
+    DEFAULT_TARGET,
+    LTT,
+    LTT_ANSWERED,
+    RULES,
+    Threshold,
+    TooFewItems,
+)
 from calm_core.calibration.selective_answerer import SelectiveAnswerer
 from calm_core.calibration.selective_summary import LEVEL, Estimate, SelectiveSummary, summarize_selective
 from calm_core.results.verdict import variant_label
 from calm_core.runs.layout import HELDOUT, heldout_path, predictions_path
 from calm_core.runs.rundir import RunDir
 
-# The error among all questions, with 95% probability: a guarantee that held on the reader's own test
-# split in at least 9 of 10 splits on every benchmark set (crc's holds on average only;
-# bench/selective_guarantee.py measures both).
-DEFAULT_RULE = LTT
-DEFAULT_TARGET = 0.1
 # The summary's columns, as every table (CLI, Compare) heads them; each is in the glossary.
 COLUMNS = ("answered", "error among answered", "error among all", "coverage", "set size")
 # The section's other words a page shows (tests/test_glossary.py reads both lists).
 WORDS = ("threshold", "answers nothing", "target error", "conformal risk control", "Learn then Test", "LAC")
+ALMOST_NOTHING = 0.1  # a guarantee met by answering under this share of S_V is met by abstaining: said
 KEYS = dict(zip(COLUMNS, ("answered", "error_answered", "error_all", "coverage", "set_size"), strict=True))
 ASSUMPTION = (
     "It assumes the held-out items and the new questions are exchangeable: drawn from the same source, "
@@ -251,14 +257,77 @@ def threshold_text(threshold: Threshold | None) -> str:
 
 
 def choice_line(choice: Choice) -> str:
-    """One sentence per variant: its threshold on S_V, or why there is none."""
+    """One sentence per variant: its threshold on S_V, or why there is none; a guarantee
+    met by answering (almost) nothing says so in a second sentence."""
     who = variant_label(choice.variant)
     if choice.threshold is None:
         return f"{who}: no threshold. {choice.refusal}"
     t = choice.threshold
     answered = f"answers {t.heldout_answered} of {t.n_heldout} held-out items ({t.heldout_errors} wrong)"
     sets = f"option sets: 1 - p <= {choice.qhat:.3f}" if choice.qhat is not None else f"no sets: {choice.set_refusal}"
-    return f"{who}: threshold {threshold_text(t)}, {answered}; {sets}; {fit_words(choice.fit)}."
+    said = f"{who}: threshold {threshold_text(t)}, {answered}; {sets}; {fit_words(choice.fit)}."
+    abstains = abstention_words(t)
+    return f"{said} {abstains}" if abstains else said
+
+
+def abstention_words(t: Threshold) -> str | None:
+    """A sentence when the guarantee is met by answering under ALMOST_NOTHING of S_V: a
+    threshold that answers nothing meets every target, so meeting it tells nothing by itself."""
+    if t.n_heldout and t.heldout_answered >= ALMOST_NOTHING * t.n_heldout:
+        return None
+    if t.heldout_answered == 0:
+        return (
+            f"The guarantee is met by answering none of the {t.n_heldout} held-out items: at this target the model "
+            "never answers alone."
+        )
+    return (
+        f"The guarantee is met by answering {t.heldout_answered} of {t.n_heldout} held-out items: at this target "
+        "the model answers almost nothing alone."
+    )
+
+
+def crc_way_out(report: SelectiveReport) -> str | None:
+    """Where the asked rule refused for too few items and conformal risk control can choose
+    on them, the command that does, naming the guarantee it gives (another error for
+    `ltt-answered`: the error among all questions, on average, not among answered ones)."""
+    request = report.request
+    choice = report.choices[request.variant]
+    if choice.threshold is not None or request.rule == CRC:
+        return None
+    if choice.n_heldout < selective.crc_min_items(request.target_error):
+        return None
+    changed = " (another error than the one asked: among all questions, not among answered)" * (
+        request.rule == LTT_ANSWERED
+    )
+    return (
+        f"calm selective {report.run_id} --variant {request.variant} --target-error {request.target_error:g} "
+        f"--rule crc: {RULES[CRC]}{changed}"
+    )
+
+
+def coverage_note(report: SelectiveReport) -> str | None:
+    """The sets where the chosen variant's option sets covered less than promised, with what
+    a marginal promise means for one small set: LAC's coverage holds over many draws of held-out
+    and new questions, and one set of n lands at `marginal_low` or under at least one time in ten
+    while it holds. None when every set is at or over the promise."""
+    request, level = report.request, report.request.set_coverage
+    below = [
+        row
+        for row in report.rows
+        if row["variant"] == request.variant
+        and row["summary"].coverage is not None
+        and row["summary"].coverage.value < level
+    ]
+    if not below:
+        return None
+    named = ", ".join(f"{row['dataset']} ({cell(row['summary'].coverage)})" for row in below)
+    n = min(row["summary"].n for row in below)
+    low = selective.marginal_low(n, level)
+    return (
+        f"Under the promised {level:.0%} coverage here: {named}. The promise is marginal: at least {level:.0%} over "
+        f"many draws of held-out and new questions, not on each set. Even when it holds exactly, one set of {n} "
+        f"questions comes out at {low} of {n} ({low / n:.0%}) or fewer at least one time in ten."
+    )
 
 
 def fit_words(fit: str) -> str:

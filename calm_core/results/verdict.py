@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from calm_core.calibration.metrics.paired import PAIRED_LEVEL, PairedDifference
+from calm_core.calibration.metrics.paired import MIN_PAIRED_ITEMS, PAIRED_LEVEL, PairedDifference
 from calm_core.calibration.posthoc import calibrators
 from calm_core.calibration.recommend import KEEP, accuracy_slack
 from calm_core.runs.records import RunResults
@@ -101,6 +101,28 @@ def recommendation_decision(results: RunResults) -> str | None:
 
 
 @dataclass(frozen=True)
+class Tie:
+    """A variant the items cannot tell from the best-calibrated one: its ECE, and the paired
+    difference that was tested (the best's per-item `score` minus this variant's)."""
+
+    variant: str
+    ece: float
+    difference: PairedDifference
+    score: str = "top-label Brier"  # what a result row's `paired` compares (tasks/mcqa.TIE_SCORE)
+
+    def reason(self, best: str) -> str:
+        """ "CALM minus temperature scaling -0.010 [-0.030, +0.010], which holds 0": the
+        difference tested and why it is no difference (on enough items to call one)."""
+        d = self.difference
+        interval = f"{variant_label(best)} minus {variant_label(self.variant)} {d.mean:+.3f} [{d.lo:+.3f}, {d.hi:+.3f}]"
+        if d.n < MIN_PAIRED_ITEMS:
+            return interval
+        if d.lo > 0.0:
+            return f"{interval}, wholly above 0: by this score {variant_label(self.variant)} is the closer forecast"
+        return f"{interval}, which holds 0"
+
+
+@dataclass(frozen=True)
 class VerdictRow:
     """What one evaluation set says: the best-calibrated variant that keeps the base model's
     accuracy and AUROC (and those the items cannot tell from it), the variants that fail a
@@ -111,7 +133,7 @@ class VerdictRow:
     best_ece: float | None
     flags: dict[str, tuple[str, ...]] = field(default_factory=dict)  # variant -> (ACCURACY_LOST, ...)
     recommended: str | None = None  # chosen on S_V (results.json), the same on every set
-    tied: tuple[tuple[str, float], ...] = ()  # (variant, ECE) of each one the items cannot tell from `best`
+    tied: tuple[Tie, ...] = ()  # each variant the items cannot tell from `best`
     n: int | None = None  # items of the set
     decision: str | None = None  # recommendation_decision: the recommendation sentence's opening words
 
@@ -123,18 +145,33 @@ class VerdictRow:
 
     def best_cell(self) -> str:
         """ "CALM (ECE 0.060)", or with a tie "tie on 24 items between CALM (ECE 0.060) and
-        temperature scaling (ECE 0.080)" (labels may hold commas: "CALM, adapter only"). A
-        flagged variant carries its flag's word: "thermometer (ECE 0.134, under-confident)",
-        so the best cell never contradicts the flags cell beside it."""
+        temperature scaling (ECE 0.080): ..." followed by what was compared and why it is a
+        tie (`tie_reason`), since an ECE gap alone would read as a winner (labels may hold
+        commas: "CALM, adapter only"). A flagged variant carries its flag's word:
+        "thermometer (ECE 0.134, under-confident)", so the best cell never contradicts the
+        flags cell beside it."""
         if not self.best or self.best_ece is None:
             return "-"
         named = [
             f"{variant_label(v)} (ECE {ece:.3f}{''.join(f', {why}' for why in self.flags.get(v, ()))})"
-            for v, ece in ((self.best, self.best_ece), *self.tied)
+            for v, ece in ((self.best, self.best_ece), *((t.variant, t.ece) for t in self.tied))
         ]
         if not self.tied:
             return named[0]
-        return f"tie on {self.n} items between {', '.join(named[:-1])} and {named[-1]}"
+        return f"tie on {self.n} items between {', '.join(named[:-1])} and {named[-1]}: {self.tie_reason()}"
+
+    def tie_reason(self) -> str:
+        """What a tie compared and why it is one: ECE is a binned figure with no per-item
+        form, so the test is on the per-item score the row's `paired` holds, each
+        difference with its paired interval ("" without a tie)."""
+        if not self.tied or not self.best:
+            return ""
+        parts = "; ".join(t.reason(self.best) for t in self.tied)
+        text = f"compared by per-item {self.tied[0].score} score ({LEVEL} paired intervals), {parts}"
+        n = self.tied[0].difference.n
+        if n < MIN_PAIRED_ITEMS:
+            return f"{text}; {n} items are too few to call any difference (under {MIN_PAIRED_ITEMS})"
+        return f"{text}; an ECE gap is not tested itself (a binned ECE has no per-item difference)"
 
 
 def verdict_rows(results: RunResults) -> list[VerdictRow]:
@@ -191,7 +228,8 @@ def _verdict_row(
         return VerdictRow(dataset, None, None, flags, recommended, n=_count(base), decision=decision)
     best_ece, best = min(kept)
     best_row = next(r for r in rows if r.get("variant") == best)
-    tied = tuple((v, e) for e, v in sorted(kept) if v != best and _tied(best_row, v))
+    ties = (_tie(best_row, v, e) for e, v in sorted(kept) if v != best)
+    tied = tuple(t for t in ties if t is not None)
     return VerdictRow(dataset, best, best_ece, flags, recommended, tied, _count(base), decision)
 
 
@@ -207,15 +245,18 @@ def _flags(row: dict[str, Any], acc: float | None, floor: float) -> tuple[str, .
     return tuple(why)
 
 
-def _tied(best_row: dict[str, Any], other: str) -> bool:
-    """Whether the items cannot tell `best_row`'s variant from `other` (see verdict_rows);
-    False when the row records no paired interval for it."""
+def _tie(best_row: dict[str, Any], other: str, ece: float) -> Tie | None:
+    """The Tie of `other` when the items cannot tell `best_row`'s variant from it (see
+    verdict_rows); None when they can, or the row records no paired interval for it."""
     record = best_row.get("paired") or {}
     values = (record.get("against") or {}).get(other)
     if not isinstance(values, (list, tuple)) or len(values) != 3:
-        return False
+        return None
     mean, lo, hi = (float(v) for v in values)
-    return not PairedDifference(mean, lo, hi, int(record.get("n", 0))).lower_for_sure
+    difference = PairedDifference(mean, lo, hi, int(record.get("n", 0)))
+    if difference.lower_for_sure:
+        return None
+    return Tie(other, ece, difference, str(record.get("score") or Tie.score))
 
 
 def _count(row: dict[str, Any]) -> int | None:

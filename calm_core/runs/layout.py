@@ -41,10 +41,13 @@ def heldout_path(root: str | Path, variant: str) -> Path:
     return Path(root) / HELDOUT / f"{safe_name(variant)}.parquet"
 
 
-def write_heldout(root: str | Path, variant: str, probs: Any, gold: Any, n_choices: Any, fit: str) -> Path:
+def write_heldout(
+    root: str | Path, variant: str, probs: Any, gold: Any, n_choices: Any, fit: str, items: Any = None
+) -> Path:
     """Write one variant's S_V probabilities (N, K) as per-item rows (probs cut to the item's
     n_choices, gold, prediction, confidence) and how they were fitted (`fit`: e.g. out of fold),
-    atomically; returns the path."""
+    atomically; returns the path. With the S_V `items` (in the same order), each row keeps its
+    item's id and subject too: what a threshold per subject is fitted on (calibration/by_group.py)."""
     import numpy as np
     import pandas as pd
 
@@ -58,6 +61,9 @@ def write_heldout(root: str | Path, variant: str, probs: Any, gold: Any, n_choic
             "fit": fit,
         }
     )
+    if items is not None:
+        frame["id"] = [item.id for item in items]
+        frame["subject"] = [item.subject for item in items]
     path = heldout_path(root, variant)
     atomic_write(path, lambda handle: frame.to_parquet(handle, index=False))
     return path
@@ -71,12 +77,14 @@ def write_heldout_variants(
     posthoc: dict[str, Any],
     how: str,
     trained: str,
+    items: Any = None,
 ) -> None:
     """Every variant's S_V probabilities as a run's recommendation saw them (`probs`: base,
     the trained model, the thermometer; `posthoc`: the calibrators, fitted as `how` says),
-    each with how far it depends on S_V's labels; nothing when `root` is None."""
+    each with how far it depends on S_V's labels, and the S_V `items`' ids and subjects;
+    nothing when `root` is None."""
     if root is None:
         return
     for name, p in {**probs, **posthoc}.items():
         fit = how if name in posthoc else "step selected on S_V" if name == trained else "no S_V label"
-        write_heldout(root, name, p, gold, n_choices, fit)
+        write_heldout(root, name, p, gold, n_choices, fit, items)

@@ -21,7 +21,7 @@ from typing import Any, Callable, Protocol
 import numpy as np
 
 from calm_core.calibration import metrics
-from calm_core.calibration.metrics.columns import cell, table_columns
+from calm_core.calibration.metrics.columns import cell, interval_names, table_columns
 from calm_core.calibration.metrics.columns import metric_names as table_metrics
 from calm_core.calibration.posthoc import PosthocCalibrator, calibrated_probs, fit_calibrator, for_task
 from calm_core.data.catalog import load_dataset
@@ -169,7 +169,7 @@ def result_row(
     confidence, correct = metrics.top_label(probs, scores.gold)
     row["bins"] = metrics.bin_confidences(confidence, correct, n_bins=n_bins).to_records()
     row["chance"] = float(np.mean(1.0 / scores.n_choices))  # a uniform forecast's mean confidence (mean 1/K)
-    row["ci90"] = metrics.intervals(probs, scores.gold)  # 90% bootstrap intervals of acc, ece, auroc, confidence
+    row["ci90"] = metrics.intervals(probs, scores.gold, n_bins=n_bins)  # 90%: acc, ece, auroc, confidence
     row["scoring_config"] = scores.scoring
     row["truncated"] = scores.truncated  # items cut from the left to fit the model's context (truncation.py)
     return row
@@ -198,6 +198,14 @@ def format_table(rows: list[dict[str, Any]], columns: tuple[str, ...] | None = N
     lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
     lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
     return "\n".join(lines)
+
+
+def interval_table(rows: list[dict[str, Any]]) -> str:
+    """The rows' 90% intervals as `calm eval` prints them under its table: each interval
+    metric as "value [lo, hi]", the cell Compare's evidence table shows."""
+    names = tuple(n for n in interval_names() if any(n in r for r in rows))
+    shown = [{**r, **{n: metrics.with_interval(r.get(n), (r.get("ci90") or {}).get(n)) for n in names}} for r in rows]
+    return format_table(shown, ("dataset", "variant", *names))
 
 
 def wide_table(

@@ -241,6 +241,18 @@ def load_model(spec: ModelSpec | str = EMBEDDED_NAME) -> LoadedModel:
     return LoadedModel(model=model, tokenizer=tokenizer, spec=spec, info=info)
 
 
+def load_tokenizer(name: str, trust_remote_code: bool = False) -> Any:
+    """The tokenizer alone of a model name (`load_model`'s names: embedded, a named model, a
+    local folder, a hub id), with a pad token: what scoring a served model needs locally."""
+    from transformers import AutoTokenizer
+
+    source, _, kind = _source_for(ModelSpec(name=name))
+    local_only = kind == "hub" and hub_unreachable_reason() is not None
+    tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code, local_files_only=local_only)
+    _ensure_pad_token(tokenizer)
+    return tokenizer
+
+
 def _load_on_cpu(
     load: Callable[[torch.dtype], Any], spec: ModelSpec, tokenizer: Any, fingerprint: str | None
 ) -> tuple[Any, PrecisionChoice]:

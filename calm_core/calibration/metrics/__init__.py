@@ -13,7 +13,8 @@ converted and checked once at the boundary; errors read "Expected `x` ..., but g
     scores       softmax, entropy, mean_entropy, mean_confidence, accuracy, brier, nll, item_nll, auroc,
                  item_confidence_brier,
                  confidence_auroc, aurc, confidence_aurc (selective prediction)
-    summary      summarize (every declared metric of a row), bootstrap_ci, intervals
+    summary      summarize (every declared metric of a row), bootstrap_ci, intervals (each holding its point),
+                 with_interval ("0.074 [0.012, 0.174]")
     paired       paired_bootstrap, paired_difference, paired_records: per-item score differences of variants on the
                  same items, with a 90% interval (PAIRED_LEVEL); is a difference beyond the noise
     columns      COLUMNS: every metric and table column declared once (compute, label, direction,
@@ -59,7 +60,7 @@ from calm_core.calibration.metrics.scores import (
     softmax,
 )
 from calm_core.calibration.metrics.smooth import smooth_ece
-from calm_core.calibration.metrics.summary import bootstrap_ci, intervals, summarize
+from calm_core.calibration.metrics.summary import bootstrap_ci, intervals, summarize, with_interval
 
 __all__ = [
     "MIN_PAIRED_ITEMS",
@@ -101,4 +102,5 @@ __all__ = [
     "summarize",
     "top_label",
     "wilson_interval",
+    "with_interval",
 ]

@@ -65,7 +65,7 @@ class Column:
     compute: the metric over (probs, labels) that `summarize` adds to every row, None for
     a key made elsewhere; binned: compute also takes n_bins; curve: its Monitor curve's
     title (None: not logged per evaluation); interval: its 90% bootstrap interval goes
-    into every row's `ci90`."""
+    into every row's `ci90`; bounds: the values it can take, which its interval keeps to."""
 
     name: str
     label: str
@@ -76,6 +76,7 @@ class Column:
     binned: bool = False
     curve: str | None = None
     interval: bool = False
+    bounds: tuple[float, float] = (-math.inf, math.inf)  # the values it can take: an interval is clipped to them
 
     def metric(self) -> Compute:
         """`compute`, for a column `computed()` returned: a key made elsewhere has none."""
@@ -100,6 +101,7 @@ def _mean_confidence(probs: np.ndarray, labels: np.ndarray) -> float:
 
 
 PAPER = ("paper_mcqa", "paper_openqa")
+UNIT = (0.0, 1.0)  # a share, a gap between two shares, or a probability
 # In table order: a table shows its columns in this order, after KEY_COLUMNS.
 COLUMNS: tuple[Column, ...] = (
     Column("n", "items evaluated", None, ALL, fmt="d"),
@@ -111,6 +113,7 @@ COLUMNS: tuple[Column, ...] = (
         compute=accuracy,
         curve="Accuracy",
         interval=True,
+        bounds=UNIT,
     ),
     Column("sem_acc", "accuracy of the Sem1 (modal) answer", True, ("openqa", "paper_openqa")),
     Column(
@@ -122,9 +125,10 @@ COLUMNS: tuple[Column, ...] = (
         binned=True,
         curve="ECE (15 bins)",
         interval=True,
+        bounds=UNIT,
     ),
     Column("ece_10", "ECE, 10 equal-width bins (the paper's)", False, ("mcqa", "openqa", *PAPER)),
-    Column("mce", "maximum calibration error, 15 bins", False, ("mcqa_eval",), compute=mce, binned=True),
+    Column("mce", "maximum calibration error, 15 bins", False, ("mcqa_eval",), compute=mce, binned=True, bounds=UNIT),
     Column(
         "rms_ce",
         "RMS calibration error: root of the bin-weighted mean squared gap, the same 15 bins as ECE",
@@ -132,12 +136,13 @@ COLUMNS: tuple[Column, ...] = (
         ("mcqa_eval",),
         compute=rms_ce,
         binned=True,
+        bounds=UNIT,
     ),
-    Column("adaptive_ece", "ECE over 15 equal-mass bins", False, compute=adaptive_ece, binned=True),
-    Column("classwise_ece", "classwise ECE, 15 bins", False, compute=classwise_ece, binned=True),
+    Column("adaptive_ece", "ECE over 15 equal-mass bins", False, compute=adaptive_ece, binned=True, bounds=UNIT),
+    Column("classwise_ece", "classwise ECE, 15 bins", False, compute=classwise_ece, binned=True, bounds=UNIT),
     Column("sem2_ece_10", "ECE of the split-half Sem2 confidence, 10 bins", False, ("openqa",)),
     Column("seq_ece_10", "ECE of the greedy answer's sequence probability, 10 bins", False, ("openqa",)),
-    Column("brier", "Brier score", False, MC, compute=brier),
+    Column("brier", "Brier score", False, MC, compute=brier, bounds=(0.0, 2.0)),
     Column(
         "nll",
         "negative log-likelihood of the gold option",
@@ -145,6 +150,7 @@ COLUMNS: tuple[Column, ...] = (
         MC,
         compute=nll,
         curve="NLL (the selection's score on S_V)",
+        bounds=(0.0, math.inf),
     ),
     Column(
         "auroc",
@@ -154,13 +160,36 @@ COLUMNS: tuple[Column, ...] = (
         compute=auroc,
         curve="AUROC (confidence against correctness)",
         interval=True,
+        bounds=UNIT,
     ),
-    Column("aurc", "area under the risk-coverage curve", False, ("mcqa",), compute=aurc, curve="AURC (risk-coverage)"),
-    Column("entropy", "mean entropy of the forecast, nats", None, compute=_mean_entropy, curve="Mean entropy"),
     Column(
-        "confidence", "mean confidence", None, ALL, compute=_mean_confidence, curve="Mean confidence", interval=True
+        "aurc",
+        "area under the risk-coverage curve",
+        False,
+        ("mcqa",),
+        compute=aurc,
+        curve="AURC (risk-coverage)",
+        bounds=UNIT,
     ),
-    Column("smooth_ece", "smooth ECE (Błasiok & Nakkiran 2023)", False, compute=smooth_ece),
+    Column(
+        "entropy",
+        "mean entropy of the forecast, nats",
+        None,
+        compute=_mean_entropy,
+        curve="Mean entropy",
+        bounds=(0.0, math.inf),
+    ),
+    Column(
+        "confidence",
+        "mean confidence",
+        None,
+        ALL,
+        compute=_mean_confidence,
+        curve="Mean confidence",
+        interval=True,
+        bounds=UNIT,
+    ),
+    Column("smooth_ece", "smooth ECE (Błasiok & Nakkiran 2023)", False, compute=smooth_ece, bounds=UNIT),
 )
 
 

@@ -404,7 +404,7 @@ def _recommendation(
     if ctx.settings.calibrate_on == ALL_LABELLED:
         return _pooled_recommendation(ctx, data, caches, classes, probs, root)
     posthoc, how = cross_fitted(base.logits, base.gold, classes, features=base.features)
-    write_heldout_variants(root, base.gold, base.n_choices, probs, posthoc, how, ctx.settings.method)
+    write_heldout_variants(root, base.gold, base.n_choices, probs, posthoc, how, ctx.settings.method, data.heldout)
     in_sample = list(posthoc) if how.startswith(IN_SAMPLE) else []
     return recommend({**probs, **posthoc}, base.gold, posthoc_fit=how, in_sample=in_sample).to_dict()
 
@@ -432,7 +432,7 @@ def _pooled_recommendation(
     on_sv = {name: p[n_train:] for name, p in posthoc.items()}
     bs = ctx.settings.eval_batch_size
     counts = _scores_for(ctx, data.heldout, bs, use_head=False, use_adapter=False, cache=caches[0]).n_choices  # cached
-    write_heldout_variants(root, heldout_gold, counts, heldout_probs, on_sv, how, ctx.settings.method)
+    write_heldout_variants(root, heldout_gold, counts, heldout_probs, on_sv, how, ctx.settings.method, data.heldout)
     on_heldout = recommend(
         {**heldout_probs, **on_sv},
         heldout_gold,
