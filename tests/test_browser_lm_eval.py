@@ -21,7 +21,10 @@ from tests.test_lm_eval_samples import run_harness
 pytestmark = pytest.mark.browser
 TABLE = '[data-testid="stDataFrame"]'
 # the grid draws on a canvas; its accessible table holds the cells' text for screen readers
-CELLS_JS = "el => [...el.querySelectorAll('th, td, [role=gridcell], [role=columnheader]')].map(c => c.textContent).join(' | ')"
+CELLS_JS = (
+    "el => [...el.querySelectorAll('th, td, [role=gridcell], [role=columnheader]')]"
+    ".map(c => c.textContent).join(' | ')"
+)
 
 
 def test_data_page_imports_a_harness_folder(tiny_model_dir: Path, tmp_path: Path) -> None:
