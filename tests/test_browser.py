@@ -29,6 +29,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+# the Data page's dataset uploader (key data_upload); the page has another, for harness samples
+DATASET_UPLOAD = '.st-key-data_upload input[type="file"]'
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 PAGE_TITLES = {"Learn: overconfidence": "Overconfidence, live", "Data": "Data", "Train": "Train",
@@ -181,7 +183,7 @@ def _walk_through(page, studio: str, shots: Path, expect) -> None:
     _goto(page, "Data")
     upload = shots / "domain.csv"
     upload.write_text("q,A,B,C,label\nWhat is 2+2?,4,5,6,A\nBad row,,,,Z\nCapital of Peru?,Lima,Quito,Cusco,A\n")
-    page.locator('input[type="file"]').set_input_files(str(upload))
+    page.locator(DATASET_UPLOAD).set_input_files(str(upload))
     page.get_by_text("question=q, choices=A|B|C, answer=label").first.wait_for(timeout=60_000)
     page.get_by_text("Why 1 row was rejected").wait_for(timeout=60_000)
     page.get_by_role("button", name="Save to the workspace").click()

@@ -41,7 +41,7 @@ import pytest
 from calm_core.results.advice import recommendation_sentence
 from calm_core.runs.records import RunResults
 from calm_core.results.verdict import variant_label
-from tests.test_browser import (CHROMIUM, CHROMIUM_ARGS, _goto, _require_browser, _shots, fill_short_tiny_run,
+from tests.test_browser import (CHROMIUM, CHROMIUM_ARGS, DATASET_UPLOAD, _goto, _require_browser, _shots, fill_short_tiny_run,
                                 wait_idle)
 from tests.test_browser_sessions import _exceptions, empty_workspace_studio
 
@@ -157,7 +157,7 @@ def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shot
     assert len(rows) == N_ROWS == 60 and {r["label"] for r in rows} == {"1", "2", "3", "4"}
     page.goto(f"{url}/data")
     page.get_by_role("heading", name="Data").first.wait_for(timeout=180_000)
-    page.locator('input[type="file"]').set_input_files(str(upload))
+    page.locator(DATASET_UPLOAD).set_input_files(str(upload))
     page.get_by_text("Columns found:").wait_for(timeout=120_000)
     expect(page.get_by_role("radio", name="multiple choice")).to_be_checked(timeout=60_000)
     expect(page.get_by_role("radio", name="one column each")).to_be_checked()

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, _require_browser, _shots, running_studio, wait_idle
+from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, DATASET_UPLOAD, _require_browser, _shots, running_studio, wait_idle
 from tests.test_browser_sessions import _exceptions
 
 pytestmark = [pytest.mark.browser]
@@ -208,7 +208,7 @@ def test_every_page_at_1280_px_has_whole_chart_titles(workspace: Path, tmp_path:
             for name in PAGES:
                 _open(page, url, name)
                 if name == "data":
-                    page.locator('input[type="file"]').set_input_files(str(_upload_file(tmp_path)))
+                    page.locator(DATASET_UPLOAD).set_input_files(str(_upload_file(tmp_path)))
                     page.get_by_text("Why 2 rows were rejected").first.wait_for(timeout=60_000)
                     wait_idle(page)
                 found = []

@@ -39,7 +39,7 @@ from calm_core.data.facts import CAPITALS
 from calm_core.results.advice import recommendation_sentence
 from calm_core.results.verdict import variant_label
 from calm_core.runs.records import RunResults
-from tests.test_browser import (CHROMIUM, CHROMIUM_ARGS, _goto, _require_browser, _shots, fill_short_tiny_run,
+from tests.test_browser import (CHROMIUM, CHROMIUM_ARGS, DATASET_UPLOAD, _goto, _require_browser, _shots, fill_short_tiny_run,
                                 wait_idle)
 from tests.test_browser_domain import _assert_fits, _key, _recommendation_says_its_uncertainty, _shot
 from tests.test_browser_sessions import _exceptions, empty_workspace_studio
@@ -122,7 +122,7 @@ def _data(page, url: str, workspace: Path, tmp_path: Path, shots: Path) -> dict[
     # A file that cannot be read: an error, and no built-in set's split plan under it (issue 40).
     broken = tmp_path / "broken.csv"
     broken.write_text("question,answer\n")
-    page.locator('input[type="file"]').set_input_files(str(broken))
+    page.locator(DATASET_UPLOAD).set_input_files(str(broken))
     expect(page.get_by_text("Expected data rows in broken.csv, but it has none")).to_be_visible(timeout=120_000)
     wait_idle(page)
     expect(page.locator(_key("data_split_source")).get_by_role("combobox")).to_have_value("")
@@ -133,7 +133,7 @@ def _data(page, url: str, workspace: Path, tmp_path: Path, shots: Path) -> dict[
 
     upload = tmp_path / f"{UPLOAD}.csv"
     _write_csv(upload)
-    page.locator('input[type="file"]').set_input_files(str(upload))
+    page.locator(DATASET_UPLOAD).set_input_files(str(upload))
     page.get_by_text("Columns found:").wait_for(timeout=120_000)
     code = page.locator('[data-testid="stCode"]').first
     expect(code).to_contain_text("question=question, choices=A|B|C|D, answer=answer", timeout=60_000)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_browser import _goto, fill_short_tiny_run, wait_idle
+from tests.test_browser import DATASET_UPLOAD, _goto, fill_short_tiny_run, wait_idle
 from tests.test_browser_domain import _key
 from tests.test_browser_sessions import _exceptions, empty_workspace_studio
 from tests.test_browser_story import _write_csv
@@ -76,7 +76,7 @@ def _upload_and_split(page, url: str, workspace: Path, tmp_path: Path) -> dict:
     page.get_by_role("heading", name="Data").first.wait_for(timeout=180_000)
     upload = tmp_path / f"{UPLOAD}.csv"
     _write_csv(upload)
-    page.locator('input[type="file"]').set_input_files(str(upload))
+    page.locator(DATASET_UPLOAD).set_input_files(str(upload))
     page.get_by_text("Columns found:").wait_for(timeout=120_000)
     expect(page.get_by_label("Save as", exact=True)).to_have_value(UPLOAD, timeout=60_000)
     page.get_by_role("button", name="Save to the workspace").click()
