@@ -31,6 +31,12 @@ ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 # the Data page's dataset uploader (key data_upload); the page has another, for harness samples
 DATASET_UPLOAD = '.st-key-data_upload input[type="file"]'
+
+
+def as_shown(sentence: str) -> str:
+    """A sentence of the studio's as a page shows it: its set names are code spans, their backticks not drawn."""
+    return sentence.replace("`", "")
+
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 PAGE_TITLES = {"Learn: overconfidence": "Overconfidence, live", "Data": "Data", "Train": "Train",

@@ -41,7 +41,7 @@ import pytest
 from calm_core.results.advice import recommendation_sentence
 from calm_core.runs.records import RunResults
 from calm_core.results.verdict import variant_label
-from tests.test_browser import (CHROMIUM, CHROMIUM_ARGS, DATASET_UPLOAD, _goto, _require_browser, _shots, fill_short_tiny_run,
+from tests.test_browser import (CHROMIUM, CHROMIUM_ARGS, DATASET_UPLOAD, as_shown, _goto, _require_browser, _shots, fill_short_tiny_run,
                                 wait_idle)
 from tests.test_browser_sessions import _exceptions, empty_workspace_studio
 
@@ -294,7 +294,7 @@ def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shot
     selected = results["selection"]["selected_step"]
     assert status["selection"]["selected_step"] == selected
     expect(page.get_by_text(f"The model is from step {selected}").first).to_be_visible(timeout=60_000)
-    expect(page.get_by_text(_as_shown(recommendation_sentence(RunResults.from_json(results)))).first).to_be_visible()
+    expect(page.get_by_text(as_shown(recommendation_sentence(RunResults.from_json(results)))).first).to_be_visible()
     print(f"selected step {selected}; recommended {results['recommendation']['variant']}")
     assert not _exceptions(page), _exceptions(page)
     _assert_fits(page, "monitor_results")  # issue 30: no table cut at the page's edge
@@ -318,7 +318,7 @@ def _walk(page, url: str, workspace: Path, model_dir: Path, tmp_path: Path, shot
     for name in ("adaptive temperature scaling", "CALM"):
         expect(diagram).to_contain_text(name, timeout=120_000)
     expect(page.get_by_text(f"The model is from step {selected}").first).to_be_visible(timeout=60_000)
-    expect(page.get_by_text(_as_shown(recommendation_sentence(RunResults.from_json(results)))).first).to_be_visible()
+    expect(page.get_by_text(as_shown(recommendation_sentence(RunResults.from_json(results)))).first).to_be_visible()
     verdict_box = page.locator(".st-key-compare_verdict")  # the verdict row, above the diagrams
     expect(verdict_box.locator('[data-testid="stTable"]')).to_have_count(1)  # a static table: whole cells
     expect(verdict_box).to_contain_text("Best calibrated: the lowest ECE")
@@ -426,11 +426,6 @@ def _set_number(page, label: str, value: str) -> None:
     field.fill(value)
     field.press("Enter")
     wait_idle(page)
-
-
-def _as_shown(sentence: str) -> str:
-    """The one sentence as the page shows it: its set names are code spans, their backticks not drawn."""
-    return sentence.replace("`", "")
 
 
 def _assert_fits(page, key: str) -> None:

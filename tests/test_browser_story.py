@@ -39,7 +39,7 @@ from calm_core.data.facts import CAPITALS
 from calm_core.results.advice import recommendation_sentence
 from calm_core.results.verdict import variant_label
 from calm_core.runs.records import RunResults
-from tests.test_browser import (CHROMIUM, CHROMIUM_ARGS, DATASET_UPLOAD, _goto, _require_browser, _shots, fill_short_tiny_run,
+from tests.test_browser import (CHROMIUM, CHROMIUM_ARGS, DATASET_UPLOAD, as_shown, _goto, _require_browser, _shots, fill_short_tiny_run,
                                 wait_idle)
 from tests.test_browser_domain import _assert_fits, _key, _recommendation_says_its_uncertainty, _shot
 from tests.test_browser_sessions import _exceptions, empty_workspace_studio
@@ -215,7 +215,9 @@ def _monitor(page, workspace: Path, run_id: str, shots: Path) -> dict:
     assert status["state"] == "finished", status
     print(f"run {run_id} ran {status['ended'] - status['started']:.1f}s")
     results = json.loads((workspace / "runs" / run_id / "results.json").read_text())
-    expect(page.get_by_text(recommendation_sentence(RunResults.from_json(results))).first).to_be_visible(timeout=60_000)
+    expect(page.get_by_text(as_shown(recommendation_sentence(RunResults.from_json(results)))).first).to_be_visible(
+        timeout=60_000
+    )
     assert not _exceptions(page), _exceptions(page)
     _shot(page, shots, "5-monitor", bottom=page.get_by_text("Compare reliability diagrams"), prefix="story")
     # The trade-off chart: every reference variant a marker of its own, named in the caption (issue 40).
