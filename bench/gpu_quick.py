@@ -185,6 +185,19 @@ def make_config(settings: Settings, variant: Variant) -> Any:
     return TrainConfig.preset(settings.preset, **overrides)
 
 
+def resolved_scoring(cfg: Any, lm: Any) -> Any:
+    """`cfg` with `scoring = auto` decided on its S_V as the job decides it
+    (training/scoring_choice.py), so the tokens counted are the ones the steps read."""
+    from calm_core.training.batches import load_data
+    from calm_core.training.scoring_choice import AUTO, resolve_scoring
+    from calm_core.training.tasks import get_task
+
+    if cfg.scoring != AUTO:
+        return cfg
+    resolved, _ = resolve_scoring(cfg, lm, load_data(cfg, get_task(cfg.task).ITEM_KIND).heldout)
+    return resolved
+
+
 def tokens_per_step(cfg: Any, lm: Any) -> list[int]:
     """Tokens of each step's training and S_V batches, as the step's forward reads them
     (the trainer's own data and batch order: `load_data`, `batch_indices`)."""
@@ -241,6 +254,7 @@ def run_variant(settings: Settings, variant: Variant) -> dict[str, Any]:
     lm = load_model(ModelSpec(name=settings.model, device=settings.device, dtype=settings.dtype,
                               load_in_4bit=variant.four_bit))
     load_s = time.perf_counter() - start
+    cfg = resolved_scoring(cfg, lm)
     tokens = tokens_per_step(cfg, lm)
     times: list[float] = []
     start = time.perf_counter()
