@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 OVER_COLOR = "rgba(214, 69, 65, 0.55)"  # confidence above accuracy
 UNDER_COLOR = "rgba(52, 120, 198, 0.45)"  # accuracy above confidence
 BAR_COLOR = "rgba(40, 40, 60, 0.85)"
+Values = Sequence[float] | np.ndarray  # a curve's x or y, or a variant's probabilities
 
 
 # Every figure's frame, in pixels (Plotly positions legends in fractions of the plot area,
@@ -117,7 +118,7 @@ SELECTED_SYMBOL = "star-open"  # hollow: a step that kept the base model sits on
 
 
 def line_figure(
-    curves: dict[str, tuple[Sequence[float], Sequence[float]]],
+    curves: Mapping[str, tuple[Values, Values]],
     title: str,
     y_title: str = "",
     log_y: bool = False,
@@ -220,7 +221,7 @@ def reference_key(names: Mapping[str, str]) -> str:
 
 
 def tradeoff_figure(
-    paths: dict[str, tuple[Sequence[int], Sequence[float], Sequence[float]]],
+    paths: Mapping[str, tuple[Sequence[int], Sequence[float], Sequence[float]]],
     references: dict[str, dict[str, tuple[float, float]]] | None = None,
     selected_step: int | None = None,
     names: Mapping[str, str] | None = None,
@@ -293,7 +294,7 @@ def tradeoff_figure(
 
 
 def option_probability_figure(
-    options: Sequence[str], probs: dict[str, Sequence[float]], names: Mapping[str, str] | None = None
+    options: Sequence[str], probs: Mapping[str, Values], names: Mapping[str, str] | None = None
 ) -> go.Figure:
     """Grouped bars: each option's probability under each variant (Playground); `names`
     gives a variant's name in full for the legend."""
@@ -323,7 +324,7 @@ def histogram_counts(values: Sequence[float], n_bins: int = 10) -> tuple[np.ndar
 
 
 def confidence_histogram(
-    curves: dict[str, Sequence[float]],
+    curves: Mapping[str, Sequence[float]],
     title: str = "Confidence",
     n_bins: int = 10,
     names: Mapping[str, str] | None = None,
@@ -374,7 +375,7 @@ def cluster_summary(samples: Sequence[str], clusters: Sequence[int]) -> str:
 
 
 def open_answers_table(frame: Any) -> Any:
-    """The sampled-answers table of one variant on one open-QA set (a run_view.open_answers
+    """The sampled-answers table of one variant on one open-QA set (a results.predictions.open_answers
     frame): question id, greedy answer, samples grouped by cluster, Sem1 confidence,
     whether the modal answer is right."""
     import pandas as pd

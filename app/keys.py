@@ -8,6 +8,7 @@ MONITOR_METRICS_TAILS = "monitor_metrics_tails"  # per run, the metrics.jsonl ta
 CALIBRATE_SPLIT = "calibrate_split"  # Data -> Train: the split whose parts prefill the Train page
 DATA_LAST_SPLIT = "data_last_split"  # the split this session saved last (Data's "Calibrate this dataset")
 DATA_MAP_FILE = "data_map_file"  # the upload whose column mapping the Data page last guessed
+DATA_NAME_FILE = "data_name_file"  # the upload whose name the Data page last suggested under "Save as"
 DATA_SPLIT_SOURCE = "data_split_source"  # the split form's source (also its selectbox's key)
 COMPARE_MORE_DONE = "compare_more_done"  # Compare: the "evaluated on more data" message for the next run
 LEARN_TEMPERATURE = "learn_temperature"  # Learn: the temperature slider's value, set by its buttons too

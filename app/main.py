@@ -28,7 +28,7 @@ def _believe_no_forwarded_headers() -> None:
         import uvicorn.config
     except ImportError:
         return
-    uvicorn.config.ProxyHeadersMiddleware = _PassThrough  # type: ignore[attr-defined,misc]
+    uvicorn.config.ProxyHeadersMiddleware = _PassThrough  # type: ignore[attr-defined,assignment]
 
 
 class _PassThrough:

@@ -5,6 +5,7 @@ page (app/views/monitor.py) stays a short script of what it shows and when."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import streamlit as st
 
@@ -13,8 +14,11 @@ from app.words import explained, variant_names
 from calm_core.calibration.metrics.columns import curves
 from calm_core.glossary import define, tooltip
 from calm_core.results import advice
-from calm_core.results import view as run_view
+from calm_core.results import curves as run_curves
+from calm_core.results import tables as run_tables
 from calm_core.runs.rundir import RunDir
+from calm_core.runs.selection_record import SelectionSummary
+from calm_core.runs.train_record import TrainRecord
 from calm_core.training.bilevel_health import RULES, bome_health, health_summary
 from calm_core.training.config import recorded_bilevel
 
@@ -25,16 +29,18 @@ SELECTED_LINE = "The dashed line marks the selected step."
 
 @st.cache_data(ttl=600, show_spinner=False)
 def _uniform_entropy(path: str) -> float | None:
-    """ln K of the run's S_V (run_view.uniform_entropy), once per run and ten minutes."""
-    return run_view.uniform_entropy(RunDir(Path(path)))
+    """ln K of the run's S_V (run_curves.uniform_entropy), once per run and ten minutes."""
+    return run_curves.uniform_entropy(RunDir(Path(path)))
 
 
-def _eval_curves(records: list[dict], metric: str) -> dict:
+def _eval_curves(records: list[dict[str, Any]], metric: str) -> dict[str, tuple[list[int], list[float]]]:
     """One curve per evaluation set of `eval/<set>/<metric>`: a chart's lines."""
-    return {name: run_view.series(records, f"eval/{name}/{metric}") for name in run_view.eval_sets(records)}
+    return {name: run_curves.series(records, f"eval/{name}/{metric}") for name in run_curves.eval_sets(records)}
 
 
-def chart_tabs(run: RunDir, records: list[dict], active: bool, selection: dict, train: dict) -> None:
+def chart_tabs(
+    run: RunDir, records: list[dict[str, Any]], active: bool, selection: SelectionSummary | None, train: TrainRecord
+) -> None:
     """The four tabs of curves. Every curve marks the selected step (status.json's
     `selection`); `train` is config.json's record: both read once per poll, passed in."""
     if not records:
@@ -44,7 +50,7 @@ def chart_tabs(run: RunDir, records: list[dict], active: bool, selection: dict, 
         )
         return
     selected = advice.selected_step(selection)
-    task = run_view.task_in(train)
+    task = train.task
     losses, evaluation, alpha, tradeoff = st.tabs(["Losses", "Evaluation", "alpha", "Trade-off"])
     with losses:
         _losses(run, records, selected, selection)
@@ -57,27 +63,29 @@ def chart_tabs(run: RunDir, records: list[dict], active: bool, selection: dict, 
         _tradeoff(run, records, selected, task)
 
 
-def _losses(run: RunDir, records: list[dict], selected: int | None, selection: dict) -> None:
+def _losses(
+    run: RunDir, records: list[dict[str, Any]], selected: int | None, selection: SelectionSummary | None
+) -> None:
     """The training loss, S_V's entropy under its ln K ceiling and, when logged, theta's S_T
     cross-entropy against the tolerance that keeps a step from being selected."""
-    lower = run_view.series(records, "lower/st_nll")
+    lower = run_curves.series(records, "lower/st_nll")
     c1, c2, *c3 = st.columns(3 if lower[0] else 2)
     c1.plotly_chart(
         line_figure(
-            {"training loss (S_T)": run_view.series(records, "train/lower_loss")},
+            {"training loss (S_T)": run_curves.series(records, "train/lower_loss")},
             "Training loss",
             selected_step=selected,
             columns=len(c3) + 2,
         ),
         key="monitor_loss",
     )
-    entropy = run_view.series(records, "train/upper_loss")
+    entropy = run_curves.series(records, "train/upper_loss")
     ceiling = _uniform_entropy(str(run.path))  # ln K: the entropy of a uniform forecast, its maximum
     c2.plotly_chart(
         line_figure(
             {
                 "S_V batch": (entropy[0], [-v for v in entropy[1]]),
-                "S_V (eval)": run_view.series(records, "eval/heldout/entropy"),
+                "S_V (eval)": run_curves.series(records, "eval/heldout/entropy"),
             },
             "Entropy on S_V (nats)",
             selected_step=selected,
@@ -115,11 +123,11 @@ def _losses(run: RunDir, records: list[dict], selected: int | None, selection: d
         )
 
 
-def _evaluation(records: list[dict], selected: int | None, openqa: bool) -> None:
+def _evaluation(records: list[dict[str, Any]], selected: int | None, openqa: bool) -> None:
     """The periodic evaluation's curves per evaluation set, three to a row: a multiple-choice
     run's are the metrics declared as curves; open answers say what their greedy-only
     figures mean and have accuracy, sequence-probability ECE and token entropy."""
-    if not run_view.eval_sets(records):
+    if not run_curves.eval_sets(records):
         st.caption("No evaluation yet: it runs every `eval_every` steps and at the end.")
         return
     explained(
@@ -146,17 +154,17 @@ def _evaluation(records: list[dict], selected: int | None, openqa: bool) -> None
             cell.plotly_chart(line_figure(curve, title, selected_step=selected, columns=3), key=f"monitor_curve_{name}")
 
 
-def _tradeoff(run: RunDir, records: list[dict], selected: int | None, task: str) -> None:
+def _tradeoff(run: RunDir, records: list[dict[str, Any]], selected: int | None, task: str) -> None:
     """Each evaluation set's path in (ECE, accuracy) over the steps, with the base model and
     the post-hoc calibrators as reference points once the final evaluation is written."""
     paths = {}
-    for name in run_view.eval_sets(records):
-        steps, acc = run_view.series(records, f"eval/{name}/acc")
-        paths[name] = (steps, acc, run_view.series(records, f"eval/{name}/ece")[1])
+    for name in run_curves.eval_sets(records):
+        steps, acc = run_curves.series(records, f"eval/{name}/acc")
+        paths[name] = (steps, acc, run_curves.series(records, f"eval/{name}/ece")[1])
     if not paths:
         st.caption("The path appears after the first evaluation.")
         return
-    references = run_view.reference_points(run) if task == "mcqa" else {}
+    references = run_tables.reference_points(run) if task == "mcqa" else {}
     names = variant_names(v for points in references.values() for v in points)
     st.plotly_chart(tradeoff_figure(paths, references, selected_step=selected, names=names), key="monitor_tradeoff")
     key = f"; {reference_key(names)} (after the final evaluation)" if names else ""
@@ -167,16 +175,16 @@ def _tradeoff(run: RunDir, records: list[dict], selected: int | None, task: str)
     )
 
 
-def _bome(records: list[dict], selected: int | None, train: dict) -> None:
+def _bome(records: list[dict[str, Any]], selected: int | None, train: TrainRecord) -> None:
     """BOME's diagnostics: a health line per chart (training/bilevel_health.py: a declared
     rule over its last logged values, said in the line's tooltip), then the charts
     themselves behind one expander, each with what it means in words; a warning when the
     coupling never acted (then the run is alternating updates in disguise)."""
-    if not run_view.series(records, "bome/q")[0]:
+    if not run_curves.series(records, "bome/q")[0]:
         return
     bome = recorded_bilevel(train)
     eta = bome.eta if bome else None
-    if run_view.bome_summary(records, eta).get("inert"):
+    if run_curves.bome_summary(records, eta).get("inert"):
         st.warning(
             "The BOME coupling is inert in this run: the inner solve barely moves theta~ and lambda sits at eta, "
             "so the head ignores the training fit and only raises entropy (like `iterate`). Raise the inner steps "
@@ -198,7 +206,7 @@ def _bome(records: list[dict], selected: int | None, train: dict) -> None:
                 title = RULES[key].title
                 col.plotly_chart(
                     line_figure(
-                        {title: run_view.series(records, f"bome/{key}")},
+                        {title: run_curves.series(records, f"bome/{key}")},
                         title,
                         log_y=log_scale and key in ("q", "lambda"),
                         selected_step=selected,
@@ -209,10 +217,10 @@ def _bome(records: list[dict], selected: int | None, train: dict) -> None:
                 col.caption(f"{define(key)} ({health[key].line})")
 
 
-def _alpha(run_id: str, records: list[dict], active: bool, selected: int | None) -> None:
+def _alpha(run_id: str, records: list[dict[str, Any]], active: bool, selected: int | None) -> None:
     """The head's tau per option over the steps, and tau and l at a chosen step; a vocab
     head shows statistics over the vocabulary instead. `run_id` names the step slider."""
-    steps, taus = run_view.alpha_vectors(records, "tau")
+    steps, taus = run_curves.alpha_vectors(records, "tau")
     explained(
         "The calibration head (alpha) over the steps: tau, its temperature per option (above 1: less sure), and l, "
         "its shift per option.",
@@ -222,7 +230,9 @@ def _alpha(run_id: str, records: list[dict], active: bool, selected: int | None)
         "head scope",
     )
     if not steps:
-        summary = {k: run_view.series(records, f"alpha/{k}") for k in ("tau_mean", "tau_min", "tau_max", "l_abs_mean")}
+        summary = {
+            k: run_curves.series(records, f"alpha/{k}") for k in ("tau_mean", "tau_min", "tau_max", "l_abs_mean")
+        }
         summary = {k: v for k, v in summary.items() if v[0]}
         if summary:
             st.plotly_chart(
@@ -250,6 +260,6 @@ def _alpha(run_id: str, records: list[dict], active: bool, selected: int | None)
     row = steps.index(chosen)
     c1, c2 = st.columns(2)
     c1.plotly_chart(alpha_bars(taus[row], labels, chosen, "tau"), key="monitor_tau_bars")
-    l_steps, shifts = run_view.alpha_vectors(records, "l")
+    l_steps, shifts = run_curves.alpha_vectors(records, "l")
     if l_steps:
         c2.plotly_chart(alpha_bars(shifts[l_steps.index(chosen)], labels, chosen, "l"), key="monitor_l_bars")

@@ -153,7 +153,7 @@ def _reliability_layout(
 
 
 def reliability_overlay(
-    variants: dict[str, Sequence[dict[str, Any]]],
+    variants: Mapping[str, Sequence[dict[str, Any]]],
     title: str = "Reliability diagram",
     names: Mapping[str, str] | None = None,
 ) -> go.Figure:

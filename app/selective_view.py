@@ -17,7 +17,8 @@ import streamlit as st
 from app.gate import studio_access, this_session
 from app.state import describe_error, plain
 from app.verdict_view import whole_cells
-from calm_core.calibration.selective import CRC, LTT, LTT_ANSWERED
+from app.words import label_of
+from calm_core.calibration.selective import CRC, DEFAULT_DELTA, LTT, LTT_ANSWERED
 from calm_core.glossary import tooltip
 from calm_core.results import selective as sel
 from calm_core.results.verdict import variant_label
@@ -25,7 +26,7 @@ from calm_core.runs.rundir import RunDir
 
 TERMS = ("selective answering", "threshold", "target error", "exchangeable", "conformal risk control", "LAC")
 RULE_TERMS = ("conformal risk control", "Learn then Test", "error among all", "error among answered")
-SURE = f"{1 - sel.DEFAULT_DELTA:.0%}"  # the ltt rules' probability; `calm selective --delta` changes it
+SURE = f"{1 - DEFAULT_DELTA:.0%}"  # the ltt rules' probability; `calm selective --delta` changes it
 RULE_NAMES = {
     LTT: f"error among all, with {SURE} probability (Learn then Test)",
     CRC: "error among all, on average (conformal risk control)",
@@ -67,7 +68,7 @@ def request_form(run: RunDir, stored: list[str]) -> sel.SelectiveRequest:
         help=tooltip("LAC", "coverage"),
     )
     share = None if coverage is None else coverage / 100.0
-    return sel.SelectiveRequest(variant, target / 100.0, rule, sel.DEFAULT_DELTA, share)
+    return sel.SelectiveRequest(variant, target / 100.0, rule, DEFAULT_DELTA, share)
 
 
 def show_report(report: sel.SelectiveReport) -> None:
@@ -89,7 +90,7 @@ def show_report(report: sel.SelectiveReport) -> None:
             "was not chosen on. The model as it is gets its own threshold, chosen the same way.",
             help=tooltip(*sel.COLUMNS, "threshold", "answers nothing", "evaluation set"),
         )
-        for note in (sel.above_target_note(report), sel.coverage_note(report)):
+        for note in (sel.above_target_note(report), sel.coverage_note(report), sel.sv_only_note(report)):
             if note is not None:
                 st.caption(plain(note))
 
@@ -123,7 +124,7 @@ def selective_section(ids: list[str], labels: dict[str, Any]) -> None:
         "with a guarantee, and sets of options that hold the right answer, measured on every evaluation set.",
         help=tooltip(*TERMS),
     )
-    run = RunDir.at(st.selectbox("Run", ids, format_func=labels.get, key="selective_run"))
+    run = RunDir.at(st.selectbox("Run", ids, format_func=label_of(labels), key="selective_run"))
     stored = sel.heldout_variants(run)
     if not stored:
         st.caption("This run stored no S_V probabilities (it finished before selective answering, or without S_V).")

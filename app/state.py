@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Sequence
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from calm_core.data.schema import MCItem
 from calm_core.results.playground import TrainedModel
@@ -22,7 +23,7 @@ def get_model(name: str = "embedded") -> LoadedModel:
 
 
 @st.cache_resource
-def _score_store() -> dict[tuple, OptionScores]:
+def _score_store() -> dict[tuple[str, str, str, int, int], OptionScores]:
     """Scores shared by every session of this process (scoring is deterministic)."""
     return {}
 
@@ -36,7 +37,7 @@ def model_dir(name: str = "embedded") -> Path:
 
 def _converted(name: str) -> Path:
     """named_model_dir with its conversion's steps in a bar (shown only while converting)."""
-    bar: list = []
+    bar: list[DeltaGenerator] = []
 
     def step(done: int, total: int, what: str) -> None:
         if not bar:

@@ -14,13 +14,13 @@ app/views/train.py stays a short script.
 from __future__ import annotations
 
 import json
-from typing import Any, MutableMapping
+from typing import Any
 
 import streamlit as st
 
 from app.keys import CALIBRATE_SPLIT
 from app.state import code
-from app.train_data import CALIBRATE_ON_KEY, TASK_KEY, TASKS, DataChoice, put
+from app.train_data import CALIBRATE_ON_KEY, TASK_KEY, TASKS, DataChoice, SessionState, put
 from calm_core.calibration.recommend import ALL_LABELLED
 from calm_core.data.schema import DataError
 from calm_core.data.split_sizes import CHOOSE_HELDOUT, heldout_support
@@ -45,11 +45,11 @@ CLOSING = (
 )
 
 
-def take_split(state: MutableMapping[str, Any], names: list[str]) -> dict[str, Any] | None:
+def take_split(state: SessionState, names: list[str]) -> dict[str, Any] | None:
     """Prefill S_T, S_V and the evaluation sets from a split made on the Data page
     (`calibrate_split`: its train / heldout / test parts), plus one out-of-domain set to
     show transfer. Applied once, by setting the pickers' kept values, so edits stick."""
-    split = state.pop(CALIBRATE_SPLIT, None)
+    split: dict[str, Any] | None = state.pop(CALIBRATE_SPLIT, None)
     if not split or not all(split.get(part) in names for part in ("train", "heldout", "test")):
         return None
     outside = next((n for n in OUT_OF_DOMAIN if n in names and n not in split.values()), None)
@@ -60,12 +60,13 @@ def take_split(state: MutableMapping[str, Any], names: list[str]) -> dict[str, A
     return split
 
 
-def prefilled_split(state: MutableMapping[str, Any], names: list[str]) -> dict[str, Any] | None:
+def prefilled_split(state: SessionState, names: list[str]) -> dict[str, Any] | None:
     """The split this session took from the Data page (taking a newly sent one first), or None."""
     taken = take_split(state, names)
     if taken:
         state[PREFILLED_KEY] = taken
-    return state.get(PREFILLED_KEY)
+    prefilled: dict[str, Any] | None = state.get(PREFILLED_KEY)
+    return prefilled
 
 
 def split_in_use(split: dict[str, Any] | None, choice: DataChoice | None) -> dict[str, Any] | None:

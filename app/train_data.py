@@ -25,11 +25,12 @@ from calm_core.training.tasks import get_task
 
 KEPT = "train_kept"  # widget key -> the value it held when last drawn (a plain key: it outlives the widget)
 CALIBRATE_ON_KEY = "train_calibrate_on"  # the radio the one click of train_advice sets
+SessionState = MutableMapping[str | int, Any]  # st.session_state (Streamlit's keys are str or int)
 TASK_KEY = "train_task"
 TASKS = {"multiple choice": "mcqa", "open answers": "openqa"}
 # The studio's multiple-choice demo: one domain to train on, two more to show what happens out of
 # domain. Other tasks start from their own DEFAULTS (training/tasks/<task>.py), as `calm train` does.
-STUDIO_MC_DATA = {
+STUDIO_MC_DATA: dict[str, Any] = {
     "train_data": "builtin/chemical_symbols/train",
     "heldout_data": "builtin/chemical_symbols/validation",
     "eval_data": ["builtin/chemical_symbols/test", "builtin/units/test", "builtin/animal_classes/test"],
@@ -56,7 +57,7 @@ def data_key(name: str, openqa: bool) -> str:
     return f"{name}_open" if openqa else name
 
 
-def put(state: MutableMapping[str, Any], key: str, value: Any) -> None:
+def put(state: SessionState, key: str, value: Any) -> None:
     """Set a picker from outside it (the Data page's split): the widget, the value that
     `start_at` sends again, and the kept value, in one step."""
     state[key] = value
@@ -64,9 +65,7 @@ def put(state: MutableMapping[str, Any], key: str, value: Any) -> None:
     state.setdefault(KEPT, {})[key] = value
 
 
-def start_at(
-    state: MutableMapping[str, Any], key: str, default: Any, allowed: Callable[[Any], bool] = lambda _: True
-) -> None:
+def start_at(state: SessionState, key: str, default: Any, allowed: Callable[[Any], bool] = lambda _: True) -> None:
     """A widget starts at the value this session kept for it (if still `allowed`: a deleted
     dataset is not), else at `default`; its value this run is then kept for the next visit.
     The value goes into the session, never as the widget's default: a default of None for

@@ -4,7 +4,7 @@ shown, from one place each (calm_core.glossary for definitions, results.verdict'
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -21,6 +21,11 @@ VARIANT = "variant"  # the key column of every results table
 def variant_names(variants: Iterable[str]) -> dict[str, str]:
     """variant key -> the name a person reads ("ts" -> "temperature scaling")."""
     return {v: variant_label(v) for v in dict.fromkeys(variants)}
+
+
+def label_of(labels: Mapping[str, str]) -> Callable[[str], str]:
+    """A widget's `format_func` that shows each option under its label in `labels`."""
+    return lambda option: labels.get(option, option)
 
 
 def method_name(method: str) -> str:
@@ -51,7 +56,9 @@ def named(frame: pd.DataFrame, column: str = VARIANT) -> pd.DataFrame:
 def column_help(columns: Sequence[str], variants: Iterable[str] = ()) -> dict[str, Any]:
     """Header tooltips of a results table: each metric's definition and direction, the
     variant column's list of the variants it names."""
-    config: dict[str, Any] = {name: st.column_config.Column(help=text) for name, text in help_texts(columns).items()}
+    config: dict[str, Any] = {
+        name: st.column_config.Column(help=text) for name, text in help_texts(list(columns)).items()
+    }
     shown = list(variants)
     if VARIANT in columns and shown:
         config[VARIANT] = st.column_config.Column(help=variant_help(shown))

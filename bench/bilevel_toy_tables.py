@@ -4,6 +4,7 @@ the exact bilevel optimum, and the lower level under minibatches.
     python -m bench.bilevel_toy_tables              # the table in docs/bilevel.md
     python -m bench.bilevel_toy_tables --minibatch  # the lower level under minibatches
     python -m bench.bilevel_toy_tables --adaptive   # a temperature that depends on a feature
+    python -m bench.bilevel_toy_tables --steps 40   # the first table in seconds (a smoke run)
 
 The toys and the context that runs the project's method steps on them live in
 bench.bilevel_toys; this module holds the
@@ -343,6 +344,12 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="the adaptive head on a temperature that depends on a feature (AdaptiveTemperatureToy)",
     )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=4000,
+        help="steps per solver in the first table, averaged over the last eighth (fewer: a smoke run)",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # a few numbers per tensor: threads only contend
     if args.minibatch:
@@ -353,7 +360,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     toy = ShiftToy()
     optimum = centred(toy.bilevel_optimum())
-    print("ShiftToy (K = 3, D = 2, mu = 0.05), l centred; 4,000 steps, mean of the last 500")
+    tail = max(1, args.steps // 8)
+    print(f"ShiftToy (K = 3, D = 2, mu = 0.05), l centred; {args.steps:,} steps, mean of the last {tail:,}")
     print(f"  {'solver':44} {'l':26} {'|l - l*|':>9} {'F':>9}")
     print(
         f"  {'bilevel optimum l* (exact)':44} {str(optimum.numpy().round(3)):26} {0.0:9.3f} {toy.value(optimum):9.5f}"
@@ -372,7 +380,7 @@ def main(argv: list[str] | None = None) -> None:
         ("iterate", iterate, 0.15, 0.05, ToySettings()),
     ]
     for name, method, lr_alpha, lr_theta, settings in runs:
-        found = tail_mean(ToyContext(toy, lr_alpha=lr_alpha, lr_theta=lr_theta, settings=settings), method, 4000, 500)
+        found = tail_mean(ToyContext(toy, lr_alpha=lr_alpha, lr_theta=lr_theta, settings=settings), method, args.steps, tail)
         label = f"{name} (lr_alpha {lr_alpha}, lr_theta {lr_theta})"
         print(
             f"  {label:44} {str(found.numpy().round(3)):26} {float((found - optimum).norm()):9.3f} "

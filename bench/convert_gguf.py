@@ -27,7 +27,7 @@ def source_gguf(name: str, folder: Path) -> Path:
     """The named model's GGUF: the package's file, or assembled from its chunks into `folder`."""
     import importlib
 
-    from calm_core.scoring.models import NAMED_MODELS, _whole_gguf
+    from calm_core.scoring.named_models import NAMED_MODELS, _whole_gguf
 
     model = NAMED_MODELS[name]
     if not model.chunked:

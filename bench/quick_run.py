@@ -1,6 +1,7 @@
 """The studio's default run end to end, with the calibrated stop and without, side by side.
 
     .venv/bin/python bench/quick_run.py [--repeats 2] [--json bench/results/quick_run.json]
+    .venv/bin/python bench/quick_run.py --repeats 1 --smoke   # 2 steps, 8 items per set: the script runs
 
 Each variant is one `calm train` process (model load, frozen-layer fill, steps,
 evaluations and the final evaluation all included), trained on built-in chemical symbols
@@ -31,6 +32,9 @@ DATA = ["--train-data", "builtin/chemical_symbols/train", "--heldout-data", "bui
 VARIANTS = {"stop": [], "no stop": ["--select", "last", "--eval-dense-until", "0", "--lr-theta", "1.0"]}
 
 
+SMOKE = ["--steps", "2", "--train-limit", "8", "--heldout-limit", "8", "--eval-limit", "8"]
+
+
 def run_once(extra: list[str], workspace: Path) -> dict:
     """One `calm train` child: wall seconds, peak RSS (MB) and the step it finished at."""
     command = [str(ROOT / ".venv" / "bin" / "calm"), "train", "--preset", "quick", "--method", "calm", *DATA, *extra]
@@ -50,13 +54,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--smoke", action="store_true", help="each run tiny (SMOKE): checks the script, times nothing")
     args = parser.parse_args()
+    smoke = SMOKE if args.smoke else []
     rows = []
     with tempfile.TemporaryDirectory(prefix="calm-quick-run-") as scratch:
         order = list(VARIANTS)
         for repeat in range(args.repeats):
             for name in order if repeat % 2 == 0 else order[::-1]:  # alternate which goes first
-                rows.append({"variant": name, "repeat": repeat, **run_once(VARIANTS[name], Path(scratch) / name)})
+                rows.append({"variant": name, "repeat": repeat, **run_once(VARIANTS[name] + smoke, Path(scratch) / name)})
                 print(rows[-1], flush=True)
     print("\n| variant | runs | wall s (each) | ended at step | peak RSS MB (max so far) |\n|---|---|---|---|---|")
     for name in VARIANTS:

@@ -42,14 +42,19 @@ def train_once(model: str, runs: Path) -> Path:
 
 
 def report(run_dir: Path) -> dict:
+    from calm_core.estimate.rates import rates_from, read_past_run
     from calm_core.runs.rundir import RunDir
-    from calm_core.training.timings import PhaseTimes
-    from calm_core.estimate.rates import rates_from
 
     run = RunDir(run_dir)
-    timings = PhaseTimes.from_dict(run.status.timings)
-    rates = rates_from([timings], "bench/run_parts.py")
-    return {"model": run.config.train["model"], "timings": timings.to_dict(), "idle_rates": asdict(rates)}
+    past = read_past_run(run)  # the record the estimate learns from: rates_from reads these
+    if past is None or past.timings is None:
+        raise SystemExit(f"run {run_dir} has no timings to report")
+    rates = rates_from([past], "bench/run_parts.py")
+    return {
+        "model": run.config.train.model,
+        "timings": past.timings.to_dict(),
+        "idle_rates": asdict(rates) if rates is not None else None,
+    }
 
 
 def main() -> None:

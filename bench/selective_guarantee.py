@@ -4,7 +4,7 @@ items (which choose the threshold and the LAC sets) and test items (which measur
 
     CALM_DATA_DIR=../shared/data .venv/bin/python bench/selective_guarantee.py \\
         [--target 0.1] [--splits 200] [--preds /tmp/calm_selective_preds] \\
-        [--json bench/results/selective_guarantee.json]
+        [--json bench/results/selective_guarantee.json] [--limit N]
 
 The model scores each set once (`calm eval --save-preds DIR`, cloze, the untouched model;
 skipped when DIR holds the predictions); after that only the items are split. ARC-Easy:
@@ -63,12 +63,14 @@ RULE_WORDS = {
 }
 
 
-def score_once(preds: Path, datasets: list[str]) -> None:
-    """`calm eval` of the untouched embedded model on each dataset whose predictions `preds` lacks."""
+def score_once(preds: Path, datasets: list[str], limit: int | None = None) -> None:
+    """`calm eval` of the untouched embedded model on each dataset whose predictions `preds`
+    lacks, on its first LIMITS[name] items (and at most `limit`: a smoke run's few)."""
     missing = [name for name in datasets if not _pred_file(preds, name).is_file()]
     for name in missing:
+        caps = [n for n in (LIMITS.get(name), limit) if n is not None]
         command = [sys.executable, "-m", "calm_core.cli", "eval", "--model", "embedded", "--data", name]
-        command += ["--save-preds", str(preds), "--quiet"] + (["--limit", str(LIMITS[name])] if name in LIMITS else [])
+        command += ["--save-preds", str(preds), "--quiet"] + (["--limit", str(min(caps))] if caps else [])
         print("scoring:", " ".join(command), file=sys.stderr, flush=True)
         subprocess.run(command, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
 
@@ -195,11 +197,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sets", nargs="+", default=list(SETS), choices=list(SETS))
     parser.add_argument("--preds", type=Path, default=DEFAULT_PREDS, help="where the scored predictions are kept")
     parser.add_argument("--json", type=Path, default=ROOT / "bench/results/selective_guarantee.json")
+    parser.add_argument("--limit", type=int, help="items scored per set part (a smoke run; default: all, ARC 600)")
     args = parser.parse_args(argv)
     from calm_core.calibration.selective import DEFAULT_DELTA
 
     delta = DEFAULT_DELTA if args.delta is None else args.delta
-    score_once(args.preds, [d for name in args.sets for d in SETS[name]])
+    score_once(args.preds, [d for name in args.sets for d in SETS[name]], args.limit)
     started, results = time.perf_counter(), {}
     for name in args.sets:
         probs, gold = load_pool(args.preds, SETS[name])

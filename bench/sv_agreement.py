@@ -2,7 +2,7 @@
 as S_V shrinks? The curve behind the held-out thresholds in calm_core/data/split_sizes.py.
 
     CALM_DATA_DIR=../shared/data .venv/bin/python bench/sv_agreement.py \\
-        [--sizes 20 40 80 160] [--resamples 200] [--json bench/results/sv_agreement.json]
+        [--sizes 20 40 80 160] [--resamples 200] [--json bench/results/sv_agreement.json] [--limit N]
 
 The embedded model scores each set once, with its hidden-state features (`calm eval
 --save-preds DIR --features`, skipped when DIR already holds the predictions); after
@@ -60,15 +60,16 @@ class Pool:
     features: np.ndarray
 
 
-def score_once(preds: Path, datasets: list[str]) -> None:
-    """`calm eval` with features (first LIMITS[name] items) for each dataset whose
-    predictions `preds` lacks."""
+def score_once(preds: Path, datasets: list[str], limit: int | None = None) -> None:
+    """`calm eval` with features (first LIMITS[name] items, and at most `limit`: a smoke
+    run's few) for each dataset whose predictions `preds` lacks."""
     for name in datasets:
         if _pred_file(preds, name).is_file():
             continue
+        caps = [n for n in (LIMITS.get(name), limit) if n is not None]
         command = [sys.executable, "-m", "calm_core.cli", "eval", "--model", "embedded", "--data", name]
         command += ["--save-preds", str(preds), "--features", "--quiet"]
-        command += ["--limit", str(LIMITS[name])] if name in LIMITS else []
+        command += ["--limit", str(min(caps))] if caps else []
         print("scoring:", " ".join(command), file=sys.stderr, flush=True)
         subprocess.run(command, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
 
@@ -207,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preds", type=Path, default=DEFAULT_PREDS, help="where the scored predictions are kept")
     parser.add_argument("--json", type=Path, default=ROOT / "bench/results/sv_agreement.json")
     parser.add_argument("--with-ats", action="store_true", help="also the adaptive temperature (minutes per fit)")
+    parser.add_argument("--limit", type=int, help="items scored per set part (a smoke run; default: all, ARC 600)")
     args = parser.parse_args(argv)
     global WITH_ATS
     WITH_ATS = args.with_ats
@@ -215,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     from calm_core.data.split_sizes import AGREEMENT_TARGET, choose_threshold
 
     sizes = sorted(args.sizes)
-    score_once(args.preds, [d for name in args.sets for d in SETS[name]])
+    score_once(args.preds, [d for name in args.sets for d in SETS[name]], args.limit)
     curve: dict[str, dict[str, dict[str, Any]]] = {}
     started = time.perf_counter()
     with one_thread():

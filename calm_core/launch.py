@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from calm_core.access.rules import (
     Access,
@@ -32,11 +32,19 @@ from calm_core.access.rules import (
     write_refusal,
 )
 from calm_core.io import file_lock
+from calm_core.runs.lifecycle import RunState
 from calm_core.runs.naming import runs_root
 from calm_core.runs.rundir import RunDir
 from calm_core.training.config import TrainConfig
 
 LAUNCH_LOCK = ".launch.lock"  # under the runs root: held while the quotas are counted and a run queued
+
+
+class ShownEstimate(Protocol):
+    """What a launch records of the time estimate its caller showed: estimate/arithmetic.py's
+    `Estimate` (the Train page's, or the CLI's: both make it with `estimate.predict`)."""
+
+    def to_record(self) -> dict[str, object]: ...
 
 
 def run_config_record(
@@ -48,7 +56,7 @@ def run_config_record(
     """config.json of a run: the TrainConfig, the scoring rule and the environment, the
     opaque tag of the studio session that launched it (access.session_tag; None from the
     CLI), which a shared studio's quota and cancel rule read, and the time estimate made at
-    its launch (estimate.predict.launch_estimate), from which later estimates learn their error.
+    its launch (the shown estimate's record), from which later estimates learn their error.
     `launched_from`: the signed-in browser's opaque tag (all its sessions share it), which
     the per-browser quota counts."""
     from calm_core.provenance import environment_record
@@ -87,16 +95,12 @@ def create_run(
     cfg: TrainConfig,
     root: str | Path | None = None,
     launched_by: str | None = None,
-    estimate: dict[str, Any] | None = None,
+    estimate: ShownEstimate | None = None,
     launched_from: str | None = None,
 ) -> RunDir:
-    """A new run directory for `cfg`, recording the time estimate made now when the caller
-    did not pass the one it showed (estimate.predict.launch_estimate)."""
-    from calm_core.estimate.predict import launch_estimate
-
-    if estimate is None:
-        estimate = launch_estimate(cfg, root)
-    record = run_config_record(cfg, launched_by, estimate, launched_from)
+    """A new run directory for `cfg`, recording the time estimate its caller showed (None:
+    the caller showed none, and the run records none)."""
+    record = run_config_record(cfg, launched_by, estimate.to_record() if estimate else None, launched_from)
     return RunDir.new(record, name_hint=cfg.name or cfg.method, root=root)
 
 
@@ -105,20 +109,18 @@ def launch_training(
     root: str | Path | None = None,
     launched_by: str | None = None,
     access: Access | None = None,
-    estimate: dict[str, Any] | None = None,
+    estimate: ShownEstimate | None = None,
     launched_from: str | None = None,
 ) -> tuple[RunDir, bool]:
     """Create the run and queue it as a background job; (run, started now?). When every
     job slot is busy the run waits as `queued` and starts when one frees up. With the
     studio's `access`, a launch past the session's quota or the step budget raises Refused
-    before anything is created. `estimate`: the launch record of the estimate the caller
-    showed (Estimate.to_record), else one is made here from the counts the data layer
-    knows (estimate.predict.launch_estimate): no dataset is loaded to launch."""
-    from calm_core.estimate.predict import launch_estimate
+    before anything is created: counted under the launch lock, so two clicks at once cannot
+    both pass (the page's own check only says why the button is off). `estimate`: the one
+    the caller showed, recorded as it is (estimate.predict.launch_estimate makes it): no
+    dataset is loaded to launch."""
     from calm_core.runs.jobs import submit, worker_command
 
-    if estimate is None:
-        estimate = launch_estimate(cfg, root)  # before the lock: other launches need not wait for it
     with budget_held(root):
         if access is not None:
             refusal = launch_refusal(access, cfg.steps, active_runs(access, launched_by, launched_from, root))
@@ -162,7 +164,7 @@ def launch_evaluation(
         if refusal:
             raise Refused(refusal)
         job = RunDir.new(record, name_hint=f"eval-{run.config.name or 'run'}", root=root)
-    model = str(run.config.train.get("model", ""))
+    model = run.config.train.model
     submit(job, worker_command(), credentials=operator_credentials(access, model))
     return job, left_the_queue(job)
 
@@ -179,27 +181,21 @@ def budget_held(root: str | Path | None = None) -> Iterator[None]:
 
 def active_runs_of(launched_by: str, root: str | Path | None = None) -> int:
     """Queued or running runs a studio session launched (a shared studio's quota)."""
+    from calm_core.runs.lifecycle import WAITING_OR_ACTIVE
     from calm_core.runs.listing import list_runs
-    from calm_core.runs.state import ACTIVE_STATES
 
-    return sum(1 for s in list_runs(root) if s.launched_by == launched_by and s.state in ("queued", *ACTIVE_STATES))
-
-
-def session_active_runs(access: Access, session: str | None, root: str | Path | None = None) -> int:
-    """The session's queued or running runs where a quota applies (shared mode), else 0:
-    a local studio does not list every run on each poll for a count nobody reads."""
-    return active_runs_of(session, root) if access.shared and session else 0
+    return sum(1 for s in list_runs(root) if s.launched_by == launched_by and s.state in WAITING_OR_ACTIVE)
 
 
 def active_runs(access: Access, session: str | None, browser: str | None, root: str | Path | None = None) -> ActiveRuns:
     """The queued or running runs of this session, of this browser and of the server, from
     one listing, where the quotas apply (shared mode); a local studio counts nothing."""
+    from calm_core.runs.lifecycle import WAITING_OR_ACTIVE
     from calm_core.runs.listing import list_runs
-    from calm_core.runs.state import ACTIVE_STATES
 
     if not access.shared:
         return ActiveRuns()
-    active = [s for s in list_runs(root) if s.state in ("queued", *ACTIVE_STATES)]
+    active = [s for s in list_runs(root) if s.state in WAITING_OR_ACTIVE]
     return ActiveRuns(
         session=sum(1 for s in active if session and s.launched_by == session),
         browser=sum(1 for s in active if browser and s.launched_from == browser),
@@ -210,7 +206,7 @@ def active_runs(access: Access, session: str | None, browser: str | None, root: 
 
 def _soonest_free(active: list[Any]) -> str:
     """In words, the running run nearest its end (the first slot to free), from its steps."""
-    running = [s for s in active if s.state != "queued" and s.total_steps]
+    running = [s for s in active if s.state != RunState.QUEUED and s.total_steps]
     if not running:
         return "The queue moves when the running run ends."
     nearest = max(running, key=lambda s: (s.step or 0) / s.total_steps)
@@ -245,4 +241,4 @@ def left_the_queue(run: RunDir) -> bool:
     """Whether the run has started, by anyone: another session's or job's `schedule` may
     start it before this caller's own does, so a caller asks this rather than trusting
     what its own `schedule` returned."""
-    return run.status.state != "queued"
+    return run.status.state != RunState.QUEUED

@@ -66,7 +66,7 @@ def _predictions(run, variant: str, dataset: str) -> tuple[np.ndarray, np.ndarra
     """(confidence, correct, mean 1/K) of one variant on one set."""
     import pandas as pd
 
-    from calm_core.results.view import predictions
+    from calm_core.results.predictions import predictions
     from calm_core.runs.layout import predictions_path
 
     confidence, correct = predictions(run, variant, dataset)

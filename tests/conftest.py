@@ -167,3 +167,24 @@ def pytest_terminal_summary(terminalreporter, config) -> None:
 
 _MATRIX = pytest.StashKey[dict]()
 _NOTES = pytest.StashKey[dict]()
+
+
+SLOW_LIST = Path(__file__).with_name("slow_tests.txt")
+
+
+def slow_entries() -> set[str]:
+    """tests/slow_tests.txt's entries (`file` or `file::function`): the tests the fast loop's
+    measurement found slow (scripts/slow_tests.py writes it from a --durations report)."""
+    lines = SLOW_LIST.read_text(encoding="utf-8").splitlines() if SLOW_LIST.is_file() else []
+    return {line.split(maxsplit=1)[1].strip() for line in lines if line.strip() and not line.startswith("#")}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items) -> None:
+    """Mark `slow` what tests/slow_tests.txt lists, before `-m` deselects by marker, so the
+    fast loop leaves out what was measured slow, every parametrization of a listed function."""
+    entries = slow_entries()
+    for item in items:
+        file, _, rest = item.nodeid.partition("::")
+        if file in entries or f"{file}::{rest.split('[')[0]}" in entries:
+            item.add_marker(pytest.mark.slow)

@@ -133,7 +133,7 @@ def test_tradeoff_reference_markers_stay_visible_where_two_variants_meet() -> No
     key names each shape the chart draws."""
     from app.charts import reference_key, tradeoff_figure
     from app.words import variant_names
-    from calm_core.results.view import shared_variants
+    from calm_core.results.tables import shared_variants
 
     shared = shared_variants()
     point = (0.12, 0.6)

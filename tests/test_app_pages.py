@@ -60,9 +60,6 @@ def _wait_finished(timeout_s: float = 240.0) -> str:
 
 def test_train_launches_a_job_then_monitor_compare_and_playground_show_it(open_page, tiny_everywhere, tiny_model_dir,
                                                                           monkeypatch) -> None:
-    from calm_core.estimate import predict
-
-    monkeypatch.setattr(predict, "launch_estimate", lambda cfg, root=None: None)  # only the page's own can be recorded
     at = open_page("views/train.py")
     at.radio(key="train_model_kind").set_value("local directory").run()
     at.text_input(key="train_model_name").set_value(str(tiny_model_dir)).run()

@@ -149,7 +149,7 @@ def test_a_run_fits_ats_on_sv_evaluates_it_and_offers_it_for_recommendation(tiny
     assert variants["ats"]["acc"] == variants["base"]["acc"]
     ats = results.calibrator("ats")
     assert ats is not None and ats["fit_on"] == "builtin/arithmetic/validation" and "components" in ats
-    assert "ats" in (results.recommendation or {})["heldout"]  # 60 S_V items: 5 folds of 48 reach its minimum
+    assert results.recommendation and "ats" in results.recommendation.heldout  # 60 S_V items: 5 folds of 48 reach its minimum
 
     from calm_core.data.schema import MCItem
     from calm_core.results.playground import load_trained, option_probabilities

@@ -151,6 +151,51 @@ def test_compare_shows_the_per_subject_table_with_the_right_numbers(open_page, t
     check_numbers(shown_table(compare), run, variants)
 
 
+def diagram_points(chart) -> tuple[str, dict[str, list[tuple[float, float, int]]]]:
+    """A subject diagram's title and, per variant trace, its (mean confidence, accuracy,
+    items) markers, as Plotly holds them."""
+    spec = json.loads(chart.proto.spec)
+    title = spec["layout"]["title"]["text"].replace("<br>", " ")
+    traces = [t for t in spec["data"] if t.get("mode") == "markers" and "customdata" in t]
+    return title, {t["name"]: list(zip(t["x"], t["y"], t["customdata"], strict=True)) for t in traces}
+
+
+def expected_points(run: RunDir, dataset: str, variant: str, subject: str) -> list[tuple[float, float, int]]:
+    """The subject's own diagram: equal-mass bins over its items alone of one variant."""
+    frame = pd.read_parquet(predictions_path(run.path, variant, dataset))
+    mask = np.array(_subjects()) == subject
+    confidence = frame["confidence"].to_numpy()[mask]
+    correct = (frame["prediction"].to_numpy() == frame["gold"].to_numpy())[mask].astype(float)
+    records = metrics.prepare_reliability(confidence, correct).to_records()
+    return [(r["mean_confidence"], r["accuracy"], r["count"]) for r in records if r["count"] > 0]
+
+
+def test_compare_draws_each_subjects_reliability_diagram_largest_first(open_page, tmp_path: Path) -> None:
+    run, dataset = subject_run(tmp_path)
+    compare = open_page("views/compare.py")
+    picker = compare.multiselect(key="compare_group_diagrams")
+    assert picker.value == ["algebra", "law *and* order", "physics"]  # most items first
+    variants = compare.multiselect(key="compare_variants").value
+    charts = [c for c in compare.get("plotly_chart") if c.proto.id and "compare_group_diagram" in c.proto.id]
+    assert len(charts) == len(SUBJECTS)
+    for chart, subject in zip(charts, picker.value, strict=True):
+        title, points = diagram_points(chart)
+        assert title == f"{subject}: {SUBJECTS[subject]} items"
+        assert set(points) == {variant_label(v) for v in variants}
+        for variant in variants:
+            drawn, wanted = points[variant_label(variant)], expected_points(run, dataset, variant, subject)
+            assert len(drawn) == len(wanted) and np.allclose(drawn, wanted)
+    picker.set_value(["physics"]).run()
+    charts = [c for c in compare.get("plotly_chart") if "compare_group_diagram" in c.proto.id]
+    assert [diagram_points(c)[0] for c in charts] == ["physics: 8 items"]
+
+
+def test_a_subjects_title_is_escaped_for_plotly() -> None:
+    from app.group_view import subject_title
+
+    assert subject_title("<b>law</b> & order", 3) == "&lt;b&gt;law&lt;/b&gt; &amp; order: 3 items"
+
+
 def heldout_run(tmp_path: Path, sizes: dict[str, int]) -> RunDir:
     """A finished run whose S_V files keep each item's subject."""
     run = RunDir.create(tmp_path, "20260101-000000-calm-0001", {"train": {"method": "calm", "task": "mcqa"}})
@@ -190,7 +235,9 @@ def test_calm_selective_by_subject_names_the_subjects_too_small(tmp_path: Path, 
     assert "  art: too small, 3 held-out items of the 29 it needs" in out
     assert "  history: too small, 12 held-out items of the 29 it needs" in out
     assert "  biology: threshold " in out
-    assert "2 of 3 groups by subject are too small for a threshold of their own: art (3 of 29), history (12 of 29)" in out
+    assert (
+        "2 of 3 groups by subject are too small for a threshold of their own: art (3 of 29), history (12 of 29)" in out
+    )
 
 
 def test_a_run_without_subjects_in_its_heldout_files_is_refused_with_the_way_out(tmp_path: Path) -> None:
@@ -252,3 +299,54 @@ def test_a_variant_on_other_items_is_left_out_with_a_note(tmp_path: Path) -> Non
     rows = {name: (run, {"variant_raw": name, "dataset_raw": dataset}) for name in ("calm", "ts")}
     table = by_group.subject_table(rows)
     assert {r.variant for r in table.rows} == {"calm"} and table.notes == ["ts: evaluated on other items of this set"]
+
+
+def region_file(folder: Path) -> Path:
+    """A CSV of the user's own: no `subject` column, a `region` column to group by."""
+    regions = ["north"] * 30 + ["south"] * 30 + ["east"] * 3
+    frame = pd.DataFrame(
+        {
+            "q": [f"Question {i}?" for i in range(len(regions))],
+            "A": "a",
+            "B": "b",
+            "C": "c",
+            "D": "d",
+            "label": ["ABCD"[i % 4] for i in range(len(regions))],
+            "region": regions,
+        }
+    )
+    path = folder / "regions.csv"
+    frame.to_csv(path, index=False)
+    return path
+
+
+def test_a_column_mapped_to_the_group_gives_figures_per_group(tiny_model_dir: Path, tmp_path: Path, capsys) -> None:
+    """`region` mapped to the group (`--mapping subject=region`): the split keeps it, S_V's
+    files keep it, `calm selective --by subject` fits each region or names it too small, and
+    `calm eval --save-preds` stores it beside each prediction for Compare's table."""
+    from tests.test_cli_train import only_run
+
+    mapping = "question=q, choices=A|B|C|D, answer=label, subject=region"
+    argv = ["data", "split", str(region_file(tmp_path)), "--mapping", mapping, "--name", "regions"]
+    assert main([*argv, "--sizes", "3,57,3", "--no-stratify"]) == 0
+    runs = tmp_path / "runs"
+    flags = ["--train-data", "split/regions/train", "--heldout-data", "split/regions/heldout", "--eval-data"]
+    flags += ["split/regions/test", "--eval-limit", "3", "--scoring", "letter", "--batch-size", "2"]
+    argv = ["train", "--model", str(tiny_model_dir), "--steps", "1", "--runs-root", str(runs), *flags]
+    assert main([*argv, "--set", "heldout_batch_size=2"]) == 0
+    run = only_run(runs)
+    heldout = pd.read_parquet(run.path / "heldout" / "calm.parquet")
+    counts = heldout["subject"].value_counts().to_dict()
+    assert set(counts) <= {"north", "south", "east"} and sum(counts.values()) == 57
+    capsys.readouterr()
+    argv = ["selective", run.run_id, "--variant", "calm", "--rule", "crc", "--target-error", "0.2", "--by", "subject"]
+    assert main([*argv, "--runs-root", str(runs)]) == 0
+    out = capsys.readouterr().out
+    for region, n in counts.items():
+        assert (f"  {region}: threshold " in out) != (f"  {region}: too small, {n} held-out items" in out), out
+    assert any(f"  {region}: threshold " in out for region in counts), out
+    preds = tmp_path / "preds"
+    argv = ["eval", "--model", str(tiny_model_dir), "--data", str(region_file(tmp_path)), "--mapping", mapping]
+    assert main([*argv, "--scoring", "letter", "--save-preds", str(preds), "--quiet"]) == 0
+    frame = pd.read_parquet(next(preds.rglob("*.parquet")))
+    assert list(frame["subject"]) == ["north"] * 30 + ["south"] * 30 + ["east"] * 3

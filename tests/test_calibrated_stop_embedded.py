@@ -41,7 +41,7 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> RunDir:
 def test_the_lower_level_stays_solved(finished: RunDir) -> None:
     selection = finished.status.selection
     tolerance = TrainConfig.preset("quick").lower_tolerance
-    start = selection["reference"]["lower"]
+    start = selection.reference.lower
     probes = [(r["step"], r["lower/st_nll"]) for r in finished.read_metrics() if "lower/st_nll" in r]
     assert len(probes) >= 4 and probes[0][0] == 0 and probes[0][1] == pytest.approx(start)
     risen = [(step, value) for step, value in probes if value > start * (1 + tolerance)]
@@ -49,22 +49,22 @@ def test_the_lower_level_stays_solved(finished: RunDir) -> None:
     # The failure the issue saw (lr_theta 1.0, lr_alpha 0.05, run to the end) shows on S_V
     # instead: theta overfits S_T (its cross-entropy falls 0.90 -> 0.09) while S_V accuracy
     # falls 0.647 -> 0.559 by step 20 (docs/bilevel.md). Every evaluation keeps it here.
-    reference = selection["reference"]
+    reference = selection.reference
     lost = [(r["step"], r["eval/heldout/acc"]) for r in finished.read_metrics() if "eval/heldout/acc" in r
-            and r["eval/heldout/acc"] < reference["acc"] - 1 / reference["n"] - 1e-9]
-    assert not lost, f"S_V accuracy fell by more than one item below step 0's {reference['acc']:.3f}: {lost}"
+            and r["eval/heldout/acc"] < reference.acc - 1 / reference.n - 1e-9]
+    assert not lost, f"S_V accuracy fell by more than one item below step 0's {reference.acc:.3f}: {lost}"
 
 
 def test_the_selected_step_is_the_recorded_one(finished: RunDir, tmp_path: Path) -> None:
     from calm_core.export.folder import export_run
 
-    step = finished.status.selection["selected_step"]
+    step = finished.status.selection.selected_step
     results = finished.results()
-    assert results.selection["selected_step"] == step == finished.selected_step()
+    assert results.selection.selected_step == step == finished.selected_step()
     at_step = next(r for r in finished.read_metrics() if r["step"] == step)
     assert at_step["select/selected_step"] == step
-    chosen = results.selection["selected"]
-    assert (chosen["score"], chosen["ece"], chosen["acc"]) == pytest.approx(
+    chosen = results.selection.selected
+    assert (chosen.score, chosen.ece, chosen.acc) == pytest.approx(
         (at_step["eval/heldout/nll"], at_step["eval/heldout/ece"], at_step["eval/heldout/acc"]))
     if "eval/builtin/capitals/test/acc" in at_step:  # a full evaluation (a dense one reads S_V alone)
         calm = next(r for r in results.rows if r.variant == "calm")
@@ -80,4 +80,4 @@ def test_the_model_handed_back_is_calibrated_and_keeps_accuracy(finished: RunDir
     assert calm["acc"] >= base["acc"] - 1 / calm["n"] - 1e-9  # at most one item lost
     assert calm["confidence"] > 1 / K + 0.05  # not the near-uniform forecast
     assert calm["ece"] <= ts["ece"] + 0.02
-    assert finished.results().recommendation["variant"] in rows
+    assert finished.results().recommended in rows

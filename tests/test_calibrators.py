@@ -214,7 +214,7 @@ def test_toy_is_a_variant_of_a_runs_final_evaluation(toy, tiny_model_dir, tmp_pa
 
 
 def test_toy_is_shared_in_compare_and_described_in_reports(toy):
-    from calm_core.results.view import posthoc_lines, shared_variants
+    from calm_core.results.tables import posthoc_lines, shared_variants
     from calm_core.runs.records import RunResults
 
     assert shared_variants() == ("base", "ts", "vs", "ats", "halve", "thermometer")  # every registered one, and the thermometer

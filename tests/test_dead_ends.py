@@ -137,12 +137,21 @@ def test_calm_data_split_reads_a_latin1_file_with_encoding(tmp_path: Path, capsy
 
 def test_calm_eval_names_the_encoding_before_loading_a_model(tmp_path: Path, capsys: pytest.CaptureFixture,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every --data set is read before the model loads: the refusal comes in a second."""
+    """Every --data set is read before the model loads: a file that is not UTF-8 is read in
+    the encoding it looks like (as the Data page's one click reads it), named in one note."""
     import calm_core.cli.eval_io as eval_io
+    from calm_core.cli.usage import UsageError
 
-    monkeypatch.setattr(eval_io, "load_lm", lambda args: pytest.fail("the model loaded before the data were read"))
+    def loaded(args):
+        raise UsageError("the model would load now")
+
+    monkeypatch.setattr(eval_io, "load_lm", loaded)
     path = _csv(tmp_path / "quiz.csv", "latin-1", QUESTIONS[:-1])
     assert main(["eval", "--data", str(path), "--mapping", MAPPING]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "read as cp1252" in err[0] and "--encoding replaces it" in err[0]
+    assert err[1].endswith("the model would load now")  # every row read, none rejected, before the model
+    assert main(["eval", "--data", str(path), "--mapping", MAPPING, "--encoding", "utf-8"]) == 2  # as asked
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "looks like cp1252" in err and "`--encoding cp1252`" in err
     assert main(["eval", "--data", str(path)]) == 2  # no mapping either: the columns' refusal gives one to pass

@@ -50,7 +50,14 @@ def test_the_load_slows_a_job_by_the_fair_share_of_its_threads_and_the_page_says
     assert MachineLoad(3.0, 2).factor(1) == pytest.approx(2.0)  # 4 threads want 2 cores
     assert MachineLoad(3.0, 2).factor(2) == pytest.approx(2.5)
     busy = MachineLoad(3.0, 2).note(1)
-    assert "Another process is using the CPU" in busy and "assumes that load continues" in busy
+    assert busy == (
+        "Other programs are keeping this machine's 2 cores busy (they ask for about 3.0 cores, 1.5x what it has; "
+        "load average 3.0): a job on 1 thread gets its share of them and takes about 2.0x as long as on an idle "
+        "machine. The estimate assumes the load goes on, and its range is the one measured for runs beside other "
+        "programs."
+    )
+    assert MachineLoad(1.0, 2).note(1).startswith("Other programs are using about 1.0 of this machine's 2 cores")
+    assert "not slowed" in MachineLoad(1.0, 2).note(1) and "cores," not in MachineLoad(1.0, 2).note(1)
     lagging = MachineLoad(5.5, 2, running=0.2)  # a busy process stopped a moment ago: the load average still counts it
     assert not lagging.busy and lagging.factor(1) == 1.0
     sudden = MachineLoad(0.2, 2, running=3.0)  # one started a moment ago: the load average has not seen it yet
@@ -81,7 +88,7 @@ def test_every_part_is_its_rate_times_its_count() -> None:
     cfg = TrainConfig.preset("quick", method="calm", select="last")  # no early stop: every step counts
     estimate = estimate_run(cfg, SIZES, RATES, IDLE, selects=True)
     assert [p.name for p in estimate.parts] == ["start-up", "model load", "frozen-layer fill", "steps", "evaluations",
-                                                "final evaluation"]
+                                                "final evaluation", "cross-fitting"]
     assert estimate.part("start-up").seconds == pytest.approx(3.0)
     assert estimate.part("model load").seconds == pytest.approx(2.0)
     assert estimate.part("frozen-layer fill").seconds == pytest.approx(500 * 0.05)
@@ -116,7 +123,7 @@ def test_the_counts_come_without_loading_and_a_size_only_loading_tells_gives_no_
     hub = TrainConfig.preset("quick", method="sft", heldout_data="hf:someone/quiz:validation", heldout_limit=None)
     assert launch_estimate(hub, tmp_path) is None
     bounded = launch_estimate(dataclasses.replace(hub, heldout_limit=40), tmp_path)
-    assert bounded is not None and bounded["figure_s"] > 0
+    assert bounded is not None and bounded.figure > 0
 
 
 # ---------------------------------------------------------------------------- the learned error
@@ -308,13 +315,14 @@ def test_a_run_records_what_later_estimates_learn_from(tiny_model_dir: Path, tmp
     the ratio the error is learned from and the rates. One real tiny-model run, trained
     the way `calm train` trains in its own process."""
     from calm_core.cli.train import run_in_process
+    from calm_core.estimate.predict import launch_estimate
     from calm_core.launch import create_run
 
     cfg = TrainConfig.preset("quick", method="calm", model=str(tiny_model_dir), steps=4, eval_every=2,
                              train_data="builtin/capitals/train", heldout_data="builtin/capitals/validation",
                              eval_data=("builtin/capitals/test",), train_limit=16, heldout_limit=12, eval_limit=12,
                              lora={"r": 4, "alpha": 8, "layers": 1})
-    run = create_run(cfg, tmp_path)
+    run = create_run(cfg, tmp_path, estimate=launch_estimate(cfg, tmp_path))  # as `calm train` launches it
     record = run.config.estimate
     for key in ("figure_s", "likely_s", "low_s", "high_s", "load_average", "cpus", "threads", "busy", "rates"):
         assert key in record, key
@@ -371,14 +379,14 @@ def test_the_train_page_leads_with_one_likely_figure_and_keeps_the_parts(open_pa
     expander = next(e for e in at.expander if e.label == "Where the time goes")
     table = expander.dataframe[0].value
     assert list(table["part"]) == ["start-up", "model load", "frozen-layer fill", "steps", "evaluations",
-                                   "final evaluation"]
+                                   "final evaluation", "cross-fitting"]
     assert "up to 40 steps" in " ".join(c.value for c in expander.caption)
-    assert not any("Another process" in w.value for w in at.warning)
+    assert not any("Other programs" in w.value for w in at.warning)
     monkeypatch.setattr(os, "getloadavg", lambda: (5.0, 5.0, 5.0))
     monkeypatch.setattr(machine_load, "sample_running", lambda: 5.0)
     st.cache_data.clear()
     at.run()
-    assert any("Another process is using the CPU" in w.value and "assumes that load continues" in w.value
+    assert any("Other programs are keeping" in w.value and "assumes the load goes on" in w.value
                for w in at.warning)
     busy = next(m for m in at.metric if m.label == "Estimated time")
     assert busy.value != metric.value  # the fair share of a loaded machine

@@ -56,10 +56,14 @@ def test_a_latin1_file_is_evaluated_with_mapping_and_encoding(finished: RunDir, 
     assert "rejected" not in capsys.readouterr().err  # every row read, accents and all
 
 
-def test_without_the_encoding_the_refusal_names_it(finished: RunDir, tmp_path: Path,
-                                                   capsys: pytest.CaptureFixture) -> None:
+def test_without_the_encoding_it_is_read_in_the_one_it_looks_like(finished: RunDir, tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture) -> None:
     every_row_accented = _csv(tmp_path / "accents.csv", "latin-1", PRIVATE[:2])
-    assert _eval(finished, "--data", str(every_row_accented), "--mapping", MAPPING) == 2
+    assert _eval(finished, "--data", str(every_row_accented), "--mapping", MAPPING) == 0
+    err = capsys.readouterr().err
+    notes = [line for line in err.splitlines() if "not UTF-8" in line]
+    assert len(notes) == 1 and "read as cp1252" in notes[0] and "rejected" not in err
+    assert _eval(finished, "--data", str(every_row_accented), "--mapping", MAPPING, "--encoding", "utf-8") == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "looks like cp1252" in err and "--encoding cp1252" in err
 

@@ -209,12 +209,12 @@ def test_vector_scaling_with_a_weight_at_or_below_zero_is_refused_with_the_reaso
     results = run.results().to_json()
     k = len(results["vs"]["weights"])
     results["vs"] = {**results["vs"], "weights": VS_WEIGHTS[:k]}
-    assert export._vector_scaling_head(run, RunResults.from_json(results)).centred is False  # these export
+    assert export.posthoc_head(run, RunResults.from_json(results), "vs").centred is False  # these export
     results["vs"]["weights"] = [-0.5, *VS_WEIGHTS[1:k]]
     with pytest.raises(ValueError, match=r"weights > 0.*\[-0.5"):
-        export._vector_scaling_head(run, RunResults.from_json(results))
+        export.posthoc_head(run, RunResults.from_json(results), "vs")
     with pytest.raises(ValueError, match="fitted vector scaling.*no `vs`"):
-        export._vector_scaling_head(run, RunResults.from_json({"results": []}))
+        export.posthoc_head(run, RunResults.from_json({"results": []}), "vs")
 
 
 def test_an_uncentred_options_head_is_vector_scaling_and_saves_its_centring(tmp_path: Path) -> None:

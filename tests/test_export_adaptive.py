@@ -203,13 +203,13 @@ def test_ats_export_says_why_it_cannot_write_a_head(runs, tmp_path: Path) -> Non
     weights (it would silently be one temperature): refused with the reason; the studio
     then offers no `ats` export."""
     run = runs["cloze"]
-    with pytest.raises(ValueError, match="fitted ATS.*at least 40"):
-        export._adaptive_temperature_head(run, _results({"ats": {"note": "needs at least 40 S_V items"}}))
+    with pytest.raises(ValueError, match=r"fitted adaptive temperature scaling \(ATS\).*at least 40"):
+        export.posthoc_head(run, _results({"ats": {"note": "needs at least 40 S_V items"}}), "ats")
     with pytest.raises(ValueError, match="results.json has no `ats` fit"):
-        export._adaptive_temperature_head(run, _results({}))
+        export.posthoc_head(run, _results({}), "ats")
     old = {"components": 4, "weight_decay": 0.1, "bias": 0.5, "fit_on": "x"}
     with pytest.raises(ValueError, match="before results.json kept them"):
-        export._adaptive_temperature_head(run, _results({"ats": old}))
+        export.posthoc_head(run, _results({"ats": old}), "ats")
     copy = RunDir(shutil.copytree(run.path, tmp_path / "copy"))
     results = copy.results().to_json()
     results["recommendation"] = {**results.get("recommendation", {}), "variant": "ats"}

@@ -101,6 +101,51 @@ def test_the_documented_calibrator_is_one_file_and_passes_its_test(tmp_path: Pat
         sys.modules.pop("calm_core.calibration.posthoc.bias", None)
 
 
+def test_the_documented_calibrator_exports_from_a_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      tiny_model_dir: Path) -> None:
+    """The same one file is exported: a run whose results.json holds a bias-scaling fit
+    writes `calm export --variant bs` as a folder whose head gives bias scaling's
+    probabilities, whose card names it, and which the verdict offers as an export; no
+    other file of calm_core names it."""
+    import numpy as np
+    import torch
+
+    from calm_core.calibration import posthoc
+    from calm_core.calibration.head import CalibrationHead
+    from calm_core.export.folder import export_run
+    from calm_core.launch import run_config_record
+    from calm_core.results.verdict import posthoc_exports, variant_label
+    from calm_core.runs.records import RunResults
+    from calm_core.runs.rundir import RunDir
+    from calm_core.training.loop import train
+    from tests.test_trainer import fresh_lm, small_config
+
+    (tmp_path / "bias.py").write_text(example("calm_core/calibration/posthoc/bias.py"))
+    monkeypatch.setattr(posthoc, "__path__", [*posthoc.__path__, str(tmp_path)])
+    try:
+        cls = posthoc.calibrators()["bs"]
+        rng = np.random.default_rng(0)
+        z = rng.normal(0.0, 2.0, size=(400, 4))
+        fit = cls.fit(z, np.argmax(z + np.array([0.8, 0.0, -0.4, 0.0]) + rng.gumbel(size=z.shape), axis=1))
+        cfg = small_config(model=str(tiny_model_dir), scoring="cloze", scope="scalar", select="last")
+        run = RunDir.create(tmp_path / "runs", "tiny-bs", run_config_record(cfg))
+        train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
+        results = run.results().to_json()
+        run.write_results(RunResults.from_json({**results, "bs": {**fit.params(), "fit_on": "S_V"}}))
+
+        assert "bs" in posthoc_exports()
+        folder = export_run(run, tmp_path / "out", "bs")
+        head = CalibrationHead.load(folder / "calibration_head.safetensors")
+        scores = torch.tensor(z[:8], dtype=torch.float32)
+        exported = torch.softmax(head.on_options(scores), dim=-1).detach().numpy()
+        np.testing.assert_allclose(exported, fit.probs(z[:8]), atol=1e-5)
+        card = (folder / "README.md").read_text(encoding="utf-8")
+        assert f"**{variant_label('bs')}** of the base model" in card and "not the trained adapter" in card
+        assert json.loads((folder / "calm_export.json").read_text())["variant"] == "bs"
+    finally:
+        sys.modules.pop("calm_core.calibration.posthoc.bias", None)
+
+
 def _documented_metric():
     """The page's smooth-ECE declaration, built as written."""
     from calm_core.calibration.metrics import smooth_ece

@@ -1,6 +1,6 @@
 """Fast paths are measured, per family (issue 39): each one equals the model's own forward
 or is switched off with a reason, a broken one is caught by the probe and the run falls
-back, and the verdict is measured once per model.
+back, and the check is measured once per model.
 
 Run with `-s` to see the support table (`test_support_table`): which family gets which path.
 """
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from calm_core.scoring import decoder, fast_paths, verdicts
-from calm_core.scoring.fast_paths import LOGIT_TOLERANCE, frozen_prefix_verdict
+from calm_core.scoring import decoder, fast_paths, path_checks
+from calm_core.scoring.fast_paths import LOGIT_TOLERANCE, frozen_prefix_check
 from calm_core.scoring.forward import causal_lm, left_pad_batch, supports_frozen_prefix
 from calm_core.scoring.frozen_prefix import FrozenPrefixModel
 from calm_core.scoring.models import ModelSpec, load_model
@@ -34,21 +34,21 @@ def family_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def verdict_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("fast-path-verdicts")
+    return tmp_path_factory.mktemp("fast-path-checks")
 
 
 @pytest.fixture(autouse=True)
 def _verdicts_here(verdict_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Verdicts go to this module's folder, never the user's cache."""
-    monkeypatch.setattr(verdicts, "verdict_folder", lambda: verdict_cache)
+    monkeypatch.setattr(path_checks, "checks_folder", lambda: verdict_cache)
 
 
 @pytest.fixture()
 def fresh_verdicts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A folder of its own: a mutation must be measured, not read from an earlier verdict
+    """A folder of its own: a mutation must be measured, not read from an earlier check
     (the key hashes the code's files, which a monkeypatch leaves as they are)."""
-    monkeypatch.setattr(verdicts, "verdict_folder", lambda: tmp_path / "verdicts")
-    return tmp_path / "verdicts"
+    monkeypatch.setattr(path_checks, "checks_folder", lambda: tmp_path / "path_checks")
+    return tmp_path / "path_checks"
 
 
 _LOADED: dict[str, object] = {}  # family -> its model, shared by the tests that only read it
@@ -56,11 +56,11 @@ _LOADED: dict[str, object] = {}  # family -> its model, shared by the tests that
 
 def _model(family: str, dirs: dict[str, Path], fresh: bool = False):
     """The family's tiny model; `fresh` for a test that changes it or must measure anew
-    (LoRA attached in place, a mutation: the verdict is kept on the model object)."""
+    (LoRA attached in place, a mutation: the check is kept on the model object)."""
     folder = dirs[family]
     if not (folder / "config.json").is_file():
         build_family(family, folder)
-    if fresh:  # never shared: a changed model or a mutated verdict stays in its own test
+    if fresh:  # never shared: a changed model or a mutated check stays in its own test
         return load_model(ModelSpec(name=str(folder), device="cpu"))
     if family not in _LOADED:
         _LOADED[family] = load_model(ModelSpec(name=str(folder), device="cpu"))
@@ -87,15 +87,15 @@ def _logits_and_grads(model, batch) -> tuple[torch.Tensor, list[torch.Tensor]]:
 def test_the_frozen_prefix_equals_the_model_or_is_off_with_a_reason(family: str, family_dirs) -> None:
     lm = _model(family, family_dirs)
     if not supports_frozen_prefix(lm.model):
-        verdict = frozen_prefix_verdict(lm.model, SPLIT)
-        assert not verdict.on and "lacks some of" in verdict.reason
+        check = frozen_prefix_check(lm.model, SPLIT)
+        assert not check.on and "lacks some of" in check.reason
         return
     _freeze_below(lm.model, SPLIT)
-    verdict = frozen_prefix_verdict(lm.model, SPLIT)
-    assert verdict.reason
+    check = frozen_prefix_check(lm.model, SPLIT)
+    assert check.reason
     if family in MEASURED_ON:
-        assert verdict.on, verdict.reason
-    if not verdict.on:
+        assert check.on, check.reason
+    if not check.on:
         return
     batch = left_pad_batch(probe_sequences(lm.model.config)[::-1], 0, torch.device("cpu"))  # other order than the probe
     own, own_grads = _logits_and_grads(lm.model, batch)
@@ -143,8 +143,8 @@ def test_a_broken_prefix_is_switched_off_by_the_probe(family_dirs, fresh_verdict
     monkeypatch.setattr(decoder, "position_embeddings", _global_rotary_everywhere)
     lm = _model("gemma3", family_dirs, fresh=True)
     _freeze_below(lm.model, SPLIT)
-    verdict = frozen_prefix_verdict(lm.model, SPLIT)
-    assert not verdict.on and "differs from the model's own forward" in verdict.reason
+    check = frozen_prefix_check(lm.model, SPLIT)
+    assert not check.on and "differs from the model's own forward" in check.reason
 
 
 def test_a_model_without_the_embedding_scale_is_switched_off(family_dirs, fresh_verdicts, monkeypatch) -> None:
@@ -157,7 +157,7 @@ def test_a_model_without_the_embedding_scale_is_switched_off(family_dirs, fresh_
     monkeypatch.setattr(FrozenPrefixModel, "_bottom", unscaled)
     lm = _model("gemma2", family_dirs, fresh=True)
     _freeze_below(lm.model, SPLIT)
-    assert not frozen_prefix_verdict(lm.model, SPLIT).on
+    assert not frozen_prefix_check(lm.model, SPLIT).on
 
 
 def test_a_prefix_whose_top_sharing_alone_is_broken_stays_on_without_it(family_dirs, fresh_verdicts, monkeypatch):
@@ -171,14 +171,14 @@ def test_a_prefix_whose_top_sharing_alone_is_broken_stays_on_without_it(family_d
     monkeypatch.setattr(FrozenPrefixModel, "_top_shared", detached)
     lm = _model("llama", family_dirs, fresh=True)
     _freeze_below(lm.model, SPLIT)
-    verdict = frozen_prefix_verdict(lm.model, SPLIT)
-    assert verdict.on and verdict.share_top is False
-    assert "each row's top layers run whole: sharing a prefix there differs" in verdict.reason
+    check = frozen_prefix_check(lm.model, SPLIT)
+    assert check.on and check.share_top is False
+    assert "each row's top layers run whole: sharing a prefix there differs" in check.reason
 
 
 def test_the_verdict_is_measured_once_per_model(family_dirs, monkeypatch) -> None:
     first = fast_paths.fast_paths(_model("llama", family_dirs).model)
-    assert verdicts.verdict_path(_model("llama", family_dirs).model).is_file()
+    assert path_checks.checks_path(_model("llama", family_dirs).model).is_file()
     monkeypatch.setattr(fast_paths, "probe_scoring_paths", lambda *a: pytest.fail("measured twice"))
     assert fast_paths.fast_paths(_model("llama", family_dirs, fresh=True).model) == first  # a new load reads the disk
 
@@ -187,15 +187,15 @@ def test_feature_capture_off_reads_the_final_norm_states(family_dirs, monkeypatc
     """Where the head's input is not the final-norm state, `head_inputs` gives the base
     model's last_hidden_state instead, cut to logits_to_keep: the same numbers here."""
     from calm_core.scoring.forward import head_inputs
-    from calm_core.scoring.verdicts import FastPathSupport, PathVerdict, keep_support
+    from calm_core.scoring.path_checks import FastPathSupport, PathCheck, keep_support
 
-    lm = _model("llama", family_dirs, fresh=True)  # its kept verdict is changed below
+    lm = _model("llama", family_dirs, fresh=True)  # its kept check is changed below
     batch = left_pad_batch(probe_sequences(lm.model.config), 0, torch.device("cpu"))
     support = fast_paths.fast_paths(lm.model)
     assert support.feature_capture.on, support.feature_capture.reason
     with torch.no_grad(), head_inputs(lm.model) as hooked:
         lm.model(**batch, logits_to_keep=2)
-    keep_support(lm.model, FastPathSupport(support.hidden_path, PathVerdict(False, "test"), support.prefix_sharing))
+    keep_support(lm.model, FastPathSupport(support.hidden_path, PathCheck(False, "test"), support.prefix_sharing))
     with torch.no_grad(), head_inputs(lm.model) as fallback:
         lm.model(**batch, logits_to_keep=2)
     assert fallback[-1].shape == hooked[-1].shape
@@ -277,7 +277,7 @@ def test_support_table(family_dirs) -> None:
         support = fast_paths.fast_paths(lm.model)
         if supports_frozen_prefix(lm.model):
             _freeze_below(lm.model, SPLIT)
-        cells = [frozen_prefix_verdict(lm.model, SPLIT)] + [getattr(support, n) for n in fast_paths.SCORING_PATHS]
+        cells = [frozen_prefix_check(lm.model, SPLIT)] + [getattr(support, n) for n in fast_paths.SCORING_PATHS]
         rows.append(f"| {family} | " + " | ".join(("on" if v.on else "off: " + v.reason) for v in cells) + " |")
     print("\n" + "\n".join(rows))
     assert len(rows) == len(FAMILIES) + 2

@@ -137,7 +137,7 @@ def kill_then_resume(point: str, count: int, reference: RunDir, tiny_model_dir: 
         if pid and pid_alive(pid):
             os.killpg(pid, signal.SIGKILL)
     assert [r["step"] for r in run.read_metrics()] == list(range(0, STEPS + 1))
-    assert run.status.selection["selected_step"] == reference.status.selection["selected_step"]
+    assert run.status.selection.selected_step == reference.status.selection.selected_step
     assert run.selected_step() == reference.selected_step()
     assert_nothing_corrupt(run)
     expected, got = result_rows(reference), result_rows(run)

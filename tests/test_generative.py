@@ -650,7 +650,7 @@ def test_openqa_calm_run(tiny_model_dir: Path, tmp_path: Path) -> None:
     import pandas as pd
 
     from calm_core.calibration.head import CalibrationHead
-    from calm_core.results.view import open_answers, predictions
+    from calm_core.results.predictions import open_answers, predictions
     from calm_core.runs.layout import predictions_path
     from calm_core.runs.rundir import RunDir
     from calm_core.training.loop import train
@@ -725,7 +725,7 @@ def test_openqa_calibrated_stop_selects_by_the_semantic_brier_score(tiny_model_d
         assert 0.0 <= r["eval/heldout/sem_ece"] <= 1.0 and math.isfinite(r["lower/st_nll"]) and r["lower/st_nll"] > 0
     selection = json.loads((run.path / "results.json").read_text())["selection"]
     step = selection["selected_step"]
-    assert step in (0, 1, 2, 4) and step == run.status.selection["selected_step"] == rows[-1]["select/selected_step"]
+    assert step in (0, 1, 2, 4) and step == run.status.selection.selected_step == rows[-1]["select/selected_step"]
     assert "Brier score of the semantic confidence" in selection["rule_text"] and "Semantic ECE" in selection["rule_text"]
     assert selection["selected"]["lower"] == pytest.approx(evaluated[[r["step"] for r in evaluated].index(step)]["lower/st_nll"])
     assert run.selected_step() == step

@@ -43,3 +43,16 @@ def test_launch_says_started_when_another_caller_started_the_run(tmp_path: Path,
         assert started and run.status.state == "running"
     finally:
         jobs.kill(run, grace_s=1)
+
+
+def test_the_launch_imports_no_estimate_module() -> None:
+    """One launch path: the caller (the Train page, `calm train`) makes the estimate it
+    shows; launch_training records it and never makes another (issue 51)."""
+    import ast
+    from pathlib import Path
+
+    import calm_core.launch
+
+    tree = ast.parse(Path(calm_core.launch.__file__).read_text(encoding="utf-8"))
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert not {m for m in imported if m.startswith("calm_core.estimate")}

@@ -29,7 +29,7 @@ def test_the_lowest_nll_that_keeps_accuracy_wins() -> None:
     scaled = metrics.softmax(logits / 4.0)
     pick = recommend({"base": base, "flat": flat, "ts": scaled}, gold)
     assert pick.variant == "ts"
-    assert pick.heldout["ts"]["nll"] < pick.heldout["flat"]["nll"] < pick.heldout["base"]["nll"]
+    assert pick.heldout["ts"].nll < pick.heldout["flat"].nll < pick.heldout["base"].nll
     assert "ts: S_V NLL" in pick.reason
 
 
@@ -45,7 +45,7 @@ def test_a_variant_that_loses_accuracy_is_not_recommended_however_low_its_nll() 
     assert metrics.nll(cheat, gold) < metrics.nll(keeps, gold)
     assert metrics.accuracy(cheat, gold) < metrics.accuracy(keeps, gold) - accuracy_slack(n)
     pick = recommend({"base": metrics.softmax(logits), "keeps": keeps, "cheat": cheat}, gold)
-    assert pick.heldout["cheat"]["kept_accuracy"] is False and pick.variant == "keeps"
+    assert pick.heldout["cheat"].kept_accuracy is False and pick.variant == "keeps"
     assert "cheat" in pick.reason and "(accuracy lost)" in pick.reason
 
 
@@ -84,13 +84,13 @@ def test_an_in_sample_calibrator_on_an_s_v_without_mistakes_is_no_evidence() -> 
     probs = {"base": metrics.softmax(logits), "calm": trained, "ts": ts}
     assert metrics.nll(ts, gold) < metrics.nll(trained, gold)  # in-sample it "wins"
     pick = recommend(probs, gold, in_sample=["ts"])
-    assert pick.variant == "calm" and pick.heldout["ts"]["evidence"] is False
+    assert pick.variant == "calm" and pick.heldout["ts"].evidence is False
     assert "ts 0 (no evidence)" in pick.reason and "without a mistake" in pick.reason
     assert recommend(probs, gold).variant == "ts"  # not in-sample: it counts
     wrong = gold.copy()
     wrong[0] = (gold[0] + 1) % 4  # one mistake: the fit has something to fit
     assert recommend({"base": metrics.softmax(logits), "ts": TemperatureScaler.fit(logits, wrong).probs(logits)},
-                     wrong, in_sample=["ts"]).heldout["ts"]["evidence"] is True
+                     wrong, in_sample=["ts"]).heldout["ts"].evidence is True
 
 
 # ----------------------------------------------------------------------------- uncertainty (issue 30)
@@ -116,22 +116,22 @@ def test_a_small_s_v_with_a_noisy_gain_keeps_the_model_as_it_is(seed: int) -> No
     """24 S_V items (the issue's split): TS's gain is real (the large S_V below shows it) and
     its mean is a gain on these items, but they cannot tell it from noise: keep the model."""
     pick = _recommend_ts(24, seed)
-    gain = pick.comparison["against_reference"]["ts"]
+    gain = pick.comparison.against_reference["ts"]
     assert pick.variant == "base" and pick.decision == "keep"
-    assert gain["mean"] < 0.0 <= gain["hi"] and gain["n"] == 24 and pick.comparison["n"] == 24
-    assert pick.comparison["runner_up"] == "ts"
+    assert gain.mean < 0.0 <= gain.hi and gain.n == 24 and pick.comparison.n == 24
+    assert pick.comparison.runner_up == "ts"
     # The old rule (lowest S_V NLL) would have recommended TS on these very figures.
-    assert pick.heldout["ts"]["nll"] < pick.heldout["base"]["nll"]
+    assert pick.heldout["ts"].nll < pick.heldout["base"].nll
     assert all(_recommend_ts(24, other).variant == "base" for other in (1, 4, 5))  # TS's mean is worse there
 
 
 @pytest.mark.parametrize("seed", range(4))
 def test_a_large_s_v_with_a_real_gain_recommends_the_change(seed: int) -> None:
     pick = _recommend_ts(400, seed)
-    gain = pick.comparison["against_reference"]["ts"]
+    gain = pick.comparison.against_reference["ts"]
     assert pick.variant == "ts" and pick.decision == "change"
-    assert gain["hi"] < 0.0 and gain["n"] == 400 and gain["level"] == 0.9
-    assert pick.comparison["against_runner_up"] == gain  # the runner-up is base itself
+    assert gain.hi < 0.0 and gain.n == 400 and gain.level == 0.9
+    assert pick.comparison.against_runner_up == gain  # the runner-up is base itself
 
 
 def test_two_gains_the_items_cannot_tell_apart_go_to_the_simpler() -> None:
@@ -143,22 +143,22 @@ def test_two_gains_the_items_cannot_tell_apart_go_to_the_simpler() -> None:
     pick = recommend({"base": metrics.softmax(logits), "ts": ts, "calm": calm}, gold)
     assert metrics.nll(calm, gold) < metrics.nll(ts, gold)
     assert pick.variant == "ts" and pick.decision == "change"
-    assert pick.comparison["runner_up"] == "calm" and pick.comparison["simpler"] == "ts"
-    versus = pick.comparison["against_runner_up"]
-    assert versus["lo"] <= 0.0 <= versus["hi"]
+    assert pick.comparison.runner_up == "calm" and pick.comparison.simpler == "ts"
+    versus = pick.comparison.against_runner_up
+    assert versus.lo <= 0.0 <= versus.hi
 
 
 def test_too_few_items_never_recommend_a_change() -> None:
     logits, gold = _overconfident(n=8)
     pick = recommend({"base": metrics.softmax(logits), "calm": metrics.softmax(logits / 4.0)}, gold)
     assert metrics.nll(metrics.softmax(logits / 4.0), gold) < metrics.nll(metrics.softmax(logits), gold)
-    assert pick.variant == "base" and pick.comparison["n"] == 8
+    assert pick.variant == "base" and pick.comparison.n == 8
 
 
 def test_the_recommendation_records_its_evidence_as_json() -> None:
     import json
 
-    pick = _recommend_ts(60, 0).to_dict()
+    pick = _recommend_ts(60, 0).to_json()
     again = json.loads(json.dumps(pick))
     assert again == pick
     assert set(again["comparison"]) >= {"n", "level", "reference", "against_reference", "runner_up",

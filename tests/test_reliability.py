@@ -138,7 +138,7 @@ def test_compare_reads_intact_results_past_a_damaged_status(tmp_path: Path, caps
                                                                "ece": 0.1}]})
     run.write_status("finished")
     (run.path / "status.json").write_bytes(b"null")
-    from calm_core.results.view import compare_rows
+    from calm_core.results.tables import compare_rows
 
     assert [r["variant"] for r in compare_rows([run])] == ["sft"]
 

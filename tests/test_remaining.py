@@ -14,6 +14,7 @@ import os
 import re
 import time
 
+from calm_core.runs.selection_record import SelectionSummary
 from calm_core.estimate.remaining import (
     ESTIMATE,
     FINAL,
@@ -53,7 +54,7 @@ def test_the_runs_own_pace_takes_over_after_measured_steps() -> None:
     assert remaining(records[:-1], _status(MEASURED_STEPS), ESTIMATE_RECORD, NOW).basis == ESTIMATE
     step = 1 + MEASURED_STEPS
     left = remaining(records, _status(step), ESTIMATE_RECORD, NOW)
-    assert left == Remaining(5.0 * (20 - step), MEASURED)
+    assert (left.seconds, left.basis, left.stop_at) == (5.0 * (20 - step), MEASURED, 20)  # no stop: the limit
     assert remaining_text(left) == f"about {5 * (20 - step)} s of steps left"  # under two minutes: seconds
 
 
@@ -72,6 +73,66 @@ def test_the_final_evaluation_counts_its_own_passes_not_steps_that_will_not_run(
     left = remaining(records, status, ESTIMATE_RECORD, NOW)
     assert left == Remaining(None, FINAL, 2, 6)
     assert remaining_text(left) == "final evaluation: 2 of 6 set and variant passes (the steps are done)"
+
+
+# A recorded S_V NLL curve (evaluated steps of the quick preset: 1, 2, 4, 6, ...): best at
+# step 4, worse after it, so the calibrated stop (patience 4) ends the run at step 12 of 40.
+CURVE = {0: 1.0, 1: 0.9, 2: 0.8, 4: 0.7, 6: 0.75, 8: 0.8, 10: 0.85, 12: 0.9, 14: 0.95}
+
+
+def _selector_over(curve: dict[int, float], until: int):
+    """The calibrated stop as the run ran it, offered the curve's evaluations up to `until`."""
+    from calm_core.training.selection import Candidate, Selector, SelectRule
+
+    selector, stopped = Selector(SelectRule(patience=4)), None
+    for step, nll in sorted(curve.items()):
+        if step > until:
+            break
+        verdict = selector.offer(Candidate(step, nll, 0.1, 0.5, 30, losses=[nll + d for d in (0.0, 0.02, -0.02) * 10]))
+        stopped = stopped if stopped is not None or not verdict.stop else step
+    return selector, stopped
+
+
+def test_the_pace_counts_the_steps_to_where_the_calibrated_stop_ends_the_run_not_the_limit() -> None:
+    """At step 8 the curve's best is step 4: with patience 4 the run stops at step 12 unless S_V
+    improves, and it does stop there; the time left counts 4 steps and the final evaluation
+    (its launch estimate), not the 32 steps up to the limit (issue 49: 40 counted, 16 run)."""
+    from calm_core.estimate.remaining import likely_stop, schedule_of
+    from calm_core.training.config import TrainConfig
+
+    train = TrainConfig.preset("quick", method="calm").to_dict()
+    schedule = schedule_of(train)
+    selector, _ = _selector_over(CURVE, until=8)
+    summary = SelectionSummary.from_json(selector.summary())  # as status.json's record reads it
+    assert likely_stop(summary, schedule, 40) == 12
+    assert _selector_over(CURVE, until=40)[1] == 12  # where the run really stops
+    records = [{"step": s, "elapsed": 5.0 * s} for s in range(0, 9)]
+    status = _status(8, total_steps=40, selection=selector.summary())
+    left = remaining(records, status, {"likely_s": 300.0, "after_steps_s": 60.0}, NOW, schedule)
+    assert (left.seconds, left.stop_at, left.limit) == (5.0 * (12 - 8) + 60.0, 12, 40)
+    assert remaining_text(left) == (
+        "about 80 s left: steps at the run's own pace to step 12, where the calibrated stop ends the run "
+        "unless S_V improves (limit 40), then the final evaluation"
+    )
+    last = SelectionSummary.from_json({"rule": "last", "selected_step": 4, "patience": 4})
+    assert likely_stop(last, schedule, 40) == 40 and likely_stop(summary, None, 40) == 40
+
+
+def test_each_final_stage_says_what_it_does_and_its_count() -> None:
+    """The recommendation's cross-fitting ran 106 s behind a full bar that said the passes
+    were done (issue 49): each stage is named, with its own count."""
+    from calm_core.training.tasks.mcqa import CROSS_FIT_STAGE, FIT_STAGE
+
+    final = {"done": 3, "total": 15, "stage": CROSS_FIT_STAGE, "unit": "calibrator and fold fits"}
+    left = remaining([], _status(16, phase="final evaluation", final=final), None, NOW)
+    assert (left.basis, left.done, left.total) == (FINAL, 3, 15)
+    assert remaining_text(left) == (
+        "final evaluation, cross-fitting the calibrators for the recommendation: 3 of 15 calibrator and fold fits "
+        "(the steps are done)"
+    )
+    fits = remaining([], _status(16, phase="final evaluation", final={"done": 0, "total": 0, "stage": FIT_STAGE}),
+                     None, NOW)
+    assert remaining_text(fits) == "final evaluation, fitting the post-hoc calibrators (the steps are done)"
 
 
 def _loss_vlines(at) -> list[dict]:

@@ -26,7 +26,7 @@ from calm_core.runs.layout import predictions_path, write_predictions
 from calm_core.runs.rundir import RunDir
 from calm_core.results.report import run_report_html
 from calm_core.results.report_svg import OVER, UNDER, WHISKER, reliability_svg
-from calm_core.results.view import bome_line, bome_summary
+from calm_core.results.curves import bome_line, bome_summary
 from tests.test_trainer import fresh_lm, small_config
 
 MALICIOUS = "<script>alert(1)</script>"

@@ -8,8 +8,11 @@ The grep test defines "a `.get` on a run file" as what it matches, outside calm_
   (`status = run.status` ... `status.get("step")`);
 - a direct JSON read (`json.load*`, `read_json_object`) of results.json, status.json or a
   run's config.json.
-Nested JSON mappings inside a record (a recommendation's evidence, `train`, which
-TrainConfig types) are their readers' business and are not matched.
+Nested JSON mappings inside a record are matched by a second grep (`nested_reads`):
+`.get(` or `["` on a record's mapping field (`results.selection.get(`,
+`(status.final or {}).get(`), directly or through a name bound to it. The recommendation
+is a typed record (runs/recommendation.py), so none is allowed on it; the fields still
+typed as JSON mappings have a count per file that may only shrink (NESTED_ALLOWED).
 """
 
 from __future__ import annotations
@@ -31,6 +34,22 @@ JSON_READ = re.compile(r"(json\.loads?|read_json_object)\(.*(results\.json|statu
 # What the test still allows, file -> matched lines: it may only shrink (empty: none left).
 ALLOWED: dict[str, int] = {}
 
+# A record's fields that hold JSON mappings, and the names a record is read under.
+MAPPING_FIELDS = (
+    "recommendation|selection|choices|timings|final|model|threads|estimate|scoring|splits|environment|generation"
+    "|train|calibrators"
+)
+RECORD = r"\b(?:files\.status|files\.config|run\w*\.status|run\w*\.config|run\w*\.results\(\)|\w*results|\w*status|config)"
+NESTED = re.compile(r"\(?" + RECORD + r"\.(?:" + MAPPING_FIELDS + r")\b(?:\s+or\s+\{\}\))?(?:\.get\(|\[\")")
+NESTED_BOUND = re.compile(
+    r"^\s*(\w+)\s*=\s*\(?" + RECORD + r"\.(?:" + MAPPING_FIELDS + r")\b(?:\s+or\s+\{\})?\)?\s*(?:#.*)?$", re.M
+)
+# file -> nested reads still allowed on the fields not yet typed: they may only shrink.
+NESTED_ALLOWED: dict[str, int] = {
+    "calm_core/export/record.py": 2,  # config.json's `environment`
+    "calm_core/results/fast_path_view.py": 1,  # status.json's `choices`
+}
+
 
 def run_file_reads(text: str) -> list[str]:
     """The lines of `text` that read a run file around its record (see the module docstring)."""
@@ -39,6 +58,47 @@ def run_file_reads(text: str) -> list[str]:
         found += re.findall(rf"\b{name}(?:\.get\(|\[\")", text)
     found += [m.group(0) for m in JSON_READ.finditer(text)]
     return found
+
+
+def nested_reads(text: str) -> list[str]:
+    """The lines of `text` that read a record's nested JSON mapping by key (module docstring)."""
+    found = [m.group(0) for m in NESTED.finditer(text)]
+    for name in set(NESTED_BOUND.findall(text)):
+        found += re.findall(rf"\b{name}(?:\.get\(|\[\")", text)
+    return found
+
+
+def _sources() -> list[Path]:
+    return [*sorted((ROOT / "calm_core").rglob("*.py")), *sorted((ROOT / "app").rglob("*.py"))]
+
+
+def test_the_nested_grep_matches_what_it_says() -> None:
+    """The matcher itself, on the shapes the readers had before the recommendation was typed."""
+    assert nested_reads('variant = (results.recommendation or {}).get("variant")')
+    assert nested_reads('rec = results.recommendation or {}\nstages = rec.get("stages")')
+    assert nested_reads('step = run.status.selection["selected_step"]')
+    assert nested_reads('final = status.final or {}\ndone = final.get("done")')
+    assert not nested_reads("variant = results.recommendation.variant")
+    assert not nested_reads('rec = results.recommendation\nn = rec.comparison.n if rec.comparison else 0')
+
+
+def test_no_reader_reads_a_nested_mapping_by_key_beyond_its_allowance() -> None:
+    offenders: dict[str, int] = {}
+    for path in _sources():
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith("calm_core/runs/"):
+            continue
+        hits = nested_reads(path.read_text(encoding="utf-8"))
+        if len(hits) > NESTED_ALLOWED.get(rel, 0):
+            offenders[rel] = len(hits)
+    assert not offenders, f"type the nested record in runs/ and read its attributes instead: {offenders}"
+
+
+def test_the_recommendation_is_read_by_attribute_everywhere() -> None:
+    """No reader indexes the typed recommendation: a `.get(` on it would fail at run time."""
+    pattern = re.compile(r"\.recommendation\b(?:\s+or\s+\{\}\))?(?:\.get\(|\[\")")
+    offenders = [p.relative_to(ROOT).as_posix() for p in _sources() if pattern.search(p.read_text(encoding="utf-8"))]
+    assert not offenders
 
 
 def test_the_grep_matches_what_it_says() -> None:
@@ -55,7 +115,7 @@ def test_the_grep_matches_what_it_says() -> None:
 
 def test_no_reader_above_runs_goes_around_the_records() -> None:
     offenders: dict[str, int] = {}
-    for path in [*sorted((ROOT / "calm_core").rglob("*.py")), *sorted((ROOT / "app").rglob("*.py"))]:
+    for path in _sources():
         rel = path.relative_to(ROOT).as_posix()
         if rel.startswith("calm_core/runs/"):
             continue
@@ -138,3 +198,58 @@ def test_the_status_writer_refuses_a_field_of_the_wrong_type(tmp_path: Path) -> 
     with pytest.raises(TypeError, match="`step` is a str"):
         run.update_status(step="4")
     assert (run.path / "status.json").read_text() == before
+
+
+# ----------------------------------------------------------------------------- the recommendation
+
+
+def _written_recommendation() -> dict:
+    """A recommendation as the final evaluation writes it (calibration/recommend.py)."""
+    import numpy as np
+
+    from tests.test_recommend import _recommend_ts
+
+    pick = _recommend_ts(60, 0)
+    assert isinstance(pick.heldout["ts"].nll, float) and not isinstance(pick.heldout["ts"].nll, np.floating)
+    return pick.to_json()
+
+
+def test_a_written_recommendation_reads_back_typed_and_round_trips() -> None:
+    import json
+
+    from calm_core.calibration.metrics.paired import PairedDifference
+    from calm_core.runs.recommendation import Recommendation
+
+    data = json.loads(json.dumps(_written_recommendation()))  # through the file's JSON
+    rec = RunResults.from_json({"results": [], "recommendation": data}).recommendation
+    assert isinstance(rec, Recommendation) and rec.comparison is not None
+    assert isinstance(rec.comparison.against_reference["ts"], PairedDifference)
+    assert rec.comparison.n == 60 and rec.heldout["base"].acc is not None
+    assert rec.to_json() == data
+    pooled = {**data, "calibrate_on": "all", "stages": {"all labelled": data, "S_V": data}}
+    again = Recommendation.from_json(pooled)
+    assert again.stages["S_V"] == rec and again.to_json() == pooled
+
+
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [
+        ({"heldout": {"ts": {"nll": "low"}}}, "`recommendation.heldout.ts.nll` is a str where a number belongs"),
+        ({"comparison": {"n": "60"}}, "`recommendation.comparison.n` is a str where an int belongs"),
+        ({"comparison": {"against_reference": {"ts": {"mean": 1}}}},
+         "`recommendation.comparison.against_reference.ts.lo` is missing"),
+        ({"stages": {"S_V": []}}, "`recommendation.stages.S_V` is a list where an object belongs"),
+    ],
+)
+def test_a_damaged_recommendation_is_refused_by_its_dotted_key(damage: dict, problem: str) -> None:
+    data = {"results": [], "recommendation": {**_written_recommendation(), **damage}}
+    with pytest.raises(RunFileError, match=re.escape(problem)):
+        RunResults.from_json(data)
+
+
+def test_an_older_recommendation_without_comparison_reads() -> None:
+    """Runs written before the paired comparison: `comparison` {} and no decision."""
+    old = {"variant": "ts", "reason": "ts: S_V NLL 1.0", "heldout": {"ts": {"nll": 1.0, "acc": 0.5, "ece": 0.1}}}
+    rec = RunResults.from_json({"results": [], "recommendation": {**old, "comparison": {}}}).recommendation
+    assert rec is not None and rec.comparison is None and rec.reference == "base" and not rec.pooled
+    assert rec.heldout["ts"].kept_accuracy and rec.heldout["ts"].confidence is None

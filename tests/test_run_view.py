@@ -7,7 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from calm_core.results import view as run_view
+from calm_core.results import curves as run_curves
+
+from calm_core.results import predictions as run_predictions
+
+from calm_core.results import tables as run_tables
 from calm_core.runs.rundir import RunDir
 
 RECORDS = [
@@ -19,12 +23,12 @@ RECORDS = [
 
 
 def test_series_eval_sets_and_alpha_vectors() -> None:
-    assert run_view.series(RECORDS, "train/lower_loss") == ([1, 2, 3], [1.5, 1.2, 1.1])
-    assert run_view.series(RECORDS, "eval/arc/easy_test/ece") == ([2], [0.2])
-    assert run_view.eval_sets(RECORDS) == ["heldout", "arc/easy_test"]
-    steps, taus = run_view.alpha_vectors(RECORDS)
+    assert run_curves.series(RECORDS, "train/lower_loss") == ([1, 2, 3], [1.5, 1.2, 1.1])
+    assert run_curves.series(RECORDS, "eval/arc/easy_test/ece") == ([2], [0.2])
+    assert run_curves.eval_sets(RECORDS) == ["heldout", "arc/easy_test"]
+    steps, taus = run_curves.alpha_vectors(RECORDS)
     assert steps == [1, 2] and taus.tolist() == [[1.0, 1.1], [1.2, 1.3]]
-    assert run_view.alpha_vectors(RECORDS, "l")[1].shape == (0, 0)
+    assert run_curves.alpha_vectors(RECORDS, "l")[1].shape == (0, 0)
 
 
 def _run(root: Path, run_id: str, name: str, variants: list[str]) -> RunDir:
@@ -39,16 +43,16 @@ def test_compare_rows_share_base_and_ts_and_label_repeated_methods(tmp_path: Pat
     a = _run(tmp_path, "a", "calm-options", ["base", "ts", "calm", "calm_theta_only"])
     b = _run(tmp_path, "b", "calm-vocab", ["base", "ts", "calm", "calm_theta_only"])
     c = _run(tmp_path, "c", "sft", ["base", "ts", "sft"])
-    rows = run_view.compare_rows([a, b, c])
+    rows = run_tables.compare_rows([a, b, c])
     assert [r["variant"] for r in rows] == ["base", "ts", "calm", "calm_theta_only", "calm@calm-vocab",
                                             "calm_theta_only@calm-vocab", "sft"]
     assert rows[4]["variant_raw"] == "calm" and rows[4]["run"] == "b"
     with pytest.raises(ValueError, match="results.json"):
-        run_view.compare_rows([RunDir.create(tmp_path, "d", {"train": {}})])
+        run_tables.compare_rows([RunDir.create(tmp_path, "d", {"train": {}})])
 
 
 def test_compare_shows_base_a_calibrator_and_the_trained_model_first() -> None:
-    from calm_core.results.view import default_variants
+    from calm_core.results.tables import default_variants
 
     assert default_variants(["base", "ts", "vs", "calm", "calm_theta_only"]) == ["base", "ts", "calm"]
     assert default_variants(["base", "vs", "calm", "calm_theta_only", "calm@b"]) == ["base", "vs", "calm"]
@@ -68,14 +72,14 @@ def test_predictions_reads_confidence_and_correctness(tmp_path: Path) -> None:
     run = RunDir.create(tmp_path, "p", {"train": {}})
     write_predictions(run.path, "calm", "arc/easy_test",
                       pd.DataFrame({"gold": [0, 1], "prediction": [0, 0], "confidence": [0.9, 0.6]}))
-    confidence, correct = run_view.predictions(run, "calm", "arc/easy_test")
+    confidence, correct = run_predictions.predictions(run, "calm", "arc/easy_test")
     assert confidence.tolist() == [0.9, 0.6] and correct.tolist() == [1.0, 0.0]
     with pytest.raises(ValueError, match="predictions"):
-        run_view.predictions(run, "sft", "arc/easy_test")
+        run_predictions.predictions(run, "sft", "arc/easy_test")
 
 
 def test_bome_summary_means_the_last_steps_and_flags_an_inert_coupling() -> None:
-    from calm_core.results.view import bome_line, bome_summary
+    from calm_core.results.curves import bome_line, bome_summary
 
     acting = [{"step": i, "bome/q": 0.5, "bome/lambda": 1.0 + i, "bome/inner_drop_frac": 0.9,
                "bome/coupling_ratio": 0.5} for i in range(1, 13)]
@@ -91,7 +95,7 @@ def test_bome_summary_means_the_last_steps_and_flags_an_inert_coupling() -> None
 def test_reference_points_come_from_the_final_evaluation(tmp_path) -> None:
     import json
 
-    from calm_core.results.view import reference_points
+    from calm_core.results.tables import reference_points
     from calm_core.runs.rundir import RunDir
 
     run = RunDir.create(tmp_path, "r", {"method": "calm"})
@@ -102,7 +106,7 @@ def test_reference_points_come_from_the_final_evaluation(tmp_path) -> None:
 
 
 def test_head_scope_resolves_auto_by_the_scoring_rule() -> None:
-    from calm_core.results.view import head_scope
+    from calm_core.results.run_facts import head_scope
 
     assert head_scope({"method": "calm", "scope": "auto", "scoring": "cloze"}) == "scalar"
     assert head_scope({"method": "calm", "scope": "auto", "scoring": "letter"}) == "vocab"
@@ -113,7 +117,7 @@ def test_config_json_records_the_scope_the_head_really_has() -> None:
     """`scalar` forces its scope: a run asked for `options` records `head_scope: scalar`,
     and the Monitor / Compare read that, not the asked-for scope."""
     from calm_core.training.config import TrainConfig
-    from calm_core.results.view import head_scope
+    from calm_core.results.run_facts import head_scope
 
     train = TrainConfig(method="scalar", scope="options", scoring="letter").to_dict()
     assert (train["scope"], train["head_scope"]) == ("options", "scalar")
@@ -128,7 +132,7 @@ def test_uniform_entropy_is_mean_ln_k_of_the_heldout_set(tmp_path) -> None:
 
     from calm_core.data.catalog import load_dataset
     from calm_core.runs.rundir import RunDir
-    from calm_core.results.view import uniform_entropy
+    from calm_core.results.curves import uniform_entropy
 
     name = "builtin/capitals/validation"
     run = RunDir.create(tmp_path, "r-mc", {"train": {"task": "mcqa", "heldout_data": name}})
@@ -146,7 +150,7 @@ def test_sets_read_from_files_are_shown_by_name_never_by_path(tmp_path: Path) ->
         {"dataset": "arc/easy_test", "variant": "calm", "acc": 0.4, "added_after_training": True},
     ]
     (run.path / "added_results.json").write_text(json.dumps({"results": added}))
-    rows = run_view.compare_rows([run])
+    rows = run_tables.compare_rows([run])
     shown = [r["dataset"] for r in rows if r.get("added_after_training")]
     # a file by its name; a second file of the same name keeps its path, so two sets never merge
     assert shown == ["private.csv (added)", "/home/me/other/private.csv (added)", "arc/easy_test (added)"]

@@ -125,3 +125,31 @@ def test_marginal_low_is_the_binomial_quantile() -> None:
 def test_estimate_cell_of_the_note_is_the_tables() -> None:
     e = Estimate(0.8, 0.66, 0.89, 30)
     assert sel.cell(e) == "80% (66%-89%)"
+
+
+@pytest.mark.parametrize("calibrate_on", [None, "heldout", "all"])
+def test_a_run_calibrated_on_all_labelled_items_says_why_only_s_v_counts(
+    tmp_path: Path, capsys: pytest.CaptureFixture, calibrate_on: str | None
+) -> None:
+    """k-fold on S_T + S_V (calibrate_on = all): the thresholds are still chosen on S_V's 60
+    items, and `calm selective` (and Compare, through the same note) says why in one sentence."""
+    import json
+
+    run = make_run(tmp_path / "runs")
+    if calibrate_on is not None:
+        config = json.loads((run.path / "config.json").read_text())
+        config["train"]["calibrate_on"] = calibrate_on
+        (run.path / "config.json").write_text(json.dumps(config))
+    assert main(["selective", run.run_id, "--runs-root", str(tmp_path / "runs")]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if "S_T + S_V" in line]
+    if calibrate_on != "all":
+        assert notes == []
+        return
+    assert notes == [
+        "note: Only the 60 S_V items choose the thresholds, though this run fitted its calibrators k-fold on "
+        "S_T + S_V (calibrate_on = all): the trained model learned from S_T, so its answers there are better than "
+        "on new questions, and a calibrator's out-of-fold S_T predictions come from the fold fits, not the "
+        "exported one, so neither keeps the guarantee exact, and every variant is chosen on the same items."
+    ]
+    report = sel.selective_report(run, sel.SelectiveRequest("ts"))
+    assert sel.sv_only_note(report) == notes[0].removeprefix("note: ")

@@ -56,8 +56,9 @@ def test_launch_training_never_calls_back_up_a_layer(tiny_model_dir: Path, tmp_p
     )
     (run, _), record = walk(lambda: launch_training(cfg, root=tmp_path / "runs"))
     try:
-        assert len(record.rooms) > 5  # the walk saw the launch: workspace, runs, training, data...
-        assert {layer(m) for m in record.rooms} >= {1, 4, 5}
+        assert len(record.rooms) > 5  # the walk saw the launch: runs, training, data...
+        assert {layer(m) for m in record.rooms} >= {1, 4}
+        assert not [m for m in record.rooms if m.startswith("calm_core.estimate")]  # the caller's estimate only
         assert upward_calls(record) == []
     finally:
         cancel(run)
@@ -117,7 +118,12 @@ def test_launching_loads_no_dataset(tiny_model_dir: Path, tmp_path: Path, monkey
         eval_data=("builtin/units/test", f"{quiz}[0:12]"),
         train_limit=8,
     )
-    (run, _), record = walk(lambda: launch_training(cfg, root=tmp_path / "runs"))
+    from calm_core.estimate.predict import launch_estimate
+
+    def launch() -> tuple:  # as `calm train --detach` and the Train page launch: the estimate, then the run
+        return launch_training(cfg, root=tmp_path / "runs", estimate=launch_estimate(cfg, tmp_path / "runs"))
+
+    (run, _), record = walk(launch)
     print(f"launch_training: {len(record.stays)} stays in {len(record.rooms)} modules")
     try:
         assert data_loading(record) == set(), sorted(data_loading(record))

@@ -71,7 +71,7 @@ def test_run_directory_is_written(tiny_model_dir: Path, tmp_path: Path, scoring:
         assert "alpha/tau" in records[1] and len(records[1]["alpha/tau"]) == 4
     assert "alpha/tau_mean" in records[1]
     assert "lower/st_nll" in records[0]
-    selected = run.status.selection["selected_step"]
+    selected = run.status.selection.selected_step
     assert selected in (0, 1, 2, 3) and records[3]["select/selected_step"] == selected
     assert run.status.state == "finished" and run.status.step == 3
     step, checkpoint = run.latest_checkpoint()
@@ -170,7 +170,7 @@ def test_final_evaluation_reuses_the_selected_steps_scores(tiny_model_dir: Path,
     # the end: both sets and S_V (for the recommendation) without the adapter (base; 6 S_V
     # items fit no TS), while calm and calm_theta_only come from the selected step's scores
     assert sorted(calls) == [(6, False, False)] * 3
-    selected = run.status.selection["selected_step"]
+    selected = run.status.selection.selected_step
     at_selected = next(r for r in run.read_metrics() if r["step"] == selected)
     calm = next(r for r in json.loads((run.path / "results.json").read_text())["results"] if r["variant"] == "calm")
     assert calm["acc"] == pytest.approx(at_selected["eval/builtin/capitals/test/acc"])

@@ -125,16 +125,21 @@ def test_selection_and_recommendation_lines_say_which_step_and_which_calibrator(
 
 
 def test_the_live_selection_line_marks_and_tolerance_come_from_status() -> None:
-    chosen = selection()
+    from calm_core.runs.selection_record import SelectionSummary
+
+    def typed(data: dict) -> SelectionSummary:  # as status.json's record reads it
+        return SelectionSummary.from_json(data)
+
+    chosen = typed(selection())
     assert advice.selection_status_line(chosen) == ("Selected step 4 (rule `best`): S_V NLL 0.8123, ECE 0.0712, "
                                                      "accuracy 0.625; stopped early at step 12.")
-    assert advice.selection_status_line(selection(stopped_early=None)).endswith("accuracy 0.625.")
+    assert advice.selection_status_line(typed(selection(stopped_early=None))).endswith("accuracy 0.625.")
     assert advice.selection_status_line(None) is None
-    assert advice.selection_status_line({"rule": "best", "selected_step": None}) is None
+    assert advice.selection_status_line(typed({"rule": "best", "selected_step": None})) is None
     assert advice.selected_step(chosen) == 4 and advice.selected_step(None) is None
-    assert advice.selected_step({"selected_step": 0}) == 0  # the untouched model is a selection too
+    assert advice.selected_step(typed({"selected_step": 0})) == 0  # the untouched model is a selection too
     assert advice.lower_threshold(chosen) == 1.0 * 1.1
-    assert advice.lower_threshold({**chosen, "reference": {"lower": None}}) is None
+    assert advice.lower_threshold(typed({**selection(), "reference": {"lower": None}})) is None
     assert advice.lower_threshold(None) is None
 
 
@@ -284,7 +289,7 @@ def test_the_under_confident_flag_and_its_threshold() -> None:
 
 
 def _sentence(pick) -> str:
-    return advice.recommendation_sentence(_results({"recommendation": pick.to_dict()}))
+    return advice.recommendation_sentence(_results({"recommendation": pick.to_json()}))
 
 
 def test_the_sentence_says_keep_change_tie_and_too_few_in_plain_words() -> None:
@@ -293,10 +298,10 @@ def test_the_sentence_says_keep_change_tie_and_too_few_in_plain_words() -> None:
     from tests.test_recommend import _overconfident, _recommend_ts
 
     keep = _recommend_ts(24, 0)
-    gain = keep.comparison["against_reference"]["ts"]
+    gain = keep.comparison.against_reference["ts"]
     assert _sentence(keep) == (
         f"Keep the model as it is: on 24 held-out items, temperature scaling's gain cannot be told from noise "
-        f"(NLL change {gain['mean']:+.2f}, 90% interval {gain['lo']:+.2f} to {gain['hi']:+.2f}).")
+        f"(NLL change {gain.mean:+.2f}, 90% interval {gain.lo:+.2f} to {gain.hi:+.2f}).")
     worse = _recommend_ts(24, 1)
     assert _sentence(worse).startswith("Keep the model as it is: on 24 held-out items, nothing lowers its NLL "
                                        "(the closest, temperature scaling: NLL change +")
@@ -315,7 +320,7 @@ def test_the_sentence_says_keep_change_tie_and_too_few_in_plain_words() -> None:
                                      "noise (CALM: NLL change -")
     alone = recommend({"base": probs["base"], "flat": np.full_like(probs["base"], 0.25)}, gold)
     assert _sentence(alone) == "Keep the model as it is: on 200 held-out items, no other variant keeps its accuracy."
-    data = {"results": [_row("base", 0.5, 0.2, 0.7, 0.7)], "recommendation": keep.to_dict()}
+    data = {"results": [_row("base", 0.5, 0.2, 0.7, 0.7)], "recommendation": keep.to_json()}
     assert verdict.verdict_rows(_results(data))[0].cells()["recommended on S_V"] == "Keep the model as it is"
     assert advice.recommendation_line(_results(data), "calm").startswith(_sentence(keep))
 
@@ -345,7 +350,7 @@ def test_every_consumer_says_the_same_sentence(tiny_model_dir: Path, tmp_path: P
     results = run.results()
     sentence = advice.recommendation_sentence(_results(results))
     assert sentence and sentence.startswith(("Keep the model as it is: ", "Use "))
-    assert (results.recommendation or {})["comparison"]["n"] == 12  # the item count is recorded
+    assert results.recommendation and results.recommendation.comparison and results.recommendation.comparison.n == 12  # the item count is recorded
     assert sentence in printed.splitlines()[2]  # `calm train`'s closing lines
     assert escape(sentence) in run_report_html(run)
     assert f"\n{sentence}\n" in (export_run(run, tmp_path / "export") / "README.md").read_text()
@@ -369,7 +374,7 @@ def test_a_pooled_recommendation_names_its_items_as_labelled_out_of_fold() -> No
     logits = rng.normal(size=(200, 4))
     logits[np.arange(200), gold] += 1.0
     sharp, calibrated = metrics.softmax(4 * logits), metrics.softmax(logits)  # base: four times too sharp
-    rec = recommend({"base": sharp, "ts": calibrated}, gold, items=LABELLED_ITEMS).to_dict()
+    rec = recommend({"base": sharp, "ts": calibrated}, gold, items=LABELLED_ITEMS).to_json()
     sentence = advice.recommendation_sentence(_results({"recommendation": rec}))
     assert sentence.startswith("Use temperature scaling: on 200 labelled items (S_T + S_V, out of fold) it lowers")
 
@@ -503,7 +508,7 @@ def test_the_fitted_ats_line_spells_its_abbreviation_in_capitals() -> None:
     import numpy as np
 
     from calm_core.calibration.posthoc import calibrators
-    from calm_core.results.view import posthoc_lines
+    from calm_core.results.tables import posthoc_lines
 
     rng = np.random.default_rng(0)
     gold, logits, features = rng.integers(0, 4, 200), rng.normal(size=(200, 4)), rng.normal(size=(200, 8))

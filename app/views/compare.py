@@ -20,7 +20,7 @@ from app.reliability_view import BIN_CHOICES, bins_label, compare_diagrams, ece_
 from app.selective_view import selective_section
 from app.state import code, describe_error
 from app.verdict_view import heldout_evidence, verdict_block, verdict_caption
-from app.words import column_help, helps, named, variant_help, variant_names
+from app.words import column_help, helps, label_of, named, variant_help, variant_names
 from calm_core.access.rules import Access, write_refusal
 from calm_core.calibration.metrics.columns import metric_names, table_columns
 from calm_core.data.entries import list_datasets
@@ -28,9 +28,11 @@ from calm_core.export.folder import export_zip, recommended_export
 from calm_core.glossary import tooltip
 from calm_core.launch import launch_evaluation
 from calm_core.results import advice, verdict
-from calm_core.results import view as run_view
+from calm_core.results import predictions as run_predictions
+from calm_core.results import tables as run_tables
 from calm_core.results.added import evaluate_run, run_eval_limit
 from calm_core.results.report import run_report_html
+from calm_core.runs.lifecycle import RunState
 from calm_core.runs.listing import list_runs, run_label
 from calm_core.runs.records import RunResults
 from calm_core.runs.rundir import RunDir
@@ -49,7 +51,7 @@ class Chosen(NamedTuple):
     ids: list[str]  # as chosen, in the multiselect's order
     labels: dict[str, str]  # run id -> label, for every finished run
     runs: list[RunDir]
-    rows: list[dict[str, Any]]  # run_view.compare_rows: every run's result rows, added sets included
+    rows: list[dict[str, Any]]  # run_tables.compare_rows: every run's result rows, added sets included
     tasks: dict[str, str]  # run id -> mcqa | openqa
     results: dict[str, RunResults]  # run id -> results.json
     methods: dict[str, str]  # run id -> the trained method
@@ -82,13 +84,13 @@ Owners = dict[tuple[str, str], tuple[RunDir, dict[str, Any]]]  # (dataset, varia
 def choose_runs() -> tuple[list[str], dict[str, str]]:
     """The runs to compare, newest finished first; the page stops when there is none, or
     none is chosen. Returns the chosen ids and every finished run's label."""
-    finished = [r for r in list_runs() if r.state == "finished" and RunDir(r.path).has_results()]
+    finished = [r for r in list_runs() if r.state == RunState.FINISHED and RunDir(r.path).has_results()]
     if not finished:
         st.info("No finished runs yet. Launch one on the **Train** page; its final evaluation lands here.")
         st.stop()
     labels = {r.run_id: run_label(r) for r in finished}
     chosen = st.multiselect(
-        "Runs", list(labels), default=[finished[0].run_id], format_func=labels.get, key="compare_runs"
+        "Runs", list(labels), default=[finished[0].run_id], format_func=label_of(labels), key="compare_runs"
     )
     if not chosen:
         st.stop()
@@ -100,8 +102,8 @@ def read_chosen(ids: list[str], labels: dict[str, str]) -> Chosen:
     read is said in one line and stops the page."""
     try:
         runs = [RunDir.at(run_id) for run_id in ids]
-        rows = run_view.compare_rows(runs)
-        tasks = {run.run_id: run_view.task_of(run) for run in runs}
+        rows = run_tables.compare_rows(runs)
+        tasks = {run.run_id: run.config.train.task for run in runs}
     except Exception as exc:
         st.error(describe_error(exc))
         st.stop()
@@ -137,9 +139,9 @@ def diagram_controls(chosen: Chosen) -> DiagramView:
     shown = st.multiselect(  # a row of its own: the chips of four variants named in full fit side by side
         "Variants",
         variants,
-        default=run_view.default_variants(variants, recommended_variants(chosen)),
+        default=run_tables.default_variants(variants, recommended_variants(chosen)),
         key="compare_variants",
-        format_func=variant_names(variants).get,
+        format_func=label_of(variant_names(variants)),
         help=variant_help(variants),
     )
     diagram_bins = c2.selectbox(
@@ -174,7 +176,7 @@ def diagrams(chosen: Chosen, view: DiagramView, owner: Owners) -> tuple[list[go.
         if (view.dataset, variant) not in owner:
             continue
         try:
-            curves[variant] = run_view.row_predictions(*owner[(view.dataset, variant)])
+            curves[variant] = run_predictions.row_predictions(*owner[(view.dataset, variant)])
         except Exception as exc:
             st.warning(describe_error(exc))
     figures = compare_diagrams(curves, view.dataset, view.diagram_bins, view.layout) if curves else []
@@ -205,11 +207,14 @@ def open_answers(chosen: Chosen, view: DiagramView, owner: Owners, confidences: 
     )
     st.caption("Sem1 takes the values k / n for n samples: a spike at 1.0 is a model whose samples all agree.")
     variant = st.selectbox(
-        "Sampled answers of", open_variants, key="compare_open_variant", format_func=variant_names(open_variants).get
+        "Sampled answers of",
+        open_variants,
+        key="compare_open_variant",
+        format_func=label_of(variant_names(open_variants)),
     )
     try:
         run, row = owner[(dataset, variant)]
-        frame = run_view.row_open_answers(run, row)
+        frame = run_predictions.row_open_answers(run, row)
     except Exception as exc:
         st.warning(describe_error(exc))
         return
@@ -253,7 +258,7 @@ def metrics_table(chosen: Chosen, view: DiagramView) -> pd.DataFrame:
     picked = c2.multiselect(
         "Columns",
         metric_choices,
-        default=run_view.default_columns(metric_choices),
+        default=run_tables.default_columns(metric_choices),
         key="compare_columns",
         help="The full table is in the CSV and in the expander below. Each column's header says what it "
         "measures.\n\n" + (helps(*metric_choices) or ""),
@@ -333,7 +338,7 @@ def evaluate_more(chosen: Chosen) -> None:
         "trained model at its selected step, scored as its final evaluation scores (`calm eval --run` does the "
         "same). The rows are stored with the run and show above as `<set> (added)`, with their data's fingerprint."
     )
-    more_run = st.selectbox("Run", chosen.ids, format_func=chosen.labels.get, key="compare_more_run")
+    more_run = st.selectbox("Run", chosen.ids, format_func=label_of(chosen.labels), key="compare_more_run")
     more_kind = "open" if chosen.tasks[more_run] == "openqa" else "mc"
     more_sets = st.multiselect("Datasets", [e.name for e in list_datasets(kind=more_kind)], key="compare_more_sets")
     more_limit = st.number_input(
@@ -357,7 +362,7 @@ def evaluate_more(chosen: Chosen) -> None:
             st.rerun()
     if st.session_state.get(COMPARE_MORE_DONE):
         st.success(st.session_state.pop(COMPARE_MORE_DONE))
-    for line in run_view.added_lines(chosen.rows):
+    for line in run_tables.added_lines(chosen.rows):
         st.caption(code(line))
 
 
@@ -379,7 +384,7 @@ def _evaluate(run: RunDir, sets: list[str], limit: int | None, access: Access, s
 def share(chosen: Chosen) -> None:
     """One run's HTML report and its calibrated model as a zip (and the recommended variant's)."""
     st.subheader("Share a run")
-    run_id = st.selectbox("Run", chosen.ids, format_func=chosen.labels.get, key="compare_share_run")
+    run_id = st.selectbox("Run", chosen.ids, format_func=label_of(chosen.labels), key="compare_share_run")
     c1, c2 = st.columns(2)
     # Callables: the report and the zip are built when clicked, not on every rerun of the page.
     # on_click="ignore": a rerun would give every download button a new file id, and a second
@@ -431,7 +436,7 @@ owner = owners(chosen.rows)
 figures, confidences = diagrams(chosen, view, owner)
 open_answers(chosen, view, owner, confidences)
 which_model(chosen)
-group_section(view.dataset, view.shown, owner, view.n_bins)
+group_section(view.dataset, view.shown, owner, view.n_bins, view.diagram_bins)
 frame = metrics_table(chosen, view)
 downloads(frame, figures, view.dataset)
 evaluate_more(chosen)

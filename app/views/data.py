@@ -1,15 +1,14 @@
 """Data: the catalog, uploading a dataset by choosing its columns, and splitting one.
 
-An upload is read from a temporary copy (never unpickled: JSONL, CSV and Parquet only).
-A file that is not UTF-8 is named with the encoding it looks like and read in it with one
-click (app/upload_encoding.py). Its columns are mapped with widgets pre-filled by a guess (`guess_column_mapping`),
-validated row by row, previewed, and saved under the workspace as `upload/<name>`.
-Any dataset can then be split, seeded and stratified by answer position, into
-`split/<name>/train|heldout|test`: the S_T, S_V and evaluation sets a run needs. The
-sizes show before saving; an S_V too small for TS and the calibrated stop is refused
-(under 10 items) or warned about (too few to choose between methods, when a larger held-out
-part is possible), with a split that fits, and what S_V supports in one sentence (data/split_sizes.py).
-Last, lm-evaluation-harness samples of a model evaluated elsewhere (app/lm_eval_view.py).
+An upload is read from a temporary copy (never unpickled: JSONL, CSV and Parquet only). A file that is not
+UTF-8 is named with the encoding it looks like and read in it with one click (app/upload_encoding.py). Its
+columns are mapped with widgets pre-filled by a guess (`guess_column_mapping`), validated row by row,
+previewed, and saved under the workspace as `upload/<name>`. Any dataset can then be split, seeded and
+stratified by answer position, into `split/<name>/train|heldout|test`: the S_T, S_V and evaluation sets a
+run needs. The sizes show before saving; an S_V too small for TS and the calibrated stop is refused (under
+10 items) or warned about (too few to choose between methods, when a larger held-out part is possible), with
+a split that fits, and what S_V supports in one sentence (data/split_sizes.py). Last, lm-evaluation-harness
+samples of a model evaluated elsewhere (app/lm_eval_view.py).
 """
 
 from __future__ import annotations
@@ -21,14 +20,14 @@ import pandas as pd
 import streamlit as st
 
 from app.gate import studio_access, this_session
-from app.keys import CALIBRATE_SPLIT, DATA_LAST_SPLIT, DATA_MAP_FILE, DATA_SPLIT_SOURCE
+from app.keys import CALIBRATE_SPLIT, DATA_LAST_SPLIT, DATA_MAP_FILE, DATA_NAME_FILE, DATA_SPLIT_SOURCE
 from app.lm_eval_view import lm_eval_section
 from app.state import plain
 from app.train_advice import TRAIN_FIX
 from app.upload_cache import LOAD, PEEK, load_upload, once, peek_upload
 from app.upload_cache import problem as _problem
 from app.upload_encoding import upload_text
-from app.words import explained
+from app.words import explained, label_of
 from calm_core.access.datasets import check_may_replace, delete_dataset, delete_refusal_for
 from calm_core.data.catalog import load_dataset
 from calm_core.data.entries import SPLIT_PREFIX, DatasetEntry, list_datasets
@@ -42,6 +41,7 @@ from calm_core.data.split_sizes import NOTE, SplitAdvice, advise_split, heldout_
 from calm_core.data.uploads import save_upload
 from calm_core.glossary import define, tooltip
 from calm_core.paths import safe_name
+from calm_core.results.knowing import workspace_note
 
 PREVIEW_ROWS = 8
 FORM_KEY = "data_map_{}"  # widget key of each `form_values` field
@@ -52,9 +52,8 @@ ROW_NUMBERS = (
 )
 SPLIT_PERCENT = {"train": 60, "heldout": 20, "test": 20}  # default part sizes, % of the dataset
 PART_TERMS = {"train": "S_T", "heldout": "S_V", "test": "test split"}  # each part's glossary entry
-# The catalog's columns in pixels, together under the page's width at 1280 px: sized by their
-# content, the description ran past the table's right edge. Its text wraps instead,
-# which the data grid allows only in rows taller than 4rem (64 px): three lines of text.
+# The catalog's columns in pixels, together under the page's width at 1280 px (sized by content, the description
+# ran past the table's edge); its text wraps, which the data grid allows only in rows over 4rem (64 px): 3 lines.
 CATALOG_COLUMNS = {
     "name": st.column_config.TextColumn(width=250),
     "kind": st.column_config.TextColumn(width=50),
@@ -111,7 +110,7 @@ def _mapping_widgets(columns: list[str]) -> dict[str, Any]:
         left, right = st.columns(2)
         values["answer"] = left.selectbox("Answer column", columns, key=key("answer"))
         values["answer_form"] = right.selectbox(
-            "The answer is given as", list(ANSWER_FORMS), key=key("answer_form"), format_func=ANSWER_FORMS.get
+            "The answer is given as", list(ANSWER_FORMS), key=key("answer_form"), format_func=label_of(ANSWER_FORMS)
         )
         if values["answer_form"] == "label":
             values["labels"] = st.selectbox("Column of option labels", columns, key=key("labels"))
@@ -123,7 +122,12 @@ def _mapping_widgets(columns: list[str]) -> dict[str, Any]:
     none = {None: "(none)"}
     values["id"] = left.selectbox("Id column (optional)", optional, key=key("id"), format_func=lambda c: none.get(c, c))
     values["subject"] = right.selectbox(
-        "Subject column (optional)", optional, key=key("subject"), format_func=lambda c: none.get(c, c)
+        "Group: subject or any column (optional)",
+        optional,
+        key=key("subject"),
+        format_func=lambda c: none.get(c, c),
+        help="Compare's figures by subject and `calm selective --by subject` break down by this column: a "
+        "subject, a region, a source. On the command line: `--mapping subject=COLUMN`.",
     )
     return values
 
@@ -169,6 +173,7 @@ def upload_section() -> None:
         return
     mapping, report, encoding = read
     _show_upload(mapping, report, encoding)
+    _suggest_name(upload.file_id, upload.name)
     _save_upload_form(upload.name, mapping, report, encoding)
 
 
@@ -227,9 +232,20 @@ def _show_upload(mapping: ColumnMapping, report: LoadReport, encoding: str | Non
             st.table(pd.DataFrame({"row": [plain(e) for e in report.rejected[:200]]}), hide_index=True)
 
 
+def _suggest_name(file_id: str, filename: str) -> None:
+    """Suggest the file's own name under "Save as" once per uploaded file: a keyed text
+    input keeps its text across files, so a second upload would be saved under the first
+    one's name. A name typed for this file stays, since it is set only when the file changes
+    (or when a run that drew no form, a mapping's error, let Streamlit drop the field's text)."""
+    if st.session_state.get(DATA_NAME_FILE) == file_id and "data_name" in st.session_state:
+        return
+    st.session_state[DATA_NAME_FILE] = file_id
+    st.session_state["data_name"] = _default_name(filename)
+
+
 def _save_upload_form(filename: str, mapping: ColumnMapping, report: LoadReport, encoding: str | None) -> None:
     """The name, the replace box and the save button; a saved upload becomes the split form's source."""
-    name = st.text_input("Save as", value=_default_name(filename), key="data_name")
+    name = st.text_input("Save as", key="data_name")
     overwrite = st.checkbox("Replace an upload with the same name", key="data_overwrite")
     if st.button("Save to the workspace", type="primary", key="data_save"):
         try:
@@ -294,6 +310,8 @@ def split_section() -> None:
     if source is None:
         st.caption("Save an upload above, or choose a dataset: its parts' sizes and the advice on S_V show here.")
     else:
+        if note := workspace_note(source):  # a finished run's model was not above chance there: said before training
+            st.warning(note, icon=":material/help:")
         _split_form(source)
     _saved_split()
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pandas as pd
 import streamlit as st
@@ -18,18 +20,19 @@ from app.verdict_view import column_meanings, heldout_evidence, verdict_block, v
 from app.words import column_help, helps, named
 from calm_core.access.rules import OWNER_ONLY, may_cancel
 from calm_core.calibration.metrics.columns import help_texts, table_columns
-from calm_core.estimate.remaining import FINAL, MEASURED_STEPS, Remaining, remaining, remaining_text
+from calm_core.estimate.remaining import FINAL, MEASURED_STEPS, Remaining, remaining, remaining_text, schedule_of
 from calm_core.glossary import tooltip
 from calm_core.launch import resume_refusal_for, resume_run
 from calm_core.results import advice, verdict
-from calm_core.results import view as run_view
+from calm_core.results import run_facts as run_facts
+from calm_core.results import tables as run_tables
 from calm_core.results.fast_path_view import fast_path_rows, setting_choice_lines
 from calm_core.runs.jobs import cancel
 from calm_core.runs.listing import list_runs, run_label
 from calm_core.runs.metrics_lines import MetricsTail
 from calm_core.runs.records import RunConfig, RunResults, RunStatus
 from calm_core.runs.rundir import RunDir
-from calm_core.runs.state import DAMAGED, RunState
+from calm_core.runs.state import DAMAGED, WAITING_OR_ACTIVE, RunState, ShownState
 from calm_core.training.bilevel_health import Health, bome_health, health_summary
 from calm_core.training.config import recorded_bilevel
 
@@ -56,7 +59,7 @@ def chart_seconds() -> float:
         return CHART_SECONDS_DEFAULT
 
 
-ACTIVE = ("queued", "running", "stopping")
+ACTIVE = WAITING_OR_ACTIVE
 
 
 def _picker_key(labels: dict[str, str]) -> str:
@@ -90,14 +93,14 @@ def pick_run() -> RunDir:
     return RunDir.at(run_id)
 
 
-def _header(records: list[dict], view: RunState, status: RunStatus, config: RunConfig) -> None:
+def _header(records: list[dict[str, Any]], view: ShownState, status: RunStatus, config: RunConfig) -> None:
     """What the run is, its progress and state, the calibrated stop so far and its data
     notes; from the status and config this poll read (passed in, never read again)."""
     total, step = status.total_steps, status.step
-    left = remaining(records, status, config.estimate, time.time())
+    left = remaining(records, status, config.estimate, time.time(), schedule_of(config.train))
     train = config.train
     method = config.train_method or "?"
-    scope = run_view.head_scope(train) if train else "?"
+    scope = run_facts.head_scope(train) if train else "?"
     st.markdown(
         f"**{verdict.variant_label(method)}** on {code(config.label('train_data') or '?')} "
         f"(head scope {code(scope)}, model {code(config.label('model') or '?')})",
@@ -105,13 +108,13 @@ def _header(records: list[dict], view: RunState, status: RunStatus, config: RunC
     )
     reason = view.reason if view.reason.startswith(view.state) else f"{view.state}: {view.reason}"
     _progress(view, left, min(1.0, step / total) if total else 0.0, reason)
-    if view.state == "failed" and status.error:
+    if view.state == RunState.FAILED and status.error:
         st.error(status.error)
-    selection = status.selection or {}
+    selection = status.selection
     line = advice.selection_status_line(selection)
-    if line:  # the calibrated stop (training/selection.py): which step the model is from so far
-        rule = selection.get("rule_text")
-        terms = ("selected step", "calibrated stop", f"rule {selection.get('rule', 'best')}")
+    if line and selection is not None:  # the calibrated stop (training/selection.py): the step so far
+        rule = selection.rule_text
+        terms = ("selected step", "calibrated stop", f"rule {selection.rule or 'best'}")
         st.caption(line, help=(helps(*terms) or "") + (f"\n\nThe rule: {rule}" if rule else ""))
     _data_notes(status.choices)
     _setting_choices(status.choices)
@@ -123,23 +126,24 @@ def _header(records: list[dict], view: RunState, status: RunStatus, config: RunC
         )
 
 
-def _progress(view: RunState, left: Remaining, fraction: float, reason: str) -> None:
+def _progress(view: ShownState, left: Remaining, fraction: float, reason: str) -> None:
     """The progress bar and its line: the steps done, or during the final evaluation its own
     passes; the time left from the launch estimate until the run's pace is measured
     (estimate/remaining.py), with what it rests on and the heartbeat in the tooltip."""
-    said = remaining_text(left) if view.state == "running" else ""
-    if left.basis == FINAL and left.total and view.state == "running":
+    said = remaining_text(left) if view.state == RunState.RUNNING else ""
+    if left.basis == FINAL and left.total and view.state == RunState.RUNNING:
         fraction = left.done / left.total
     st.progress(fraction, text=reason + (f" · {said}" if said else ""))
-    if view.state == "running":
+    if view.state == RunState.RUNNING:
         st.caption(
             "Time left: the launch estimate until the run's own pace is measured "
-            f"({MEASURED_STEPS} steps after step 1), then that pace; the final evaluation counts its passes.",
+            f"({MEASURED_STEPS} steps after step 1), then that pace to where the calibrated stop would end the run, "
+            "plus the final evaluation as estimated; the final evaluation then counts each stage's passes.",
             help=tooltip("heartbeat", "frozen-layer cache"),
         )
 
 
-def _going(view: RunState, step: int, total: int | None, health: dict[str, Health]) -> None:
+def _going(view: ShownState, step: int, total: int | None, health: dict[str, Health]) -> None:
     """The page's answer to "is it going well": the state in words, and whether the BOME
     diagnostics (Losses tab) are healthy, by their declared rules (training/bilevel_health.py)."""
     where = f"step {step} of {total}" if total else f"step {step}"
@@ -150,38 +154,38 @@ def _going(view: RunState, step: int, total: int | None, health: dict[str, Healt
         judged = "Watch" if "to watch" in summary else "Going well" if summary.startswith("all") else None
         head = f"**{judged}**: {view.state}, {where}" if judged else f"**{view.state.capitalize()}**: {where}"
         text = head + (f"; {checks}" if checks else "")
-    elif view.state == "finished":
+    elif view.state == RunState.FINISHED:
         text = "**Finished**: which model to use, and why, is under *Final evaluation* below" + (
             f"; {checks}" if checks else ""
         )
-    elif view.state == "cancelled":
+    elif view.state == RunState.CANCELLED:
         text = f"**Cancelled** at {where}: **Resume** continues the same curves"
     else:
         text = f"**{view.state.capitalize()}** at {where}"
     st.markdown(text, help=tooltip("BOME", "healthy") if health else None)
 
 
-def _health(records: list[dict], config: RunConfig) -> dict[str, Health]:
+def _health(records: list[dict[str, Any]], config: RunConfig) -> dict[str, Health]:
     """Each BOME chart's health line from the run's log and its eta ({} for a method without BOME)."""
     bome = recorded_bilevel(config.train)
     return bome_health(records, bome.eta if bome else None)
 
 
-def _data_notes(choices: dict) -> None:
+def _data_notes(choices: Mapping[str, Any]) -> None:
     """Rows the run's loaders rejected and items cut to the model's context: said, not hidden."""
     for name, record in (choices.get("rejected_rows") or {}).items():
         with st.expander(f"{record.get('n_rejected')} of {record.get('n_rows')} rows of {name} were rejected"):
             st.dataframe(pd.DataFrame(record.get("rejected") or []), hide_index=True)
 
 
-def _setting_choices(choices: dict) -> None:
+def _setting_choices(choices: Mapping[str, Any]) -> None:
     """The scoring rule and the model's precision the job settled on, each with its reason."""
     lines = [f"**{what}**: {text}" for what, text in setting_choice_lines(choices)]
     if lines:
         st.caption(" · ".join(lines))
 
 
-def _fast_paths(choices: dict) -> None:
+def _fast_paths(choices: Mapping[str, Any]) -> None:
     """Which fast paths the run used and why (measured against the model's own forward)."""
     rows = fast_path_rows(choices.get("fast_paths"))
     if rows:
@@ -190,7 +194,7 @@ def _fast_paths(choices: dict) -> None:
             st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
 
 
-def _controls(run: RunDir, view: RunState, launched_by: str | None) -> None:
+def _controls(run: RunDir, view: ShownState, launched_by: str | None) -> None:
     """Cancel and resume; a shared studio lets a session change only its own runs (or
     every run, for the admin: CALM_STUDIO_ADMIN=1), and a resume counts toward the
     session's quota as a launch does (launch.py resume_refusal_for)."""
@@ -231,8 +235,8 @@ def _results(run: RunDir, method: str, task: str) -> None:
             verdict_block(results)
             verdict_caption()
         _verdict(results, method)
-        rows = run_view.compare_rows([run])
-        for note in run_view.posthoc_lines(results, notes_only=True):
+        rows = run_tables.compare_rows([run])
+        for note in run_tables.posthoc_lines(results, notes_only=True):
             st.caption(note)  # e.g. too few S_V items to fit a temperature: say why the TS row is missing
         columns = _fitting_columns(table_columns(task))
         frame = pd.DataFrame([{k: r.get(k) for k in columns} for r in rows])
@@ -253,11 +257,11 @@ def _results(run: RunDir, method: str, task: str) -> None:
         st.page_link("views/compare.py", label="Compare reliability diagrams", icon=":material/compare:")
 
 
-def _fitting_columns(columns: list[str]) -> list[str]:
+def _fitting_columns(columns: Sequence[str]) -> list[str]:
     """The metrics table's columns that fit at 1280 px (Compare's first choice); every
     column is on Compare, in its CSV and in its wide table."""
     keys = [c for c in columns if c in ("dataset", "variant")]
-    return keys + run_view.default_columns([c for c in columns if c not in keys])
+    return keys + run_tables.default_columns([c for c in columns if c not in keys])
 
 
 def _verdict(results: RunResults, method: str) -> None:
@@ -282,10 +286,10 @@ def _verdict(results: RunResults, method: str) -> None:
         )
 
 
-def _records(run: RunDir) -> list[dict]:
+def _records(run: RunDir) -> list[dict[str, Any]]:
     """The run's metrics through this session's MetricsTail: each poll parses only the lines
     appended since the last one (one run's records kept per session)."""
-    tails = st.session_state.setdefault(MONITOR_METRICS_TAILS, {})
+    tails: dict[str, MetricsTail] = st.session_state.setdefault(MONITOR_METRICS_TAILS, {})
     tail = tails.get(run.run_id)
     if tail is None or tail.path != run.metrics_path:  # another run (or workspace): start afresh
         tails.clear()
@@ -333,8 +337,8 @@ def live_charts(run: RunDir, started_active: bool, charts_every: float) -> None:
     if files.status is None or files.config is None:  # not damaged, so both were read
         return
     train = files.config.train
-    chart_tabs(run, _records(run), active=state in ACTIVE, selection=files.status.selection or {}, train=train)
-    _results(run, files.config.train_method, run_view.task_in(train))
+    chart_tabs(run, _records(run), active=state in ACTIVE, selection=files.status.selection, train=train)
+    _results(run, files.config.train_method, train.task)
 
 
 st.title("Monitor")

@@ -26,6 +26,7 @@ from calm_core.results.playground import (
     option_probabilities,
     untrained,
 )
+from calm_core.runs.lifecycle import RunState
 from calm_core.runs.listing import list_runs, run_label
 from calm_core.scoring.evaluate import load_mc_items
 
@@ -101,10 +102,10 @@ def open_answer(trained: TrainedModel) -> None:
 def choose_model() -> TrainedModel:
     """A finished (or cancelled) run's model, the newest finished one first, or the embedded
     model alone; one that cannot be loaded is said and stops the page."""
-    usable = [r for r in list_runs() if r.state in ("finished", "cancelled")]  # newest first
+    usable = [r for r in list_runs() if r.state in (RunState.FINISHED, RunState.CANCELLED)]  # newest first
     finished = [r.run_id for r in usable]
     labels = {r.run_id: run_label(r) for r in usable}
-    newest = next((i + 1 for i, r in enumerate(usable) if r.state == "finished"), 0)  # the newest finished run
+    newest = next((i + 1 for i, r in enumerate(usable) if r.state == RunState.FINISHED), 0)  # the newest finished run
     run_id = st.selectbox(
         "Calibrated model",
         [NO_RUN] + finished,

@@ -276,8 +276,7 @@ def launch(cfg: TrainConfig, evals: list[str], access: Access, shown: Estimate |
     ):
         return
     try:
-        record = shown.to_record() if shown is not None else None
-        run, started = launch_training(cfg, launched_by=session, access=access, launched_from=browser, estimate=record)
+        run, started = launch_training(cfg, launched_by=session, access=access, launched_from=browser, estimate=shown)
     except Exception as exc:
         st.error(describe_error(exc))
         return

@@ -117,7 +117,9 @@ class Access:
 def is_loopback(address: str | None) -> bool:
     """Whether a `server.address` keeps the studio on this machine (unset: Streamlit
     listens on every interface, so it is not)."""
-    return bool(address) and (address in LOOPBACK or address.startswith("127."))
+    if not address:
+        return False
+    return address in LOOPBACK or address.startswith("127.")
 
 
 def _flag(environ: Mapping[str, str], name: str) -> bool:

@@ -35,6 +35,7 @@ studio; the sign-in token carries the device id, which the run quota counts per 
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 import threading
@@ -78,7 +79,8 @@ def _unsigned(key: bytes, salt: str, token: str | None, now: float, lifetime_s: 
     if not token or len(token) > MAX_TOKEN_CHARS:
         return None
     try:
-        value = _signer(key, salt, now).unsign(token, max_age=lifetime_s - 1)  # whole seconds: age < lifetime
+        # whole seconds: age < lifetime; ages are integers, so flooring the bound keeps its meaning
+        value = _signer(key, salt, now).unsign(token, max_age=math.floor(lifetime_s - 1))
     except BadSignature:  # a wrong MAC, a damaged token, an expired or future one
         return None
     return value.decode("ascii", "replace").split(".")

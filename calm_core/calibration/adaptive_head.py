@@ -46,11 +46,13 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from calm_core.calibration.head_base import FORMAT, calibrate, head_file
-from calm_core.calibration.posthoc.ats import TAU_FLOOR
 from calm_core.calibration.projection import principal_projection
 
 SCOPE = "adaptive"
 COMPONENTS = 8  # principal directions read; ATS's cross-fitting most often chose 4-8 on S_V of 48-100
+
+
+TAU_FLOOR = 0.05  # the smallest temperature (the head's and post-hoc ATS's): keeps z / tau finite
 
 
 def bias_for(tau: float, floor: float = TAU_FLOOR) -> float:

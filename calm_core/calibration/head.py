@@ -33,6 +33,7 @@ upstream gradient of 0 would otherwise be 0 * inf = nan.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -363,3 +364,25 @@ class HeadLogitsProcessor(LogitsProcessor):
         log_t = self.head.log_temperature.to(scores.device)  # (V,) or (1,)
         shift = None if self.head.shift is None else self.head.shift.to(scores.device)  # (V,) or None
         return calibrate(z, log_t, shift, center=self.head.centred).to(scores.dtype)  # (B, V)
+
+
+def scalar_head(temperature: float) -> CalibrationHead:
+    """softmax(z / T) as a scalar options head: exactly temperature scaling at T."""
+    head = CalibrationHead("scalar", acts_on="options")
+    with torch.no_grad():
+        head.log_temperature.fill_(math.log(temperature))
+    return head
+
+
+def options_head(weights: Sequence[float], biases: Sequence[float]) -> CalibrationHead:
+    """softmax(z w + b) per option position as an uncentred options head z / tau + l with
+    tau = 1 / w and l = b: the same probabilities (every w > 0, else ValueError)."""
+    if not weights or len(weights) != len(biases):
+        raise ValueError(f"Expected as many biases as weights (at least one), but got {len(weights)} and {len(biases)}")
+    if not all(math.isfinite(w) and w > 0 for w in weights):
+        raise ValueError(f"Expected weights > 0 to export as temperatures, but got {list(weights)}")
+    head = CalibrationHead("options", size=len(weights), acts_on="options", center=False)
+    with torch.no_grad():
+        head.log_temperature.copy_(-torch.log(torch.tensor(list(weights), dtype=torch.float64)).float())
+        head.shift.copy_(torch.tensor(list(biases), dtype=torch.float32))
+    return head

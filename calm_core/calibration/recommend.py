@@ -28,8 +28,7 @@ so it keeps its own accuracy, and nothing is fitted on S_V for it.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -37,6 +36,9 @@ from calm_core.calibration import metrics
 from calm_core.calibration.metrics.paired import PAIRED_LEVEL, PairedDifference, paired_bootstrap
 from calm_core.calibration.posthoc import calibrated_probs, calibrators, fit_calibrator
 from calm_core.calibration.posthoc.base import MIN_FIT_ITEMS
+from calm_core.runs.recommendation import HELDOUT_ITEMS, LABELLED_ITEMS, Comparison, Recommendation, VariantFigures
+
+__all__ = ["HELDOUT_ITEMS", "LABELLED_ITEMS", "Recommendation", "cross_fitted", "recommend"]
 
 ACCURACY_SLACK = 0.01  # one point of accuracy (or one item, on sets under 100 items)
 CROSS_FIT_FOLDS = 5
@@ -52,7 +54,6 @@ KEEP, CHANGE = "keep", "change"  # Recommendation.decision
 # so that the recommendation reads out-of-fold predictions on all of them.
 HELDOUT_ONLY, ALL_LABELLED = "heldout", "all"
 CALIBRATE_ON = (HELDOUT_ONLY, ALL_LABELLED)
-HELDOUT_ITEMS, LABELLED_ITEMS = "held-out items", "labelled items (S_T + S_V, out of fold)"  # comparison["items"]
 
 
 IN_SAMPLE = "fitted and scored on the same"  # how `cross_fitted` says its figures are in-sample
@@ -73,6 +74,7 @@ def cross_fitted(
     min_fit: int = MIN_FIT_ITEMS,
     features: np.ndarray | None = None,
     where: str = "S_V",
+    progress: Callable[[int, int], None] | None = None,
 ) -> tuple[dict[str, np.ndarray], str]:
     """(name -> probabilities (N, K) on the fit set, how they were made). Cross-fitted when
     S_V allows: each fold predicted by the calibrator fitted on the others (`fit_calibrator`,
@@ -82,56 +84,66 @@ def cross_fitted(
     A calibrator that reads hidden-state `features` (ats) is a candidate only with them
     and when the folds' training parts reach its own `min_items`: it is never scored
     in-sample (it chooses its own features by cross-fitting, and would flatter itself).
-    `where` names the fit set in the returned words ("S_V", or all labelled items)."""
+    `where` names the fit set in the returned words ("S_V", or all labelled items);
+    `progress(done, total)` is told before each (calibrator, fold) fit and after the last."""
     n = len(gold)
     if n < min_fit:
         return {}, f"S_V has {n} items, fewer than {min_fit}: no post-hoc calibrator"
-    usable = [k for k in range(2, folds + 1) if n - -(-n // k) >= min_fit]
+    k = fold_count(n, folds, min_fit)
     plain = {name: cls for name, cls in calibrators.items() if not cls.reads_features}
-    if not usable:
+    if not k:
         return (
             {name: fit_calibrator(cls, logits, gold).probs(logits) for name, cls in plain.items()},
             f"{IN_SAMPLE} {n} S_V items (too few to cross-fit): optimistic",
         )
-    k = max(usable)
     parts = np.array_split(np.random.default_rng(seed).permutation(n), k)
-    smallest_fit = n - max(len(part) for part in parts)
-    readers = {
-        name: cls
-        for name, cls in calibrators.items()
-        if cls.reads_features and features is not None and smallest_fit >= cls.min_items
-    }
+    fitted_here = cross_fit_calibrators(n, k, calibrators, features is not None)
     out: dict[str, np.ndarray] = {}
-    for name, cls in {**plain, **readers}.items():
+    for index, (name, cls) in enumerate(fitted_here.items()):
         probs = np.zeros(np.shape(logits), dtype=np.float64)  # (N, K)
-        for part in parts:
+        for offset, part in enumerate(parts):
+            if progress is not None:
+                progress(index * k + offset, len(fitted_here) * k)
             rest = np.setdiff1d(np.arange(n), part)
             h = (features[rest], features[part]) if features is not None else (None, None)
             fitted = fit_calibrator(cls, logits[rest], gold[rest], h[0])
             probs[part] = calibrated_probs(fitted, logits[part], h[1])
         out[name] = probs
+    if progress is not None:
+        progress(len(fitted_here) * k, len(fitted_here) * k)
     return out, f"{k}-fold cross-fitted on {where}"
 
 
-@dataclass
-class Recommendation:
-    """The chosen variant, why, and every candidate's S_V figures.
+def fold_count(n: int, folds: int = CROSS_FIT_FOLDS, min_fit: int = MIN_FIT_ITEMS) -> int:
+    """The most folds up to `folds` whose training parts keep `min_fit` of `n` items; 0
+    when even two folds would not (then `cross_fitted` fits in-sample)."""
+    usable = [k for k in range(2, folds + 1) if n - -(-n // k) >= min_fit]
+    return max(usable, default=0)
 
-    decision: KEEP (the reference, "keep the model as it is") or CHANGE; comparison: the
-    paired evidence behind it (`_comparison`): the item count, the interval's level, each
-    candidate's per-item NLL difference to the reference, and the recommended variant's to
-    its runner-up (mean, lo, hi, n, level each), which the verdict's sentence reads."""
 
-    variant: str | None
-    reason: str
-    heldout: dict[str, dict[str, float]] = field(default_factory=dict)  # variant -> nll, acc, ece, kept
-    rule: str = RULE
-    posthoc_fit: str = ""  # how the post-hoc calibrators' S_V figures were made (cross_fitted)
-    decision: str | None = None
-    comparison: dict[str, Any] = field(default_factory=dict)
+def cross_fit_calibrators(n: int, k: int, calibrators: dict[str, Any], features: bool) -> dict[str, Any]:
+    """The calibrators `cross_fitted` fits on `k` folds of `n` items: those on logits, and
+    those that read features when there are features and each fold's training part reaches
+    their `min_items`."""
+    smallest_fit = n - -(-n // k)
+    return {
+        name: cls
+        for name, cls in calibrators.items()
+        if not cls.reads_features or (features and smallest_fit >= cls.min_items)
+    }
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+
+def cross_fit_work(n: int, calibrators: dict[str, Any], features: bool = True) -> float:
+    """What `cross_fitted` on `n` items costs, in item-fits (PosthocCalibrator.fit_work):
+    each calibrator it fits, once per fold on the items the fold leaves (or once in-sample);
+    the time estimate's count for the recommendation's cross-fitting."""
+    if n < MIN_FIT_ITEMS:
+        return 0.0
+    k = fold_count(n)
+    if not k:
+        return sum(cls.fit_work(n) for cls in calibrators.values() if not cls.reads_features)
+    fitted = cross_fit_calibrators(n, k, calibrators, features)
+    return sum(k * cls.fit_work(n - -(-n // k)) for cls in fitted.values())
 
 
 def simplicity(variant: str, reference: str = "base") -> tuple[int, int, str]:
@@ -159,20 +171,19 @@ def recommend(
     `_unidentifiable`); `items`: what the compared items are, in words (LABELLED_ITEMS when
     they are all labelled items, out of fold), recorded in the comparison for the sentence."""
     if reference not in heldout_probs:
-        return Recommendation(None, f"no `{reference}` variant on S_V to compare accuracy against")
+        return Recommendation(None, f"no `{reference}` variant on S_V to compare accuracy against", rule=RULE)
     figures = _figures(heldout_probs, gold, reference, in_sample)
     candidates = [name for name, f in figures.items() if f["kept_accuracy"] and f["evidence"]]
     paired = paired_bootstrap({name: metrics.item_nll(heldout_probs[name], gold) for name in candidates})
     chosen = _choose(candidates, figures, paired, reference)
-    comparison = {**_comparison(chosen, candidates, figures, paired, reference, len(gold)), "items": items}
-    decision = KEEP if chosen == reference else CHANGE
     return Recommendation(
         chosen,
         _reason(figures, chosen, reference),
-        figures,
+        {name: VariantFigures(**f) for name, f in figures.items()},
+        rule=RULE,
         posthoc_fit=posthoc_fit,
-        decision=decision,
-        comparison=comparison,
+        decision=KEEP if chosen == reference else CHANGE,
+        comparison=_comparison(chosen, candidates, figures, paired, reference, len(gold), items),
     )
 
 
@@ -222,24 +233,26 @@ def _comparison(
     paired: dict[str, dict[str, PairedDifference]],
     reference: str,
     n: int,
-) -> dict[str, Any]:
+    items: str,
+) -> Comparison:
     """The evidence the sentence reads: the item count and level, each candidate's per-item
     NLL difference to the reference (candidate - reference), and the chosen one's to its
     runner-up (chosen - runner-up), the lowest-NLL other candidate (None: no other one kept
-    accuracy), and which of the two is simpler."""
+    accuracy), and which of the two is simpler. `items`: what the n items are, in words."""
     others = sorted((name for name in candidates if name != chosen), key=lambda name: figures[name]["nll"])
     runner_up = others[0] if others else None
-    return {
-        "score": "per-item NLL on S_V",
-        "n": n,
-        "level": PAIRED_LEVEL,
-        "reference": reference,
-        "candidates": candidates,
-        "against_reference": {name: paired[name][reference].to_dict() for name in candidates if name != reference},
-        "runner_up": runner_up,
-        "against_runner_up": paired[chosen][runner_up].to_dict() if runner_up else None,
-        "simpler": min((chosen, runner_up), key=lambda name: simplicity(name, reference)) if runner_up else chosen,
-    }
+    return Comparison(
+        score="per-item NLL on S_V",
+        n=n,
+        level=PAIRED_LEVEL,
+        reference=reference,
+        candidates=tuple(candidates),
+        against_reference={name: paired[name][reference] for name in candidates if name != reference},
+        runner_up=runner_up,
+        against_runner_up=paired[chosen][runner_up] if runner_up else None,
+        simpler=min((chosen, runner_up), key=lambda name: simplicity(name, reference)) if runner_up else chosen,
+        items=items,
+    )
 
 
 def _reason(figures: dict[str, dict[str, Any]], chosen: str, reference: str) -> str:

@@ -73,7 +73,8 @@ def cmd_datasets(args: argparse.Namespace) -> int:
 
 def cmd_data(args: argparse.Namespace) -> int:
     """`calm data <command>`: each data command's parser names its function."""
-    return args.data_func(args)
+    code: int = args.data_func(args)
+    return code
 
 
 def cmd_split(args: argparse.Namespace) -> int:

@@ -70,8 +70,9 @@ def add_parsers(sub: Any) -> None:
     )
     ev.add_argument(
         "--encoding",
-        help="text encoding of CSV / JSON files (default utf-8), e.g. cp1252 or latin-1 for a file a Windows "
-        "spreadsheet saved; a file that is not UTF-8 is refused with the encoding it looks like",
+        help="text encoding of CSV / JSON files, e.g. cp1252 or latin-1 for a file a Windows spreadsheet saved "
+        "(default: utf-8, or for a file that is not UTF-8 the encoding it looks like, as the Data page reads it: "
+        "a note names it)",
     )
     ev.add_argument("--seed", type=int, default=0, help="seed for built-in datasets")
     ev.add_argument(
@@ -160,7 +161,7 @@ def _check_served(args: argparse.Namespace, refused: str | None = None) -> None:
         )
 
 
-def _posthoc(args: argparse.Namespace, lm: Any, cfg: Any, fit_items: dict[str, list]) -> list[Any]:
+def _posthoc(args: argparse.Namespace, lm: Any, cfg: Any, fit_items: dict[str, list[Any]]) -> list[Any]:
     """The post-hoc variants (scoring.evaluate.PosthocFit): the saved one of --ts-file, or
     every default calibrator fitted on each --fit-ts-on set (`ts`, `ts:<dataset>` for several)."""
     from calm_core.calibration.posthoc import load_calibrator
@@ -232,7 +233,7 @@ def _eval_reports(names: list[str], args: argparse.Namespace) -> dict[str, LoadR
                     f"{err}. A file without answers can only be calibrated by a thermometer: add --thermometer"
                 ) from err
             reports[name] = load_dataset(
-                name, args.limit, args.seed, args.mapping, kind=UNLABELLED_MC, encoding=args.encoding
+                name, args.limit, args.seed, args.mapping, kind=UNLABELLED_MC, encoding=eval_io.set_encoding(name, args)
             )
             print(
                 f"calm: note: {name} has no `{answer}` column: scored without answers "
@@ -372,7 +373,7 @@ def _score_set(
         else:
             table.unlabelled.append(_unlabelled_row(scores, name, variant, calibrator))
         if args.save_preds:
-            frame = predictions_frame(scores, calibrator)
+            frame = predictions_frame(scores, calibrator, report.items)
             if args.features is None:
                 frame = frame.drop(columns=[FEATURES], errors="ignore")
             write_predictions(args.save_preds, variant, name, frame)

@@ -15,6 +15,7 @@ from calm_core.data.schema import REJECTED_SHOWN, DataError, LoadReport
 from calm_core.paths import ensure_writable
 from calm_core.scoring.prompts import RULES
 
+DETECTED = "detected_encodings"  # on the parsed arguments: file -> the encoding found for it (None: UTF-8)
 JSON_REJECTED_KEPT = 100  # rejected rows listed per dataset in `--json`; `n_rejected` is always exact
 
 
@@ -79,7 +80,7 @@ def read_set(name: str, kind: str, limit: int | None, args: argparse.Namespace) 
     from calm_core.data.mapping import MissingColumns
     from calm_core.scoring.evaluate import load_report
 
-    encoding = getattr(args, "encoding", None)
+    encoding = set_encoding(name, args)
     try:
         return load_report(name, kind, limit, args.seed, args.mapping, encoding), args.mapping
     except MissingColumns as err:
@@ -87,6 +88,40 @@ def read_set(name: str, kind: str, limit: int | None, args: argparse.Namespace) 
             raise
         mapping = _saved_mapping(name, kind, err) or _guessed_mapping(name, kind, err, encoding)
     return load_report(name, kind, limit, args.seed, mapping, encoding), mapping
+
+
+def set_encoding(name: str, args: argparse.Namespace) -> str | None:
+    """The text encoding `name` is read in: `--encoding` when given; else, for a CSV or
+    JSON file that is not UTF-8, the one it looks like (`likely_encoding`, which the Data
+    page reads it in with one click), said once on stderr; None (UTF-8) otherwise. Read as
+    UTF-8, such a file loses every row with an accent, so the command would refuse a file
+    the page takes. Each file is looked at once per command, however often it is read."""
+    given: str | None = getattr(args, "encoding", None)
+    if given is not None or not _is_file(name):
+        return given
+    detected: dict[str, str | None] = vars(args).setdefault(DETECTED, {})
+    if name not in detected:
+        detected[name] = _detected_encoding(name)
+    return detected[name]
+
+
+def _detected_encoding(name: str) -> str | None:
+    """The encoding the file `name` looks like, with the stderr note naming it; None for
+    UTF-8, Parquet (UTF-8 by definition) or a file that cannot be read (its reader says why)."""
+    from calm_core.data.catalog import split_slice
+    from calm_core.data.encoding import file_encoding
+    from calm_core.data.readers import detect_format
+
+    path = Path(split_slice(name.strip())[0]).expanduser()
+    guess = None if detect_format(path) == "parquet" else file_encoding(path)
+    if guess is None:
+        return None
+    print(
+        f"calm: note: {name}: not UTF-8 text, so it is read as {guess.label}, the encoding it looks like "
+        "(as the Data page's Read it as button reads it); --encoding replaces it",
+        file=sys.stderr,
+    )
+    return guess.encoding
 
 
 def _is_file(name: str) -> bool:

@@ -7,7 +7,8 @@ run as added rows (results/added.py).
 The run fixes its model, scoring rule and calibrators; the data are the person's own, so
 `--mapping` and `--encoding` read a file as `calm eval` reads one (without `--mapping`, a
 file with an upload's columns is read with the mapping saved with that upload, another
-with the Data page's guess when it names only columns the file has). Every
+with the Data page's guess when it names only columns the file has; without `--encoding`,
+a file that is not UTF-8 in the encoding it looks like, a note naming it). Every
 refusal names the way out: the flag to drop or give, or the command to run first.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from calm_core.cli import eval_io
 from calm_core.cli.usage import UsageError
 from calm_core.paths import ensure_writable
 
@@ -38,7 +40,7 @@ def eval_run(args: argparse.Namespace) -> int:
     from calm_core.io import atomic_write_json
     from calm_core.provenance import environment_record
     from calm_core.results.added import check_finished, evaluate_run, run_eval_limit
-    from calm_core.results.view import result_columns
+    from calm_core.results.tables import result_columns
     from calm_core.runs.layout import ADDED_RESULTS
     from calm_core.scoring.evaluate import format_table, interval_table
 
@@ -50,7 +52,8 @@ def eval_run(args: argparse.Namespace) -> int:
     limit = args.limit if args.limit is not None else run_eval_limit(run)
     datasets = list(dict.fromkeys(name for group in args.data for name in group))
     mappings = _mappings(run, datasets, args)  # every file read once, before the model loads
-    rows = evaluate_run(run, datasets, limit, device=args.device, mappings=mappings, encoding=args.encoding)
+    encodings = {name: eval_io.set_encoding(name, args) for name in datasets}  # found while reading, above
+    rows = evaluate_run(run, datasets, limit, device=args.device, mappings=mappings, encodings=encodings)
     print(f"run: {run.run_id} (step {rows[0]['step']})  added after training: {', '.join(datasets)}  limit: {limit}")
     print(format_table(rows, result_columns(rows)))
     print("90% bootstrap intervals (shifted by their bias, so each holds its figure):")
@@ -92,7 +95,6 @@ def _open_run(args: argparse.Namespace) -> Any:
 def _mappings(run: Any, datasets: list[str], args: argparse.Namespace) -> dict[str, Any]:
     """The mapping each set is read with (`eval_io.read_set`: --mapping, or one saved with
     an upload of the file's columns); a set that cannot be read fails here, in a second."""
-    from calm_core.cli import eval_io
     from calm_core.training.config import TrainConfig
     from calm_core.training.tasks import get_task
 

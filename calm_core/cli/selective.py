@@ -54,6 +54,7 @@ def add_parsers(sub: Any) -> None:
 
 
 def cmd_selective(args: argparse.Namespace) -> int:
+    from calm_core.calibration.selective import RULES
     from calm_core.results import selective as sel
     from calm_core.runs.rundir import RunDir
 
@@ -63,7 +64,7 @@ def cmd_selective(args: argparse.Namespace) -> int:
     variant = args.variant or sel.default_variant(run)
     request = sel.SelectiveRequest(variant, args.target_error, args.rule, args.delta, args.coverage)
     report = sel.selective_report(run, request)
-    print(f"run: {run.run_id}  rule: {request.rule} ({sel.RULES[request.rule]})")
+    print(f"run: {run.run_id}  rule: {request.rule} ({RULES[request.rule]})")
     print(f"guarantee: {sel.guarantee_text(request)}")
     print(f"assumption: {sel.ASSUMPTION}")
     for choice in report.choices.values():
@@ -74,7 +75,7 @@ def cmd_selective(args: argparse.Namespace) -> int:
     rows = sel.table_rows(report)
     if rows:
         print(text_table(rows))
-    for note in (sel.above_target_note(report), sel.coverage_note(report)):
+    for note in (sel.above_target_note(report), sel.coverage_note(report), sel.sv_only_note(report)):
         if note:
             print(f"note: {note}")
     if args.by:

@@ -21,6 +21,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from calm_core.runs.lifecycle import RunState
 from calm_core.runs.listing import list_runs
 from calm_core.runs.naming import runs_root
 from calm_core.runs.rundir import RunDir
@@ -152,7 +153,7 @@ def _set_threads(run: RunDir, cfg: Any, main: bool) -> None:
     threads, why = cfg.job_threads(os.cpu_count())
     torch.set_num_threads(threads)
     if main:
-        run.write_status("running", threads={"threads": threads, "why": why})
+        run.write_status(RunState.RUNNING, threads={"threads": threads, "why": why})
 
 
 def run_in_process(run: RunDir, show_progress: bool) -> int:
@@ -165,7 +166,7 @@ def run_in_process(run: RunDir, show_progress: bool) -> int:
     main = distributed.is_main()
     _graceful(run)
     if main:
-        run.write_status("running", pid=os.getpid())
+        run.write_status(RunState.RUNNING, pid=os.getpid())
     import torch
 
     threads_before = torch.get_num_threads()
@@ -175,7 +176,9 @@ def run_in_process(run: RunDir, show_progress: bool) -> int:
         result = train(cfg, run=run, progress=_progress_bar(cfg.steps) if show_progress and main else None)
     except Exception as exc:  # the run records why; the queue moves on
         if main:
-            run.write_status("failed", error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()[-4000:])
+            run.write_status(
+                RunState.FAILED, error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()[-4000:]
+            )
         print(f"calm: error: run {run.run_id} failed: {exc}", file=sys.stderr)
         return 1
     finally:
@@ -205,6 +208,7 @@ def _verdict(run: RunDir) -> list[str]:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from calm_core.estimate.predict import launch_estimate
     from calm_core.launch import create_run, launch_training
 
     if args.run_dir:
@@ -215,16 +219,19 @@ def cmd_train(args: argparse.Namespace) -> int:
         from calm_core.training import distributed
 
         path = distributed.broadcast_text(
-            str(create_run(cfg, root=args.runs_root).path) if distributed.is_main() else None
+            str(create_run(cfg, args.runs_root, estimate=launch_estimate(cfg, args.runs_root)).path)
+            if distributed.is_main()
+            else None
         )
         return run_in_process(RunDir.open(path), show_progress=True)
+    shown = launch_estimate(cfg, args.runs_root)  # as the Train page makes it: the run learns its error from it
     if args.detach:
-        run, started = launch_training(cfg, root=args.runs_root)
+        run, started = launch_training(cfg, root=args.runs_root, estimate=shown)
         print(run.run_id)
         if not started:
             print(f"calm: queued behind running jobs ({run.path})", file=sys.stderr)
         return 0
-    return run_in_process(create_run(cfg, root=args.runs_root), show_progress=True)
+    return run_in_process(create_run(cfg, args.runs_root, estimate=shown), show_progress=True)
 
 
 def _say_support(cfg: Any) -> None:
@@ -258,9 +265,9 @@ def _joined_torchrun(args: argparse.Namespace) -> bool:
 
 
 def _bome(run_path: Path) -> dict[str, Any]:
-    """The run's BOME diagnostics (run_view.bome_summary); {} when it has none or its
+    """The run's BOME diagnostics (results.curves.bome_summary); {} when it has none or its
     files cannot be read (a damaged run still lists)."""
-    from calm_core.results.view import bome_summary
+    from calm_core.results.curves import bome_summary
     from calm_core.training.config import recorded_bilevel
 
     try:
@@ -279,7 +286,7 @@ def _convert_to_tensorboard(run_id: str, root: Path | None) -> int:
 
     run = RunDir.at(run_id, root)
     status = run.status_or_none()
-    state = run_state(status).state if status else "damaged"
+    state = run_state(status).state if status else RunState.DAMAGED
     if state in ACTIVE_STATES:
         raise ValueError(f"Expected a run that is not running, but {run_id} is {state}")
     config = run.config
@@ -298,7 +305,7 @@ def _convert_to_tensorboard(run_id: str, root: Path | None) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from calm_core.results.view import bome_line
+    from calm_core.results.curves import bome_line
 
     if args.tensorboard:
         return _convert_to_tensorboard(args.tensorboard, args.runs_root)
@@ -343,7 +350,7 @@ def runs_named(prefix: str, root: Path | None) -> list[str]:
     """Finished runs whose name starts with `prefix`, oldest first, the newest per name."""
     newest: dict[str, str] = {}
     for summary in list_runs(root):  # newest first
-        if summary.state == "finished" and summary.name and summary.name.startswith(prefix):
+        if summary.state == RunState.FINISHED and summary.name and summary.name.startswith(prefix):
             newest.setdefault(summary.name, summary.run_id)
     return sorted(newest.values())
 
@@ -351,7 +358,7 @@ def runs_named(prefix: str, root: Path | None) -> list[str]:
 def cmd_compare(args: argparse.Namespace) -> int:
     from calm_core.io import atomic_write_json
     from calm_core.paths import ensure_writable
-    from calm_core.results.view import added_lines, compare_rows, result_columns
+    from calm_core.results.tables import added_lines, compare_rows, result_columns
     from calm_core.scoring.evaluate import format_table, wide_table
 
     if args.json:

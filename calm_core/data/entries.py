@@ -218,8 +218,8 @@ def find_dataset(name: str) -> DatasetEntry:
         entry = upload_entry(folder) if (folder / META_FILE).is_file() else None
     elif name.startswith(SPLIT_PREFIX):
         split_name = name[len(SPLIT_PREFIX) :].rpartition("/")[0]
-        folder = split_folder(split_name)[1] if split_name else None
-        parts = _split_part_entries(folder) if folder and (folder / SPLIT_RECORD).is_file() else []
+        split_dir = split_folder(split_name)[1] if split_name else None
+        parts = _split_part_entries(split_dir) if split_dir and (split_dir / SPLIT_RECORD).is_file() else []
         entry = next((e for e in parts if e.name == name), None)
     else:
         entry = _file_entry(name) or _shared_entry(name) or _folder_entry(name)
@@ -235,7 +235,7 @@ def load_builtin_set(name: str, seed: int, limit: int | None = None) -> LoadRepo
     parts = name.split("/", 2)
     if module is None or len(parts) != 3:
         raise DataError(unknown_name_message(name))
-    report = module.load_builtin(parts[1], parts[2], seed=seed)
+    report: LoadReport = module.load_builtin(parts[1], parts[2], seed=seed)
     return dataclasses.replace(report, name=name, items=list(report.items[:limit]))
 
 

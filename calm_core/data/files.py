@@ -64,7 +64,7 @@ def check_distinct(names: list[str], where: str) -> None:
 
 def _repeats(twice: list[tuple[str, list[int]]], shown: int = 3) -> str:
     """'B is at columns 2 and 5, C at columns 3, 4 and 9 (and 2 more names)': the first repeated names."""
-    said = []
+    said: list[str] = []
     for name, at in twice[:shown]:
         columns = ", ".join(str(c) for c in at[:-1][:9]) + (", ..." if len(at) > 10 else "") + f" and {at[-1]}"
         said.append(f"{name} {'is ' if not said else ''}at columns {columns}")

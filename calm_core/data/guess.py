@@ -94,7 +94,7 @@ def guess_column_mapping(columns: list[str], records: Iterable[Record] = ()) -> 
     records = [r for r in records if isinstance(r, dict)][:GUESS_ROWS]
     paths = column_paths(list(columns), records)
     options = _option_columns(list(columns))
-    taken = set(options)
+    taken: set[str | None] = set(options)  # None too, once a pick found nothing: harmless
 
     def pick(names: tuple[str, ...]) -> str | None:
         lower = {c.lower(): c for c in reversed(paths) if c not in taken}

@@ -80,7 +80,8 @@ def _build_report(table: Table, kind: str, mapping: ColumnMapping, limit: int | 
     for chunk in row_chunks(table, CHUNK_ROWS):
         for (number, _), (item, error) in zip(chunk, _rows_to_items(chunk, table.source, mapping, kind), strict=True):
             if item is not None and item.id in first_row_of:
-                item, error = None, _duplicate_id(table.source, mapping, item.id, first_row_of[item.id], number)
+                error = _duplicate_id(table.source, mapping, item.id, first_row_of[item.id], number)
+                item = None
             if item is None:
                 report.reject(error)
                 continue

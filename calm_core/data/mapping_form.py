@@ -44,7 +44,8 @@ def mapping_from_form(values: dict[str, Any], columns: list[str]) -> ColumnMappi
     def need(key: str, what: str) -> str:
         if not values.get(key):
             raise DataError(f"Expected {what}, but none is chosen")
-        return values[key]
+        chosen: str = values[key]
+        return chosen
 
     fields: dict[str, Any] = {"question": need("question", "a question column")}
     if values.get("kind", "mc") == "mc":

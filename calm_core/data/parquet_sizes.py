@@ -114,9 +114,11 @@ def cell_bytes(array: Any) -> np.ndarray:
         found = values[indices] if len(values) else np.zeros(len(array), np.int64)
         return np.where(array.is_null().to_numpy(zero_copy_only=False), 0, found) if array.null_count else found
     if any(test(kind) for test in (pa.types.is_string, pa.types.is_binary, pa.types.is_large_string)):
-        return pc.binary_length(array).fill_null(0).to_numpy().astype(np.int64)
+        lengths: np.ndarray = pc.binary_length(array).fill_null(0).to_numpy().astype(np.int64)
+        return lengths
     if pa.types.is_large_binary(kind):
-        return pc.binary_length(array).fill_null(0).to_numpy().astype(np.int64)
+        lengths = pc.binary_length(array).fill_null(0).to_numpy().astype(np.int64)
+        return lengths
     if pa.types.is_map(kind):
         entries = pa.StructArray.from_arrays([array.keys, array.items], ["key", "value"])
         array, kind = pa.ListArray.from_arrays(array.offsets, entries), pa.list_(entries.type)

@@ -71,7 +71,8 @@ def peek_records(path: str | Path, fmt: str | None = None, rows: int = 20, sourc
     path = Path(path)
     where = source or str(path)
     reader = _open(path, detect_format(path, fmt), source)
-    first = itertools.takewhile(lambda row: row[0] <= rows, guarded(Table(reader.source, where, [], reader.rows())))
+    table = Table(source or path.name, where, [], reader.rows())  # the name `_open` gives the reader
+    first = itertools.takewhile(lambda row: row[0] <= rows, guarded(table))
     return [record for _, record in first if isinstance(record, dict)]
 
 

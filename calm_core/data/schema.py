@@ -102,7 +102,7 @@ class LoadReport:
 
     name: str
     kind: str  # "mc" or "open"
-    items: list = field(default_factory=list)
+    items: list[Any] = field(default_factory=list)  # MCItem or OpenItem, as `kind` says
     rejected: list[RowError] = field(default_factory=list)
     # Rejected rows counted but not listed: an upload's meta.json keeps only the first
     # 1000 reasons, and its exact count must survive reloading.
@@ -247,7 +247,7 @@ def validate_mc_record(
     labels = record.get("labels")
     if answer_form == "label" and not isinstance(labels, (list, tuple)):
         return err("labels", f"Expected a list of option labels, but got {describe(labels)}")
-    answer, problem = resolve_answer(record.get("answer"), choices, answer_form, labels)  # type: ignore[arg-type]
+    answer, problem = resolve_answer(record.get("answer"), choices, answer_form, labels)
     if problem:
         return err("answer", problem)
     choices, answer, problem = _without_repeats(choices, answer)
@@ -257,7 +257,7 @@ def validate_mc_record(
     subject, subject_problem = _optional_text(record, "subject")
     if id_problem or subject_problem:
         return err("id" if id_problem else "subject", id_problem or subject_problem)  # type: ignore[arg-type]
-    item = MCItem(item_id or f"{source}-{row}", question, tuple(choices), answer, subject)  # type: ignore[arg-type]
+    item = MCItem(item_id or f"{source}-{row}", question, tuple(choices), answer, subject)
     return item, None
 
 

@@ -67,7 +67,7 @@ class RowSource(Protocol):
 
     def scan(self) -> Iterator[KeyedRow]: ...
 
-    def read(self, keys: Sequence[int]) -> list[Any]: ...
+    def read(self, keys: Sequence[int] | np.ndarray) -> list[Any]: ...  # ints, or an int64 array
 
 
 class FileReader(Protocol):
@@ -160,7 +160,7 @@ def json_array_rows(path: Path, source: str, where: str) -> Iterator[Row]:
     except (ValueError, RecursionError):  # a number past 4300 digits, nesting past Python's stack
         message = f"Expected a JSON array of objects in {where}, but it holds a number or nesting too large to read"
         raise DataError(message) from None
-    budget, columns = Budget(path, where), set()
+    budget, columns = Budget(path, where), set[str]()
     for number, value in enumerate(values, start=1):
         if isinstance(value, dict):
             check_cells(value, number, budget)
@@ -338,7 +338,7 @@ class JsonlSource(FileSource):
     keys of every record, so they are only known after the scan (`scan` collects them),
     and a whole read reads every row before it gives its table."""
 
-    columns = None
+    columns: list[str] | None = None
 
     def __init__(self, path: Path, source: str, where: str) -> None:
         super().__init__(path, source, where)
@@ -372,7 +372,7 @@ class JsonlSource(FileSource):
         for _ in guarded_scan(self):
             pass
 
-    def read(self, keys: Sequence[int]) -> list[Any]:
+    def read(self, keys: Sequence[int] | np.ndarray) -> list[Any]:
         file = self.held()
         return [parse_json_line(file.binary_at(int(key)).readline(MAX_ROW_BYTES), self.source, 0) for key in keys]
 
@@ -432,7 +432,7 @@ class CsvSource(FileSource):
                 if record is not None:
                     yield number, key, record
 
-    def read(self, keys: Sequence[int]) -> list[Any]:
+    def read(self, keys: Sequence[int] | np.ndarray) -> list[Any]:
         file = self.held()
         return [csv_record(0, next(csv.reader(file.text_at(int(key)))), self.columns, self.source) for key in keys]
 
@@ -456,15 +456,15 @@ class ParquetSource(FileSource):
         for number, record in parquet_rows(self.parquet, self.where, budget):
             yield number, number - 1, record
 
-    def read(self, keys: Sequence[int]) -> list[Any]:
+    def read(self, keys: Sequence[int] | np.ndarray) -> list[Any]:
         self.held()
-        keys = np.asarray(keys, dtype=np.int64)
-        groups = np.searchsorted(self.group_starts, keys, side="right") - 1
-        out: list[Any] = [None] * len(keys)
+        rows = np.asarray(keys, dtype=np.int64)
+        groups = np.searchsorted(self.group_starts, rows, side="right") - 1
+        out: list[Any] = [None] * len(rows)
         for group in np.unique(groups):  # ascending: sequential reads stay sequential
             where = np.flatnonzero(groups == group)
             table = self._group(int(group))
-            for position, local in zip(where, keys[where] - self.group_starts[group], strict=True):
+            for position, local in zip(where, rows[where] - self.group_starts[group], strict=True):
                 out[position] = table.slice(int(local), 1).to_pylist()[0]  # zero-copy slice: no compute kernels
         return out
 
@@ -498,7 +498,7 @@ class HFSource:
 
     def __init__(self, dataset: Any, label: str) -> None:
         self.dataset, self.source, self.where = dataset, label, label
-        self.columns = list(dataset.column_names)
+        self.columns: list[str] | None = list(dataset.column_names)
 
     def scan(self) -> Iterator[KeyedRow]:
         for index, record in enumerate(self.dataset):
@@ -508,9 +508,9 @@ class HFSource:
         return _unkeyed(self.scan())
 
     def table(self) -> Table:
-        return Table(self.source, self.where, self.columns, self.rows())
+        return Table(self.source, self.where, self.columns or [], self.rows())
 
-    def read(self, keys: Sequence[int]) -> list[Any]:
+    def read(self, keys: Sequence[int] | np.ndarray) -> list[Any]:
         return [self.dataset[int(key)] for key in keys]
 
 

@@ -29,7 +29,7 @@ import shutil
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 from calm_core.data.catalog import load_dataset
 from calm_core.data.entries import (
@@ -73,9 +73,10 @@ class SplitPlan:
         """part -> items per answer position (index 0 = option A); {} for open answers."""
         if self.kind != "mc":
             return {}
-        width = 1 + max((item.answer for items in self.parts.values() for item in items), default=0)
-        counts = {part: [0] * width for part in self.parts}
-        for part, items in self.parts.items():
+        parts = cast(dict[str, list[MCItem]], self.parts)  # kind "mc": every item is an MCItem
+        width = 1 + max((item.answer for items in parts.values() for item in items), default=0)
+        counts = {part: [0] * width for part in parts}
+        for part, items in parts.items():
             for item in items:
                 counts[part][item.answer] += 1
         return counts

@@ -179,7 +179,7 @@ def _drop_duplicates(
 # ----------------------------------------------------------------------------- the sequence
 
 
-class LazyItems(Sequence):
+class LazyItems(Sequence[Any]):
     """The valid items of a source, in file order, parsed when asked for.
 
     Behaves as the list the eager loader returns: `len`, `items[i]` (negative too),
@@ -212,14 +212,14 @@ class LazyItems(Sequence):
 
     def take(self, positions: Sequence[int] | range) -> list[Any]:
         """The items at `positions` (in that order), with one open file."""
-        positions = np.asarray(positions, dtype=np.int64)
+        at = np.asarray(positions, dtype=np.int64)
         try:
-            raws = self.source.read(self.keys[positions]) if len(positions) else []
+            raws = self.source.read(self.keys[at]) if len(at) else []
         except READ_ERRORS as exc:
             raise DataError(
                 f"Expected {self.source.where} to stay readable while its items are used, but: {exc}"
             ) from None
-        return [self._item(raw, int(number)) for raw, number in zip(raws, self.numbers[positions], strict=True)]
+        return [self._item(raw, int(number)) for raw, number in zip(raws, self.numbers[at], strict=True)]
 
     def subset(self, positions: Sequence[int] | np.ndarray) -> LazyItems:
         """A LazyItems of the items at `positions` (in that order): an index, no parsing."""

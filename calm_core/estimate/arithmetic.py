@@ -85,7 +85,9 @@ class Estimate:
 
     def to_record(self) -> dict[str, object]:
         """config.json's `estimate`: what the launch showed, so that later estimates learn
-        their error from it (error.recorded_ratio) against `figure_s`, the uncorrected sum."""
+        their error from it (error.recorded_ratio) against `figure_s`, the uncorrected sum;
+        `after_steps_s`: the likely final evaluation and cross-fitting, which the Monitor adds
+        to the steps left at the run's own pace (estimate/remaining.py)."""
         return {
             "version": RECORD_VERSION,
             "figure_s": round(self.figure, 3),
@@ -97,6 +99,7 @@ class Estimate:
             "busy": self.machine.busy,
             "rates": rates_kind(self.rates_learned),
             "spread_runs": self.spread.runs,
+            "after_steps_s": round(sum(self.part(name).seconds for name in AFTER_STEPS) * self.spread.center, 3),
         }
 
 
@@ -126,7 +129,27 @@ def idle_seconds(cfg: TrainConfig, sizes: RunSizes, rates: Rates, selects: bool,
     """A run ending at step `until`, on an idle machine: every part summed."""
     r, z = rates, sizes
     fixed = r.startup_s + r.load_s + r.fill_per_item * z.fill + r.final_per_item * z.final_items()
+    fixed += cross_fit_seconds(r, z)
     return fixed + r.step_per_work * z.step_work * until + evaluations(cfg, sizes, rates, selects, until)[1]
+
+
+AFTER_STEPS = ("final evaluation", "cross-fitting")  # the parts that run once the steps are over
+
+
+def cross_fit_seconds(rates: Rates, sizes: RunSizes) -> float:
+    """The post-hoc fits and the recommendation's cross-fitting on an idle machine (none
+    when the run fits no calibrator)."""
+    return rates.cross_fit_fixed_s + rates.cross_fit_per_work * sizes.cross_fit if sizes.cross_fit else 0.0
+
+
+def cross_fit_detail(sizes: RunSizes) -> str:
+    """What the cross-fitting part counts, in words."""
+    if not sizes.cross_fit:
+        return "no post-hoc calibrator to fit (no baselines, or too few S_V items)"
+    return (
+        f"post-hoc calibrators fitted on S_V, then cross-fitted for the recommendation: "
+        f"{sizes.cross_fit:,.0f} item-fits (ATS cross-fits its own choices in each fit)"
+    )
 
 
 def estimate_run(
@@ -159,6 +182,7 @@ def estimate_run(
         Part("steps", step_s * until * factor, f"{until} steps at {step_s:.2f} s idle{stop}"),
         Part("evaluations", eval_s * factor, f"{n_evals} evaluations"),
         Part("final evaluation", rates.final_per_item * final * factor, f"last checkpoint, {final} item forwards"),
+        Part("cross-fitting", cross_fit_seconds(rates, sizes) * factor, cross_fit_detail(sizes)),
     )
     return Estimate(
         parts=parts,

@@ -67,20 +67,34 @@ class MachineLoad:
         return max(1.0, (self.demand + max(1, threads)) / max(1, self.cpus))
 
     def note(self, threads: int) -> str | None:
-        """What the page says on a busy machine (None when idle)."""
+        """What the page says on a busy machine, in plain words (None when idle): how busy
+        other programs keep the cores, what that does to a job on `threads` threads, and
+        that the estimate assumes it goes on."""
         if not self.busy:
             return None
+        job = f"a job on {threads} thread{'s' if threads > 1 else ''}"
         factor = self.factor(threads)
-        share = (
-            f"{factor:.1f}x an idle machine's time for a job on {threads} thread{'s' if threads > 1 else ''}"
+        effect = (
+            f"{job} gets its share of them and takes about {factor:.1f}x as long as on an idle machine"
             if factor > 1
-            else "a job on a thread of its own is not slowed by that much, if it goes on as it is"
+            else f"{job} still has a core to itself and is not slowed, if the load stays as it is"
         )
         return (
-            f"Another process is using the CPU (about {self.demand:.1f} of {self.cpus} cores; load average "
-            f"{self.load_average:.1f}): the estimate assumes that load continues ({share}), and its range is the "
-            "one measured for runs beside other processes"
+            f"{self._who()}: {effect}. The estimate assumes the load goes on, and its range is the one "
+            "measured for runs beside other programs."
         )
+
+    def _who(self) -> str:
+        """Other programs' demand against the cores, in words."""
+        cores = f"{self.cpus} core{'s' if self.cpus != 1 else ''}"
+        average = f"load average {self.load_average:.1f}"
+        if self.demand >= self.cpus:
+            times = self.demand / max(1, self.cpus)
+            return (
+                f"Other programs are keeping this machine's {cores} busy (they ask for about {self.demand:.1f} "
+                f"cores, {times:.1f}x what it has; {average})"
+            )
+        return f"Other programs are using about {self.demand:.1f} of this machine's {cores} ({average})"
 
     def to_record(self) -> dict[str, float | int | None]:
         """The launch record's fields (Estimate.to_record)."""

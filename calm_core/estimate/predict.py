@@ -2,7 +2,7 @@
 
     estimate = estimate_for(cfg)        # rates and error learned on this machine, else the defaults
     estimate.likely, estimate.low, estimate.high
-    record = launch_estimate(cfg)       # config.json's `estimate`, None when it cannot be made
+    shown = launch_estimate(cfg)        # the same, None when it cannot be made; launch_training records it
 
 The counts come from what the data layer knows of each dataset without loading it
 (data/counts.py), the rates from this machine's finished runs of the same model, task and
@@ -52,12 +52,13 @@ def estimate_for(
     )
 
 
-def launch_estimate(cfg: TrainConfig, root: str | Path | None = None) -> dict[str, Any] | None:
-    """config.json's `estimate` for a run of `cfg` launched now, or None when it cannot be
-    made (a dataset whose size only loading tells, or a name that names nothing: the run
-    itself says why)."""
+def launch_estimate(cfg: TrainConfig, root: str | Path | None = None) -> Estimate | None:
+    """The estimate of a run of `cfg` launched now, as the Train page shows it and the CLI
+    makes it before it launches (`launch_training` records what it is given), or None when
+    it cannot be made (a dataset whose size only loading tells, or a name that names
+    nothing: the run itself says why)."""
     try:
-        return estimate_for(cfg, root).to_record()
+        return estimate_for(cfg, root)
     except (ValueError, OSError, KeyError, TypeError):  # DataError is a ValueError
         return None
 
@@ -76,7 +77,8 @@ def planned_sizes(cfg: TrainConfig) -> RunSizes:
     shape = model_shape(cfg.model)
     fills = cfg.frozen_prefix and cfg.lora.layers is not None and (shape is None or cfg.lora.layers < shape[1])
     uses_head = bool(get_method(cfg.method).USES_HEAD)
-    return RunSizes.of(cfg, counts, fills=fills, uses_head=uses_head, selects=task_selects(cfg))
+    recommends = bool(getattr(_task(cfg), "RECOMMENDS", False))
+    return RunSizes.of(cfg, counts, fills=fills, uses_head=uses_head, selects=task_selects(cfg), recommends=recommends)
 
 
 def _count(name: str, limit: int | None) -> int:
@@ -91,9 +93,13 @@ def _count(name: str, limit: int | None) -> int:
 
 def task_selects(cfg: TrainConfig) -> bool:
     """Whether `cfg`'s task has a calibrated stop (step 0 evaluated, a probe, an early end)."""
+    return bool(getattr(_task(cfg), "SELECTS", False))
+
+
+def _task(cfg: TrainConfig) -> Any:
     from calm_core.training.tasks import get_task
 
-    return bool(getattr(get_task(cfg.task), "SELECTS", False))
+    return get_task(cfg.task)
 
 
 def model_shape(name: str) -> tuple[int, int] | None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from calm_core.estimate.machine_load import MachineLoad
+from calm_core.runs.lifecycle import RunState
 from calm_core.runs.listing import list_runs
 from calm_core.runs.records import RunStatus
 from calm_core.runs.rundir import RunDir
@@ -38,17 +39,24 @@ class Rates:
     eval_per_item: float
     final_per_item: float  # per item the final evaluation forwards (RunSizes.final_items)
     source: str
+    cross_fit_per_work: float = 0.0  # per item-fit of the post-hoc fits and cross-fitting (RunSizes.cross_fit)
+    cross_fit_fixed_s: float = 0.0  # the recommendation's bootstrap and files, whatever the fits
     learned: bool = False
     measured_model: bool = True
 
 
 SIZED = ("load_s", "fill_per_item", "step_per_work", "eval_fixed_s", "eval_per_item", "final_per_item")
+# The cross-fitting's rates are not SIZED: ATS's fits read hidden states (64 wide, 576 wide),
+# not the parameters. The embedded model's: a line through the first two runs of
+# bench/estimate_accuracy.py (2,240 and 21,700 item-fits, each divided by its load's factor
+# as `rates_from` does; docs/performance.md); the tiny model's are those times
+# bench/cross_fit_cost.py's ratio of width 64 to width 576 (0.45).
 # (parameters, idle rates) of the two models measured on this project's 2-core machine: the
 # tiny random Llama of tests/conftest.py and the embedded model. Where each figure comes
 # from: docs/performance.md, "The Train page's time estimate".
 DEFAULTS: tuple[tuple[int, Rates], ...] = (
-    (3_219_776, Rates(1.8, 1.34, 0.0011, 0.0049, 0.0, 0.0015, 0.0033, source="")),
-    (134_515_008, Rates(1.8, 3.8, 0.061, 0.045, 0.0, 0.02, 0.02, source="")),
+    (3_219_776, Rates(1.8, 1.34, 0.0011, 0.0049, 0.0, 0.0015, 0.0033, "", 1e-4, 0.6)),
+    (134_515_008, Rates(1.8, 3.8, 0.061, 0.045, 0.0, 0.02, 0.02, "", 2.2e-4, 1.3)),
 )
 
 
@@ -135,7 +143,7 @@ class PastRun:
 def wall_seconds(status: RunStatus) -> float | None:
     """A finished run's job start (else creation) to its end; None for a resumed run (its
     stamps cover the last start only) or a record without the stamps."""
-    if status.state != "finished" or status.resumed_from:
+    if status.state != RunState.FINISHED or status.resumed_from:
         return None
     start, end = status.started or status.created, status.ended
     if not isinstance(start, (int, float)) or not isinstance(end, (int, float)) or end <= start:
@@ -162,7 +170,7 @@ def past_runs(root: str | Path | None = None, limit: int = READ_AT_MOST) -> list
     """This machine's most recent finished runs, newest first (at most `limit`)."""
     found: list[PastRun] = []
     for summary in list_runs(root):
-        run = read_past_run(RunDir(summary.path)) if summary.state == "finished" else None
+        run = read_past_run(RunDir(summary.path)) if summary.state == RunState.FINISHED else None
         found += [run] if run is not None else []
         if len(found) >= limit:
             break
@@ -195,6 +203,7 @@ def rates_from(runs: list[PastRun], source: str) -> Rates | None:
     if not times:
         return None
     default = DEFAULTS[-1][1]
+    cross_fits = [(r, t, z) for r, t, z in times if t.cross_fit_s is not None]  # older records lack the part
     fixed, per_item = _linear_fit([(e.items, r.idle(e.seconds)) for r, t, _ in times for e in t.evaluations])
     return Rates(
         startup_s=_median((r.idle(r.startup_s) if r.startup_s else None for r, _, _ in times), default.startup_s),
@@ -206,14 +215,33 @@ def rates_from(runs: list[PastRun], source: str) -> Rates | None:
         eval_fixed_s=fixed,
         eval_per_item=per_item,
         final_per_item=_median(
-            (r.idle(t.final_s) / z.final_items() for r, t, z in times if t.final_s and z.final_items()), per_item
+            (r.idle(t.final_forward_s() or 0.0) / z.final_items() for r, t, z in times if z.final_items()),
+            per_item,
         ),
+        **_cross_fit_rates([(z.cross_fit, r.idle(t.cross_fit_s or 0.0)) for r, t, z in cross_fits], default),
         source=source,
         learned=True,
     )
 
 
-def _linear_fit(points: list[tuple[int, float]]) -> tuple[float, float]:
+def _cross_fit_rates(points: list[tuple[float, float]], default: Rates) -> dict[str, float]:
+    """The cross-fitting's fixed seconds and seconds per item-fit: a line through the runs'
+    (item-fits, idle seconds) when they differ in size; else the defaults' line scaled to
+    what the runs took (one size cannot tell the fixed part from the rest: taking the fixed
+    part as known and the rest per item-fit left nothing per item-fit when a small run beat
+    the default, and a large run then got the fixed part alone); the defaults without any
+    run that timed it."""
+    fixed, per = default.cross_fit_fixed_s, default.cross_fit_per_work
+    sized = [(x, y) for x, y in points if x > 0]
+    if len({x for x, _ in sized}) > 1:
+        fixed, per = _linear_fit(sized)
+    elif sized:
+        scale = statistics.median(y / (fixed + per * x) for x, y in sized)
+        fixed, per = fixed * scale, per * scale
+    return {"cross_fit_fixed_s": fixed, "cross_fit_per_work": per}
+
+
+def _linear_fit(points: list[tuple[float, float]]) -> tuple[float, float]:
     """(fixed, per item) of seconds = fixed + per_item * items by least squares, both >= 0;
     points all of one size have no fixed part."""
     if not points:

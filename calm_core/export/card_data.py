@@ -54,7 +54,7 @@ def card_data(run: RunDir, record: dict[str, Any], rows: list[dict[str, Any]], l
     if library != "peft":
         tags.append("merged")
     train = run.config.train
-    named = [train.get("train_data"), train.get("heldout_data"), *(train.get("eval_data") or [])]
+    named = [train.train_data, train.heldout_data, *train.eval_data]
     hub_ids = list(dict.fromkeys(found[0] for found in map(hub_dataset, filter(None, named)) if found))
     results = eval_results(record, rows)
     licence = hub_licence(record.get("base_model_licence"))

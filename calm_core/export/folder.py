@@ -43,14 +43,15 @@ from __future__ import annotations
 
 import io
 import json
-import math
 import os
 import shutil
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
+from calm_core.calibration.head_base import Head
+from calm_core.calibration.posthoc import calibrators, from_results
 from calm_core.export.model_card import export_card
 from calm_core.export.record import EXPORT_FILE, export_record, variant_record
 from calm_core.export.thermometer import (
@@ -60,14 +61,12 @@ from calm_core.export.thermometer import (
     thermometer_for_export,
 )
 from calm_core.io import default_mode
-from calm_core.results.verdict import POSTHOC_EXPORTS
+from calm_core.results.verdict import posthoc_exports, variant_label
 from calm_core.runs.portable import Portable, portable_config
 from calm_core.runs.records import RunResults
 from calm_core.runs.rundir import RunDir
 
 if TYPE_CHECKING:
-    from calm_core.calibration.adaptive_head import AdaptiveHead
-    from calm_core.calibration.head import CalibrationHead
     from calm_core.calibration.thermometer import Thermometer
 
 HEAD_MODULE = Path(__file__).resolve().parent / "template" / "calm_head.py"
@@ -128,12 +127,12 @@ def recommended_export(run: RunDir) -> str | None:
     except (OSError, ValueError):
         return None
     variant = results.recommended if results is not None else None
-    if results is not None and variant in _POSTHOC_HEADS:
+    if results is not None and variant in posthoc_exports() and variant != "base":
         try:
-            _POSTHOC_HEADS[variant](run, results)
+            posthoc_head(run, results, variant)
         except ValueError:  # a VS weight <= 0, an ATS recorded without its weights: the export says why
             return None
-    return variant if variant in POSTHOC_EXPORTS and variant != method else None
+    return variant if variant in posthoc_exports() and variant != method else None
 
 
 def saved_threshold_variant(run: RunDir, variant: str | None) -> tuple[str | None, str | None]:
@@ -146,7 +145,7 @@ def saved_threshold_variant(run: RunDir, variant: str | None) -> tuple[str | Non
     method = run.config.train_method or "calm"
     if not isinstance(saved, str):
         return variant, None
-    if variant is None and saved != method and saved in (*POSTHOC_EXPORTS, THERMOMETER):
+    if variant is None and saved != method and saved in (*posthoc_exports(), THERMOMETER):
         return saved, (
             f"exporting {saved}: the saved selective threshold is {saved}'s (`calm selective --save`); "
             f"--variant {method} exports the trained model without it"
@@ -179,97 +178,43 @@ def _variant_source(
     step, checkpoint = run.exported_step()
     if variant in (None, method):
         return step, checkpoint, method
-    if variant not in (*POSTHOC_EXPORTS, THERMOMETER):
+    if variant not in (*posthoc_exports(), THERMOMETER):
         raise ValueError(
-            f"Expected `variant` to be one of {[method, *POSTHOC_EXPORTS, THERMOMETER, 'recommended']}, "
+            f"Expected `variant` to be one of {[method, *posthoc_exports(), THERMOMETER, 'recommended']}, "
             f"but got {variant!r}"
         )
     shutil.copyfile(checkpoint / "adapter_config.json", scratch / "adapter_config.json")
     adapter = load_file(str(checkpoint / "adapter_model.safetensors"))
     zeroed = {k: torch.zeros_like(v) if "lora_B" in k else v for k, v in adapter.items()}  # delta W = B A = 0
     save_file(zeroed, str(scratch / "adapter_model.safetensors"))
-    if variant in _POSTHOC_HEADS:
-        _POSTHOC_HEADS[variant](run, results).save(scratch)
+    if variant != "base" and variant in posthoc_exports():
+        posthoc_head(run, results, variant).save(scratch)
     if variant == THERMOMETER:
         thermometer = thermometer_for_export(run) if thermometer is None else thermometer
         save_thermometer(thermometer, scratch / THERMOMETER_FILE)
     return step, scratch, variant
 
 
-def _scalar_head(temperature: float) -> "CalibrationHead":
-    """softmax(z / T) as a scalar options head: exactly temperature scaling."""
-    from calm_core.calibration.head import CalibrationHead
-
-    head = CalibrationHead("scalar", acts_on="options")
-    head.log_temperature.data.fill_(math.log(temperature))
+def posthoc_head(run: RunDir, results: RunResults, variant: str) -> Head:
+    """The head of post-hoc calibrator `variant` as results.json records its fit: the
+    calibrator's own `export_head` (calibration/posthoc/), or ValueError naming the run and
+    why it has none (no fit and its note, a fit with no such head)."""
+    cls = calibrators().get(variant)
+    if cls is None or not cls.exports():
+        raise ValueError(f"Expected a post-hoc calibrator that exports as a head, but got {variant!r}")
+    label = variant_label(variant)
+    record = results.calibrator(variant)
+    if record is None or "note" in record:
+        why = (record or {}).get("note") or f"results.json has no `{variant}` fit"
+        raise ValueError(f"Expected a fitted {label} in run {run.run_id}, but {why}")
+    where = f"`{variant}` in results.json of run {run.run_id}"
+    try:
+        head = from_results(variant, record, where).export_head()
+    except ValueError as exc:
+        raise ValueError(f"Expected a {label} that exports in run {run.run_id}, but: {exc}") from None
+    if head is None:
+        raise ValueError(f"Expected a post-hoc calibrator that exports as a head, but {variant!r} built none")
     return head
-
-
-def _temperature_scaling_head(run: RunDir, results: RunResults) -> "CalibrationHead":
-    """TS at results.json's temperature, or the reason it has none."""
-    temperature = (results.calibrator("ts") or {}).get("temperature")
-    if not isinstance(temperature, (int, float)):
-        note = (results.calibrator("ts") or {}).get("note", "results.json has no `ts` temperature")
-        raise ValueError(f"Expected a fitted TS temperature in run {run.run_id}, but {note}")
-    return _scalar_head(temperature)
-
-
-def _adaptive_temperature_head(run: RunDir, results: RunResults) -> "CalibrationHead | AdaptiveHead":
-    """results.json's ATS fit as the head that computes the same temperatures: an adaptive
-    head (calibration.adaptive_head) reading the question's state, or, when cross-fitting
-    chose no feature (k = 0), a scalar head at its one temperature (an adaptive head needs
-    a width). A record without its weights (written before results.json kept them) is
-    refused: rebuilding it would silently export one temperature."""
-    import numpy as np
-
-    from calm_core.calibration.adaptive_head import AdaptiveHead
-    from calm_core.calibration.posthoc.ats import AdaptiveTemperature
-
-    record = results.calibrator("ats")
-    if not isinstance(record, dict) or "bias" not in record:
-        note = record.get("note") if isinstance(record, dict) else None
-        raise ValueError(f"Expected a fitted ATS in run {run.run_id}, but {note or 'results.json has no `ats` fit'}")
-    if record.get("components") and not record.get("weights"):
-        raise ValueError(
-            f"Expected ATS's weights in results.json of run {run.run_id}, but it records only their number "
-            f"({record['components']} components): the run was evaluated before results.json kept them"
-        )
-    ats = AdaptiveTemperature.from_json(record, f"`ats` in results.json of run {run.run_id}")
-    if not ats.weights_:
-        return _scalar_head(float(ats.temperatures(np.zeros((1, 0)))[0]))
-    return AdaptiveHead.from_ats(ats)
-
-
-def _vector_scaling_head(run: RunDir, results: RunResults) -> "CalibrationHead":
-    """Vector scaling softmax(z w + b) as an uncentred options head z / tau + l, with
-    tau = 1 / w and l = b: the same probabilities. A weight <= 0 (an option whose score
-    the fit turned around) has no temperature, so that export is refused with the reason."""
-    import torch
-
-    from calm_core.calibration.head import CalibrationHead
-
-    record = results.calibrator("vs") or {}
-    weights, biases = record.get("weights"), record.get("biases")
-    if not isinstance(weights, list) or not isinstance(biases, list) or len(weights) != len(biases) or not weights:
-        note = record.get("note", "results.json has no `vs` weights and biases")
-        raise ValueError(f"Expected a fitted vector scaling in run {run.run_id}, but {note}")
-    if not all(isinstance(w, (int, float)) and math.isfinite(w) and w > 0 for w in weights):
-        raise ValueError(
-            f"Expected vector scaling weights > 0 to export as temperatures, but run {run.run_id} "
-            f"has {weights}: export `ts` or the trained model instead"
-        )
-    head = CalibrationHead("options", size=len(weights), acts_on="options", center=False)
-    with torch.no_grad():
-        head.log_temperature.copy_(-torch.log(torch.tensor(weights, dtype=torch.float64)).float())
-        head.shift.copy_(torch.tensor(biases, dtype=torch.float32))
-    return head
-
-
-_POSTHOC_HEADS: dict[str, Callable[[RunDir, RunResults], "CalibrationHead | AdaptiveHead"]] = {
-    "ts": _temperature_scaling_head,
-    "vs": _vector_scaling_head,
-    "ats": _adaptive_temperature_head,
-}  # the post-hoc variants that export as a head over the zeroed adapter (`base` has none)
 
 
 def _write_folder(run: RunDir, step: int, checkpoint: Path, folder: Path, variant: str) -> None:

@@ -43,9 +43,11 @@ import numpy as np
 import torch
 
 from calm_core.calibration.head import CalibrationHead
-from calm_core.calibration.head_base import Head
+from calm_core.calibration.head_base import HEAD_FILENAME, Head
+from calm_core.calibration.posthoc import calibrators
 from calm_core.data.schema import MCItem
 from calm_core.io import default_mode
+from calm_core.results.verdict import variant_label
 from calm_core.runs.rundir import RunDir
 
 if TYPE_CHECKING:
@@ -89,7 +91,7 @@ def refuse_adaptive(run: RunDir, what: str) -> None:
     )
 
 
-def fold_plan(head: Head | None, scoring: ScoringConfig, task: str, letters: list[int], lm_head: Any) -> Fold:
+def fold_plan(head: Head | None, scoring: ScoringConfig, letters: list[int], lm_head: Any) -> Fold:
     """Decide what folds (module docstring). `letters`: the letter tokens' ids (letter
     rule), `lm_head`: the model's output layer (its rows and whether it has a bias)."""
     if head is None:
@@ -219,37 +221,34 @@ def merged_model(run: RunDir, source: Path) -> tuple[Any, Any, Any]:
     tokenizer, the head or None). Unquantized: a QLoRA run's adapter merges into full weights."""
     from peft import PeftModel
 
-    from calm_core.calibration.head import CalibrationHead
-    from calm_core.calibration.head_base import HEAD_FILENAME
     from calm_core.scoring.models import ModelSpec, load_model
 
     train = run.config.train
-    base = load_model(ModelSpec(name=train["model"], device="cpu", dtype="float32"))
+    base = load_model(ModelSpec(name=train.model, device="cpu", dtype="float32"))
     model = PeftModel.from_pretrained(base.model, str(source)).eval()
-    head = CalibrationHead.load(source, train.get("task", "mcqa")) if (source / HEAD_FILENAME).is_file() else None
+    head = CalibrationHead.load(source, train.task) if (source / HEAD_FILENAME).is_file() else None
     return model, base.tokenizer, head
 
 
-def write_merged(run: RunDir, step: int, source: Path, folder: Path, variant: str) -> dict[str, Any]:
+def write_merged(run: RunDir, source: Path, folder: Path, variant: str) -> dict[str, Any]:
     """Every file of a merged export into `folder` (`export.folder.export_run` stages it); returns
     calm_export.json's record. Refuses an input-adaptive temperature before any load."""
-    from calm_core.calibration.head_base import HEAD_FILENAME
     from calm_core.export.thermometer import THERMOMETER_FILE
     from calm_core.scoring.prompts import ScoringConfig, letter_token_ids
 
     if (source / THERMOMETER_FILE).is_file():
         refuse_adaptive(run, "a thermometer")
     if (source / HEAD_FILENAME).is_file() and _head_scope(source / HEAD_FILENAME) == "adaptive":
-        refuse_adaptive(run, "an adaptive head" if variant != "ats" else "adaptive temperature scaling")
+        refuse_adaptive(run, variant_label(variant) if variant in calibrators() else "an adaptive head")
     train = run.config.train
-    task = train.get("task", "mcqa")
-    scoring = ScoringConfig(rule=train["scoring"], chat_template=bool(train.get("chat_template")))
+    task = train.task
+    scoring = ScoringConfig(rule=train.required("scoring"), chat_template=train.chat_template)
     model, tokenizer, head = merged_model(run, source)
     wanted = max([item.n_choices for item in CHECK_ITEMS] + [head.size if _per_option(head) else 0])
     letters = [] if scoring.is_cloze or task != "mcqa" else letter_token_ids(tokenizer, wanted, scoring)
     reference = studio_reference(model, tokenizer, head, scoring, task)
     model = model.merge_and_unload()
-    fold = fold_plan(head, scoring, task, letters, model.get_output_embeddings())
+    fold = fold_plan(head, scoring, letters, model.get_output_embeddings())
     untied = apply_fold(model, fold)
     check = check_fold(model, tokenizer, fold, scoring, reference, letters)
     worst = max(check.get("max_abs_diff", 0.0), check.get("max_abs_diff_vocab", 0.0))
@@ -285,7 +284,7 @@ def write_merged_folder(run: RunDir, step: int, source: Path, folder: Path, vari
     from calm_core.runs.portable import Portable, portable_config
 
     portable = Portable.of(run)
-    merged = write_merged(run, step, source, folder, variant)
+    merged = write_merged(run, source, folder, variant)
     record = portable.data({**export_record(run, step, source), **variant_record(run, variant), "merged": merged})
     for name in SETTINGS_FILES:  # a recorded path becomes a name (never the vocabulary: a token may look like one)
         if (folder / name).is_file():

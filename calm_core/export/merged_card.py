@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from calm_core.export.card_prompt import context_code, letter_prompt_lines, template_line
 from calm_core.runs.rundir import RunDir
 from calm_core.scoring.prompts import ScoringConfig
 
@@ -161,7 +162,7 @@ def merged_snippet(record: dict[str, Any]) -> str:
         'folder = "path/to/this/folder"',
         "model = AutoModelForCausalLM.from_pretrained(folder).eval()",
         "tokenizer = AutoTokenizer.from_pretrained(folder)",
-        f"TEMPLATE, DELIMITER = {cfg.question_template!r}, {cfg.choice_delimiter!r}  # the run's scoring rule",
+        template_line(cfg),
         "",
     ]
     lines += _cloze_lines(cfg, merged) if cfg.is_cloze else _letter_lines(cfg, merged)
@@ -169,29 +170,10 @@ def merged_snippet(record: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _context_line(cfg: ScoringConfig, text: str) -> str:
-    if cfg.chat_template:
-        return (
-            f'tokenizer.apply_chat_template([{{"role": "user", "content": {text}}}], tokenize=False, '
-            "add_generation_prompt=True)"
-        )
-    return f"TEMPLATE.format(question={text})" if text == "question" else text
-
-
 def _letter_lines(cfg: ScoringConfig, merged: dict[str, Any]) -> list[str]:
-    if cfg.chat_template:
-        prompt = _context_line(cfg, f'f"{{question}}\\n{{listed}}\\n{cfg.letter_instruction}"')
-        build = [f"    return {prompt}"]
-    else:
-        build = [
-            '    head, _, cue = TEMPLATE.format(question=question).rpartition("\\n")',
-            '    return f"{head}\\n{listed}\\n{cue}" if head else f"{TEMPLATE.format(question=question)}\\n{listed}"',
-        ]
     prefix = '""' if cfg.chat_template else "DELIMITER"
     lines = [
-        "def prompt(question, options):",
-        '    listed = "\\n".join(f"{chr(65 + k)}. {option}" for k, option in enumerate(options))',
-        *build,
+        *letter_prompt_lines(cfg),
         "",
         "@torch.no_grad()",
         "def calibrated(question, options):",
@@ -219,7 +201,7 @@ def _letter_lines(cfg: ScoringConfig, merged: dict[str, Any]) -> list[str]:
 
 
 def _cloze_lines(cfg: ScoringConfig, merged: dict[str, Any]) -> list[str]:
-    context = _context_line(cfg, "question")
+    context = context_code(cfg)
     delimiter = '""' if cfg.chat_template else "DELIMITER"
     mean = cfg.rule == "cloze_norm"
     return [

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from calm_core.calibration.posthoc import calibrators, from_results
 from calm_core.runs.rundir import RunDir
 
 
@@ -23,22 +24,7 @@ def export_card(run: RunDir, record: dict[str, Any]) -> str:
     ts = record["ts_temperature"]
     rows = card_body_rows(run)
     variant = record.get("variant", record["method"])
-    fitted = fitted_on(record)
-    what = {
-        "base": "the **untouched base model** (the adapter's B matrices are zero, no head): the run's "
-        "recommendation on S_V",
-        "ts": f"**temperature scaling** of the base model (T = {ts or 0:.4f}, "
-        f"{fitted}, as a scalar head over a zero adapter)",
-        "vs": f"**vector scaling** of the base model (softmax(z w + b) per option position, {fitted}, "
-        "as an uncentred options head over a zero adapter: tau = 1 / w, l = b)",
-        "ats": "**adaptive temperature scaling** of the base model (a temperature per question, "
-        f"tau(h) = softplus(w . x(h) + b), read from the question's hidden state; {fitted}, as an "
-        f"{'adaptive' if record['head_scope'] == 'adaptive' else 'scalar (it chose one temperature)'} "
-        "head over a zero adapter)",
-        "thermometer": "a **thermometer** over the base model (Shen et al., ICML 2024: one temperature for a whole "
-        "set of questions, T = softplus(w . x(mean h) + b), predicted from the mean hidden state of the set's "
-        "inputs; trained on other labelled datasets, not on this run's)",
-    }.get(variant)
+    what = _what_it_holds(run, record, variant)
     variant_note = f"\nThis folder holds {what}, not the trained adapter.\n" if what else ""
     body = (
         f"# {run.run_id}\n{variant_note}\n{trained_line(run, record)}\n"
@@ -55,6 +41,29 @@ def export_card(run: RunDir, record: dict[str, Any]) -> str:
         + results_section(rows)
     )
     return card_text(run, record, rows, body)
+
+
+UNTOUCHED = "the **untouched base model** (the adapter's B matrices are zero, no head): the run's recommendation on S_V"
+THERMOMETER_WORDS = (
+    "a **thermometer** over the base model (Shen et al., ICML 2024: one temperature for a whole set of questions, "
+    "T = softplus(w . x(mean h) + b), predicted from the mean hidden state of the set's inputs; trained on other "
+    "labelled datasets, not on this run's)"
+)
+
+
+def _what_it_holds(run: RunDir, record: dict[str, Any], variant: str) -> str | None:
+    """What the folder holds when it is not the trained adapter, in the card's words: the
+    untouched model, a post-hoc calibrator's own `card_words` for its fit in results.json,
+    or the thermometer; None for the trained model."""
+    if variant == "base":
+        return UNTOUCHED
+    if variant == "thermometer":
+        return THERMOMETER_WORDS
+    cls = calibrators().get(variant)
+    fit = run.results().calibrator(variant) if cls is not None and run.has_results() else None
+    if cls is None or fit is None or "note" in fit:
+        return None
+    return from_results(variant, fit, f"`{variant}` in results.json").card_words(fitted_on(record))
 
 
 def fitted_on(record: dict[str, Any]) -> str:
@@ -111,7 +120,7 @@ def selective_section(record: dict[str, Any]) -> str:
 
 def card_body_rows(run: RunDir) -> list[dict[str, Any]]:
     """results.json's rows as the cards show them ([] before the final evaluation)."""
-    from calm_core.results.view import compare_rows
+    from calm_core.results.tables import compare_rows
 
     return compare_rows([run]) if run.has_results() else []
 
@@ -146,7 +155,7 @@ def trained_line(run: RunDir, record: dict[str, Any]) -> str:
 
 def results_section(rows: list[dict[str, Any]]) -> str:
     """The calibration table, and the sets added after training."""
-    from calm_core.results.view import added_lines, result_columns
+    from calm_core.results.tables import added_lines, result_columns
     from calm_core.scoring.evaluate import format_table
 
     return (

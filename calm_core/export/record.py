@@ -28,7 +28,7 @@ def export_record(run: RunDir, step: int, checkpoint: Path) -> dict[str, Any]:
     train = config.train
     if not train:
         raise ValueError(f"Expected the training settings (`train`) in config.json of run {run.run_id}, but found none")
-    hub_id, how = portable_base_model(str(train.get("model", "embedded")))
+    hub_id, how = portable_base_model(train.model)
     portable = Portable.of(run)
     has_head = (checkpoint / HEAD_FILENAME).is_file()
     head = CalibrationHead.load(checkpoint) if has_head else None
@@ -36,14 +36,14 @@ def export_record(run: RunDir, step: int, checkpoint: Path) -> dict[str, Any]:
     results = run.results_or_none()
     ts = (results.calibrator("ts") if results is not None else None) or {}
     environment = config.environment or {}
-    model = str(train.get("model", "embedded"))
+    model = train.model
     return {
         "format": "calm_studio.export",
         "format_version": 1,
         "run_id": run.run_id,
         "step": step,
-        "method": train["method"],
-        "task": train.get("task", "mcqa"),
+        "method": train.required("method"),
+        "task": train.task,
         "base_model_hub_id": hub_id,
         "base_model_hub_id_from": portable.text(how),
         "base_model_setting": portable.model_name,  # `embedded`, a hub id, or a local model's base name
@@ -55,7 +55,7 @@ def export_record(run: RunDir, step: int, checkpoint: Path) -> dict[str, Any]:
         **steps_record(run),
         "head_scope": scope,
         "center": None if head is None else head.centred,  # as CalibrationHead.forward applies it
-        "scoring": ScoringConfig(rule=train["scoring"], chat_template=bool(train.get("chat_template"))).to_dict(),
+        "scoring": ScoringConfig(rule=train.required("scoring"), chat_template=train.chat_template).to_dict(),
         "ts_temperature": ts.get("temperature"),
         "ts_fit_on": portable.data(ts.get("fit_on")),
         "thermometer": thermometer_record(checkpoint / THERMOMETER_FILE),
@@ -70,13 +70,11 @@ def steps_record(run: RunDir) -> dict[str, Any]:
     step, None when the run went to its limit). The card says these, never the limit alone."""
     status = run.status_or_none()
     results = run.results_or_none()
-    selection = (status.selection if status is not None else None) or (results.selection if results else None) or {}
-    stopped = selection.get("stopped_early")
-    limit = run.config.train.get("steps")
+    selection = (status.selection if status is not None else None) or (results.selection if results else None)
     return {
         "steps_run": status.step if status is not None else None,
-        "step_limit": limit if isinstance(limit, int) else None,
-        "stopped_early": stopped if isinstance(stopped, int) else None,
+        "step_limit": run.config.train.steps,
+        "stopped_early": selection.stopped_early if selection is not None else None,
     }
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from calm_core.export.card_prompt import context_code, letter_prompt_lines, template_line
 from calm_core.scoring.prompts import ScoringConfig
 
 LIFT = 80.0  # added to every letter's bias: above any other token, within the +-100 servers accept
@@ -64,7 +65,7 @@ def served_snippet(record: dict[str, Any]) -> str:
         "",
         'URL, MODEL = "http://127.0.0.1:8000/v1", "path/to/this/folder"  # the server, the name it serves',
         'tokenizer = AutoTokenizer.from_pretrained("path/to/this/folder")  # the tokenizer alone',
-        f"TEMPLATE, DELIMITER = {cfg.question_template!r}, {cfg.choice_delimiter!r}  # the run's scoring rule",
+        template_line(cfg),
         "",
         "def post(payload):",
         '    body = json.dumps({"model": MODEL, **payload}).encode()',
@@ -85,33 +86,13 @@ def served_snippet(record: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _context(cfg: ScoringConfig, text: str) -> str:
-    if cfg.chat_template:
-        return (
-            f'tokenizer.apply_chat_template([{{"role": "user", "content": {text}}}], tokenize=False, '
-            "add_generation_prompt=True)"
-        )
-    return f"TEMPLATE.format(question={text})"
-
-
 def _letter_lines(cfg: ScoringConfig, merged: dict[str, Any]) -> list[str]:
-    if cfg.chat_template:
-        build = [
-            f"    return {_context(cfg, 'question + chr(10) + listed + chr(10) + ' + repr(cfg.letter_instruction))}"
-        ]
-    else:
-        build = [
-            '    head, _, cue = TEMPLATE.format(question=question).rpartition("\\n")',
-            '    return f"{head}\\n{listed}\\n{cue}" if head else f"{TEMPLATE.format(question=question)}\\n{listed}"',
-        ]
     shifts = merged.get("letter_shifts") if merged["fold"] == "temperature" else None
     prefix = '""' if cfg.chat_template else "DELIMITER"
     lines = [
         f"SHIFTS = {shifts or [0.0] * 26!r}  # l_k of letters A, B, ... (the LM head has no bias for them)",
         "",
-        "def prompt(question, options):",
-        '    listed = "\\n".join(f"{chr(65 + k)}. {option}" for k, option in enumerate(options))',
-        *build,
+        *letter_prompt_lines(cfg),
         "",
         "def calibrated(question, options):",
         "    ids = tokenizer(prompt(question, options), add_special_tokens=False).input_ids",
@@ -155,7 +136,7 @@ def _cloze_lines(cfg: ScoringConfig, merged: dict[str, Any]) -> list[str]:
         f"    return {reduce}  # S_k",
         "",
         "def calibrated(question, options):",
-        f"    context = {_context(cfg, 'question')}",
+        f"    context = {context_code(cfg)}",
         f"    scores = [option_score(context, {delimiter}option) for option in options]",
         formula,
         "",

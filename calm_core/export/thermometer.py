@@ -38,11 +38,11 @@ def thermometer_for_export(run: RunDir, path: Path | None = None) -> "Thermomete
     from calm_core.scoring.prompts import ScoringConfig
 
     train = run.config.train
-    model = str(train.get("model") or "embedded")
+    model = train.model
     path = thermometer_path(model) if path is None else Path(path)
-    if train.get("task", "mcqa") != "mcqa":
+    if train.task != "mcqa":
         raise ValueError(
-            f"Expected a multiple-choice run for the {THERMOMETER} variant, but run {run.run_id} is {train['task']!r}"
+            f"Expected a multiple-choice run for the {THERMOMETER} variant, but run {run.run_id} is {train.task!r}"
         )
     if not path.is_file():
         raise ValueError(
@@ -51,7 +51,7 @@ def thermometer_for_export(run: RunDir, path: Path | None = None) -> "Thermomete
     thermo = load_thermometer(path)
     if not thermo.model:
         raise ValueError(f"Expected the thermometer at {path} to name its model (`model`), but it names none")
-    rule = ScoringConfig(rule=train.get("scoring", "cloze"), chat_template=bool(train.get("chat_template"))).name
+    rule = ScoringConfig(rule=train.scoring or "cloze", chat_template=train.chat_template).name
     why = mismatch(thermo, model, rule)
     if why:
         raise ValueError(f"Expected a thermometer of run {run.run_id}'s model {model} under {rule}, but {path} {why}")

@@ -12,7 +12,7 @@ task; the open-answer table's columns are metrics.columns' "openqa".
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -56,16 +56,17 @@ def fit_token_calibrators(
 def evaluate_open(
     model: Any,
     tokenizer: Any,
-    datasets: dict[str, Sequence[OpenItem]],
+    datasets: Mapping[str, Sequence[OpenItem]],
     cfg: GenerationConfig,
     calibrators: dict[str, PosthocCalibrator] | None = None,
     progress: bool | ProgressFn = False,
-) -> tuple[list[dict], dict]:
+) -> tuple[list[dict[str, Any]], dict[tuple[str, str], Any]]:
     """Rows (one per dataset x variant: `base`, then each of `calibrators`, by name) and
     the per-item frames keyed by (variant, dataset)."""
     grouping = grouping_for(cfg.grouping, cfg.grouping_threshold)
     variants = [("base", None)] + [(name, c.token_transform()) for name, c in (calibrators or {}).items()]
-    rows, frames = [], {}
+    rows: list[dict[str, Any]] = []
+    frames: dict[tuple[str, str], Any] = {}  # pandas frames
     for name, items in datasets.items():
         for variant, transform in variants:
             answers = generate_answers(model, tokenizer, items, cfg, transform=transform, progress=progress)

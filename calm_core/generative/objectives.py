@@ -46,7 +46,8 @@ def token_transform(head: Any) -> Callable[[torch.Tensor], torch.Tensor]:
     Free-form answers have no option scores, so a head that acts on them is refused
     rather than silently left out."""
     if not isinstance(head, CalibrationHead):
-        return head
+        transform: Callable[[torch.Tensor], torch.Tensor] = head  # z / T, or another transform
+        return transform
     if head.acts_on != "tokens":
         raise ValueError(
             f"Expected a head that acts on tokens for free-form answers (they have no option scores), "

@@ -158,7 +158,8 @@ def _trim(tokens: list[int], stops: set[int]) -> list[int]:
 
 def answer_text(tokenizer: Any, tokens: Sequence[int]) -> str:
     """The answer a generation gives: its text before the first newline, stripped."""
-    return tokenizer.decode(list(tokens), skip_special_tokens=True).split("\n", 1)[0].strip()
+    text: str = tokenizer.decode(list(tokens), skip_special_tokens=True)
+    return text.split("\n", 1)[0].strip()
 
 
 def _generate(
@@ -171,7 +172,8 @@ def _generate(
 ) -> Any:
     device = next(model.parameters()).device
     batch = left_pad_batch(prompts, tokenizer.pad_token_id, device)
-    ids, mask, extra = batch["input_ids"], batch["attention_mask"], {}
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    extra: dict[str, Any] = {}
     if sample:  # n samples of a prompt share its prefill: run it once and copy the KV cache n times
         ids, mask, extra = _shared_prompt_cache(model, batch, cfg.n_samples)
     # top_k=0: transformers otherwise fills in its default top_k=50, which would cap the
@@ -200,7 +202,9 @@ def _generate(
         )
 
 
-def _shared_prompt_cache(model: Any, batch: dict[str, torch.Tensor], n: int) -> tuple[torch.Tensor, torch.Tensor, dict]:
+def _shared_prompt_cache(
+    model: Any, batch: dict[str, torch.Tensor], n: int
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
     """Prompts (all but their last token) through the model once, the KV cache repeated
     n times per row; generate() then starts from the last prompt token. Same samples as
     `num_return_sequences=n` for the same seed (tested), without n copies of the prefill."""
@@ -263,7 +267,7 @@ def generate_tokens(
 ) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, greedy answer ids up to and including the stop token) per item."""
     prompts = _prompt_ids(items, tokenizer, cfg)
-    out = []
+    out: list[tuple[list[int], list[int]]] = []
     for start in range(0, len(prompts), cfg.batch_size):
         chunk = prompts[start : start + cfg.batch_size]
         out.extend(

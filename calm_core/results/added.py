@@ -20,7 +20,7 @@ any set can be added later. The rows are the run's own table, computed the same 
 They are stored apart from the final evaluation (`RunDir.add_results`: added_results.json,
 predictions under added/eval/), each row marked `added_after_training: true` with the
 fingerprint of the items it measured (`data.schema.items_fingerprint`), their number, the
-step and the time; `results.view.compare_rows` shows them as `<set> (added)`.
+step and the time; `results.tables.compare_rows` shows them as `<set> (added)`.
 """
 
 from __future__ import annotations
@@ -29,9 +29,10 @@ import dataclasses
 from datetime import datetime, timezone
 from typing import Any, Mapping, Sequence
 
-from calm_core.calibration.posthoc import PosthocCalibrator, calibrators
+from calm_core.calibration.posthoc import PosthocCalibrator, calibrators, from_results
 from calm_core.data.schema import items_fingerprint
 from calm_core.data.stream import max_choices
+from calm_core.runs.lifecycle import RunState
 from calm_core.runs.records import RunResults
 from calm_core.runs.rundir import RunDir
 
@@ -39,7 +40,7 @@ from calm_core.runs.rundir import RunDir
 def check_finished(run: RunDir) -> None:
     """Refuse, in one line, a run that has no final model to measure yet."""
     state = run.state().state
-    if state != "finished" or not run.has_results():
+    if state != RunState.FINISHED or not run.has_results():
         raise ValueError(
             f"Expected a finished run, but {run.run_id} is {state}: it can be evaluated on more data "
             f"once its final evaluation has written results.json ({_until_finished(run.run_id, state)})"
@@ -48,15 +49,14 @@ def check_finished(run: RunDir) -> None:
 
 def _until_finished(run_id: str, state: str) -> str:
     """What gets a run of `state` to finished: waiting for it, or resuming it."""
-    if state in ("queued", "running", "stopping"):
+    if state in (RunState.QUEUED, RunState.RUNNING, RunState.STOPPING):
         return "wait for it: `calm runs` shows its state, the Monitor page its progress"
     return f"`calm resume {run_id}` continues it from its last checkpoint"
 
 
 def run_eval_limit(run: RunDir) -> int | None:
     """The run's `eval_limit`: added sets default to as many items as its own sets had."""
-    limit = run.config.train.get("eval_limit")  # TrainConfig's key; from_dict would refuse an older config
-    return limit if isinstance(limit, int) and not isinstance(limit, bool) else None
+    return run.config.train.limit("eval")  # not TrainConfig: from_dict would refuse an older config
 
 
 def saved_calibrators(results: RunResults) -> dict[str, PosthocCalibrator]:
@@ -64,10 +64,10 @@ def saved_calibrators(results: RunResults) -> dict[str, PosthocCalibrator]:
     S_V (their records in results.json); a calibrator missing there (its note) is left out."""
     variants = {row["variant"] for row in results.rows}
     out = {}
-    for name, cls in calibrators().items():
+    for name in calibrators():
         record = results.calibrator(name)
         if name in variants and isinstance(record, dict) and "note" not in record:
-            out[name] = cls.from_json(record, f"`{name}` in results.json")
+            out[name] = from_results(name, record, f"`{name}` in results.json")
     return out
 
 
@@ -79,14 +79,15 @@ def evaluate_run(
     lm: Any = None,
     mappings: Mapping[str, Any] | None = None,
     encoding: str | None = None,
+    encodings: Mapping[str, str | None] | None = None,
 ) -> list[dict[str, Any]]:
     """Score the run's variants on `datasets` (first `limit` items of each), store the rows
     with the run (`RunDir.add_results`, predictions under added/) and return them.
 
     `lm`: a freshly loaded base model to use (LoRA wraps it in place: never a shared one);
     by default the run's model is loaded on `device` as its training loaded it.
-    `mappings` (dataset -> ColumnMapping or its text) and `encoding` read files among
-    `datasets` as `calm eval --mapping --encoding` reads them; the run's own sets, read to
+    `mappings` (dataset -> ColumnMapping or its text) and `encoding` (or per dataset,
+    `encodings`) read files among `datasets` as `calm eval --mapping --encoding` reads them; the run's own sets, read to
     drop its training questions, are read as it read them."""
     from calm_core.training.batches import load_data
     from calm_core.training.config import TrainConfig
@@ -100,7 +101,10 @@ def evaluate_run(
     cfg = dataclasses.replace(TrainConfig.from_dict(run.config.train), eval_data=tuple(names), eval_limit=limit)
     task = get_task(cfg.task)
     fitted = saved_calibrators(run.results())
-    reading = {name: {"mapping": (mappings or {}).get(name), "encoding": encoding} for name in names}
+    reading = {
+        name: {"mapping": (mappings or {}).get(name), "encoding": (encodings or {}).get(name, encoding)}
+        for name in names
+    }
     evals = load_data(cfg, task.ITEM_KIND, reading).evals  # training questions dropped, as from the run's own sets
     for name, items in evals.items():
         if not items:

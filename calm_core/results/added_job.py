@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 from typing import Any, Sequence
 
+from calm_core.runs.lifecycle import RunState
 from calm_core.runs.rundir import RunDir
 
 EVALUATES = "evaluates"  # config.json of an evaluation job: {"run", "datasets", "limit", "cost"}
@@ -80,11 +81,11 @@ def run_job(job: RunDir) -> int:
         rows = evaluate_run(RunDir(job.path.parent / spec["run"]), spec["datasets"], spec["limit"])
     except Exception as error:  # noqa: BLE001 - the job's status says why, in one line
         stop.set()
-        job.write_status("failed", error=f"{type(error).__name__}: {error}"[:500])
+        job.write_status(RunState.FAILED, error=f"{type(error).__name__}: {error}"[:500])
         return 1
     else:
         stop.set()
-        job.write_status("finished", step=len(rows))  # the rows it added, where a training run counts steps
+        job.write_status(RunState.FINISHED, step=len(rows))  # the rows it added, where a training run counts steps
         return 0
     finally:
         schedule(job.path.parent)

@@ -11,26 +11,26 @@ verdict row itself (best calibrated, flags, ties) is results/verdict.py's.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
 
 from calm_core.calibration.metrics.columns import interval_names
 from calm_core.calibration.metrics.paired import MIN_PAIRED_ITEMS, PairedDifference
 from calm_core.calibration.metrics.summary import with_interval
 from calm_core.calibration.posthoc import calibrators
-from calm_core.calibration.recommend import HELDOUT_ITEMS, LABELLED_ITEMS
+from calm_core.calibration.recommend import HELDOUT_ITEMS
 from calm_core.results.deciding import deciding_comparison
 from calm_core.results.knowing import chance_note, near_uniform_note
 from calm_core.results.verdict import (
     LEVEL,
-    POSTHOC_EXPORTS,
     keeps_model,
+    posthoc_exports,
     recommendation_decision,
     variant_label,
     verdict_row_lines,
 )
+from calm_core.runs.recommendation import Comparison, Recommendation, VariantFigures
 from calm_core.runs.records import RunResults
-from calm_core.training.selection import lower_limit
+from calm_core.runs.selection_record import CandidateFigures, SelectionSummary
 
 
 def evidence_variants(method: str) -> list[str]:
@@ -60,60 +60,62 @@ def evidence_rows(results: RunResults, method: str) -> list[dict[str, Any]]:
 def selection_line(results: RunResults) -> str | None:
     """Which step the model is from, and why (None for a run without a calibrated stop)."""
     selection = results.selection
-    if not selection or selection.get("selected_step") is None:
+    if selection is None or selection.selected_step is None:
         return None
-    step, chosen = selection["selected_step"], selection.get("selected") or {}
-    if selection.get("rule") == "last":
+    step, chosen = selection.selected_step, selection.selected or CandidateFigures(step=selection.selected_step)
+    if selection.rule == "last":
         return f"The model is from step {step}, the last step (--select last)."
     text = (
-        f"The model is from step {step}, selected on S_V: NLL {chosen.get('score', float('nan')):.4f}, "
-        f"ECE {chosen.get('ece', float('nan')):.4f}, accuracy {chosen.get('acc', float('nan')):.3f}"
+        f"The model is from step {step}, selected on S_V: NLL {_or_nan(chosen.score):.4f}, "
+        f"ECE {_or_nan(chosen.ece):.4f}, accuracy {_or_nan(chosen.acc):.3f}"
     )
     if step == 0:
         text += " (no trained step beat the untouched model on S_V, so it is the base model)"
-    if selection.get("stopped_early") is not None:
+    if selection.stopped_early is not None:
         text += (
-            f"; the run stopped early at step {selection['stopped_early']} ({selection.get('patience')} "
+            f"; the run stopped early at step {selection.stopped_early} ({selection.patience} "
             "evaluations without a better step)"
         )
     return text + "."
 
 
-def selection_status_line(selection: dict[str, Any] | None) -> str | None:
+def _or_nan(value: float | None) -> float:
+    return math.nan if value is None else value
+
+
+def selection_status_line(selection: SelectionSummary | None) -> str | None:
     """status.json's `selection` in one line, while the run goes and after: the rule, the
     step selected so far with its S_V NLL / ECE / accuracy, and where the run stopped
     early (None before the first evaluation, or for a run without a calibrated stop)."""
-    if not selection or selection.get("selected_step") is None:
+    if selection is None or selection.selected_step is None:
         return None
-    chosen = selection.get("selected") or {}
-    text = f"Selected step {selection['selected_step']} (rule `{selection.get('rule', '?')}`)"
+    chosen = selection.selected
+    text = f"Selected step {selection.selected_step} (rule `{selection.rule or '?'}`)"
     figures = [
-        f"{label} {chosen[key]:{fmt}}"
-        for key, label, fmt in (("score", "S_V NLL", ".4f"), ("ece", "ECE", ".4f"), ("acc", "accuracy", ".3f"))
-        if isinstance(chosen.get(key), (int, float))
+        f"{label} {value:{fmt}}"
+        for value, label, fmt in (
+            (chosen.score if chosen else None, "S_V NLL", ".4f"),
+            (chosen.ece if chosen else None, "ECE", ".4f"),
+            (chosen.acc if chosen else None, "accuracy", ".3f"),
+        )
+        if value is not None
     ]
     if figures:
         text += ": " + ", ".join(figures)
-    if selection.get("stopped_early") is not None:
-        text += f"; stopped early at step {selection['stopped_early']}"
+    if selection.stopped_early is not None:
+        text += f"; stopped early at step {selection.stopped_early}"
     return text + "."
 
 
-def selected_step(selection: dict[str, Any] | None) -> int | None:
+def selected_step(selection: SelectionSummary | None) -> int | None:
     """The step a run's model is (so far) from, or None: what the curves mark."""
-    step = (selection or {}).get("selected_step")
-    return int(step) if isinstance(step, (int, float)) and not isinstance(step, bool) else None
+    return selection.selected_step if selection is not None else None
 
 
-def lower_threshold(selection: dict[str, Any] | None) -> float | None:
-    """The highest S_T cross-entropy of theta a step may have and still be selected:
-    step 0's times (1 + lower_tolerance); None when either is not recorded."""
-    selection = selection or {}
-    lower = (selection.get("reference") or {}).get("lower")
-    tolerance = selection.get("lower_tolerance")
-    if not isinstance(lower, (int, float)) or not isinstance(tolerance, (int, float)):
-        return None
-    return lower_limit(float(lower), float(tolerance))
+def lower_threshold(selection: SelectionSummary | None) -> float | None:
+    """The highest S_T cross-entropy of theta a step may have and still be selected
+    (SelectionSummary.lower_threshold); None when it is not recorded."""
+    return selection.lower_threshold if selection is not None else None
 
 
 def method_recommended(results: RunResults, method: str) -> bool | None:
@@ -131,15 +133,17 @@ def recommendation_line(results: RunResults, method: str) -> str | None:
     sentence = recommendation_sentence(results)
     if sentence is None:
         return None
-    rec, text = results.recommendation or {}, sentence  # a sentence means a recommendation
+    rec, text = results.recommendation, sentence
+    if rec is None:  # a sentence means a recommendation
+        return None
     deciding = deciding_comparison(results, method)
     if deciding:
         text += " " + deciding[:1].upper() + deciding[1:]
-    if "same" in rec.get("posthoc_fit", ""):  # recommend.cross_fitted: too few S_V items to cross-fit
-        text += f" Post-hoc calibrators were {rec['posthoc_fit']}."
+    if "same" in (rec.posthoc_fit or ""):  # recommend.cross_fitted: too few S_V items to cross-fit
+        text += f" Post-hoc calibrators were {rec.posthoc_fit}."
     if keeps_model(results):
         text += KEEP_NEXT
-    elif rec["variant"] != method and rec["variant"] in POSTHOC_EXPORTS:
+    elif rec.variant != method and rec.variant in posthoc_exports():
         text += " `calm export RUN_ID DIR --variant recommended` writes it as a folder that loads like the trained one."
     return text
 
@@ -161,33 +165,31 @@ def recommendation_sentence(results: RunResults) -> str | None:
         Keep the model as it is: on 24 held-out items, temperature scaling's gain cannot be
         told from noise (NLL change -0.04, 90% interval -0.15 to +0.06).
     """
-    rec = results.recommendation or {}
-    if not rec.get("variant"):
+    rec = results.recommendation
+    if rec is None or not rec.variant:
         return None
     decision = recommendation_decision(results)
-    comparison = rec.get("comparison") or {}
-    if not comparison.get("against_reference") and not comparison.get("candidates"):
-        sentence = f"{decision}: it has the lowest S_V NLL ({rec.get('reason', '')}); this run recorded no interval."
+    comparison = rec.comparison
+    if comparison is None or (not comparison.against_reference and not comparison.candidates):
+        sentence = f"{decision}: it has the lowest S_V NLL ({rec.reason or ''}); this run recorded no interval."
     else:
-        sentence = f"{decision}: {_because(rec['variant'], comparison)}."
+        sentence = f"{decision}: {_because(rec.variant, comparison)}."
     caveats = (note for note in (near_uniform_note(results), chance_note(results)) if note)
     return " ".join((sentence, *caveats))
 
 
-def _because(chosen: str, comparison: dict[str, Any]) -> str:
+def _because(chosen: str, comparison: Comparison) -> str:
     """The sentence after its opening words, from the recommendation's `comparison`."""
-    n, reference = int(comparison.get("n", 0)), comparison.get("reference", "base")
-    items = comparison.get("items", HELDOUT_ITEMS)  # recommend.LABELLED_ITEMS with calibrate_on = all
-    against = {name: PairedDifference.from_dict(d) for name, d in (comparison.get("against_reference") or {}).items()}
-    runner_up = comparison.get("runner_up")
+    n, reference, items = comparison.n, comparison.reference, comparison.items
+    against, runner_up = comparison.against_reference, comparison.runner_up
     if chosen == reference:
         return _keep_because(n, runner_up, against.get(runner_up) if runner_up else None, items)
     gain = against[chosen]
     text = f"on {n} {items} it lowers the NLL ({_interval('NLL change', gain)})"
-    if not runner_up or runner_up == reference or not comparison.get("against_runner_up"):
+    versus = comparison.against_runner_up
+    if not runner_up or runner_up == reference or versus is None:
         return text
-    versus = PairedDifference.from_dict(comparison["against_runner_up"])
-    simpler = comparison.get("simpler", chosen)
+    simpler = comparison.simpler or chosen
     if runner_up in against and not against[runner_up].lower_for_sure:
         return text + "; " + _not_shown(runner_up, against[runner_up], versus, simpler == runner_up)
     if versus.lower_for_sure:
@@ -255,7 +257,7 @@ HELDOUT_CAPTION = (
 
 def pooled(results: RunResults) -> bool:
     """Whether the recommendation was decided on every labelled item, out of fold."""
-    return ((results.recommendation or {}).get("comparison") or {}).get("items") == LABELLED_ITEMS
+    return results.recommendation is not None and results.recommendation.pooled
 
 
 def evidence_columns(results: RunResults) -> tuple[str, ...]:
@@ -275,20 +277,19 @@ def heldout_rows(results: RunResults) -> list[dict[str, str]]:
     why not). With the choice made on all labelled items, the variants that were compared
     on S_V alone (the trained model: it saw S_T) follow, with base on the same S_V items,
     so every trained variant is in the table. [] without a recommendation."""
-    rec = results.recommendation or {}
-    if not rec:
+    rec = results.recommendation
+    if rec is None:
         return []
-    if not pooled(results):
-        rows = _stage_rows(rec, rec.get("variant"), HELDOUT_COLUMNS)
-        return rows + _not_compared(results, set(rec.get("heldout") or {}), HELDOUT_COLUMNS)
-    rows = _stage_rows(rec, rec.get("variant"), POOLED_COLUMNS, POOLED_ITEMS)
-    on_heldout = (rec.get("stages") or {}).get("S_V") or {}
-    shown = set(rec.get("heldout") or {})
-    added = {name for name in on_heldout.get("heldout") or {} if name not in shown}
-    if added:
-        reference = (on_heldout.get("comparison") or {}).get("reference", "base")
-        keep = added | {reference, rec.get("variant")}  # the recommended one beside them, on the same items
-        rows += _stage_rows(on_heldout, rec.get("variant"), POOLED_COLUMNS, HELDOUT_ONLY_ITEMS, keep)
+    if not rec.pooled:
+        rows = _stage_rows(rec, rec.variant, HELDOUT_COLUMNS)
+        return rows + _not_compared(results, set(rec.heldout), HELDOUT_COLUMNS)
+    rows = _stage_rows(rec, rec.variant, POOLED_COLUMNS, POOLED_ITEMS)
+    on_heldout = rec.stages.get("S_V")
+    shown = set(rec.heldout)
+    added = {name for name in on_heldout.heldout if name not in shown} if on_heldout else set()
+    if on_heldout is not None and added:
+        keep = added | {on_heldout.reference, rec.variant or ""}  # the recommended one beside them, on the same items
+        rows += _stage_rows(on_heldout, rec.variant, POOLED_COLUMNS, HELDOUT_ONLY_ITEMS, keep)
     return rows + _not_compared(results, shown | added, POOLED_COLUMNS)
 
 
@@ -313,7 +314,7 @@ def _not_compared(results: RunResults, compared: set[str], columns: tuple[str, .
 
 
 def _stage_rows(
-    stage: Mapping[str, Any],
+    stage: Recommendation,
     chosen: str | None,
     columns: tuple[str, ...],
     scored_on: str | None = None,
@@ -321,19 +322,19 @@ def _stage_rows(
 ) -> list[dict[str, str]]:
     """One recommendation stage's rows (its `heldout` figures and `comparison`), lowest NLL
     first, limited to `only`; `scored_on` fills that column where `columns` has it."""
-    figures = stage.get("heldout") or {}
-    against = (stage.get("comparison") or {}).get("against_reference") or {}
+    figures = stage.heldout
+    against = stage.comparison.against_reference if stage.comparison else {}
     names = [name for name in figures if only is None or name in only]
     rows = []
-    for name in sorted(names, key=lambda v: figures[v].get("nll", math.inf)):
+    for name in sorted(names, key=lambda v: _or_inf(figures[v].nll)):
         f = figures[name]
-        change = PairedDifference.from_dict(against[name]) if name in against else None
+        change = against.get(name)
         cells = {
             "variant": variant_label(name),
             SCORED_ON: scored_on or "",
-            "NLL": f"{f['nll']:.3f}" if isinstance(f.get("nll"), (int, float)) else "-",
+            "NLL": f"{f.nll:.3f}" if f.nll is not None else "-",
             "change": f"{change.mean:+.3f} [{change.lo:+.3f}, {change.hi:+.3f}]" if change else "-",
-            "accuracy": f"{f['acc']:.3f}" if isinstance(f.get("acc"), (int, float)) else "-",
+            "accuracy": f"{f.acc:.3f}" if f.acc is not None else "-",
             "counted": _counted(name, f, chosen),
         }
         order = ("variant", SCORED_ON, "NLL", "change", "accuracy", "counted")
@@ -342,13 +343,17 @@ def _stage_rows(
     return rows
 
 
-def _counted(name: str, figures: dict[str, Any], chosen: str | None) -> str:
+def _or_inf(value: float | None) -> float:
+    return math.inf if value is None else value
+
+
+def _counted(name: str, figures: VariantFigures, chosen: str | None) -> str:
     """The `counted` cell: recommended, yes, or why the variant took no part in the choice."""
     if name == chosen:
         return "recommended"
-    if not figures.get("kept_accuracy", True):
+    if not figures.kept_accuracy:
         return "accuracy lost"
-    if not figures.get("evidence", True):
+    if not figures.evidence:
         return "no evidence (fitted on these items)"
     return "yes"
 

@@ -6,7 +6,8 @@ chosen on S_V (Mondrian: calibration/by_group.py).
     choice = choose_by_group(run, SelectiveRequest("calm"), by="subject")  # `calm selective --by subject`
 
 Subjects are the items' `subject` field: the column the data mapping feeds it (`subject` by
-default; the Data page's "Subject column", or `--mapping subject=COLUMN`, names another).
+default; the Data page's "Group: subject or any column", or `--mapping subject=COLUMN`, names
+any other: a region, a source).
 An evaluation set's subjects are read from its predictions when they carry them, else from
 the set itself, loaded again by name and matched by item id. S_V's come from the run's
 heldout/ files, which keep each item's subject (runs/layout.write_heldout); a run written
@@ -15,7 +16,7 @@ before they did is refused with the way out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from calm_core.calibration.by_group import (
     GroupThreshold,
     group_labels,
     group_metrics,
+    group_order,
     mondrian_thresholds,
 )
 from calm_core.calibration.selective_answerer import top_label
@@ -37,20 +39,33 @@ from calm_core.runs.layout import heldout_path, predictions_path
 from calm_core.runs.rundir import RunDir
 
 GROUP_KEYS = ("subject",)  # what `--by` can name: the item field a group is read from
-Source = tuple[RunDir, dict[str, Any]]  # a variant's run and its compare_rows row (results/view.py)
+Source = tuple[RunDir, dict[str, Any]]  # a variant's run and its compare_rows row (results/tables.py)
+Scores = tuple[np.ndarray, np.ndarray]  # (confidence (n,), correct (n,)) of one variant on one group's items
 
 
 @dataclass(frozen=True)
 class SubjectTable:
-    """Per-subject rows of the variants read on the same items, and why a variant is left out."""
+    """Per-subject rows of the variants read on the same items, why a variant is left out,
+    and each subject's (confidence, correct) per variant: its reliability diagram's input."""
 
     rows: list[GroupRow]
     notes: list[str]
+    curves: dict[str, dict[str, Scores]] = field(default_factory=dict)  # subject -> variant -> scores
 
     @property
     def has_subjects(self) -> bool:
         """At least two groups: one subject (a built-in set's) would repeat the set's own row."""
         return len({row.group for row in self.rows}) >= 2
+
+    def largest(self) -> list[str]:
+        """The subjects, most items first (by name among equals): the ones whose diagrams
+        say most are drawn first, since a diagram of a few items is mostly noise."""
+        sizes = {row.group: row.n for row in self.rows}
+        return sorted(sizes, key=lambda group: (-sizes[group], group))
+
+    def size(self, group: str) -> int:
+        """How many items `group` holds (0 for a group the table does not have)."""
+        return next((row.n for row in self.rows if row.group == group), 0)
 
 
 @dataclass(frozen=True)
@@ -137,7 +152,21 @@ def subject_table(sources: dict[str, Source], n_bins: int = 15) -> SubjectTable:
     if len(set(group_labels(subjects))) < 2:
         return SubjectTable([], notes)
     probs = {name: _probs(frame) for name, frame in frames.items()}
-    return SubjectTable(group_metrics(probs, first["gold"].to_numpy(dtype=np.int64), subjects, n_bins), notes)
+    gold = first["gold"].to_numpy(dtype=np.int64)
+    return SubjectTable(group_metrics(probs, gold, subjects, n_bins), notes, group_curves(probs, gold, subjects))
+
+
+def group_curves(
+    probs: dict[str, np.ndarray], gold: np.ndarray, subjects: list[str | None]
+) -> dict[str, dict[str, Scores]]:
+    """Each group's (top-label confidence, correct) per variant: the diagram of a subject
+    reads its own items alone, as its ECE in the table does. probs: variant -> (N, K)."""
+    labels = group_labels(subjects)
+    out: dict[str, dict[str, Scores]] = {}
+    for group in group_order(labels):
+        mask = labels == group  # (N,)
+        out[group] = {name: top_label(p[mask], gold[mask]) for name, p in probs.items()}
+    return out
 
 
 def table_rows(table: SubjectTable) -> list[dict[str, str]]:
@@ -190,7 +219,7 @@ def summary_line(choice: GroupChoice) -> str:
     if [fit.group for fit in choice.fits] == [NO_GROUP]:
         return (
             f"S_V's items carry no {choice.by}: its one group is the threshold for all. Map a column to "
-            f"{choice.by} (the Data page's Subject column, or --mapping subject=COLUMN) and train again."
+            f"{choice.by} (the Data page's Group, or --mapping subject=COLUMN: any column) and train again."
         )
     if not small:
         return f"Every {choice.by} has its own threshold ({len(choice.fits)} groups)."

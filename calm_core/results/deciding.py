@@ -15,11 +15,10 @@ by Compare, the Monitor, the report and `calm train` through `advice.recommendat
 
 from __future__ import annotations
 
-from typing import Any
-
 from calm_core.calibration.metrics.paired import MIN_PAIRED_ITEMS, PairedDifference
 from calm_core.calibration.recommend import simplicity
 from calm_core.results.verdict import LEVEL, variant_label
+from calm_core.runs.recommendation import Comparison, VariantFigures
 from calm_core.runs.records import RunResults
 
 
@@ -29,48 +28,45 @@ def deciding_comparison(results: RunResults, method: str) -> str | None:
     model was not the one chosen: both NLLs on the same S_V items, the paired difference
     with its interval, and why it went the way it did. None where the recommendation
     sentence already is the deciding comparison."""
-    rec = results.recommendation or {}
-    stage = (rec.get("stages") or {}).get("S_V") or {}
-    chosen, figures = rec.get("variant"), stage.get("heldout") or {}
-    if not chosen or chosen == method or method not in figures:
+    rec = results.recommendation
+    stage = rec.stages.get("S_V") if rec else None
+    if rec is None or stage is None or not rec.variant:
         return None
-    comparison = stage.get("comparison") or {}
-    text = (
-        f"{variant_label(method)} was trained on S_T, so it was compared on the {comparison.get('n')} S_V items alone"
-    )
+    chosen, figures, comparison = rec.variant, stage.heldout, stage.comparison or Comparison()
+    if chosen == method or method not in figures:
+        return None
+    text = f"{variant_label(method)} was trained on S_T, so it was compared on the {comparison.n} S_V items alone"
     if chosen in figures:
         text += (
-            f": NLL {figures[method]['nll']:.3f} against {variant_label(chosen)}'s {figures[chosen]['nll']:.3f} "
-            "on the same items"
+            f": NLL {_nll(figures[method])} against {variant_label(chosen)}'s {_nll(figures[chosen])} on the same items"
         )
-    if not figures[method].get("kept_accuracy", True):
+    if not figures[method].kept_accuracy:
         return f"{text}; it lost accuracy there, so it could not be recommended."
-    versus = _difference(comparison, stage.get("variant"), chosen, method)
+    versus = _difference(comparison, stage.variant, chosen, method)
     if versus is not None:
         return f"{text}; {_versus_words(chosen, method, versus)}."
-    own = (comparison.get("against_reference") or {}).get(method)
-    if own is None:
+    gain = comparison.against_reference.get(method)
+    if gain is None:
         return f"{text}."
-    gain = PairedDifference.from_dict(own)
     return (
-        f"{text}; its own NLL change against {variant_label(comparison.get('reference', 'base'))} there is "
+        f"{text}; its own NLL change against {variant_label(comparison.reference)} there is "
         f"{_interval(gain)}, not wholly below 0, so it is not shown to help."
     )
 
 
-def _difference(
-    comparison: dict[str, Any], stage_chosen: str | None, chosen: str, method: str
-) -> PairedDifference | None:
+def _nll(figures: VariantFigures) -> str:
+    return f"{figures.nll:.3f}" if figures.nll is not None else "-"
+
+
+def _difference(comparison: Comparison, stage_chosen: str | None, chosen: str, method: str) -> PairedDifference | None:
     """chosen - method, per item, on S_V: recorded when the S_V stage chose `chosen` with
     `method` as its runner-up (or the reverse, negated); None otherwise."""
-    recorded = comparison.get("against_runner_up")
-    if not recorded:
+    d = comparison.against_runner_up
+    if d is None:
         return None
-    d = PairedDifference.from_dict(recorded)
-    runner_up = comparison.get("runner_up")
-    if runner_up == method and stage_chosen == chosen:
+    if comparison.runner_up == method and stage_chosen == chosen:
         return d
-    if runner_up == chosen and stage_chosen == method:
+    if comparison.runner_up == chosen and stage_chosen == method:
         return PairedDifference(-d.mean, -d.hi, -d.lo, d.n, d.level)
     return None
 

@@ -1,7 +1,7 @@
 """Which fast paths a model got and why, in words, for the Train page, the Monitor and the
 report (and the scoring rule and precision a run settled on, `setting_choice_lines`): from
 a run's recorded choices (`choices["fast_paths"]`, training/loop.py) or, before any run,
-from the verdicts measured on this machine (`scoring.verdicts.known_fast_paths`).
+from the checks measured on this machine (`scoring.path_checks.known_fast_paths`).
 
     rows = fast_path_rows(run.status.choices["fast_paths"])   # [{"fast path", "used", "why"}]
     record = model_fast_paths("embedded")                        # None until it was measured
@@ -30,14 +30,14 @@ MEANINGS = {
 def fast_path_rows(record: dict[str, Any] | None) -> list[dict[str, str]]:
     """One row per recorded fast path: its name, used or not, and the measured reason."""
     rows = []
-    for name, verdict in (record or {}).items():
-        if not isinstance(verdict, dict):
+    for name, check in (record or {}).items():
+        if not isinstance(check, dict):
             continue
         rows.append(
             {
                 "fast path": LABELS.get(name, name),
-                "used": "yes" if verdict.get("on") else "no",
-                "why": str(verdict.get("reason", "")),
+                "used": "yes" if check.get("on") else "no",
+                "why": str(check.get("reason", "")),
                 "what it does": MEANINGS.get(name, ""),
             }
         )
@@ -68,20 +68,20 @@ def setting_choice_lines(choices: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def model_fast_paths(model: str) -> dict[str, Any] | None:
-    """The verdicts measured on this machine for `model` (a name as the Train page takes
+    """The checks measured on this machine for `model` (a name as the Train page takes
     it: "embedded", a local directory or .gguf file), shaped as a run records them; the
     frozen prefix's per split ("frozen_prefix (below layer k)"). None for a hub id or a
     model never loaded here: the probe runs when a run or an evaluation first loads it."""
     from calm_core.provenance import model_fingerprint
-    from calm_core.scoring.verdicts import known_fast_paths
+    from calm_core.scoring.path_checks import known_fast_paths
 
     folder = _model_folder(model)
     known = known_fast_paths(model_fingerprint(folder)) if folder is not None else None
     if known is None:
         return None
     record: dict[str, Any] = dict(known.get("scoring") or {})
-    for split, verdict in sorted((known.get("frozen_prefix") or {}).items()):
-        record[f"frozen prefix (below layer {split})"] = verdict
+    for split, check in sorted((known.get("frozen_prefix") or {}).items()):
+        record[f"frozen prefix (below layer {split})"] = check
     return record
 
 

@@ -2,6 +2,7 @@
 
     chance_note(run.results())        # "This model does not know this data: on ..., ..."
     near_uniform_note(run.results())  # "Temperature scaling is near-uniform on ...: ..."
+    workspace_note("builtin/capitals/test")  # the Data page: the workspace's runs whose model does not know a set
 
 Calibration makes a model's confidence match how often it is right; it cannot make it
 right. A model whose accuracy on a set is not above chance (1/K) by its 90% interval has
@@ -15,11 +16,16 @@ results.json.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from calm_core.calibration.metrics.summary import with_interval
 from calm_core.results.verdict import LEVEL, NEAR_UNIFORM, NEAR_UNIFORM_CONFIDENCE, variant_label, verdict_rows
+from calm_core.runs.lifecycle import RunState
+from calm_core.runs.listing import list_runs
 from calm_core.runs.records import RunResults
+from calm_core.runs.rundir import RunDir
 
 SETS_NAMED = 3  # sets a note names one by one; the rest are counted
 
@@ -83,3 +89,46 @@ def near_uniform_note(results: RunResults) -> str | None:
         f"{NEAR_UNIFORM_CONFIDENCE} of 1/K while the model is right well above chance there, so it gives every "
         "option about the same probability and its small ECE says nothing."
     )
+
+
+def dataset_note(dataset: str, runs: Iterable[RunDir]) -> str | None:
+    """ "This model does not know this data: run R scored it 0.200 [0.100, 0.320] right as
+    it is, not above chance (1/K = 0.250) by its 90% interval; ..." for the finished runs
+    among `runs` whose model as it is was not above chance on `dataset` (in their final
+    evaluation or one added after training), or None where none was. The Data page says it
+    beside the set, before a person trains on it: calibration cannot make such a model right."""
+    shown = []
+    for run in runs:
+        row = _unknown_row(run, dataset)
+        if row is not None:
+            shown.append(
+                f"run `{run.run_id}` scored it {_accuracy(row)} right as it is, not above chance "
+                f"(1/K = {row['chance']:.3f}) by its {LEVEL} interval"
+            )
+    if not shown:
+        return None
+    more = f" (and {len(shown) - SETS_NAMED} more runs)" if len(shown) > SETS_NAMED else ""
+    return (
+        f"This model does not know this data: {'; '.join(shown[:SETS_NAMED])}{more}. Calibration cannot make its "
+        "answers right here, only its confidence honest about them."
+    )
+
+
+def _unknown_row(run: RunDir, dataset: str) -> dict[str, Any] | None:
+    """The base row of a finished `run` on `dataset` that is not above chance, or None (not
+    finished, not scored there, above chance, or files that do not read)."""
+    try:
+        if run.status.state != RunState.FINISHED or not run.has_results():
+            return None
+        rows = [*run.results().rows, *run.added_results()]
+    except (OSError, ValueError):
+        return None
+    base = [dict(r) for r in rows if r.get("variant") == "base" and r.get("dataset") == dataset]
+    return next((row for row in base if not_above_chance(row)), None)
+
+
+def workspace_note(dataset: str, root: str | Path | None = None) -> str | None:
+    """`dataset_note` over every finished run under `root` (the workspace's runs), newest
+    first, as Compare lists them."""
+    runs = [RunDir(summary.path) for summary in list_runs(root) if summary.state == RunState.FINISHED]
+    return dataset_note(dataset, runs)

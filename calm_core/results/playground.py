@@ -60,20 +60,20 @@ def load_trained(run: RunDir, device: str = "auto") -> TrainedModel:
 
     latest = run.exported_step()  # ValueError with the reason when the run has no checkpoint yet
     train = run.config.train
-    base = load_model(ModelSpec(name=train["model"], device=device, dtype=train.get("dtype", "auto")))
+    base = load_model(ModelSpec(name=train.model, device=device, dtype=train.dtype))
     model = PeftModel.from_pretrained(base.model, str(latest[1])).eval()
-    task = train.get("task", "mcqa")
+    task = train.task
     # the task gives a head saved before heads said where they act its place (openqa: tokens)
     head = CalibrationHead.load(latest[1], task) if (latest[1] / HEAD_FILENAME).is_file() else None
     recorded = run.results_or_none()
     temperature = ((recorded.calibrator("ts") if recorded is not None else None) or {}).get("temperature")
 
     lm = LoadedModel(model, base.tokenizer, base.spec, {**base.info, "adapter": str(latest[1])})
-    scoring = ScoringConfig(rule=train["scoring"], chat_template=train.get("chat_template", False))
-    generation = GenerationConfig(**train["generation"]) if task == "openqa" and train.get("generation") else None
+    scoring = ScoringConfig(rule=train.required("scoring"), chat_template=train.chat_template)
+    generation = GenerationConfig(**train.generation) if task == "openqa" and train.generation else None
     return TrainedModel(
         run.run_id,
-        train["method"],
+        train.required("method"),
         lm,
         head.to(lm.device) if head else None,
         temperature,

@@ -25,23 +25,12 @@ import numpy as np
 from calm_core.calibration import metrics
 from calm_core.calibration.metrics.columns import cell, interval_names, is_missing
 from calm_core.results import advice, verdict
+from calm_core.results.curves import BOME_MEANINGS, bome_line, bome_name, bome_summary, series
 from calm_core.results.fast_path_view import fast_path_items, setting_choice_lines
+from calm_core.results.predictions import row_predictions
 from calm_core.results.report_svg import line_svg, reliability_svg
-from calm_core.results.view import (
-    ADDED_MARK,
-    BOME_MEANINGS,
-    added_lines,
-    bome_line,
-    bome_name,
-    bome_summary,
-    compare_rows,
-    head_scope,
-    posthoc_lines,
-    result_columns,
-    row_predictions,
-    series,
-    task_of,
-)
+from calm_core.results.run_facts import head_scope
+from calm_core.results.tables import ADDED_MARK, added_lines, compare_rows, posthoc_lines, result_columns
 from calm_core.runs.portable import Portable, portable_config
 from calm_core.runs.records import RunResults, RunStatus
 from calm_core.runs.rundir import RunDir
@@ -149,7 +138,7 @@ def _settings(run: RunDir, portable: Portable, status: RunStatus | None) -> str:
     config = portable_config(run.config)
     env = config.get("environment") or {}
     versions = ", ".join(f"{k} {v}" for k, v in (env.get("versions") or {}).items())
-    items = _training_items(config.get("train") or {}, status, task_of(run), portable.fingerprint)
+    items = _training_items(config.get("train") or {}, status, run.config.train.task, portable.fingerprint)
     items += setting_choice_lines(_choices(status))  # the scoring rule and precision, with the reason
     items += fast_path_items(_choices(status).get("fast_paths"))  # measured, with the reason
     items += [
@@ -295,7 +284,7 @@ def _diagrams(run: RunDir, rows: list[dict[str, Any]], n_bins: int) -> str:
         "confidences and size, from chance alone."
         + (
             " Open answers: confidence is Sem1 and correct means the modal answer matches."
-            if task_of(run) == "openqa"
+            if run.config.train.task == "openqa"
             else ""
         )
         + "</p>",

@@ -24,6 +24,7 @@ import numpy as np
 
 from calm_core.access.rules import Access, Refused, write_refusal
 from calm_core.calibration import selective
+from calm_core.calibration.recommend import ALL_LABELLED, HELDOUT_ONLY
 from calm_core.calibration.selective import (
     CRC,
     DEFAULT_DELTA,
@@ -107,6 +108,7 @@ class SelectiveReport:
     request: SelectiveRequest
     choices: dict[str, Choice]
     rows: list[dict[str, Any]] = field(default_factory=list)
+    calibrate_on: str = HELDOUT_ONLY  # the run's setting: with ALL_LABELLED, why only S_V counts is said
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -219,7 +221,8 @@ def selective_report(run: RunDir, request: SelectiveRequest) -> SelectiveReport:
     rows = [row for name in names for row in summary_rows(run, choices[name])]
     order = list(dict.fromkeys(row["dataset"] for row in rows))
     rows.sort(key=lambda row: (order.index(row["dataset"]), names.index(row["variant"])))
-    return SelectiveReport(run.run_id, request, choices, rows)
+    calibrate_on = run.config.train.calibrate_on or HELDOUT_ONLY
+    return SelectiveReport(run.run_id, request, choices, rows, calibrate_on)
 
 
 def cell(estimate: Estimate | None, percent: bool = True) -> str:
@@ -327,6 +330,24 @@ def coverage_note(report: SelectiveReport) -> str | None:
         f"Under the promised {level:.0%} coverage here: {named}. The promise is marginal: at least {level:.0%} over "
         f"many draws of held-out and new questions, not on each set. Even when it holds exactly, one set of {n} "
         f"questions comes out at {low} of {n} ({low / n:.0%}) or fewer at least one time in ten."
+    )
+
+
+def sv_only_note(report: SelectiveReport) -> str | None:
+    """Why a run that fitted its calibrators k-fold on S_T + S_V still chooses thresholds
+    on S_V alone (None for a run calibrated on S_V): the trained model learned from S_T, so
+    its S_T answers are better than on new questions, and a calibrator's out-of-fold S_T
+    predictions come from the fold fits, not the exported one, so they are exchangeable
+    with new questions only approximately; the untouched model's would count, but every
+    variant is chosen on the same items, so that their thresholds compare."""
+    if report.calibrate_on != ALL_LABELLED:
+        return None
+    n = next(iter(report.choices.values())).n_heldout if report.choices else 0
+    return (
+        f"Only the {n} S_V items choose the thresholds, though this run fitted its calibrators k-fold on S_T + S_V "
+        "(calibrate_on = all): the trained model learned from S_T, so its answers there are better than on new "
+        "questions, and a calibrator's out-of-fold S_T predictions come from the fold fits, not the exported one, "
+        "so neither keeps the guarantee exact, and every variant is chosen on the same items."
     )
 
 

@@ -16,18 +16,16 @@ here and nowhere else, and the verdict row's cell is its opening words.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from calm_core.calibration.metrics.paired import MIN_PAIRED_ITEMS, PAIRED_LEVEL, PairedDifference
 from calm_core.calibration.posthoc import calibrators
 from calm_core.calibration.recommend import KEEP, accuracy_slack
-from calm_core.runs.records import RunResults
+from calm_core.runs.records import ResultRow, RunResults
 from calm_core.training.methods import METHODS
 
-# The variants of the untouched model that `calm export --variant` writes as a folder of the
-# trained model's shape (export/folder.py); the verdict offers them as the export to use.
-POSTHOC_EXPORTS = ("base", "ts", "vs", "ats")
 # A forecast is near-uniform when its mean confidence is within this of chance (1/K) while the
 # model's accuracy is clearly above chance: its small ECE then hides what the model knows.
 NEAR_UNIFORM_CONFIDENCE = 0.05
@@ -37,9 +35,6 @@ NEAR_UNIFORM_ACCURACY = 0.10
 UNDER_CONFIDENT_GAP = 0.10
 NEAR_UNIFORM, ACCURACY_LOST, UNDER_CONFIDENT = "near-uniform", "accuracy lost", "under-confident"
 BASE_LABEL = "the model as it is"  # how a person reads `base`
-# Variants whose short name a reader meets elsewhere (tables' keys, the docs): their label
-# carries it, "adaptive temperature scaling (ATS)", so the short form is never unexplained.
-ABBREVIATIONS = {"ats": "ATS"}
 LEVEL = f"{PAIRED_LEVEL:.0%}"  # "90%": every interval the verdict states
 VERDICT_COLUMNS = ("evaluation set", "best calibrated", "flags", "recommended on S_V")
 VERDICT_HELP = {
@@ -64,6 +59,19 @@ VERDICT_CAPTION = (
 )
 
 
+def posthoc_exports() -> tuple[str, ...]:
+    """The variants of the untouched model that `calm export --variant` writes as a folder
+    of the trained model's shape (export/folder.py): base, and every post-hoc calibrator
+    whose class builds a head (`exports()`); the verdict offers them as the export to use."""
+    return ("base", *(name for name, cls in calibrators().items() if cls.exports()))
+
+
+def short_name(variant: str) -> str:
+    """A variant's short name where its calibrator declares one ("ATS"), else its name."""
+    found = calibrators().get(variant)
+    return found.abbreviation if found is not None and found.abbreviation else variant
+
+
 def variant_label(variant: str) -> str:
     """What a person reads for a variant, mid-sentence: "the model as it is", a post-hoc
     calibrator's `label` ("temperature scaling"), a method's LABEL ("CALM"), and for a
@@ -73,7 +81,7 @@ def variant_label(variant: str) -> str:
     found = calibrators().get(variant)
     if found is not None:
         label = found.label[:1].lower() + found.label[1:]
-        return f"{label} ({ABBREVIATIONS[variant]})" if variant in ABBREVIATIONS else label
+        return f"{label} ({found.abbreviation})" if found.abbreviation else label
     method = variant.removesuffix("_theta_only")
     if method not in METHODS:
         return variant
@@ -83,10 +91,8 @@ def variant_label(variant: str) -> str:
 
 def keeps_model(results: RunResults) -> bool:
     """Whether the recommendation is to keep the model as it is (the reference variant)."""
-    rec = results.recommendation or {}
-    variant = rec.get("variant")
-    reference = (rec.get("comparison") or {}).get("reference", "base")
-    return bool(variant) and (rec.get("decision") == KEEP or variant == reference)
+    rec = results.recommendation
+    return rec is not None and bool(rec.variant) and (rec.decision == KEEP or rec.variant == rec.reference)
 
 
 def recommendation_decision(results: RunResults) -> str | None:
@@ -198,42 +204,44 @@ def verdict_rows(results: RunResults) -> list[VerdictRow]:
     question "which forecast is closer to what happened". Rows without `paired` (runs
     before it, open answers) show no tie.
     """
-    by_set: dict[str, list[dict[str, Any]]] = {}
+    by_set: dict[str, list[ResultRow]] = {}
     for row in results.rows:
-        by_set.setdefault(row.dataset, []).append(dict(row))
+        by_set.setdefault(row.dataset, []).append(row)
     chosen = results.recommended
     decision = recommendation_decision(results)
     return [_verdict_row(name, rows, chosen, decision) for name, rows in by_set.items()]
 
 
 def _verdict_row(
-    dataset: str, rows: list[dict[str, Any]], recommended: str | None, decision: str | None = None
+    dataset: str, rows: list[ResultRow], recommended: str | None, decision: str | None = None
 ) -> VerdictRow:
-    base = next((r for r in rows if r.get("variant") == "base"), None)
-    if base is None or _number(base, _acc_key(base)) is None:
+    """One evaluation set's VerdictRow from its typed rows (see `verdict_rows`)."""
+    base = next((r for r in rows if r.variant == "base"), None)
+    base_acc = _number(base, _acc_key(base)) if base is not None else None
+    if base is None or base_acc is None:
         return VerdictRow(dataset, None, None, recommended=recommended, decision=decision)
-    floor = _number(base, _acc_key(base)) - accuracy_slack(int(base.get("n") or 0)) - 1e-12
+    floor = base_acc - accuracy_slack(int(base.get("n") or 0)) - 1e-12
     auroc_floor = _auroc_floor(base)
     kept, flags = [], {}
     for row in rows:
         acc, ece = _number(row, _acc_key(row)), _number(row, "ece")
         why = _flags(row, acc, floor)
         if why:
-            flags[str(row["variant"])] = why
+            flags[row.variant] = why
         auroc = _number(row, "auroc")
         auroc_kept = auroc_floor is None or auroc is None or auroc >= auroc_floor - 1e-12
         if acc is not None and ece is not None and acc >= floor and auroc_kept and NEAR_UNIFORM not in why:
-            kept.append((ece, str(row["variant"])))
+            kept.append((ece, row.variant))
     if not kept:
         return VerdictRow(dataset, None, None, flags, recommended, n=_count(base), decision=decision)
     best_ece, best = min(kept)
-    best_row = next(r for r in rows if r.get("variant") == best)
+    best_row = next(r for r in rows if r.variant == best)
     ties = (_tie(best_row, v, e) for e, v in sorted(kept) if v != best)
     tied = tuple(t for t in ties if t is not None)
     return VerdictRow(dataset, best, best_ece, flags, recommended, tied, _count(base), decision)
 
 
-def _flags(row: dict[str, Any], acc: float | None, floor: float) -> tuple[str, ...]:
+def _flags(row: Mapping[str, Any], acc: float | None, floor: float) -> tuple[str, ...]:
     """The sanity flags of one variant's row, in VERDICT_HELP's order."""
     why = []
     if acc is not None and acc < floor:
@@ -245,7 +253,7 @@ def _flags(row: dict[str, Any], acc: float | None, floor: float) -> tuple[str, .
     return tuple(why)
 
 
-def _tie(best_row: dict[str, Any], other: str, ece: float) -> Tie | None:
+def _tie(best_row: Mapping[str, Any], other: str, ece: float) -> Tie | None:
     """The Tie of `other` when the items cannot tell `best_row`'s variant from it (see
     verdict_rows); None when they can, or the row records no paired interval for it."""
     record = best_row.get("paired") or {}
@@ -259,23 +267,23 @@ def _tie(best_row: dict[str, Any], other: str, ece: float) -> Tie | None:
     return Tie(other, ece, difference, str(record.get("score") or Tie.score))
 
 
-def _count(row: dict[str, Any]) -> int | None:
+def _count(row: Mapping[str, Any]) -> int | None:
     n = row.get("n")
     return int(n) if isinstance(n, (int, float)) and not isinstance(n, bool) else None
 
 
-def _acc_key(row: dict[str, Any]) -> str:
+def _acc_key(row: Mapping[str, Any]) -> str:
     return "sem_acc" if row.get("task") == "openqa" and "sem_acc" in row else "acc"
 
 
-def _number(row: dict[str, Any], key: str) -> float | None:
+def _number(row: Mapping[str, Any], key: str) -> float | None:
     value = row.get(key)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
         return None
     return float(value)
 
 
-def _auroc_floor(base: dict[str, Any]) -> float | None:
+def _auroc_floor(base: Mapping[str, Any]) -> float | None:
     """The lower end of base's 90% AUROC interval, else base's AUROC (None: not recorded)."""
     bounds = (base.get("ci90") or {}).get("auroc")
     if (
@@ -288,12 +296,12 @@ def _auroc_floor(base: dict[str, Any]) -> float | None:
     return _number(base, "auroc")
 
 
-def _under_confident(row: dict[str, Any], acc: float | None) -> bool:
+def _under_confident(row: Mapping[str, Any], acc: float | None) -> bool:
     confidence = _number(row, "confidence")
     return confidence is not None and acc is not None and confidence < acc - UNDER_CONFIDENT_GAP
 
 
-def _near_uniform(row: dict[str, Any], acc: float | None) -> bool:
+def _near_uniform(row: Mapping[str, Any], acc: float | None) -> bool:
     chance, confidence = _number(row, "chance"), _number(row, "confidence")
     if chance is None or confidence is None or acc is None:
         return False

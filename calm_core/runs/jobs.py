@@ -36,7 +36,7 @@ from calm_core.runs.naming import runs_root
 from calm_core.runs.process import HOST, pids_with_option, process_alive
 from calm_core.runs.records import RunStatus
 from calm_core.runs.rundir import RunDir
-from calm_core.runs.state import ACTIVE_STATES, DAMAGED, STATUS, RunState, run_state
+from calm_core.runs.state import ACTIVE_STATES, DAMAGED, RESUMABLE_STATES, STATUS, RunState, ShownState, run_state
 
 MAX_JOBS_ENV = "CALM_MAX_JOBS"
 JOB = JOB_FILE
@@ -138,10 +138,12 @@ def start_job(run_dir: RunDir, command: list[str], env: dict[str, str] | None = 
                 start_new_session=True,
             )
         except OSError as error:
-            run_dir.write_status("failed", error=f"could not start {command[0]!r}: {error}", pid=None)
+            run_dir.write_status(RunState.FAILED, error=f"could not start {command[0]!r}: {error}", pid=None)
             raise
         # no heartbeat until the job's own: run_state allows it STARTUP_GRACE_S to get going
-        run_dir.write_status("running", pid=process.pid, started=time.time(), heartbeat=None, error=None, ended=None)
+        run_dir.write_status(
+            RunState.RUNNING, pid=process.pid, started=time.time(), heartbeat=None, error=None, ended=None
+        )
     threading.Thread(target=_reap, args=(process,), daemon=True).start()
     return process.pid
 
@@ -172,12 +174,12 @@ def schedule(root: str | Path | None = None, limit: int | None = None) -> list[s
             try:
                 job = read_job(run)
             except RunFileError as error:  # one damaged run must not stall the queue
-                run.write_status("failed", only_from=("queued",), error=str(error))
+                run.write_status(RunState.FAILED, only_from=(RunState.QUEUED,), error=str(error))
                 continue
             if job is None:
                 continue  # created but never submitted
             if run.cancel_requested():
-                run.write_status("cancelled", only_from=("queued",))
+                run.write_status(RunState.CANCELLED, only_from=(RunState.QUEUED,))
                 continue
             try:
                 start_job(run, job["command"], job.get("env"), job.get(CREDENTIALS) is not False)
@@ -201,7 +203,7 @@ def submit(
     command = _check_command(command)
     with file_lock(run_dir.path.parent / QUEUE_LOCK):
         state = run_dir.status.state
-        if state != "queued":
+        if state != RunState.QUEUED:
             raise ValueError(
                 f"Expected a new (queued) run to submit, but {run_dir.run_id} is {state}; "
                 "use resume() for a failed or cancelled run"
@@ -217,11 +219,11 @@ def submit(
                 CREDENTIALS: credentials,
             },
         )
-        run_dir.write_status("queued", queued_at=time.time())
+        run_dir.write_status(RunState.QUEUED, queued_at=time.time())
     return schedule(run_dir.path.parent)
 
 
-def _wait_until_stopped(run_dir: RunDir, timeout_s: float) -> RunState:
+def _wait_until_stopped(run_dir: RunDir, timeout_s: float) -> ShownState:
     deadline = time.monotonic() + timeout_s
     view = run_dir.state()
     while view.state in ACTIVE_STATES and time.monotonic() < deadline:
@@ -230,7 +232,7 @@ def _wait_until_stopped(run_dir: RunDir, timeout_s: float) -> RunState:
     return view
 
 
-def cancel(run_dir: RunDir, grace_s: float = 0.0) -> RunState:
+def cancel(run_dir: RunDir, grace_s: float = 0.0) -> ShownState:
     """Ask the run to stop. A queued run is `cancelled` at once; a running job sees the
     CANCEL file at its next step, checkpoints and writes `cancelled` itself (shown as
     `stopping` meanwhile). Waits up to `grace_s` for that and returns the state then;
@@ -238,13 +240,13 @@ def cancel(run_dir: RunDir, grace_s: float = 0.0) -> RunState:
     with file_lock(run_dir.path.parent / QUEUE_LOCK):
         status = run_dir.status
         state, alive = status.state, process_alive(status)
-        if state == "queued":
-            run_dir.write_status("cancelled", only_from=("queued",))
+        if state == RunState.QUEUED:
+            run_dir.write_status(RunState.CANCELLED, only_from=(RunState.QUEUED,))
         elif state in ACTIVE_STATES and alive is False:
-            run_dir.write_status("cancelled", only_from=ACTIVE_STATES)  # already dead: nothing to stop
+            run_dir.write_status(RunState.CANCELLED, only_from=ACTIVE_STATES)  # already dead: nothing to stop
         elif state in ACTIVE_STATES:
             run_dir.request_cancel()
-            run_dir.write_status("stopping", only_from=("running",))
+            run_dir.write_status(RunState.STOPPING, only_from=(RunState.RUNNING,))
     return _wait_until_stopped(run_dir, grace_s)
 
 
@@ -256,7 +258,7 @@ def _signal_group(status: RunStatus, signum: int) -> None:
         pass
 
 
-def kill(run_dir: RunDir, grace_s: float = KILL_GRACE_S) -> RunState:
+def kill(run_dir: RunDir, grace_s: float = KILL_GRACE_S) -> ShownState:
     """Stop a stuck job: SIGTERM to its process group, SIGKILL after `grace_s`; the run
     is left `failed` with error "killed" (unless the job wrote a final state itself)."""
     status = run_dir.status
@@ -274,7 +276,7 @@ def kill(run_dir: RunDir, grace_s: float = KILL_GRACE_S) -> RunState:
             deadline = time.monotonic() + 10.0
             while process_alive(status) and time.monotonic() < deadline:
                 time.sleep(0.05)
-    run_dir.write_status("failed", only_from=ACTIVE_STATES, error="killed")
+    run_dir.write_status(RunState.FAILED, only_from=ACTIVE_STATES, error="killed")
     return run_dir.state()
 
 
@@ -288,7 +290,7 @@ def resume(run_dir: RunDir, fresh: bool = False) -> list[str]:
     A damaged status.json or job.json is rebuilt (status from config and checkpoints,
     job.json with the standard worker command) once no worker of the run is alive."""
     view = run_dir.state()
-    if view.state not in ("failed", "cancelled", DAMAGED) or not view.resumable:
+    if view.state not in (*RESUMABLE_STATES, DAMAGED) or not view.resumable:
         raise ValueError(
             f"Expected a failed or cancelled run to resume, but {run_dir.run_id} is {view.state} ({view.reason})"
         )
@@ -300,14 +302,14 @@ def resume(run_dir: RunDir, fresh: bool = False) -> list[str]:
     if process_alive(run_dir.status):
         kill(run_dir)
     with file_lock(run_dir.path.parent / QUEUE_LOCK):
-        if run_dir.state().state not in ("failed", "cancelled"):  # resumed meanwhile by someone else
+        if run_dir.state().state not in RESUMABLE_STATES:  # resumed meanwhile by someone else
             raise ValueError(
                 f"Expected a stopped run to resume, but run {run_dir.run_id} is {run_dir.state().state} now"
             )
         run_dir.clear_cancel()
         atomic_write_json(run_dir.path / JOB, {**job, "resume": True, "resumes": job.get("resumes", 0) + 1})
         run_dir.update_status(
-            state="queued", queued_at=time.time(), error=None, pid=None, ended=None, fresh_start=bool(fresh)
+            state=RunState.QUEUED, queued_at=time.time(), error=None, pid=None, ended=None, fresh_start=bool(fresh)
         )
     return schedule(run_dir.path.parent)
 
@@ -330,7 +332,7 @@ def _repair(run_dir: RunDir) -> None:
         latest = run_dir.latest_checkpoint()
         steps = config.train.get("steps")
         rebuilt = RunStatus(
-            "failed",
+            RunState.FAILED,
             run_id=run_dir.run_id,
             step=latest[0] if latest else 0,
             total_steps=steps if isinstance(steps, int) else None,
@@ -356,12 +358,12 @@ def _repair(run_dir: RunDir) -> None:
                 "rebuilt": True,
             },
         )
-    if run_dir.status.state == "finished":  # results.json damaged or missing: evaluate again
+    if run_dir.status.state == RunState.FINISHED:  # results.json damaged or missing: evaluate again
         try:
             run_dir.results()
         except (FileNotFoundError, RunFileError):
             _set_aside(run_dir.path / RESULTS)
-            run_dir.update_status(state="failed", error="results.json was damaged or missing; evaluating again")
+            run_dir.update_status(state=RunState.FAILED, error="results.json was damaged or missing; evaluating again")
 
 
 def _set_aside(path: Path) -> None:

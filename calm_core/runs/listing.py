@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from calm_core.runs.layout import CONFIG
+from calm_core.runs.lifecycle import RunState
 from calm_core.runs.naming import runs_root
 from calm_core.runs.records import RunStatus
 from calm_core.runs.rundir import RunDir
@@ -97,7 +98,7 @@ def run_statuses(root: str | Path | None = None) -> list[tuple[RunDir, RunStatus
 
 def queued_runs(statuses: list[tuple[RunDir, RunStatus]]) -> list[RunDir]:
     """The queued runs among `run_statuses`, oldest first (queued_at, then id)."""
-    queued = [(run, status) for run, status in statuses if status.state == "queued"]
+    queued = [(run, status) for run, status in statuses if status.state == RunState.QUEUED]
     return [run for run, _ in sorted(queued, key=lambda rs: (rs[1].queued_at or 0.0, rs[0].run_id))]
 
 

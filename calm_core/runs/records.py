@@ -10,25 +10,41 @@ does (the file, the key that is wrong, what to do), so readers use attributes an
 guess at a key's presence or type. `RunDir` (runs/rundir.py) is the only code that reads
 or writes the files; everything above runs/ goes through these attributes.
 
-What is typed is what readers use. Deeper parts that only one room reads (the
-recommendation's evidence, the timings, the fast paths' reasons) stay JSON mappings whose
-room reads them; keys a record does not type are kept in `extra` and written back.
+What is typed is what readers use, nested records included (the recommendation and its
+evidence: runs/recommendation.py). Deeper parts that only one room reads (the timings,
+the fast paths' reasons) stay JSON mappings whose room reads them; keys a record does
+not type are kept in `extra` and written back.
 `config.json`'s `train` is TrainConfig's (training/config.py, a layer above): here it is
-the mapping that `TrainConfig.from_dict` reads.
+`TrainRecord` (runs/train_record.py), the facts readers use typed over the whole mapping
+that `TrainConfig.from_dict` reads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from calm_core.runs.naming import config_label
-from calm_core.runs.record_fields import damaged, decode, encode
+from calm_core.runs.recommendation import Recommendation
+from calm_core.runs.record_fields import DataMapping, damaged, decode, encode
+from calm_core.runs.selection_record import SelectionSummary
+from calm_core.runs.train_record import TrainRecord
 
 JsonObject = Mapping[str, Any]
 _NO_ADVICE = "it was written by hand or by another program"  # the writer's own checks
+
+
+@dataclass(frozen=True)
+class FinalProgress:
+    """status.json's `final`: the final evaluation's stage (None: its set-and-variant
+    passes) and the count of its `unit` done and in all, which the Monitor shows."""
+
+    done: int = 0
+    total: int = 0
+    stage: str | None = None
+    unit: str | None = None
 
 
 @dataclass(frozen=True)
@@ -58,9 +74,9 @@ class RunStatus:
     threads: JsonObject | None = None  # {"threads": n, "why": ...}
     choices: JsonObject = field(default_factory=dict)  # what the loop chose: lora, fast_paths, ...
     model: JsonObject | None = None  # the loaded model's info (scoring/models.py)
-    selection: JsonObject | None = None  # the calibrated stop (training/selection.py)
+    selection: SelectionSummary | None = None  # the calibrated stop (runs/selection_record.py)
     timings: JsonObject | None = None  # training/timings.py's PhaseTimes
-    final: JsonObject | None = None  # the final evaluation's progress: {"done", "total"}
+    final: FinalProgress | None = None  # the final evaluation's progress
     items_cut_to_context: Mapping[str, int] = field(default_factory=dict)  # set -> items cut from the left
 
     extra: JsonObject = field(default_factory=dict)
@@ -90,7 +106,7 @@ class RunStatus:
 class RunConfig:
     """config.json: the resolved training config (`train`) and what was recorded beside it."""
 
-    train: JsonObject = field(default_factory=dict)  # TrainConfig.to_dict(); {} for a run that trains nothing
+    train: TrainRecord = field(default_factory=TrainRecord)  # TrainConfig.to_dict(), typed; empty: trains nothing
 
     name: str | None = None
     method: str | None = None
@@ -122,7 +138,7 @@ class RunConfig:
 
 
 @dataclass(frozen=True)
-class ResultRow(Mapping[str, Any]):
+class ResultRow(DataMapping):
     """One row of results.json: a variant on an evaluation set, and its metrics.
 
     The metrics are the columns of `calibration/metrics/columns.py` (which every table
@@ -134,8 +150,11 @@ class ResultRow(Mapping[str, Any]):
     data: JsonObject  # the whole row, `dataset` and `variant` included (not `values`: a Mapping method)
 
     @classmethod
-    def from_json(cls, data: Any, path: str | Path = "results.json", advice: str = _NO_ADVICE) -> ResultRow:
-        """A row; RunFileError when it does not name its `dataset` and `variant`."""
+    def from_json(
+        cls, data: Any, path: str | Path = "results.json", advice: str = _NO_ADVICE, where: str = ""
+    ) -> ResultRow:
+        """A row; RunFileError when it does not name its `dataset` and `variant` (`where`:
+        its key in the file, unused: a row's damage is named as a row's)."""
         if not isinstance(data, Mapping):
             raise damaged(path, f"a result row is a JSON {type(data).__name__} where an object belongs", advice)
         dataset, variant = data.get("dataset"), data.get("variant")
@@ -143,22 +162,10 @@ class ResultRow(Mapping[str, Any]):
             raise damaged(path, "a result row has no `dataset` / `variant`", advice)
         return cls(dataset, variant, dict(data))
 
-    def to_json(self) -> dict[str, Any]:
-        return dict(self.data)
-
     @property
     def scoring(self) -> str | None:
         rule = self.data.get("scoring")
         return rule if isinstance(rule, str) else None
-
-    def __getitem__(self, key: str) -> Any:
-        return self.data[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.data)
-
-    def __len__(self) -> int:
-        return len(self.data)
 
 
 _RESULT_KEYS = {"rows": "results"}
@@ -172,8 +179,8 @@ class RunResults:
     and `fit_on`, or `{"note": why it is missing}`), as scoring/evaluate.py writes them."""
 
     rows: tuple[ResultRow, ...]
-    selection: JsonObject | None = None  # the calibrated stop's choice (training/selection.py)
-    recommendation: JsonObject | None = None  # the calibrator chosen on S_V (calibration/recommend.py)
+    selection: SelectionSummary | None = None  # the calibrated stop's choice (runs/selection_record.py)
+    recommendation: Recommendation | None = None  # the variant chosen on S_V (runs/recommendation.py)
     task: str | None = None  # "openqa" for generated answers; None: option scores
     generation: JsonObject | None = None  # the sampling settings of an open-QA run
     calibrators: Mapping[str, JsonObject] = field(default_factory=dict)
@@ -208,5 +215,5 @@ class RunResults:
     @property
     def recommended(self) -> str | None:
         """The recommended variant's name, None when nothing was recommended."""
-        variant = (self.recommendation or {}).get("variant")
-        return variant if isinstance(variant, str) and variant else None
+        variant = self.recommendation.variant if self.recommendation else None
+        return variant or None

@@ -22,12 +22,9 @@ studio can all update fields without losing each other's; a metrics line goes ou
 `write` call, and a line cut short by a crash is ignored by the reader.
 
 `RunDir` holds only a path: every property reads the disk afresh, nothing stays open.
-Its parts live beside it, each with one job: `records` (status.json, config.json and
-results.json as `RunStatus`, `RunConfig`, `RunResults`, which `status`, `config` and
-`results()` return; `record_fields` decodes them), `layout` (the file names, the
-predictions' path), `naming` (the runs root and run ids), `damage` (`RunFileError`, the
-checked JSON reader), `metrics_lines` (reading metrics.jsonl back, `MetricsTail`) and `checkpoint_dirs`
-(`RunCheckpoints`, the checkpoint methods `RunDir` inherits).
+Its parts live beside it, one job each (docs/architecture.md names them): `records` (the
+typed status.json, config.json and results.json that `status`, `config` and `results()`
+return), `layout`, `naming`, `damage`, `metrics_lines` and `checkpoint_dirs`.
 """
 
 from __future__ import annotations
@@ -69,6 +66,7 @@ from calm_core.runs.state import (
     STATUS,
     TERMINAL_STATES,
     RunState,
+    ShownState,
     run_state,
 )
 
@@ -124,7 +122,7 @@ class RunDir(RunCheckpoints):
             atomic_write_json(staging.path / CONFIG, config.to_json())
             now = time.time()
             staging.write_status(
-                "queued",
+                RunState.QUEUED,
                 run_id=run_id,
                 created=now,
                 queued_at=now,
@@ -283,7 +281,7 @@ class RunDir(RunCheckpoints):
         status, status_damage = self._read_checked(lambda: self.status)
         config, config_damage = self._read_checked(lambda: self.config)
         damage = status_damage or config_damage
-        if status is not None and config is not None and status.state == "finished":
+        if status is not None and config is not None and status.state == RunState.FINISHED:
             if self.has_results() or config.train:  # a training run always writes it; others need not
                 _, damage = self._read_checked(self.results)
         return RunFiles(status, config, damage)
@@ -300,21 +298,21 @@ class RunDir(RunCheckpoints):
 
     def state(
         self, now: float | None = None, stale_after: float = STALE_AFTER_S, files: RunFiles | None = None
-    ) -> RunState:
+    ) -> ShownState:
         """The effective state (`run_state`), `damaged` when a file it needs is unreadable,
         and for a process that died without a word, the last line it printed. `files`:
         what `read_files` returned, when the caller has read them already (a listing)."""
         files = self.read_files() if files is None else files
         if files.damage is not None:
-            return RunState(DAMAGED, files.damage, not files.damage.startswith(str(self.path / CONFIG)))
+            return ShownState(DAMAGED, files.damage, not files.damage.startswith(str(self.path / CONFIG)))
         status = files.status
         if status is None:  # read_files names the damage whenever status.json cannot be read
-            return RunState(DAMAGED, f"{self.path / STATUS} cannot be read", True)
+            return ShownState(DAMAGED, f"{self.path / STATUS} cannot be read", True)
         view = run_state(status, now, stale_after)
-        if view.state == "failed" and status.state in ACTIVE_STATES and process_alive(status) is False:
+        if view.state == RunState.FAILED and status.state in ACTIVE_STATES and process_alive(status) is False:
             last = self.last_output_line()
             if last:
-                view = RunState(view.state, f"{view.reason}; its last output: {last}", view.resumable)
+                view = ShownState(view.state, f"{view.reason}; its last output: {last}", view.resumable)
         return view
 
     def last_output_line(self, tail_bytes: int = 4096) -> str | None:

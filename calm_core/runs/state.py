@@ -15,24 +15,42 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from calm_core.runs.lifecycle import (
+    ACTIVE_STATES,
+    RESUMABLE_STATES,
+    STATES,
+    TERMINAL_STATES,
+    WAITING_OR_ACTIVE,
+    RunState,
+)
 from calm_core.runs.process import process_alive
 from calm_core.runs.records import RunStatus
 
 STATUS = "status.json"  # the file that holds a run's state (calm_core.runs.rundir reads and writes it)
-STATES = ("queued", "running", "stopping", "finished", "failed", "cancelled")
-ACTIVE_STATES = ("running", "stopping")  # a process is expected to be alive and heartbeating
-TERMINAL_STATES = ("finished", "failed", "cancelled")
 STALE_AFTER_S = 60.0  # a running job that has not heartbeat for this long counts as failed
 STARTUP_GRACE_S = 600.0  # before its first heartbeat a job may be importing torch / converting a model
 FINAL_PHASE = "final evaluation"  # status.json `phase` while it runs (training/loop.py; its passes: `final`)
-DAMAGED = "damaged"  # shown, never written: a file the run needs cannot be read (RunFileError says which)
+DAMAGED = RunState.DAMAGED  # shown, never written: a file the run needs cannot be read (RunFileError says which)
+
+
+__all__ = [
+    "ACTIVE_STATES",
+    "DAMAGED",
+    "RESUMABLE_STATES",
+    "STATES",
+    "TERMINAL_STATES",
+    "WAITING_OR_ACTIVE",
+    "RunState",
+    "ShownState",
+    "run_state",
+]
 
 
 @dataclass(frozen=True)
-class RunState:
+class ShownState:
     """What the studio shows: the state after liveness checks, why, and whether resume is offered."""
 
-    state: str
+    state: RunState
     reason: str
     resumable: bool
 
@@ -42,7 +60,7 @@ def _progress(status: RunStatus) -> str:
     return f"step {status.step}/{total if total is not None else '?'}"
 
 
-def run_state(status: RunStatus, now: float | None = None, stale_after: float = STALE_AFTER_S) -> RunState:
+def run_state(status: RunStatus, now: float | None = None, stale_after: float = STALE_AFTER_S) -> ShownState:
     """The state to show for `status`: `running`/`stopping` with a dead process or a
     heartbeat older than `stale_after` seconds is `failed` (stale), and resumable. Until
     the job's first heartbeat, `STARTUP_GRACE_S` (if longer) counts from `started`.
@@ -50,17 +68,17 @@ def run_state(status: RunStatus, now: float | None = None, stale_after: float = 
     A stale job whose process is still alive (hung) is resumable too: `jobs.resume`
     stops it first, so two processes never write one run.
     """
-    state = status.state
-    if state not in STATES:
-        return RunState("failed", f"unknown state {state!r} in {STATUS}", False)
-    if state == "queued":
-        return RunState(state, "waiting for a free job slot", False)
-    if state == "finished":
-        return RunState(state, f"finished at {_progress(status)}", False)
-    if state == "failed":
-        return RunState(state, status.error or "failed", True)
-    if state == "cancelled":
-        return RunState(state, f"cancelled at {_progress(status)}", True)
+    if status.state not in STATES:  # a record from a newer writer, or by hand
+        return ShownState(RunState.FAILED, f"unknown state {status.state!r} in {STATUS}", False)
+    state = RunState(status.state)
+    if state == RunState.QUEUED:
+        return ShownState(state, "waiting for a free job slot", False)
+    if state == RunState.FINISHED:
+        return ShownState(state, f"finished at {_progress(status)}", False)
+    if state == RunState.FAILED:
+        return ShownState(state, status.error or RunState.FAILED.value, True)
+    if state == RunState.CANCELLED:
+        return ShownState(state, f"cancelled at {_progress(status)}", True)
     now = time.time() if now is None else now
     beat = status.heartbeat
     if beat is None:
@@ -68,12 +86,12 @@ def run_state(status: RunStatus, now: float | None = None, stale_after: float = 
     age = now - float(beat or status.started or status.updated or 0.0)
     alive, pid = process_alive(status), status.pid
     if alive is False:
-        return RunState(
-            "failed", f"process {pid} is gone (last heartbeat {age:.0f} s ago, at {_progress(status)})", True
+        return ShownState(
+            RunState.FAILED, f"process {pid} is gone (last heartbeat {age:.0f} s ago, at {_progress(status)})", True
         )
     if age > stale_after:
         hung = f"; process {pid} is still alive (hung?) and is stopped on resume" if alive else ""
-        return RunState("failed", f"no heartbeat for {age:.0f} s (at {_progress(status)}){hung}", True)
+        return ShownState(RunState.FAILED, f"no heartbeat for {age:.0f} s (at {_progress(status)}){hung}", True)
     phase = f" ({status.phase})" if status.phase else ""
 
-    return RunState(state, f"{state} at {_progress(status)}{phase}, heartbeat {age:.0f} s ago", False)
+    return ShownState(state, f"{state} at {_progress(status)}{phase}, heartbeat {age:.0f} s ago", False)

@@ -107,7 +107,8 @@ def _valid(raw: bytes, records: np.ndarray, data_size: int) -> np.ndarray:
     used = np.arange(_MAX_DIMS) < records["ndim"][:, None]
     count = np.where(used, records["shape"], 1).astype(np.int64).prod(axis=1)
     end = records["offset"].astype(np.int64) + records["key_size"] + count * itemsize
-    return (crc == records["crc"]) & (records["ndim"] <= _MAX_DIMS) & (itemsize > 0) & (end <= data_size)
+    valid: np.ndarray = (crc == records["crc"]) & (records["ndim"] <= _MAX_DIMS) & (itemsize > 0) & (end <= data_size)
+    return valid
 
 
 def _itemsize(dtype: bytes) -> int:
@@ -201,7 +202,7 @@ class Arena:
                 return False
             self._cut_torn_record()
             offset = _aligned(os.fstat(self._data).st_size)  # past any torn append's bytes
-            _write_all(self._data, [key, array.reshape(-1).view(np.uint8)], offset)
+            _write_all(self._data, [key, array.reshape(-1).view(np.uint8).data], offset)
             if self.config.fsync:
                 os.fsync(self._data)
             record = _pack(_digest(key), _Entry(offset, len(key), array.dtype.str, tuple(array.shape)))
@@ -213,8 +214,9 @@ class Arena:
         return True
 
     def close(self) -> None:
-        if getattr(self, "_map", None) is not None:
-            self._map.close()
+        mapped = getattr(self, "_map", None)  # None after a close, absent when __init__ failed early
+        if mapped is not None:
+            mapped.close()
         self._map = None
         for fd in (getattr(self, "_data", -1), getattr(self, "_index", -1)):
             if fd >= 0:

@@ -15,6 +15,7 @@ per family, and `scoring.fast_paths` proves the result against the model's own f
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -73,22 +74,27 @@ def position_embeddings(
     return {kind: shared for kind in kinds}
 
 
-def run_layers(
-    inner: Any,
-    config: Any,
-    hidden: torch.Tensor,
-    attention_mask: torch.Tensor,
-    position_ids: torch.Tensor,
-    span: tuple[int, int],
-    cache: Any = None,
-    cache_keyword: str = "cache",
-) -> torch.Tensor:
-    """Decoder layers span[0]..span[1]-1 of `inner` (the base model: `layers`,
-    `rotary_emb`) on (B, W, d) states, each with its type's mask and rotary embedding;
-    with a KV cache (passed as `cache_keyword`, `forward.cache_kwarg`), the rows continue
-    what those layers cached."""
-    start, stop = span
-    extra = {} if cache is None else {cache_keyword: cache, "use_cache": True}
+@dataclass(frozen=True)
+class LayerRun:
+    """What `run_layers` runs: (B, W, d) states with their attention mask and positions,
+    the layers span[0]..span[1]-1, and a KV cache to continue (passed to the layers as
+    `cache_keyword`, `forward.cache_kwarg`; None: no cache)."""
+
+    hidden: torch.Tensor
+    attention_mask: torch.Tensor
+    position_ids: torch.Tensor
+    span: tuple[int, int]
+    cache: Any = None
+    cache_keyword: str = "cache"
+
+
+def run_layers(inner: Any, config: Any, run: LayerRun) -> torch.Tensor:
+    """The decoder layers of `run.span` of `inner` (the base model: `layers`,
+    `rotary_emb`) on `run.hidden`, each with its type's mask and rotary embedding; with a
+    KV cache, the rows continue what those layers cached."""
+    hidden, attention_mask, position_ids, cache = run.hidden, run.attention_mask, run.position_ids, run.cache
+    start, stop = run.span
+    extra = {} if cache is None else {run.cache_keyword: cache, "use_cache": True}
     types = layer_types(config, len(inner.layers))
     first: dict[str, int] = {}
     for i in range(start, stop):

@@ -16,7 +16,7 @@ with their own model (see calm_core.training.methods).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -175,18 +175,25 @@ def result_row(
     return row
 
 
-def predictions_frame(scores: OptionScores, calibrator: Calibrator | None = None) -> Any:
-    """Per-item predictions under a variant: the raw logits plus that variant's probs."""
+def predictions_frame(scores: OptionScores, calibrator: Calibrator | None = None, items: Sequence[MCItem] = ()) -> Any:
+    """Per-item predictions under a variant: the raw logits plus that variant's probs; with
+    the scored `items`, each row's subject too when any item has one. Compare's figures by
+    subject read it from here, so a column mapped to the group when the set was evaluated
+    (`--mapping subject=region`) holds without the mapping being given again."""
     frame = scores.to_frame()
     probs = variant_probs(scores, calibrator)
     frame["probs"] = [p[: int(k)].tolist() for p, k in zip(probs, scores.n_choices, strict=True)]
     frame["prediction"] = probs.argmax(axis=1)
     frame["confidence"] = probs.max(axis=1)
+    subjects = {str(item.id): item.subject for item in items}
+    if any(subjects.values()):
+        frame["subject"] = [subjects.get(str(item_id)) for item_id in frame["id"]]
     return frame
 
 
 def _rule_name(scoring: dict[str, Any]) -> str:
-    return scoring["rule"] + ("+chat" if scoring.get("chat_template") else "")
+    rule: str = scoring["rule"]
+    return rule + ("+chat" if scoring.get("chat_template") else "")
 
 
 def format_table(rows: list[dict[str, Any]], columns: tuple[str, ...] | None = None) -> str:
@@ -230,8 +237,9 @@ def wide_table(
             cells += [f"{row[m]:.3f}" if row is not None and m in row else "-" for m in metric_names]
         if ood_mean:
             ood = [values.get((d, variant)) for d in datasets[1:]]
+            found = [r for r in ood if r is not None]
             cells += [
-                f"{sum(r[m] for r in ood) / len(ood):.3f}" if ood and all(r is not None for r in ood) else "-"
+                f"{sum(r[m] for r in found) / len(found):.3f}" if ood and len(found) == len(ood) else "-"
                 for m in metric_names
             ]
         lines.append("| " + " | ".join(cells) + " |")

@@ -3,7 +3,7 @@ the model's own forward (`scoring.probes`), and steps aside with a recorded reas
 it differs or raises.
 
     support = fast_paths(model)                 # hidden path, feature capture, prefix sharing
-    verdict = frozen_prefix_verdict(model, 2)   # the frozen prefix below layer 2 (training)
+    check = frozen_prefix_check(model, 2)   # the frozen prefix below layer 2 (training)
     choices = fast_path_choices(model, split)   # what a run records (status.json `choices`)
 
 Why measured: every fast path is a claim about the model's forward (that its last hidden
@@ -12,7 +12,7 @@ attribute names are no evidence of it: Gemma 3 has Llama's names and not its rot
 embedding. A path that is wrong silently trains and scores wrong, so the probe is the
 guard, whatever the family.
 
-This module measures; the verdicts and their cache are `scoring.verdicts` (on the model
+This module measures; the checks and their cache are `scoring.path_checks` (on the model
 object and on disk, keyed by the model's fingerprint and this code). Whoever is about to
 run a model calls `fast_paths` first (the `Scorer` when it is built, the training loop
 when it builds a run's context); the paths below read what it kept, and a model nobody
@@ -26,17 +26,17 @@ from typing import Any
 import torch
 
 from calm_core.scoring.forward import causal_lm
-from calm_core.scoring.probes import probe_frozen_prefix, probe_scoring_paths
-from calm_core.scoring.verdicts import (
+from calm_core.scoring.path_checks import (
     SCORING_PATHS,
     FastPathSupport,
-    PathVerdict,
+    PathCheck,
     keep_support,
     kept_frozen,
     kept_support,
     read_stored,
     store,
 )
+from calm_core.scoring.probes import probe_frozen_prefix, probe_scoring_paths
 
 # Relative gap allowed between a fast path and the model's own forward: max |fast - own|
 # over max(1, max |own|). float32 reorderings stay near 1e-7 (tests/numeric.py); Gemma 2's
@@ -73,7 +73,7 @@ def fast_paths(model: Any) -> FastPathSupport:
     return support
 
 
-def frozen_prefix_verdict(model: Any, split: int) -> PathVerdict:
+def frozen_prefix_check(model: Any, split: int) -> PathCheck:
     """Whether a FrozenPrefixModel split below layer `split` computes the model's own
     logits and LoRA gradients (`probes.probe_frozen_prefix`), cached as `fast_paths`."""
     lm = causal_lm(model)
@@ -82,15 +82,15 @@ def frozen_prefix_verdict(model: Any, split: int) -> PathVerdict:
         return frozen[split]
     stored = read_stored(lm).get("frozen_prefix", {}).get(str(split))
     if stored is not None:
-        verdict = PathVerdict.from_dict(stored)
+        check = PathCheck.from_dict(stored)
     else:
-        verdict = probe_frozen_prefix(model, split, tolerance(model))
-        store(lm, "frozen_prefix", {**read_stored(lm).get("frozen_prefix", {}), str(split): verdict.to_dict()})
-    frozen[split] = verdict
-    return verdict
+        check = probe_frozen_prefix(model, split, tolerance(model))
+        store(lm, "frozen_prefix", {**read_stored(lm).get("frozen_prefix", {}), str(split): check.to_dict()})
+    frozen[split] = check
+    return check
 
 
-def fast_path_choices(model: Any, frozen_prefix: PathVerdict | None = None) -> dict[str, dict[str, Any]]:
+def fast_path_choices(model: Any, frozen_prefix: PathCheck | None = None) -> dict[str, dict[str, Any]]:
     """What a run records in its choices (`fast_paths`): each path, used or not, and why."""
     support = fast_paths(model)
     choices = {name: getattr(support, name).to_dict() for name in SCORING_PATHS}

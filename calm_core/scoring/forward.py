@@ -3,7 +3,7 @@ with explicit positions (a row computes what it would alone), KV-cache plumbing,
 similar length, and the "hidden path" (final-norm states + LM head on chosen positions,
 with the model's own final soft-cap). Whether a model gets the hidden path and feature
 capture is measured, never read off its shape: `scoring.fast_paths` measures it before a
-model runs and keeps the verdict on the model (`scoring.verdicts`), which is all this
+model runs and keeps the check on the model (`scoring.path_checks`), which is all this
 module reads; a model nobody measured runs the plain forward.
 
 It sits below both `logprobs` (the log-probabilities option scores are made of) and
@@ -14,12 +14,12 @@ is recognised by its shape, so neither module imports the other's internals.
 from __future__ import annotations
 
 import inspect
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
 import torch
 
-from calm_core.scoring.verdicts import NOT_MEASURED, FastPathSupport, kept_support
+from calm_core.scoring.path_checks import NOT_MEASURED, FastPathSupport, kept_support
 
 _PARTS = ("embed_tokens", "layers", "rotary_emb", "norm")
 STRUCTURE = "model.layers, model.embed_tokens, model.rotary_emb, model.norm and lm_head"  # what the fast paths call
@@ -124,13 +124,13 @@ def supports_frozen_prefix(model: Any) -> bool:
 def hidden_path(model: Any) -> bool:
     """True when `last_hidden` + `output_head` reproduce the model's logits, as measured
     once for the model (`scoring.fast_paths`) on a decoder with the parts to try it (or a
-    FrozenPrefixModel over one, whose own equality is the frozen prefix's verdict)."""
+    FrozenPrefixModel over one, whose own equality is the frozen prefix's check)."""
     base = model.model if isinstance(model, HiddenStateRunner) else model
     return supports_frozen_prefix(base) and measured(base).hidden_path.on
 
 
 def measured(model: Any) -> FastPathSupport:
-    """The scoring verdicts kept on `model`'s CausalLM by whatever measured them
+    """The scoring checks kept on `model`'s CausalLM by whatever measured them
     (`scoring.fast_paths`), every path off where nothing has: unproven, a path is not used."""
     return kept_support(causal_lm(model)) or NOT_MEASURED
 
@@ -145,7 +145,8 @@ def last_hidden(model: Any, inputs: dict[str, Any], n_last: int) -> torch.Tensor
                 "FrozenPrefixModel takes no KV cache: it shares prefixes itself (scoring passes it whole sequences)"
             )
         return model.last_hidden(inputs["input_ids"], inputs["attention_mask"], inputs["position_ids"], n_last)
-    return causal_lm(model).model(**inputs).last_hidden_state[:, -n_last:]
+    states: torch.Tensor = causal_lm(model).model(**inputs).last_hidden_state[:, -n_last:]
+    return states
 
 
 def output_head(model: Any) -> Any:
@@ -188,6 +189,11 @@ def head_inputs(model: Any) -> Iterator[list[torch.Tensor]]:
         return
     with _final_state_hook(base) as seen:
         yield seen
+
+
+def head_inputs_if(model: Any, wanted: bool) -> AbstractContextManager[list[torch.Tensor]]:
+    """`head_inputs(model)` when `wanted`, else a block that records nothing (an empty list)."""
+    return head_inputs(model) if wanted else nullcontext([])
 
 
 @contextmanager

@@ -31,7 +31,7 @@ Which models: those with the parts it calls (`model.model.layers`, `embed_tokens
 `rotary_emb`, `norm`, `lm_head`), whose layers it calls as their own forward does
 (`scoring.decoder`: a mask per attention type, a rotary embedding per layer type, so
 Gemma 2 and 3 too), and only where it proves equal to that forward, logits and LoRA
-gradients, on a probe batch (`scoring.fast_paths.frozen_prefix_verdict`, measured once
+gradients, on a probe batch (`scoring.fast_paths.frozen_prefix_check`, measured once
 per model and split). Other models train uncached, with the reason in the run's choices.
 """
 
@@ -48,7 +48,7 @@ import numpy as np
 import torch
 
 from calm_core.scoring.arena import Arena, ArenaConfig
-from calm_core.scoring.decoder import run_layers
+from calm_core.scoring.decoder import LayerRun, run_layers
 from calm_core.scoring.forward import (
     STRUCTURE,
     cache_kwarg,
@@ -189,10 +189,12 @@ class FrozenPrefixModel:
 
     # The bits of the nn.Module interface that scoring and the trainer use.
     def parameters(self) -> Iterator[torch.nn.Parameter]:
-        return self.model.parameters()
+        params: Iterator[torch.nn.Parameter] = self.model.parameters()
+        return params
 
-    def disable_adapter(self) -> AbstractContextManager:
-        return self.model.disable_adapter()
+    def disable_adapter(self) -> AbstractContextManager[None]:
+        off: AbstractContextManager[None] = self.model.disable_adapter()
+        return off
 
     @property
     def cached_sequences(self) -> int:
@@ -314,7 +316,8 @@ class FrozenPrefixModel:
         """Decoder layers start..stop-1 on (B, W, d) hidden states; with a KV cache, the
         rows continue what those layers cached (mask covers cache + new positions)."""
         inner = causal_lm(self.model).model
-        return run_layers(inner, self.config, hidden, mask, positions, (start, stop), cache, cache_kwarg(self.model))
+        request = LayerRun(hidden, mask, positions, (start, stop), cache, cache_kwarg(self.model))
+        return run_layers(inner, self.config, request)
 
     def _compute_shared(
         self, keys: list[tuple[int, ...]], groups: list[tuple[int, list[int]]], device: torch.device

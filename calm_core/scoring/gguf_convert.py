@@ -65,7 +65,9 @@ def staging_dir(target: Path) -> Iterator[Path]:
             shutil.rmtree(staging, ignore_errors=True)
 
 
-def convert_gguf(gguf: Path, target: Path, label: str, step: StepFn = print_step, extra: dict | None = None) -> None:
+def convert_gguf(
+    gguf: Path, target: Path, label: str, step: StepFn = print_step, extra: dict[str, Any] | None = None
+) -> None:
     """De-quantize `gguf` into a safetensors directory at `target`, showing each step."""
     started = time.perf_counter()
     with staging_dir(target) as staging:
@@ -128,7 +130,7 @@ def _tokenizer(gguf: Path, model_type: str) -> Any:
     return AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, **registered)
 
 
-def _marker(gguf: Path, label: str, extra: dict | None, seconds: float) -> dict[str, Any]:
+def _marker(gguf: Path, label: str, extra: dict[str, Any] | None, seconds: float) -> dict[str, Any]:
     marker = {"source": str(gguf), "source_bytes": gguf.stat().st_size, "label": label}
     return {**marker, **(extra or {}), "seconds": round(seconds, 1)}
 

@@ -60,7 +60,7 @@ class GGUFLayout:
 
 def read_layout(path: Path) -> GGUFLayout:
     """The layout of the GGUF at `path`; ValueError for a file that is not one."""
-    blob = np.memmap(path, mode="r", dtype=np.uint8)
+    blob = np.memmap(path, mode="r", dtype=np.uint8).data  # its buffer, which struct reads
     if bytes(blob[:4]) != MAGIC:
         raise ValueError(f"{path} does not start with the GGUF magic bytes")
     version, tensor_count, kv_count = struct.unpack_from("<IQQ", blob, 4)
@@ -82,12 +82,12 @@ def read_layout(path: Path) -> GGUFLayout:
     return layout
 
 
-def _string(blob: np.ndarray, pos: int) -> tuple[str, int]:
+def _string(blob: memoryview, pos: int) -> tuple[str, int]:
     (length,) = struct.unpack_from("<Q", blob, pos)
     return bytes(blob[pos + 8 : pos + 8 + length]).decode("utf-8"), pos + 8 + length
 
 
-def _read_value(blob: np.ndarray, pos: int, value_type: int, key: str, layout: GGUFLayout) -> int:
+def _read_value(blob: memoryview, pos: int, value_type: int, key: str, layout: GGUFLayout) -> int:
     """Record one value's scalar or length in `layout`; the offset just past it."""
     if value_type in SCALAR_FORMATS:
         fmt = SCALAR_FORMATS[value_type]
@@ -99,6 +99,7 @@ def _read_value(blob: np.ndarray, pos: int, value_type: int, key: str, layout: G
     if value_type != ARRAY:
         raise ValueError(f"GGUF value type {value_type} of {key!r} is not one this reader knows")
     element_type, count = struct.unpack_from("<IQ", blob, pos)
+    count = int(count)
     pos += 12
     layout.array_lengths[key] = count
     if element_type in SCALAR_FORMATS:

@@ -15,14 +15,13 @@ through these; the batch and cache mechanics are `forward`'s.
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
 
 from calm_core.scoring.forward import (
     cache_kwarg,
-    head_inputs,
+    head_inputs_if,
     hidden_path,
     last_hidden,
     left_pad_batch,
@@ -37,7 +36,8 @@ LogitsTransform = Callable[[torch.Tensor], torch.Tensor]  # (..., V) -> (..., V)
 def last_logits(model: Any, batch: dict[str, torch.Tensor], n_last: int) -> torch.Tensor:
     """Logits of the last `n_last` positions of each left-padded row: (B, n_last, V), fp32."""
     out = model(**batch, logits_to_keep=n_last, use_cache=False)
-    return out.logits.float()
+    logits: torch.Tensor = out.logits.float()
+    return logits
 
 
 def continuation_logprobs(
@@ -115,7 +115,7 @@ def shared_prefix_logprobs(
 
     batch = left_pad_batch([context for context, _ in groups], pad_id, device)
     cache = DynamicCache(config=model.config)
-    with head_inputs(model) if states is not None else nullcontext([]) as seen:
+    with head_inputs_if(model, states is not None) as seen:
         first = model(**batch, **{cache_kwarg(model): cache}, logits_to_keep=1, use_cache=True)
     first_logits = first.logits[:, -1].float()  # (G, V)
     first_logprobs = torch.log_softmax(transform(first_logits) if transform else first_logits, dim=-1)
@@ -229,12 +229,12 @@ def _head_at(
     if hidden_path(model):
         states = last_hidden(model, inputs, n_last)[keep]  # (N, d)
         return head_on_distinct_rows(output_head(model), states).float(), states
-    with head_inputs(model) if capture else nullcontext([]) as seen:
+    with head_inputs_if(model, capture) as seen:
         logits = model(**inputs, logits_to_keep=n_last).logits[keep].float()
     return logits, seen[-1][keep] if capture else None
 
 
-def head_on_distinct_rows(head: Any, hidden: torch.Tensor) -> torch.Tensor:
+def head_on_distinct_rows(head: LogitsTransform, hidden: torch.Tensor) -> torch.Tensor:
     """head(hidden) for (N, d) states, running the head once per distinct row: the K
     options of a question predict their first token from the same prompt position, and
     the vocabulary projection is the largest matmul of a small model. Rows are merged

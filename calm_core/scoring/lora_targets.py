@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import cast
 
 from torch import nn
 
@@ -65,6 +65,11 @@ def layer_stack(model: nn.Module) -> LayerStack | None:
     return None if best is None else LayerStack(best[1], best[2])
 
 
+def _first_block(model: nn.Module, stack: LayerStack) -> nn.Module:
+    """The first block of `stack`: a ModuleList, the only kind `layer_stack` finds."""
+    return cast(nn.ModuleList, model.get_submodule(stack.path))[0]
+
+
 def _is_linear(module: nn.Module) -> bool:
     """nn.Linear, or transformers' Conv1D (GPT-2's linear layers, weight transposed)."""
     return isinstance(module, nn.Linear) or type(module).__name__ == "Conv1D"
@@ -76,7 +81,7 @@ def block_linears(model: nn.Module) -> dict[str, str]:
     stack = layer_stack(model)
     if stack is None:
         return {}
-    first = model.get_submodule(stack.path)[0]
+    first = _first_block(model, stack)
     found: dict[str, str] = {}
     for name, module in first.named_modules():
         if name and _is_linear(module):
@@ -136,7 +141,7 @@ def uses_conv1d(model: nn.Module, targets: Sequence[str]) -> bool:
     stack = layer_stack(model)
     if stack is None:
         return False
-    first: Any = model.get_submodule(stack.path)[0]
+    first = _first_block(model, stack)
     return any(
         type(module).__name__ == "Conv1D" and any(_matches(path, t) for t in targets)
         for path, module in first.named_modules()

@@ -136,7 +136,8 @@ class LoadedModel:
 
     @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        device: torch.device = next(self.model.parameters()).device
+        return device
 
 
 def resolve_device(device: str) -> torch.device:

@@ -58,11 +58,13 @@ class OptionScores:
 
     @property
     def n_choices(self) -> np.ndarray:
-        return np.isfinite(self.logits).sum(axis=1)
+        counts: np.ndarray = np.isfinite(self.logits).sum(axis=1)
+        return counts
 
     @property
     def predictions(self) -> np.ndarray:
-        return np.argmax(self.logits, axis=1)
+        best: np.ndarray = np.argmax(self.logits, axis=1)
+        return best
 
     def probs(self, temperature: float = 1.0) -> np.ndarray:
         """Option probabilities softmax(z / T) over each item's own options."""

@@ -12,7 +12,7 @@ tokenizer and gives the same batch on every machine.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -27,7 +27,7 @@ from calm_core.scoring.forward import (
 )
 from calm_core.scoring.frozen_prefix import FrozenPrefixModel
 from calm_core.scoring.logprobs import shared_prefix_logprobs
-from calm_core.scoring.verdicts import FastPathSupport, PathVerdict, keep_support
+from calm_core.scoring.path_checks import FastPathSupport, PathCheck, keep_support
 
 MIN_PROBE_LENGTH = 24  # tokens of the longest row when the model has no sliding window
 MAX_PROBE_LENGTH = 600  # a window wider than this (4096: Mistral 7B) is not exercised on the CPU
@@ -43,7 +43,11 @@ def probe_sequences(config: Any) -> list[list[int]]:
     length = min(max(MIN_PROBE_LENGTH, window + 8), MAX_PROBE_LENGTH)
     vocab = int((config.get_text_config() if hasattr(config, "get_text_config") else config).vocab_size)
     generator = torch.Generator().manual_seed(0)
-    draw = lambda n: torch.randint(0, vocab, (n,), generator=generator).tolist()  # noqa: E731
+
+    def draw(n: int) -> list[int]:
+        tokens: list[int] = torch.randint(0, vocab, (n,), generator=generator).tolist()
+        return tokens
+
     common = draw(length - 3)
     return [common + draw(3), common + draw(2), draw(length // 2 + 1), draw(max(5, length // 3))]
 
@@ -54,15 +58,20 @@ def relative_gap(fast: torch.Tensor, own: torch.Tensor) -> float:
     return float((fast - own).abs().max() / max(1.0, float(own.abs().max())))
 
 
-def _verdict(name: str, measure: Callable[[], float], limit: float) -> PathVerdict:
+def _check(name: str, measure: Callable[[], float], limit: float) -> PathCheck:
     """Run one probe: on within `limit`, off (with the gap or the exception) otherwise."""
     try:
         gap = measure()
     except Exception as exc:  # noqa: BLE001 - any failure of a fast path switches it off, with its reason
-        return PathVerdict(False, f"{name} raised {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+        return PathCheck(False, f"{name} raised {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+    return _judged(name, gap, limit)
+
+
+def _judged(name: str, gap: float, limit: float) -> PathCheck:
+    """On when `gap` is within `limit`, off (with the gap) otherwise."""
     if gap != gap or gap > limit:  # NaN counts as a difference
-        return PathVerdict(False, f"{name} differs from the model's own forward: gap {gap:.2e} > {limit:.0e}", gap)
-    return PathVerdict(True, f"equal to the model's own forward (gap {gap:.1e} <= {limit:.0e})", gap)
+        return PathCheck(False, f"{name} differs from the model's own forward: gap {gap:.2e} > {limit:.0e}", gap)
+    return PathCheck(True, f"equal to the model's own forward (gap {gap:.1e} <= {limit:.0e})", gap)
 
 
 @contextmanager
@@ -91,20 +100,20 @@ def probe_scoring_paths(model: Any, limit: float) -> FastPathSupport:
         with head_input_hook(model) as seen:
             out = model(**batch, logits_to_keep=N_LAST, use_cache=False, output_hidden_states=True)
         hidden = (
-            _verdict("the hidden path", lambda: _hidden_gap(model, batch, out.logits), limit)
+            _check("the hidden path", lambda: _hidden_gap(model, batch, out.logits), limit)
             if supports_frozen_prefix(model)
             else _lacks(lm)
         )
         final_norm = out.hidden_states[-1][:, -N_LAST:]  # what output_hidden_states calls the last state
-        features = _verdict("feature capture", lambda: relative_gap(seen[-1], final_norm), limit)
-        keep_support(lm, FastPathSupport(hidden, features, PathVerdict(False, "being measured")))
-        sharing = _verdict("prefix sharing", lambda: _sharing_gap(model, batch), limit)
+        features = _check("feature capture", lambda: relative_gap(seen[-1], final_norm), limit)
+        keep_support(lm, FastPathSupport(hidden, features, PathCheck(False, "being measured")))
+        sharing = _check("prefix sharing", lambda: _sharing_gap(model, batch), limit)
     return FastPathSupport(hidden_path=hidden, feature_capture=features, prefix_sharing=sharing)
 
 
-def _lacks(lm: Any) -> PathVerdict:
-    """The verdict for a model without the parts a path calls (GPT-2, GPT-NeoX, OPT)."""
-    return PathVerdict(False, f"{type(lm).__name__} lacks some of {STRUCTURE}, which this path runs")
+def _lacks(lm: Any) -> PathCheck:
+    """The check for a model without the parts a path calls (GPT-2, GPT-NeoX, OPT)."""
+    return PathCheck(False, f"{type(lm).__name__} lacks some of {STRUCTURE}, which this path runs")
 
 
 def _hidden_gap(model: Any, batch: dict[str, torch.Tensor], own: torch.Tensor) -> float:
@@ -137,7 +146,7 @@ def _own_logprobs(model: Any, pairs: list[tuple[list[int], list[int]]], device: 
     return out
 
 
-def probe_frozen_prefix(model: Any, split: int, limit: float) -> PathVerdict:
+def probe_frozen_prefix(model: Any, split: int, limit: float) -> PathCheck:
     """A FrozenPrefixModel below `split` against the model: logits and the gradients of a
     loss w.r.t. the trainable (LoRA) parameters, with the top layers sharing prefixes and
     then, from the same cache, every row whole. LoRA's zero-initialised B is given small
@@ -148,14 +157,14 @@ def probe_frozen_prefix(model: Any, split: int, limit: float) -> PathVerdict:
         return _lacks(causal_lm(model))
     gaps: list[float] = []
     with _eval_mode(model), torch.inference_mode(False), torch.enable_grad(), _perturbed_adapter(model):
-        failed = _verdict("the frozen prefix", lambda: _frozen_gaps(model, split, gaps), limit)
+        failed = _check("the frozen prefix", lambda: _frozen_gaps(model, split, gaps), limit)
     if failed.on or len(gaps) < 2:  # both equal, or it raised before the whole-row pass
         return failed
-    shared, whole = (_verdict("the frozen prefix", lambda gap=gap: gap, limit) for gap in gaps)
+    shared, whole = (_judged("the frozen prefix", gap, limit) for gap in gaps)
     if not whole.on:
         return whole
     why = f"{whole.reason}, each row's top layers run whole: sharing a prefix there {shared.reason.split(' ', 3)[3]}"
-    return PathVerdict(True, why, whole.gap, share_top=False)
+    return PathCheck(True, why, whole.gap, share_top=False)
 
 
 def _frozen_gaps(model: Any, split: int, gaps: list[float]) -> float:
@@ -185,7 +194,7 @@ def _logits_and_grads(
     return logits.detach(), [g.detach() for g in torch.autograd.grad(loss, params, allow_unused=True)]
 
 
-def _grad_gap(fast: list[torch.Tensor | None], own: list[torch.Tensor | None]) -> float:
+def _grad_gap(fast: Sequence[torch.Tensor | None], own: Sequence[torch.Tensor | None]) -> float:
     """||fast - own|| / ||own|| over all trainable parameters together: a relative error
     of the whole gradient (a tensor whose gradient is tiny does not count as all of it).
     A gradient one path has and the other lacks is an infinite gap."""
@@ -196,7 +205,8 @@ def _grad_gap(fast: list[torch.Tensor | None], own: list[torch.Tensor | None]) -
         if f is not None and o is not None:
             num += float((f.double() - o.double()).pow(2).sum())
             den += float(o.double().pow(2).sum())
-    return (num**0.5) / max(den**0.5, 1e-30)
+    gap: float = (num**0.5) / max(den**0.5, 1e-30)
+    return gap
 
 
 @contextmanager

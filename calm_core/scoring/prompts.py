@@ -58,9 +58,10 @@ class ScoringConfig:
 def chat_prompt(tokenizer: Any, user_text: str) -> str:
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError("Expected the tokenizer to have a chat template for chat_template=True, but it has none")
-    return tokenizer.apply_chat_template(
+    prompt: str = tokenizer.apply_chat_template(
         [{"role": "user", "content": user_text}], tokenize=False, add_generation_prompt=True
     )
+    return prompt
 
 
 def cloze_context(item: MCItem, cfg: ScoringConfig, tokenizer: Any) -> str:

@@ -41,7 +41,9 @@ def context_limit(model: Any, tokenizer: Any = None) -> int | None:
     is a real number; None when neither knows, and then nothing is cut. A PEFT model or a
     FrozenPrefixModel answers for its base model (both expose `.config`)."""
     config = getattr(model, "config", None)
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config  # multimodal: the LM part
+    text = config
+    if config is not None and hasattr(config, "get_text_config"):  # multimodal: the LM part
+        text = config.get_text_config()
     for key in _CONTEXT_KEYS:
         value = getattr(text, key, None)
         if isinstance(value, int) and value > 0:

@@ -30,7 +30,8 @@ def batch_indices(n: int, batch_size: int, step: int, seed: int) -> list[int]:
     sequence depends only on (seed, step) and a resumed run sees the same batches."""
     per_epoch = max(1, n // batch_size)
     epoch, offset = divmod(step, per_epoch)
-    return _epoch_order(n, seed, epoch)[offset * batch_size : offset * batch_size + batch_size].tolist()
+    batch: list[int] = _epoch_order(n, seed, epoch)[offset * batch_size : offset * batch_size + batch_size].tolist()
+    return batch
 
 
 @functools.lru_cache(maxsize=4)  # S_T's and S_V's current epochs, and the ones before
@@ -125,7 +126,7 @@ def load_data(cfg: TrainConfig, kind: str, eval_reading: Mapping[str, dict[str, 
             dropped[name] = len(items) - len(kept)
         return kept[:limit]
 
-    evals = {name: clean(name, items, cfg.eval_limit) for name, items in loaded_evals.items()}
+    evals: dict[str, Sequence[Any]] = {name: clean(name, items, cfg.eval_limit) for name, items in loaded_evals.items()}
     heldout = clean(cfg.heldout_data, loaded_heldout, cfg.heldout_limit)
     if not train_items or not heldout:
         which = "training set" if not train_items else "held-out set S_V (after removing training questions)"

@@ -197,7 +197,7 @@ def _descend(
     evaluates L(theta~) anyway."""
     tilde = [p.detach().clone() for p in start]
     scale, used = 1.0, []
-    previous, previous_loss, previous_grads = None, math.inf, None
+    previous, previous_loss, previous_grads = list[Tensor](), math.inf, list[Tensor]()  # set by the first step
     for t in range(cfg.inner_steps):
         if t == 0 and first is not None:
             loss, grads = first
@@ -251,14 +251,15 @@ def _persistent(cfg: BilevelConfig, state: BilevelState | None) -> bool:
 
 def _start(params: Sequence[Tensor], cfg: BilevelConfig, state: BilevelState | None) -> list[Tensor]:
     """Where the inner solve starts: the persistent iterate, else the current parameters."""
-    if not _persistent(cfg, state):
+    tilde = state.tilde if state is not None and _persistent(cfg, state) else None
+    if tilde is None:
         return list(params)
-    if [tuple(t.shape) for t in state.tilde] != [tuple(p.shape) for p in params]:
+    if [tuple(t.shape) for t in tilde] != [tuple(p.shape) for p in params]:
         raise ValueError(
             "Expected the persistent inner iterate to match the parameters it solves for "
             f"({len(params)} tensors), but it does not: was `constraint` changed on resume?"
         )
-    return [t.to(p.device, p.dtype) for t, p in zip(state.tilde, params, strict=True)]
+    return [t.to(p.device, p.dtype) for t, p in zip(tilde, params, strict=True)]
 
 
 def _inner_problem(alpha: Sequence[Tensor], theta: Sequence[Tensor], cfg: BilevelConfig) -> list[Tensor]:
@@ -396,8 +397,8 @@ def plain_step_scale(direction: Sequence[Tensor], lrs: Sequence[float] | None, m
 
 def _step(
     gradients: Callable[..., _Gradients],
-    alpha_params: list[Tensor],
-    theta_params: list[Tensor],
+    alpha_params: Sequence[Tensor],
+    theta_params: Sequence[Tensor],
     lower_loss: Closure,
     upper_loss: Closure,
     optimizer: torch.optim.Optimizer,
@@ -413,8 +414,8 @@ def _step(
 
 
 def bilevel_step(
-    alpha_params: list[Tensor],
-    theta_params: list[Tensor],
+    alpha_params: Sequence[Tensor],
+    theta_params: Sequence[Tensor],
     lower_loss: Closure,
     upper_loss: Closure,
     optimizer: torch.optim.Optimizer,

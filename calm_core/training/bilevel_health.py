@@ -79,7 +79,7 @@ class Rule:
 
 @dataclass(frozen=True)
 class Health:
-    """One chart's verdict: `ok` (healthy, or too early to tell) and the line the page shows."""
+    """One chart's reading: `ok` (healthy, or too early to tell) and the line the page shows."""
 
     key: str
     ok: bool

@@ -222,8 +222,8 @@ class TrainConfig:
     def _read_parts(self) -> None:
         """The nested parts given as dicts (a config file, config.json) as their classes."""
         if isinstance(self.lora, dict):
-            given = self.lora
-            self.lora = LoraSettings(**{k: module_names(v) if k == "target_modules" else v for k, v in given.items()})
+            given: dict[str, Any] = {k: module_names(v) if k == "target_modules" else v for k, v in self.lora.items()}
+            self.lora = LoraSettings(**given)
         if isinstance(self.generation, dict):
             self.generation = GenerationConfig(**self.generation)
         if isinstance(self.bilevel, dict):
@@ -405,7 +405,7 @@ def nest_settings(data: dict[str, Any]) -> dict[str, Any]:
     flat = {k: data.pop(k) for k in list(data) if k in bilevel_names}
     if flat:
         inner = data.get("bilevel") or {}
-        data["bilevel"] = {**(asdict(inner) if dataclasses.is_dataclass(inner) else inner), **flat}
+        data["bilevel"] = {**(asdict(inner) if isinstance(inner, BilevelConfig) else inner), **flat}
     method = data.get("method", TrainConfig.method)
     get_method(method)
     owners = {
@@ -431,11 +431,8 @@ def recorded_bilevel(train: Mapping[str, Any]) -> BilevelConfig | None:
     """The BOME settings in a run's config.json `train` record: the `bilevel` section, or
     the flat keys of runs made before sections; None when they do not validate."""
     names = {f.name for f in dataclasses.fields(BilevelConfig)}
-    values = (
-        train.get("bilevel")
-        if isinstance(train.get("bilevel"), dict)
-        else {k: v for k, v in train.items() if k in names}
-    )
+    section = train.get("bilevel")
+    values = section if isinstance(section, dict) else {k: v for k, v in train.items() if k in names}
     try:
         return BilevelConfig(**values)
     except (TypeError, ValueError):

@@ -28,9 +28,11 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
+
+T = TypeVar("T")
 
 
 def is_distributed() -> bool:
@@ -87,7 +89,7 @@ def mean_value(value: float) -> float:
     return float(mean_([torch.tensor([value], dtype=torch.float64)])[0])
 
 
-def shard(items: Sequence, n_ranks: int | None = None, this_rank: int | None = None) -> list:
+def shard(items: Sequence[T], n_ranks: int | None = None, this_rank: int | None = None) -> list[T]:
     """This rank's share of a global batch: items r, r + W, r + 2W, ... The global batch
     size must be a multiple of the world size, so every rank's mean loss weighs the same."""
     n_ranks = world_size() if n_ranks is None else n_ranks
@@ -108,7 +110,7 @@ def broadcast_text(text: str | None) -> str:
         return text or ""
     box = [text]
     torch.distributed.broadcast_object_list(box, src=0)
-    return box[0]
+    return box[0] or ""
 
 
 def mean_log(log: dict[str, float]) -> dict[str, float]:
@@ -152,7 +154,8 @@ def _layer_classes(model: torch.nn.Module, settings: FsdpSettings) -> tuple[str,
     transformers model's own `_no_split_modules` (what accelerate's auto wrap uses)."""
     if settings.layer_classes:
         return settings.layer_classes
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    get_base = getattr(model, "get_base_model", None)  # PEFT's wrapper
+    base = get_base() if get_base is not None else model
     return tuple(getattr(base, "_no_split_modules", None) or ())
 
 
@@ -209,6 +212,7 @@ def shard_frozen(
     runner = _runner_of(model, layers)
     keep = {id(p) for p in trainable}
     in_layers: set[int] = set()
+    shards = []  # the layers again, as fully_shard returns them: FSDP modules
     total = sum(p.numel() for p in model.parameters())
     sharded = sum(p.numel() for layer in layers for p in layer.parameters() if id(p) not in keep)
     for layer in layers:
@@ -219,13 +223,14 @@ def shard_frozen(
                 "are not: FSDP would run them as gathered copies that get no gradient"
             )
         in_layers.update(id(p) for p in layer.parameters())
-        fully_shard(
+        shard = fully_shard(
             layer,
             reshard_after_forward=settings.reshard_after_forward,
             ignored_params={p for p in layer.parameters() if id(p) in keep},
         )
-    for i, layer in enumerate(layers):  # see `gathered`
-        layer.set_modules_to_backward_prefetch([layers[i - 1] if i else layer])
+        shards.append(shard)
+    for i, shard in enumerate(shards):  # see `gathered`
+        shard.set_modules_to_backward_prefetch([shards[i - 1] if i else shard])
     fully_shard(runner, ignored_params={p for p in runner.parameters() if id(p) not in in_layers or id(p) in keep})
     return {
         "used": True,

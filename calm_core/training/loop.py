@@ -32,7 +32,7 @@ from calm_core.data.stream import max_choices
 from calm_core.faults import fault_point
 from calm_core.runs.events import TENSORBOARD, EventLog, final_counts, final_scalars, hparams_of, tensorboard_choice
 from calm_core.runs.rundir import RunDir
-from calm_core.runs.state import FINAL_PHASE
+from calm_core.runs.state import FINAL_PHASE, RunState
 from calm_core.scoring.adapters import attach_lora, lora_parameters, quantization_choice
 from calm_core.scoring.prompts import ScoringConfig
 from calm_core.training import distributed
@@ -169,9 +169,9 @@ def make_optimizer(
 
 def _frozen_prefix_runner(cfg: TrainConfig, model: Any) -> tuple[Any, dict[str, Any]]:
     """A FrozenPrefixModel when it applies and proves equal to the model's own forward
-    (`fast_paths.frozen_prefix_verdict`, measured once per model and split), and a
+    (`fast_paths.frozen_prefix_check`, measured once per model and split), and a
     record of why or why not (config.json)."""
-    from calm_core.scoring.fast_paths import frozen_prefix_verdict
+    from calm_core.scoring.fast_paths import frozen_prefix_check
     from calm_core.scoring.frozen_prefix import FrozenPrefixModel, frozen_prefix_split
 
     if not cfg.frozen_prefix:
@@ -180,21 +180,21 @@ def _frozen_prefix_runner(cfg: TrainConfig, model: Any) -> tuple[Any, dict[str, 
     if split is None:
         why = "LoRA adapts every layer" if cfg.lora.layers is None else "no decoder layers to cache or k >= layers"
         return None, {"used": False, "reason": why}
-    verdict = frozen_prefix_verdict(model, split)
-    if not verdict.on:
-        return None, {"used": False, "split_layer": split, "reason": verdict.reason, "gap": verdict.gap}
+    check = frozen_prefix_check(model, split)
+    if not check.on:
+        return None, {"used": False, "split_layer": split, "reason": check.reason, "gap": check.gap}
     from calm_core.paths import cache_dir
 
     store = cache_dir() / "frozen_prefix" if cfg.frozen_prefix_store else None
     runner = FrozenPrefixModel(model, split, store_root=store)
-    runner.share_top = verdict.share_top  # off where only the top layers' prefix sharing failed the probe
+    runner.share_top = check.share_top  # off where only the top layers' prefix sharing failed the probe
     return runner, {
         "used": True,
         "split_layer": split,
-        "share_top": verdict.share_top,
+        "share_top": check.share_top,
         "store": str(runner.store.path) if runner.store else None,
-        "reason": f"LoRA on the top {cfg.lora.layers} layers only; {verdict.reason}",
-        "gap": verdict.gap,
+        "reason": f"LoRA on the top {cfg.lora.layers} layers only; {check.reason}",
+        "gap": check.gap,
     }
 
 
@@ -278,13 +278,14 @@ def train(
             )
         start_step, elapsed_before = resume_point(ctx, run, writer)
         if writer is not None:
-            run.write_status("running", step=start_step, total_steps=cfg.steps)
+            run.write_status(RunState.RUNNING, step=start_step, total_steps=cfg.steps)
     times.sizes = RunSizes.of(
         cfg,
         data,
         fills=ctx.runner is not None,
         uses_head=ctx.head is not None,
         selects=ctx.task.SELECTS,
+        recommends=getattr(ctx.task, "RECOMMENDS", False),
     )
     times.load_s = times.since_start()  # data, model, adapter and checkpoint: everything before the fill
     with autocast_for(cfg.autocast, lm.device):
@@ -351,7 +352,7 @@ def _loop(loop: Loop) -> TrainResult:
             _append_row(loop)
     while loop.step < cfg.steps:
         if _cancel_requested(writer):
-            return _stop(loop, "cancelled")
+            return _stop(loop, RunState.CANCELLED)
         began, evaluated_before = time.perf_counter(), loop.times.evaluation_seconds()
         step = loop.step
         train_items = [data.train[i] for i in batch_indices(len(data.train), cfg.batch_size, step, cfg.seed)]
@@ -374,7 +375,7 @@ def _loop(loop: Loop) -> TrainResult:
         loop.times.add_step(time.perf_counter() - began - (loop.times.evaluation_seconds() - evaluated_before))
         if stopping:
             break
-    return _stop(loop, "finished")
+    return _stop(loop, RunState.FINISHED)
 
 
 def _log_step(loop: Loop, stopping: bool) -> None:
@@ -477,14 +478,13 @@ def _final(loop: Loop, state: str) -> None:
     if writer is not None and step > 0:  # outside `gathered`: a state_dict() reshards FSDP's layers
         save_checkpoint(ctx, writer, step, stop.record())
         stop.write_selected(ctx, writer)
-    evaluates = state == "finished"
+    evaluates = state == RunState.FINISHED
     with distributed.gathered(ctx.model) if evaluates else nullcontext():  # FSDP: rank 0 runs forwards alone
         if evaluates and distributed.is_main():
             reuse = stop.restore(ctx, step)
             selection = stop.summary()
             if writer is not None:
                 with writer.keepalive(FINAL_PHASE):  # minutes without a step: keep the heartbeat
-                    ctx.task.final_evaluation(
-                        ctx, loop.data, writer, reuse, {"selection": selection} if selection else {}
-                    )
+                    extra = {"selection": selection} if selection else {}
+                    ctx.task.final_evaluation(ctx, loop.data, writer, reuse, extra, times=loop.times)
                 fault_point("results_written")

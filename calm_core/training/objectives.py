@@ -21,14 +21,13 @@ from the left the same way (`scoring.truncation.fit_cloze_item`; one that cannot
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from typing import Any, Sequence
 
 import torch
 
 from calm_core.calibration.head_base import Head
 from calm_core.data.schema import MCItem
-from calm_core.scoring.forward import head_inputs, left_pad_batch
+from calm_core.scoring.forward import head_inputs_if, left_pad_batch
 from calm_core.scoring.logprobs import continuation_inputs, continuation_logprobs, last_logits
 from calm_core.scoring.prompts import ScoringConfig, letter_token_ids
 from calm_core.scoring.truncation import cloze_requests, context_limit, letter_prompt_ids
@@ -54,7 +53,7 @@ def _letter_logits(
     device = next(model.parameters()).device
     prompts = letter_prompt_ids(items, cfg, tokenizer, context_limit(model, tokenizer))
     letters = torch.tensor(letter_token_ids(tokenizer, max(it.n_choices for it in items), cfg), device=device)
-    with head_inputs(model) if _reads_features(head) else nullcontext([]) as seen:
+    with head_inputs_if(model, _reads_features(head)) as seen:
         z = last_logits(model, left_pad_batch(prompts, tokenizer.pad_token_id, device), 1)[:, -1]  # (B, V)
     states = seen[-1][:, -1].detach() if seen else None  # (B, d): the answer position's state
     gathered = z[:, letters]  # (B, K_max)

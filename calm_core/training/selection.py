@@ -43,6 +43,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from calm_core.calibration.recommend import accuracy_slack
+from calm_core.runs.selection_record import lower_limit
 
 SELECT_RULES = ("best", "last")
 
@@ -126,7 +127,7 @@ class Candidate:
 
 
 @dataclass
-class Verdict:
+class Decision:
     """What `Selector.offer` decided about one candidate."""
 
     selected: bool
@@ -169,11 +170,6 @@ def _cand_dict(c: Candidate | None) -> dict[str, Any] | None:
 
 def _cand(data: dict[str, Any] | None) -> Candidate | None:
     return None if not data else Candidate(**data)
-
-
-def lower_limit(reference: float, tolerance: float) -> float:
-    """The highest S_T cross-entropy of theta a step may have and still be selected."""
-    return reference * (1 + tolerance)
 
 
 def paired_standard_error(a: Sequence[float] | None, b: Sequence[float] | None) -> float:
@@ -220,7 +216,7 @@ class Selector:
             )
         return False, f"not better than step {best.step} ({score} {c.score:.4f} vs {best.score:.4f}, SE {margin:.4f})"
 
-    def offer(self, c: Candidate) -> Verdict:
+    def offer(self, c: Candidate) -> Decision:
         """Take one evaluation; returns whether it is now the selected step and whether to stop."""
         state = self.state
         if state.reference is None:
@@ -228,7 +224,7 @@ class Selector:
         why_not = self.why_ineligible(c)
         if self.rule.rule == "last":
             state.selected, state.since_selected = c, 0
-            return Verdict(True, False, why_not is None, "last: every step replaces the one before")
+            return Decision(True, False, why_not is None, "last: every step replaces the one before")
         if why_not is not None:
             selected, reason = False, why_not
         elif state.selected is None:
@@ -242,7 +238,7 @@ class Selector:
         stop = bool(self.rule.patience) and state.since_selected >= self.rule.patience
         if stop:
             state.stopped_early = c.step
-        return Verdict(selected, stop, why_not is None, reason)
+        return Decision(selected, stop, why_not is None, reason)
 
     def summary(self) -> dict[str, Any]:
         """status.json's and results.json's `selection`: the rule, the selected step and its

@@ -87,20 +87,20 @@ class CalibratedStop:
         candidate = ctx.task.selection_candidate(ctx, data, step, row, caches)
         if candidate is None:
             return False
-        verdict = self.selector.offer(candidate)
-        if verdict.stop and step >= getattr(ctx.settings, "steps", step + 1):
+        decision = self.selector.offer(candidate)
+        if decision.stop and step >= getattr(ctx.settings, "steps", step + 1):
             self.selector.state.stopped_early = None  # patience ran out at the last step: the run ended, not early
         if candidate.lower is not None:
             row["lower/st_nll"] = candidate.lower
-        row["select/eligible"] = float(verdict.eligible)
+        row["select/eligible"] = float(decision.eligible)
         row["select/selected_step"] = self._selected_step()
-        if verdict.selected and self.keeps_snapshots:
+        if decision.selected and self.keeps_snapshots:
             self.snapshot = take_snapshot(ctx, step)  # selected/ is written by `write_selected`
         if writer is not None:
             writer.update_status(
-                selection={**self.selector.summary(), "reason": verdict.reason, "state": self.selector.state.to_dict()}
+                selection={**self.selector.summary(), "reason": decision.reason, "state": self.selector.state.to_dict()}
             )
-        return verdict.stop and self.keeps_snapshots
+        return decision.stop and self.keeps_snapshots
 
     def _selected_step(self) -> int | None:
         selected = self.selector.state.selected

@@ -32,7 +32,11 @@ class _Substitute(TorchFunctionMode):
         return self._by_id.get(id(x), x) if isinstance(x, Tensor) else x
 
     def __torch_function__(
-        self, func: Callable, types: Sequence[type], args: tuple = (), kwargs: dict | None = None
+        self,
+        func: Callable[..., object],
+        types: Sequence[type],
+        args: tuple[object, ...] = (),
+        kwargs: dict[str, object] | None = None,
     ) -> object:
         args, kwargs = tree_map(self._swap, (args, kwargs or {}))
         return func(*args, **kwargs)

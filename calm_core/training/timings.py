@@ -21,7 +21,9 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator, Sequence
 
-SCALAR_PARTS = ("load", "fill", "final")  # parts timed once per (re)start; steps and evaluations add up
+# Parts timed once per (re)start; steps and evaluations add up. `cross_fit` (the post-hoc
+# calibrators' fits and the recommendation's cross-fitting) runs inside `final`.
+SCALAR_PARTS = ("load", "fill", "final", "cross_fit")
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,9 @@ class RunSizes:
     run caches before step 1 (0 when it caches none); `probe`: the calibrated stop's S_T
     items, read at every evaluation (0 when the stop is off); `final_variants`: the
     variants the final evaluation runs forwards for on each evaluation set; `step_work`:
-    a step's work in SFT-step items (the batch size times the method's `step_cost`)."""
+    a step's work in SFT-step items (the batch size times the method's `step_cost`);
+    `cross_fit`: the post-hoc calibrators' fits and the recommendation's cross-fitting, in
+    item-fits (calibration.recommend.cross_fit_work; 0 for a task that recommends nothing)."""
 
     heldout: int
     evals: int  # all evaluation sets together
@@ -39,6 +43,7 @@ class RunSizes:
     fill: int
     final_variants: int
     step_work: float = 1.0
+    cross_fit: float = 0.0
 
     def evaluation_items(self, kind: str) -> int:
         """Items one evaluation forwards: S_V and the probe, plus every evaluation set when
@@ -53,10 +58,13 @@ class RunSizes:
         return self.heldout + self.evals * self.final_variants
 
     @classmethod
-    def of(cls, cfg: Any, data: Any, *, fills: bool, uses_head: bool, selects: bool) -> "RunSizes":
+    def of(
+        cls, cfg: Any, data: Any, *, fills: bool, uses_head: bool, selects: bool, recommends: bool = False
+    ) -> "RunSizes":
         """The sizes of a run of `cfg` on `data` (training/batches.Data, or anything with
         sized `train`, `heldout` and `evals`); `fills`: whether it caches frozen layers;
-        `uses_head`: the method's; `selects`: the task's (the calibrated stop's probe)."""
+        `uses_head`: the method's; `selects`: the task's (the calibrated stop's probe);
+        `recommends`: the task's (its final evaluation cross-fits the post-hoc calibrators)."""
         from calm_core.training.batches import LOWER_PROBE_ITEMS, drawn_positions
 
         n_train, heldout = len(data.train), len(data.heldout)
@@ -71,7 +79,24 @@ class RunSizes:
             fill=drawn + heldout + evals if fills else 0,
             final_variants=variants,
             step_work=cfg.batch_size * step_cost(cfg),
+            cross_fit=calibrator_work(cfg, n_train, heldout) if recommends else 0.0,
         )
+
+
+def calibrator_work(cfg: Any, n_train: int, heldout: int) -> float:
+    """The final evaluation's post-hoc work in item-fits: every calibrator fitted once on the
+    fit set (S_V, or S_T + S_V with calibrate_on = all), then cross-fitted on it for the
+    recommendation; 0 without baselines. The fit set's features are captured, so ATS counts."""
+    from calm_core.calibration.posthoc import for_task
+    from calm_core.calibration.recommend import ALL_LABELLED, cross_fit_work
+
+    if not cfg.eval_baselines or not heldout:
+        return 0.0
+    n = heldout + (n_train if cfg.calibrate_on == ALL_LABELLED else 0)
+    classes = {
+        name: c for name, c in for_task("mcqa", defaults_only=False, with_features=True).items() if n >= c.min_items
+    }
+    return sum(c.fit_work(n) for c in classes.values()) + cross_fit_work(n, classes)
 
 
 def step_cost(cfg: Any) -> float:
@@ -106,7 +131,8 @@ class PhaseTimes:
     steps: int = 0
     steps_s: float = 0.0
     evaluations: list[Evaluation] = field(default_factory=list)
-    final_s: float | None = None
+    final_s: float | None = None  # the whole final evaluation, `cross_fit_s` included
+    cross_fit_s: float | None = None
     total_s: float | None = None
     started: float = field(default_factory=time.perf_counter, repr=False)
 
@@ -136,6 +162,10 @@ class PhaseTimes:
     def add_evaluation(self, step: int, kind: str, items: int, seconds: float) -> None:
         self.evaluations.append(Evaluation(step, kind, items, seconds))
 
+    def final_forward_s(self) -> float | None:
+        """The final evaluation less its cross-fitting: its forwards and what goes with them."""
+        return None if self.final_s is None else max(0.0, self.final_s - (self.cross_fit_s or 0.0))
+
     def evaluation_seconds(self) -> float:
         return sum(e.seconds for e in self.evaluations)
 
@@ -145,7 +175,7 @@ class PhaseTimes:
     def to_dict(self) -> dict[str, Any]:
         """status.json's `timings`: seconds rounded to milliseconds, no clock readings."""
         record = {key: value for key, value in asdict(self).items() if key != "started"}
-        for key in ("load_s", "fill_s", "steps_s", "final_s", "total_s"):
+        for key in ("load_s", "fill_s", "steps_s", "final_s", "cross_fit_s", "total_s"):
             if record[key] is not None:
                 record[key] = round(record[key], 3)
         for evaluation in record["evaluations"]:
@@ -159,6 +189,7 @@ class PhaseTimes:
             key: data[key]
             for key in ("load_average", "cpus", "load_s", "fill_s", "steps", "steps_s", "final_s", "total_s")
         }
+        fields["cross_fit_s"] = data.get("cross_fit_s")  # absent from records before it was timed
         sizes = RunSizes(**data["sizes"]) if data.get("sizes") else None
         evaluations: Sequence[dict[str, Any]] = data.get("evaluations") or []
         return cls(**fields, sizes=sizes, evaluations=[Evaluation(**e) for e in evaluations])

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -36,6 +37,7 @@ __all__ = [
     "fit_calibrator",
     "fit_defaults",
     "for_task",
+    "from_results",
     "load_calibrator",
     "load_scaler",
 ]
@@ -98,6 +100,16 @@ def fit_defaults(logits: np.ndarray, labels: np.ndarray, task: str = "mcqa") -> 
     """name -> fitted calibrator, for every default calibrator of `task`, on one fit set
     ((N, K) logits and (N,) gold indices: option logits, or logits at gold answer tokens)."""
     return {name: cls.fit(logits, labels) for name, cls in for_task(task).items()}
+
+
+def from_results(name: str, record: Mapping[str, Any], source: str = "results.json") -> PosthocCalibrator:
+    """Calibrator `name` as a run's results.json records its fit (its `params()` and
+    `fit_on`; no `kind`, which only a saved file carries): ValueError for an unknown name
+    or a record that is not a fit of it."""
+    cls = calibrators().get(name)
+    if cls is None:
+        raise ValueError(f"Expected a post-hoc calibrator among {sorted(calibrators())}, but got {name!r}")
+    return cls.from_json({k: v for k, v in record.items() if k != "kind"}, source)
 
 
 def load_calibrator(path: str | Path) -> PosthocCalibrator:

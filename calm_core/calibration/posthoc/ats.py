@@ -32,6 +32,8 @@ import numpy as np
 import torch
 
 from calm_core.calibration import metrics
+from calm_core.calibration.adaptive_head import TAU_FLOOR, AdaptiveHead
+from calm_core.calibration.head_base import Head
 from calm_core.calibration.posthoc.base import (
     PosthocCalibrator,
     check_fit_inputs,
@@ -48,7 +50,6 @@ MIN_ITEMS = 40  # five folds of eight: fewer, and the cross-fitted choice is noi
 CV_FOLDS = 5
 COMPONENT_GRID = (0, 2, 4, 8, 16)  # k = 0: one shared temperature (TS)
 DECAY_GRID = (0.01, 0.1, 1.0)
-TAU_FLOOR = 0.05  # the smallest temperature: keeps z / tau finite
 SEED = 0
 CV_ROUNDS = 3  # LBFGS rounds of a cross-fitting fit: enough to rank the grid, a tenth of the time
 
@@ -60,6 +61,7 @@ class AdaptiveTemperature(PosthocCalibrator):
 
     name = NAME
     label = "Adaptive temperature scaling"
+    abbreviation = "ATS"
     kind = "adaptive_temperature"
     reads_features: ClassVar[bool] = True  # fitted where the scores carry features (posthoc.for_task)
     min_items: ClassVar[int] = MIN_ITEMS
@@ -87,6 +89,12 @@ class AdaptiveTemperature(PosthocCalibrator):
     n_fit_: int
 
     @classmethod
+    def fit_work(cls, n: int) -> float:
+        """Its cross-fitting dominates a fit: every (k, decay) of the grid on CV_FOLDS folds,
+        each on the items the fold leaves (the final fit on all `n` is a few more)."""
+        return float(len(search_grid(n)) * CV_FOLDS * (n - n // CV_FOLDS) + n)
+
+    @classmethod
     def _fit(cls, logits: np.ndarray, labels: np.ndarray, features: np.ndarray | None = None) -> AdaptiveTemperature:
         """Fitted on (N, K) logits, (N,) gold indices and (N, H) features; (k, decay) by cross-fitting."""
         z, y = check_fit_inputs(
@@ -110,6 +118,36 @@ class AdaptiveTemperature(PosthocCalibrator):
             return np.full(len(h), float(_softplus(self.bias_)) + TAU_FLOOR)
         x = (h - np.asarray(self.mean_)) @ np.asarray(self.projection_).T
         return np.asarray(_softplus(x @ np.asarray(self.weights_) + self.bias_)) + TAU_FLOOR
+
+    @classmethod
+    def from_json(cls, data: Any, source: str = "the record") -> AdaptiveTemperature:
+        """The fit of a saved object; a record that counts its `components` but lacks their
+        `weights` (results.json before it kept them) is refused: read as it is, it would be
+        one temperature for every question."""
+        if isinstance(data, dict) and data.get("components") and not data.get("weights"):
+            raise ValueError(
+                f"Expected ATS's weights in {source}, but it records only their number ({data['components']} "
+                "components): it was written before results.json kept them"
+            )
+        return super().from_json(data, source)
+
+    def export_head(self) -> Head:
+        """The head that computes the same temperatures: an adaptive head reading the
+        question's state, or, when cross-fitting chose no feature (k = 0), a scalar head at
+        its one temperature (an adaptive head needs a width)."""
+        if self.weights_:
+            return AdaptiveHead.from_ats(self)
+        from calm_core.calibration.head import scalar_head  # loads transformers: only when exporting
+
+        return scalar_head(float(self.temperatures(np.zeros((1, 0)))[0]))
+
+    def card_words(self, fitted: str) -> str:
+        scope = "adaptive" if self.weights_ else "scalar (it chose one temperature)"
+        return (
+            "**adaptive temperature scaling** of the base model (a temperature per question, "
+            f"tau(h) = softplus(w . x(h) + b), read from the question's hidden state; {fitted}, as an "
+            f"{scope} head over a zero adapter)"
+        )
 
     def transform(self, logits: np.ndarray, features: np.ndarray | None = None) -> np.ndarray:
         if features is None:
@@ -189,13 +227,17 @@ def _fit_once(
     )
 
 
+def search_grid(n: int) -> list[tuple[int, float]]:
+    """The (k, decay) pairs cross-fitting compares on `n` items: TS, then every k up to n / 4."""
+    return [(0, 0.0)] + [(k, d) for k in COMPONENT_GRID if 0 < k <= n // 4 for d in DECAY_GRID]
+
+
 def cross_fitted_nll(z: torch.Tensor, y: torch.Tensor, h: np.ndarray) -> dict[tuple[int, float], float]:
     """(k, decay) -> mean NLL on the left-out folds, each fold predicted by a fit on the
     others (the projection included, so no fold sees its own items)."""
     folds = np.array_split(np.random.default_rng(SEED).permutation(len(y)), CV_FOLDS)
-    grid = [(0, 0.0)] + [(k, d) for k in COMPONENT_GRID if 0 < k <= len(y) // 4 for d in DECAY_GRID]
     scores = {}
-    for k, decay in grid:
+    for k, decay in search_grid(len(y)):
         losses = []
         for fold in folds:
             train = np.setdiff1d(np.arange(len(y)), fold)

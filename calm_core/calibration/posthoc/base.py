@@ -63,6 +63,7 @@ import torch
 
 from calm_core.calibration import metrics
 from calm_core.calibration.fitted import not_fitted
+from calm_core.calibration.head_base import Head
 from calm_core.calibration.posthoc.fitting import (  # fitting by NLL, re-exported where calibrators import it
     fit_nll as fit_nll,
 )
@@ -85,6 +86,9 @@ from calm_core.calibration.posthoc.inputs import (
 
 FIT_STATS = ("nll_before", "nll_after")  # fields a fit may record beside its parameters
 BOOKKEEPING = (*FIT_STATS, "n_fit")  # fields that are not parameters
+# One fit of a few parameters on the logits (TS, vector scaling), in item-fits: about as long
+# as this many items through one of ATS's cross-fitting fits (bench/cross_fit_cost.py)
+FIXED_FIT_WORK = 20.0
 
 C = TypeVar("C", bound="PosthocCalibrator")
 __all__ = [  # the input checks live in inputs.py; calibrators and plug-ins import them from here
@@ -138,7 +142,17 @@ class PosthocCalibrator(ABC):
     # `load` sets them (scikit-learn's convention). Empty: a dataclass whose fields are the
     # state (a calibrator written to the earlier contract, as a plug-in may be).
     fitted_state: ClassVar[Mapping[str, Any]] = {}
+
+    @classmethod
+    def fit_work(cls, n: int) -> float:
+        """The cost of one fit on `n` items, in item-fits (one item through one cheap LBFGS
+        fit): what the time estimate counts. A few parameters on the logits cost about the
+        same whatever `n` is (FIXED_FIT_WORK, measured); a calibrator that cross-fits its
+        own choices inside its fit says so by overriding this."""
+        return FIXED_FIT_WORK
+
     takes_sample_weight: ClassVar[bool] = False  # `_fit` takes `sample_weight` (N,): a weighted NLL
+    abbreviation: ClassVar[str | None] = None  # a short name readers meet ("ATS"): shown after the label
 
     fit = _FitMethod()
 
@@ -347,6 +361,26 @@ class PosthocCalibrator(ABC):
     def warning(self) -> str | None:
         """A note to print beside the fit when it is degenerate; None when it is not."""
         return None
+
+    # ------------------------------------------------------------------ the export (export/folder.py)
+
+    def export_head(self) -> Head | None:
+        """The calibration head that computes this fit's probabilities over a zero adapter
+        (calibration/head.py or adaptive_head.py), so that `calm export --variant NAME`
+        writes it as a folder loading like the trained model; None: this calibrator is not
+        exported. ValueError with the reason when this fit has no such head."""
+        return None
+
+    def card_words(self, fitted: str) -> str:
+        """What an export's model card says the folder holds; `fitted`: what the fit was
+        fitted on, in words (export/model_card.fitted_on)."""
+        label = self.label[:1].lower() + self.label[1:]
+        return f"**{label}** of the base model ({fitted}, as a head over a zero adapter)"
+
+    @classmethod
+    def exports(cls) -> bool:
+        """Whether `calm export --variant NAME` writes it: its class builds a head."""
+        return cls.export_head is not PosthocCalibrator.export_head
 
     def to_json(self) -> dict[str, Any]:
         """The saved form: the fitted state by its saved name, and `kind`."""

@@ -12,6 +12,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from calm_core.calibration.head_base import Head
 from calm_core.calibration.posthoc.base import PosthocCalibrator, check_logits, fit_nll
 
 NAME = "ts"  # the variant and its results.json key
@@ -59,6 +60,18 @@ class TemperatureScaler(PosthocCalibrator):
         return (
             f"T > {DEGENERATE_T:g} makes every answer near-uniform: the fit set carries no usable "
             "confidence signal (accuracy at or below chance there)"
+        )
+
+    def export_head(self) -> Head:
+        """softmax(z / T) as a scalar options head: exactly temperature scaling."""
+        from calm_core.calibration.head import scalar_head  # loads transformers: only when exporting
+
+        return scalar_head(self.temperature_)
+
+    def card_words(self, fitted: str) -> str:
+        return (
+            f"**temperature scaling** of the base model (T = {self.temperature_:.4f}, {fitted}, "
+            "as a scalar head over a zero adapter)"
         )
 
     def check(self, source: str) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from calm_core.calibration.head_base import Head
 from calm_core.calibration.posthoc.base import PosthocCalibrator, check_logits, fit_nll
 
 NAME = "vs"  # the variant and its results.json key
@@ -58,6 +59,22 @@ class VectorScaler(PosthocCalibrator):
         w, b = np.asarray(self.weights_[:k]), np.asarray(self.biases_[:k])
         with np.errstate(invalid="ignore"):
             return np.where(np.isfinite(z), z * w + b, -np.inf)
+
+    def export_head(self) -> Head:
+        """An uncentred options head z / tau + l, tau = 1 / w, l = b (calibration.head.options_head);
+        a weight <= 0 (an option whose score the fit turned around) has no temperature: refused."""
+        from calm_core.calibration.head import options_head  # loads transformers: only when exporting
+
+        try:
+            return options_head(self.weights_, self.biases_)
+        except ValueError as exc:
+            raise ValueError(f"{exc}: export `ts` or the trained model instead") from None
+
+    def card_words(self, fitted: str) -> str:
+        return (
+            f"**vector scaling** of the base model (softmax(z w + b) per option position, {fitted}, "
+            "as an uncentred options head over a zero adapter: tau = 1 / w, l = b)"
+        )
 
 
 CALIBRATOR = VectorScaler

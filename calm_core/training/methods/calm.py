@@ -4,6 +4,8 @@ a plain gradient step by default (OPTIMIZER) so that BOME's descent guarantee ho
 
 from __future__ import annotations
 
+from typing import Any, Sequence
+
 from calm_core.training.bilevel import BilevelState, bilevel_step
 from calm_core.training.context import StepContext
 
@@ -14,18 +16,20 @@ OPTIMIZER = "sgd"
 DESCRIPTION = "CALM: bilevel LoRA + calibration head (l, tau), first-order BOME step."
 
 
-def step_cost(settings) -> float:
+def step_cost(settings: Any) -> float:
     """A step's cost in SFT steps, for the time estimate: T inner steps plus the outer
     passes (bench/train_step.py, frozen prefix cached: 4.1 SFT steps at T = 3, 12.2 at T = 10)."""
-    return settings.bilevel.inner_steps + 2
+    inner_steps: int = settings.bilevel.inner_steps
+    return inner_steps + 2
 
 
 def bilevel_state(ctx: StepContext) -> BilevelState:
     """The step's memory between batches (a persistent theta~), kept in ctx.state."""
-    return ctx.state.setdefault("bilevel", BilevelState())
+    state: BilevelState = ctx.state.setdefault("bilevel", BilevelState())
+    return state
 
 
-def step(ctx: StepContext, train_items: list, heldout_items: list) -> dict[str, float]:
+def step(ctx: StepContext, train_items: Sequence[Any], heldout_items: Sequence[Any]) -> dict[str, float]:
     ctx.optimizer.zero_grad(set_to_none=True)
     return bilevel_step(
         ctx.alpha,

@@ -7,6 +7,7 @@ bin's share of the batch. The confidences carry gradient; the bin assignment doe
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Sequence
 
 import torch
 
@@ -41,7 +42,7 @@ def binned_calibration_penalty(z: torch.Tensor, gold: torch.Tensor, n_bins: int 
     return penalty
 
 
-def step(ctx: StepContext, train_items: list, heldout_items: list) -> dict[str, float]:
+def step(ctx: StepContext, train_items: Sequence[Any], heldout_items: Sequence[Any]) -> dict[str, float]:
     def run() -> dict[str, float]:
         z = ctx.logits(train_items)
         gold = torch.tensor([it.answer for it in train_items], device=z.device)

@@ -3,6 +3,8 @@ alpha), without the bilevel coupling term: the ablation that shows why coupling 
 
 from __future__ import annotations
 
+from typing import Any, Sequence
+
 from calm_core.training.context import StepContext
 from calm_core.training.methods.base import gradient_step, timed
 
@@ -13,12 +15,12 @@ OPTIMIZER = "sgd"  # CALM's plain step, so that the comparison isolates the coup
 DESCRIPTION = "Ablation: alternating CE updates of theta and entropy updates of alpha, no coupling."
 
 
-def step_cost(settings) -> float:
+def step_cost(settings: Any) -> float:
     """Two gradient steps per batch (theta on S_T, alpha on S_V), for the time estimate."""
     return 2.0
 
 
-def step(ctx: StepContext, train_items: list, heldout_items: list) -> dict[str, float]:
+def step(ctx: StepContext, train_items: Sequence[Any], heldout_items: Sequence[Any]) -> dict[str, float]:
     def run() -> dict[str, float]:
         lower = ctx.lower(train_items)()
         gradient_step(ctx, lower, ctx.theta)

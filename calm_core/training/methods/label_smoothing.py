@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Sequence
 
 import torch
 
@@ -31,7 +32,7 @@ def smoothed_cross_entropy(z: torch.Tensor, gold: torch.Tensor, eps: float) -> t
     return ((1 - eps) * nll + eps * uniform).mean()
 
 
-def step(ctx: StepContext, train_items: list, heldout_items: list) -> dict[str, float]:
+def step(ctx: StepContext, train_items: Sequence[Any], heldout_items: Sequence[Any]) -> dict[str, float]:
     def run() -> dict[str, float]:
         z = ctx.logits(train_items)
         gold = torch.tensor([it.answer for it in train_items], device=z.device)

@@ -4,6 +4,7 @@ theta and alpha updated jointly with a fixed beta (no bilevel coupling)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Sequence
 
 import torch
 
@@ -23,7 +24,7 @@ class Settings:
     beta: float = setting(0.5, "weight of the entropy bonus: CE - beta * entropy", min=0.0, max=100.0)
 
 
-def step(ctx: StepContext, train_items: list, heldout_items: list) -> dict[str, float]:
+def step(ctx: StepContext, train_items: Sequence[Any], heldout_items: Sequence[Any]) -> dict[str, float]:
     def run() -> dict[str, float]:
         z = ctx.logits(train_items)
         gold = torch.tensor([it.answer for it in train_items], device=z.device)

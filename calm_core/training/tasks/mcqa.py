@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from typing import Any, Callable, Sequence
@@ -28,14 +29,17 @@ import torch
 from calm_core.calibration import metrics
 from calm_core.calibration.adaptive_head import AdaptiveHead
 from calm_core.calibration.metrics.columns import curve_names
-from calm_core.calibration.recommend import ALL_LABELLED, IN_SAMPLE, LABELLED_ITEMS, cross_fitted, recommend
+from calm_core.calibration.posthoc import MIN_FIT_ITEMS
+from calm_core.calibration.recommend import ALL_LABELLED
 from calm_core.calibration.thermometer import run_thermometer
 from calm_core.data.schema import MCItem
 from calm_core.data.stream import LazyItems, subset
 from calm_core.faults import fault_point
-from calm_core.runs.layout import write_heldout_variants, write_predictions
+from calm_core.runs.layout import write_predictions
+from calm_core.runs.recommendation import Recommendation
 from calm_core.runs.records import ResultRow, RunResults
 from calm_core.runs.rundir import RunDir
+from calm_core.runs.selection_record import recorded_selection
 from calm_core.scoring.adapters import evaluating
 from calm_core.scoring.evaluate import baseline_records, fit_baselines, predictions_frame, result_row, variant_probs
 from calm_core.scoring.options import apply_option_head
@@ -45,6 +49,7 @@ from calm_core.training.batches import Data, drawn_positions, lower_probe
 from calm_core.training.context import StepContext, Variant, final_variants
 from calm_core.training.frozen_fill import fill_frozen_prefix
 from calm_core.training.objectives import negative_entropy, option_cross_entropy
+from calm_core.training.recommendation import Fit, recommendation
 from calm_core.training.selection import Candidate
 
 log = logging.getLogger(__name__)
@@ -55,6 +60,9 @@ NAME = "mcqa"
 ITEM_KIND = "mc"
 METHODS = None  # every method works on option scores
 SELECTS = True  # the calibrated stop judges S_V's NLL (selection_candidate)
+RECOMMENDS = True  # the final evaluation fits post-hoc calibrators and cross-fits them (timings.RunSizes)
+FIT_STAGE = "fitting the post-hoc calibrators"  # status.json `final` stages (estimate/remaining.py)
+CROSS_FIT_STAGE = "cross-fitting the calibrators for the recommendation"
 DEFAULTS: dict = {}  # TrainConfig's own defaults are multiple choice
 PRESETS: dict = {}  # the presets as training/config.py declares them
 
@@ -201,6 +209,7 @@ def final_evaluation(
     run: RunDir,
     reuse: dict[str, dict[tuple[bool, bool], Any]] | None = None,
     extra: dict[str, Any] | None = None,
+    times: Any = None,
 ) -> list[dict[str, Any]]:
     """Every variant on every evaluation set -> eval/<variant>/<dataset>.parquet + results.json.
 
@@ -212,6 +221,8 @@ def final_evaluation(
     at these same parameters; `extra`: more fields for results.json (the selection).
     The post-hoc calibrators are fitted on S_V, or with calibrate_on = all on S_T + S_V
     (the untouched model's scores of both), which results.json records with each of them.
+    `times` (timings.PhaseTimes): the fits and the recommendation's cross-fitting are timed
+    as its `cross_fit` part; status.json's `final` says each stage and its progress.
     """
     heldout_cache: dict[tuple[bool, bool], Any] = (reuse or {}).get("heldout", {})
     train_cache: dict[tuple[bool, bool], Any] = {}  # S_T's base scores, with calibrate_on = all
@@ -225,24 +236,26 @@ def final_evaluation(
         )
 
     n_fit = len(data.heldout) + (len(data.train) if pooled else 0)
-    fitted, notes = fit_baselines(
-        n_fit, fit_data, NAME, ctx.settings.eval_baselines, defaults_only=False
-    )  # a run's table: TS and vector scaling beside the model
+    arrays = (
+        fit_data() if ctx.settings.eval_baselines and n_fit >= MIN_FIT_ITEMS else None
+    )  # forwards: outside the fits' time
+    _final_progress(run, FIT_STAGE)(0, 0)
+    with _timed(times):  # a run's table: TS, vector scaling and ATS beside the model
+        fitted, notes = fit_baselines(n_fit, lambda: arrays, NAME, ctx.settings.eval_baselines, defaults_only=False)
     fit_on = f"{ctx.settings.train_data} + {ctx.settings.heldout_data}" if pooled else ctx.settings.heldout_data
     records = baseline_records(fitted, notes, fit_on=fit_on, calibrate_on=ctx.settings.calibrate_on)
     thermometer = _thermometer(ctx, records)
     variants = _variants_of(ctx, _with_thermometer(fitted, thermometer))
     rows = _evaluate_sets(ctx, data.evals, variants, run.path, reuse, progress=_final_progress(run))
-    recommendation = (
-        _recommendation(ctx, data, (heldout_cache, train_cache), fitted, thermometer, run.path)
-        if ctx.settings.eval_baselines
-        else None
-    )
+    recommended = None
+    if ctx.settings.eval_baselines:
+        with _timed(times):
+            recommended = _recommendation(ctx, data, (heldout_cache, train_cache), fitted, thermometer, run)
     run.write_results(
         RunResults(
             rows=tuple(ResultRow.from_json(row) for row in rows),
-            selection=(extra or {}).get("selection"),
-            recommendation=recommendation,
+            selection=recorded_selection(extra),
+            recommendation=recommended,
             calibrators=records,
         )
     )
@@ -352,7 +365,7 @@ def _evaluate_sets(
                 continue
             set_rows.append(result_row(scores, name, variant.name, variant.calibrator))
             per_item[variant.name] = _item_top_label_brier(variant_probs(scores, variant.calibrator), scores.gold)
-            write_predictions(root, variant.name, name, predictions_frame(scores, variant.calibrator))
+            write_predictions(root, variant.name, name, predictions_frame(scores, variant.calibrator, items))
             fault_point("eval_written")
         records = metrics.paired_records(per_item, TIE_SCORE) if per_item else {}
         rows += [{**row, "paired": records[row["variant"]]} for row in set_rows]
@@ -361,14 +374,21 @@ def _evaluate_sets(
     return rows
 
 
-def _final_progress(run: RunDir) -> Callable[[int, int], None]:
-    """status.json's `final`: the final evaluation's (set, variant) passes done and in all,
-    which the Monitor shows instead of a time left (estimate/remaining.py)."""
+def _final_progress(run: RunDir, stage: str | None = None, unit: str = "") -> Callable[[int, int], None]:
+    """status.json's `final`: the final evaluation's `stage` (None: its (set, variant)
+    passes) and its count of `unit` done and in all, which the Monitor shows
+    (estimate/remaining.py), so that no stage runs unsaid."""
+    named = {"stage": stage, "unit": unit} if stage else {}
 
     def told(done: int, total: int) -> None:
-        run.update_status(final={"done": done, "total": total})
+        run.update_status(final={"done": done, "total": total, **named})
 
     return told
+
+
+def _timed(times: Any) -> Any:
+    """The block timed as the run's `cross_fit` part (timings.PhaseTimes), when it has one."""
+    return times.part("cross_fit") if times is not None else contextlib.nullcontext()
 
 
 TIE_SCORE = "top-label Brier"  # what a result row's `paired` compares (results/verdict.py says why)
@@ -384,64 +404,22 @@ def _recommendation(
     data: Data,
     caches: tuple[dict[tuple[bool, bool], Any], ...],
     fitted: dict[str, Any],
-    thermometer: Any = None,
-    root: Any = None,
-) -> dict[str, Any] | None:
-    """Which variant to use, chosen on S_V (calibration/recommend.py): base, the trained
-    model (at its selected step) and each post-hoc calibrator cross-fitted on S_V; with
-    calibrate_on = all, `_pooled_recommendation`. `caches`: S_V's scores, then S_T's.
-    With `root`, each variant's S_V probabilities go to <root>/heldout/ (selective answering)."""
+    thermometer: Any,
+    run: RunDir,
+) -> Recommendation | None:
+    """Which variant to use, chosen on S_V (training/recommendation.py), from the scores the
+    final evaluation has (`caches`: S_V's, then S_T's); None without S_V."""
     if not data.heldout:
         return None
-    heldout_cache = caches[0]
     bs = ctx.settings.eval_batch_size
-    base = _scores_for(ctx, data.heldout, bs, use_head=False, use_adapter=False, cache=heldout_cache)
-    trained = _scores_for(ctx, data.heldout, bs, use_head=True, use_adapter=True, cache=heldout_cache)
+    base = _scores_for(ctx, data.heldout, bs, use_head=False, use_adapter=False, cache=caches[0])
+    trained = _scores_for(ctx, data.heldout, bs, use_head=True, use_adapter=True, cache=caches[0])
     probs = {"base": metrics.softmax(base.logits), ctx.settings.method: metrics.softmax(trained.logits)}
     if thermometer is not None and base.features is not None:  # fitted on no S_V label: its S_V forecast is fair
         probs["thermometer"] = thermometer.probs(base.logits, base.features)
+    pooled = ctx.settings.calibrate_on == ALL_LABELLED
+    labelled = _labelled_base(ctx, data, *caches) if pooled else (base.logits, base.gold, base.features)
     classes = {name: type(c) for name, c in fitted.items()}
-    if ctx.settings.calibrate_on == ALL_LABELLED:
-        return _pooled_recommendation(ctx, data, caches, classes, probs, root)
-    posthoc, how = cross_fitted(base.logits, base.gold, classes, features=base.features)
-    write_heldout_variants(root, base.gold, base.n_choices, probs, posthoc, how, ctx.settings.method, data.heldout)
-    in_sample = list(posthoc) if how.startswith(IN_SAMPLE) else []
-    return recommend({**probs, **posthoc}, base.gold, posthoc_fit=how, in_sample=in_sample).to_dict()
-
-
-def _pooled_recommendation(
-    ctx: StepContext,
-    data: Data,
-    caches: tuple[dict[tuple[bool, bool], Any], ...],
-    classes: dict[str, Any],
-    heldout_probs: dict[str, np.ndarray],
-    root: Any = None,
-) -> dict[str, Any]:
-    """calibrate_on = all: the post-hoc calibrators are k-fold cross-fitted on S_T + S_V, so
-    base against them is decided on every labelled item's out-of-fold prediction (more items,
-    a narrower interval). The trained model saw S_T, so it is compared on S_V alone, against
-    base and the same out-of-fold predictions restricted to S_V: it is recommended only when
-    it wins there; otherwise the pooled decision stands. Both comparisons are recorded."""
-    logits, gold, features = _labelled_base(ctx, data, *caches)
-    posthoc, how = cross_fitted(logits, gold, classes, features=features, where="all labelled items (S_T + S_V)")
-    in_sample = list(posthoc) if how.startswith(IN_SAMPLE) else []
-    pooled = recommend(
-        {"base": metrics.softmax(logits), **posthoc}, gold, posthoc_fit=how, in_sample=in_sample, items=LABELLED_ITEMS
-    )
-    n_train, heldout_gold = len(gold) - len(data.heldout), gold[len(gold) - len(data.heldout) :]
-    on_sv = {name: p[n_train:] for name, p in posthoc.items()}
-    bs = ctx.settings.eval_batch_size
-    counts = _scores_for(ctx, data.heldout, bs, use_head=False, use_adapter=False, cache=caches[0]).n_choices  # cached
-    write_heldout_variants(root, heldout_gold, counts, heldout_probs, on_sv, how, ctx.settings.method, data.heldout)
-    on_heldout = recommend(
-        {**heldout_probs, **on_sv},
-        heldout_gold,
-        posthoc_fit=how,
-        in_sample=in_sample,
-    )
-    chosen = on_heldout if on_heldout.variant == ctx.settings.method else pooled
-    return {
-        **chosen.to_dict(),
-        "calibrate_on": ALL_LABELLED,
-        "stages": {"all labelled": pooled.to_dict(), "S_V": on_heldout.to_dict()},
-    }
+    fit = Fit(base, labelled, data.heldout)
+    progress = _final_progress(run, CROSS_FIT_STAGE, "calibrator and fold fits")
+    return recommendation(ctx.settings, fit, classes, probs, run.path, progress)

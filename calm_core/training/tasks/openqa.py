@@ -43,6 +43,7 @@ from calm_core.generative.objectives import (
 )
 from calm_core.generative.sampling import GenerationConfig, generate_answers
 from calm_core.generative.semantic import grouping_for
+from calm_core.runs.selection_record import recorded_selection
 from calm_core.scoring.adapters import evaluating
 from calm_core.training.batches import lower_probe
 from calm_core.training.context import StepContext, Variant, final_variants
@@ -171,9 +172,15 @@ def _theta_cross_entropy(ctx: StepContext, items: Sequence[OpenItem]) -> float:
 
 
 def final_evaluation(
-    ctx: StepContext, data: Any, run: Any, reuse: dict | None = None, extra: dict[str, Any] | None = None
+    ctx: StepContext,
+    data: Any,
+    run: Any,
+    reuse: dict | None = None,
+    extra: dict[str, Any] | None = None,
+    times: Any = None,
 ) -> list[dict[str, Any]]:
-    """Every variant on every open-QA evaluation set -> Parquet per item + results.json."""
+    """Every variant on every open-QA evaluation set -> Parquet per item + results.json
+    (`times`: unused, there is no cross-fitting to time: the fits are counted in `final`)."""
     from calm_core.runs.records import ResultRow, RunResults
     from calm_core.scoring.evaluate import baseline_records, fit_baselines
 
@@ -190,7 +197,7 @@ def final_evaluation(
     run.write_results(
         RunResults(
             rows=tuple(ResultRow.from_json(row) for row in rows),
-            selection=(extra or {}).get("selection"),
+            selection=recorded_selection(extra),
             task="openqa",
             generation=cfg.to_dict(),
             calibrators=records,

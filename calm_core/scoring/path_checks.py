@@ -1,13 +1,13 @@
-"""The fast paths' verdicts and where they are kept: on the model object (a second look
-costs nothing) and on disk under cache_dir()/fast_paths/, keyed by what a verdict depends
+"""The fast paths' checks and where they are kept: on the model object (a second look
+costs nothing) and on disk under cache_dir()/fast_paths/, keyed by what a check depends
 on. Only records and storage live here, no measuring: `scoring.fast_paths` measures (with
-`scoring.probes`) and keeps its verdicts here; `forward` and `options` read what was kept.
+`scoring.probes`) and keeps its checks here; `forward` and `options` read what was kept.
 
     support = kept_support(lm)          # FastPathSupport, or None when nothing measured it
-    kept_frozen(lm)[split]              # the frozen prefix's PathVerdict per split
+    kept_frozen(lm)[split]              # the frozen prefix's PathCheck per split
 
 Why a module of its own: the functions that use a fast path (`forward.hidden_path`,
-`forward.head_inputs`) sit below the probes that measure it. Reading the verdict from
+`forward.head_inputs`) sit below the probes that measure it. Reading the check from
 here keeps every import pointing down; a path nobody measured for a model is not used.
 
 The disk key (`probe_key`) hashes the model's fingerprint and config, its dtype, device
@@ -31,12 +31,12 @@ from calm_core.paths import cache_dir
 from calm_core.provenance import model_fingerprint
 
 SCORING_PATHS = ("hidden_path", "feature_capture", "prefix_sharing")
-CODE_MODULES = ("decoder", "forward", "frozen_prefix", "logprobs", "probes", "fast_paths", "verdicts")
-_ATTRIBUTE = "_calm_fast_paths"  # on the CausalLM: {"scoring": FastPathSupport, "frozen": {split: PathVerdict}}
+CODE_MODULES = ("decoder", "forward", "frozen_prefix", "logprobs", "probes", "fast_paths", "path_checks")
+_ATTRIBUTE = "_calm_fast_paths"  # on the CausalLM: {"scoring": FastPathSupport, "frozen": {split: PathCheck}}
 
 
 @dataclass(frozen=True)
-class PathVerdict:
+class PathCheck:
     """One fast path for one model: used or not, why, and the relative gap measured."""
 
     on: bool
@@ -48,36 +48,36 @@ class PathVerdict:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> PathVerdict:
+    def from_dict(cls, data: dict[str, Any]) -> PathCheck:
         share_top = bool(data.get("share_top", True))
         return cls(on=bool(data["on"]), reason=str(data["reason"]), gap=data.get("gap"), share_top=share_top)
 
 
 @dataclass(frozen=True)
 class FastPathSupport:
-    """The scoring fast paths' verdicts for one model (the frozen prefix is per split)."""
+    """The scoring fast paths' checks for one model (the frozen prefix is per split)."""
 
-    hidden_path: PathVerdict
-    feature_capture: PathVerdict
-    prefix_sharing: PathVerdict
+    hidden_path: PathCheck
+    feature_capture: PathCheck
+    prefix_sharing: PathCheck
 
     def to_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name).to_dict() for name in SCORING_PATHS}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FastPathSupport:
-        return cls(**{name: PathVerdict.from_dict(data[name]) for name in SCORING_PATHS})
+        return cls(**{name: PathCheck.from_dict(data[name]) for name in SCORING_PATHS})
 
     @classmethod
     def all_off(cls, reason: str) -> FastPathSupport:
-        return cls(**{name: PathVerdict(False, reason) for name in SCORING_PATHS})
+        return cls(**{name: PathCheck(False, reason) for name in SCORING_PATHS})
 
 
 NOT_MEASURED = FastPathSupport.all_off("not measured for this model (scoring.fast_paths measures it)")
 
 
 def kept_support(lm: Any) -> FastPathSupport | None:
-    """The scoring verdicts kept on the CausalLM `lm`, or None: nothing measured them yet."""
+    """The scoring checks kept on the CausalLM `lm`, or None: nothing measured them yet."""
     return _kept(lm).get("scoring")
 
 
@@ -89,29 +89,31 @@ def keep_support(lm: Any, support: FastPathSupport | None) -> None:
         _kept(lm)["scoring"] = support
 
 
-def kept_frozen(lm: Any) -> dict[int, PathVerdict]:
-    """The frozen prefix's verdicts kept on `lm`, by split layer (a dict to fill)."""
-    return _kept(lm).setdefault("frozen", {})
+def kept_frozen(lm: Any) -> dict[int, PathCheck]:
+    """The frozen prefix's checks kept on `lm`, by split layer (a dict to fill)."""
+    frozen: dict[int, PathCheck] = _kept(lm).setdefault("frozen", {})
+    return frozen
 
 
 def _kept(lm: Any) -> dict[str, Any]:
     if not hasattr(lm, _ATTRIBUTE):
         object.__setattr__(lm, _ATTRIBUTE, {})  # not a Module attribute: no state dict, no submodule
-    return getattr(lm, _ATTRIBUTE)
+    kept: dict[str, Any] = getattr(lm, _ATTRIBUTE)
+    return kept
 
 
-def verdict_folder() -> Path:
-    """Where verdicts are kept: cache_dir()/fast_paths (a test points it elsewhere)."""
+def checks_folder() -> Path:
+    """Where checks are kept: cache_dir()/fast_paths (a test points it elsewhere)."""
     return cache_dir() / "fast_paths"
 
 
-def verdict_path(lm: Any) -> Path:
-    """The JSON file that holds the CausalLM `lm`'s verdicts (`verdict_folder`)."""
-    return verdict_folder() / f"{probe_key(lm)}.json"
+def checks_path(lm: Any) -> Path:
+    """The JSON file that holds the CausalLM `lm`'s checks (`checks_folder`)."""
+    return checks_folder() / f"{probe_key(lm)}.json"
 
 
 def probe_key(lm: Any) -> str:
-    """What a verdict depends on, hashed: the model's files and config, how it runs here,
+    """What a check depends on, hashed: the model's files and config, how it runs here,
     the library versions and this code (CODE_MODULES' source)."""
     import transformers
 
@@ -141,18 +143,19 @@ def _code_version() -> str:
 
 
 def read_stored(lm: Any) -> dict[str, Any]:
-    """Everything stored on disk for `lm` (`verdict_path`), {} when nothing is or it is unreadable."""
+    """Everything stored on disk for `lm` (`checks_path`), {} when nothing is or it is unreadable."""
     try:
-        return json.loads(verdict_path(lm).read_text())
+        stored: dict[str, Any] = json.loads(checks_path(lm).read_text())
     except (OSError, ValueError):
         return {}
+    return stored
 
 
 def store(lm: Any, section: str, value: Any) -> None:
     """Best effort: a read-only cache costs a second measurement, never a failure. The
-    model's files' fingerprint, dtype and device go beside the verdicts, so a page can
+    model's files' fingerprint, dtype and device go beside the checks, so a page can
     find them without loading the model (`known_fast_paths`)."""
-    path = verdict_path(lm)
+    path = checks_path(lm)
     parameter = next(lm.parameters())
     about = {
         "fingerprint": _files_fingerprint(lm),
@@ -173,11 +176,11 @@ def _files_fingerprint(lm: Any) -> str | None:
 
 
 def known_fast_paths(fingerprint: str | None) -> dict[str, Any] | None:
-    """The newest verdicts measured on this machine for a model whose files have this
+    """The newest checks measured on this machine for a model whose files have this
     `provenance.model_fingerprint` (any dtype or device): the JSON `store` keeps, or None."""
     if not fingerprint:
         return None
-    folder = verdict_folder()
+    folder = checks_folder()
     found = []
     for path in folder.glob("*.json") if folder.is_dir() else []:
         try:

@@ -1,0 +1,89 @@
+"""Which tests the fast loop leaves out, by measurement: read pytest's `--durations=0`
+report of the fast loop and write tests/slow_tests.txt, which tests/conftest.py turns into
+the `slow` marker.
+
+    nice -n 5 .venv/bin/python -m pytest -m "not embedded and not gemma and not browser and not slow" \\
+        -q --durations=0 -p no:cacheprovider > /tmp/fast-durations.txt
+    .venv/bin/python scripts/slow_tests.py /tmp/fast-durations.txt [--over 3.0] [--load "$(uptime)"]
+
+A test function's phases (setup, call, teardown) are summed over all its parametrizations,
+so a slow parametrized test is marked whole; a function whose total is `--over` seconds or
+more is listed (unless KEEP holds it for coverage), and a file whose every measured function
+is listed is listed as the file.
+Entries already in tests/slow_tests.txt stay (the fast run no longer measures them). Why a
+list and not decorators: the figures move with the machine, and one command redraws the
+line from a new measurement instead of an edit in fifty files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LIST = ROOT / "tests" / "slow_tests.txt"
+# Kept in the fast loop whatever they measure: each is the fast loop's only import of a module
+# (every calm_core module stays imported by some fast test).
+KEEP = {
+    "tests/test_thermometer.py::test_the_build_commands_table_compares_thermometer_with_ts_carried_over_and_the_oracle":
+        "calm_core/training/thermometer_build.py",
+}
+LINE = re.compile(r"^\s*([\d.]+)s\s+(setup|call|teardown)\s+(\S+)")
+
+
+def function_seconds(report: str) -> dict[str, float]:
+    """Seconds per `file::function`, every phase and parametrization summed."""
+    totals: dict[str, float] = defaultdict(float)
+    for line in report.splitlines():
+        match = LINE.match(line)
+        if match:
+            totals[match.group(3).split("[")[0]] += float(match.group(1))
+    return dict(totals)
+
+
+def listed(seconds: dict[str, float], over: float) -> dict[str, float]:
+    """The functions at or over `over` seconds, a file's whole set folded into the file."""
+    slow = {name: s for name, s in seconds.items() if s >= over and name not in KEEP}
+    by_file: dict[str, list[str]] = defaultdict(list)
+    for name in seconds:
+        by_file[name.split("::")[0]].append(name)
+    for file, names in by_file.items():
+        if len(names) > 1 and all(name in slow for name in names):
+            slow = {k: v for k, v in slow.items() if k not in names} | {file: sum(seconds[n] for n in names)}
+    return slow
+
+
+def read_list(path: Path) -> dict[str, float]:
+    """tests/slow_tests.txt as {entry: measured seconds}."""
+    entries = {}
+    for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else []:
+        if line.strip() and not line.startswith("#"):
+            seconds, entry = line.split(maxsplit=1)
+            entries[entry.strip()] = float(seconds)
+    return entries
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("report", type=Path, help="pytest --durations=0 output of the fast loop")
+    parser.add_argument("--over", type=float, default=3.0, help="a function at or over this many seconds is slow")
+    parser.add_argument("--load", default="", help="the machine's load during the measurement (uptime), recorded")
+    args = parser.parse_args()
+    seconds = function_seconds(args.report.read_text(encoding="utf-8"))
+    slow = read_list(LIST) | listed(seconds, args.over)
+    kept = sum(s for name, s in seconds.items() if name not in slow and name.split("::")[0] not in slow)
+    header = [
+        "# Tests the fast loop (`bash scripts/test.sh --fast`) leaves out, marked `slow` by tests/conftest.py.",
+        f"# Measured, not guessed: scripts/slow_tests.py --over {args.over} on the fast loop's --durations=0.",
+        f"# Load during the measurement: {args.load.strip() or 'not recorded'}",
+        f"# The functions left in the fast loop summed to {kept:.0f} s there. Seconds, then file[::function].",
+    ]
+    body = [f"{s:7.1f}  {name}" for name, s in sorted(slow.items(), key=lambda kv: (-kv[1], kv[0]))]
+    LIST.write_text("\n".join(header + body) + "\n", encoding="utf-8")
+    print(f"{len(slow)} entries in {LIST.relative_to(ROOT)}; the fast loop keeps {kept:.0f} s of the measured tests")
+
+
+if __name__ == "__main__":
+    main()

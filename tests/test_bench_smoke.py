@@ -1,0 +1,169 @@
+"""Every bench in bench/ run as docs/performance.md names it, on the fewest items it takes,
+so a refactor cannot break a command the docs print (bench/scoring.py --one-side once
+crashed on json.dumps of an enum, and nothing ran it).
+
+Each `SMOKES` entry is one subprocess: `PYTHONPATH=<checkout> python bench/<name>.py ...`
+with the bench's own smallest options, its JSON written under tmp_path. The test checks
+that it exits 0 and that its JSON (or, for a bench that prints only a table, its text)
+holds what the docs read from it. Nothing is timed: a smoke run's figures mean nothing.
+`test_every_bench_has_a_smoke_entry` fails when a script in bench/ has no entry, so a new
+bench cannot be added without one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = "{tmp}/out.json"  # where a bench's --json goes; {tmp} is the test's tmp_path
+
+
+@dataclass(frozen=True)
+class Smoke:
+    """One bench command: the script, its arguments, and what its output must hold.
+
+    `output` says where the JSON is: "file" (the OUT path the arguments name), "stdout"
+    (the whole of stdout), "last-line" (stdout's last line) or "text" (no JSON: `keys`
+    are phrases stdout must contain). For JSON that is a list, `keys` are its rows' keys.
+    `skip` is the reason a bench cannot run here at all."""
+
+    script: str
+    args: tuple[str, ...] = ()
+    keys: tuple[str, ...] = ()
+    output: str = "file"
+    module: bool = False  # run as `python -m bench.<name>` (as its docstring names it)
+    marks: tuple[Any, ...] = ()
+    timeout: int = 900  # a safety net, not a figure: a loaded shared machine runs a smoke 5-10x slower
+    skip: str = ""
+
+
+SLOW = (pytest.mark.slow,)  # child processes or many steps: 50 s and more under the fast loop's load
+EMBEDDED = (pytest.mark.embedded,)
+HEAVY = (pytest.mark.embedded, pytest.mark.slow)  # trains the embedded model: minutes on 2 cores
+NO_CUDA = "" if torch.cuda.is_available() else "needs a CUDA GPU (the CPU smoke: tests/test_gpu_script.py)"
+
+SMOKES: dict[str, Smoke] = {
+    "arena": Smoke("arena.py", ("--sizes", "40", "--fsync-sizes", "40", "--dir", "{tmp}/arena", "--json", OUT),
+                   ("command", "rows", "machine"), marks=SLOW),
+    "bilevel_toy_tables": Smoke("bilevel_toy_tables.py", ("--steps", "40"), ("ShiftToy", "TemperatureToy"),
+                                output="text", module=True, marks=SLOW),
+    "bilevel_toys": Smoke("bilevel_toys.py", (), (), output="text", module=True),  # a library: it imports
+    "by_group_guarantee": Smoke("by_group_guarantee.py", ("--trials", "2", "--heldout", "40"),
+                                ("pooled", "mondrian"), output="text"),
+    "convert_gguf": Smoke("convert_gguf.py", ("--model", "embedded"), ("byte-identical",), output="text",
+                          marks=EMBEDDED),
+    "cross_fit_cost": Smoke("cross_fit_cost.py", ("--width", "16", "--items", "48", "--json", OUT),
+                            ("command", "width", "rows")),
+    "door_under_attack": Smoke("door_under_attack.py", ("--tries", "1", "--rate", "5", "--flood-mb", "1",
+                                                        "--json", OUT),
+                               ("conditions", "tries", "upload_flood"), marks=SLOW, timeout=1200),
+    "estimate_accuracy": Smoke("estimate_accuracy.py", ("--idle", "1", "--busy", "0", "--after", "0",
+                                                        "--settle", "0", "--fresh", "--timeout", "900",
+                                                        "--json", OUT),
+                               ("rows", "summary"), marks=HEAVY, timeout=1200),
+    "estimate_side_by_side": Smoke("estimate_side_by_side.py", (), ("history", "config", "load", "likely"),
+                                   output="stdout"),
+    "first_chart": Smoke("first_chart.py", ("--repeat", "1", "--timeout", "600", "--json", OUT),
+                         ("first_chart_s", "longest_silent_s"),
+                         marks=(pytest.mark.browser, pytest.mark.embedded), timeout=900),
+    "flops": Smoke("flops.py", ("--threads", "1"), ("peak_gflops", "threads"), output="last-line"),
+    "gpu_quick": Smoke("gpu_quick.py", ("--steps", "2", "--eval-limit", "8", "--json", OUT),
+                       ("variants", "versions", "complete"), marks=EMBEDDED, timeout=600, skip=NO_CUDA),
+    "noise_ece": Smoke("noise_ece.py", ("--draws", "20", "--json", OUT), ("rows", "rule", "limit"), marks=EMBEDDED),
+    "precision": Smoke("precision.py", ("--models", "embedded", "--limit", "2", "--sets", "builtin/capitals/test",
+                                        "--json", OUT),
+                       ("models",), marks=EMBEDDED),
+    "prefill": Smoke("prefill.py", ("--items", "8", "--prefill-batches", "4", "--json", OUT), ("rows", "args"),
+                     marks=EMBEDDED),
+    "quick_run": Smoke("quick_run.py", ("--repeats", "1", "--smoke", "--json", OUT), ("rows", "variants"),
+                       marks=HEAVY, timeout=1200),
+    "run_parts": Smoke("run_parts.py", ("--model", "tiny", "--json", OUT), ("model", "timings", "idle_rates"),
+                       marks=SLOW, timeout=1200),
+    "scoring": Smoke("scoring.py", ("--limit", "2", "--repeats", "1", "--threads", "1", "--models", "embedded",
+                                    "--json", OUT),
+                     ("data", "limit", "rows"), marks=EMBEDDED, timeout=1200),
+    "scoring --harness": Smoke("scoring.py", ("--harness", "--limit", "2", "--batch-size", "2", "--repeats", "1",
+                                              "--json", OUT),
+                               ("agree", "ratio", "rows"), marks=EMBEDDED, timeout=1200),
+    "selective_guarantee": Smoke("selective_guarantee.py", ("--sets", "builtin/capitals", "--splits", "2",
+                                                            "--limit", "40", "--preds", "{tmp}/preds",
+                                                            "--json", OUT),
+                                 ("results", "splits", "target"), marks=EMBEDDED),
+    "streaming": Smoke("streaming.py", ("--rows", "200", "--dir", "{tmp}/stream", "--json", OUT,
+                                        "--md", "{tmp}/out.md"),
+                       ("results", "rows"), marks=SLOW),
+    "studio_load": Smoke("studio_load.py", ("--sessions", "1", "--seconds", "5", "--chart-seconds", "3",
+                                            "--model", "tiny", "--json", OUT),
+                         ("rows", "metrics_read_per_poll"), marks=(pytest.mark.browser, pytest.mark.slow),
+                         timeout=1200),
+    "studio_silence": Smoke("studio_silence.py", skip="a fresh clone's set-up: minutes of pip installs, "
+                            "network; tests/test_ticker.py checks the tickers it times"),
+    "sv_agreement": Smoke("sv_agreement.py", ("--sets", "builtin/arithmetic", "--sizes", "4", "8",
+                                              "--resamples", "2", "--limit", "40", "--preds", "{tmp}/preds",
+                                              "--json", OUT),
+                          ("curve", "choose_threshold", "sizes"), marks=EMBEDDED),
+    "tau_budget": Smoke("tau_budget.py", ("--steps", "1", "--constraints", "theta", "--json", OUT),
+                        ("rows", "steps"), marks=HEAVY, timeout=1200),
+    "threads": Smoke("threads.py", ("--steps", "1", "--json", OUT), ("rows", "cores"), marks=HEAVY, timeout=1200),
+    "train_step": Smoke("train_step.py", ("--models", "embedded", "--configs", "sft", "--steps", "1",
+                                          "--json", OUT),
+                        ("rows", "args"), marks=EMBEDDED, timeout=1200),
+}
+
+
+def command(smoke: Smoke, tmp: Path) -> list[str]:
+    """The bench's command line as its docstring names it, `{tmp}` filled in."""
+    head = ["-m", f"bench.{smoke.script.removesuffix('.py')}"] if smoke.module else [f"bench/{smoke.script}"]
+    return [sys.executable, *head, *(arg.replace("{tmp}", str(tmp)) for arg in smoke.args)]
+
+
+def parsed_output(smoke: Smoke, done: subprocess.CompletedProcess[str], tmp: Path) -> Any:
+    """The bench's JSON, read from where `smoke.output` says it is."""
+    if smoke.output == "file":
+        return json.loads(Path(OUT.replace("{tmp}", str(tmp))).read_text())
+    if smoke.output == "stdout":
+        return json.loads(done.stdout)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def missing_keys(smoke: Smoke, result: Any) -> set[str]:
+    """The expected keys the output lacks (a list's keys are its first row's)."""
+    row = result[0] if isinstance(result, list) else result
+    return set(smoke.keys) - set(row)
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(name, marks=list(smoke.marks), id=name) for name, smoke in SMOKES.items()]
+)
+def test_bench_runs_as_the_docs_name_it(name: str, tmp_path: Path) -> None:
+    smoke = SMOKES[name]
+    if smoke.skip:
+        pytest.skip(smoke.skip)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    done = subprocess.run(command(smoke, tmp_path), cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=smoke.timeout)
+    assert done.returncode == 0, f"{name} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    if smoke.output == "text":
+        assert all(phrase in done.stdout for phrase in smoke.keys), done.stdout[-3000:]
+        return
+    result = parsed_output(smoke, done, tmp_path)
+    assert result, f"{name} wrote empty JSON"
+    assert not missing_keys(smoke, result), f"{name}'s JSON lacks {missing_keys(smoke, result)}"
+
+
+def test_every_bench_has_a_smoke_entry() -> None:
+    """A new bench/*.py without an entry in SMOKES fails here (and an entry for a script
+    that is gone fails too)."""
+    scripts = {path.name for path in (ROOT / "bench").glob("*.py") if path.name != "__init__.py"}
+    named = {smoke.script for smoke in SMOKES.values()}
+    assert scripts - named == set(), f"benches without a smoke entry in {Path(__file__).name}: {scripts - named}"
+    assert named - scripts == set(), f"smoke entries for benches that are gone: {named - scripts}"
