@@ -316,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import torch
 
-    from calm_core.training.loop import resolve_autocast
+    from calm_core.training.autocast import resolve_autocast
 
     settings = Settings(model=args.model, device=args.device, dtype=args.dtype,
                         autocast=resolve_autocast(args.autocast, torch.device(args.device)), steps=args.steps,

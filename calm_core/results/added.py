@@ -9,7 +9,7 @@ any set can be added later. The rows are the run's own table, computed the same 
 
 - the trained model at its selected step (`selected/`, else the latest checkpoint, as
   `RunDir.exported_step` picks it), put back into the context its training built
-  (`training.loop.restored_context`) and scored by the task's `added_evaluation`, the
+  (`training.run_context.restored_context`) and scored by the task's `added_evaluation`, the
   final evaluation's own code (mcqa and openqa alike);
 - `base` and the post-hoc calibrators (`ts`, `vs`) with the parameters the run fitted on
   S_V (results.json), never refitted on the new set;
@@ -89,9 +89,10 @@ def evaluate_run(
     `mappings` (dataset -> ColumnMapping or its text) and `encoding` (or per dataset,
     `encodings`) read files among `datasets` as `calm eval --mapping --encoding` reads them; the run's own sets, read to
     drop its training questions, are read as it read them."""
+    from calm_core.training.autocast import autocast_for
     from calm_core.training.batches import load_data
     from calm_core.training.config import TrainConfig
-    from calm_core.training.loop import autocast_for, restored_context
+    from calm_core.training.run_context import restored_context
     from calm_core.training.tasks import get_task
 
     check_finished(run)

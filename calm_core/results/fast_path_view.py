@@ -1,6 +1,6 @@
 """Which fast paths a model got and why, in words, for the Train page, the Monitor and the
 report (and the scoring rule and precision a run settled on, `setting_choice_lines`): from
-a run's recorded choices (`choices["fast_paths"]`, training/loop.py) or, before any run,
+a run's recorded choices (`choices["fast_paths"]`, training/run_context.py) or, before any run,
 from the checks measured on this machine (`scoring.path_checks.known_fast_paths`).
 
     rows = fast_path_rows(run.status.choices["fast_paths"])   # [{"fast path", "used", "why"}]

@@ -29,7 +29,7 @@ from calm_core.runs.records import RunStatus
 STATUS = "status.json"  # the file that holds a run's state (calm_core.runs.rundir reads and writes it)
 STALE_AFTER_S = 60.0  # a running job that has not heartbeat for this long counts as failed
 STARTUP_GRACE_S = 600.0  # before its first heartbeat a job may be importing torch / converting a model
-FINAL_PHASE = "final evaluation"  # status.json `phase` while it runs (training/loop.py; its passes: `final`)
+FINAL_PHASE = "final evaluation"  # status.json `phase` while it runs (training/loop_evaluation.py; its passes: `final`)
 DAMAGED = RunState.DAMAGED  # shown, never written: a file the run needs cannot be read (RunFileError says which)
 
 
