@@ -35,7 +35,7 @@ from calm_core.training.selection import SELECT_RULES, EvalSchedule, SelectRule
 from calm_core.training.tasks import TASKS, get_task
 
 OPTIMIZERS = ("sgd", "adamw")
-AUTOCASTS = ("bf16", "none")  # torch.autocast around the prefill, the steps and evaluation (loop.autocast_for)
+AUTOCASTS = ("bf16", "none")  # torch.autocast around the prefill, the steps and evaluation (autocast.autocast_for)
 DERIVED_KEYS = ("head_scope",)  # written into config.json for readers, recomputed on reading
 MERGED_SECTIONS = ("bilevel", "method_settings", "generation")  # a preset's part and a given part merge
 

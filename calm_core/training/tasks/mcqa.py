@@ -312,7 +312,7 @@ def added_evaluation(
     ctx: StepContext, evals: dict[str, list[MCItem]], calibrators: dict[str, Any], root: Any
 ) -> list[dict[str, Any]]:
     """The final evaluation's variants on more sets, after training (results/added.py):
-    `ctx` holds the run's model at its selected step (`loop.restored_context`), `calibrators`
+    `ctx` holds the run's model at its selected step (`training.run_context.restored_context`), `calibrators`
     the post-hoc calibrators the run fitted on S_V, as saved (never refitted on these sets).
     Predictions go under `root`; returns the rows, in `final_evaluation`'s shape. The
     thermometer needs no fit: the new sets get their own temperatures from their inputs."""
