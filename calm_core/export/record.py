@@ -10,6 +10,7 @@ from typing import Any
 from calm_core.export.hub_id import base_licence, portable_base_model
 from calm_core.export.thermometer import THERMOMETER_FILE, thermometer_record
 from calm_core.runs.portable import Portable
+from calm_core.runs.records import RunEnvironment
 from calm_core.runs.rundir import RunDir
 
 EXPORT_FILE = "calm_export.json"  # read by calm_head.read_export
@@ -35,7 +36,7 @@ def export_record(run: RunDir, step: int, checkpoint: Path) -> dict[str, Any]:
     scope = head.scope if head is not None else None
     results = run.results_or_none()
     ts = (results.calibrator("ts") if results is not None else None) or {}
-    environment = config.environment or {}
+    environment = config.environment
     model = train.model
     return {
         "format": "calm_studio.export",
@@ -60,8 +61,16 @@ def export_record(run: RunDir, step: int, checkpoint: Path) -> dict[str, Any]:
         "ts_fit_on": portable.data(ts.get("fit_on")),
         "thermometer": thermometer_record(checkpoint / THERMOMETER_FILE),
         "calm_core": {"version": calm_core.__version__, "git": git_commit()},
-        "trained_with": {"git": environment.get("git"), "versions": environment.get("versions")},
+        "trained_with": _trained_with(environment),
     }
+
+
+def _trained_with(environment: RunEnvironment | None) -> dict[str, Any]:
+    """The commit and package versions the run was trained with (config.json's `environment`)."""
+    if environment is None:
+        return {"git": None, "versions": None}
+    versions = dict(environment.versions) if environment.versions is not None else None
+    return {"git": environment.git, "versions": versions}
 
 
 def steps_record(run: RunDir) -> dict[str, Any]:

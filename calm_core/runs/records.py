@@ -11,9 +11,10 @@ guess at a key's presence or type. `RunDir` (runs/rundir.py) is the only code th
 or writes the files; everything above runs/ goes through these attributes.
 
 What is typed is what readers use, nested records included (the recommendation and its
-evidence: runs/recommendation.py). Deeper parts that only one room reads (the timings,
-the fast paths' reasons) stay JSON mappings whose room reads them; keys a record does
-not type are kept in `extra` and written back.
+evidence: runs/recommendation.py; status.json's `choices`: runs/choices_record.py;
+config.json's `environment`: `RunEnvironment`). Parts passed on whole (the timings, the
+model's info) stay JSON mappings; keys a record does not type are kept in `extra` and
+written back.
 `config.json`'s `train` is TrainConfig's (training/config.py, a layer above): here it is
 `TrainRecord` (runs/train_record.py), the facts readers use typed over the whole mapping
 that `TrainConfig.from_dict` reads.
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from calm_core.runs.choices_record import RunChoices
 from calm_core.runs.naming import config_label
 from calm_core.runs.recommendation import Recommendation
 from calm_core.runs.record_fields import DataMapping, damaged, decode, encode
@@ -72,7 +74,7 @@ class RunStatus:
     resumed_from: str | None = None  # the checkpoint directory a resume continued from
     fresh_start: bool = False
     threads: JsonObject | None = None  # {"threads": n, "why": ...}
-    choices: JsonObject = field(default_factory=dict)  # what the loop chose: lora, fast_paths, ...
+    choices: RunChoices = field(default_factory=RunChoices)  # what the loop chose (runs/choices_record.py)
     model: JsonObject | None = None  # the loaded model's info (scoring/models.py)
     selection: SelectionSummary | None = None  # the calibrated stop (runs/selection_record.py)
     timings: JsonObject | None = None  # training/timings.py's PhaseTimes
@@ -103,6 +105,19 @@ class RunStatus:
 
 
 @dataclass(frozen=True)
+class RunEnvironment:
+    """config.json's `environment` (provenance.py `environment_record`): where and with
+    what the run was launched, which the report and the export's provenance show."""
+
+    created: str | None = None  # ISO 8601, UTC
+    versions: Mapping[str, str | None] | None = None  # package -> version (None: not installed)
+    git: str | None = None  # the project's commit, "+dirty" with local changes
+    python: str | None = None
+    machine: str | None = None  # "Linux x86_64"
+    extra: JsonObject = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class RunConfig:
     """config.json: the resolved training config (`train`) and what was recorded beside it."""
 
@@ -113,7 +128,7 @@ class RunConfig:
     seed: int | None = None
     scoring: JsonObject | None = None  # {"rule", "chat_template"}
     splits: JsonObject = field(default_factory=dict)
-    environment: JsonObject | None = None  # versions, git, python, machine (provenance.py)
+    environment: RunEnvironment | None = None  # versions, git, python, machine (provenance.py)
     launched_by: str | None = None  # the studio session's opaque tag; None from the CLI
     launched_from: str | None = None  # the signed-in browser's opaque tag (shared studio)
     estimate: JsonObject | None = None  # the launch's time estimate (estimate/arithmetic.py `Estimate.to_record`)
