@@ -80,7 +80,7 @@ def load_trained(run: RunDir, device: str = "auto") -> TrainedModel:
         scoring,
         task,
         generation,
-        _adaptive(recorded),
+        _adaptive(recorded) if recorded is not None else None,
     )
 
 
@@ -121,16 +121,17 @@ def option_probabilities(trained: TrainedModel, item: MCItem) -> dict[str, np.nd
         out["ts"] = base / trained.temperature
     if trained.adaptive is not None:  # this question's own temperature, from its hidden state
         out["ats"] = trained.adaptive.transform(base, h)
-    if trained.run_id is not None:
+    method = trained.method  # a loaded run's method; None for the base model alone (`untrained`)
+    if trained.run_id is not None and method is not None:
         head = trained.head
         reads = head is not None and head.reads_features  # the adaptive head: the adapted model's state
         theta, h_theta = _scored(trained, item, adapter=True, head=False, features=reads)
         if head is None or head.acts_on == "options":  # the forward pass is theta's: reuse it
-            out[trained.method] = apply_option_head(theta, head, h_theta)
+            out[method] = apply_option_head(theta, head, h_theta)
         else:
-            out[trained.method] = _scores(trained, item, adapter=True, head=True)
+            out[method] = _scores(trained, item, adapter=True, head=True)
         if head is not None:
-            out[f"{trained.method}_theta_only"] = theta
+            out[f"{method}_theta_only"] = theta
     return {name: metrics.softmax(logits)[0] for name, logits in out.items()}
 
 
