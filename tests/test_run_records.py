@@ -160,6 +160,10 @@ def test_no_reader_above_runs_goes_around_the_records() -> None:
          "`choices.scoring.rule` is missing"),
         (RunConfig, {"environment": {"versions": ["torch"]}}, "`environment.versions` is a list where an object belongs"),
         (RunConfig, {"environment": {"git": 3}}, "`environment.git` is an int where a str belongs"),
+        (RunStatus, {"state": "running", "model": {"dtype": 16}}, "`model.dtype` is an int where a str belongs"),
+        (RunResults, {"results": [], "ts": {"temperature": "2"}}, "`ts.temperature` is a str where a number belongs"),
+        (RunResults, {"results": [], "vs": {"note": 3}}, "`vs.note` is an int where a str belongs"),
+        (RunStatus, {"state": "running", "model": "embedded"}, "`model` is a str where an object belongs"),
         (RunConfig, {"train": "calm"}, "`train` is a str where an object belongs"),
         (RunConfig, {"launched_by": 7}, "`launched_by` is an int where a str belongs"),
         (RunResults, {"selection": {}}, "`results` is missing"),
@@ -215,9 +219,16 @@ def test_records_type_what_readers_use() -> None:
     status, config, results = RunStatus.from_json(STATUS), RunConfig.from_json(CONFIG), RunResults.from_json(RESULTS)
     assert (status.step, status.ended, status.model_dtype, status.thread_count) == (60, 2.0, "float32", 1)
     assert status.extra == {"a_newer_field": [1]}  # kept, and written back
+    assert status.model is not None and (status.model.dtype, status.model.kind, status.model["dtype"]) == (
+        "float32", None, "float32")
     assert (config.train_method, config.launched_by, config.label("name")) == ("calm", "tag", "n")
-    assert results.recommended == "ts" and results.calibrator("ts") == {"temperature": 2.0}
+    assert results.recommended == "ts" and results.calibrator("ts").to_json() == {"temperature": 2.0}
     assert results.missing_notes == {"vs": "too few"} and results.calibrator("ats") is None
+    ts = results.calibrator("ts")
+    assert ts is not None and (ts.temperature, ts.note, ts["temperature"]) == (2.0, None, 2.0)
+    written = RunResults(rows=(), calibrators={"ts": {"temperature": 1.5, "fit_on": "S_V"}})  # as the writer builds it
+    assert written.calibrators["ts"].fit_on == "S_V"
+    assert written.to_json() == {"results": [], "ts": {"temperature": 1.5, "fit_on": "S_V"}}
     row = results.rows[0]
     assert isinstance(row, ResultRow) and (row.dataset, row.variant, row["acc"]) == ("d", "base", 0.5)
     choices = status.choices

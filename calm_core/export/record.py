@@ -35,7 +35,7 @@ def export_record(run: RunDir, step: int, checkpoint: Path) -> dict[str, Any]:
     head = CalibrationHead.load(checkpoint) if has_head else None
     scope = head.scope if head is not None else None
     results = run.results_or_none()
-    ts = (results.calibrator("ts") if results is not None else None) or {}
+    ts = results.calibrator("ts") if results is not None else None
     environment = config.environment
     model = train.model
     return {
@@ -57,8 +57,8 @@ def export_record(run: RunDir, step: int, checkpoint: Path) -> dict[str, Any]:
         "head_scope": scope,
         "center": None if head is None else head.centred,  # as CalibrationHead.forward applies it
         "scoring": ScoringConfig(rule=train.required("scoring"), chat_template=train.chat_template).to_dict(),
-        "ts_temperature": ts.get("temperature"),
-        "ts_fit_on": portable.data(ts.get("fit_on")),
+        "ts_temperature": ts.temperature if ts is not None else None,
+        "ts_fit_on": portable.data(ts.fit_on if ts is not None else None),
         "thermometer": thermometer_record(checkpoint / THERMOMETER_FILE),
         "calm_core": {"version": calm_core.__version__, "git": git_commit()},
         "trained_with": _trained_with(environment),
@@ -104,10 +104,10 @@ def variant_record(run: RunDir, variant: str) -> dict[str, Any]:
     calibrator was fitted on (`fit`: results.json's `fit_on` and `calibrate_on`, None for
     the trained model and the untouched one) and its saved selective threshold."""
     results = run.results_or_none()
-    fitted = (results.calibrator(variant) if results is not None else None) or {}
+    fitted = results.calibrator(variant) if results is not None else None
     fit = (
-        {"data": fitted["fit_on"], "calibrate_on": fitted.get("calibrate_on")}
-        if isinstance(fitted.get("fit_on"), str)
+        {"data": fitted.fit_on, "calibrate_on": fitted.calibrate_on}
+        if fitted is not None and fitted.fit_on is not None
         else None
     )
     return {"variant": variant, "fit": fit, "selective": selective_record(run, variant)}

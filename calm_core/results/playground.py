@@ -66,7 +66,8 @@ def load_trained(run: RunDir, device: str = "auto") -> TrainedModel:
     # the task gives a head saved before heads said where they act its place (openqa: tokens)
     head = CalibrationHead.load(latest[1], task) if (latest[1] / HEAD_FILENAME).is_file() else None
     recorded = run.results_or_none()
-    temperature = ((recorded.calibrator("ts") if recorded is not None else None) or {}).get("temperature")
+    ts = recorded.calibrator("ts") if recorded is not None else None
+    temperature = ts.temperature if ts is not None else None
 
     lm = LoadedModel(model, base.tokenizer, base.spec, {**base.info, "adapter": str(latest[1])})
     scoring = ScoringConfig(rule=train.required("scoring"), chat_template=train.chat_template)
@@ -90,9 +91,9 @@ def _adaptive(results: RunResults) -> Any:
     from calm_core.calibration.posthoc.ats import AdaptiveTemperature
 
     record = results.calibrator("ats")
-    if not isinstance(record, dict) or "note" in record or (record.get("components") and not record.get("weights")):
+    if record is None or record.note is not None or (record.get("components") and not record.get("weights")):
         return None
-    return AdaptiveTemperature.from_json(record, "`ats` in results.json")
+    return AdaptiveTemperature.from_json(record.to_json(), "`ats` in results.json")
 
 
 def _scores(trained: TrainedModel, item: MCItem, adapter: bool, head: bool) -> np.ndarray:

@@ -184,7 +184,8 @@ def _training_items(
     """(label, value) of method, scope, model (by name, and its files' `fingerprint`),
     scoring, data, optimizer, and the BOME settings of a calm run or the generation
     settings of an open-QA one."""
-    model = (status.model if status is not None else None) or {}
+    model = status.model if status is not None else None
+    loaded_as = [v for v in (model.kind, model.device, model.dtype) if v] if model is not None else []
     lora, t = train.get("lora") or {}, train.get
     items = [
         ("method", t("method")),
@@ -192,7 +193,7 @@ def _training_items(
         ("head scope (effective)", head_scope(train) if train else None),
         ("model", t("model")),
         ("model fingerprint", fingerprint),
-        ("loaded as", ", ".join(str(model[k]) for k in ("kind", "device", "dtype") if model.get(k)) or None),
+        ("loaded as", ", ".join(loaded_as) or None),
         ("scoring rule", f"{t('scoring')}, chat template {'on' if t('chat_template') else 'off'}"),
         ("steps", f"{status.step if status is not None else '?'} of {t('steps')}"),
         ("S_T (training set)", _data(train, "train")),

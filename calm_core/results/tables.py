@@ -153,13 +153,13 @@ def posthoc_lines(results: RunResults, notes_only: bool = False) -> list[str]:
     lines = []
     for name, cls in calibrators().items():
         record = results.calibrator(name)
-        if not isinstance(record, dict):
+        if record is None:
             continue
-        if "note" in record:
-            lines.append(str(record["note"]))
+        if record.note is not None:
+            lines.append(record.note)
             continue
         try:
-            fitted = cls.from_json(record)
+            fitted = cls.from_json(record.to_json())
         except (TypeError, ValueError):  # another version's record: nothing to say rather than a wrong line
             continue
         if not notes_only:
