@@ -210,7 +210,7 @@ def test_toy_is_a_variant_of_a_runs_final_evaluation(toy, tiny_model_dir, tmp_pa
     results = run.results()
     # a run fits every calibrator, by order: ts, vs (order 10), then the toy
     assert [r.variant for r in results.rows][:4] == ["base", "ts", "vs", "halve"]
-    assert results.calibrator("halve") == {"factor": 0.5, "fit_on": "builtin/capitals/validation", "calibrate_on": "heldout"}
+    assert results.calibrator("halve").to_json() == {"factor": 0.5, "fit_on": "builtin/capitals/validation", "calibrate_on": "heldout"}
 
 
 def test_toy_is_shared_in_compare_and_described_in_reports(toy):

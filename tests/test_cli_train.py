@@ -42,7 +42,7 @@ def test_foreground_train_writes_a_finished_run(tiny_model_dir: Path, tmp_path: 
     threads_before = torch.get_num_threads()
     run = only_run(tmp_path)
     assert run.status.state == "finished"
-    assert run.config.train["method"] == "calm" and run.config.environment["versions"]["torch"]
+    assert run.config.train["method"] == "calm" and (run.config.environment.versions or {})["torch"]
     cores = os.cpu_count() or 1  # threads = 0: every core but one, recorded, and this process's put back
     assert run.status.threads == {"threads": max(1, cores - 1),
                                      "why": f"every core but one of {cores}, at least 1 (threads = 0)"}

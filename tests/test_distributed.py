@@ -176,13 +176,13 @@ def _train(tmp_path: Path, tiny_model_dir: Path, method: str, ranks: int, extra:
     runs = [p for p in root.iterdir() if (p / "status.json").is_file()]
     assert len(runs) == 1, f"expected one run for {ranks} processes, got {runs}"
     run = RunDir.open(runs[0])
-    assert run.status.state == "finished" and run.status.choices["world_size"] == ranks
+    assert run.status.state == "finished" and run.status.choices.world_size == ranks
     assert [r["step"] for r in run.read_metrics()] == [0, 1, 2, 3]  # rank 0 alone writes (0: the evaluation before step 1)
     if extra == FROZEN_PREFIX:
-        assert run.status.choices["frozen_prefix"]["used"] is True and run.status.extra["prefill"]["items"] > 0
+        assert run.status.choices.frozen_prefix.used is True and run.status.extra["prefill"]["items"] > 0
     train = run.config.train
     weights_and_log = {"metrics": run.read_metrics(), "train": {**train, **train.get("bilevel", {})},  # phi, eta
-                       "choices": run.status.choices}
+                       "choices": run.status.choices.to_json()}
     step, directory = run.latest_checkpoint()
     weights = load_file(str(directory / "adapter_model.safetensors"))
     if (directory / "calibration_head.safetensors").is_file():

@@ -144,7 +144,7 @@ def test_the_runs_own_ats_exports_as_the_head_of_its_fit(runs, exports, fresh, r
     """`--variant ats`: the zeroed adapter and results.json's ATS as a head; one that chose
     no feature (k = 0) is a scalar head at its temperature. The run's `ats` predictions back."""
     run, folder = runs[rule], exports[f"{rule}-ats"]
-    fitted = AdaptiveTemperature.from_json(run.results().calibrators["ats"])
+    fitted = AdaptiveTemperature.from_json(run.results().calibrators["ats"].to_json())
     record = json.loads((folder / "calm_export.json").read_text())
     assert record["variant"] == "ats" and record["head_scope"] == ("adaptive" if fitted.weights_ else "scalar")
     frame = _predictions(run, "ats")

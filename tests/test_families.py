@@ -41,6 +41,7 @@ import pandas as pd
 import pytest
 import torch
 
+from calm_core.runs.choices_record import RunChoices
 from tests.families import CASES, CONFIGS, FAMILIES, KNOWN_BREAKS, case_marks
 
 RULES = ("cloze", "letter")
@@ -288,20 +289,20 @@ def test_calm_trains_under_the_scope(trained, record_property, case: str, scope:
         record_property("frozen prefix (the CALM run's choice)", _prefix_words(run.status.choices))
     assert run.status.state == "finished" and run.status.step == 2
     choices = run.status.choices
-    lora, prefix = choices["lora"], choices["frozen_prefix"]
-    assert lora["targets"] and lora["layers_to_transform"] == [2, 3]
-    assert "used" in prefix and prefix.get("reason")  # used, or switched off with its reason
+    lora, prefix = choices.lora, choices.frozen_prefix
+    assert lora is not None and lora.targets and lora.extra["layers_to_transform"] == [2, 3]
+    assert prefix is not None and prefix.reason  # used, or switched off with its reason
     adapter = load_file(str(run.latest_checkpoint()[1] / "adapter_model.safetensors"))
     moved = [k for k, v in adapter.items() if "lora_B" in k and float(v.abs().sum()) > 0]
-    assert moved and all(any(f".{t}." in k for t in lora["targets"]) for k in moved)
+    assert moved and all(any(f".{t}." in k for t in lora.targets) for k in moved)
     records = run.read_metrics()
     assert [r["step"] for r in records][-1] == 2 and np.isfinite(records[-1]["train/lower_loss"])
     assert records[-1]["alpha/tau_mean"] != pytest.approx(1.0, abs=1e-7)
 
 
-def _prefix_words(choices: dict[str, Any]) -> str:
-    prefix = choices.get("frozen_prefix") or {}
-    return f"{'used' if prefix.get('used') else 'off'} ({prefix.get('reason')})"
+def _prefix_words(choices: RunChoices) -> str:
+    prefix = choices.frozen_prefix
+    return f"{'used' if prefix and prefix.used else 'off'} ({prefix.reason if prefix else None})"
 
 
 # --- exports, loaded without calm_core --------------------------------------------------------

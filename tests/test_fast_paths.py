@@ -227,17 +227,17 @@ def test_calm_trains_gemma3_through_the_frozen_prefix(family_dirs, tmp_path) -> 
     run = _train_two_steps(_model("gemma3", family_dirs, fresh=True), tmp_path, "gemma3")
     choices = run.status.choices
     assert "<th>fast path: frozen prefix</th><td>used: LoRA on the top 2 layers only" in run_report_html(run)
-    assert choices["frozen_prefix"]["used"] is True
-    assert choices["fast_paths"]["frozen_prefix"]["on"] is True
-    assert set(choices["fast_paths"]) == {"frozen_prefix", *fast_paths.SCORING_PATHS}
+    assert choices.frozen_prefix is not None and choices.frozen_prefix.used is True
+    assert choices.fast_paths["frozen_prefix"].on is True
+    assert set(choices.fast_paths) == {"frozen_prefix", *fast_paths.SCORING_PATHS}
 
 
 @pytest.mark.slow
 def test_a_run_on_a_broken_prefix_falls_back_and_says_why(family_dirs, tmp_path, fresh_verdicts, monkeypatch) -> None:
     monkeypatch.setattr(decoder, "position_embeddings", _global_rotary_everywhere)
     choices = _train_two_steps(_model("gemma3", family_dirs, fresh=True), tmp_path, "broken").status.choices
-    assert choices["frozen_prefix"]["used"] is False
-    assert "differs from the model's own forward" in choices["fast_paths"]["frozen_prefix"]["reason"]
+    assert choices.frozen_prefix is not None and choices.frozen_prefix.used is False
+    assert "differs from the model's own forward" in choices.fast_paths["frozen_prefix"].reason
 
 
 def test_the_train_page_shows_the_chosen_models_fast_paths(open_page, family_dirs, tmp_path) -> None:
@@ -259,8 +259,9 @@ def test_the_train_page_shows_the_chosen_models_fast_paths(open_page, family_dir
 
 def test_fast_path_rows_say_used_or_not_and_why() -> None:
     from calm_core.results.fast_path_view import fast_path_items, fast_path_rows
+    from calm_core.runs.choices_record import PathChoice
 
-    record = {"hidden_path": {"on": True, "reason": "equal"}, "frozen_prefix": {"on": False, "reason": "differs"}}
+    record = {"hidden_path": PathChoice(True, "equal"), "frozen_prefix": PathChoice(False, "differs")}
     assert [(r["fast path"], r["used"], r["why"]) for r in fast_path_rows(record)] == [
         ("hidden path", "yes", "equal"),
         ("frozen prefix", "no", "differs"),

@@ -767,7 +767,7 @@ def test_openqa_sft_run_with_frozen_prefix_and_no_ts(tiny_model_dir: Path, tmp_p
     run = RunDir.create(tmp_path, "open-sft", {"train": cfg.to_dict()})
     result = train(cfg, run=run, lm=lm)
     assert result.state == "finished" and result.step == 2
-    assert run.status.choices["frozen_prefix"]["used"] is True
+    assert run.status.choices.frozen_prefix.used is True
     record = json.loads((run.path / "results.json").read_text())
     assert record["task"] == "openqa"
     assert [r["variant"] for r in record["results"]] == ["base", "sft"]

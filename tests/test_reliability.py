@@ -236,8 +236,8 @@ def test_a_training_run_names_the_rows_its_data_rejected(tiny_model_dir: Path, t
     cfg = small_config(steps=1, train_data=str(data), train_limit=None)
     run = RunDir.create(tmp_path / "runs", "rejects", {"train": cfg.to_dict()})
     train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
-    record = run.status.choices["rejected_rows"][str(data)]  # beside dropped_training_questions
-    assert record["n_rejected"] == 1 and record["n_items"] == 5 and record["rejected"][0]["row"] == 3
+    record = run.status.choices.rejected_rows[str(data)]  # beside dropped_training_questions
+    assert record.n_rejected == 1 and record.n_items == 5 and record.rejected[0]["row"] == 3
     assert f"1 of 6 rows read from {data} were rejected" in capsys.readouterr().err
 
 

@@ -155,7 +155,7 @@ def test_report_names_settings_alpha_and_bome(finished_run: RunDir, report: str)
     assert settings["S_V (held-out set)"] == "builtin/capitals/validation (first 12 items)"
     assert settings["BOME step"].startswith(f"eta {train['bilevel']['eta']},")
     assert settings["LoRA"].endswith("on q_proj, k_proj, v_proj, o_proj (attention)")  # found in the model: the group asked
-    assert (finished_run.config.environment or {})["git"] in report
+    assert finished_run.config.environment.git in report
     last = records[-1]
     assert settings["tau_mean"] == f"{last['alpha/tau_mean']:.6g}"
     assert "option D" in report and f"{last['alpha/tau'][3]:.4f}" in report  # the options scope's vector

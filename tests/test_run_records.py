@@ -9,10 +9,11 @@ The grep test defines "a `.get` on a run file" as what it matches, outside calm_
 - a direct JSON read (`json.load*`, `read_json_object`) of results.json, status.json or a
   run's config.json.
 Nested JSON mappings inside a record are matched by a second grep (`nested_reads`):
-`.get(` or `["` on a record's mapping field (`results.selection.get(`,
-`(status.final or {}).get(`), directly or through a name bound to it. The recommendation
-is a typed record (runs/recommendation.py), so none is allowed on it; the fields still
-typed as JSON mappings have a count per file that may only shrink (NESTED_ALLOWED).
+`.get(` or `["` on a record's mapping field or a part of it (`results.selection.get(`,
+`(status.final or {}).get(`, `status.choices.quantization["four_bit"]`), directly or
+through a name bound to it. What readers read is typed (the recommendation, status.json's
+`choices`, config.json's `environment`: runs/), so none is allowed: NESTED_ALLOWED, the
+count per file that may only shrink, is empty.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from calm_core.runs.choices_record import PathChoice, RejectedRows, RunChoices
 from calm_core.runs.damage import RunFileError
 from calm_core.runs.records import ResultRow, RunConfig, RunResults, RunStatus
 
@@ -40,15 +42,11 @@ MAPPING_FIELDS = (
     "|train|calibrators"
 )
 RECORD = r"\b(?:files\.status|files\.config|run\w*\.status|run\w*\.config|run\w*\.results\(\)|\w*results|\w*status|config)"
-NESTED = re.compile(r"\(?" + RECORD + r"\.(?:" + MAPPING_FIELDS + r")\b(?:\s+or\s+\{\}\))?(?:\.get\(|\[\")")
-NESTED_BOUND = re.compile(
-    r"^\s*(\w+)\s*=\s*\(?" + RECORD + r"\.(?:" + MAPPING_FIELDS + r")\b(?:\s+or\s+\{\})?\)?\s*(?:#.*)?$", re.M
-)
-# file -> nested reads still allowed on the fields not yet typed: they may only shrink.
-NESTED_ALLOWED: dict[str, int] = {
-    "calm_core/export/record.py": 2,  # config.json's `environment`
-    "calm_core/results/fast_path_view.py": 1,  # status.json's `choices`
-}
+CHAIN = r"\.(?:" + MAPPING_FIELDS + r")\b(?:\.\w+)*"  # a field, or a part of it (`status.choices.quantization`)
+NESTED = re.compile(r"\(?" + RECORD + CHAIN + r"(?:\s+or\s+\{\}\))?(?:\.get\(|\[\")")
+NESTED_BOUND = re.compile(r"^\s*(\w+)\s*=\s*\(?" + RECORD + CHAIN + r"(?:\s+or\s+\{\})?\)?\s*(?:#.*)?$", re.M)
+# file -> nested reads still allowed on the fields not yet typed: they may only shrink (none left).
+NESTED_ALLOWED: dict[str, int] = {}
 
 
 def run_file_reads(text: str) -> list[str]:
@@ -78,20 +76,37 @@ def test_the_nested_grep_matches_what_it_says() -> None:
     assert nested_reads('rec = results.recommendation or {}\nstages = rec.get("stages")')
     assert nested_reads('step = run.status.selection["selected_step"]')
     assert nested_reads('final = status.final or {}\ndone = final.get("done")')
+    assert nested_reads('found = (status.choices.get("lora") or {}).get("targets")')
+    assert nested_reads('four_bit = run.status.choices.quantization["four_bit"]')  # a part of a field
+    assert nested_reads('env = config.environment or {}\ngit = env.get("git")')
+    assert nested_reads('torch = run.config.environment.versions["torch"]')
     assert not nested_reads("variant = results.recommendation.variant")
     assert not nested_reads('rec = results.recommendation\nn = rec.comparison.n if rec.comparison else 0')
+    assert not nested_reads("targets = status.choices.lora.targets if status.choices.lora else ()")
+
+
+def _nested_offenders(texts: dict[str, str]) -> dict[str, int]:
+    """file -> nested reads, for the files (outside runs/) that have more than NESTED_ALLOWED lets them."""
+    counts = {rel: len(nested_reads(text)) for rel, text in texts.items() if not rel.startswith("calm_core/runs/")}
+    return {rel: n for rel, n in counts.items() if n > NESTED_ALLOWED.get(rel, 0)}
+
+
+def _source_texts() -> dict[str, str]:
+    return {path.relative_to(ROOT).as_posix(): path.read_text(encoding="utf-8") for path in _sources()}
 
 
 def test_no_reader_reads_a_nested_mapping_by_key_beyond_its_allowance() -> None:
-    offenders: dict[str, int] = {}
-    for path in _sources():
-        rel = path.relative_to(ROOT).as_posix()
-        if rel.startswith("calm_core/runs/"):
-            continue
-        hits = nested_reads(path.read_text(encoding="utf-8"))
-        if len(hits) > NESTED_ALLOWED.get(rel, 0):
-            offenders[rel] = len(hits)
+    offenders = _nested_offenders(_source_texts())
     assert not offenders, f"type the nested record in runs/ and read its attributes instead: {offenders}"
+
+
+def test_a_planted_nested_read_is_caught() -> None:
+    """The guard on today's sources, with one reader's old line put back: it must fail."""
+    texts = _source_texts()
+    planted = "calm_core/results/report.py"
+    texts[planted] += '\n\ndef _git(config):\n    env = config.environment or {}\n    return env.get("git")\n'
+    assert _nested_offenders(texts) == {planted: 1}
+    assert NESTED_ALLOWED == {}  # every nested mapping readers read is a typed record now
 
 
 def test_the_recommendation_is_read_by_attribute_everywhere() -> None:
@@ -135,6 +150,20 @@ def test_no_reader_above_runs_goes_around_the_records() -> None:
         (RunStatus, {"state": "running", "step": "3"}, "`step` is a str where an int belongs"),
         (RunStatus, {"state": "running", "step": True}, "`step` is a bool where an int belongs"),
         (RunStatus, {"state": "running", "choices": []}, "`choices` is a list where an object belongs"),
+        (RunStatus, {"state": "running", "choices": {"lora": {"targets": "q_proj"}}},
+         "`choices.lora.targets` is a str where a list belongs"),
+        (RunStatus, {"state": "running", "choices": {"fast_paths": {"hidden_path": {"reason": "x"}}}},
+         "`choices.fast_paths.hidden_path.on` is missing"),
+        (RunStatus, {"state": "running", "choices": {"rejected_rows": {"s": {"n_rows": "3", "n_rejected": 1}}}},
+         "`choices.rejected_rows.s.n_rows` is a str where an int belongs"),
+        (RunStatus, {"state": "running", "choices": {"scoring": {"chat_template": True}}},
+         "`choices.scoring.rule` is missing"),
+        (RunConfig, {"environment": {"versions": ["torch"]}}, "`environment.versions` is a list where an object belongs"),
+        (RunConfig, {"environment": {"git": 3}}, "`environment.git` is an int where a str belongs"),
+        (RunStatus, {"state": "running", "model": {"dtype": 16}}, "`model.dtype` is an int where a str belongs"),
+        (RunResults, {"results": [], "ts": {"temperature": "2"}}, "`ts.temperature` is a str where a number belongs"),
+        (RunResults, {"results": [], "vs": {"note": 3}}, "`vs.note` is an int where a str belongs"),
+        (RunStatus, {"state": "running", "model": "embedded"}, "`model` is a str where an object belongs"),
         (RunConfig, {"train": "calm"}, "`train` is a str where an object belongs"),
         (RunConfig, {"launched_by": 7}, "`launched_by` is an int where a str belongs"),
         (RunResults, {"selection": {}}, "`results` is missing"),
@@ -161,12 +190,19 @@ def test_a_damaged_status_on_disk_is_named_by_the_run(tmp_path: Path) -> None:
 
 STATUS = {
     "state": "finished", "run_id": "r1", "step": 60, "total_steps": 60, "pid": 12, "host": "vm",
-    "pid_start": "1.00", "created": 1.0, "ended": 2, "choices": {"lora": {"r": 8}}, "model": {"dtype": "float32"},
+    "pid_start": "1.00", "created": 1.0, "ended": 2, "model": {"dtype": "float32"},
+    "choices": {"lora": {"r": 8, "targets": ["q_proj"]}, "fast_paths": {"hidden_path": {"on": True, "reason": "equal",
+                "share_top": True}}, "scoring": {"rule": "letter", "chat_template": True, "reason": "above chance"},
+                "precision": {"dtype": "float32", "reason": "cpu"}, "tensorboard": {"written": False, "reason": "off"},
+                "rejected_rows": {"s": {"n_rows": 3, "n_rejected": 1, "n_items": 2, "rejected": [{"row": 2}]}},
+                "world_size": 1, "a_newer_choice": {"x": 1}},
     "selection": {"selected_step": 60}, "threads": {"threads": 1, "why": "x"}, "items_cut_to_context": {"s": 2},
     "a_newer_field": [1],
 }
 CONFIG = {"train": {"method": "calm", "steps": 60}, "name": "n", "seed": 1, "scoring": {"rule": "letter"},
-          "splits": {"s": {"source": "f.csv"}}, "launched_by": "tag", "estimate": {"likely_s": 3.0}}
+          "splits": {"s": {"source": "f.csv"}}, "launched_by": "tag", "estimate": {"likely_s": 3.0},
+          "environment": {"created": "2026-12-05T10:00:00+00:00", "versions": {"torch": "2.5.1", "peft": None},
+                          "git": "abc123+dirty", "python": "3.12.3", "machine": "Linux x86_64"}}
 RESULTS = {"results": [{"dataset": "d", "variant": "base", "acc": 0.5}], "ts": {"temperature": 2.0},
            "vs": {"note": "too few"}, "selection": {"selected_step": 4}, "recommendation": {"variant": "ts"}}
 
@@ -183,11 +219,40 @@ def test_records_type_what_readers_use() -> None:
     status, config, results = RunStatus.from_json(STATUS), RunConfig.from_json(CONFIG), RunResults.from_json(RESULTS)
     assert (status.step, status.ended, status.model_dtype, status.thread_count) == (60, 2.0, "float32", 1)
     assert status.extra == {"a_newer_field": [1]}  # kept, and written back
+    assert status.model is not None and (status.model.dtype, status.model.kind, status.model["dtype"]) == (
+        "float32", None, "float32")
     assert (config.train_method, config.launched_by, config.label("name")) == ("calm", "tag", "n")
-    assert results.recommended == "ts" and results.calibrator("ts") == {"temperature": 2.0}
+    assert results.recommended == "ts" and results.calibrator("ts").to_json() == {"temperature": 2.0}
     assert results.missing_notes == {"vs": "too few"} and results.calibrator("ats") is None
+    ts = results.calibrator("ts")
+    assert ts is not None and (ts.temperature, ts.note, ts["temperature"]) == (2.0, None, 2.0)
+    written = RunResults(rows=(), calibrators={"ts": {"temperature": 1.5, "fit_on": "S_V"}})  # as the writer builds it
+    assert written.calibrators["ts"].fit_on == "S_V"
+    assert written.to_json() == {"results": [], "ts": {"temperature": 1.5, "fit_on": "S_V"}}
     row = results.rows[0]
     assert isinstance(row, ResultRow) and (row.dataset, row.variant, row["acc"]) == ("d", "base", 0.5)
+    choices = status.choices
+    assert choices.lora is not None and choices.lora.targets == ("q_proj",) and choices.lora.extra == {"r": 8}
+    assert choices.fast_paths["hidden_path"] == PathChoice(True, "equal", extra={"share_top": True})
+    assert choices.scoring is not None and (choices.scoring.rule, choices.scoring.chat_template) == ("letter", True)
+    assert choices.rejected_rows["s"] == RejectedRows(3, 1, 2, ({"row": 2},)) and choices.world_size == 1
+    assert choices.extra == {"a_newer_choice": {"x": 1}}  # kept, and written back
+    env = config.environment
+    assert env is not None and (env.git, env.python, env.machine) == ("abc123+dirty", "3.12.3", "Linux x86_64")
+    assert env.versions == {"torch": "2.5.1", "peft": None}
+
+
+def test_an_older_runs_choices_read_with_defaults() -> None:
+    """A status.json written before the fast paths, the scoring choice, the precision,
+    TensorBoard and the rejected rows were recorded (and a config.json before `environment`)."""
+    old = {"state": "finished", "choices": {"quantization": {"four_bit": False, "reason": "cpu"}, "lora": {"r": 8}}}
+    choices = RunStatus.from_json(old).choices
+    assert choices.lora is not None and choices.lora.targets == () and choices.quantization == old["choices"]["quantization"]
+    assert (choices.fast_paths, choices.rejected_rows, choices.dropped_training_questions) == ({}, {}, {})
+    assert choices.scoring is None and choices.precision is None and choices.tensorboard is None
+    assert RunStatus.from_json({"state": "queued"}).choices == RunChoices()  # no choices yet
+    assert RunStatus.from_json(old).to_json() == {**old, "step": 0, "fresh_start": False}
+    assert RunConfig.from_json({"train": {"method": "calm"}}).environment is None
 
 
 def test_the_status_writer_refuses_a_field_of_the_wrong_type(tmp_path: Path) -> None:

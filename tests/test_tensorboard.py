@@ -20,6 +20,7 @@ from calm_core.runs.events import (
     record_scalars,
     tensorboard_choice,
 )
+from calm_core.runs.choices_record import TensorboardChoice
 from calm_core.runs.rundir import RunDir
 from calm_core.training.loop import train
 from tests.test_trainer import fresh_lm, small_config
@@ -91,7 +92,7 @@ def test_a_tiny_run_writes_curves_and_hparams(tiny_model_dir: Path, tmp_path: Pa
     run = RunDir.create(tmp_path, "tb-run", {"train": cfg.to_dict()})
     result = train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
     assert result.state == "finished"
-    assert run.status.choices["tensorboard"]["written"] is True
+    assert run.status.choices.tensorboard.written is True
     events = read_events(run.path / TENSORBOARD)
     tags = set(events.Tags()["scalars"])
     assert scalar_steps(events, "train/lower_loss") == [1, 2, 3]
@@ -114,7 +115,7 @@ def test_the_setting_off_writes_nothing_and_says_so(tiny_model_dir: Path, tmp_pa
     run = RunDir.create(tmp_path, "tb-off", {"train": cfg.to_dict()})
     train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
     assert not (run.path / TENSORBOARD).exists()
-    assert run.status.choices["tensorboard"] == {"written": False, "reason": "off (tensorboard = false)"}
+    assert run.status.choices.tensorboard == TensorboardChoice(False, "off (tensorboard = false)")
 
 
 def test_without_the_package_no_error_and_the_reason_recorded(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -85,7 +85,7 @@ def test_run_directory_is_written(tiny_model_dir: Path, tmp_path: Path, scoring:
         assert head.options == (4 if scoring == "letter" else 0)
         if scoring == "letter":
             assert head.shift_weights.abs().sum() > 0  # the bilevel step moved U
-    assert run.status.choices["quantization"]["four_bit"] is False
+    assert run.status.choices.quantization["four_bit"] is False
     results = json.loads((run.path / "results.json").read_text())["results"]
     variants = {r["variant"] for r in results}
     assert variants == {"base", "ts", "vs", "calm", "calm_theta_only"}
@@ -240,8 +240,8 @@ def test_frozen_prefix_cache_trains_to_the_same_weights_and_results(tiny_model_d
         run = RunDir.create(tmp_path, f"cached-{cached}", {"train": cfg.to_dict()})
         train(cfg, run=run, lm=lm)
         runs[cached] = (run, _final_weights(lm))
-    assert runs[True][0].status.choices["frozen_prefix"]["used"] is True
-    assert runs[False][0].status.choices["frozen_prefix"]["used"] is False
+    assert runs[True][0].status.choices.frozen_prefix.used is True
+    assert runs[False][0].status.choices.frozen_prefix.used is False
     assert any(path.stat().st_size > 0 for path in (tmp_path / "cache" / "frozen_prefix").rglob("data.arena"))
     prefill = runs[True][0].status.extra["prefill"]  # drawn training items + all of S_V + the evaluation set
     drawn = {i for step in range(3) for i in batch_indices(8, 2, step, cfg.seed)}
@@ -270,8 +270,8 @@ def test_qlora_on_cpu_when_asked_trains_and_records_the_choice(tiny_model_dir: P
     run = RunDir.create(tmp_path, "qlora", {"train": cfg.to_dict()})
     result = train(cfg, run=run, lm=lm)
     choices = run.status.choices
-    assert result.state == "finished" and choices["quantization"] == {"four_bit": True, "reason": "requested 4-bit (QLoRA)"}
-    assert choices["frozen_prefix"]["used"] is True
+    assert result.state == "finished" and choices.quantization == {"four_bit": True, "reason": "requested 4-bit (QLoRA)"}
+    assert choices.frozen_prefix.used is True
     assert all(np.isfinite(r["train/lower_loss"]) for r in run.read_metrics() if r["step"] > 0)
 
 

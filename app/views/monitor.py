@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
@@ -27,6 +27,7 @@ from calm_core.results import advice, verdict
 from calm_core.results import run_facts as run_facts
 from calm_core.results import tables as run_tables
 from calm_core.results.fast_path_view import fast_path_rows, setting_choice_lines
+from calm_core.runs.choices_record import RunChoices
 from calm_core.runs.jobs import cancel
 from calm_core.runs.listing import list_runs, run_label
 from calm_core.runs.metrics_lines import MetricsTail
@@ -171,23 +172,23 @@ def _health(records: list[dict[str, Any]], config: RunConfig) -> dict[str, Healt
     return bome_health(records, bome.eta if bome else None)
 
 
-def _data_notes(choices: Mapping[str, Any]) -> None:
+def _data_notes(choices: RunChoices) -> None:
     """Rows the run's loaders rejected and items cut to the model's context: said, not hidden."""
-    for name, record in (choices.get("rejected_rows") or {}).items():
-        with st.expander(f"{record.get('n_rejected')} of {record.get('n_rows')} rows of {name} were rejected"):
-            st.dataframe(pd.DataFrame(record.get("rejected") or []), hide_index=True)
+    for name, record in choices.rejected_rows.items():
+        with st.expander(f"{record.n_rejected} of {record.n_rows} rows of {name} were rejected"):
+            st.dataframe(pd.DataFrame(list(record.rejected)), hide_index=True)
 
 
-def _setting_choices(choices: Mapping[str, Any]) -> None:
+def _setting_choices(choices: RunChoices) -> None:
     """The scoring rule and the model's precision the job settled on, each with its reason."""
     lines = [f"**{what}**: {text}" for what, text in setting_choice_lines(choices)]
     if lines:
         st.caption(" · ".join(lines))
 
 
-def _fast_paths(choices: Mapping[str, Any]) -> None:
+def _fast_paths(choices: RunChoices) -> None:
     """Which fast paths the run used and why (measured against the model's own forward)."""
-    rows = fast_path_rows(choices.get("fast_paths"))
+    rows = fast_path_rows(choices.fast_paths)
     if rows:
         used = ", ".join(row["fast path"] for row in rows if row["used"] == "yes") or "none"
         with st.expander(f"Fast paths used: {used}"):

@@ -204,8 +204,8 @@ def posthoc_head(run: RunDir, results: RunResults, variant: str) -> Head:
         raise ValueError(f"Expected a post-hoc calibrator that exports as a head, but got {variant!r}")
     label = variant_label(variant)
     record = results.calibrator(variant)
-    if record is None or "note" in record:
-        why = (record or {}).get("note") or f"results.json has no `{variant}` fit"
+    if record is None or record.note is not None:
+        why = (record.note if record is not None else None) or f"results.json has no `{variant}` fit"
         raise ValueError(f"Expected a fitted {label} in run {run.run_id}, but {why}")
     where = f"`{variant}` in results.json of run {run.run_id}"
     try:

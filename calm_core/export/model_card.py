@@ -61,7 +61,7 @@ def _what_it_holds(run: RunDir, record: dict[str, Any], variant: str) -> str | N
         return THERMOMETER_WORDS
     cls = calibrators().get(variant)
     fit = run.results().calibrator(variant) if cls is not None and run.has_results() else None
-    if cls is None or fit is None or "note" in fit:
+    if cls is None or fit is None or fit.note is not None:
         return None
     return from_results(variant, fit, f"`{variant}` in results.json").card_words(fitted_on(record))
 

@@ -10,6 +10,7 @@ from typing import Any
 from calm_core.export.hub_id import base_licence, portable_base_model
 from calm_core.export.thermometer import THERMOMETER_FILE, thermometer_record
 from calm_core.runs.portable import Portable
+from calm_core.runs.records import RunEnvironment
 from calm_core.runs.rundir import RunDir
 
 EXPORT_FILE = "calm_export.json"  # read by calm_head.read_export
@@ -34,8 +35,8 @@ def export_record(run: RunDir, step: int, checkpoint: Path) -> dict[str, Any]:
     head = CalibrationHead.load(checkpoint) if has_head else None
     scope = head.scope if head is not None else None
     results = run.results_or_none()
-    ts = (results.calibrator("ts") if results is not None else None) or {}
-    environment = config.environment or {}
+    ts = results.calibrator("ts") if results is not None else None
+    environment = config.environment
     model = train.model
     return {
         "format": "calm_studio.export",
@@ -56,12 +57,20 @@ def export_record(run: RunDir, step: int, checkpoint: Path) -> dict[str, Any]:
         "head_scope": scope,
         "center": None if head is None else head.centred,  # as CalibrationHead.forward applies it
         "scoring": ScoringConfig(rule=train.required("scoring"), chat_template=train.chat_template).to_dict(),
-        "ts_temperature": ts.get("temperature"),
-        "ts_fit_on": portable.data(ts.get("fit_on")),
+        "ts_temperature": ts.temperature if ts is not None else None,
+        "ts_fit_on": portable.data(ts.fit_on if ts is not None else None),
         "thermometer": thermometer_record(checkpoint / THERMOMETER_FILE),
         "calm_core": {"version": calm_core.__version__, "git": git_commit()},
-        "trained_with": {"git": environment.get("git"), "versions": environment.get("versions")},
+        "trained_with": _trained_with(environment),
     }
+
+
+def _trained_with(environment: RunEnvironment | None) -> dict[str, Any]:
+    """The commit and package versions the run was trained with (config.json's `environment`)."""
+    if environment is None:
+        return {"git": None, "versions": None}
+    versions = dict(environment.versions) if environment.versions is not None else None
+    return {"git": environment.git, "versions": versions}
 
 
 def steps_record(run: RunDir) -> dict[str, Any]:
@@ -95,10 +104,10 @@ def variant_record(run: RunDir, variant: str) -> dict[str, Any]:
     calibrator was fitted on (`fit`: results.json's `fit_on` and `calibrate_on`, None for
     the trained model and the untouched one) and its saved selective threshold."""
     results = run.results_or_none()
-    fitted = (results.calibrator(variant) if results is not None else None) or {}
+    fitted = results.calibrator(variant) if results is not None else None
     fit = (
-        {"data": fitted["fit_on"], "calibrate_on": fitted.get("calibrate_on")}
-        if isinstance(fitted.get("fit_on"), str)
+        {"data": fitted.fit_on, "calibrate_on": fitted.calibrate_on}
+        if fitted is not None and fitted.fit_on is not None
         else None
     )
     return {"variant": variant, "fit": fit, "selective": selective_record(run, variant)}

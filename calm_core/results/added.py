@@ -63,10 +63,10 @@ def saved_calibrators(results: RunResults) -> dict[str, PosthocCalibrator]:
     """The post-hoc calibrators whose rows the run's table holds, as the run fitted them on
     S_V (their records in results.json); a calibrator missing there (its note) is left out."""
     variants = {row["variant"] for row in results.rows}
-    out = {}
+    out: dict[str, PosthocCalibrator] = {}
     for name in calibrators():
         record = results.calibrator(name)
-        if name in variants and isinstance(record, dict) and "note" not in record:
+        if name in variants and record is not None and record.note is None:
             out[name] = from_results(name, record, f"`{name}` in results.json")
     return out
 

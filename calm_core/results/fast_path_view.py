@@ -1,10 +1,10 @@
 """Which fast paths a model got and why, in words, for the Train page, the Monitor and the
 report (and the scoring rule and precision a run settled on, `setting_choice_lines`): from
-a run's recorded choices (`choices["fast_paths"]`, training/run_context.py) or, before any run,
-from the checks measured on this machine (`scoring.path_checks.known_fast_paths`).
+a run's recorded choices (`RunChoices.fast_paths`, runs/choices_record.py) or, before any
+run, from the checks measured on this machine (`scoring.path_checks.known_fast_paths`).
 
-    rows = fast_path_rows(run.status.choices["fast_paths"])   # [{"fast path", "used", "why"}]
-    record = model_fast_paths("embedded")                        # None until it was measured
+    rows = fast_path_rows(run.status.choices.fast_paths)   # [{"fast path", "used", "why"}]
+    record = model_fast_paths("embedded")                     # None until it was measured
 """
 
 from __future__ import annotations
@@ -12,6 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from calm_core.runs.choices_record import PathChoice, RunChoices
+
+_REMEASURE = "delete it (scoring.path_checks.checks_folder): the next run or evaluation measures it again"
 
 LABELS = {
     "frozen_prefix": "frozen prefix",
@@ -27,24 +31,20 @@ MEANINGS = {
 }
 
 
-def fast_path_rows(record: dict[str, Any] | None) -> list[dict[str, str]]:
+def fast_path_rows(record: Mapping[str, PathChoice] | None) -> list[dict[str, str]]:
     """One row per recorded fast path: its name, used or not, and the measured reason."""
-    rows = []
-    for name, check in (record or {}).items():
-        if not isinstance(check, dict):
-            continue
-        rows.append(
-            {
-                "fast path": LABELS.get(name, name),
-                "used": "yes" if check.get("on") else "no",
-                "why": str(check.get("reason", "")),
-                "what it does": MEANINGS.get(name, ""),
-            }
-        )
-    return rows
+    return [
+        {
+            "fast path": LABELS.get(name, name),
+            "used": "yes" if check.on else "no",
+            "why": check.reason,
+            "what it does": MEANINGS.get(name, ""),
+        }
+        for name, check in (record or {}).items()
+    ]
 
 
-def fast_path_items(record: dict[str, Any] | None) -> list[tuple[str, str]]:
+def fast_path_items(record: Mapping[str, PathChoice] | None) -> list[tuple[str, str]]:
     """(label, "used: why" / "not used: why") pairs: the report's settings table rows."""
     return [
         (f"fast path: {row['fast path']}", ("used: " if row["used"] == "yes" else "not used: ") + row["why"])
@@ -52,22 +52,22 @@ def fast_path_items(record: dict[str, Any] | None) -> list[tuple[str, str]]:
     ]
 
 
-def setting_choice_lines(choices: Mapping[str, Any]) -> list[tuple[str, str]]:
+def setting_choice_lines(choices: RunChoices) -> list[tuple[str, str]]:
     """(label, words) for the scoring rule and the precision a run settled on, each with its
     reason (status.json choices.scoring / choices.precision): the Monitor's caption and the
     report's settings rows. [] for a run recorded before either was."""
     lines = []
-    scoring = choices.get("scoring")
-    if isinstance(scoring, Mapping) and scoring.get("rule"):
-        rule = str(scoring["rule"]) + (" under the chat template" if scoring.get("chat_template") else "")
-        lines.append(("scoring", f"{rule}: {scoring.get('reason', '')}"))
-    precision = choices.get("precision")
-    if isinstance(precision, Mapping) and precision.get("dtype"):
-        lines.append(("precision", f"{precision['dtype']}: {precision.get('reason', '')}"))
+    scoring = choices.scoring
+    if scoring is not None and scoring.rule:
+        rule = scoring.rule + (" under the chat template" if scoring.chat_template else "")
+        lines.append(("scoring", f"{rule}: {scoring.reason}"))
+    precision = choices.precision
+    if precision is not None and precision.dtype:
+        lines.append(("precision", f"{precision.dtype}: {precision.reason}"))
     return lines
 
 
-def model_fast_paths(model: str) -> dict[str, Any] | None:
+def model_fast_paths(model: str) -> dict[str, PathChoice] | None:
     """The checks measured on this machine for `model` (a name as the Train page takes
     it: "embedded", a local directory or .gguf file), shaped as a run records them; the
     frozen prefix's per split ("frozen_prefix (below layer k)"). None for a hub id or a
@@ -79,10 +79,11 @@ def model_fast_paths(model: str) -> dict[str, Any] | None:
     known = known_fast_paths(model_fingerprint(folder)) if folder is not None else None
     if known is None:
         return None
-    record: dict[str, Any] = dict(known.get("scoring") or {})
+    where = "the fast-path checks measured on this machine"
+    checks: dict[str, Any] = dict(known.get("scoring") or {})
     for split, check in sorted((known.get("frozen_prefix") or {}).items()):
-        record[f"frozen prefix (below layer {split})"] = check
-    return record
+        checks[f"frozen prefix (below layer {split})"] = check
+    return {name: PathChoice.from_json(check, where, _REMEASURE, where=name) for name, check in checks.items()}
 
 
 def _model_folder(model: str) -> Path | None:

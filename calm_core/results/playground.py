@@ -66,7 +66,8 @@ def load_trained(run: RunDir, device: str = "auto") -> TrainedModel:
     # the task gives a head saved before heads said where they act its place (openqa: tokens)
     head = CalibrationHead.load(latest[1], task) if (latest[1] / HEAD_FILENAME).is_file() else None
     recorded = run.results_or_none()
-    temperature = ((recorded.calibrator("ts") if recorded is not None else None) or {}).get("temperature")
+    ts = recorded.calibrator("ts") if recorded is not None else None
+    temperature = ts.temperature if ts is not None else None
 
     lm = LoadedModel(model, base.tokenizer, base.spec, {**base.info, "adapter": str(latest[1])})
     scoring = ScoringConfig(rule=train.required("scoring"), chat_template=train.chat_template)
@@ -80,7 +81,7 @@ def load_trained(run: RunDir, device: str = "auto") -> TrainedModel:
         scoring,
         task,
         generation,
-        _adaptive(recorded),
+        _adaptive(recorded) if recorded is not None else None,
     )
 
 
@@ -90,9 +91,9 @@ def _adaptive(results: RunResults) -> Any:
     from calm_core.calibration.posthoc.ats import AdaptiveTemperature
 
     record = results.calibrator("ats")
-    if not isinstance(record, dict) or "note" in record or (record.get("components") and not record.get("weights")):
+    if record is None or record.note is not None or (record.get("components") and not record.get("weights")):
         return None
-    return AdaptiveTemperature.from_json(record, "`ats` in results.json")
+    return AdaptiveTemperature.from_json(record.to_json(), "`ats` in results.json")
 
 
 def _scores(trained: TrainedModel, item: MCItem, adapter: bool, head: bool) -> np.ndarray:
@@ -121,16 +122,17 @@ def option_probabilities(trained: TrainedModel, item: MCItem) -> dict[str, np.nd
         out["ts"] = base / trained.temperature
     if trained.adaptive is not None:  # this question's own temperature, from its hidden state
         out["ats"] = trained.adaptive.transform(base, h)
-    if trained.run_id is not None:
+    method = trained.method  # a loaded run's method; None for the base model alone (`untrained`)
+    if trained.run_id is not None and method is not None:
         head = trained.head
         reads = head is not None and head.reads_features  # the adaptive head: the adapted model's state
         theta, h_theta = _scored(trained, item, adapter=True, head=False, features=reads)
         if head is None or head.acts_on == "options":  # the forward pass is theta's: reuse it
-            out[trained.method] = apply_option_head(theta, head, h_theta)
+            out[method] = apply_option_head(theta, head, h_theta)
         else:
-            out[trained.method] = _scores(trained, item, adapter=True, head=True)
+            out[method] = _scores(trained, item, adapter=True, head=True)
         if head is not None:
-            out[f"{trained.method}_theta_only"] = theta
+            out[f"{method}_theta_only"] = theta
     return {name: metrics.softmax(logits)[0] for name, logits in out.items()}
 
 

@@ -31,8 +31,9 @@ from calm_core.results.predictions import row_predictions
 from calm_core.results.report_svg import line_svg, reliability_svg
 from calm_core.results.run_facts import head_scope
 from calm_core.results.tables import ADDED_MARK, added_lines, compare_rows, posthoc_lines, result_columns
+from calm_core.runs.choices_record import RunChoices
 from calm_core.runs.portable import Portable, portable_config
-from calm_core.runs.records import RunResults, RunStatus
+from calm_core.runs.records import RunEnvironment, RunResults, RunStatus
 from calm_core.runs.rundir import RunDir
 from calm_core.training.config import recorded_bilevel
 
@@ -136,16 +137,11 @@ def _settings(run: RunDir, portable: Portable, status: RunStatus | None) -> str:
     config.json folded away; the model and the datasets by name (portable_config), with
     the model's fingerprint."""
     config = portable_config(run.config)
-    env = config.get("environment") or {}
-    versions = ", ".join(f"{k} {v}" for k, v in (env.get("versions") or {}).items())
+    env = run.config.environment
     items = _training_items(config.get("train") or {}, status, run.config.train.task, portable.fingerprint)
     items += setting_choice_lines(_choices(status))  # the scoring rule and precision, with the reason
-    items += fast_path_items(_choices(status).get("fast_paths"))  # measured, with the reason
-    items += [
-        ("environment", f"{env.get('machine')}, Python {env.get('python')}; {versions}" if env else None),
-        ("git", env.get("git")),
-        ("created", env.get("created")),
-    ]
+    items += fast_path_items(_choices(status).fast_paths)  # measured, with the reason
+    items += _environment_items(env)
     table = "".join(f"<tr><th>{escape(k)}</th><td>{escape(str(v))}</td></tr>" for k, v in items if v is not None)
     config_text = json.dumps(config, indent=2, sort_keys=True, default=str)
     return (
@@ -154,16 +150,29 @@ def _settings(run: RunDir, portable: Portable, status: RunStatus | None) -> str:
     )
 
 
-def _choices(status: RunStatus | None) -> Mapping[str, Any]:
-    """status.json's `choices` ({} when the status is lost: the report still shows the results)."""
-    return status.choices if status is not None else {}
+def _environment_items(env: RunEnvironment | None) -> list[tuple[str, Any]]:
+    """(label, value) of where the run was launched (config.json's `environment`)."""
+    if env is None:
+        return []
+    versions = ", ".join(f"{k} {v}" for k, v in (env.versions or {}).items())
+    return [
+        ("environment", f"{env.machine}, Python {env.python}; {versions}"),
+        ("git", env.git),
+        ("created", env.created),
+    ]
+
+
+def _choices(status: RunStatus | None) -> RunChoices:
+    """status.json's `choices` (none recorded when the status is lost: the report still shows the results)."""
+    return status.choices if status is not None else RunChoices()
 
 
 def _lora_targets(lora: dict[str, Any], status: RunStatus | None) -> str:
     """The modules LoRA adapted, as the run found them in its model (status.json's
     choices), and the request they came from when that was a group (`attention`)."""
     asked = list(lora.get("target_modules") or [])
-    found = (_choices(status).get("lora") or {}).get("targets")
+    lora_choice = _choices(status).lora
+    found = list(lora_choice.targets) if lora_choice is not None else []
     if not found or found == asked:
         return ", ".join(asked)
     return f"{', '.join(found)} ({', '.join(asked)})"
@@ -175,7 +184,8 @@ def _training_items(
     """(label, value) of method, scope, model (by name, and its files' `fingerprint`),
     scoring, data, optimizer, and the BOME settings of a calm run or the generation
     settings of an open-QA one."""
-    model = (status.model if status is not None else None) or {}
+    model = status.model if status is not None else None
+    loaded_as = [v for v in (model.kind, model.device, model.dtype) if v] if model is not None else []
     lora, t = train.get("lora") or {}, train.get
     items = [
         ("method", t("method")),
@@ -183,7 +193,7 @@ def _training_items(
         ("head scope (effective)", head_scope(train) if train else None),
         ("model", t("model")),
         ("model fingerprint", fingerprint),
-        ("loaded as", ", ".join(str(model[k]) for k in ("kind", "device", "dtype") if model.get(k)) or None),
+        ("loaded as", ", ".join(loaded_as) or None),
         ("scoring rule", f"{t('scoring')}, chat template {'on' if t('chat_template') else 'off'}"),
         ("steps", f"{status.step if status is not None else '?'} of {t('steps')}"),
         ("S_T (training set)", _data(train, "train")),

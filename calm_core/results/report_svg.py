@@ -15,8 +15,9 @@ WHISKER = "#e6962a"  # app/reliability_charts.py's interval colour: seen on the 
 PLOT_W, TOP_H, HIST_H, LEFT, TOP = 200, 170, 40, 38, 8  # px: plot width, panel heights, margins
 
 
-def _tag(name: str, text: str = "", **attrs: Any) -> str:
-    """An SVG element; attribute values and text are escaped (trailing _ dropped from names)."""
+def _tag(name: str, text: str = "", /, **attrs: object) -> str:
+    """An SVG element; attribute values and text are escaped (trailing _ dropped from names).
+    `text` is positional only, so an attribute mapping (`**pen`) can never fill it."""
     attr = "".join(f' {k.rstrip("_").replace("_", "-")}="{escape(str(v))}"' for k, v in attrs.items())
     return f"<{name}{attr}>{escape(text)}</{name}>" if text else f"<{name}{attr}/>"
 

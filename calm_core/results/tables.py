@@ -63,7 +63,10 @@ def compare_rows(runs: list[RunDir]) -> list[dict[str, Any]]:
     `<variant>@<run name or id>`. A set read from a file is shown by the file's name, never
     its path on this machine (`portable.public_dataset_name`), unless two files share one.
     Each row keeps `variant_raw` and `dataset_raw` (the names in its run's files) and `run`."""
-    rows, seen, shared, shown = [], set(), shared_variants(), {}
+    rows: list[dict[str, Any]] = []
+    seen: set[tuple[str, str]] = set()
+    shown: dict[str, str] = {}  # the base name a table shows -> the dataset showing it
+    shared = shared_variants()
 
     for run in runs:
         if not run.has_results():
@@ -105,7 +108,7 @@ def added_lines(rows: list[dict[str, Any]]) -> list[str]:
     """One line per set added after training among `compare_rows` rows: what it measured
     and when ("arc/easy_test (added): 200 items, sha256:..., step 40, added 2026-12-01T...,
     run R"), so a table's added rows can be traced to their data."""
-    lines = {}
+    lines: dict[tuple[str, str], str] = {}
     for row in rows:
         if row.get("added_after_training"):
             lines.setdefault(
@@ -150,13 +153,13 @@ def posthoc_lines(results: RunResults, notes_only: bool = False) -> list[str]:
     lines = []
     for name, cls in calibrators().items():
         record = results.calibrator(name)
-        if not isinstance(record, dict):
+        if record is None:
             continue
-        if "note" in record:
-            lines.append(str(record["note"]))
+        if record.note is not None:
+            lines.append(record.note)
             continue
         try:
-            fitted = cls.from_json(record)
+            fitted = cls.from_json(record.to_json())
         except (TypeError, ValueError):  # another version's record: nothing to say rather than a wrong line
             continue
         if not notes_only:

@@ -101,7 +101,7 @@ class Portable:
         """The run's model name and fingerprint, and every local path it knows of."""
         train = run.config.train
         status = run.status_or_none()
-        loaded = (status.model if status is not None else None) or {}
+        loaded: Mapping[str, Any] = (status.model if status is not None else None) or {}
         model = str(train.get("model") or "embedded")
         pairs = _model_paths(model, loaded) + _dataset_paths(run, train) + [(str(run.path), run.run_id)]
         pairs += _machine_folders()
