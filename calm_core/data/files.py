@@ -32,7 +32,7 @@ def read_csv(path: Path) -> Any:
 
 def csv_header(path: Path, where: str, max_columns: int, max_bytes: int) -> list[str]:
     """The CSV's column names; DataError when there are none, more than `max_columns`,
-    more than `max_bytes` of them, they are not UTF-8 or repeat (`budgets` holds the limits).
+    more than `max_bytes` of them, they are not UTF-8 or repeat (`sources` holds the limits).
     Every check is linear in the number of columns."""
     with read_csv(path) as handle:
         header = [h.strip() for h in next(csv.reader(_bounded_lines(handle, max_bytes, where)), [])]
@@ -87,7 +87,7 @@ def _bounded_lines(handle: Any, max_bytes: int, where: str) -> Any:
 
 
 def check_columns(count: int, where: str, max_columns: int) -> None:
-    """DataError when a file has more than `max_columns` columns (`budgets.MAX_COLUMNS`)."""
+    """DataError when a file has more than `max_columns` columns (`sources.MAX_COLUMNS`)."""
     if count > max_columns:
         raise DataError(
             f"Expected at most {max_columns:,} columns in {where}, but it has {count:,}: "
@@ -98,8 +98,8 @@ def check_columns(count: int, where: str, max_columns: int) -> None:
 def open_parquet(path: Path, where: str, max_columns: int | None = None) -> Any:
     """A `pyarrow.parquet.ParquetFile` with at least one row (and at most `max_columns`
     leaf columns); DataError otherwise. Its text columns read as dictionaries: a value a
-    file repeats is held once however many rows use it, and `parquet_rows` counts its decoded
-    size before any row is made of it (`parquet_rows.parquet_rows`). Text stored with a DELTA
+    file repeats is held once however many rows use it, and `sources` counts its decoded
+    size before any row is made of it (`sources.parquet_rows`). Text stored with a DELTA
     encoding reads as plain text, since Arrow cannot decode it to a dictionary
     (`parquet_sizes.dictionary_text`); its batches are sized for that."""
     import pyarrow as pa

@@ -1,7 +1,7 @@
 """Loaders: JSONL, CSV and Parquet files -> validated items (HF datasets: `calm_core.data.hf`).
 
 Every loader runs the same three stages, each once over a chunk of rows
-(`CHUNK_ROWS`, `rows.row_chunks`; a streamed file one row at a time), then keeps rows
+(`CHUNK_ROWS`, `sources.row_chunks`; a streamed file one row at a time), then keeps rows
 in file order until its limit:
 
 1. read raw rows (`calm_core.data.readers`, through the format's one reader): one dict per row, or a `RowError` for a
@@ -34,12 +34,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from calm_core.data.budgets import JSON_COST_PER_BYTE
 from calm_core.data.encoding import encoding_hint, file_encoding, is_utf8_name, utf8_copy
 from calm_core.data.guess import GUESS_ROWS
 from calm_core.data.mapping import ColumnMapping, normalise_rows, resolve_kind
 from calm_core.data.readers import check_readable, decodes_past, detect_format, open_source, open_table
-from calm_core.data.rows import Record, RowSource, Table, row_chunks
 from calm_core.data.schema import (
     REJECTED_SHOWN,
     DataError,
@@ -47,11 +45,18 @@ from calm_core.data.schema import (
     RowError,
     validate_records,
 )
-from calm_core.data.sources import JsonlSource
+from calm_core.data.sources import (
+    JSON_COST_PER_BYTE,
+    UNDECODABLE,
+    JsonlSource,
+    Record,
+    RowSource,
+    Table,
+    row_chunks,
+)
 from calm_core.data.stream import STREAM_FROM_BYTES, Index, build_index
-from calm_core.data.text_rows import UNDECODABLE
 
-CHUNK_ROWS = 256  # rows mapped and validated per stage call (rows.row_chunks); the limit is checked per row
+CHUNK_ROWS = 256  # rows mapped and validated per stage call (sources.row_chunks); the limit is checked per row
 MAX_ERRORS_SHOWN = REJECTED_SHOWN  # row errors quoted in a DataError message
 
 

@@ -16,7 +16,7 @@ so many rows as fit in a byte budget, not a fixed number of rows. Per column chu
 - anything else: 8 bytes a value (the levels, offsets and indices it decodes to).
 
 `declared_bytes` is the file's total (checked against its budget when it is opened,
-`budgets.Budget.declared`); `batch_rows` the rows one batch of a row group may hold; and
+`sources.Budget.declared`); `batch_rows` the rows one batch of a row group may hold; and
 `cell_bytes` what each cell of a decoded batch holds, counted in Arrow before a Python
 row is made of it.
 """

@@ -18,12 +18,20 @@ import itertools
 from pathlib import Path
 from typing import Iterator
 
-from calm_core.data.budgets import MAX_COLUMNS, json_decodes_past
 from calm_core.data.files import BOM, READ_ERRORS, open_parquet, unreadable
-from calm_core.data.parquet_rows import parquet_decodes_past
-from calm_core.data.rows import FileReader, Record, Row, Table, guarded
 from calm_core.data.schema import DataError
-from calm_core.data.sources import FILE_FORMATS, FileSource
+from calm_core.data.sources import (
+    FILE_FORMATS,
+    MAX_COLUMNS,
+    FileReader,
+    FileSource,
+    Record,
+    Row,
+    Table,
+    guarded,
+    json_decodes_past,
+    parquet_decodes_past,
+)
 
 FORMATS = {suffix: fmt.name for fmt in FILE_FORMATS.values() for suffix in fmt.suffixes}  # ".csv" -> "csv", derived
 
@@ -110,7 +118,7 @@ def open_table(path: Path, fmt: str, source: str | None = None) -> Table:
 def decodes_past(path: Path, fmt: str, size: int) -> bool:
     """Whether a file's rows decode to `size` bytes or more: a file that large on disk does;
     a CSV file decodes a byte to at most a byte; JSON lines are counted as Python holds
-    them (`budgets.json_cost`); a Parquet file's rows are counted in Arrow, as a Parquet
+    them (`sources.json_cost`); a Parquet file's rows are counted in Arrow, as a Parquet
     bomb can be 1 KB on disk. A file that cannot be opened says no: its read says why."""
     if not path.is_file():
         return False

@@ -1,10 +1,8 @@
 """Row sources: one reader per file format, which reads a file whole (`table`, what the
 eager loader validates) and row by row (`scan`) and again at chosen rows (`read`), which
 is what streaming (`calm_core.data.stream`) indexes and reads back. Both reads walk the
-same rows through the same parser (`calm_core.data.text_rows`, `calm_core.data.parquet_rows`),
-so they cannot disagree; what a row is and how rows are walked is `calm_core.data.rows`'s,
-what a read may cost `calm_core.data.budgets`'s, and what is opened once per file (a header,
-a Parquet schema, the held-open file) is `calm_core.data.files`'s.
+same rows through the same parser (below), so they cannot disagree; what is opened once per
+file (a header, a Parquet schema, the held-open file) is `calm_core.data.files`'s.
 
 `FILE_FORMATS` is the one table of formats: a format's name, the suffixes that name its
 files, and the reader that opens it. Adding a format is a reader and a line there;
@@ -21,18 +19,278 @@ a change to it in place (size or modification time) raises DataError rather than
 from __future__ import annotations
 
 import csv
+import itertools
+import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Protocol, Union
 
 import numpy as np
 
-from calm_core.data.budgets import MAX_COLUMNS, MAX_ROW_BYTES, Budget, check_cells, json_cost, row_too_long
-from calm_core.data.files import BOM, OpenFile, check_columns, csv_header, open_parquet
-from calm_core.data.parquet_rows import check_parquet, parquet_rows
-from calm_core.data.rows import FileReader, KeyedRow, Row, Table, guarded_scan
-from calm_core.data.text_rows import bounded_lines, csv_lines, csv_record, json_array_rows, parse_json_line, some_rows
+from calm_core.data.files import (
+    BOM,
+    READ_ERRORS,
+    OpenFile,
+    check_columns,
+    csv_header,
+    open_parquet,
+    read_failed,
+)
+from calm_core.data.parquet_sizes import batch_rows, cell_bytes, declared_bytes, dictionary_text
+from calm_core.data.schema import DataError, RowError, is_utf8
+
+UNDECODABLE = "Expected UTF-8 text, but got undecodable bytes"
+PARQUET_BATCH = 1024  # at most this many rows decoded at a time (fewer when they decode past MAX_BATCH_BYTES)
+
+Record = dict[str, Any]
+Row = tuple[int, Union[Record, RowError]]  # (1-based row number, raw record or why it is unreadable)
+KeyedRow = tuple[int, int, Any]  # (1-based row number, key, raw record or RowError)
+
+
+@dataclass
+class Table:
+    """Raw rows of one source: the column names present and a (lazy) row iterator."""
+
+    source: str  # the name row errors carry (file name or "hf:<name>")
+    where: str  # the full location, for whole-file messages
+    columns: list[str]
+    rows: Iterable[Row]
+
+
+class RowSource(Protocol):
+    """One file or dataset read row by row (`scan`) and again at chosen rows (`read`)."""
+
+    source: str  # how row errors name it
+    where: str  # how whole-file errors name it
+    columns: list[str] | None  # known before reading rows (CSV, Parquet, HF); None for JSONL
+
+    def scan(self) -> Iterator[KeyedRow]: ...
+
+    def read(self, keys: Sequence[int] | np.ndarray) -> list[Any]: ...  # ints, or an int64 array
+
+
+class FileReader(Protocol):
+    """What a format's opener gives: its rows read whole. A reader that also streams is
+    a `FileSource` (below), and a `RowSource`."""
+
+    def rows(self) -> Iterator[Row]: ...
+
+    def table(self) -> Table: ...
+
+
+# ----------------------------------------------------------------------------- one row at a time
+
+
+def text_bytes(value: Any) -> int:
+    """Decoded bytes of a cell's text: a string, or the strings of a list (a JSON row's
+    `choices`); exact UTF-8 only for a string long enough to matter."""
+    if isinstance(value, str):
+        return len(value) if len(value) <= MAX_CELL_BYTES // 4 else len(value.encode("utf-8", "surrogatepass"))
+    if isinstance(value, list):
+        return sum(text_bytes(v) for v in value if isinstance(v, str))
+    return 0
+
+
+def check_cells(record: Record, number: int, budget: Budget) -> None:
+    """Every cell of a parsed text row (CSV, JSON) within `MAX_CELL_BYTES`."""
+    for column, value in record.items():
+        budget.cell(text_bytes(value), number, column)
+
+
+def bounded_lines(handle: Any, where: str) -> Iterator[bytes]:
+    """The lines of a binary handle (split at \\n), each read at most `MAX_ROW_BYTES` at a
+    time: a longer one is refused before it is held whole."""
+    number = 0
+    while line := handle.readline(MAX_ROW_BYTES + 1):
+        number += 1
+        if len(line) > MAX_ROW_BYTES:
+            raise row_too_long(where, number)
+        yield line
+
+
+def some_rows(rows: Iterator[Row], where: str) -> Iterator[Row]:
+    """`rows`, or a DataError once they end when there was none (a file of blank lines)."""
+    empty = True
+    for row in rows:
+        empty = False
+        yield row
+    if empty:
+        raise DataError(f"Expected data rows in {where}, but the file has only blank lines")
+
+
+def parse_json_line(raw: bytes, source: str, number: int) -> Record | RowError:
+    try:
+        value = json.loads(raw.decode("utf-8-sig"))
+    except UnicodeDecodeError:
+        return RowError(source, number, "", UNDECODABLE)
+    except json.JSONDecodeError as exc:
+        return RowError(source, number, "", f"Expected valid JSON, but got {exc.msg} at column {exc.colno}")
+    except (ValueError, RecursionError):  # a number past 4300 digits, nesting past Python's stack
+        return RowError(source, number, "", "Expected valid JSON, but got a number or nesting too large to read")
+    if not isinstance(value, dict):
+        return RowError(source, number, "", f"Expected a JSON object, but got {_json_type(value)}")
+    return value
+
+
+def _json_type(value: Any) -> str:
+    """JSON's name for a parsed value ("array", not Python's "list")."""
+    names = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number", float: "number"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)
+
+
+def json_array_rows(path: Path, source: str, where: str) -> Iterator[Row]:
+    """A .json file holding one array of objects; rows are 1-based array positions. It is
+    parsed whole, so it may decode to at most `MAX_JSON_ARRAY_BYTES` (`json_cost`)."""
+    size = path.stat().st_size
+    data = path.read_bytes() if size <= MAX_JSON_ARRAY_BYTES else b""  # a larger file is not read
+    cost = json_cost(data) if data else size
+    if cost > MAX_JSON_ARRAY_BYTES:
+        raise DataError(
+            f"Expected a JSON array that decodes to at most {_mib(MAX_JSON_ARRAY_BYTES)} in {where}, but it decodes to "
+            f"{cost:,} bytes: save it as JSON lines (one object a line), which are read a row at a time"
+        )
+    try:
+        values = json.loads(data.decode("utf-8-sig"))
+    except UnicodeDecodeError:
+        raise DataError(f"Expected a JSON array of objects in {where}, but it is not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        message = f"Expected a JSON array of objects in {where}, but got {exc.msg} at line {exc.lineno}"
+        raise DataError(message) from None
+    except (ValueError, RecursionError):  # a number past 4300 digits, nesting past Python's stack
+        message = f"Expected a JSON array of objects in {where}, but it holds a number or nesting too large to read"
+        raise DataError(message) from None
+    budget, columns = Budget(path, where), set[str]()
+    for number, value in enumerate(values, start=1):
+        if isinstance(value, dict):
+            check_cells(value, number, budget)
+            columns.update(value)
+            if len(columns) > MAX_COLUMNS:
+                check_columns(len(columns), where, MAX_COLUMNS)
+            yield number, value
+        else:
+            yield number, RowError(source, number, "", f"Expected a JSON object, but got {_json_type(value)}")
+
+
+def csv_lines(handle: Any) -> Iterator[tuple[int, str]]:
+    """(byte offset, text) of every line of a binary handle, as `read_csv`'s text handle
+    splits them (at \\n, \\r\\n and a lone \\r) and decodes them (bad bytes kept as
+    surrogates). The offset is where a row can be read again (`sources.CsvSource.read`):
+    a text handle's `tell()` is an opaque cookie, not a position."""
+    offset = 0
+    for chunk in iter(lambda: handle.readline(MAX_ROW_BYTES + 1), b""):  # split at \n; a lone \r below
+        for raw in chunk.splitlines(keepends=True) if b"\r" in chunk else (chunk,):
+            yield offset, raw.decode("utf-8", "surrogateescape")
+            offset += len(raw)
+
+
+def csv_record(number: int, cells: list[str], header: list[str], source: str) -> Record | RowError | None:
+    """One CSV row's record, its RowError (wrong number of fields, undecodable bytes), or
+    None for a blank row (skipped, though it keeps its number)."""
+    if not any(cell.strip() for cell in cells):
+        return None
+    if len(cells) != len(header):
+        return RowError(source, number, "", f"Expected {len(header)} fields as in the header, but got {len(cells)}")
+    bad = next((column for column, cell in zip(header, cells, strict=True) if not is_utf8(cell)), None)
+    if bad is not None:
+        return RowError(source, number, bad, UNDECODABLE)
+    return dict(zip(header, cells, strict=True))
+
+
+def parquet_rows(parquet: Any, where: str, budget: Budget) -> Iterator[Row]:
+    """The rows of a Parquet file, from its counted batches (`counted_batches`), made into
+    Python rows at most `MAX_BATCH_BYTES` of them at once."""
+    import pyarrow as pa
+
+    number = 0
+    try:
+        for batch, sizes in counted_batches(parquet, budget):
+            for piece in pieces(batch, sizes):
+                for record in piece.to_pylist():  # plain Python values: lists stay lists
+                    number += 1
+                    yield number, record
+    except pa.ArrowException as exc:  # a damaged data page: the rows after it cannot be located
+        raise DataError(f"Expected readable data in {where}, but reading after row {number} failed: {exc}") from None
+
+
+def counted_batches(parquet: Any, budget: Budget) -> Iterator[tuple[Any, np.ndarray]]:
+    """A Parquet file's batches (`PARQUET_BATCH` rows at most) with each row's decoded
+    bytes. A batch is decoded with its text as dictionaries (`files.open_parquet`), so its
+    rows' sizes are counted (`cell_bytes`) and checked against the budget before anything
+    is made of it (Python rows, or `worker`'s honest copy)."""
+    number = 0
+    for batch in _batches(parquet):
+        sizes = np.zeros(batch.num_rows, np.int64)
+        for column, array in zip(batch.schema.names, batch.columns, strict=True):
+            cells = cell_bytes(array)
+            if len(cells) and cells.max() > MAX_CELL_BYTES:
+                first = int(np.argmax(cells > MAX_CELL_BYTES))
+                budget.cell(int(cells[first]), number + first + 1, column)
+            sizes += cells
+        for row, size in enumerate(sizes.tolist(), start=number + 1):
+            budget.row(size, row)
+        number += batch.num_rows
+        yield batch, sizes
+
+
+def parquet_decodes_past(parquet: Any, size: int) -> bool:
+    """Whether a Parquet file's rows decode to `size` bytes or more, counted in Arrow (its
+    text as dictionaries) without making a row: `loaders.load_file` streams such a file
+    however small it is on disk. A damaged file says False: its read says what is wrong."""
+    import pyarrow as pa
+
+    total = 0
+    if declared_bytes(parquet.metadata, parquet.schema) >= size:  # streamed: its scan checks the budget first
+        return True
+    try:
+        for batch in _batches(parquet):
+            total += sum(int(cell_bytes(array).sum()) for array in batch.columns)
+            if total >= size:
+                return True
+    except (pa.ArrowException, OSError):
+        return False
+    return False
+
+
+def _batches(parquet: Any) -> Iterator[Any]:
+    """One row group after another (a batch across two groups would join two dictionaries,
+    which Arrow cannot do for a nested column), each in batches of as many rows as its
+    footer says decode to `MAX_BATCH_BYTES` (`parquet_sizes.batch_rows`), at most
+    `PARQUET_BATCH`: Arrow decodes a whole batch before any row of it can be counted."""
+    meta, schema = parquet.metadata, parquet.schema
+    dictionary = set(dictionary_text(meta, schema))
+    for group in range(meta.num_row_groups):
+        rows = batch_rows(meta, schema, group, dictionary, MAX_BATCH_BYTES, PARQUET_BATCH)
+        yield from parquet.iter_batches(batch_size=rows, row_groups=[group])
+
+
+def pieces(batch: Any, sizes: np.ndarray) -> Iterator[Any]:
+    """`batch` in zero-copy slices of at most `MAX_BATCH_BYTES` decoded bytes (at least a row each)."""
+    start, total = 0, np.cumsum(sizes)
+    while start < len(sizes):
+        before = int(total[start - 1]) if start else 0
+        stop = max(start + 1, int(np.searchsorted(total, before + MAX_BATCH_BYTES, side="right")))
+        yield batch.slice(start, stop - start)
+        start = stop
+
+
+def guarded(table: Table) -> Iterator[Row]:
+    """Rows of `table`, turning a read failure half-way through into one DataError."""
+    number = 0
+    try:
+        for number, raw in table.rows:
+            yield number, raw
+    except READ_ERRORS as exc:
+        raise read_failed(table.where, number, exc) from None
+
+
+def row_chunks(table: Table, size: int) -> Iterator[list[Row]]:
+    """`guarded(table)`'s rows in lists of up to `size`: a loader runs each stage (map the
+    columns, validate) over a chunk at once, in file order, and can stop after any chunk."""
+    rows = guarded(table)
+    while chunk := list(itertools.islice(rows, size)):
+        yield chunk
+
 
 # ----------------------------------------------------------------------------- the readers
 
@@ -224,6 +482,17 @@ class ParquetSource(FileSource):
         self.parquet = open_parquet(self.path, self.where)  # its text as dictionaries, as when indexed
 
 
+def check_parquet(parquet: Any, budget: Budget) -> None:
+    """What a Parquet file's footer alone refuses, before any page is decoded: a fixed-width
+    column wider than a cell may be (every value of it decodes to that width), and a file
+    that declares more than its budget (`parquet_sizes.declared_bytes`: every chunk's
+    uncompressed pages, 8 bytes a value, a fixed-width column's width for every value)."""
+    for leaf in parquet.schema:
+        if leaf.physical_type == "FIXED_LEN_BYTE_ARRAY":
+            budget.cell(max(leaf.length or 0, 0), 1, leaf.path)
+    budget.declared(declared_bytes(parquet.metadata, parquet.schema))
+
+
 class HFSource:
     """A Hugging Face `datasets.Dataset` (memory-mapped Arrow); the key is the row index."""
 
@@ -257,6 +526,119 @@ def starts_with(path: Path, prefix: bytes) -> bool:
     """Whether the file's first non-blank bytes (after a BOM) are `prefix`."""
     with path.open("rb") as handle:
         return handle.read(4096).removeprefix(BOM).lstrip().startswith(prefix)
+
+
+# ----------------------------------------------------------------------------- what a file may cost
+#
+# A file is read against these budgets WHILE it is read, before the expanded data exists:
+# a Parquet file's metadata is checked when it is opened, its text columns are decoded as
+# dictionaries (a value used a thousand times is held once) and each batch's decoded size is
+# computed from them before a Python row is made; a CSV record or a JSON line is read at
+# most `MAX_ROW_BYTES` at a time, and a JSON line is counted as Python will hold it
+# (`json_cost`) before it is parsed. Every reader, whole and streamed, goes through `Budget`;
+# a file that decodes to `stream.STREAM_FROM_BYTES` is streamed (`readers.decodes_past`).
+# A refusal is one DataError line naming the limit and the way out (docs/security.md,
+# "Upload budgets", has the figures tests/test_budgets.py and tests/test_attacks_uploads.py measure).
+
+# Costs a legitimate user: a spreadsheet wider than 10,000 columns; a dataset uses a handful.
+MAX_COLUMNS = 10_000
+# Costs: one question, option or answer over 1 MiB of text (about 250,000 tokens, past any
+# model's context window). CSV's own stdlib limit (128 KiB) is raised to match (below).
+MAX_CELL_BYTES = 2**20
+# Costs: one row (a CSV record, a JSON line, a Parquet row) that decodes to over 8 MiB, all
+# its cells together (a JSON line: about 2.5 times its text, `json_cost`).
+MAX_ROW_BYTES = 8 * 2**20
+# Costs nothing: the Python rows made at once from a Parquet batch; a batch over it is made
+# a few rows at a time (`parquet_rows`), so it sets peak memory and refuses no file.
+MAX_BATCH_BYTES = 64 * 2**20
+# Costs: a file that decodes to more than 64 times its own size, past the first 64 MiB (a
+# Parquet file of one long text repeated: the shape of a bomb). CSV decodes a byte to at
+# most a byte and JSON to at most about 33 (`json_cost`), so only Parquet can reach it; save
+# such a file as JSON lines.
+MAX_EXPANSION = 64
+EXPANSION_FREE_BYTES = 64 * 2**20
+# Costs: a `.json` array that decodes to more than 64 MiB (`json_cost`: about a 25 MB
+# file of questions), which is parsed whole; JSON lines stream instead.
+MAX_JSON_ARRAY_BYTES = 64 * 2**20
+
+csv.field_size_limit(max(csv.field_size_limit(), MAX_ROW_BYTES))  # cells are held to MAX_CELL_BYTES by `Budget`
+
+
+def json_cost(raw: bytes) -> int:
+    """The decoded bytes of JSON text as Python holds it, from its punctuation (no parse):
+    64 a list or object, 32 an item (its pointer, a number), 25 a quote (half a string's
+    header). Questions decode to about 2.5 times their text; empty lists or objects, the
+    worst a parse allows, to 22 or 33 times, which `MAX_ROW_BYTES` and the streaming of
+    JSON lines then bound."""
+    return len(raw) + 64 * (raw.count(b"[") + raw.count(b"{")) + 32 * raw.count(b",") + 25 * raw.count(b'"')
+
+
+JSON_COST_PER_BYTE = 65  # the most `json_cost` gives a byte (a "["): a smaller file cannot decode past a budget
+
+
+def json_decodes_past(path: Path, size: int) -> bool:
+    """Whether a JSON-lines file decodes to `size` bytes or more (`json_cost`), read 1 MiB at a time."""
+    total = 0
+    with path.open("rb") as handle:
+        while chunk := handle.read(2**20):
+            total += json_cost(chunk)
+            if total >= size:
+                return True
+    return False
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:g} MiB"
+
+
+class Budget:
+    """What one read of one file has spent: each cell and row is checked as it is decoded
+    (before Python objects are made of it), and the file's total against `MAX_EXPANSION`
+    times its size. Raises one DataError line
+    naming the limit and the way out.
+
+    What the budgets cannot see is a hand-made Parquet file whose metadata understates its
+    pages (`declared_bytes`): Arrow decodes a batch sized from it before a row is counted.
+    An upload's Parquet is therefore decoded in `worker`, a process under a memory limit.
+    """
+
+    def __init__(self, path: Path, where: str) -> None:
+        self.where = where
+        self.allowed = max(EXPANSION_FREE_BYTES, MAX_EXPANSION * path.stat().st_size)
+        self.spent = 0
+
+    def cell(self, size: int, number: int, column: str) -> None:
+        if size > MAX_CELL_BYTES:
+            raise DataError(
+                f"Expected cells of at most {_mib(MAX_CELL_BYTES)} in {self.where}, but row {number}'s "
+                f"{column} holds {size:,} bytes: shorten it or leave that column out of the file"
+            )
+
+    def row(self, size: int, number: int) -> None:
+        """A row of `size` decoded bytes: within `MAX_ROW_BYTES`, and within the file's budget."""
+        if size > MAX_ROW_BYTES:
+            raise row_too_long(self.where, number)
+        self.spent += size
+        if self.spent > self.allowed:
+            raise DataError(
+                f"Expected {self.where} to decode to at most {_mib(self.allowed)} ({MAX_EXPANSION} times its size, "
+                f"or {_mib(EXPANSION_FREE_BYTES)}), but it decodes to more by row {number}: save it as JSON lines"
+            )
+
+    def declared(self, size: int) -> None:
+        """A Parquet file whose metadata declares `size` decoded bytes: refused before reading."""
+        if size > self.allowed:
+            raise DataError(
+                f"Expected {self.where} to decode to at most {_mib(self.allowed)} ({MAX_EXPANSION} times its size, "
+                f"or {_mib(EXPANSION_FREE_BYTES)}), but its metadata declares {size:,} bytes: save it as JSON lines"
+            )
+
+
+def row_too_long(where: str, number: int) -> DataError:
+    return DataError(
+        f"Expected rows of at most {_mib(MAX_ROW_BYTES)} in {where}, but row {number} holds more: "
+        "shorten its cells or split the row"
+    )
 
 
 @dataclass(frozen=True)
@@ -293,3 +675,13 @@ FILE_FORMATS = {  # the one table of formats: readers.detect_format, open_table 
         FileFormat("parquet", (".parquet", ".pq"), _open_parquet),
     )
 }
+
+
+def guarded_scan(source: RowSource) -> Iterator[KeyedRow]:
+    """`source.scan()`, turning a read failure half-way through into one DataError."""
+    number = 0
+    try:
+        for number, key, raw in source.scan():
+            yield number, key, raw
+    except READ_ERRORS as exc:
+        raise read_failed(source.where, number, exc) from None

@@ -48,8 +48,8 @@ from typing import Any, overload
 import numpy as np
 
 from calm_core.data.files import READ_ERRORS
-from calm_core.data.rows import KeyedRow, RowSource, guarded_scan
 from calm_core.data.schema import REJECTED_KEPT, DataError, RowError
+from calm_core.data.sources import KeyedRow, RowSource, guarded_scan
 
 STREAM_FROM_BYTES = 32 * 2**20  # files that decode to this much load as LazyItems (loaders.load_file)
 CHUNK_ROWS = 4096  # rows parsed per chunk when iterating

@@ -1,20 +1,20 @@
 """An uploaded Parquet file, decoded in a short-lived worker process under a memory limit.
 
-The read budgets (`budgets.Budget`) size each Parquet batch from what the file's footer
+The read budgets (`sources.Budget`) size each Parquet batch from what the file's footer
 declares, because Arrow decodes a whole batch before a row of it can be counted. A
 hand-made file whose footer understates its pages slips past them: a batch sized from the
 lie is decoded whole before the budget can refuse a row of it (docs/security.md has the
 file and what it cost). So the server decodes no uploaded Parquet page itself:
 
 1. it checks what is cheap first, in the server: the footer (`files.open_parquet`,
-   `parquet_rows.check_parquet`), so a file that declares too much is refused at once;
+   `sources.check_parquet`), so a file that declares too much is refused at once;
 2. it runs `python -m calm_core.data.worker` on the staged file. The worker limits its
    own writable memory (RLIMIT_DATA, `WorkerLimits.memory_mib`) before it imports Arrow,
    with one thread and the system allocator (Arrow's own allocator reserves memory it
    never touches, which the limit would count), reads the file through the same budgets
-   (`parquet_rows.counted_batches`) and writes what it read as a new Parquet file beside it:
+   (`sources.counted_batches`) and writes what it read as a new Parquet file beside it:
    plain encoding, no compression,
-   a row group per `budgets.MAX_BATCH_BYTES` of rows, written by Arrow, so its metadata
+   a row group per `sources.MAX_BATCH_BYTES` of rows, written by Arrow, so its metadata
    states the true sizes and the copy is never smaller than its text (the server's own
    budgets, run again on it, refuse nothing the worker read). Its answer is a JSON file
    beside the copy: `{"ok": true}` or the refusal's message; nothing is unpickled;
@@ -22,7 +22,7 @@ file and what it cost). So the server decodes no uploaded Parquet page itself:
    that names the limit. The server then reads the copy with its usual readers.
 
 CSV and JSON need no worker: a byte of them decodes to a bounded number of bytes
-(`budgets.json_cost`), counted from the bytes themselves, which cannot lie.
+(`sources.json_cost`), counted from the bytes themselves, which cannot lie.
 
     python -m calm_core.data.worker IN OUT WHERE LIMIT_BYTES ROWS   # what the server runs
 """
@@ -98,9 +98,8 @@ def decode_parquet(path: Path, where: str, rows: int = 0, limits: WorkerLimits |
     docstring says why): its first `rows` rows (0: all). Raises DataError, naming `where`,
     when the footer alone refuses it, when the worker's budgets do, or when it needs more
     than the memory limit or time."""
-    from calm_core.data.budgets import MAX_COLUMNS, Budget
     from calm_core.data.files import open_parquet
-    from calm_core.data.parquet_rows import check_parquet
+    from calm_core.data.sources import MAX_COLUMNS, Budget, check_parquet
 
     check_parquet(open_parquet(path, where, MAX_COLUMNS), Budget(path, where))  # cheap refusals stay cheap
     limits = limits or worker_limits()
@@ -170,9 +169,8 @@ def copy_parquet(path: Path, out: Path, where: str, rows: int) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from calm_core.data.budgets import MAX_COLUMNS, Budget
     from calm_core.data.files import open_parquet
-    from calm_core.data.parquet_rows import check_parquet, counted_batches, pieces
+    from calm_core.data.sources import MAX_COLUMNS, Budget, check_parquet, counted_batches, pieces
 
     parquet = open_parquet(path, where, MAX_COLUMNS)
     budget, written = Budget(path, where), 0
@@ -189,7 +187,7 @@ def copy_parquet(path: Path, out: Path, where: str, rows: int) -> None:
                         return
         except MemoryError:
             raise
-        except pa.ArrowException as exc:  # as `parquet_rows.parquet_rows` says it
+        except pa.ArrowException as exc:  # as `sources.parquet_rows` says it
             raise DataError(
                 f"Expected readable data in {where}, but reading after row {written} failed: {exc}"
             ) from None
