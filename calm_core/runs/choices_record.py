@@ -90,6 +90,7 @@ class TensorboardChoice:
 
     written: bool = False
     reason: str = ""
+    extra: JsonObject = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,7 @@ class RejectedRows:
     n_rejected: int
     n_items: int | None = None  # the items kept
     rejected: tuple[JsonObject, ...] = field(default_factory=tuple)
+    extra: JsonObject = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
