@@ -24,7 +24,7 @@ from calm_core.glossary import tooltip
 from calm_core.training.tasks import get_task
 
 KEPT = "train_kept"  # widget key -> the value it held when last drawn (a plain key: it outlives the widget)
-CALIBRATE_ON_KEY = "train_calibrate_on"  # the radio the one click of train_advice sets
+CALIBRATE_ON_KEY = "train_calibrate_on"  # the radio the one click of the advice (advice.py) sets
 SessionState = MutableMapping[str | int, Any]  # st.session_state (Streamlit's keys are str or int)
 TASK_KEY = "train_task"
 TASKS = {"multiple choice": "mcqa", "open answers": "openqa"}
