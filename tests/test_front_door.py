@@ -10,7 +10,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from app import door_keys, front
+from app.server import door_keys, front
 from calm_core.access import rules as access
 from calm_core.access.guesses import GuessLimiter, fastest_guesses, guesses_within
 from calm_core.access.hosts import allowed_hosts, host_name

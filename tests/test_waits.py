@@ -28,7 +28,7 @@ def spinners(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
 
 
 def test_the_first_page_of_a_fresh_server_imports_under_a_spinner(monkeypatch, spinners) -> None:
-    from app import warmup
+    from app.server import warmup
 
     monkeypatch.setattr(warmup, "HEAVY", ("json", "tabnanny"))
     monkeypatch.delitem(sys.modules, "tabnanny", raising=False)  # not imported yet: a fresh server
@@ -41,7 +41,7 @@ def test_the_first_page_of_a_fresh_server_imports_under_a_spinner(monkeypatch, s
 
 
 def test_the_background_import_leaves_nothing_missing(monkeypatch) -> None:
-    from app import warmup
+    from app.server import warmup
 
     monkeypatch.setattr(warmup, "HEAVY", ("json", "tabnanny"))
     monkeypatch.delitem(sys.modules, "tabnanny", raising=False)
