@@ -1,7 +1,7 @@
 """CALM Studio: `streamlit run app/main.py`.
 
-The server: Streamlit's ASGI app over the page router (app/studio.py), behind the front
-door (app/front.py), which checks the Host of every request and, in a shared studio,
+The server: Streamlit's ASGI app over the page router (app/server/studio.py), behind the front
+door (app/server/front.py), which checks the Host of every request and, in a shared studio,
 asks for the password before Streamlit serves anything. `streamlit run` finds `app`
 below and serves it with uvicorn; `.streamlit/config.toml` still applies.
 """
@@ -48,10 +48,10 @@ if str(ROOT) not in sys.path:
 import streamlit as st  # noqa: E402
 from starlette.middleware import Middleware  # noqa: E402
 
-from app import warmup  # noqa: E402
-from app.front import DoorRules, FrontDoor  # noqa: E402
-from app.gate import studio_access  # noqa: E402
-from app.upload_quota import UploadQuota  # noqa: E402
+from app.server import warmup  # noqa: E402
+from app.server.front import DoorRules, FrontDoor  # noqa: E402
+from app.server.gate import studio_access  # noqa: E402
+from app.server.upload_quota import UploadQuota  # noqa: E402
 from calm_core.access.clients import proxy_secret, trusted_proxies  # noqa: E402
 from calm_core.access.hosts import allowed_hosts, user_hosts  # noqa: E402
 
@@ -71,6 +71,6 @@ def door_rules() -> DoorRules:
 
 
 warmup.start_in_background()  # PyTorch and the scoring code load while the server waits for a browser
-# The door first (nothing before the password), then what an upload may hold (app/upload_quota.py).
+# The door first (nothing before the password), then what an upload may hold (app/server/upload_quota.py).
 middleware = [Middleware(FrontDoor, rules=door_rules), Middleware(UploadQuota)]
-app = st.App(str(Path(__file__).with_name("studio.py")), middleware=middleware)
+app = st.App(str(Path(__file__).parent / "server" / "studio.py"), middleware=middleware)

@@ -1,6 +1,6 @@
-"""The studio's pages, declared once: the router (app/studio.py, which app/main.py runs) builds its navigation from
-this list and tests/test_app_pages.py renders every page in it, so a page added here is
-routed and tested with no other edit."""
+"""The studio's pages, declared once: the router (app/server/studio.py, which app/main.py
+runs) builds its navigation from this list and tests/test_app_pages.py renders every page
+in it, so a page added here is routed and tested with no other edit."""
 
 from __future__ import annotations
 
@@ -9,11 +9,17 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class PageSpec:
-    """A page: its file under app/views/, its title in the sidebar, its Material icon."""
+    """A page: its script's file name, its title in the sidebar, its Material icon."""
 
     file: str
     title: str
     icon: str
+
+    @property
+    def script(self) -> str:
+        """The script under app/pages/: in a folder named as the page, beside the helpers only
+        that page uses, so the file keeps its name and the page its URL."""
+        return f"{self.file.removesuffix('.py')}/{self.file}"
 
 
 PAGES: tuple[PageSpec, ...] = (
@@ -27,5 +33,6 @@ PAGES: tuple[PageSpec, ...] = (
 
 
 def page_paths() -> list[str]:
-    """Each page as `views/<file>`, the path st.switch_page and AppTest take."""
-    return [f"views/{page.file}" for page in PAGES]
+    """Each page as `../pages/<page>/<page>.py`, the path st.switch_page, st.page_link and
+    AppTest take: relative to the router's folder (app/server/), the main script's."""
+    return [f"../pages/{page.script}" for page in PAGES]

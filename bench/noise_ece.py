@@ -66,7 +66,7 @@ def row_at(scores: Any, temperature: float, draws: int) -> dict[str, Any]:
 
 def rows_for(dataset: str, rule: str, limit: int, seed: int, draws: int) -> list[dict[str, Any]]:
     """T = 1 and the fitted T (NLL on the same questions, on the slider's grid, as Learn)."""
-    from app.learn_temperature import on_slider
+    from app.pages.learn.temperature import on_slider
     from calm_core.calibration.posthoc import TemperatureScaler
 
     scores = scores_of(dataset, rule, limit, seed)

@@ -24,7 +24,7 @@ showing that step or a later one (a MutationObserver in the page notes when its
 steps x pages; the steps a page never showed (by `SHOW_GRACE_S` after the window); the
 peak RSS of the studio server's process tree (streamlit and its children, training jobs
 excluded), sampled every `RSS_EVERY_S`; the job's s/step from the `elapsed` of its records. The
-Monitor polls every 3 s (app/views/monitor.py POLL_SECONDS), so the latency of an idle
+Monitor polls every 3 s (app/pages/monitor/monitor.py POLL_SECONDS), so the latency of an idle
 studio is spread over 0-3 s by design: what matters is how it grows with N. Also per
 window: the CPU seconds per minute of the studio server (jobs left out) and of the browsers
 (all Chromium processes: here they share the job's 2 cores; a real shared studio's browsers

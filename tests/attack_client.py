@@ -448,7 +448,7 @@ def put_file(
 
 def settled_rss(pid: int, timeout_s: float = 180.0, step_s: float = 1.0, still: int = 3) -> int:
     """The resident memory once it has stopped growing (`still` samples in a row within
-    1 MB): a fresh studio imports PyTorch in the background (app/warmup.py), and that
+    1 MB): a fresh studio imports PyTorch in the background (app/server/warmup.py), and that
     growth is not what an upload test measures."""
     deadline, last, calm = time.monotonic() + timeout_s, rss_bytes(pid), 0
     while time.monotonic() < deadline and calm < still:

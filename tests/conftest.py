@@ -72,28 +72,29 @@ def embedded_lm(embedded_dir: Path):
 def tiny_everywhere(tiny_lm, tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """Studio pages that would load the embedded model get the tiny one, and their scores'
     disk cache is a temporary folder keyed by the tiny model's files (never the user's)."""
-    import app.state
+    import app.widgets.state
     import calm_core.scoring.score_cache
 
-    app.state._score_store().clear()
-    monkeypatch.setattr(app.state, "get_model", lambda name="embedded": tiny_lm)
-    monkeypatch.setattr(app.state, "model_dir", lambda name="embedded": tiny_model_dir)
+    app.widgets.state._score_store().clear()
+    monkeypatch.setattr(app.widgets.state, "get_model", lambda name="embedded": tiny_lm)
+    monkeypatch.setattr(app.widgets.state, "model_dir", lambda name="embedded": tiny_model_dir)
     monkeypatch.setattr(calm_core.scoring.score_cache, "scores_root", lambda: tmp_path / "scores")
     return tiny_lm
 
 
 @pytest.fixture()
 def open_page():
-    """open_page("views/x.py") -> an AppTest of the studio switched to that page and run."""
+    """open_page("../pages/x/x.py") -> an AppTest of the studio switched to that page and run
+    (a path as app/navigation.page_paths gives it: relative to the router, app/server/)."""
     from streamlit.testing.v1 import AppTest
 
     root = Path(__file__).resolve().parent.parent
 
     def _open(path: str):
-        at = AppTest.from_file(str(root / "app" / "studio.py"), default_timeout=180)
+        at = AppTest.from_file(str(root / "app" / "server" / "studio.py"), default_timeout=180)
         at.run()
         assert not at.exception, at.exception
-        if path != "views/learn.py":
+        if path != "../pages/learn/learn.py":
             at.switch_page(path)
             at.run()
         return at

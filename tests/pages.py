@@ -6,6 +6,6 @@ from typing import Any
 
 
 def run_picker(at: Any) -> Any:
-    """The Monitor's run picker. Its key follows its labels (app/views/monitor.py), so tests find
+    """The Monitor's run picker. Its key follows its labels (app/pages/monitor/monitor.py), so tests find
     it by its label."""
     return next(box for box in at.selectbox if box.label == "Run")

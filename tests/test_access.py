@@ -1,5 +1,5 @@
 """The local and the shared studio (issue 22): calm_core/access/rules.py, the gate
-(app/gate.py through app/studio.py), path confinement and the per-session rules on the
+(app/server/gate.py through app/server/studio.py), path confinement and the per-session rules on the
 Train and Monitor pages, and a training job's environment."""
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ def test_launched_runs_record_the_session_and_count_against_its_quota(tmp_path: 
 
 # ------------------------------------------------------------------ the pages (AppTest)
 
-MAIN = str(Path(__file__).resolve().parent.parent / "app" / "studio.py")
+MAIN = str(Path(__file__).resolve().parent.parent / "app" / "server" / "studio.py")
 
 
 def _main(monkeypatch: pytest.MonkeyPatch, **env: str):
@@ -179,10 +179,10 @@ def test_shared_studio_without_a_password_serves_nothing(monkeypatch: pytest.Mon
 
 def test_shared_studio_gate_lets_the_right_password_in_and_delays_wrong_ones(monkeypatch: pytest.MonkeyPatch,
                                                                            tiny_everywhere) -> None:
-    import app.gate
+    import app.server.gate
 
     waits: list[float] = []
-    monkeypatch.setattr(app.gate, "_wait", waits.append)
+    monkeypatch.setattr(app.server.gate, "_wait", waits.append)
     at = _main(monkeypatch, **{access.SHARED_ENV: "1", access.PASSWORD_ENV: "correct horse"}).run()
     assert [t.key for t in at.text_input] == ["gate_password"] and not at.sidebar.markdown
     for _ in range(6):
@@ -201,7 +201,7 @@ def test_shared_studio_gate_lets_the_right_password_in_and_delays_wrong_ones(mon
 def test_shared_train_page_refuses_a_model_path_outside_the_roots(tiny_everywhere, monkeypatch, tmp_path: Path) -> None:
     at = _main(monkeypatch, **{access.SHARED_ENV: "1", access.PASSWORD_ENV: "a long pass phrase"}).run()
     at.text_input(key="gate_password").input("a long pass phrase").run()
-    at.switch_page("views/train.py")
+    at.switch_page("../pages/train/train.py")
     at.run()
     at.radio(key="train_model_kind").set_value("local directory").run()
     at.text_input(key="train_model_name").input(str(tmp_path)).run()
@@ -220,7 +220,7 @@ def test_shared_monitor_lets_a_session_change_only_its_own_runs(tiny_everywhere,
     env = {access.SHARED_ENV: "1", access.PASSWORD_ENV: "a long pass phrase", **({access.ADMIN_ENV: "1"} if admin else {})}
     at = _main(monkeypatch, **env).run()
     at.text_input(key="gate_password").input("a long pass phrase").run()
-    at.switch_page("views/monitor.py")
+    at.switch_page("../pages/monitor/monitor.py")
     at.run()
     assert not at.exception, at.exception
     said = any("Another session launched this run" in c.value for c in at.caption)
@@ -229,16 +229,16 @@ def test_shared_monitor_lets_a_session_change_only_its_own_runs(tiny_everywhere,
 
 
 def test_shared_train_page_stops_a_session_at_its_quota(tiny_everywhere, monkeypatch) -> None:
-    import app.gate
+    import app.server.gate
     from calm_core.training.config import TrainConfig
     from calm_core.launch import create_run
 
-    monkeypatch.setattr(app.gate, "this_session", lambda: "this-session")
+    monkeypatch.setattr(app.server.gate, "this_session", lambda: "this-session")
     for tag in ("this-session", "this-session", "another-session"):
         create_run(TrainConfig.preset("quick"), launched_by=tag).write_status("queued")
     at = _main(monkeypatch, **{access.SHARED_ENV: "1", access.PASSWORD_ENV: "a long pass phrase"}).run()
     at.text_input(key="gate_password").input("a long pass phrase").run()
-    at.switch_page("views/train.py")
+    at.switch_page("../pages/train/train.py")
     at.run()
     assert not at.exception, at.exception
     assert not at.button(key="train_launch").disabled  # 2 of 3

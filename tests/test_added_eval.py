@@ -156,7 +156,7 @@ def test_compare_evaluates_a_run_on_more_data(finished: RunDir, evaluated: dict,
 
     copy = RunDir(shutil.copytree(finished.path, runs_root() / finished.run_id))
     (copy.path / ADDED_RESULTS).unlink()
-    at = open_page("views/compare.py")
+    at = open_page("../pages/compare/compare.py")
     assert at.selectbox(key="compare_more_run").value == copy.run_id
     assert at.number_input(key="compare_more_limit").value == 6  # the run's eval_limit
     assert at.button(key="compare_more_go").disabled  # nothing picked yet

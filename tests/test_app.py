@@ -9,8 +9,8 @@ import pytest
 
 import plotly.graph_objects as go
 
-from app.charts import AXIS_BELOW_PX, LEGEND_ROW_PX, MODEBAR_PX, TITLE_LINE_PX, accuracy_confidence_figure
-from app.reliability_charts import reliability_figure
+from app.widgets.charts import AXIS_BELOW_PX, LEGEND_ROW_PX, MODEBAR_PX, TITLE_LINE_PX, accuracy_confidence_figure
+from app.widgets.reliability_charts import reliability_figure
 from calm_core.calibration import metrics
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,10 +48,10 @@ def test_learn_page_renders_on_a_tiny_model(tiny_lm, monkeypatch: pytest.MonkeyP
     """The page runs top to bottom, shows the metrics and reacts to the temperature slider."""
     from streamlit.testing.v1 import AppTest
 
-    import app.state
+    import app.widgets.state
 
-    monkeypatch.setattr(app.state, "get_model", lambda name="embedded": tiny_lm)
-    at = AppTest.from_file(str(ROOT / "app" / "studio.py"), default_timeout=120)
+    monkeypatch.setattr(app.widgets.state, "get_model", lambda name="embedded": tiny_lm)
+    at = AppTest.from_file(str(ROOT / "app" / "server" / "studio.py"), default_timeout=120)
     at.run()
     assert not at.exception, at.exception
     labels = [m.label for m in at.metric]
@@ -72,8 +72,8 @@ def test_learn_page_renders_on_a_tiny_model(tiny_lm, monkeypatch: pytest.MonkeyP
 
 
 def test_chart_builders_for_monitor_and_compare() -> None:
-    from app.charts import alpha_heatmap, line_figure, tradeoff_figure, variant_colors
-    from app.reliability_charts import reliability_overlay
+    from app.widgets.charts import alpha_heatmap, line_figure, tradeoff_figure, variant_colors
+    from app.widgets.reliability_charts import reliability_overlay
 
     fig = line_figure({"a": ([1, 2], [0.5, 0.4]), "b": ([1, 2], [0.1, 0.2])}, "t", log_y=True)
     assert [t.name for t in fig.data] == ["a", "b"] and fig.layout.yaxis.type == "log"
@@ -103,7 +103,7 @@ def test_chart_builders_for_monitor_and_compare() -> None:
 def test_selected_step_is_marked_on_every_curve_and_the_tradeoff_path() -> None:
     """The calibrated stop's step: a dashed vertical line labelled "selected" on a line
     figure, a star on each ECE-accuracy path at that step; nothing when there is none."""
-    from app.charts import SELECTED_SYMBOL, line_figure, tradeoff_figure
+    from app.widgets.charts import SELECTED_SYMBOL, line_figure, tradeoff_figure
 
     curves = {"heldout": ([0, 1, 2, 4], [0.9, 0.7, 0.6, 0.65]), "test": ([0, 1, 2, 4], [0.8, 0.7, 0.6, 0.6])}
     plain = line_figure(curves, "NLL")
@@ -131,8 +131,8 @@ def test_tradeoff_reference_markers_stay_visible_where_two_variants_meet() -> No
     """Issue 40: base's marker hid vector scaling's (filled, one size, one colour, at one
     point). Every reference variant gets a shape of its own, drawn hollow, and the caption's
     key names each shape the chart draws."""
-    from app.charts import reference_key, tradeoff_figure
-    from app.words import variant_names
+    from app.widgets.charts import reference_key, tradeoff_figure
+    from app.widgets.words import variant_names
     from calm_core.results.tables import shared_variants
 
     shared = shared_variants()
@@ -156,8 +156,8 @@ def test_tradeoff_reference_markers_stay_visible_where_two_variants_meet() -> No
 
 
 def test_user_text_is_escaped_in_charts_and_inline_code() -> None:
-    from app.charts import option_probability_figure
-    from app.state import code
+    from app.widgets.charts import option_probability_figure
+    from app.widgets.state import code
 
     fig = option_probability_figure(["<b>bold</b>", "a & b"], {"base": [0.5, 0.5]})
     assert list(fig.data[0].x) == ["&lt;b&gt;bold&lt;/b&gt;", "a &amp; b"]
@@ -165,7 +165,7 @@ def test_user_text_is_escaped_in_charts_and_inline_code() -> None:
 
 
 def test_figure_png_renders_or_says_why() -> None:
-    from app.charts import figure_png
+    from app.widgets.charts import figure_png
 
     import os
 
@@ -177,8 +177,8 @@ def test_figure_png_renders_or_says_why() -> None:
 
 def _legend_gap_px(fig) -> float:
     """The room between the plot area's bottom and the legend's top, in pixels: the legend
-    stands on the figure's bottom edge and is as tall as its rows (app.charts.legend_rows)."""
-    from app.charts import legend_rows
+    stands on the figure's bottom edge and is as tall as its rows (app.widgets.charts.legend_rows)."""
+    from app.widgets.charts import legend_rows
 
     layout = fig.layout
     assert layout.legend.yref == "container" and layout.legend.yanchor == "bottom"
@@ -197,8 +197,8 @@ def test_every_chart_is_framed_in_pixels_title_under_the_mode_bar_legend_under_t
     """Issue 30: a title is wrapped to its chart's width and starts below Plotly's mode bar;
     the legend starts below the x-axis title whatever the figure's height; the top and
     bottom margins hold them, so the plot area keeps its height."""
-    from app.charts import frame, line_figure, title_lines
-    from app.reliability_charts import reliability_figure
+    from app.widgets.charts import frame, line_figure, title_lines
+    from app.widgets.reliability_charts import reliability_figure
 
     title = "S_T cross-entropy of theta (lower level)"
     assert len(title_lines(title, 1)) == 1 and len(title_lines(title, 3)) == 2
@@ -219,8 +219,8 @@ def test_charts_say_what_their_marks_mean_and_skip_float_noise() -> None:
     sits below the x-axis title; the overlay draws no lines across empty bins; both gap
     colours of a reliability diagram are in its legend; a flat curve (float noise around
     1.0) gets a readable axis instead of ticks at 0.999998 .. 1.000001."""
-    from app.charts import line_figure, tradeoff_figure
-    from app.reliability_charts import reliability_figure, reliability_overlay
+    from app.widgets.charts import line_figure, tradeoff_figure
+    from app.widgets.reliability_charts import reliability_figure, reliability_overlay
 
     path = tradeoff_figure({"id": ([10, 20], [0.5, 0.5], [0.3, 0.2])})
     keys = {t.name: t.marker.symbol for t in path.data if t.legendgroup == "key"}

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from app.keys import CALIBRATE_SPLIT, MONITOR_RUN
-from app.train_advice import TRAIN_FIX
+from app.widgets.keys import CALIBRATE_SPLIT, MONITOR_RUN
+from app.pages.train.advice import TRAIN_FIX
 from app.navigation import page_paths
 from calm_core.runs.listing import list_runs
 from tests.pages import run_picker
@@ -22,7 +22,7 @@ PAGES = page_paths()  # app/navigation.py: every page the router has
 
 
 def _unwrapped(spec: str) -> str:
-    """A chart's JSON with its titles' line breaks (app/charts.py wraps a long title to its
+    """A chart's JSON with its titles' line breaks (app/widgets/charts.py wraps a long title to its
     chart's width) read as spaces."""
     return spec.replace("\\u003cbr\\u003e", " ").replace("<br>", " ")
 
@@ -43,7 +43,7 @@ def test_every_page_renders_on_a_fresh_workspace(page: str, open_page, tiny_ever
     at = open_page(page)
     assert not at.exception, at.exception
     assert not at.error, [e.value for e in at.error]
-    if page in ("views/monitor.py", "views/compare.py"):
+    if page in ("../pages/monitor/monitor.py", "../pages/compare/compare.py"):
         assert "No runs yet" in _text(at) or "No finished runs yet" in _text(at)
 
 
@@ -60,7 +60,7 @@ def _wait_finished(timeout_s: float = 240.0) -> str:
 
 def test_train_launches_a_job_then_monitor_compare_and_playground_show_it(open_page, tiny_everywhere, tiny_model_dir,
                                                                           monkeypatch) -> None:
-    at = open_page("views/train.py")
+    at = open_page("../pages/train/train.py")
     at.radio(key="train_model_kind").set_value("local directory").run()
     at.text_input(key="train_model_name").set_value(str(tiny_model_dir)).run()
     at.selectbox(key="train_data").set_value("builtin/capitals/train")
@@ -90,7 +90,7 @@ def test_train_launches_a_job_then_monitor_compare_and_playground_show_it(open_p
         at = open_page(page)
         assert not at.exception and not at.error, (page, at.exception, [e.value for e in at.error])
 
-    monitor = open_page("views/monitor.py")
+    monitor = open_page("../pages/monitor/monitor.py")
     assert run_picker(monitor).value == run_id
     text = _text(monitor)
     assert "finished" in "\n".join(str(p.proto.text) for p in monitor.get("progress")) or "finished" in text
@@ -110,14 +110,14 @@ def test_train_launches_a_job_then_monitor_compare_and_playground_show_it(open_p
     charts = [c for c in monitor.get("plotly_chart")]
     assert len(charts) >= 6  # losses, entropy, BOME, accuracy, ECE, entropy, alpha..., trade-off
 
-    compare = open_page("views/compare.py")
+    compare = open_page("../pages/compare/compare.py")
     assert compare.multiselect(key="compare_runs").value == [run_id]
     assert compare.get("plotly_chart"), "no reliability diagram"
     compare.radio(key="compare_layout").set_value("side by side").run()
     assert not compare.exception, compare.exception
     assert len(compare.get("plotly_chart")) == len(compare.multiselect(key="compare_variants").value)
 
-    play = open_page("views/playground.py")
+    play = open_page("../pages/playground/playground.py")
     assert play.selectbox(key="play_run").value == run_id  # the newest finished run, from the start
     play.selectbox(key="play_run").set_value(run_id).run()
     assert not play.exception, play.exception
@@ -143,7 +143,7 @@ def test_data_page_validates_an_upload_and_saves_it(open_page, tiny_everywhere, 
     report = load_file(path, kind="mc", mapping=ColumnMapping.parse("question=q, choices=A|B|C, answer=label"))
     assert len(report.items) == 2 and len(report.rejected) == 1
     save_upload("my domain", report, "domain.csv")
-    at = open_page("views/data.py")
+    at = open_page("../pages/data/data.py")
     names = list(at.dataframe[0].value["name"])
     assert "upload/my_domain" in names
     with pytest.raises(ValueError):
@@ -158,7 +158,7 @@ def test_train_page_says_which_rows_a_chosen_dataset_rejected(open_page, tiny_ev
     path = tmp_path / "日本.csv"
     path.write_text("q,A,B,label\n2 + 2?,4,5,A\nSky?,blue,red,A\nBroken,x,y,Z\n", encoding="utf-8")
     save_upload("quiz", load_file(path, mapping="question=q, choices=A|B, answer=label"), "日本.csv")
-    at = open_page("views/train.py")
+    at = open_page("../pages/train/train.py")
     assert not at.expander or all("rejected" not in e.label for e in at.expander)  # built-in sets: nothing to say
     at.selectbox(key="train_data").set_value("upload/quiz").run()
     assert not at.exception, at.exception
@@ -173,7 +173,7 @@ def test_train_page_keeps_a_sessions_data_choice_and_without_datasets_asks_for_o
     reruns; with no dataset to choose the page asks for one instead of failing in the estimate."""
     import calm_core.data.entries
 
-    at = open_page("views/train.py")
+    at = open_page("../pages/train/train.py")
     assert at.selectbox(key="train_data").value == "builtin/chemical_symbols/train"  # the studio's demo
     at.selectbox(key="train_heldout").set_value("builtin/units/validation").run()
     at.run()
@@ -181,7 +181,7 @@ def test_train_page_keeps_a_sessions_data_choice_and_without_datasets_asks_for_o
     assert not at.exception, at.exception
 
     monkeypatch.setattr(calm_core.data.entries, "list_datasets", lambda kind=None: [])
-    empty = open_page("views/train.py")
+    empty = open_page("../pages/train/train.py")
     assert not empty.exception, empty.exception
     assert [i.value for i in empty.info][-1].startswith("Choose a training set S_T and a held-out set S_V")
     assert not [b for b in empty.button if b.key == "train_launch"]
@@ -201,7 +201,7 @@ def test_train_page_sends_its_data_defaults_to_a_browser_that_missed_them(open_p
     loads) leaves the seeded data choices on the server only. The next run must still send
     them with the widgets: sent without, the browser drew the evaluation sets empty (and S_T,
     S_V at the first option) and sent that back, so Launch stayed disabled."""
-    at = open_page("views/train.py")
+    at = open_page("../pages/train/train.py")
     keys = {"train_evals": "multiselect", "train_data": "selectbox", "train_heldout": "selectbox"}
     seeded = {key: getattr(at, kind)(key=key).value for key, kind in keys.items()}
     assert seeded["train_evals"] and seeded["train_heldout"] != at.selectbox(key="train_heldout").options[0]
@@ -222,13 +222,14 @@ def test_train_page_sends_its_data_defaults_to_a_browser_that_missed_them(open_p
 
 def test_no_pages_folder_so_a_direct_url_goes_through_the_router() -> None:
     """Streamlit treats a `pages/` folder beside the main script as a v1 multipage app:
-    a fresh server whose first request is /monitor then runs monitor.py without main.py
-    (no router, no sys.path entry: ModuleNotFoundError 'app'). The pages live in views/."""
+    a fresh server whose first request is /monitor then runs monitor.py without the router
+    (no router, no sys.path entry: ModuleNotFoundError 'app'). The main script is the
+    router, app/server/studio.py; the pages live in app/pages/, one folder up."""
     app_dir = Path(__file__).resolve().parent.parent / "app"
-    assert not (app_dir / "pages").exists()
-    assert all((app_dir / page).is_file() for page in PAGES)
-    routed = sorted(page.rsplit("/", 1)[1] for page in PAGES)  # app/navigation.py routes every view, and only views
-    assert sorted(p.name for p in (app_dir / "views").glob("*.py")) == routed
+    assert not (app_dir / "server" / "pages").exists()
+    assert all((app_dir / "server" / page).is_file() for page in PAGES)
+    routed = sorted(page.rsplit("/", 1)[1] for page in PAGES)  # app/navigation.py routes every page, and only pages
+    assert sorted(p.name for p in (app_dir / "pages").glob("*/*.py") if p.stem == p.parent.name) == routed
 
 
 # ----------------------------------------------------------------------------- Data page (issue 14)
@@ -246,11 +247,11 @@ def _page_text(at) -> str:
 def test_data_preview_and_rejections_are_whole_cells_of_the_files_own_text(open_page, tiny_everywhere) -> None:
     """Issue 30: the preview and the rejected rows are static tables (cells wrap, none is
     cut at a column's edge), and a cell's Markdown signs are escaped so it reads as written."""
-    from app.state import plain
+    from app.widgets.state import plain
 
     long = "an answer * that runs _on_ and [on](x) past any column width, $5 :red[no] <b>bold</b>"
     data = f'question,A,B,label\nQ?,"{long}",short,A\nBad row,,,A\n'.encode()
-    at = open_page("views/data.py")
+    at = open_page("../pages/data/data.py")
     at.get("file_uploader")[0].set_value(("long.csv", data, "text/csv")).run()
     assert not at.exception, at.exception
     preview = at.table[0].value
@@ -263,7 +264,7 @@ def test_data_preview_and_rejections_are_whole_cells_of_the_files_own_text(open_
 
 def test_data_page_maps_an_uploaded_csv_with_widgets_saves_and_splits_it(open_page, tiny_everywhere) -> None:
     """Issue 14: `prompt, opt1..opt4, label` needs no typed mapping; one file gives a run's three sets."""
-    at = open_page("views/data.py")
+    at = open_page("../pages/data/data.py")
     at.get("file_uploader")[0].set_value(("my quiz.csv", ISSUE_CSV, "text/csv")).run()
     assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
     assert at.selectbox(key="data_map_question").value == "prompt"
@@ -322,7 +323,7 @@ def test_data_page_maps_an_uploaded_csv_with_widgets_saves_and_splits_it(open_pa
 
 
 def test_data_page_splits_a_catalog_dataset(open_page, tiny_everywhere) -> None:
-    at = open_page("views/data.py")
+    at = open_page("../pages/data/data.py")
     at.selectbox(key="data_split_source").set_value("builtin/capitals/train").run()
     at.number_input(key="data_split_train").set_value(70)
     at.number_input(key="data_split_heldout").set_value(20).run()
@@ -350,13 +351,13 @@ def test_data_page_splits_a_catalog_dataset(open_page, tiny_everywhere) -> None:
     at.checkbox(key="data_split_overwrite").check().run()
     at.button(key="data_split_go").click().run()
     assert not at.error and read_split("caps").seed == 4
-    fresh = open_page("views/data.py")  # the parts are in the catalog table and every picker
+    fresh = open_page("../pages/data/data.py")  # the parts are in the catalog table and every picker
     assert {"split/caps/train", "split/caps/heldout", "split/caps/test"} <= set(fresh.dataframe[0].value["name"])
     assert "split/caps/train" in fresh.selectbox(key="data_split_source").options
 
 
 def test_data_page_upload_errors_name_the_file_not_a_temporary_copy(open_page, tiny_everywhere) -> None:
-    at = open_page("views/data.py")
+    at = open_page("../pages/data/data.py")
     at.get("file_uploader")[0].set_value(("mine.csv", b"x,y\n", "text/csv")).run()
     assert not at.exception
     errors = [e.value for e in at.error]
@@ -382,12 +383,12 @@ def test_monitor_and_compare_show_the_selected_step_and_the_recommendation(open_
     """A finished run written by hand (tests/test_verdict.py): Monitor marks the selected
     step on its curves and says which step and which calibrator; Compare says both per
     run, plainly when a baseline beats the trained model, and why a baseline is missing."""
-    from app.charts import SELECTED_SYMBOL
+    from app.widgets.charts import SELECTED_SYMBOL
     from calm_core.results import advice
     from tests.test_verdict import finished_run
 
     run = finished_run(recommended=recommended, with_ts=recommended == "calm")
-    monitor = open_page("views/monitor.py")
+    monitor = open_page("../pages/monitor/monitor.py")
     assert not monitor.exception and not monitor.error, (monitor.exception, [e.value for e in monitor.error])
     text = _text(monitor)
     assert "Selected step 4 (rule `best`): S_V NLL 0.8123, ECE 0.0712, accuracy 0.625; stopped early at step 12." in text
@@ -407,7 +408,7 @@ def test_monitor_and_compare_show_the_selected_step_and_the_recommendation(open_
         assert [w.value for w in monitor.warning][-1].startswith(sentence)
     assert any(advice.HELDOUT_COLUMNS[2] in t.value.columns for t in monitor.table)  # the S_V evidence, whole cells
 
-    compare = open_page("views/compare.py")
+    compare = open_page("../pages/compare/compare.py")
     assert not compare.exception and not compare.error, (compare.exception, [e.value for e in compare.error])
     assert compare.multiselect(key="compare_runs").value == [run.run_id]
     assert "calm" in compare.multiselect(key="compare_variants").value  # the trained model is shown by default
@@ -442,7 +443,7 @@ def test_monitor_follows_appended_and_cut_back_metrics(open_page) -> None:
     for step in range(1, 8):
         run.append_metrics({"step": step, "elapsed": float(step), "train/lower_loss": 1.0 / step})
     run.write_status("cancelled", step=7, total_steps=20)
-    monitor = open_page("views/monitor.py")
+    monitor = open_page("../pages/monitor/monitor.py")
     assert not monitor.exception, monitor.exception
     assert _loss_steps(monitor) == list(range(1, 8))
     for step in (8, 9):
@@ -470,7 +471,7 @@ def test_an_active_runs_charts_redraw_at_their_own_cadence(open_page, monkeypatc
                      name_hint="cadence")
     run.append_metrics({"step": 1, "elapsed": 1.0, "train/lower_loss": 1.0})
     run.write_status("running", step=1, total_steps=20, pid=os.getpid(), started=time.time(), heartbeat=time.time())
-    monitor = open_page("views/monitor.py")
+    monitor = open_page("../pages/monitor/monitor.py")
     assert not monitor.exception, monitor.exception
     captions = [c.value for c in monitor.caption]
     assert f"While the run is active the charts redraw every {every}, the progress line every 3 s." in captions
@@ -488,7 +489,7 @@ def test_an_active_runs_charts_redraw_at_their_own_cadence(open_page, monkeypatc
 def test_data_page_refuses_a_tiny_heldout_part_and_offers_a_split_that_fits(open_page, tiny_everywhere) -> None:
     from calm_core.data.split_sizes import part_sizes
 
-    at = open_page("views/data.py")
+    at = open_page("../pages/data/data.py")
     at.selectbox(key="data_split_source").set_value("builtin/capitals/train").run()
     at.number_input(key="data_split_train").set_value(90)
     at.number_input(key="data_split_heldout").set_value(5).run()
@@ -523,7 +524,7 @@ def test_the_practitioners_63_rows_take_the_pages_suggestion_and_hear_what_s_v_s
     report = load_file(path, mapping="question=q, choices=A|B|C|D, answer=label")
     assert len(report.items) == 60 and len(report.rejected) == 3
     save_upload("domain", report, "domain.csv")
-    at = open_page("views/data.py")
+    at = open_page("../pages/data/data.py")
     at.selectbox(key="data_split_source").set_value("upload/domain").run()
     assert list(at.dataframe[-1].value["items"]) == [36, 12, 12]
     assert at.warning[-1].value.startswith("12 held-out items: enough to fit one temperature, not to choose")
@@ -549,7 +550,7 @@ def test_the_practitioners_63_rows_take_the_pages_suggestion_and_hear_what_s_v_s
         "With k-fold on all 48 labelled items, the post-hoc choice has enough items to fit one temperature, "
         "not to choose between methods (that takes 80); a trained model is still compared on S_V alone."]
     assert at.button(key="train_use_kfold").label == "Use k-fold on all 48 labelled items"
-    train = open_page("views/train.py")  # a rerun here goes back to the router's page: open Train itself
+    train = open_page("../pages/train/train.py")  # a rerun here goes back to the router's page: open Train itself
     train.selectbox(key="train_data").set_value("split/domain/train")
     train.selectbox(key="train_heldout").set_value("split/domain/heldout").run()
     assert _said_small(train) == 1 and train.radio(key="train_calibrate_on").value == "heldout"
@@ -582,7 +583,7 @@ def test_compare_opens_with_the_verdict_row_says_why_ts_is_missing_and_fits_its_
     from tests.test_verdict import DATASET
 
     older, newer = _two_runs()
-    compare = open_page("views/compare.py")
+    compare = open_page("../pages/compare/compare.py")
     assert not compare.exception and not compare.error, (compare.exception, [e.value for e in compare.error])
     assert compare.multiselect(key="compare_runs").value == [newer.run_id]  # newest first
     assert " · finished · calm on builtin/capitals/train · 1970-01-01 00:33" in \
@@ -607,24 +608,24 @@ def test_compare_opens_with_the_verdict_row_says_why_ts_is_missing_and_fits_its_
 
 def test_monitor_and_playground_start_on_the_newest_run_and_monitor_follows_a_launch(open_page, tiny_everywhere,
                                                                                     monkeypatch) -> None:
-    import app.state
+    import app.widgets.state
     from calm_core.results.playground import untrained
 
     older, newer = _two_runs(with_ts=True)
-    monitor = open_page("views/monitor.py")
+    monitor = open_page("../pages/monitor/monitor.py")
     assert run_picker(monitor).value == newer.run_id
     assert not monitor.exception, monitor.exception
     verdict_table = _shown(next(t.value for t in monitor.table if "best calibrated" in t.value.columns))
     assert verdict_table.iloc[0]["best calibrated"] == "CALM (ECE 0.060)"
     run_picker(monitor).set_value(older.run_id).run()
     # What the Train page's launch does: the Monitor then opens that run, in this session.
-    monitor.switch_page("views/train.py").run()
+    monitor.switch_page("../pages/train/train.py").run()
     monitor.session_state[MONITOR_RUN] = newer.run_id
-    monitor.switch_page("views/monitor.py").run()
+    monitor.switch_page("../pages/monitor/monitor.py").run()
     assert run_picker(monitor).value == newer.run_id
 
-    monkeypatch.setattr(app.state, "get_trained", lambda run_id: untrained(tiny_everywhere))
-    play = open_page("views/playground.py")
+    monkeypatch.setattr(app.widgets.state, "get_trained", lambda run_id: untrained(tiny_everywhere))
+    play = open_page("../pages/playground/playground.py")
     assert not play.exception, play.exception
     assert play.selectbox(key="play_run").value == newer.run_id
     rows = play.dataframe[0].value
@@ -635,7 +636,7 @@ def test_the_monitors_picker_shows_a_runs_new_state_after_a_rerun(open_page) -> 
     """The browser keeps a keyed selectbox's text across reruns, so a picker whose key stayed put
     showed "queued" on a finished run; the key follows the labels, the chosen run stays chosen."""
     older, newer = _two_runs()
-    monitor = open_page("views/monitor.py")
+    monitor = open_page("../pages/monitor/monitor.py")
     run_picker(monitor).set_value(older.run_id).run()
     before = run_picker(monitor)
     assert " · finished · " in before.format_func(older.run_id)

@@ -24,7 +24,7 @@ from tests.test_attacks import _start, _stop
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
-UPLOADER = "data_upload"  # the Data page's file uploader (app/views/data.py)
+UPLOADER = "data_upload"  # the Data page's file uploader (app/pages/data/data.py)
 RSS_BUDGET = 200 * 2**20
 SECONDS = 2.0
 

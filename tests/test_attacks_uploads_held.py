@@ -2,7 +2,7 @@
 in the server's memory, so repeated upload PUTs of one session, without a rerun, grew the
 server by 400 MB each, and nothing was freed 100 s after the session closed.
 
-A studio started with `server.maxUploadSize` at 40 MB (so the budgets of app/upload_quota.py
+A studio started with `server.maxUploadSize` at 40 MB (so the budgets of app/server/upload_quota.py
 are 40 MB a session and 80 MB a browser) over the wire (tests/attack_client.py):
 
 - six 36 MB PUTs to fresh file ids of one session hold one file, not six;

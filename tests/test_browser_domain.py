@@ -62,7 +62,7 @@ CAPITALS = [
 ]
 TEMPLATES = ["What is the capital of {}?", "Which city is the capital of {}?", "The capital city of {} is"]
 N_ROWS = len(CAPITALS) * len(TEMPLATES)
-OUT_OF_DOMAIN = ("arc/easy_test", "builtin/capitals/test", "builtin/units/test")  # app/views/train.py's, first found
+OUT_OF_DOMAIN = ("arc/easy_test", "builtin/capitals/test", "builtin/units/test")  # app/pages/train/train.py's, first found
 SUPPORT_29 = "29 held-out items: enough to fit one temperature, not to choose between methods"
 ZIP_FILES = {"calm_head.py", "adapter_model.safetensors", "adapter_config.json", "calm_export.json", "README.md"}
 

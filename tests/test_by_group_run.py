@@ -137,7 +137,7 @@ def check_numbers(shown: pd.DataFrame, run: RunDir, variants: list[str]) -> None
 
 def test_compare_shows_the_per_subject_table_with_the_right_numbers(open_page, tmp_path: Path) -> None:
     run, dataset = subject_run(tmp_path)
-    compare = open_page("views/compare.py")
+    compare = open_page("../pages/compare/compare.py")
     assert not compare.exception and not compare.error, (compare.exception, [e.value for e in compare.error])
     assert "Calibration by subject" in [s.value for s in compare.subheader]
     variants = compare.multiselect(key="compare_variants").value
@@ -172,7 +172,7 @@ def expected_points(run: RunDir, dataset: str, variant: str, subject: str) -> li
 
 def test_compare_draws_each_subjects_reliability_diagram_largest_first(open_page, tmp_path: Path) -> None:
     run, dataset = subject_run(tmp_path)
-    compare = open_page("views/compare.py")
+    compare = open_page("../pages/compare/compare.py")
     picker = compare.multiselect(key="compare_group_diagrams")
     assert picker.value == ["algebra", "law *and* order", "physics"]  # most items first
     variants = compare.multiselect(key="compare_variants").value
@@ -191,7 +191,7 @@ def test_compare_draws_each_subjects_reliability_diagram_largest_first(open_page
 
 
 def test_a_subjects_title_is_escaped_for_plotly() -> None:
-    from app.group_view import subject_title
+    from app.pages.compare.group_view import subject_title
 
     assert subject_title("<b>law</b> & order", 3) == "&lt;b&gt;law&lt;/b&gt; &amp; order: 3 items"
 

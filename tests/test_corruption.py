@@ -124,7 +124,7 @@ def check_case(pattern: str, kind: str, workspace: Path, capsys, open_page) -> N
     else:
         assert rc == 2 and one_line_naming(err, pattern), (rc, err)
 
-    for page, value in (("views/monitor.py", "halfway"), ("views/monitor.py", "done"), ("views/compare.py", None)):
+    for page, value in (("../pages/monitor/monitor.py", "halfway"), ("../pages/monitor/monitor.py", "done"), ("../pages/compare/compare.py", None)):
         at = open_page(page)
         if value:
             run_picker(at).set_value(value).run()

@@ -21,7 +21,7 @@ def _upload(at, name: str) -> None:
 
 
 def test_save_as_follows_the_newly_uploaded_file(open_page, tiny_everywhere) -> None:
-    at = open_page("views/data.py")
+    at = open_page("../pages/data/data.py")
     _upload(at, "a.csv")
     assert at.text_input(key="data_name").value == "a"
     _upload(at, "b.csv")
@@ -49,7 +49,7 @@ def test_a_set_a_finished_run_did_not_know_is_said_so_beside_it(open_page, tiny_
     run = finished_run(recommended="ts")
     atomic_write_json(run.path / RESULTS, _base_at(results(recommended="ts"), *((0.4, 0.27, 0.53) if known else
                                                                                   (0.2, 0.1, 0.32))))
-    at = open_page("views/data.py")
+    at = open_page("../pages/data/data.py")
     at.selectbox(key="data_split_source").set_value(DATASET).run()
     assert not at.exception, at.exception
     notes = [w.value for w in at.warning if "does not know" in w.value]

@@ -171,7 +171,7 @@ def test_a_latin1_csv_uploads_after_one_click(open_page, tiny_everywhere) -> Non
     rows = [(f"Où est {town} ?", "Genève", "Zürich", "Nîmes", "ABC"[i % 3]) for i, town in
             enumerate(["Molière", "Gruyère", "Besançon", "Köln", "Málaga", "Hôtel-Dieu"])]
     lines = ["question,A,B,C,answer"] + [",".join(row) for row in rows]
-    at = open_page("views/data.py")
+    at = open_page("../pages/data/data.py")
     at.get("file_uploader")[0].set_value(("villes.csv", ("\n".join(lines) + "\n").encode("latin-1"), "text/csv")).run()
     assert not at.exception, at.exception
     assert [w.value for w in at.warning][0].startswith("villes\\.csv is not UTF-8 text: it looks like **cp1252")
@@ -197,7 +197,7 @@ def test_a_latin1_csv_uploads_after_one_click(open_page, tiny_everywhere) -> Non
 
 def test_a_utf8_upload_gets_no_encoding_offer(open_page, tiny_everywhere) -> None:
     lines = ["question,A,B,C,answer"] + [",".join(row) for row in QUESTIONS]
-    at = open_page("views/data.py")
+    at = open_page("../pages/data/data.py")
     at.get("file_uploader")[0].set_value(("ok.csv", ("\n".join(lines) + "\n").encode("utf-8"), "text/csv")).run()
     assert not at.exception and not at.error and not any("UTF-8" in w.value for w in at.warning)
     assert [(m.label, m.value) for m in at.metric][1] == ("Kept", str(len(QUESTIONS)))

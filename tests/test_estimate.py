@@ -370,7 +370,7 @@ def test_the_train_page_leads_with_one_likely_figure_and_keeps_the_parts(open_pa
     monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     monkeypatch.setattr(machine_load, "sample_running", lambda: 0.0)
     st.cache_data.clear()
-    at = open_page("views/train.py")
+    at = open_page("../pages/train/train.py")
     assert not at.exception, at.exception
     metric = next(m for m in at.metric if m.label == "Estimated time")
     assert " to " not in metric.value and ("s" in metric.value or "min" in metric.value)

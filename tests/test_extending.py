@@ -179,7 +179,7 @@ def test_the_documented_metric_is_one_declaration(tiny_model_dir: Path, tiny_eve
     assert logged and all(0.0 <= r["eval/heldout/smooth_ece"] <= 1.0 for r in logged)
     assert all("smooth_ece" in row for row in run.results().rows)
 
-    monitor = open_page("views/monitor.py")
+    monitor = open_page("../pages/monitor/monitor.py")
     run_picker(monitor).set_value(run.run_id).run()
     assert not monitor.exception, monitor.exception
     specs = [json.loads(chart.proto.spec) for chart in monitor.get("plotly_chart")]

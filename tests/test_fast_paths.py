@@ -245,7 +245,7 @@ def test_the_train_page_shows_the_chosen_models_fast_paths(open_page, family_dir
     fast paths the chosen model got; before, it says when they will be measured."""
     folder = family_dirs["gemma3"]
     fast_paths.fast_paths(_model("gemma3", family_dirs).model)
-    at = open_page("views/train.py")
+    at = open_page("../pages/train/train.py")
     at.radio(key="train_model_kind").set_value("local directory").run()
     at.text_input(key="train_model_name").set_value(str(folder)).run()
     assert not at.exception, at.exception

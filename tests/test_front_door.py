@@ -1,6 +1,6 @@
 """The front door's rules, without a server: Host names (calm_core/access/hosts.py),
 guessing limits (guesses.py), sign-in tokens (tokens.py), the short-password refusal
-(access.py) and the ASGI layer itself (app/front.py) over a stand-in app.
+(access.py) and the ASGI layer itself (app/server/front.py) over a stand-in app.
 The running server is probed in tests/test_attacks.py."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from app import door_keys, front
+from app.server import door_keys, front
 from calm_core.access import rules as access
 from calm_core.access.guesses import GuessLimiter, fastest_guesses, guesses_within
 from calm_core.access.hosts import allowed_hosts, host_name

@@ -255,7 +255,7 @@ def every_page(open_page, tiny_everywhere, monkeypatch) -> dict[str, tuple[str, 
     """Every page rendered on a workspace with one finished calm run (written by hand, as
     tests/test_app_pages.py's fixtures do, with its BOME log), the Playground on the tiny
     model dressed as that run: page -> (what it shows, what its tooltips say)."""
-    import app.state
+    import app.widgets.state
     from app.navigation import page_paths
     from calm_core.calibration.head import CalibrationHead
     from calm_core.scoring.prompts import ScoringConfig
@@ -269,12 +269,12 @@ def every_page(open_page, tiny_everywhere, monkeypatch) -> dict[str, tuple[str, 
     dressed = TrainedModel(
         run.run_id, "calm", tiny_everywhere, CalibrationHead("options", size=5), 1.5, ScoringConfig()
     )
-    monkeypatch.setattr(app.state, "get_trained", lambda run_id: dressed)
+    monkeypatch.setattr(app.widgets.state, "get_trained", lambda run_id: dressed)
     pages = {}
     for page in page_paths():
         at = open_page(page)
         assert not at.exception and not at.error, (page, at.exception, [e.value for e in at.error])
-        if page == "views/monitor.py":
+        if page == "../pages/monitor/monitor.py":
             assert run_picker(at).value == run.run_id
         pages[page] = page_words(at)
     return pages

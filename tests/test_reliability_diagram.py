@@ -1,7 +1,7 @@
 """Issue 40, item 4 ("small samples are drawn as if they were certain"): reliability diagrams
 choose their bins from the item count, draw a Wilson interval per bin and one-item bins
 hollow, and say the ECE that noise alone gives at the same size
-(calm_core/calibration/metrics/reliability.py; the charts in app/charts.py and
+(calm_core/calibration/metrics/reliability.py; the charts in app/widgets/charts.py and
 calm_core/results/report_svg.py).
 
 Run: .venv/bin/python -m pytest tests/test_reliability_diagram.py -q
@@ -192,7 +192,7 @@ def test_noise_line_reads_as_the_issue_asks() -> None:
 def test_a_fourteen_item_diagram_in_fifteen_bins_draws_intervals_and_hollow_one_item_bins() -> None:
     """Issue 40's case: 14 test items in the ECE's 15 bins. The figure's own data holds a
     whisker per bin (its Wilson interval) and the one-item bins as an outlined trace."""
-    from app.reliability_charts import CLEAR, HOLLOW, INTERVAL, reliability_figure
+    from app.widgets.reliability_charts import CLEAR, HOLLOW, INTERVAL, reliability_figure
 
     c, a = fourteen()
     records = prepare_reliability(c, a, n_bins=15, strategy="uniform").to_records()
@@ -212,7 +212,7 @@ def test_a_fourteen_item_diagram_in_fifteen_bins_draws_intervals_and_hollow_one_
 
 
 def test_the_default_diagram_of_fourteen_items_has_four_bins_and_nothing_hollow() -> None:
-    from app.reliability_charts import HOLLOW, reliability_figure, reliability_overlay
+    from app.widgets.reliability_charts import HOLLOW, reliability_figure, reliability_overlay
 
     records = prepare_reliability(*fourteen()).to_records()
     traces = {t.name: t for t in reliability_figure(records).data}
@@ -223,7 +223,7 @@ def test_the_default_diagram_of_fourteen_items_has_four_bins_and_nothing_hollow(
 
 
 def test_the_overlay_marks_one_item_bins_hollow_and_keys_them_in_the_legend() -> None:
-    from app.reliability_charts import HOLLOW, reliability_overlay
+    from app.widgets.reliability_charts import HOLLOW, reliability_overlay
 
     c, a = fourteen()
     records = prepare_reliability(c, a, n_bins=15, strategy="uniform").to_records()
@@ -250,11 +250,11 @@ def test_compare_says_the_noise_line_and_draws_hollow_bins_in_fifteen_bins(open_
     one-item bins hollow (read from the chart specs the page sends)."""
     import json
 
-    from app.reliability_charts import HOLLOW, INTERVAL
+    from app.widgets.reliability_charts import HOLLOW, INTERVAL
     from tests.test_verdict import finished_run
 
     finished_run()
-    at = open_page("views/compare.py")
+    at = open_page("../pages/compare/compare.py")
     text = _caption_text(at)
     assert "ECE from noise alone at 24 items: median " in text and "90% of draws up to" in text
     assert f"{auto_bins(24)} equal-mass bins of" in text
@@ -272,11 +272,11 @@ def test_learn_says_the_noise_line_and_fit_t_agrees_with_the_slider(
 ) -> None:
     """Issue 40: "Fit T reports T = 3.84 while the slider shows 3.85". The caption reports
     the temperature as the slider will show it; after Fit T the noise line is there too."""
-    from app.learn_temperature import T_STEP, on_slider
+    from app.pages.learn.temperature import T_STEP, on_slider
     from calm_core.calibration.posthoc import TemperatureScaler
 
     monkeypatch.setattr(TemperatureScaler, "fit", classmethod(lambda cls, logits, labels: cls.fitted(temperature=3.842)))
-    at = open_page("views/learn.py")
+    at = open_page("../pages/learn/learn.py")
     assert "ECE from noise alone at 40 items" in _caption_text(at)
     fitted = next(c.value for c in at.caption if "temperature with the lowest NLL" in c.value)
     assert "T = 3.85 " in fitted and "3.84" not in fitted

@@ -155,7 +155,7 @@ def test_the_monitor_says_the_estimate_then_the_final_passes_and_captions_match_
     now = time.time()
     run.write_status("running", step=1, total_steps=20, pid=os.getpid(), started=now - 120.0, heartbeat=now,
                      selection={"selected_step": 0, "rule": "best"})
-    monitor = open_page("views/monitor.py")
+    monitor = open_page("../pages/monitor/monitor.py")
     assert not monitor.exception, monitor.exception
     bar = monitor.get("progress")[0].proto
     assert "(launch estimate, until the run's own pace is measured)" in bar.text, bar.text

@@ -139,16 +139,16 @@ def test_setup_scores_the_learn_quiz_once(tiny_lm, tiny_model_dir: Path, tmp_pat
 
 def test_the_learn_page_opens_on_stored_scores_without_loading_the_model(open_page, tiny_everywhere,
                                                                         monkeypatch) -> None:
-    import app.state
+    import app.widgets.state
 
-    open_page("views/learn.py")  # scores the default quiz with the tiny model, and stores it
-    app.state._score_store().clear()  # a fresh server: nothing in memory
+    open_page("../pages/learn/learn.py")  # scores the default quiz with the tiny model, and stores it
+    app.widgets.state._score_store().clear()  # a fresh server: nothing in memory
 
     def no_model(name: str = "embedded"):
         raise AssertionError("the page loaded the model although the scores were stored")
 
-    monkeypatch.setattr(app.state, "get_model", no_model)
-    at = open_page("views/learn.py")
+    monkeypatch.setattr(app.widgets.state, "get_model", no_model)
+    at = open_page("../pages/learn/learn.py")
     assert not at.exception, at.exception
     assert len(at.get("plotly_chart")) == 2
     assert not at.get("progress")

@@ -198,7 +198,7 @@ def test_compare_shows_the_threshold_its_guarantee_and_a_refusal(open_page) -> N
     from tests.test_verdict import finished_run
 
     run = add_selective_files(finished_run(), n_heldout=30)
-    compare = open_page("views/compare.py")
+    compare = open_page("../pages/compare/compare.py")
     assert not compare.exception and not compare.error, (compare.exception, [e.value for e in compare.error])
     assert compare.number_input(key="selective_target").value == 10
     text = "\n".join(m.value for m in compare.markdown)

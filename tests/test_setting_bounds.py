@@ -118,7 +118,7 @@ def test_heldout_batch_size_is_decided_once_and_recorded() -> None:
 def test_the_train_page_widgets_carry_the_declared_bounds(open_page, tiny_everywhere) -> None:
     """Every number the Train page asks for is bounded by its declaration (an optional count
     shows 0 for "all", so its floor is 0); a value past a bound never reaches the config."""
-    at = open_page("views/train.py")
+    at = open_page("../pages/train/train.py")
     assert not at.exception, at.exception
     shown = {n.label: n for n in at.number_input}
     specs = {**train_settings(), **{f"lora_{s.name}": s for s in declared_settings(LoraSettings)}}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from app.keys import CALIBRATE_SPLIT
+from app.widgets.keys import CALIBRATE_SPLIT
 from calm_core.runs.rundir import RunDir
 from tests.test_trainer import DATA, fresh_lm
 
@@ -27,7 +27,7 @@ def finished_in_workspace(tiny_model_dir: Path) -> RunDir:
 
 
 def test_compare_offers_the_report_and_the_portable_model(open_page, tiny_everywhere, finished_in_workspace) -> None:
-    at = open_page("views/compare.py")
+    at = open_page("../pages/compare/compare.py")
     assert not at.exception, at.exception
     assert at.selectbox(key="compare_share_run").value == finished_in_workspace.run_id
     labels = [b.proto.label for b in at.get("download_button")]
@@ -40,12 +40,12 @@ def test_train_page_takes_the_split_from_the_data_page(tiny_everywhere) -> None:
     from calm_core.data.entries import list_datasets
 
     root = Path(__file__).resolve().parent.parent
-    at = AppTest.from_file(str(root / "app" / "studio.py"), default_timeout=180)
+    at = AppTest.from_file(str(root / "app" / "server" / "studio.py"), default_timeout=180)
     split = {"train": "builtin/capitals/train", "heldout": "builtin/capitals/validation", "test": "builtin/capitals/test",
              "source": "builtin/capitals"}
     at.session_state[CALIBRATE_SPLIT] = split
     at.run()
-    at.switch_page("views/train.py")
+    at.switch_page("../pages/train/train.py")
     at.run()
     assert not at.exception, at.exception
     assert at.selectbox(key="train_data").value == split["train"]

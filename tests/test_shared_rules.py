@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app.keys import MONITOR_RUN
+from app.widgets.keys import MONITOR_RUN
 from calm_core.data.catalog import load_dataset
 from calm_core.training.config import TrainConfig
 from calm_core.access import rules as access
@@ -38,9 +38,9 @@ def _queued(tag: str | None, state: str = "queued", browser: str | None = None):
 
 def _signed_in(monkeypatch: pytest.MonkeyPatch, page: str, session: str = "this-session", **env: str):
     """The shared studio, past the gate, on `page`, as session `session`."""
-    import app.gate
+    import app.server.gate
 
-    monkeypatch.setattr(app.gate, "this_session", lambda: session)
+    monkeypatch.setattr(app.server.gate, "this_session", lambda: session)
     at = _main(monkeypatch, **{access.SHARED_ENV: "1", access.PASSWORD_ENV: PASSWORD, **env}).run()
     at.text_input(key="gate_password").input(PASSWORD).run()
     at.switch_page(page)
@@ -85,7 +85,7 @@ def test_cancel_launch_resume_cannot_hold_four_runs(monkeypatch: pytest.MonkeyPa
 def test_shared_monitor_disables_resume_at_the_quota(tiny_everywhere, monkeypatch: pytest.MonkeyPatch) -> None:
     first = _queued("this-session", state="cancelled")
     queued = [_queued("this-session") for _ in range(3)]
-    at = _signed_in(monkeypatch, "views/monitor.py")
+    at = _signed_in(monkeypatch, "../pages/monitor/monitor.py")
     at.session_state[MONITOR_RUN] = first.run_id
     at.run()
     assert not at.exception, at.exception
@@ -130,7 +130,7 @@ def test_launch_enforces_the_budget_and_the_quota_when_given_the_access(tmp_path
 
 
 def test_shared_train_page_disables_launch_over_the_step_budget(tiny_everywhere, monkeypatch) -> None:
-    at = _signed_in(monkeypatch, "views/train.py", **{access.MAX_STEPS_ENV: "30"}).run()
+    at = _signed_in(monkeypatch, "../pages/train/train.py", **{access.MAX_STEPS_ENV: "30"}).run()
     assert not at.exception, at.exception
     assert at.button(key="train_launch").disabled  # the quick preset has 40 steps
     assert any("40 steps, more than the 30" in w.value for w in at.warning)
@@ -190,7 +190,7 @@ def test_shared_data_page_lets_a_session_delete_only_its_own(monkeypatch: pytest
 
     for name, owner in (("mine", "this-session"), ("theirs", "another-session"), ("old", None)):
         _upload(name, owner)
-    at = _signed_in(monkeypatch, "views/data.py", **({access.ADMIN_ENV: "1"} if admin else {})).run()
+    at = _signed_in(monkeypatch, "../pages/data/data.py", **({access.ADMIN_ENV: "1"} if admin else {})).run()
     assert not at.exception, at.exception
     for name, refused in (("upload/theirs", "Another session saved"), ("upload/old", "only the admin")):
         at.selectbox(key="data_delete_name").set_value(name).run()
@@ -259,10 +259,10 @@ def test_malformed_upload_and_split_names_are_refused_in_one_line() -> None:
 @pytest.mark.parametrize("mode", ["local", "shared"])
 def test_train_page_refuses_a_nul_model_path_in_one_line(tiny_everywhere, monkeypatch, mode: str) -> None:
     if mode == "shared":
-        at = _signed_in(monkeypatch, "views/train.py").run()
+        at = _signed_in(monkeypatch, "../pages/train/train.py").run()
     else:
         at = _main(monkeypatch).run()
-        at.switch_page("views/train.py")
+        at.switch_page("../pages/train/train.py")
         at.run()
     at.radio(key="train_model_kind").set_value("local directory").run()
     at.text_input(key="train_model_name").input("/models/a\x00b").run()

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app.charts import answer_groups, cluster_summary, confidence_histogram, histogram_counts, open_answers_table
+from app.widgets.charts import answer_groups, cluster_summary, confidence_histogram, histogram_counts, open_answers_table
 from calm_core.generative.sampling import GenerationConfig
 from calm_core.training.config import DEFAULT_LR
 from calm_core.generative.semantic import group_by_string, modal_confidence
@@ -165,14 +165,14 @@ def test_train_page_builds_an_open_answer_config(open_page, tiny_everywhere, tin
         return calm_core.launch.create_run(cfg, root, launched_by), True
 
     monkeypatch.setattr(calm_core.launch, "launch_training", fake_launch)
-    at = open_page("views/train.py")
+    at = open_page("../pages/train/train.py")
     at.radio(key="train_task").set_value("open answers").run()
     assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
     assert at.selectbox(key="train_data_open").value == "builtin/capitals_open/train"
     assert at.selectbox(key="train_heldout_open").value == "builtin/capitals_open/validation"
     assert at.multiselect(key="train_evals_open").value == [EVAL_SET]
     assert at.selectbox(key="train_data_open").options == [e.name for e in list_datasets(kind="open")]
-    from app.words import method_name
+    from app.widgets.words import method_name
 
     offered = set(at.selectbox(key="train_method_open").options)  # each named in full, with its flag name
     assert offered <= {method_name(m) for m in get_task("openqa").METHODS} and "CALM (calm)" in offered
@@ -211,7 +211,7 @@ NAMED = ["the model as it is", "temperature scaling", "CALM", "CALM, adapter onl
 
 
 def test_compare_page_shows_open_answers(open_page, tiny_everywhere, open_workspace) -> None:
-    at = open_page("views/compare.py")
+    at = open_page("../pages/compare/compare.py")
     assert not at.exception, at.exception
     assert at.multiselect(key="compare_runs").value == [open_workspace]
     assert at.selectbox(key="compare_dataset").value == EVAL_SET
@@ -235,7 +235,7 @@ def test_compare_page_shows_open_answers(open_page, tiny_everywhere, open_worksp
 
 
 def test_playground_answers_an_open_question_with_the_run(open_page, tiny_everywhere, open_workspace) -> None:
-    at = open_page("views/playground.py")
+    at = open_page("../pages/playground/playground.py")
     at.selectbox(key="play_run").set_value(open_workspace).run()
     assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
     assert "Open answer" in _text(at) and "Multiple choice" not in _text(at)
@@ -253,7 +253,7 @@ def test_playground_answers_an_open_question_with_the_run(open_page, tiny_everyw
 
 
 def test_monitor_page_shows_an_open_answer_run(open_page, tiny_everywhere, open_workspace) -> None:
-    at = open_page("views/monitor.py")
+    at = open_page("../pages/monitor/monitor.py")
     assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
     assert run_picker(at).value == open_workspace
     assert "greedy answer's sequence probability" in _text(at)  # what its periodic ECE is

@@ -153,12 +153,12 @@ def test_reading_a_file_for_a_page_walks_half_as_far(tiny_everywhere, tmp_path: 
     read) enters half as many modules as before: each loading stage (read, map, validate)
     runs once over a chunk of rows instead of the walk going loaders > mapping > schema >
     readers for every row, and the kind is decided in one place (mapping.resolve_kind)."""
-    import app.state
+    import app.widgets.state
 
     path = str(_write_quiz(tmp_path / "quiz.jsonl", 12))
-    app.state.get_scores("embedded", path, "cloze", 8)  # scored once: the disk cache holds it
-    app.state._score_store().clear()
-    _, record = walk(lambda: app.state.get_scores("embedded", path, "cloze", 8))
+    app.widgets.state.get_scores("embedded", path, "cloze", 8)  # scored once: the disk cache holds it
+    app.widgets.state._score_store().clear()
+    _, record = walk(lambda: app.widgets.state.get_scores("embedded", path, "cloze", 8))
     print(" > ".join(m.removeprefix("calm_core.") for m in record.stays))
     assert len(record.stays) <= STAYS_BEFORE // 2, len(record.stays)
     assert record.returns_to("calm_core.data.loaders") <= 6

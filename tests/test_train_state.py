@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from app.keys import CALIBRATE_SPLIT
+from app.widgets.keys import CALIBRATE_SPLIT
 
 
 def _split_from_data_page(at) -> dict:
@@ -40,16 +40,16 @@ def test_train_page_back_from_another_page_keeps_the_split_its_banner_names(open
                                                                             monkeypatch) -> None:
     import calm_core.launch
 
-    at = open_page("views/data.py")
+    at = open_page("../pages/data/data.py")
     split = _split_from_data_page(at)
     parts = (split["train"], split["heldout"], split["test"])
-    at.switch_page("views/train.py").run()
+    at.switch_page("../pages/train/train.py").run()
     assert _pickers(at) == parts and _banner(at)
     at.radio(key="train_calibrate_on").set_value("all").run()  # a choice of the person's own, kept too
-    for elsewhere in ("views/monitor.py", "views/data.py"):
+    for elsewhere in ("../pages/monitor/monitor.py", "../pages/data/data.py"):
         at.switch_page(elsewhere).run()
         assert not at.exception, at.exception
-        at.switch_page("views/train.py").run()
+        at.switch_page("../pages/train/train.py").run()
         assert not at.exception, at.exception
         assert _pickers(at) == parts, elsewhere
         assert _banner(at) == [
@@ -70,11 +70,11 @@ def test_train_page_back_from_another_page_keeps_the_split_its_banner_names(open
 def test_train_page_banner_goes_when_the_person_picks_other_data(open_page, tiny_everywhere) -> None:
     """The banner and the opening describe what the pickers hold: once S_T is another set,
     neither names the split any more."""
-    at = open_page("views/data.py")
+    at = open_page("../pages/data/data.py")
     _split_from_data_page(at)
-    at.switch_page("views/train.py").run()
+    at.switch_page("../pages/train/train.py").run()
     at.selectbox(key="train_data").set_value("builtin/units/train").run()
     assert not _banner(at)
-    at.switch_page("views/monitor.py").run()
-    at.switch_page("views/train.py").run()
+    at.switch_page("../pages/monitor/monitor.py").run()
+    at.switch_page("../pages/train/train.py").run()
     assert at.selectbox(key="train_data").value == "builtin/units/train" and not _banner(at)

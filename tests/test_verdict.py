@@ -395,7 +395,7 @@ def test_the_compare_page_offers_no_recommended_download_for_keep(open_page, tmp
                                                                    recommended: str) -> None:
     monkeypatch.setenv("CALM_WORKSPACE", str(tmp_path))
     finished_run(None, recommended=recommended)
-    at = open_page("views/compare.py")
+    at = open_page("../pages/compare/compare.py")
     assert not at.exception, at.exception
     box = " ".join(w.value for w in at.warning)
     labels = [b.proto.label for b in at.get("download_button")]

@@ -28,7 +28,7 @@ def spinners(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
 
 
 def test_the_first_page_of_a_fresh_server_imports_under_a_spinner(monkeypatch, spinners) -> None:
-    from app import warmup
+    from app.server import warmup
 
     monkeypatch.setattr(warmup, "HEAVY", ("json", "tabnanny"))
     monkeypatch.delitem(sys.modules, "tabnanny", raising=False)  # not imported yet: a fresh server
@@ -41,7 +41,7 @@ def test_the_first_page_of_a_fresh_server_imports_under_a_spinner(monkeypatch, s
 
 
 def test_the_background_import_leaves_nothing_missing(monkeypatch) -> None:
-    from app import warmup
+    from app.server import warmup
 
     monkeypatch.setattr(warmup, "HEAVY", ("json", "tabnanny"))
     monkeypatch.delitem(sys.modules, "tabnanny", raising=False)
@@ -53,7 +53,7 @@ def test_the_server_starts_the_background_import_and_the_router_waits_for_it() -
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent
-    main, studio = ((root / "app" / name).read_text() for name in ("main.py", "studio.py"))
+    main, studio = ((root / "app" / name).read_text() for name in ("main.py", "server/studio.py"))
     assert "warmup.start_in_background()" in main
     assert studio.index("warmup.ready()") < studio.index("page.run()")
 
@@ -70,7 +70,7 @@ def test_the_playground_scores_under_a_spinner(open_page, tiny_everywhere, monke
         return real(trained, item)
 
     monkeypatch.setattr(playground, "option_probabilities", watched)
-    at = open_page("views/playground.py")
+    at = open_page("../pages/playground/playground.py")
     assert not at.exception, at.exception
     assert inside == [True] and any(text.startswith("Scoring the options") and done for text, done in spinners)
     assert len(at.get("plotly_chart")) == 1

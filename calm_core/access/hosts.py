@@ -29,7 +29,7 @@ request itself names them) or from a name given with `--host` / CALM_STUDIO_HOST
 operator's public name behind a proxy, on any port). A request without an Origin (not a
 browser: it cannot carry a victim's cookie) passes this check.
 
-Pure functions; app/front.py applies them to every HTTP request and WebSocket handshake.
+Pure functions; app/server/front.py applies them to every HTTP request and WebSocket handshake.
 """
 
 from __future__ import annotations

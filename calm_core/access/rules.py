@@ -28,7 +28,7 @@ In both modes a typed path that can name no file (a NUL byte, a control characte
 than MAX_PATH_CHARS characters) is refused with one line, never a traceback.
 
 Pure functions of the environment and their arguments; the pages (app/main.py gate,
-app/views/train.py, app/views/monitor.py) call them. docs/security.md says what is and
+app/pages/train/train.py, app/pages/monitor/monitor.py) call them. docs/security.md says what is and
 is not protected.
 """
 

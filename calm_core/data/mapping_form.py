@@ -1,7 +1,7 @@
 """The Data page's mapping form as plain values: a `ColumnMapping` <-> the values of
 its widgets (`form_values` <-> `mapping_from_form`).
 
-Kept out of the page (app/views/data.py) so that the translation, and the DataError
+Kept out of the page (app/pages/data/data.py) so that the translation, and the DataError
 that names the widget a person must set, are tested without Streamlit.
 """
 

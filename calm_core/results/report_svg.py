@@ -10,8 +10,8 @@ from __future__ import annotations
 from html import escape
 from typing import Any, Sequence
 
-OVER, UNDER, BAR, ACCENT = "#d64541", "#3478c6", "#28283c", "#d64541"  # app/charts.py's colours
-WHISKER = "#e6962a"  # app/reliability_charts.py's interval colour: seen on the dark bars and on the page
+OVER, UNDER, BAR, ACCENT = "#d64541", "#3478c6", "#28283c", "#d64541"  # app/widgets/charts.py's colours
+WHISKER = "#e6962a"  # app/widgets/reliability_charts.py's interval colour: seen on the dark bars and on the page
 PLOT_W, TOP_H, HIST_H, LEFT, TOP = 200, 170, 40, 38, 8  # px: plot width, panel heights, margins
 
 
@@ -23,7 +23,7 @@ def _tag(name: str, text: str = "", /, **attrs: object) -> str:
 
 
 def reliability_svg(records: Sequence[dict[str, Any]]) -> str:
-    """A reliability diagram of `ReliabilityData.to_records()` rows, drawn as app/reliability_charts.py's
+    """A reliability diagram of `ReliabilityData.to_records()` rows, drawn as app/widgets/reliability_charts.py's
     reliability_figure is: accuracy bars over each bin's edges with the Wilson interval as a
     whisker, red/blue gap to the mean confidence, the diagonal, a hollow (outlined) bar for a
     one-item bin, x for an empty bin, counts below."""

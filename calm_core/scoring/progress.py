@@ -1,7 +1,7 @@
 """Progress reporting for long loops over items (scoring, generation, prefilling caches).
 
 A caller passes `progress`: True for a tqdm bar on stderr, False for none, or its own
-`(done, total)` callback (the studio's progress bar in app/state.py, a test's counter).
+`(done, total)` callback (the studio's progress bar in app/widgets/state.py, a test's counter).
 `progress_callback` turns any of the three into one `update(done, total)` and a `close()`.
 A set-up step that runs for minutes (converting a model, scoring a quiz) says what it is
 doing and, while silent, that it still is: `Ticker`.

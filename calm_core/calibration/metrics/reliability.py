@@ -9,7 +9,7 @@ interval on each bin's accuracy, and the ECE that noise alone gives at the same 
 Why: 14 items in 15 equal-width bins are mostly one-item bins, each drawn at accuracy 0 or
 1 as if it were certain, and an ECE of 0.15 on 40 items can be noise alone (a perfectly
 calibrated model shows about that much). `prepare_reliability` computes and the charts
-(app/charts.py, results/report_svg.py) only draw, relplot's split.
+(app/widgets/charts.py, results/report_svg.py) only draw, relplot's split.
 """
 
 from __future__ import annotations

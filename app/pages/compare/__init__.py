@@ -1,0 +1,1 @@
+"""The Compare page: the verdict, reliability diagrams, groups and selective answering."""

@@ -1,0 +1,1 @@
+"""The Data page: uploads, splits and lm-evaluation-harness samples."""

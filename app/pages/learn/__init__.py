@@ -1,0 +1,1 @@
+"""The Learn page: overconfidence, live, and its temperature slider."""

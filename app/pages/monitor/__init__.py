@@ -1,0 +1,1 @@
+"""The Monitor page: a run followed live, with its chart tabs."""

@@ -1,0 +1,1 @@
+"""The Playground page: one question asked of the trained variants."""

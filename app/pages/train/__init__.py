@@ -1,0 +1,1 @@
+"""The Train page: its data choice, settings, advice, notes and cost."""
