@@ -55,11 +55,11 @@ def add_parsers(sub: Any) -> None:
 
 
 def cmd_datasets(args: argparse.Namespace) -> int:
-    from calm_core.data.entries import list_datasets
+    from calm_core.data import entries as data_entries
 
     if args.json:
         args.json = ensure_writable(args.json, "file")
-    entries = list_datasets(kind=args.kind)
+    entries = data_entries.list_datasets(kind=args.kind)
     width = max(len(e.name) for e in entries) if entries else 10
     for e in entries:
         size = "?" if e.n_items is None else str(e.n_items)

@@ -158,7 +158,7 @@ def _set_threads(run: RunDir, cfg: Any, main: bool) -> None:
 
 def run_in_process(run: RunDir, show_progress: bool) -> int:
     """Train (or resume) the run in this process; failures end as `failed` with the error."""
-    from calm_core.runs.jobs import schedule
+    from calm_core.runs import jobs
     from calm_core.training import distributed
     from calm_core.training.config import TrainConfig
     from calm_core.training.loop import train
@@ -184,7 +184,7 @@ def run_in_process(run: RunDir, show_progress: bool) -> int:
     finally:
         torch.set_num_threads(threads_before)
         if main:
-            schedule(run.path.parent)
+            jobs.schedule(run.path.parent)
     if not main:
         return 0
     print(f"run {run.run_id}: {result.state} at step {result.step} ({run.path})")
@@ -325,19 +325,19 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from calm_core.runs.jobs import cancel
+    from calm_core.runs import jobs
 
-    view = cancel(RunDir.at(args.run_id, args.runs_root))
+    view = jobs.cancel(RunDir.at(args.run_id, args.runs_root))
     print(f"{args.run_id}: {view.state} ({view.reason})")
     return 0
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     from calm_core.launch import left_the_queue
-    from calm_core.runs.jobs import resume
+    from calm_core.runs import jobs
 
     run = RunDir.at(args.run_id, args.runs_root)
-    resume(run, fresh=args.fresh)
+    jobs.resume(run, fresh=args.fresh)
     print(
         f"{args.run_id}: "
         + ("resumed" if left_the_queue(run) else "queued to resume")
