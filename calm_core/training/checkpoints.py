@@ -19,7 +19,7 @@ import torch
 from safetensors import safe_open
 
 from calm_core.calibration.head import CalibrationHead
-from calm_core.calibration.head_base import Head
+from calm_core.calibration.head_base import HEAD_FILENAME, Head
 from calm_core.faults import fault_point
 from calm_core.io import atomic_write_json
 from calm_core.runs.rundir import RunDir
@@ -145,8 +145,6 @@ def read_checkpoint(directory: Path, with_head: bool) -> Checkpoint:
             raise ValueError(
                 f"{name} is unreadable ({str(error).splitlines()[0][:120] if str(error) else type(error).__name__})"
             ) from error
-
-    from calm_core.calibration.head_base import HEAD_FILENAME
 
     rng = read(RNG_FILE, lambda p: torch.load(p, weights_only=True))
     if not isinstance(rng, dict) or not isinstance(rng.get("torch"), torch.Tensor):
