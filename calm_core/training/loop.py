@@ -30,6 +30,7 @@ import torch
 from calm_core.calibration.head import CalibrationHead, acts_on_for, make_head, shifts_allowed
 from calm_core.data.stream import max_choices
 from calm_core.faults import fault_point
+from calm_core.paths import cache_dir
 from calm_core.runs.events import TENSORBOARD, EventLog, final_counts, final_scalars, hparams_of, tensorboard_choice
 from calm_core.runs.rundir import RunDir
 from calm_core.runs.state import FINAL_PHASE, RunState
@@ -183,7 +184,6 @@ def _frozen_prefix_runner(cfg: TrainConfig, model: Any) -> tuple[Any, dict[str, 
     check = frozen_prefix_check(model, split)
     if not check.on:
         return None, {"used": False, "split_layer": split, "reason": check.reason, "gap": check.gap}
-    from calm_core.paths import cache_dir
 
     store = cache_dir() / "frozen_prefix" if cfg.frozen_prefix_store else None
     runner = FrozenPrefixModel(model, split, store_root=store)
