@@ -32,7 +32,10 @@ from calm_core.access.rules import (
     write_refusal,
 )
 from calm_core.io import file_lock
-from calm_core.runs.lifecycle import RunState
+from calm_core.provenance import environment_record
+from calm_core.results.added_job import evaluation_cost, evaluation_record, worker_command
+from calm_core.runs import jobs, listing
+from calm_core.runs.lifecycle import WAITING_OR_ACTIVE, RunState
 from calm_core.runs.naming import runs_root
 from calm_core.runs.rundir import RunDir
 from calm_core.training.config import TrainConfig
@@ -59,8 +62,6 @@ def run_config_record(
     its launch (the shown estimate's record), from which later estimates learn their error.
     `launched_from`: the signed-in browser's opaque tag (all its sessions share it), which
     the per-browser quota counts."""
-    from calm_core.provenance import environment_record
-
     record: dict[str, Any] = {
         "train": cfg.to_dict(),
         "name": cfg.name,
@@ -119,15 +120,13 @@ def launch_training(
     both pass (the page's own check only says why the button is off). `estimate`: the one
     the caller showed, recorded as it is (estimate.predict.launch_estimate makes it): no
     dataset is loaded to launch."""
-    from calm_core.runs.jobs import submit, worker_command
-
     with budget_held(root):
         if access is not None:
             refusal = launch_refusal(access, cfg.steps, active_runs(access, launched_by, launched_from, root))
             if refusal:
                 raise Refused(refusal)
         run = create_run(cfg, root, launched_by, estimate, launched_from)  # queued: the next count sees it
-    submit(run, worker_command(), credentials=access is None or operator_credentials(access, cfg.model))
+    jobs.submit(run, jobs.worker_command(), credentials=access is None or operator_credentials(access, cfg.model))
     return run, left_the_queue(run)
 
 
@@ -145,8 +144,6 @@ def launch_evaluation(
     first and refused past the item budget; and it counts toward the same quotas as a
     training run, counted and queued under the same lock. Refused: one line."""
     from calm_core.results.added import check_finished
-    from calm_core.results.added_job import evaluation_cost, evaluation_record, worker_command
-    from calm_core.runs.jobs import submit
 
     refusal = write_refusal(access, launched_by, run.config.launched_by)
     if refusal:
@@ -165,7 +162,7 @@ def launch_evaluation(
             raise Refused(refusal)
         job = RunDir.new(record, name_hint=f"eval-{run.config.name or 'run'}", root=root)
     model = run.config.train.model
-    submit(job, worker_command(), credentials=operator_credentials(access, model))
+    jobs.submit(job, worker_command(), credentials=operator_credentials(access, model))
     return job, left_the_queue(job)
 
 
@@ -181,21 +178,15 @@ def budget_held(root: str | Path | None = None) -> Iterator[None]:
 
 def active_runs_of(launched_by: str, root: str | Path | None = None) -> int:
     """Queued or running runs a studio session launched (a shared studio's quota)."""
-    from calm_core.runs.lifecycle import WAITING_OR_ACTIVE
-    from calm_core.runs.listing import list_runs
-
-    return sum(1 for s in list_runs(root) if s.launched_by == launched_by and s.state in WAITING_OR_ACTIVE)
+    return sum(1 for s in listing.list_runs(root) if s.launched_by == launched_by and s.state in WAITING_OR_ACTIVE)
 
 
 def active_runs(access: Access, session: str | None, browser: str | None, root: str | Path | None = None) -> ActiveRuns:
     """The queued or running runs of this session, of this browser and of the server, from
     one listing, where the quotas apply (shared mode); a local studio counts nothing."""
-    from calm_core.runs.lifecycle import WAITING_OR_ACTIVE
-    from calm_core.runs.listing import list_runs
-
     if not access.shared:
         return ActiveRuns()
-    active = [s for s in list_runs(root) if s.state in WAITING_OR_ACTIVE]
+    active = [s for s in listing.list_runs(root) if s.state in WAITING_OR_ACTIVE]
     return ActiveRuns(
         session=sum(1 for s in active if session and s.launched_by == session),
         browser=sum(1 for s in active if browser and s.launched_from == browser),
@@ -228,13 +219,11 @@ def resume_refusal_for(
 def resume_run(run: RunDir, access: Access, session: str | None, browser: str | None = None) -> list[str]:
     """`runs.jobs.resume` for a studio session: Refused (one line) when the session may not
     resume it, so a resume can never take a session past its quota."""
-    from calm_core.runs.jobs import resume
-
     with budget_held(run.path.parent):  # counted and requeued under the lock, as a launch is
         refusal = resume_refusal_for(access, session, run.config.launched_by, run.path.parent, browser)
         if refusal:
             raise Refused(refusal)
-        return resume(run)
+        return jobs.resume(run)
 
 
 def left_the_queue(run: RunDir) -> bool:

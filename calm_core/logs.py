@@ -19,6 +19,7 @@ FutureWarning addressed to peft's authors, not to ours or our users.
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import warnings
 from typing import Any
@@ -68,8 +69,6 @@ def quiet_third_party() -> None:
 
 
 def _escape(text: str) -> str:
-    import re
-
     return re.escape(text)
 
 

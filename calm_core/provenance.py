@@ -4,6 +4,7 @@ Saved with every result."""
 from __future__ import annotations
 
 import hashlib
+import json
 import platform
 import struct
 import subprocess
@@ -12,7 +13,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from calm_core.paths import PROJECT_ROOT
+from calm_core.io import atomic_write_json
+from calm_core.paths import PROJECT_ROOT, cache_dir
 
 _PACKAGES = ("calm-studio", "torch", "transformers", "peft", "numpy", "bitsandbytes")
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
@@ -117,10 +119,6 @@ def content_digest(file: Path) -> str:
 
 
 def _known_digests() -> dict[str, str]:
-    import json
-
-    from calm_core.paths import cache_dir
-
     try:
         data = json.loads((cache_dir() / _DIGESTS_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -132,9 +130,6 @@ def _known_digests() -> dict[str, str]:
 
 def _remember_digests(known: dict[str, str]) -> None:
     """Keep the newest 1,000 entries; a cache folder that cannot be written only costs a re-read."""
-    from calm_core.io import atomic_write_json
-    from calm_core.paths import cache_dir
-
     try:
         atomic_write_json(cache_dir() / _DIGESTS_FILE, dict(list(known.items())[-1000:]))
     except OSError:

@@ -10,8 +10,9 @@ from typing import Sequence
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-from calm_core.data.schema import MCItem
-from calm_core.results.playground import TrainedModel
+from calm_core.data.schema import DataError, MCItem
+from calm_core.results.playground import TrainedModel, load_trained
+from calm_core.runs.rundir import RunDir
 from calm_core.scoring.models import LoadedModel, load_model, named_model, named_model_dir
 from calm_core.scoring.options import OptionScores
 from calm_core.scoring.score_cache import Quiz, cached_scores, quiz_items, score_quiz
@@ -101,8 +102,6 @@ def describe_error(exc: Exception) -> str:
     """One readable line for the page instead of a stack trace. The project's own errors
     (bad input, a damaged file) already say what and what to do: shown as they are; any
     other exception is a defect, and its class name helps whoever reports it."""
-    from calm_core.data.schema import DataError
-
     if isinstance(exc, (DataError, ValueError, FileNotFoundError)):
         return " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
     return f"{type(exc).__name__}: {exc}"
@@ -111,7 +110,4 @@ def describe_error(exc: Exception) -> str:
 @st.cache_resource(show_spinner="Loading the run's adapter and calibration head...", max_entries=4)
 def get_trained(run_id: str) -> TrainedModel:
     """A finished run's model, once per process (a fresh base model under its adapter)."""
-    from calm_core.results.playground import load_trained
-    from calm_core.runs.rundir import RunDir
-
     return load_trained(RunDir.at(run_id))

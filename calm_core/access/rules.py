@@ -38,6 +38,8 @@ import hashlib
 import hmac
 import os
 import re
+import sys
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -198,8 +200,6 @@ def budget_refusal(access: Access, active: int | ActiveRuns) -> str | None:
 def main() -> None:
     """`python -m calm_core.access.rules`: exit 2 with the reason when a studio started
     with this environment in shared mode would serve nothing (scripts/studio.sh --share asks)."""
-    import sys
-
     refusal = access_from({**os.environ, SHARED_ENV: "1"}, "0.0.0.0", _secrets_file_password()).refusal
     if refusal:
         print(f"calm studio: {refusal}", file=sys.stderr)
@@ -208,8 +208,6 @@ def main() -> None:
 
 def _secrets_file_password() -> str | None:
     """The `password` of .streamlit/secrets.toml (the project's, then the user's), as Streamlit reads it."""
-    import tomllib
-
     for path in (PROJECT_ROOT / ".streamlit" / "secrets.toml", Path.home() / ".streamlit" / "secrets.toml"):
         try:
             value = tomllib.loads(path.read_text(encoding="utf-8")).get(SECRETS_KEY)

@@ -33,6 +33,7 @@ from calm_core.cli import train as cli_train
 from calm_core.cli.usage import UsageError
 from calm_core.data.schema import DataError
 from calm_core.logs import configure as configure_logging
+from calm_core.runs.damage import RunFileError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,7 +64,6 @@ def is_refusal(exc: BaseException) -> bool:
     than a bug (a traceback). The project's own error types are refusals, and so is a
     ValueError in its house style, "Expected ..., but got ..."; any other ValueError
     (from numpy, torch, a typo in our code) is not."""
-    from calm_core.runs.damage import RunFileError
     from calm_core.scoring.models import ModelLoadError
 
     if isinstance(exc, (DataError, ModelLoadError, RunFileError, UsageError, FileNotFoundError)):

@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from calm_core.data import entries as data_entries
+from calm_core.data.catalog import load_dataset
 from calm_core.data.schema import DataError
 from calm_core.paths import ensure_writable
 
@@ -55,11 +57,9 @@ def add_parsers(sub: Any) -> None:
 
 
 def cmd_datasets(args: argparse.Namespace) -> int:
-    from calm_core.data.entries import list_datasets
-
     if args.json:
         args.json = ensure_writable(args.json, "file")
-    entries = list_datasets(kind=args.kind)
+    entries = data_entries.list_datasets(kind=args.kind)
     width = max(len(e.name) for e in entries) if entries else 10
     for e in entries:
         size = "?" if e.n_items is None else str(e.n_items)
@@ -79,7 +79,6 @@ def cmd_data(args: argparse.Namespace) -> int:
 
 def cmd_split(args: argparse.Namespace) -> int:
     """`calm data split`: plan, advise as the Data page does, save, print the parts."""
-    from calm_core.data.catalog import load_dataset
     from calm_core.data.split import parse_sizes, plan_split, save_split
     from calm_core.data.split_sizes import advise_split
 

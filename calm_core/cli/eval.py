@@ -23,14 +23,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from calm_core.calibration import metrics
 from calm_core.cli import eval_io
 from calm_core.cli.eval_harness import add_args as add_harness_args
 from calm_core.cli.eval_harness import eval_from_lm_eval
 from calm_core.cli.eval_open import GENERATION_FLAGS, eval_open
 from calm_core.cli.eval_run import eval_run
+from calm_core.cli.eval_served import check_served_export
 from calm_core.cli.usage import UsageError
+from calm_core.data.catalog import load_dataset
+from calm_core.data.mapping import ColumnMapping, MissingColumns
 from calm_core.data.schema import UNLABELLED_MC, DataError, LoadReport
 from calm_core.generative.sampling import GenerationConfig
+from calm_core.io import atomic_write_json
+from calm_core.runs.layout import write_predictions
+from calm_core.scoring.prompts import ScoringConfig
 from calm_core.settings import declared_settings
 from calm_core.training.tasks import TASKS
 
@@ -186,7 +193,6 @@ def _thermometer(args: argparse.Namespace) -> Any:
     """The thermometer of --thermometer (None without it), checked before the model loads:
     its file must exist and it must have been trained on this model's hidden states."""
     from calm_core.calibration.thermometer import build_command, load_thermometer, mismatch, thermometer_path
-    from calm_core.scoring.prompts import ScoringConfig
 
     if args.thermometer is None:
         return None
@@ -217,9 +223,6 @@ def _eval_reports(names: list[str], args: argparse.Namespace) -> dict[str, LoadR
     (answers UNLABELLED) when --thermometer is given, since a thermometer needs no labels;
     without it the loader's error stands, saying so. Every other problem is the loader's
     error, as for any labelled file: nothing else is relaxed."""
-    from calm_core.data.catalog import load_dataset
-    from calm_core.data.mapping import ColumnMapping, MissingColumns
-
     answer = ColumnMapping.parse(args.mapping).answer if args.mapping else ColumnMapping().answer
     reports = {}
     for name in names:
@@ -247,7 +250,6 @@ def _eval_reports(names: list[str], args: argparse.Namespace) -> dict[str, LoadR
 def _unlabelled_row(scores: Any, dataset: str, variant: str, calibrator: Any) -> dict[str, Any]:
     """What a set without answers can report of a variant: its size and how sure and how
     spread its forecasts are (no accuracy, no calibration error: they need the gold)."""
-    from calm_core.calibration import metrics
     from calm_core.scoring.evaluate import variant_probs
 
     probs = variant_probs(scores, calibrator)
@@ -267,8 +269,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.from_lm_eval:
         return eval_from_lm_eval(args)
     if args.export is not None:
-        from calm_core.cli.eval_served import check_served_export
-
         return check_served_export(args)
     if not args.data:
         raise UsageError("give --data NAME (or --from-lm-eval DIR); with --model openai:URL, --export DIR works alone")
@@ -291,9 +291,6 @@ class McTable:
 
 
 def _eval_mc(args: argparse.Namespace) -> int:
-    from calm_core.io import atomic_write_json
-    from calm_core.scoring.prompts import ScoringConfig
-
     datasets = [name for group in args.data for name in group]
     cfg = ScoringConfig(rule=args.scoring or "cloze", chat_template=args.chat)
     # Check outputs and read every dataset before loading the model: a typo or an
@@ -351,7 +348,6 @@ def _score_set(
 ) -> None:
     """One set scored once (features captured), every variant's row into `table` and, with
     --save-preds, its predictions; a set without answers gets base and the thermometer only."""
-    from calm_core.runs.layout import write_predictions
     from calm_core.scoring.evaluate import predictions_frame, result_row
     from calm_core.scoring.features import FEATURES
     from calm_core.scoring.scorer import Capture

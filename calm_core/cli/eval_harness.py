@@ -17,7 +17,11 @@ import argparse
 import sys
 from typing import Any
 
+from calm_core.cli import eval_io
 from calm_core.cli.usage import UsageError
+from calm_core.io import atomic_write_json
+from calm_core.provenance import environment_record
+from calm_core.runs.layout import write_predictions
 
 # Flags that need the model or its hidden states, which samples files do not hold.
 MODEL_FLAGS = {
@@ -68,7 +72,6 @@ def _pick(tasks: dict[str, Any], names: list[str], flag: str) -> list[str]:
 def eval_from_lm_eval(args: argparse.Namespace) -> int:
     """Read DIR's samples, fit the post-hoc calibrators on the --fit-ts-on tasks, and
     print (and with --json, --save-preds write) every task's rows."""
-    from calm_core.cli import eval_io
     from calm_core.scoring.lm_eval_samples import read_harness_folder
 
     _check_flags(args)
@@ -124,7 +127,6 @@ def _fits(args: argparse.Namespace, fit_sets: dict[str, Any]) -> list[Any]:
 def _task_rows(args: argparse.Namespace, task: Any, name: str, fits: list[Any]) -> list[dict[str, Any]]:
     """One task's result rows, base and each fit, and with --save-preds its predictions
     (each item's subject beside them, where the task has subjects)."""
-    from calm_core.runs.layout import write_predictions
     from calm_core.scoring.evaluate import predictions_frame, result_row
 
     scores = task.scores(args.lm_eval_metric, args.limit)
@@ -140,7 +142,6 @@ def _task_rows(args: argparse.Namespace, task: Any, name: str, fits: list[Any]) 
 
 
 def _print(args: argparse.Namespace, fits: list[Any], rows: list[dict[str, Any]]) -> None:
-    from calm_core.cli import eval_io
     from calm_core.scoring.evaluate import format_table
     from calm_core.scoring.lm_eval_samples import FORMS
 
@@ -156,10 +157,6 @@ def _write_json(
 ) -> None:
     """`--json`: the rows, the fits, and per task what was read (files, kept and rejected rows,
     the harness's own accuracies)."""
-    from calm_core.cli import eval_io
-    from calm_core.io import atomic_write_json
-    from calm_core.provenance import environment_record
-
     read = [
         {
             "task": name,

@@ -8,11 +8,19 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
+from calm_core.data.catalog import split_slice
+from calm_core.data.encoding import file_encoding, is_utf8_name, utf8_copy
+from calm_core.data.guess import GUESS_ROWS, guess_column_mapping
+from calm_core.data.mapping import MissingColumns, has_column
+from calm_core.data.readers import FORMATS, detect_format, peek_records
 from calm_core.data.schema import REJECTED_SHOWN, DataError, LoadReport
+from calm_core.data.uploads import saved_mappings
 from calm_core.paths import ensure_writable
+from calm_core.provenance import environment_record
 from calm_core.scoring.prompts import RULES
 
 DETECTED = "detected_encodings"  # on the parsed arguments: file -> the encoding found for it (None: UTF-8)
@@ -77,7 +85,6 @@ def read_set(name: str, kind: str, limit: int | None, args: argparse.Namespace) 
     upload that reads its columns, or else with the Data page's guess when it names
     only columns the file has (either said on stderr); otherwise MissingColumns says
     which `--mapping` to give."""
-    from calm_core.data.mapping import MissingColumns
     from calm_core.scoring.evaluate import load_report
 
     encoding = set_encoding(name, args)
@@ -108,10 +115,6 @@ def set_encoding(name: str, args: argparse.Namespace) -> str | None:
 def _detected_encoding(name: str) -> str | None:
     """The encoding the file `name` looks like, with the stderr note naming it; None for
     UTF-8, Parquet (UTF-8 by definition) or a file that cannot be read (its reader says why)."""
-    from calm_core.data.catalog import split_slice
-    from calm_core.data.encoding import file_encoding
-    from calm_core.data.readers import detect_format
-
     path = Path(split_slice(name.strip())[0]).expanduser()
     guess = None if detect_format(path) == "parquet" else file_encoding(path)
     if guess is None:
@@ -126,9 +129,6 @@ def _detected_encoding(name: str) -> str | None:
 
 def _is_file(name: str) -> bool:
     """Whether `name` is a file path (the catalog's own sets use the default column names)."""
-    from calm_core.data.catalog import split_slice
-    from calm_core.data.readers import FORMATS
-
     return Path(split_slice(name.strip())[0]).suffix.lower() in FORMATS
 
 
@@ -136,9 +136,6 @@ def _saved_mapping(name: str, kind: str, err: Any) -> Any:
     """The one mapping saved with uploads that read this file's columns (`err.found`),
     said on stderr; None when no upload has them; MissingColumns naming the choice when
     several were saved with different mappings."""
-    from calm_core.data.mapping import MissingColumns
-    from calm_core.data.uploads import saved_mappings
-
     found = saved_mappings(err.found, kind)
     distinct = {mapping.to_text(): upload for upload, mapping in reversed(found)}  # the newest upload of each
     if not distinct:
@@ -160,9 +157,6 @@ def _guessed_mapping(name: str, kind: str, err: Any, encoding: str | None) -> An
     """The Data page's guess for the file's columns (`guess_column_mapping`, from its first
     readable rows), said on stderr, when every column `kind` needs is one the file has;
     otherwise MissingColumns with the guess as `--mapping`'s text, `?` where it is unsure."""
-    from calm_core.data.guess import guess_column_mapping
-    from calm_core.data.mapping import MissingColumns, has_column
-
     mapping = guess_column_mapping(err.found, _first_records(name, encoding))
     text = mapping.to_text()
     if all(has_column(err.found, column) for column in mapping.required_columns(kind)):
@@ -187,13 +181,6 @@ def _guessed_mapping(name: str, kind: str, err: Any, encoding: str | None) -> An
 def _first_records(name: str, encoding: str | None) -> list[Any]:
     """The file's first readable rows, as the Data page reads them for its guess (in
     `encoding` when one is given); [] when none can be read (the guess then reads names alone)."""
-    import tempfile
-
-    from calm_core.data.catalog import split_slice
-    from calm_core.data.encoding import is_utf8_name, utf8_copy
-    from calm_core.data.guess import GUESS_ROWS
-    from calm_core.data.readers import peek_records
-
     path = Path(split_slice(name.strip())[0]).expanduser()
     try:
         if is_utf8_name(encoding):
@@ -249,8 +236,6 @@ def eval_record(
     """`calm eval --json`'s record, one shape for both tasks: the rows, the model, the
     post-hoc fits, every dataset read (kept and rejected rows), the limits, the seed and the
     environment; `extra` holds what only one task has (scoring rule or generation settings)."""
-    from calm_core.provenance import environment_record
-
     return {
         "results": rows,
         "model": lm.info,

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import argparse
 
+from calm_core.calibration.metrics.columns import table_columns
 from calm_core.cli import eval_io
 from calm_core.cli.usage import UsageError
 from calm_core.generative.sampling import GenerationConfig
+from calm_core.io import atomic_write_json
+from calm_core.runs.layout import write_predictions
 
 # `calm eval --task openqa`'s flag -> GenerationConfig's setting (the flags kept their short names)
 GENERATION_FLAGS = {
@@ -24,11 +27,8 @@ GENERATION_FLAGS = {
 def eval_open(args: argparse.Namespace) -> int:
     """`calm eval --task openqa`: generated answers, judged; base and (optionally) the
     post-hoc calibrators that apply to generation (TS)."""
-    from calm_core.calibration.metrics.columns import table_columns
     from calm_core.calibration.posthoc import MIN_FIT_ITEMS
     from calm_core.generative.evaluate import evaluate_open, fit_token_calibrators
-    from calm_core.io import atomic_write_json
-    from calm_core.runs.layout import write_predictions
     from calm_core.scoring.evaluate import PosthocFit, format_table
 
     if args.ts_file or args.save_ts:

@@ -19,7 +19,12 @@ from typing import Any
 
 from calm_core.cli import eval_io
 from calm_core.cli.usage import UsageError
+from calm_core.io import atomic_write_json
 from calm_core.paths import ensure_writable
+from calm_core.provenance import environment_record
+from calm_core.runs.layout import ADDED_RESULTS
+from calm_core.runs.rundir import RunDir
+from calm_core.training.tasks import get_task
 
 RUN_OWNS = {
     "model": "--model",
@@ -37,11 +42,8 @@ RUN_OWNS = {
 def eval_run(args: argparse.Namespace) -> int:
     """`calm eval --run RUN --data ...`: the run's table on more sets (results/added.py),
     stored with the run and printed; its model, scoring rule, task and calibrators are its own."""
-    from calm_core.io import atomic_write_json
-    from calm_core.provenance import environment_record
     from calm_core.results.added import check_finished, evaluate_run, run_eval_limit
     from calm_core.results.tables import result_columns
-    from calm_core.runs.layout import ADDED_RESULTS
     from calm_core.scoring.evaluate import format_table, interval_table
 
     _check_flags(args)
@@ -83,8 +85,6 @@ def _check_flags(args: argparse.Namespace) -> None:
 
 def _open_run(args: argparse.Namespace) -> Any:
     """The run directory of --run; a missing one names where to find the run ids."""
-    from calm_core.runs.rundir import RunDir
-
     try:
         return RunDir.at(args.run, args.runs_root)
     except FileNotFoundError as exc:
@@ -96,7 +96,6 @@ def _mappings(run: Any, datasets: list[str], args: argparse.Namespace) -> dict[s
     """The mapping each set is read with (`eval_io.read_set`: --mapping, or one saved with
     an upload of the file's columns); a set that cannot be read fails here, in a second."""
     from calm_core.training.config import TrainConfig
-    from calm_core.training.tasks import get_task
 
     kind = get_task(TrainConfig.from_dict(run.config.train).task).ITEM_KIND
     return {name: eval_io.read_set(name, kind, 1, args)[1] for name in datasets}

@@ -20,15 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from calm_core.cli.usage import UsageError
+from calm_core.export.record import EXPORT_FILE
+from calm_core.io import atomic_write_json
 
 
 def check_served_export(args: argparse.Namespace) -> int:
     """Score the check questions through the served export, print each form's gap, and
     return the exit status (module docstring)."""
     from calm_core.export.merged import CHECK_TOLERANCE
-    from calm_core.export.record import EXPORT_FILE
     from calm_core.export.served_request import check_forms, served_forms
-    from calm_core.io import atomic_write_json
     from calm_core.scoring.served import is_served, load_served
 
     if not is_served(args.model):

@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from calm_core.export.hub_push import push_folder
 from calm_core.runs.rundir import RunDir
 
 
@@ -74,8 +75,6 @@ def cmd_export(args: argparse.Namespace) -> int:
         f"base model {record['base_model_hub_id']}"
     )
     if args.push_to_hub:
-        from calm_core.export.hub_push import push_folder
-
         url = push_folder(folder, args.push_to_hub, private=not args.public)
         print(f"pushed to {url} ({'public' if args.public else 'private'})")
     return 0

@@ -18,12 +18,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from calm_core.calibration.selective import DEFAULT_DELTA, DEFAULT_RULE, DEFAULT_TARGET, RULES
 from calm_core.paths import ensure_writable
+from calm_core.runs.rundir import RunDir
 
 
 def add_parsers(sub: Any) -> None:
     """`calm selective` under the `calm` subcommands `sub`."""
-    from calm_core.calibration.selective import DEFAULT_DELTA, DEFAULT_RULE, DEFAULT_TARGET, RULES
     from calm_core.results.by_group import GROUP_KEYS
 
     sel = sub.add_parser(
@@ -54,9 +55,7 @@ def add_parsers(sub: Any) -> None:
 
 
 def cmd_selective(args: argparse.Namespace) -> int:
-    from calm_core.calibration.selective import RULES
     from calm_core.results import selective as sel
-    from calm_core.runs.rundir import RunDir
 
     if args.json:
         args.json = ensure_writable(args.json, "file")

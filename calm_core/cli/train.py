@@ -21,14 +21,26 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import yaml
+from tqdm.auto import tqdm
+
+from calm_core.calibration.metrics.columns import metric_names
+from calm_core.data.schema import DataError
+from calm_core.data.worker import LIMIT_ENV, WorkerLimits
+from calm_core.io import atomic_write_json, atomic_write_text
+from calm_core.paths import ensure_writable
+from calm_core.results.curves import bome_line, bome_summary
+from calm_core.runs import jobs
+from calm_core.runs.events import convert_run
 from calm_core.runs.lifecycle import RunState
 from calm_core.runs.listing import list_runs
 from calm_core.runs.naming import runs_root
 from calm_core.runs.rundir import RunDir
+from calm_core.runs.state import ACTIVE_STATES, run_state
+from calm_core.settings import allowed_words, declared_settings
 
 
 def add_parsers(sub: Any) -> None:
-    from calm_core.calibration.metrics.columns import metric_names
     from calm_core.training.config import train_settings
 
     tr = sub.add_parser("train", help="train a model with CALM or a baseline (foreground, or --detach)")
@@ -87,8 +99,6 @@ def add_parsers(sub: Any) -> None:
 
 
 def _read_config_file(path: Path) -> dict[str, Any]:
-    import yaml
-
     if not path.is_file():
         raise FileNotFoundError(f"Expected a config file at {path}, but there is none")
     data = yaml.safe_load(path.read_text()) if path.suffix in (".yaml", ".yml") else json.loads(path.read_text())
@@ -130,8 +140,6 @@ def _graceful(run: RunDir) -> None:
 
 
 def _progress_bar(total: int) -> Any:
-    from tqdm.auto import tqdm
-
     bar = tqdm(total=total, desc="training", unit="step", file=sys.stderr)
 
     def update(step: int, _total: int, record: dict[str, Any]) -> None:
@@ -158,7 +166,6 @@ def _set_threads(run: RunDir, cfg: Any, main: bool) -> None:
 
 def run_in_process(run: RunDir, show_progress: bool) -> int:
     """Train (or resume) the run in this process; failures end as `failed` with the error."""
-    from calm_core.runs.jobs import schedule
     from calm_core.training import distributed
     from calm_core.training.config import TrainConfig
     from calm_core.training.loop import train
@@ -184,7 +191,7 @@ def run_in_process(run: RunDir, show_progress: bool) -> int:
     finally:
         torch.set_num_threads(threads_before)
         if main:
-            schedule(run.path.parent)
+            jobs.schedule(run.path.parent)
     if not main:
         return 0
     print(f"run {run.run_id}: {result.state} at step {result.step} ({run.path})")
@@ -238,7 +245,6 @@ def _say_support(cfg: Any) -> None:
     """Before launch, what S_V supports (results/support.py, the Train page's words), on
     stderr so that `--detach` still prints only the run id; nothing when a dataset cannot
     be read (the run says why when it starts)."""
-    from calm_core.data.schema import DataError
     from calm_core.results.support import support_sentence
     from calm_core.training import distributed
 
@@ -267,7 +273,6 @@ def _joined_torchrun(args: argparse.Namespace) -> bool:
 def _bome(run_path: Path) -> dict[str, Any]:
     """The run's BOME diagnostics (results.curves.bome_summary); {} when it has none or its
     files cannot be read (a damaged run still lists)."""
-    from calm_core.results.curves import bome_summary
     from calm_core.training.config import recorded_bilevel
 
     try:
@@ -281,9 +286,6 @@ def _bome(run_path: Path) -> dict[str, Any]:
 def _convert_to_tensorboard(run_id: str, root: Path | None) -> int:
     """`calm runs --tensorboard RUN`: the run's event files rebuilt from what it wrote. A
     running run is refused: its own writer is still adding to the folder."""
-    from calm_core.runs.events import convert_run
-    from calm_core.runs.state import ACTIVE_STATES, run_state
-
     run = RunDir.at(run_id, root)
     status = run.status_or_none()
     state = run_state(status).state if status else RunState.DAMAGED
@@ -305,8 +307,6 @@ def _convert_to_tensorboard(run_id: str, root: Path | None) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from calm_core.results.curves import bome_line
-
     if args.tensorboard:
         return _convert_to_tensorboard(args.tensorboard, args.runs_root)
     runs = list_runs(args.runs_root)
@@ -325,19 +325,16 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from calm_core.runs.jobs import cancel
-
-    view = cancel(RunDir.at(args.run_id, args.runs_root))
+    view = jobs.cancel(RunDir.at(args.run_id, args.runs_root))
     print(f"{args.run_id}: {view.state} ({view.reason})")
     return 0
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     from calm_core.launch import left_the_queue
-    from calm_core.runs.jobs import resume
 
     run = RunDir.at(args.run_id, args.runs_root)
-    resume(run, fresh=args.fresh)
+    jobs.resume(run, fresh=args.fresh)
     print(
         f"{args.run_id}: "
         + ("resumed" if left_the_queue(run) else "queued to resume")
@@ -356,8 +353,6 @@ def runs_named(prefix: str, root: Path | None) -> list[str]:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from calm_core.io import atomic_write_json
-    from calm_core.paths import ensure_writable
     from calm_core.results.tables import added_lines, compare_rows, result_columns
     from calm_core.scoring.evaluate import format_table, wide_table
 
@@ -379,8 +374,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from calm_core.io import atomic_write_text
-    from calm_core.paths import ensure_writable
     from calm_core.results.report import run_report_html
 
     run = RunDir.at(args.run_id, args.runs_root)
@@ -393,10 +386,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 def settings_markdown() -> str:
     """Every declared training setting as one Markdown table (docs/settings.md is this
     text): the page, the flags and the docs all read the same declarations."""
-    from calm_core.data.worker import LIMIT_ENV, WorkerLimits
     from calm_core.generative.sampling import GenerationConfig
     from calm_core.scoring.adapters import LoraSettings
-    from calm_core.settings import allowed_words, declared_settings
     from calm_core.training.config import train_settings
 
     lines = [

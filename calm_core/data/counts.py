@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from calm_core.data.builtin import split_size
 from calm_core.data.catalog import split_slice
 from calm_core.data.entries import BUILTIN_PREFIX, HF_PREFIX, count_rows, find_dataset, unknown_name_message
 from calm_core.data.readers import FORMATS
@@ -58,8 +59,6 @@ def _base_count(name: str) -> int | None:
 
 def _builtin_count(name: str) -> int:
     """`builtin/<domain>/<split>`, counted by its generator without making the items."""
-    from calm_core.data.builtin import split_size
-
     parts = name.split("/", 2)
     if len(parts) != 3:
         raise DataError(unknown_name_message(name))

@@ -22,6 +22,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from charset_normalizer import from_bytes
+
 from calm_core.data.schema import DataError
 
 UTF8 = "utf-8"
@@ -96,7 +98,6 @@ def likely_encoding(data: bytes) -> Guess | None:
     sample = data[:SAMPLE_BYTES]
     if decodes_as_utf8(sample):
         return None
-    from charset_normalizer import from_bytes
 
     matches = list(from_bytes(sample))
     if not matches:

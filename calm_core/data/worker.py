@@ -37,7 +37,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from calm_core.data.files import open_parquet
 from calm_core.data.schema import DataError
+from calm_core.data.sources import MAX_COLUMNS, Budget, check_parquet, counted_batches, pieces
 from calm_core.settings import SettingSpec, bound_error, check_settings, declared_settings, setting
 
 LIMIT_ENV = "CALM_UPLOAD_WORKER_MIB"
@@ -98,9 +100,6 @@ def decode_parquet(path: Path, where: str, rows: int = 0, limits: WorkerLimits |
     docstring says why): its first `rows` rows (0: all). Raises DataError, naming `where`,
     when the footer alone refuses it, when the worker's budgets do, or when it needs more
     than the memory limit or time."""
-    from calm_core.data.files import open_parquet
-    from calm_core.data.sources import MAX_COLUMNS, Budget, check_parquet
-
     check_parquet(open_parquet(path, where, MAX_COLUMNS), Budget(path, where))  # cheap refusals stay cheap
     limits = limits or worker_limits()
     out = path.with_name(f"{path.stem}-decoded.parquet")
@@ -168,9 +167,6 @@ def copy_parquet(path: Path, out: Path, where: str, rows: int) -> None:
     as an honest Parquet file (the module docstring). MemoryError when the limit is met."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-
-    from calm_core.data.files import open_parquet
-    from calm_core.data.sources import MAX_COLUMNS, Budget, check_parquet, counted_batches, pieces
 
     parquet = open_parquet(path, where, MAX_COLUMNS)
     budget, written = Budget(path, where), 0

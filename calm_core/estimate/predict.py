@@ -17,11 +17,14 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from calm_core.data.counts import item_count
+from calm_core.data.schema import DataError
 from calm_core.estimate.arithmetic import Estimate, estimate_run
 from calm_core.estimate.error import spread_for, track_record
 from calm_core.estimate.machine_load import MachineLoad
 from calm_core.estimate.rates import default_rates, past_runs, rates_from, same_kind_runs, task_defaults
 from calm_core.training.config import TrainConfig
+from calm_core.training.tasks import get_task
 from calm_core.training.timings import RunSizes
 
 EMBEDDED_SHAPE = (134_515_008, 30)  # SmolLM2-135M: parameters and layers (its config.json)
@@ -82,9 +85,6 @@ def planned_sizes(cfg: TrainConfig) -> RunSizes:
 
 
 def _count(name: str, limit: int | None) -> int:
-    from calm_core.data.counts import item_count
-    from calm_core.data.schema import DataError
-
     count = item_count(name, limit)
     if count is None:
         raise DataError(f"The size of `{name}` is known only once the run loads it: set a limit to estimate")
@@ -97,8 +97,6 @@ def task_selects(cfg: TrainConfig) -> bool:
 
 
 def _task(cfg: TrainConfig) -> Any:
-    from calm_core.training.tasks import get_task
-
     return get_task(cfg.task)
 
 

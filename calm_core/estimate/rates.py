@@ -19,6 +19,7 @@ from calm_core.runs.listing import list_runs
 from calm_core.runs.records import RunStatus
 from calm_core.runs.rundir import RunDir
 from calm_core.training.config import TrainConfig
+from calm_core.training.tasks import get_task
 from calm_core.training.timings import PhaseTimes, RunSizes
 
 LEARN_FROM = 3  # the most recent finished runs of the same model, task and scoring rule
@@ -83,8 +84,6 @@ def default_rates(parameters: int | None) -> Rates:
 def task_defaults(cfg: TrainConfig, rates: Rates) -> Rates:
     """The defaults for `cfg`'s task: one whose evaluation costs more per item declares
     `evaluation_cost(cfg)` (open answers generate); unmeasured, so its error is widest."""
-    from calm_core.training.tasks import get_task
-
     cost = getattr(get_task(cfg.task), "evaluation_cost", None)
     if cost is None:
         return rates

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from calm_core.calibration.metrics.columns import is_missing
 from calm_core.runs.rundir import RunDir
 
 CARD_TAGS = (
@@ -122,8 +123,6 @@ def eval_results(record: dict[str, Any], rows: list[dict[str, Any]]) -> list[Any
 
 def _card_metrics(row: dict[str, Any] | None, variant: str) -> list[dict[str, Any]]:
     """One variant's EvalResult metric fields (its row's acc, ece, auroc), [] without a row."""
-    from calm_core.calibration.metrics.columns import is_missing
-
     if row is None:
         return []
     return [

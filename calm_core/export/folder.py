@@ -50,7 +50,7 @@ import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from calm_core.calibration.head_base import Head
+from calm_core.calibration.head_base import HEAD_FILENAME, Head
 from calm_core.calibration.posthoc import calibrators, from_results
 from calm_core.export.model_card import export_card
 from calm_core.export.record import EXPORT_FILE, export_record, variant_record
@@ -221,8 +221,6 @@ def _write_folder(run: RunDir, step: int, checkpoint: Path, folder: Path, varian
     """Every file of the export; each text file passes through the run's `Portable` last,
     so no local path leaves the machine (`calm_config.json` is config.json with the model
     and datasets by name)."""
-    from calm_core.calibration.head_base import HEAD_FILENAME
-
     portable = Portable.of(run)
     record = portable.data({**export_record(run, step, checkpoint), **variant_record(run, variant)})
     adapter = json.loads((checkpoint / "adapter_config.json").read_text(encoding="utf-8"))

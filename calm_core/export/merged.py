@@ -41,14 +41,20 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from safetensors import safe_open
 
 from calm_core.calibration.head import CalibrationHead
 from calm_core.calibration.head_base import HEAD_FILENAME, Head
 from calm_core.calibration.posthoc import calibrators
 from calm_core.data.schema import MCItem
+from calm_core.export.merged_card import merged_card
+from calm_core.export.record import EXPORT_FILE, export_record, variant_record
+from calm_core.export.thermometer import THERMOMETER_FILE
 from calm_core.io import default_mode
 from calm_core.results.verdict import variant_label
+from calm_core.runs.portable import Portable, portable_config
 from calm_core.runs.rundir import RunDir
+from calm_core.scoring.prompts import ScoringConfig, letter_token_ids
 
 if TYPE_CHECKING:
     from calm_core.scoring.prompts import ScoringConfig
@@ -233,9 +239,6 @@ def merged_model(run: RunDir, source: Path) -> tuple[Any, Any, Any]:
 def write_merged(run: RunDir, source: Path, folder: Path, variant: str) -> dict[str, Any]:
     """Every file of a merged export into `folder` (`export.folder.export_run` stages it); returns
     calm_export.json's record. Refuses an input-adaptive temperature before any load."""
-    from calm_core.export.thermometer import THERMOMETER_FILE
-    from calm_core.scoring.prompts import ScoringConfig, letter_token_ids
-
     if (source / THERMOMETER_FILE).is_file():
         refuse_adaptive(run, "a thermometer")
     if (source / HEAD_FILENAME).is_file() and _head_scope(source / HEAD_FILENAME) == "adaptive":
@@ -279,10 +282,6 @@ def write_merged_folder(run: RunDir, step: int, source: Path, folder: Path, vari
     its `merged` record, calm_config.json and the card; every JSON file passes through the
     run's Portable, so no local path leaves the machine, and config.json names the base
     model by its hub id (a converted copy records the GGUF's display name there)."""
-    from calm_core.export.merged_card import merged_card
-    from calm_core.export.record import EXPORT_FILE, export_record, variant_record
-    from calm_core.runs.portable import Portable, portable_config
-
     portable = Portable.of(run)
     merged = write_merged(run, source, folder, variant)
     record = portable.data({**export_record(run, step, source), **variant_record(run, variant), "merged": merged})
@@ -309,8 +308,6 @@ def _write_json(path: Path, data: Any) -> None:
 
 
 def _head_scope(file: Path) -> str | None:
-    from safetensors import safe_open
-
     with safe_open(str(file), framework="pt") as f:
         return (f.metadata() or {}).get("scope")
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from calm_core.export.card_prompt import context_code, letter_prompt_lines, template_line
+from calm_core.export.served_card import served_section
 from calm_core.runs.rundir import RunDir
 from calm_core.scoring.prompts import ScoringConfig
 
@@ -27,7 +28,6 @@ def merged_card(run: RunDir, record: dict[str, Any]) -> str:
         selective_section,
         trained_line,
     )
-    from calm_core.export.served_card import served_section
 
     rows = card_body_rows(run)
     merged = record["merged"]

@@ -14,6 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from calm_core.calibration.posthoc import calibrators, from_results
+from calm_core.export.card_data import card_data, hub_dataset
+from calm_core.runs.portable import portable_config
 from calm_core.runs.rundir import RunDir
 
 
@@ -127,8 +129,6 @@ def card_body_rows(run: RunDir) -> list[dict[str, Any]]:
 
 def trained_line(run: RunDir, record: dict[str, Any]) -> str:
     """What was trained, on what, and which step the folder holds (every card says it)."""
-    from calm_core.runs.portable import portable_config
-
     train = portable_config(run.config)["train"]  # the model and datasets by name, never a local path
     hub, scoring = record["base_model_hub_id"], record["scoring"]
     weights_note = ""
@@ -173,8 +173,6 @@ def results_section(rows: list[dict[str, Any]]) -> str:
 def local_sets_note(rows: list[dict[str, Any]]) -> str:
     """The evaluation sets that are not Hub datasets, named in words: the metadata's
     `datasets` and model-index hold Hub ids only (card_data.hub_dataset)."""
-    from calm_core.export.card_data import hub_dataset
-
     local = [raw for raw in dict.fromkeys(row["dataset_raw"] for row in rows) if hub_dataset(raw) is None]
     if not local:
         return ""
@@ -193,8 +191,6 @@ def _set_kind(name: str) -> str:
 def card_text(run: RunDir, record: dict[str, Any], rows: list[dict[str, Any]], body: str, library: str = "peft") -> str:
     """The card as the Hub reads it: huggingface_hub's ModelCard of `card_data` and `body`."""
     from huggingface_hub import ModelCard
-
-    from calm_core.export.card_data import card_data
 
     return str(ModelCard(f"---\n{card_data(run, record, rows, library).to_yaml()}\n---\n\n{body}"))
 

@@ -7,11 +7,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from safetensors import safe_open
+
+import calm_core
 from calm_core.export.hub_id import base_licence, portable_base_model
 from calm_core.export.thermometer import THERMOMETER_FILE, thermometer_record
+from calm_core.paths import cache_dir
+from calm_core.provenance import git_commit
 from calm_core.runs.portable import Portable
 from calm_core.runs.records import RunEnvironment
 from calm_core.runs.rundir import RunDir
+from calm_core.scoring.prompts import ScoringConfig
 
 EXPORT_FILE = "calm_export.json"  # read by calm_head.read_export
 
@@ -19,11 +25,8 @@ EXPORT_FILE = "calm_export.json"  # read by calm_head.read_export
 def export_record(run: RunDir, step: int, checkpoint: Path) -> dict[str, Any]:
     """calm_export.json: what the folder holds and everything needed to use it. The base
     model by hub id, public name and fingerprint (runs/portable.py), never its path."""
-    import calm_core
     from calm_core.calibration.head import CalibrationHead
     from calm_core.calibration.head_base import HEAD_FILENAME
-    from calm_core.provenance import git_commit
-    from calm_core.scoring.prompts import ScoringConfig
 
     config = run.config
     train = config.train
@@ -90,8 +93,6 @@ def steps_record(run: RunDir) -> dict[str, Any]:
 def adapter_is_zero(checkpoint: Path) -> bool:
     """Whether every LoRA B matrix of `checkpoint`'s adapter is zero (a post-hoc variant's
     zeroed adapter, or step 0's untrained one): merged, it changes no weight."""
-    from safetensors import safe_open
-
     file = checkpoint / "adapter_model.safetensors"
     if not file.is_file():
         return False
@@ -122,7 +123,6 @@ def _model_dtype(run: RunDir) -> str | None:
 def local_copy(model: str) -> str | None:
     """A named model's converted folder relative to CALM Studio's cache (`models/<slug>-<key>`),
     which the card's snippet loads offline; None for other models or before its first load."""
-    from calm_core.paths import cache_dir
     from calm_core.scoring.models import converted_dir, named_model
 
     if named_model(model) is None:

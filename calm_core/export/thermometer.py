@@ -18,7 +18,12 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+from safetensors import safe_open
+
+from calm_core.runs.portable import public_dataset_name, public_model_name
 from calm_core.runs.rundir import RunDir
+from calm_core.scoring.prompts import ScoringConfig
 
 if TYPE_CHECKING:
     from calm_core.calibration.thermometer import Thermometer
@@ -35,7 +40,6 @@ def thermometer_for_export(run: RunDir, path: Path | None = None) -> "Thermomete
     rule its logits and states came from (the state read is the rule's: cloze, the
     context's last token; letter, the answer position)."""
     from calm_core.calibration.thermometer import build_command, load_thermometer, mismatch, thermometer_path
-    from calm_core.scoring.prompts import ScoringConfig
 
     train = run.config.train
     model = train.model
@@ -63,12 +67,10 @@ def save_thermometer(thermo: "Thermometer", file: Path) -> None:
     in float64 (the thermometer's own numbers: no rounding between studio and export); the
     floor, its model, rule and training sets by public name in the metadata. A thermometer
     that chose one temperature (k = 0) stores a mean and projection of width 0."""
-    import numpy as np
     import torch
     from safetensors.torch import save_file
 
     from calm_core.calibration.thermometer import TAU_FLOOR
-    from calm_core.runs.portable import public_dataset_name, public_model_name
 
     k = len(thermo.weights)
     mean = np.asarray(thermo.mean if k else [], dtype=np.float64)  # (d,), or (0,) for k = 0
@@ -94,8 +96,6 @@ def save_thermometer(thermo: "Thermometer", file: Path) -> None:
 def thermometer_record(file: Path) -> dict[str, Any] | None:
     """calm_export.json's `thermometer`: the file's model, rule, training sets and number of
     components; None without one."""
-    from safetensors import safe_open
-
     if not file.is_file():
         return None
     with safe_open(str(file), framework="pt") as f:

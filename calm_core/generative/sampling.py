@@ -30,11 +30,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
 import torch
-from transformers import LogitsProcessor, LogitsProcessorList
+from transformers import DynamicCache, LogitsProcessor, LogitsProcessorList
 
 from calm_core.calibration.head import CalibrationHead
 from calm_core.data.schema import OpenItem
-from calm_core.scoring.forward import left_pad_batch
+from calm_core.scoring.forward import cache_kwarg, left_pad_batch
 from calm_core.scoring.progress import ProgressFn, progress_callback
 from calm_core.scoring.prompts import chat_prompt
 from calm_core.settings import check_settings, setting
@@ -208,10 +208,6 @@ def _shared_prompt_cache(
     """Prompts (all but their last token) through the model once, the KV cache repeated
     n times per row; generate() then starts from the last prompt token. Same samples as
     `num_return_sequences=n` for the same seed (tested), without n copies of the prefill."""
-    from transformers import DynamicCache
-
-    from calm_core.scoring.forward import cache_kwarg
-
     keyword = cache_kwarg(model)
     cache = DynamicCache(config=model.config)
     with torch.inference_mode():

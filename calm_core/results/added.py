@@ -35,6 +35,7 @@ from calm_core.data.stream import max_choices
 from calm_core.runs.lifecycle import RunState
 from calm_core.runs.records import RunResults
 from calm_core.runs.rundir import RunDir
+from calm_core.training.tasks import get_task
 
 
 def check_finished(run: RunDir) -> None:
@@ -93,7 +94,6 @@ def evaluate_run(
     from calm_core.training.batches import load_data
     from calm_core.training.config import TrainConfig
     from calm_core.training.run_context import restored_context
-    from calm_core.training.tasks import get_task
 
     check_finished(run)
     names = list(dict.fromkeys(datasets))

@@ -20,6 +20,8 @@ import threading
 from pathlib import Path
 from typing import Any, Sequence
 
+from calm_core.data.counts import item_count
+from calm_core.runs import jobs
 from calm_core.runs.lifecycle import RunState
 from calm_core.runs.rundir import RunDir
 
@@ -36,7 +38,6 @@ def evaluation_cost(run: RunDir, datasets: Sequence[str], limit: int | None) -> 
     """What the evaluation will cost, before it is queued: its items (None when a set's size
     is known only once loaded) and seconds at the default rates of the run's model size
     (startup, loading, and the final evaluation's per-item rate)."""
-    from calm_core.data.counts import item_count
     from calm_core.estimate.predict import model_shape
     from calm_core.estimate.rates import default_rates, task_defaults
     from calm_core.training.config import TrainConfig
@@ -71,7 +72,6 @@ def run_job(job: RunDir) -> int:
     """Evaluate the run the job names, heartbeating meanwhile; the job ends `finished` or
     `failed` with the reason in one line, and starts the next queued run. Returns the exit code."""
     from calm_core.results.added import evaluate_run
-    from calm_core.runs.jobs import schedule
 
     spec = job.config.extra[EVALUATES]
     stop = threading.Event()
@@ -88,7 +88,7 @@ def run_job(job: RunDir) -> int:
         job.write_status(RunState.FINISHED, step=len(rows))  # the rows it added, where a training run counts steps
         return 0
     finally:
-        schedule(job.path.parent)
+        jobs.schedule(job.path.parent)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

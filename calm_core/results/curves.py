@@ -11,8 +11,10 @@ from typing import Any
 
 import numpy as np
 
+from calm_core.data.catalog import load_dataset
 from calm_core.glossary import define, lookup
 from calm_core.runs.rundir import RunDir
+from calm_core.training.bilevel_health import coupling_inert
 
 EVAL_PREFIX = "eval/"
 
@@ -59,8 +61,6 @@ def bome_name(key: str) -> str:
 def bome_summary(records: list[dict[str, Any]], eta: float | None, last: int = 10) -> dict[str, Any]:
     """Means of the BOME diagnostics over the last `last` logged steps, and whether the
     run's coupling was inert throughout (bilevel_health.coupling_inert); {} without a BOME log."""
-    from calm_core.training.bilevel_health import coupling_inert
-
     steps = [r for r in records if "bome/q" in r]
     if not steps:
         return {}
@@ -93,8 +93,6 @@ def uniform_entropy(run: RunDir) -> float | None:
     """The entropy of a uniform forecast over S_V's options, mean ln K over its items: the
     ceiling the Monitor's entropy curve approaches as tau grows (docs/bilevel.md). None for
     an open-answer run (its entropy is per token) or when S_V cannot be read."""
-    from calm_core.data.catalog import load_dataset
-
     heldout = run.config.train.heldout_data
     if run.config.train.task != "mcqa" or not heldout:
         return None

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from calm_core.provenance import model_fingerprint
 from calm_core.runs.choices_record import PathChoice, RunChoices
 
 _REMEASURE = "delete it (scoring.path_checks.checks_folder): the next run or evaluation measures it again"
@@ -72,7 +73,6 @@ def model_fast_paths(model: str) -> dict[str, PathChoice] | None:
     it: "embedded", a local directory or .gguf file), shaped as a run records them; the
     frozen prefix's per split ("frozen_prefix (below layer k)"). None for a hub id or a
     model never loaded here: the probe runs when a run or an evaluation first loads it."""
-    from calm_core.provenance import model_fingerprint
     from calm_core.scoring.path_checks import known_fast_paths
 
     folder = _model_folder(model)

@@ -12,12 +12,12 @@ from __future__ import annotations
 from calm_core.calibration.recommend import ALL_LABELLED
 from calm_core.data.split_sizes import heldout_support
 from calm_core.training.config import TrainConfig
+from calm_core.training.tasks import get_task
 
 
 def labelled_counts(cfg: TrainConfig) -> tuple[int, int]:
     """(S_V items, S_T items) a run of `cfg` will read; it loads both datasets."""
     from calm_core.scoring.evaluate import load_report
-    from calm_core.training.tasks import get_task
 
     kind = get_task(cfg.task).ITEM_KIND
     heldout = len(load_report(cfg.heldout_data, kind, cfg.heldout_limit, cfg.seed).items)

@@ -12,6 +12,7 @@ from calm_core.calibration.metrics.columns import table_columns, task_table
 from calm_core.calibration.posthoc import calibrators
 from calm_core.calibration.thermometer import KIND as THERMOMETER
 from calm_core.results.verdict import short_name
+from calm_core.runs.portable import public_dataset_name
 from calm_core.runs.records import RunResults
 from calm_core.runs.rundir import RunDir
 
@@ -96,8 +97,6 @@ def compare_rows(runs: list[RunDir]) -> list[dict[str, Any]]:
 def _shown_name(raw: str, shown: dict[str, str]) -> str:
     """The name a table shows for the dataset `raw`: a file's base name, or `raw` itself
     when another dataset of the same listing already shows that base name."""
-    from calm_core.runs.portable import public_dataset_name
-
     public = public_dataset_name(raw)
     if shown.setdefault(public, raw) != raw:
         return raw

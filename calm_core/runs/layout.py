@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from calm_core.io import atomic_write
 from calm_core.paths import safe_name
 
@@ -48,7 +50,6 @@ def write_heldout(
     n_choices, gold, prediction, confidence) and how they were fitted (`fit`: e.g. out of fold),
     atomically; returns the path. With the S_V `items` (in the same order), each row keeps its
     item's id and subject too: what a threshold per subject is fitted on (calibration/by_group.py)."""
-    import numpy as np
     import pandas as pd
 
     p = np.asarray(probs, dtype=np.float64)

@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from calm_core.scoring.gguf_file import VOCABULARY_KEYS, write_without
+from calm_core.scoring.gguf_file import VOCABULARY_KEYS, read_layout, write_without
 
 CONVERSION_MARKER = "calm_conversion.json"
 StepFn = Callable[[int, int, str], None]  # (step, steps, what it does now): the CLI prints it, the studio shows it
@@ -86,8 +86,6 @@ def convert_gguf(
 def _vocab_size_entry(gguf: Path) -> dict[str, int]:
     """`{"<arch>.vocab_size": n}`: the vocabulary's size, which transformers otherwise
     takes from the token list the light copy leaves out."""
-    from calm_core.scoring.gguf_file import read_layout
-
     layout = read_layout(gguf)
     tokens = layout.array_lengths.get("tokenizer.ggml.tokens")
     return {f"{layout.values['general.architecture']}.vocab_size": tokens} if tokens else {}

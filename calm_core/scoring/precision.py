@@ -28,6 +28,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from calm_core.paths import cache_dir
+
 CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo flags of native bf16 matmuls
 PROBE_TOP_K = 10  # the gap is measured on fp32's 10 likeliest next tokens: the rest of a vocabulary is noise
 MAX_PROBE_GAP = 0.25  # nats: larger than bf16 rounding moves a calibrated probability by ~25% relative
@@ -171,8 +173,6 @@ def low_dtype(wanted: str) -> torch.dtype:
 def reference_file(fingerprint: str) -> Path:
     """Where a model's fp32 probe result is kept: it depends on the weights alone, so a later
     load can go straight to bf16 (half the memory, no fp32 copy) and still be checked."""
-    from calm_core.paths import cache_dir
-
     return cache_dir() / "precision" / f"{fingerprint.replace(':', '-')}.safetensors"
 
 

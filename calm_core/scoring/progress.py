@@ -14,6 +14,8 @@ import threading
 import time
 from typing import Callable
 
+from tqdm.auto import tqdm
+
 ProgressFn = Callable[[int, int], None]  # (done, total) -> None
 
 
@@ -23,7 +25,6 @@ def progress_callback(progress: bool | ProgressFn, total: int, desc: str) -> tup
         return progress, lambda: None
     if not progress:
         return (lambda done, total: None), lambda: None
-    from tqdm.auto import tqdm
 
     bar = tqdm(total=total, desc=desc, unit="item", file=sys.stderr, leave=False)
 

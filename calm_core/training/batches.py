@@ -17,6 +17,7 @@ import numpy as np
 
 from calm_core.data.schema import DataError
 from calm_core.data.stream import chunks, subset
+from calm_core.generative.answers import normalize_answer
 from calm_core.scoring.evaluate import load_report
 
 log = logging.getLogger(__name__)
@@ -78,8 +79,6 @@ class Data:
 
 def question_key(question: str) -> str:
     """Questions that differ only in case, punctuation, articles or spacing are the same."""
-    from calm_core.generative.answers import normalize_answer
-
     return normalize_answer(question)
 
 

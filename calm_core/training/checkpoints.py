@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
+from safetensors import safe_open
 
 from calm_core.calibration.head import CalibrationHead
-from calm_core.calibration.head_base import Head
+from calm_core.calibration.head_base import HEAD_FILENAME, Head
 from calm_core.faults import fault_point
+from calm_core.io import atomic_write_json
 from calm_core.runs.rundir import RunDir
 from calm_core.training import distributed
 from calm_core.training.context import StepContext
@@ -144,8 +146,6 @@ def read_checkpoint(directory: Path, with_head: bool) -> Checkpoint:
                 f"{name} is unreadable ({str(error).splitlines()[0][:120] if str(error) else type(error).__name__})"
             ) from error
 
-    from calm_core.calibration.head_base import HEAD_FILENAME
-
     rng = read(RNG_FILE, lambda p: torch.load(p, weights_only=True))
     if not isinstance(rng, dict) or not isinstance(rng.get("torch"), torch.Tensor):
         raise ValueError(f"Expected a torch RNG state in {RNG_FILE}, but it holds something else")
@@ -174,8 +174,6 @@ def _cuda_states(saved: Any) -> list[torch.Tensor] | None:
 def _save_selection(directory: Path, selection: SelectionRecord) -> None:
     from safetensors.torch import save_file
 
-    from calm_core.io import atomic_write_json
-
     atomic_write_json(directory / SELECTION_FILE, selection.state)
     if selection.snapshot is not None:
         save_file(
@@ -186,8 +184,6 @@ def _save_selection(directory: Path, selection: SelectionRecord) -> None:
 
 
 def _read_selection(directory: Path, read: Callable[[str, Callable[[Path], Any]], Any]) -> SelectionRecord:
-    from safetensors import safe_open
-
     state = read(SELECTION_FILE, lambda p: json.loads(p.read_text(encoding="utf-8")))
     if not isinstance(state, dict):
         raise ValueError(f"Expected the selection's state in {SELECTION_FILE}, but it holds something else")

@@ -44,6 +44,7 @@ from calm_core.calibration.thermometer import (
     thermometer_path,
 )
 from calm_core.paths import PROJECT_ROOT, cache_dir, data_dir
+from calm_core.scoring.prompts import RULES, ScoringConfig
 
 TRAIN_SETS = (
     "builtin/capitals/validation",
@@ -85,7 +86,6 @@ def scored(lm: Any, name: str, limit: int, cache: Path, rule: Any = None) -> Lab
     existing cache stays valid; another rule's with its name in the file name)."""
     from calm_core.scoring.evaluate import load_mc_items
     from calm_core.scoring.options import read_scores
-    from calm_core.scoring.prompts import ScoringConfig
     from calm_core.scoring.scorer import Capture, Scorer
 
     rule = rule or ScoringConfig(rule="cloze")
@@ -189,7 +189,6 @@ def build(
     `table=False` scores no test split and gives no rows: the thermometer alone, in half
     the scoring (a slow model on a busy machine)."""
     cache = score_cache(model)
-    from calm_core.scoring.prompts import ScoringConfig
 
     rule = rule or ScoringConfig(rule="cloze")
     train = [scored(lm, name, limit, cache, rule) for name in available_sets(TRAIN_SETS)]
@@ -204,7 +203,6 @@ def build(
 
 def main(argv: list[str] | None = None) -> int:
     from calm_core.scoring.models import ModelSpec, load_model
-    from calm_core.scoring.prompts import RULES, ScoringConfig
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="embedded", help="as `calm eval --model`: a name, a folder or a hub id")

@@ -43,6 +43,8 @@ from calm_core.generative.objectives import (
 )
 from calm_core.generative.sampling import GenerationConfig, generate_answers
 from calm_core.generative.semantic import grouping_for
+from calm_core.runs.layout import write_predictions
+from calm_core.runs.records import ResultRow, RunResults
 from calm_core.runs.selection_record import recorded_selection
 from calm_core.scoring.adapters import evaluating
 from calm_core.training.batches import lower_probe
@@ -181,7 +183,6 @@ def final_evaluation(
 ) -> list[dict[str, Any]]:
     """Every variant on every open-QA evaluation set -> Parquet per item + results.json
     (`times`: unused, there is no cross-fitting to time: the fits are counted in `final`)."""
-    from calm_core.runs.records import ResultRow, RunResults
     from calm_core.scoring.evaluate import baseline_records, fit_baselines
 
     settings = ctx.settings
@@ -225,8 +226,6 @@ def _token_transform(ctx: StepContext, variant: Variant) -> Any:
 
 def _evaluate_sets(ctx: StepContext, evals: dict[str, Any], fitted: dict[str, Any], root: Any) -> list[dict[str, Any]]:
     """One row per (set, variant), its judged answers at <root>/eval/<variant>/<set>.parquet."""
-    from calm_core.runs.layout import write_predictions
-
     settings, cfg = ctx.settings, ctx.settings.generation
     grouping = grouping_for(cfg.grouping, cfg.grouping_threshold)
     variants = final_variants(settings.method, ctx.head is not None, fitted, settings.eval_baselines)
