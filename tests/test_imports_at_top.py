@@ -82,8 +82,10 @@ LAZY: dict[str, str] = {
     "calm_core.training.bilevel": "imports torch at its top",
     "calm_core.training.config": "loads torch and transformers through calm_core.calibration.head",
     "calm_core.training.distributed": "imports torch at its top",
+    "calm_core.training.autocast": "imports torch at its top",
     "calm_core.training.loop": "imports torch at its top",
     "calm_core.training.methods": "loads torch through calm_core.training.context",
+    "calm_core.training.run_context": "imports torch at its top",
 }
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from calm_core.calibration.head import CalibrationHead, acts_on_for, make_head, shifts_allowed
+from calm_core.paths import cache_dir
 from calm_core.scoring.adapters import attach_lora, lora_parameters, quantization_choice
 from calm_core.scoring.prompts import ScoringConfig
 from calm_core.training.config import TrainConfig
@@ -140,7 +141,6 @@ def _frozen_prefix_runner(cfg: TrainConfig, model: Any) -> tuple[Any, dict[str, 
     check = frozen_prefix_check(model, split)
     if not check.on:
         return None, {"used": False, "split_layer": split, "reason": check.reason, "gap": check.gap}
-    from calm_core.paths import cache_dir
 
     store = cache_dir() / "frozen_prefix" if cfg.frozen_prefix_store else None
     runner = FrozenPrefixModel(model, split, store_root=store)
