@@ -7,14 +7,14 @@ lie is decoded whole before the budget can refuse a row of it (docs/security.md 
 file and what it cost). So the server decodes no uploaded Parquet page itself:
 
 1. it checks what is cheap first, in the server: the footer (`files.open_parquet`,
-   `sources.check_parquet`), so a file that declares too much is refused at once;
+   `parquet_batches.check_parquet`), so a file that declares too much is refused at once;
 2. it runs `python -m calm_core.data.worker` on the staged file. The worker limits its
    own writable memory (RLIMIT_DATA, `WorkerLimits.memory_mib`) before it imports Arrow,
    with one thread and the system allocator (Arrow's own allocator reserves memory it
    never touches, which the limit would count), reads the file through the same budgets
    (`sources.counted_batches`) and writes what it read as a new Parquet file beside it:
    plain encoding, no compression,
-   a row group per `sources.MAX_BATCH_BYTES` of rows, written by Arrow, so its metadata
+   a row group per `limits.MAX_BATCH_BYTES` of rows, written by Arrow, so its metadata
    states the true sizes and the copy is never smaller than its text (the server's own
    budgets, run again on it, refuse nothing the worker read). Its answer is a JSON file
    beside the copy: `{"ok": true}` or the refusal's message; nothing is unpickled;
@@ -99,7 +99,9 @@ def decode_parquet(path: Path, where: str, rows: int = 0, limits: WorkerLimits |
     when the footer alone refuses it, when the worker's budgets do, or when it needs more
     than the memory limit or time."""
     from calm_core.data.files import open_parquet
-    from calm_core.data.sources import MAX_COLUMNS, Budget, check_parquet
+    from calm_core.data.limits import MAX_COLUMNS
+    from calm_core.data.parquet_batches import check_parquet
+    from calm_core.data.sources import Budget
 
     check_parquet(open_parquet(path, where, MAX_COLUMNS), Budget(path, where))  # cheap refusals stay cheap
     limits = limits or worker_limits()
@@ -170,7 +172,9 @@ def copy_parquet(path: Path, out: Path, where: str, rows: int) -> None:
     import pyarrow.parquet as pq
 
     from calm_core.data.files import open_parquet
-    from calm_core.data.sources import MAX_COLUMNS, Budget, check_parquet, counted_batches, pieces
+    from calm_core.data.limits import MAX_COLUMNS
+    from calm_core.data.parquet_batches import check_parquet, pieces
+    from calm_core.data.sources import Budget, counted_batches
 
     parquet = open_parquet(path, where, MAX_COLUMNS)
     budget, written = Budget(path, where), 0
