@@ -1,4 +1,4 @@
-"""What a data file may cost (issue 38, items 1 and 2): every limit of calm_core/data/sources.py,
+"""What a data file may cost (issue 38, items 1 and 2): every limit of calm_core/data/limits.py,
 for every format, read whole and streamed. Each refusal is one line naming the limit.
 
 The over-the-wire tests (the running studio, its Data page's uploader) are
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from calm_core.data import sources
+from calm_core.data import limits, parquet_batches, parquet_sizes
 from calm_core.data.loaders import load_file
 from calm_core.data.readers import load_records, peek_records
 from calm_core.data.schema import DataError
@@ -23,7 +23,7 @@ pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 MAPPING = "choices=A|B"
-# The limits as docs/security.md ("Upload budgets") states them; sources.py declares them.
+# The limits as docs/security.md ("Upload budgets") states them; limits.py declares them.
 COLUMNS, CELL, ROW_BYTES, JSON_ARRAY = 10_000, 2**20, 8 * 2**20, 64 * 2**20
 BIG = "a" * (CELL + 1)  # one cell past the limit
 ROW = {"question": "Q?", "A": "x", "B": "y", "answer": 0}
@@ -239,13 +239,13 @@ def test_json_lines_are_counted_as_python_holds_them(tmp_path: Path) -> None:
 
 
 def test_the_limits_are_the_documented_ones() -> None:
-    """Each declared once, in sources.py. The file budget only Parquet can reach (CSV and
+    """Each declared once, in limits.py. The file budget only Parquet can reach (CSV and
     JSON lines decode a byte to at most a byte), so it lets every text row in."""
-    declared = (sources.MAX_COLUMNS, sources.MAX_CELL_BYTES, sources.MAX_ROW_BYTES, sources.MAX_JSON_ARRAY_BYTES)
+    declared = (limits.MAX_COLUMNS, limits.MAX_CELL_BYTES, limits.MAX_ROW_BYTES, limits.MAX_JSON_ARRAY_BYTES)
     assert declared == (COLUMNS, CELL, ROW_BYTES, JSON_ARRAY)
-    budgets = (sources.MAX_EXPANSION, sources.EXPANSION_FREE_BYTES, sources.MAX_BATCH_BYTES)
+    budgets = (limits.MAX_EXPANSION, limits.EXPANSION_FREE_BYTES, limits.MAX_BATCH_BYTES)
     assert budgets == (64, 64 * 2**20, 64 * 2**20)
-    assert sources.EXPANSION_FREE_BYTES >= ROW_BYTES
+    assert limits.EXPANSION_FREE_BYTES >= ROW_BYTES
 
 
 # ----------------------------------------------------------------------------- batches
@@ -255,10 +255,10 @@ def test_a_parquet_batch_is_made_into_rows_a_budget_at_a_time(tmp_path: Path, mo
     """MAX_BATCH_BYTES refuses nothing: a batch past it is made into Python rows in slices."""
     sizes = np.array([10, 10, 30, 5, 5, 5, 50], np.int64)
     batch = pa.record_batch({"n": list(range(len(sizes)))})
-    monkeypatch.setattr(sources, "MAX_BATCH_BYTES", 25)
-    pieces = [piece.column(0).to_pylist() for piece in sources.pieces(batch, sizes)]
+    monkeypatch.setattr(parquet_batches, "MAX_BATCH_BYTES", 25)
+    pieces = [piece.column(0).to_pylist() for piece in parquet_batches.pieces(batch, sizes)]
     assert pieces == [[0, 1], [2], [3, 4, 5], [6]]
-    monkeypatch.setattr(sources, "MAX_BATCH_BYTES", 100_000)  # batches of 1,024 rows (the footer's sizing), sliced
+    monkeypatch.setattr(parquet_batches, "MAX_BATCH_BYTES", 100_000)  # batches of 1,024 rows (the footer's sizing), sliced
     rows = [{**ROW, "question": f"Q{i}?" * 100} for i in range(3000)]
     path = _parquet(tmp_path / "many.parquet", pa.Table.from_pylist(rows))
     assert [r for _, r in load_records(path)] == rows
@@ -266,11 +266,11 @@ def test_a_parquet_batch_is_made_into_rows_a_budget_at_a_time(tmp_path: Path, mo
 
 def test_cell_bytes_counts_every_arrow_shape() -> None:
     dictionary = pa.DictionaryArray.from_arrays(pa.array([0, None, 1, 0], pa.int32()), pa.array(["abc", "de"]))
-    assert sources.cell_bytes(dictionary).tolist() == [3, 0, 2, 3]
-    assert sources.cell_bytes(pa.array([["ab", "c"], None, []])).tolist() == [3, 0, 0]
-    assert sources.cell_bytes(pa.array([{"x": "ab", "y": 1}, {"x": None, "y": 2}])).tolist() == [10, 8]
-    assert sources.cell_bytes(pa.array([[("k", "vv")]], pa.map_(pa.string(), pa.string()))).tolist() == [3]
-    assert sources.cell_bytes(pa.array([1, 2], pa.int64()).slice(1)).tolist() == [8]
+    assert parquet_sizes.cell_bytes(dictionary).tolist() == [3, 0, 2, 3]
+    assert parquet_sizes.cell_bytes(pa.array([["ab", "c"], None, []])).tolist() == [3, 0, 0]
+    assert parquet_sizes.cell_bytes(pa.array([{"x": "ab", "y": 1}, {"x": None, "y": 2}])).tolist() == [10, 8]
+    assert parquet_sizes.cell_bytes(pa.array([[("k", "vv")]], pa.map_(pa.string(), pa.string()))).tolist() == [3]
+    assert parquet_sizes.cell_bytes(pa.array([1, 2], pa.int64()).slice(1)).tolist() == [8]
 
 
 def test_a_small_parquet_file_that_decodes_large_is_streamed(tmp_path: Path) -> None:
@@ -313,8 +313,8 @@ def test_a_batch_holds_the_rows_its_footer_says_fit_the_budget(tmp_path: Path) -
 
     parquet = pq.ParquetFile(fixed_width(tmp_path / "fixed.parquet", 100 * 1024, rows=2048))
     meta, schema = parquet.metadata, parquet.schema
-    rows = batch_rows(meta, schema, 0, set(dictionary_text(meta, schema)), sources.MAX_BATCH_BYTES, 1024)
-    assert rows == sources.MAX_BATCH_BYTES // (100 * 1024 + 8 + 3 * 8)
+    rows = batch_rows(meta, schema, 0, set(dictionary_text(meta, schema)), limits.MAX_BATCH_BYTES, 1024)
+    assert rows == limits.MAX_BATCH_BYTES // (100 * 1024 + 8 + 3 * 8)
 
 
 def test_delta_encoded_text_reads_whole_and_streamed(tmp_path: Path) -> None:

@@ -188,13 +188,14 @@ def test_the_documented_metric_is_one_declaration(tiny_model_dir: Path, tiny_eve
 
 def _documented_format():
     """The page's TsvSource, defined where the page puts it (in calm_core/data/sources.py's
-    namespace), and its FILE_FORMATS line."""
-    from calm_core.data import sources
+    namespace), and its FILE_FORMATS line, read where the page puts it (calm_core/data/readers.py,
+    which imports the reader)."""
+    from calm_core.data import readers, sources
 
     namespace = dict(vars(sources))
     exec(compile(example("calm_core/data/sources.py: TsvSource"), "docs/architecture.md", "exec"), namespace)  # noqa: S102
     line = re.search(r"^        (FileFormat\(\"tsv\".*\)),$", DOC.read_text(encoding="utf-8"), re.M).group(1)
-    return eval(line, namespace)  # noqa: S307 - our own docs
+    return eval(line, {**vars(readers), "TsvSource": namespace["TsvSource"]})  # noqa: S307 - our own docs
 
 
 def test_the_documented_format_reads_whole_and_streamed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -202,12 +203,12 @@ def test_the_documented_format_reads_whole_and_streamed(tmp_path: Path, monkeypa
     is derived from it when readers is imported): `.tsv` is detected and kept on upload,
     and a file with a short row loads whole and streamed to the same items and rejected
     rows; a streamed item refuses the file once it has changed."""
-    from calm_core.data import readers, sources
+    from calm_core.data import readers
     from calm_core.data.loaders import load_file
     from calm_core.data.schema import DataError
     from calm_core.data.stream import LazyItems
 
-    monkeypatch.setitem(sources.FILE_FORMATS, "tsv", _documented_format())
+    monkeypatch.setitem(readers.FILE_FORMATS, "tsv", _documented_format())
     monkeypatch.setitem(readers.FORMATS, ".tsv", "tsv")
     path = tmp_path / "quiz.tsv"
     lines = ["question\tA\tB\tanswer", *(f"q{i}?\tyes\tno\t{'AB'[i % 2]}" for i in range(12)), "short\trow", ""]

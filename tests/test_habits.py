@@ -50,7 +50,7 @@ def test_contributing_names_the_inner_loop_and_the_checks() -> None:
 
 MAX_LINES = 450
 # Modules still over MAX_LINES, each at most its recorded length: the list may only shrink.
-LONG = {"calm_core/data/sources.py": 687}
+LONG: dict[str, int] = {}
 
 
 def test_modules_and_pages_stay_short() -> None:

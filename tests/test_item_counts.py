@@ -16,7 +16,8 @@ from calm_core.data.split import split_dataset
 from calm_core.data.uploads import save_upload
 from tests.module_trace import walk
 
-LOADING = ("calm_core.data.loaders", "calm_core.data.readers", "calm_core.data.sources", "calm_core.data.stream")
+LOADING = ("calm_core.data.loaders", "calm_core.data.readers", "calm_core.data.sources",
+           "calm_core.data.parquet_batches", "calm_core.data.stream")
 
 
 def _quiz_rows(n: int) -> list[dict]:

@@ -297,7 +297,7 @@ def test_helpers_treat_lists_and_lazy_items_alike(tmp_path: Path) -> None:
 
 
 def test_an_unknown_format_is_refused_by_both_openers(tmp_path: Path) -> None:
-    """A format missing from `sources.FILE_FORMATS` is refused by the whole read and the
+    """A format missing from `readers.FILE_FORMATS` is refused by the whole read and the
     streaming read alike, never read as JSONL once a file is large enough to stream."""
     from calm_core.data import readers
     from calm_core.data.schema import DataError

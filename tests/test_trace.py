@@ -71,6 +71,7 @@ DATA_LOADING_MODULES = {
     "calm_core.data.loaders",
     "calm_core.data.readers",
     "calm_core.data.sources",
+    "calm_core.data.parquet_batches",
     "calm_core.data.files",
     "calm_core.data.encoding",
     "calm_core.data.stream",

@@ -87,7 +87,7 @@ def _bounded_lines(handle: Any, max_bytes: int, where: str) -> Any:
 
 
 def check_columns(count: int, where: str, max_columns: int) -> None:
-    """DataError when a file has more than `max_columns` columns (`sources.MAX_COLUMNS`)."""
+    """DataError when a file has more than `max_columns` columns (`limits.MAX_COLUMNS`)."""
     if count > max_columns:
         raise DataError(
             f"Expected at most {max_columns:,} columns in {where}, but it has {count:,}: "

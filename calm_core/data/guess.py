@@ -15,8 +15,8 @@ import re
 from typing import Iterable
 
 from calm_core.data.mapping import ColumnMapping, choices_value, has_column, lookup
+from calm_core.data.row_types import Record
 from calm_core.data.schema import DataError, is_blank
-from calm_core.data.sources import Record
 
 GUESS_ROWS = 20  # sample records the guess reads (answer form, nested choices)
 _QUESTION_NAMES = (

@@ -13,16 +13,40 @@ from __future__ import annotations
 import re
 import socket
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator, Sequence
 from urllib.parse import urlparse
+
+import numpy as np
 
 from calm_core.data.loaders import _build_report, _stream_report
 from calm_core.data.mapping import ColumnMapping
+from calm_core.data.row_types import KeyedRow, Row
 from calm_core.data.schema import DataError, LoadReport
-from calm_core.data.sources import HFSource
+from calm_core.data.sources import Table, unkeyed
 from calm_core.data.stream import STREAM_FROM_BYTES
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+
+
+class HFSource:
+    """A Hugging Face `datasets.Dataset` (memory-mapped Arrow); the key is the row index."""
+
+    def __init__(self, dataset: Any, label: str) -> None:
+        self.dataset, self.source, self.where = dataset, label, label
+        self.columns: list[str] | None = list(dataset.column_names)
+
+    def scan(self) -> Iterator[KeyedRow]:
+        for index, record in enumerate(self.dataset):
+            yield index + 1, index, record
+
+    def rows(self) -> Iterator[Row]:
+        return unkeyed(self.scan())
+
+    def table(self) -> Table:
+        return Table(self.source, self.where, self.columns or [], self.rows())
+
+    def read(self, keys: Sequence[int] | np.ndarray) -> list[Any]:
+        return [self.dataset[int(key)] for key in keys]
 
 
 def load_hf(

@@ -36,8 +36,10 @@ from typing import Any
 
 from calm_core.data.encoding import encoding_hint, file_encoding, is_utf8_name, utf8_copy
 from calm_core.data.guess import GUESS_ROWS
+from calm_core.data.limits import JSON_COST_PER_BYTE
 from calm_core.data.mapping import ColumnMapping, normalise_rows, resolve_kind
 from calm_core.data.readers import check_readable, decodes_past, detect_format, open_source, open_table
+from calm_core.data.row_types import Record, RowSource
 from calm_core.data.schema import (
     REJECTED_SHOWN,
     DataError,
@@ -45,15 +47,7 @@ from calm_core.data.schema import (
     RowError,
     validate_records,
 )
-from calm_core.data.sources import (
-    JSON_COST_PER_BYTE,
-    UNDECODABLE,
-    JsonlSource,
-    Record,
-    RowSource,
-    Table,
-    row_chunks,
-)
+from calm_core.data.sources import UNDECODABLE, JsonlSource, Table, row_chunks
 from calm_core.data.stream import STREAM_FROM_BYTES, Index, build_index
 
 CHUNK_ROWS = 256  # rows mapped and validated per stage call (sources.row_chunks); the limit is checked per row

@@ -16,8 +16,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from calm_core.data.row_types import Record
 from calm_core.data.schema import ANSWER_FORMS, UNLABELLED_MC, DataError, is_blank
-from calm_core.data.sources import Record
 
 _MAPPING_KEYS = ("question", "choices", "answer", "id", "subject", "answers", "answer_form", "labels")
 _OPTIONAL_KEYS = ("id", "subject", "labels")  # `key=` (empty) means "no such column"

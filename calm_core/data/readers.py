@@ -1,7 +1,7 @@
 """Readers: a file's format, and its raw rows read whole or on demand.
 
 Stage 1 of every loader (`calm_core.data.loaders` maps and validates). A file is opened
-by the one reader its format names in `sources.FILE_FORMATS`: `open_table` gives the
+by the one reader its format names in `FILE_FORMATS` (below): `open_table` gives the
 rows of a whole read, `open_source` the same rows for streaming. A row is yielded as
 (1-based row number, dict), or (row number, `RowError`) when it cannot even be parsed
 (`calm_core.data.sources`).
@@ -15,23 +15,104 @@ Nothing here unpickles data: Parquet is read as columns.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Protocol
 
-from calm_core.data.files import BOM, READ_ERRORS, open_parquet, unreadable
+from calm_core.data.files import BOM, READ_ERRORS, csv_header, open_parquet, unreadable
+from calm_core.data.limits import MAX_COLUMNS, MAX_ROW_BYTES
+from calm_core.data.parquet_batches import check_parquet, parquet_decodes_past
+from calm_core.data.row_types import Record, Row
 from calm_core.data.schema import DataError
 from calm_core.data.sources import (
-    FILE_FORMATS,
-    MAX_COLUMNS,
-    FileReader,
+    Budget,
+    CsvSource,
     FileSource,
-    Record,
-    Row,
+    JsonlSource,
+    ParquetSource,
     Table,
     guarded,
-    json_decodes_past,
-    parquet_decodes_past,
+    json_array_rows,
+    json_cost,
+    some_rows,
 )
+
+
+def is_json_array(path: Path) -> bool:
+    """A `.json` file holding one array of objects rather than JSON lines."""
+    return path.suffix.lower() == ".json" and starts_with(path, b"[")
+
+
+def starts_with(path: Path, prefix: bytes) -> bool:
+    """Whether the file's first non-blank bytes (after a BOM) are `prefix`."""
+    with path.open("rb") as handle:
+        return handle.read(4096).removeprefix(BOM).lstrip().startswith(prefix)
+
+
+class JsonArrayReader:
+    """A `.json` file holding one array of objects: parsed whole, so it does not stream
+    (there is no row to seek to); rows are 1-based array positions."""
+
+    def __init__(self, path: Path, source: str, where: str) -> None:
+        self.path, self.source, self.where = path, source, where
+
+    def rows(self) -> Iterator[Row]:
+        return some_rows(json_array_rows(self.path, self.source, self.where), self.where)
+
+    def table(self) -> Table:
+        rows = list(self.rows())
+        columns: dict[str, None] = {}
+        for _, record in rows:
+            if isinstance(record, dict):
+                columns.update(dict.fromkeys(record))
+        return Table(self.source, self.where, list(columns), rows)
+
+
+@dataclass(frozen=True)
+class FileFormat:
+    """One file format: the suffixes that name its files and the reader that opens one
+    (path, the name row errors use, the name whole-file errors use)."""
+
+    name: str
+    suffixes: tuple[str, ...]
+    open: Callable[[Path, str, str], FileReader]
+
+
+def _open_jsonl(path: Path, source: str, where: str) -> FileReader:
+    return JsonArrayReader(path, source, where) if is_json_array(path) else JsonlSource(path, source, where)
+
+
+def _open_csv(path: Path, source: str, where: str) -> FileReader:
+    return CsvSource(path, source, where, csv_header(path, where, MAX_COLUMNS, MAX_ROW_BYTES))
+
+
+def _open_parquet(path: Path, source: str, where: str) -> FileReader:
+    """The Parquet reader, its footer checked first (`check_parquet`): a peek at the first
+    rows decodes a batch, so the refusal must come before it, not at the scan."""
+    parquet = open_parquet(path, where, MAX_COLUMNS)
+    check_parquet(parquet, Budget(path, where))
+    return ParquetSource(path, source, where, parquet)
+
+
+FILE_FORMATS = {  # the one table of formats: readers.detect_format, open_table and open_source all read it
+    fmt.name: fmt
+    for fmt in (
+        FileFormat("jsonl", (".jsonl", ".json", ".ndjson"), _open_jsonl),
+        FileFormat("csv", (".csv",), _open_csv),
+        FileFormat("parquet", (".parquet", ".pq"), _open_parquet),
+    )
+}
+
+
+class FileReader(Protocol):
+    """What a format's opener gives: its rows read whole. A reader that also streams is
+    a `sources.FileSource`, and a `row_types.RowSource`."""
+
+    def rows(self) -> Iterator[Row]: ...
+
+    def table(self) -> Table: ...
+
 
 FORMATS = {suffix: fmt.name for fmt in FILE_FORMATS.values() for suffix in fmt.suffixes}  # ".csv" -> "csv", derived
 
@@ -132,6 +213,17 @@ def decodes_past(path: Path, fmt: str, size: int) -> bool:
         return parquet_decodes_past(open_parquet(path, str(path), MAX_COLUMNS), size)  # a wide file: refused unread
     except DataError:
         return False
+
+
+def json_decodes_past(path: Path, size: int) -> bool:
+    """Whether a JSON-lines file decodes to `size` bytes or more (`json_cost`), read 1 MiB at a time."""
+    total = 0
+    with path.open("rb") as handle:
+        while chunk := handle.read(2**20):
+            total += json_cost(chunk)
+            if total >= size:
+                return True
+    return False
 
 
 def open_source(path: Path, fmt: str, source: str | None = None) -> FileSource | None:

@@ -2,14 +2,8 @@
 eager loader validates) and row by row (`scan`) and again at chosen rows (`read`), which
 is what streaming (`calm_core.data.stream`) indexes and reads back. Both reads walk the
 same rows through the same parser (below), so they cannot disagree; what is opened once per
-file (a header, a Parquet schema, the held-open file) is `calm_core.data.files`'s.
-
-`FILE_FORMATS` is the one table of formats: a format's name, the suffixes that name its
-files, and the reader that opens it. Adding a format is a reader and a line there;
-`calm_core.data.readers` opens every file through it. JSON lines and CSV are keyed by
-the byte offset of a row, Parquet by its position (one row group decoded at a time, the
-last one kept); a `.json` file holding one array is read whole (not a `FileSource`); a
-Hugging Face dataset (`HFSource`) is keyed by its index.
+file (a header, a Parquet schema, the held-open file) is `calm_core.data.files`'s. A row
+is read, parsed and counted (`Budget`) in this one module; `readers.FILE_FORMATS` opens them.
 
 A file source holds the indexed file open (`OpenFile`), so its rows read from this very
 file even after its name is removed (the studio indexes an upload in a temporary folder);
@@ -21,31 +15,30 @@ from __future__ import annotations
 import csv
 import itertools
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Protocol, Union
+from typing import Any
 
 import numpy as np
 
-from calm_core.data.files import (
-    BOM,
-    READ_ERRORS,
-    OpenFile,
-    check_columns,
-    csv_header,
-    open_parquet,
-    read_failed,
+from calm_core.data.files import READ_ERRORS, OpenFile, check_columns, open_parquet, read_failed
+from calm_core.data.limits import (
+    EXPANSION_FREE_BYTES,
+    MAX_CELL_BYTES,
+    MAX_COLUMNS,
+    MAX_EXPANSION,
+    MAX_JSON_ARRAY_BYTES,
+    MAX_ROW_BYTES,
+    mib,
+    row_too_long,
 )
-from calm_core.data.parquet_sizes import batch_rows, cell_bytes, declared_bytes, dictionary_text
+from calm_core.data.parquet_batches import batches, check_parquet, pieces
+from calm_core.data.parquet_sizes import cell_bytes
+from calm_core.data.row_types import KeyedRow, Record, Row, RowSource
 from calm_core.data.schema import DataError, RowError, is_utf8
 
 UNDECODABLE = "Expected UTF-8 text, but got undecodable bytes"
-PARQUET_BATCH = 1024  # at most this many rows decoded at a time (fewer when they decode past MAX_BATCH_BYTES)
-
-Record = dict[str, Any]
-Row = tuple[int, Union[Record, RowError]]  # (1-based row number, raw record or why it is unreadable)
-KeyedRow = tuple[int, int, Any]  # (1-based row number, key, raw record or RowError)
 
 
 @dataclass
@@ -56,27 +49,6 @@ class Table:
     where: str  # the full location, for whole-file messages
     columns: list[str]
     rows: Iterable[Row]
-
-
-class RowSource(Protocol):
-    """One file or dataset read row by row (`scan`) and again at chosen rows (`read`)."""
-
-    source: str  # how row errors name it
-    where: str  # how whole-file errors name it
-    columns: list[str] | None  # known before reading rows (CSV, Parquet, HF); None for JSONL
-
-    def scan(self) -> Iterator[KeyedRow]: ...
-
-    def read(self, keys: Sequence[int] | np.ndarray) -> list[Any]: ...  # ints, or an int64 array
-
-
-class FileReader(Protocol):
-    """What a format's opener gives: its rows read whole. A reader that also streams is
-    a `FileSource` (below), and a `RowSource`."""
-
-    def rows(self) -> Iterator[Row]: ...
-
-    def table(self) -> Table: ...
 
 
 # ----------------------------------------------------------------------------- one row at a time
@@ -147,7 +119,7 @@ def json_array_rows(path: Path, source: str, where: str) -> Iterator[Row]:
     cost = json_cost(data) if data else size
     if cost > MAX_JSON_ARRAY_BYTES:
         raise DataError(
-            f"Expected a JSON array that decodes to at most {_mib(MAX_JSON_ARRAY_BYTES)} in {where}, but it decodes to "
+            f"Expected a JSON array that decodes to at most {mib(MAX_JSON_ARRAY_BYTES)} in {where}, but it decodes to "
             f"{cost:,} bytes: save it as JSON lines (one object a line), which are read a row at a time"
         )
     try:
@@ -219,7 +191,7 @@ def counted_batches(parquet: Any, budget: Budget) -> Iterator[tuple[Any, np.ndar
     rows' sizes are counted (`cell_bytes`) and checked against the budget before anything
     is made of it (Python rows, or `worker`'s honest copy)."""
     number = 0
-    for batch in _batches(parquet):
+    for batch in batches(parquet):
         sizes = np.zeros(batch.num_rows, np.int64)
         for column, array in zip(batch.schema.names, batch.columns, strict=True):
             cells = cell_bytes(array)
@@ -231,47 +203,6 @@ def counted_batches(parquet: Any, budget: Budget) -> Iterator[tuple[Any, np.ndar
             budget.row(size, row)
         number += batch.num_rows
         yield batch, sizes
-
-
-def parquet_decodes_past(parquet: Any, size: int) -> bool:
-    """Whether a Parquet file's rows decode to `size` bytes or more, counted in Arrow (its
-    text as dictionaries) without making a row: `loaders.load_file` streams such a file
-    however small it is on disk. A damaged file says False: its read says what is wrong."""
-    import pyarrow as pa
-
-    total = 0
-    if declared_bytes(parquet.metadata, parquet.schema) >= size:  # streamed: its scan checks the budget first
-        return True
-    try:
-        for batch in _batches(parquet):
-            total += sum(int(cell_bytes(array).sum()) for array in batch.columns)
-            if total >= size:
-                return True
-    except (pa.ArrowException, OSError):
-        return False
-    return False
-
-
-def _batches(parquet: Any) -> Iterator[Any]:
-    """One row group after another (a batch across two groups would join two dictionaries,
-    which Arrow cannot do for a nested column), each in batches of as many rows as its
-    footer says decode to `MAX_BATCH_BYTES` (`parquet_sizes.batch_rows`), at most
-    `PARQUET_BATCH`: Arrow decodes a whole batch before any row of it can be counted."""
-    meta, schema = parquet.metadata, parquet.schema
-    dictionary = set(dictionary_text(meta, schema))
-    for group in range(meta.num_row_groups):
-        rows = batch_rows(meta, schema, group, dictionary, MAX_BATCH_BYTES, PARQUET_BATCH)
-        yield from parquet.iter_batches(batch_size=rows, row_groups=[group])
-
-
-def pieces(batch: Any, sizes: np.ndarray) -> Iterator[Any]:
-    """`batch` in zero-copy slices of at most `MAX_BATCH_BYTES` decoded bytes (at least a row each)."""
-    start, total = 0, np.cumsum(sizes)
-    while start < len(sizes):
-        before = int(total[start - 1]) if start else 0
-        stop = max(start + 1, int(np.searchsorted(total, before + MAX_BATCH_BYTES, side="right")))
-        yield batch.slice(start, stop - start)
-        start = stop
 
 
 def guarded(table: Table) -> Iterator[Row]:
@@ -295,7 +226,7 @@ def row_chunks(table: Table, size: int) -> Iterator[list[Row]]:
 # ----------------------------------------------------------------------------- the readers
 
 
-def _unkeyed(rows: Iterator[KeyedRow]) -> Iterator[Row]:
+def unkeyed(rows: Iterator[KeyedRow]) -> Iterator[Row]:
     """A scan's rows without their keys: what a whole read yields."""
     for number, _, record in rows:
         yield number, record
@@ -327,7 +258,7 @@ class FileSource:
         return self.file
 
     def rows(self) -> Iterator[Row]:
-        return _unkeyed(self.scan())
+        return unkeyed(self.scan())
 
     def table(self) -> Table:
         return Table(self.source, self.where, self.columns or [], self.rows())
@@ -361,7 +292,7 @@ class JsonlSource(FileSource):
                 offset += len(raw)
 
     def rows(self) -> Iterator[Row]:
-        return some_rows(_unkeyed(self.scan()), self.where)
+        return some_rows(unkeyed(self.scan()), self.where)
 
     def table(self) -> Table:
         rows = list(self.rows())  # the columns are known once every row is read
@@ -375,25 +306,6 @@ class JsonlSource(FileSource):
     def read(self, keys: Sequence[int] | np.ndarray) -> list[Any]:
         file = self.held()
         return [parse_json_line(file.binary_at(int(key)).readline(MAX_ROW_BYTES), self.source, 0) for key in keys]
-
-
-class JsonArrayReader:
-    """A `.json` file holding one array of objects: parsed whole, so it does not stream
-    (there is no row to seek to); rows are 1-based array positions."""
-
-    def __init__(self, path: Path, source: str, where: str) -> None:
-        self.path, self.source, self.where = path, source, where
-
-    def rows(self) -> Iterator[Row]:
-        return some_rows(json_array_rows(self.path, self.source, self.where), self.where)
-
-    def table(self) -> Table:
-        rows = list(self.rows())
-        columns: dict[str, None] = {}
-        for _, record in rows:
-            if isinstance(record, dict):
-                columns.update(dict.fromkeys(record))
-        return Table(self.source, self.where, list(columns), rows)
 
 
 class CsvSource(FileSource):
@@ -482,88 +394,6 @@ class ParquetSource(FileSource):
         self.parquet = open_parquet(self.path, self.where)  # its text as dictionaries, as when indexed
 
 
-def check_parquet(parquet: Any, budget: Budget) -> None:
-    """What a Parquet file's footer alone refuses, before any page is decoded: a fixed-width
-    column wider than a cell may be (every value of it decodes to that width), and a file
-    that declares more than its budget (`parquet_sizes.declared_bytes`: every chunk's
-    uncompressed pages, 8 bytes a value, a fixed-width column's width for every value)."""
-    for leaf in parquet.schema:
-        if leaf.physical_type == "FIXED_LEN_BYTE_ARRAY":
-            budget.cell(max(leaf.length or 0, 0), 1, leaf.path)
-    budget.declared(declared_bytes(parquet.metadata, parquet.schema))
-
-
-class HFSource:
-    """A Hugging Face `datasets.Dataset` (memory-mapped Arrow); the key is the row index."""
-
-    def __init__(self, dataset: Any, label: str) -> None:
-        self.dataset, self.source, self.where = dataset, label, label
-        self.columns: list[str] | None = list(dataset.column_names)
-
-    def scan(self) -> Iterator[KeyedRow]:
-        for index, record in enumerate(self.dataset):
-            yield index + 1, index, record
-
-    def rows(self) -> Iterator[Row]:
-        return _unkeyed(self.scan())
-
-    def table(self) -> Table:
-        return Table(self.source, self.where, self.columns or [], self.rows())
-
-    def read(self, keys: Sequence[int] | np.ndarray) -> list[Any]:
-        return [self.dataset[int(key)] for key in keys]
-
-
-# ----------------------------------------------------------------------------- the formats
-
-
-def is_json_array(path: Path) -> bool:
-    """A `.json` file holding one array of objects rather than JSON lines."""
-    return path.suffix.lower() == ".json" and starts_with(path, b"[")
-
-
-def starts_with(path: Path, prefix: bytes) -> bool:
-    """Whether the file's first non-blank bytes (after a BOM) are `prefix`."""
-    with path.open("rb") as handle:
-        return handle.read(4096).removeprefix(BOM).lstrip().startswith(prefix)
-
-
-# ----------------------------------------------------------------------------- what a file may cost
-#
-# A file is read against these budgets WHILE it is read, before the expanded data exists:
-# a Parquet file's metadata is checked when it is opened, its text columns are decoded as
-# dictionaries (a value used a thousand times is held once) and each batch's decoded size is
-# computed from them before a Python row is made; a CSV record or a JSON line is read at
-# most `MAX_ROW_BYTES` at a time, and a JSON line is counted as Python will hold it
-# (`json_cost`) before it is parsed. Every reader, whole and streamed, goes through `Budget`;
-# a file that decodes to `stream.STREAM_FROM_BYTES` is streamed (`readers.decodes_past`).
-# A refusal is one DataError line naming the limit and the way out (docs/security.md,
-# "Upload budgets", has the figures tests/test_budgets.py and tests/test_attacks_uploads.py measure).
-
-# Costs a legitimate user: a spreadsheet wider than 10,000 columns; a dataset uses a handful.
-MAX_COLUMNS = 10_000
-# Costs: one question, option or answer over 1 MiB of text (about 250,000 tokens, past any
-# model's context window). CSV's own stdlib limit (128 KiB) is raised to match (below).
-MAX_CELL_BYTES = 2**20
-# Costs: one row (a CSV record, a JSON line, a Parquet row) that decodes to over 8 MiB, all
-# its cells together (a JSON line: about 2.5 times its text, `json_cost`).
-MAX_ROW_BYTES = 8 * 2**20
-# Costs nothing: the Python rows made at once from a Parquet batch; a batch over it is made
-# a few rows at a time (`parquet_rows`), so it sets peak memory and refuses no file.
-MAX_BATCH_BYTES = 64 * 2**20
-# Costs: a file that decodes to more than 64 times its own size, past the first 64 MiB (a
-# Parquet file of one long text repeated: the shape of a bomb). CSV decodes a byte to at
-# most a byte and JSON to at most about 33 (`json_cost`), so only Parquet can reach it; save
-# such a file as JSON lines.
-MAX_EXPANSION = 64
-EXPANSION_FREE_BYTES = 64 * 2**20
-# Costs: a `.json` array that decodes to more than 64 MiB (`json_cost`: about a 25 MB
-# file of questions), which is parsed whole; JSON lines stream instead.
-MAX_JSON_ARRAY_BYTES = 64 * 2**20
-
-csv.field_size_limit(max(csv.field_size_limit(), MAX_ROW_BYTES))  # cells are held to MAX_CELL_BYTES by `Budget`
-
-
 def json_cost(raw: bytes) -> int:
     """The decoded bytes of JSON text as Python holds it, from its punctuation (no parse):
     64 a list or object, 32 an item (its pointer, a number), 25 a quote (half a string's
@@ -573,34 +403,10 @@ def json_cost(raw: bytes) -> int:
     return len(raw) + 64 * (raw.count(b"[") + raw.count(b"{")) + 32 * raw.count(b",") + 25 * raw.count(b'"')
 
 
-JSON_COST_PER_BYTE = 65  # the most `json_cost` gives a byte (a "["): a smaller file cannot decode past a budget
-
-
-def json_decodes_past(path: Path, size: int) -> bool:
-    """Whether a JSON-lines file decodes to `size` bytes or more (`json_cost`), read 1 MiB at a time."""
-    total = 0
-    with path.open("rb") as handle:
-        while chunk := handle.read(2**20):
-            total += json_cost(chunk)
-            if total >= size:
-                return True
-    return False
-
-
-def _mib(size: int) -> str:
-    return f"{size / 2**20:g} MiB"
-
-
 class Budget:
     """What one read of one file has spent: each cell and row is checked as it is decoded
-    (before Python objects are made of it), and the file's total against `MAX_EXPANSION`
-    times its size. Raises one DataError line
-    naming the limit and the way out.
-
-    What the budgets cannot see is a hand-made Parquet file whose metadata understates its
-    pages (`declared_bytes`): Arrow decodes a batch sized from it before a row is counted.
-    An upload's Parquet is therefore decoded in `worker`, a process under a memory limit.
-    """
+    (before Python objects are made of it), and the file's total against `MAX_EXPANSION` times
+    its size. Raises one DataError line naming the limit and the way out (`parquet_batches`: a lying footer)."""
 
     def __init__(self, path: Path, where: str) -> None:
         self.where = where
@@ -610,7 +416,7 @@ class Budget:
     def cell(self, size: int, number: int, column: str) -> None:
         if size > MAX_CELL_BYTES:
             raise DataError(
-                f"Expected cells of at most {_mib(MAX_CELL_BYTES)} in {self.where}, but row {number}'s "
+                f"Expected cells of at most {mib(MAX_CELL_BYTES)} in {self.where}, but row {number}'s "
                 f"{column} holds {size:,} bytes: shorten it or leave that column out of the file"
             )
 
@@ -621,60 +427,17 @@ class Budget:
         self.spent += size
         if self.spent > self.allowed:
             raise DataError(
-                f"Expected {self.where} to decode to at most {_mib(self.allowed)} ({MAX_EXPANSION} times its size, "
-                f"or {_mib(EXPANSION_FREE_BYTES)}), but it decodes to more by row {number}: save it as JSON lines"
+                f"Expected {self.where} to decode to at most {mib(self.allowed)} ({MAX_EXPANSION} times its size, "
+                f"or {mib(EXPANSION_FREE_BYTES)}), but it decodes to more by row {number}: save it as JSON lines"
             )
 
     def declared(self, size: int) -> None:
         """A Parquet file whose metadata declares `size` decoded bytes: refused before reading."""
         if size > self.allowed:
             raise DataError(
-                f"Expected {self.where} to decode to at most {_mib(self.allowed)} ({MAX_EXPANSION} times its size, "
-                f"or {_mib(EXPANSION_FREE_BYTES)}), but its metadata declares {size:,} bytes: save it as JSON lines"
+                f"Expected {self.where} to decode to at most {mib(self.allowed)} ({MAX_EXPANSION} times its size, "
+                f"or {mib(EXPANSION_FREE_BYTES)}), but its metadata declares {size:,} bytes: save it as JSON lines"
             )
-
-
-def row_too_long(where: str, number: int) -> DataError:
-    return DataError(
-        f"Expected rows of at most {_mib(MAX_ROW_BYTES)} in {where}, but row {number} holds more: "
-        "shorten its cells or split the row"
-    )
-
-
-@dataclass(frozen=True)
-class FileFormat:
-    """One file format: the suffixes that name its files and the reader that opens one
-    (path, the name row errors use, the name whole-file errors use)."""
-
-    name: str
-    suffixes: tuple[str, ...]
-    open: Callable[[Path, str, str], FileReader]
-
-
-def _open_jsonl(path: Path, source: str, where: str) -> FileReader:
-    return JsonArrayReader(path, source, where) if is_json_array(path) else JsonlSource(path, source, where)
-
-
-def _open_csv(path: Path, source: str, where: str) -> FileReader:
-    return CsvSource(path, source, where, csv_header(path, where, MAX_COLUMNS, MAX_ROW_BYTES))
-
-
-def _open_parquet(path: Path, source: str, where: str) -> FileReader:
-    """The Parquet reader, its footer checked first (`check_parquet`): a peek at the first
-    rows decodes a batch, so the refusal must come before it, not at the scan."""
-    parquet = open_parquet(path, where, MAX_COLUMNS)
-    check_parquet(parquet, Budget(path, where))
-    return ParquetSource(path, source, where, parquet)
-
-
-FILE_FORMATS = {  # the one table of formats: readers.detect_format, open_table and open_source all read it
-    fmt.name: fmt
-    for fmt in (
-        FileFormat("jsonl", (".jsonl", ".json", ".ndjson"), _open_jsonl),
-        FileFormat("csv", (".csv",), _open_csv),
-        FileFormat("parquet", (".parquet", ".pq"), _open_parquet),
-    )
-}
 
 
 def guarded_scan(source: RowSource) -> Iterator[KeyedRow]:

@@ -35,7 +35,7 @@ The file is held open while its items live (`files.OpenFile`), so they read the 
 file even after its name is removed (the studio indexes an upload in a temporary folder); it
 must not change in place: each read checks the size and modification time recorded when the
 index was built and raises DataError otherwise. The sources themselves (one per format, and
-HF datasets) are `calm_core.data.sources`.
+HF datasets, `calm_core.data.hf.HFSource`) are `calm_core.data.sources`.
 """
 
 from __future__ import annotations
@@ -48,8 +48,9 @@ from typing import Any, overload
 import numpy as np
 
 from calm_core.data.files import READ_ERRORS
+from calm_core.data.row_types import KeyedRow, RowSource
 from calm_core.data.schema import REJECTED_KEPT, DataError, RowError
-from calm_core.data.sources import KeyedRow, RowSource, guarded_scan
+from calm_core.data.sources import guarded_scan
 
 STREAM_FROM_BYTES = 32 * 2**20  # files that decode to this much load as LazyItems (loaders.load_file)
 CHUNK_ROWS = 4096  # rows parsed per chunk when iterating

@@ -7,14 +7,14 @@ lie is decoded whole before the budget can refuse a row of it (docs/security.md 
 file and what it cost). So the server decodes no uploaded Parquet page itself:
 
 1. it checks what is cheap first, in the server: the footer (`files.open_parquet`,
-   `sources.check_parquet`), so a file that declares too much is refused at once;
+   `parquet_batches.check_parquet`), so a file that declares too much is refused at once;
 2. it runs `python -m calm_core.data.worker` on the staged file. The worker limits its
    own writable memory (RLIMIT_DATA, `WorkerLimits.memory_mib`) before it imports Arrow,
    with one thread and the system allocator (Arrow's own allocator reserves memory it
    never touches, which the limit would count), reads the file through the same budgets
    (`sources.counted_batches`) and writes what it read as a new Parquet file beside it:
    plain encoding, no compression,
-   a row group per `sources.MAX_BATCH_BYTES` of rows, written by Arrow, so its metadata
+   a row group per `limits.MAX_BATCH_BYTES` of rows, written by Arrow, so its metadata
    states the true sizes and the copy is never smaller than its text (the server's own
    budgets, run again on it, refuse nothing the worker read). Its answer is a JSON file
    beside the copy: `{"ok": true}` or the refusal's message; nothing is unpickled;
@@ -38,8 +38,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from calm_core.data.files import open_parquet
+from calm_core.data.limits import MAX_COLUMNS
+from calm_core.data.parquet_batches import check_parquet, pieces
 from calm_core.data.schema import DataError
-from calm_core.data.sources import MAX_COLUMNS, Budget, check_parquet, counted_batches, pieces
+from calm_core.data.sources import Budget, counted_batches
 from calm_core.settings import SettingSpec, bound_error, check_settings, declared_settings, setting
 
 LIMIT_ENV = "CALM_UPLOAD_WORKER_MIB"

@@ -137,7 +137,7 @@ class HarnessTask:
 
 def read_samples(handle: IO[bytes], task: str, source: str, config: dict[str, Any] | None = None) -> HarnessTask:
     """One samples file (an open binary handle) as a HarnessTask; `source` names it in rejections.
-    Lines are read at most `MAX_ROW_BYTES` at a time (data/sources.py), as an upload's are."""
+    Lines are read at most `MAX_ROW_BYTES` at a time (data/limits.py), as an upload's are."""
     out = HarnessTask(task, [source], config=dict(config or {}))
     delimiter = out.config.get("target_delimiter", DEFAULT_DELIMITER)
     wanted: str | None = None  # one filter's lines: the first one seen ("none" for multiple choice)

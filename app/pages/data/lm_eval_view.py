@@ -5,7 +5,7 @@ A local studio reads a folder on this machine (the harness's --output_path) or a
 samples file. A shared studio opens no path a user types (access/rules.py): it takes the
 upload only, which the upload route's budgets bound (app/server/upload_quota.py: one file a
 session, so it replaces a dataset upload in progress), and whose lines the readers'
-budgets bound (data/sources.py `MAX_ROW_BYTES`). The section shows what each task holds
+budgets bound (data/limits.py `MAX_ROW_BYTES`). The section shows what each task holds
 under both of the harness's forms and the `calm eval --from-lm-eval` line that calibrates it.
 """
 
