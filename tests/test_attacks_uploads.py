@@ -26,7 +26,16 @@ pq = pytest.importorskip("pyarrow.parquet")
 
 UPLOADER = "data_upload"  # the Data page's file uploader (app/pages/data/data.py)
 RSS_BUDGET = 200 * 2**20
-SECONDS = 2.0
+SECONDS = 2.0  # what a refused file may add to the page's run, beyond the page drawn without it
+
+
+def assert_refused_quickly(seen: dict) -> None:
+    """The file adds under SECONDS to the page's run. Measured beside the same page drawn
+    without the file in the same session, so a busy machine (CI, other tests) slows both
+    sides instead of failing the bound; a bomb that were decoded would add far more."""
+    added = seen["seconds"] - seen["plain_seconds"]
+    shown = f"{seen['seconds']:.2f} s against {seen['plain_seconds']:.2f} s without it"
+    assert added < SECONDS, f"the file added {added:.2f} s ({shown})"
 
 
 def parquet_bomb() -> bytes:
@@ -113,6 +122,7 @@ def upload_through_the_page(studio, name: str, data: bytes) -> dict:
         "errors": errors,
         "texts": texts,
         "seconds": seconds,
+        "plain_seconds": plain_s,
         "grown": peak.peak - before,
         "server_grown": peak.server - before,
         "worker": peak.worker,
@@ -137,7 +147,7 @@ def test_the_parquet_bomb_is_refused_in_one_line_without_the_memory(studio) -> N
     assert len(seen["errors"]) == 1 and "\n" not in seen["errors"][0], seen["errors"]
     assert seen["errors"][0].startswith("Expected cells of at most 1 MiB in bomb.parquet, but row 1's question")
     assert_within_budget(seen)
-    assert seen["seconds"] < SECONDS, seen["seconds"]
+    assert_refused_quickly(seen)
 
 
 def test_a_50000_column_csv_is_refused_in_one_line_at_once(studio) -> None:
@@ -147,7 +157,7 @@ def test_a_50000_column_csv_is_refused_in_one_line_at_once(studio) -> None:
     assert seen["errors"] == ["Expected at most 10,000 columns in wide.csv, but it has 50,000: keep only the "
                               "columns the dataset uses (question, options, answer, id, subject)"]  # fmt: skip
     assert_within_budget(seen)
-    assert seen["seconds"] < SECONDS, seen["seconds"]
+    assert_refused_quickly(seen)
 
 
 def test_a_good_upload_still_reads(studio) -> None:
