@@ -49,6 +49,10 @@ class Smoke:
 SLOW = (pytest.mark.slow,)  # child processes or many steps: 50 s and more under the fast loop's load
 EMBEDDED = (pytest.mark.embedded,)
 HEAVY = (pytest.mark.embedded, pytest.mark.slow)  # trains the embedded model: minutes on 2 cores
+# A smoke that took 40 s or more on the 2 cores even at its smallest options (it trains or
+# loads a real model, or measures a matmul peak): `bash scripts/test.sh --benches` runs these,
+# the whole-suite command (CI) leaves them out, so that CI ends inside its time limit.
+LONG = (pytest.mark.long_bench,)
 NO_CUDA = "" if torch.cuda.is_available() else "needs a CUDA GPU (the CPU smoke: tests/test_gpu_script.py)"
 
 SMOKES: dict[str, Smoke] = {
@@ -60,7 +64,7 @@ SMOKES: dict[str, Smoke] = {
     "by_group_guarantee": Smoke("by_group_guarantee.py", ("--trials", "2", "--heldout", "40"),
                                 ("pooled", "mondrian"), output="text"),
     "convert_gguf": Smoke("convert_gguf.py", ("--model", "embedded"), ("byte-identical",), output="text",
-                          marks=EMBEDDED),
+                          marks=EMBEDDED + LONG),
     "cross_fit_cost": Smoke("cross_fit_cost.py", ("--width", "16", "--items", "48", "--json", OUT),
                             ("command", "width", "rows")),
     "door_under_attack": Smoke("door_under_attack.py", ("--tries", "1", "--rate", "5", "--flood-mb", "1",
@@ -69,7 +73,7 @@ SMOKES: dict[str, Smoke] = {
     "estimate_accuracy": Smoke("estimate_accuracy.py", ("--idle", "1", "--busy", "0", "--after", "0",
                                                         "--settle", "0", "--fresh", "--timeout", "900",
                                                         "--json", OUT),
-                               ("rows", "summary"), marks=HEAVY, timeout=1200),
+                               ("rows", "summary"), marks=HEAVY + LONG, timeout=1200),
     "estimate_side_by_side": Smoke("estimate_side_by_side.py", (), ("history", "config", "load", "likely"),
                                    output="stdout"),
     "first_chart": Smoke("first_chart.py", ("--repeat", "1", "--timeout", "600", "--json", OUT),
@@ -81,42 +85,42 @@ SMOKES: dict[str, Smoke] = {
     "noise_ece": Smoke("noise_ece.py", ("--draws", "20", "--json", OUT), ("rows", "rule", "limit"), marks=EMBEDDED),
     "precision": Smoke("precision.py", ("--models", "embedded", "--limit", "2", "--sets", "builtin/capitals/test",
                                         "--json", OUT),
-                       ("models",), marks=EMBEDDED),
+                       ("models",), marks=EMBEDDED + LONG),
     "prefill": Smoke("prefill.py", ("--items", "8", "--prefill-batches", "4", "--json", OUT), ("rows", "args"),
                      marks=EMBEDDED),
     "quick_run": Smoke("quick_run.py", ("--repeats", "1", "--smoke", "--json", OUT), ("rows", "variants"),
-                       marks=HEAVY, timeout=1200),
+                       marks=HEAVY + LONG, timeout=1200),
     "run_parts": Smoke("run_parts.py", ("--model", "tiny", "--json", OUT), ("model", "timings", "idle_rates"),
-                       marks=SLOW, timeout=1200),
+                       marks=SLOW + LONG, timeout=1200),
     "scoring": Smoke("scoring.py", ("--limit", "2", "--repeats", "1", "--threads", "1", "--models", "embedded",
                                     "--json", OUT),
-                     ("data", "limit", "rows"), marks=EMBEDDED, timeout=1200),
+                     ("data", "limit", "rows"), marks=EMBEDDED + LONG, timeout=1200),
     "scoring --harness": Smoke("scoring.py", ("--harness", "--limit", "2", "--batch-size", "2", "--repeats", "1",
                                               "--json", OUT),
                                ("agree", "ratio", "rows"), marks=EMBEDDED, timeout=1200),
     "selective_guarantee": Smoke("selective_guarantee.py", ("--sets", "builtin/capitals", "--splits", "2",
                                                             "--limit", "40", "--preds", "{tmp}/preds",
                                                             "--json", OUT),
-                                 ("results", "splits", "target"), marks=EMBEDDED),
+                                 ("results", "splits", "target"), marks=EMBEDDED + LONG),
     "streaming": Smoke("streaming.py", ("--rows", "200", "--dir", "{tmp}/stream", "--json", OUT,
                                         "--md", "{tmp}/out.md"),
                        ("results", "rows"), marks=SLOW),
     "studio_load": Smoke("studio_load.py", ("--sessions", "1", "--seconds", "5", "--chart-seconds", "3",
                                             "--model", "tiny", "--json", OUT),
-                         ("rows", "metrics_read_per_poll"), marks=(pytest.mark.browser, pytest.mark.slow),
+                         ("rows", "metrics_read_per_poll"), marks=(pytest.mark.browser, pytest.mark.slow) + LONG,
                          timeout=1200),
     "studio_silence": Smoke("studio_silence.py", skip="a fresh clone's set-up: minutes of pip installs, "
                             "network; tests/test_ticker.py checks the tickers it times"),
     "sv_agreement": Smoke("sv_agreement.py", ("--sets", "builtin/arithmetic", "--sizes", "4", "8",
                                               "--resamples", "2", "--limit", "40", "--preds", "{tmp}/preds",
                                               "--json", OUT),
-                          ("curve", "choose_threshold", "sizes"), marks=EMBEDDED),
+                          ("curve", "choose_threshold", "sizes"), marks=EMBEDDED + LONG),
     "tau_budget": Smoke("tau_budget.py", ("--steps", "1", "--constraints", "theta", "--json", OUT),
-                        ("rows", "steps"), marks=HEAVY, timeout=1200),
-    "threads": Smoke("threads.py", ("--steps", "1", "--json", OUT), ("rows", "cores"), marks=HEAVY, timeout=1200),
+                        ("rows", "steps"), marks=HEAVY + LONG, timeout=1200),
+    "threads": Smoke("threads.py", ("--steps", "1", "--json", OUT), ("rows", "cores"), marks=HEAVY + LONG, timeout=1200),
     "train_step": Smoke("train_step.py", ("--models", "embedded", "--configs", "sft", "--steps", "1",
                                           "--json", OUT),
-                        ("rows", "args"), marks=EMBEDDED, timeout=1200),
+                        ("rows", "args"), marks=EMBEDDED + LONG, timeout=1200),
 }
 
 
@@ -167,3 +171,13 @@ def test_every_bench_has_a_smoke_entry() -> None:
     named = {smoke.script for smoke in SMOKES.values()}
     assert scripts - named == set(), f"benches without a smoke entry in {Path(__file__).name}: {scripts - named}"
     assert named - scripts == set(), f"smoke entries for benches that are gone: {named - scripts}"
+
+
+def test_the_long_smokes_are_left_to_a_command_that_runs_them() -> None:
+    """The whole suite leaves the `long_bench` smokes out (CI's time limit) and
+    `scripts/test.sh --benches` runs exactly them: dropping either line fails here."""
+    script = (ROOT / "scripts" / "test.sh").read_text()
+    assert '-m "not long_bench"' in script
+    assert "tests/test_bench_smoke.py -m long_bench" in script
+    long = {name for name, smoke in SMOKES.items() if LONG[0] in smoke.marks}
+    assert long and long != set(SMOKES), "some smokes, not none and not all, are long"
