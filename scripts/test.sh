@@ -4,8 +4,8 @@
 #     bash scripts/test.sh                 # set up (or refresh) .venv, then the whole suite (CI)
 #     bash scripts/test.sh --fast [args]   # the inner loop: no embedded-model, Gemma, browser or
 #                                          # slow tests, and no set-up once .venv exists
-#     bash scripts/test.sh --benches       # the long bench smokes the whole suite leaves out
-#                                          # (tests/test_bench_smoke.py, marker long_bench)
+#     bash scripts/test.sh --long [args]   # what the whole suite leaves out: tests/long_tests.txt
+#                                          # and the long bench smokes (marker long)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = "--fast" ]; then
@@ -13,12 +13,12 @@ if [ "${1:-}" = "--fast" ]; then
     [ -x .venv/bin/python ] || bash scripts/setup.sh
     exec .venv/bin/python -m pytest -m "not embedded and not gemma and not browser and not slow" "$@"
 fi
-if [ "${1:-}" = "--benches" ]; then
+if [ "${1:-}" = "--long" ]; then
     shift
     [ -x .venv/bin/python ] || bash scripts/setup.sh
-    exec .venv/bin/python -m pytest tests/test_bench_smoke.py -m long_bench "$@"
+    exec .venv/bin/python -m pytest -m long "$@"
 fi
 bash scripts/setup.sh
-# The long bench smokes (tens of minutes together on 2 cores) run by `--benches`, not here:
-# CI runs this command under a time limit. A `-m` of the caller's comes later and wins.
-exec .venv/bin/python -m pytest -m "not long_bench" "$@"
+# The long tests (an hour together on 2 cores) run by `--long`, not here: CI runs this
+# command under a time limit. A `-m` of the caller's comes later and wins.
+exec .venv/bin/python -m pytest -m "not long" "$@"

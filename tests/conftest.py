@@ -171,21 +171,33 @@ _NOTES = pytest.StashKey[dict]()
 
 
 SLOW_LIST = Path(__file__).with_name("slow_tests.txt")
+LONG_LIST = Path(__file__).with_name("long_tests.txt")
+
+
+def listed_entries(path: Path) -> set[str]:
+    """A measured list's entries (`file` or `file::function`, after the seconds)."""
+    lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
+    return {line.split(maxsplit=1)[1].strip() for line in lines if line.strip() and not line.startswith("#")}
 
 
 def slow_entries() -> set[str]:
     """tests/slow_tests.txt's entries (`file` or `file::function`): the tests the fast loop's
     measurement found slow (scripts/slow_tests.py writes it from a --durations report)."""
-    lines = SLOW_LIST.read_text(encoding="utf-8").splitlines() if SLOW_LIST.is_file() else []
-    return {line.split(maxsplit=1)[1].strip() for line in lines if line.strip() and not line.startswith("#")}
+    return listed_entries(SLOW_LIST)
+
+
+def long_entries() -> set[str]:
+    """tests/long_tests.txt's entries: the tests the whole suite (CI) leaves to `--long`."""
+    return listed_entries(LONG_LIST)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items) -> None:
-    """Mark `slow` what tests/slow_tests.txt lists, before `-m` deselects by marker, so the
-    fast loop leaves out what was measured slow, every parametrization of a listed function."""
-    entries = slow_entries()
+    """Mark `slow` what tests/slow_tests.txt lists and `long` what tests/long_tests.txt lists,
+    before `-m` deselects by marker, every parametrization of a listed function."""
+    lists = ((slow_entries(), pytest.mark.slow), (long_entries(), pytest.mark.long))
     for item in items:
         file, _, rest = item.nodeid.partition("::")
-        if file in entries or f"{file}::{rest.split('[')[0]}" in entries:
-            item.add_marker(pytest.mark.slow)
+        for entries, mark in lists:
+            if file in entries or f"{file}::{rest.split('[')[0]}" in entries:
+                item.add_marker(mark)

@@ -50,9 +50,9 @@ SLOW = (pytest.mark.slow,)  # child processes or many steps: 50 s and more under
 EMBEDDED = (pytest.mark.embedded,)
 HEAVY = (pytest.mark.embedded, pytest.mark.slow)  # trains the embedded model: minutes on 2 cores
 # A smoke that took 40 s or more on the 2 cores even at its smallest options (it trains or
-# loads a real model, or measures a matmul peak): `bash scripts/test.sh --benches` runs these,
+# loads a real model, or measures a matmul peak): `bash scripts/test.sh --long` runs these,
 # the whole-suite command (CI) leaves them out, so that CI ends inside its time limit.
-LONG = (pytest.mark.long_bench,)
+LONG = (pytest.mark.long,)
 NO_CUDA = "" if torch.cuda.is_available() else "needs a CUDA GPU (the CPU smoke: tests/test_gpu_script.py)"
 
 SMOKES: dict[str, Smoke] = {
@@ -174,10 +174,10 @@ def test_every_bench_has_a_smoke_entry() -> None:
 
 
 def test_the_long_smokes_are_left_to_a_command_that_runs_them() -> None:
-    """The whole suite leaves the `long_bench` smokes out (CI's time limit) and
-    `scripts/test.sh --benches` runs exactly them: dropping either line fails here."""
+    """The whole suite leaves the `long` smokes out (CI's time limit) and
+    `scripts/test.sh --long` runs them: dropping either line fails here."""
     script = (ROOT / "scripts" / "test.sh").read_text()
-    assert '-m "not long_bench"' in script
-    assert "tests/test_bench_smoke.py -m long_bench" in script
+    assert '-m "not long"' in script
+    assert 'pytest -m long "$@"' in script
     long = {name for name, smoke in SMOKES.items() if LONG[0] in smoke.marks}
     assert long and long != set(SMOKES), "some smokes, not none and not all, are long"

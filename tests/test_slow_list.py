@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SLOW_LIST, slow_entries
+from tests.conftest import LONG_LIST, SLOW_LIST, long_entries, slow_entries
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -18,14 +18,15 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import slow_tests  # noqa: E402
 
 
-@pytest.mark.parametrize("entry", sorted(slow_entries()))
-def test_every_listed_slow_test_exists(entry: str) -> None:
+@pytest.mark.parametrize(("listing", "entry"), [(SLOW_LIST, entry) for entry in sorted(slow_entries())]
+                         + [(LONG_LIST, entry) for entry in sorted(long_entries())])
+def test_every_listed_slow_test_exists(listing: Path, entry: str) -> None:
     file, _, function = entry.partition("::")
     path = ROOT / file
-    assert path.is_file(), f"{SLOW_LIST.name} names {file}, which is gone"
+    assert path.is_file(), f"{listing.name} names {file}, which is gone"
     name = function.split("::")[-1]
     assert not name or re.search(rf"^\s*(async )?def {re.escape(name)}\(", path.read_text(), re.M), (
-        f"{SLOW_LIST.name} names {entry}, which {file} no longer defines"
+        f"{listing.name} names {entry}, which {file} no longer defines"
     )
 
 
