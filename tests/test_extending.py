@@ -223,3 +223,32 @@ def test_the_documented_format_reads_whole_and_streamed(tmp_path: Path, monkeypa
     path.write_text("question\tA\tB\tanswer\nchanged?\tx\ty\tA\n", encoding="utf-8")
     with pytest.raises(DataError, match="changed"):
         lazy.items[3]
+
+
+
+def test_a_calibrator_that_fits_on_fewer_items_than_the_builtins_gets_its_data(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_model_dir: Path) -> None:
+    """A plug-in calibrator may take fewer S_V items than the built-ins' minimum: the final
+    evaluation then computes the fit data when asked, instead of handing over the `None` it
+    skipped computing for the built-ins (a TypeError in `fit_baselines` once)."""
+    from calm_core.calibration.posthoc import MIN_FIT_ITEMS
+    from calm_core.launch import run_config_record
+    from calm_core.runs.rundir import RunDir
+    from calm_core.training.loop import train
+    from calm_core.training.tasks import mcqa
+    from tests.test_trainer import fresh_lm, small_config
+
+    handed: list[object] = []
+
+    def asking(n_items, fit_data, task, enabled=True, defaults_only=True):
+        handed.append(fit_data())  # what a calibrator with min_items <= n_items would get
+        return {}, {}
+
+    monkeypatch.setattr(mcqa, "fit_baselines", asking)
+    cfg = small_config(model=str(tiny_model_dir), scoring="cloze", scope="scalar", select="last")
+    assert cfg.heldout_limit is not None and cfg.heldout_limit < MIN_FIT_ITEMS
+    run = RunDir.create(tmp_path / "runs", "tiny-small-sv", run_config_record(cfg))
+    train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
+    assert handed and handed[0] is not None
+    logits, labels = handed[0][:2]
+    assert len(labels) == cfg.heldout_limit and logits.shape[0] == cfg.heldout_limit

@@ -241,7 +241,13 @@ def final_evaluation(
     )  # forwards: outside the fits' time
     _final_progress(run, FIT_STAGE)(0, 0)
     with _timed(times):  # a run's table: TS, vector scaling and ATS beside the model
-        fitted, notes = fit_baselines(n_fit, lambda: arrays, NAME, ctx.settings.eval_baselines, defaults_only=False)
+        fitted, notes = fit_baselines(
+            n_fit,
+            lambda: arrays if arrays is not None else fit_data(),
+            NAME,
+            ctx.settings.eval_baselines,
+            defaults_only=False,
+        )
     fit_on = f"{ctx.settings.train_data} + {ctx.settings.heldout_data}" if pooled else ctx.settings.heldout_data
     records = baseline_records(fitted, notes, fit_on=fit_on, calibrate_on=ctx.settings.calibrate_on)
     thermometer = _thermometer(ctx, records)
