@@ -26,6 +26,7 @@ step and the time; `results.tables.compare_rows` shows them as `<set> (added)`.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from datetime import datetime, timezone
 from typing import Any, Mapping, Sequence
 
@@ -36,6 +37,8 @@ from calm_core.runs.lifecycle import RunState
 from calm_core.runs.records import RunResults
 from calm_core.runs.rundir import RunDir
 from calm_core.training.tasks import get_task
+
+log = logging.getLogger(__name__)
 
 
 def check_finished(run: RunDir) -> None:
@@ -62,13 +65,18 @@ def run_eval_limit(run: RunDir) -> int | None:
 
 def saved_calibrators(results: RunResults) -> dict[str, PosthocCalibrator]:
     """The post-hoc calibrators whose rows the run's table holds, as the run fitted them on
-    S_V (their records in results.json); a calibrator missing there (its note) is left out."""
+    S_V (their records in results.json); a calibrator missing there (its note) is left out,
+    and so is one whose record an older studio wrote without what it now needs (a warning
+    says which): the others' rows are still added."""
     variants = {row["variant"] for row in results.rows}
     out: dict[str, PosthocCalibrator] = {}
     for name in calibrators():
         record = results.calibrator(name)
         if name in variants and record is not None and record.note is None:
-            out[name] = from_results(name, record, f"`{name}` in results.json")
+            try:
+                out[name] = from_results(name, record, f"`{name}` in results.json")
+            except ValueError as refused:
+                log.warning("`%s` is left out of the added rows: %s", name, refused)
     return out
 
 
