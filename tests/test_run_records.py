@@ -318,3 +318,18 @@ def test_an_older_recommendation_without_comparison_reads() -> None:
     rec = RunResults.from_json({"results": [], "recommendation": {**old, "comparison": {}}}).recommendation
     assert rec is not None and rec.comparison is None and rec.reference == "base" and not rec.pooled
     assert rec.heldout["ts"].kept_accuracy and rec.heldout["ts"].confidence is None
+
+
+def test_a_newer_writers_keys_in_nested_records_survive_a_rewrite() -> None:
+    """Keys a record does not type, one level down too (the final evaluation's progress, a
+    stop's candidate, a recommendation, its comparison and a variant's figures), are read
+    into `extra` and written back: `update_status` rewrites status.json on every beat."""
+    status = {"state": "running", "final": {"done": 1, "total": 4, "a_newer_count": 2},
+              "selection": {"selected_step": 4, "selected": {"step": 4, "score": 0.9, "a_newer_score": 1.0}}}
+    assert RunStatus.from_json(status).to_json()["final"] == status["final"]
+    assert RunStatus.from_json(status).to_json()["selection"]["selected"] == status["selection"]["selected"]
+    recommendation = {"variant": "ts", "a_newer_reason": "r", "heldout": {"ts": {"nll": 1.0, "a_newer_figure": 3}},
+                      "comparison": {"n": 10, "a_newer_test": "t"}}
+    written = RunResults.from_json({"results": [], "recommendation": recommendation}).to_json()["recommendation"]
+    assert written["a_newer_reason"] == "r" and written["heldout"]["ts"]["a_newer_figure"] == 3
+    assert written["comparison"]["a_newer_test"] == "t"

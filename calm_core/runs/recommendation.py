@@ -39,6 +39,7 @@ class VariantFigures:
     confidence: float | None = None
     kept_accuracy: bool = True  # within accuracy_slack of the reference's accuracy
     evidence: bool = True  # False: fitted in-sample where any sharper fit scores better
+    extra: Mapping[str, Any] = field(default_factory=dict)  # keys a newer writer added: kept on rewrite
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class Comparison:
     against_runner_up: PairedDifference | None = None  # chosen - runner-up
     simpler: str | None = None
     items: str = HELDOUT_ITEMS
+    extra: Mapping[str, Any] = field(default_factory=dict)  # keys a newer writer added: kept on rewrite
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,7 @@ class Recommendation:
     comparison: Comparison | None = None
     calibrate_on: str | None = None
     stages: Mapping[str, Recommendation] = field(default_factory=dict)
+    extra: Mapping[str, Any] = field(default_factory=dict)  # keys a newer writer added: kept on rewrite
 
     @classmethod
     def from_json(

@@ -49,6 +49,7 @@ class FinalProgress:
     total: int = 0
     stage: str | None = None
     unit: str | None = None
+    extra: JsonObject = field(default_factory=dict)  # keys a newer writer added: kept on rewrite
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ class CandidateFigures:
     acc: float | None = None
     n: int | None = None
     lower: float | None = None  # S_T cross-entropy of theta; None: not measured
+    extra: Mapping[str, Any] = field(default_factory=dict)  # keys a newer writer added: kept on rewrite
 
 
 @dataclass(frozen=True)
