@@ -2,6 +2,11 @@
 
     run, started_now = launch_training(TrainConfig.preset("quick"))   # queued; started_now: a slot was free
 
+A launch records the time estimate its caller showed (`estimate=`, made by
+`estimate.predict.launch_estimate` as the Train page and `calm train` make it) and makes
+none itself: a run launched without one records no `estimate` in config.json, and later
+estimates have no error of its to learn from.
+
 A run directory is created with the resolved config and its provenance; a detached
 run is queued as a background job (`calm train --run-dir DIR` in a new session, see
 calm_core.runs.jobs), so it outlives the terminal or the browser tab that started it.

@@ -29,7 +29,7 @@ def _unwrapped(spec: str) -> str:
 
 def _shown(table):
     """A static table's cells as they read on the page: st.table's cells are Markdown, so
-    app/state.plain escaped every sign; the page shows them without the backslashes."""
+    app/widgets/state.plain escaped every sign; the page shows them without the backslashes."""
     return table.map(lambda cell: cell.replace("\\", "") if isinstance(cell, str) else cell)
 
 

@@ -72,7 +72,7 @@ def _visit(node: Any, shown: list[str], helps: list[str]) -> None:
     if getattr(node, "type", None) in ("arrow_data_frame", "table") or type(node).__name__ in ("Dataframe", "Table"):
         frame = node.value
         shown.extend(str(c) for c in frame.columns)
-        # a static table's cells are escaped Markdown (app/state.plain): read as the page shows them
+        # a static table's cells are escaped Markdown (app/widgets/state.plain): read as the page shows them
         shown.extend(str(v).replace("\\", "") for col in frame.columns for v in frame[col] if isinstance(v, str))
     children = getattr(node, "children", None)
     for child in children.values() if isinstance(children, dict) else []:

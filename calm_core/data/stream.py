@@ -34,8 +34,8 @@ Arrow already: a row is read back by its index.
 The file is held open while its items live (`files.OpenFile`), so they read the indexed
 file even after its name is removed (the studio indexes an upload in a temporary folder); it
 must not change in place: each read checks the size and modification time recorded when the
-index was built and raises DataError otherwise. The sources themselves (one per format, and
-HF datasets, `calm_core.data.hf.HFSource`) are `calm_core.data.sources`.
+index was built and raises DataError otherwise. The file sources (one per format) are
+`calm_core.data.sources`'s; HF datasets' is `calm_core.data.hf.HFSource`.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ precision, TensorBoard, the rows its data rejected).
     choices.lora.targets, choices.fast_paths["hidden_path"].on, choices.scoring.rule
     choices.rejected_rows["heldout"].n_rejected, choices.tensorboard.written
 
-training/loop.py writes the mapping (`build_context` and `train`); the Monitor, the report
+training/run_context.py (`build_context`) and training/loop.py (`train`) write the mapping; the Monitor, the report
 and the fast-path rows (results/fast_path_view.py) read these attributes. `from_json` is
 the runs' one decoder (record_fields.decode), so a damaged entry is refused by its dotted
 key ("`choices.lora.targets` is a str where a list belongs"). Runs written before a choice
@@ -111,7 +111,7 @@ class RunChoices:
 
     lora: LoraChoice | None = None
     fast_paths: Mapping[str, PathChoice] = field(default_factory=dict)  # path -> its check
-    frozen_prefix: UsedChoice | None = None  # the runner below LoRA (training/loop.py)
+    frozen_prefix: UsedChoice | None = None  # the runner below LoRA (training/run_context.py)
     scoring: RuleChoice | None = None
     precision: PrecisionRecord | None = None
     tensorboard: TensorboardChoice | None = None

@@ -9,7 +9,7 @@ at set-up.
 
 Scoring even 40 questions on a laptop CPU takes longer than anyone waits for a page, and
 the scores are a pure function of the model's files, the questions and the scoring rule.
-So every page that shows a model's scores on a set of questions (`app/state.get_scores`)
+So every page that shows a model's scores on a set of questions (`app/widgets/state.get_scores`)
 reads them from `<cache>/scores/<model>/<questions>.json` when they are there and writes
 them there when it had to score; `scripts/studio.sh` fills Learn's default quiz right
 after converting the embedded model, so the first visit opens on stored scores.

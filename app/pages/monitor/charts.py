@@ -22,7 +22,7 @@ from calm_core.runs.train_record import TrainRecord
 from calm_core.training.bilevel_health import RULES, bome_health, health_summary
 from calm_core.training.config import recorded_bilevel
 
-# What marks the selected step on the line charts (app/charts.line_figure draws a dashed line
+# What marks the selected step on the line charts (app/widgets/charts.line_figure draws a dashed line
 # labelled "selected"); the trade-off chart marks it with a star and says so in its own caption.
 SELECTED_LINE = "The dashed line marks the selected step."
 
