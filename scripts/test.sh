@@ -19,6 +19,6 @@ if [ "${1:-}" = "--long" ]; then
     exec .venv/bin/python -m pytest -m long "$@"
 fi
 bash scripts/setup.sh
-# The long tests (an hour together on 2 cores) run by `--long`, not here: CI runs this
+# The long tests (over an hour together on 2 cores) run by `--long`, not here: CI runs this
 # command under a time limit. A `-m` of the caller's comes later and wins.
 exec .venv/bin/python -m pytest -m "not long" "$@"
