@@ -2,7 +2,7 @@
 report of the fast loop and write tests/slow_tests.txt, which tests/conftest.py turns into
 the `slow` marker.
 
-    nice -n 5 .venv/bin/python -m pytest -m "not embedded and not gemma and not browser and not slow" \\
+    nice -n 5 .venv/bin/python -m pytest -m "not embedded and not gemma and not browser and not slow and not long" \\
         -q --durations=0 -p no:cacheprovider > /tmp/fast-durations.txt
     .venv/bin/python scripts/slow_tests.py /tmp/fast-durations.txt [--over 3.0] [--load "$(uptime)"]
 

@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 if [ "${1:-}" = "--fast" ]; then
     shift
     [ -x .venv/bin/python ] || bash scripts/setup.sh
-    exec .venv/bin/python -m pytest -m "not embedded and not gemma and not browser and not slow" "$@"
+    exec .venv/bin/python -m pytest -m "not embedded and not gemma and not browser and not slow and not long" "$@"
 fi
 if [ "${1:-}" = "--long" ]; then
     shift
