@@ -8,10 +8,11 @@ precision, TensorBoard, the rows its data rejected).
 
 training/run_context.py (`build_context`) and training/loop.py (`train`) write the mapping;
 the Monitor, the report and the fast-path rows (results/fast_path_view.py) read these
-attributes. `from_json` is the runs' one decoder (record_fields.decode), so a damaged entry is refused by its dotted
-key ("`choices.lora.targets` is a str where a list belongs"). Runs written before a choice
-was recorded read it as its default (None, or an empty mapping); every record keeps the
-keys it does not type in `extra`, so a rewrite of status.json loses none of them.
+attributes. `from_json` is the runs' one decoder (record_fields.decode), so a damaged entry
+is refused by its dotted key ("`choices.lora.targets` is a str where a list belongs"). Runs
+written before a choice was recorded read it as its default (None, or an empty mapping);
+every record keeps the keys it does not type in `extra`, so a rewrite of status.json loses
+none of them.
 """
 
 from __future__ import annotations
