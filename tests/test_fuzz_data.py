@@ -147,9 +147,15 @@ def check_item(item: MCItem | OpenItem) -> None:
         assert len(set(item.choices)) == len(item.choices)
 
 
-def check_data_error(exc: DataError) -> None:
+def check_data_error(exc: DataError, *echoed: str) -> None:
+    """A refusal says something, and names no Python exception class of ours: the input it
+    quotes back (`echoed`, e.g. a mapping text the fuzzer spelled 'AError') is left out of
+    that search."""
     assert str(exc).strip()
-    assert not CLASS_NAME.search(str(exc)), str(exc)
+    said = str(exc)
+    for text in echoed:
+        said = said.replace(repr(text), "").replace(text, "")
+    assert not CLASS_NAME.search(said), str(exc)
 
 
 def load_or_refuse(path: Path, n_rows: int, **kwargs: Any) -> LoadReport | None:
@@ -273,7 +279,7 @@ def test_mapping_strings_parse_or_raise_data_error(budget: int) -> None:
         try:
             mapping = ColumnMapping.parse(text)
         except DataError as exc:
-            check_data_error(exc)
+            check_data_error(exc, text)
             return
         assert ColumnMapping.parse(mapping.to_text()) == mapping
         assert ColumnMapping.from_dict(mapping.to_dict()) == mapping
