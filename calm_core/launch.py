@@ -67,13 +67,14 @@ def run_config_record(
     its launch (the shown estimate's record), from which later estimates learn their error.
     `launched_from`: the signed-in browser's opaque tag (all its sessions share it), which
     the per-browser quota counts."""
+    splits = split_provenance([cfg.train_data, cfg.heldout_data, *cfg.eval_data])
     record: dict[str, Any] = {
         "train": cfg.to_dict(),
         "name": cfg.name,
         "method": cfg.method,
         "seed": cfg.seed,
         "scoring": {"rule": cfg.scoring, "chat_template": cfg.chat_template},
-        "splits": split_provenance([cfg.train_data, cfg.heldout_data, *cfg.eval_data]),
+        "splits": splits,
         "environment": environment_record(),
         "launched_by": launched_by,
         "launched_from": launched_from,
@@ -125,14 +126,15 @@ def launch_training(
     both pass (the page's own check only says why the button is off). `estimate`: the one
     the caller showed, recorded as it is (estimate.predict.launch_estimate makes it): no
     dataset is loaded to launch."""
+    record = run_config_record(cfg, launched_by, estimate.to_record() if estimate else None, launched_from)
+    credentials = access is None or operator_credentials(access, cfg.model)
     with budget_held(root):
         if access is not None:
             refusal = launch_refusal(access, cfg.steps, active_runs(access, launched_by, launched_from, root))
             if refusal:
                 raise Refused(refusal)
-        run = create_run(cfg, root, launched_by, estimate, launched_from)  # queued: the next count sees it
-    jobs.submit(run, jobs.worker_command(), credentials=access is None or operator_credentials(access, cfg.model))
-    return run, left_the_queue(run)
+        run = RunDir.new(record, name_hint=cfg.name or cfg.method, root=root)  # queued: the next count sees it
+    return run, jobs.submit(run, jobs.worker_command(), credentials=credentials)
 
 
 def launch_evaluation(
@@ -167,8 +169,7 @@ def launch_evaluation(
             raise Refused(refusal)
         job = RunDir.new(record, name_hint=f"eval-{run.config.name or 'run'}", root=root)
     model = run.config.train.model
-    jobs.submit(job, worker_command(), credentials=operator_credentials(access, model))
-    return job, left_the_queue(job)
+    return job, jobs.submit(job, worker_command(), credentials=operator_credentials(access, model))
 
 
 @contextmanager
@@ -229,10 +230,3 @@ def resume_run(run: RunDir, access: Access, session: str | None, browser: str | 
         if refusal:
             raise Refused(refusal)
         return jobs.resume(run)
-
-
-def left_the_queue(run: RunDir) -> bool:
-    """Whether the run has started, by anyone: another session's or job's `schedule` may
-    start it before this caller's own does, so a caller asks this rather than trusting
-    what its own `schedule` returned."""
-    return run.status.state != RunState.QUEUED

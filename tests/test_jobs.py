@@ -148,8 +148,8 @@ def test_start_job_outlives_its_launcher(root: Path) -> None:
 
 def test_queue_runs_one_job_at_a_time(root: Path) -> None:
     first, second = new_run(root, "first"), new_run(root, "second")
-    assert jobs.submit(first, fake(first, steps=10)) == [first.run_id]
-    assert jobs.submit(second, fake(second, steps=10)) == []
+    assert jobs.submit(first, fake(first, steps=10)) is True  # started: it left the queue
+    assert jobs.submit(second, fake(second, steps=10)) is False  # every slot busy: it waits
     assert second.state().state == "queued"
     # no schedule() here: the first job starts the second as it exits
     wait_for("the second run to finish", lambda: second.state().state == "finished")

@@ -331,7 +331,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from calm_core.launch import left_the_queue
+    from calm_core.runs.jobs import left_the_queue
 
     run = RunDir.at(args.run_id, args.runs_root)
     jobs.resume(run, fresh=args.fresh)

@@ -192,8 +192,9 @@ def schedule(root: str | Path | None = None, limit: int | None = None) -> list[s
 
 def submit(
     run_dir: RunDir, command: list[str], env: dict[str, str] | None = None, credentials: bool = True
-) -> list[str]:
-    """Queue `command` for the run (job.json + state `queued`) and schedule; returns the ids started.
+) -> bool:
+    """Queue `command` for the run (job.json + state `queued`) and schedule; whether the run
+    has left the queue since (left_the_queue: started by this call's `schedule` or anyone's).
 
     `env` holds only the overrides the job needs; it is stored in job.json, so keep
     secrets out of it (the job inherits the environment of whoever starts it).
@@ -220,7 +221,15 @@ def submit(
             },
         )
         run_dir.write_status(RunState.QUEUED, queued_at=time.time())
-    return schedule(run_dir.path.parent)
+    schedule(run_dir.path.parent)
+    return left_the_queue(run_dir)
+
+
+def left_the_queue(run: RunDir) -> bool:
+    """Whether the run has started, by anyone: another session's or job's `schedule` may
+    start it before this caller's own does, so a caller asks this rather than trusting
+    what its own `schedule` returned."""
+    return run.status.state != RunState.QUEUED
 
 
 def _wait_until_stopped(run_dir: RunDir, timeout_s: float) -> ShownState:

@@ -262,13 +262,18 @@ def build_config(
         st.stop()
 
 
-def launch(cfg: TrainConfig, evals: list[str], access: Access, shown: Estimate | None) -> None:
-    """The Launch button, off without evaluation sets, or in a shared studio past this
-    session's, browser's or server's queue quota or the per-run step budget (access.launch_refusal, said in one
-    line); a launched run becomes the Monitor's choice, with a link to it. The run records
-    the estimate `shown` above (its error is learned against what the page said)."""
-    session, browser = this_session(), this_browser()
-    refusal = launch_refusal(access, cfg.steps, active_runs(access, session, browser))
+def launch_refusal_now(cfg: TrainConfig, access: Access) -> str | None:
+    """Why this session may not launch `cfg` (None: it may), in one line: a shared studio's
+    queue quotas (this session's, browser's, server's) and per-run step budget, counted as
+    the page is drawn (access.launch_refusal). It only says why the button is off:
+    launch_training counts again under the launch lock at the click."""
+    return launch_refusal(access, cfg.steps, active_runs(access, this_session(), this_browser()))
+
+
+def launch(cfg: TrainConfig, evals: list[str], access: Access, shown: Estimate | None, refusal: str | None) -> None:
+    """The Launch button, off without evaluation sets or with a `refusal` (launch_refusal_now);
+    a launched run becomes the Monitor's choice, with a link to it. The run records the
+    estimate `shown` above (its error is learned against what the page said)."""
     if refusal:
         st.warning(refusal)
     if not st.button(
@@ -276,7 +281,9 @@ def launch(cfg: TrainConfig, evals: list[str], access: Access, shown: Estimate |
     ):
         return
     try:
-        run, started = launch_training(cfg, launched_by=session, access=access, launched_from=browser, estimate=shown)
+        run, started = launch_training(
+            cfg, launched_by=this_session(), access=access, launched_from=this_browser(), estimate=shown
+        )
     except Exception as exc:
         st.error(describe_error(exc))
         return
@@ -330,5 +337,5 @@ cfg = build_config(task, model, data, choice, generation, advanced_settings(task
 setting_note(cfg)  # the model, its dtype and scoring rule, and why each
 heldout_advice(advice_slot, cfg, offer_kfold=task != "openqa")
 shown = cost(cfg)
-launch(cfg, data.evals, access, shown)
+launch(cfg, data.evals, access, shown, launch_refusal_now(cfg, access))
 queue()
