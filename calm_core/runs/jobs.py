@@ -190,9 +190,7 @@ def schedule(root: str | Path | None = None, limit: int | None = None) -> list[s
     return started
 
 
-def submit(
-    run_dir: RunDir, command: list[str], env: dict[str, str] | None = None, credentials: bool = True
-) -> bool:
+def submit(run_dir: RunDir, command: list[str], env: dict[str, str] | None = None, credentials: bool = True) -> bool:
     """Queue `command` for the run (job.json + state `queued`) and schedule; whether the run
     has left the queue since (left_the_queue: started by this call's `schedule` or anyone's).
 
