@@ -331,13 +331,11 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from calm_core.runs.jobs import left_the_queue
-
     run = RunDir.at(args.run_id, args.runs_root)
     jobs.resume(run, fresh=args.fresh)
     print(
         f"{args.run_id}: "
-        + ("resumed" if left_the_queue(run) else "queued to resume")
+        + ("resumed" if jobs.left_the_queue(run) else "queued to resume")
         + (" from step 0 (--fresh)" if args.fresh else "")
     )
     return 0
