@@ -4,12 +4,14 @@ the `slow` marker.
 
     nice -n 5 .venv/bin/python -m pytest -m "not embedded and not gemma and not browser and not slow and not long" \\
         -q --durations=0 -p no:cacheprovider > /tmp/fast-durations.txt
-    .venv/bin/python scripts/slow_tests.py /tmp/fast-durations.txt [--over 3.0] [--load "$(uptime)"]
+    .venv/bin/python scripts/slow_tests.py /tmp/fast-durations.txt [--over 2.0] [--load "$(uptime)"]
 
 A test function's phases (setup, call, teardown) are summed over all its parametrizations,
 so a slow parametrized test is marked whole; a function whose total is `--over` seconds or
 more is listed (unless KEEP holds it for coverage), and a file whose every measured function
-is listed is listed as the file.
+is listed is listed as the file. A test whose *setup* alone is `--setup-over` seconds or more is
+paying a module-scoped fixture (a trained run, a server), which would move onto the file's
+next test if only that one were listed: its whole file is listed.
 Entries already in tests/slow_tests.txt stay (the fast run no longer measures them). Why a
 list and not decorators: the figures move with the machine, and one command redraws the
 line from a new measurement instead of an edit in fifty files.
@@ -43,9 +45,21 @@ def function_seconds(report: str) -> dict[str, float]:
     return dict(totals)
 
 
-def listed(seconds: dict[str, float], over: float) -> dict[str, float]:
-    """The functions at or over `over` seconds, a file's whole set folded into the file."""
-    slow = {name: s for name, s in seconds.items() if s >= over and name not in KEEP}
+def heavy_setup_files(report: str, over: float) -> set[str]:
+    """The files where some test's setup alone took `over` seconds or more: a module-scoped
+    fixture that the file's next test would pay if that test left the fast loop."""
+    return {
+        match.group(3).split("::")[0]
+        for match in map(LINE.match, report.splitlines())
+        if match and match.group(2) == "setup" and float(match.group(1)) >= over
+    }
+
+
+def listed(seconds: dict[str, float], over: float, whole_files: set[str] | None = None) -> dict[str, float]:
+    """The functions at or over `over` seconds, a file's whole set folded into the file, and
+    every function of `whole_files` (heavy_setup_files) folded into its file."""
+    slow = {name: s for name, s in seconds.items() if (s >= over or name.split("::")[0] in (whole_files or set()))}
+    slow = {name: s for name, s in slow.items() if name not in KEEP}
     by_file: dict[str, list[str]] = defaultdict(list)
     for name in seconds:
         by_file[name.split("::")[0]].append(name)
@@ -68,15 +82,19 @@ def read_list(path: Path) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("report", type=Path, help="pytest --durations=0 output of the fast loop")
-    parser.add_argument("--over", type=float, default=3.0, help="a function at or over this many seconds is slow")
+    parser.add_argument("--over", type=float, default=2.0, help="a function at or over this many seconds is slow")
+    parser.add_argument("--setup-over", type=float, default=5.0,
+                        help="a test whose setup alone takes this many seconds lists its whole file")
     parser.add_argument("--load", default="", help="the machine's load during the measurement (uptime), recorded")
     args = parser.parse_args()
-    seconds = function_seconds(args.report.read_text(encoding="utf-8"))
-    slow = read_list(LIST) | listed(seconds, args.over)
+    report = args.report.read_text(encoding="utf-8")
+    seconds = function_seconds(report)
+    slow = read_list(LIST) | listed(seconds, args.over, heavy_setup_files(report, args.setup_over))
     kept = sum(s for name, s in seconds.items() if name not in slow and name.split("::")[0] not in slow)
     header = [
         "# Tests the fast loop (`bash scripts/test.sh --fast`) leaves out, marked `slow` by tests/conftest.py.",
-        f"# Measured, not guessed: scripts/slow_tests.py --over {args.over} on the fast loop's --durations=0.",
+        f"# Measured, not guessed: scripts/slow_tests.py --over {args.over} --setup-over {args.setup_over}"
+        " on the fast loop's --durations=0.",
         f"# Load during the measurement: {args.load.strip() or 'not recorded'}",
         f"# The functions left in the fast loop summed to {kept:.0f} s there. Seconds, then file[::function].",
     ]

@@ -45,3 +45,20 @@ def test_the_report_is_summed_per_function_and_folded_per_file() -> None:
                                      "suite/test_b.py::test_only": 5.0, "suite/test_b.py::test_also": 6.0})
     assert slow_tests.listed(seconds, 3.0) == pytest.approx({"suite/test_a.py::test_one": 7.5,
                                                              "suite/test_b.py": 11.0})
+
+
+def test_a_heavy_setup_lists_its_whole_file() -> None:
+    """A module fixture paid in one test's setup would move onto the next test of the file
+    if only that test were listed: the file goes whole, its light tests with it."""
+    report = """
+    9.00s setup    suite/test_fixture.py::test_first
+    0.10s call     suite/test_fixture.py::test_first
+    0.30s call     suite/test_fixture.py::test_second
+    4.00s call     suite/test_plain.py::test_heavy_call
+    0.20s call     suite/test_plain.py::test_light
+    """
+    whole = slow_tests.heavy_setup_files(report, 3.0)
+    assert whole == {"suite/test_fixture.py"}
+    assert slow_tests.listed(slow_tests.function_seconds(report), 3.0, whole) == pytest.approx(
+        {"suite/test_fixture.py": 9.4, "suite/test_plain.py::test_heavy_call": 4.0}
+    )
