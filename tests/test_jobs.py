@@ -255,3 +255,23 @@ def test_the_queue_is_read_from_the_statuses_not_the_listing(root: Path, monkeyp
     monkeypatch.setattr("calm_core.runs.listing.list_runs", no_listing)
     monkeypatch.setattr(jobs, "max_jobs", lambda: 0)  # nothing may start: only the walk is tested
     assert jobs.schedule(root) == []
+
+
+def test_a_cancel_asked_while_the_job_starts_stays_said(root: Path) -> None:
+    """Cancel between start_job's `running` and the job's own writes (its pid, threads, first
+    step: the minutes a model takes to load): the job's writes keep `stopping`, and their
+    fields still land, so the Monitor never says `running` again for a run being stopped."""
+    run = new_run(root, "starting")
+    run.write_status("running", pid=os.getpid())  # as start_job records the job it started
+    assert jobs.cancel(run).state == "stopping"
+    run.write_running(pid=os.getpid(), threads={"threads": 1, "why": "test"})
+    run.write_running(step=0, total_steps=5)
+    status = run.status
+    assert (status.state, status.total_steps, status.threads) == ("stopping", 5, {"threads": 1, "why": "test"})
+    assert run.cancel_requested()
+
+
+def test_the_jobs_own_running_moves_a_queued_run_on(root: Path) -> None:
+    run = new_run(root, "foreground")  # `calm train` in this process: nobody ran start_job
+    run.write_running(pid=os.getpid())
+    assert run.status.state == "running" and run.status.pid == os.getpid()

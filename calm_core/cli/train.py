@@ -161,7 +161,7 @@ def _set_threads(run: RunDir, cfg: Any, main: bool) -> None:
     threads, why = cfg.job_threads(os.cpu_count())
     torch.set_num_threads(threads)
     if main:
-        run.write_status(RunState.RUNNING, threads={"threads": threads, "why": why})
+        run.write_running(threads={"threads": threads, "why": why})
 
 
 def run_in_process(run: RunDir, show_progress: bool) -> int:
@@ -173,7 +173,7 @@ def run_in_process(run: RunDir, show_progress: bool) -> int:
     main = distributed.is_main()
     _graceful(run)
     if main:
-        run.write_status(RunState.RUNNING, pid=os.getpid())
+        run.write_running(pid=os.getpid())
     import torch
 
     threads_before = torch.get_num_threads()

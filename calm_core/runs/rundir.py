@@ -373,6 +373,18 @@ class RunDir(RunCheckpoints):
             self.update_status(state=state, **fields)
         return True
 
+    def write_running(self, **fields: Any) -> None:
+        """The job's own `running`, with `fields` (its pid, threads, first step). A cancel asked
+        while the job was starting (`stopping`, by runs.jobs.cancel) stays said: the fields are
+        merged and the state kept. Otherwise the Monitor showed `running` again for the
+        minutes a model takes to load, until the loop saw the cancel at its first step."""
+        with self.locked():
+            current = self.status_or_none()
+            if current is not None and current.state == RunState.STOPPING:
+                self.update_status(heartbeat=time.time(), **fields)
+            else:
+                self.write_status(RunState.RUNNING, **fields)
+
     def heartbeat(self, step: int, total_steps: int | None = None) -> None:
         """Refresh the heartbeat and step (one small atomic write; call it every step)."""
         fields: dict[str, Any] = {"heartbeat": time.time(), "step": step}

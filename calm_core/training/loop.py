@@ -120,7 +120,7 @@ def train(
             )
         start_step, elapsed_before = resume_point(ctx, run, writer)
         if writer is not None:
-            run.write_status(RunState.RUNNING, step=start_step, total_steps=cfg.steps)
+            run.write_running(step=start_step, total_steps=cfg.steps)
     times.sizes = RunSizes.of(
         cfg,
         data,
