@@ -24,7 +24,7 @@ studio can all update fields without losing each other's; a metrics line goes ou
 `RunDir` holds only a path: every property reads the disk afresh, nothing stays open.
 Its parts live beside it, one job each (docs/architecture.md names them): `records` (the
 typed status.json, config.json and results.json that `status`, `config` and `results()`
-return), `layout`, `naming`, `damage`, `metrics_lines` and `checkpoint_dirs`.
+return), `layout`, `naming`, `damage`, `metrics_lines`, `status_writes` and `checkpoint_dirs`.
 """
 
 from __future__ import annotations
@@ -32,14 +32,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, TypeVar
+from typing import Any, Callable, Mapping, NamedTuple, TypeVar
 
-from calm_core.io import atomic_write_json, atomic_write_text, file_lock, staging_directory
+from calm_core.io import atomic_write_json, atomic_write_text, staging_directory
 from calm_core.runs.checkpoint_dirs import RunCheckpoints
 from calm_core.runs.damage import RunFileError, read_json_object
 from calm_core.runs.layout import (
@@ -48,7 +46,6 @@ from calm_core.runs.layout import (
     CANCEL,
     CONFIG,
     JOB_FILE,
-    LOCK,
     METRICS,
     RESULTS,
     SELECTIVE,
@@ -56,37 +53,20 @@ from calm_core.runs.layout import (
 )
 from calm_core.runs.metrics_lines import parse_metrics_lines
 from calm_core.runs.naming import check_run_id, new_run_id, runs_root
-from calm_core.runs.process import HOST, process_alive, process_start
+from calm_core.runs.process import process_alive
 from calm_core.runs.records import ResultRow, RunConfig, RunResults, RunStatus
 from calm_core.runs.state import (
     ACTIVE_STATES,
     DAMAGED,
     STALE_AFTER_S,
-    STATES,
     STATUS,
-    TERMINAL_STATES,
     RunState,
     ShownState,
     run_state,
 )
+from calm_core.runs.status_writes import RunStatusWrites, jsonable
 
 T = TypeVar("T")
-
-
-def _status_of(merged: dict[str, Any], fields: dict[str, Any]) -> RunStatus:
-    """The status record the writer is about to store; a field of the wrong type is the
-    writer's bug, said as one (the file on disk is untouched)."""
-    try:
-        return RunStatus.from_json(json.loads(json.dumps(merged, default=_jsonable)), STATUS, "")
-    except RunFileError as error:
-        raise TypeError(
-            f"Expected status fields that status.json can hold, but got {sorted(fields)}: {error}"
-        ) from error
-
-
-def _jsonable(value: Any) -> Any:
-    """numpy / torch scalars and arrays become numbers and lists, anything else a string."""
-    return value.tolist() if hasattr(value, "tolist") else str(value)
 
 
 class RunFiles(NamedTuple):
@@ -100,7 +80,7 @@ class RunFiles(NamedTuple):
 
 
 @dataclass(frozen=True)
-class RunDir(RunCheckpoints):
+class RunDir(RunStatusWrites, RunCheckpoints):
     path: Path
 
     def __post_init__(self) -> None:
@@ -332,86 +312,6 @@ class RunDir(RunCheckpoints):
             record = {**self.config.to_json(), "train": dict(train), "scoring": scoring}
             atomic_write_json(self.path / CONFIG, RunConfig.from_json(record, self.path / CONFIG).to_json())
 
-    # -- status ------------------------------------------------------------------------
-
-    @contextmanager
-    def locked(self) -> Iterator[None]:
-        """Hold the run's status lock (re-entrant): read-merge-write cycles inside are not interleaved."""
-        with file_lock(self.path / LOCK):
-            yield
-
-    def update_status(self, **fields: Any) -> RunStatus:
-        """Merge `fields` into status.json atomically, keeping the state; returns the new
-        status. A field of the wrong type is refused (TypeError) before anything is written."""
-        now = time.time()
-        if fields.get("pid"):  # the pid is only meaningful with its machine and start stamp
-            fields.setdefault("host", HOST)
-            fields.setdefault("pid_start", process_start(int(fields["pid"])))
-        with self.locked():
-            before = self.status.to_json() if (self.path / STATUS).is_file() else {}
-            status = _status_of({**before, **fields, "updated": now}, fields)
-            atomic_write_json(self.path / STATUS, status.to_json())
-        return status
-
-    def write_status(self, state: str, *, only_from: Iterable[str] | None = None, **fields: Any) -> bool:
-        """Set `state` and merge `fields` (pid, step, total_steps, error, ...) atomically.
-
-        Active states refresh the heartbeat, terminal ones stamp `ended`. With `only_from`,
-        nothing is written unless the current state is one of those (returns False), so a
-        launcher never overwrites a state the job itself has moved on to.
-        """
-        if state not in STATES:
-            raise ValueError(f"Expected `state` to be one of {', '.join(STATES)}, but got {state!r}")
-        now = time.time()
-        if state in ACTIVE_STATES:
-            fields.setdefault("heartbeat", now)
-        if state in TERMINAL_STATES:
-            fields.setdefault("ended", now)
-        with self.locked():
-            if only_from is not None and self.status.state not in set(only_from):
-                return False
-            self.update_status(state=state, **fields)
-        return True
-
-    def write_running(self, **fields: Any) -> None:
-        """The job's own `running`, with `fields` (its pid, threads, first step). A cancel asked
-        while the job was starting (`stopping`, by runs.jobs.cancel) stays said: the fields are
-        merged and the state kept. Otherwise the Monitor showed `running` again for the
-        minutes a model takes to load, until the loop saw the cancel at its first step."""
-        with self.locked():
-            current = self.status_or_none()
-            if current is not None and current.state == RunState.STOPPING:
-                self.update_status(heartbeat=time.time(), **fields)
-            else:
-                self.write_status(RunState.RUNNING, **fields)
-
-    def heartbeat(self, step: int, total_steps: int | None = None) -> None:
-        """Refresh the heartbeat and step (one small atomic write; call it every step)."""
-        fields: dict[str, Any] = {"heartbeat": time.time(), "step": step}
-        if total_steps is not None:
-            fields["total_steps"] = total_steps
-        self.update_status(**fields)
-
-    @contextmanager
-    def keepalive(self, phase: str, every_s: float = 10.0) -> Iterator[None]:
-        """Heartbeat from a thread through one long blocking call (loading a model, a full
-        evaluation), with `phase` in the status. A hang inside goes unnoticed, so keep it narrow."""
-        done = threading.Event()
-
-        def beat() -> None:
-            while not done.wait(every_s):
-                self.update_status(heartbeat=time.time())
-
-        self.update_status(heartbeat=time.time(), phase=phase)
-        thread = threading.Thread(target=beat, daemon=True)
-        thread.start()
-        try:
-            yield
-        finally:
-            done.set()
-            thread.join()
-            self.update_status(heartbeat=time.time(), phase=None)
-
     # -- metrics -----------------------------------------------------------------------
 
     @property
@@ -422,7 +322,7 @@ class RunDir(RunCheckpoints):
         """Append one JSON line in a single `write` call (a reader sees whole lines or none)."""
         if "step" not in record or "elapsed" not in record:
             raise ValueError(f"Expected a metrics record with `step` and `elapsed`, but got keys {sorted(record)}")
-        line = (json.dumps(record, default=_jsonable) + "\n").encode("utf-8")
+        line = (json.dumps(record, default=jsonable) + "\n").encode("utf-8")
         fd = os.open(self.metrics_path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             size = os.fstat(fd).st_size
@@ -445,7 +345,7 @@ class RunDir(RunCheckpoints):
         if not self.metrics_path.exists():
             return 0
         kept = [r for r in self.read_metrics() if r.get("step", 0) <= step]
-        atomic_write_text(self.metrics_path, "".join(json.dumps(r, default=_jsonable) + "\n" for r in kept))
+        atomic_write_text(self.metrics_path, "".join(json.dumps(r, default=jsonable) + "\n" for r in kept))
         return len(kept)
 
     # -- cancel ------------------------------------------------------------------------
