@@ -64,16 +64,26 @@ class Pool:
 
 def score_once(preds: Path, datasets: list[str], limit: int | None = None, model: str = "embedded") -> None:
     """`calm eval` of `model` with features (first LIMITS[name] items, and at most `limit`: a
-    smoke run's few) for each dataset whose predictions `preds` lacks."""
-    for name in datasets:
-        if _pred_file(preds, name).is_file():
-            continue
-        caps = [n for n in (LIMITS.get(name), limit) if n is not None]
-        command = [sys.executable, "-m", "calm_core.cli", "eval", "--model", model, "--data", name]
+    smoke run's few) for each dataset whose predictions `preds` lacks; one process per item
+    cap, so the model loads once for a built-in set's three parts (calm eval scores and
+    saves each --data set on its own)."""
+    missing = [name for name in datasets if not _pred_file(preds, name).is_file()]
+    for cap, names in by_cap(missing, limit).items():
+        command = [sys.executable, "-m", "calm_core.cli", "eval", "--model", model, "--data", *names]
         command += ["--save-preds", str(preds), "--features", "--quiet"]
-        command += ["--limit", str(min(caps))] if caps else []
+        command += ["--limit", str(cap)] if cap is not None else []
         print("scoring:", " ".join(command), file=sys.stderr, flush=True)
         subprocess.run(command, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
+
+
+def by_cap(datasets: list[str], limit: int | None) -> dict[int | None, list[str]]:
+    """The datasets grouped by the items scored of each: the least of LIMITS[name] and
+    `limit` (None: all)."""
+    groups: dict[int | None, list[str]] = {}
+    for name in datasets:
+        caps = [n for n in (LIMITS.get(name), limit) if n is not None]
+        groups.setdefault(min(caps) if caps else None, []).append(name)
+    return groups
 
 
 def _pred_file(preds: Path, dataset: str) -> Path:
