@@ -1,7 +1,7 @@
 """The Train page's time estimate against real runs: actual / likely for each, idle and beside a busy process.
 
     PYTHONPATH=$PWD .venv/bin/python bench/estimate_accuracy.py [--idle 4] [--busy 4] [--after 2] \
-        [--fresh] [--json bench/results/estimate_accuracy.json]
+        [--fresh] [--model embedded] [--smoke] [--json bench/results/estimate_accuracy.json]
 
 Each run is launched the way the Train page launches one: `estimate_for` on this machine
 at its load now, then `launch_training` with that estimate's launch record (a background
@@ -23,7 +23,9 @@ load average still counts it (the estimate must not assume a slowdown that is ov
 Per run: the likely figure and range shown at launch, the actual wall time (status.json:
 the job's start to its end), actual / likely, and each part's estimate against its
 recorded time. The summary: the share of runs within 0.5x-2x of the likely figure and
-inside their range, and the ranges' widths (high / low).
+inside their range, and the ranges' widths (high / low). `--model tiny` (tests/conftest.py's
+random tiny Llama) with `--smoke` (each run cut to SMOKE, as bench/quick_run.py's) is a smoke
+run: the same estimates, launches and records, whose figures mean nothing.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ CONFIGS: tuple[tuple[str, dict[str, Any]], ...] = (
     ),
     ("calm 6 steps, 2 sets", {"method": "calm", "steps": 6, "eval_data": (CHEM, UNITS), "select": "last"}),
 )
+SMOKE = {"steps": 2, "train_limit": 8, "heldout_limit": 8, "eval_limit": 8}  # --smoke: every part, briefly
 CONDITIONS = ("idle", "busy", "after")
 PART_RECORDS = {  # the estimate's part -> how to read its actual seconds from a finished run
     "start-up": lambda run: run.startup_s,
@@ -105,15 +108,18 @@ def wait_for(run: Any, timeout_s: float) -> str:
     return "timeout"
 
 
-def one_run(label: str, overrides: dict[str, Any], condition: str, root: Path, timeout_s: float) -> dict[str, Any]:
-    """Estimate, launch, wait: the row of one run."""
+def one_run(
+    label: str, overrides: dict[str, Any], condition: str, root: Path, timeout_s: float, model: str = "embedded"
+) -> dict[str, Any]:
+    """Estimate, launch, wait: the row of one run of `model` (a name or folder the job loads);
+    `overrides` go over DATA."""
     from calm_core.estimate.predict import estimate_for
     from calm_core.estimate.rates import read_past_run
     from calm_core.launch import launch_training
     from calm_core.runs.rundir import RunDir
     from calm_core.training.config import TrainConfig
 
-    cfg = TrainConfig.preset("quick", model="embedded", **DATA, **overrides)
+    cfg = TrainConfig.preset("quick", model=model, **{**DATA, **overrides})
     estimate = estimate_for(cfg, root)
     run, _ = launch_training(cfg, root=root, estimate=estimate)
     state = wait_for(run, timeout_s)
@@ -235,12 +241,17 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=45.0, help="seconds the busy process runs before")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds one run may take")
     parser.add_argument("--fresh", action="store_true", help="each run in a workspace of its own: no history")
+    parser.add_argument("--model", default="embedded", help="embedded, a model directory, or tiny (a smoke run)")
+    parser.add_argument("--smoke", action="store_true", help="each run cut to SMOKE: checks the script, times nothing")
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "estimate_accuracy.json")
     args = parser.parse_args()
+    from bench.streaming import model_or_tiny
+
     began, rows = time.time(), []
     with tempfile.TemporaryDirectory(prefix="calm-estimate-") as scratch:
         os.environ["CALM_WORKSPACE"] = scratch  # the jobs inherit it
         root = Path(scratch) / "runs"
+        model = model_or_tiny(args.model, Path(scratch))
         counts = {"idle": args.idle, "busy": args.busy, "after": args.after}
         for condition in CONDITIONS:
             with one_busy_core(condition == "busy" and counts[condition] > 0, args.settle):
@@ -250,14 +261,21 @@ def main() -> None:
                             pass  # stops as the block ends: the launch comes right after
                     label, overrides = CONFIGS[len(rows) % len(CONFIGS)]
                     where = root / f"fresh-{len(rows)}" if args.fresh else root
-                    rows.append(one_run(label, overrides, condition, where, args.timeout))
+                    overrides = {**overrides, **(SMOKE if args.smoke else {})}
+                    rows.append(one_run(label, overrides, condition, where, args.timeout, model))
                     print(json.dumps(rows[-1]), flush=True)
     totals = summary(rows)
     text = table(rows, totals) + "\n\n" + part_table(rows)
     print("\n" + text)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     command = " ".join(["bench/estimate_accuracy.py", *sys.argv[1:]])
-    record = {"command": command, "cores": os.cpu_count(), "seconds": round(time.time() - began), "rows": rows}
+    record = {
+        "command": command,
+        "cores": os.cpu_count(),
+        "seconds": round(time.time() - began),
+        "rows": rows,
+        "model": args.model,
+    }
     record["part_ratios"] = part_ratios(rows)
     args.json.write_text(json.dumps({**record, "summary": totals}, indent=2) + "\n")
     args.json.with_suffix(".md").write_text(text + "\n")

@@ -3,6 +3,8 @@ loaded both ways, in one process, so the two see the same machine load.
 
     .venv/bin/python bench/precision.py [--models embedded qwen2.5-coder-1.5b] [--limit 40]
         [--sets builtin/capitals/test ... arc/easy_test] [--json bench/results/precision.json]
+    .venv/bin/python bench/precision.py --models tiny --limit 2 --sets builtin/capitals/test \
+        --threads 1 --peak-sizes 64   # the script runs
 
 Per model and set: questions/s in each dtype and their ratio, how many answers (the
 argmax option) agree, the largest difference of an option's log-probability, accuracy in
@@ -14,7 +16,9 @@ each model is run under: `letter+chat` for a model that answers letters (the Qwe
 two loads force the dtype (`--dtype float32`, `--dtype bfloat16`); the bf16 one has its LM
 head in fp32 (scoring/precision.py). A model whose answers do not all agree, or whose
 largest gap passes scoring/precision.MAX_PROBE_GAP, is printed `keep fp32`: that is the
-verdict `NamedModel.cpu_bf16` records.
+verdict `NamedModel.cpu_bf16` records. `--models tiny` (tests/conftest.py's random tiny Llama)
+and a small `--peak-sizes` make a smoke run (the peak's large bf16 matmuls are slow on a CPU
+without native bf16); its figures mean nothing.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -92,11 +97,20 @@ def log_probs(scores: Any) -> Any:
     return torch.log_softmax(logits, dim=-1).numpy()
 
 
-def compare_model(model: str, sets: list[str], limit: int, rule: str | None, batch_size: int) -> list[dict]:
-    """One row per set: fp32 and bf16 passes of the same items, side by side."""
+def compare_model(
+    model: str,
+    sets: list[str],
+    limit: int,
+    rule: str | None,
+    batch_size: int,
+    source: str = "",
+    peak_sizes: tuple[int, ...] = (),
+) -> list[dict]:
+    """One row per set: fp32 and bf16 passes of the same items, side by side. `source`: where
+    `model` loads from (default: its name); `peak_sizes`: the matmul peak's (default: flops.py's)."""
     import numpy as np
     import torch
-    from flops import matmul_peak_gflops, peak_fraction
+    from flops import PEAK_SIZES, matmul_peak_gflops, peak_fraction
 
     from calm_core.scoring.evaluate import load_mc_items
     from calm_core.scoring.models import ModelSpec, load_model
@@ -106,9 +120,9 @@ def compare_model(model: str, sets: list[str], limit: int, rule: str | None, bat
     passes: dict[str, dict[str, tuple[float, Any, int]]] = {}
     peaks: dict[str, float] = {}
     for dtype in ("float32", "bfloat16"):
-        lm = load_model(ModelSpec(name=model, device="cpu", dtype=dtype))
+        lm = load_model(ModelSpec(name=source or model, device="cpu", dtype=dtype))
         passes[dtype] = {name: scored(lm, batch, rule_name, chat, batch_size) for name, batch in items.items()}
-        peaks[dtype] = matmul_peak_gflops(dtype=dtype)
+        peaks[dtype] = matmul_peak_gflops(peak_sizes or PEAK_SIZES, dtype=dtype)
         precision = lm.info["precision"]
         del lm
     rows = []
@@ -166,12 +180,19 @@ def default_models() -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=None)
+    parser.add_argument("--models", nargs="+", default=None, help="named models; tiny: a smoke run")
     parser.add_argument("--sets", nargs="+", default=list(SETS))
     parser.add_argument("--limit", type=int, default=40)
     parser.add_argument("--rule", default=None, help="cloze | letter | letter+chat (default: the model's own)")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument(
+        "--peak-sizes",
+        type=int,
+        nargs="+",
+        default=[],
+        help="the matmul peak's square sizes (default: bench/flops.py's PEAK_SIZES; a smoke run's one small size)",
+    )
     parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "precision.json"))
     args = parser.parse_args()
     import torch
@@ -183,12 +204,18 @@ def main() -> None:
     print(f"CPU bf16 flags: {', '.join(cpu_bf16_flags()) or 'none'}; {torch.get_num_threads()} threads")
     print(" | ".join(COLUMNS))
     report: dict[str, Any] = {"cpu_bf16_flags": list(cpu_bf16_flags()), "models": {}}
-    for model in args.models or default_models():
-        rows = compare_model(model, args.sets, args.limit, args.rule, args.batch_size)
-        for row in rows:
-            print(line(row), flush=True)
-        report["models"][model] = {"rows": rows, "verdict": verdict(rows)}
-        print(f"{model}: {verdict(rows)}", flush=True)
+    from bench.streaming import model_or_tiny
+
+    with tempfile.TemporaryDirectory(prefix="calm-precision-") as scratch:
+        for model in args.models or default_models():
+            source = model_or_tiny(model, Path(scratch))
+            rows = compare_model(
+                model, args.sets, args.limit, args.rule, args.batch_size, source, tuple(args.peak_sizes)
+            )
+            for row in rows:
+                print(line(row), flush=True)
+            report["models"][model] = {"rows": rows, "verdict": verdict(rows)}
+            print(f"{model}: {verdict(rows)}", flush=True)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(report, indent=1))
     print(json.dumps({m: r["verdict"] for m, r in report["models"].items()}))

@@ -2,13 +2,15 @@
 
     .venv/bin/python bench/run_parts.py --model embedded --json bench/results/run_parts_embedded.json
     .venv/bin/python bench/run_parts.py --model tiny               # the random tiny Llama of tests/conftest.py
+    .venv/bin/python bench/run_parts.py --model tiny --smoke       # 2 steps, 8 items per set: the script runs
     .venv/bin/python bench/run_parts.py --from-run RUN_DIR --json OUT   # a finished run's record again
 
 One in-process `train` of the Train page's default run (quick preset, calm, chemical
 symbols with units and animal classes out of domain) on `--model`; prints and writes its
 status.json `timings` (training/timings.py) and the idle-machine rates the estimate
 learns from it (estimate/rates.py `rates_from`: each part divided by the fair-share
-load factor it started under). Those rates are the estimate's DEFAULTS.
+load factor it started under). Those rates are the estimate's DEFAULTS. `--smoke` cuts the
+run to SMOKE (as bench/quick_run.py's does): every part still runs, its figures mean nothing.
 """
 
 from __future__ import annotations
@@ -28,14 +30,16 @@ from bench.streaming import tiny_model  # noqa: E402  (the tests' tiny random Ll
 
 DATA = dict(train_data="builtin/chemical_symbols/train", heldout_data="builtin/chemical_symbols/validation",
             eval_data=("builtin/chemical_symbols/test", "builtin/units/test", "builtin/animal_classes/test"))
+SMOKE = dict(steps=2, train_limit=8, heldout_limit=8, eval_limit=8)
 
 
-def train_once(model: str, runs: Path) -> Path:
+def train_once(model: str, runs: Path, smoke: bool = False) -> Path:
+    """The default run of `model` (cut to SMOKE if `smoke`) in a new run directory under `runs`."""
     from calm_core.runs.rundir import RunDir
     from calm_core.training.config import TrainConfig
     from calm_core.training.loop import train
 
-    cfg = TrainConfig.preset("quick", method="calm", model=model, **DATA)
+    cfg = TrainConfig.preset("quick", method="calm", model=model, **DATA, **(SMOKE if smoke else {}))
     run = RunDir.create(runs, f"parts-{int(time.time())}", {"train": cfg.to_dict()})
     train(cfg, run=run)
     return run.path
@@ -61,6 +65,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="embedded", help="embedded, a model directory, or tiny")
     parser.add_argument("--from-run", type=Path, help="report a finished run's record instead of training")
+    parser.add_argument("--smoke", action="store_true", help="the run cut to SMOKE: checks the script, times nothing")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="calm-run-parts-") as scratch:
@@ -68,7 +73,7 @@ def main() -> None:
             result = report(args.from_run)
         else:
             model = str(tiny_model(Path(scratch))) if args.model == "tiny" else args.model  # bench/streaming.py's
-            result = report(train_once(model, Path(scratch) / "runs"))
+            result = report(train_once(model, Path(scratch) / "runs", args.smoke))
             result["model"] = args.model
     print(json.dumps(result, indent=2))
     if args.json:

@@ -3,6 +3,7 @@ and, with --harness, our scorer against lm-evaluation-harness on the same items.
 
     .venv/bin/python bench/scoring.py [--data arc/easy_test] [--limit 100] [--repeats 2] [--threads 1] [--json ...]
     .venv/bin/python bench/scoring.py --harness --limit 300 [--batch-size 8] [--repeats 2]   # needs lm-eval
+    .venv/bin/python bench/scoring.py --models tiny --limit 2 --repeats 1 --threads 1 --peak-sizes 64   # a smoke run
 
 --harness: the harness's `hf` model on the same local model directory and a task
 written for the occasion (a JSONL of exactly our items, ARC's cloze formulation
@@ -30,6 +31,10 @@ the two back to back in alternating order, --repeats rounds over the items
 JSON also has the median of the per-chunk ratios), and `same` says whether every logit
 was bit-identical between the two, as tests/test_features.py requires. Seconds and
 questions/s are one full pass with capture off.
+
+`--models tiny` (tests/conftest.py's random tiny Llama) with a small `--peak-sizes` (the
+matmul peak's square sizes, bench/flops.py) is a smoke run of every configuration: the same
+processes, passes and counts on random weights, whose figures mean nothing.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import json
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -68,10 +74,11 @@ def run_one(
     repeats: int = 2,
     threads: int | None = None,
     model: str = "embedded",
+    peak_sizes: tuple[int, ...] = (),
 ) -> dict:
     sys.path.insert(0, str(ROOT))
     import torch
-    from flops import counted_flops, matmul_peak_gflops, peak_fraction
+    from flops import PEAK_SIZES, counted_flops, matmul_peak_gflops, peak_fraction
 
     if threads:
         torch.set_num_threads(threads)
@@ -85,7 +92,7 @@ def run_one(
     timed = scorer_timer(lm, cfg, batch_size=batch_size, share_prefix=share)
     timed(items[:2], **capture_kwargs(cfg))  # warm-up
     seconds, scores = timed(items)
-    peak_gflops = matmul_peak_gflops()  # right after the timed pass: the same machine load
+    peak_gflops = matmul_peak_gflops(peak_sizes or PEAK_SIZES)  # right after the timed pass: the same machine load
     flops, _ = counted_flops(lambda: timed(items))
     cost = capture_cost(timed, items, cfg, scores, repeats) if repeats else {}
     return {
@@ -340,7 +347,8 @@ def default_models() -> list[str]:
 def one_configuration(args: argparse.Namespace, model: str, rule: str, batch: int, share: bool) -> dict:
     """One configuration in a fresh subprocess, so its peak memory is its own."""
     threads = ["--threads", str(args.threads)] if args.threads else []
-    cmd = this_bench(args, "--model", model, *threads, "--one", rule, str(batch), "1" if share else "0")
+    peak = ["--peak-sizes", *map(str, args.peak_sizes)] if args.peak_sizes else []
+    cmd = this_bench(args, "--model", model, *threads, *peak, "--one", rule, str(batch), "1" if share else "0")
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
     return json.loads(out)
 
@@ -375,7 +383,15 @@ def main() -> None:
         "--models",
         nargs="+",
         default=default_models(),
-        help="models to measure, one after the other (default: embedded, and gemma3-270m where installed)",
+        help="models to measure, one after the other (default: embedded, and gemma3-270m where installed; "
+        "tiny: a smoke run)",
+    )
+    parser.add_argument(
+        "--peak-sizes",
+        type=int,
+        nargs="+",
+        default=[],
+        help="the matmul peak's square sizes (default: bench/flops.py's PEAK_SIZES; a smoke run's one small size)",
     )
     parser.add_argument("--model", default="embedded", help=argparse.SUPPRESS)
     parser.add_argument("--one", nargs=3, metavar=("RULE", "BATCH", "SHARE"), help=argparse.SUPPRESS)
@@ -397,14 +413,29 @@ def main() -> None:
         return
     if args.one:
         rule, batch, share = args.one
-        row = run_one(args.data, args.limit, rule, int(batch), share == "1", args.repeats, args.threads, args.model)
+        row = run_one(
+            args.data,
+            args.limit,
+            rule,
+            int(batch),
+            share == "1",
+            args.repeats,
+            args.threads,
+            args.model,
+            tuple(args.peak_sizes),
+        )
         print(json.dumps(row))
         return
+    sys.path.insert(0, str(ROOT))
+    from bench.streaming import model_or_tiny
+
     rows = []
-    for model in args.models:
-        for rule, batch, share in CONFIGS:
-            rows.append(one_configuration(args, model, rule, batch, share))
-            print(row_line(rows[-1]), flush=True)
+    with tempfile.TemporaryDirectory(prefix="calm-scoring-") as scratch:
+        for model in args.models:
+            source = model_or_tiny(model, Path(scratch))  # the children load it; the rows name the model
+            for rule, batch, share in CONFIGS:
+                rows.append({**one_configuration(args, source, rule, batch, share), "model": model})
+                print(row_line(rows[-1]), flush=True)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     record = {
         "data": args.data,

@@ -7,7 +7,9 @@ items (which choose the threshold and the LAC sets) and test items (which measur
         [--json bench/results/selective_guarantee.json] [--limit N]
 
 The model scores each set once (`calm eval --save-preds DIR`, cloze, the untouched model;
-skipped when DIR holds the predictions); after that only the items are split. ARC-Easy:
+skipped when DIR holds the predictions); after that only the items are split. `--model`
+scores with another (tiny: tests/conftest.py's random tiny Llama, for a smoke run whose
+figures mean nothing). ARC-Easy:
 the first 600 items of its test split, 100 held out and 500 for test. A built-in set pools
 its three parts (172 to 600 items): 100 held out when the pool has 200 or more, else half,
 the rest for test.
@@ -38,6 +40,7 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -55,6 +58,7 @@ SETS = {
 LIMITS = {"arc/easy_test": 600}  # the first 600 items: 100 held out, 500 for test
 SIZES = {"arc/easy_test": (100, 500)}  # (held out, test); built-in pools: see `sizes`
 DEFAULT_PREDS = Path("/tmp/calm_selective_preds")
+MODEL_WORDS = {"embedded": "embedded (SmolLM2-135M-Instruct)"}  # the JSON's `model`, for --model
 RULES = ("crc", "ltt", "ltt-answered")  # calm_core/calibration/selective.py RULES
 RULE_WORDS = {
     "crc": "error among all, on average",
@@ -63,16 +67,27 @@ RULE_WORDS = {
 }
 
 
-def score_once(preds: Path, datasets: list[str], limit: int | None = None) -> None:
-    """`calm eval` of the untouched embedded model on each dataset whose predictions `preds`
-    lacks, on its first LIMITS[name] items (and at most `limit`: a smoke run's few)."""
+def score_once(preds: Path, datasets: list[str], limit: int | None = None, model: str = "embedded") -> None:
+    """`calm eval` of the untouched `model` on each dataset whose predictions `preds` lacks,
+    on its first LIMITS[name] items (and at most `limit`: a smoke run's few); one process
+    per item cap, so the model loads once for a built-in set's three parts (calm eval scores
+    and saves each --data set on its own)."""
     missing = [name for name in datasets if not _pred_file(preds, name).is_file()]
-    for name in missing:
-        caps = [n for n in (LIMITS.get(name), limit) if n is not None]
-        command = [sys.executable, "-m", "calm_core.cli", "eval", "--model", "embedded", "--data", name]
-        command += ["--save-preds", str(preds), "--quiet"] + (["--limit", str(min(caps))] if caps else [])
+    for cap, names in by_cap(missing, limit).items():
+        command = [sys.executable, "-m", "calm_core.cli", "eval", "--model", model, "--data", *names]
+        command += ["--save-preds", str(preds), "--quiet"] + (["--limit", str(cap)] if cap is not None else [])
         print("scoring:", " ".join(command), file=sys.stderr, flush=True)
         subprocess.run(command, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
+
+
+def by_cap(datasets: list[str], limit: int | None) -> dict[int | None, list[str]]:
+    """The datasets grouped by the items scored of each: the least of LIMITS[name] and
+    `limit` (None: all)."""
+    groups: dict[int | None, list[str]] = {}
+    for name in datasets:
+        caps = [n for n in (LIMITS.get(name), limit) if n is not None]
+        groups.setdefault(min(caps) if caps else None, []).append(name)
+    return groups
 
 
 def _pred_file(preds: Path, dataset: str) -> Path:
@@ -198,11 +213,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preds", type=Path, default=DEFAULT_PREDS, help="where the scored predictions are kept")
     parser.add_argument("--json", type=Path, default=ROOT / "bench/results/selective_guarantee.json")
     parser.add_argument("--limit", type=int, help="items scored per set part (a smoke run; default: all, ARC 600)")
+    parser.add_argument("--model", default="embedded", help="the scoring model; tiny: a smoke run's random tiny Llama")
     args = parser.parse_args(argv)
+    from bench.streaming import model_or_tiny
     from calm_core.calibration.selective import DEFAULT_DELTA
 
     delta = DEFAULT_DELTA if args.delta is None else args.delta
-    score_once(args.preds, [d for name in args.sets for d in SETS[name]], args.limit)
+    with tempfile.TemporaryDirectory(prefix="calm-selective-") as scratch:
+        model = model_or_tiny(args.model, Path(scratch))
+        score_once(args.preds, [d for name in args.sets for d in SETS[name]], args.limit, model)
     started, results = time.perf_counter(), {}
     for name in args.sets:
         probs, gold = load_pool(args.preds, SETS[name])
@@ -216,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         "target": args.target,
         "splits": args.splits,
         "delta": delta,
-        "model": "embedded (SmolLM2-135M-Instruct), untouched, cloze",
+        "model": f"{MODEL_WORDS.get(args.model, args.model)}, untouched, cloze",
         "results": results,
         "seconds": round(time.perf_counter() - started, 1),
     }

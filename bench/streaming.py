@@ -115,6 +115,16 @@ def tiny_model(folder: Path) -> Path:
     return target
 
 
+TINY = "tiny"  # a bench's --model value for tiny_model: a smoke run's model, whose figures mean nothing
+
+
+def model_or_tiny(name: str, folder: Path) -> str:
+    """`name` as load_model and TrainConfig take it: TINY becomes tiny_model's folder under
+    `folder` (so a bench's smoke run goes through its real code path on random weights in
+    seconds), any other name is returned as it is."""
+    return str(tiny_model(folder)) if name == TINY else name
+
+
 def train_child(path: Path, mode: str, heldout: Path, model: Path) -> dict:
     """Seconds from `train()` to the end of its first step (data, model, checks, step)."""
     from calm_core.data import loaders

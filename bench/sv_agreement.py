@@ -4,7 +4,8 @@ as S_V shrinks? The curve behind the held-out thresholds in calm_core/data/split
     CALM_DATA_DIR=../shared/data .venv/bin/python bench/sv_agreement.py \\
         [--sizes 20 40 80 160] [--resamples 200] [--json bench/results/sv_agreement.json] [--limit N]
 
-The embedded model scores each set once, with its hidden-state features (`calm eval
+The embedded model (`--model`; tiny: tests/conftest.py's random tiny Llama, for a smoke run
+whose figures mean nothing) scores each set once, with its hidden-state features (`calm eval
 --save-preds DIR --features`, skipped when DIR already holds the predictions); after
 that only the items are resampled. Each resample of a set (a pool of scored items)
 draws a random order: the last items (the pool less the largest size) are the test
@@ -30,6 +31,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,18 +62,28 @@ class Pool:
     features: np.ndarray
 
 
-def score_once(preds: Path, datasets: list[str], limit: int | None = None) -> None:
-    """`calm eval` with features (first LIMITS[name] items, and at most `limit`: a smoke
-    run's few) for each dataset whose predictions `preds` lacks."""
-    for name in datasets:
-        if _pred_file(preds, name).is_file():
-            continue
-        caps = [n for n in (LIMITS.get(name), limit) if n is not None]
-        command = [sys.executable, "-m", "calm_core.cli", "eval", "--model", "embedded", "--data", name]
+def score_once(preds: Path, datasets: list[str], limit: int | None = None, model: str = "embedded") -> None:
+    """`calm eval` of `model` with features (first LIMITS[name] items, and at most `limit`: a
+    smoke run's few) for each dataset whose predictions `preds` lacks; one process per item
+    cap, so the model loads once for a built-in set's three parts (calm eval scores and
+    saves each --data set on its own)."""
+    missing = [name for name in datasets if not _pred_file(preds, name).is_file()]
+    for cap, names in by_cap(missing, limit).items():
+        command = [sys.executable, "-m", "calm_core.cli", "eval", "--model", model, "--data", *names]
         command += ["--save-preds", str(preds), "--features", "--quiet"]
-        command += ["--limit", str(min(caps))] if caps else []
+        command += ["--limit", str(cap)] if cap is not None else []
         print("scoring:", " ".join(command), file=sys.stderr, flush=True)
         subprocess.run(command, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
+
+
+def by_cap(datasets: list[str], limit: int | None) -> dict[int | None, list[str]]:
+    """The datasets grouped by the items scored of each: the least of LIMITS[name] and
+    `limit` (None: all)."""
+    groups: dict[int | None, list[str]] = {}
+    for name in datasets:
+        caps = [n for n in (LIMITS.get(name), limit) if n is not None]
+        groups.setdefault(min(caps) if caps else None, []).append(name)
+    return groups
 
 
 def _pred_file(preds: Path, dataset: str) -> Path:
@@ -209,15 +221,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=ROOT / "bench/results/sv_agreement.json")
     parser.add_argument("--with-ats", action="store_true", help="also the adaptive temperature (minutes per fit)")
     parser.add_argument("--limit", type=int, help="items scored per set part (a smoke run; default: all, ARC 600)")
+    parser.add_argument("--model", default="embedded", help="the scoring model; tiny: a smoke run's random tiny Llama")
     args = parser.parse_args(argv)
     global WITH_ATS
     WITH_ATS = args.with_ats
 
+    from bench.streaming import model_or_tiny
     from calm_core.calibration.posthoc.base import one_thread
     from calm_core.data.split_sizes import AGREEMENT_TARGET, choose_threshold
 
     sizes = sorted(args.sizes)
-    score_once(args.preds, [d for name in args.sets for d in SETS[name]], args.limit)
+    with tempfile.TemporaryDirectory(prefix="calm-sv-agreement-") as scratch:
+        model = model_or_tiny(args.model, Path(scratch))
+        score_once(args.preds, [d for name in args.sets for d in SETS[name]], args.limit, model)
     curve: dict[str, dict[str, dict[str, Any]]] = {}
     started = time.perf_counter()
     with one_thread():
@@ -237,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     result = {
         "command": "bench/sv_agreement.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "model": args.model,
         "sizes": sizes,
         "resamples": args.resamples,
         "candidates": ["base", *candidates()],

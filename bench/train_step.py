@@ -5,6 +5,7 @@ caching, side by side; for calm also the median inner drop (L - L~) / L, which s
 far the inner solve got (bilevel.py).
 
     .venv/bin/python bench/train_step.py [--steps 8] [--batch-size 4] [--lora-layers 4] [--json bench/results/train_step.json]
+    .venv/bin/python bench/train_step.py --models tiny --configs sft --steps 1 --lora-layers 1   # the script runs
 
 Each configuration trains in the same process on the same batches (one warm-up step,
 then `--steps` timed steps; the median of the method's own step time, which excludes
@@ -20,6 +21,9 @@ and column; `x uncached` the speed-up of the step over the uncached mode.
 `% peak`: the share of this machine's fp32 matmul peak (bench/flops.py, measured in the
 same process right after the configuration) that the step reaches, its FLOPs counted over
 one real step of the loop (the step after the warm-up, which is left out of the timing).
+`--models tiny` (tests/conftest.py's random tiny Llama, two layers: `--lora-layers 1` leaves
+it a frozen layer to cache) is a smoke run: the same loop, counter and peak on random
+weights, whose figures mean nothing.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import argparse
 import json
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,7 +54,10 @@ def config_name(method: str, inner_steps: int, start: str) -> str:
     return f"calm-T{inner_steps}" + ("" if start == "theta" else f"-{start}")
 
 
-def time_config(model: str, method: str, inner_steps: int, start: str, mode: str, args: argparse.Namespace) -> dict:
+def time_config(
+    model: str, method: str, inner_steps: int, start: str, mode: str, args: argparse.Namespace, source: str = ""
+) -> dict:
+    """One configuration's row; `source` is where `model` loads from (default: its name)."""
     from flops import StepCounter, matmul_peak_gflops, peak_fraction
 
     from calm_core.scoring.models import load_model
@@ -61,7 +69,7 @@ def time_config(model: str, method: str, inner_steps: int, start: str, mode: str
         bilevel={"inner_steps": inner_steps, "inner_start": start},
         steps=args.steps + 2,
         batch_size=args.batch_size,
-        model=model,
+        model=source or model,
         heldout_batch_size=args.batch_size,
         scoring=args.scoring,
         train_data=args.train_data,
@@ -92,7 +100,7 @@ def time_config(model: str, method: str, inner_steps: int, start: str, mode: str
             if "bome/inner_drop_frac" in record:
                 drops.append(record["bome/inner_drop_frac"])
 
-    lm = load_model(model)
+    lm = load_model(source or model)
     result = train(cfg, lm=lm, progress=tick)
     counter.stop()  # a run shorter than two steps
     step = statistics.median(times)
@@ -124,7 +132,10 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--models", nargs="+", default=default_models(), help="default: embedded, and gemma3-270m where installed"
+        "--models",
+        nargs="+",
+        default=default_models(),
+        help="default: embedded, and gemma3-270m where installed; tiny: a smoke run",
     )
     parser.add_argument(
         "--configs",
@@ -141,13 +152,16 @@ def main() -> None:
     parser.add_argument("--heldout-data", default="arc/easy_dev")
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "train_step.json")
     args = parser.parse_args()
-    rows = [
-        time_config(model, method, t, start, mode, args)
-        for model in args.models
-        for mode in MODES
-        for method, t, start in CONFIGS
-        if config_name(method, t, start) in args.configs
-    ]
+    from bench.streaming import model_or_tiny
+
+    with tempfile.TemporaryDirectory(prefix="calm-train-step-") as scratch:
+        rows = [
+            time_config(model, method, t, start, mode, args, model_or_tiny(model, Path(scratch)))
+            for model in args.models
+            for mode in MODES
+            for method, t, start in CONFIGS
+            if config_name(method, t, start) in args.configs
+        ]
     by_key = {(r["model"], r["method"], r["inner_steps"], r["inner_start"], r["mode"]): r for r in rows}
     print(
         f"{'model':12} {'method':8} {'T':>2} {'start':>10} {'mode':>8} {'s/step':>7} {'x sft':>6} {'x uncached':>10} "
