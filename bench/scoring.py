@@ -197,25 +197,26 @@ def harness_side(data: str, limit: int, batch_size: int) -> dict:
     from calm_core.scoring.models import embedded_model_dir
 
     items = load_mc_items(data, limit=limit)
-    folder = Path(tempfile.mkdtemp(prefix="calm-harness-"))
-    rows = [{"id": it.id, "question": it.question, "choices": list(it.choices), "answer": it.answer} for it in items]
-    (folder / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (folder / "calm_mc.yaml").write_text(
-        "task: calm_mc\ndataset_path: json\ndataset_kwargs:\n  data_files:\n"
-        f"    test: {folder / 'items.jsonl'}\ntest_split: test\noutput_type: multiple_choice\n"
-        'doc_to_text: "Question: {{question}}\\nAnswer:"\ndoc_to_target: answer\ndoc_to_choice: "{{choices}}"\n'
-        "metric_list:\n  - metric: acc\n"
-    )
-    model = HFLM(pretrained=str(embedded_model_dir()), dtype="float32", device="cpu", batch_size=batch_size)
-    start = time.perf_counter()
-    result = simple_evaluate(
-        model=model,
-        tasks=["calm_mc"],
-        task_manager=TaskManager(include_path=str(folder)),
-        log_samples=True,
-        verbosity="ERROR",
-    )
-    seconds = time.perf_counter() - start
+    with tempfile.TemporaryDirectory(prefix="calm-harness-") as scratch:  # the task and its items, removed after
+        folder = Path(scratch)
+        rows = [{"id": i.id, "question": i.question, "choices": list(i.choices), "answer": i.answer} for i in items]
+        (folder / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (folder / "calm_mc.yaml").write_text(
+            "task: calm_mc\ndataset_path: json\ndataset_kwargs:\n  data_files:\n"
+            f"    test: {folder / 'items.jsonl'}\ntest_split: test\noutput_type: multiple_choice\n"
+            'doc_to_text: "Question: {{question}}\\nAnswer:"\ndoc_to_target: answer\ndoc_to_choice: "{{choices}}"\n'
+            "metric_list:\n  - metric: acc\n"
+        )
+        model = HFLM(pretrained=str(embedded_model_dir()), dtype="float32", device="cpu", batch_size=batch_size)
+        start = time.perf_counter()
+        result = simple_evaluate(
+            model=model,
+            tasks=["calm_mc"],
+            task_manager=TaskManager(include_path=str(folder)),
+            log_samples=True,
+            verbosity="ERROR",
+        )
+        seconds = time.perf_counter() - start
     samples = sorted(result["samples"]["calm_mc"], key=lambda s: s["doc_id"])
     loglik = [[float(r[0][0]) for r in s["resps"]] for s in samples]
     return {
