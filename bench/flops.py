@@ -54,6 +54,19 @@ def matmul_peak_gflops(
     return best
 
 
+def add_peak_sizes_option(parser: argparse.ArgumentParser) -> None:
+    """`--peak-sizes` for a bench that reports its share of the matmul peak: the square sizes
+    to measure (none given: PEAK_SIZES). A smoke run gives one small size, since the large
+    bf16 matmuls are slow on a CPU without native bf16."""
+    parser.add_argument(
+        "--peak-sizes",
+        type=int,
+        nargs="+",
+        default=[],
+        help="the matmul peak's square sizes (default: bench/flops.py's PEAK_SIZES; a smoke run's one small size)",
+    )
+
+
 def counted_flops(work: Callable[[], T]) -> tuple[int, T]:
     """(FLOPs of the operations `work` ran, its result), counted by FlopCounterMode. The
     counting slows the work: never time a counted call."""

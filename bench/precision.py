@@ -179,6 +179,8 @@ def default_models() -> list[str]:
 
 
 def main() -> None:
+    from flops import add_peak_sizes_option
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=None, help="named models; tiny: a smoke run")
     parser.add_argument("--sets", nargs="+", default=list(SETS))
@@ -186,13 +188,7 @@ def main() -> None:
     parser.add_argument("--rule", default=None, help="cloze | letter | letter+chat (default: the model's own)")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument(
-        "--peak-sizes",
-        type=int,
-        nargs="+",
-        default=[],
-        help="the matmul peak's square sizes (default: bench/flops.py's PEAK_SIZES; a smoke run's one small size)",
-    )
+    add_peak_sizes_option(parser)
     parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "precision.json"))
     args = parser.parse_args()
     import torch

@@ -372,6 +372,8 @@ def row_line(row: dict) -> str:
 
 
 def main() -> None:
+    from flops import add_peak_sizes_option
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="arc/easy_test")
     parser.add_argument("--limit", type=int, default=100)
@@ -387,13 +389,7 @@ def main() -> None:
         help="models to measure, one after the other (default: embedded, and gemma3-270m where installed; "
         "tiny: a smoke run)",
     )
-    parser.add_argument(
-        "--peak-sizes",
-        type=int,
-        nargs="+",
-        default=[],
-        help="the matmul peak's square sizes (default: bench/flops.py's PEAK_SIZES; a smoke run's one small size)",
-    )
+    add_peak_sizes_option(parser)
     parser.add_argument("--model", default="embedded", help=argparse.SUPPRESS)
     parser.add_argument("--one", nargs=3, metavar=("RULE", "BATCH", "SHARE"), help=argparse.SUPPRESS)
     parser.add_argument(

@@ -50,6 +50,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.sv_agreement import by_cap  # noqa: E402  (the item caps' grouping, one copy)
+
 DOMAINS = ("capitals", "chemical_symbols", "atomic_numbers", "arithmetic", "units", "animal_classes")
 SETS = {
     "arc/easy_test": ("arc/easy_test",),
@@ -73,21 +75,11 @@ def score_once(preds: Path, datasets: list[str], limit: int | None = None, model
     per item cap, so the model loads once for a built-in set's three parts (calm eval scores
     and saves each --data set on its own)."""
     missing = [name for name in datasets if not _pred_file(preds, name).is_file()]
-    for cap, names in by_cap(missing, limit).items():
+    for cap, names in by_cap(missing, limit, LIMITS).items():
         command = [sys.executable, "-m", "calm_core.cli", "eval", "--model", model, "--data", *names]
         command += ["--save-preds", str(preds), "--quiet"] + (["--limit", str(cap)] if cap is not None else [])
         print("scoring:", " ".join(command), file=sys.stderr, flush=True)
         subprocess.run(command, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
-
-
-def by_cap(datasets: list[str], limit: int | None) -> dict[int | None, list[str]]:
-    """The datasets grouped by the items scored of each: the least of LIMITS[name] and
-    `limit` (None: all)."""
-    groups: dict[int | None, list[str]] = {}
-    for name in datasets:
-        caps = [n for n in (LIMITS.get(name), limit) if n is not None]
-        groups.setdefault(min(caps) if caps else None, []).append(name)
-    return groups
 
 
 def _pred_file(preds: Path, dataset: str) -> Path:

@@ -68,7 +68,7 @@ def score_once(preds: Path, datasets: list[str], limit: int | None = None, model
     cap, so the model loads once for a built-in set's three parts (calm eval scores and
     saves each --data set on its own)."""
     missing = [name for name in datasets if not _pred_file(preds, name).is_file()]
-    for cap, names in by_cap(missing, limit).items():
+    for cap, names in by_cap(missing, limit, LIMITS).items():
         command = [sys.executable, "-m", "calm_core.cli", "eval", "--model", model, "--data", *names]
         command += ["--save-preds", str(preds), "--features", "--quiet"]
         command += ["--limit", str(cap)] if cap is not None else []
@@ -76,12 +76,12 @@ def score_once(preds: Path, datasets: list[str], limit: int | None = None, model
         subprocess.run(command, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
 
 
-def by_cap(datasets: list[str], limit: int | None) -> dict[int | None, list[str]]:
-    """The datasets grouped by the items scored of each: the least of LIMITS[name] and
-    `limit` (None: all)."""
+def by_cap(datasets: list[str], limit: int | None, limits: dict[str, int]) -> dict[int | None, list[str]]:
+    """The datasets grouped by the items scored of each: the least of `limits[name]` and
+    `limit` (None: all). bench/selective_guarantee.py groups its sets with it too."""
     groups: dict[int | None, list[str]] = {}
     for name in datasets:
-        caps = [n for n in (LIMITS.get(name), limit) if n is not None]
+        caps = [n for n in (limits.get(name), limit) if n is not None]
         groups.setdefault(min(caps) if caps else None, []).append(name)
     return groups
 
