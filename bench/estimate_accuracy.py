@@ -24,7 +24,7 @@ Per run: the likely figure and range shown at launch, the actual wall time (stat
 the job's start to its end), actual / likely, and each part's estimate against its
 recorded time. The summary: the share of runs within 0.5x-2x of the likely figure and
 inside their range, and the ranges' widths (high / low). `--model tiny` (tests/conftest.py's
-random tiny Llama) with `--smoke` (each run cut to SMOKE, as bench/quick_run.py's) is a smoke
+random tiny Llama) with `--smoke` (each run cut to bench/streaming.py's SMOKE_RUN, as bench/quick_run.py's) is a smoke
 run: the same estimates, launches and records, whose figures mean nothing.
 """
 
@@ -66,7 +66,6 @@ CONFIGS: tuple[tuple[str, dict[str, Any]], ...] = (
     ),
     ("calm 6 steps, 2 sets", {"method": "calm", "steps": 6, "eval_data": (CHEM, UNITS), "select": "last"}),
 )
-SMOKE = {"steps": 2, "train_limit": 8, "heldout_limit": 8, "eval_limit": 8}  # --smoke: every part, briefly
 CONDITIONS = ("idle", "busy", "after")
 PART_RECORDS = {  # the estimate's part -> how to read its actual seconds from a finished run
     "start-up": lambda run: run.startup_s,
@@ -242,10 +241,10 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds one run may take")
     parser.add_argument("--fresh", action="store_true", help="each run in a workspace of its own: no history")
     parser.add_argument("--model", default="embedded", help="embedded, a model directory, or tiny (a smoke run)")
-    parser.add_argument("--smoke", action="store_true", help="each run cut to SMOKE: checks the script, times nothing")
+    parser.add_argument("--smoke", action="store_true", help="each run cut to SMOKE_RUN: checks the script, times nothing")
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "estimate_accuracy.json")
     args = parser.parse_args()
-    from bench.streaming import model_or_tiny
+    from bench.streaming import SMOKE_RUN, model_or_tiny
 
     began, rows = time.time(), []
     with tempfile.TemporaryDirectory(prefix="calm-estimate-") as scratch:
@@ -261,7 +260,7 @@ def main() -> None:
                             pass  # stops as the block ends: the launch comes right after
                     label, overrides = CONFIGS[len(rows) % len(CONFIGS)]
                     where = root / f"fresh-{len(rows)}" if args.fresh else root
-                    overrides = {**overrides, **(SMOKE if args.smoke else {})}
+                    overrides = {**overrides, **(SMOKE_RUN if args.smoke else {})}
                     rows.append(one_run(label, overrides, condition, where, args.timeout, model))
                     print(json.dumps(rows[-1]), flush=True)
     totals = summary(rows)

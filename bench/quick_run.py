@@ -35,7 +35,6 @@ DATA = ["--train-data", "builtin/chemical_symbols/train", "--heldout-data", "bui
 VARIANTS = {"stop": [], "no stop": ["--select", "last", "--eval-dense-until", "0", "--lr-theta", "1.0"]}
 
 
-SMOKE = ["--steps", "2", "--train-limit", "8", "--heldout-limit", "8", "--eval-limit", "8"]
 
 
 def run_once(extra: list[str], workspace: Path, model: str) -> dict:
@@ -58,13 +57,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--json", type=Path)
-    parser.add_argument("--smoke", action="store_true", help="each run tiny (SMOKE): checks the script, times nothing")
+    parser.add_argument("--smoke", action="store_true", help="each run tiny (bench/streaming.SMOKE_RUN): checks the script, times nothing")
     parser.add_argument("--model", default="embedded", help="embedded, a model directory, or tiny (a smoke run)")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from bench.streaming import model_or_tiny
 
-    smoke = SMOKE if args.smoke else []
+    from bench.streaming import SMOKE_RUN
+
+    smoke = [part for key, n in SMOKE_RUN.items() for part in (f"--{key.replace('_', '-')}", str(n))] if args.smoke else []
     rows = []
     with tempfile.TemporaryDirectory(prefix="calm-quick-run-") as scratch:
         model = model_or_tiny(args.model, Path(scratch))

@@ -10,7 +10,7 @@ symbols with units and animal classes out of domain) on `--model`; prints and wr
 status.json `timings` (training/timings.py) and the idle-machine rates the estimate
 learns from it (estimate/rates.py `rates_from`: each part divided by the fair-share
 load factor it started under). Those rates are the estimate's DEFAULTS. `--smoke` cuts the
-run to SMOKE (as bench/quick_run.py's does): every part still runs, its figures mean nothing.
+run to bench/streaming.py's SMOKE_RUN (as bench/quick_run.py's does): every part still runs, its figures mean nothing.
 """
 
 from __future__ import annotations
@@ -26,20 +26,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.streaming import SMOKE_RUN  # noqa: E402
 from bench.streaming import tiny_model  # noqa: E402  (the tests' tiny random Llama, saved once)
 
 DATA = dict(train_data="builtin/chemical_symbols/train", heldout_data="builtin/chemical_symbols/validation",
             eval_data=("builtin/chemical_symbols/test", "builtin/units/test", "builtin/animal_classes/test"))
-SMOKE = dict(steps=2, train_limit=8, heldout_limit=8, eval_limit=8)
 
 
 def train_once(model: str, runs: Path, smoke: bool = False) -> Path:
-    """The default run of `model` (cut to SMOKE if `smoke`) in a new run directory under `runs`."""
+    """The default run of `model` (cut to SMOKE_RUN if `smoke`) in a new run directory under `runs`."""
     from calm_core.runs.rundir import RunDir
     from calm_core.training.config import TrainConfig
     from calm_core.training.loop import train
 
-    cfg = TrainConfig.preset("quick", method="calm", model=model, **DATA, **(SMOKE if smoke else {}))
+    cfg = TrainConfig.preset("quick", method="calm", model=model, **DATA, **(SMOKE_RUN if smoke else {}))
     run = RunDir.create(runs, f"parts-{int(time.time())}", {"train": cfg.to_dict()})
     train(cfg, run=run)
     return run.path
@@ -65,7 +65,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="embedded", help="embedded, a model directory, or tiny")
     parser.add_argument("--from-run", type=Path, help="report a finished run's record instead of training")
-    parser.add_argument("--smoke", action="store_true", help="the run cut to SMOKE: checks the script, times nothing")
+    parser.add_argument("--smoke", action="store_true", help="the run cut to SMOKE_RUN: checks the script, times nothing")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="calm-run-parts-") as scratch:

@@ -115,6 +115,8 @@ def tiny_model(folder: Path) -> Path:
     return target
 
 
+# A bench's --smoke run: every part of the run, on a few steps and items (TrainConfig fields).
+SMOKE_RUN = {"steps": 2, "train_limit": 8, "heldout_limit": 8, "eval_limit": 8}
 TINY = "tiny"  # a bench's --model value for tiny_model: a smoke run's model, whose figures mean nothing
 
 
