@@ -363,7 +363,8 @@ def launcher(context, url: str, model_dir: Path | None, tag: str) -> tuple[dict,
 
 def stop_launched(runs: Path, keep: str) -> None:
     """Cancel the launcher's queued runs; kill one that started anyway (not `keep`)."""
-    from calm_core.runs.jobs import cancel, kill
+    from calm_core.runs.jobs import kill
+    from calm_core.runs.queue import cancel
     from calm_core.runs.listing import list_runs
     from calm_core.runs.rundir import RunDir
 

@@ -9,7 +9,7 @@ estimates have no error of its to learn from.
 
 A run directory is created with the resolved config and its provenance; a detached
 run is queued as a background job (`calm train --run-dir DIR` in a new session, see
-calm_core.runs.jobs), so it outlives the terminal or the browser tab that started it.
+calm_core.runs.queue), so it outlives the terminal or the browser tab that started it.
 
 Given the studio's `Access`, a launch and a resume also apply a shared studio's rules
 (access.launch_refusal, access.resume_refusal: the quotas per session, per signed-in
@@ -42,6 +42,7 @@ from calm_core.results.added_job import evaluation_cost, evaluation_record, work
 from calm_core.runs import jobs, listing
 from calm_core.runs.lifecycle import WAITING_OR_ACTIVE, RunState
 from calm_core.runs.naming import runs_root
+from calm_core.runs.queue import JobQueue, resume
 from calm_core.runs.rundir import RunDir
 from calm_core.training.config import TrainConfig
 
@@ -128,13 +129,14 @@ def launch_training(
     dataset is loaded to launch."""
     record = run_config_record(cfg, launched_by, estimate.to_record() if estimate else None, launched_from)
     credentials = access is None or operator_credentials(access, cfg.model)
+    queue = JobQueue.at(root)
     with budget_held(root):
         if access is not None:
             refusal = launch_refusal(access, cfg.steps, active_runs(access, launched_by, launched_from, root))
             if refusal:
                 raise Refused(refusal)
         run = RunDir.new(record, name_hint=cfg.name or cfg.method, root=root)  # queued: the next count sees it
-    return run, jobs.submit(run, jobs.worker_command(), credentials=credentials)
+    return run, queue.submit(run, jobs.worker_command(), credentials=credentials)
 
 
 def launch_evaluation(
@@ -169,7 +171,7 @@ def launch_evaluation(
             raise Refused(refusal)
         job = RunDir.new(record, name_hint=f"eval-{run.config.name or 'run'}", root=root)
     model = run.config.train.model
-    return job, jobs.submit(job, worker_command(), credentials=operator_credentials(access, model))
+    return job, JobQueue(root).submit(job, worker_command(), credentials=operator_credentials(access, model))
 
 
 @contextmanager
@@ -223,10 +225,10 @@ def resume_refusal_for(
 
 
 def resume_run(run: RunDir, access: Access, session: str | None, browser: str | None = None) -> list[str]:
-    """`runs.jobs.resume` for a studio session: Refused (one line) when the session may not
+    """`runs.queue.resume` for a studio session: Refused (one line) when the session may not
     resume it, so a resume can never take a session past its quota."""
     with budget_held(run.path.parent):  # counted and requeued under the lock, as a launch is
         refusal = resume_refusal_for(access, session, run.config.launched_by, run.path.parent, browser)
         if refusal:
             raise Refused(refusal)
-        return jobs.resume(run)
+        return resume(run)

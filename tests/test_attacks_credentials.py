@@ -61,7 +61,8 @@ def studio(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 
 def test_a_shared_user_names_only_listed_repos_and_their_jobs_get_no_token(studio, tmp_path: Path) -> None:
-    from calm_core.runs.jobs import JOB, schedule
+    from calm_core.runs.jobs import JOB
+    from calm_core.runs.queue import JobQueue
     from calm_core.runs.listing import list_runs
     from calm_core.runs.rundir import RunDir
 
@@ -90,7 +91,7 @@ def test_a_shared_user_names_only_listed_repos_and_their_jobs_get_no_token(studi
     sleeper.kill()
     sleeper.wait()
     holder.write_status("cancelled")
-    assert schedule(holder.path.parent) == [run.run_id]  # started by the operator's own process, token and all
+    assert JobQueue.of(holder).schedule() == [run.run_id]  # started by the operator's own process, token and all
     deadline = time.monotonic() + 60
     while not seen.exists() and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -58,7 +58,8 @@ def studio_one_slot(tmp_path: Path, tiny_model_dir: Path):
 def _stop_leftover_jobs(root: Path) -> None:
     """A failed test leaves no job behind: queued runs are cancelled first (so none
     starts when a slot frees), then running ones are killed."""
-    from calm_core.runs.jobs import cancel, kill
+    from calm_core.runs.jobs import kill
+    from calm_core.runs.queue import cancel
     from calm_core.runs.listing import list_runs
     from calm_core.runs.rundir import RunDir
 

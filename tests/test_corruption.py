@@ -75,7 +75,7 @@ def one_line_naming(err: str, pattern: str) -> bool:
 def workspace(template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fresh copy of the template, the studio's workspace; `calm resume` trains in this process."""
     from calm_core.cli import train as cli_train
-    from calm_core.runs import jobs
+    from calm_core.runs import queue
 
     copy = tmp_path / "ws"
     shutil.copytree(template, copy)
@@ -87,7 +87,7 @@ def workspace(template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
         cli_train.run_in_process(RunDir.open(run_dir.path), show_progress=False)
         return os.getpid()
 
-    monkeypatch.setattr(jobs, "start_job", inline)
+    monkeypatch.setattr(queue, "start_job", inline)  # the queue starts its jobs with it
     return copy
 
 

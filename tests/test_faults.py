@@ -25,7 +25,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from calm_core.runs import jobs
+from calm_core.runs import queue
 from calm_core.cli import main
 from calm_core.faults import FAULT_ENV, POINTS
 from calm_core.runs.process import pid_alive
@@ -130,7 +130,7 @@ def kill_then_resume(point: str, count: int, reference: RunDir, tiny_model_dir: 
         assert "gone" in run.state().reason, (run.state().reason, _log(run))
         assert_truthful(run, capsys)
         assert_nothing_corrupt(run)
-        jobs.resume(run)
+        queue.resume(run)
         wait_finished(run)
     finally:
         pid = run.status.pid

@@ -1,4 +1,4 @@
-"""Tests for calm_core.runs.jobs with a fake trainer (tests/fixtures/jobs/fake_train.py): real
+"""Tests for calm_core.runs.jobs and .queue with a fake trainer (tests/fixtures/jobs/fake_train.py): real
 detached processes, the queue, cancel, kill and resume; no model is loaded.
 
 Waits poll the run directory with generous timeouts and never assert on durations.
@@ -20,7 +20,8 @@ from typing import Callable, TypeVar
 import psutil
 import pytest
 
-from calm_core.runs import jobs
+from calm_core.runs import jobs, queue
+from calm_core.runs.queue import JobQueue
 from calm_core.runs.process import pid_alive, process_start
 from calm_core.runs.rundir import RunDir
 
@@ -51,7 +52,7 @@ def steps_logged(run: RunDir) -> list[int]:
 @pytest.fixture
 def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """A runs root with one job slot; every job still alive at the end is killed."""
-    monkeypatch.setenv(jobs.MAX_JOBS_ENV, "1")
+    monkeypatch.setenv(queue.MAX_JOBS_ENV, "1")
     root = tmp_path / "runs"
     root.mkdir()
     yield root
@@ -97,25 +98,60 @@ def test_a_reused_pid_is_not_the_jobs() -> None:
 
 
 def test_max_jobs_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(jobs.MAX_JOBS_ENV, "3")
-    assert jobs.max_jobs() == 3
-    monkeypatch.setenv(jobs.MAX_JOBS_ENV, "0")
+    monkeypatch.setenv(queue.MAX_JOBS_ENV, "3")
+    assert queue.max_jobs() == 3
+    monkeypatch.setenv(queue.MAX_JOBS_ENV, "0")
     with pytest.raises(ValueError, match="CALM_MAX_JOBS"):
-        jobs.max_jobs()
+        queue.max_jobs()
+
+
+def test_job_json_is_a_typed_record_that_keeps_what_it_does_not_type(root: Path) -> None:
+    """job.json is read into a JobRecord: a job.json older than the credentials key had
+    them, a key the record does not type survives a resume's rewrite, and a damaged value
+    is refused by name."""
+    import json
+
+    from calm_core.runs.damage import RunFileError
+
+    run = new_run(root, "typed")
+    (run.path / jobs.JOB).write_text(json.dumps({"command": ["true"], "env": {}, "resume": False, "resumes": 2,
+                                                 "submitted": 1.5, "note": "a newer writer's key"}))
+    job = jobs.read_job(run)
+    assert job == jobs.JobRecord(("true",), operator_credentials=True, resumes=2, submitted=1.5,
+                                 extra={"note": "a newer writer's key"})
+    run.write_status("failed", error="boom")
+    queue.resume(run)
+    written = json.loads((run.path / jobs.JOB).read_text())
+    assert (written["resume"], written["resumes"], written["note"]) == (True, 3, "a newer writer's key")
+    (run.path / jobs.JOB).write_text(json.dumps({"command": ["python", 3]}))
+    with pytest.raises(RunFileError, match=r"`command\[1\]` is an int where a str belongs"):
+        jobs.read_job(run)
+
+
+def test_a_queue_takes_only_the_runs_of_its_own_root(root: Path, tmp_path: Path) -> None:
+    """A run queued in another root's queue would never be started by the queue it lives
+    in: refused, and nothing is written."""
+    elsewhere = tmp_path / "other-runs"
+    elsewhere.mkdir()
+    run = new_run(root, "mine")
+    with pytest.raises(ValueError, match="elsewhere"):
+        JobQueue.at(elsewhere).submit(run, ["true"])
+    assert jobs.read_job(run) is None and run.status.queued
+    assert JobQueue.at(root) == JobQueue.of(run)
 
 
 def test_submit_and_resume_refuse_wrong_states(root: Path) -> None:
     run = new_run(root, "states")
     with pytest.raises(ValueError, match="failed or cancelled"):
-        jobs.resume(run)  # queued
+        queue.resume(run)  # queued
     run.write_status("failed", error="boom")
     with pytest.raises(ValueError, match="has no .*submit it instead"):
-        jobs.resume(run)
+        queue.resume(run)
     with pytest.raises(ValueError, match="use resume"):
-        jobs.submit(run, ["true"])
+        JobQueue.of(run).submit(run, ["true"])
     run.write_status("running", pid=os.getpid())
     with pytest.raises(ValueError, match="failed or cancelled"):
-        jobs.resume(run)
+        queue.resume(run)
     with pytest.raises(ValueError, match="non-empty list"):
         jobs.start_job(run, [])
 
@@ -141,15 +177,15 @@ def test_start_job_outlives_its_launcher(root: Path) -> None:
     start_step = run.status.step or 0
     wait_for("steps after the launcher exited", lambda: (run.status.step or 0) >= start_step + 3)
     assert pid_alive(pid) and os.getpgid(pid) == pid  # alive, in its own session
-    assert jobs.cancel(run, grace_s=TIMEOUT_S).state == "cancelled"
+    assert queue.cancel(run, grace_s=TIMEOUT_S).state == "cancelled"
     log = (run.path / "stdout.log").read_text()
     assert "fake_train: start after step 0" in log and "fake_train: cancelled" in log
 
 
 def test_queue_runs_one_job_at_a_time(root: Path) -> None:
     first, second = new_run(root, "first"), new_run(root, "second")
-    assert jobs.submit(first, fake(first, steps=10)) is True  # started: it left the queue
-    assert jobs.submit(second, fake(second, steps=10)) is False  # every slot busy: it waits
+    assert JobQueue.of(first).submit(first, fake(first, steps=10)) is True  # started: it left the queue
+    assert JobQueue.of(second).submit(second, fake(second, steps=10)) is False  # every slot busy: it waits
     assert second.state().state == "queued"
     # no schedule() here: the first job starts the second as it exits
     wait_for("the second run to finish", lambda: second.state().state == "finished")
@@ -161,14 +197,14 @@ def test_queue_runs_one_job_at_a_time(root: Path) -> None:
 def test_schedule_from_many_callers_starts_one(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     queued = [new_run(root, f"q{i}") for i in range(3)]
     with monkeypatch.context() as patch:
-        patch.setattr(jobs, "schedule", lambda *args, **kwargs: [])  # queue without starting
+        patch.setattr(JobQueue, "schedule", lambda *args, **kwargs: [])  # queue without starting
         for run in queued:
-            jobs.submit(run, fake(run))
+            JobQueue.of(run).submit(run, fake(run))
     barrier, started = threading.Barrier(6), []
 
     def caller() -> None:
         barrier.wait()
-        started.extend(jobs.schedule(root))
+        started.extend(JobQueue.at(root).schedule())
 
     threads = [threading.Thread(target=caller) for _ in range(6)]
     for thread in threads:
@@ -178,28 +214,28 @@ def test_schedule_from_many_callers_starts_one(root: Path, monkeypatch: pytest.M
     assert started == [queued[0].run_id]  # oldest first, exactly once
     # a job that dies without scheduling frees its slot at the next poll
     assert jobs.kill(queued[0], grace_s=10).state == "failed"
-    assert jobs.schedule(root) == [queued[1].run_id]
+    assert JobQueue.at(root).schedule() == [queued[1].run_id]
     assert queued[2].state().state == "queued"
 
 
 def test_cancel_queued_and_running(root: Path) -> None:
     running, waiting = new_run(root, "running"), new_run(root, "waiting")
-    jobs.submit(running, fake(running))
-    jobs.submit(waiting, fake(waiting))
-    assert jobs.cancel(waiting).state == "cancelled"
+    JobQueue.of(running).submit(running, fake(running))
+    JobQueue.of(waiting).submit(waiting, fake(waiting))
+    assert queue.cancel(waiting).state == "cancelled"
     assert waiting.status.pid is None
     wait_for("a few steps", lambda: (running.status.step or 0) >= 3)
-    assert jobs.cancel(running, grace_s=TIMEOUT_S).state == "cancelled"
+    assert queue.cancel(running, grace_s=TIMEOUT_S).state == "cancelled"
     step = running.status.step
     assert running.latest_checkpoint() == (step, running.checkpoint_dir(step))
     assert steps_logged(running) == list(range(1, step + 1))
-    assert jobs.schedule(root) == []  # the cancelled queued run never starts
+    assert JobQueue.at(root).schedule() == []  # the cancelled queued run never starts
     assert waiting.status.pid is None
 
 
 def test_kill_escalates_to_sigkill(root: Path) -> None:
     run = new_run(root, "stubborn")
-    jobs.submit(run, fake(run, "--ignore-term"))
+    JobQueue.of(run).submit(run, fake(run, "--ignore-term"))
     wait_for("the first step", lambda: (run.status.step or 0) >= 1)
     pid = run.status.pid
     view = jobs.kill(run, grace_s=0.5)
@@ -209,7 +245,7 @@ def test_kill_escalates_to_sigkill(root: Path) -> None:
 
 def test_sigkill_then_resume_logs_every_step_once(root: Path) -> None:
     run = new_run(root, "crash")
-    jobs.submit(run, fake(run, "--ckpt-every", "5", "--hang-at", "7", steps=20, sleep=0.02))
+    JobQueue.of(run).submit(run, fake(run, "--ckpt-every", "5", "--hang-at", "7", steps=20, sleep=0.02))
     wait_for("the hang at step 7", lambda: run.status.step == 7 and "hanging" in
              (run.path / "stdout.log").read_text())
     os.kill(run.status.pid, signal.SIGKILL)
@@ -217,8 +253,8 @@ def test_sigkill_then_resume_logs_every_step_once(root: Path) -> None:
     assert view.resumable and "is gone" in view.reason
     with open(run.metrics_path, "ab") as handle:
         handle.write(b'{"step": 8, "elaps')  # as if it died mid-write
-    assert jobs.resume(run) == [run.run_id]
-    assert jobs.read_job(run)["resume"] is True
+    assert queue.resume(run) == [run.run_id]
+    assert jobs.read_job(run).resume is True
     wait_for("the resumed run to finish", lambda: run.state().state == "finished")
     assert steps_logged(run) == list(range(1, 21))  # no gap, no duplicate
     assert run.status.step == 20
@@ -227,13 +263,13 @@ def test_sigkill_then_resume_logs_every_step_once(root: Path) -> None:
 
 def test_resume_stops_a_hung_job_first(root: Path) -> None:
     run = new_run(root, "hung")
-    jobs.submit(run, fake(run, "--ckpt-every", "2", "--hang-at", "3", steps=6, sleep=0.02))
+    JobQueue.of(run).submit(run, fake(run, "--ckpt-every", "2", "--hang-at", "3", steps=6, sleep=0.02))
     wait_for("the hang at step 3", lambda: "hanging" in (run.path / "stdout.log").read_text())
     hung_pid = run.status.pid
     run.update_status(heartbeat=time.time() - 3600)  # as if it had been silent for an hour
     view = run.state()
     assert view.state == "failed" and view.resumable and "still alive" in view.reason
-    assert jobs.resume(run) == [run.run_id]
+    assert queue.resume(run) == [run.run_id]
     assert not pid_alive(hung_pid)  # never two processes on one run
     wait_for("the resumed run to finish", lambda: run.state().state == "finished")
     assert steps_logged(run) == list(range(1, 7))
@@ -253,8 +289,8 @@ def test_the_queue_is_read_from_the_statuses_not_the_listing(root: Path, monkeyp
         raise AssertionError("schedule() went through the display listing")
 
     monkeypatch.setattr("calm_core.runs.listing.list_runs", no_listing)
-    monkeypatch.setattr(jobs, "max_jobs", lambda: 0)  # nothing may start: only the walk is tested
-    assert jobs.schedule(root) == []
+    monkeypatch.setattr(queue, "max_jobs", lambda: 0)  # nothing may start: only the walk is tested
+    assert JobQueue.at(root).schedule() == []
 
 
 def test_a_cancel_asked_while_the_job_starts_stays_said(root: Path) -> None:
@@ -263,7 +299,7 @@ def test_a_cancel_asked_while_the_job_starts_stays_said(root: Path) -> None:
     fields still land, so the Monitor never says `running` again for a run being stopped."""
     run = new_run(root, "starting")
     run.write_status("running", pid=os.getpid())  # as start_job records the job it started
-    assert jobs.cancel(run).state == "stopping"
+    assert queue.cancel(run).state == "stopping"
     run.write_running(pid=os.getpid(), threads={"threads": 1, "why": "test"})
     run.write_running(step=0, total_steps=5)
     status = run.status

@@ -27,16 +27,17 @@ def test_launch_says_started_when_another_caller_started_the_run(tmp_path: Path,
     import sys
 
     from calm_core.runs import jobs
+    from calm_core.runs.queue import JobQueue
 
     from calm_core import launch
 
-    real_schedule = jobs.schedule
+    real_schedule = JobQueue.schedule
 
-    def scheduled_by_someone_else(root=None, limit=None):
-        real_schedule(root, limit)  # this run starts here...
+    def scheduled_by_someone_else(self: JobQueue, limit: int | None = None) -> list[str]:
+        real_schedule(self, limit)  # this run starts here...
         return []  # ...but, as far as this caller knows, it started nothing
 
-    monkeypatch.setattr(jobs, "schedule", scheduled_by_someone_else)
+    monkeypatch.setattr(JobQueue, "schedule", scheduled_by_someone_else)
     monkeypatch.setattr(jobs, "worker_command", lambda: [sys.executable, "-c", "import time; time.sleep(30)"])
     run, started = launch.launch_training(TrainConfig(method="calm"), root=tmp_path)
     try:

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from calm_core.runs import jobs
+from calm_core.runs.queue import JobQueue
 from calm_core.cli import main
 from calm_core.io import atomic_write_json
 from calm_core.runs.listing import list_runs
@@ -51,7 +52,7 @@ def finished_fake_run(root: Path, *, absolute: bool) -> RunDir:
     `absolute`: its job.json names the run directory by absolute path, as before the fix."""
     run = RunDir.new({"name": "orig", "method": "fake"}, "orig", root)
     where = str(run.path) if absolute else jobs.RUN_DIR_ARG
-    jobs.submit(run, [sys.executable, str(FAKE), "--run-dir", where, "--steps", "6", "--sleep", "0.01",
+    JobQueue.of(run).submit(run, [sys.executable, str(FAKE), "--run-dir", where, "--steps", "6", "--sleep", "0.01",
                       "--ckpt-every", "2"])
     wait_for("the fake run to finish", lambda: run.state().state == "finished")
     # `finished` is written before the worker exits (it still schedules the queue): a resume in
@@ -92,7 +93,7 @@ def test_a_job_that_dies_before_writing_shows_its_last_words(tmp_path: Path, kil
     root = tmp_path / "runs"
     kill_jobs_after.append(root)
     run = RunDir.new({"name": "doomed"}, "doomed", root)
-    jobs.submit(run, [sys.executable, "-c", "import sys; print('calm: error: no such run directory'); sys.exit(2)"])
+    JobQueue.of(run).submit(run, [sys.executable, "-c", "import sys; print('calm: error: no such run directory'); sys.exit(2)"])
     view = wait_for("the dead job to count as failed", lambda: (v := run.state()).state == "failed" and v)
     assert "its last output: calm: error: no such run directory" in view.reason
 
@@ -117,7 +118,7 @@ def test_a_damaged_status_is_listed_named_and_does_not_stall_the_queue(tmp_path:
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "status.json" in err  # one line naming the file
     queued = RunDir.new({"name": "next", "method": "fake"}, "next", root)
-    jobs.submit(queued, [sys.executable, str(FAKE), "--run-dir", jobs.RUN_DIR_ARG, "--steps", "2", "--sleep", "0.01"])
+    JobQueue.of(queued).submit(queued, [sys.executable, str(FAKE), "--run-dir", jobs.RUN_DIR_ARG, "--steps", "2", "--sleep", "0.01"])
     wait_for("the run behind the damaged one to finish", lambda: queued.state().state == "finished")
 
 

@@ -62,11 +62,11 @@ def test_resume_refusal_counts_the_quota_and_the_owner() -> None:
 
 def test_cancel_launch_resume_cannot_hold_four_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     """The issue's sequence: cancel your run, launch three, resume the first: refused."""
-    from calm_core.runs import jobs
+    from calm_core import launch
     from calm_core.launch import active_runs_of, resume_run
 
     resumed: list[str] = []
-    monkeypatch.setattr(jobs, "resume", lambda run, fresh=False: resumed.append(run.run_id) or [])
+    monkeypatch.setattr(launch, "resume", lambda run, fresh=False: resumed.append(run.run_id) or [])
     first = _queued("s", state="cancelled")
     others = [_queued("s") for _ in range(3)]
     assert active_runs_of("s") == 3

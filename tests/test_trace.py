@@ -39,7 +39,7 @@ def test_the_walk_records_stays_and_rooms() -> None:
 
 
 def test_launch_training_never_calls_back_up_a_layer(tiny_model_dir: Path, tmp_path: Path) -> None:
-    from calm_core.runs.jobs import cancel
+    from calm_core.runs.queue import cancel
     from calm_core.training.config import TrainConfig
     from calm_core.launch import launch_training
 
@@ -105,7 +105,7 @@ def test_launching_loads_no_dataset(tiny_model_dir: Path, tmp_path: Path, monkey
     import sys
 
     from calm_core.launch import launch_training
-    from calm_core.runs import jobs
+    from calm_core.runs import jobs, queue
     from calm_core.training.config import TrainConfig
 
     monkeypatch.setattr(jobs, "worker_command", lambda: [sys.executable, "-c", "import time; time.sleep(30)"])
@@ -130,7 +130,7 @@ def test_launching_loads_no_dataset(tiny_model_dir: Path, tmp_path: Path, monkey
         assert data_loading(record) == set(), sorted(data_loading(record))
         assert run.config.estimate is not None and run.config.estimate["figure_s"] > 0  # made from counts
     finally:
-        jobs.cancel(run)
+        queue.cancel(run)
 
 
 def _write_quiz(path: Path, rows: int) -> Path:

@@ -7,7 +7,7 @@
     calm resume RUN_ID                         # failed / cancelled runs continue their curves
 
 A background job is this same command in worker form (`calm train --run-dir DIR`),
-started detached by calm_core.runs.jobs. SIGINT / SIGTERM request a graceful cancel.
+started detached by calm_core.runs.queue. SIGINT / SIGTERM request a graceful cancel.
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ from calm_core.data.worker import LIMIT_ENV, WorkerLimits
 from calm_core.io import atomic_write_json, atomic_write_text
 from calm_core.paths import ensure_writable
 from calm_core.results.curves import bome_line, bome_summary
-from calm_core.runs import jobs
 from calm_core.runs.events import convert_run
 from calm_core.runs.lifecycle import RunState
 from calm_core.runs.listing import list_runs
 from calm_core.runs.naming import runs_root
+from calm_core.runs.queue import JobQueue, cancel, resume
 from calm_core.runs.rundir import RunDir
 from calm_core.runs.state import ACTIVE_STATES, run_state
 from calm_core.settings import allowed_words, declared_settings
@@ -191,7 +191,7 @@ def run_in_process(run: RunDir, show_progress: bool) -> int:
     finally:
         torch.set_num_threads(threads_before)
         if main:
-            jobs.schedule(run.path.parent)
+            JobQueue.of(run).schedule()
     if not main:
         return 0
     print(f"run {run.run_id}: {result.state} at step {result.step} ({run.path})")
@@ -325,17 +325,17 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    view = jobs.cancel(RunDir.at(args.run_id, args.runs_root))
+    view = cancel(RunDir.at(args.run_id, args.runs_root))
     print(f"{args.run_id}: {view.state} ({view.reason})")
     return 0
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     run = RunDir.at(args.run_id, args.runs_root)
-    jobs.resume(run, fresh=args.fresh)
+    resume(run, fresh=args.fresh)
     print(
         f"{args.run_id}: "
-        + ("resumed" if jobs.left_the_queue(run) else "queued to resume")
+        + ("queued to resume" if run.status.queued else "resumed")
         + (" from step 0 (--fresh)" if args.fresh else "")
     )
     return 0

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from calm_core.data.counts import item_count
-from calm_core.runs import jobs
 from calm_core.runs.lifecycle import RunState
+from calm_core.runs.queue import JobQueue
 from calm_core.runs.rundir import RunDir
 
 EVALUATES = "evaluates"  # config.json of an evaluation job: {"run", "datasets", "limit", "cost"}
@@ -88,7 +88,7 @@ def run_job(job: RunDir) -> int:
         job.write_status(RunState.FINISHED, step=len(rows))  # the rows it added, where a training run counts steps
         return 0
     finally:
-        jobs.schedule(job.path.parent)
+        JobQueue.of(job).schedule()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -5,7 +5,7 @@
 
 The job and its launcher write the states: `queued` (submitted, waiting for a slot) ->
 `running` -> `finished` | `failed` | `cancelled`, through `stopping` once a cancel is
-asked; `jobs.resume` puts a `failed`, `cancelled` or repaired damaged run back to
+asked; `queue.resume` puts a `failed`, `cancelled` or repaired damaged run back to
 `queued`. `damaged` is shown, never written (runs/state.py says why). A module of its
 own, below the records, so that status.json's record types its `state` with it.
 """

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from calm_core.runs.choices_record import RunChoices
+from calm_core.runs.lifecycle import RunState
 from calm_core.runs.naming import config_label
 from calm_core.runs.recommendation import Recommendation
 from calm_core.runs.record_fields import DataMapping, checked_value, damaged, decode, encode
@@ -136,6 +137,13 @@ class RunStatus:
 
     def to_json(self) -> dict[str, Any]:
         return encode(self)
+
+    @property
+    def queued(self) -> bool:
+        """Still waiting for a job slot. Anyone's `schedule` (another session's, an exiting
+        job's) may start the run at any time, so a caller asks this rather than trusting what
+        its own schedule started."""
+        return self.state == RunState.QUEUED
 
     @property
     def model_dtype(self) -> str | None:

@@ -2,7 +2,7 @@
 
 The job and its launcher write the states: `queued` (submitted, waiting for a slot) ->
 `running` -> `finished` | `failed` | `cancelled`, through `stopping` once a cancel is
-asked (a queued run is `cancelled` at once); `jobs.resume` puts a `failed`, `cancelled`
+asked (a queued run is `cancelled` at once); `queue.resume` puts a `failed`, `cancelled`
 or repaired damaged run back to `queued`.
 
 status.json holds the state the run last wrote; `run_state` is what the studio and
@@ -65,7 +65,7 @@ def run_state(status: RunStatus, now: float | None = None, stale_after: float = 
     heartbeat older than `stale_after` seconds is `failed` (stale), and resumable. Until
     the job's first heartbeat, `STARTUP_GRACE_S` (if longer) counts from `started`.
 
-    A stale job whose process is still alive (hung) is resumable too: `jobs.resume`
+    A stale job whose process is still alive (hung) is resumable too: `queue.resume`
     stops it first, so two processes never write one run.
     """
     if status.state not in STATES:  # a record from a newer writer, or by hand

@@ -92,7 +92,7 @@ class RunStatusWrites:
 
     def write_running(self, **fields: Any) -> None:
         """The job's own `running`, with `fields` (its pid, threads, first step). A cancel asked
-        while the job was starting (`stopping`, by runs.jobs.cancel) stays said: the fields are
+        while the job was starting (`stopping`, by runs.queue.cancel) stays said: the fields are
         merged and the state kept. Otherwise the Monitor showed `running` again for the
         minutes a model takes to load, until the loop saw the cancel at its first step."""
         with self.locked():

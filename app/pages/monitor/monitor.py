@@ -28,9 +28,9 @@ from calm_core.results import run_facts as run_facts
 from calm_core.results import tables as run_tables
 from calm_core.results.fast_path_view import fast_path_rows, setting_choice_lines
 from calm_core.runs.choices_record import RunChoices
-from calm_core.runs.jobs import cancel
 from calm_core.runs.listing import list_runs, run_label
 from calm_core.runs.metrics_lines import MetricsTail
+from calm_core.runs.queue import cancel
 from calm_core.runs.records import RunConfig, RunResults, RunStatus
 from calm_core.runs.rundir import RunDir
 from calm_core.runs.state import DAMAGED, WAITING_OR_ACTIVE, RunState, ShownState
