@@ -298,3 +298,19 @@ def test_a_set_with_more_options_than_s_v_gets_no_vector_scaling_row(tiny_model_
     assert "vs" in by_set[narrow] and "vs" not in by_set[five]
     assert {"base", "ts", "calm"} <= by_set[five]
     assert f"{five}: no vs row (fitted on 4 option positions, this set has 5)" in capsys.readouterr().err
+
+
+def test_a_cancel_asked_before_the_first_step_skips_the_step_0_evaluation(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """Cancel pressed while the job loaded or filled its cache: the calibrated stop's
+    evaluation of the untouched model (minutes on a large held-out set) is not run first;
+    the run ends `cancelled` at step 0 with no metrics row."""
+    monkeypatch.setattr(RunDir, "cancel_requested", lambda self: True)
+    cfg = small_config(method="calm", eval_every=1, select="best")
+    run = RunDir.create(tmp_path, "cancel-before-step-0", {"train": cfg.to_dict()})
+    evaluated: list[str] = []
+    monkeypatch.setattr("calm_core.training.loop.periodic_evaluation", lambda loop, kind: evaluated.append(kind))
+    result = train(cfg, run=run, lm=fresh_lm(tiny_model_dir))
+    assert (result.state, result.step, evaluated) == ("cancelled", 0, [])
+    assert run.read_metrics() == [] and run.status.state == "cancelled"
