@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from calm_core.io import atomic_write_json
@@ -64,7 +65,7 @@ class JobRecord:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_json(cls, data: Any, path: str = JOB, advice: str = "") -> JobRecord:
+    def from_json(cls, data: Any, path: str | Path = JOB, advice: str = "") -> JobRecord:
         """The record of a job.json object; RunFileError names the file and the wrong key."""
         return decode(cls, data, path, advice)
 
@@ -101,7 +102,7 @@ def read_job(run_dir: RunDir) -> JobRecord | None:
     if not path.is_file():
         return None
     advice = run_dir.advice(JOB)
-    return JobRecord.from_json(read_json_object(path, advice, {"command": list}), str(path), advice)
+    return JobRecord.from_json(read_json_object(path, advice, {"command": list}), path, advice)
 
 
 def write_job(run_dir: RunDir, job: JobRecord) -> None:
