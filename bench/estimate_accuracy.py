@@ -24,8 +24,9 @@ Per run: the likely figure and range shown at launch, the actual wall time (stat
 the job's start to its end), actual / likely, and each part's estimate against its
 recorded time. The summary: the share of runs within 0.5x-2x of the likely figure and
 inside their range, and the ranges' widths (high / low). `--model tiny` (tests/conftest.py's
-random tiny Llama) with `--smoke` (each run cut to bench/streaming.py's SMOKE_RUN, as bench/quick_run.py's) is a smoke
-run: the same estimates, launches and records, whose figures mean nothing.
+random tiny Llama) with `--smoke` (each run cut to bench/streaming.py's SMOKE_RUN, as
+bench/quick_run.py's) is a smoke run: the same estimates, launches and records, whose
+figures mean nothing.
 """
 
 from __future__ import annotations

@@ -35,8 +35,6 @@ DATA = ["--train-data", "builtin/chemical_symbols/train", "--heldout-data", "bui
 VARIANTS = {"stop": [], "no stop": ["--select", "last", "--eval-dense-until", "0", "--lr-theta", "1.0"]}
 
 
-
-
 def run_once(extra: list[str], workspace: Path, model: str) -> dict:
     """One `calm train` child of `model`: wall seconds, peak RSS (MB) and the step it finished at."""
     command = [str(ROOT / ".venv" / "bin" / "calm"), "train", "--preset", "quick", "--method", "calm", "--model", model,
@@ -57,15 +55,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--json", type=Path)
-    parser.add_argument("--smoke", action="store_true", help="each run tiny (bench/streaming.SMOKE_RUN): checks the script, times nothing")
+    parser.add_argument(
+        "--smoke", action="store_true", help="each run tiny (bench/streaming.SMOKE_RUN): checks the script, times nothing"
+    )
     parser.add_argument("--model", default="embedded", help="embedded, a model directory, or tiny (a smoke run)")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    from bench.streaming import model_or_tiny
+    from bench.streaming import SMOKE_RUN, model_or_tiny
 
-    from bench.streaming import SMOKE_RUN
-
-    smoke = [part for key, n in SMOKE_RUN.items() for part in (f"--{key.replace('_', '-')}", str(n))] if args.smoke else []
+    flags = [(f"--{key.replace('_', '-')}", str(n)) for key, n in SMOKE_RUN.items()]  # steps=2 -> --steps 2
+    smoke = [part for flag in flags for part in flag] if args.smoke else []
     rows = []
     with tempfile.TemporaryDirectory(prefix="calm-quick-run-") as scratch:
         model = model_or_tiny(args.model, Path(scratch))

@@ -10,7 +10,8 @@ symbols with units and animal classes out of domain) on `--model`; prints and wr
 status.json `timings` (training/timings.py) and the idle-machine rates the estimate
 learns from it (estimate/rates.py `rates_from`: each part divided by the fair-share
 load factor it started under). Those rates are the estimate's DEFAULTS. `--smoke` cuts the
-run to bench/streaming.py's SMOKE_RUN (as bench/quick_run.py's does): every part still runs, its figures mean nothing.
+run to bench/streaming.py's SMOKE_RUN (as bench/quick_run.py's does): every part still
+runs, its figures mean nothing.
 """
 
 from __future__ import annotations
@@ -26,8 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.streaming import SMOKE_RUN  # noqa: E402
-from bench.streaming import tiny_model  # noqa: E402  (the tests' tiny random Llama, saved once)
+from bench.streaming import SMOKE_RUN, tiny_model  # noqa: E402  (tiny_model: the tests' tiny random Llama, saved once)
 
 DATA = dict(train_data="builtin/chemical_symbols/train", heldout_data="builtin/chemical_symbols/validation",
             eval_data=("builtin/chemical_symbols/test", "builtin/units/test", "builtin/animal_classes/test"))

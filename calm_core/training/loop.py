@@ -149,9 +149,9 @@ def _loop(loop: Loop) -> TrainResult:
     cfg, ctx, data, writer = loop.cfg, loop.ctx, loop.data, loop.writer
     started = time.perf_counter()
     schedule = cfg.eval_schedule
-    if _cancel_requested(writer):  # asked while the job loaded or filled: not even the step-0 evaluation
-        return _stop(loop, RunState.CANCELLED)
     if loop.step == 0 and loop.stop.enabled:  # step 0: the untouched model, a candidate of the calibrated stop
+        if _cancel_requested(writer):  # asked while the job loaded or filled: not after minutes of evaluation
+            return _stop(loop, RunState.CANCELLED)
         loop.row = {"step": 0, "elapsed": 0.0, **alpha_values(ctx)}
         periodic_evaluation(loop, "full")
         if writer is not None:
