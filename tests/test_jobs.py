@@ -311,3 +311,30 @@ def test_the_jobs_own_running_moves_a_queued_run_on(root: Path) -> None:
     run = new_run(root, "foreground")  # `calm train` in this process: nobody ran start_job
     run.write_running(pid=os.getpid())
     assert run.status.state == "running" and run.status.pid == os.getpid()
+
+
+def test_calm_resume_says_whether_the_run_started(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`calm resume` reads the run's status after the queue's schedule: "resumed" when a slot
+    was free, "queued to resume" when another job holds it."""
+    import argparse
+
+    from calm_core.cli.train import cmd_resume
+
+    def stopped_run(name: str) -> RunDir:
+        run = new_run(root, name)
+        jobs.write_job(run, jobs.JobRecord(tuple(fake(run, steps=1, sleep=0.0))))
+        run.write_status("failed", error="boom")
+        return run
+
+    def resume_said(run: RunDir) -> str:
+        cmd_resume(argparse.Namespace(run_id=run.run_id, runs_root=root, fresh=False))
+        return capsys.readouterr().out.strip()
+
+    free = stopped_run("free")
+    assert resume_said(free) == f"{free.run_id}: resumed"
+    wait_for("the resumed run to finish", lambda: free.state().state == "finished")
+    holder = new_run(root, "holder")
+    JobQueue.of(holder).submit(holder, fake(holder, steps=1000))
+    waiting = stopped_run("waiting")
+    assert resume_said(waiting) == f"{waiting.run_id}: queued to resume"
+    assert queue.cancel(holder, grace_s=TIMEOUT_S).state == "cancelled"
